@@ -1,0 +1,37 @@
+# Bootstraps .venv on first use; `make demo` and `make test` are the README's two commands.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+# Override to pick another torch, e.g. `make test TORCH_CONSTRAINTS=/dev/null`.
+TORCH_CONSTRAINTS ?= constraints-cpu.txt
+PYTEST_ARGS ?=
+
+.PHONY: venv demo test lint format bench clean
+
+$(BIN)/.installed: pyproject.toml $(TORCH_CONSTRAINTS)
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -c $(TORCH_CONSTRAINTS) -e '.[test]'
+	touch $@
+
+venv: $(BIN)/.installed
+
+demo: venv
+	$(BIN)/python examples/demo.py
+
+test: venv
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+lint: venv
+	$(BIN)/ruff check autoopt rules tests examples benchmarks
+	$(BIN)/ruff format --check autoopt rules tests benchmarks
+
+format: venv
+	$(BIN)/ruff check --fix autoopt rules tests examples benchmarks
+	$(BIN)/ruff format autoopt rules tests benchmarks
+
+bench: venv
+	$(BIN)/python -m autoopt bench
+
+clean:
+	rm -rf $(VENV) .autoopt_cache .pytest_cache build *.egg-info

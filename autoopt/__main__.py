@@ -1,0 +1,3 @@
+from autoopt.cli import main
+
+main()

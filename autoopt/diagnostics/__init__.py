@@ -1,0 +1,1 @@
+"""Diagnostics: `autoopt doctor` (machine report) and `autoopt bench` (benchmark harness)."""

@@ -1,0 +1,5 @@
+"""Click commands of the diagnostics: doctor and bench."""
+
+import click
+
+COMMANDS: list[click.Command] = []

@@ -1,0 +1,1 @@
+"""The runtime half of autoopt: `optimize()` and its passes."""

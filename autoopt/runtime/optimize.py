@@ -1,0 +1,129 @@
+"""`optimize()`, `report()` and `unwrap()`: the runtime's public face."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import torch
+from torch import nn
+
+from autoopt.runtime import forward
+from autoopt.runtime.context import Context
+from autoopt.runtime.options import Options
+from autoopt.runtime.passes import PASSES
+from autoopt.runtime.report import PassResult, Report
+
+_REPORT_ATTR = "_autoopt_report"
+
+
+def optimize(
+    model: nn.Module,
+    loader: Any = None,
+    optimizer: torch.optim.Optimizer | None = None,
+    *,
+    device: str | torch.device = "auto",
+    amp: str | bool = "auto",
+    compile: str | bool = "auto",
+    channels_last: str | bool = "auto",
+    checkpoint: str | bool | int = "auto",
+    distributed: str | bool = "auto",
+    accumulate: int = 1,
+    deterministic: bool = False,
+    tune: bool = False,
+    verbose: bool = True,
+) -> Any:
+    """Make an existing training loop fast; the loop itself stays as written.
+
+    Returns the objects it was given, in order: the model alone when only the model is given,
+    else a tuple of the model and whichever of `loader` and `optimizer` were given. The model and
+    optimizer are the same objects, patched in place (under torchrun the model comes back wrapped
+    in DistributedDataParallel, with the original `state_dict` keys); the loader comes back
+    rebuilt or wrapped so that batches arrive on the device.
+
+    Options ("auto" lets autoopt decide per hardware and model, and say why in the report):
+      device: "auto" (CUDA if available, else CPU) or any torch device.
+      amp: "auto" | "bf16" | "fp16" | False. fp16 uses dynamic loss scaling that needs no
+        change to the loop; bf16 needs none.
+      compile: "auto" | True | False | "jit" (TorchScript). Falls back to eager on failure.
+      channels_last: "auto" | True | False, for convolutional models.
+      checkpoint: "auto" | False | int segments, for deep nn.Sequential stacks.
+      distributed: "auto" | True | False; under torchrun wraps in DDP with a DistributedSampler.
+      accumulate: N > 1 makes the loop accumulate gradients over N batches per optimizer step.
+      deterministic: seed-independent determinism flags instead of speed flags.
+      tune: time candidate plans on real batches and keep the fastest that agrees with fp32.
+      verbose: print the report (to stderr, rank 0 only).
+    """
+    options = Options(
+        device=device,
+        amp=amp,
+        compile=compile,
+        channels_last=channels_last,
+        checkpoint=checkpoint,
+        distributed=distributed,
+        accumulate=accumulate,
+        deterministic=deterministic,
+        tune=tune,
+        verbose=verbose,
+    )
+    _check_inputs(model, optimizer)
+    if hasattr(model, _REPORT_ATTR):
+        raise ValueError(
+            "optimize() was already applied to this model; call it once, on the plain model"
+        )
+    ctx = Context(options=options, model=model, loader=loader, optimizer=optimizer)
+    for run_pass in PASSES:
+        result = run_pass(ctx)
+        if result is not None:
+            ctx.report.add(result)
+    forward.install(ctx)
+    returned = ctx.returned_model if ctx.returned_model is not None else model
+    object.__setattr__(model, _REPORT_ATTR, ctx.report)
+    if returned is not model:
+        object.__setattr__(returned, _REPORT_ATTR, ctx.report)
+    if verbose and (ctx.dist is None or ctx.dist.rank == 0):
+        print(ctx.report, file=sys.stderr)
+    given = [returned] + [obj for obj in (ctx.loader, optimizer) if obj is not None]
+    if loader is None and ctx.loader is not None:  # a pass never invents a loader
+        given.remove(ctx.loader)
+    return given[0] if len(given) == 1 else tuple(given)
+
+
+def report(model: nn.Module) -> Report:
+    """What `optimize()` did to this model: every pass, applied / skipped / failed, and why."""
+    found = getattr(model, _REPORT_ATTR, None)
+    if found is None:
+        raise ValueError("this model was not returned by autoopt.optimize()")
+    return found
+
+
+def unwrap(model: nn.Module) -> nn.Module:
+    """The user's own module (through a DDP wrapper); its parameters are the ones being trained."""
+    while isinstance(model, nn.parallel.DistributedDataParallel | nn.DataParallel):
+        model = model.module
+    return model
+
+
+def _check_inputs(model: Any, optimizer: Any) -> None:
+    if not isinstance(model, nn.Module):
+        raise TypeError(
+            f"optimize(model=...) needs a torch.nn.Module, got {type(model).__name__}"
+        )
+    if optimizer is None:
+        return
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        raise TypeError(
+            f"optimize(optimizer=...) needs a torch.optim.Optimizer, got {type(optimizer).__name__}"
+        )
+    model_params = {id(p) for p in model.parameters()}
+    foreign = [
+        p for group in optimizer.param_groups for p in group["params"] if id(p) not in model_params
+    ]
+    if foreign:
+        raise ValueError(
+            f"the optimizer holds {len(foreign)} tensor(s) that are not parameters of the model; "
+            "pass the optimizer built over model.parameters()"
+        )
+
+
+__all__ = ["optimize", "report", "unwrap", "PassResult"]

@@ -1,0 +1,76 @@
+"""The options of `optimize()`, validated once, with errors that name the option and its choices."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any
+
+import torch
+
+_CHOICES: dict[str, tuple[Any, ...]] = {
+    "amp": ("auto", "bf16", "fp16", False),
+    "compile": ("auto", True, False, "jit"),
+    "channels_last": ("auto", True, False),
+}
+
+
+@dataclass(frozen=True)
+class Options:
+    """Every switch of `optimize()`; see its docstring for what each does."""
+
+    device: str | torch.device = "auto"
+    amp: str | bool = "auto"
+    compile: str | bool = "auto"
+    channels_last: str | bool = "auto"
+    checkpoint: str | bool | int = "auto"
+    distributed: str | bool = "auto"
+    accumulate: int = 1
+    deterministic: bool = False
+    tune: bool = False
+    verbose: bool = True
+
+    def __post_init__(self) -> None:
+        for name, allowed in _CHOICES.items():
+            value = getattr(self, name)
+            # `True == 1` in Python: compare with identity for bools so 1 is not taken for True.
+            if not any(value is a if isinstance(a, bool) else value == a for a in allowed):
+                raise ValueError(_bad(name, value, allowed))
+        if self.checkpoint not in ("auto", False) and not (
+            isinstance(self.checkpoint, int)
+            and not isinstance(self.checkpoint, bool)
+            and self.checkpoint >= 1
+        ):
+            raise ValueError(_bad("checkpoint", self.checkpoint, ("auto", False, "an int >= 1")))
+        if self.distributed not in ("auto", False) and self.distributed is not True:
+            raise ValueError(_bad("distributed", self.distributed, ("auto", True, False)))
+        if (
+            not isinstance(self.accumulate, int)
+            or isinstance(self.accumulate, bool)
+            or self.accumulate < 1
+        ):
+            raise ValueError(_bad("accumulate", self.accumulate, ("an int >= 1",)))
+        for name in ("deterministic", "tune", "verbose"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(_bad(name, getattr(self, name), (True, False)))
+        if self.device != "auto":
+            try:
+                torch.device(self.device)
+            except (RuntimeError, TypeError) as err:
+                raise ValueError(
+                    f"optimize(device={self.device!r}): not a torch device ({err}); "
+                    "use 'auto', 'cpu', 'cuda', 'cuda:1', or a torch.device"
+                ) from None
+
+    @classmethod
+    def names(cls) -> list[str]:
+        """The option names, in signature order."""
+        return [f.name for f in fields(cls)]
+
+
+def _bad(name: str, value: object, allowed: tuple[Any, ...]) -> str:
+    shown = ", ".join(a if a.startswith("an ") else repr(a) for a in map(_show, allowed))
+    return f"optimize({name}={value!r}) is not allowed; {name} must be one of: {shown}"
+
+
+def _show(value: Any) -> str:
+    return value if isinstance(value, str) and value.startswith("an ") else repr(value)

@@ -1,0 +1,12 @@
+"""Pass: compile. (placeholder until implemented)"""
+
+from __future__ import annotations
+
+from autoopt.runtime.context import Context
+from autoopt.runtime.report import PassResult
+
+NAME = "compile"
+
+
+def run(ctx: Context) -> PassResult | None:
+    return PassResult.skipped(NAME, "not implemented yet")

@@ -1,0 +1,12 @@
+"""Pass: loader. (placeholder until implemented)"""
+
+from __future__ import annotations
+
+from autoopt.runtime.context import Context
+from autoopt.runtime.report import PassResult
+
+NAME = "loader"
+
+
+def run(ctx: Context) -> PassResult | None:
+    return PassResult.skipped(NAME, "not implemented yet")
