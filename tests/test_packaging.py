@@ -35,14 +35,27 @@ def test_wheel_contains_rules_and_imports_them(tmp_path: Path) -> None:
 
     target = tmp_path / "site"
     subprocess.run(
-        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target),
-         str(wheel)],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            "--target",
+            str(target),
+            str(wheel),
+        ],
         check=True,
         capture_output=True,
     )
     env = {**os.environ, "PYTHONPATH": str(target)}
     out = subprocess.run(
         [sys.executable, "-c", "import autoopt.rules; print(autoopt.rules.__file__)"],
-        check=True, capture_output=True, text=True, env=env, cwd=tmp_path,
+        check=True,
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
     ).stdout.strip()
     assert Path(out).is_relative_to(target)

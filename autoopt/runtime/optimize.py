@@ -106,9 +106,7 @@ def unwrap(model: nn.Module) -> nn.Module:
 
 def _check_inputs(model: Any, optimizer: Any) -> None:
     if not isinstance(model, nn.Module):
-        raise TypeError(
-            f"optimize(model=...) needs a torch.nn.Module, got {type(model).__name__}"
-        )
+        raise TypeError(f"optimize(model=...) needs a torch.nn.Module, got {type(model).__name__}")
     if optimizer is None:
         return
     if not isinstance(optimizer, torch.optim.Optimizer):

@@ -1,5 +1,6 @@
-"""Click commands of the static engine: lint, rewrite, rules, explain."""
+"""Click commands of the static engine, gathered for `autoopt.cli`."""
 
-import click
+from autoopt.static.cli_lint import COMMANDS as LINT_COMMANDS
+from autoopt.static.cli_rewrite import COMMANDS as REWRITE_COMMANDS
 
-COMMANDS: list[click.Command] = []
+COMMANDS = [*LINT_COMMANDS, *REWRITE_COMMANDS]

@@ -17,8 +17,13 @@ from libcst.metadata import MetadataWrapper, ParentNodeProvider, QualifiedNamePr
 Loop = cst.For | cst.While
 Scope = cst.FunctionDef | cst.Module
 
-_NO_GRAD = {"torch.no_grad", "torch.inference_mode", "torch.autograd.no_grad",
-            "torch.autograd.grad_mode.no_grad", "torch.autograd.grad_mode.inference_mode"}
+_NO_GRAD = {
+    "torch.no_grad",
+    "torch.inference_mode",
+    "torch.autograd.no_grad",
+    "torch.autograd.grad_mode.no_grad",
+    "torch.autograd.grad_mode.inference_mode",
+}
 _EVAL_WORDS = ("eval", "valid", "test", "infer", "predict")
 
 
@@ -73,7 +78,8 @@ class FileFacts:
     def backward_calls(self) -> list[cst.Call]:
         """Every `<expr>.backward(...)` call in the file (including `scaler.scale(l).backward()`)."""
         return [
-            c for c in _walk_calls(self.module)
+            c
+            for c in _walk_calls(self.module)
             if isinstance(c.func, cst.Attribute) and c.func.attr.value == "backward"
         ]
 
@@ -103,7 +109,8 @@ class FileFacts:
     def eval_calls(self) -> list[cst.Call]:
         """Every `<expr>.eval()` call with no arguments."""
         return [
-            c for c in _walk_calls(self.module)
+            c
+            for c in _walk_calls(self.module)
             if m.matches(c, m.Call(func=m.Attribute(attr=m.Name("eval")), args=[]))
         ]
 
@@ -123,7 +130,8 @@ class FileFacts:
             if self.enclosing_scope(call) is scope and self._before(call, loop):
                 # ... and no .train() between that eval() and the loop
                 if not any(
-                    self.enclosing_scope(t) is scope and self._before(call, t)
+                    self.enclosing_scope(t) is scope
+                    and self._before(call, t)
                     and self._before(t, loop)
                     for t in self.train_calls
                 ):
@@ -133,7 +141,8 @@ class FileFacts:
     @functools.cached_property
     def train_calls(self) -> list[cst.Call]:
         return [
-            c for c in _walk_calls(self.module)
+            c
+            for c in _walk_calls(self.module)
             if isinstance(c.func, cst.Attribute) and c.func.attr.value == "train"
         ]
 
@@ -155,8 +164,10 @@ class FileFacts:
         names = self.qualified_names(target)
         if names & _NO_GRAD:
             return True
-        if isinstance(expr, cst.Call) and names & {"torch.set_grad_enabled",
-                                                   "torch.autograd.set_grad_enabled"}:
+        if isinstance(expr, cst.Call) and names & {
+            "torch.set_grad_enabled",
+            "torch.autograd.set_grad_enabled",
+        }:
             return bool(expr.args) and m.matches(expr.args[0].value, m.Name("False"))
         return False
 
@@ -171,8 +182,11 @@ class FileFacts:
     def requests_determinism(self) -> bool:
         """`cudnn.deterministic = True` or `torch.use_deterministic_algorithms(True)`."""
         s = self.source
-        return ("deterministic = True" in s or "deterministic=True" in s
-                or "use_deterministic_algorithms(True" in s)
+        return (
+            "deterministic = True" in s
+            or "deterministic=True" in s
+            or "use_deterministic_algorithms(True" in s
+        )
 
     # ----- positions ------------------------------------------------------------------------------
     def _depth(self, node: cst.CSTNode) -> int:

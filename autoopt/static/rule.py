@@ -246,7 +246,9 @@ def with_keyword(call: cst.Call, keyword: str, value: cst.BaseExpression) -> cst
     if args:
         last = args[-1]
         if last.comma is cst.MaybeSentinel.DEFAULT or isinstance(last.comma, cst.MaybeSentinel):
-            args[-1] = last.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+            args[-1] = last.with_changes(
+                comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+            )
         else:
             # keep a trailing comma (multi-line calls) after the new argument too
             new = new.with_changes(comma=last.comma)

@@ -1,0 +1,5 @@
+"""Placeholder until implemented."""
+
+import click
+
+COMMANDS: list[click.Command] = []
