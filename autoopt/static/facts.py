@@ -127,15 +127,14 @@ class FileFacts:
         ):
             return True
         for call in self.eval_calls:
-            if self.enclosing_scope(call) is scope and self._before(call, loop):
-                # ... and no .train() between that eval() and the loop
-                if not any(
-                    self.enclosing_scope(t) is scope
-                    and self._before(call, t)
-                    and self._before(t, loop)
-                    for t in self.train_calls
-                ):
-                    return True
+            if self.enclosing_scope(call) is not scope or not self._before(call, loop):
+                continue
+            # ... and no .train() between that eval() and the loop
+            if not any(
+                self.enclosing_scope(t) is scope and self._before(call, t) and self._before(t, loop)
+                for t in self.train_calls
+            ):
+                return True
         return False
 
     @functools.cached_property
