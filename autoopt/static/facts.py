@@ -13,6 +13,7 @@ from collections.abc import Iterator
 import libcst as cst
 import libcst.matchers as m
 from libcst.metadata import MetadataWrapper, ParentNodeProvider, QualifiedNameProvider
+from libcst.metadata.base_provider import LazyValue
 
 Loop = cst.For | cst.While
 Scope = cst.FunctionDef | cst.Module
@@ -65,7 +66,10 @@ class FileFacts:
         return loops
 
     def qualified_names(self, node: cst.CSTNode) -> set[str]:
-        return {q.name for q in self._qnames.get(node, set())}
+        found = self._qnames.get(node, set())
+        if isinstance(found, LazyValue):  # libcst >= 1.5 resolves this provider lazily
+            found = found()
+        return {q.name for q in found}
 
     @property
     def source(self) -> str:
