@@ -1,0 +1,246 @@
+"""AO101: a DataLoader that loads every batch in the training process."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from autoopt.static.rule import Fix, FixSafety, Invalid, Rule, Valid, arg, with_keyword
+from autoopt.static.rulekit_ra import (
+    DATALOADER,
+    call_options,
+    int_literal,
+    is_name,
+    string_value,
+    walk,
+)
+
+_ITERABLE_DATASET = (
+    "torch.utils.data.IterableDataset",
+    "torch.utils.data.dataset.IterableDataset",
+)
+_WORKERS = 4  # what the fix writes; a readable constant the user tunes (see the docs)
+
+
+class DataLoaderNumWorkers(Rule):
+    """
+    ## What it does
+    Flags a `torch.utils.data.DataLoader` created without `num_workers`, or with
+    `num_workers=0`.
+
+    ## Why
+    With no workers, every batch is read, decoded and augmented in the training process itself,
+    one at a time, while the GPU (or the CPU's compute threads) waits. Worker processes prepare
+    the next batches in parallel with the step; on image pipelines 4 workers commonly take the
+    input side off the critical path (seeds 001, 002). The runtime (`autoopt.optimize`) picks the
+    count from the CPU count; the rewrite writes `num_workers=4`, a constant to tune (roughly the
+    number of CPU cores per GPU; more than that only adds memory and start-up time).
+
+    ## When not to
+    - The options come through `**kwargs` that are not a literal dict in the same scope: the
+      value may well be set there, so the rule stays quiet.
+    - A custom wrapper (a user's own `DataLoader` class or factory) is not torch's and is not
+      flagged.
+    - An `IterableDataset` defined in the file that does not shard by
+      `torch.utils.data.get_worker_info()`: each worker would replay the whole stream, so every
+      sample would be seen `num_workers` times. Not flagged.
+
+    ## Fix (unsafe)
+    Adds (or replaces the 0 with) `num_workers=4`. It is unsafe because worker processes change
+    how the script runs: the dataset, `collate_fn` and `worker_init_fn` must be picklable
+    (lambdas are not) where workers are spawned (Windows, macOS), the script's top level then
+    runs again in every worker unless it is under `if __name__ == "__main__":`, and per-worker
+    random state differs (seed with `worker_init_fn`).
+    """
+
+    code = "AO101"
+    name = "dataloader-num-workers"
+    message = "DataLoader loads batches in the training process; set num_workers > 0"
+    fix_safety = FixSafety.UNSAFE
+    fix_reason = (
+        "worker processes need a picklable dataset/collate_fn and, where workers are spawned, "
+        'an `if __name__ == "__main__":` guard'
+    )
+    triggers = ("DataLoader",)
+
+    VALID = [
+        Valid(
+            """
+            from torch.utils.data import DataLoader
+            loader = DataLoader(ds, batch_size=32, num_workers=4)
+            """
+        ),
+        Valid(
+            """
+            from torch.utils.data import DataLoader
+            def make(ds, **kwargs):
+                return DataLoader(ds, batch_size=32, **kwargs)
+            """
+        ),
+        Valid(
+            """
+            from mylib import DataLoader
+            loader = DataLoader(ds, batch_size=32)
+            """
+        ),
+        Valid(
+            """
+            from torch.utils.data import DataLoader, IterableDataset
+            class Stream(IterableDataset):
+                def __iter__(self):
+                    yield from range(100)
+            loader = DataLoader(Stream(), batch_size=8)
+            """
+        ),
+        Valid(
+            """
+            import torch
+            kw = {"batch_size": 32, "num_workers": 8}
+            loader = torch.utils.data.DataLoader(ds, **kw)
+            """
+        ),
+    ]
+    INVALID = [
+        Invalid(
+            """
+            import torch
+            loader = torch.utils.data.DataLoader(ds, batch_size=32, shuffle=True)
+            """,
+            line=2,
+            fixed="""
+            import torch
+            loader = torch.utils.data.DataLoader(ds, batch_size=32, shuffle=True, num_workers=4)
+            """,
+        ),
+        Invalid(
+            """
+            from torch.utils.data import DataLoader as DL
+            def main():
+                kw = dict(batch_size=32, num_workers=0)
+                loader = DL(ds, **kw)
+            """,
+            line=4,
+            fixed=None,  # the 0 is inside the dict: reported, not rewritten
+        ),
+        Invalid(
+            """
+            from torch.utils.data import DataLoader
+            def main():
+                loader = DataLoader(
+                    ds,
+                    batch_size=64,
+                    num_workers=0,
+                )
+            """,
+            line=3,
+            fixed="""
+            from torch.utils.data import DataLoader
+            def main():
+                loader = DataLoader(
+                    ds,
+                    batch_size=64,
+                    num_workers=4,
+                )
+            """,
+        ),
+        Invalid(
+            """
+            from torch.utils.data import DataLoader
+            loader = DataLoader(ds, 32, True)
+            """,
+            line=2,
+            message_contains="__main__",
+            fixed="""
+            from torch.utils.data import DataLoader
+            loader = DataLoader(ds, 32, True, num_workers=4)
+            """,
+        ),
+    ]
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if not self.is_call_to(node, *DATALOADER):
+            return
+        options = call_options(self, node)
+        workers = options.values.get("num_workers")
+        if workers is None:
+            if not options.complete:
+                return  # `**kwargs` we cannot read may set it
+        elif int_literal(workers) != 0:
+            return
+        if self._unsharded_iterable_dataset(options.values.get("dataset") or _first_arg(node)):
+            return
+        message = self.message
+        if self._unguarded_module_level(node):
+            message += (
+                ' (and put the script under `if __name__ == "__main__":`: spawned workers'
+                " re-run the module's top level)"
+            )
+        explicit = arg(node, "num_workers", 5)
+        if workers is not None and explicit is None:
+            self.report(node, message)  # the 0 sits in a **dict: say so, leave it to the user
+            return
+        if explicit is not None and explicit.keyword is None:
+            new_call = node.with_changes(
+                args=[
+                    a.with_changes(value=cst.Integer(str(_WORKERS))) if a is explicit else a
+                    for a in node.args
+                ]
+            )
+        else:
+            new_call = with_keyword(node, "num_workers", cst.Integer(str(_WORKERS)))
+        self.report(
+            node,
+            message,
+            fix=Fix(replacements={node: new_call}, description=f"num_workers={_WORKERS}"),
+        )
+
+    def _unsharded_iterable_dataset(self, dataset: cst.BaseExpression | None) -> bool:
+        """The dataset is an instance of a file-local IterableDataset subclass that never asks
+        `get_worker_info()` how to split the stream between workers."""
+        if dataset is None:
+            return False
+        call = dataset if isinstance(dataset, cst.Call) else self._assigned_call(dataset)
+        if call is None or not isinstance(call.func, cst.Name):
+            return False
+        for node in walk(self.context.module):
+            if isinstance(node, cst.ClassDef) and node.name.value == call.func.value:
+                iterable = any(self.refers_to(b.value, *_ITERABLE_DATASET) for b in node.bases)
+                shards = any(is_name(n, "get_worker_info") for n in walk(node)) or any(
+                    isinstance(n, cst.Attribute) and n.attr.value == "get_worker_info"
+                    for n in walk(node)
+                )
+                return iterable and not shards
+        return False
+
+    def _assigned_call(self, expr: cst.BaseExpression) -> cst.Call | None:
+        if not isinstance(expr, cst.Name):
+            return None
+        for node in walk(self.context.module):
+            if (
+                isinstance(node, cst.Assign)
+                and isinstance(node.value, cst.Call)
+                and any(is_name(t.target, expr.value) for t in node.targets)
+            ):
+                return node.value
+        return None
+
+    def _unguarded_module_level(self, node: cst.CSTNode) -> bool:
+        """Created at module level, outside `if __name__ == "__main__":`."""
+        for anc in self.facts.ancestors(node):
+            if isinstance(anc, cst.FunctionDef | cst.ClassDef):
+                return False
+            if isinstance(anc, cst.If) and _is_main_guard(anc.test):
+                return False
+        return True
+
+
+def _first_arg(call: cst.Call) -> cst.BaseExpression | None:
+    first = call.args[0] if call.args else None
+    return first.value if first is not None and first.keyword is None and not first.star else None
+
+
+def _is_main_guard(test: cst.BaseExpression) -> bool:
+    return (
+        isinstance(test, cst.Comparison)
+        and is_name(test.left, "__name__")
+        and any(string_value(c.comparator) == "__main__" for c in test.comparisons)
+    )

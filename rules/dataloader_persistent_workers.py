@@ -1,0 +1,165 @@
+"""AO104: worker processes torn down and restarted at every epoch."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from autoopt.static.rule import Fix, FixSafety, Invalid, Rule, Valid, with_keyword
+from autoopt.static.rulekit_ra import (
+    DATALOADER,
+    assigned_name,
+    call_options,
+    contains,
+    int_literal,
+    names_in,
+    walk,
+)
+
+
+class DataLoaderPersistentWorkers(Rule):
+    """
+    ## What it does
+    Flags a `torch.utils.data.DataLoader` with `num_workers > 0` and no `persistent_workers`
+    that is iterated inside an epoch loop (a loop around the loop over the loader, or a loop
+    that passes the loader to a function each time round).
+
+    ## Why
+    Without `persistent_workers=True` every `iter(loader)` — every epoch — shuts the worker
+    processes down and starts new ones, each re-importing torch and unpickling the dataset. That
+    start-up costs from a fraction of a second to tens of seconds per epoch on large datasets,
+    during which the accelerator idles. Persistent workers are started once and reused.
+
+    ## When not to
+    - `num_workers=0`: `persistent_workers=True` is a `ValueError` there. A literal worker count
+      must be positive; a variable count (`args.workers`) gets `persistent_workers=args.workers > 0`.
+    - A loader that is iterated only once, or created anew inside the epoch loop: nothing to keep.
+    - Options hidden in `**kwargs` that are not a literal dict in the same scope.
+    - Workers that must see per-epoch changes to the dataset object made in the main process
+      (persistent workers keep their own copy): such scripts should not adopt it.
+
+    ## Fix (safe)
+    Adds `persistent_workers=True` (or `=<count> > 0`). The workers produce the same batches;
+    only their lifetime changes.
+    """
+
+    code = "AO104"
+    name = "dataloader-persistent-workers"
+    message = "DataLoader restarts its worker processes every epoch; set persistent_workers=True"
+    fix_safety = FixSafety.SAFE
+    fix_reason = "the same workers produce the same batches; they are only kept alive"
+    triggers = ("DataLoader",)
+
+    VALID = [
+        Valid(  # no workers: persistent_workers would raise
+            """
+            from torch.utils.data import DataLoader
+            loader = DataLoader(ds, batch_size=32)
+            for epoch in range(10):
+                for x in loader:
+                    model(x).sum().backward()
+            """
+        ),
+        Valid(  # a single pass
+            """
+            from torch.utils.data import DataLoader
+            loader = DataLoader(ds, batch_size=32, num_workers=4)
+            for x in loader:
+                model(x).sum().backward()
+            """
+        ),
+        Valid(  # loader rebuilt every epoch
+            """
+            from torch.utils.data import DataLoader
+            for epoch in range(10):
+                loader = DataLoader(ds, batch_size=32, num_workers=4)
+                for x in loader:
+                    model(x).sum().backward()
+            """
+        ),
+        Valid(
+            """
+            from torch.utils.data import DataLoader
+            loader = DataLoader(ds, num_workers=4, persistent_workers=True)
+            for epoch in range(10):
+                for x in loader:
+                    model(x).sum().backward()
+            """
+        ),
+    ]
+    INVALID = [
+        Invalid(
+            """
+            import torch
+            loader = torch.utils.data.DataLoader(ds, batch_size=32, num_workers=4)
+            for epoch in range(10):
+                for x, y in loader:
+                    loss = model(x).sum()
+                    loss.backward()
+            """,
+            line=2,
+            fixed="""
+            import torch
+            loader = torch.utils.data.DataLoader(ds, batch_size=32, num_workers=4, persistent_workers=True)
+            for epoch in range(10):
+                for x, y in loader:
+                    loss = model(x).sum()
+                    loss.backward()
+            """,
+        ),
+        Invalid(
+            """
+            from torch.utils.data import DataLoader
+            def main(args):
+                train_loader = DataLoader(ds, batch_size=64, num_workers=args.workers)
+                for epoch in range(args.epochs):
+                    train_one_epoch(model, train_loader, optimizer)
+            """,
+            line=3,
+            fixed="""
+            from torch.utils.data import DataLoader
+            def main(args):
+                train_loader = DataLoader(ds, batch_size=64, num_workers=args.workers, persistent_workers=args.workers > 0)
+                for epoch in range(args.epochs):
+                    train_one_epoch(model, train_loader, optimizer)
+            """,
+        ),
+    ]
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if not self.is_call_to(node, *DATALOADER):
+            return
+        options = call_options(self, node)
+        workers = options.values.get("num_workers")
+        if workers is None or not options.known_missing("persistent_workers"):
+            return
+        count = int_literal(workers)
+        if count is not None:
+            if count <= 0:
+                return
+            value: cst.BaseExpression = cst.Name("True")
+        elif isinstance(workers, cst.Name | cst.Attribute):
+            # a variable count may be 0 at run time, where persistent_workers=True would raise
+            value = cst.Comparison(
+                left=workers.deep_clone(),
+                comparisons=[
+                    cst.ComparisonTarget(operator=cst.GreaterThan(), comparator=cst.Integer("0"))
+                ],
+            )
+        else:
+            return
+        name = assigned_name(self, node)
+        if name is None or not self._iterated_every_epoch(node, name):
+            return
+        new_call = with_keyword(node, "persistent_workers", value)
+        self.report(
+            node, fix=Fix(replacements={node: new_call}, description="persistent_workers=True")
+        )
+
+    def _iterated_every_epoch(self, call: cst.Call, name: str) -> bool:
+        """`name` is used inside the body of a loop that does not itself create the loader."""
+        for node in walk(self.facts.enclosing_scope(call), into_scopes=False):
+            if not isinstance(node, cst.For | cst.While) or contains(node, call):
+                continue
+            if name in names_in(node.body):
+                return True
+        return False

@@ -1,0 +1,191 @@
+"""AO103: per-batch `.to(device)` that waits for the copy to finish."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from autoopt.static.rule import Fix, FixSafety, Invalid, Rule, Valid, arg, with_keyword
+from autoopt.static.rulekit_ra import (
+    batch_transfers,
+    data_loops,
+    method_name,
+    names_in,
+    root_name,
+    statement_of,
+    walk,
+)
+
+# Reading a tensor on the host: the copy has to be finished right there anyway.
+_HOST_READS = {"item", "tolist", "numpy", "cpu"}
+_HOST_FUNCS = {"print", "float", "int", "bool", "list"}
+
+
+class ToDeviceNonBlocking(Rule):
+    """
+    ## What it does
+    Flags `batch.to(device)` inside the loop over a DataLoader when it does not pass
+    `non_blocking=True`.
+
+    ## Why
+    A blocking host-to-device copy makes the Python thread wait for the transfer before it can
+    queue the forward pass. With `non_blocking=True` (and a pinned batch, AO102) the copy is
+    queued on the stream like a kernel and the CPU moves on; the GPU orders it before the kernels
+    that read it, so results are identical (seeds 001, 002).
+
+    ## When not to
+    - Only tensors that come from the loader's batch are flagged (the loop's targets and what is
+      unpacked or indexed from them): not `.to()` of a module, not a dtype cast
+      (`.to(torch.float16)`), not `.to("cpu")` (a device-to-host copy read right away on the
+      host would race).
+    - Not when the moved tensor is read on the host later in the same block (`.item()`,
+      `.tolist()`, `.numpy()`, `print`): that read waits for the copy anyway.
+    - Not in scripts with no CUDA anywhere, where there is nothing to overlap.
+
+    ## Fix (safe)
+    Adds `non_blocking=True`. CUDA orders the copy before every later use on the same stream.
+    """
+
+    code = "AO103"
+    name = "to-device-non-blocking"
+    message = "per-batch .to(device) blocks until the copy is done; pass non_blocking=True"
+    fix_safety = FixSafety.SAFE
+    fix_reason = "the stream orders the asynchronous copy before every kernel that reads it"
+    triggers = (".to(",)
+
+    VALID = [
+        Valid(  # a module and a dtype cast, not the batch
+            """
+            import torch
+            model = Net().to("cuda")
+            for x, y in loader:
+                x = x.to(torch.float16)
+                loss = model(x).sum()
+                loss.backward()
+            """
+        ),
+        Valid(  # read on the host right after
+            """
+            import torch
+            device = torch.device("cuda")
+            for x, y in loader:
+                y = y.to(device)
+                print(y.tolist())
+                model(x).sum().backward()
+            """
+        ),
+        Valid(  # CPU-only script
+            """
+            import torch
+            device = torch.device("cpu")
+            for x, y in loader:
+                x = x.to(device)
+                model(x).sum().backward()
+            """
+        ),
+        Valid(
+            """
+            import torch
+            device = "cuda"
+            for x, y in loader:
+                x = x.to(device, non_blocking=True)
+                model(x).sum().backward()
+            """
+        ),
+        Valid(  # not a batch loop: moving parameters
+            """
+            import torch
+            for p in params:
+                p.data = p.data.to("cuda")
+            """
+        ),
+    ]
+    INVALID = [
+        Invalid(
+            """
+            import torch
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            for epoch in range(10):
+                for inputs, labels in train_loader:
+                    inputs, labels = inputs.to(device), labels.to(device)
+                    loss = criterion(model(inputs), labels)
+                    loss.backward()
+            """,
+            line=5,
+            fixed="""
+            import torch
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            for epoch in range(10):
+                for inputs, labels in train_loader:
+                    inputs, labels = inputs.to(device, non_blocking=True), labels.to(device, non_blocking=True)
+                    loss = criterion(model(inputs), labels)
+                    loss.backward()
+            """,
+        ),
+        Invalid(
+            """
+            import torch
+            def evaluate(model, loader):
+                model.eval()
+                for i, batch in enumerate(loader):
+                    out = model(batch["x"].to("cuda"))
+            """,
+            line=5,
+            fixed="""
+            import torch
+            def evaluate(model, loader):
+                model.eval()
+                for i, batch in enumerate(loader):
+                    out = model(batch["x"].to("cuda", non_blocking=True))
+            """,
+        ),
+    ]
+
+    def visit_Module(self, node: cst.Module) -> None:
+        if not self.facts.uses_cuda:
+            return
+        seen: set[int] = set()
+        for loop in data_loops(self):
+            for call in batch_transfers(self, loop):
+                if id(call) in seen or method_name(call) != "to":
+                    continue
+                seen.add(id(call))
+                if arg(call, "non_blocking") is not None or self._read_on_host(call):
+                    continue
+                new_call = with_keyword(call, "non_blocking", cst.Name("True"))
+                self.report(
+                    call, fix=Fix(replacements={call: new_call}, description="non_blocking=True")
+                )
+
+    def _read_on_host(self, call: cst.Call) -> bool:
+        """The result is bound to a name that the rest of the block reads on the host."""
+        stmt = statement_of(self, call)
+        if not isinstance(stmt, cst.SimpleStatementLine):
+            return False
+        targets: set[str] = set()
+        for small in stmt.body:
+            if isinstance(small, cst.Assign):
+                for t in small.targets:
+                    targets |= names_in(t.target)
+        block = self.parent(stmt)
+        if not targets or not isinstance(block, cst.IndentedBlock | cst.Module):
+            return False
+        body = list(block.body)
+        index = next(i for i, s in enumerate(body) if s is stmt)
+        for later in body[index + 1 :]:
+            for n in walk(later, into_scopes=False):
+                if not isinstance(n, cst.Call):
+                    continue
+                func = n.func
+                if (
+                    isinstance(func, cst.Attribute)
+                    and func.attr.value in _HOST_READS
+                    and root_name(func.value) in targets
+                ):
+                    return True  # `y.item()`, `y[0].tolist()`
+                if (
+                    isinstance(func, cst.Name)
+                    and func.value in _HOST_FUNCS
+                    and any(root_name(a.value) in targets for a in n.args)
+                ):
+                    return True  # `print(y)`, `float(y)`
+        return False
