@@ -1,0 +1,181 @@
+"""AO601: a convolutional network on CUDA without `torch.backends.cudnn.benchmark = True`."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from autoopt.static.rule import FileContext, Fix, FixSafety, Invalid, Rule, Valid
+from autoopt.static.rulekit_rb import (
+    insert_after_imports,
+    is_conv_call,
+    is_conv_zoo_model,
+    line,
+    torch_imports,
+)
+
+
+class CudnnBenchmark(Rule):
+    """
+    ## What it does
+    Flags a script that builds convolution layers (`nn.Conv1d/2d/3d`, transposed convolutions,
+    `F.conv2d`, torchvision's convolutional models) and runs on CUDA, but never sets
+    `torch.backends.cudnn.benchmark`.
+
+    ## Why
+    With `benchmark = True`, cuDNN times its candidate algorithms for each new input shape the
+    first time it sees it and keeps the fastest; with fixed input shapes every later step uses
+    that choice (seeds 000, 001, 002). On typical CNN training this is a 10–30% faster
+    convolution path for a one-off cost of a few hundred milliseconds per shape.
+
+    ## When not to
+    - Determinism is requested (`cudnn.deterministic = True`,
+      `torch.use_deterministic_algorithms(True)`): benchmarking may pick a different algorithm
+      per run, so the rule stays quiet (AO802 reports scripts that set both).
+    - The script never touches CUDA (cuDNN is not used on CPU): not flagged.
+    - The script already sets the flag, either way (`benchmark = False` is a choice).
+    - A library module that only defines layers (no training loop, no `__main__` block) is not
+      flagged: setting a global flag at import would surprise its importers.
+    - Input shapes that change every step (variable-length sequences for `Conv1d`, multi-scale
+      training) make cuDNN re-benchmark each new shape; there the flag can cost time. Suppress
+      with `# noqa: AO601` in such scripts.
+
+    ## Fix (safe)
+    Adds `torch.backends.cudnn.benchmark = True` right after the import header, adding
+    `import torch` if the file lacks it. Only the choice of convolution algorithm changes;
+    results agree to floating-point tolerance.
+    """
+
+    code = "AO601"
+    name = "cudnn-benchmark"
+    message = "convolutions on CUDA without torch.backends.cudnn.benchmark = True"
+    fix_safety = FixSafety.SAFE
+    fix_reason = "only cuDNN's choice of algorithm changes; results agree within tolerance"
+    triggers = ("Conv", "conv", "models.")
+
+    VALID = [
+        Valid(
+            """
+            import torch
+            from torch import nn
+            torch.backends.cudnn.benchmark = True
+            model = nn.Conv2d(3, 8, 3).cuda()
+            for x in loader:
+                model(x.cuda()).sum().backward()
+            """
+        ),
+        Valid(
+            """
+            import torch
+            from torch import nn
+            torch.backends.cudnn.deterministic = True
+            model = nn.Conv2d(3, 8, 3).cuda()
+            for x in loader:
+                model(x.cuda()).sum().backward()
+            """
+        ),
+        Valid(
+            """
+            import torch
+            from torch import nn
+            model = nn.Conv2d(3, 8, 3)
+            for x in loader:
+                model(x).sum().backward()
+            """
+        ),
+        Valid(
+            """
+            import torch
+            from torch import nn
+            class Block(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.conv = nn.Conv2d(3, 8, 3)
+                def to_gpu(self):
+                    return self.cuda()
+            """
+        ),
+        Valid(
+            """
+            import torch
+            def Conv2d(*a):
+                return None
+            model = Conv2d(3, 8, 3)
+            for x in loader:
+                model(x.cuda()).sum().backward()
+            """
+        ),
+    ]
+    INVALID = [
+        Invalid(
+            """
+            import torch
+            import torch.nn as nn
+
+            device = torch.device("cuda")
+            model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU()).to(device)
+            for x in loader:
+                model(x.to(device)).sum().backward()
+            """,
+            line=5,
+            fixed="""
+            import torch
+            import torch.nn as nn
+            torch.backends.cudnn.benchmark = True
+
+            device = torch.device("cuda")
+            model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU()).to(device)
+            for x in loader:
+                model(x.to(device)).sum().backward()
+            """,
+        ),
+        Invalid(
+            '''
+            """Train a small CNN."""
+            from torch import nn
+
+            if __name__ == "__main__":
+                net = nn.Conv2d(1, 4, 5).cuda()
+            ''',
+            line=5,
+            fixed='''
+            """Train a small CNN."""
+            from torch import nn
+            import torch
+
+            torch.backends.cudnn.benchmark = True
+
+            if __name__ == "__main__":
+                net = nn.Conv2d(1, 4, 5).cuda()
+            ''',
+        ),
+    ]
+
+    def __init__(self, context: FileContext) -> None:
+        super().__init__(context)
+        self._done = False
+        source = self.context.source
+        facts = self.context.facts
+        self._eligible = (
+            "cudnn.benchmark" not in source
+            and "cudnn.flags(" not in source
+            and facts.uses_cuda
+            and not facts.requests_determinism
+            # a script: it trains or has a main block (never a library's import side effect)
+            and (bool(facts.training_loops) or "__main__" in source)
+        )
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if self._done or not self._eligible:
+            return
+        if not (is_conv_call(self, node) or is_conv_zoo_model(self, node)):
+            return
+        self._done = True  # one finding per file: the fix is one line for the whole script
+        new = line("torch.backends.cudnn.benchmark = True")
+        self.report(
+            node,
+            fix=Fix(
+                replacements=insert_after_imports(self.context.module, new),
+                description="set torch.backends.cudnn.benchmark = True after the imports",
+                add_imports=torch_imports(self.context.module),
+            ),
+        )

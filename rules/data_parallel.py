@@ -1,0 +1,156 @@
+"""AO501: `nn.DataParallel` where DistributedDataParallel is the supported, faster path."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from autoopt.static.rule import Invalid, Rule, Valid, arg
+from autoopt.static.rulekit_rb import string_value
+
+_DATA_PARALLEL = (
+    "torch.nn.DataParallel",
+    "torch.nn.parallel.DataParallel",
+    "torch.nn.parallel.data_parallel.DataParallel",
+)
+
+
+class DataParallel(Rule):
+    """
+    ## What it does
+    Flags `torch.nn.DataParallel(model)` in a script that runs on CUDA.
+
+    ## Why
+    `DataParallel` is one process driving all GPUs with threads: every step it scatters the
+    batch, replicates the model from GPU 0, and gathers the outputs back on GPU 0, so GPU 0
+    runs out of memory first (the imbalance seed 003 works around with its `parallel.py`
+    criterion) and the Python GIL caps the speed-up. `DistributedDataParallel` runs one process
+    per GPU and overlaps the gradient all-reduce with backward; PyTorch's own docs recommend it
+    even on a single machine, and it is typically 1.5–2× faster on 4–8 GPUs.
+
+    `autoopt rewrite --wrap` inserts `model, loader, optimizer = autoopt.optimize(model,
+    loader, optimizer)`, which wraps the model in DDP (and gives the loader a
+    `DistributedSampler`) when the script is launched with `torchrun`.
+
+    ## When not to
+    - Single-process scripts that only ever run on one GPU gain nothing from either wrapper:
+      a `DataParallel` pinned to one device (`device_ids=[0]`) or a script that makes a single
+      GPU visible (`CUDA_VISIBLE_DEVICES="0"`) is not flagged.
+    - Scripts without CUDA (`DataParallel` is then a no-op) and a user's own `DataParallel`
+      class (such as seed 003's `DataParallelModel`) are not flagged.
+
+    ## Fix
+    None inline: moving to DDP changes how the script is launched (`torchrun`), how data is
+    sharded and how results are saved; use `autoopt rewrite --wrap` or `autoopt.optimize()`.
+    """
+
+    code = "AO501"
+    name = "data-parallel"
+    message = (
+        "nn.DataParallel: use DistributedDataParallel (torchrun), e.g. via autoopt.optimize() "
+        "/ `autoopt rewrite --wrap`"
+    )
+    fix_reason = "moving to DDP changes how the script is launched; use `autoopt rewrite --wrap`"
+    triggers = ("DataParallel",)
+
+    VALID = [
+        Valid(
+            """
+            import torch
+            from torch.nn.parallel import DistributedDataParallel as DDP
+            model = DDP(model.cuda(), device_ids=[local_rank])
+            """
+        ),
+        Valid(
+            """
+            import torch
+            model = torch.nn.DataParallel(model.cuda(), device_ids=[0])
+            """
+        ),
+        Valid(
+            """
+            import os
+            os.environ["CUDA_VISIBLE_DEVICES"] = "0"
+            import torch
+            model = torch.nn.DataParallel(model).cuda()
+            """
+        ),
+        Valid(
+            """
+            from parallel import DataParallelModel
+            import torch
+            model = DataParallelModel(model).cuda()
+            """
+        ),
+        Valid(
+            """
+            import torch.nn as nn
+            model = nn.DataParallel(model)
+            """
+        ),
+    ]
+    INVALID = [
+        Invalid(
+            """
+            import torch
+            import torch.nn as nn
+            device = torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
+            if torch.cuda.device_count() > 1:
+                model = nn.DataParallel(model)
+            model.to(device)
+            """,
+            line=5,
+        ),
+        Invalid(
+            """
+            from torch.nn.parallel import DataParallel as DP
+            model = DP(Net(), device_ids=[0, 1]).cuda()
+            """,
+            line=2,
+            message_contains="autoopt",
+        ),
+    ]
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if not self.is_call_to(node, *_DATA_PARALLEL) or not self.context.facts.uses_cuda:
+            return
+        if self._single_gpu(node):
+            return
+        self.report(node)
+
+    def _single_gpu(self, node: cst.Call) -> bool:
+        """Pinned to one device, or only one GPU made visible by the script itself."""
+        ids = arg(node, "device_ids", 1)
+        if (
+            ids is not None
+            and isinstance(ids.value, cst.List | cst.Tuple)
+            and len(ids.value.elements) <= 1
+        ):
+            return True
+        source = self.context.source
+        if "CUDA_VISIBLE_DEVICES" in source:
+            for n in _env_assignments(self.context.module):
+                value = string_value(n)
+                if value is not None and "," not in value:
+                    return True
+        return False
+
+
+def _env_assignments(module: cst.Module) -> list[cst.BaseExpression]:
+    """Values assigned to `...["CUDA_VISIBLE_DEVICES"]` at module level."""
+    values: list[cst.BaseExpression] = []
+    for stmt in module.body:
+        if not isinstance(stmt, cst.SimpleStatementLine):
+            continue
+        for small in stmt.body:
+            if not isinstance(small, cst.Assign):
+                continue
+            for t in small.targets:
+                target = t.target
+                if (
+                    isinstance(target, cst.Subscript)
+                    and len(target.slice) == 1
+                    and isinstance(target.slice[0].slice, cst.Index)
+                    and string_value(target.slice[0].slice.value) == "CUDA_VISIBLE_DEVICES"
+                ):
+                    values.append(small.value)
+    return values

@@ -1,0 +1,261 @@
+"""AO503: a shuffling `DistributedSampler` whose `set_epoch` is never called."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from autoopt.static.rule import Fix, FixSafety, Invalid, Rule, Valid, arg, has_star_kwargs
+from autoopt.static.rulekit_rb import calls_in, dotted, line, method_name, walk
+
+_SAMPLER = (
+    "torch.utils.data.DistributedSampler",
+    "torch.utils.data.distributed.DistributedSampler",
+)
+_LOADER = ("torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader")
+
+
+class DistributedSamplerSetEpoch(Rule):
+    """
+    ## What it does
+    Flags a shuffling `DistributedSampler` whose `set_epoch(epoch)` is never called, when the
+    script iterates its loader in an epoch loop.
+
+    ## Why
+    `DistributedSampler` seeds its shuffle with `seed + epoch`. Without `set_epoch`, the epoch
+    stays 0: every epoch visits the samples in the same order on every rank, which is as if
+    the data were never reshuffled after the first epoch (it usually costs accuracy, silently).
+    The runtime (`autoopt.optimize`) calls `set_epoch` itself on each new pass over the loader.
+
+    ## When not to
+    - `shuffle=False` (typical for validation samplers): the order does not depend on the
+      epoch, so nothing is missing. Options hidden in `**kwargs` are not guessed.
+    - A loader iterated once, outside any epoch loop.
+    - Any `set_epoch` call on the sampler (or on `loader.sampler`) anywhere in the file.
+
+    ## Fix (safe)
+    Inserts `<sampler>.set_epoch(<epoch>)` as the first statement of the epoch loop, using the
+    script's own names (`loader.sampler` when the sampler was created inline in the
+    `DataLoader` call). It declines (report only) when the epoch loop has no plain loop
+    variable (`for _ in ...`, tuples, `while`). Behaviour changes only in the way intended:
+    each epoch gets its own permutation, identical across ranks.
+    """
+
+    code = "AO503"
+    name = "distributed-sampler-set-epoch"
+    message = "DistributedSampler without set_epoch(epoch): every epoch reuses the same order"
+    fix_safety = FixSafety.SAFE
+    fix_reason = "set_epoch only reseeds the sampler's shuffle per epoch, as its docs require"
+    triggers = ("DistributedSampler",)
+
+    VALID = [
+        Valid(
+            """
+            from torch.utils.data import DataLoader, DistributedSampler
+            sampler = DistributedSampler(ds)
+            loader = DataLoader(ds, sampler=sampler)
+            for epoch in range(10):
+                sampler.set_epoch(epoch)
+                for x in loader:
+                    model(x).sum().backward()
+            """
+        ),
+        Valid(
+            """
+            from torch.utils.data import DataLoader, DistributedSampler
+            val_sampler = DistributedSampler(val_ds, shuffle=False)
+            val_loader = DataLoader(val_ds, sampler=val_sampler)
+            for epoch in range(10):
+                for x in val_loader:
+                    evaluate(x)
+            """
+        ),
+        Valid(
+            """
+            from torch.utils.data import DataLoader, DistributedSampler
+            loader = DataLoader(ds, sampler=DistributedSampler(ds))
+            for x in loader:
+                model(x).sum().backward()
+            """
+        ),
+        Valid(
+            """
+            from torch.utils.data import DataLoader, DistributedSampler
+            loader = DataLoader(ds, sampler=DistributedSampler(ds, **opts))
+            for epoch in range(3):
+                for x in loader:
+                    model(x).sum().backward()
+            """
+        ),
+    ]
+    INVALID = [
+        Invalid(
+            """
+            from torch.utils.data import DataLoader
+            from torch.utils.data.distributed import DistributedSampler
+            train_sampler = DistributedSampler(train_ds, shuffle=True)
+            train_loader = DataLoader(train_ds, batch_size=64, sampler=train_sampler)
+            for ep in range(start, epochs):
+                # one pass over the data
+                for x, y in train_loader:
+                    loss_fn(model(x), y).backward()
+            """,
+            line=3,
+            fixed="""
+            from torch.utils.data import DataLoader
+            from torch.utils.data.distributed import DistributedSampler
+            train_sampler = DistributedSampler(train_ds, shuffle=True)
+            train_loader = DataLoader(train_ds, batch_size=64, sampler=train_sampler)
+            for ep in range(start, epochs):
+                train_sampler.set_epoch(ep)
+                # one pass over the data
+                for x, y in train_loader:
+                    loss_fn(model(x), y).backward()
+            """,
+        ),
+        Invalid(
+            """
+            import torch.utils.data as tud
+            loader = tud.DataLoader(ds, sampler=tud.DistributedSampler(ds))
+            for epoch in range(epochs):
+                train_one_epoch(model, loader, optimizer)
+            """,
+            line=2,
+            fixed="""
+            import torch.utils.data as tud
+            loader = tud.DataLoader(ds, sampler=tud.DistributedSampler(ds))
+            for epoch in range(epochs):
+                loader.sampler.set_epoch(epoch)
+                train_one_epoch(model, loader, optimizer)
+            """,
+        ),
+        Invalid(
+            """
+            from torch.utils.data import DataLoader, DistributedSampler
+            sampler = DistributedSampler(ds)
+            loader = DataLoader(ds, sampler=sampler)
+            for _ in range(epochs):
+                for x in loader:
+                    model(x).sum().backward()
+            """,
+            line=2,
+            message_contains="set_epoch",
+        ),
+    ]
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if not self.is_call_to(node, *_SAMPLER):
+            return
+        shuffle = arg(node, "shuffle", 2)
+        if has_star_kwargs(node) or (shuffle is not None and _is_false(shuffle.value)):
+            return  # no shuffle (or unknown): set_epoch changes nothing
+        handles, loaders = self._handles_and_loaders(node)
+        if not loaders or self._has_set_epoch(handles):
+            return
+        for loader in loaders:
+            epoch_loop = self._epoch_loop(loader)
+            if epoch_loop is None:
+                continue
+            # the sampler's own name, or `loader.sampler` when it was created inline
+            handle = handles[0] or f"{loader}.sampler"
+            self._report(node, epoch_loop, handle)
+            return
+
+    # ----- finding the names ------------------------------------------------------------------
+    def _handles_and_loaders(self, node: cst.Call) -> tuple[list[str], list[str]]:
+        """The expressions that name the sampler (`sampler`, or "" when it is inline) and the
+        loaders built on it."""
+        parent = self.parent(node)
+        module = self.context.module
+        if isinstance(parent, cst.Assign) and len(parent.targets) == 1:
+            name = dotted(parent.targets[0].target)
+            if name is None:
+                return [], []
+            loaders = [
+                target
+                for call, target in _assigned_loaders(self, module)
+                if (s := arg(call, "sampler")) is not None and dotted(s.value) == name
+            ]
+            return [name, *(f"{ld}.sampler" for ld in loaders)], loaders
+        if isinstance(parent, cst.Arg) and parent.keyword is not None:
+            if parent.keyword.value != "sampler":
+                return [], []
+            call = self.parent(parent)
+            for loader_call, target in _assigned_loaders(self, module):
+                if loader_call is call:
+                    return ["", f"{target}.sampler"], [target]
+        return [], []
+
+    def _has_set_epoch(self, handles: list[str]) -> bool:
+        wanted = {h for h in handles if h}
+        return any(
+            method_name(c) == "set_epoch"
+            and isinstance(c.func, cst.Attribute)
+            and dotted(c.func.value) in wanted
+            for c in calls_in(self.context.module)
+        )
+
+    def _epoch_loop(self, loader: str) -> cst.For | None:
+        """The innermost `for` that does not iterate `loader` itself but whose body uses it
+        (a nested loop over it, or a call that gets it): the epoch loop."""
+        best: cst.For | None = None
+        best_depth = -1
+        for node in walk(self.context.module):
+            if not isinstance(node, cst.For) or _mentions(node.iter, loader):
+                continue
+            if not _mentions(node.body, loader):
+                continue
+            depth = sum(1 for _ in self.context.facts.ancestors(node))
+            if depth > best_depth:
+                best, best_depth = node, depth
+        return best
+
+    # ----- reporting ----------------------------------------------------------------------------
+    def _report(self, node: cst.Call, loop: cst.For, handle: str) -> None:
+        target = loop.target
+        body = loop.body
+        if (
+            not isinstance(target, cst.Name)
+            or target.value == "_"
+            or not isinstance(body, cst.IndentedBlock)
+            or not body.body
+        ):
+            self.report(
+                node,
+                f"{self.message}; call {handle}.set_epoch(epoch) at the start of each epoch "
+                "(no epoch variable to use here)",
+            )
+            return
+        first = body.body[0]
+        new = line(f"{handle}.set_epoch({target.value})")
+        self.report(
+            node,
+            fix=Fix(
+                replacements={first: cst.FlattenSentinel([new, first])},
+                description=f"call {handle}.set_epoch({target.value}) each epoch",
+            ),
+        )
+
+
+def _is_false(expr: cst.BaseExpression) -> bool:
+    return isinstance(expr, cst.Name) and expr.value == "False"
+
+
+def _mentions(node: cst.CSTNode, name: str) -> bool:
+    """`name` is used under `node` (outside nested functions)."""
+    return any(isinstance(n, cst.Name) and n.value == name for n in walk(node, into_scopes=False))
+
+
+def _assigned_loaders(rule: Rule, module: cst.Module) -> list[tuple[cst.Call, str]]:
+    """`(DataLoader call, name)` for every `name = DataLoader(...)` in the file."""
+    found: list[tuple[cst.Call, str]] = []
+    for n in walk(module):
+        if (
+            isinstance(n, cst.Assign)
+            and len(n.targets) == 1
+            and isinstance(n.value, cst.Call)
+            and rule.is_call_to(n.value, *_LOADER)
+        ):
+            target = n.targets[0].target
+            if isinstance(target, cst.Name):  # loops are matched by plain names
+                found.append((n.value, target.value))
+    return found

@@ -1,0 +1,233 @@
+"""AO603: hard-coded `.cuda()` calls where a device variable would keep the script portable."""
+
+from __future__ import annotations
+
+import re
+
+import libcst as cst
+
+from autoopt.static.rule import FileContext, Fix, FixSafety, Invalid, Rule, Valid
+from autoopt.static.rulekit_rb import before, code_of, dotted, walk
+
+# Signs that a script is CUDA-only by design: moving it off `.cuda()` buys no portability.
+_CUDA_ONLY_MARKERS = ("set_device(", "nccl", "import apex", "from apex", "cupy", "pycuda", "triton")
+_CUDA_INDEX = re.compile(r"^cuda:(\d+)$")
+
+
+class HardcodedCudaCall(Rule):
+    """
+    ## What it does
+    Flags `x.cuda()` calls (on modules and tensors) in scripts that are meant to run on more
+    than one kind of device.
+
+    ## Why
+    A hard-coded `.cuda()` crashes the script on a machine without a GPU (a laptop, a CPU CI
+    runner) and pins it to the current CUDA device. Choosing the device once
+    (`device = torch.device("cuda" if torch.cuda.is_available() else "cpu")`) and moving things
+    with `.to(device)` keeps one script for every machine (seed 001). `autoopt.optimize` picks
+    the device automatically.
+
+    ## When not to
+    - Scripts that are CUDA-only by design: they pin ranks with `torch.cuda.set_device`, use the
+      `nccl` backend, or need CUDA-only packages (apex, cupy, triton). Not flagged.
+    - A `.cuda()` already guarded by a CUDA check (`if torch.cuda.is_available():`,
+      `if args.cuda:`): that code is portable as written. Not flagged.
+    - `torch.Tensor.cuda(x)` spelled through torch, and anything that is not a method call.
+
+    ## Fix (safe)
+    Where a device variable is in scope — a name assigned a CUDA device (`torch.device("cuda")`,
+    `"cuda" if ... else "cpu"`) in the same function before the call, or at module level —
+    `x.cuda()` becomes `x.to(device)` (keyword arguments such as `non_blocking=True` are kept).
+    On a CUDA machine that is the same device `.cuda()` used; elsewhere the script now runs
+    instead of crashing. `x.cuda(i)` with an explicit GPU index, and calls with no device
+    variable in scope, are reported without a fix: define the device once and use it.
+    """
+
+    code = "AO603"
+    name = "hardcoded-cuda-call"
+    message = "hard-coded .cuda(); define a device once and use .to(device)"
+    fix_safety = FixSafety.SAFE
+    fix_reason = "the device variable names the same CUDA device that .cuda() uses"
+    triggers = (".cuda(",)
+
+    VALID = [
+        Valid(
+            """
+            import torch
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            model = Net().to(device)
+            """
+        ),
+        Valid(
+            """
+            import torch
+            model = Net()
+            if torch.cuda.is_available():
+                model = model.cuda()
+            """
+        ),
+        Valid(
+            """
+            import torch
+            import torch.distributed as dist
+            dist.init_process_group("nccl")
+            torch.cuda.set_device(local_rank)
+            model = Net().cuda()
+            """
+        ),
+        Valid(
+            """
+            import torch
+            t = torch.Tensor.cuda(x)
+            """
+        ),
+    ]
+    INVALID = [
+        Invalid(
+            """
+            import torch
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            model = Net().cuda()
+            for x, y in loader:
+                x, y = x.cuda(non_blocking=True), y.cuda()
+            """,
+            line=3,
+            fixed="""
+            import torch
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            model = Net().to(device)
+            for x, y in loader:
+                x, y = x.to(device, non_blocking=True), y.to(device)
+            """,
+        ),
+        Invalid(
+            """
+            import torch
+            def train(model, loader):
+                dev = "cuda" if torch.cuda.is_available() else "cpu"
+                model.cuda()
+                for x in loader:
+                    model(x.cuda(0)).sum().backward()
+            """,
+            line=6,
+            fixed="""
+            import torch
+            def train(model, loader):
+                dev = "cuda" if torch.cuda.is_available() else "cpu"
+                model.to(dev)
+                for x in loader:
+                    model(x.cuda(0)).sum().backward()
+            """,
+        ),
+        Invalid(
+            """
+            import torch
+            model = Net().cuda()
+            """,
+            line=2,
+            message_contains="device",
+        ),
+    ]
+
+    def __init__(self, context: FileContext) -> None:
+        super().__init__(context)
+        source = self.context.source
+        self._cuda_only = any(marker in source for marker in _CUDA_ONLY_MARKERS)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        func = node.func
+        if self._cuda_only or not isinstance(func, cst.Attribute) or func.attr.value != "cuda":
+            return
+        if any(q.startswith("torch.") or q == "torch" for q in self.qualified_names(func.value)):
+            return  # `torch.Tensor.cuda(x)`, a module attribute: not a method call on a value
+        if self._guarded(node):
+            return
+        positional = [a for a in node.args if a.keyword is None]
+        device_kw = [a for a in node.args if a.keyword is not None and a.keyword.value == "device"]
+        if positional or device_kw or any(a.star for a in node.args):
+            self.report(
+                node,
+                "hard-coded .cuda(<index>); pass a device chosen once "
+                '(e.g. torch.device(f"cuda:{i}" if torch.cuda.is_available() else "cpu"))',
+            )
+            return
+        device = self._device_in_scope(node)
+        if device is None:
+            self.report(
+                node,
+                'hard-coded .cuda(); define `device = torch.device("cuda" if '
+                'torch.cuda.is_available() else "cpu")` once and use .to(device)',
+            )
+            return
+        new_args = [cst.Arg(cst.Name(device)), *node.args]
+        if len(new_args) > 1:
+            new_args[0] = new_args[0].with_changes(
+                comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+            )
+        new = node.with_changes(func=func.with_changes(attr=cst.Name("to")), args=new_args)
+        self.report(
+            node,
+            f"hard-coded .cuda(); use .to({device})",
+            fix=Fix(replacements={node: new}, description=f".cuda() -> .to({device})"),
+        )
+
+    def _guarded(self, node: cst.Call) -> bool:
+        """Under an `if`/ternary whose test mentions CUDA (`torch.cuda.is_available()`,
+        `args.cuda`, `use_cuda`)."""
+        for anc in self.context.facts.ancestors(node):
+            if isinstance(anc, cst.If | cst.IfExp) and "cuda" in code_of(anc.test).lower():
+                return True
+            if isinstance(anc, cst.FunctionDef):
+                return False
+        return False
+
+    def _device_in_scope(self, node: cst.Call) -> str | None:
+        """A variable holding a CUDA device, visible at `node`: assigned before it in its own
+        function, or at module level (before it, when `node` is at module level too)."""
+        facts = self.context.facts
+        scope = facts.enclosing_scope(node)
+        candidates: list[str] = []
+        params: set[str] = set()
+        if isinstance(scope, cst.FunctionDef):
+            params = {p.name.value for p in scope.params.params}
+            params |= {p.name.value for p in scope.params.kwonly_params}
+            candidates += self._device_names(scope, node, same_scope=True)
+        candidates += [
+            c
+            for c in self._device_names(
+                self.context.module, node, same_scope=scope is self.context.module
+            )
+            if c not in params  # a parameter of that name shadows the module's device
+        ]
+        if not candidates:
+            return None
+        return "device" if "device" in candidates else candidates[0]
+
+    def _device_names(self, scope: cst.CSTNode, node: cst.Call, *, same_scope: bool) -> list[str]:
+        names: list[str] = []
+        for n in walk(scope, into_scopes=False):
+            if not isinstance(n, cst.Assign) or len(n.targets) != 1:
+                continue
+            target = n.targets[0].target
+            if not isinstance(target, cst.Name) or not self._is_cuda_device(n.value):
+                continue
+            if same_scope and not before(self, n, node):
+                continue
+            names.append(target.value)
+        return names
+
+    def _is_cuda_device(self, value: cst.BaseExpression) -> bool:
+        """A device expression whose CUDA choice is the default device ("cuda" or "cuda:0")."""
+        strings = [s.evaluated_value for s in walk(value) if isinstance(s, cst.SimpleString)]
+        cuda = [s for s in strings if isinstance(s, str) and s.startswith("cuda")]
+        if not cuda:
+            return False
+        for s in cuda:
+            match = _CUDA_INDEX.match(s)
+            if s != "cuda" and (match is None or match.group(1) != "0"):
+                return False
+        if isinstance(value, cst.Call):
+            if len(value.args) != 1:  # torch.device("cuda", 1) names a specific GPU
+                return False
+            return self.is_call_to(value, "torch.device") or dotted(value.func) == "torch.device"
+        return isinstance(value, cst.SimpleString | cst.IfExp)

@@ -1,0 +1,188 @@
+"""AO702: a host-device synchronisation on every training step."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from autoopt.static.rule import Invalid, Rule, Valid
+from autoopt.static.rulekit_rb import method_name, walk
+
+_SYNC_METHODS = ("item", "cpu", "tolist")
+
+
+class HostSyncEveryStep(Rule):
+    """
+    ## What it does
+    Flags, inside the step loop of training (the innermost loop that calls `backward()`),
+    calls that copy a tensor to the host on every step: `.item()`, `.cpu()`, `.tolist()`, and
+    `print(loss)` of the tensor that is back-propagated.
+
+    ## Why
+    CUDA runs asynchronously: the Python loop normally queues the next step's kernels while
+    the GPU still computes the current one. Reading a value on the host waits for all queued
+    work to finish, so each step starts with an idle GPU and ends with an idle CPU; on small
+    and medium models this costs 5–30% of throughput. Logging every N steps (or keeping a
+    running sum on the device) removes the stall from the other N-1 steps.
+
+    ## When not to
+    - Under a logging condition: inside an `if` whose test uses `%` or `==`
+      (`if step % 100 == 0:`, `if i == 0:`) — logging every N steps is fine.
+    - Metric accumulation `total += loss.item()` (and `.append(loss.item())`): that is AO402's
+      business, which asks for exactly that form; not reported twice.
+    - Once per epoch (in the epoch loop, after the step loop), in evaluation loops, and in
+      nested helper functions.
+
+    ## Fix
+    None: whether a value is needed on every step is the user's call.
+    """
+
+    code = "AO702"
+    name = "host-sync-every-step"
+    message = "host-device sync on every training step; log every N steps instead"
+    fix_reason = "whether a value is needed on the host every step is the user's call"
+    triggers = (".item(", ".cpu(", ".tolist(", "print(")
+
+    VALID = [
+        Valid(
+            """
+            for step, (x, y) in enumerate(loader):
+                loss = loss_fn(model(x), y)
+                loss.backward()
+                if step % 100 == 0:
+                    print(f"step {step}: {loss.item():.4f}")
+            """
+        ),
+        Valid(
+            """
+            total = 0.0
+            for x, y in loader:
+                loss = loss_fn(model(x), y)
+                loss.backward()
+                total += loss.item()
+            """
+        ),
+        Valid(
+            """
+            for epoch in range(10):
+                for x, y in loader:
+                    loss = loss_fn(model(x), y)
+                    loss.backward()
+                print(epoch, loss.item())
+            """
+        ),
+        Valid(
+            """
+            model.eval()
+            for x, y in val_loader:
+                preds.append(model(x).argmax(1).cpu())
+            """
+        ),
+    ]
+    INVALID = [
+        Invalid(
+            """
+            for x, y in loader:
+                optimizer.zero_grad()
+                loss = loss_fn(model(x), y)
+                loss.backward()
+                optimizer.step()
+                print(loss)
+            """,
+            line=6,
+        ),
+        Invalid(
+            """
+            for i, (x, y) in enumerate(loader):
+                out = model(x)
+                loss = loss_fn(out, y)
+                loss.backward()
+                bar.set_postfix(loss=loss.item(), acc=(out.argmax(1) == y).float().mean().cpu())
+            """,
+            line=5,
+        ),
+    ]
+
+    def visit_Call(self, node: cst.Call) -> None:
+        name = method_name(node)
+        is_print = isinstance(node.func, cst.Name) and node.func.value == "print"
+        if name not in _SYNC_METHODS and not is_print:
+            return
+        if is_print and not self.refers_to(node.func, "builtins.print"):
+            return
+        loop = self._step_loop(node)
+        if loop is None or self._logged_or_accumulated(node, loop):
+            return
+        if is_print:
+            losses = self._backward_names(loop)
+            printed = {n.value for a in node.args for n in walk(a.value) if isinstance(n, cst.Name)}
+            has_item = any(
+                isinstance(n, cst.Call) and method_name(n) in _SYNC_METHODS
+                for a in node.args
+                for n in walk(a.value)
+            )
+            if has_item or not (printed & losses):
+                return  # the .item() inside reports itself; other prints are not tensors
+            self.report(node, "print() of the loss tensor syncs with the GPU every step")
+            return
+        if name == "cpu" and self._inside_sync(node):
+            return  # `.cpu().numpy()` / `.cpu().item()`: one sync, reported once
+        self.report(node, f".{name}() syncs with the GPU every training step; log every N steps")
+
+    def _step_loop(self, node: cst.Call) -> cst.For | cst.While | None:
+        """The innermost loop around `node` if it is a step loop (calls backward() itself, not
+        only in a nested loop)."""
+        facts = self.context.facts
+        loops = facts.enclosing_loops(node)
+        if not loops or not facts.is_training_loop(loops[0]):
+            return None
+        loop = loops[0]
+        own_backward = any(
+            (facts.enclosing_loops(b) or [None])[0] is loop for b in facts.backward_calls
+        )
+        return loop if own_backward else None
+
+    def _logged_or_accumulated(self, node: cst.Call, loop: cst.CSTNode) -> bool:
+        child: cst.CSTNode = node
+        for anc in self.context.facts.ancestors(node):
+            if anc is loop:
+                return False
+            if isinstance(anc, cst.If) and child is not anc.test and _logging_test(anc.test):
+                return True
+            if isinstance(anc, cst.AugAssign):
+                return True  # `total += loss.item()`: AO402's accumulation form
+            if isinstance(anc, cst.Call) and method_name(anc) == "append" and child is not anc.func:
+                return True
+            child = anc
+        return False
+
+    def _inside_sync(self, node: cst.Call) -> bool:
+        parent = self.parent(node)
+        if isinstance(parent, cst.Attribute) and parent.attr.value in ("item", "tolist", "numpy"):
+            grand = self.parent(parent)
+            return isinstance(grand, cst.Call) and parent.attr.value != "numpy"
+        return False
+
+    def _backward_names(self, loop: cst.CSTNode) -> set[str]:
+        """Names whose `.backward()` is called in `loop` (`loss` in `loss.backward()`)."""
+        names: set[str] = set()
+        for n in walk(loop, into_scopes=False):
+            if (
+                isinstance(n, cst.Call)
+                and method_name(n) == "backward"
+                and isinstance(n.func, cst.Attribute)
+                and isinstance(n.func.value, cst.Name)
+            ):
+                names.add(n.func.value.value)
+        return names
+
+
+def _logging_test(test: cst.BaseExpression) -> bool:
+    """`step % N == 0`, `i == 0`: a condition true on some steps only."""
+    for n in walk(test):
+        if isinstance(n, cst.BinaryOperation) and isinstance(n.operator, cst.Modulo):
+            return True
+        if isinstance(n, cst.Comparison) and any(
+            isinstance(c.operator, cst.Equal) for c in n.comparisons
+        ):
+            return True
+    return False

@@ -1,0 +1,165 @@
+"""AO703: `scheduler.step()` called before `optimizer.step()` in the same loop."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from autoopt.static.rule import Invalid, Rule, Valid
+from autoopt.static.rulekit_rb import assignments, before, dotted, method_name, walk
+
+
+class SchedulerBeforeOptimizer(Rule):
+    """
+    ## What it does
+    Flags `scheduler.step()` that comes, within one loop's body, before the `optimizer.step()`
+    (or `scaler.step(optimizer)`) of that loop or of a loop nested in it — for instance the
+    `for epoch in ...: scheduler.step(); train(...)` layout that seeds 000 and 004 show.
+
+    ## Why
+    Since torch 1.1 the scheduler must be stepped after the optimizer. Stepping it first
+    skips the first value of the schedule (the initial learning rate is never used; a warm-up
+    starts one step late) and torch warns "Detected call of `lr_scheduler.step()` before
+    `optimizer.step()`".
+
+    ## When not to
+    - `optimizer.step()` first, then `scheduler.step()` (in the same loop or after the inner
+      step loop): the intended order.
+    - Objects that are not known schedulers/optimizers: schedulers are names assigned from
+      `torch.optim.lr_scheduler.*` (or transformers' `get_*_schedule_with_warmup`), optimizers
+      names assigned from `torch.optim.*`, or whose name contains "optim".
+    - With `--target-version` below 1.1 (the old order was correct then).
+
+    ## Fix
+    None: moving the call changes the learning rate of every step, which the user may have
+    tuned around.
+    """
+
+    code = "AO703"
+    name = "scheduler-before-optimizer"
+    message = "scheduler.step() before optimizer.step(): the first LR value is skipped"
+    fix_reason = "reordering changes every step's learning rate, which the user may have tuned"
+    triggers = ("scheduler", "lr_sched", "schedule_with_warmup")
+    applies_to_versions = ((1, 1), None)
+
+    VALID = [
+        Valid(
+            """
+            import torch
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            scheduler = torch.optim.lr_scheduler.StepLR(optimizer, 10)
+            for epoch in range(10):
+                for x in loader:
+                    optimizer.zero_grad()
+                    model(x).sum().backward()
+                    optimizer.step()
+                scheduler.step()
+            """
+        ),
+        Valid(
+            """
+            import torch
+            from torch.optim import lr_scheduler
+            opt = torch.optim.AdamW(model.parameters())
+            sched = lr_scheduler.OneCycleLR(opt, max_lr=0.1, total_steps=100)
+            for x in loader:
+                model(x).sum().backward()
+                scaler.step(opt)
+                scaler.update()
+                sched.step()
+            """
+        ),
+        Valid(
+            """
+            scheduler = make_scheduler()
+            for epoch in range(10):
+                scheduler.step()
+                optimizer.step()
+            """
+        ),
+    ]
+    INVALID = [
+        Invalid(
+            """
+            import torch.optim as optim
+            from torch.optim import lr_scheduler
+            optimizer = optim.Adam(net.parameters(), lr=1e-3)
+            scheduler = lr_scheduler.StepLR(optimizer, 10, 0.1)
+            for n in n_epoch:
+                scheduler.step()
+                for x, y in loader:
+                    optimizer.zero_grad()
+                    loss_fn(net(x), y).backward()
+                    optimizer.step()
+            """,
+            line=6,
+        ),
+        Invalid(
+            """
+            import torch
+            opt = torch.optim.SGD(params, lr=0.1)
+            sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, s / 100))
+            for x in loader:
+                loss = model(x).sum()
+                loss.backward()
+                sched.step()
+                opt.step()
+            """,
+            line=7,
+        ),
+    ]
+
+    def visit_Module(self, node: cst.Module) -> None:
+        schedulers, optimizers = self._objects(node)
+        if not schedulers:
+            return
+        facts = self.context.facts
+        for call in (n for n in walk(node) if isinstance(n, cst.Call)):
+            if method_name(call) != "step" or not isinstance(call.func, cst.Attribute):
+                continue
+            if dotted(call.func.value) not in schedulers:
+                continue
+            loops = facts.enclosing_loops(call)
+            if not loops:
+                continue
+            loop = loops[0]
+            if any(
+                self._is_optimizer_step(other, optimizers) and before(self, call, other)
+                for other in walk(loop.body, into_scopes=False)
+            ):
+                self.report(call)
+
+    def _objects(self, module: cst.Module) -> tuple[set[str], set[str]]:
+        """Names assigned a scheduler, and names assigned an optimizer, anywhere in the file."""
+        schedulers: set[str] = set()
+        optimizers: set[str] = set()
+        for n in walk(module):
+            if isinstance(n, cst.FunctionDef | cst.Module):
+                for name, value, _ in assignments(n):
+                    if not isinstance(value, cst.Call):
+                        continue
+                    names = self.qualified_names(value.func)
+                    if any(
+                        q.startswith("torch.optim.lr_scheduler.")
+                        or q.endswith("_schedule_with_warmup")
+                        for q in names
+                    ):
+                        schedulers.add(name)
+                    elif any(q.startswith("torch.optim.") for q in names):
+                        optimizers.add(name)
+        return schedulers, optimizers
+
+    def _is_optimizer_step(self, node: cst.CSTNode, optimizers: set[str]) -> bool:
+        if not isinstance(node, cst.Call) or method_name(node) != "step":
+            return False
+        assert isinstance(node.func, cst.Attribute)
+        receiver = dotted(node.func.value)
+        if receiver is None:
+            return False
+
+        def is_optimizer(name: str | None) -> bool:
+            return name is not None and (name in optimizers or "optim" in name.lower())
+
+        if is_optimizer(receiver):
+            return True
+        # scaler.step(optimizer)
+        return bool(node.args) and is_optimizer(dotted(node.args[0].value))
