@@ -78,3 +78,6 @@ class Context:
     returned_model: nn.Module | None = None
     # Free-form notes passes leave for later passes (e.g. "loss_scaler").
     extras: dict[str, Any] = field(default_factory=dict)
+    # Replaces the module's own forward at the bottom of the layer stack (TorchScript does this);
+    # None keeps the user's forward. It must fall back to the user's forward by itself.
+    base_forward: Forward | None = None

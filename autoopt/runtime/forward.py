@@ -8,17 +8,22 @@ from typing import Any
 
 from torch import nn
 
-from autoopt.runtime.context import Context, ForwardLayer, StepLayer
+from autoopt.runtime.context import Context, Forward, ForwardLayer, StepLayer
 
 _ORIGINAL_FORWARD = "_autoopt_original_forward"
 _ORIGINAL_STEP = "_autoopt_original_step"
 _ORIGINAL_ZERO_GRAD = "_autoopt_original_zero_grad"
 
 
-def compose_forward(module: nn.Module, layers: list[ForwardLayer]) -> None:
-    """Install `module.forward` = the layers around the module's own forward (by stage)."""
+def compose_forward(
+    module: nn.Module, layers: list[ForwardLayer], base: Forward | None = None
+) -> None:
+    """Install `module.forward` = the layers around the module's own forward (by stage).
+
+    `base`, when given, stands in for the module's own forward at the bottom of the stack (a
+    TorchScript version of it); `original_forward()` still returns the user's forward."""
     original = getattr(module, _ORIGINAL_FORWARD, None) or module.forward
-    forward = original
+    forward = original if base is None else base
     for layer in sorted(layers, key=lambda layer: layer.stage):  # stable: registration order
         forward = layer.wrap(forward)
     if forward is original:
@@ -53,7 +58,7 @@ def compose_step(optimizer: Any, layers: list[StepLayer]) -> None:
 
 def install(ctx: Context) -> None:
     """Compose every registered layer onto the user's objects, then run the finalizers."""
-    compose_forward(ctx.model, ctx.forward_layers)
+    compose_forward(ctx.model, ctx.forward_layers, base=ctx.base_forward)
     if ctx.optimizer is not None:
         compose_step(ctx.optimizer, ctx.step_layers)
     for finalize in ctx.finalizers:

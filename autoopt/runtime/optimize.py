@@ -71,7 +71,18 @@ def optimize(
         raise ValueError(
             "optimize() was already applied to this model; call it once, on the plain model"
         )
+    tuned: PassResult | None = None
+    if tune:
+        # --- tune=True: measure candidate plans on copies (autoopt.runtime.tune) -------------
+        # It returns the user's options with each searched "auto" option decided; the passes
+        # below then run with them as if the user had passed them.
+        from autoopt.runtime import tune as tuning  # late: tune calls optimize() on copies
+
+        decision = tuning.choose(model, loader, optimizer, options)
+        options, tuned = decision.options, decision.result
     ctx = Context(options=options, model=model, loader=loader, optimizer=optimizer)
+    if tuned is not None:
+        ctx.report.add(tuned)
     for run_pass in PASSES:
         result = run_pass(ctx)
         if result is not None:

@@ -35,13 +35,13 @@ class Options:
             # `True == 1` in Python: compare with identity for bools so 1 is not taken for True.
             if not any(value is a if isinstance(a, bool) else value == a for a in allowed):
                 raise ValueError(_bad(name, value, allowed))
-        if self.checkpoint not in ("auto", False) and not (
+        if not _auto_or_false(self.checkpoint) and not (
             isinstance(self.checkpoint, int)
             and not isinstance(self.checkpoint, bool)
             and self.checkpoint >= 1
         ):
             raise ValueError(_bad("checkpoint", self.checkpoint, ("auto", False, "an int >= 1")))
-        if self.distributed not in ("auto", False) and self.distributed is not True:
+        if not _auto_or_false(self.distributed) and self.distributed is not True:
             raise ValueError(_bad("distributed", self.distributed, ("auto", True, False)))
         if (
             not isinstance(self.accumulate, int)
@@ -67,8 +67,13 @@ class Options:
         return [f.name for f in fields(cls)]
 
 
+def _auto_or_false(value: Any) -> bool:
+    # By identity: `0 == False` in Python, and 0 is not a valid "off".
+    return value is False or (isinstance(value, str) and value == "auto")
+
+
 def _bad(name: str, value: object, allowed: tuple[Any, ...]) -> str:
-    shown = ", ".join(a if a.startswith("an ") else repr(a) for a in map(_show, allowed))
+    shown = ", ".join(map(_show, allowed))
     return f"optimize({name}={value!r}) is not allowed; {name} must be one of: {shown}"
 
 

@@ -1,0 +1,88 @@
+"""The amp pass: dtype choice and reason, fp32 outputs, agreement with eager fp32."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+import autoopt
+from autoopt.runtime import hardware
+
+from .models import MLP, SmallCNN, cnn_data
+
+
+def test_auto_follows_the_cpu() -> None:
+    result = autoopt.report(autoopt.optimize(MLP(), device="cpu", verbose=False))["amp"]
+    if hardware.cpu_supports_bf16():
+        assert result.status.value == "applied"
+        assert result.detail.startswith("bf16 autocast: CPU has")
+    else:
+        assert result.status.value == "skipped"
+        assert "no native bf16" in result.detail
+
+
+def test_amp_false_is_skipped_with_reason() -> None:
+    result = autoopt.report(autoopt.optimize(MLP(), amp=False, verbose=False))["amp"]
+    assert result.status.value == "skipped" and result.detail == "amp=False"
+
+
+def test_auto_leaves_a_half_precision_model_alone() -> None:
+    model = MLP().to(torch.bfloat16)
+    result = autoopt.report(autoopt.optimize(model, verbose=False))["amp"]
+    assert result.status.value == "skipped"
+    assert "already bfloat16" in result.detail
+
+
+class DictOut(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> dict[str, object]:
+        h = self.lin(x)
+        return {"h": h, "pair": (h * 2, h.argmax(1)), "n": 3}
+
+
+@pytest.mark.parametrize("amp", ["bf16", "fp16"])
+def test_floating_outputs_come_back_fp32_in_any_nesting(amp: str) -> None:
+    model = autoopt.optimize(DictOut(), amp=amp, verbose=False)
+    out = model(torch.randn(4, 8))
+    assert out["h"].dtype == torch.float32 and out["pair"][0].dtype == torch.float32
+    assert out["pair"][1].dtype == torch.int64 and out["n"] == 3
+    # The computation really ran in low precision: the Linear's output was rounded.
+    with torch.autocast("cpu", dtype=getattr(torch, {"bf16": "bfloat16", "fp16": "float16"}[amp])):
+        assert model.lin(torch.randn(4, 8)).dtype != torch.float32
+
+
+def test_bf16_outputs_and_gradients_agree_with_fp32() -> None:
+    """Tolerance: bf16 keeps 8 mantissa bits (relative rounding 2**-9 ~ 0.2% per op); through two
+    convolutions, a batch norm and a linear layer we allow 3% relative L2 error on outputs and
+    10% on gradients (the backward rounds again, and batch norm's backward amplifies it; measured
+    ~6% on the first convolution). A wrong computation is off by ~100%; one in fp32 by 0."""
+    torch.manual_seed(0)
+    reference = SmallCNN()
+    model = copy.deepcopy(reference)
+    fast = autoopt.optimize(model, amp="bf16", compile=False, verbose=False)
+    x, y = cnn_data(16)
+    loss_fn = nn.CrossEntropyLoss()
+
+    out_ref = reference(x)
+    loss_fn(out_ref, y).backward()
+    out = fast(x)
+    loss_fn(out, y).backward()
+
+    def rel(a: torch.Tensor, b: torch.Tensor) -> float:
+        return ((a - b).norm() / b.norm()).item()
+
+    assert out.dtype == torch.float32
+    assert 0 < rel(out, out_ref) < 0.03  # > 0: it did run in bf16
+    grads = torch.cat([p.grad.flatten() for p in model.parameters()])
+    ref_grads = torch.cat([q.grad.flatten() for q in reference.parameters()])
+    assert rel(grads, ref_grads) < 0.10
+    # Per parameter too; the first conv's bias feeds a batch norm, so its true gradient is ~0:
+    # allow an absolute slack of 0.1% of the whole gradient's norm.
+    for p, q in zip(model.parameters(), reference.parameters(), strict=True):
+        assert (p.grad - q.grad).norm() <= 0.10 * q.grad.norm() + 1e-3 * ref_grads.norm()

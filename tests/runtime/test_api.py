@@ -1,0 +1,76 @@
+"""optimize() end to end: the user's unchanged loop trains; clean exits; the return contract."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+import autoopt
+
+from .models import MLP, SmallCNN, batches, cnn_data, mlp_data, train
+
+
+@pytest.mark.parametrize(
+    ("make", "data", "lr"),
+    [(SmallCNN, cnn_data, 0.01), (MLP, mlp_data, 0.01)],
+    ids=["cnn", "mlp"],
+)
+@pytest.mark.parametrize("amp", ["auto", "fp16"])
+def test_the_unchanged_loop_trains(
+    make: type[nn.Module], data: object, lr: float, amp: str
+) -> None:
+    torch.manual_seed(0)
+    model = make()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
+    x, y = data(128)  # type: ignore[operator]
+    model, loader, optimizer = autoopt.optimize(
+        model, batches(x, y, 32), optimizer, amp=amp, verbose=False
+    )
+    losses = train(model, optimizer, loader, epochs=5)  # zero_grad/backward/clip/step as written
+    assert all(torch.isfinite(torch.tensor(losses)))
+    assert sum(losses[-4:]) < 0.75 * sum(losses[:4])
+
+
+def test_state_dict_keys_and_unwrap() -> None:
+    torch.manual_seed(0)
+    model = SmallCNN()
+    keys = list(model.state_dict())
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    fast, optimizer = autoopt.optimize(model, optimizer=optimizer, verbose=False)
+    x, y = cnn_data(32)
+    train(fast, optimizer, batches(x, y, 16))
+
+    assert list(fast.state_dict()) == keys
+    plain = SmallCNN()
+    plain.load_state_dict(fast.state_dict())  # strict: same keys, same shapes
+    plain.eval(), fast.eval()
+    with torch.no_grad():
+        torch.testing.assert_close(plain(x), fast(x), rtol=0.05, atol=0.05)  # fast runs in bf16
+
+    original = autoopt.unwrap(fast)
+    assert original is model and type(original) is SmallCNN
+    trained = {id(p) for g in optimizer.param_groups for p in g["params"]}
+    assert {id(p) for p in original.parameters()} == trained
+
+
+def test_return_contract() -> None:
+    model = MLP()
+    assert autoopt.optimize(model, verbose=False) is model
+    model = MLP()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    got = autoopt.optimize(model, optimizer=optimizer, verbose=False)
+    assert got == (model, optimizer)
+    model = MLP()
+    got_model, loader = autoopt.optimize(model, [(torch.randn(2, 16), 0)], verbose=False)
+    assert got_model is model and len(list(loader)) == 1
+
+
+def test_the_optimized_model_keeps_its_type_and_attributes() -> None:
+    model = copy.deepcopy(SmallCNN())
+    model.custom = "kept"
+    fast = autoopt.optimize(model, verbose=False)
+    assert isinstance(fast, SmallCNN) and fast.custom == "kept"
+    assert fast.head is model.head

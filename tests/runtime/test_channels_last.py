@@ -1,0 +1,112 @@
+"""The channels_last pass: heuristic, model and input conversion, fallback for `.view`."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+import autoopt
+from autoopt.runtime.passes import channels_last as cl_pass
+
+from .models import MLP, SmallCNN, ViewCNN, batches, cnn_data, train
+
+CL = torch.channels_last
+
+
+class BigHead(nn.Module):
+    """One tiny conv under a huge classifier: convolutions are not where the time goes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 2, 3, padding=1)
+        self.head = nn.Linear(2 * 16 * 16, 512)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(torch.flatten(self.conv(x), 1))
+
+
+def test_heuristic() -> None:
+    assert cl_pass.conv_share(SmallCNN()) > 0.9
+    assert cl_pass.conv_share(MLP()) == 0.0
+    assert cl_pass.conv_share(BigHead()) < 0.5
+
+
+def test_conv_model_is_converted_in_place() -> None:
+    model = SmallCNN()
+    params = list(model.parameters())
+    model = autoopt.optimize(model, amp=False, verbose=False)
+    result = autoopt.report(model)["channels_last"]
+    assert result.status.value == "applied" and "convolution-dominated" in result.detail
+    assert list(model.parameters())[0] is params[0]  # same Parameter objects
+    assert model.features[0].weight.is_contiguous(memory_format=CL)
+    seen = []
+    model.features[0].register_forward_pre_hook(lambda m, args: seen.append(args[0]))
+    model(torch.randn(2, 3, 16, 16))  # a contiguous NCHW input from the user
+    assert seen[0].is_contiguous(memory_format=CL)
+
+
+@pytest.mark.parametrize(
+    ("model", "reason"),
+    [(MLP(), "no Conv2d layers"), (BigHead(), "of the estimated compute")],
+)
+def test_skipped_with_reason(model: nn.Module, reason: str) -> None:
+    result = autoopt.report(autoopt.optimize(model, verbose=False))["channels_last"]
+    assert result.status.value == "skipped" and reason in result.detail
+
+
+def test_false_is_skipped_and_true_forces() -> None:
+    off = autoopt.optimize(SmallCNN(), channels_last=False, verbose=False)
+    assert autoopt.report(off)["channels_last"].detail == "channels_last=False"
+    assert off.features[0].weight.is_contiguous()
+    forced = autoopt.optimize(BigHead(), channels_last=True, amp=False, verbose=False)
+    assert autoopt.report(forced)["channels_last"].status.value == "applied"
+    assert forced.conv.weight.is_contiguous(memory_format=CL)
+
+
+def test_view_after_convs_falls_back_and_trains() -> None:
+    torch.manual_seed(0)
+    reference = ViewCNN()
+    model = copy.deepcopy(reference)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    model, optimizer = autoopt.optimize(model, optimizer=optimizer, amp=False, verbose=False)
+    x, y = cnn_data(64)
+    out = model(x[:8])  # the first forward fails in NHWC and is retried in NCHW
+    torch.testing.assert_close(out, reference(x[:8]), rtol=1e-4, atol=1e-5)
+    result = autoopt.report(model)["channels_last"]
+    assert result.status.value == "failed" and "view" in result.detail
+    assert result.fallback == "contiguous (NCHW) model and inputs"
+    assert model.features[0].weight.is_contiguous()
+    losses = train(model, optimizer, batches(x, y, 16), epochs=4)
+    assert sum(losses[-4:]) < 0.8 * sum(losses[:4])
+
+
+def test_a_user_error_is_not_blamed_on_channels_last() -> None:
+    model = autoopt.optimize(SmallCNN(), amp=False, verbose=False)
+    with pytest.raises(RuntimeError):
+        model(torch.randn(2, 5, 16, 16))  # wrong channel count: fails in any format
+    assert autoopt.report(model)["channels_last"].status.value == "applied"
+    assert model.features[0].weight.is_contiguous(memory_format=CL)
+
+
+def test_loader_batches_are_converted() -> None:
+    x, y = cnn_data(8)
+    model, loader = autoopt.optimize(SmallCNN(), batches(x, y, 4), verbose=False)
+    xb, yb = next(iter(loader))
+    assert xb.is_contiguous(memory_format=CL) and not x.is_contiguous(memory_format=CL)
+    assert yb.dtype == torch.int64
+
+
+def test_view_fallback_under_compile_blames_channels_last_not_compile(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from autoopt.runtime.passes import compile as compile_pass
+
+    monkeypatch.setattr(compile_pass, "BACKEND", "aot_eager")  # real dynamo, no C++ codegen
+    model = autoopt.optimize(ViewCNN(), compile=True, amp=False, verbose=False)
+    model(torch.randn(2, 3, 16, 16))
+    report = autoopt.report(model)
+    assert report["channels_last"].status.value == "failed"
+    assert report["compile"].status.value == "applied"

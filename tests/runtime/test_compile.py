@@ -1,0 +1,135 @@
+"""The compile pass: skipped on CPU with "auto", lazy failure -> eager fallback, TorchScript."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+import autoopt
+from autoopt.runtime.passes import compile as compile_pass
+
+from .models import MLP, batches, mlp_data, train
+
+
+def failing_backend(gm: Any, example_inputs: Any) -> Any:
+    """A torch.compile backend that fails the way a real one does: lazily, at the first call."""
+    raise RuntimeError("this backend cannot compile anything")
+
+
+def fit(compile: object, **kwargs: Any) -> tuple[nn.Module, list[float]]:
+    torch.manual_seed(0)
+    model = MLP()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.2)
+    model, optimizer = autoopt.optimize(
+        model, optimizer=optimizer, compile=compile, verbose=False, **kwargs
+    )
+    x, y = mlp_data(96)
+    return model, train(model, optimizer, batches(x, y, 32), epochs=4)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="auto compiles on CUDA")
+def test_auto_skips_on_cpu_and_says_why() -> None:
+    result = autoopt.report(autoopt.optimize(MLP(), verbose=False))["compile"]
+    assert result.status.value == "skipped"
+    assert "17% slower" in result.detail and "tune=True" in result.detail
+
+
+def test_compile_false_is_skipped() -> None:
+    result = autoopt.report(autoopt.optimize(MLP(), compile=False, verbose=False))["compile"]
+    assert result.status.value == "skipped" and result.detail == "compile=False"
+
+
+def test_compile_failure_falls_back_to_eager_and_training_goes_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(compile_pass, "BACKEND", failing_backend)
+    with pytest.warns(UserWarning, match="falling back to the eager forward"):
+        model, losses = fit(True, amp=False)
+    result = autoopt.report(model)["compile"]
+    assert result.status.value == "failed"
+    assert "cannot compile anything" in result.detail
+    assert result.fallback == "eager forward"
+    assert losses[-1] < 0.8 * losses[0]
+    assert list(model.state_dict()) == list(MLP().state_dict())
+
+
+class Broken(MLP):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        raise ValueError("a bug in the user's forward")
+
+
+def test_an_error_eager_also_raises_is_the_users_and_compile_is_not_blamed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(compile_pass, "BACKEND", failing_backend)
+    model = autoopt.optimize(Broken(), compile=True, verbose=False)
+    with pytest.raises(ValueError, match="a bug in the user's forward"):
+        model(torch.randn(2, 16))
+    assert autoopt.report(model)["compile"].status.value == "applied"
+
+
+def test_torch_compile_trains_in_place_with_the_original_keys(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # aot_eager runs dynamo and AOTAutograd for real, without inductor's slow C++ codegen.
+    monkeypatch.setattr(compile_pass, "BACKEND", "aot_eager")
+    model, losses = fit(True, amp=False)
+    assert autoopt.report(model)["compile"].status.value == "applied"
+    assert losses[-1] < 0.8 * losses[0]
+    assert list(model.state_dict()) == list(MLP().state_dict())  # no "_orig_mod."
+    assert type(model) is MLP
+
+
+class KnowsScripting(MLP):
+    """Adds 1 when it runs as TorchScript, so a test can tell the script ran."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x) + (1.0 if torch.jit.is_scripting() else 0.0)
+
+
+def test_jit_runs_the_script_which_shares_the_parameters() -> None:
+    torch.manual_seed(0)
+    reference = KnowsScripting()
+    model = autoopt.optimize(copy.deepcopy(reference), compile="jit", amp=False, verbose=False)
+    x = torch.randn(4, 16)
+    torch.testing.assert_close(model(x), reference(x) + 1.0)
+    assert autoopt.report(model)["compile"].status.value == "applied"
+    model(x).sum().backward()  # gradients reach the module's own parameters
+    assert all(p.grad is not None for p in model.parameters())
+    with torch.no_grad():
+        model.net[0].bias.add_(1.0)
+        reference.net[0].bias.add_(1.0)
+    torch.testing.assert_close(model(x), reference(x) + 1.0)
+
+
+def test_jit_trains() -> None:
+    model, losses = fit("jit", amp=False)
+    assert autoopt.report(model)["compile"].status.value == "applied"
+    assert losses[-1] < 0.8 * losses[0]
+
+
+class Untraceable(MLP):
+    """`try` is not TorchScript, and a keyword call cannot be traced: both fail."""
+
+    def forward(self, x: torch.Tensor, *, scale: float = 1.0) -> torch.Tensor:
+        try:
+            return self.net(x) * scale
+        except KeyError:
+            return x
+
+
+def test_jit_failure_falls_back_to_eager() -> None:
+    torch.manual_seed(0)
+    reference = Untraceable()
+    model = autoopt.optimize(copy.deepcopy(reference), compile="jit", amp=False, verbose=False)
+    x = torch.randn(4, 16)
+    with pytest.warns(UserWarning, match="TorchScript failed"):
+        out = model(x, scale=2.0)
+    torch.testing.assert_close(out, reference(x, scale=2.0))
+    result = autoopt.report(model)["compile"]
+    assert result.status.value == "failed" and result.fallback == "eager forward"
+    torch.testing.assert_close(model(x), reference(x))  # stays eager, no new warning needed
