@@ -42,3 +42,19 @@ def any_tensor(obj: Any, predicate: Callable[[torch.Tensor], bool]) -> bool:
 
     map_tensors(obj, check)
     return found
+
+
+def to_device(obj: Any, device: torch.device | str | None, non_blocking: bool = False) -> Any:
+    """`obj` with every tensor moved to `device` (no-op when `device` is None).
+
+    Meant for host-to-device moves: `non_blocking=True` overlaps the copy with compute when the
+    source is pinned host memory (from pageable memory the copy is synchronous anyway). Do not
+    use it to copy device tensors back to the host and read them at once."""
+    if device is None:
+        return obj
+    target = torch.device(device)
+
+    def move(t: torch.Tensor) -> torch.Tensor:
+        return t.to(target, non_blocking=non_blocking)
+
+    return map_tensors(obj, move)

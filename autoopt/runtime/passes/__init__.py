@@ -4,6 +4,7 @@ Each module defines `run(ctx: Context) -> PassResult | None`. Adding a pass mean
 here and naming it in PASSES; later passes read what earlier ones decided from the context."""
 
 from autoopt.runtime.passes import (
+    accumulate,
     amp,
     backends,
     channels_last,
@@ -21,6 +22,7 @@ PASSES = (
     checkpoint.run,
     channels_last.run,
     amp.run,
+    accumulate.run,  # after amp: its step gate wraps the loss scaler's step
     compile.run,
     loader.run,  # last: needs the device, channels-last choice and distributed state
 )

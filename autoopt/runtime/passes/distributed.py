@@ -1,12 +1,206 @@
-"""Pass: distributed. (placeholder until implemented)"""
+"""Pass: distributed (AO501-AO503). Under torchrun, DistributedDataParallel with no code change.
+
+Activation:
+* `distributed="auto"`: active when the environment says `WORLD_SIZE > 1` (torchrun's contract:
+  RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT), or when the user already initialised
+  a process group of more than one process.
+* `distributed=True`: the same, but a missing torchrun environment is an error.
+* `distributed=False`: skipped.
+
+When active: the process group is initialised from the environment unless it already is
+(`nccl` for CUDA, `gloo` for CPU, with a `INIT_TIMEOUT` timeout so a missing peer is an error,
+not a hang), `ctx.device` is pinned to `cuda:LOCAL_RANK` (or the CPU) and `ctx.dist` is set so
+the loader pass shards the data. A finalizer, run after every forward and step layer is in
+place, wraps the model in `AutooptDDP`: a `DistributedDataParallel` whose `state_dict()` and
+`load_state_dict()` use the inner module's keys (no `module.` prefix) and whose unknown
+attributes are looked up on the inner module, so `model.my_head` or `model.config` keep working.
+
+Any disagreement between the environment and reality (a missing or malformed variable, a rank
+outside the world, an existing process group of another size or rank, a LOCAL_RANK without a
+GPU) raises `DistributedSetupError` naming the values.
+"""
 
 from __future__ import annotations
 
-from autoopt.runtime.context import Context
+import datetime
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+from autoopt.runtime.context import Context, DistState
 from autoopt.runtime.report import PassResult
 
 NAME = "distributed"
+ENV_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+INIT_TIMEOUT = datetime.timedelta(seconds=60)
+
+
+class DistributedSetupError(RuntimeError):
+    """The torchrun environment, the process group and the devices do not agree."""
+
+
+class AutooptDDP(DistributedDataParallel):
+    """DDP that looks like the module it wraps: same `state_dict` keys, same attributes."""
+
+    def state_dict(self, *args: Any, **kwargs: Any) -> Any:
+        """The inner module's state dict: exactly the original keys, loadable by a plain model."""
+        return self.module.state_dict(*args, **kwargs)
+
+    def load_state_dict(
+        self, state_dict: Mapping[str, Any], strict: bool = True, assign: bool = False
+    ) -> Any:
+        """Load a plain (un-prefixed) state dict into the inner module."""
+        return self.module.load_state_dict(state_dict, strict=strict, assign=assign)
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            # nn.Module.__getattr__ finds parameters, buffers and submodules only; fall back to
+            # the user's module for everything else it defines (methods, config, heads).
+            modules = self.__dict__.get("_modules", {})
+            if "module" not in modules:
+                raise
+            return getattr(modules["module"], name)
 
 
 def run(ctx: Context) -> PassResult | None:
-    return PassResult.skipped(NAME, "not implemented yet")
+    """Set up the process group, the device and `ctx.dist`; register the DDP finalizer."""
+    option = ctx.options.distributed
+    if option is False:
+        return PassResult.skipped(NAME, "distributed=False")
+    env = os.environ
+    world_env = env.get("WORLD_SIZE")
+    initialised = dist.is_available() and dist.is_initialized()
+    if not initialised and (world_env is None or _int(env, "WORLD_SIZE") <= 1):
+        if option is True:
+            raise DistributedSetupError(
+                "optimize(distributed=True) needs a multi-process launch: run the script with "
+                "`torchrun --nproc_per_node=N script.py` (which sets "
+                f"{', '.join(ENV_VARS)}); WORLD_SIZE is {world_env!r}"
+            )
+        return PassResult.skipped(NAME, f"single process (WORLD_SIZE={world_env or 'unset'})")
+    if not dist.is_available():
+        raise DistributedSetupError("WORLD_SIZE > 1 but this torch build has no torch.distributed")
+
+    device = _choose_device(ctx)
+    if initialised:
+        state = _check_existing(env, device)
+        if state.world_size <= 1:
+            return PassResult.skipped(NAME, "the existing process group has one process")
+        how = "existing process group"
+    else:
+        state = check_env(env, device)
+        _check_device(state.local_rank, device)
+        if device.type == "cuda":
+            torch.cuda.set_device(state.local_rank)
+        dist.init_process_group(
+            backend=state.backend,
+            init_method="env://",
+            rank=state.rank,
+            world_size=state.world_size,
+            timeout=INIT_TIMEOUT,
+        )
+        how = "process group initialised from the environment"
+    if device.type == "cuda":
+        device = torch.device("cuda", state.local_rank)
+    ctx.device = device
+    ctx.dist = state
+    ctx.finalizers.append(_wrap_in_ddp)
+    return PassResult.applied(
+        NAME,
+        f"DDP over {state.world_size} processes, rank {state.rank} on {device} "
+        f"({state.backend}, {how})",
+    )
+
+
+def check_env(env: Mapping[str, str], device: torch.device) -> DistState:
+    """The DistState that a torchrun environment describes, or a DistributedSetupError."""
+    missing = [name for name in ENV_VARS if not env.get(name)]
+    if missing:
+        raise DistributedSetupError(
+            f"WORLD_SIZE={env.get('WORLD_SIZE')!r} asks for distributed training, but "
+            f"{', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not set; launch with "
+            "`torchrun --nproc_per_node=N script.py`, which sets all of "
+            f"{', '.join(ENV_VARS)}"
+        )
+    rank, world, local_rank = (_int(env, n) for n in ("RANK", "WORLD_SIZE", "LOCAL_RANK"))
+    _int(env, "MASTER_PORT")
+    if world < 1 or not 0 <= rank < world:
+        raise DistributedSetupError(f"RANK={rank} is outside WORLD_SIZE={world} (0..{world - 1})")
+    if local_rank < 0 or local_rank > rank:
+        raise DistributedSetupError(
+            f"LOCAL_RANK={local_rank} is impossible for RANK={rank} (0 <= LOCAL_RANK <= RANK)"
+        )
+    return DistState(
+        rank=rank,
+        world_size=world,
+        local_rank=local_rank,
+        backend="nccl" if device.type == "cuda" else "gloo",
+    )
+
+
+def _check_existing(env: Mapping[str, str], device: torch.device) -> DistState:
+    """The state of a process group the user initialised, checked against the environment."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    for name, actual in (("WORLD_SIZE", world), ("RANK", rank)):
+        if env.get(name) is not None and _int(env, name) != actual:
+            raise DistributedSetupError(
+                f"the existing process group has {name.lower()} {actual} but the environment "
+                f"says {name}={env[name]}; destroy the group or fix the launcher"
+            )
+    if env.get("LOCAL_RANK") is not None:
+        local_rank = _int(env, "LOCAL_RANK")
+    elif device.type == "cuda":
+        local_rank = rank % max(1, torch.cuda.device_count())
+    else:
+        local_rank = rank
+    _check_device(local_rank, device)
+    # The user's backend is kept even if it is not the one autoopt would pick (gloo on CUDA).
+    backend = str(dist.get_backend())
+    return DistState(rank=rank, world_size=world, local_rank=local_rank, backend=backend)
+
+
+def _check_device(local_rank: int, device: torch.device) -> None:
+    if device.type != "cuda":
+        return
+    count = torch.cuda.device_count()
+    if local_rank >= count:
+        raise DistributedSetupError(
+            f"LOCAL_RANK={local_rank} but this node has {count} CUDA device(s); start at most "
+            f"{count} processes per node (--nproc_per_node={count}) or pass device='cpu'"
+        )
+
+
+def _choose_device(ctx: Context) -> torch.device:
+    """CUDA when available (or asked for), else the CPU; the index comes from LOCAL_RANK."""
+    wanted = ctx.options.device
+    if wanted == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(torch.device(wanted).type)
+
+
+def _int(env: Mapping[str, str], name: str) -> int:
+    value = env.get(name)
+    try:
+        return int(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise DistributedSetupError(f"{name}={value!r} is not an integer") from None
+
+
+def _wrap_in_ddp(ctx: Context) -> None:
+    """Finalizer: wrap the (patched) model in AutooptDDP; it becomes what optimize() returns."""
+    assert ctx.dist is not None and ctx.device is not None
+    model: nn.Module = ctx.model
+    if not any(p.requires_grad for p in model.parameters()):
+        ctx.report.replace(
+            PassResult.skipped(NAME, "the model has no trainable parameters; DDP not applied")
+        )
+        return
+    device_ids = [ctx.device.index] if ctx.device.type == "cuda" else None
+    ctx.returned_model = AutooptDDP(model, device_ids=device_ids)
