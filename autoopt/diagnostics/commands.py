@@ -1,5 +1,144 @@
 """Click commands of the diagnostics: doctor and bench."""
 
+from __future__ import annotations
+
+import json
+import sys
+
 import click
 
-COMMANDS: list[click.Command] = []
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
+@click.option(
+    "--model",
+    "model_spec",
+    metavar="MODULE:ATTR",
+    help="Summarise this model (an nn.Module, or a class/factory called with no arguments) "
+    "and show the plan optimize() would make for it.",
+)
+def doctor(as_json: bool, model_spec: str | None) -> None:
+    """Report torch, CUDA, devices, CPU features, environment and what optimize() would do."""
+    from autoopt.diagnostics import doctor as doctor_module
+
+    try:
+        info = doctor_module.collect(model_spec)
+    except (ImportError, AttributeError, ValueError, TypeError) as err:
+        raise click.ClickException(f"--model {model_spec}: {err}") from err
+    click.echo(json.dumps(info, indent=2) if as_json else doctor_module.render(info))
+
+
+@click.command()
+@click.option(
+    "--workload",
+    "workloads",
+    multiple=True,
+    metavar="NAME",
+    help="Run this workload (repeatable; default: all).",
+)
+@click.option(
+    "--config",
+    "configs",
+    multiple=True,
+    metavar="NAME",
+    help="Run only this configuration (repeatable; eager is always run).",
+)
+@click.option("--steps", default=10, show_default=True, help="Timed steps per repeat.")
+@click.option("--repeats", default=3, show_default=True, help="Timed blocks per configuration.")
+@click.option("--warmup", default=3, show_default=True, help="Untimed warm-up steps.")
+@click.option(
+    "--isolate/--no-isolate",
+    default=True,
+    show_default=True,
+    help="Run each configuration in its own process (clean memory and compiler caches).",
+)
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Write results here.")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), help="Write a PNG chart.")
+@click.option(
+    "--markdown", "md_path", type=click.Path(dir_okay=False), help="Write the Markdown table."
+)
+@click.option("--list", "list_only", is_flag=True, help="List workloads and configurations.")
+def bench(
+    workloads: tuple[str, ...],
+    configs: tuple[str, ...],
+    steps: int,
+    repeats: int,
+    warmup: int,
+    isolate: bool,
+    json_path: str | None,
+    plot_path: str | None,
+    md_path: str | None,
+    list_only: bool,
+) -> None:
+    """Benchmark eager, each trick, optimize(), optimize(tune=True) and the peers side by side."""
+    from autoopt.diagnostics import bench as bench_module
+
+    try:
+        harness = bench_module.load_harness()
+    except RuntimeError as err:
+        raise click.ClickException(str(err)) from err
+    if list_only:
+        for name, w in harness.WORKLOADS.items():
+            click.echo(f"{name:<12} {w.description}")
+            click.echo(f"{'':<12} configs: {', '.join(harness.config_names(w))}")
+        return
+    unknown = [w for w in workloads if w not in harness.WORKLOADS]
+    if unknown:
+        raise click.BadParameter(
+            f"{', '.join(unknown)}; choose from {', '.join(harness.WORKLOADS)}",
+            param_hint="--workload",
+        )
+    if steps < 1 or repeats < 1 or warmup < 0:
+        raise click.BadParameter("--steps and --repeats must be >= 1, --warmup >= 0")
+    names = list(workloads) or list(harness.WORKLOADS)
+    total = sum(
+        len(
+            [
+                c
+                for c in harness.configs_for(harness.WORKLOADS[n])
+                if not configs or c.name in configs
+            ]
+        )
+        + (1 if configs and "eager" not in configs else 0)
+        for n in names
+    )
+    with click.progressbar(
+        length=total, label="benchmarking", file=sys.stderr, item_show_func=lambda s: s
+    ) as bar:
+        current: list[str] = []
+
+        def progress(label: str) -> None:
+            if current:
+                bar.update(1)
+            current[:] = [label]
+            bar.update(0, label)
+
+        results = harness.run_suite(
+            names,
+            configs=list(configs) or None,
+            steps=steps,
+            repeats=repeats,
+            warmup=warmup,
+            isolate=isolate,
+            progress=progress,
+        )
+        bar.update(1)
+    table = bench_module.markdown(results)
+    click.echo(table)
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump(results, f, indent=1)
+        click.echo(f"wrote {json_path}", err=True)
+    if md_path:
+        with open(md_path, "w") as f:
+            f.write(table)
+        click.echo(f"wrote {md_path}", err=True)
+    if plot_path:
+        try:
+            bench_module.plot(results, plot_path)
+        except RuntimeError as err:
+            raise click.ClickException(str(err)) from err
+        click.echo(f"wrote {plot_path}", err=True)
+
+
+COMMANDS: list[click.Command] = [doctor, bench]

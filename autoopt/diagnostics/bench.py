@@ -1,0 +1,119 @@
+"""`autoopt bench`: the benchmark suite of `benchmarks/`, its table, JSON and chart.
+
+The suite (workloads, harness, peers) lives in the repository's top-level `benchmarks/` folder,
+next to the package: it is a development tool, not part of the installed library. This module
+finds it (importable already, or beside the `autoopt` package of a source checkout) and renders
+what it measured.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import autoopt
+
+
+def load_harness() -> ModuleType:
+    """`benchmarks.harness` of the source checkout this autoopt was installed from."""
+    root = Path(autoopt.__file__).resolve().parent.parent
+    if (root / "benchmarks" / "harness.py").is_file() and str(root) not in sys.path:
+        sys.path.insert(0, str(root))  # prefer our checkout over any other "benchmarks"
+    try:
+        return importlib.import_module("benchmarks.harness")
+    except ImportError as err:
+        raise RuntimeError(
+            "autoopt bench needs the benchmarks/ folder of an autoopt source checkout "
+            f"(looked in {root}): {err}"
+        ) from err
+
+
+def _fmt(value: Any, spec: str, suffix: str = "") -> str:
+    return "-" if value is None else f"{value:{spec}}{suffix}"
+
+
+def markdown(results: dict[str, Any]) -> str:
+    """The results as Markdown: one summary table, then one table per workload."""
+    m = results["machine"]
+    s = results["settings"]
+    peak = m["peak_gflops"]
+    out = [
+        f"Machine: {m['cpu']} ({m['cores']} cores, {m['torch_threads']} torch threads), "
+        f"device {m['device']}, torch {m['torch']}; measured matmul peak "
+        f"{peak['fp32']} GFLOP/s fp32, {peak['bf16']} GFLOP/s bf16; "
+        f"load average {m.get('load_avg_start')} -> {m.get('load_avg_end')}. "
+        f"{s['warmup']} warm-up + {s['repeats']} x {s['steps']} timed steps per configuration"
+        f"{', each in its own process' if s.get('isolate') else ''}.",
+        "",
+        "| workload | eager ms/step | optimize() | optimize(tune=True) | oracle | best peer "
+        "| tune / oracle | optimize() / best peer | tune / best peer |",
+        "|---|---:|---:|---:|---|---|---:|---:|---:|",
+    ]
+    for w in results["workloads"]:
+        rows = {r["name"]: r for r in w["configs"]}
+        auto, tuned = rows.get("autoopt", {}), rows.get("autoopt-tune", {})
+        oracle = rows.get(w["oracle"] or "", {})
+        peer = rows.get(w["best_peer"] or "", {})
+        out.append(
+            f"| {w['name']} | {_fmt(w['eager_ms'], '.1f')} "
+            f"| {_fmt(auto.get('speedup'), '.2f', 'x')} | {_fmt(tuned.get('speedup'), '.2f', 'x')} "
+            f"| {w['oracle'] or '-'} ({_fmt(oracle.get('speedup'), '.2f', 'x')}) "
+            f"| {w['best_peer'] or '-'} ({_fmt(peer.get('speedup'), '.2f', 'x')}) "
+            f"| {_fmt(tuned.get('vs_oracle'), '.3f')} | {_fmt(auto.get('vs_best_peer'), '.3f')} "
+            f"| {_fmt(tuned.get('vs_best_peer'), '.3f')} |"
+        )
+    for w in results["workloads"]:
+        out += [
+            "",
+            f"**{w['name']}**: {w['description']}; {w['params']:,} parameters, "
+            f"{w['flops_per_step'] / 1e9:.2f} GFLOP per training step.",
+            "",
+            "| configuration | ms/step (median) | spread | speed-up | vs oracle | peak MiB "
+            "| warm-up s | setup s | MFU |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        ]
+        for r in w["configs"]:
+            if r["status"] != "ok":
+                out.append(f"| {r['name']} | {r['status']}: {r.get('reason', '')} ||||||||")
+                continue
+            out.append(
+                f"| {r['name']} | {r['ms_median']:.2f} | ±{r['spread_pct'] / 2:.1f}% "
+                f"| {_fmt(r.get('speedup'), '.2f', 'x')} | {_fmt(r.get('vs_oracle'), '.3f')} "
+                f"| {_fmt(r.get('peak_mem_mb'), '.0f')} | {_fmt(r.get('warmup_s'), '.2f')} "
+                f"| {_fmt(r.get('setup_s'), '.2f')} | {_fmt(r.get('mfu_pct'), '.1f', '%')} |"
+            )
+    return "\n".join(out) + "\n"
+
+
+def plot(results: dict[str, Any], path: str | Path) -> None:
+    """A bar chart of speed-up vs eager, one panel per workload (needs matplotlib)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as err:
+        raise RuntimeError("--plot needs matplotlib (pip install matplotlib)") from err
+    colors = {"baseline": "#9e9e9e", "trick": "#90caf9", "autoopt": "#e65100", "peer": "#66bb6a"}
+    workloads = results["workloads"]
+    fig, axes = plt.subplots(
+        1, len(workloads), figsize=(max(4.2 * len(workloads), 8.0), 4.8), squeeze=False
+    )
+    for ax, w in zip(axes[0], workloads, strict=True):
+        rows = [r for r in w["configs"] if r["status"] == "ok" and r.get("speedup")]
+        names = [r["name"] for r in rows]
+        ax.barh(names, [r["speedup"] for r in rows], color=[colors[r["kind"]] for r in rows])
+        ax.axvline(1.0, color="black", linewidth=0.8)
+        ax.invert_yaxis()
+        ax.set_title(w["name"])
+        ax.set_xlabel("speed-up vs eager fp32")
+        ax.tick_params(axis="y", labelsize=8)
+    handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in colors.values()]
+    fig.legend(handles, list(colors), loc="lower center", ncol=len(colors), frameon=False)
+    fig.suptitle(f"autoopt bench: {results['machine']['cpu']}, {results['machine']['device']}")
+    fig.tight_layout(rect=(0, 0.06, 1, 0.95))
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

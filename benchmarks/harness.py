@@ -1,0 +1,500 @@
+"""The benchmark harness: every configuration of a workload measured the same way, side by side.
+
+A configuration is eager fp32, a hand-applied trick or combination of tricks (bf16 autocast,
+channels-last, torch.compile, activation checkpointing), `autoopt.optimize()` with its defaults,
+`optimize(tune=True)`, or a peer (Accelerate, Lightning Fabric) set up as its docs say. Each one
+trains a fresh copy of the same seeded model on the same seeded batches with AdamW: `warmup` steps
+first (timed apart: that is where compilation happens), then `repeats` blocks of `steps` steps.
+
+The oracle is the fastest of the hand-applied configurations, i.e. the best plan found by
+exhaustive search over the tricks. Peak memory is the CUDA allocator's peak on a GPU; on a CPU it
+is the growth of the process's resident set (Linux VmHWM, reset before each configuration) over
+what it was before the first step, i.e. activations, gradients, optimizer state and compiler
+workspace. Run each configuration in its own process (`isolate=True`, the default of the CLI) for
+clean memory figures and compiler caches.
+
+`python -m benchmarks.harness --one WORKLOAD CONFIG` runs one configuration and prints its JSON;
+the isolated suite is built on that.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as _dt
+import itertools
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils.checkpoint import checkpoint_sequential
+from torch.utils.flop_counter import FlopCounterMode
+
+from benchmarks import peers
+from benchmarks.workloads import WORKLOADS, Workload, checkpoint_segments
+
+SCHEMA = 1
+ROOT = Path(__file__).resolve().parent.parent
+LR = 1e-3
+
+Step = Callable[[Any, Any], torch.Tensor]
+
+
+@dataclass(frozen=True)
+class Config:
+    """One way of training a workload. `tricks` for hand-applied configurations."""
+
+    name: str
+    kind: str  # "baseline" | "trick" | "autoopt" | "peer"
+    tricks: frozenset[str] = frozenset()
+    package: str | None = None  # a peer's package, checked before running
+
+
+def configs_for(workload: Workload) -> list[Config]:
+    """Every configuration that applies to `workload`, eager first."""
+    tricks = ["bf16", "compile"] + (["channels_last"] if workload.conv else [])
+    out = [Config("eager", "baseline")]
+    for r in range(1, len(tricks) + 1):
+        for combo in itertools.combinations(tricks, r):
+            out.append(Config("+".join(combo), "trick", frozenset(combo)))
+    if workload.sequential:
+        out.append(Config("checkpoint", "trick", frozenset({"checkpoint"})))
+    out += [
+        Config("autoopt", "autoopt"),
+        Config("autoopt-tune", "autoopt"),
+        Config("accelerate-bf16", "peer", package="accelerate"),
+        Config("accelerate-bf16+compile", "peer", package="accelerate"),
+        Config("fabric-bf16", "peer", package="lightning"),
+    ]
+    return out
+
+
+def config_names(workload: Workload) -> list[str]:
+    return [c.name for c in configs_for(workload)]
+
+
+# --- one configuration ------------------------------------------------------------------------
+
+
+def default_device() -> torch.device:
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def run_config(
+    workload: Workload,
+    config: Config,
+    *,
+    steps: int,
+    repeats: int,
+    warmup: int,
+    device: torch.device | None = None,
+) -> dict[str, Any]:
+    """Train `workload` the way `config` says and measure it. Never raises: a configuration that
+    cannot run comes back with status "skipped" or "failed" and the reason."""
+    device = device or default_device()
+    result: dict[str, Any] = {"name": config.name, "kind": config.kind, "status": "ok"}
+    if config.package and (why := peers.missing(config.package)):
+        return {**result, "status": "skipped", "reason": why}
+    try:
+        torch.manual_seed(0)
+        model = workload.model()
+        loader = workload.loader()
+        optimizer = torch.optim.AdamW(model.parameters(), lr=LR)
+        _reset_peak(device)
+        start = time.perf_counter()
+        loader, step, notes = _prepare(config, workload, model, loader, optimizer, device)
+        result["setup_s"] = round(time.perf_counter() - start, 3)
+        result.update(notes)
+        batches = _endless(loader)
+        base = _memory_now(device)
+        _reset_peak(device)
+
+        start = time.perf_counter()
+        for _ in range(warmup):
+            loss = step(*next(batches))
+        _sync(device)
+        result["warmup_s"] = round(time.perf_counter() - start, 3)
+        block_ms: list[float] = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            for _ in range(steps):
+                loss = step(*next(batches))
+            _sync(device)
+            block_ms.append((time.perf_counter() - start) * 1000 / steps)
+        result["peak_mem_mb"] = round(max(0.0, _memory_peak(device) - base) / 2**20, 1)
+        result["final_loss"] = round(float(loss.detach()), 5)
+    except Exception as err:  # a configuration that breaks is a finding, not a crash
+        return {**result, "status": "failed", "reason": f"{type(err).__name__}: {err}"[:300]}
+    median = statistics.median(block_ms)
+    result.update(
+        ms_median=round(median, 3),
+        ms_min=round(min(block_ms), 3),
+        ms_max=round(max(block_ms), 3),
+        spread_pct=round(100 * (max(block_ms) - min(block_ms)) / median, 1),
+        repeats_ms=[round(ms, 3) for ms in block_ms],
+    )
+    return result
+
+
+def _prepare(
+    config: Config,
+    workload: Workload,
+    model: nn.Module,
+    loader: Any,
+    optimizer: torch.optim.Optimizer,
+    device: torch.device,
+) -> tuple[Any, Step, dict[str, Any]]:
+    """Set `config` up; returns the loader to iterate, the step function and notes."""
+    loss_fn = workload.loss
+    if config.kind in ("baseline", "trick"):
+        return loader, _trick_step(model, optimizer, loss_fn, config.tricks, device), {}
+    if config.name == "autoopt":
+        import autoopt
+
+        model, loader, optimizer = autoopt.optimize(model, loader, optimizer, verbose=False)
+        return loader, _plain_step(model, optimizer, loss_fn), _autoopt_notes(model)
+    if config.name == "autoopt-tune":
+        return _tuned(model, loader, optimizer, loss_fn)
+    if config.name.startswith("accelerate"):
+        model.to(device)
+        loader, step = peers.accelerate(
+            model, optimizer, loader, loss_fn, compile="compile" in config.name
+        )
+        return loader, step, {}
+    if config.name == "fabric-bf16":
+        loader, step = peers.fabric(model, optimizer, loader, loss_fn)
+        return loader, step, {}
+    raise ValueError(f"unknown configuration {config.name!r}")
+
+
+def _tuned(
+    model: nn.Module, loader: Any, optimizer: torch.optim.Optimizer, loss_fn: Any
+) -> tuple[Any, Step, dict[str, Any]]:
+    """`optimize(tune=True)` with an empty decision cache, so the tuning itself is measured."""
+    import autoopt
+    from autoopt.runtime import optimize as optimize_module
+    from autoopt.runtime import tune
+    from autoopt.runtime.options import Options
+
+    with tempfile.TemporaryDirectory() as cache, _env(tune.CACHE_ENV, cache):
+        if "choose" in optimize_module.optimize.__code__.co_names:
+            model, loader, optimizer = autoopt.optimize(
+                model, loader, optimizer, tune=True, verbose=False
+            )
+            return loader, _plain_step(model, optimizer, loss_fn), _autoopt_notes(model)
+        # optimize() does not call tune yet: do what it will do, with the same function.
+        decision = tune.choose(model, loader, optimizer, Options(tune=True, verbose=False))
+        chosen = {k: getattr(decision.options, k) for k in tune.SEARCHED}
+        model, loader, optimizer = autoopt.optimize(
+            model, loader, optimizer, **chosen, verbose=False
+        )
+        notes = {**_autoopt_notes(model), "tune": decision.result.detail}
+        notes["note"] = "tune.choose() called by the harness: optimize() does not call it yet"
+        return loader, _plain_step(model, optimizer, loss_fn), notes
+
+
+def _autoopt_notes(model: nn.Module) -> dict[str, Any]:
+    import autoopt
+
+    report = autoopt.report(model)
+    notes: dict[str, Any] = {"applied": report.applied()}
+    if "tune" in report:
+        notes["tune"] = report["tune"].detail
+    return notes
+
+
+def _trick_step(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    loss_fn: Callable[[Any, Any], torch.Tensor],
+    tricks: frozenset[str],
+    device: torch.device,
+) -> Step:
+    """The step a user writes by hand for these tricks (autocast around forward and loss)."""
+    model.to(device)
+    channels_last = "channels_last" in tricks
+    if channels_last:
+        model.to(memory_format=torch.channels_last)
+    forward: Callable[[Any], Any] = model
+    if "checkpoint" in tricks:
+        segments = checkpoint_segments(model)  # type: ignore[arg-type]
+
+        def forward(x: Any) -> Any:
+            return checkpoint_sequential(model, segments, x, use_reentrant=False)
+
+    if "compile" in tricks:
+        forward = torch.compile(forward)
+    dtype = torch.bfloat16 if "bf16" in tricks else None
+
+    def step(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+        if channels_last and x.dim() == 4:
+            x = x.contiguous(memory_format=torch.channels_last)
+        optimizer.zero_grad()
+        amp = torch.autocast(device.type, dtype=dtype) if dtype else contextlib.nullcontext()
+        with amp:
+            loss = loss_fn(forward(x), y)
+        loss.backward()
+        optimizer.step()
+        return loss
+
+    return step
+
+
+def _plain_step(
+    model: nn.Module, optimizer: Any, loss_fn: Callable[[Any, Any], torch.Tensor]
+) -> Step:
+    """The user's unchanged loop body (autoopt's loader already put the batch on the device)."""
+
+    def step(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        optimizer.zero_grad()
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        optimizer.step()
+        return loss
+
+    return step
+
+
+def _endless(loader: Any) -> Iterator[Any]:
+    """Epoch after epoch over the loader, as a training loop does."""
+    while True:
+        yield from loader
+
+
+# --- memory, FLOPs, peak ----------------------------------------------------------------------
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _reset_peak(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+        return
+    with contextlib.suppress(OSError):  # "5" resets the resident-set high-water mark (Linux)
+        Path("/proc/self/clear_refs").write_text("5")
+
+
+def _proc_status(field: str) -> float:
+    try:
+        text = Path("/proc/self/status").read_text()
+    except OSError:
+        return 0.0
+    match = re.search(rf"^{field}:\s+(\d+) kB", text, re.M)
+    return float(match.group(1)) * 1024 if match else 0.0
+
+
+def _memory_now(device: torch.device) -> float:
+    if device.type == "cuda":
+        return float(torch.cuda.memory_allocated(device))
+    return _proc_status("VmRSS")
+
+
+def _memory_peak(device: torch.device) -> float:
+    if device.type == "cuda":
+        return float(torch.cuda.max_memory_allocated(device))
+    return _proc_status("VmHWM")
+
+
+def count_flops(workload: Workload, device: torch.device | None = None) -> int:
+    """FLOPs of one fp32 training step (forward + backward) on one batch, by FlopCounterMode."""
+    device = device or default_device()
+    model = workload.model().to(device)
+    x, y = (t.to(device) for t in workload.example_batch())
+    counter = FlopCounterMode(display=False)
+    with counter:
+        workload.loss(model(x), y).backward()
+    return int(counter.get_total_flops())
+
+
+def measure_peak(device: torch.device | None = None, n: int = 1024) -> dict[str, float]:
+    """The machine's measured matmul throughput in GFLOP/s, per dtype, and the best of them:
+    the denominator of model FLOP utilisation (MFU)."""
+    device = device or default_device()
+    peaks: dict[str, float] = {}
+    for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
+        a = torch.randn(n, n, device=device, dtype=dtype)
+        b = torch.randn(n, n, device=device, dtype=dtype)
+        for _ in range(2):
+            a @ b
+        best = float("inf")
+        for _ in range(5):
+            _sync(device)
+            start = time.perf_counter()
+            a @ b
+            _sync(device)
+            best = min(best, time.perf_counter() - start)
+        peaks[name] = round(2 * n**3 / best / 1e9, 1)
+    peaks["best"] = max(peaks.values())
+    return peaks
+
+
+# --- the suite --------------------------------------------------------------------------------
+
+
+def run_suite(
+    workloads: list[str] | None = None,
+    *,
+    configs: list[str] | None = None,
+    steps: int = 10,
+    repeats: int = 3,
+    warmup: int = 3,
+    isolate: bool = True,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """Run every configuration of every workload named (all by default) and summarise."""
+    names = workloads or list(WORKLOADS)
+    unknown = [n for n in names if n not in WORKLOADS]
+    if unknown:
+        raise ValueError(f"unknown workload(s) {unknown}; choose from {list(WORKLOADS)}")
+    device = default_device()
+    results: dict[str, Any] = {
+        "schema": SCHEMA,
+        "created": _dt.datetime.now().isoformat(timespec="seconds"),
+        "machine": machine_info(device),
+        "settings": {"steps": steps, "repeats": repeats, "warmup": warmup, "isolate": isolate},
+        "workloads": [],
+    }
+    peak = results["machine"]["peak_gflops"]["best"]
+    for name in names:
+        workload = WORKLOADS[name]
+        wanted = [c for c in configs_for(workload) if not configs or c.name in configs]
+        if configs and "eager" not in [c.name for c in wanted]:
+            wanted.insert(0, configs_for(workload)[0])  # speed-ups need the eager baseline
+        rows = []
+        for config in wanted:
+            if progress is not None:
+                progress(f"{name}: {config.name}")
+            kwargs = {"steps": steps, "repeats": repeats, "warmup": warmup}
+            if isolate:
+                rows.append(_run_isolated(name, config.name, **kwargs))
+            else:
+                rows.append(run_config(workload, config, device=device, **kwargs))
+        flops = count_flops(workload, device)
+        results["workloads"].append(summarise(workload, rows, flops, peak))
+    results["machine"]["load_avg_end"] = _load_avg()
+    return results
+
+
+def _run_isolated(workload: str, config: str, **kwargs: int) -> dict[str, Any]:
+    """One configuration in a fresh Python process: clean memory peak, caches and globals."""
+    cmd = [sys.executable, "-m", "benchmarks.harness", "--one", workload, config]
+    for key, value in kwargs.items():
+        cmd += [f"--{key}", str(value)]
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    }
+    try:
+        proc = subprocess.run(
+            cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800, check=False
+        )
+    except subprocess.TimeoutExpired:
+        return {"name": config, "kind": "?", "status": "failed", "reason": "timed out (30 min)"}
+    for line in reversed(proc.stdout.splitlines()):
+        if line.startswith("{"):
+            return json.loads(line)
+    tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
+    return {"name": config, "kind": "?", "status": "failed", "reason": tail[0][:300]}
+
+
+def summarise(
+    workload: Workload, rows: list[dict[str, Any]], flops: int, peak_gflops: float
+) -> dict[str, Any]:
+    """Add speed-up vs eager, ratio to the oracle and to the best peer, and MFU to each row."""
+    ok = [r for r in rows if r["status"] == "ok"]
+    eager = next((r for r in ok if r["name"] == "eager"), None)
+    tricks = [r for r in ok if r["kind"] in ("baseline", "trick")]
+    oracle = min(tricks, key=lambda r: r["ms_median"], default=None)
+    peer_rows = [r for r in ok if r["kind"] == "peer"]
+    best_peer = min(peer_rows, key=lambda r: r["ms_median"], default=None)
+    for r in ok:
+        ms = r["ms_median"]
+        r["speedup"] = round(eager["ms_median"] / ms, 3) if eager else None
+        r["vs_oracle"] = round(ms / oracle["ms_median"], 3) if oracle else None
+        r["vs_best_peer"] = round(ms / best_peer["ms_median"], 3) if best_peer else None
+        r["mfu_pct"] = round(100 * flops / (ms / 1000) / (peak_gflops * 1e9), 2) if flops else None
+    model = workload.model()
+    return {
+        "name": workload.name,
+        "description": workload.description,
+        "params": sum(p.numel() for p in model.parameters()),
+        "flops_per_step": flops,
+        "eager_ms": eager["ms_median"] if eager else None,
+        "oracle": oracle["name"] if oracle else None,
+        "oracle_ms": oracle["ms_median"] if oracle else None,
+        "best_peer": best_peer["name"] if best_peer else None,
+        "best_peer_ms": best_peer["ms_median"] if best_peer else None,
+        "configs": rows,
+    }
+
+
+def machine_info(device: torch.device) -> dict[str, Any]:
+    from autoopt.runtime.tune import cpu_model
+
+    info: dict[str, Any] = {
+        "device": str(device),
+        "cpu": cpu_model(),
+        "cores": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "load_avg_start": _load_avg(),
+        "peak_gflops": measure_peak(device),
+    }
+    if device.type == "cuda":
+        info["gpu"] = torch.cuda.get_device_name(device)
+    for package in ("accelerate", "lightning"):
+        with contextlib.suppress(Exception):
+            info[package] = __import__(package).__version__
+    return info
+
+
+def _load_avg() -> list[float] | None:
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return None
+
+
+@contextlib.contextmanager
+def _env(name: str, value: str) -> Iterator[None]:
+    old = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = old
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="Run one benchmark configuration (JSON out).")
+    parser.add_argument("--one", nargs=2, metavar=("WORKLOAD", "CONFIG"), required=True)
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--warmup", type=int, default=3)
+    args = parser.parse_args(argv)
+    workload = WORKLOADS[args.one[0]]
+    config = next(c for c in configs_for(workload) if c.name == args.one[1])
+    row = run_config(workload, config, steps=args.steps, repeats=args.repeats, warmup=args.warmup)
+    print(json.dumps(row))
+
+
+if __name__ == "__main__":
+    main()

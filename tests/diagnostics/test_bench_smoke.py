@@ -1,0 +1,115 @@
+"""A smoke test of the benchmark harness and `autoopt bench`: one tiny workload, every
+configuration, 2 timed steps. It checks the shape of the results, never the timings."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from click.testing import CliRunner
+from torch import nn
+from torch.nn import functional as F
+
+from autoopt.cli import main
+from autoopt.diagnostics import bench
+
+harness = bench.load_harness()
+workloads = __import__("benchmarks.workloads", fromlist=["Workload"])
+
+
+def _tiny_data(n: int, g: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.randn(n, 8, generator=g), torch.randint(0, 3, (n,), generator=g)
+
+
+TINY = workloads.Workload(
+    "tiny",
+    "Linear(8, 16)-ReLU-Linear(16, 3), batch 4",
+    lambda: nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 3)),
+    _tiny_data,
+    F.cross_entropy,
+    batch_size=4,
+    batches=2,
+)
+
+ROW_KEYS = {"name", "kind", "status"}
+OK_KEYS = {
+    "ms_median",
+    "ms_min",
+    "ms_max",
+    "spread_pct",
+    "warmup_s",
+    "setup_s",
+    "peak_mem_mb",
+    "speedup",
+    "vs_oracle",
+    "vs_best_peer",
+    "mfu_pct",
+    "repeats_ms",
+}
+
+
+@pytest.fixture()
+def results(tmp_path, monkeypatch):
+    monkeypatch.setitem(harness.WORKLOADS, "tiny", TINY)
+    monkeypatch.setenv("AUTOOPT_CACHE_DIR", str(tmp_path / "cache"))
+    out = tmp_path / "bench.json"
+    args = [
+        "bench",
+        "--workload",
+        "tiny",
+        "--steps",
+        "2",
+        "--repeats",
+        "1",
+        "--warmup",
+        "1",
+        "--no-isolate",
+        "--json",
+        str(out),
+        "--markdown",
+        str(tmp_path / "bench.md"),
+    ]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    assert "| tiny |" in result.output  # the summary table on stdout
+    return json.loads(out.read_text())
+
+
+def test_every_configuration_has_a_number_or_a_reason(results):
+    assert results["schema"] == harness.SCHEMA
+    assert results["settings"] == {"steps": 2, "repeats": 1, "warmup": 1, "isolate": False}
+    assert results["machine"]["peak_gflops"]["best"] > 0
+    (w,) = results["workloads"]
+    assert w["name"] == "tiny" and w["flops_per_step"] > 0
+    rows = {r["name"]: r for r in w["configs"]}
+    assert set(rows) == set(harness.config_names(TINY))
+    for row in w["configs"]:
+        assert set(row) >= ROW_KEYS, row
+        if row["status"] == "ok":
+            assert set(row) >= OK_KEYS, row
+            assert row["ms_median"] > 0 and len(row["repeats_ms"]) == 1
+        else:
+            assert row["status"] == "skipped" and row["reason"], row  # a failure is a bug
+    for name in ("eager", "bf16", "compile", "autoopt", "autoopt-tune"):
+        assert rows[name]["status"] == "ok", rows[name]
+    assert rows["eager"]["speedup"] == 1.0
+    # The oracle is the fastest hand-applied configuration, so nothing of that kind beats it.
+    oracle = rows[w["oracle"]]
+    assert oracle["vs_oracle"] == 1.0 and oracle["kind"] in ("baseline", "trick")
+    assert "ms/step" in rows["autoopt-tune"]["tune"]  # the tuning table rides along
+
+
+def test_markdown_and_plot(results, tmp_path):
+    md = bench.markdown(results)
+    assert md.count("| eager |") == 1 and "tune / oracle" in md
+    pytest.importorskip("matplotlib")
+    png = tmp_path / "bench.png"
+    bench.plot(results, png)
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_unknown_workload_is_a_usage_error():
+    result = CliRunner().invoke(main, ["bench", "--workload", "nope"])
+    assert result.exit_code == 2
+    assert "cnn" in result.output

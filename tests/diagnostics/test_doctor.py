@@ -1,0 +1,97 @@
+"""autoopt doctor: every field present, and each one agrees with what torch itself says."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+from autoopt.cli import main
+from autoopt.diagnostics import doctor
+from autoopt.runtime import hardware
+
+
+@pytest.fixture(scope="module")
+def info() -> dict:
+    return doctor.collect()
+
+
+def test_versions_and_devices_match_torch(info):
+    t = info["torch"]
+    assert t["version"] == torch.__version__
+    assert t["cuda"] == torch.version.cuda
+    assert t["cuda_available"] == torch.cuda.is_available()
+    assert t["device_count"] == torch.cuda.device_count()
+    assert len(info["cuda_devices"]) == (
+        torch.cuda.device_count() if torch.cuda.is_available() else 0
+    )
+    for d in info["cuda_devices"]:
+        assert d["name"] == torch.cuda.get_device_name(d["index"])
+        assert d["bf16"] == hardware.cuda_supports_bf16(torch.device("cuda", d["index"]))
+
+
+def test_cpu_facts_match_the_hardware_helpers(info):
+    cpu = info["cpu"]
+    assert cpu["features"] == hardware.cpu_features()
+    assert cpu["native_bf16"] == hardware.cpu_supports_bf16()
+    assert cpu["torch_threads"] == torch.get_num_threads()
+    assert cpu["interop_threads"] == torch.get_num_interop_threads()
+    assert cpu["model"]
+
+
+def test_plan_is_optimize_own_report(info):
+    passes = {p["pass"]: p for p in info["plan"]["passes"]}
+    assert {"device", "amp", "compile", "channels_last"} <= set(passes)
+    assert all(
+        p["status"] in ("applied", "skipped", "failed") and p["detail"] for p in passes.values()
+    )
+    # The amp decision follows the same hardware function the amp pass reads.
+    if not torch.cuda.is_available():
+        assert (passes["amp"]["status"] == "applied") == hardware.cpu_supports_bf16()
+
+
+def test_environment_is_reported(monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    env = doctor.collect()["env"]
+    assert env["OMP_NUM_THREADS"] == "3"
+    assert env["WORLD_SIZE"] is None
+    assert "CUDA_VISIBLE_DEVICES" in env
+
+
+def test_cli_text_and_json():
+    runner = CliRunner()
+    text = runner.invoke(main, ["doctor"])
+    assert text.exit_code == 0, text.output
+    assert torch.__version__ in text.output
+    assert "what optimize() would do here" in text.output
+    assert "OMP_NUM_THREADS" in text.output
+    as_json = runner.invoke(main, ["doctor", "--json"])
+    assert as_json.exit_code == 0, as_json.output
+    data = json.loads(as_json.output)
+    assert {"torch", "cpu", "cuda_devices", "nvidia_smi", "env", "plan"} <= set(data)
+    assert data["torch"]["version"] == torch.__version__
+
+
+def test_model_summary(tmp_path, monkeypatch):
+    (tmp_path / "my_models.py").write_text(
+        "from torch import nn\n"
+        "def build():\n"
+        "    return nn.Sequential(nn.Linear(4, 3), nn.ReLU(), nn.Linear(3, 2))\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    result = CliRunner().invoke(main, ["doctor", "--json", "--model", "my_models:build"])
+    assert result.exit_code == 0, result.output
+    model = json.loads(result.output)["model"]
+    assert model["params"] == 4 * 3 + 3 + 3 * 2 + 2
+    assert [c["params"] for c in model["children"]] == [15, 0, 8]
+    assert json.loads(result.output)["plan"]["subject"] == "your model"
+
+
+def test_bad_model_spec_is_a_clear_error():
+    result = CliRunner().invoke(main, ["doctor", "--model", "no_colon_here"])
+    assert result.exit_code != 0
+    assert "module:attr" in result.output
