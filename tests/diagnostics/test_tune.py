@@ -193,3 +193,22 @@ def test_optimize_reports_the_tuning():
     result = autoopt.report(model)["tune"]
     assert result.status.value == "applied"
     assert "ms/step" in result.detail  # the table of measured candidates
+
+
+def test_a_simpler_plan_within_the_noise_margin_wins() -> None:
+    from autoopt.runtime.tune import NOISE_MARGIN, Measurement, Plan, _simplest_within_noise
+
+    eager, bf16, compiled = Plan(), Plan(amp="bf16"), Plan(amp="bf16", compile=True)
+    close = 10.0 * (1 + NOISE_MARGIN / 2)
+    picked = _simplest_within_noise(
+        [
+            (eager, Measurement("fp32", 20.0)),
+            (bf16, Measurement("bf16", close)),
+            (compiled, Measurement("bf16+compile", 10.0)),
+        ]
+    )
+    assert picked is not None and picked[0] == bf16
+    clear_win = _simplest_within_noise(
+        [(bf16, Measurement("bf16", 12.0)), (compiled, Measurement("bf16+compile", 10.0))]
+    )
+    assert clear_win is not None and clear_win[0] == compiled
