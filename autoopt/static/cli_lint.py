@@ -1,5 +1,235 @@
-"""Placeholder until implemented."""
+"""`autoopt lint`, `autoopt rules`, `autoopt explain`.
+
+Exit codes of `lint` (Ruff's): 0 no findings, 1 findings, 2 usage, configuration or internal
+error, or a file that could not be read/decoded/parsed (unless `--exit-zero`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from collections.abc import Iterator, Sequence
+from pathlib import Path
 
 import click
 
-COMMANDS: list[click.Command] = []
+from autoopt.static.config import OUTPUT_FORMATS, ConfigError, Options, resolve_settings
+from autoopt.static.explain import render_explain, render_rules
+from autoopt.static.output import render
+from autoopt.static.project import load_project, registry_for
+from autoopt.static.registry import Registry, RuleError
+from autoopt.static.runner import Progress, run_lint
+
+PROGRESS_MIN_FILES = 100  # below this a progress bar is noise
+
+
+def split_selectors(values: Sequence[str]) -> tuple[str, ...]:
+    """`--select AO1,AO2 --select AO3` -> ("AO1", "AO2", "AO3")."""
+    return tuple(part.strip() for value in values for part in value.split(",") if part.strip())
+
+
+def fail(message: str) -> None:
+    """Report a usage/config error on stderr and exit 2."""
+    click.echo(f"{click.style('autoopt: error:', fg='red', bold=True)} {message}", err=True)
+    sys.exit(2)
+
+
+def color_setting() -> bool | None:
+    """None: colour only on a terminal (click decides); False where NO_COLOR is set."""
+    return False if os.environ.get("NO_COLOR") else None
+
+
+@contextlib.contextmanager
+def progress_bar(n_files: int, quiet: bool) -> Iterator[Progress | None]:
+    """A progress bar on stderr for long runs on a terminal; None otherwise."""
+    if quiet or n_files < PROGRESS_MIN_FILES or not sys.stderr.isatty():
+        yield None
+        return
+    with click.progressbar(length=n_files, label="Linting", file=sys.stderr) as bar:
+        yield bar.update
+
+
+def selection_options(func):  # type: ignore[no-untyped-def]
+    """The options shared by `lint` and `rewrite`: rule selection, target version, config."""
+    options = [
+        click.option(
+            "--select",
+            multiple=True,
+            metavar="CODES",
+            help="Rules to enable, by code or prefix (AO201, AO2, ALL); comma-separated.",
+        ),
+        click.option("--ignore", multiple=True, metavar="CODES", help="Rules to disable."),
+        click.option(
+            "--extend-select",
+            multiple=True,
+            metavar="CODES",
+            help="Rules to enable on top of the configured selection.",
+        ),
+        click.option(
+            "--target-version",
+            metavar="VERSION",
+            help="The torch version the code targets, e.g. 2.0.",
+        ),
+        click.option(
+            "--config",
+            "config_file",
+            type=click.Path(dir_okay=False, path_type=Path),
+            help="Config file (default: the nearest pyproject.toml with [tool.autoopt]).",
+        ),
+        click.option(
+            "--force-exclude",
+            is_flag=True,
+            default=None,
+            help="Apply `exclude` to files named on the command line too (pre-commit).",
+        ),
+        click.option("--no-cache", is_flag=True, help="Neither read nor write .autoopt_cache."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def build_options(
+    select: Sequence[str],
+    ignore: Sequence[str],
+    extend_select: Sequence[str],
+    target_version: str | None,
+    config_file: Path | None,
+    force_exclude: bool | None,
+    no_cache: bool,
+    **extra: object,
+) -> Options:
+    """`Options` from the shared click options (plus any other `Options` fields in `extra`)."""
+    return Options(
+        select=split_selectors(select) or None,
+        ignore=split_selectors(ignore),
+        extend_select=split_selectors(extend_select),
+        target_version=target_version,
+        config=config_file,
+        force_exclude=force_exclude,
+        no_cache=no_cache,
+        **extra,  # type: ignore[arg-type]
+    )
+
+
+@click.command("lint")
+@click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
+@selection_options
+@click.option(
+    "--output-format",
+    type=click.Choice(OUTPUT_FORMATS),
+    default=None,
+    help="How findings are printed (default: text).",
+)
+@click.option("--statistics", is_flag=True, help="Print the number of findings per rule.")
+@click.option("--exit-zero", is_flag=True, default=None, help="Exit 0 even with findings/errors.")
+@click.option(
+    "--unsafe-fixes",
+    is_flag=True,
+    default=None,
+    help="Count fixes that may change behaviour as fixable ([*]).",
+)
+@click.option("-q", "--quiet", is_flag=True, help="Print findings only: no summary, no progress.")
+@click.option(
+    "--jobs",
+    "-j",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Worker processes (default: one per CPU).",
+)
+def lint(
+    paths: tuple[Path, ...],
+    select: tuple[str, ...],
+    ignore: tuple[str, ...],
+    extend_select: tuple[str, ...],
+    target_version: str | None,
+    config_file: Path | None,
+    force_exclude: bool | None,
+    no_cache: bool,
+    output_format: str | None,
+    statistics: bool,
+    exit_zero: bool | None,
+    unsafe_fixes: bool | None,
+    quiet: bool,
+    jobs: int | None,
+) -> None:
+    """Find missing PyTorch optimizations in PATHS (files or folders; default: .)."""
+    options = build_options(
+        select,
+        ignore,
+        extend_select,
+        target_version,
+        config_file,
+        force_exclude,
+        no_cache,
+        output_format=output_format,
+        exit_zero=exit_zero,
+        unsafe_fixes=unsafe_fixes,
+    )
+    try:
+        project = load_project(list(paths) or ["."], options)
+    except (ConfigError, RuleError) as exc:
+        fail(str(exc))
+        return
+    settings = project.settings
+    with progress_bar(len(project.files), quiet) as progress:
+        report = run_lint(project, jobs=jobs, progress=progress)
+    text = render(
+        report,
+        settings.output_format,
+        statistics=statistics,
+        quiet=quiet,
+        unsafe_fixes=settings.unsafe_fixes,
+        root=settings.project_root,
+    )
+    click.echo(text, nl=False, color=color_setting())
+    sys.exit(report.exit_code(settings.exit_zero))
+
+
+def _registry(config_file: Path | None) -> Registry:
+    try:
+        settings = resolve_settings(["."], Options(config=config_file))
+        return registry_for(settings)
+    except (ConfigError, RuleError) as exc:
+        fail(str(exc))
+        raise  # unreachable: fail exits
+
+
+@click.command("rules")
+@click.option(
+    "--output-format", type=click.Choice(["text", "json"]), default="text", help="text or json."
+)
+@click.option(
+    "--config",
+    "config_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Config file whose extra-rules to include.",
+)
+def rules(output_format: str, config_file: Path | None) -> None:
+    """List every rule: code, name, fix availability (safe/unsafe/none), message."""
+    registry = _registry(config_file)
+    click.echo(render_rules(registry.all(), output_format), nl=False)
+
+
+@click.command("explain")
+@click.argument("code")
+@click.option(
+    "--config",
+    "config_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Config file whose extra-rules to include.",
+)
+def explain(code: str, config_file: Path | None) -> None:
+    """Print the documentation of rule CODE (e.g. AO201, or its name)."""
+    registry = _registry(config_file)
+    rule = registry.find(code)
+    if rule is None:
+        close = registry.suggest(code)
+        hint = f"; did you mean {' or '.join(close)}?" if close else ""
+        fail(f"unknown rule {code!r}{hint} (`autoopt rules` lists them)")
+        return
+    click.echo(render_explain(rule), nl=False)
+
+
+COMMANDS: list[click.Command] = [lint, rules, explain]
