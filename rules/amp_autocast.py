@@ -1,0 +1,858 @@
+"""AO201: a training loop that runs in full fp32 (no autocast anywhere in the file)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+
+import libcst as cst
+import libcst.matchers as m
+from libcst.codemod.visitors import ImportItem
+
+from autoopt.static.rule import Fix, FixSafety, Invalid, Rule, Valid
+
+_AMP_WORDS = ("autocast", "GradScaler")
+_BCE = {
+    "torch.nn.BCELoss",
+    "torch.nn.modules.loss.BCELoss",
+    "torch.nn.functional.binary_cross_entropy",
+}
+_CLIP = {
+    "torch.nn.utils.clip_grad_norm_",
+    "torch.nn.utils.clip_grad_value_",
+    "torch.nn.utils.clip_grad.clip_grad_norm_",
+    "torch.nn.utils.clip_grad.clip_grad_value_",
+}
+# Method calls that only move or re-type a batch: statements made of them stay outside autocast.
+_SETUP_METHODS = {"to", "cuda", "cpu", "float", "long", "int", "zero_grad", "train", "eval"}
+_SETUP_FUNCS = {"next", "len", "enumerate"}
+
+Edit = cst.CSTNode | cst.FlattenSentinel | Callable[[cst.CSTNode], object]
+
+
+class AmpAutocast(Rule):
+    """Train with automatic mixed precision: `torch.autocast` + `torch.amp.GradScaler`.
+
+    **What.** A loop that calls `.backward()` while nothing in the file uses `autocast` runs every
+    matmul and convolution in float32. Wrapping the forward pass and the loss in
+    `torch.autocast(device_type=..., dtype=...)` runs them in bfloat16 or float16, and a
+    `GradScaler` keeps small float16 gradients from underflowing.
+
+    **Why.** Tensor cores (and CPUs with AVX512-BF16/AMX) run half-precision matmuls several times
+    faster than fp32 and the activations take half the memory: on this project's CPU machines bf16
+    autocast made a small CNN's training step ~17x faster; on Ampere+ GPUs 2-3x is typical.
+
+    **The fix** (unsafe: it changes the numerics of training) wraps the forward and loss
+    statements before each `backward()` in `with torch.autocast(device_type=<your device>.type,
+    dtype=amp_dtype):`, creates one scaler before the training loop, and routes the loop through
+    it: `scaler.scale(loss).backward()`, `scaler.step(optimizer)` and a single `scaler.update()` per
+    iteration (after the last optimizer of a GAN), with `scaler.unscale_(optimizer)` before any
+    `clip_grad_norm_`/`clip_grad_value_` so clipping sees true gradients. `amp_dtype` is bfloat16
+    on CPU and on GPUs that support it (the scaler is then a pass-through) and float16 with real
+    loss scaling on older GPUs (a script with no CUDA anywhere simply gets bfloat16). Gradient
+    accumulation keeps its `if`: the step and the update stay under it.
+
+    **When not to apply.** The fix declines, saying why, when the loop has no optimizer object
+    to route through a scaler (manual updates), uses an LBFGS closure (`step(closure)`), takes a
+    double backward (`create_graph=True`, `torch.autograd.grad`, e.g. a gradient penalty: it needs
+    the scaled-gradient recipe by hand), or uses `BCELoss`/`binary_cross_entropy` on
+    probabilities, which autocast rejects (switch to `BCEWithLogitsLoss` first). Numerically
+    delicate code (large reductions, custom losses in fp16) should be checked after the change;
+    the runtime `autoopt.optimize()` does this without editing the loop.
+    """
+
+    code = "AO201"
+    name = "amp-autocast"
+    message = "training loop runs in fp32; use torch.autocast and a GradScaler (mixed precision)"
+    fix_safety = FixSafety.UNSAFE
+    fix_reason = "mixed precision changes the numerics of training"
+    triggers = ("backward",)
+
+    VALID = [
+        Valid(
+            """
+            import torch
+
+            scaler = torch.amp.GradScaler("cuda")
+            for x, y in loader:
+                with torch.autocast(device_type="cuda", dtype=torch.float16):
+                    loss = loss_fn(model(x), y)
+                scaler.scale(loss).backward()
+                scaler.step(optimizer)
+                scaler.update()
+            """
+        ),
+        Valid(
+            """
+            import torch
+            from torch.amp import autocast
+
+            for x, y in loader:
+                with autocast("cpu"):
+                    loss = loss_fn(model(x), y)
+                loss.backward()
+                optimizer.step()
+            """
+        ),
+        Valid(
+            """
+            import torch
+
+            for x, y in loader:  # evaluation: no backward
+                with torch.no_grad():
+                    print(model(x))
+            """
+        ),
+        Valid(
+            """
+            def backward(grad):
+                return grad
+
+            for g in grads:
+                backward(g)
+            """
+        ),
+    ]
+
+    INVALID = [
+        # A CPU-only script (no CUDA anywhere: bf16) with a device variable, forward spread over
+        # several statements.
+        Invalid(
+            """
+            import torch
+            from torch import nn
+
+            device = torch.device("cpu")
+            model = nn.Linear(4, 2).to(device)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            loss_fn = nn.CrossEntropyLoss()
+
+            # training
+            for x, y in loader:
+                x, y = x.to(device), y.to(device)
+                optimizer.zero_grad()
+                # forward
+                hidden = model(x)
+                loss = loss_fn(hidden, y)  # mean over the batch
+                loss.backward()
+                optimizer.step()
+            """,
+            line=10,
+            fixed="""
+            import torch
+            from torch import nn
+
+            device = torch.device("cpu")
+            model = nn.Linear(4, 2).to(device)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            loss_fn = nn.CrossEntropyLoss()
+
+            # training
+            amp_dtype = torch.bfloat16
+            scaler = torch.amp.GradScaler(device.type, enabled=amp_dtype == torch.float16)
+            for x, y in loader:
+                x, y = x.to(device), y.to(device)
+                optimizer.zero_grad()
+                # forward
+                with torch.autocast(device_type=device.type, dtype=amp_dtype):
+                    hidden = model(x)
+                    loss = loss_fn(hidden, y)  # mean over the batch
+                scaler.scale(loss).backward()
+                scaler.step(optimizer)
+                scaler.update()
+            """,
+        ),
+        # Epoch loop around the batch loop; clipping; the loss computed in a helper; no device
+        # variable but CUDA in use; `import torch` is added.
+        Invalid(
+            """
+            from torch import optim
+            from torch.nn.utils import clip_grad_norm_
+
+
+            def compute_loss(model, batch):
+                x, y = batch
+                return model(x.cuda()).sub(y.cuda()).pow(2).mean()
+
+
+            def train(model, loader, epochs):
+                opt = optim.AdamW(model.parameters())
+                for epoch in range(epochs):
+                    for batch in loader:
+                        opt.zero_grad()
+                        loss = compute_loss(model, batch)
+                        loss.backward()
+                        clip_grad_norm_(model.parameters(), 1.0)
+                        opt.step()
+            """,
+            line=13,
+            fixed="""
+            from torch import optim
+            from torch.nn.utils import clip_grad_norm_
+            import torch
+
+
+            def compute_loss(model, batch):
+                x, y = batch
+                return model(x.cuda()).sub(y.cuda()).pow(2).mean()
+
+
+            def train(model, loader, epochs):
+                opt = optim.AdamW(model.parameters())
+                amp_dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+                scaler = torch.amp.GradScaler("cuda", enabled=amp_dtype == torch.float16)
+                for epoch in range(epochs):
+                    for batch in loader:
+                        opt.zero_grad()
+                        with torch.autocast(device_type="cuda", dtype=amp_dtype):
+                            loss = compute_loss(model, batch)
+                        scaler.scale(loss).backward()
+                        scaler.unscale_(opt)
+                        clip_grad_norm_(model.parameters(), 1.0)
+                        scaler.step(opt)
+                        scaler.update()
+            """,
+        ),
+        # Gradient accumulation: step, update (and clipping) stay under the `if`.
+        Invalid(
+            """
+            import torch
+
+            dev = "cuda" if torch.cuda.is_available() else "cpu"
+            optimizer = torch.optim.Adam(model.parameters())
+            for i, (x, y) in enumerate(loader):
+                out = model(x.to(dev))
+                loss = criterion(out, y.to(dev)) / accum
+                (loss).backward()
+                if (i + 1) % accum == 0:
+                    torch.nn.utils.clip_grad_value_(model.parameters(), 0.5)
+                    optimizer.step()
+                    optimizer.zero_grad()
+            """,
+            line=5,
+            fixed="""
+            import torch
+
+            dev = "cuda" if torch.cuda.is_available() else "cpu"
+            optimizer = torch.optim.Adam(model.parameters())
+            amp_dtype = torch.bfloat16 if torch.device(dev).type == "cpu" or torch.cuda.is_bf16_supported() else torch.float16
+            scaler = torch.amp.GradScaler(torch.device(dev).type, enabled=amp_dtype == torch.float16)
+            for i, (x, y) in enumerate(loader):
+                with torch.autocast(device_type=torch.device(dev).type, dtype=amp_dtype):
+                    out = model(x.to(dev))
+                    loss = criterion(out, y.to(dev)) / accum
+                scaler.scale(loss).backward()
+                if (i + 1) % accum == 0:
+                    scaler.unscale_(optimizer)
+                    torch.nn.utils.clip_grad_value_(model.parameters(), 0.5)
+                    scaler.step(optimizer)
+                    scaler.update()
+                    optimizer.zero_grad()
+            """,
+        ),
+        # A GAN: two optimizers, two backward calls, one scaler and one update per iteration.
+        Invalid(
+            """
+            import torch
+
+            device = torch.device("cuda")
+            opt_d = torch.optim.Adam(D.parameters())
+            opt_g = torch.optim.Adam(G.parameters())
+            for real in loader:
+                real = real.to(device)
+                opt_d.zero_grad()
+                fake = G(torch.randn(real.size(0), 64, device=device))
+                loss_d = crit(D(real), ones) + crit(D(fake.detach()), zeros)
+                loss_d.backward()
+                opt_d.step()
+                opt_g.zero_grad()
+                loss_g = crit(D(fake), ones)
+                loss_g.backward()
+                opt_g.step()
+            """,
+            line=6,
+            fixed="""
+            import torch
+
+            device = torch.device("cuda")
+            opt_d = torch.optim.Adam(D.parameters())
+            opt_g = torch.optim.Adam(G.parameters())
+            amp_dtype = torch.bfloat16 if device.type == "cpu" or torch.cuda.is_bf16_supported() else torch.float16
+            scaler = torch.amp.GradScaler(device.type, enabled=amp_dtype == torch.float16)
+            for real in loader:
+                real = real.to(device)
+                opt_d.zero_grad()
+                with torch.autocast(device_type=device.type, dtype=amp_dtype):
+                    fake = G(torch.randn(real.size(0), 64, device=device))
+                    loss_d = crit(D(real), ones) + crit(D(fake.detach()), zeros)
+                scaler.scale(loss_d).backward()
+                scaler.step(opt_d)
+                opt_g.zero_grad()
+                with torch.autocast(device_type=device.type, dtype=amp_dtype):
+                    loss_g = crit(D(fake), ones)
+                scaler.scale(loss_g).backward()
+                scaler.step(opt_g)
+                scaler.update()
+            """,
+        ),
+        # A CPU-only script (no CUDA anywhere, no device variable); `scaler` is taken.
+        Invalid(
+            """
+            import torch
+
+            scaler = StandardScaler()
+            opt = torch.optim.SGD(net.parameters(), lr=0.01)
+            while True:
+                opt.zero_grad()
+                net(batch()).mean().backward()
+                opt.step()
+            """,
+            line=5,
+            fixed="""
+            import torch
+
+            scaler = StandardScaler()
+            opt = torch.optim.SGD(net.parameters(), lr=0.01)
+            amp_dtype = torch.bfloat16
+            grad_scaler = torch.amp.GradScaler("cpu", enabled=amp_dtype == torch.float16)
+            while True:
+                opt.zero_grad()
+                with torch.autocast(device_type="cpu", dtype=amp_dtype):
+                    loss = net(batch()).mean()
+                grad_scaler.scale(loss).backward()
+                grad_scaler.step(opt)
+                grad_scaler.update()
+            """,
+        ),
+        # Declines: no optimizer object (manual update).
+        Invalid(
+            """
+            import torch
+
+            for x, y in loader:
+                loss = ((w * x - y) ** 2).mean()
+                loss.backward()
+                with torch.no_grad():
+                    w -= 0.1 * w.grad
+            """,
+            line=3,
+            message_contains="no optimizer",
+        ),
+        # Declines: LBFGS closure.
+        Invalid(
+            """
+            import torch
+
+            opt = torch.optim.LBFGS(model.parameters())
+            for x, y in loader:
+                def closure():
+                    opt.zero_grad()
+                    loss = loss_fn(model(x), y)
+                    loss.backward()
+                    return loss
+                loss = loss_fn(model(x), y)
+                loss.backward()
+                opt.step(closure)
+            """,
+            line=4,
+            message_contains="LBFGS",
+        ),
+        # Declines: a gradient penalty (double backward).
+        Invalid(
+            """
+            import torch
+
+            for real in loader:
+                opt_d.zero_grad()
+                real.requires_grad_(True)
+                score = D(real)
+                grad, = torch.autograd.grad(score.sum(), real, create_graph=True)
+                loss = -score.mean() + 10 * ((grad.norm(2, dim=1) - 1) ** 2).mean()
+                loss.backward()
+                opt_d.step()
+            """,
+            line=3,
+            message_contains="double backward",
+        ),
+        # Declines: two optimizers stepped under different conditions (no single update point).
+        Invalid(
+            """
+            import torch
+
+            for i, x in enumerate(loader):
+                loss = model(x).mean()
+                loss.backward()
+                if i % 2:
+                    opt_a.step()
+                else:
+                    opt_b.step()
+                opt_a.zero_grad()
+                opt_b.zero_grad()
+            """,
+            line=3,
+            message_contains="different conditions",
+        ),
+        # Declines: BCELoss on probabilities.
+        Invalid(
+            """
+            import torch
+            import torch.nn as nn
+
+            criterion = nn.BCELoss()
+            for x, y in loader:
+                optimizer.zero_grad()
+                loss = criterion(torch.sigmoid(model(x)), y)
+                loss.backward()
+                optimizer.step()
+            """,
+            line=5,
+            message_contains="BCEWithLogitsLoss",
+        ),
+    ]
+
+    def visit_Module(self, node: cst.Module) -> None:
+        source = self.context.source
+        if "torch" not in source or any(w in source for w in _AMP_WORDS):
+            return
+        for loop, backward_calls in _innermost_training_loops(self).items():
+            plan = _Planner(self, loop, backward_calls)
+            reason = plan.build()
+            if reason is not None:
+                self.report(loop, f"{self.message} (fix declined: {reason})")
+            else:
+                self.report(loop, fix=plan.fix())
+
+
+# ----- analysis -----------------------------------------------------------------------------
+
+
+def _innermost_training_loops(rule: Rule) -> dict[cst.CSTNode, list[cst.Call]]:
+    """Each innermost loop around `.backward()` calls, with those calls, in source order."""
+    groups: dict[int, tuple[cst.CSTNode, list[cst.Call]]] = {}
+    facts = rule.facts
+    for call in facts.backward_calls:
+        loops = facts.enclosing_loops(call)
+        if loops:
+            groups.setdefault(id(loops[0]), (loops[0], []))[1].append(call)
+    return {loop: calls for loop, calls in groups.values()}
+
+
+def _walk(node: cst.CSTNode, *, into_defs: bool = False) -> Iterator[cst.CSTNode]:
+    """Nodes under `node`, not entering nested functions/classes unless `into_defs`."""
+    stack = [node]
+    while stack:
+        cur = stack.pop()
+        yield cur
+        if not into_defs and cur is not node and isinstance(cur, cst.FunctionDef | cst.ClassDef):
+            continue
+        stack.extend(reversed(cur.children))
+
+
+def _code(node: cst.CSTNode) -> str:
+    return cst.Module([]).code_for_node(node)
+
+
+def _stmt(code: str) -> cst.BaseStatement:
+    return cst.parse_statement(code + "\n")
+
+
+@dataclass
+class _Planner:
+    """Decides whether one training loop can be converted and builds the edits."""
+
+    rule: Rule
+    loop: cst.CSTNode
+    backward_calls: list[cst.Call]
+    edits: dict[int, tuple[cst.CSTNode, Edit]] = field(default_factory=dict)
+    scaler: str = "scaler"
+    dtype_name: str = "amp_dtype"
+    device_type: str = '"cuda"'
+    outer: cst.CSTNode | None = None
+
+    # ----- helpers ---------------------------------------------------------------------------
+    @property
+    def facts(self):  # noqa: ANN201 - FileFacts, typed in rule.py
+        return self.rule.facts
+
+    def statement_of(self, node: cst.CSTNode) -> cst.BaseStatement:
+        """The statement (simple line or compound) in a block that holds `node`."""
+        cur: cst.CSTNode | None = node
+        while cur is not None and not (
+            isinstance(cur, cst.BaseStatement)
+            and isinstance(self.facts.parent(cur), cst.IndentedBlock | cst.Module)
+        ):
+            cur = self.facts.parent(cur)
+        assert isinstance(cur, cst.BaseStatement)
+        return cur
+
+    def block_of(self, stmt: cst.CSTNode) -> Sequence[cst.BaseStatement]:
+        parent = self.facts.parent(stmt)
+        assert isinstance(parent, cst.IndentedBlock | cst.Module)
+        return parent.body
+
+    def _calls(self, node: cst.CSTNode) -> Iterator[cst.Call]:
+        return (n for n in _walk(node) if isinstance(n, cst.Call))
+
+    # ----- the plan ----------------------------------------------------------------------------
+    def build(self) -> str | None:
+        """Fill `self.edits`; return the reason to decline, or None."""
+        module = self.facts.module
+        # -- things autocast/GradScaler cannot take
+        for call in _walk(module, into_defs=True):
+            if isinstance(call, cst.Call):
+                names = self.rule.qualified_names(call.func)
+                if names & _BCE:
+                    return (
+                        "BCELoss/binary_cross_entropy on probabilities is rejected by autocast; "
+                        "use BCEWithLogitsLoss on logits first"
+                    )
+                if "torch.autograd.grad" in names:
+                    return "double backward (torch.autograd.grad, e.g. a gradient penalty)"
+        for call in self.backward_calls:
+            if not isinstance(call.func, cst.Attribute) or any(
+                n.startswith("torch.") for n in self.rule.qualified_names(call.func)
+            ):
+                return "custom backward call (not loss.backward())"
+            if any(
+                a.keyword is not None
+                and a.keyword.value == "create_graph"
+                and not m.matches(a.value, m.Name("False"))
+                for a in call.args
+            ):
+                return "double backward (create_graph=True)"
+        optimizers = self._optimizers()
+        steps: list[tuple[cst.Call, str]] = []
+        for call in self._calls(self.loop):
+            if m.matches(call.func, m.Attribute(attr=m.Name("step"))):
+                owner = _code(call.func.value)  # type: ignore[attr-defined]
+                if owner in optimizers:
+                    if call.args or optimizers[owner] == "lbfgs":
+                        return "LBFGS-style optimizer.step(closure)"
+                    steps.append((call, owner))
+        if not steps:
+            return "no optimizer step() in the loop (no optimizer object to route through a scaler)"
+        self._choose_names()
+        self._choose_device()
+        # -- backward: autocast region before it, scaled loss
+        for call in self.backward_calls:
+            reason = self._plan_backward(call)
+            if reason:
+                return reason
+        # -- steps, one update per iteration, unscale_ before clipping
+        for call, owner in steps:
+            self.edits[id(call)] = (call, cst.parse_expression(f"{self.scaler}.step({owner})"))
+        reason = self._plan_update([c for c, _ in steps])
+        if reason:
+            return reason
+        self._plan_unscale(steps)
+        loops = [
+            lp for lp in self.facts.enclosing_loops(self.loop) if self.facts.is_training_loop(lp)
+        ]
+        self.outer = loops[-1] if loops else self.loop
+        return None
+
+    def _optimizers(self) -> dict[str, str]:
+        """Expressions (as code) that hold an optimizer -> "lbfgs" or "other"."""
+        found: dict[str, str] = {}
+        for node in _walk(self.facts.module, into_defs=True):
+            if isinstance(node, cst.Assign) and isinstance(node.value, cst.Call):
+                names = self.rule.qualified_names(node.value.func)
+                opt = {
+                    n
+                    for n in names
+                    if n.startswith("torch.optim.") and "lr_scheduler" not in n and "swa" not in n
+                }
+                if opt:
+                    kind = "lbfgs" if any(n.endswith("LBFGS") for n in opt) else "other"
+                    for target in node.targets:
+                        found[_code(target.target)] = kind
+            elif isinstance(node, cst.Call) and m.matches(
+                node.func, m.Attribute(attr=m.Name("zero_grad"))
+            ):
+                found.setdefault(_code(node.func.value), "other")  # type: ignore[attr-defined]
+        return found
+
+    def _choose_names(self) -> None:
+        used = {
+            n.value for n in _walk(self.facts.module, into_defs=True) if isinstance(n, cst.Name)
+        }
+        self.scaler = next(
+            n for n in ("scaler", "grad_scaler", "amp_scaler", "amp_grad_scaler") if n not in used
+        )
+        self.dtype_name = next(
+            n for n in ("amp_dtype", "autocast_dtype", "amp_autocast_dtype") if n not in used
+        )
+
+    def _choose_device(self) -> None:
+        """The script's own device: `<device>.type` where it has a device variable."""
+        candidates: list[str] = []
+        for call in self._calls(self.loop):
+            if m.matches(call.func, m.Attribute(attr=m.Name("to"))) and call.args:
+                first = call.args[0]
+                if first.keyword is None or first.keyword.value == "device":
+                    candidates.append(_code(first.value))
+            for a in call.args:
+                if a.keyword is not None and a.keyword.value == "device":
+                    candidates.append(_code(a.value))
+        assigned = self._assignments()
+        params = self._params()
+        for name in [*candidates, "device"]:
+            if name not in assigned and name not in params:
+                continue
+            values = assigned.get(name, [])
+            if values and all(
+                isinstance(v, cst.Call) and "torch.device" in self.rule.qualified_names(v.func)
+                for v in values
+            ):
+                self.device_type = f"{name}.type"
+            else:
+                self.device_type = f"torch.device({name}).type"
+            return
+        self.device_type = '"cuda"' if self.facts.uses_cuda else '"cpu"'
+
+    def _assignments(self) -> dict[str, list[cst.BaseExpression]]:
+        """Names (and attribute chains) assigned outside the loop -> their assigned values."""
+        out: dict[str, list[cst.BaseExpression]] = {}
+        loop_nodes = {id(n) for n in _walk(self.loop)}
+        for node in _walk(self.facts.module, into_defs=True):
+            if isinstance(node, cst.Assign) and id(node) not in loop_nodes:
+                for target in node.targets:
+                    if isinstance(target.target, cst.Name | cst.Attribute):
+                        out.setdefault(_code(target.target), []).append(node.value)
+        return out
+
+    def _params(self) -> set[str]:
+        scope = self.facts.enclosing_scope(self.loop)
+        if isinstance(scope, cst.FunctionDef):
+            p = scope.params
+            return {x.name.value for x in [*p.posonly_params, *p.params, *p.kwonly_params]}
+        return set()
+
+    def _is_boundary(self, stmt: cst.CSTNode) -> bool:
+        """A statement that must stay outside autocast: backward, step or clipping in it."""
+        for call in self._calls(stmt):
+            if m.matches(call.func, m.Attribute(attr=m.Name("backward") | m.Name("step"))):
+                return True
+            if self.rule.qualified_names(call.func) & _CLIP:
+                return True
+        return False
+
+    def _is_setup(self, stmt: cst.BaseStatement) -> bool:
+        """Batch movement, zero_grad, model.train(): kept before the autocast block."""
+        if not isinstance(stmt, cst.SimpleStatementLine):
+            return False
+        for small in stmt.body:
+            if isinstance(small, cst.Pass):
+                continue
+            if not isinstance(small, cst.Expr | cst.Assign | cst.AugAssign | cst.AnnAssign):
+                return False
+            for call in self._calls(small):
+                func = call.func
+                if isinstance(func, cst.Attribute) and func.attr.value in _SETUP_METHODS:
+                    continue
+                if isinstance(func, cst.Name) and func.value in _SETUP_FUNCS:
+                    continue
+                return False
+        return True
+
+    def _plan_backward(self, call: cst.Call) -> str | None:
+        receiver = call.func.value  # type: ignore[attr-defined]
+        stmt = self.statement_of(call)
+        region = self._region(stmt)
+        bare = receiver.with_changes(lpar=[], rpar=[])
+        if region:
+            self._wrap(region)
+            new_call = cst.parse_expression(f"{self.scaler}.scale(x).backward()")
+            scaled = new_call.func.value.with_changes(args=[cst.Arg(bare)])  # type: ignore[attr-defined]
+            self.edits[id(call)] = (
+                call,
+                call.with_changes(func=call.func.with_changes(value=scaled)),  # type: ignore[attr-defined]
+            )
+            return None
+        # Forward and backward in one expression statement: split it, naming the loss.
+        if not (
+            isinstance(stmt, cst.SimpleStatementLine)
+            and len(stmt.body) == 1
+            and isinstance(stmt.body[0], cst.Expr)
+            and stmt.body[0].value is call
+        ):
+            return "could not find the forward/loss statements before backward()"
+        used = {
+            n.value for n in _walk(self.facts.module, into_defs=True) if isinstance(n, cst.Name)
+        }
+        loss = next(n for n in ("loss", "amp_loss", "autocast_loss") if n not in used)
+        assign = cst.SimpleStatementLine(
+            [cst.Assign([cst.AssignTarget(cst.Name(loss))], bare)],
+        )
+        with_stmt = self._with_stmt([assign]).with_changes(leading_lines=stmt.leading_lines)
+        args = "".join(_code(a) for a in call.args)
+        backward = _stmt(f"{self.scaler}.scale({loss}).backward({args})").with_changes(
+            trailing_whitespace=stmt.trailing_whitespace
+        )
+        self.edits[id(stmt)] = (stmt, cst.FlattenSentinel([with_stmt, backward]))
+        return None
+
+    def _region(self, stmt: cst.BaseStatement) -> list[cst.BaseStatement]:
+        """The forward/loss statements before `stmt`: back to the previous boundary, without
+        leading setup statements; looked for in enclosing blocks while empty."""
+        while True:
+            block = list(self.block_of(stmt))
+            k = next(i for i, s in enumerate(block) if s is stmt)
+            j = k
+            while j > 0 and not self._is_boundary(block[j - 1]):
+                j -= 1
+            region = block[j:k]
+            while region and self._is_setup(region[0]):
+                region.pop(0)
+            if region or j > 0:
+                return region
+            owner = self._outer_statement(stmt)
+            if owner is None or owner is self.loop:
+                return []
+            stmt = owner
+
+    def _outer_statement(self, stmt: cst.CSTNode) -> cst.BaseStatement | None:
+        """The statement around `stmt` that sits directly in a block (skips else/elif)."""
+        cur = self.facts.parent(stmt)
+        while cur is not None:
+            if isinstance(cur, cst.BaseStatement) and isinstance(
+                self.facts.parent(cur), cst.IndentedBlock | cst.Module
+            ):
+                return cur
+            cur = self.facts.parent(cur)
+        return None
+
+    def _with_stmt(self, body: list[cst.BaseStatement]) -> cst.With:
+        template = _stmt(
+            f"with torch.autocast(device_type={self.device_type}, dtype={self.dtype_name}):\n"
+            "    pass"
+        )
+        assert isinstance(template, cst.With)
+        return template.with_changes(body=cst.IndentedBlock(body=body))
+
+    def _wrap(self, region: list[cst.BaseStatement]) -> None:
+        first = region[0]
+        inner = [first.with_changes(leading_lines=[]), *region[1:]]
+        with_stmt = self._with_stmt(inner).with_changes(leading_lines=first.leading_lines)
+        self.edits[id(first)] = (first, cst.FlattenSentinel([with_stmt]))
+        for stmt in region[1:]:
+            self.edits[id(stmt)] = (stmt, cst.RemoveFromParent())
+
+    def _plan_update(self, steps: list[cst.Call]) -> str | None:
+        """One `scaler.update()` per iteration: after the last step, in the deepest block that
+        holds every step, which must itself step unconditionally before that point."""
+        chains = [self._block_chain(self.statement_of(c)) for c in steps]
+        depth = 0  # levels whose block is the same for every step
+        while all(len(ch) > depth for ch in chains) and all(
+            ch[depth][0] is chains[0][depth][0] for ch in chains
+        ):
+            depth += 1
+        if depth == 0:  # pragma: no cover - every chain starts at the loop body
+            return "optimizer steps in different blocks"
+        level = depth - 1
+        if not any(len(ch) == depth for ch in chains):
+            return "optimizer steps under different conditions; cannot place one scaler.update()"
+        last = chains[-1][level][1]
+        update = _stmt(f"{self.scaler}.update()")
+
+        def insert_after(updated: cst.CSTNode) -> cst.FlattenSentinel:
+            return cst.FlattenSentinel([updated, update])  # type: ignore[list-item]
+
+        self._compose(last, insert_after)
+        return None
+
+    def _block_chain(self, stmt: cst.BaseStatement) -> list[tuple[cst.CSTNode, cst.CSTNode]]:
+        """(block, statement in that block) pairs from the loop body down to `stmt`."""
+        chain: list[tuple[cst.CSTNode, cst.CSTNode]] = []
+        cur: cst.CSTNode = stmt
+        while cur is not self.loop:
+            parent = self.facts.parent(cur)
+            if isinstance(parent, cst.IndentedBlock):
+                chain.append((parent, cur))
+            assert parent is not None
+            cur = parent
+        chain.reverse()
+        return chain
+
+    def _compose(self, node: cst.CSTNode, after: Callable[[cst.CSTNode], object]) -> None:
+        """Register `after(updated node)` as the edit of `node`, on top of any existing edit."""
+        previous = self.edits.get(id(node))
+        if previous is None:
+            self.edits[id(node)] = (node, after)
+            return
+        first = previous[1]
+
+        def both(updated: cst.CSTNode) -> object:
+            mid = first(updated) if callable(first) else first
+            return after(mid)  # type: ignore[arg-type]
+
+        self.edits[id(node)] = (node, both)
+
+    def _plan_unscale(self, steps: list[tuple[cst.Call, str]]) -> None:
+        order = self.facts._order  # source order of nodes
+        for call in self._calls(self.loop):
+            if not self.rule.qualified_names(call.func) & _CLIP:
+                continue
+            later = [owner for c, owner in steps if order[id(c)] > order[id(call)]]
+            owner = later[0] if later else steps[-1][1]
+            stmt = self.statement_of(call)
+            unscale = _stmt(f"{self.scaler}.unscale_({owner})")
+
+            def insert_before(updated: cst.CSTNode, unscale=unscale) -> cst.FlattenSentinel:
+                lead = getattr(updated, "leading_lines", ())
+                moved = unscale.with_changes(leading_lines=lead)
+                return cst.FlattenSentinel([moved, updated.with_changes(leading_lines=[])])  # type: ignore[attr-defined]
+
+            self._compose(stmt, insert_before)
+
+    # ----- the fix ----------------------------------------------------------------------------
+    def fix(self) -> Fix:
+        assert self.outer is not None
+        new_outer = self.outer.visit(_Editor({k: v for k, (_, v) in self.edits.items()}))
+        assert isinstance(new_outer, cst.BaseStatement)
+        if self.device_type == '"cpu"' or not self.facts.uses_cuda:
+            # No CUDA anywhere: CPU bf16. (Mentioning torch.cuda here would also make the
+            # script look CUDA-bound to the CUDA-only rules on the next pass.)
+            dtype = f"{self.dtype_name} = torch.bfloat16"
+        elif self.device_type == '"cuda"':
+            dtype = (
+                f"{self.dtype_name} = torch.bfloat16 if torch.cuda.is_bf16_supported() "
+                "else torch.float16"
+            )
+        else:
+            dtype = (
+                f"{self.dtype_name} = torch.bfloat16 if {self.device_type} == "
+                '"cpu" or torch.cuda.is_bf16_supported() else torch.float16'
+            )
+        scaler = (
+            f"{self.scaler} = torch.amp.GradScaler({self.device_type}, "
+            f"enabled={self.dtype_name} == torch.float16)"
+        )
+        lead = self.outer.leading_lines  # type: ignore[attr-defined]
+        replacement = cst.FlattenSentinel(
+            [
+                _stmt(dtype).with_changes(leading_lines=lead),
+                _stmt(scaler),
+                new_outer.with_changes(leading_lines=[]),
+            ]
+        )
+        return Fix(
+            replacements={self.outer: replacement},
+            description="autocast the forward and loss; route backward/step through a GradScaler",
+            add_imports=[ImportItem("torch")],
+        )
+
+
+class _Editor(cst.CSTTransformer):
+    """Applies edits keyed by node identity; an edit may be a node, a sentinel, or a function
+    of the updated node (so edits can nest: a step call inside a statement that gains a line)."""
+
+    def __init__(self, edits: dict[int, Edit]) -> None:
+        super().__init__()
+        self._edits = edits
+
+    def on_leave(self, original_node: cst.CSTNode, updated_node: cst.CSTNode):  # noqa: ANN201
+        edit = self._edits.get(id(original_node))
+        if edit is None:
+            return updated_node
+        return edit(updated_node) if callable(edit) else edit
