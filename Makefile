@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 TORCH_CONSTRAINTS ?= constraints-cpu.txt
 PYTEST_ARGS ?=
 
-.PHONY: venv demo test lint format bench clean
+.PHONY: venv demo test lint format bench examples clean
 
 $(BIN)/.installed: pyproject.toml $(TORCH_CONSTRAINTS)
 	$(PYTHON) -m venv $(VENV)
@@ -29,6 +29,11 @@ lint: venv
 format: venv
 	$(BIN)/ruff check --fix autoopt rules tests examples benchmarks
 	$(BIN)/ruff format autoopt rules tests benchmarks
+
+# Regenerate examples/rewritten/ from examples/naive/ with the current rules (a test checks it).
+examples: venv
+	rm -rf examples/rewritten && cp -r examples/naive examples/rewritten
+	$(BIN)/autoopt rewrite --unsafe-fixes examples/rewritten
 
 bench: venv
 	$(BIN)/python -m autoopt bench
