@@ -1,10 +1,33 @@
 """autoopt: make PyTorch training fast with the least change to the user's code.
 
-model, loader, optimizer = autoopt.optimize(model, loader, optimizer)
+    model, loader, optimizer = autoopt.optimize(model, loader, optimizer)
 """
 
-from autoopt.runtime.optimize import optimize, report, unwrap
-from autoopt.runtime.seed import seed_everything
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 __all__ = ["optimize", "report", "unwrap", "seed_everything", "__version__"]
+
+# The runtime imports torch (about 2 s); `autoopt lint` and `rewrite` never need it, so the
+# public names are resolved on first use.
+_LAZY = {
+    "optimize": "autoopt.runtime.optimize",
+    "report": "autoopt.runtime.optimize",
+    "unwrap": "autoopt.runtime.optimize",
+    "seed_everything": "autoopt.runtime.seed",
+}
+
+if TYPE_CHECKING:
+    from autoopt.runtime.optimize import optimize, report, unwrap
+    from autoopt.runtime.seed import seed_everything
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'autoopt' has no attribute {name!r}")

@@ -59,3 +59,18 @@ def test_wheel_contains_rules_and_imports_them(tmp_path: Path) -> None:
         cwd=tmp_path,
     ).stdout.strip()
     assert Path(out).is_relative_to(target)
+
+
+def test_lint_cli_does_not_import_torch() -> None:
+    # lint/rewrite must start fast: torch is only imported by the runtime, on first use.
+    code = "import sys, autoopt, autoopt.cli; assert 'torch' not in sys.modules, 'torch imported'"
+    subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
+
+
+def test_public_api_resolves_lazily() -> None:
+    import autoopt
+    from autoopt.runtime.optimize import optimize
+
+    assert autoopt.optimize is optimize
+    with pytest.raises(AttributeError):
+        autoopt.no_such_name  # noqa: B018
