@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 TORCH_CONSTRAINTS ?= constraints-cpu.txt
 PYTEST_ARGS ?=
 
-.PHONY: venv demo test lint format bench examples clean
+.PHONY: venv demo test lint format bench examples docs clean
 
 $(BIN)/.installed: pyproject.toml $(TORCH_CONSTRAINTS)
 	$(PYTHON) -m venv $(VENV)
@@ -34,6 +34,10 @@ format: venv
 examples: venv
 	rm -rf examples/rewritten && cp -r examples/naive examples/rewritten
 	$(BIN)/autoopt rewrite --unsafe-fixes examples/rewritten
+
+# Regenerate docs/rules.md (where every rule's URL points) from the rules' docstrings.
+docs: venv
+	mkdir -p docs && $(BIN)/autoopt rules --output-format markdown > docs/rules.md
 
 bench: venv
 	$(BIN)/python -m autoopt bench

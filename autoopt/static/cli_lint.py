@@ -198,7 +198,10 @@ def _registry(config_file: Path | None) -> Registry:
 
 @click.command("rules")
 @click.option(
-    "--output-format", type=click.Choice(["text", "json"]), default="text", help="text or json."
+    "--output-format",
+    type=click.Choice(["text", "json", "markdown"]),
+    default="text",
+    help="text, json, or markdown (the full reference, as in docs/rules.md).",
 )
 @click.option(
     "--config",
