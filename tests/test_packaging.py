@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -21,8 +22,15 @@ def test_editable_install_maps_rules_folder() -> None:
 
 @pytest.mark.slow
 def test_wheel_contains_rules_and_imports_them(tmp_path: Path) -> None:
+    # Build from a copy: an in-tree build would leave build/ and *.egg-info in the checkout.
+    source = tmp_path / "src"
+    shutil.copytree(
+        ROOT,
+        source,
+        ignore=shutil.ignore_patterns(".*", "build", "*.egg-info", "__pycache__", "benchmarks"),
+    )
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(tmp_path), str(ROOT)],
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(tmp_path), str(source)],
         check=True,
         capture_output=True,
     )

@@ -9,11 +9,12 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 
 import click
 
+from autoopt.static.cli_options import build_options, fail, selection_options
 from autoopt.static.config import OUTPUT_FORMATS, ConfigError, Options, resolve_settings
 from autoopt.static.explain import render_explain, render_rules
 from autoopt.static.output import render
@@ -22,17 +23,6 @@ from autoopt.static.registry import Registry, RuleError
 from autoopt.static.runner import Progress, run_lint
 
 PROGRESS_MIN_FILES = 100  # below this a progress bar is noise
-
-
-def split_selectors(values: Sequence[str]) -> tuple[str, ...]:
-    """`--select AO1,AO2 --select AO3` -> ("AO1", "AO2", "AO3")."""
-    return tuple(part.strip() for value in values for part in value.split(",") if part.strip())
-
-
-def fail(message: str) -> None:
-    """Report a usage/config error on stderr and exit 2."""
-    click.echo(f"{click.style('autoopt: error:', fg='red', bold=True)} {message}", err=True)
-    sys.exit(2)
 
 
 def color_setting() -> bool | None:
@@ -50,72 +40,10 @@ def progress_bar(n_files: int, quiet: bool) -> Iterator[Progress | None]:
         yield bar.update
 
 
-def selection_options(func):  # type: ignore[no-untyped-def]
-    """The options shared by `lint` and `rewrite`: rule selection, target version, config."""
-    options = [
-        click.option(
-            "--select",
-            multiple=True,
-            metavar="CODES",
-            help="Rules to enable, by code or prefix (AO201, AO2, ALL); comma-separated.",
-        ),
-        click.option("--ignore", multiple=True, metavar="CODES", help="Rules to disable."),
-        click.option(
-            "--extend-select",
-            multiple=True,
-            metavar="CODES",
-            help="Rules to enable on top of the configured selection.",
-        ),
-        click.option(
-            "--target-version",
-            metavar="VERSION",
-            help="The torch version the code targets, e.g. 2.0.",
-        ),
-        click.option(
-            "--config",
-            "config_file",
-            type=click.Path(dir_okay=False, path_type=Path),
-            help="Config file (default: the nearest pyproject.toml with [tool.autoopt]).",
-        ),
-        click.option(
-            "--force-exclude",
-            is_flag=True,
-            default=None,
-            help="Apply `exclude` to files named on the command line too (pre-commit).",
-        ),
-        click.option("--no-cache", is_flag=True, help="Neither read nor write .autoopt_cache."),
-    ]
-    for option in reversed(options):
-        func = option(func)
-    return func
-
-
-def build_options(
-    select: Sequence[str],
-    ignore: Sequence[str],
-    extend_select: Sequence[str],
-    target_version: str | None,
-    config_file: Path | None,
-    force_exclude: bool | None,
-    no_cache: bool,
-    **extra: object,
-) -> Options:
-    """`Options` from the shared click options (plus any other `Options` fields in `extra`)."""
-    return Options(
-        select=split_selectors(select) or None,
-        ignore=split_selectors(ignore),
-        extend_select=split_selectors(extend_select),
-        target_version=target_version,
-        config=config_file,
-        force_exclude=force_exclude,
-        no_cache=no_cache,
-        **extra,  # type: ignore[arg-type]
-    )
-
-
 @click.command("lint")
 @click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
 @selection_options
+@click.option("--no-cache", is_flag=True, help="Neither read nor write .autoopt_cache.")
 @click.option(
     "--output-format",
     type=click.Choice(OUTPUT_FORMATS),
@@ -162,7 +90,7 @@ def lint(
         target_version,
         config_file,
         force_exclude,
-        no_cache,
+        no_cache=no_cache,
         output_format=output_format,
         exit_zero=exit_zero,
         unsafe_fixes=unsafe_fixes,
@@ -224,7 +152,7 @@ def rules(output_format: str, config_file: Path | None) -> None:
     help="Config file whose extra-rules to include.",
 )
 def explain(code: str, config_file: Path | None) -> None:
-    """Print the documentation of rule CODE (e.g. AO201, or its name)."""
+    """Print the documentation of one rule, given its code (AO201) or name."""
     registry = _registry(config_file)
     rule = registry.find(code)
     if rule is None:

@@ -21,14 +21,15 @@ from pathlib import Path
 
 import click
 import libcst as cst
-import pathspec
 
-from autoopt.static.config import ConfigError, Options, Settings, resolve_settings
-from autoopt.static.discovery import discover, display_path, is_notebook
-from autoopt.static.registry import RuleError, load_registry
+from autoopt.static.cli_options import build_options, fail, selection_options
+from autoopt.static.config import ConfigError, Settings
+from autoopt.static.discovery import display_path, is_notebook
+from autoopt.static.project import load_project
+from autoopt.static.registry import RuleError
 from autoopt.static.rewrite import RewriteError, fix_source
 from autoopt.static.rule import Finding, FixSafety, Rule
-from autoopt.static.suppress import filter_findings, matches
+from autoopt.static.suppress import filter_findings
 from autoopt.static.wrap import wrap_source
 
 
@@ -42,11 +43,6 @@ class _Summary:
     unsafe: Counter[str] = field(default_factory=Counter)
     errors: list[tuple[str, str]] = field(default_factory=list)
     skipped: list[tuple[str, str]] = field(default_factory=list)
-
-
-def _split(values: Sequence[str]) -> tuple[str, ...]:
-    """`--select AO1,AO2 --select AO6` -> ("AO1", "AO2", "AO6")."""
-    return tuple(v.strip() for value in values for v in value.split(",") if v.strip())
 
 
 @click.command("rewrite")
@@ -65,18 +61,7 @@ def _split(values: Sequence[str]) -> tuple[str, ...]:
     is_flag=True,
     help="Instead of inline fixes, insert `model, loader, optimizer = autoopt.optimize(...)`.",
 )
-@click.option("--select", multiple=True, help="Rule codes or prefixes to enable (comma list).")
-@click.option("--ignore", multiple=True, help="Rule codes or prefixes to disable (comma list).")
-@click.option("--extend-select", multiple=True, help="Rule codes or prefixes to add.")
-@click.option("--target-version", default=None, help='Torch version the code targets, e.g. "2.0".')
-@click.option(
-    "--config",
-    "config_path",
-    type=click.Path(path_type=Path, dir_okay=False),
-    default=None,
-    help="pyproject.toml to read [tool.autoopt] from (default: found upward from the paths).",
-)
-@click.option("--force-exclude", is_flag=True, default=None, help="Apply excludes to named files.")
+@selection_options
 def rewrite(
     paths: tuple[Path, ...],
     diff: bool,
@@ -87,37 +72,35 @@ def rewrite(
     ignore: tuple[str, ...],
     extend_select: tuple[str, ...],
     target_version: str | None,
-    config_path: Path | None,
+    config_file: Path | None,
     force_exclude: bool | None,
 ) -> None:
     """Rewrite training scripts to adopt the tricks (edits files in place)."""
-    options = Options(
-        select=_split(select) or None,
-        ignore=_split(ignore),
-        extend_select=_split(extend_select),
-        target_version=target_version,
+    options = build_options(
+        select,
+        ignore,
+        extend_select,
+        target_version,
+        config_file,
+        force_exclude,
         unsafe_fixes=unsafe_fixes,
-        force_exclude=force_exclude,
-        config=config_path,
     )
     try:
-        settings = resolve_settings(list(paths) or ["."], options)
-        registry = load_registry(settings.extra_rules)
-        rules = registry.select(settings.layers)
+        project = load_project(list(paths) or ["."], options)
     except (ConfigError, RuleError) as exc:
-        click.echo(f"error: {exc}", err=True)
-        raise SystemExit(2) from None
+        fail(str(exc))
+        return
 
-    found = discover(list(paths), settings.project_root, settings.exclude, settings.force_exclude)
     summary = _Summary()
-    summary.errors.extend((where, error.message) for where, error in found.errors)
+    summary.errors.extend((where, error.message) for where, error in project.discovered.errors)
     write = not (diff or check)
-    for path in found.files:
+    for path in project.files:
         shown = display_path(path)
         if is_notebook(path):
             summary.skipped.append((shown, "notebooks are not rewritten (lint reports them)"))
             continue
-        _rewrite_file(path, shown, rules, settings, wrap, diff, write, summary)
+        rules = project.rules_for(path)
+        _rewrite_file(path, shown, rules, project.settings, wrap, diff, write, summary)
 
     _print_summary(summary, wrap=wrap, write=write)
     if summary.errors:
@@ -152,10 +135,9 @@ def _rewrite_file(
             if wrapped.declined:
                 summary.declined.append((shown, wrapped.message))
         else:
-            file_rules = _per_file_rules(path, rules, settings)
             result = fix_source(
                 source,
-                file_rules,
+                rules,
                 unsafe=settings.unsafe_fixes,
                 target_version=settings.target_version,
                 path=shown,
@@ -164,7 +146,7 @@ def _rewrite_file(
             new = result.source
             summary.applied.update(a.code for a in result.applied)
             # Report-only rules (no fix at all) are lint's business; here: fixes that declined.
-            fixable = {r.code for r in file_rules if r.fix_safety is not FixSafety.NONE}
+            fixable = {r.code for r in rules if r.fix_safety is not FixSafety.NONE}
             summary.declined.extend((shown, f) for f in result.declined if f.code in fixable)
             summary.unsafe.update(f.code for f in result.unsafe_available)
     except cst.ParserSyntaxError as exc:
@@ -194,25 +176,6 @@ def _rewrite_file(
         except OSError as exc:
             summary.changed.remove(shown)
             summary.errors.append((shown, f"cannot write: {exc.strerror or exc}"))
-
-
-def _per_file_rules(
-    path: Path, rules: Sequence[type[Rule]], settings: Settings
-) -> Sequence[type[Rule]]:
-    """`rules` minus those turned off for this file by `per-file-ignores`."""
-    if not settings.per_file_ignores:
-        return rules
-    try:
-        relative = path.resolve().relative_to(settings.project_root).as_posix()
-    except ValueError:
-        relative = path.as_posix()
-    ignored: set[str] = set()
-    for pattern, codes in settings.per_file_ignores:
-        if pathspec.PathSpec.from_lines("gitwildmatch", [pattern]).match_file(relative):
-            ignored |= {c.upper() for c in codes}
-    if not ignored:
-        return rules
-    return [r for r in rules if not matches(r.code, frozenset(ignored))]
 
 
 def atomic_write(path: Path, text: str) -> None:
