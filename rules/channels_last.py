@@ -59,6 +59,7 @@ class ChannelsLast(Rule):
     fix_safety = FixSafety.UNSAFE
     fix_reason = "a .view() on NHWC activations (or a non-4-D input) raises after the change"
     triggers = ("Conv2d", "conv2d", "models.")
+    requires = ("cuda", ".backward(")
 
     VALID = [
         Valid(

@@ -56,7 +56,7 @@ class CheckpointUseReentrant(Rule):
     )
     fix_safety = FixSafety.SAFE
     fix_reason = "the non-reentrant implementation computes the same values and gradients"
-    triggers = ("checkpoint",)
+    triggers = ("utils.checkpoint", "utils import checkpoint")
     applies_to_versions = ((1, 11), None)  # `use_reentrant` exists since torch 1.11
 
     VALID = [

@@ -51,6 +51,7 @@ class CudnnBenchmark(Rule):
     fix_safety = FixSafety.SAFE
     fix_reason = "only cuDNN's choice of algorithm changes; results agree within tolerance"
     triggers = ("Conv", "conv", "models.")
+    requires = ("cuda", (".backward(", "__main__"))
 
     VALID = [
         Valid(

@@ -41,6 +41,7 @@ class CudnnDeterministicAndBenchmark(Rule):
     message = "cudnn.benchmark = True undoes cudnn.deterministic = True; choose one"
     fix_reason = "speed or reproducibility is the user's choice"
     triggers = ("deterministic",)
+    requires = ("benchmark",)
 
     VALID = [
         Valid(

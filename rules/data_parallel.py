@@ -51,6 +51,7 @@ class DataParallel(Rule):
     )
     fix_reason = "moving to DDP changes how the script is launched; use `autoopt rewrite --wrap`"
     triggers = ("DataParallel",)
+    requires = ("cuda",)
 
     VALID = [
         Valid(

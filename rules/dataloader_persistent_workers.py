@@ -48,6 +48,7 @@ class DataLoaderPersistentWorkers(Rule):
     fix_safety = FixSafety.SAFE
     fix_reason = "the same workers produce the same batches; they are only kept alive"
     triggers = ("DataLoader",)
+    requires = ("num_workers",)
 
     VALID = [
         Valid(  # no workers: persistent_workers would raise

@@ -49,6 +49,7 @@ class DataLoaderPinMemory(Rule):
     fix_safety = FixSafety.SAFE
     fix_reason = "pinning changes where the batch lives on the host, not its values"
     triggers = ("DataLoader",)
+    requires = ("cuda",)
 
     VALID = [
         Valid(  # CPU-only script

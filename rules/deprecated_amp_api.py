@@ -79,7 +79,7 @@ class DeprecatedAmpApi(Rule):
     message = "deprecated API; use torch.amp.autocast/GradScaler(device, ...) or set_default_dtype"
     fix_safety = FixSafety.SAFE
     fix_reason = "the torch.amp spelling with the same device and arguments behaves identically"
-    triggers = ("amp", "set_default_tensor_type")
+    triggers = ("cuda.amp", "cpu.amp", "import amp", "set_default_tensor_type")
     applies_to_versions = ((2, 1), None)
 
     VALID = [

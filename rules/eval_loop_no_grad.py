@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from autoopt.static.facts import EVAL_MARKERS
 from autoopt.static.rule import Fix, FixSafety, Invalid, Rule, Valid
 from autoopt.static.rulekit_ra import (
     calls_in,
@@ -58,7 +59,7 @@ class EvalLoopNoGrad(Rule):
     message = "evaluation loop runs the model with autograd on; wrap it in torch.no_grad()"
     fix_safety = FixSafety.SAFE
     fix_reason = "no gradient is taken in the loop, so its results are the same without autograd"
-    triggers = ("eval", "valid", "test", "infer", "predict")
+    triggers = EVAL_MARKERS  # `.eval()` before the loop, or an evaluation function's name
 
     VALID = [
         Valid(

@@ -44,6 +44,7 @@ class Float64Training(Rule):
     fix_safety = FixSafety.NONE
     fix_reason = "whether float32 is precise enough is a judgement about the user's numerics"
     triggers = ("double", "float64", "DoubleTensor")
+    requires = (".backward(",)
 
     VALID = [
         Valid(  # gradcheck needs float64

@@ -50,6 +50,7 @@ class GradAccumulationLossScaling(Rule):
     fix_safety = FixSafety.NONE
     fix_reason = "dividing changes the effective learning rate the script was tuned with"
     triggers = ("%",)
+    requires = (".backward(",)
 
     VALID = [
         Valid(

@@ -41,6 +41,7 @@ class HostSyncEveryStep(Rule):
     message = "host-device sync on every training step; log every N steps instead"
     fix_reason = "whether a value is needed on the host every step is the user's call"
     triggers = (".item(", ".cpu(", ".tolist(", "print(")
+    requires = (".backward(",)
 
     VALID = [
         Valid(

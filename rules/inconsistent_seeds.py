@@ -51,7 +51,8 @@ class InconsistentSeeds(Rule):
     name = "inconsistent-seeds"
     message = "random/numpy/torch/cuda seeded with different values; use one seed for all"
     fix_reason = "which of the values was meant is not knowable"
-    triggers = ("seed",)
+    triggers = ("manual_seed",)
+    requires = (("random.seed(", "cuda.manual_seed"),)  # a second library seeded
 
     VALID = [
         Valid(

@@ -57,6 +57,7 @@ class LossItemForMetrics(Rule):
     fix_safety = FixSafety.SAFE
     fix_reason = "the metric gets the same value as a Python float instead of a graph tensor"
     triggers = ("+=",)
+    requires = (".backward(",)
 
     VALID = [
         Valid(

@@ -47,6 +47,7 @@ class ProfilerEveryStep(Rule):
     message = "profiler records every training step; use schedule=torch.profiler.schedule(...)"
     fix_reason = "which steps to record is a choice for the user"
     triggers = ("profile",)
+    requires = (".backward(",)
 
     VALID = [
         Valid(

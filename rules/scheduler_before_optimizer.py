@@ -39,6 +39,7 @@ class SchedulerBeforeOptimizer(Rule):
     message = "scheduler.step() before optimizer.step(): the first LR value is skipped"
     fix_reason = "reordering changes every step's learning rate, which the user may have tuned"
     triggers = ("scheduler", "lr_sched", "schedule_with_warmup")
+    requires = (".step(",)
     applies_to_versions = ((1, 1), None)
 
     VALID = [

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from autoopt.static.facts import EVAL_MARKERS
 from autoopt.static.rule import Fix, FixSafety, Invalid, Rule, Valid, arg, with_keyword
 from autoopt.static.rulekit_ra import (
     batch_transfers,
@@ -51,6 +52,9 @@ class ToDeviceNonBlocking(Rule):
     fix_safety = FixSafety.SAFE
     fix_reason = "the stream orders the asynchronous copy before every kernel that reads it"
     triggers = (".to(",)
+    # CUDA-only, and only in batch loops (rulekit_ra.data_loops): training loops, evaluation
+    # loops (AO403's markers) or loops over a DataLoader.
+    requires = ("cuda", (".backward(", "DataLoader", *EVAL_MARKERS))
 
     VALID = [
         Valid(  # a module and a dtype cast, not the batch

@@ -45,7 +45,7 @@ class TorchrunLocalRank(Rule):
         'int(os.environ["LOCAL_RANK"])'
     )
     fix_reason = "the launch command is outside the script"
-    triggers = ("local_rank", "local-rank", "distributed.launch", "import launch")
+    triggers = ("--local_rank", "--local-rank", "distributed.launch", "import launch")
     applies_to_versions = ((1, 10), None)
 
     VALID = [

@@ -56,6 +56,7 @@ class UnscaleBeforeClipping(Rule):
     fix_safety = FixSafety.SAFE
     fix_reason = "scaler.step() skips the division it would otherwise do; results are exact"
     triggers = ("clip_grad",)
+    requires = (".scale(", ".backward(")
 
     VALID = [
         Valid(

@@ -44,7 +44,7 @@ class ZeroGradSetToNone(Rule):
         "the next backward() writes the same gradients into fresh tensors; unsafe where the code"
         " reads .grad, which becomes None instead of zeros"
     )
-    triggers = ("zero_grad",)
+    triggers = ("zero_grad(",)
     applies_to_versions = ((1, 7), None)
 
     VALID = [

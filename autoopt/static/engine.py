@@ -72,15 +72,18 @@ def active_rules(
     their `triggers` occurs in the code (comments and triple-quoted strings do not count:
     torch's own sources say "backward" or "cuda" far more in prose than in code). A rule
     without triggers always runs. When this is empty the file need not even be parsed."""
-    candidates = [
-        r
-        for r in rules
-        if r.applies_to(target_version) and (not r.triggers or any(t in source for t in r.triggers))
-    ]
-    if not any(r.triggers for r in candidates):
+    candidates = [r for r in rules if r.applies_to(target_version) and _text_matches(r, source)]
+    if not any(r.triggers or r.requires for r in candidates):
         return candidates
     code = strip_prose(source)
-    return [r for r in candidates if not r.triggers or any(t in code for t in r.triggers)]
+    return [r for r in candidates if _text_matches(r, code)]
+
+
+def _text_matches(rule: type[Rule], text: str) -> bool:
+    """Any of the rule's triggers and all of its requirements occur in `text`."""
+    return (not rule.triggers or any(t in text for t in rule.triggers)) and all(
+        (r in text) if isinstance(r, str) else any(alt in text for alt in r) for r in rule.requires
+    )
 
 
 # One left-to-right scan, as the tokenizer does it: a `#` inside a string is no comment and a

@@ -26,6 +26,13 @@ _NO_GRAD = {
     "torch.autograd.grad_mode.inference_mode",
 }
 _EVAL_WORDS = ("eval", "valid", "test", "infer", "predict")
+# Text that any evaluation loop's file contains (a `.eval()` call, or a function named like
+# evaluation): rules about evaluation loops use it as their pre-filter.
+EVAL_MARKERS = (
+    ".eval()",
+    *(f"def {w}" for w in _EVAL_WORDS),
+    *(f"def {p}_{w}" for p in ("run", "do") for w in ("eval", "valid", "test")),
+)
 
 
 class FileFacts:

@@ -191,6 +191,14 @@ def validate_rule(rule: type[Rule], origin: Path | str) -> None:
         isinstance(t, str) and t for t in rule.triggers
     ):
         raise RuleError(f"{where} ({code}): triggers must be a tuple of non-empty strings")
+    if not isinstance(rule.requires, tuple | list) or not all(
+        (isinstance(t, str) and t) or (isinstance(t, tuple) and t and all(_words(t)))
+        for t in rule.requires
+    ):
+        raise RuleError(
+            f"{where} ({code}): requires must be a tuple of non-empty strings "
+            "(or of tuples of them: any one of a tuple)"
+        )
     versions = rule.applies_to_versions
     if not isinstance(versions, tuple) or len(versions) != 2:
         raise RuleError(f"{where} ({code}): applies_to_versions must be (low, high)")
@@ -309,3 +317,7 @@ def rules_fingerprint(rules: Iterable[type[Rule]]) -> str:
 def rule_url(rule: type[Rule]) -> str:
     """A stable link to the rule's documentation (a rule may set its own `url`)."""
     return getattr(rule, "url", None) or f"{DOCS_URL}#{rule.code.lower()}"
+
+
+def _words(values: tuple[object, ...]) -> list[bool]:
+    return [isinstance(v, str) and bool(v) for v in values]

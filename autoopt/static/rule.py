@@ -141,7 +141,11 @@ class Rule(cst.BatchableCSTVisitor):
     message: ClassVar[str]
     fix_safety: ClassVar[FixSafety] = FixSafety.NONE
     fix_reason: ClassVar[str] = ""  # why the fix is unsafe, or why a rule has none
-    triggers: ClassVar[tuple[str, ...]] = ()  # any of these substrings must be in the source
+    triggers: ClassVar[tuple[str, ...]] = ()  # any of these substrings must be in the code
+    # ... and all of these (e.g. ".backward(" for rules about training loops, "cuda" for
+    # CUDA-only tricks; a tuple inside means any one of its strings): most files are then never
+    # parsed at all.
+    requires: ClassVar[tuple[str | tuple[str, ...], ...]] = ()
     # Torch versions the rule applies to (inclusive lower, exclusive upper), e.g. ((2, 0), None).
     applies_to_versions: ClassVar[tuple[tuple[int, int] | None, tuple[int, int] | None]] = (
         None,
