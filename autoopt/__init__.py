@@ -1,6 +1,6 @@
 """autoopt: make PyTorch training fast with the least change to the user's code.
 
-    model, loader, optimizer = autoopt.optimize(model, loader, optimizer)
+model, loader, optimizer = autoopt.optimize(model, loader, optimizer)
 """
 
 from __future__ import annotations

@@ -66,6 +66,7 @@ class AmpAutocast(Rule):
     message = "training loop runs in fp32; use torch.autocast and a GradScaler (mixed precision)"
     fix_safety = FixSafety.UNSAFE
     fix_reason = "mixed precision changes the numerics of training"
+    covered_by_optimize = True  # autoopt.optimize() applies it at run time
     triggers = (".backward(",)
 
     VALID = [

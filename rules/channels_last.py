@@ -58,6 +58,7 @@ class ChannelsLast(Rule):
     message = "Conv2d model on CUDA in NCHW; convert model and inputs to channels_last"
     fix_safety = FixSafety.UNSAFE
     fix_reason = "a .view() on NHWC activations (or a non-4-D input) raises after the change"
+    covered_by_optimize = True  # autoopt.optimize() applies it at run time
     triggers = ("Conv2d", "conv2d", "models.")
     requires = ("cuda", ".backward(")
 

@@ -50,6 +50,7 @@ class CudnnBenchmark(Rule):
     message = "convolutions on CUDA without torch.backends.cudnn.benchmark = True"
     fix_safety = FixSafety.SAFE
     fix_reason = "only cuDNN's choice of algorithm changes; results agree within tolerance"
+    covered_by_optimize = True  # autoopt.optimize() applies it at run time
     triggers = ("Conv", "conv", "models.")
     requires = ("cuda", (".backward(", "__main__"))
 

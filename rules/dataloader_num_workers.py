@@ -60,6 +60,7 @@ class DataLoaderNumWorkers(Rule):
         "worker processes need a picklable dataset/collate_fn and, where workers are spawned, "
         'an `if __name__ == "__main__":` guard'
     )
+    covered_by_optimize = True  # autoopt.optimize() applies it at run time
     triggers = ("DataLoader",)
 
     VALID = [

@@ -47,6 +47,7 @@ class DataLoaderPersistentWorkers(Rule):
     message = "DataLoader restarts its worker processes every epoch; set persistent_workers=True"
     fix_safety = FixSafety.SAFE
     fix_reason = "the same workers produce the same batches; they are only kept alive"
+    covered_by_optimize = True  # autoopt.optimize() applies it at run time
     triggers = ("DataLoader",)
     requires = ("num_workers",)
 

@@ -48,6 +48,7 @@ class DataLoaderPinMemory(Rule):
     message = "DataLoader feeds a CUDA device from pageable memory; set pin_memory=True"
     fix_safety = FixSafety.SAFE
     fix_reason = "pinning changes where the batch lives on the host, not its values"
+    covered_by_optimize = True  # autoopt.optimize() applies it at run time
     triggers = ("DataLoader",)
     requires = ("cuda",)
 

@@ -45,6 +45,7 @@ class DistributedSamplerSetEpoch(Rule):
     message = "DistributedSampler without set_epoch(epoch): every epoch reuses the same order"
     fix_safety = FixSafety.SAFE
     fix_reason = "set_epoch only reseeds the sampler's shuffle per epoch, as its docs require"
+    covered_by_optimize = True  # autoopt.optimize() applies it at run time
     triggers = ("DistributedSampler",)
 
     VALID = [

@@ -51,6 +51,7 @@ class ToDeviceNonBlocking(Rule):
     message = "per-batch .to(device) blocks until the copy is done; pass non_blocking=True"
     fix_safety = FixSafety.SAFE
     fix_reason = "the stream orders the asynchronous copy before every kernel that reads it"
+    covered_by_optimize = True  # autoopt.optimize() applies it at run time
     triggers = (".to(",)
     # CUDA-only, and only in batch loops (rulekit_ra.data_loops): training loops, evaluation
     # loops (AO403's markers) or loops over a DataLoader.

@@ -65,6 +65,7 @@ class TorchCompileModel(Rule):
         "in-place compile keeps the module, its parameters and state_dict keys; numerics match"
         " eager within floating-point reordering"
     )
+    covered_by_optimize = True  # autoopt.optimize() applies it at run time
     triggers = (".backward(",)
     applies_to_versions = ((2, 0), None)
 

@@ -20,7 +20,10 @@ def epoch_losses(output: str) -> list[float]:
 def run_script(path: Path, *args: str) -> str:
     proc = subprocess.run(
         [sys.executable, str(path), *args],
-        capture_output=True, text=True, timeout=300, cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
         env={"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"},
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -53,7 +56,10 @@ def test_rewritten_examples_are_what_the_tool_produces_today(tmp_path: Path) -> 
         (work / script.name).write_text(script.read_text())
     proc = subprocess.run(
         [sys.executable, "-m", "autoopt", "rewrite", "--unsafe-fixes", str(work)],
-        capture_output=True, text=True, cwd=tmp_path, timeout=300,
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=300,
     )
     assert proc.returncode == 0, proc.stderr
     for script in NAIVE:
@@ -65,7 +71,10 @@ def test_rewritten_examples_are_what_the_tool_produces_today(tmp_path: Path) -> 
 def test_rewriting_the_rewritten_examples_changes_nothing() -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "autoopt", "rewrite", "--check", "--unsafe-fixes", str(REWRITTEN)],
-        capture_output=True, text=True, cwd=ROOT, timeout=300,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
 

@@ -73,10 +73,21 @@ def active_rules(
     torch's own sources say "backward" or "cuda" far more in prose than in code). A rule
     without triggers always runs. When this is empty the file need not even be parsed."""
     candidates = [r for r in rules if r.applies_to(target_version) and _text_matches(r, source)]
-    if not any(r.triggers or r.requires for r in candidates):
+    if not any(r.triggers or r.requires or r.covered_by_optimize for r in candidates):
         return candidates
     code = strip_prose(source)
-    return [r for r in candidates if _text_matches(r, code)]
+    optimized = calls_autoopt_optimize(code)
+    return [
+        r
+        for r in candidates
+        if _text_matches(r, code) and not (optimized and r.covered_by_optimize)
+    ]
+
+
+def calls_autoopt_optimize(code: str) -> bool:
+    """The file hands its training objects to `autoopt.optimize()` (`import autoopt` /
+    `from autoopt import optimize`), which applies the runtime's tricks itself."""
+    return "optimize(" in code and ("import autoopt" in code or "from autoopt import" in code)
 
 
 def _text_matches(rule: type[Rule], text: str) -> bool:

@@ -67,6 +67,8 @@ def render_explain(rule: type[Rule]) -> str:
     versions = _versions(rule)
     if versions:
         out.append(f"Applies to torch {versions}")
+    if rule.covered_by_optimize:
+        out.append("Runtime: autoopt.optimize() applies this trick; quiet in files that call it")
     out.append(f"Docs: {rule_url(rule)}")
     docs = rule.documentation()
     if docs:

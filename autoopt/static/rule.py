@@ -146,6 +146,9 @@ class Rule(cst.BatchableCSTVisitor):
     # CUDA-only tricks; a tuple inside means any one of its strings): most files are then never
     # parsed at all.
     requires: ClassVar[tuple[str | tuple[str, ...], ...]] = ()
+    # True when `autoopt.optimize()` applies this trick at run time: the rule then stays quiet
+    # in files that call it (telling such a script to add autocast would be wrong).
+    covered_by_optimize: ClassVar[bool] = False
     # Torch versions the rule applies to (inclusive lower, exclusive upper), e.g. ((2, 0), None).
     applies_to_versions: ClassVar[tuple[tuple[int, int] | None, tuple[int, int] | None]] = (
         None,
