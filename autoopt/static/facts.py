@@ -90,7 +90,7 @@ class FileFacts:
         """Every `<expr>.backward(...)` call in the file (including `scaler.scale(l).backward()`)."""
         return [
             c
-            for c in _walk_calls(self.module)
+            for c in list(calls_in(self.module))
             if isinstance(c.func, cst.Attribute) and c.func.attr.value == "backward"
         ]
 
@@ -121,7 +121,7 @@ class FileFacts:
         """Every `<expr>.eval()` call with no arguments."""
         return [
             c
-            for c in _walk_calls(self.module)
+            for c in list(calls_in(self.module))
             if m.matches(c, m.Call(func=m.Attribute(attr=m.Name("eval")), args=[]))
         ]
 
@@ -130,7 +130,7 @@ class FileFacts:
         function is named like evaluation)."""
         if not isinstance(loop, cst.For) or self.is_training_loop(loop):
             return False
-        if any(_contains(loop, call) for call in self.backward_calls):
+        if any(contains(loop, call) for call in self.backward_calls):
             return False
         scope = self.enclosing_scope(loop)
         if isinstance(scope, cst.FunctionDef) and any(
@@ -152,7 +152,7 @@ class FileFacts:
     def train_calls(self) -> list[cst.Call]:
         return [
             c
-            for c in _walk_calls(self.module)
+            for c in list(calls_in(self.module))
             if isinstance(c.func, cst.Attribute) and c.func.attr.value == "train"
         ]
 
@@ -219,17 +219,27 @@ class FileFacts:
         return order
 
 
-def _contains(outer: cst.CSTNode, inner: cst.CSTNode) -> bool:
-    return any(n is inner for n in _walk(outer))
+# ----- tree walking, shared by facts, rules and the rewrite engine -------------------------------
+_SCOPE_NODES = (cst.FunctionDef, cst.ClassDef, cst.Lambda)
 
 
-def _walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+def walk(node: cst.CSTNode, *, into_scopes: bool = True) -> Iterator[cst.CSTNode]:
+    """`node` and its descendants, in source order. `into_scopes=False` does not enter nested
+    functions, classes or lambdas (their bodies run at another time)."""
     stack = [node]
     while stack:
         cur = stack.pop()
         yield cur
-        stack.extend(cur.children)
+        if not into_scopes and cur is not node and isinstance(cur, _SCOPE_NODES):
+            continue
+        stack.extend(reversed(cur.children))
 
 
-def _walk_calls(node: cst.CSTNode) -> list[cst.Call]:
-    return [n for n in _walk(node) if isinstance(n, cst.Call)]
+def calls_in(node: cst.CSTNode, *, into_scopes: bool = True) -> Iterator[cst.Call]:
+    """Every call under `node` (see `walk`)."""
+    return (n for n in walk(node, into_scopes=into_scopes) if isinstance(n, cst.Call))
+
+
+def contains(outer: cst.CSTNode, inner: cst.CSTNode) -> bool:
+    """`inner` is `outer` or one of its descendants (by identity)."""
+    return any(n is inner for n in walk(outer))

@@ -11,7 +11,7 @@ Everything outside the replaced nodes keeps its bytes: libcst round-trips the re
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -20,6 +20,7 @@ from libcst.codemod import CodemodContext
 from libcst.codemod.visitors import AddImportsVisitor, RemoveImportsVisitor
 
 from autoopt.static.engine import analyze
+from autoopt.static.facts import walk
 from autoopt.static.rule import Finding, Fix, FixSafety, Rule
 
 MAX_PASSES = 10  # a rule set needing more than this is broken (or oscillating)
@@ -133,7 +134,7 @@ def _choose_fixes(findings: Sequence[Finding], unsafe: bool) -> list[tuple[Findi
         seen_fixes.add(id(fix))
         if not fix.replacements and not fix.add_imports and not fix.remove_imports:
             continue
-        covered = {id(n) for key in fix.replacements for n in _subtree(key)}
+        covered = {id(n) for key in fix.replacements for n in walk(key)}
         if covered & taken:
             continue
         taken |= covered
@@ -147,14 +148,6 @@ def _record_leftovers(result: FixResult, findings: Sequence[Finding], unsafe: bo
             result.declined.append(finding)
         elif finding.fix_safety is FixSafety.UNSAFE and not unsafe:
             result.unsafe_available.append(finding)
-
-
-def _subtree(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
-    stack = [node]
-    while stack:
-        cur = stack.pop()
-        yield cur
-        stack.extend(cur.children)
 
 
 class _Replacer(cst.CSTTransformer):

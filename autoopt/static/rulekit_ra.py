@@ -8,13 +8,14 @@ that refer to torch under the name the script already imports it as.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import libcst as cst
 from libcst.codemod.visitors import ImportItem
 from libcst.metadata import PositionProvider
 
+from autoopt.static.facts import calls_in, contains, walk
 from autoopt.static.rule import Rule, arg
 
 DATALOADER = ("torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader")
@@ -35,29 +36,6 @@ DATALOADER_POSITIONS: Mapping[str, int] = {
     "multiprocessing_context": 11,
     "generator": 12,
 }
-
-_SCOPE_NODES = (cst.FunctionDef, cst.ClassDef, cst.Lambda)
-
-
-# ----- walking ------------------------------------------------------------------------------------
-def walk(node: cst.CSTNode, *, into_scopes: bool = True) -> Iterator[cst.CSTNode]:
-    """`node` and its descendants, in source order. `into_scopes=False` does not enter nested
-    functions, classes or lambdas (their names are not the enclosing scope's)."""
-    stack = [node]
-    while stack:
-        cur = stack.pop()
-        yield cur
-        if not into_scopes and cur is not node and isinstance(cur, _SCOPE_NODES):
-            continue
-        stack.extend(reversed(cur.children))
-
-
-def calls_in(node: cst.CSTNode, *, into_scopes: bool = True) -> Iterator[cst.Call]:
-    return (n for n in walk(node, into_scopes=into_scopes) if isinstance(n, cst.Call))
-
-
-def contains(outer: cst.CSTNode, inner: cst.CSTNode) -> bool:
-    return any(n is inner for n in walk(outer))
 
 
 def names_in(node: cst.CSTNode) -> set[str]:

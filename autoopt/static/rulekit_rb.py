@@ -12,6 +12,7 @@ import libcst as cst
 from libcst.codemod.visitors import ImportItem
 from libcst.metadata import PositionProvider
 
+from autoopt.static.facts import calls_in, walk
 from autoopt.static.rule import Rule
 
 # Layers whose presence makes a model "convolutional" (cuDNN kernels; NHWC-friendly).
@@ -45,26 +46,6 @@ _CONV_ZOO = (
     "inception",
     "alexnet",
 )
-
-
-def walk(node: cst.CSTNode, *, into_scopes: bool = True) -> Iterator[cst.CSTNode]:
-    """`node` and its descendants, depth first. `into_scopes=False` stops at nested
-    functions, lambdas and classes (their bodies run at another time)."""
-    stack: list[cst.CSTNode] = [node]
-    while stack:
-        cur = stack.pop()
-        yield cur
-        if not into_scopes and cur is not node and isinstance(cur, _SCOPES):
-            continue
-        stack.extend(reversed(cur.children))
-
-
-_SCOPES = (cst.FunctionDef, cst.Lambda, cst.ClassDef)
-
-
-def calls_in(node: cst.CSTNode, *, into_scopes: bool = True) -> Iterator[cst.Call]:
-    """Every call under `node`."""
-    return (n for n in walk(node, into_scopes=into_scopes) if isinstance(n, cst.Call))
 
 
 def code_of(node: cst.CSTNode) -> str:

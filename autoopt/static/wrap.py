@@ -11,7 +11,6 @@ nothing the second time.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,7 +20,7 @@ from libcst.codemod.visitors import ImportItem
 from libcst.metadata import MetadataWrapper, ParentNodeProvider, QualifiedNameProvider
 from libcst.metadata.base_provider import LazyValue
 
-from autoopt.static.facts import FileFacts
+from autoopt.static.facts import FileFacts, walk
 from autoopt.static.rewrite import apply_fixes
 from autoopt.static.rule import Fix
 
@@ -72,14 +71,6 @@ def _code(node: cst.CSTNode) -> str:
     return cst.Module([]).code_for_node(node)
 
 
-def _walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
-    stack = [node]
-    while stack:
-        cur = stack.pop()
-        yield cur
-        stack.extend(reversed(cur.children))
-
-
 class _Finder:
     """Finds the optimizer statement, the model and the loader of the training loop."""
 
@@ -88,7 +79,7 @@ class _Finder:
         self.qnames = wrapper.resolve(QualifiedNameProvider)
         self.parents = wrapper.resolve(ParentNodeProvider)
         self.facts = FileFacts(wrapper)
-        self.order = {id(n): i for i, n in enumerate(_walk(self.module))}
+        self.order = {id(n): i for i, n in enumerate(walk(self.module))}
 
     def names(self, node: cst.CSTNode) -> set[str]:
         value = self.qnames.get(node, set())
@@ -98,7 +89,7 @@ class _Finder:
 
     def already_wrapped(self) -> bool:
         return any(
-            isinstance(n, cst.Call) and self.names(n.func) & _OPTIMIZE for n in _walk(self.module)
+            isinstance(n, cst.Call) and self.names(n.func) & _OPTIMIZE for n in walk(self.module)
         )
 
     def statement_of(self, node: cst.CSTNode) -> cst.CSTNode:
@@ -113,7 +104,7 @@ class _Finder:
             return "no training loop (a loop that calls .backward())"
         optimizers = [
             node
-            for node in _walk(self.module)
+            for node in walk(self.module)
             if isinstance(node, cst.Assign)
             and len(node.targets) == 1
             and isinstance(node.value, cst.Call)
@@ -156,7 +147,7 @@ class _Finder:
     def _model(self, call: cst.Call) -> cst.BaseExpression | None:
         """The common root of every `X.parameters()` inside the optimizer's arguments."""
         roots: dict[str, cst.BaseExpression] = {}
-        for node in _walk(call):
+        for node in walk(call):
             if m.matches(node, m.Call(func=m.Attribute(attr=m.Name("parameters")))):
                 owner = node.func.value  # type: ignore[attr-defined]
                 root = owner
@@ -177,7 +168,7 @@ class _Finder:
     def _loader(self) -> tuple[str, cst.Assign | None] | str:
         """The DataLoader iterated by the training loop, and its assignment (if in this file)."""
         loaders: dict[str, cst.Assign] = {}
-        for node in _walk(self.module):
+        for node in walk(self.module):
             if (
                 isinstance(node, cst.Assign)
                 and len(node.targets) == 1
