@@ -111,14 +111,17 @@ def test_counting_of_step_and_zero_grad_calls() -> None:
     assert acc.step_calls == 6 and acc.optimizer_steps == 2
 
 
-def test_gradients_are_scaled_only_when_grad_is_enabled() -> None:
-    acc = accumulate.Accumulator(4)
-    forward = acc.wrap_forward(lambda x: x * 2)
+def test_only_backwards_that_reach_the_model_are_seeded_with_one_over_n() -> None:
+    """Replaces the old output-hook test: the 1/N now sits at the root of each backward."""
+    model = _net()
+    opt = _sgd(model)
+    model, opt = autoopt.optimize(model, optimizer=opt, accumulate=4, verbose=False, **OFF)
     x = torch.ones(3, requires_grad=True)
-    forward(x).sum().backward()
-    torch.testing.assert_close(x.grad, torch.full((3,), 0.5))
-    with torch.no_grad():
-        assert torch.equal(forward(torch.ones(2)), torch.full((2,), 2.0))
+    (x * 2).sum().backward()  # touches no parameter of the model: untouched
+    torch.testing.assert_close(x.grad, torch.full((3,), 2.0))
+    w = next(model.parameters())
+    (w.sum() * 2).backward()  # a term built from a parameter, not from the outputs
+    torch.testing.assert_close(w.grad, torch.full_like(w, 0.5))
 
 
 def test_accumulate_one_and_missing_optimizer_are_skipped() -> None:
