@@ -203,18 +203,26 @@ def _seed(grad: torch.Tensor | None, scale: torch.Tensor | None, steps: int) -> 
     return grad
 
 
+# AccumulateGrad nodes that carry an unscaling pre-hook now: a reentrant backward reaching a leaf
+# that its outer backward reaches too must not hook it a second time.
+_hooked: set[Any] = set()
+
+
 class _unscaled_leaves:  # noqa: N801 (a context manager, named for what it gives)
     """One-shot pre-hooks on the leaves' AccumulateGrad nodes: x`inv_scale` before `.grad`."""
 
     def __init__(self, leaves: list[Any], inv_scale: torch.Tensor) -> None:
-        self.leaves, self.inv_scale, self.handles = leaves, inv_scale, []
+        self.leaves = [node for node in leaves if node not in _hooked]
+        self.inv_scale, self.handles = inv_scale, []
 
     def _unscale(self, grads: tuple[torch.Tensor | None, ...]) -> tuple[Any, ...]:
         return tuple(g if g is None else g * self.inv_scale.to(g.device) for g in grads)
 
     def __enter__(self) -> None:
         self.handles = [node.register_prehook(self._unscale) for node in self.leaves]
+        _hooked.update(self.leaves)
 
     def __exit__(self, *exc: object) -> None:
         for handle in self.handles:
             handle.remove()
+        _hooked.difference_update(self.leaves)

@@ -264,3 +264,55 @@ def test_the_users_own_amp_makes_autoopt_stand_down(autocast: bool) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # said once, not at every step
         _user_amp_loop(ours, opt, autocast)
+
+
+class Checkpointed(Net):
+    """The user's own reentrant checkpointing: the engine runs a backward inside the backward."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.utils.checkpoint.checkpoint(self.encode, x, use_reentrant=True)
+        return self.head(h)
+
+
+def test_reentrant_checkpointing_is_seeded_once() -> None:
+    torch.manual_seed(0)
+    ours = Checkpointed()
+    hand, start = copy.deepcopy(ours), copy.deepcopy(ours)
+    opt = torch.optim.SGD(ours.parameters(), lr=0.1)
+    ours, opt = autoopt.optimize(ours, optimizer=opt, verbose=False, **FP16)
+    hand_opt = torch.optim.SGD(hand.parameters(), lr=0.1)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**16)
+    for step in range(3):
+        x, y = _data(step)
+        x.requires_grad_()  # reentrant checkpoint needs an input that requires grad
+        _l2(ours, ours, x, y, None).backward()
+        scaler.scale(_l2(hand, _autocast(hand), x.detach().requires_grad_(), y, None)).backward()
+        opt.step()
+        opt.zero_grad()
+        scaler.step(hand_opt)
+        scaler.update()
+        hand_opt.zero_grad()
+    _assert_same(ours, hand, start)
+
+
+def test_retain_graph_and_a_second_backward_through_the_same_graph() -> None:
+    ours, hand = _pair()
+    start = copy.deepcopy(ours)
+    opt = torch.optim.SGD(ours.parameters(), lr=0.1)
+    ours, opt = autoopt.optimize(ours, optimizer=opt, verbose=False, **FP16)
+    hand_opt = torch.optim.SGD(hand.parameters(), lr=0.1)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**16)
+    for step in range(3):
+        x, y = _data(step)
+        out = ours(x)
+        ce(out, y).backward(retain_graph=True)
+        out.pow(2).mean().backward()
+        opt.step()
+        opt.zero_grad()
+        out = _autocast(hand)(x)
+        scaler.scale(ce(out, y)).backward(retain_graph=True)
+        scaler.scale(out.pow(2).mean()).backward()
+        scaler.step(hand_opt)
+        scaler.update()
+        hand_opt.zero_grad()
+    _assert_same(ours, hand, start)
