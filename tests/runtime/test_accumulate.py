@@ -112,7 +112,7 @@ def test_counting_of_step_and_zero_grad_calls() -> None:
 
 
 def test_only_backwards_that_reach_the_model_are_seeded_with_one_over_n() -> None:
-    """Replaces the old output-hook test: the 1/N now sits at the root of each backward."""
+    """The 1/N sits at the root of each backward that reaches the model, and nowhere else."""
     model = _net()
     opt = _sgd(model)
     model, opt = autoopt.optimize(model, optimizer=opt, accumulate=4, verbose=False, **OFF)

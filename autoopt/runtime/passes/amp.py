@@ -4,7 +4,10 @@
 CPU with AVX512-BF16/AMX: measured ~17x on a small CNN on this project's CPUs), else fp16 on
 CUDA, else nothing: fp16 autocast on a CPU without native half math is slower than fp32.
 Explicit "bf16"/"fp16" are honoured on any device autocast supports (fp16 on CPU is how the
-fp16 path is tested without a GPU). fp16 adds dynamic loss scaling (see `loss_scaling`).
+fp16 path is tested without a GPU). fp16 adds dynamic loss scaling at the root of every backward
+(`loss_scaling`, `root_scaling`). A loop with its own autocast or GradScaler makes both step aside
+(`user_amp`). The layers are objects of module-level classes, so the model deep-copies and
+pickles with them (an EMA copy computes with its own weights).
 """
 
 from __future__ import annotations
