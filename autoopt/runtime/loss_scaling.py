@@ -4,23 +4,16 @@
 `scaler.unscale_(opt)` before clipping, `scaler.step(opt)` and `scaler.update()`. Here the same
 arithmetic happens inside the objects the user already calls:
 
-* the model's outputs carry a gradient hook that multiplies the incoming gradient by the current
-  scale, so the whole backward through the fp16 graph runs scaled (small gradients survive);
-* every trainable parameter has a tensor hook (it runs before the gradient is accumulated into
-  `.grad`) that multiplies by `1/scale`. The scale is a power of two, so this unscaling is exact:
-  `.grad` holds true-scale gradients after every `backward()`. Gradient accumulation over several
-  `backward()` calls sums true gradients, and `clip_grad_norm_` after `backward()` sees them;
+* every backward that reaches the model's parameters is seeded with the current scale at its
+  root, and every gradient is multiplied by `1/scale` just before it is accumulated into `.grad`
+  (see `root_scaling`). The scale is a power of two, so this unscaling is exact: `.grad` holds
+  true-scale gradients after every `backward()`, whatever path they took, and
+  `clip_grad_norm_` after `backward()` sees them;
 * `optimizer.step()` first checks every gradient for inf/nan in one foreach kernel (the one
   GradScaler uses), skips the update when any is non-finite (parameters untouched), and updates
   the scale as GradScaler does (x0.5 on overflow, x2 after 2000 clean steps).
 
-Inputs that require grad get the same `1/scale` hook, so `x.grad` is at true scale too.
-
-Limitation: a loss term computed from the parameters directly, not through the model's outputs
-(e.g. `loss = loss_fn(model(x), y) + 1e-4 * sum(p.pow(2).sum() for p in model.parameters())`) is
-not multiplied by the scale on the way back, yet its gradient still passes the parameter hooks,
-so it arrives divided by the scale. Use the optimizer's `weight_decay` for such terms, or use
-bf16 / `amp=False`. Parameters frozen at `optimize()` time and unfrozen later carry no hook.
+When the loop brings its own autocast or GradScaler, the scaler stands down (`user_amp`).
 """
 
 from __future__ import annotations
@@ -30,15 +23,15 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.utils.hooks import RemovableHandle
 
-from autoopt.runtime.grad_hooks import ScaleGradient, scale_output_gradients
+from autoopt.runtime.user_amp import UserAmp
 
 _ATTR = "_autoopt_loss_scaler"
 
 
 class LossScaler:
-    """The scale, its growth tracker and the hooks of one model. Defaults are GradScaler's."""
+    """The scale and growth tracker of one model, and the inf/nan check of its optimizer step.
+    Defaults are GradScaler's. Holds only tensors and numbers: copies and pickles with the model."""
 
     def __init__(
         self,
@@ -47,6 +40,7 @@ class LossScaler:
         growth_factor: float = 2.0,
         backoff_factor: float = 0.5,
         growth_interval: int = 2000,
+        user_amp: UserAmp | None = None,
     ) -> None:
         self.device = torch.device(device)
         self.growth_factor = growth_factor
@@ -57,7 +51,8 @@ class LossScaler:
         self._inv_scale = torch.reciprocal(self._scale)
         self._growth_tracker = torch.zeros((), dtype=torch.int32, device=self.device)
         self._one: dict[torch.device, torch.Tensor] = {}
-        self._handles: list[RemovableHandle] = []
+        # Set when the loop turns out to bring its own autocast/GradScaler: then it scales nothing.
+        self.user_amp = user_amp if user_amp is not None else UserAmp()
         self.steps = 0  # optimizer steps taken
         self.skipped_steps = 0  # optimizer steps skipped because a gradient was inf/nan
 
@@ -66,39 +61,11 @@ class LossScaler:
         """The current loss scale (a host sync; for logging and tests)."""
         return float(self._scale.item())
 
-    def attach(self, model: nn.Module) -> int:
-        """Register the `1/scale` hook on every trainable parameter; returns how many."""
-        seen: set[int] = set()
-        for param in model.parameters():
-            if param.requires_grad and id(param) not in seen:  # tied weights: hook once
-                seen.add(id(param))
-                self._handles.append(param.register_hook(self._unscale))
-        return len(seen)
-
-    def detach(self) -> None:
-        """Remove every hook this scaler registered."""
-        for handle in self._handles:
-            handle.remove()
-        self._handles.clear()
-
-    def _unscale(self, grad: torch.Tensor) -> torch.Tensor:
-        return grad * self._inv_scale.to(grad.device)
-
-    def scale_outputs(self, outputs: Any) -> Any:
-        """Outputs whose gradient is multiplied by the current scale on the way back."""
-        return scale_output_gradients(outputs, self._scale)
-
-    def unscale_input(self, tensor: torch.Tensor) -> torch.Tensor:
-        """An input that requires grad, so that its own `.grad` comes out at true scale."""
-        if tensor.requires_grad and tensor.is_floating_point():
-            return ScaleGradient.apply(tensor, self._inv_scale)
-        return tensor
-
     def found_nonfinite(self, optimizer: torch.optim.Optimizer) -> torch.Tensor:
         """A 1-element float tensor on the scaler's device: 1.0 if any gradient is inf/nan.
 
         `_amp_foreach_non_finite_check_and_unscale_` with `inv_scale=1` is GradScaler's own check
-        (one kernel per device and dtype); the gradients are already unscaled by the hooks."""
+        (one kernel per device and dtype); the gradients are already unscaled at accumulation."""
         groups: dict[tuple[torch.device, torch.dtype], list[torch.Tensor]] = defaultdict(list)
         for group in optimizer.param_groups:
             for param in group["params"]:
@@ -133,6 +100,8 @@ class LossScaler:
 
     def step(self, optimizer: torch.optim.Optimizer, step: Any) -> Any:
         """Run `step()` unless a gradient is non-finite, then update the scale."""
+        if self.user_amp.reason is not None:  # the user's own GradScaler does this part
+            return step()
         found = self.found_nonfinite(optimizer)
         if found.item():  # one host sync per step, as GradScaler.step has
             self.skipped_steps += 1

@@ -111,14 +111,17 @@ def test_counting_of_step_and_zero_grad_calls() -> None:
     assert acc.step_calls == 6 and acc.optimizer_steps == 2
 
 
-def test_gradients_are_scaled_only_when_grad_is_enabled() -> None:
-    acc = accumulate.Accumulator(4)
-    forward = acc.wrap_forward(lambda x: x * 2)
+def test_only_backwards_that_reach_the_model_are_seeded_with_one_over_n() -> None:
+    """The 1/N sits at the root of each backward that reaches the model, and nowhere else."""
+    model = _net()
+    opt = _sgd(model)
+    model, opt = autoopt.optimize(model, optimizer=opt, accumulate=4, verbose=False, **OFF)
     x = torch.ones(3, requires_grad=True)
-    forward(x).sum().backward()
-    torch.testing.assert_close(x.grad, torch.full((3,), 0.5))
-    with torch.no_grad():
-        assert torch.equal(forward(torch.ones(2)), torch.full((2,), 2.0))
+    (x * 2).sum().backward()  # touches no parameter of the model: untouched
+    torch.testing.assert_close(x.grad, torch.full((3,), 2.0))
+    w = next(model.parameters())
+    (w.sum() * 2).backward()  # a term built from a parameter, not from the outputs
+    torch.testing.assert_close(w.grad, torch.full_like(w, 0.5))
 
 
 def test_accumulate_one_and_missing_optimizer_are_skipped() -> None:
@@ -130,3 +133,79 @@ def test_accumulate_one_and_missing_optimizer_are_skipped() -> None:
         result = accumulate.run(ctx)
         assert result.status is Status.SKIPPED and reason in result.detail
         assert not ctx.step_layers and not ctx.forward_layers
+
+
+def _loss_with_param_term(model: nn.Module, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return nn.functional.mse_loss(out, y) + 1e-2 * sum(p.pow(2).sum() for p in model.parameters())
+
+
+@pytest.mark.parametrize("amp", [False, "fp16"])
+def test_accumulate_equals_hand_written_accumulation_with_clipping(amp: str | bool) -> None:
+    """The hand-written loop: (loss / 4).backward() every micro-batch, one clip_grad_norm_ and one
+    step every 4, zero_grad after. Ours: the unchanged loop with a param-built loss term and a clip
+    at every micro-batch. Tolerance: 1e-6 in fp32 (same arithmetic, summation order aside); with
+    fp16 the hand-written side is autocast + GradScaler (unscale_ before the clip), rtol 1e-4."""
+    n = 4
+    batches = _batches(3 * n)
+    plain = _net()
+    hand = copy.deepcopy(plain)
+    start = copy.deepcopy(plain)
+    opt = _sgd(plain)
+    options = {**OFF, "amp": amp}
+    model, opt = autoopt.optimize(plain, optimizer=opt, accumulate=n, verbose=False, **options)
+    norms = []
+    for x, y in batches:
+        loss = _loss_with_param_term(model, model(x), y)
+        loss.backward()
+        norms.append(torch.nn.utils.clip_grad_norm_(model.parameters(), 0.05))
+        opt.step()
+        opt.zero_grad()
+
+    hand_opt = _sgd(hand)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**16, enabled=bool(amp))
+    hand_norms = []
+    for i, (x, y) in enumerate(batches):
+        with torch.autocast("cpu", dtype=torch.float16, enabled=bool(amp)):
+            out = hand(x)
+        scaler.scale(_loss_with_param_term(hand, out.float(), y) / n).backward()
+        if (i + 1) % n == 0:
+            scaler.unscale_(hand_opt)
+            hand_norms.append(torch.nn.utils.clip_grad_norm_(hand.parameters(), 0.05))
+            scaler.step(hand_opt)
+            scaler.update()
+            hand_opt.zero_grad()
+    tol = {"rtol": 1e-4, "atol": 1e-6} if amp else {"rtol": 0, "atol": 1e-6}
+    for p, q, r in zip(model.parameters(), hand.parameters(), start.parameters(), strict=True):
+        torch.testing.assert_close(p, q, **tol)
+        assert not torch.equal(p, r)
+    # The norms returned at the acting micro-batches are the ones the hand-written loop clipped.
+    torch.testing.assert_close(torch.stack(norms[n - 1 :: n]), torch.stack(hand_norms), **tol)
+    assert min(hand_norms) > 0.05  # the clip did clip
+
+
+def test_from_import_of_clip_grad_norm_is_gated_too() -> None:
+    from torch.nn.utils import clip_grad_norm_  # noqa: PLC0415 (the point of the test)
+
+    model = _net()
+    opt = _sgd(model)
+    model, opt = autoopt.optimize(model, optimizer=opt, accumulate=2, verbose=False, **OFF)
+    x, y = _batches(1)[0]
+    nn.functional.mse_loss(model(x), y).backward()
+    grads = [p.grad.clone() for p in model.parameters()]
+    clip_grad_norm_(model.parameters(), 1e-6)  # mid-cycle: partial sums stay as they are
+    assert all(torch.equal(p.grad, g) for p, g in zip(model.parameters(), grads, strict=True))
+    opt.step()
+    nn.functional.mse_loss(model(x), y).backward()
+    clip_grad_norm_(model.parameters(), 1e-6)  # last micro-batch: clips
+    total = torch.cat([p.grad.flatten() for p in model.parameters()]).norm()
+    assert total.item() < 2e-6
+
+
+def test_a_grad_scaler_in_an_accumulating_loop_is_refused() -> None:
+    model = _net()
+    opt = _sgd(model)
+    model, opt = autoopt.optimize(model, optimizer=opt, accumulate=2, verbose=False, **OFF)
+    x, y = _batches(1)[0]
+    scaler = torch.amp.GradScaler("cpu")
+    with pytest.raises(RuntimeError, match="cannot be combined with a GradScaler"):
+        scaler.scale(nn.functional.mse_loss(model(x), y))

@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 import copy
+import io
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
 from torch import nn
 
 import autoopt
-from autoopt.runtime import hardware
+from autoopt.runtime import forward, hardware
+from autoopt.runtime.context import Context
+from autoopt.runtime.options import Options
+from autoopt.runtime.passes import amp
 
 from .models import MLP, SmallCNN, cnn_data
 
@@ -86,3 +93,70 @@ def test_bf16_outputs_and_gradients_agree_with_fp32() -> None:
     # allow an absolute slack of 0.1% of the whole gradient's norm.
     for p, q in zip(model.parameters(), reference.parameters(), strict=True):
         assert (p.grad - q.grad).norm() <= 0.10 * q.grad.norm() + 1e-3 * ref_grads.norm()
+
+
+def _amp_only(model: nn.Module, dtype: str) -> nn.Module:
+    """The amp pass alone installed on `model`: copies and pickling of its layers are tested
+    here; every other pass's layers in their own tests."""
+    ctx = Context(options=Options(amp=dtype), model=model, loader=None, optimizer=None)
+    amp.run(ctx)
+    forward.install(ctx)
+    return model
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+def test_a_deep_copy_computes_with_its_own_weights(dtype: str) -> None:
+    """An EMA copy must not call the original's forward (a closure over its bound method did)."""
+    torch.manual_seed(0)
+    model = _amp_only(MLP(), dtype)
+    x = torch.randn(4, 16)
+    before = model(x).detach()
+    twin = copy.deepcopy(model)
+    torch.testing.assert_close(twin(x), before)
+    with torch.no_grad():
+        for p in twin.parameters():
+            p.zero_()
+    assert torch.equal(twin(x), torch.zeros_like(before))
+    assert torch.equal(model(x).detach(), before)
+    assert twin(x).dtype == torch.float32  # the copy kept its autocast layer
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+def test_torch_save_and_load_round_trip(dtype: str) -> None:
+    torch.manual_seed(0)
+    model = _amp_only(MLP(), dtype)
+    x = torch.randn(4, 16)
+    buffer = io.BytesIO()
+    torch.save(model, buffer)
+    buffer.seek(0)
+    loaded = torch.load(buffer, weights_only=False)
+    torch.testing.assert_close(loaded(x), model(x))
+    with torch.no_grad():
+        next(loaded.parameters()).zero_()
+    assert not torch.equal(loaded(x), model(x))
+
+
+def test_choose_is_pure_and_says_why() -> None:
+    model = MLP()
+    cpu = torch.device("cpu")
+    assert amp.choose(model, cpu, False) == (None, "amp=False")
+    assert amp.choose(model, cpu, "fp16") == (torch.float16, "amp='fp16'")
+    assert amp.choose(model.to(torch.bfloat16), cpu, "auto")[0] is None
+    assert not hasattr(model, "_autoopt_loss_scaler") and model.forward.__self__ is model
+
+
+@pytest.mark.slow  # a fresh interpreter imports torch
+def test_torch_load_in_a_fresh_process(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    model = _amp_only(MLP(), "fp16")
+    x = torch.randn(4, 16)
+    torch.save({"model": model, "x": x, "y": model(x).detach()}, tmp_path / "m.pt")
+    code = (
+        "import torch; d = torch.load(r'%s', weights_only=False); "
+        "torch.testing.assert_close(d['model'](d['x']), d['y']); print('ok')" % (tmp_path / "m.pt")
+    )
+    root = Path(__file__).resolve().parents[1]  # where pytest imported `runtime.models` from
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=120
+    )
+    assert done.stdout.strip() == "ok", done.stderr

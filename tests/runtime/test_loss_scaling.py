@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 import autoopt
+from autoopt.runtime import root_scaling
 from autoopt.runtime.loss_scaling import LossScaler, scaler_of
 
 from .models import MLP, mlp_data
@@ -40,22 +41,23 @@ def test_fp16_is_applied_with_a_scaler_at_gradscaler_defaults() -> None:
         scaler_of(MLP())
 
 
-def test_unscaling_by_the_hooks_is_exact_over_accumulated_backwards() -> None:
+def test_root_scaling_is_exact_over_accumulated_backwards() -> None:
     """Without autocast the only arithmetic the scaler adds is x2**16 then x2**-16: exact."""
     torch.manual_seed(0)
     model = MLP()
     reference = copy.deepcopy(model)
     scaler = LossScaler(torch.device("cpu"))
-    scaler.attach(model)
+    root_scaling.register(model, scaler=scaler)
     x, y = mlp_data(24)
+    seen: list[torch.Tensor] = []
+    model.net[0].weight.register_hook(lambda g: seen.append(g.abs().max()))  # before unscaling
     for chunk in range(3):
         xs, ys = x[chunk * 8 : chunk * 8 + 8], y[chunk * 8 : chunk * 8 + 8]
-        loss_fn(scaler.scale_outputs(model(xs)), ys).backward()
+        loss_fn(model(xs), ys).backward()
         loss_fn(reference(xs), ys).backward()
     for p, q in zip(model.parameters(), reference.parameters(), strict=True):
         assert torch.equal(p.grad, q.grad)
-    scaler.detach()
-    model(x).sum().backward()  # hooks gone: no error, no scaling
+    assert seen[0] > 1000 * reference.net[0].weight.grad.abs().max() / 3  # it did run scaled
     assert scaler.found_nonfinite(torch.optim.SGD(model.parameters(), lr=0.1)).item() == 0
 
 

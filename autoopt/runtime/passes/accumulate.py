@@ -6,10 +6,16 @@ Semantics (those of HF Accelerate's `accumulate()`, without its context manager)
 * `optimizer.zero_grad()` (and `model.zero_grad()`) act only at the start of a cycle, i.e.
   when the number of `step()` calls so far is a multiple of N. This is right for both loop
   orders: `zero_grad(); forward; backward; step()` and `forward; backward; step(); zero_grad()`.
-* The gradients reaching the model's outputs are multiplied by 1/N, so after N micro-batches
-  the accumulated gradient is the mean of the N micro-batch gradients: one step equals one step
-  on the N-times larger batch for a mean-reduced loss (the seed's `loss / accumulation_steps`).
-  A `reduction="sum"` loss gets the mean of the N sums, not their sum.
+* Every backward that reaches the model's parameters is seeded with 1/N at its root
+  (`root_scaling`), exactly what `(loss / N).backward()` does, whatever the loss is built from
+  (outputs, terms computed from the parameters, other methods of the model). After N
+  micro-batches `.grad` holds the mean of the N micro-batch gradients.
+* `clip_grad_norm_` / `clip_grad_value_` on the model's parameters clip only at the last
+  micro-batch of a cycle, the one whose `step()` acts: a hand-written loop clips the full sum
+  once before its step. On the other micro-batches `clip_grad_norm_` returns the partial sum's
+  norm and clips nothing. (`clip_grad_norm_` is caught however it was imported; a
+  `clip_grad_value_` imported by name before `optimize()` is not.)
+* A `GradScaler` in the loop is refused with an error (its `step()` would unscale partial sums).
 * Under DDP only the last micro-batch of a cycle all-reduces gradients: before each forward with
   grad enabled, `require_backward_grad_sync` is set on the DDP module exactly as `no_sync()`
   does, so the other N-1 backward passes stay local.
@@ -22,16 +28,18 @@ Semantics (those of HF Accelerate's `accumulate()`, without its context manager)
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import nn
+from torch.nn.utils import clip_grad
 
-from autoopt.runtime.context import Context, ForwardLayer, Stage, StepLayer
-from autoopt.runtime.grad_hooks import scale_output_gradients
+from autoopt.runtime import root_scaling
+from autoopt.runtime.context import Context, StepLayer
 from autoopt.runtime.report import PassResult
+from autoopt.runtime.user_amp import watch_grad_scalers
 
 NAME = "accumulate"
 
@@ -74,15 +82,6 @@ class Accumulator:
 
         return accumulating_zero_grad
 
-    def wrap_forward(self, forward: Callable[..., Any]) -> Callable[..., Any]:
-        factor = 1.0 / self.steps
-
-        @functools.wraps(forward)
-        def accumulating_forward(*args: Any, **kwargs: Any) -> Any:
-            return scale_output_gradients(forward(*args, **kwargs), factor)
-
-        return accumulating_forward
-
 
 def run(ctx: Context) -> PassResult | None:
     """Register the step/zero_grad gating, the 1/N gradient scaling and the DDP sync control."""
@@ -96,10 +95,15 @@ def run(ctx: Context) -> PassResult | None:
     acc = Accumulator(steps)
     ctx.extras[NAME] = acc
     ctx.step_layers.append(StepLayer(NAME, acc.wrap_step, acc.wrap_zero_grad))
-    ctx.forward_layers.append(ForwardLayer(NAME, Stage.OUTER, acc.wrap_forward))
+    root_scaling.register(ctx.model, accumulator=acc)
+    watch_grad_scalers()
+    _gate_clipping()
     _gate_module_zero_grad(ctx.model, acc)
     ctx.finalizers.append(functools.partial(_finalize, acc=acc))
-    detail = f"{steps} micro-batches per optimizer step, gradients averaged (x1/{steps})"
+    detail = (
+        f"{steps} micro-batches per optimizer step, every backward seeded x1/{steps}, "
+        "gradient clipping on the last micro-batch only"
+    )
     if ctx.dist is not None:
         detail += "; DDP all-reduces on the last micro-batch only"
     return PassResult.applied(NAME, detail)
@@ -109,8 +113,55 @@ def _gate_module_zero_grad(module: nn.Module, acc: Accumulator) -> None:
     """`model.zero_grad()` (the seed's spelling) must follow the same cycle as the optimizer's."""
     if getattr(module, "_autoopt_accumulate", None) is acc:
         return
-    object.__setattr__(module, "zero_grad", acc.wrap_zero_grad(module.zero_grad))
+    object.__setattr__(module, "zero_grad", GatedZeroGrad(module, acc))
     object.__setattr__(module, "_autoopt_accumulate", acc)
+
+
+@dataclass
+class GatedZeroGrad:
+    """`module.zero_grad` that acts at the start of a cycle only. An object holding the module,
+    not a closure over its bound method, so `deepcopy(model)` gates the copy's own gradients."""
+
+    module: nn.Module
+    acc: Accumulator
+
+    def __call__(self, set_to_none: bool = True) -> None:
+        if self.acc.at_cycle_start:
+            type(self.module).zero_grad(self.module, set_to_none)
+
+
+_original_clip_grads_with_norm = clip_grad._clip_grads_with_norm_
+_original_clip_grad_value = clip_grad.clip_grad_value_
+
+
+def _mid_cycle(parameters: Any) -> bool:
+    """Some of `parameters` belong to an accumulating model whose cycle is not at its last
+    micro-batch: their `.grad` is a partial sum that must not be clipped."""
+    params = [parameters] if isinstance(parameters, torch.Tensor) else list(parameters)
+    return any(
+        reg.accumulator is not None and not reg.accumulator.at_last_micro_step
+        for reg in root_scaling.registration_of_params(params)
+    )
+
+
+def _clip_grads_with_norm_(parameters: Any, *args: Any, **kwargs: Any) -> None:
+    if not _mid_cycle(parameters):
+        _original_clip_grads_with_norm(parameters, *args, **kwargs)
+
+
+def _clip_grad_value_(parameters: Any, *args: Any, **kwargs: Any) -> None:
+    if isinstance(parameters, Iterable) and not isinstance(parameters, torch.Tensor):
+        parameters = list(parameters)  # read twice: once here, once by torch
+    if not _mid_cycle(parameters):
+        _original_clip_grad_value(parameters, *args, **kwargs)
+
+
+def _gate_clipping() -> None:
+    """`clip_grad_norm_` calls the module-global `_clip_grads_with_norm_` of
+    `torch.nn.utils.clip_grad`, so wrapping that global reaches every spelling of it."""
+    clip_grad._clip_grads_with_norm_ = _clip_grads_with_norm_
+    clip_grad.clip_grad_value_ = _clip_grad_value_
+    torch.nn.utils.clip_grad_value_ = _clip_grad_value_
 
 
 def _finalize(ctx: Context, *, acc: Accumulator) -> None:
@@ -120,11 +171,18 @@ def _finalize(ctx: Context, *, acc: Accumulator) -> None:
         return
     _gate_module_zero_grad(returned, acc)
     if isinstance(returned, nn.parallel.DistributedDataParallel):
+        # DDP reads this flag in its own forward, so it must be set before that runs: a
+        # forward pre-hook on the DDP module (the inner forward layers run too late).
+        returned.register_forward_pre_hook(SyncOnLastMicroStep(acc))
 
-        def set_sync(module: nn.Module, args: Any) -> None:
-            # DDP reads this flag in its own forward, so it must be set before that runs: a
-            # forward pre-hook on the DDP module (the inner forward layers run too late).
-            if torch.is_grad_enabled():
-                module.require_backward_grad_sync = acc.at_last_micro_step
 
-        returned.register_forward_pre_hook(set_sync)
+@dataclass
+class SyncOnLastMicroStep:
+    """DDP forward pre-hook: all-reduce gradients in the last micro-batch's backward only, as
+    `no_sync()` around the others would."""
+
+    acc: Accumulator
+
+    def __call__(self, module: nn.Module, args: Any) -> None:
+        if torch.is_grad_enabled():
+            module.require_backward_grad_sync = self.acc.at_last_micro_step

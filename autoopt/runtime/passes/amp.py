@@ -4,63 +4,77 @@
 CPU with AVX512-BF16/AMX: measured ~17x on a small CNN on this project's CPUs), else fp16 on
 CUDA, else nothing: fp16 autocast on a CPU without native half math is slower than fp32.
 Explicit "bf16"/"fp16" are honoured on any device autocast supports (fp16 on CPU is how the
-fp16 path is tested without a GPU). fp16 adds dynamic loss scaling (see `loss_scaling`).
+fp16 path is tested without a GPU). fp16 adds dynamic loss scaling at the root of every backward
+(`loss_scaling`, `root_scaling`). A loop with its own autocast or GradScaler makes both step aside
+(`user_amp`). The layers are objects of module-level classes, so the model deep-copies and
+pickles with them (an EMA copy computes with its own weights).
 """
 
 from __future__ import annotations
 
+import functools
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from autoopt.runtime import hardware, loss_scaling
+from autoopt.runtime import hardware, loss_scaling, root_scaling
 from autoopt.runtime.batch import map_tensors
 from autoopt.runtime.context import Context, Forward, ForwardLayer, Stage, StepLayer
 from autoopt.runtime.report import PassResult
+from autoopt.runtime.user_amp import UserAmp, watch_grad_scalers
 
 NAME = "amp"
 
 _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
+def choose(
+    model: torch.nn.Module, device: torch.device, requested: str | bool
+) -> tuple[torch.dtype | None, str]:
+    """The autocast dtype for `model` on `device` given the user's `amp=` (None: no autocast),
+    and why. Pure: `tune` and `doctor` reuse it."""
+    if requested is False:
+        return None, "amp=False"
+    if requested == "auto":
+        return _auto(model, device)
+    if not torch.amp.is_autocast_available(device.type):
+        return None, f"autocast is not available on {device.type}"
+    return _DTYPES[requested], f"amp={requested!r}"
+
+
 def run(ctx: Context) -> PassResult:
-    """Decide the autocast dtype, register the autocast layer and, for fp16, loss scaling."""
-    choice = ctx.options.amp
-    if choice is False:
-        return PassResult.skipped(NAME, "amp=False")
+    """Register the autocast layer and, for fp16, loss scaling at the root of each backward."""
     device = ctx.device if ctx.device is not None else _model_device(ctx.model)
-    if choice == "auto":
-        dtype, why = _auto(ctx, device)
-        if dtype is None:
-            return PassResult.skipped(NAME, why)
-    else:
-        dtype, why = _DTYPES[choice], f"amp={choice!r}"
-        if not torch.amp.is_autocast_available(device.type):
-            return PassResult.skipped(NAME, f"autocast is not available on {device.type}")
+    dtype, why = choose(ctx.model, device, ctx.options.amp)
+    if dtype is None:
+        return PassResult.skipped(NAME, why)
     ctx.amp_dtype = dtype
-    ctx.forward_layers.append(ForwardLayer(NAME, Stage.INNER, _autocast_layer(device.type, dtype)))
+    watch_grad_scalers()
+    users = UserAmp(ctx.report, NAME)
+    layer = AutocastLayer(device.type, dtype, users)
+    ctx.forward_layers.append(ForwardLayer(NAME, Stage.INNER, layer.wrap))
     name = "bf16" if dtype is torch.bfloat16 else "fp16"
     if dtype is not torch.float16:
         return PassResult.applied(NAME, f"{name} autocast: {why}")
-    scaler = loss_scaling.LossScaler(device)
-    hooked = scaler.attach(ctx.model)
+    scaler = loss_scaling.LossScaler(device, user_amp=users)
+    root_scaling.register(ctx.model, scaler=scaler)
     loss_scaling.install(ctx.model, scaler)
     ctx.extras["loss_scaler"] = scaler
-    ctx.forward_layers.append(ForwardLayer("loss_scaling", Stage.OUTER, _scaling_layer(scaler)))
     if ctx.optimizer is not None:
-        ctx.step_layers.append(StepLayer(NAME, _scaled_step(ctx.optimizer, scaler)))
+        ctx.step_layers.append(StepLayer(NAME, ScaledStep(ctx.optimizer, scaler).wrap))
         step_note = "optimizer.step() skips non-finite steps"
     else:
         step_note = "no optimizer given, so non-finite steps are not skipped"
     return PassResult.applied(
         NAME,
-        f"fp16 autocast: {why}; dynamic loss scaling (init {scaler.scale:g}, "
-        f"{hooked} parameter hooks; {step_note})",
+        f"fp16 autocast: {why}; dynamic loss scaling at the root of every backward (init "
+        f"{scaler.scale:g}; {step_note})",
     )
 
 
-def _auto(ctx: Context, device: torch.device) -> tuple[torch.dtype | None, str]:
-    floating = {p.dtype for p in ctx.model.parameters() if p.is_floating_point()}
+def _auto(model: torch.nn.Module, device: torch.device) -> tuple[torch.dtype | None, str]:
+    floating = {p.dtype for p in model.parameters() if p.is_floating_point()}
     if floating and floating != {torch.float32}:
         shown = ", ".join(sorted(str(d).removeprefix("torch.") for d in floating))
         return None, f"the model's parameters are already {shown}, not float32"
@@ -85,65 +99,49 @@ def _model_device(model: torch.nn.Module) -> torch.device:
     return param.device if param is not None else torch.device("cpu")
 
 
-def _autocast_layer(device_type: str, dtype: torch.dtype) -> Any:
-    def to_fp32(t: torch.Tensor) -> torch.Tensor:
-        return t.float() if t.dtype == dtype else t
+@dataclass
+class AutocastLayer:
+    """The forward under autocast, floating outputs back in fp32; steps aside (for good) when the
+    user's own autocast is already active at the forward. Plain state only: copies and pickles."""
 
-    def wrap(forward: Forward) -> Forward:
-        def autocast_forward(*args: Any, **kwargs: Any) -> Any:
-            with torch.autocast(device_type, dtype=dtype):
-                out = forward(*args, **kwargs)
-            if isinstance(out, torch.Tensor):  # the common case, without a container walk
-                return to_fp32(out)
-            return map_tensors(out, to_fp32)
+    device_type: str
+    dtype: torch.dtype
+    user_amp: UserAmp
 
-        return autocast_forward
+    def wrap(self, forward: Forward) -> Forward:
+        """`ForwardLayer.wrap`: `forward` under this layer."""
+        return functools.partial(self.run, forward)
 
-    return wrap
+    def run(self, forward: Forward, *args: Any, **kwargs: Any) -> Any:
+        """Call `forward` under autocast, unless the user's AMP is in charge."""
+        if self.user_amp.reason is None and torch.is_autocast_enabled(self.device_type):
+            self.user_amp.stand_down("autocast was already active at the model's forward")
+        if self.user_amp.reason is not None:
+            return forward(*args, **kwargs)
+        with torch.autocast(self.device_type, dtype=self.dtype):
+            out = forward(*args, **kwargs)
+        if isinstance(out, torch.Tensor):  # the common case, without a container walk
+            return self._to_fp32(out)
+        return map_tensors(out, self._to_fp32)
 
-
-def _scaling_layer(scaler: loss_scaling.LossScaler) -> Any:
-    def wrap(forward: Forward) -> Forward:
-        def scaled_forward(*args: Any, **kwargs: Any) -> Any:
-            if not torch.is_grad_enabled():
-                return forward(*args, **kwargs)
-            if _any_requires_grad(args, kwargs):
-                args, kwargs = map_tensors((args, kwargs), scaler.unscale_input)
-            return scaler.scale_outputs(forward(*args, **kwargs))
-
-        return scaled_forward
-
-    return wrap
+    def _to_fp32(self, t: torch.Tensor) -> torch.Tensor:
+        return t.float() if t.dtype == self.dtype else t
 
 
-def _any_requires_grad(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
-    for value in (*args, *kwargs.values()):
-        if isinstance(value, torch.Tensor):
-            if value.requires_grad:
-                return True
-        elif isinstance(value, list | tuple | dict) or hasattr(value, "__dataclass_fields__"):
-            found = False
+@dataclass
+class ScaledStep:
+    """`optimizer.step()` that skips non-finite steps and updates the scale."""
 
-            def check(t: torch.Tensor) -> torch.Tensor:
-                nonlocal found
-                found = found or t.requires_grad
-                return t
+    optimizer: torch.optim.Optimizer
+    scaler: loss_scaling.LossScaler
 
-            map_tensors(value, check)
-            if found:
-                return True
-    return False
+    def wrap(self, step: Any) -> Any:
+        """`StepLayer.wrap_step`."""
+        return functools.partial(self.run, step)
 
-
-def _scaled_step(optimizer: torch.optim.Optimizer, scaler: loss_scaling.LossScaler) -> Any:
-    def wrap_step(step: Any) -> Any:
-        def step_with_scaling(*args: Any, **kwargs: Any) -> Any:
-            if args or kwargs:
-                # A closure re-runs backward inside step(); gradients are unscaled by the hooks
-                # already, but the inf check cannot run first, so hand it straight through.
-                return step(*args, **kwargs)
-            return scaler.step(optimizer, step)
-
-        return step_with_scaling
-
-    return wrap_step
+    def run(self, step: Any, *args: Any, **kwargs: Any) -> Any:
+        """The step, gated by the inf/nan check."""
+        if args or kwargs:
+            # A closure re-runs backward inside step(): the inf check cannot run first.
+            return step(*args, **kwargs)
+        return self.scaler.step(self.optimizer, step)
