@@ -145,7 +145,9 @@ class DeviceBatches(MutableSequence):
     def __getitem__(self, index: slice) -> DeviceBatches: ...
     def __getitem__(self, index: int | slice) -> Any:
         if isinstance(index, slice):
-            return self._like(self._batches[index])
+            part = DeviceBatches(self._batches[index], None)
+            part._move = self._move  # the same device, pinning and (live) transforms
+            return part
         original = self._batches[index]
         moved = self._move(original)
         self._recent = [*self._recent[1 - self._RECENT :], (moved, original)]
@@ -174,8 +176,3 @@ class DeviceBatches(MutableSequence):
 
     def _original(self, value: Any) -> Any:
         return next((orig for moved, orig in self._recent if moved is value), value)
-
-    def _like(self, batches: list[Any]) -> DeviceBatches:
-        part = DeviceBatches(batches, None)
-        part._move = self._move
-        return part

@@ -100,21 +100,23 @@ def run(ctx: Context) -> PassResult | None:
             f"batches, ...), got {type(user).__name__}"
         )
     where = f"batches moved to {device}" if device is not None else "batches left where they are"
-    notes: list[str] = []
+    unsharded: list[str] = []  # a loader iterated as it is is not split across ranks
     if ctx.dist is not None and not _is_distributed_sampler(getattr(user, "sampler", None)):
-        notes.append("not sharded: every rank iterates all of it")
+        unsharded.append("not sharded: every rank iterates all of it")
     if isinstance(user, list | tuple):
         ctx.loader = DeviceBatches(user, device, transforms=ctx.batch_transforms)
         what = f"{type(user).__name__} is not a DataLoader"
         return PassResult.applied(
-            NAME, f"wrapped ({what}): a sequence, " + ", ".join([*notes, where])
+            NAME, f"wrapped ({what}): a sequence, " + ", ".join([*unsharded, where])
         )
 
     loader = user
     rebuilt = False
+    notes: list[str] = []
     reason = _cannot_rebuild(user)
-    if reason is None:
-        notes = []
+    if reason is not None:
+        notes = unsharded
+    else:
         plan = _plan(user, ctx, cuda, notes)
         if plan is None:
             reason = "; ".join(notes) or "nothing to change"
