@@ -49,9 +49,6 @@ class Decision:
     cache_path: Path | None = None
 
 
-# --- the entry point --------------------------------------------------------------------------
-
-
 def choose(
     model: nn.Module,
     loader: Any,
