@@ -444,7 +444,7 @@ def summarise(
 
 
 def machine_info(device: torch.device) -> dict[str, Any]:
-    from autoopt.runtime.tune import cpu_model
+    from autoopt.runtime.hardware import cpu_model
 
     info: dict[str, Any] = {
         "device": str(device),

@@ -82,13 +82,10 @@ def _torch_info() -> dict[str, Any]:
 
 
 def _cpu_info() -> dict[str, Any]:
-    from autoopt.runtime.tune import cpu_model
-
-    affinity = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
     return {
-        "model": cpu_model(),
+        "model": hardware.cpu_model(),
         "logical_cores": os.cpu_count(),
-        "usable_cores": affinity,
+        "usable_cores": hardware.available_cpus(),
         "torch_threads": torch.get_num_threads(),
         "interop_threads": torch.get_num_interop_threads(),
         "features": hardware.cpu_features(),

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import functools
+import os
+import platform
+from typing import Any
 
 import torch
 
@@ -41,3 +44,47 @@ def cuda_supports_bf16(device: torch.device | None = None) -> bool:
 def cuda_supports_tf32(device: torch.device | None = None) -> bool:
     """TF32 tensor cores exist from Ampere (8.0) on."""
     return cuda_supports_bf16(device)
+
+
+def available_cpus() -> int:
+    """CPUs this process may run on (its affinity mask, which containers and taskset narrow)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def available_host_memory() -> int:
+    """Bytes of host memory available to new allocations (Linux MemAvailable); 0 if unknown."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def cpu_model() -> str:
+    """The CPU's marketing name (from /proc/cpuinfo on Linux)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def signature(device: torch.device) -> dict[str, Any]:
+    """What identifies the machine for a measured decision (tune's cache key)."""
+    sig: dict[str, Any] = {"device": device.type, "threads": torch.get_num_threads()}
+    if device.type == "cuda" and torch.cuda.is_available():
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        sig["gpu"] = torch.cuda.get_device_name(index)
+        sig["capability"] = list(torch.cuda.get_device_capability(index))
+    else:
+        sig["cpu"] = cpu_model()
+        sig["features"] = cpu_features()
+    return sig

@@ -11,8 +11,9 @@ import torch
 from torch import nn
 
 import autoopt
-from autoopt.runtime import tune
+from autoopt.runtime import hardware, tune
 from autoopt.runtime.options import Options
+from autoopt.runtime.tune import measure
 
 
 def _model() -> nn.Module:
@@ -196,7 +197,8 @@ def test_optimize_reports_the_tuning():
 
 
 def test_a_simpler_plan_within_the_noise_margin_wins() -> None:
-    from autoopt.runtime.tune import NOISE_MARGIN, Measurement, Plan, _simplest_within_noise
+    from autoopt.runtime.tune import NOISE_MARGIN, Measurement, Plan
+    from autoopt.runtime.tune.decision import pick as _simplest_within_noise
 
     eager, bf16, compiled = Plan(), Plan(amp="bf16"), Plan(amp="bf16", compile=True)
     close = 10.0 * (1 + NOISE_MARGIN / 2)
@@ -212,3 +214,104 @@ def test_a_simpler_plan_within_the_noise_margin_wins() -> None:
         [(bf16, Measurement("bf16", 12.0)), (compiled, Measurement("bf16+compile", 10.0))]
     )
     assert clear_win is not None and clear_win[0] == compiled
+
+
+class Numbers(torch.utils.data.Dataset):
+    """Map-style, so a DataLoader over it can have workers."""
+
+    def __len__(self) -> int:
+        return 16
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
+        return torch.full((16,), float(i)), i % 4
+
+
+LOADERS = {
+    "seeded generator": lambda: torch.utils.data.DataLoader(
+        Numbers(), batch_size=4, shuffle=True, generator=torch.Generator().manual_seed(5)
+    ),
+    "sampler with its own generator": lambda: torch.utils.data.DataLoader(
+        Numbers(),
+        batch_size=4,
+        sampler=torch.utils.data.RandomSampler(
+            range(16), generator=torch.Generator().manual_seed(6)
+        ),
+    ),
+    "global RNG": lambda: torch.utils.data.DataLoader(Numbers(), batch_size=4, shuffle=True),
+    "persistent workers": lambda: torch.utils.data.DataLoader(
+        Numbers(),
+        batch_size=4,
+        shuffle=True,
+        generator=torch.Generator().manual_seed(5),
+        num_workers=1,
+        persistent_workers=True,
+    ),
+}
+
+
+def _order(loader, epochs: int = 2) -> list[list[int]]:
+    out = []
+    for epoch in range(epochs):
+        torch.manual_seed(10 + epoch)
+        out.append([int(v) for x, _ in loader for v in x[:, 0]])
+    return out
+
+
+@pytest.mark.parametrize("kind", list(LOADERS))
+def test_tuning_leaves_the_loaders_order_as_it_was(kind):
+    expected = _order(LOADERS[kind]())
+    loader = LOADERS[kind]()
+    torch.manual_seed(0)
+    decision = tune.choose(_model(), loader, None, OPTIONS, cache=False, steps=1, warmup=0)
+    assert decision.result.status.value == "applied", decision.result.detail
+    assert _order(loader) == expected
+
+
+@pytest.fixture
+def fake_clock(monkeypatch):
+    """Each timed step of a plan takes COSTS[plan label] seconds (default 10 ms) on a fake clock."""
+    costs: dict[str, float] = {}
+    now = [0.0]
+    apply, step = tune.Plan.apply, measure.train_step
+
+    def labelled_apply(self, model, batches, optimizer, options):
+        model, batches, optimizer = apply(self, model, batches, optimizer, options)
+        model._fake_label = self.label
+        return model, batches, optimizer
+
+    def timed_step(model, *args, **kwargs):
+        now[0] += costs.get(model._fake_label, 0.010)
+        return step(model, *args, **kwargs)
+
+    monkeypatch.setattr(tune.Plan, "apply", labelled_apply)
+    monkeypatch.setattr(measure, "train_step", timed_step)
+    monkeypatch.setattr(measure.time, "perf_counter", lambda: now[0])
+    monkeypatch.setattr(hardware, "cpu_supports_bf16", lambda: True)  # two plans on any CPU
+    return costs
+
+
+def test_the_default_plan_wins_unless_another_is_clearly_faster(fake_clock):
+    model = _model()
+    default = tune.default_plan(model, OPTIONS)
+    assert default == tune.Plan(amp="bf16")  # what optimize() picks on a CPU with native bf16
+    plans = tune.candidate_plans(model, OPTIONS)
+    assert plans[0] == default and tune.REFERENCE in plans
+
+    def run():
+        return tune.choose(model, _batches(), None, OPTIONS, cache=False, steps=3, warmup=1)
+
+    # All equal: the default plan, not the simpler fp32 eager.
+    assert run().plan == default
+    # fp32 eager measured 2% faster is within the noise margin: still the default plan.
+    fake_clock["fp32"] = 0.010 * (1 - tune.NOISE_MARGIN / 1.5)
+    decision = run()
+    assert decision.plan == default and decision.options.amp == "bf16"
+    assert "bf16 (default)" in decision.result.detail
+    # fp32 eager 2% slower than the default: the simpler plan no longer wins when it is slower.
+    fake_clock.clear()
+    fake_clock["bf16"] = 0.010
+    fake_clock["fp32"] = 0.0102
+    assert run().plan == default
+    # Clearly faster than the default: tuning picks it.
+    fake_clock["fp32"] = 0.008
+    assert run().plan == tune.REFERENCE

@@ -23,10 +23,12 @@ from torch.utils.data import (
 )
 
 import autoopt
+from autoopt.runtime import hardware
 from autoopt.runtime.context import Context, DistState
+from autoopt.runtime.device_loader import DeviceBatches, DeviceLoader
 from autoopt.runtime.options import Options
 from autoopt.runtime.passes import loader as loader_pass
-from autoopt.runtime.passes.loader import DeviceLoader, choose_workers
+from autoopt.runtime.passes.loader import choose_workers
 from autoopt.runtime.report import Status
 
 META = torch.device("meta")  # a real device move that needs no GPU: tensors lose their data
@@ -65,10 +67,10 @@ def _ctx(loader: Any, device: torch.device | None = None, dist: DistState | None
     return ctx
 
 
-def _run(loader: Any, **kwargs: Any) -> tuple[DeviceLoader, Any]:
+def _run(loader: Any, **kwargs: Any) -> tuple[Any, Any]:
     ctx = _ctx(loader, **kwargs)
     result = loader_pass.run(ctx)
-    assert isinstance(ctx.loader, DeviceLoader)
+    assert isinstance(ctx.loader, DeviceBatches if isinstance(loader, list) else DeviceLoader)
     return ctx.loader, result
 
 
@@ -112,7 +114,7 @@ def test_loaders_that_are_not_rebuilt_say_why(make: Any, reason: str) -> None:
     wrapped, result = _run(user, device=torch.device("cpu"))
     assert result.status is Status.APPLIED
     assert result.detail.startswith("wrapped") and reason in result.detail
-    assert wrapped.loader is user and not wrapped.rebuilt
+    assert wrapped.loader is user and not getattr(wrapped, "rebuilt", False)
 
 
 def test_not_iterable_is_a_clear_error() -> None:
@@ -226,12 +228,12 @@ def test_generator_without_len_is_wrapped_and_len_raises() -> None:
 def test_worker_rule(monkeypatch: pytest.MonkeyPatch) -> None:
     loader = DataLoader(Squares(), batch_size=2)
     tensors = DataLoader(TensorDataset(torch.ones(4, 1)), batch_size=2)
-    monkeypatch.setattr(loader_pass, "available_cpus", lambda: 16)
+    monkeypatch.setattr(hardware, "available_cpus", lambda: 16)
     assert choose_workers(tensors, cuda=True)[0] == 0
     assert choose_workers(loader, cuda=True)[0] == 8
     assert choose_workers(loader, cuda=True, local_world_size=4)[0] == 3  # 4 cores each
     assert choose_workers(loader, cuda=False)[0] == 2  # one worker per 8 cores
-    monkeypatch.setattr(loader_pass, "available_cpus", lambda: 2)
+    monkeypatch.setattr(hardware, "available_cpus", lambda: 2)
     workers, why = choose_workers(loader, cuda=False)
     assert workers == 0 and "compete" in why
     assert choose_workers(loader, cuda=True)[0] == 1
@@ -242,7 +244,7 @@ def test_unpicklable_dataset_gets_no_workers_under_spawn(monkeypatch: pytest.Mon
         pass
 
     loader = DataLoader(Local(), batch_size=2)
-    monkeypatch.setattr(loader_pass, "available_cpus", lambda: 16)
+    monkeypatch.setattr(hardware, "available_cpus", lambda: 16)
     monkeypatch.setattr(multiprocessing, "get_start_method", lambda *a, **k: "spawn")
     workers, why = choose_workers(loader, cuda=True)
     assert workers == 0 and "dataset cannot be pickled" in why
@@ -250,7 +252,7 @@ def test_unpicklable_dataset_gets_no_workers_under_spawn(monkeypatch: pytest.Mon
 
 
 def test_rebuild_adds_workers_and_persistent_prefetch(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(loader_pass, "available_cpus", lambda: 16)
+    monkeypatch.setattr(hardware, "available_cpus", lambda: 16)
     user = DataLoader(Squares(), batch_size=2, shuffle=True)
     wrapped, result = _run(user, device=torch.device("cpu"))
     new = wrapped.loader
@@ -267,7 +269,7 @@ def test_optimize_returns_the_wrapped_loader_end_to_end() -> None:
     model, loader, opt = autoopt.optimize(
         model, batches, opt, amp=False, compile=False, verbose=False
     )
-    assert isinstance(loader, DeviceLoader) and len(loader) == 2
+    assert isinstance(loader, DeviceBatches) and len(loader) == 2
     for x, y in loader:
         opt.zero_grad()
         nn.functional.mse_loss(model(x), y).backward()
@@ -278,6 +280,6 @@ def test_optimize_returns_the_wrapped_loader_end_to_end() -> None:
 def test_sequential_sampler_stays_unshuffled_when_rebuilt_for_workers(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(loader_pass, "available_cpus", lambda: 16)
+    monkeypatch.setattr(hardware, "available_cpus", lambda: 16)
     wrapped, _ = _run(DataLoader(Squares(), batch_size=5), device=torch.device("cpu"))
     assert isinstance(wrapped.sampler, SequentialSampler)

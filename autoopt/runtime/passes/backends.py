@@ -78,7 +78,7 @@ def _optimizer_impl(optimizer: torch.optim.Optimizer, device: torch.device) -> t
     )
     if fused_ok:
         _set(optimizer, fused=True, foreach=False)
-        why = " (2-4x faster than the default step on CPU here)" if device.type == "cpu" else ""
+        why = " (the default step on CPU is a loop over tensors)" if device.type == "cpu" else ""
         return True, f"fused {cls.__name__} step{why}"
     # Not limited to `_get_foreach_kernels_supported_devices()`: on CPU the foreach ops run as a
     # per-tensor fallback that still beat the default step here (see the module docstring).

@@ -11,14 +11,27 @@ What happens to `optimize(..., loader)`:
 * **Wrapped** — anything that cannot be rebuilt safely is iterated as it is, with the reason in
   the report: a DataLoader subclass (its constructor may differ), an IterableDataset (sharding
   across workers is the dataset's job), a DataLoader with nothing to change (e.g. the user chose
-  `num_workers` and there is no pinning or sampler to add), and any other iterable such as a
-  plain list of `(x, y)` batches.
+  `num_workers` and there is no pinning or sampler to add), and any other iterable.
+* **A list or tuple of batches** comes back as a `DeviceBatches` sequence (index, slice, len,
+  `random.shuffle`), reading the user's list.
 
-Either way the returned `DeviceLoader` yields batches already on `ctx.device` (any nesting of
-tuples, lists, dicts, namedtuples and dataclasses; non-tensors untouched; `non_blocking` copies
-when the memory is pinned), applies `ctx.batch_transforms`, supports `len()` when the underlying
-loader does, exposes the underlying loader's attributes (`dataset`, `batch_size`, `sampler`, ...),
-and calls `sampler.set_epoch(n)` on the n-th pass over it (n = 0, 1, ...) when distributed.
+What comes back (`autoopt.runtime.device_loader`) yields batches already on `ctx.device`,
+applies `ctx.batch_transforms`, supports `len()` when the underlying loader does and exposes its
+attributes (`dataset`, `batch_size`, `sampler`, ...).
+
+Sample order: every epoch yields the same samples in the same order as the user's loader, drawn
+from the same RNG (the loader's `generator`, else the global torch RNG) at the same points:
+* Workers are only added over torch's own samplers (sequential, random, subset, weighted,
+  distributed, in torch's BatchSampler), which draw nothing when an iterator starts and then
+  draw from their own generator or once from the global RNG. A custom sampler may draw from the
+  global RNG as it goes; workers read ahead, which would change when, so it gets none.
+* Workers autoopt adds are persistent; `DeviceLoader` draws the base seed a non-persistent
+  loader draws each epoch, so later epochs keep the user's order.
+* Under torchrun the order is the `DistributedSampler`'s (each rank a shard): autoopt calls
+  `set_epoch(n)` on the n-th pass over the one it created, until the user calls `set_epoch`
+  themselves; a DistributedSampler the user made is left to the user.
+* Random augmentations inside the dataset run in the workers, seeded per worker as in any
+  DataLoader with workers: the same samples, augmented with other random numbers.
 
 Worker rule (`num_workers` is only chosen when the user left it at 0):
 * 0 for an in-memory `TensorDataset`: indexing resident tensors is cheaper than the IPC a
@@ -37,10 +50,8 @@ from __future__ import annotations
 import multiprocessing
 import os
 import pickle
-from collections.abc import Callable, Iterator
 from typing import Any
 
-import torch
 from torch.utils.data import (
     BatchSampler,
     DataLoader,
@@ -48,11 +59,14 @@ from torch.utils.data import (
     IterableDataset,
     RandomSampler,
     SequentialSampler,
+    SubsetRandomSampler,
     TensorDataset,
+    WeightedRandomSampler,
 )
 
-from autoopt.runtime.batch import to_device
+from autoopt.runtime import hardware
 from autoopt.runtime.context import Context
+from autoopt.runtime.device_loader import DeviceBatches, DeviceLoader
 from autoopt.runtime.report import PassResult
 
 NAME = "loader"
@@ -61,115 +75,70 @@ MAX_WORKERS_CPU = 4
 CPU_CORES_PER_WORKER = 8  # on CPU training, one worker per 8 cores the process owns
 PREFETCH_CUDA = 4
 PREFETCH_CPU = 2
-
-
-class DeviceLoader:
-    """Iterates the wrapped loader, yielding batches moved to `device` and transformed.
-
-    Attribute lookups that the wrapper does not define fall through to the wrapped loader, so
-    `loader.dataset`, `loader.batch_size` and `loader.sampler` work as before."""
-
-    def __init__(
-        self,
-        loader: Any,
-        device: torch.device | None,
-        *,
-        non_blocking: bool = False,
-        transforms: list[Callable[[Any], Any]] | None = None,
-        set_epoch: bool = False,
-        rebuilt: bool = False,
-    ) -> None:
-        self._loader = loader
-        self._device = device
-        self._non_blocking = non_blocking
-        # The context's list itself, so a transform a later pass appends still applies.
-        self._transforms = transforms if transforms is not None else []
-        self._set_epoch = set_epoch
-        self._epoch = 0
-        self.rebuilt = rebuilt
-
-    @property
-    def loader(self) -> Any:
-        """The loader being iterated (the rebuilt DataLoader, or the user's own object)."""
-        return self._loader
-
-    @property
-    def epoch(self) -> int:
-        """How many passes over the loader have started."""
-        return self._epoch
-
-    def __iter__(self) -> Iterator[Any]:
-        if self._set_epoch:
-            sampler = getattr(self._loader, "sampler", None)
-            if hasattr(sampler, "set_epoch"):
-                # Each rank's shuffle is seeded by (seed + epoch): without this every epoch
-                # would see the same order, the classic DistributedSampler pitfall.
-                sampler.set_epoch(self._epoch)
-        self._epoch += 1
-        return self._generate(iter(self._loader))
-
-    def _generate(self, batches: Iterator[Any]) -> Iterator[Any]:
-        for batch in batches:
-            batch = to_device(batch, self._device, self._non_blocking)
-            for transform in self._transforms:
-                batch = transform(batch)
-            yield batch
-
-    def __len__(self) -> int:
-        return len(self._loader)
-
-    def __getattr__(self, name: str) -> Any:
-        # Only called when normal lookup fails; guard against recursion before __init__ ran.
-        loader = self.__dict__.get("_loader")
-        if loader is None:
-            raise AttributeError(name)
-        return getattr(loader, name)
-
-    def __repr__(self) -> str:
-        how = "rebuilt" if self.rebuilt else "wrapped"
-        return f"DeviceLoader({how}, device={self._device}, loader={self._loader!r})"
+# Samplers whose iterator draws nothing when it starts (workers start it early and read ahead).
+_ORDER_SAFE_SAMPLERS = (
+    SequentialSampler,
+    RandomSampler,
+    SubsetRandomSampler,
+    WeightedRandomSampler,
+    DistributedSampler,
+)
 
 
 def run(ctx: Context) -> PassResult | None:
-    """Rebuild or wrap `ctx.loader`; set `ctx.loader` to the `DeviceLoader`."""
+    """Rebuild or wrap `ctx.loader`; set `ctx.loader` to the `DeviceLoader` or `DeviceBatches`."""
     if ctx.loader is None:
         return PassResult.skipped(NAME, "no loader given")
-    if isinstance(ctx.loader, DeviceLoader):
+    if isinstance(ctx.loader, DeviceLoader | DeviceBatches):
         return PassResult.skipped(NAME, "the loader was already prepared by autoopt")
     device = ctx.device
     cuda = device is not None and device.type == "cuda"
-    loader = ctx.loader
-    if not _iterable(loader):
+    user = ctx.loader
+    if not _iterable(user):
         raise TypeError(
             f"optimize(loader=...) needs an iterable of batches (a DataLoader, a list of "
-            f"batches, ...), got {type(loader).__name__}"
+            f"batches, ...), got {type(user).__name__}"
+        )
+    where = f"batches moved to {device}" if device is not None else "batches left where they are"
+    unsharded: list[str] = []  # a loader iterated as it is is not split across ranks
+    if ctx.dist is not None and not _is_distributed_sampler(getattr(user, "sampler", None)):
+        unsharded.append("not sharded: every rank iterates all of it")
+    if isinstance(user, list | tuple):
+        ctx.loader = DeviceBatches(user, device, transforms=ctx.batch_transforms)
+        what = f"{type(user).__name__} is not a DataLoader"
+        return PassResult.applied(
+            NAME, f"wrapped ({what}): a sequence, " + ", ".join([*unsharded, where])
         )
 
-    notes: list[str] = []
+    loader = user
     rebuilt = False
-    reason = _cannot_rebuild(loader)
-    if reason is None:
-        plan = _plan(loader, ctx, cuda, notes)
+    notes: list[str] = []
+    reason = _cannot_rebuild(user)
+    if reason is not None:
+        notes = unsharded
+    else:
+        plan = _plan(user, ctx, cuda, notes)
         if plan is None:
             reason = "; ".join(notes) or "nothing to change"
             notes = []
         else:
             loader = DataLoader(**plan)
             rebuilt = True
-    elif ctx.dist is not None and not _is_distributed_sampler(getattr(loader, "sampler", None)):
-        notes.append("not sharded: every rank iterates all of it")
 
     pinned = cuda and bool(getattr(loader, "pin_memory", False))
-    wrapper = DeviceLoader(
+    # A DistributedSampler autoopt made gets set_epoch calls; the user's own is left to them.
+    ours = _inner_sampler(loader) if rebuilt else None
+    if not _is_distributed_sampler(ours) or ours is _inner_sampler(user):
+        ours = None
+    ctx.loader = DeviceLoader(
         loader,
         device,
         non_blocking=pinned,
         transforms=ctx.batch_transforms,
-        set_epoch=ctx.dist is not None,
+        epoch_sampler=ours,
+        draw_base_seed=rebuilt and loader.persistent_workers and not user.persistent_workers,
         rebuilt=rebuilt,
     )
-    ctx.loader = wrapper
-    where = f"batches moved to {device}" if device is not None else "batches left where they are"
     if pinned:
         where += " (non_blocking)"
     if rebuilt:
@@ -251,6 +220,11 @@ def _plan(loader: DataLoader, ctx: Context, cuda: bool, notes: list[str]) -> dic
 
     if loader.num_workers > 0:
         notes.append(f"num_workers={loader.num_workers} chosen by the user, kept")
+    elif (custom := _custom_sampler(loader)) is not None:
+        notes.append(
+            f"num_workers=0 (custom {custom}: workers would change when it draws random "
+            "numbers, and so the order)"
+        )
     else:
         workers, why = choose_workers(loader, cuda, _local_world_size(ctx))
         if workers > 0:
@@ -270,7 +244,7 @@ def choose_workers(loader: DataLoader, cuda: bool, local_world_size: int = 1) ->
     """How many worker processes to give a loader the user left at `num_workers=0`, and why."""
     if isinstance(loader.dataset, TensorDataset):
         return 0, "in-memory TensorDataset: workers would only add IPC"
-    cores = max(1, available_cpus() // max(1, local_world_size))
+    cores = max(1, hardware.available_cpus() // max(1, local_world_size))
     if cuda:
         workers = min(MAX_WORKERS_CUDA, cores - 1)
         why = f"{cores} cores per process, one kept for the training process"
@@ -288,13 +262,6 @@ def choose_workers(loader: DataLoader, cuda: bool, local_world_size: int = 1) ->
         if blocker is not None:
             return 0, f"{blocker} cannot be pickled for '{method}' worker processes"
     return workers, why
-
-
-def available_cpus() -> int:
-    """CPUs this process may run on (its affinity mask, which containers and taskset narrow)."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
 
 
 def _local_world_size(ctx: Context) -> int:
@@ -320,6 +287,14 @@ def _inner_sampler(loader: DataLoader) -> Any:
     if loader.batch_size is None and loader.batch_sampler is not None:
         return getattr(loader.batch_sampler, "sampler", None)
     return loader.sampler
+
+
+def _custom_sampler(loader: DataLoader) -> str | None:
+    """The name of a sampler or batch sampler that is not one of torch's order-safe ones."""
+    if loader.batch_size is None and type(loader.batch_sampler) is not BatchSampler:
+        return type(loader.batch_sampler).__name__
+    inner = _inner_sampler(loader)
+    return None if type(inner) in _ORDER_SAFE_SAMPLERS else type(inner).__name__
 
 
 def _is_distributed_sampler(sampler: Any) -> bool:

@@ -1,0 +1,88 @@
+"""A few batches from the user's loader, drawn without a trace: every RNG (torch CPU and CUDA,
+Python, numpy, and the loader's and its samplers' own generators) is as it was, and a loader with
+persistent workers is left without a started iterator, so its next epoch is the one it would
+have been without tuning."""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import random
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader
+
+from autoopt.runtime.errors import error_summary
+
+
+def draw(loader: Any, n: int) -> tuple[list[Any], str]:
+    """Up to `n` batches from a fresh iterator over `loader`, or ([], why not)."""
+    if loader is None:
+        return [], "no loader given: tuning measures plans on the loader's batches"
+    # Even creating the iterator draws from an RNG (a DataLoader's base seed), so all of it
+    # happens with the RNGs saved.
+    with rng_preserved(loader_generators(loader)):
+        # A persistent-worker DataLoader keeps its iterator (None before its first epoch).
+        fresh_persistent = (
+            isinstance(loader, DataLoader)
+            and loader.persistent_workers
+            and loader.num_workers > 0
+            and loader._iterator is None
+        )
+        try:
+            iterator = iter(loader)
+        except TypeError:
+            return [], f"the loader ({type(loader).__name__}) is not iterable"
+        if iterator is loader:
+            return [], "the loader is a one-shot iterator; drawing from it would consume it"
+        try:
+            drawn = list(itertools.islice(iterator, n))
+        except Exception as err:
+            return [], f"could not draw batches from the loader ({error_summary(err)})"
+        finally:
+            del iterator  # a worker loader shuts its workers down here
+            if fresh_persistent:
+                # Dropping the kept iterator makes the user's first epoch start one (and draw
+                # its base seed) as it would have.
+                loader._iterator = None
+    if not drawn:
+        return [], "the loader yielded no batches"
+    return drawn, ""
+
+
+def loader_generators(loader: Any) -> list[torch.Generator]:
+    """The torch generators a loader draws from: its own and its (batch) sampler's."""
+    sampler = getattr(loader, "sampler", None)
+    batch_sampler = getattr(loader, "batch_sampler", None)
+    owners = (loader, sampler, batch_sampler, getattr(batch_sampler, "sampler", None))
+    found: dict[int, torch.Generator] = {}
+    for owner in owners:
+        gen = getattr(owner, "generator", None)
+        if isinstance(gen, torch.Generator):
+            found[id(gen)] = gen
+    return list(found.values())
+
+
+@contextlib.contextmanager
+def rng_preserved(generators: Sequence[torch.Generator] = ()) -> Iterator[None]:
+    """Leave torch's (CPU and CUDA), Python's and numpy's RNGs and `generators` as they were."""
+    py_state = random.getstate()
+    try:
+        import numpy as np
+
+        np_state: Any = np.random.get_state()
+    except ImportError:
+        np, np_state = None, None
+    gen_states = [(g, g.get_state()) for g in generators]
+    devices = list(range(torch.cuda.device_count())) if torch.cuda.is_initialized() else []
+    with torch.random.fork_rng(devices=devices):
+        try:
+            yield
+        finally:
+            random.setstate(py_state)
+            if np is not None:
+                np.random.set_state(np_state)
+            for gen, state in gen_states:
+                gen.set_state(state)

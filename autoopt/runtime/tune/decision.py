@@ -1,0 +1,187 @@
+"""`choose()`: measure the candidates (or read the cached decision) and pick the winner."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from autoopt.runtime.options import Options
+from autoopt.runtime.report import PassResult
+from autoopt.runtime.tune import cache as disk_cache
+from autoopt.runtime.tune.batches import draw
+from autoopt.runtime.tune.loss import LossFn
+from autoopt.runtime.tune.measure import Measurement, measure_all
+from autoopt.runtime.tune.plans import (
+    REFERENCE,
+    Plan,
+    combinations,
+    complexity,
+    default_plan,
+    find,
+    with_default,
+    with_plan,
+)
+
+NAME = "tune"
+# A plan must beat the default plan, or a simpler one, by more than this to be chosen:
+# differences below it are within the run-to-run noise of a few timed steps, and a choice made on
+# noise is cached for good.
+NOISE_MARGIN = 0.03
+
+
+@dataclass
+class Decision:
+    """The outcome of `choose()`: the options to run with and the report entry saying why."""
+
+    options: Options
+    result: PassResult
+    plan: Plan | None = None
+    measurements: list[Measurement] = field(default_factory=list)
+    cache_hit: bool = False
+    cache_path: Path | None = None
+
+
+def choose(
+    model: nn.Module,
+    loader: Any,
+    optimizer: torch.optim.Optimizer | None,
+    options: Options,
+    *,
+    candidates: Sequence[Plan] | None = None,
+    loss_fn: LossFn | None = None,
+    batches: int = 4,
+    warmup: int = 2,
+    steps: int = 5,
+    rtol: float = 0.05,
+    cache: bool = True,
+) -> Decision:
+    """Measure candidate plans on copies and return the options `optimize()` should use.
+
+    `options` are the user's; the returned `Decision.options` equal them with each searched
+    "auto" option replaced by the chosen plan's value. Never raises because a candidate failed:
+    when nothing can be measured, the user's options come back unchanged with a skipped or failed
+    report entry. `loss_fn(outputs, target)` replaces the inferred loss; `candidates` replaces
+    the search space, default plan included (eager fp32 is always measured first as the
+    reference)."""
+    if steps < 1 or warmup < 0 or batches < 1:
+        raise ValueError("tune needs steps >= 1, warmup >= 0 and batches >= 1")
+    default = None
+    if candidates is None:
+        default = default_plan(model, options)
+        plans = with_default(combinations(model, options), default)
+    else:
+        plans = list(candidates)
+    if not plans:
+        return Decision(options, PassResult.skipped(NAME, "no candidate plans"))
+    drawn, why_not = draw(loader, batches)
+    if not drawn:
+        return Decision(options, PassResult.skipped(NAME, why_not))
+
+    path = disk_cache.cache_path() if cache else None
+    key = disk_cache.decision_key(model, optimizer, drawn[0], options, plans)
+    if path is not None:
+        entry = disk_cache.read(path).get(key)
+        plan = find(plans, entry["plan"]) if entry else None
+        if entry and plan is not None:
+            measurements = [Measurement(**m) for m in entry["measurements"]]
+            detail = (
+                f"{plan.label} (cached {entry['created']} in {path}; delete it to re-measure)\n"
+                + table(measurements, plan)
+            )
+            return Decision(
+                with_plan(options, plan),
+                PassResult.applied(NAME, detail),
+                plan,
+                measurements,
+                cache_hit=True,
+                cache_path=path,
+            )
+
+    measurements, accepted = measure_all(
+        model, optimizer, options, plans, drawn, loss_fn, warmup, steps, rtol, default
+    )
+    chosen = pick(accepted, default)
+    if chosen is None:
+        errors = "; ".join(f"{m.plan}: {m.status}" for m in measurements)
+        return Decision(
+            options,
+            PassResult.failed(NAME, f"no candidate could be measured ({errors})", "the defaults"),
+            measurements=measurements,
+        )
+    eager = next((m for m in measurements if m.plan == REFERENCE.label and m.ok), None)
+    speedup = ""
+    if eager is not None and eager.ms_per_step and chosen[1].ms_per_step:
+        speedup = f", {eager.ms_per_step / chosen[1].ms_per_step:.2f}x vs fp32 eager"
+    detail = (
+        f"{chosen[0].label}{speedup}; measured {len(plans)} plan(s) on {len(drawn)} batch(es), "
+        f"{warmup} warm-up + {steps} timed step(s) each\n" + table(measurements, chosen[0])
+    )
+    if path is not None:
+        disk_cache.write(
+            path,
+            key,
+            {
+                "plan": chosen[0].label,
+                "created": _dt.datetime.now().isoformat(timespec="seconds"),
+                "measurements": [dataclasses.asdict(m) for m in measurements],
+            },
+        )
+    return Decision(
+        with_plan(options, chosen[0]),
+        PassResult.applied(NAME, detail),
+        chosen[0],
+        measurements,
+        cache_path=path,
+    )
+
+
+def pick(
+    accepted: list[tuple[Plan, Measurement]], default: Plan | None = None
+) -> tuple[Plan, Measurement] | None:
+    """The fastest plan, unless the default plan or a simpler one is within NOISE_MARGIN of it
+    (the default first). So the plan picked is never one measured slower than the default."""
+    if not accepted:
+        return None
+    fastest = min(m.ms_per_step or math.inf for _, m in accepted)
+    close = [
+        (p, m) for p, m in accepted if (m.ms_per_step or math.inf) <= fastest * (1 + NOISE_MARGIN)
+    ]
+    return min(
+        close,
+        key=lambda pm: (pm[0] != default, complexity(pm[0]), pm[1].ms_per_step or math.inf),
+    )
+
+
+def table(measurements: list[Measurement], chosen: Plan) -> str:
+    """The measurements as an aligned text table, the chosen and the default plan marked."""
+    rows = [("plan", "ms/step", "warm-up s", "rel. err", "status")]
+    for m in measurements:
+        err = max((e for e in (m.output_error, m.loss_error) if e is not None), default=None)
+        mark = "  <- chosen" if m.plan == chosen.label and m.ok else ""
+        rows.append(
+            (
+                m.plan + (" (default)" if m.default else ""),
+                f"{m.ms_per_step:.2f}" if m.ms_per_step is not None else "-",
+                f"{m.warmup_s:.2f}" if m.warmup_s is not None else "-",
+                f"{err:.2g}" if err is not None else "-",
+                m.status + mark,
+            )
+        )
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    return "\n".join(
+        "  ".join(
+            c.ljust(w) if i == 0 else c.rjust(w)
+            for i, (c, w) in enumerate(zip(r[:4], widths, strict=True))
+        )
+        + "  "
+        + r[4]
+        for r in rows
+    )

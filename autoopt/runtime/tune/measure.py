@@ -1,0 +1,264 @@
+"""Timing candidates: each on its own copies of the model and optimizer, its first forward judged
+against eager fp32 on the same batch, then warm-up and timed steps."""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import math
+import statistics
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from autoopt.runtime import hardware
+from autoopt.runtime.batch import map_tensors
+from autoopt.runtime.errors import error_summary
+from autoopt.runtime.options import Options
+from autoopt.runtime.tune import apply
+from autoopt.runtime.tune.batches import rng_preserved
+from autoopt.runtime.tune.loss import LossFn, floating_tensors, infer_loss, model_inputs, target_of
+from autoopt.runtime.tune.plans import REFERENCE, Plan
+
+
+@dataclass
+class Measurement:
+    """What one candidate did: its median step time, or why it was rejected."""
+
+    plan: str
+    ms_per_step: float | None = None
+    warmup_s: float | None = None
+    output_error: float | None = None
+    loss_error: float | None = None
+    status: str = "ok"  # "ok" | "rejected: <why>" | "failed: <error>"
+    default: bool = False  # the plan optimize() makes without tuning
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+
+def measure_all(
+    model: nn.Module,
+    optimizer: Any,
+    options: Options,
+    plans: list[Plan],
+    batches: list[Any],
+    loss_fn: LossFn | None,
+    warmup: int,
+    steps: int,
+    rtol: float,
+    default: Plan | None = None,
+) -> tuple[list[Measurement], list[tuple[Plan, Measurement]]]:
+    """Reference first, then every plan; returns all measurements and the accepted plans.
+
+    When the copies fit in memory together, the timed steps run in interleaved rounds (one step
+    of each candidate in turn), so a burst of load from other processes slows every candidate
+    alike instead of penalising whichever happened to run then."""
+    loss_fn = loss_fn or infer_loss
+    todo = [REFERENCE] + [p for p in plans if p != REFERENCE]  # a Plan subclass never equals
+    interleave = fits_together(model, len(todo))
+    trials: list[_Trial] = []
+    with rng_preserved():
+        for plan in todo:
+            trial = _Trial(plan, loss_fn)
+            trial.start(model, optimizer, options, batches, warmup)
+            if not interleave:
+                trial.time(steps)
+                trial.close()
+            trials.append(trial)
+            if plan is REFERENCE and not trial.result.ok:
+                trial.close()
+                return [trial.result], []  # fp32 eager cannot run on copies: nothing to compare
+        if interleave:
+            for _ in range(steps):
+                for trial in trials:
+                    trial.time(1)
+            for trial in trials:
+                trial.close()
+    reference = trials[0]
+    measurements: list[Measurement] = []
+    accepted: list[tuple[Plan, Measurement]] = []
+    for trial in trials:
+        trial.judge(reference, rtol)
+        m = trial.result
+        m.default = default is not None and trial.plan == default
+        if trial.plan is not REFERENCE or REFERENCE in plans:
+            measurements.append(m)
+        if m.ok and m.ms_per_step is not None and trial.plan in plans:
+            accepted.append((trial.plan, m))
+    if REFERENCE not in plans:
+        measurements.insert(0, reference.result)  # shown for comparison, not a candidate
+    return measurements, accepted
+
+
+class _Trial:
+    """One candidate on its own copies of the model and optimizer."""
+
+    def __init__(self, plan: Plan, loss_fn: LossFn) -> None:
+        self.plan = plan
+        self.loss_fn = loss_fn
+        self.result = Measurement(plan.label)
+        self.model: nn.Module | None = None
+        self.optimizer: Any = None
+        self.batches: Iterator[Any] = iter(())
+        self.sync_on: Any = None
+        self.outputs: list[torch.Tensor] = []  # of the first forward, as fp32 on the CPU
+        self.losses: list[float] = []
+        self.times: list[float] = []
+        self.failed_passes = ""
+
+    def start(
+        self, model: nn.Module, optimizer: Any, options: Options, batches: list[Any], warmup: int
+    ) -> None:
+        """Copy, apply the plan, run the first step (kept for comparison) and the warm-up."""
+        try:
+            self.model, self.optimizer = copy.deepcopy((model, optimizer))
+        except Exception as err:  # a module holding an uncopyable object (a lock, a file, ...)
+            self._fail(f"model/optimizer cannot be deep-copied ({error_summary(err)})")
+            return
+        disable_dropout(self.model)
+        try:
+            start = time.perf_counter()
+            self.model, device_batches, self.optimizer = self.plan.apply(
+                self.model, batches, self.optimizer, options
+            )
+            self.model.train()
+            self.sync_on = device_batches[0]
+            self.batches = itertools.cycle(device_batches)
+            # The first step's forward (before any update) is the one compared with fp32 eager.
+            for i in range(max(warmup, 1)):
+                self._step(keep=i == 0)
+            self.result.warmup_s = round(time.perf_counter() - start, 3)
+        except Exception as err:
+            self._fail(error_summary(err))
+
+    def time(self, steps: int) -> None:
+        if self.model is None:
+            return
+        try:
+            for _ in range(steps):
+                t0 = time.perf_counter()
+                self._step()
+                self.times.append(time.perf_counter() - t0)
+        except Exception as err:
+            self._fail(error_summary(err))
+
+    def close(self) -> None:
+        """Read what the passes reported, then free the copies."""
+        if self.model is not None:
+            self.failed_passes = apply.failed_passes(self.model)
+        self.model = self.optimizer = self.sync_on = None
+        self.batches = iter(())
+
+    def judge(self, reference: _Trial, rtol: float) -> None:
+        """Set the status: ok, or rejected with the reason (a failure is already set)."""
+        m = self.result
+        if m.status != "ok":
+            return
+        m.ms_per_step = round(statistics.median(self.times) * 1000, 3) if self.times else None
+        if self.failed_passes:
+            m.status = f"rejected: {self.failed_passes}"
+        elif not all(math.isfinite(x) for x in self.losses):
+            m.status = "rejected: non-finite loss"
+        elif reference is not self:
+            m.output_error = relative_error(self.outputs, reference.outputs)
+            ref_loss = reference.losses[0]
+            m.loss_error = round(abs(self.losses[0] - ref_loss) / max(abs(ref_loss), 1e-6), 6)
+            worst = max(m.output_error, m.loss_error)
+            if not math.isfinite(worst) or worst > rtol:
+                m.status = f"rejected: differs from fp32 eager by {worst:.3g} > {rtol:g}"
+
+    def _step(self, keep: bool = False) -> None:
+        loss = train_step(
+            self.model,
+            self.optimizer,
+            next(self.batches),
+            self.loss_fn,
+            self.outputs if keep else None,
+        )
+        _sync(self.sync_on)
+        self.losses.append(loss)
+
+    def _fail(self, why: str) -> None:
+        self.result.status = f"failed: {why}"
+        self.close()
+
+
+def fits_together(model: nn.Module, copies: int) -> bool:
+    """Whether `copies` copies of the model with gradients and Adam-like state (4x the
+    parameters) fit in a third of the memory available on its device."""
+    size = sum(
+        t.numel() * t.element_size() for t in itertools.chain(model.parameters(), model.buffers())
+    )
+    device = next(model.parameters(), torch.empty(0)).device
+    if device.type == "cuda" or (device.type == "cpu" and torch.cuda.is_available()):
+        try:
+            available = torch.cuda.mem_get_info()[0]
+        except RuntimeError:
+            return False
+    else:
+        available = hardware.available_host_memory()  # 0 when unknown: one at a time
+    return copies * 4 * size < available / 3
+
+
+def train_step(
+    model: nn.Module,
+    optimizer: Any,
+    batch: Any,
+    loss_fn: LossFn,
+    keep_outputs: list[torch.Tensor] | None = None,
+) -> float:
+    """One training step; the forward's floating outputs go to `keep_outputs` (as fp32, CPU)."""
+    if optimizer is not None:
+        optimizer.zero_grad(set_to_none=True)
+    else:
+        model.zero_grad(set_to_none=True)
+    args, kwargs = model_inputs(batch)
+    outputs = model(*args, **kwargs)
+    if keep_outputs is not None:
+        keep_outputs.extend(t.detach().float().cpu() for t in floating_tensors(outputs))
+    loss = loss_fn(outputs, target_of(batch))
+    del outputs
+    loss.backward()
+    if optimizer is not None:
+        optimizer.step()
+    return float(loss.detach())
+
+
+def relative_error(outputs: list[torch.Tensor], reference: list[torch.Tensor]) -> float:
+    """Worst relative L2 error over the output tensors (inf when their shapes differ)."""
+    if len(outputs) != len(reference):
+        return math.inf
+    worst = 0.0
+    for out, ref in zip(outputs, reference, strict=True):
+        if out.shape != ref.shape:
+            return math.inf
+        err = (out - ref).norm() / ref.norm().clamp_min(1e-12)
+        worst = max(worst, float(err))
+    return round(worst, 6)
+
+
+def disable_dropout(model: nn.Module) -> None:
+    for module in model.modules():
+        if isinstance(module, nn.modules.dropout._DropoutNd):
+            module.p = 0.0
+        elif isinstance(module, nn.MultiheadAttention | nn.RNNBase):
+            module.dropout = 0.0  # the float attribute these modules pass to the functional op
+
+
+def _sync(batch: Any) -> None:
+    devices = {t.device for t in _all_tensors(batch)}
+    for device in devices:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+
+def _all_tensors(obj: Any) -> list[torch.Tensor]:
+    found: list[torch.Tensor] = []
+    map_tensors(obj, lambda t: found.append(t) or t)
+    return found

@@ -1,0 +1,132 @@
+"""The candidates tuning measures: `Plan` (values for the searched options of `optimize()`),
+the default plan (what `optimize()` chooses without tuning) and the search space."""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import dataclasses
+import io
+import itertools
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from autoopt.runtime import hardware
+from autoopt.runtime.options import Options
+from autoopt.runtime.tune import apply
+
+# The options tuning searches; the others (checkpoint, device, ...) are not speed choices.
+SEARCHED = ("amp", "compile", "channels_last")
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One candidate: values for the searched options of `optimize()` ("auto" lets optimize()
+    decide, as the default plan does when its choices cannot be told in advance).
+
+    Subclass and override `apply` to try something `optimize()` cannot express (the candidate is
+    still measured and checked against eager fp32 like any other)."""
+
+    amp: str | bool = False
+    compile: str | bool = False
+    channels_last: str | bool = False
+
+    @property
+    def label(self) -> str:
+        if "auto" in (self.amp, self.compile, self.channels_last):
+            return "defaults"
+        parts = [str(self.amp)] if self.amp else []
+        if self.compile:
+            parts.append("compile" if self.compile is True else f"compile={self.compile}")
+        if self.channels_last:
+            parts.append("channels_last")
+        return "+".join(parts) or "fp32"
+
+    def options(self) -> dict[str, Any]:
+        return {"amp": self.amp, "compile": self.compile, "channels_last": self.channels_last}
+
+    def apply(
+        self, model: nn.Module, batches: list[Any], optimizer: Any, options: Options
+    ) -> tuple[nn.Module, Any, Any]:
+        """Apply the plan to copies: returns (model, batches on the device, optimizer)."""
+        return apply.optimize_copy(model, batches, optimizer, options, self.options())
+
+
+REFERENCE = Plan()  # eager fp32: the baseline every candidate is checked against
+
+
+def default_plan(model: nn.Module, options: Options) -> Plan | None:
+    """The plan `optimize()` makes for `model` without tuning, learnt by running it on a copy
+    (nothing is trained); None when optimize() fails on it. When its choices cannot be read, the
+    plan keeps "auto" (labelled "defaults") and optimize() decides while it is measured."""
+    given = Plan(options.amp, options.compile, options.channels_last)
+    try:
+        target = copy.deepcopy(model)
+        # Passes warn about what they cannot do; tuning reports its own findings.
+        with contextlib.redirect_stderr(io.StringIO()):
+            target = apply.optimize_copy(target, [], None, options, given.options())[0]
+    except Exception:  # an uncopyable model, or a pass that rejects it: no default to measure
+        return None
+    choices = apply.choices_made(target, options)
+    return Plan(**choices) if choices is not None else given
+
+
+def candidate_plans(model: nn.Module, options: Options) -> list[Plan]:
+    """What tuning measures: the default plan first (when there is one), then every other
+    combination of the searched options left on "auto" that can pay on this machine; options
+    the user set are held."""
+    return with_default(combinations(model, options), default_plan(model, options))
+
+
+def combinations(model: nn.Module, options: Options) -> list[Plan]:
+    """Every combination of the searched options left on "auto" that can pay on this machine."""
+    device = target_device(options)
+    amps: list[str | bool] = [False]
+    if options.amp != "auto":
+        amps = [options.amp]
+    elif device.type == "cuda":
+        amps.append("bf16" if hardware.cuda_supports_bf16(device) else "fp16")
+    elif device.type == "cpu" and hardware.cpu_supports_bf16():
+        amps.append("bf16")  # without native bf16 the CPU emulates it: slower, not a candidate
+    compiles: list[str | bool] = [False, True] if options.compile == "auto" else [options.compile]
+    has_conv = any(isinstance(m, nn.Conv2d) for m in model.modules())
+    if options.channels_last == "auto":
+        layouts = [False, True] if has_conv else [False]
+    else:
+        layouts = [bool(options.channels_last)]
+    return [Plan(a, c, cl) for a, c, cl in itertools.product(amps, compiles, layouts)]
+
+
+def with_default(plans: list[Plan], default: Plan | None) -> list[Plan]:
+    """`plans` with `default` first (once)."""
+    if default is None:
+        return plans
+    return [default] + [p for p in plans if p != default]
+
+
+def target_device(options: Options) -> torch.device:
+    """The device optimize() will train on."""
+    if options.device != "auto":
+        return torch.device(options.device)
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def with_plan(options: Options, plan: Plan) -> Options:
+    """The user's options with each searched option that was "auto" set to the plan's value."""
+    chosen = {k: v for k, v in plan.options().items() if getattr(options, k) == "auto"}
+    return dataclasses.replace(options, **chosen)
+
+
+def find(plans: list[Plan], label: str) -> Plan | None:
+    """The plan with this label (how the cache names the chosen plan)."""
+    return next((p for p in plans if p.label == label), None)
+
+
+def complexity(plan: Plan) -> int:
+    """How much a plan changes: compile counts double (warm-up time, failure modes)."""
+    if type(plan) is not Plan:  # a custom plan: rank it by time alone
+        return 0
+    return bool(plan.amp) + 2 * bool(plan.compile) + bool(plan.channels_last)
