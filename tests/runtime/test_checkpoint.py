@@ -149,7 +149,7 @@ def test_auto_decision_at_first_forward_uses_the_estimate(monkeypatch: pytest.Mo
         report = Report()
         report.add(ckpt.PassResult.skipped("checkpoint", "pending"))
         decisions = ckpt._Decisions(report, pending=1)
-        ckpt._patch(model, ckpt.CheckpointState("", None, model.forward, decisions))
+        ckpt._patch(model, ckpt.CheckpointState("", None, decisions))
         monkeypatch.setattr(ckpt, "free_device_memory", lambda device, free=free: free)
         with torch.no_grad():
             model(x)  # not a training forward: still undecided
@@ -171,7 +171,7 @@ def test_auto_does_not_checkpoint_when_gradients_dominate(monkeypatch: pytest.Mo
     model = deep(16)
     report = Report()
     report.add(ckpt.PassResult.skipped("checkpoint", "pending"))
-    ckpt._patch(model, ckpt.CheckpointState("", None, model.forward, ckpt._Decisions(report, 1)))
+    ckpt._patch(model, ckpt.CheckpointState("", None, ckpt._Decisions(report, 1)))
     monkeypatch.setattr(ckpt, "free_device_memory", lambda device: 1000)  # memory is tight
     model(torch.randn(2, WIDTH))  # 2 rows: activations far below the gradient memory
     assert model._autoopt_checkpoint.segments == 0

@@ -45,7 +45,7 @@ def test_inputs_of_any_nesting_are_moved_and_others_untouched() -> None:
     def forward(*args: object, **kwargs: object) -> None:
         seen["args"], seen["kwargs"] = args, kwargs
 
-    moved_forward = device_pass._input_mover(meta)(forward)
+    moved_forward = device_pass.InputMover(forward, meta)
     x = torch.randn(2, 3)
     moved_forward(x, [x, {"k": x}], Batch(x, "cat"), 7, scale=x, name="n")
     a, k = seen["args"], seen["kwargs"]
@@ -61,7 +61,7 @@ def test_inputs_already_on_the_device_pass_through_as_the_same_objects() -> None
         seen["args"] = args
 
     x = torch.randn(2, 3)
-    device_pass._input_mover(torch.device("cpu"))(forward)(x, 3)
+    device_pass.InputMover(forward, torch.device("cpu"))(x, 3)
     assert seen["args"][0] is x
 
 
