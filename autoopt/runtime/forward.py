@@ -90,11 +90,12 @@ def _layered_step(optimizer: torch.optim.Optimizer, *args: Any, **kwargs: Any) -
 
 
 def _scheduled_layered_step(optimizer: torch.optim.Optimizer, *args: Any, **kwargs: Any) -> Any:
+    optimizer._opt_called = True  # type: ignore[attr-defined] # what the scheduler's wrapper did
     return optimizer.__dict__[_STEP_CHAIN](*args, **kwargs)
 
 
-# A scheduler created before optimize() wrapped `step` already; this mark keeps it (and any
-# later scheduler) from warning that `step` was overridden. `ClassStep` records the call.
+# A scheduler created before optimize() had wrapped `step` (to record that it was called, and
+# to warn if `step` is replaced later); this stands in for its wrapper, with its mark.
 _scheduled_layered_step._wrapped_by_lr_sched = True  # type: ignore[attr-defined]
 
 
@@ -103,17 +104,12 @@ def _layered_zero_grad(optimizer: torch.optim.Optimizer, *args: Any, **kwargs: A
 
 
 class ClassStep:
-    """The bottom of the step chain: the optimizer class's own step (torch's step hooks run).
-    `tells_scheduler` stands in for the wrapper an LR scheduler put on `step` before optimize():
-    it marks the call the way that wrapper does."""
+    """The bottom of the step chain: the optimizer class's own step (torch's step hooks run)."""
 
-    def __init__(self, optimizer: torch.optim.Optimizer, tells_scheduler: bool = False) -> None:
+    def __init__(self, optimizer: torch.optim.Optimizer) -> None:
         self.optimizer = optimizer
-        self.tells_scheduler = tells_scheduler
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if self.tells_scheduler:
-            self.optimizer._opt_called = True  # type: ignore[attr-defined]
         return type(self.optimizer).step(self.optimizer, *args, **kwargs)
 
 
@@ -134,8 +130,8 @@ def _step_base(optimizer: torch.optim.Optimizer) -> tuple[Any, bool]:
         return ClassStep(optimizer), False
     scheduled = hasattr(current, "_wrapped_by_lr_sched")
     if scheduled and getattr(current, "__wrapped__", None) is type(optimizer).step:
-        # The scheduler's wrapper around the class's step: replaced by its picklable equivalent.
-        return ClassStep(optimizer, tells_scheduler=True), True
+        # The scheduler's wrapper around the class's step: `_scheduled_layered_step` replaces it.
+        return ClassStep(optimizer), True
     return current, scheduled  # the user's own patch: kept at the bottom, as it is
 
 
