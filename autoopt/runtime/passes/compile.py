@@ -213,6 +213,7 @@ class JitForward:
                 warnings.catch_warnings(),
             ):
                 warnings.simplefilter("ignore", torch.jit.TracerWarning)
+                warnings.simplefilter("ignore", DeprecationWarning)  # as for scripting
                 return torch.jit.trace(self.model, args, check_trace=False)
         finally:
             replay.restore()
