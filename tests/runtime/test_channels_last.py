@@ -139,3 +139,12 @@ def test_the_fallback_undoes_the_failed_attempt_before_rerunning() -> None:
     assert int(norm.num_batches_tracked) == int(norm_ref.num_batches_tracked) == 8
     torch.testing.assert_close(norm.running_mean, norm_ref.running_mean, rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(model.eval()(x), reference.eval()(x), rtol=1e-4, atol=1e-5)
+
+
+def test_choose_decides_without_touching_the_model() -> None:
+    model = SmallCNN()
+    assert cl_pass.choose("auto", model)[0] is True
+    assert model.features[0].weight.is_contiguous()  # deciding changed nothing
+    assert cl_pass.choose("auto", MLP()) == (False, "the model has no Conv2d layers")
+    assert cl_pass.choose(True, BigHead())[0] is True
+    assert cl_pass.choose(False, model) == (False, "channels_last=False")

@@ -194,3 +194,15 @@ def test_through_optimize_gradients_match_and_report_says_applied() -> None:
     x = torch.randn(4, WIDTH)
     for e, g in zip(_grads(plain, x), _grads(model, x), strict=True):
         torch.testing.assert_close(g, e, atol=1e-6, rtol=0)
+
+
+def test_choose_gives_segments_lazy_or_none() -> None:
+    model = deep(16)
+    cpu, cuda = torch.device("cpu"), torch.device("cuda", 0)
+    assert ckpt.choose(3, model, cpu)[0] == 3
+    assert ckpt.choose("auto", model, cuda)[0] == ckpt.LAZY
+    segments, why = ckpt.choose("auto", model, cpu)
+    assert segments is None and "pass checkpoint=<segments>" in why
+    assert ckpt.choose(1, model, cpu)[0] is None
+    assert ckpt.choose(4, nn.Sequential(nn.Linear(2, 2)), cpu)[0] is None
+    assert "forward" not in model.__dict__  # deciding patched nothing

@@ -180,3 +180,13 @@ def test_jit_uses_a_trace_once_checked_on_another_shape() -> None:
     while not isinstance(jit, compile_pass.JitForward):  # below the device layer
         jit = jit.forward
     assert jit.script is not None  # the trace runs from now on
+
+
+def test_choose_is_pure_and_matches_what_run_applies() -> None:
+    cpu, cuda = torch.device("cpu"), torch.device("cuda", 0)
+    assert compile_pass.choose(False, cuda)[0] is None
+    how, why = compile_pass.choose("auto", cpu)
+    assert how is None and "not on CUDA" in why
+    assert compile_pass.choose("auto", cuda)[0] == "torch.compile"
+    assert compile_pass.choose(True, cpu)[0] == "torch.compile"
+    assert compile_pass.choose("jit", cpu)[0] == "jit"
