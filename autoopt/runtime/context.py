@@ -29,7 +29,11 @@ class Stage(IntEnum):
 
 @dataclass
 class ForwardLayer:
-    """`wrap(forward) -> forward`: a pass's change to the model's forward."""
+    """`wrap(forward) -> forward`: a pass's change to the model's forward.
+
+    The returned forward is stored on the model, so it must survive `copy.deepcopy` and pickle
+    with the model: an instance of a module-level class, or a `functools.partial` of the methods
+    of such objects, holding the module itself (never a closure or one of its bound methods)."""
 
     name: str
     stage: Stage
@@ -38,7 +42,9 @@ class ForwardLayer:
 
 @dataclass
 class StepLayer:
-    """`wrap(step) -> step` around `optimizer.step`; `zero_grad` may be wrapped likewise."""
+    """`wrap(step) -> step` around `optimizer.step`; `zero_grad` may be wrapped likewise. Like
+    forward layers, the results are objects of module-level classes (or partials of their
+    methods), not closures."""
 
     name: str
     wrap_step: Callable[[Callable[..., Any]], Callable[..., Any]]
@@ -78,6 +84,10 @@ class Context:
     returned_model: nn.Module | None = None
     # Free-form notes passes leave for later passes (e.g. "loss_scaler").
     extras: dict[str, Any] = field(default_factory=dict)
+    # Undo what a pass changed outside the model, optimizer and loader (global torch flags),
+    # run newest first if optimize() fails after the pass ran.
+    undo: list[Callable[[], object]] = field(default_factory=list)
     # Replaces the module's own forward at the bottom of the layer stack (TorchScript does this);
-    # None keeps the user's forward. It must fall back to the user's forward by itself.
+    # None keeps the user's forward. It must fall back to the user's forward by itself, and
+    # follow the same rule as a forward layer's result (see ForwardLayer).
     base_forward: Forward | None = None

@@ -8,13 +8,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from autoopt.runtime import forward
-from autoopt.runtime.context import Context
+from autoopt.runtime import pipeline
+from autoopt.runtime import tune as tuning
 from autoopt.runtime.options import Options
-from autoopt.runtime.passes import PASSES
 from autoopt.runtime.report import PassResult, Report
-
-_REPORT_ATTR = "_autoopt_report"
 
 
 def optimize(
@@ -66,32 +63,16 @@ def optimize(
         tune=tune,
         verbose=verbose,
     )
-    _check_inputs(model, optimizer)
-    if hasattr(model, _REPORT_ATTR):
-        raise ValueError(
-            "optimize() was already applied to this model; call it once, on the plain model"
-        )
+    pipeline.validate(model, loader, optimizer)  # before tune touches anything
     tuned: PassResult | None = None
     if tune:
         # --- tune=True: measure candidate plans on copies (autoopt.runtime.tune) -------------
         # It returns the user's options with each searched "auto" option decided; the passes
         # below then run with them as if the user had passed them.
-        from autoopt.runtime import tune as tuning  # late: tune calls optimize() on copies
-
         decision = tuning.choose(model, loader, optimizer, options)
         options, tuned = decision.options, decision.result
-    ctx = Context(options=options, model=model, loader=loader, optimizer=optimizer)
-    if tuned is not None:
-        ctx.report.add(tuned)
-    for run_pass in PASSES:
-        result = run_pass(ctx)
-        if result is not None:
-            ctx.report.add(result)
-    forward.install(ctx)
+    ctx = pipeline.prepare(model, loader, optimizer, options, first=tuned)
     returned = ctx.returned_model if ctx.returned_model is not None else model
-    object.__setattr__(model, _REPORT_ATTR, ctx.report)
-    if returned is not model:
-        object.__setattr__(returned, _REPORT_ATTR, ctx.report)
     if verbose and (ctx.dist is None or ctx.dist.rank == 0):
         print(ctx.report, file=sys.stderr)
     given = [returned] + [obj for obj in (ctx.loader, optimizer) if obj is not None]
@@ -102,7 +83,7 @@ def optimize(
 
 def report(model: nn.Module) -> Report:
     """What `optimize()` did to this model: every pass, applied / skipped / failed, and why."""
-    found = getattr(model, _REPORT_ATTR, None)
+    found = getattr(model, pipeline.APPLIED_ATTR, None)
     if found is None:
         raise ValueError("this model was not returned by autoopt.optimize()")
     return found
@@ -113,26 +94,6 @@ def unwrap(model: nn.Module) -> nn.Module:
     while isinstance(model, nn.parallel.DistributedDataParallel | nn.DataParallel):
         model = model.module
     return model
-
-
-def _check_inputs(model: Any, optimizer: Any) -> None:
-    if not isinstance(model, nn.Module):
-        raise TypeError(f"optimize(model=...) needs a torch.nn.Module, got {type(model).__name__}")
-    if optimizer is None:
-        return
-    if not isinstance(optimizer, torch.optim.Optimizer):
-        raise TypeError(
-            f"optimize(optimizer=...) needs a torch.optim.Optimizer, got {type(optimizer).__name__}"
-        )
-    model_params = {id(p) for p in model.parameters()}
-    foreign = [
-        p for group in optimizer.param_groups for p in group["params"] if id(p) not in model_params
-    ]
-    if foreign:
-        raise ValueError(
-            f"the optimizer holds {len(foreign)} tensor(s) that are not parameters of the model; "
-            "pass the optimizer built over model.parameters()"
-        )
 
 
 __all__ = ["optimize", "report", "unwrap", "PassResult"]

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import autoopt
+from autoopt.runtime.passes import backends
 
 from .models import MLP, batches, mlp_data, train
 
@@ -96,3 +97,16 @@ def test_deterministic_sets_consistent_cudnn_flags(restore_cudnn_flags: None) ->
     assert torch.backends.cudnn.deterministic is True
     assert torch.backends.cudnn.benchmark is False
     assert "deterministic=True" in autoopt.report(model)["backends"].detail
+
+
+def test_choose_optimizer_decides_without_changing_the_optimizer() -> None:
+    model = torch.nn.Linear(4, 2)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.1)
+    impl, why = backends.choose_optimizer(optimizer, torch.device("cpu"))
+    assert impl is not None and impl.flags in ({"fused": True, "foreach": False}, {"foreach": True})
+    assert (
+        optimizer.param_groups[0]["fused"] is None and optimizer.param_groups[0]["foreach"] is None
+    )
+    assert "step" in why
+    settings, why = backends.choose_flags(torch.device("cpu"), deterministic=True)
+    assert settings == {"cudnn.deterministic": True, "cudnn.benchmark": False}

@@ -110,3 +110,41 @@ def test_view_fallback_under_compile_blames_channels_last_not_compile(
     report = autoopt.report(model)
     assert report["channels_last"].status.value == "failed"
     assert report["compile"].status.value == "applied"
+
+
+class DropoutViewCNN(ViewCNN):
+    """Dropout, then `.view`: the failed NHWC attempt has updated BatchNorm and drawn a mask."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = nn.functional.dropout(self.features(x), 0.3, self.training)
+        return self.head(h.view(h.size(0), -1))
+
+
+def test_the_fallback_undoes_the_failed_attempt_before_rerunning() -> None:
+    torch.manual_seed(0)
+    reference = DropoutViewCNN()
+    model = copy.deepcopy(reference)
+    x, y = cnn_data(32)
+    runs = []
+    for net, opts in ((reference, None), (model, {"amp": False, "channels_last": True})):
+        optimizer = torch.optim.SGD(net.parameters(), lr=0.05)
+        if opts is not None:
+            net, optimizer = autoopt.optimize(net, optimizer=optimizer, verbose=False, **opts)
+        torch.manual_seed(1)  # the same dropout masks, if the failed attempt drew none
+        runs.append(train(net, optimizer, batches(x, y, 8), epochs=2))
+    assert autoopt.report(model)["channels_last"].status.value == "failed"
+    # Tolerance: fp32 rounding; BatchNorm statistics counted twice were off by ~0.5.
+    torch.testing.assert_close(runs[1], runs[0], rtol=1e-4, atol=1e-5)
+    norm, norm_ref = model.features[1], reference.features[1]
+    assert int(norm.num_batches_tracked) == int(norm_ref.num_batches_tracked) == 8
+    torch.testing.assert_close(norm.running_mean, norm_ref.running_mean, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(model.eval()(x), reference.eval()(x), rtol=1e-4, atol=1e-5)
+
+
+def test_choose_decides_without_touching_the_model() -> None:
+    model = SmallCNN()
+    assert cl_pass.choose("auto", model)[0] is True
+    assert model.features[0].weight.is_contiguous()  # deciding changed nothing
+    assert cl_pass.choose("auto", MLP()) == (False, "the model has no Conv2d layers")
+    assert cl_pass.choose(True, BigHead())[0] is True
+    assert cl_pass.choose(False, model) == (False, "channels_last=False")

@@ -149,7 +149,7 @@ def test_auto_decision_at_first_forward_uses_the_estimate(monkeypatch: pytest.Mo
         report = Report()
         report.add(ckpt.PassResult.skipped("checkpoint", "pending"))
         decisions = ckpt._Decisions(report, pending=1)
-        ckpt._patch(model, ckpt.CheckpointState("", None, model.forward, decisions))
+        ckpt._patch(model, ckpt.CheckpointState("", None, decisions))
         monkeypatch.setattr(ckpt, "free_device_memory", lambda device, free=free: free)
         with torch.no_grad():
             model(x)  # not a training forward: still undecided
@@ -171,7 +171,7 @@ def test_auto_does_not_checkpoint_when_gradients_dominate(monkeypatch: pytest.Mo
     model = deep(16)
     report = Report()
     report.add(ckpt.PassResult.skipped("checkpoint", "pending"))
-    ckpt._patch(model, ckpt.CheckpointState("", None, model.forward, ckpt._Decisions(report, 1)))
+    ckpt._patch(model, ckpt.CheckpointState("", None, ckpt._Decisions(report, 1)))
     monkeypatch.setattr(ckpt, "free_device_memory", lambda device: 1000)  # memory is tight
     model(torch.randn(2, WIDTH))  # 2 rows: activations far below the gradient memory
     assert model._autoopt_checkpoint.segments == 0
@@ -194,3 +194,15 @@ def test_through_optimize_gradients_match_and_report_says_applied() -> None:
     x = torch.randn(4, WIDTH)
     for e, g in zip(_grads(plain, x), _grads(model, x), strict=True):
         torch.testing.assert_close(g, e, atol=1e-6, rtol=0)
+
+
+def test_choose_gives_segments_lazy_or_none() -> None:
+    model = deep(16)
+    cpu, cuda = torch.device("cpu"), torch.device("cuda", 0)
+    assert ckpt.choose(3, model, cpu)[0] == 3
+    assert ckpt.choose("auto", model, cuda)[0] == ckpt.LAZY
+    segments, why = ckpt.choose("auto", model, cpu)
+    assert segments is None and "pass checkpoint=<segments>" in why
+    assert ckpt.choose(1, model, cpu)[0] is None
+    assert ckpt.choose(4, nn.Sequential(nn.Linear(2, 2)), cpu)[0] is None
+    assert "forward" not in model.__dict__  # deciding patched nothing

@@ -133,3 +133,60 @@ def test_jit_failure_falls_back_to_eager() -> None:
     result = autoopt.report(model)["compile"]
     assert result.status.value == "failed" and result.fallback == "eager forward"
     torch.testing.assert_close(model(x), reference(x))  # stays eager, no new warning needed
+
+
+class LoopsOverTime(nn.Module):
+    """Sums over the time axis with a generator (not TorchScript): a trace freezes the loop."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = nn.Linear(16, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.proj(sum(x[:, t] for t in range(x.size(1))))
+
+
+class ShapeFree(MLP):
+    """Not TorchScript (a generator), but its trace holds for any batch size."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return sum(layer(x) for layer in [self.net])
+
+
+def test_jit_never_uses_a_trace_that_froze_a_loop() -> None:
+    torch.manual_seed(0)
+    reference = LoopsOverTime()
+    model = autoopt.optimize(copy.deepcopy(reference), compile="jit", amp=False, verbose=False)
+    short, long = torch.randn(4, 5, 16), torch.randn(4, 7, 16)
+    torch.testing.assert_close(model(short), reference(short))
+    assert "eager until the trace matches" in autoopt.report(model)["compile"].detail
+    torch.testing.assert_close(model(short), reference(short))  # same shape: still eager
+    with pytest.warns(UserWarning, match="differs from eager"):
+        torch.testing.assert_close(model(long), reference(long))
+    assert autoopt.report(model)["compile"].status.value == "failed"
+    torch.testing.assert_close(model(long), reference(long))
+
+
+def test_jit_uses_a_trace_once_checked_on_another_shape() -> None:
+    torch.manual_seed(0)
+    reference = ShapeFree()
+    model = autoopt.optimize(copy.deepcopy(reference), compile="jit", amp=False, verbose=False)
+    for n in (4, 6, 5):
+        x = torch.randn(n, 16)
+        torch.testing.assert_close(model(x), reference(x))
+    result = autoopt.report(model)["compile"]
+    assert result.status.value == "applied" and "checked against eager" in result.detail
+    jit = model.forward.chain
+    while not isinstance(jit, compile_pass.JitForward):  # below the device layer
+        jit = jit.forward
+    assert jit.script is not None  # the trace runs from now on
+
+
+def test_choose_is_pure_and_matches_what_run_applies() -> None:
+    cpu, cuda = torch.device("cpu"), torch.device("cuda", 0)
+    assert compile_pass.choose(False, cuda)[0] is None
+    how, why = compile_pass.choose("auto", cpu)
+    assert how is None and "not on CUDA" in why
+    assert compile_pass.choose("auto", cuda)[0] == "torch.compile"
+    assert compile_pass.choose(True, cpu)[0] == "torch.compile"
+    assert compile_pass.choose("jit", cpu)[0] == "jit"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
 import torch
 
 import autoopt
@@ -45,7 +46,7 @@ def test_inputs_of_any_nesting_are_moved_and_others_untouched() -> None:
     def forward(*args: object, **kwargs: object) -> None:
         seen["args"], seen["kwargs"] = args, kwargs
 
-    moved_forward = device_pass._input_mover(meta)(forward)
+    moved_forward = device_pass.InputMover(forward, meta)
     x = torch.randn(2, 3)
     moved_forward(x, [x, {"k": x}], Batch(x, "cat"), 7, scale=x, name="n")
     a, k = seen["args"], seen["kwargs"]
@@ -61,7 +62,7 @@ def test_inputs_already_on_the_device_pass_through_as_the_same_objects() -> None
         seen["args"] = args
 
     x = torch.randn(2, 3)
-    device_pass._input_mover(torch.device("cpu"))(forward)(x, 3)
+    device_pass.InputMover(forward, torch.device("cpu"))(x, 3)
     assert seen["args"][0] is x
 
 
@@ -79,3 +80,14 @@ def test_existing_optimizer_state_follows_the_parameters() -> None:
     assert state["exp_avg"].device.type == "meta"
     assert state["step"].device.type == "cpu"  # Adam keeps `step` on the host by design
     assert not device_pass.move_model(model, torch.device("meta"), optimizer)  # already there
+
+
+def test_choose_follows_the_option_the_model_and_the_pinned_device() -> None:
+    model = torch.nn.Linear(2, 2)
+    assert device_pass.choose("cpu", model) == (torch.device("cpu"), "as requested")
+    pinned = device_pass.choose("auto", model, torch.device("cpu"))
+    assert pinned == (torch.device("cpu"), "set by the distributed pass")
+    if not torch.cuda.is_available():
+        assert device_pass.choose("auto", model)[0] == torch.device("cpu")
+        with pytest.raises(ValueError, match="CUDA is not available"):
+            device_pass.choose("cuda", model)

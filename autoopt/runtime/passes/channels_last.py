@@ -17,13 +17,16 @@ inputs are no longer converted, the report says so, and the call is retried.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import torch
 from torch import nn
 
+from autoopt.runtime import optimizer_state
 from autoopt.runtime.batch import map_tensors
 from autoopt.runtime.context import Context, Forward, ForwardLayer, Stage
+from autoopt.runtime.replay import Replay
 from autoopt.runtime.report import PassResult, Report
 
 NAME = "channels_last"
@@ -47,31 +50,36 @@ def conv_share(model: nn.Module) -> float:
     return conv / total if total else 0.0
 
 
+def choose(option: str | bool, model: nn.Module) -> tuple[bool, str]:
+    """Whether to put `model` in channels_last, and why."""
+    if option is False:
+        return False, "channels_last=False"
+    share = conv_share(model)
+    if option == "auto":
+        if not any(isinstance(m, nn.Conv2d) for m in model.modules()):
+            return False, "the model has no Conv2d layers"
+        if share < MIN_CONV_SHARE:
+            return False, (
+                f"Conv2d holds ~{share:.0%} of the estimated compute (< {MIN_CONV_SHARE:.0%})"
+            )
+    why = "channels_last=True" if option is True else "convolution-dominated"
+    return True, f"model and 4-D inputs in channels_last ({why}; Conv2d ~{share:.0%} of compute)"
+
+
 def run(ctx: Context) -> PassResult:
     """Convert a convolution-dominated model and register the input conversion."""
-    choice = ctx.options.channels_last
-    if choice is False:
-        return PassResult.skipped(NAME, "channels_last=False")
-    has_conv = any(isinstance(m, nn.Conv2d) for m in ctx.model.modules())
-    share = conv_share(ctx.model)
-    if choice == "auto":
-        if not has_conv:
-            return PassResult.skipped(NAME, "the model has no Conv2d layers")
-        if share < MIN_CONV_SHARE:
-            return PassResult.skipped(
-                NAME,
-                f"Conv2d holds ~{share:.0%} of the estimated compute (< {MIN_CONV_SHARE:.0%})",
-            )
+    apply, why = choose(ctx.options.channels_last, ctx.model)
+    if not apply:
+        return PassResult.skipped(NAME, why)
     state = _State(ctx.model, ctx.report)
     state.convert()
+    if ctx.optimizer is not None:
+        optimizer_state.keep_state_contiguous(ctx.optimizer)
     ctx.forward_layers.append(ForwardLayer(NAME, Stage.INPUT, state.input_layer))
     ctx.forward_layers.append(ForwardLayer(NAME, Stage.OUTER, state.guard_layer))
     ctx.batch_transforms.append(state.transform_batch)
     ctx.extras["channels_last"] = state
-    why = "channels_last=True" if choice is True else "convolution-dominated"
-    state.result = PassResult.applied(
-        NAME, f"model and 4-D inputs in channels_last ({why}; Conv2d ~{share:.0%} of compute)"
-    )
+    state.result = PassResult.applied(NAME, why)
     return state.result
 
 
@@ -107,33 +115,37 @@ class _State:
         return map_tensors(batch, self._to_format) if self.active else batch
 
     def input_layer(self, forward: Forward) -> Forward:
-        def channels_last_forward(*args: Any, **kwargs: Any) -> Any:
-            args, kwargs = map_tensors((args, kwargs), self._to_format)
-            return forward(*args, **kwargs)
+        return functools.partial(self.converted_forward, forward)
 
-        return channels_last_forward
+    def converted_forward(self, forward: Forward, *args: Any, **kwargs: Any) -> Any:
+        args, kwargs = map_tensors((args, kwargs), self._to_format)
+        return forward(*args, **kwargs)
 
     def guard_layer(self, forward: Forward) -> Forward:
-        def guarded_forward(*args: Any, **kwargs: Any) -> Any:
-            if self.verified or not self.active:
-                return forward(*args, **kwargs)
+        return functools.partial(self.guarded_forward, forward)
+
+    def guarded_forward(self, forward: Forward, *args: Any, **kwargs: Any) -> Any:
+        """Until a forward succeeded: on failure, undo its side effects (BatchNorm statistics,
+        RNG draws) and rerun it in NCHW."""
+        if self.verified or not self.active:
+            return forward(*args, **kwargs)
+        replay = Replay(self.model)
+        try:
+            out = forward(*args, **kwargs)
+        except RuntimeError as err:
+            self.fall_back(err)
+            replay.restore()
             try:
                 out = forward(*args, **kwargs)
-            except RuntimeError as err:
-                self.fall_back(err)
-                try:
-                    out = forward(*args, **kwargs)
-                except Exception:
-                    # Fails in NCHW too: the error is not channels-last's. Restore and re-raise.
-                    self.active = True
-                    self.convert()
-                    if self.result is not None:
-                        self.report.replace(self.result)
-                    raise
-            self.verified = True
-            return out
-
-        return guarded_forward
+            except Exception:
+                # Fails in NCHW too: the error is not channels-last's. Restore and re-raise.
+                self.active = True
+                self.convert()
+                if self.result is not None:
+                    self.report.replace(self.result)
+                raise
+        self.verified = True
+        return out
 
 
 def _line(err: BaseException) -> str:

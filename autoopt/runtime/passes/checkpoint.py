@@ -34,6 +34,7 @@ Options:
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -45,7 +46,8 @@ from torch.nn.modules.batchnorm import _BatchNorm
 from torch.utils.checkpoint import checkpoint
 
 from autoopt.runtime.batch import map_tensors
-from autoopt.runtime.context import Context
+from autoopt.runtime.context import Context, Forward, ForwardLayer, Stage
+from autoopt.runtime.forward import compose_forward
 from autoopt.runtime.report import PassResult, Report
 
 NAME = "checkpoint"
@@ -104,56 +106,82 @@ class CheckpointState:
 
     name: str
     segments: int | None  # None: not decided yet ("auto" on CUDA); 0 or 1: run plainly
-    original: Callable[[Any], Any]
     decisions: _Decisions | None = None
     estimating: bool = False
     estimate_bytes: int | None = None
 
 
-def run(ctx: Context) -> PassResult | None:
-    """Patch the deep Sequential stacks of `ctx.model` as the `checkpoint` option asks."""
-    option = ctx.options.checkpoint
+LAZY = "lazy"  # choose(): "auto" on CUDA, decided per stack at its first training forward
+
+
+def choose(
+    option: str | bool | int, model: nn.Module, device: torch.device | None
+) -> tuple[int | str | None, str]:
+    """Segments per deep stack (an int >= 2), `LAZY`, or None (not applied), and why."""
     if option is False:
-        return PassResult.skipped(NAME, "checkpoint=False")
-    stacks = [(n, s) for n, s in find_deep_sequentials(ctx.model) if not hasattr(s, _STATE_ATTR)]
+        return None, "checkpoint=False"
+    stacks = _stacks(model)
     if not stacks:
-        return PassResult.skipped(NAME, f"no nn.Sequential with >= {MIN_LAYERS} layers")
+        return None, f"no nn.Sequential with >= {MIN_LAYERS} layers"
     names = ", ".join(f"{n or '<model>'} ({len(s)} layers)" for n, s in stacks)
     if isinstance(option, int):
         if option < 2:
-            return PassResult.skipped(
-                NAME, f"checkpoint={option}: one segment is run plainly; ask for >= 2 segments"
-            )
-        for name, stack in stacks:
-            _patch(stack, CheckpointState(name, min(option, len(stack)), stack.forward))
-        return PassResult.applied(NAME, f"{names}: {option} segments each")
-    device = ctx.device if ctx.device is not None else _module_device(ctx.model)
+            return None, f"checkpoint={option}: one segment is run plainly; ask for >= 2 segments"
+        return option, f"{names}: {option} segments each"
+    device = device if device is not None else _module_device(model)
     if device.type != "cuda":
-        return PassResult.skipped(
-            NAME,
+        return None, (
             f"auto on {device.type}: memory is rarely the limit off-GPU and recomputation costs "
-            f"time ({names}); pass checkpoint=<segments> to force it",
+            f"time ({names}); pass checkpoint=<segments> to force it"
         )
-    decisions = _Decisions(ctx.report, pending=len(stacks))
-    for name, stack in stacks:
-        _patch(stack, CheckpointState(name, None, stack.forward, decisions))
-    return PassResult.skipped(
-        NAME, f"auto: decided at the first training forward from the activation estimate ({names})"
+    return LAZY, (
+        f"auto: decided at the first training forward from the activation estimate ({names})"
     )
 
 
-def _patch(stack: nn.Sequential, state: CheckpointState) -> None:
-    def forward(input: Any) -> Any:
-        if state.estimating or not (torch.is_grad_enabled() and stack.training):
-            return state.original(input)
-        if state.segments is None:
-            _decide(stack, state, input)
-        if state.segments is None or state.segments < 2:
-            return state.original(input)
-        return run_segmented(list(stack.children()), state.segments, input)
+def run(ctx: Context) -> PassResult | None:
+    """Patch the deep Sequential stacks of `ctx.model` as the `checkpoint` option asks."""
+    segments, why = choose(ctx.options.checkpoint, ctx.model, ctx.device)
+    if segments is None:
+        return PassResult.skipped(NAME, why)
+    stacks = _stacks(ctx.model)
+    if isinstance(segments, int):
+        for name, stack in stacks:
+            _patch(stack, CheckpointState(name, min(segments, len(stack))))
+        return PassResult.applied(NAME, why)
+    decisions = _Decisions(ctx.report, pending=len(stacks))
+    for name, stack in stacks:
+        _patch(stack, CheckpointState(name, None, decisions))
+    return PassResult.skipped(NAME, why)
 
+
+def _stacks(model: nn.Module) -> list[tuple[str, nn.Sequential]]:
+    return [(n, s) for n, s in find_deep_sequentials(model) if not hasattr(s, _STATE_ATTR)]
+
+
+class CheckpointedForward:
+    """A deep stack's forward: segmented with recomputation in training, plain otherwise."""
+
+    def __init__(self, forward: Forward, stack: nn.Sequential, state: CheckpointState) -> None:
+        self.forward = forward
+        self.stack = stack
+        self.state = state
+
+    def __call__(self, input: Any) -> Any:
+        state = self.state
+        if state.estimating or not (torch.is_grad_enabled() and self.stack.training):
+            return self.forward(input)
+        if state.segments is None:
+            _decide(self.stack, state, input)
+        if state.segments is None or state.segments < 2:
+            return self.forward(input)
+        return run_segmented(list(self.stack.children()), state.segments, input)
+
+
+def _patch(stack: nn.Sequential, state: CheckpointState) -> None:
+    layer = functools.partial(CheckpointedForward, stack=stack, state=state)
+    compose_forward(stack, [ForwardLayer(NAME, Stage.INNER, layer)])
     object.__setattr__(stack, _STATE_ATTR, state)
-    object.__setattr__(stack, "forward", forward)
 
 
 def _decide(stack: nn.Sequential, state: CheckpointState, input: Any) -> None:

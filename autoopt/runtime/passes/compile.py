@@ -17,14 +17,18 @@ caught here.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
 from torch import nn
 
+from autoopt.runtime.batch import map_tensors
 from autoopt.runtime.context import Context, Forward, ForwardLayer, Stage
+from autoopt.runtime.replay import Replay
 from autoopt.runtime.report import PassResult, Report
 
 NAME = "compile"
@@ -35,48 +39,66 @@ BACKEND: str | Callable[..., Any] = "inductor"
 COMPILE_OPTIONS: dict[str, Any] = {}
 
 
+def choose(option: str | bool, device: torch.device | None) -> tuple[str | None, str]:
+    """What to compile with: "torch.compile", "jit" (TorchScript) or None, and why."""
+    if option is False:
+        return None, "compile=False"
+    device_type = device.type if device is not None else "cpu"
+    if option == "auto" and device_type != "cuda":
+        return None, (
+            f"not on CUDA ({device_type}): torch.compile made a small transformer 17% slower on "
+            "CPU here; pass tune=True to measure it or compile=True to force it"
+        )
+    if option == "jit":
+        return "jit", (
+            "TorchScript (script, else a trace verified on a second batch of another shape)"
+        )
+    backend = BACKEND if isinstance(BACKEND, str) else getattr(BACKEND, "__name__", "custom")
+    why = "compile=True" if option is True else "CUDA"
+    return "torch.compile", f"torch.compile (backend {backend!r}; {why})"
+
+
 def run(ctx: Context) -> PassResult:
     """Register the COMPILE layer (torch.compile) or the TorchScript base forward."""
-    choice = ctx.options.compile
-    if choice is False:
-        return PassResult.skipped(NAME, "compile=False")
-    device_type = ctx.device.type if ctx.device is not None else "cpu"
-    if choice == "auto" and device_type != "cuda":
-        return PassResult.skipped(
-            NAME,
-            f"not on CUDA ({device_type}): torch.compile made a small transformer 17% slower on "
-            "CPU here; pass tune=True to measure it or compile=True to force it",
+    how, why = choose(ctx.options.compile, ctx.device)
+    if how is None:
+        return PassResult.skipped(NAME, why)
+    if how == "jit":
+        ctx.base_forward = JitForward(ctx.model, ctx.report)
+    else:
+        ctx.forward_layers.append(
+            ForwardLayer(NAME, Stage.COMPILE, functools.partial(CompiledForward, report=ctx.report))
         )
-    if choice == "jit":
-        jit = _JitForward(ctx.model, ctx.report)
-        ctx.base_forward = jit
-        return PassResult.applied(NAME, "TorchScript (script, else trace on the first batch)")
-    backend = BACKEND if isinstance(BACKEND, str) else getattr(BACKEND, "__name__", "custom")
-    ctx.forward_layers.append(ForwardLayer(NAME, Stage.COMPILE, _compile_layer(ctx.report)))
-    why = "compile=True" if choice is True else "CUDA"
-    return PassResult.applied(NAME, f"torch.compile (backend {backend!r}; {why})")
+    return PassResult.applied(NAME, why)
 
 
-def _compile_layer(report: Report) -> Callable[[Forward], Forward]:
-    def wrap(forward: Forward) -> Forward:
-        compiled = torch.compile(forward, backend=BACKEND, **COMPILE_OPTIONS)
-        current: list[Forward] = [compiled]  # one cell: swapped to eager on failure
+class CompiledForward:
+    """`torch.compile` of the layers below, compiled at the first call; eager for good after a
+    compile failure. A copy (deepcopy, pickle) does not carry the compiled graph, which belongs
+    to the original's objects: it compiles its own at its first call."""
 
-        def compiled_forward(*args: Any, **kwargs: Any) -> Any:
-            fn = current[0]
-            if fn is forward:
-                return forward(*args, **kwargs)
-            try:
-                return fn(*args, **kwargs)
-            except Exception as err:  # noqa: BLE001 - any compile error means "run eager"
-                out = forward(*args, **kwargs)  # raises the user's own error, if it is one
-                current[0] = forward
-                _record_failure(report, "torch.compile", err)
-                return out
+    def __init__(self, forward: Forward, report: Report) -> None:
+        self.forward = forward
+        self.report = report
+        self.failed = False
+        self.compiled: Forward | None = None
 
-        return compiled_forward
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "compiled": None}
 
-    return wrap
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self.failed:
+            return self.forward(*args, **kwargs)
+        if self.compiled is None:
+            self.compiled = torch.compile(self.forward, backend=BACKEND, **COMPILE_OPTIONS)
+        try:
+            return self.compiled(*args, **kwargs)
+        except Exception as err:  # noqa: BLE001 - any compile error means "run eager"
+            out = self.forward(*args, **kwargs)  # raises the user's own error, if it is one
+            self.failed = True
+            self.compiled = None
+            _record_failure(self.report, "torch.compile", err)
+            return out
 
 
 def _record_failure(report: Report, what: str, err: BaseException) -> None:
@@ -92,33 +114,53 @@ def _first_line(err: BaseException) -> str:
     return text[:300]
 
 
-class _JitForward:
-    """Stands in for the module's own forward: TorchScript it at the first call (script, else
-    trace with that call's inputs), run the script from then on, fall back to eager for good on
-    failure. The script shares the module's parameters and buffers, so training updates them.
-    It runs inside the autocast layer; tracing itself is done with autocast off, because a
-    trace under autocast would bake the casted weights in as constants."""
+class JitForward:
+    """Stands in for the module's own forward with TorchScript, built at the first call.
+
+    Scripting keeps Python control flow, so a script is used at once. Tracing records the path
+    of one call: shapes and loops over them (`for i in range(x.size(1))`) are frozen into it.
+    So a trace of the first batch is used only after it matched the eager forward on a later
+    batch of another shape (run with the same RNG state and buffers, then put back); until
+    then the forward runs eager, and the report says so. A mismatch means eager for good.
+    Scripts and traces share the module's parameters and buffers, so training updates them.
+    Tracing itself runs with autocast off: a trace under autocast bakes the casted weights in.
+    Copies (deepcopy, pickle) drop the TorchScript, which holds the original's tensors, and
+    build their own at their first call."""
 
     def __init__(self, model: nn.Module, report: Report) -> None:
         self.model = model
         self.report = report
-        self.script: Any = None
-        self.eager: Forward | None = None  # set on failure
-        self.__name__ = "forward"  # compose_forward copies metadata onto the outer layer
+        self.failed = False  # eager for good
+        self.script: Any = None  # scripted, or traced and verified
+        self.trace: Any = None  # traced, waiting for a batch of another shape
+        self.trace_shapes: list[tuple[int, ...]] | None = None
+        self.trace_training = True
 
-    def _original(self) -> Forward:
+    def __getstate__(self) -> dict[str, Any]:
+        dropped = {"script": None, "trace": None, "trace_shapes": None}
+        return {**self.__dict__, **dropped}
+
+    def _eager(self, *args: Any, **kwargs: Any) -> Any:
         from autoopt.runtime.forward import original_forward
 
-        return original_forward(self.model)
+        return original_forward(self.model)(*args, **kwargs)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if self.eager is not None:
-            return self.eager(*args, **kwargs)
-        if self.script is None:
-            try:
-                self.script = self._build(args, kwargs)
-            except Exception as err:  # noqa: BLE001 - neither script nor trace: run eager
-                return self._fail(err, args, kwargs)
+        if self.failed:
+            return self._eager(*args, **kwargs)
+        if self.script is not None:
+            return self._run_script(args, kwargs)
+        if self.trace is not None:
+            return self._check_trace(args, kwargs)
+        try:
+            self.script = self._script()
+        except Exception as script_err:  # noqa: BLE001 - try tracing next
+            return self._start_trace(script_err, args, kwargs)
+        return self._run_script(args, kwargs)
+
+    def _run_script(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        if self.trace_shapes is not None and self.model.training != self.trace_training:
+            return self._eager(*args, **kwargs)  # a trace holds the mode it was traced in
         if self.script.training != self.model.training:  # follow model.train()/eval()
             self.script.train(self.model.training)
         try:
@@ -127,32 +169,104 @@ class _JitForward:
             return self._fail(err, args, kwargs)
 
     def _fail(self, err: BaseException, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        eager = self._original()
-        out = eager(*args, **kwargs)  # the user's own error, if eager fails too
-        self.eager = eager
-        self.script = None
+        out = self._eager(*args, **kwargs)  # the user's own error, if eager fails too
+        self.failed = True
+        self.script = self.trace = None
         _record_failure(self.report, "TorchScript", err)
         return out
 
-    def _build(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        model = self.model
-        # Scripting and tracing read `model.forward`; hide autoopt's patched forward meanwhile.
-        patched = model.__dict__.pop("forward", None)
+    def _script(self) -> Any:
+        with _unpatched(self.model), warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)  # "jit is deprecated": asked for
+            return torch.jit.script(self.model)
+
+    def _start_trace(
+        self, script_err: BaseException, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
+        if kwargs:
+            err = RuntimeError(
+                f"cannot script ({_first_line(script_err)}) nor trace a call with keyword arguments"
+            )
+            return self._fail(err, args, kwargs)
         try:
-            try:
-                with warnings.catch_warnings():  # "jit is deprecated": the user asked for it
-                    warnings.simplefilter("ignore", DeprecationWarning)
-                    return torch.jit.script(model)
-            except Exception as script_err:  # noqa: BLE001 - try tracing next
-                if kwargs:
-                    raise RuntimeError(
-                        f"cannot script ({_first_line(script_err)}) nor trace a call with "
-                        "keyword arguments"
-                    ) from script_err
-                device_type = args[0].device.type if args and torch.is_tensor(args[0]) else "cpu"
-                with torch.autocast(device_type, enabled=False), warnings.catch_warnings():
-                    warnings.simplefilter("ignore", torch.jit.TracerWarning)
-                    return torch.jit.trace(model, args, check_trace=False)
+            self.trace = self._traced(args)
+        except Exception as err:  # noqa: BLE001 - neither script nor trace: run eager
+            return self._fail(err, args, kwargs)
+        self.trace_shapes = _shapes(args)
+        self.trace_training = self.model.training
+        self.report.replace(
+            PassResult.applied(
+                NAME,
+                f"cannot script ({_first_line(script_err)}); traced the first batch: eager "
+                "until the trace matches eager on a batch of another shape",
+            )
+        )
+        return self._eager(*args)
+
+    def _traced(self, args: tuple[Any, ...]) -> Any:
+        replay = Replay(self.model)  # tracing runs the forward: it must leave no trace
+        device_type = args[0].device.type if args and torch.is_tensor(args[0]) else "cpu"
+        try:
+            with (
+                _unpatched(self.model),
+                torch.autocast(device_type, enabled=False),
+                warnings.catch_warnings(),
+            ):
+                warnings.simplefilter("ignore", torch.jit.TracerWarning)
+                warnings.simplefilter("ignore", DeprecationWarning)  # as for scripting
+                return torch.jit.trace(self.model, args, check_trace=False)
         finally:
-            if patched is not None:
-                model.__dict__["forward"] = patched
+            replay.restore()
+
+    def _check_trace(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        if (
+            kwargs
+            or _shapes(args) == self.trace_shapes
+            or self.model.training != self.trace_training
+        ):
+            return self._eager(*args, **kwargs)  # nothing new to check the trace against
+        replay = Replay(self.model)
+        try:
+            with torch.no_grad():
+                traced_out = self.trace(*args)
+        except Exception as err:  # noqa: BLE001 - the frozen shapes do not fit this batch
+            replay.restore()
+            return self._fail(err, args, kwargs)
+        replay.restore()
+        out = self._eager(*args)
+        try:
+            torch.testing.assert_close(traced_out, map_tensors(out, torch.Tensor.detach))
+        except (AssertionError, TypeError, ValueError) as err:  # values, dtypes or structure
+            self.failed = True
+            self.trace = None
+            _record_failure(
+                self.report,
+                "TorchScript",
+                RuntimeError(
+                    f"the trace of the first batch differs from eager on another shape "
+                    f"({_first_line(err)})"
+                ),
+            )
+            return out
+        self.script, self.trace = self.trace, None
+        self.report.replace(
+            PassResult.applied(NAME, "TorchScript trace, checked against eager on two shapes")
+        )
+        return out
+
+
+def _shapes(args: tuple[Any, ...]) -> list[tuple[int, ...]]:
+    shapes: list[tuple[int, ...]] = []
+    map_tensors(args, lambda t: shapes.append(tuple(t.shape)) or t)
+    return shapes
+
+
+@contextlib.contextmanager
+def _unpatched(model: nn.Module) -> Iterator[None]:
+    """Scripting and tracing read `model.forward`: hide autoopt's patched forward meanwhile."""
+    patched = model.__dict__.pop("forward", None)
+    try:
+        yield
+    finally:
+        if patched is not None:
+            model.__dict__["forward"] = patched

@@ -10,6 +10,7 @@ already on the device.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import torch
@@ -26,26 +27,31 @@ _PLAIN = (int, float, bool, str, bytes, type(None))
 
 def run(ctx: Context) -> PassResult:
     """Choose `ctx.device`, move the model and optimizer state, register the input move."""
-    device, why = _choose(ctx)
+    device, why = choose(ctx.options.device, ctx.model, ctx.device)
     ctx.device = device
     moved = move_model(ctx.model, device, ctx.optimizer)
-    ctx.forward_layers.append(ForwardLayer(NAME, Stage.OUTER, _input_mover(device)))
+    ctx.forward_layers.append(
+        ForwardLayer(NAME, Stage.OUTER, functools.partial(InputMover, device=device))
+    )
     return PassResult.applied(NAME, f"{device} ({why}){'; model moved' if moved else ''}")
 
 
-def _choose(ctx: Context) -> tuple[torch.device, str]:
-    if ctx.device is not None:  # the distributed pass pins LOCAL_RANK's device
-        return _with_index(ctx.device), "set by the distributed pass"
-    wanted = ctx.options.device
-    if wanted != "auto":
-        device = torch.device(wanted)
+def choose(
+    option: str | torch.device, model: torch.nn.Module, pinned: torch.device | None = None
+) -> tuple[torch.device, str]:
+    """The device to train on, and why. `pinned` is the distributed pass's LOCAL_RANK device.
+    Raises ValueError when the device asked for is not there."""
+    if pinned is not None:
+        return _with_index(pinned), "set by the distributed pass"
+    if option != "auto":
+        device = torch.device(option)
         if device.type == "cuda" and not torch.cuda.is_available():
             raise ValueError(
-                f"optimize(device={wanted!r}): CUDA is not available on this machine; "
+                f"optimize(device={option!r}): CUDA is not available on this machine; "
                 "use device='auto' or 'cpu'"
             )
         return _with_index(device), "as requested"
-    current = {p.device for p in ctx.model.parameters()}
+    current = {p.device for p in model.parameters()}
     if len(current) == 1 and (only := current.pop()).type not in ("cpu", "meta"):
         return only, "the model is already there"
     if torch.cuda.is_available():
@@ -104,22 +110,24 @@ def _move_optimizer_state(optimizer: torch.optim.Optimizer, device: torch.device
         optimizer.load_state_dict(optimizer.state_dict())
 
 
-def _input_mover(device: torch.device) -> Any:
-    def move(t: torch.Tensor) -> torch.Tensor:
-        if t.device == device:
+class InputMover:
+    """Forward layer: tensor arguments that are not on `device` are moved there."""
+
+    def __init__(self, forward: Forward, device: torch.device) -> None:
+        self.forward = forward
+        self.device = device
+
+    def _move(self, t: torch.Tensor) -> torch.Tensor:
+        if t.device == self.device:
             return t
         # non_blocking only for host -> CUDA copies; a device -> host copy must be synchronous.
-        return t.to(device, non_blocking=device.type == "cuda" and t.device.type == "cpu")
+        cuda_from_host = self.device.type == "cuda" and t.device.type == "cpu"
+        return t.to(self.device, non_blocking=cuda_from_host)
 
-    def wrap(forward: Forward) -> Forward:
-        def device_forward(*args: Any, **kwargs: Any) -> Any:
-            if not _already_there(args, kwargs, device):
-                args, kwargs = map_tensors((args, kwargs), move)
-            return forward(*args, **kwargs)
-
-        return device_forward
-
-    return wrap
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if not _already_there(args, kwargs, self.device):
+            args, kwargs = map_tensors((args, kwargs), self._move)
+        return self.forward(*args, **kwargs)
 
 
 def _already_there(args: tuple[Any, ...], kwargs: dict[str, Any], device: torch.device) -> bool:

@@ -1,0 +1,139 @@
+"""Copies of an optimized model are independent working models: `copy.deepcopy` (EMA, SWA,
+snapshots), `torch.save`/`torch.load` (also in a fresh process), `swa_utils.AveragedModel`."""
+
+from __future__ import annotations
+
+import copy
+import inspect
+import io
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+from torch.optim import swa_utils
+
+import autoopt
+from autoopt.runtime.passes import compile as compile_pass
+
+from .models import MLP, SmallCNN, batches, cnn_data
+
+# Each case: a model, the options that give it several forward layers, and an input.
+CASES: dict[str, tuple[type[nn.Module], dict[str, Any], tuple[int, ...]]] = {
+    "cnn, channels_last": (SmallCNN, {"channels_last": True}, (4, 3, 16, 16)),
+    "mlp, torch.compile": (MLP, {"compile": True}, (4, 16)),
+    "mlp, jit": (MLP, {"compile": "jit"}, (4, 16)),
+    "deep stack, checkpoint": (
+        lambda: nn.Sequential(*[nn.Linear(16, 16) for _ in range(8)]),  # type: ignore[dict-item]
+        {"checkpoint": 2},
+        (4, 16),
+    ),
+}
+
+
+@pytest.fixture(autouse=True)
+def eager_compile_backend(monkeypatch: pytest.MonkeyPatch) -> None:
+    """torch.compile through dynamo with the eager backend: the same layer, no C++ toolchain."""
+    monkeypatch.setattr(compile_pass, "BACKEND", "eager")
+
+
+def optimized(name: str) -> tuple[nn.Module, nn.Module, torch.Tensor]:
+    """(optimized model, a plain copy of it made before optimize(), an input); the model has
+    run a forward and backward, so compiled/scripted artifacts exist."""
+    make, options, shape = CASES[name]
+    torch.manual_seed(0)
+    plain = make()
+    model = autoopt.optimize(copy.deepcopy(plain), amp=False, verbose=False, **options)
+    x = torch.randn(*shape)
+    model(x).sum().backward()
+    model.zero_grad()
+    return model, plain, x
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_a_deep_copy_computes_with_its_own_weights(name: str) -> None:
+    model, plain, x = optimized(name)
+    before = model(x).detach()
+    twin = copy.deepcopy(model)
+    torch.testing.assert_close(twin(x), before)  # a working copy
+    with torch.no_grad():
+        for p in twin.parameters():
+            p.mul_(0.5)
+        for p in plain.parameters():
+            p.mul_(0.5)
+    # Tolerance: channels-last convolutions round differently from NCHW ones (fp32).
+    torch.testing.assert_close(twin(x), plain(x), rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(model(x), before)  # the original is untouched
+    twin(x).sum().backward()  # the copy trains its own parameters only
+    assert all(p.grad is None for p in model.parameters())
+    assert all(p.grad is not None for p in twin.parameters())
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_torch_save_and_load_round_trip(name: str) -> None:
+    model, _plain, x = optimized(name)
+    buffer = io.BytesIO()
+    torch.save(model, buffer)
+    buffer.seek(0)
+    loaded = torch.load(buffer, weights_only=False)
+    torch.testing.assert_close(loaded(x), model(x))
+    with torch.no_grad():
+        next(loaded.parameters()).add_(1.0)
+    assert not torch.allclose(loaded(x), model(x))  # its own weights
+
+
+def test_torch_load_in_a_fresh_process(tmp_path: Path) -> None:
+    model, _plain, x = optimized("cnn, channels_last")
+    torch.save({"model": model, "x": x, "out": model(x).detach()}, tmp_path / "model.pt")
+    script = (
+        "import torch\n"
+        f"saved = torch.load({str(tmp_path / 'model.pt')!r}, weights_only=False)\n"
+        "torch.testing.assert_close(saved['model'](saved['x']), saved['out'], "
+        "rtol=1e-5, atol=1e-6)\n"
+        "print(type(saved['model'].forward).__name__)\n"
+    )
+    # The model's class comes from this test package: make it importable there, as it was here.
+    package_root = Path(__file__).parents[SmallCNN.__module__.count(".")]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(package_root), *sys.path])}
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=env
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "PatchedForward"  # autoopt's layers came back with it
+
+
+def test_swa_averaged_model_averages_the_optimized_weights() -> None:
+    torch.manual_seed(0)
+    plain = SmallCNN()
+    model = copy.deepcopy(plain)
+    plain_opt = torch.optim.SGD(plain.parameters(), lr=0.05)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    model, optimizer = autoopt.optimize(
+        model, optimizer=optimizer, amp=False, channels_last=True, verbose=False
+    )
+    plain_avg, avg = swa_utils.AveragedModel(plain), swa_utils.AveragedModel(model)
+    x, y = cnn_data(32)
+    for m, opt, averaged in ((plain, plain_opt, plain_avg), (model, optimizer, avg)):
+        for xb, yb in batches(x, y, 8):
+            opt.zero_grad()
+            nn.functional.cross_entropy(m(xb), yb).backward()
+            opt.step()
+            averaged.update_parameters(m)
+    # Tolerance: fp32, channels-last vs NCHW rounding over 4 steps.
+    for mine, theirs in zip(avg.parameters(), plain_avg.parameters(), strict=True):
+        torch.testing.assert_close(mine, theirs, rtol=1e-4, atol=1e-5)
+    avg.eval()
+    plain_avg.eval()
+    torch.testing.assert_close(avg(x[:4]), plain_avg(x[:4]), rtol=1e-4, atol=1e-5)
+    assert not torch.allclose(avg(x[:4]), model.eval()(x[:4]))  # the average, not the live model
+
+
+def test_the_forward_still_looks_like_the_users() -> None:
+    model = autoopt.optimize(SmallCNN(), amp=False, channels_last=True, verbose=False)
+    assert model.forward.__name__ == "forward"
+    assert list(inspect.signature(model.forward).parameters) == ["x"]
+    assert autoopt.runtime.forward.original_forward(model).__func__ is SmallCNN.forward
