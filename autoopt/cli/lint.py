@@ -14,7 +14,13 @@ from pathlib import Path
 
 import click
 
-from autoopt.cli.options import build_options, fail, selection_options
+from autoopt.cli.options import (
+    allow_project_rules_option,
+    build_options,
+    fail,
+    selection_options,
+    warn_skipped_rules,
+)
 from autoopt.cli.output import render
 from autoopt.lint.config import OUTPUT_FORMATS, ConfigError, Options, resolve_settings
 from autoopt.lint.explain import render_explain, render_rules
@@ -74,6 +80,7 @@ def lint(
     target_version: str | None,
     config_file: Path | None,
     force_exclude: bool | None,
+    allow_project_rules: bool | None,
     no_cache: bool,
     output_format: str | None,
     statistics: bool,
@@ -90,6 +97,7 @@ def lint(
         target_version,
         config_file,
         force_exclude,
+        allow_project_rules,
         no_cache=no_cache,
         output_format=output_format,
         exit_zero=exit_zero,
@@ -100,6 +108,7 @@ def lint(
     except (ConfigError, RuleError) as exc:
         fail(str(exc))
         return
+    warn_skipped_rules(project.settings)
     settings = project.settings
     with progress_bar(len(project.files), quiet) as progress:
         report = run_lint(project, jobs=jobs, progress=progress)
@@ -115,9 +124,11 @@ def lint(
     sys.exit(report.exit_code(settings.exit_zero))
 
 
-def _registry(config_file: Path | None) -> Registry:
+def _registry(config_file: Path | None, allow_project_rules: bool | None) -> Registry:
     try:
-        settings = resolve_settings(["."], Options(config=config_file))
+        options = Options(config=config_file, allow_project_rules=allow_project_rules)
+        settings = resolve_settings(["."], options)
+        warn_skipped_rules(settings)
         return registry_for(settings)
     except (ConfigError, RuleError) as exc:
         fail(str(exc))
@@ -137,9 +148,10 @@ def _registry(config_file: Path | None) -> Registry:
     type=click.Path(dir_okay=False, path_type=Path),
     help="Config file whose extra-rules to include.",
 )
-def rules(output_format: str, config_file: Path | None) -> None:
+@allow_project_rules_option
+def rules(output_format: str, config_file: Path | None, allow_project_rules: bool | None) -> None:
     """List every rule: code, name, fix availability (safe/unsafe/none), message."""
-    registry = _registry(config_file)
+    registry = _registry(config_file, allow_project_rules)
     click.echo(render_rules(registry.all(), output_format), nl=False)
 
 
@@ -151,9 +163,10 @@ def rules(output_format: str, config_file: Path | None) -> None:
     type=click.Path(dir_okay=False, path_type=Path),
     help="Config file whose extra-rules to include.",
 )
-def explain(code: str, config_file: Path | None) -> None:
+@allow_project_rules_option
+def explain(code: str, config_file: Path | None, allow_project_rules: bool | None) -> None:
     """Print the documentation of one rule, given its code (AO201) or name."""
-    registry = _registry(config_file)
+    registry = _registry(config_file, allow_project_rules)
     rule = registry.find(code)
     if rule is None:
         close = registry.suggest(code)

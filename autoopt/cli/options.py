@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from autoopt.lint.config import Options
+from autoopt.lint.config import ALLOW_PROJECT_RULES_ENV, Options, Settings
 
 
 def split_selectors(values: Sequence[str]) -> tuple[str, ...]:
@@ -20,6 +20,28 @@ def fail(message: str) -> None:
     """Report a usage/config error on stderr and exit 2."""
     click.echo(f"{click.style('autoopt: error:', fg='red', bold=True)} {message}", err=True)
     sys.exit(2)
+
+
+allow_project_rules_option = click.option(
+    "--allow-project-rules",
+    is_flag=True,
+    default=None,
+    help="Load the `extra-rules` the project's config names (this runs the project's code; "
+    f"also {ALLOW_PROJECT_RULES_ENV}=1). Without it they are skipped.",
+)
+
+
+def warn_skipped_rules(settings: Settings) -> None:
+    """Say on stderr that the config's `extra-rules` were not loaded, and how to load them."""
+    if not settings.skipped_extra_rules:
+        return
+    folders = ", ".join(str(p) for p in settings.skipped_extra_rules)
+    click.echo(
+        f"autoopt: warning: not loading the extra-rules of {settings.config_path} ({folders}): "
+        "they are code from the project being linted. If you trust it, pass "
+        f"--allow-project-rules or set {ALLOW_PROJECT_RULES_ENV}=1.",
+        err=True,
+    )
 
 
 def selection_options(func):  # type: ignore[no-untyped-def]
@@ -55,6 +77,7 @@ def selection_options(func):  # type: ignore[no-untyped-def]
             default=None,
             help="Apply `exclude` to files named on the command line too (pre-commit).",
         ),
+        allow_project_rules_option,
     ]
     for option in reversed(options):
         func = option(func)
@@ -68,6 +91,7 @@ def build_options(
     target_version: str | None,
     config_file: Path | None,
     force_exclude: bool | None,
+    allow_project_rules: bool | None,
     **extra: object,
 ) -> Options:
     """`Options` from the shared click options (plus any other `Options` fields in `extra`)."""
@@ -78,5 +102,6 @@ def build_options(
         target_version=target_version,
         config=config_file,
         force_exclude=force_exclude,
+        allow_project_rules=allow_project_rules,
         **extra,  # type: ignore[arg-type]
     )

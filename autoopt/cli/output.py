@@ -98,12 +98,24 @@ def _summary_lines(report: LintReport, unsafe_fixes: bool) -> list[str]:
                 "those fixes may change behaviour.)"
             )
     if n_errors:
-        out.append(
-            click.style(
-                f"{_plural(n_errors, 'file')} could not be linted (see the errors above).",
-                fg="red",
+        # A rule's internal error costs only that rule's findings: the file was still linted.
+        partial = {p for p, e in report.errors if e.kind == "internal"}
+        failed = n_errors - len(partial)
+        if failed:
+            out.append(
+                click.style(
+                    f"{_plural(failed, 'file')} could not be linted (see the errors above).",
+                    fg="red",
+                )
             )
-        )
+        if partial:
+            out.append(
+                click.style(
+                    f"{_plural(len(partial), 'file')} linted without the rules that failed on "
+                    "them (see the internal errors above).",
+                    fg="red",
+                )
+            )
     return out
 
 

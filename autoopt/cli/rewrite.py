@@ -3,7 +3,10 @@
 Files are edited in place through a temp file in the same folder and `os.replace`, keeping the
 file's permissions, so a crash never leaves a half-written script. `--diff` prints a unified diff
 and writes nothing; `--check` writes nothing and exits 1 if anything would change. A file that
-cannot be read or parsed is reported and left alone while the others are processed (exit 2).
+cannot be read or parsed is reported and left alone while the others are processed (exit 2); a
+rule that crashes (or whose fix fails) on a file is skipped there, the file still gets the other
+rules' fixes, and the summary names it (exit 2). A file is read with its PEP 263 cookie or BOM
+and written back in the same encoding.
 The summary (files rewritten, fixes per code, declined fixes with their reasons, unsafe fixes
 available) goes to stderr; diffs go to stdout.
 """
@@ -22,9 +25,15 @@ from pathlib import Path
 import click
 import libcst as cst
 
-from autoopt.cli.options import build_options, fail, selection_options
+from autoopt.cli.options import (
+    build_options,
+    fail,
+    selection_options,
+    warn_skipped_rules,
+)
 from autoopt.lint.config import ConfigError, Settings
 from autoopt.lint.discovery import display_path, is_notebook
+from autoopt.lint.encoding import SourceDecodeError, decode_source
 from autoopt.lint.project import load_project
 from autoopt.lint.registry import RuleError
 from autoopt.lint.rewrite import RewriteError, fix_source
@@ -74,6 +83,7 @@ def rewrite(
     target_version: str | None,
     config_file: Path | None,
     force_exclude: bool | None,
+    allow_project_rules: bool | None,
 ) -> None:
     """Rewrite training scripts to adopt the tricks (edits files in place)."""
     options = build_options(
@@ -83,6 +93,7 @@ def rewrite(
         target_version,
         config_file,
         force_exclude,
+        allow_project_rules,
         unsafe_fixes=unsafe_fixes,
     )
     try:
@@ -90,6 +101,7 @@ def rewrite(
     except (ConfigError, RuleError) as exc:
         fail(str(exc))
         return
+    warn_skipped_rules(project.settings)
 
     summary = _Summary()
     summary.errors.extend((where, error.message) for where, error in project.discovered.errors)
@@ -121,13 +133,14 @@ def _rewrite_file(
 ) -> None:
     """Rewrite one file (or say why not); fills `summary`."""
     try:
-        source = path.read_bytes().decode("utf-8")
-    except UnicodeDecodeError as exc:
-        summary.errors.append((shown, f"not UTF-8 text ({exc.reason} at byte {exc.start})"))
+        decoded = decode_source(path.read_bytes())
+    except SourceDecodeError as exc:
+        summary.errors.append((shown, f"{exc.reason} (line {exc.line})"))
         return
     except OSError as exc:
         summary.errors.append((shown, f"cannot read: {exc.strerror or exc}"))
         return
+    source = decoded.text
     try:
         if wrap:
             wrapped = wrap_source(source, path=shown)
@@ -149,6 +162,10 @@ def _rewrite_file(
             fixable = {r.code for r in rules if r.fix_safety is not FixSafety.NONE}
             summary.declined.extend((shown, f) for f in result.declined if f.code in fixable)
             summary.unsafe.update(f.code for f in result.unsafe_available)
+            # A rule that crashed or whose fix failed: the file gets the other fixes; exit 2.
+            summary.errors.extend(
+                (shown, f"{s.code} fix skipped: {s.reason}") for s in result.skipped
+            )
     except cst.ParserSyntaxError as exc:
         summary.errors.append((shown, f"cannot parse: {exc.message}"))
         return
@@ -172,21 +189,30 @@ def _rewrite_file(
         )
     if write:
         try:
-            atomic_write(path, new)
+            atomic_write(path, decoded.encode(new))
+        except UnicodeEncodeError as exc:
+            summary.changed.remove(shown)
+            summary.errors.append(
+                (
+                    shown,
+                    f"not written: the fixes add {exc.object[exc.start]!r}, which "
+                    f"{decoded.encoding} cannot encode",
+                )
+            )
         except OSError as exc:
             summary.changed.remove(shown)
             summary.errors.append((shown, f"cannot write: {exc.strerror or exc}"))
 
 
-def atomic_write(path: Path, text: str) -> None:
-    """Replace `path`'s content with `text` via a temp file in the same folder and `os.replace`
+def atomic_write(path: Path, data: bytes) -> None:
+    """Replace `path`'s content with `data` via a temp file in the same folder and `os.replace`
     (never half-written), keeping its permission bits. A symlink's target is the file written."""
     target = Path(os.path.realpath(path))
     mode = stat.S_IMODE(target.stat().st_mode)
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as handle:
-            handle.write(text.encode("utf-8"))
+            handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
         os.chmod(tmp, mode)

@@ -1,9 +1,10 @@
 """The results cache: `.autoopt_cache/` at the project root, like Ruff's `.ruff_cache/`.
 
-One JSON file per *settings key* (the selected rules with a hash of their sources and of the
-engine, the autoopt and libcst versions, the target torch version). Inside it, each file's entry
+One JSON file per *settings key* (the selected rules with a hash of every .py file of their
+folders and of the whole engine package, the autoopt and libcst versions, the target torch
+version). Inside it, each file's entry
 holds the hash of the content it was computed from; an entry is used only when the content hash
-matches, so editing a file, or changing any rule, re-lints exactly what it must. JSON and not
+matches, so editing a file, or changing any rule or helper module, re-lints exactly what it must. JSON and not
 pickle on purpose: a cache folder can come from anywhere (a checkout, an artifact) and loading it
 must never run code. The cache is best effort: an unreadable or unwritable cache is ignored.
 """

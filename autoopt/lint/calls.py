@@ -146,9 +146,9 @@ def _resolve_literal_dict(
             and is_name(node.func.value, name)
         ):
             return None  # kw.update(...), kw.pop(...), kw.setdefault(...)
-        elif isinstance(node, cst.For | cst.AsName | cst.NamedExpr | cst.Del) and name in names_in(
-            node.target
-        ):
+        elif isinstance(node, cst.AsName) and name in names_in(node.name):
+            return None  # `with ... as kw`, `except ... as kw`, `import x as kw`
+        elif isinstance(node, cst.For | cst.NamedExpr | cst.Del) and name in names_in(node.target):
             return None
     if len(found) != 1:
         return None

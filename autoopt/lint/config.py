@@ -18,6 +18,11 @@ linted paths (or the file given with `--config`). Keys are the command-line opti
     extra-rules = ["tools/autoopt_rules"]
 
 An unknown key or a value of the wrong type is a `ConfigError` (exit code 2), with a suggestion.
+
+`extra-rules` are Python modules of the project: importing them runs its code. They are loaded
+only when the user opts in (`--allow-project-rules` or AUTOOPT_ALLOW_PROJECT_RULES=1), so that
+linting an untrusted checkout never executes anything from it; otherwise `Settings` lists them
+as skipped and the command line says so.
 """
 
 from __future__ import annotations
@@ -40,6 +45,8 @@ else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
 OUTPUT_FORMATS = ("text", "json", "sarif", "github")
+# Set to 1 to load the `extra-rules` a project's config names (they are that project's code).
+ALLOW_PROJECT_RULES_ENV = "AUTOOPT_ALLOW_PROJECT_RULES"
 
 _LIST_KEYS = ("select", "ignore", "extend-select", "exclude", "extra-rules")
 _BOOL_KEYS = ("exit-zero", "unsafe-fixes", "force-exclude")
@@ -78,6 +85,9 @@ class Options:
     force_exclude: bool | None = None
     config: Path | None = None
     no_cache: bool = False
+    # Load `extra-rules` named by the config (code from the linted project). None: the
+    # AUTOOPT_ALLOW_PROJECT_RULES environment variable decides; unset means no.
+    allow_project_rules: bool | None = None
 
 
 @dataclass
@@ -114,7 +124,8 @@ class Settings:
     force_exclude: bool = False
     exclude: tuple[str, ...] = ()
     per_file_ignores: tuple[tuple[str, tuple[str, ...]], ...] = ()
-    extra_rules: tuple[Path, ...] = ()
+    extra_rules: tuple[Path, ...] = ()  # loaded: the project's rules were allowed
+    skipped_extra_rules: tuple[Path, ...] = ()  # configured but not loaded (not allowed)
     config_path: Path | None = None
     # Where excludes and per-file-ignores are relative to, and where .autoopt_cache lives.
     project_root: Path = field(default_factory=Path.cwd)
@@ -277,6 +288,10 @@ def resolve_settings(paths: Sequence[Path | str], options: Options | None = None
     def pick(option: bool | None, configured: bool | None) -> bool:
         return bool(option if option is not None else configured)
 
+    allowed = options.allow_project_rules
+    if allowed is None:
+        allowed = os.environ.get(ALLOW_PROJECT_RULES_ENV, "").lower() in ("1", "true", "yes")
+
     return Settings(
         layers=layers,
         target_version=target,
@@ -286,7 +301,8 @@ def resolve_settings(paths: Sequence[Path | str], options: Options | None = None
         force_exclude=pick(options.force_exclude, config.force_exclude),
         exclude=config.exclude,
         per_file_ignores=config.per_file_ignores,
-        extra_rules=config.extra_rules,
+        extra_rules=config.extra_rules if allowed else (),
+        skipped_extra_rules=() if allowed else config.extra_rules,
         config_path=config.path,
         project_root=root.resolve(),
         use_cache=not options.no_cache,

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
+import traceback
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -20,12 +22,28 @@ from libcst.metadata import (
 from autoopt.lint.rule import FileContext, Finding, Rule
 
 
+@dataclass(frozen=True)
+class RuleCrash:
+    """A rule that raised on a file: its findings for that file are dropped, no one else's."""
+
+    code: str
+    name: str
+    error: str  # "AttributeError: ... (at rule_file.py:42)"
+    line: int = 0  # where the rule was visiting (1-based), when known
+    column: int = 0
+
+    def describe(self) -> str:
+        return f"internal error in rule {self.code} ({self.name}): {self.error}"
+
+
 @dataclass
 class Analysis:
-    """The parsed module and the findings on it; fixes' nodes are nodes of `module`."""
+    """The parsed module, the findings on it (fixes' nodes are nodes of `module`) and the rules
+    that crashed on it."""
 
     module: cst.Module
     findings: list[Finding]
+    crashes: list[RuleCrash] = field(default_factory=list)
 
 
 def analyze(
@@ -38,7 +56,7 @@ def analyze(
     apply to `target_version`). Raises `libcst.ParserSyntaxError` on unparsable code."""
     active = active_rules(rules, source, target_version)
     module = cst.parse_module(source)
-    return Analysis(module, run_rules(module, source, path, active, target_version))
+    return run_rules(module, source, path, active, target_version)
 
 
 def run_rules(
@@ -47,20 +65,48 @@ def run_rules(
     path: Path | str,
     rules: Sequence[type[Rule]],
     target_version: tuple[int, int] | None = None,
-) -> list[Finding]:
+) -> Analysis:
     """Run `rules` (already filtered, see `active_rules`) over a parsed `module` in one batched
     traversal; the metadata resolved is the union of what these rules declare. Findings come
-    sorted by position."""
+    sorted by position. A rule that raises is left out of this file and listed in `crashes`."""
     if not rules:
-        return []
+        return Analysis(module, [])
     wrapper = cst.MetadataWrapper(module, unsafe_skip_copy=True)
     _defer_metadata(wrapper, rules)
     context = FileContext(Path(path), source, module, wrapper, target_version)
-    visitors = [rule(context) for rule in rules]
+    visitors: list[Rule] = []
+    crashes: list[RuleCrash] = []
+    for rule in rules:
+        try:
+            visitors.append(rule(context))
+        except Exception as exc:
+            crashes.append(RuleCrash(rule.code, rule.name, _describe(exc)))
     wrapper.visit_batched(visitors)
-    findings = [f for v in visitors for f in v.findings]
+    findings: list[Finding] = []
+    for visitor in visitors:
+        if visitor.crash is None:
+            findings.extend(visitor.findings)
+        else:
+            crashes.append(_crash_of(visitor, wrapper))
     findings.sort(key=lambda f: (f.line, f.column, f.code))
-    return findings
+    return Analysis(module, findings, crashes)
+
+
+def _describe(exc: BaseException) -> str:
+    """`Type: message (at file.py:line)`, the line being where it was raised."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = f" (at {Path(frames[-1].filename).name}:{frames[-1].lineno})" if frames else ""
+    return f"{type(exc).__name__}: {exc}{where}"
+
+
+def _crash_of(visitor: Rule, wrapper: cst.MetadataWrapper) -> RuleCrash:
+    assert visitor.crash is not None
+    line = column = 0
+    if visitor.crash_node is not None:
+        with contextlib.suppress(Exception):  # positions may be what failed
+            start = wrapper.resolve(PositionProvider)[visitor.crash_node].start
+            line, column = start.line, start.column + 1
+    return RuleCrash(visitor.code, visitor.name, _describe(visitor.crash), line, column)
 
 
 def active_rules(

@@ -26,6 +26,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 from autoopt.lint.rule import FixSafety, Invalid, Rule, Valid
 
@@ -87,8 +88,9 @@ class Registry:
         return [rule for code, rule in self.rules.items() if code in enabled]
 
     def fingerprint(self, rules: Iterable[type[Rule]]) -> str:
-        """A hash of what decides the findings: the selected codes, their sources, the engine's
-        sources, and the versions of autoopt and libcst. Part of every cache key."""
+        """A hash of what decides the findings: the selected codes, the sources of their folders
+        and of the whole engine, and the versions of autoopt and libcst. Part of every cache
+        key."""
         return rules_fingerprint(rules)
 
 
@@ -282,8 +284,7 @@ def resolve_selection(codes: Sequence[str], layers: Sequence[Selection]) -> set[
 
 # ----- identity --------------------------------------------------------------------------------
 
-_ENGINE_MODULES = ("rule", "facts", "engine", "notebook", "suppress", "results", "runner")
-_file_hashes: dict[str, str] = {}
+_file_hashes: dict[str, str] = {}  # per process: a source file is hashed once
 
 
 def _file_hash(path: str | None) -> str:
@@ -297,20 +298,33 @@ def _file_hash(path: str | None) -> str:
     return _file_hashes[path]
 
 
+def _tree_hash(digest: Any, folder: Path) -> None:
+    """Feed every .py file under `folder` (name and content) into `digest`."""
+    for path in sorted(folder.rglob("*.py")):
+        digest.update(f"{path.relative_to(folder).as_posix()}:".encode())
+        digest.update(_file_hash(str(path)).encode())
+
+
 def rules_fingerprint(rules: Iterable[type[Rule]]) -> str:
-    """See `Registry.fingerprint`."""
+    """See `Registry.fingerprint`. Covers every module the findings can depend on: all of the
+    engine package (helpers and fixes included) and every .py file of each folder a selected
+    rule comes from (its helper modules too), not just the rule files themselves."""
     from libcst._version import __version__ as libcst_version
 
     from autoopt import __version__
 
     digest = hashlib.sha256()
     digest.update(f"autoopt {__version__}; libcst {libcst_version}".encode())
-    here = Path(__file__).parent
-    for name in _ENGINE_MODULES:
-        digest.update(_file_hash(str(here / f"{name}.py")).encode())
+    _tree_hash(digest, Path(__file__).parent)
+    folders: set[Path] = set()
     for rule in sorted(rules, key=lambda r: r.code):
         digest.update(rule.code.encode())
-        digest.update(_file_hash(inspect.getsourcefile(rule)).encode())
+        source = inspect.getsourcefile(rule)
+        digest.update(_file_hash(source).encode())
+        if source:
+            folders.add(Path(source).resolve().parent)
+    for folder in sorted(folders):
+        _tree_hash(digest, folder)
     return digest.hexdigest()
 
 

@@ -5,12 +5,15 @@ unsafe ones when asked), drop those that overlap a fix already kept (they come b
 pass, re-derived from the new tree), swap every original node for its replacement in one
 transform, then let libcst add the imports the fixes need and remove the ones they made unused.
 Passes repeat until no fix applies; a cycle or a runaway is a `RewriteError`, not a hang.
+A rule that crashes, or whose fix cannot be applied or breaks the syntax, is skipped for this
+file (`FixResult.skipped`) and the other rules' fixes are still applied.
 
 Everything outside the replaced nodes keeps its bytes: libcst round-trips the rest of the tree.
 """
 
 from __future__ import annotations
 
+import ast
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,6 +45,15 @@ class AppliedFix:
     line: int
 
 
+@dataclass(frozen=True)
+class SkippedFix:
+    """A rule whose fixes were left out of this file: it crashed, or its fix could not be
+    applied (or broke the file's syntax). The other rules' fixes were still applied."""
+
+    code: str
+    reason: str
+
+
 @dataclass
 class FixResult:
     """The outcome of `fix_source`."""
@@ -53,6 +65,7 @@ class FixResult:
     declined: list[Finding] = field(default_factory=list)
     # Findings of the final pass whose fix is unsafe and was not applied (unsafe=False).
     unsafe_available: list[Finding] = field(default_factory=list)
+    skipped: list[SkippedFix] = field(default_factory=list)
     passes: int = 0
 
     @property
@@ -79,9 +92,11 @@ def fix_source(
     result = FixResult(source=source, original=source)
     seen = {source}
     current = source
+    active = list(rules)
     for n_pass in range(1, max_passes + 1):
         result.passes = n_pass
-        analysis = analyze(current, path, rules, target_version)
+        analysis = analyze(current, path, active, target_version)
+        _skip(result, active, [(c.code, c.describe()) for c in analysis.crashes])
         findings = list(analysis.findings)
         if finding_filter is not None:
             findings = list(finding_filter(findings, current))
@@ -89,8 +104,10 @@ def fix_source(
         if not chosen:
             _record_leftovers(result, findings, unsafe)
             break
-        new_module = apply_fixes(analysis.module, [fix for _, fix in chosen])
-        new_source = new_module.code
+        new_source, chosen, failed = _apply_contained(analysis.module, chosen, current)
+        _skip(result, active, failed)
+        if failed and not chosen:
+            continue  # re-derive this pass's other fixes without the failed rules
         if new_source == current:
             # The fixes were no-ops: applying them again would loop forever.
             _record_leftovers(result, findings, unsafe)
@@ -109,6 +126,56 @@ def fix_source(
         raise RewriteError(f"{path}: no fixed point after {max_passes} passes of fixes")
     result.source = current
     return result
+
+
+def _skip(result: FixResult, active: list[type[Rule]], failed: Sequence[tuple[str, str]]) -> None:
+    """Record rules whose fixes are skipped and drop them from the remaining passes."""
+    for code, reason in failed:
+        result.skipped.append(SkippedFix(code, reason))
+        active[:] = [r for r in active if r.code != code]
+
+
+def _render(module: cst.Module, fixes: Sequence[Fix], check_syntax: bool) -> str:
+    new_source = apply_fixes(module, fixes).code
+    if check_syntax:
+        ast.parse(new_source)  # raises SyntaxError: a fix that breaks the file is a failed fix
+    return new_source
+
+
+def _apply_contained(
+    module: cst.Module, chosen: list[tuple[Finding, Fix]], current: str
+) -> tuple[str, list[tuple[Finding, Fix]], list[tuple[str, str]]]:
+    """Apply the chosen fixes together; when that raises (or gives code that does not parse),
+    find the fixes that fail alone and apply the others. Returns the new source, the fixes
+    applied, and (code, reason) of the rules whose fix failed."""
+    check_syntax = _parses(current)  # only blame fixes for syntax CPython accepted before
+    try:
+        return _render(module, [fix for _, fix in chosen], check_syntax), chosen, []
+    except Exception:  # find which fix it was below
+        pass
+    kept: list[tuple[Finding, Fix]] = []
+    failed: list[tuple[str, str]] = []
+    for finding, fix in chosen:
+        try:
+            _render(module, [fix], check_syntax)
+        except Exception as exc:
+            failed.append((finding.code, f"its fix failed: {type(exc).__name__}: {exc}"))
+        else:
+            kept.append((finding, fix))
+    try:
+        return _render(module, [fix for _, fix in kept], check_syntax), kept, failed
+    except Exception as exc:  # fixes that fail only together: none of them this pass
+        codes = sorted({f.code for f, _ in kept})
+        reason = f"its fix failed together with {', '.join(codes)}: {type(exc).__name__}: {exc}"
+        return current, [], failed + [(code, reason) for code in codes]
+
+
+def _parses(source: str) -> bool:
+    try:
+        ast.parse(source)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return False
+    return True
 
 
 def _fix_allowed(finding: Finding, unsafe: bool) -> bool:

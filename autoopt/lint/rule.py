@@ -23,7 +23,7 @@ which the test suite is generated:
 from __future__ import annotations
 
 import textwrap
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -163,6 +163,25 @@ class Rule(cst.BatchableCSTVisitor):
         super().__init__()
         self.context = context
         self.findings: list[Finding] = []
+        # The first exception this rule raised on this file, and the node it was visiting.
+        self.crash: Exception | None = None
+        self.crash_node: cst.CSTNode | None = None
+
+    def get_visitors(self) -> Mapping[str, Callable[[cst.CSTNode], None]]:
+        """libcst's batched-traversal callbacks, each contained: the first exception stops this
+        rule for the rest of the file (kept in `crash`) and never reaches the other rules."""
+        return {name: self._contained(method) for name, method in super().get_visitors().items()}
+
+    def _contained(self, method: Callable[[cst.CSTNode], object]) -> Callable[[cst.CSTNode], None]:
+        def call(node: cst.CSTNode) -> None:
+            if self.crash is not None:
+                return
+            try:
+                method(node)
+            except Exception as exc:  # a rule's bug costs its own findings only
+                self.crash, self.crash_node = exc, node
+
+        return call
 
     # ----- reporting -------------------------------------------------------------------------
     def report(

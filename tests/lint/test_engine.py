@@ -169,6 +169,59 @@ def test_cache_invalidated_when_a_rule_source_changes(tmp_path: Path) -> None:
     assert lint_with_rule_file().cached == 0
 
 
+def test_cache_invalidated_when_a_helper_module_changes(tmp_path: Path) -> None:
+    """Rules import helpers (their folder's modules, the engine's nodes/calls/...): editing one
+    changes what the rules find, so it must change the cache key too."""
+    from autoopt.lint import nodes
+    from autoopt.lint import registry as registry_module
+
+    rules_dir = tmp_path / "myrules"
+    rules_dir.mkdir()
+    template = (Path(__file__).parent / "fixtures" / "rules" / "print_call.py").read_text()
+    (rules_dir / "r.py").write_text(template)
+    helper = rules_dir / "_helpers.py"
+    helper.write_text("WORDS = ('print',)\n")
+    rules = registry_module.load_registry([rules_dir], include_builtin=False).all()
+
+    def fingerprint() -> str:
+        registry_module._file_hashes.clear()  # a new process would re-hash the sources
+        return registry_module.rules_fingerprint(rules)
+
+    first = fingerprint()
+    assert fingerprint() == first
+    helper.write_text("WORDS = ('print', 'log')\n")
+    second = fingerprint()
+    assert second != first
+    # An engine helper module: pretend nodes.py was edited.
+    registry_module._file_hashes.clear()
+    registry_module._file_hashes[str(Path(nodes.__file__))] = "edited"
+    assert registry_module.rules_fingerprint(rules) != second
+
+
+def test_file_no_rule_needs_still_gets_a_syntax_check(monkeypatch: pytest.MonkeyPatch) -> None:
+    parsed: list[str] = []
+    real = cst.parse_module
+    monkeypatch.setattr(runner.cst, "parse_module", lambda s: parsed.append(s) or real(s))
+    result = lint_bytes(b"x = 1\ndef f(:\n    pass\n", "broken.py", RULES)
+    assert parsed == []  # still not parsed by libcst: no rule's triggers are in it
+    (error,) = result.errors
+    assert (error.kind, error.line) == ("parse", 2) and "syntax error" in error.reason
+    # What only the compiler rejects, and what it merely warns about.
+    assert lint_bytes(b"x = 1\nreturn x\n", "r.py", RULES).errors[0].kind == "parse"
+    assert lint_bytes(b"s = '\\d'\n", "w.py", RULES).errors == []
+    # Notebooks may await at the top level (IPython runs them that way).
+    assert lint_bytes(b"await f()\n", "n.py", RULES).errors[0].kind == "parse"
+    notebook = b'{"cells": [{"cell_type": "code", "source": ["await f()\\n"]}], "nbformat": 4}'
+    assert lint_bytes(notebook, "n.ipynb", RULES, notebook=True).errors == []
+
+
+def test_cli_exits_2_on_a_syntax_error_no_rule_needed(tmp_path: Path) -> None:
+    write_project(tmp_path, {"broken.py": "x = (\n", "ok.py": "x = 1\n"})
+    report = _lint(tmp_path)
+    assert report.exit_code() == 2
+    assert [(p, e.kind, e.line) for p, e in report.errors] == [("broken.py", "parse", 1)]
+
+
 def test_corrupt_cache_is_ignored(tmp_path: Path) -> None:
     write_project(tmp_path, {"a.py": "print(1)\n"})
     _lint(tmp_path)

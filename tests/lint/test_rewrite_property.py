@@ -53,6 +53,7 @@ def test_fix_every_rule_is_total_and_idempotent(path: Path) -> None:
     except cst.ParserSyntaxError:  # pragma: no cover - syntax libcst does not know yet
         pytest.skip("libcst cannot parse this file")
     first = fix_source(source, RULES, unsafe=True, path=str(path))
+    assert not first.skipped, first.skipped  # no rule crashed or broke the file
     cst.parse_module(first.source)  # the output parses
     compile(first.source, str(path), "exec")  # ... and is valid Python to CPython too
     second = fix_source(first.source, RULES, unsafe=True, path=str(path))
@@ -125,6 +126,7 @@ def training_scripts(draw: st.DrawFn) -> str:
 @given(training_scripts())
 def test_generated_training_scripts(source: str) -> None:
     first = fix_source(source, RULES, unsafe=True, finding_filter=filter_findings)
+    assert not first.skipped, first.skipped
     compile(first.source, "<generated>", "exec")
     second = fix_source(first.source, RULES, unsafe=True, finding_filter=filter_findings)
     assert second.source == first.source

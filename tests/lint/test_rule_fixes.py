@@ -69,6 +69,7 @@ def test_rules_are_discovered() -> None:
 def test_invalid_example_is_fixed(rule: type[Rule], example: Invalid) -> None:
     version = _version(example.target_version)
     result = fix_source(example.code, [rule], unsafe=True, target_version=version)
+    assert not result.skipped, result.skipped  # a crash is contained, but still a bug
     assert result.source == example.fixed
     cst.parse_module(result.source)  # the output parses
     again = fix_source(result.source, [rule], unsafe=True, target_version=version)
@@ -104,5 +105,6 @@ def test_invalid_example_without_fixed_text_is_left_alone(
 @pytest.mark.parametrize(("rule", "example"), VALID_CASES)
 def test_valid_example_is_unchanged(rule: type[Rule], example: Valid) -> None:
     result = fix_source(example.code, [rule], unsafe=True)
+    assert not result.skipped, result.skipped
     assert result.source == example.code
     assert not result.applied
