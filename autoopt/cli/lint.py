@@ -146,7 +146,7 @@ def _registry(config_file: Path | None, allow_project_rules: bool | None) -> Reg
     "--config",
     "config_file",
     type=click.Path(dir_okay=False, path_type=Path),
-    help="Config file whose extra-rules to include.",
+    help="Config file whose extra-rules to include (with --allow-project-rules).",
 )
 @allow_project_rules_option
 def rules(output_format: str, config_file: Path | None, allow_project_rules: bool | None) -> None:
@@ -161,7 +161,7 @@ def rules(output_format: str, config_file: Path | None, allow_project_rules: boo
     "--config",
     "config_file",
     type=click.Path(dir_okay=False, path_type=Path),
-    help="Config file whose extra-rules to include.",
+    help="Config file whose extra-rules to include (with --allow-project-rules).",
 )
 @allow_project_rules_option
 def explain(code: str, config_file: Path | None, allow_project_rules: bool | None) -> None:

@@ -172,6 +172,10 @@ def _rewrite_file(
     except (RecursionError, RewriteError) as exc:
         summary.errors.append((shown, str(exc) or type(exc).__name__))
         return
+    except Exception as exc:  # a bug outside any rule (the engine, --wrap): this file only
+        what = "--wrap" if wrap else "the rewrite engine"
+        summary.errors.append((shown, f"internal error in {what}: {type(exc).__name__}: {exc}"))
+        return
     if new == source:
         return
     summary.changed.append(shown)

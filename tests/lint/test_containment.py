@@ -115,3 +115,27 @@ def test_kwargs_dict_rebound_by_as_is_not_read(rebinding: str) -> None:
     assert result.errors == []
     # `kw` may be anything after the rebinding: AO101 (num_workers) cannot say it is missing.
     assert "AO101" not in {d.code for d in result.diagnostics}
+
+
+def test_rewrite_cli_goes_on_after_an_engine_bug(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bug outside any rule (here: --wrap) costs that file, not the run."""
+    import autoopt.cli.rewrite as cli_rewrite
+
+    real = cli_rewrite.wrap_source
+
+    def flaky(source: str, *, path: str = "<string>"):  # type: ignore[no-untyped-def]
+        if "first" in str(path):
+            raise AttributeError("'AsName' object has no attribute 'target'")
+        return real(source, path=path)
+
+    monkeypatch.setattr(cli_rewrite, "wrap_source", flaky)
+    script = TRAIN.replace("    crash_here()\n    breaks_syntax()\n", "")
+    _project(tmp_path, {"first.py": script, "second.py": script})
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(main, ["rewrite", "--wrap", "."], catch_exceptions=False)
+    assert result.exit_code == 2
+    assert "error: first.py: internal error in --wrap: AttributeError" in result.stderr
+    assert (tmp_path / "first.py").read_text() == script
+    assert "autoopt.optimize(" in (tmp_path / "second.py").read_text()
