@@ -140,11 +140,11 @@ class FileFacts:
         ):
             return True
         for call in self.eval_calls:
-            if self.enclosing_scope(call) is not scope or not self._before(call, loop):
+            if self.enclosing_scope(call) is not scope or not self.before(call, loop):
                 continue
             # ... and no .train() between that eval() and the loop
             if not any(
-                self.enclosing_scope(t) is scope and self._before(call, t) and self._before(t, loop)
+                self.enclosing_scope(t) is scope and self.before(call, t) and self.before(t, loop)
                 for t in self.train_calls
             ):
                 return True
@@ -204,7 +204,7 @@ class FileFacts:
     def _depth(self, node: cst.CSTNode) -> int:
         return sum(1 for _ in self.ancestors(node))
 
-    def _before(self, a: cst.CSTNode, b: cst.CSTNode) -> bool:
+    def before(self, a: cst.CSTNode, b: cst.CSTNode) -> bool:
         """`a` comes before `b` in source order (both in this module)."""
         return self._order[id(a)] < self._order[id(b)]
 

@@ -17,8 +17,7 @@ from pathlib import Path
 import libcst as cst
 import libcst.matchers as m
 from libcst.codemod.visitors import ImportItem
-from libcst.metadata import MetadataWrapper, ParentNodeProvider, QualifiedNameProvider
-from libcst.metadata.base_provider import LazyValue
+from libcst.metadata import MetadataWrapper
 
 from autoopt.lint.edits import block_statement
 from autoopt.lint.facts import FileFacts
@@ -74,16 +73,9 @@ class _Finder:
 
     def __init__(self, wrapper: MetadataWrapper) -> None:
         self.module = wrapper.module
-        self.qnames = wrapper.resolve(QualifiedNameProvider)
-        self.parents = wrapper.resolve(ParentNodeProvider)
         self.facts = FileFacts(wrapper)
-        self.order = {id(n): i for i, n in enumerate(walk(self.module))}
-
-    def names(self, node: cst.CSTNode) -> set[str]:
-        value = self.qnames.get(node, set())
-        if isinstance(value, LazyValue):  # resolve() hands out lazy values for this provider
-            value = value()
-        return {q.name for q in value}
+        self.names = self.facts.qualified_names
+        self.parent = self.facts.parent
 
     def already_wrapped(self) -> bool:
         return any(
@@ -91,7 +83,7 @@ class _Finder:
         )
 
     def statement_of(self, node: cst.CSTNode) -> cst.CSTNode:
-        stmt = block_statement(node, self.parents.get)
+        stmt = block_statement(node, self.parent)
         assert stmt is not None
         return stmt
 
@@ -132,12 +124,12 @@ class _Finder:
         anchor = opt_stmt
         if loader_assign is not None:
             loader_stmt = self.statement_of(loader_assign)
-            if self.order[id(loader_stmt)] > self.order[id(opt_stmt)]:
-                if self.parents.get(loader_stmt) is not self.parents.get(opt_stmt):
+            if self.facts.before(opt_stmt, loader_stmt):
+                if self.parent(loader_stmt) is not self.parent(opt_stmt):
                     return "the loader is created after the optimizer, in another block"
                 anchor = loader_stmt
         loop = self.facts.training_loops[0]
-        if self.order[id(loop)] < self.order[id(anchor)]:
+        if self.facts.before(loop, anchor):
             return "the training loop starts before the optimizer and loader exist"
         return anchor, code_of(model), loader_expr, code_of(opt_target)
 
