@@ -55,9 +55,9 @@ def time_parse(files: list[Path]) -> float:
 
 
 def time_lint(corpus: Path, use_cache: bool, jobs: int | None) -> tuple[float, object]:
-    from autoopt.static.config import Options
-    from autoopt.static.project import load_project
-    from autoopt.static.runner import run_lint
+    from autoopt.lint.config import Options
+    from autoopt.lint.project import load_project
+    from autoopt.lint.runner import run_lint
 
     start = time.perf_counter()
     project = load_project([corpus], Options(no_cache=not use_cache))

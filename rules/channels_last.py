@@ -4,19 +4,16 @@ from __future__ import annotations
 
 import libcst as cst
 
-from autoopt.static.rule import Fix, FixSafety, Invalid, Rule, Valid, arg, with_keyword
-from autoopt.static.rulekit_rb import (
+from autoopt.lint.calls import arg, with_keyword
+from autoopt.lint.edits import block_statement, statement_line
+from autoopt.lint.nodes import calls_in, method_name, string_value, walk
+from autoopt.lint.rule import Fix, FixSafety, Invalid, Rule, Valid
+from autoopt.lint.torch_api import (
     CONV2D,
-    calls_in,
     conv_classes,
     is_conv_call,
     is_conv_zoo_model,
-    line,
-    method_name,
-    statement_of,
-    string_value,
     torch_imports,
-    walk,
 )
 
 _SEQUENTIAL = ("torch.nn.Sequential", "torch.nn.modules.container.Sequential")
@@ -239,7 +236,7 @@ class ChannelsLast(Rule):
         """The statement that moves the model to CUDA: its own assignment
         (`Net().to(device)`) or a later `model.to(device)` / `model = model.cuda()` in the
         same block."""
-        stmt = statement_of(self, built)
+        stmt = block_statement(built, self.parent)
         if not isinstance(stmt, cst.SimpleStatementLine):
             return None
         if self._placed_call(built.value) is not None:
@@ -295,7 +292,7 @@ class ChannelsLast(Rule):
 
     # ----- the fix -------------------------------------------------------------------------------
     def _report(self, name: str, placement: cst.SimpleStatementLine) -> None:
-        new = line(f"{name} = {name}.to(memory_format=torch.channels_last)")
+        new = statement_line(f"{name} = {name}.to(memory_format=torch.channels_last)")
         replacements: dict[cst.CSTNode, cst.CSTNode | cst.FlattenSentinel[cst.BaseStatement]] = {
             placement: cst.FlattenSentinel([placement, new])
         }

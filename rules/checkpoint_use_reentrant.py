@@ -4,16 +4,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from autoopt.static.rule import (
-    Fix,
-    FixSafety,
-    Invalid,
-    Rule,
-    Valid,
-    arg,
-    has_star_kwargs,
-    with_keyword,
-)
+from autoopt.lint.calls import arg, has_star_kwargs, with_keyword
+from autoopt.lint.rule import Fix, FixSafety, Invalid, Rule, Valid
 
 _CHECKPOINT = (
     "torch.utils.checkpoint.checkpoint",

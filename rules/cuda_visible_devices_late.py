@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import libcst as cst
 
-from autoopt.static.rule import Fix, FixSafety, Invalid, Rule, Valid
-from autoopt.static.rulekit_rb import before, calls_in, dotted, statement_of, string_value, walk
+from autoopt.lint.edits import block_statement
+from autoopt.lint.nodes import before, calls_in, dotted, string_value, walk
+from autoopt.lint.rule import Fix, FixSafety, Invalid, Rule, Valid
 
 _VAR = "CUDA_VISIBLE_DEVICES"
 
@@ -158,7 +159,7 @@ class CudaVisibleDevicesLate(Rule):
 
     def _move_fix(self, node: cst.Assign, scope: cst.CSTNode, touch: cst.Call) -> Fix | None:
         """Move the statement right after `import os`, if that is simple and early enough."""
-        stmt = statement_of(self, node)
+        stmt = block_statement(node, self.parent)
         if (
             scope is not self.context.module
             or not isinstance(stmt, cst.SimpleStatementLine)

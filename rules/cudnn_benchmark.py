@@ -4,14 +4,9 @@ from __future__ import annotations
 
 import libcst as cst
 
-from autoopt.static.rule import FileContext, Fix, FixSafety, Invalid, Rule, Valid
-from autoopt.static.rulekit_rb import (
-    insert_after_imports,
-    is_conv_call,
-    is_conv_zoo_model,
-    line,
-    torch_imports,
-)
+from autoopt.lint.edits import insert_after_imports, statement_line
+from autoopt.lint.rule import FileContext, Fix, FixSafety, Invalid, Rule, Valid
+from autoopt.lint.torch_api import is_conv_call, is_conv_zoo_model, torch_imports
 
 
 class CudnnBenchmark(Rule):
@@ -172,7 +167,7 @@ class CudnnBenchmark(Rule):
         if not (is_conv_call(self, node) or is_conv_zoo_model(self, node)):
             return
         self._done = True  # one finding per file: the fix is one line for the whole script
-        new = line("torch.backends.cudnn.benchmark = True")
+        new = statement_line("torch.backends.cudnn.benchmark = True")
         self.report(
             node,
             fix=Fix(

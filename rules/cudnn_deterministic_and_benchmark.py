@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from autoopt.static.rule import Invalid, Rule, Valid
-from autoopt.static.rulekit_rb import before, is_true, walk
+from autoopt.lint.nodes import before, is_true, walk
+from autoopt.lint.rule import Invalid, Rule, Valid
 
 _DETERMINISTIC = "torch.backends.cudnn.deterministic"
 _BENCHMARK = "torch.backends.cudnn.benchmark"

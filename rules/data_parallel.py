@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import libcst as cst
 
-from autoopt.static.rule import Invalid, Rule, Valid, arg
-from autoopt.static.rulekit_rb import string_value
+from autoopt.lint.calls import arg
+from autoopt.lint.nodes import string_value
+from autoopt.lint.rule import Invalid, Rule, Valid
 
 _DATA_PARALLEL = (
     "torch.nn.DataParallel",

@@ -4,15 +4,10 @@ from __future__ import annotations
 
 import libcst as cst
 
-from autoopt.static.rule import Fix, FixSafety, Invalid, Rule, Valid, arg, with_keyword
-from autoopt.static.rulekit_ra import (
-    DATALOADER,
-    call_options,
-    int_literal,
-    is_name,
-    string_value,
-    walk,
-)
+from autoopt.lint.calls import arg, call_options, with_keyword
+from autoopt.lint.nodes import int_literal, is_name, string_value, walk
+from autoopt.lint.rule import Fix, FixSafety, Invalid, Rule, Valid
+from autoopt.lint.torch_api import DATALOADER
 
 _ITERABLE_DATASET = (
     "torch.utils.data.IterableDataset",

@@ -4,16 +4,10 @@ from __future__ import annotations
 
 import libcst as cst
 
-from autoopt.static.rule import Fix, FixSafety, Invalid, Rule, Valid, with_keyword
-from autoopt.static.rulekit_ra import (
-    DATALOADER,
-    assigned_name,
-    call_options,
-    contains,
-    int_literal,
-    names_in,
-    walk,
-)
+from autoopt.lint.calls import assigned_name, call_options, with_keyword
+from autoopt.lint.nodes import contains, int_literal, names_in, walk
+from autoopt.lint.rule import Fix, FixSafety, Invalid, Rule, Valid
+from autoopt.lint.torch_api import DATALOADER
 
 
 class DataLoaderPersistentWorkers(Rule):

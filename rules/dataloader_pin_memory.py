@@ -4,16 +4,11 @@ from __future__ import annotations
 
 import libcst as cst
 
-from autoopt.static.rule import Fix, FixSafety, Invalid, Rule, Valid, with_keyword
-from autoopt.static.rulekit_ra import (
-    DATALOADER,
-    assigned_name,
-    batch_transfers,
-    call_options,
-    data_loops,
-    is_name,
-    loops_over,
-)
+from autoopt.lint.calls import assigned_name, call_options, with_keyword
+from autoopt.lint.loops import batch_transfers, data_loops, loops_over
+from autoopt.lint.nodes import is_name
+from autoopt.lint.rule import Fix, FixSafety, Invalid, Rule, Valid
+from autoopt.lint.torch_api import DATALOADER
 
 
 class DataLoaderPinMemory(Rule):

@@ -6,8 +6,9 @@ from __future__ import annotations
 import libcst as cst
 from libcst.codemod.visitors import ImportItem
 
-from autoopt.static.rule import Fix, FixSafety, Invalid, Rule, Valid
-from autoopt.static.rulekit_rb import dotted, string_value, torch_imports
+from autoopt.lint.nodes import dotted, string_value
+from autoopt.lint.rule import Fix, FixSafety, Invalid, Rule, Valid
+from autoopt.lint.torch_api import torch_imports
 
 # old qualified name -> (new function under `torch.`, device the old API implied)
 _AMP = {

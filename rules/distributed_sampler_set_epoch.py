@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import libcst as cst
 
-from autoopt.static.rule import Fix, FixSafety, Invalid, Rule, Valid, arg, has_star_kwargs
-from autoopt.static.rulekit_rb import calls_in, dotted, line, method_name, walk
+from autoopt.lint.calls import arg, has_star_kwargs
+from autoopt.lint.edits import statement_line
+from autoopt.lint.nodes import calls_in, dotted, method_name, walk
+from autoopt.lint.rule import Fix, FixSafety, Invalid, Rule, Valid
 
 _SAMPLER = (
     "torch.utils.data.DistributedSampler",
@@ -227,7 +229,7 @@ class DistributedSamplerSetEpoch(Rule):
             )
             return
         first = body.body[0]
-        new = line(f"{handle}.set_epoch({target.value})")
+        new = statement_line(f"{handle}.set_epoch({target.value})")
         self.report(
             node,
             fix=Fix(

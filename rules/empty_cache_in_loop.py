@@ -5,8 +5,8 @@ from __future__ import annotations
 import libcst as cst
 from libcst.codemod.visitors import ImportItem
 
-from autoopt.static.rule import Fix, FixSafety, Invalid, Rule, Valid
-from autoopt.static.rulekit_ra import sole_expression_statement
+from autoopt.lint.edits import sole_expression_statement
+from autoopt.lint.rule import Fix, FixSafety, Invalid, Rule, Valid
 
 _EMPTY_CACHE = ("torch.cuda.empty_cache", "torch.cuda.memory.empty_cache")
 
@@ -128,7 +128,7 @@ class EmptyCacheInLoop(Rule):
             return
         if self._conditional_within(node, loops[0]):
             return
-        line = sole_expression_statement(self, node)
+        line = sole_expression_statement(node, self.parent)
         block = self.parent(line) if line is not None else None
         if line is None or not isinstance(block, cst.IndentedBlock):
             self.report(node)

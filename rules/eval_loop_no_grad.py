@@ -4,16 +4,10 @@ from __future__ import annotations
 
 import libcst as cst
 
-from autoopt.static.facts import EVAL_MARKERS
-from autoopt.static.rule import Fix, FixSafety, Invalid, Rule, Valid
-from autoopt.static.rulekit_ra import (
-    calls_in,
-    code_of,
-    is_name,
-    method_name,
-    torch_name,
-    walk,
-)
+from autoopt.lint.facts import EVAL_MARKERS
+from autoopt.lint.nodes import calls_in, code_of, is_name, method_name, walk
+from autoopt.lint.rule import Fix, FixSafety, Invalid, Rule, Valid
+from autoopt.lint.torch_api import torch_name
 
 _NEEDS_GRAD = (
     "torch.autograd.grad",

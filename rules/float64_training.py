@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import libcst as cst
 
-from autoopt.static.rule import FixSafety, Invalid, Rule, Valid, arg
-from autoopt.static.rulekit_ra import method_name, string_value
+from autoopt.lint.calls import arg
+from autoopt.lint.nodes import method_name, string_value
+from autoopt.lint.rule import FixSafety, Invalid, Rule, Valid
 
 _FLOAT64 = ("torch.float64", "torch.double")
 _DOUBLE_TENSOR = ("torch.DoubleTensor", "torch.cuda.DoubleTensor")

@@ -4,15 +4,9 @@ from __future__ import annotations
 
 import libcst as cst
 
-from autoopt.static.rule import FixSafety, Invalid, Rule, Valid, arg
-from autoopt.static.rulekit_ra import (
-    code_of,
-    is_name,
-    method_name,
-    names_in,
-    string_value,
-    walk,
-)
+from autoopt.lint.calls import arg
+from autoopt.lint.nodes import code_of, is_name, method_name, names_in, string_value, walk
+from autoopt.lint.rule import FixSafety, Invalid, Rule, Valid
 
 
 class GradAccumulationLossScaling(Rule):

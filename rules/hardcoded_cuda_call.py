@@ -6,8 +6,8 @@ import re
 
 import libcst as cst
 
-from autoopt.static.rule import FileContext, Fix, FixSafety, Invalid, Rule, Valid
-from autoopt.static.rulekit_rb import before, code_of, dotted, walk
+from autoopt.lint.nodes import before, code_of, dotted, walk
+from autoopt.lint.rule import FileContext, Fix, FixSafety, Invalid, Rule, Valid
 
 # Signs that a script is CUDA-only by design: moving it off `.cuda()` buys no portability.
 _CUDA_ONLY_MARKERS = ("set_device(", "nccl", "import apex", "from apex", "cupy", "pycuda", "triton")

@@ -6,8 +6,8 @@ from collections import Counter
 
 import libcst as cst
 
-from autoopt.static.rule import Invalid, Rule, Valid
-from autoopt.static.rulekit_rb import assignments, calls_in, code_of, walk
+from autoopt.lint.nodes import assignments, calls_in, code_of, walk
+from autoopt.lint.rule import Invalid, Rule, Valid
 
 # qualified name -> the generator it seeds
 _SEEDERS = {

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from autoopt.static.rule import Fix, FixSafety, Invalid, Rule, Valid
-from autoopt.static.rulekit_ra import contains, method_name, names_in, walk
+from autoopt.lint.nodes import contains, method_name, names_in, walk
+from autoopt.lint.rule import Fix, FixSafety, Invalid, Rule, Valid
 
 _LOG_METHODS = {
     "log",

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import libcst as cst
 
-from autoopt.static.rule import Invalid, Rule, Valid, arg, has_star_kwargs
-from autoopt.static.rulekit_rb import walk
+from autoopt.lint.calls import arg, has_star_kwargs
+from autoopt.lint.nodes import walk
+from autoopt.lint.rule import Invalid, Rule, Valid
 
 _PROFILE = (
     "torch.profiler.profile",

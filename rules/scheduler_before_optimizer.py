@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from autoopt.static.rule import Invalid, Rule, Valid
-from autoopt.static.rulekit_rb import assignments, before, dotted, method_name, walk
+from autoopt.lint.nodes import assignments, before, dotted, method_name, walk
+from autoopt.lint.rule import Invalid, Rule, Valid
 
 
 class SchedulerBeforeOptimizer(Rule):

@@ -4,17 +4,12 @@ from __future__ import annotations
 
 import libcst as cst
 
-from autoopt.static.facts import EVAL_MARKERS
-from autoopt.static.rule import Fix, FixSafety, Invalid, Rule, Valid, arg, with_keyword
-from autoopt.static.rulekit_ra import (
-    batch_transfers,
-    data_loops,
-    method_name,
-    names_in,
-    root_name,
-    statement_of,
-    walk,
-)
+from autoopt.lint.calls import arg, with_keyword
+from autoopt.lint.edits import enclosing_statement
+from autoopt.lint.facts import EVAL_MARKERS
+from autoopt.lint.loops import batch_transfers, data_loops
+from autoopt.lint.nodes import method_name, names_in, root_name, walk
+from autoopt.lint.rule import Fix, FixSafety, Invalid, Rule, Valid
 
 # Reading a tensor on the host: the copy has to be finished right there anyway.
 _HOST_READS = {"item", "tolist", "numpy", "cpu"}
@@ -53,7 +48,7 @@ class ToDeviceNonBlocking(Rule):
     fix_reason = "the stream orders the asynchronous copy before every kernel that reads it"
     covered_by_optimize = True  # autoopt.optimize() applies it at run time
     triggers = (".to(",)
-    # CUDA-only, and only in batch loops (rulekit_ra.data_loops): training loops, evaluation
+    # CUDA-only, and only in batch loops (loops.data_loops): training loops, evaluation
     # loops (AO403's markers) or loops over a DataLoader.
     requires = ("cuda", (".backward(", "DataLoader", *EVAL_MARKERS))
 
@@ -163,7 +158,7 @@ class ToDeviceNonBlocking(Rule):
 
     def _read_on_host(self, call: cst.Call) -> bool:
         """The result is bound to a name that the rest of the block reads on the host."""
-        stmt = statement_of(self, call)
+        stmt = enclosing_statement(call, self.parent)
         if not isinstance(stmt, cst.SimpleStatementLine):
             return False
         targets: set[str] = set()

@@ -6,15 +6,10 @@ from collections.abc import Sequence
 
 import libcst as cst
 
-from autoopt.static.rule import Fix, FixSafety, Invalid, Rule, Valid, arg
-from autoopt.static.rulekit_ra import (
-    contains,
-    expression_line,
-    is_name,
-    method_name,
-    names_in,
-    walk,
-)
+from autoopt.lint.calls import arg
+from autoopt.lint.edits import statement_line
+from autoopt.lint.nodes import contains, is_name, method_name, names_in, walk
+from autoopt.lint.rule import Fix, FixSafety, Invalid, Rule, Valid
 
 _SCRIPTED = (
     "torch.jit.script",
@@ -224,7 +219,7 @@ class TorchCompileModel(Rule):
                 "`torch.compile(model)` would prefix state_dict keys with `_orig_mod.`)",
             )
             return
-        new = cst.FlattenSentinel([anchor, expression_line(f"{model}.compile()")])
+        new = cst.FlattenSentinel([anchor, statement_line(f"{model}.compile()")])
         self.report(
             anchor,
             f"model `{model}` is trained without torch.compile; call `{model}.compile()` once it"

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import libcst as cst
 
-from autoopt.static.rule import Invalid, Rule, Valid, arg
-from autoopt.static.rulekit_rb import code_of, method_name, string_value
+from autoopt.lint.calls import arg
+from autoopt.lint.nodes import code_of, method_name, string_value
+from autoopt.lint.rule import Invalid, Rule, Valid
 
 _LAUNCH = "torch.distributed.launch"
 _FLAGS = ("--local_rank", "--local-rank")

@@ -4,18 +4,9 @@ from __future__ import annotations
 
 import libcst as cst
 
-from autoopt.static.rule import Fix, FixSafety, Invalid, Rule, Valid
-from autoopt.static.rulekit_ra import (
-    before,
-    calls_in,
-    code_of,
-    expression_line,
-    is_name,
-    method_name,
-    start,
-    statement_of,
-    walk,
-)
+from autoopt.lint.edits import enclosing_statement, statement_line
+from autoopt.lint.nodes import before, calls_in, code_of, is_name, method_name, position, walk
+from autoopt.lint.rule import Fix, FixSafety, Invalid, Rule, Valid
 
 _CLIP = tuple(
     f"torch.nn.utils.{mod}{fn}"
@@ -198,7 +189,7 @@ class UnscaleBeforeClipping(Rule):
             return
         steps.sort(key=self._pos)
         optimizer = self._optimizer_for(node, steps)
-        line = statement_of(self, node)
+        line = enclosing_statement(node, self.parent)
         if (
             optimizer is None
             or not isinstance(line, cst.SimpleStatementLine)
@@ -209,7 +200,7 @@ class UnscaleBeforeClipping(Rule):
                 self.message + " (not fixed: cannot tell which optimizer owns these parameters)",
             )
             return
-        unscale = expression_line(f"{scaler_text}.unscale_({code_of(optimizer)})")
+        unscale = statement_line(f"{scaler_text}.unscale_({code_of(optimizer)})")
         new = cst.FlattenSentinel(
             [
                 unscale.with_changes(leading_lines=line.leading_lines),
@@ -222,7 +213,7 @@ class UnscaleBeforeClipping(Rule):
         )
 
     def _pos(self, node: cst.CSTNode) -> tuple[int, int]:
-        return start(self, node)
+        return position(self, node)
 
     def _optimizer_for(self, clip: cst.Call, steps: list[cst.Call]) -> cst.BaseExpression | None:
         """The optimizer to unscale: the first stepped one built from the clipped module's

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import libcst as cst
 
-from autoopt.static.rule import Fix, FixSafety, Invalid, Rule, Valid, arg, with_keyword
-from autoopt.static.rulekit_ra import is_name, method_name, walk
+from autoopt.lint.calls import arg, with_keyword
+from autoopt.lint.nodes import is_name, method_name, walk
+from autoopt.lint.rule import Fix, FixSafety, Invalid, Rule, Valid
 
 _DEFAULT_TRUE = (2, 0)  # set_to_none defaults to True since torch 2.0
 

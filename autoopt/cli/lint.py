@@ -1,0 +1,179 @@
+"""`autoopt lint`, `autoopt rules`, `autoopt explain`.
+
+Exit codes of `lint` (Ruff's): 0 no findings, 1 findings, 2 usage, configuration or internal
+error, or a file that could not be read/decoded/parsed (unless `--exit-zero`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import click
+
+from autoopt.cli.options import (
+    allow_project_rules_option,
+    build_options,
+    fail,
+    selection_options,
+    warn_skipped_rules,
+)
+from autoopt.cli.output import render
+from autoopt.lint.config import OUTPUT_FORMATS, ConfigError, Options, resolve_settings
+from autoopt.lint.explain import render_explain, render_rules
+from autoopt.lint.project import load_project, registry_for
+from autoopt.lint.registry import Registry, RuleError
+from autoopt.lint.runner import Progress, run_lint
+
+PROGRESS_MIN_FILES = 100  # below this a progress bar is noise
+
+
+def color_setting() -> bool | None:
+    """None: colour only on a terminal (click decides); False where NO_COLOR is set."""
+    return False if os.environ.get("NO_COLOR") else None
+
+
+@contextlib.contextmanager
+def progress_bar(n_files: int, quiet: bool) -> Iterator[Progress | None]:
+    """A progress bar on stderr for long runs on a terminal; None otherwise."""
+    if quiet or n_files < PROGRESS_MIN_FILES or not sys.stderr.isatty():
+        yield None
+        return
+    with click.progressbar(length=n_files, label="Linting", file=sys.stderr) as bar:
+        yield bar.update
+
+
+@click.command("lint")
+@click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
+@selection_options
+@click.option("--no-cache", is_flag=True, help="Neither read nor write .autoopt_cache.")
+@click.option(
+    "--output-format",
+    type=click.Choice(OUTPUT_FORMATS),
+    default=None,
+    help="How findings are printed (default: text).",
+)
+@click.option("--statistics", is_flag=True, help="Print the number of findings per rule.")
+@click.option("--exit-zero", is_flag=True, default=None, help="Exit 0 even with findings/errors.")
+@click.option(
+    "--unsafe-fixes",
+    is_flag=True,
+    default=None,
+    help="Count fixes that may change behaviour as fixable ([*]).",
+)
+@click.option("-q", "--quiet", is_flag=True, help="Print findings only: no summary, no progress.")
+@click.option(
+    "--jobs",
+    "-j",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Worker processes (default: one per CPU).",
+)
+def lint(
+    paths: tuple[Path, ...],
+    select: tuple[str, ...],
+    ignore: tuple[str, ...],
+    extend_select: tuple[str, ...],
+    target_version: str | None,
+    config_file: Path | None,
+    force_exclude: bool | None,
+    allow_project_rules: bool | None,
+    no_cache: bool,
+    output_format: str | None,
+    statistics: bool,
+    exit_zero: bool | None,
+    unsafe_fixes: bool | None,
+    quiet: bool,
+    jobs: int | None,
+) -> None:
+    """Find missing PyTorch optimizations in PATHS (files or folders; default: .)."""
+    options = build_options(
+        select,
+        ignore,
+        extend_select,
+        target_version,
+        config_file,
+        force_exclude,
+        allow_project_rules,
+        no_cache=no_cache,
+        output_format=output_format,
+        exit_zero=exit_zero,
+        unsafe_fixes=unsafe_fixes,
+    )
+    try:
+        project = load_project(list(paths) or ["."], options)
+    except (ConfigError, RuleError) as exc:
+        fail(str(exc))
+        return
+    warn_skipped_rules(project.settings)
+    settings = project.settings
+    with progress_bar(len(project.files), quiet) as progress:
+        report = run_lint(project, jobs=jobs, progress=progress)
+    text = render(
+        report,
+        settings.output_format,
+        statistics=statistics,
+        quiet=quiet,
+        unsafe_fixes=settings.unsafe_fixes,
+        root=settings.project_root,
+    )
+    click.echo(text, nl=False, color=color_setting())
+    sys.exit(report.exit_code(settings.exit_zero))
+
+
+def _registry(config_file: Path | None, allow_project_rules: bool | None) -> Registry:
+    try:
+        options = Options(config=config_file, allow_project_rules=allow_project_rules)
+        settings = resolve_settings(["."], options)
+        warn_skipped_rules(settings)
+        return registry_for(settings)
+    except (ConfigError, RuleError) as exc:
+        fail(str(exc))
+        raise  # unreachable: fail exits
+
+
+@click.command("rules")
+@click.option(
+    "--output-format",
+    type=click.Choice(["text", "json", "markdown"]),
+    default="text",
+    help="text, json, or markdown (the full reference, as in docs/rules.md).",
+)
+@click.option(
+    "--config",
+    "config_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Config file whose extra-rules to include (with --allow-project-rules).",
+)
+@allow_project_rules_option
+def rules(output_format: str, config_file: Path | None, allow_project_rules: bool | None) -> None:
+    """List every rule: code, name, fix availability (safe/unsafe/none), message."""
+    registry = _registry(config_file, allow_project_rules)
+    click.echo(render_rules(registry.all(), output_format), nl=False)
+
+
+@click.command("explain")
+@click.argument("code")
+@click.option(
+    "--config",
+    "config_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Config file whose extra-rules to include (with --allow-project-rules).",
+)
+@allow_project_rules_option
+def explain(code: str, config_file: Path | None, allow_project_rules: bool | None) -> None:
+    """Print the documentation of one rule, given its code (AO201) or name."""
+    registry = _registry(config_file, allow_project_rules)
+    rule = registry.find(code)
+    if rule is None:
+        close = registry.suggest(code)
+        hint = f"; did you mean {' or '.join(close)}?" if close else ""
+        fail(f"unknown rule {code!r}{hint} (`autoopt rules` lists them)")
+        return
+    click.echo(render_explain(rule), nl=False)
+
+
+COMMANDS: list[click.Command] = [lint, rules, explain]

@@ -1,0 +1,103 @@
+"""Building edits: the statement that holds a node, new statement lines, inserting after imports.
+
+`parent` arguments are a parent lookup (`rule.parent`, `facts.parent`): these helpers serve rules,
+fixes and the `--wrap` codemod alike."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import libcst as cst
+
+from autoopt.lint.nodes import dotted
+
+ParentOf = Callable[[cst.CSTNode], "cst.CSTNode | None"]
+
+
+def enclosing_statement(node: cst.CSTNode, parent: ParentOf) -> cst.BaseStatement | None:
+    """The innermost statement (simple line, or compound statement whose header holds `node`)
+    that contains `node`."""
+    cur: cst.CSTNode | None = node
+    while cur is not None and not isinstance(cur, cst.BaseStatement):
+        cur = parent(cur)
+    return cur
+
+
+def block_statement(node: cst.CSTNode, parent: ParentOf) -> cst.BaseStatement | None:
+    """The statement that holds `node` directly in a block (module or indented body): the one
+    new statements can be put before or after (an `elif` gives its whole `if`)."""
+    cur: cst.CSTNode | None = node
+    while cur is not None:
+        up = parent(cur)
+        if isinstance(cur, cst.BaseStatement) and isinstance(up, cst.Module | cst.IndentedBlock):
+            return cur
+        cur = up
+    return None
+
+
+def sole_expression_statement(call: cst.Call, parent: ParentOf) -> cst.SimpleStatementLine | None:
+    """The line `call` stands alone on as an expression statement (`foo(...)`), if so."""
+    expr = parent(call)
+    line = parent(expr) if isinstance(expr, cst.Expr) else None
+    if isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1:
+        return line
+    return None
+
+
+def statement_line(code: str) -> cst.SimpleStatementLine:
+    """One simple statement line parsed from `code` (`x = 1`, `foo(x)`)."""
+    stmt = cst.parse_statement(code)
+    assert isinstance(stmt, cst.SimpleStatementLine)
+    return stmt
+
+
+def _is_import_line(stmt: cst.CSTNode) -> bool:
+    return isinstance(stmt, cst.SimpleStatementLine) and all(
+        isinstance(s, cst.Import | cst.ImportFrom) for s in stmt.body
+    )
+
+
+def _is_docstring_or_future(stmt: cst.CSTNode) -> bool:
+    if not isinstance(stmt, cst.SimpleStatementLine) or len(stmt.body) != 1:
+        return False
+    small = stmt.body[0]
+    if isinstance(small, cst.Expr) and isinstance(
+        small.value, cst.SimpleString | cst.ConcatenatedString
+    ):
+        return True
+    return isinstance(small, cst.ImportFrom) and dotted(small.module) == "__future__"
+
+
+def _import_anchor(module: cst.Module) -> cst.SimpleStatementLine | None:
+    """The last top-level import of the file's header: imports before the first definition or
+    block statement (a later `import` inside the script body does not move the header)."""
+    anchor: cst.SimpleStatementLine | None = None
+    for stmt in module.body:
+        if isinstance(stmt, cst.BaseCompoundStatement) and not isinstance(stmt, cst.Try):
+            break
+        if _is_import_line(stmt):
+            assert isinstance(stmt, cst.SimpleStatementLine)
+            anchor = stmt
+    return anchor
+
+
+def insert_after_imports(
+    module: cst.Module, new: cst.SimpleStatementLine
+) -> dict[cst.CSTNode, cst.FlattenSentinel[cst.BaseStatement]]:
+    """A replacement that puts `new` right after the import header (or, with no imports, after
+    the docstring and `__future__` imports)."""
+    anchor = _import_anchor(module)
+    if anchor is not None:
+        return {anchor: cst.FlattenSentinel([anchor, new])}
+    for stmt in module.body:
+        if not _is_docstring_or_future(stmt):
+            return {
+                stmt: cst.FlattenSentinel(
+                    [
+                        new.with_changes(leading_lines=stmt.leading_lines),
+                        stmt.with_changes(leading_lines=[]),
+                    ]
+                )
+            }
+    last = module.body[-1]
+    return {last: cst.FlattenSentinel([last, new])}

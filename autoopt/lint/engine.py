@@ -1,0 +1,222 @@
+"""Running rules over source text: parse once, visit with every active rule in one pass."""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import traceback
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import libcst as cst
+from libcst.metadata import (
+    ExpressionContextProvider,
+    ParentNodeProvider,
+    PositionProvider,
+    QualifiedNameProvider,
+    ScopeProvider,
+)
+
+from autoopt.lint.rule import FileContext, Finding, Rule
+
+
+@dataclass(frozen=True)
+class RuleCrash:
+    """A rule that raised on a file: its findings for that file are dropped, no one else's."""
+
+    code: str
+    name: str
+    error: str  # "AttributeError: ... (at rule_file.py:42)"
+    line: int = 0  # where the rule was visiting (1-based), when known
+    column: int = 0
+
+    def describe(self) -> str:
+        return f"internal error in rule {self.code} ({self.name}): {self.error}"
+
+
+@dataclass
+class Analysis:
+    """The parsed module, the findings on it (fixes' nodes are nodes of `module`) and the rules
+    that crashed on it."""
+
+    module: cst.Module
+    findings: list[Finding]
+    crashes: list[RuleCrash] = field(default_factory=list)
+
+
+def analyze(
+    source: str,
+    path: Path | str,
+    rules: Sequence[type[Rule]],
+    target_version: tuple[int, int] | None = None,
+) -> Analysis:
+    """Parse `source` and run `rules` on it (those whose triggers appear in the text and that
+    apply to `target_version`). Raises `libcst.ParserSyntaxError` on unparsable code."""
+    active = active_rules(rules, source, target_version)
+    module = cst.parse_module(source)
+    return run_rules(module, source, path, active, target_version)
+
+
+def run_rules(
+    module: cst.Module,
+    source: str,
+    path: Path | str,
+    rules: Sequence[type[Rule]],
+    target_version: tuple[int, int] | None = None,
+) -> Analysis:
+    """Run `rules` (already filtered, see `active_rules`) over a parsed `module` in one batched
+    traversal; the metadata resolved is the union of what these rules declare. Findings come
+    sorted by position. A rule that raises is left out of this file and listed in `crashes`."""
+    if not rules:
+        return Analysis(module, [])
+    wrapper = cst.MetadataWrapper(module, unsafe_skip_copy=True)
+    _defer_metadata(wrapper, rules)
+    context = FileContext(Path(path), source, module, wrapper, target_version)
+    visitors: list[Rule] = []
+    crashes: list[RuleCrash] = []
+    for rule in rules:
+        try:
+            visitors.append(rule(context))
+        except Exception as exc:
+            crashes.append(RuleCrash(rule.code, rule.name, _describe(exc)))
+    wrapper.visit_batched(visitors)
+    findings: list[Finding] = []
+    for visitor in visitors:
+        if visitor.crash is None:
+            findings.extend(visitor.findings)
+        else:
+            crashes.append(_crash_of(visitor, wrapper))
+    findings.sort(key=lambda f: (f.line, f.column, f.code))
+    return Analysis(module, findings, crashes)
+
+
+def _describe(exc: BaseException) -> str:
+    """`Type: message (at file.py:line)`, the line being where it was raised."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = f" (at {Path(frames[-1].filename).name}:{frames[-1].lineno})" if frames else ""
+    return f"{type(exc).__name__}: {exc}{where}"
+
+
+def _crash_of(visitor: Rule, wrapper: cst.MetadataWrapper) -> RuleCrash:
+    assert visitor.crash is not None
+    line = column = 0
+    if visitor.crash_node is not None:
+        with contextlib.suppress(Exception):  # positions may be what failed
+            start = wrapper.resolve(PositionProvider)[visitor.crash_node].start
+            line, column = start.line, start.column + 1
+    return RuleCrash(visitor.code, visitor.name, _describe(visitor.crash), line, column)
+
+
+def active_rules(
+    rules: Sequence[type[Rule]],
+    source: str,
+    target_version: tuple[int, int] | None = None,
+) -> list[type[Rule]]:
+    """The rules that can possibly report on `source`: they apply to `target_version` and one of
+    their `triggers` occurs in the code (comments and triple-quoted strings do not count:
+    torch's own sources say "backward" or "cuda" far more in prose than in code). A rule
+    without triggers always runs. When this is empty the file need not even be parsed."""
+    candidates = [r for r in rules if r.applies_to(target_version) and _text_matches(r, source)]
+    if not any(r.triggers or r.requires or r.covered_by_optimize for r in candidates):
+        return candidates
+    code = strip_prose(source)
+    optimized = calls_autoopt_optimize(code)
+    return [
+        r
+        for r in candidates
+        if _text_matches(r, code) and not (optimized and r.covered_by_optimize)
+    ]
+
+
+def calls_autoopt_optimize(code: str) -> bool:
+    """The file hands its training objects to `autoopt.optimize()` (`import autoopt` /
+    `from autoopt import optimize`), which applies the runtime's tricks itself."""
+    return "optimize(" in code and ("import autoopt" in code or "from autoopt import" in code)
+
+
+def _text_matches(rule: type[Rule], text: str) -> bool:
+    """Any of the rule's triggers and all of its requirements occur in `text`."""
+    return (not rule.triggers or any(t in text for t in rule.triggers)) and all(
+        (r in text) if isinstance(r, str) else any(alt in text for alt in r) for r in rule.requires
+    )
+
+
+# One left-to-right scan, as the tokenizer does it: a `#` inside a string is no comment and a
+# quote inside a comment opens no string. Single-line strings are kept (rules may look for
+# "CUDA_VISIBLE_DEVICES" or "cuda" in them); comments and triple-quoted strings are blanked.
+_PROSE = re.compile(
+    r"""
+      (?P<comment>\#[^\r\n]*)
+    | (?P<long>[rRbBuUfF]{0,3}(?:\"\"\"(?:[^"\\]|\\.|"(?!""))*\"\"\"|'''(?:[^'\\]|\\.|'(?!''))*'''))
+    | (?P<short>[rRbBuUfF]{0,3}(?:"(?:[^"\\\r\n]|\\.)*"|'(?:[^'\\\r\n]|\\.)*'))
+    """,
+    re.DOTALL | re.VERBOSE,
+)
+
+
+def _keep_short_strings(match: re.Match[str]) -> str:
+    return match.group(0) if match.lastgroup == "short" else " "
+
+
+def strip_prose(source: str) -> str:
+    """`source` with comments and triple-quoted strings blanked (for the trigger pre-filter)."""
+    if "#" not in source and '"""' not in source and "'''" not in source:
+        return source
+    return _PROSE.sub(_keep_short_strings, source)
+
+
+# Providers computed only when a rule first asks for them. Each is a full Python traversal of
+# the tree (several times the cost of parsing), yet most files never need most of them: a
+# position is needed only for a finding, qualified names only once a rule's cheap syntactic
+# checks passed. Declaring them stays the rules' business; when they are computed is ours.
+_DEFERRED = (
+    PositionProvider,
+    ParentNodeProvider,
+    QualifiedNameProvider,
+    ScopeProvider,
+    ExpressionContextProvider,
+)
+
+
+class _DeferredMetadata(Mapping[cst.CSTNode, Any]):
+    """Stands in for a provider's metadata in the wrapper and computes it on first lookup."""
+
+    def __init__(self, wrapper: cst.MetadataWrapper, provider: type) -> None:
+        self._wrapper = wrapper
+        self._provider = provider
+        self._data: Mapping[cst.CSTNode, Any] | None = None
+
+    def _load(self) -> Mapping[cst.CSTNode, Any]:
+        if self._data is None:
+            metadata = self._wrapper._metadata  # libcst has no public hook for this
+            if metadata.get(self._provider) is self:
+                del metadata[self._provider]  # let libcst compute (and store) the real one
+            self._data = self._wrapper.resolve(self._provider)
+        return self._data
+
+    def __getitem__(self, node: cst.CSTNode) -> Any:
+        return self._load()[node]
+
+    def get(self, node: cst.CSTNode, default: Any = None) -> Any:
+        return self._load().get(node, default)
+
+    def __contains__(self, node: object) -> bool:
+        return node in self._load()
+
+    def __iter__(self) -> Iterator[cst.CSTNode]:
+        return iter(self._load())
+
+    def __len__(self) -> int:
+        return len(self._load())
+
+
+def _defer_metadata(wrapper: cst.MetadataWrapper, rules: Sequence[type[Rule]]) -> None:
+    """Put deferred stand-ins for the costly providers the rules declare into `wrapper`."""
+    declared: set[type] = set()
+    for rule in rules:
+        declared.update(rule.get_inherited_dependencies())
+    for provider in _DEFERRED:
+        if provider in declared and provider not in wrapper._metadata:
+            wrapper._metadata[provider] = _DeferredMetadata(wrapper, provider)

@@ -1,0 +1,221 @@
+"""Training-loop facts about one file, computed once and shared by every rule.
+
+"Training loop": a `for`/`while` whose body (not counting nested functions) calls `.backward()`.
+"Evaluation loop": a `for` over something, with no `.backward()` in it, that runs after
+`<model>.eval()` in the same function (or is inside a function whose name says eval/valid/test).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterator
+
+import libcst as cst
+import libcst.matchers as m
+from libcst.metadata import MetadataWrapper, ParentNodeProvider, QualifiedNameProvider
+from libcst.metadata.base_provider import LazyValue
+
+from autoopt.lint.nodes import calls_in, contains
+
+Loop = cst.For | cst.While
+Scope = cst.FunctionDef | cst.Module
+
+_NO_GRAD = {
+    "torch.no_grad",
+    "torch.inference_mode",
+    "torch.autograd.no_grad",
+    "torch.autograd.grad_mode.no_grad",
+    "torch.autograd.grad_mode.inference_mode",
+}
+_EVAL_WORDS = ("eval", "valid", "test", "infer", "predict")
+# Text that any evaluation loop's file contains (a `.eval()` call, or a function named like
+# evaluation): rules about evaluation loops use it as their pre-filter.
+EVAL_MARKERS = (
+    ".eval()",
+    *(f"def {w}" for w in _EVAL_WORDS),
+    *(f"def {p}_{w}" for p in ("run", "do") for w in ("eval", "valid", "test")),
+)
+
+
+class FileFacts:
+    """Lazily computed facts; each property walks the tree at most once."""
+
+    def __init__(self, wrapper: MetadataWrapper) -> None:
+        self.module = wrapper.module
+        self._parents = wrapper.resolve(ParentNodeProvider)
+        self._qnames = wrapper.resolve(QualifiedNameProvider)
+        self._source: str | None = None
+
+    # ----- tree navigation --------------------------------------------------------------------
+    def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
+        return self._parents.get(node)
+
+    def ancestors(self, node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+        """Parents of `node`, innermost first, up to the module."""
+        cur = self._parents.get(node)
+        while cur is not None:
+            yield cur
+            cur = self._parents.get(cur)
+
+    def enclosing_scope(self, node: cst.CSTNode) -> Scope:
+        """The function (or the module) that contains `node`."""
+        for anc in self.ancestors(node):
+            if isinstance(anc, cst.FunctionDef):
+                return anc
+        return self.module
+
+    def enclosing_loops(self, node: cst.CSTNode) -> list[Loop]:
+        """Loops around `node` within its function, innermost first."""
+        loops: list[Loop] = []
+        for anc in self.ancestors(node):
+            if isinstance(anc, cst.FunctionDef | cst.Lambda | cst.ClassDef):
+                break
+            if isinstance(anc, Loop):
+                loops.append(anc)
+        return loops
+
+    def qualified_names(self, node: cst.CSTNode) -> set[str]:
+        found = self._qnames.get(node, set())
+        if isinstance(found, LazyValue):  # libcst >= 1.5 resolves this provider lazily
+            found = found()
+        return {q.name for q in found}
+
+    @property
+    def source(self) -> str:
+        if self._source is None:
+            self._source = self.module.code
+        return self._source
+
+    # ----- training / evaluation loops -------------------------------------------------------
+    @functools.cached_property
+    def backward_calls(self) -> list[cst.Call]:
+        """Every `<expr>.backward(...)` call in the file (including `scaler.scale(l).backward()`)."""
+        return [
+            c
+            for c in list(calls_in(self.module))
+            if isinstance(c.func, cst.Attribute) and c.func.attr.value == "backward"
+        ]
+
+    @functools.cached_property
+    def training_loops(self) -> list[Loop]:
+        """Loops containing a `.backward()` call within the same function, outermost first."""
+        found: dict[int, Loop] = {}
+        for call in self.backward_calls:
+            for loop in self.enclosing_loops(call):
+                found.setdefault(id(loop), loop)
+        return sorted(found.values(), key=lambda n: self._depth(n))
+
+    def is_training_loop(self, loop: cst.CSTNode) -> bool:
+        return any(loop is t for t in self.training_loops)
+
+    def training_loop_of(self, node: cst.CSTNode) -> Loop | None:
+        """The innermost training loop around `node` (None if it is not in one)."""
+        for loop in self.enclosing_loops(node):
+            if self.is_training_loop(loop):
+                return loop
+        return None
+
+    def in_training_loop(self, node: cst.CSTNode) -> bool:
+        return self.training_loop_of(node) is not None
+
+    @functools.cached_property
+    def eval_calls(self) -> list[cst.Call]:
+        """Every `<expr>.eval()` call with no arguments."""
+        return [
+            c
+            for c in list(calls_in(self.module))
+            if m.matches(c, m.Call(func=m.Attribute(attr=m.Name("eval")), args=[]))
+        ]
+
+    def is_eval_loop(self, loop: cst.CSTNode) -> bool:
+        """A `for` with no backward inside that follows `.eval()` in its function (or whose
+        function is named like evaluation)."""
+        if not isinstance(loop, cst.For) or self.is_training_loop(loop):
+            return False
+        if any(contains(loop, call) for call in self.backward_calls):
+            return False
+        scope = self.enclosing_scope(loop)
+        if isinstance(scope, cst.FunctionDef) and any(
+            w in scope.name.value.lower() for w in _EVAL_WORDS
+        ):
+            return True
+        for call in self.eval_calls:
+            if self.enclosing_scope(call) is not scope or not self.before(call, loop):
+                continue
+            # ... and no .train() between that eval() and the loop
+            if not any(
+                self.enclosing_scope(t) is scope and self.before(call, t) and self.before(t, loop)
+                for t in self.train_calls
+            ):
+                return True
+        return False
+
+    @functools.cached_property
+    def train_calls(self) -> list[cst.Call]:
+        return [
+            c
+            for c in list(calls_in(self.module))
+            if isinstance(c.func, cst.Attribute) and c.func.attr.value == "train"
+        ]
+
+    # ----- gradient mode -----------------------------------------------------------------------
+    def in_no_grad(self, node: cst.CSTNode) -> bool:
+        """Inside `with torch.no_grad()/inference_mode()/set_grad_enabled(False)`, or in a function
+        decorated with no_grad/inference_mode."""
+        for anc in self.ancestors(node):
+            if isinstance(anc, cst.With) and any(self._is_no_grad(i.item) for i in anc.items):
+                return True
+            if isinstance(anc, cst.FunctionDef) and any(
+                self._is_no_grad(d.decorator) for d in anc.decorators
+            ):
+                return True
+        return False
+
+    def _is_no_grad(self, expr: cst.BaseExpression) -> bool:
+        target = expr.func if isinstance(expr, cst.Call) else expr
+        names = self.qualified_names(target)
+        if names & _NO_GRAD:
+            return True
+        if isinstance(expr, cst.Call) and names & {
+            "torch.set_grad_enabled",
+            "torch.autograd.set_grad_enabled",
+        }:
+            return bool(expr.args) and m.matches(expr.args[0].value, m.Name("False"))
+        return False
+
+    # ----- whole-file facts ------------------------------------------------------------------
+    @functools.cached_property
+    def uses_cuda(self) -> bool:
+        """The script runs (or can run) on CUDA: `.cuda()`, a "cuda" device string, torch.cuda."""
+        s = self.source
+        return ".cuda(" in s or "'cuda" in s or '"cuda' in s or "torch.cuda" in s
+
+    @functools.cached_property
+    def requests_determinism(self) -> bool:
+        """`cudnn.deterministic = True` or `torch.use_deterministic_algorithms(True)`."""
+        s = self.source
+        return (
+            "deterministic = True" in s
+            or "deterministic=True" in s
+            or "use_deterministic_algorithms(True" in s
+        )
+
+    # ----- positions ------------------------------------------------------------------------------
+    def _depth(self, node: cst.CSTNode) -> int:
+        return sum(1 for _ in self.ancestors(node))
+
+    def before(self, a: cst.CSTNode, b: cst.CSTNode) -> bool:
+        """`a` comes before `b` in source order (both in this module)."""
+        return self._order[id(a)] < self._order[id(b)]
+
+    @functools.cached_property
+    def _order(self) -> dict[int, int]:
+        order: dict[int, int] = {}
+
+        class _Numberer(cst.CSTVisitor):
+            def on_visit(self, node: cst.CSTNode) -> bool:
+                order[id(node)] = len(order)
+                return True
+
+        self.module.visit(_Numberer())
+        return order

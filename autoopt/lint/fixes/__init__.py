@@ -1,0 +1,1 @@
+"""Fixes too large to live beside their rule: one codemod per module."""

@@ -1,0 +1,131 @@
+"""Training and data loops: which loops iterate batches, which names hold the batch, and which
+calls move it to the device."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from autoopt.lint.calls import arg
+from autoopt.lint.nodes import calls_in, method_name, names_in, root_name, string_value, walk
+from autoopt.lint.rule import Rule
+from autoopt.lint.torch_api import DATALOADER
+
+
+def loader_names(rule: Rule) -> set[str]:
+    """Names bound to a `torch.utils.data.DataLoader(...)` anywhere in the file."""
+    out: set[str] = set()
+    for node in walk(rule.context.module):
+        if isinstance(node, cst.Assign) and rule.is_call_to(node.value, *DATALOADER):
+            for t in node.targets:
+                if isinstance(t.target, cst.Name):
+                    out.add(t.target.value)
+    return out
+
+
+def batch_names(loop: cst.For) -> set[str]:
+    """Names that hold (parts of) the batch in `loop`: the loop's targets, and names unpacked or
+    indexed from them in the loop body (`inputs, labels = data`, `x = batch["x"]`)."""
+    names = names_in(loop.target)
+    changed = True
+    while changed:  # a few rounds: `data = batch; x, y = data`
+        changed = False
+        for node in walk(loop.body, into_scopes=False):
+            if not isinstance(node, cst.Assign) or not _is_batch_expr(node.value, names):
+                continue
+            for t in node.targets:
+                new = names_in(t.target) - names
+                if new:
+                    names |= new
+                    changed = True
+    return names
+
+
+def _is_batch_expr(expr: cst.BaseExpression, names: set[str]) -> bool:
+    if isinstance(expr, cst.Name):
+        return expr.value in names
+    if isinstance(expr, cst.Subscript | cst.Attribute):
+        return _is_batch_expr(expr.value, names)
+    if isinstance(expr, cst.Tuple | cst.List):
+        return bool(expr.elements) and all(_is_batch_expr(e.value, names) for e in expr.elements)
+    return False
+
+
+_DTYPE_PREFIXES = ("torch.float", "torch.bfloat", "torch.half", "torch.double", "torch.int")
+_DTYPES = {
+    "torch.bool",
+    "torch.long",
+    "torch.short",
+    "torch.uint8",
+    "torch.int8",
+    "torch.cfloat",
+    "torch.cdouble",
+    "torch.complex64",
+    "torch.complex128",
+}
+
+
+def is_dtype(rule: Rule, expr: cst.BaseExpression) -> bool:
+    """`torch.float16`, `torch.long`, ... (by qualified name)."""
+    names = rule.qualified_names(expr) if isinstance(expr, cst.Name | cst.Attribute) else set()
+    return any(n in _DTYPES or n.startswith(_DTYPE_PREFIXES) for n in names)
+
+
+def to_destination(rule: Rule, call: cst.Call) -> str | None:
+    """What a `.to(...)` call moves to: "cpu", "device" (anything else that names a device), or
+    None (a dtype, another tensor's properties via `**kwargs`, nothing)."""
+    if any(a.star for a in call.args):
+        return None
+    dest = arg(call, "device", 0)
+    if dest is None:
+        return None
+    value = dest.value
+    if is_dtype(rule, value):
+        return None
+    text = string_value(value)
+    if isinstance(value, cst.Call) and rule.refers_to(value.func, "torch.device") and value.args:
+        text = string_value(value.args[0].value) or text
+    if text is not None:
+        return "cpu" if text.startswith("cpu") else "device"
+    if isinstance(value, cst.Name | cst.Attribute | cst.Call | cst.Subscript):
+        return "device"
+    return None
+
+
+def data_loops(rule: Rule) -> list[cst.For]:
+    """`for` loops that iterate batches: training loops, evaluation loops, and loops over a name
+    bound to a DataLoader."""
+    loaders = loader_names(rule)
+    facts = rule.facts
+    out = []
+    for node in walk(rule.context.module):
+        if isinstance(node, cst.For) and (
+            facts.is_training_loop(node)
+            or facts.is_eval_loop(node)
+            or bool(names_in(node.iter) & loaders)
+        ):
+            out.append(node)
+    return out
+
+
+def batch_transfers(rule: Rule, loop: cst.For) -> list[cst.Call]:
+    """`<batch>.to(<device>)` and `<batch>.cuda()` calls in `loop` whose receiver comes from the
+    batch the loop iterates (not a module, not a dtype cast)."""
+    names = batch_names(loop)
+    out = []
+    for call in calls_in(loop.body, into_scopes=False):
+        method = method_name(call)
+        if method not in ("to", "cuda"):
+            continue
+        assert isinstance(call.func, cst.Attribute)
+        if root_name(call.func.value) not in names:
+            continue
+        if method == "cuda" or to_destination(rule, call) == "device":
+            out.append(call)
+    return out
+
+
+def loops_over(rule: Rule, name: str) -> list[cst.For]:
+    """`for` loops whose iterable mentions `name` (`loader`, `enumerate(loader)`, `tqdm(loader)`)."""
+    return [
+        n for n in walk(rule.context.module) if isinstance(n, cst.For) and name in names_in(n.iter)
+    ]

@@ -1,0 +1,265 @@
+"""Applying the rules' fixes to source text, to a fixed point.
+
+One pass: analyze the source with the rules, keep the fixes that may be applied (safe ones, plus
+unsafe ones when asked), drop those that overlap a fix already kept (they come back on the next
+pass, re-derived from the new tree), swap every original node for its replacement in one
+transform, then let libcst add the imports the fixes need and remove the ones they made unused.
+Passes repeat until no fix applies; a cycle or a runaway is a `RewriteError`, not a hang.
+A rule that crashes, or whose fix cannot be applied or breaks the syntax, is skipped for this
+file (`FixResult.skipped`) and the other rules' fixes are still applied.
+
+Everything outside the replaced nodes keeps its bytes: libcst round-trips the rest of the tree.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import libcst as cst
+from libcst.codemod import CodemodContext
+from libcst.codemod.visitors import AddImportsVisitor, RemoveImportsVisitor
+
+from autoopt.lint.engine import analyze
+from autoopt.lint.nodes import walk
+from autoopt.lint.rule import Finding, Fix, FixSafety, Rule
+
+MAX_PASSES = 10  # a rule set needing more than this is broken (or oscillating)
+
+Replacement = cst.CSTNode | cst.RemovalSentinel | cst.FlattenSentinel
+FindingFilter = Callable[[Sequence[Finding], str], Sequence[Finding]]
+
+
+class RewriteError(RuntimeError):
+    """The fixes did not reach a fixed point (they oscillate or keep growing the file)."""
+
+
+@dataclass(frozen=True)
+class AppliedFix:
+    """One fix that was applied: its rule code, what it did, and where (line in that pass)."""
+
+    code: str
+    description: str
+    line: int
+
+
+@dataclass(frozen=True)
+class SkippedFix:
+    """A rule whose fixes were left out of this file: it crashed, or its fix could not be
+    applied (or broke the file's syntax). The other rules' fixes were still applied."""
+
+    code: str
+    reason: str
+
+
+@dataclass
+class FixResult:
+    """The outcome of `fix_source`."""
+
+    source: str  # the new source (identical to the input if nothing applied)
+    original: str
+    applied: list[AppliedFix] = field(default_factory=list)
+    # Findings of the final pass that have no fix (the rule declined; the message says why).
+    declined: list[Finding] = field(default_factory=list)
+    # Findings of the final pass whose fix is unsafe and was not applied (unsafe=False).
+    unsafe_available: list[Finding] = field(default_factory=list)
+    skipped: list[SkippedFix] = field(default_factory=list)
+    passes: int = 0
+
+    @property
+    def changed(self) -> bool:
+        return self.source != self.original
+
+
+def fix_source(
+    source: str,
+    rules: Sequence[type[Rule]],
+    *,
+    unsafe: bool = False,
+    target_version: tuple[int, int] | None = None,
+    path: Path | str = "<string>",
+    finding_filter: FindingFilter | None = None,
+    max_passes: int = MAX_PASSES,
+) -> FixResult:
+    """Apply the fixes of `rules` to `source` until nothing changes.
+
+    `unsafe` also applies fixes labelled unsafe. `finding_filter(findings, source)` may drop
+    findings before fixing (suppressions such as `# noqa`). Raises `libcst.ParserSyntaxError` if
+    the source cannot be parsed, `RewriteError` if the fixes do not converge.
+    """
+    result = FixResult(source=source, original=source)
+    seen = {source}
+    current = source
+    active = list(rules)
+    for n_pass in range(1, max_passes + 1):
+        result.passes = n_pass
+        analysis = analyze(current, path, active, target_version)
+        _skip(result, active, [(c.code, c.describe()) for c in analysis.crashes])
+        findings = list(analysis.findings)
+        if finding_filter is not None:
+            findings = list(finding_filter(findings, current))
+        chosen = _choose_fixes(findings, unsafe)
+        if not chosen:
+            _record_leftovers(result, findings, unsafe)
+            break
+        new_source, chosen, failed = _apply_contained(analysis.module, chosen, current)
+        _skip(result, active, failed)
+        if failed and not chosen:
+            continue  # re-derive this pass's other fixes without the failed rules
+        if new_source == current:
+            # The fixes were no-ops: applying them again would loop forever.
+            _record_leftovers(result, findings, unsafe)
+            break
+        if new_source in seen:
+            codes = ", ".join(sorted({f.code for f, _ in chosen}))
+            raise RewriteError(
+                f"{path}: fixes oscillate (pass {n_pass} recreated an earlier version; rules {codes})"
+            )
+        seen.add(new_source)
+        result.applied.extend(
+            AppliedFix(f.code, fix.description or f.message, f.line) for f, fix in chosen
+        )
+        current = new_source
+    else:
+        raise RewriteError(f"{path}: no fixed point after {max_passes} passes of fixes")
+    result.source = current
+    return result
+
+
+def _skip(result: FixResult, active: list[type[Rule]], failed: Sequence[tuple[str, str]]) -> None:
+    """Record rules whose fixes are skipped and drop them from the remaining passes."""
+    for code, reason in failed:
+        result.skipped.append(SkippedFix(code, reason))
+        active[:] = [r for r in active if r.code != code]
+
+
+def _render(module: cst.Module, fixes: Sequence[Fix], check_syntax: bool) -> str:
+    new_source = apply_fixes(module, fixes).code
+    if check_syntax:
+        ast.parse(new_source)  # raises SyntaxError: a fix that breaks the file is a failed fix
+    return new_source
+
+
+def _apply_contained(
+    module: cst.Module, chosen: list[tuple[Finding, Fix]], current: str
+) -> tuple[str, list[tuple[Finding, Fix]], list[tuple[str, str]]]:
+    """Apply the chosen fixes together; when that raises (or gives code that does not parse),
+    find the fixes that fail alone and apply the others. Returns the new source, the fixes
+    applied, and (code, reason) of the rules whose fix failed."""
+    check_syntax = _parses(current)  # only blame fixes for syntax CPython accepted before
+    try:
+        return _render(module, [fix for _, fix in chosen], check_syntax), chosen, []
+    except Exception:  # find which fix it was below
+        pass
+    kept: list[tuple[Finding, Fix]] = []
+    failed: list[tuple[str, str]] = []
+    for finding, fix in chosen:
+        try:
+            _render(module, [fix], check_syntax)
+        except Exception as exc:
+            failed.append((finding.code, f"its fix failed: {type(exc).__name__}: {exc}"))
+        else:
+            kept.append((finding, fix))
+    try:
+        return _render(module, [fix for _, fix in kept], check_syntax), kept, failed
+    except Exception as exc:  # fixes that fail only together: none of them this pass
+        codes = sorted({f.code for f, _ in kept})
+        reason = f"its fix failed together with {', '.join(codes)}: {type(exc).__name__}: {exc}"
+        return current, [], failed + [(code, reason) for code in codes]
+
+
+def _parses(source: str) -> bool:
+    try:
+        ast.parse(source)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return False
+    return True
+
+
+def _fix_allowed(finding: Finding, unsafe: bool) -> bool:
+    if finding.fix is None:
+        return False
+    if finding.fix_safety is FixSafety.SAFE:
+        return True
+    return finding.fix_safety is FixSafety.UNSAFE and unsafe
+
+
+def _choose_fixes(findings: Sequence[Finding], unsafe: bool) -> list[tuple[Finding, Fix]]:
+    """The applicable fixes of one pass that do not touch each other, in source order.
+
+    Two fixes overlap when a node one replaces lies inside (or is) a node the other replaces;
+    the later one waits for the next pass, where its rule sees the already-fixed tree."""
+    chosen: list[tuple[Finding, Fix]] = []
+    taken: set[int] = set()
+    seen_fixes: set[int] = set()
+    for finding in findings:
+        fix = finding.fix
+        if fix is None or not _fix_allowed(finding, unsafe) or id(fix) in seen_fixes:
+            continue
+        seen_fixes.add(id(fix))
+        if not fix.replacements and not fix.add_imports and not fix.remove_imports:
+            continue
+        covered = {id(n) for key in fix.replacements for n in walk(key)}
+        if covered & taken:
+            continue
+        taken |= covered
+        chosen.append((finding, fix))
+    return chosen
+
+
+def _record_leftovers(result: FixResult, findings: Sequence[Finding], unsafe: bool) -> None:
+    for finding in findings:
+        if finding.fix is None:
+            result.declined.append(finding)
+        elif finding.fix_safety is FixSafety.UNSAFE and not unsafe:
+            result.unsafe_available.append(finding)
+
+
+class _Replacer(cst.CSTTransformer):
+    """Swaps original nodes (matched by identity) for their replacements."""
+
+    def __init__(self, replacements: dict[int, Replacement]) -> None:
+        super().__init__()
+        self._replacements = replacements
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        # A replaced node's children are not visited: its replacement is final.
+        return id(node) not in self._replacements
+
+    def on_leave(
+        self, original_node: cst.CSTNode, updated_node: cst.CSTNode
+    ) -> cst.CSTNode | cst.RemovalSentinel | cst.FlattenSentinel:
+        return self._replacements.get(id(original_node), updated_node)
+
+
+def apply_fixes(module: cst.Module, fixes: Sequence[Fix]) -> cst.Module:
+    """`module` with every fix's replacements, added imports and stale imports removed. The
+    fixes' replacement keys must be nodes of `module` and must not overlap."""
+    replacements: dict[int, Replacement] = {}
+    for fix in fixes:
+        for node, new in fix.replacements.items():
+            replacements[id(node)] = new
+    new_module = module.visit(_Replacer(replacements)) if replacements else module
+    if not isinstance(new_module, cst.Module):  # pragma: no cover - a fix replaced the module
+        raise RewriteError("a fix replaced the whole module with something else")
+    adds = [item for fix in fixes for item in fix.add_imports]
+    removes = [item for fix in fixes for item in fix.remove_imports]
+    if not adds and not removes:
+        return new_module
+    context = CodemodContext()
+    for item in adds:
+        AddImportsVisitor.add_needed_import(
+            context, item.module_name, item.obj_name, item.alias, item.relative
+        )
+    for item in removes:
+        RemoveImportsVisitor.remove_unused_import(
+            context, item.module_name, item.obj_name, item.alias
+        )
+    if adds:
+        new_module = AddImportsVisitor(context).transform_module(new_module)
+    if removes:
+        # Only removes an import that nothing in the (already fixed) module still uses.
+        new_module = RemoveImportsVisitor(context).transform_module(new_module)
+    return new_module

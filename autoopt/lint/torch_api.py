@@ -1,0 +1,149 @@
+"""What the lint knows about torch's API: DataLoader's signature, convolution layers and
+convolutional model zoos, and how a file spells `torch` (for fixes that write torch code)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import libcst as cst
+from libcst.codemod.visitors import ImportItem
+
+from autoopt.lint.nodes import calls_in, code_of, dotted
+from autoopt.lint.rule import Rule
+
+DATALOADER = ("torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader")
+
+# DataLoader's positional parameters after `dataset` (torch 1.7 .. 2.x); the later ones
+# (prefetch_factor, persistent_workers, ...) are keyword-only.
+DATALOADER_POSITIONS: Mapping[str, int] = {
+    "batch_size": 1,
+    "shuffle": 2,
+    "sampler": 3,
+    "batch_sampler": 4,
+    "num_workers": 5,
+    "collate_fn": 6,
+    "pin_memory": 7,
+    "drop_last": 8,
+    "timeout": 9,
+    "worker_init_fn": 10,
+    "multiprocessing_context": 11,
+    "generator": 12,
+}
+
+
+# Layers whose presence makes a model "convolutional" (cuDNN kernels; NHWC-friendly).
+CONV_LAYERS = frozenset(
+    f"torch.nn.{kind}{dim}d{suffix}"
+    for kind in ("Conv", "ConvTranspose", "LazyConv", "LazyConvTranspose")
+    for dim in (1, 2, 3)
+    for suffix in ("",)
+) | frozenset(
+    f"torch.nn.modules.conv.{kind}{dim}d" for kind in ("Conv", "ConvTranspose") for dim in (1, 2, 3)
+)
+CONV_FUNCTIONS = frozenset(
+    f"torch.nn.functional.conv{name}"
+    for name in ("1d", "2d", "3d", "_transpose1d", "_transpose2d", "_transpose3d")
+)
+# torchvision model builders that are convolutional networks (their forwards use flatten).
+_CONV_ZOO = (
+    "resnet",
+    "resnext",
+    "wide_resnet",
+    "vgg",
+    "densenet",
+    "mobilenet",
+    "efficientnet",
+    "regnet",
+    "convnext",
+    "shufflenet",
+    "squeezenet",
+    "mnasnet",
+    "googlenet",
+    "inception",
+    "alexnet",
+)
+
+
+CONV2D = frozenset(
+    {
+        "torch.nn.Conv2d",
+        "torch.nn.ConvTranspose2d",
+        "torch.nn.LazyConv2d",
+        "torch.nn.LazyConvTranspose2d",
+        "torch.nn.modules.conv.Conv2d",
+        "torch.nn.modules.conv.ConvTranspose2d",
+        "torch.nn.functional.conv2d",
+        "torch.nn.functional.conv_transpose2d",
+    }
+)
+
+
+def is_conv_call(
+    rule: Rule, call: cst.Call, kinds: frozenset[str] = CONV_LAYERS | CONV_FUNCTIONS
+) -> bool:
+    """A torch convolution layer or functional convolution (of `kinds`)."""
+    return bool(rule.qualified_names(call.func) & kinds)
+
+
+def is_conv_zoo_model(rule: Rule, call: cst.Call) -> bool:
+    """A torchvision convolutional model builder (`torchvision.models.resnet50(...)`)."""
+    for name in rule.qualified_names(call.func):
+        if name.startswith("torchvision.models."):
+            leaf = name.rsplit(".", 1)[-1].lower()
+            if leaf.startswith(_CONV_ZOO):
+                return True
+    return False
+
+
+def conv_classes(
+    rule: Rule, module: cst.Module, kinds: frozenset[str] = CONV_LAYERS | CONV_FUNCTIONS
+) -> dict[str, cst.ClassDef]:
+    """Top-level classes of the file built from convolution layers (of `kinds`), directly or
+    through other such classes of the file (a `ResNet` made of `Block`s)."""
+    classes = {s.name.value: s for s in module.body if isinstance(s, cst.ClassDef)}
+    found: dict[str, cst.ClassDef] = {}
+    for name, cls in classes.items():
+        if any(is_conv_call(rule, c, kinds) for c in calls_in(cls)):
+            found[name] = cls
+    changed = True
+    while changed:  # close over "uses a conv class"
+        changed = False
+        for name, cls in classes.items():
+            if name in found:
+                continue
+            if any(isinstance(c.func, cst.Name) and c.func.value in found for c in calls_in(cls)):
+                found[name] = cls
+                changed = True
+    return found
+
+
+def torch_name(rule: Rule) -> tuple[str, tuple[ImportItem, ...]]:
+    """How to spell `torch` in this file: its existing alias (`import torch as th` -> "th"),
+    else "torch" together with the import to add."""
+    for stmt in rule.context.module.body:
+        if not isinstance(stmt, cst.SimpleStatementLine):
+            continue
+        for small in stmt.body:
+            if not isinstance(small, cst.Import):
+                continue
+            for alias in small.names:
+                dotted = code_of(alias.name)
+                if alias.asname is None and (dotted == "torch" or dotted.startswith("torch.")):
+                    return "torch", ()  # `import torch.nn` binds `torch` too
+                if dotted == "torch" and alias.asname and isinstance(alias.asname.name, cst.Name):
+                    return alias.asname.name.value, ()
+    return "torch", (ImportItem("torch"),)
+
+
+def torch_imports(module: cst.Module) -> tuple[ImportItem, ...]:
+    """What a fix that writes `torch.x` must import: nothing when the module already has a
+    top-level `import torch`, else `import torch` (never emit `torch.` unbound)."""
+    for stmt in module.body:
+        if not isinstance(stmt, cst.SimpleStatementLine):
+            continue
+        for small in stmt.body:
+            if isinstance(small, cst.Import) and any(
+                dotted(a.name) == "torch" and a.asname is None for a in small.names
+            ):
+                return ()
+    return (ImportItem("torch"),)

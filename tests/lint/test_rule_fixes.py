@@ -1,0 +1,110 @@
+"""Every rule's examples, run through the fixer: INVALID examples with `fixed` text become exactly
+that text, the output is stable under a second pass, and VALID examples are left alone."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import pkgutil
+
+import autoopt.rules
+import libcst as cst
+import pytest
+
+from autoopt.lint.rewrite import fix_source
+from autoopt.lint.rule import Invalid, Rule, Valid
+
+
+def _all_rules() -> list[type[Rule]]:
+    """Every rule of the `autoopt.rules` package (through the registry when it exists)."""
+    try:
+        from autoopt.lint.registry import load_registry
+    except ImportError:  # pragma: no cover - before the registry existed
+        pass
+    else:
+        return load_registry().all()
+    found: dict[str, type[Rule]] = {}
+    for info in pkgutil.iter_modules(autoopt.rules.__path__, "autoopt.rules."):
+        module = importlib.import_module(info.name)
+        for _, obj in inspect.getmembers(module, inspect.isclass):
+            if issubclass(obj, Rule) and obj is not Rule and obj.__module__ == module.__name__:
+                found[obj.code] = obj
+    return [found[code] for code in sorted(found)]
+
+
+def _version(text: str | None) -> tuple[int, int] | None:
+    if text is None:
+        return None
+    major, minor, *_ = text.split(".")
+    return int(major), int(minor)
+
+
+RULES = _all_rules()
+FIXED_CASES = [
+    pytest.param(rule, ex, id=f"{rule.code}-invalid{i}")
+    for rule in RULES
+    for i, ex in enumerate(rule.INVALID)
+    if ex.fixed is not None
+]
+NOFIX_CASES = [
+    pytest.param(rule, ex, id=f"{rule.code}-invalid{i}")
+    for rule in RULES
+    for i, ex in enumerate(rule.INVALID)
+    if ex.fixed is None
+]
+VALID_CASES = [
+    pytest.param(rule, ex, id=f"{rule.code}-valid{i}")
+    for rule in RULES
+    for i, ex in enumerate(rule.VALID)
+]
+
+
+def test_rules_are_discovered() -> None:
+    assert RULES, "no rule found in autoopt.rules"
+    codes = [r.code for r in RULES]
+    assert len(codes) == len(set(codes))
+
+
+@pytest.mark.parametrize(("rule", "example"), FIXED_CASES)
+def test_invalid_example_is_fixed(rule: type[Rule], example: Invalid) -> None:
+    version = _version(example.target_version)
+    result = fix_source(example.code, [rule], unsafe=True, target_version=version)
+    assert not result.skipped, result.skipped  # a crash is contained, but still a bug
+    assert result.source == example.fixed
+    cst.parse_module(result.source)  # the output parses
+    again = fix_source(result.source, [rule], unsafe=True, target_version=version)
+    assert again.source == result.source, "a second pass changed the fixed code"
+    assert not again.applied
+
+
+@pytest.mark.parametrize(("rule", "example"), FIXED_CASES)
+def test_fixed_example_matches_declared_safety(rule: type[Rule], example: Invalid) -> None:
+    """Without --unsafe-fixes an unsafe rule's example is left alone (unless one of its fixes
+    is marked safe, in which case the rule's default must not be UNSAFE-only)."""
+    version = _version(example.target_version)
+    result = fix_source(example.code, [rule], unsafe=False, target_version=version)
+    assert result.source in (example.code, example.fixed)
+    if result.source == example.code:
+        assert result.unsafe_available, "fix neither applied nor offered as unsafe"
+
+
+@pytest.mark.parametrize(("rule", "example"), NOFIX_CASES)
+def test_invalid_example_without_fixed_text_is_left_alone(
+    rule: type[Rule], example: Invalid
+) -> None:
+    result = fix_source(
+        example.code, [rule], unsafe=True, target_version=_version(example.target_version)
+    )
+    assert result.source == example.code
+    assert not result.applied
+    if example.message_contains is not None:  # a declined fix says why in the message
+        messages = [f.message for f in [*result.declined, *result.unsafe_available]]
+        assert any(example.message_contains in msg for msg in messages), messages
+
+
+@pytest.mark.parametrize(("rule", "example"), VALID_CASES)
+def test_valid_example_is_unchanged(rule: type[Rule], example: Valid) -> None:
+    result = fix_source(example.code, [rule], unsafe=True)
+    assert not result.skipped, result.skipped
+    assert result.source == example.code
+    assert not result.applied

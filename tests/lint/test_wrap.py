@@ -1,0 +1,156 @@
+"""`rewrite --wrap`: the one-line autoopt.optimize() insertion."""
+
+from __future__ import annotations
+
+import textwrap
+
+import libcst as cst
+import pytest
+
+from autoopt.lint.wrap import wrap_source
+
+
+def src(text: str) -> str:
+    return textwrap.dedent(text).lstrip("\n")
+
+
+SCRIPT = src(
+    """
+    import torch
+    from torch.utils.data import DataLoader
+
+    net = Net()  # the model
+    train_loader = DataLoader(ds, batch_size=32, shuffle=True)
+    opt = torch.optim.AdamW(net.parameters(), lr=1e-3)
+    for epoch in range(3):
+        for x, y in enumerate(train_loader):
+            opt.zero_grad()
+            loss_fn(net(x), y).backward()
+            opt.step()
+    """
+)
+
+
+def test_inserts_after_the_optimizer_with_the_scripts_names() -> None:
+    result = wrap_source(SCRIPT)
+    expected = SCRIPT.replace("DataLoader\n", "DataLoader\nimport autoopt\n", 1).replace(
+        "lr=1e-3)\n",
+        "lr=1e-3)\nnet, train_loader, opt = autoopt.optimize(net, train_loader, opt)\n",
+    )
+    assert result.source == expected
+    assert not result.declined and result.changed
+    assert "autoopt.optimize(net, train_loader, opt)" in result.message
+
+
+def test_is_idempotent() -> None:
+    once = wrap_source(SCRIPT).source
+    twice = wrap_source(once)
+    assert twice.source == once
+    assert not twice.changed and "already" in twice.message
+
+
+def test_loader_created_after_optimizer_moves_the_insertion_point() -> None:
+    code = src(
+        """
+        import torch
+        import autoopt
+
+        def main():
+            model = build()
+            optimizer = torch.optim.SGD(
+                [{"params": model.head.parameters()}, {"params": model.body.parameters()}],
+                lr=0.1,
+            )
+            loader = torch.utils.data.DataLoader(ds)
+            for batch in tqdm(loader):
+                model(batch).sum().backward()
+                optimizer.step()
+        """
+    )
+    result = wrap_source(code)
+    assert result.source == code.replace(
+        "DataLoader(ds)\n",
+        "DataLoader(ds)\n    model, loader, optimizer = autoopt.optimize(model, loader, optimizer)\n",
+    )
+    cst.parse_module(result.source)
+
+
+def test_loader_passed_as_parameter_and_self_attributes() -> None:
+    code = src(
+        """
+        import torch
+
+        class Trainer:
+            def fit(self, train_loader):
+                self.opt = torch.optim.Adam(self.model.parameters())
+                for x in train_loader:
+                    self.model(x).sum().backward()
+                    self.opt.step()
+        """
+    )
+    result = wrap_source(code)
+    assert (
+        "        self.opt = torch.optim.Adam(self.model.parameters())\n"
+        "        self.model, train_loader, self.opt = autoopt.optimize("
+        "self.model, train_loader, self.opt)\n"
+    ) in result.source
+    assert result.source.startswith("import torch\nimport autoopt\n")
+
+
+@pytest.mark.parametrize(
+    ("code", "reason"),
+    [
+        (
+            """
+            import torch
+            for x in loader:
+                x.sum().backward()
+            """,
+            "no torch.optim optimizer",
+        ),
+        (
+            """
+            import torch
+            opt_d = torch.optim.Adam(D.parameters())
+            opt_g = torch.optim.Adam(G.parameters())
+            for x in loader:
+                D(x).sum().backward()
+                opt_d.step()
+            """,
+            "2 optimizers",
+        ),
+        (
+            """
+            import torch
+            opt = torch.optim.Adam(list(a.parameters()) + list(b.parameters()))
+            for x in loader:
+                a(b(x)).sum().backward()
+                opt.step()
+            """,
+            "which model",
+        ),
+        (
+            """
+            import torch
+            opt = torch.optim.Adam(model.parameters())
+            for step in range(100):
+                model(next_batch()).sum().backward()
+                opt.step()
+            """,
+            "no DataLoader",
+        ),
+        (
+            """
+            import torch
+            opt = torch.optim.Adam(model.parameters())
+            """,
+            "no training loop",
+        ),
+    ],
+)
+def test_declines_with_a_reason(code: str, reason: str) -> None:
+    code = src(code)
+    result = wrap_source(code)
+    assert result.declined
+    assert reason in result.message
+    assert result.source == code
