@@ -30,7 +30,7 @@ from autoopt.static.registry import RuleError
 from autoopt.static.rewrite import RewriteError, fix_source
 from autoopt.static.rule import Finding, FixSafety, Rule
 from autoopt.static.suppress import filter_findings
-from autoopt.static.wrap import wrap_source
+from autoopt.static.wrap import WrapTally, wrap_source
 
 
 @dataclass
@@ -43,6 +43,7 @@ class _Summary:
     unsafe: Counter[str] = field(default_factory=Counter)
     errors: list[tuple[str, str]] = field(default_factory=list)
     skipped: list[tuple[str, str]] = field(default_factory=list)
+    wrap: WrapTally = field(default_factory=WrapTally)
 
 
 @click.command("rewrite")
@@ -130,8 +131,9 @@ def _rewrite_file(
         return
     try:
         if wrap:
-            wrapped = wrap_source(source, path=shown)
+            wrapped = wrap_source(source, path=path)
             new = wrapped.source
+            summary.wrap.add(wrapped)
             if wrapped.declined:
                 summary.declined.append((shown, wrapped.message))
         else:
@@ -219,8 +221,8 @@ def _print_summary(summary: _Summary, *, wrap: bool, write: bool) -> None:
     line = f"{verb} {n} file{'s' if n != 1 else ''}"
     if summary.applied:
         line += f" ({sum(summary.applied.values())} fixes: {_counts(summary.applied)})"
-    elif wrap and n:
-        line += " (inserted autoopt.optimize)"
+    elif wrap:
+        line += f" ({summary.wrap.line()})"
     err(line + ".")
     if summary.unsafe:
         total = sum(summary.unsafe.values())
