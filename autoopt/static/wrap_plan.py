@@ -340,16 +340,26 @@ class _Planner:
             return Decline("placement", "the optimizer and the loop are in unrelated blocks")
         tops = [_child_of(file, block, n) for n in relevant]
         anchor = max(tops, key=lambda n: file.order[id(n)])
-        for entry in entries:
-            if not file.before(anchor, _child_of(file, block, entry)):
-                return Decline(
-                    "optimizer created inside the loop",
-                    "training starts before the optimizer and loader exist (or creates them)",
-                )
+        late = any(not file.before(anchor, _child_of(file, block, e)) for e in entries)
+        if late or self._in_training_loop(home, anchor):
+            return Decline(
+                "optimizer created inside the loop",
+                "training starts before the optimizer and loader exist (or creates them)",
+            )
         options = self._options(home, anchor, trainers)
         if "distributed" in options and (late := self._wrapped_before(home, anchor)):
             return Decline("model wrapped in DDP before the optimizer", late)
         return Plan(anchor, pairs, options)
+
+    def _in_training_loop(self, home: Func, node: cst.CSTNode) -> bool:
+        for anc in home.file.ancestors(node):
+            if anc is home.node:
+                return False
+            if isinstance(anc, cst.For | cst.While) and any(
+                self.code.trains(home, c) for c in home.file.calls(anc)
+            ):
+                return True
+        return False
 
     def _models(self, home: Func, value: cst.BaseExpression | None, depth: int = 0) -> set[str]:
         """Model expressions whose parameters `value` (an optimizer's construction) takes."""

@@ -106,18 +106,7 @@ def test_loader_passed_as_parameter_and_self_attributes() -> None:
             for x in loader:
                 x.sum().backward()
             """,
-            "no torch.optim optimizer",
-        ),
-        (
-            """
-            import torch
-            opt_d = torch.optim.Adam(D.parameters())
-            opt_g = torch.optim.Adam(G.parameters())
-            for x in loader:
-                D(x).sum().backward()
-                opt_d.step()
-            """,
-            "2 optimizers",
+            "no optimizer is stepped",
         ),
         (
             """
@@ -127,24 +116,45 @@ def test_loader_passed_as_parameter_and_self_attributes() -> None:
                 a(b(x)).sum().backward()
                 opt.step()
             """,
-            "which model",
+            "`opt` trains several models (a, b)",
         ),
         (
             """
             import torch
-            opt = torch.optim.Adam(model.parameters())
-            for step in range(100):
-                model(next_batch()).sum().backward()
+            opt = make_optimizer(cfg)
+            for x in loader:
+                f(x).sum().backward()
                 opt.step()
             """,
-            "no DataLoader",
+            "cannot tell which model",
         ),
         (
             """
             import torch
             opt = torch.optim.Adam(model.parameters())
             """,
-            "no training loop",
+            "no .backward() is reached",
+        ),
+        (
+            """
+            import torch
+            for x in loader:
+                opt = torch.optim.Adam(model.parameters())
+                model(x).sum().backward()
+                opt.step()
+            """,
+            "training starts before the optimizer",
+        ),
+        (
+            """
+            import torch
+            import lightning as L
+            opt = torch.optim.Adam(model.parameters())
+            for x in loader:
+                model(x).sum().backward()
+                opt.step()
+            """,
+            "Lightning",
         ),
     ],
 )
@@ -154,3 +164,36 @@ def test_declines_with_a_reason(code: str, reason: str) -> None:
     assert result.declined
     assert reason in result.message
     assert result.source == code
+
+
+def test_an_optimizer_never_stepped_is_not_wrapped() -> None:
+    """Only what the loop steps counts: an unused second optimizer is not a second pair."""
+    code = src(
+        """
+        import torch
+        opt_d = torch.optim.Adam(D.parameters())
+        opt_g = torch.optim.Adam(G.parameters())
+        for x in loader:
+            D(x).sum().backward()
+            opt_d.step()
+        """
+    )
+    assert wrap_source(code).inserted == ("D, loader, opt_d = autoopt.optimize(D, loader, opt_d)",)
+
+
+def test_scheduler_steps_are_not_optimizers() -> None:
+    code = src(
+        """
+        import torch
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        scheduler = torch.optim.lr_scheduler.StepLR(opt, 10)
+        for x in loader:
+            model(x).sum().backward()
+            opt.step()
+            opt.zero_grad()
+            scheduler.step()
+        """
+    )
+    assert wrap_source(code).inserted == (
+        "model, loader, opt = autoopt.optimize(model, loader, opt)",
+    )
