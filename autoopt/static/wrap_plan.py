@@ -38,7 +38,7 @@ _DDP = {
     "torch.nn.parallel.distributed.DistributedDataParallel",
 }
 # Calls a loop may wrap its loader in: `for i, b in enumerate(tqdm(loader))`.
-_ITER_WRAPPERS = {"enumerate", "tqdm", "iter", "progress", "track", "zip"}
+_ITER_WRAPPERS = {"enumerate", "tqdm", "iter", "progress", "track", "zip", "log_every"}
 _MODEL_METHODS = {"parameters", "named_parameters", "train", "eval", "state_dict", "to", "cuda"}
 _MODEL_WORDS = ("model", "net", "generator", "discriminator", "encoder", "decoder")
 _MAX_DEPTH = 6
