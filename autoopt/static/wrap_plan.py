@@ -181,7 +181,8 @@ class _Planner:
             )
         return None
 
-    def _options(self, home: Func, anchor: cst.CSTNode, trainers: list[Func]) -> dict[str, str]:
+    def _options(self, trainers: list[Func]) -> dict[str, str]:
+        """The options the script's own code already covers, each with the reason."""
         files = {id(self.script): self.script} | {id(f.file): f.file for f in trainers}
         calls = [(f, c) for f in files.values() for c in f.calls()]
         options: dict[str, str] = {}
@@ -346,7 +347,7 @@ class _Planner:
                 "optimizer created inside the loop",
                 "training starts before the optimizer and loader exist (or creates them)",
             )
-        options = self._options(home, anchor, trainers)
+        options = self._options(trainers)
         if "distributed" in options and (late := self._wrapped_before(home, anchor)):
             return Decline("model wrapped in DDP before the optimizer", late)
         return Plan(anchor, pairs, options)
