@@ -197,3 +197,47 @@ def test_scheduler_steps_are_not_optimizers() -> None:
     assert wrap_source(code).inserted == (
         "model, loader, opt = autoopt.optimize(model, loader, opt)",
     )
+
+
+def test_reference_trainer_shape() -> None:
+    """torchvision's classification reference: parameter groups built in a variable, an if/elif
+    optimizer choice, the loop in train_one_epoch over `metric_logger.log_every(loader)`, its own
+    GradScaler, and a DDP wrap after the optimizer."""
+    code = src(
+        """
+        import torch
+
+        def train_one_epoch(model, optimizer, data_loader, scaler):
+            for x in metric_logger.log_every(data_loader, 10):
+                optimizer.zero_grad()
+                scaler.scale(model(x).sum()).backward()
+                scaler.step(optimizer)
+                scaler.update()
+
+        def main(args):
+            data_loader = torch.utils.data.DataLoader(dataset, batch_size=32)
+            model = build(args)
+            if args.norm_weight_decay is None:
+                parameters = model.parameters()
+            else:
+                parameters = split_params(model)
+            if args.opt == "sgd":
+                optimizer = torch.optim.SGD(parameters, lr=0.1)
+            elif args.opt == "adamw":
+                optimizer = torch.optim.AdamW(parameters, lr=0.1)
+            else:
+                raise RuntimeError(args.opt)
+            scaler = torch.cuda.amp.GradScaler() if args.amp else None
+            if args.distributed:
+                model = torch.nn.parallel.DistributedDataParallel(model)
+            for epoch in range(args.epochs):
+                train_one_epoch(model, optimizer, data_loader, scaler)
+        """
+    )
+    result = wrap_source(code)
+    line = (
+        "    model, data_loader, optimizer = autoopt.optimize(model, data_loader, optimizer, "
+        "amp=False, distributed=False)  # autoopt: amp=False (own autocast/GradScaler), "
+        "distributed=False (own DDP/DataParallel wrap)\n"
+    )
+    assert "        raise RuntimeError(args.opt)\n" + line + "    scaler = " in result.source
