@@ -31,11 +31,13 @@ from autoopt.static.wrap_code import CodeBase, Func, SourceFile, code_of
 _OPTIMIZE = {"autoopt.optimize", "autoopt.runtime.optimize", "autoopt.runtime.optimize.optimize"}
 _AMP = ("autocast", "GradScaler")
 _COMPILE = {"torch.compile"}
-_DDP = {
-    "torch.nn.parallel.DistributedDataParallel",
-    "torch.nn.DataParallel",
-    "torch.nn.parallel.DataParallel",
-    "torch.nn.parallel.distributed.DistributedDataParallel",
+# The user's own data/model parallel wraps (DDP, DataParallel, FSDP 1 and 2, tensor parallel).
+_PARALLEL = {
+    "DistributedDataParallel",
+    "DataParallel",
+    "FullyShardedDataParallel",
+    "fully_shard",
+    "parallelize_module",
 }
 # Calls a loop may wrap its loader in: `for i, b in enumerate(tqdm(loader))`.
 _ITER_WRAPPERS = {"enumerate", "tqdm", "iter", "progress", "track", "zip", "log_every"}
@@ -174,6 +176,13 @@ class _Planner:
             )
         if any(d.split(".")[0] in ("lightning", "pytorch_lightning") for d in dotted):
             return Decline("already uses Lightning", "training runs inside a Lightning Trainer")
+        if any(
+            d.startswith(("torch.distributed.rpc", "torch.distributed.autograd")) for d in dotted
+        ):
+            return Decline(
+                "RPC training",
+                "training runs over torch.distributed.rpc (remote modules, distributed autograd)",
+            )
         if ".share_memory()" in source and ".Process(" in source:
             return Decline(
                 "Hogwild",
@@ -191,13 +200,13 @@ class _Planner:
         if any(f.qualname(c.func) in _COMPILE for f, c in calls):
             options["compile"] = "own torch.compile"
         if any(self._is_ddp(f, c) for f, c in calls):
-            options["distributed"] = "own DDP/DataParallel wrap"
+            options["distributed"] = "own DDP/FSDP/DataParallel wrap"
         return options
 
     @staticmethod
     def _is_ddp(file: SourceFile, call: cst.Call) -> bool:
-        name = file.qualname(call.func)
-        return name in _DDP or name.split(".")[-1] in ("DistributedDataParallel", "DataParallel")
+        name = file.qualname(call.func).split(".")[-1]
+        return name in _PARALLEL
 
     # ----- training code ---------------------------------------------------------------------
     def _training_functions(self) -> list[Func]:
@@ -233,7 +242,12 @@ class _Planner:
                 stepped.setdefault(code_of(receiver), call)
             elif attr == "zero_grad" and _is_object(receiver):
                 zeroed.add(code_of(receiver))
-            elif attr == "step" and call.args and _is_object(call.args[0].value):
+            elif (
+                attr == "step"
+                and call.args
+                and "scaler" in code_of(receiver).lower()
+                and _is_object(call.args[0].value)
+            ):
                 expr = code_of(call.args[0].value)  # scaler.step(optimizer)
                 scaled.add(expr)
                 stepped.setdefault(expr, call)
@@ -304,7 +318,19 @@ class _Planner:
                     "cannot tell the model",
                     f"cannot tell which model's .parameters() feed `{opt.expr}`",
                 )
-            pairs.append(Pair(models.pop(), opt.expr))
+            model = models.pop()
+            if model == "self":
+                return Decline(
+                    "optimizer inside the model",
+                    f"`{opt.expr}` is built over self.parameters() inside the model's own class",
+                )
+            if model in home.params() and not self.code.callers(home):
+                return Decline(
+                    "model built outside this file",
+                    f"the model `{model}` is a parameter of {home.name}(), which nothing here "
+                    "calls: wrap the script that builds the model",
+                )
+            pairs.append(Pair(model, opt.expr))
         if len({p.model for p in pairs}) != len(pairs):
             return Decline(
                 "several optimizers over one model",
@@ -349,7 +375,7 @@ class _Planner:
             )
         options = self._options(trainers)
         if "distributed" in options and (late := self._wrapped_before(home, anchor)):
-            return Decline("model wrapped in DDP before the optimizer", late)
+            return Decline("model wrapped in DDP/FSDP before the optimizer", late)
         return Plan(anchor, pairs, options)
 
     def _in_training_loop(self, home: Func, node: cst.CSTNode) -> bool:
@@ -467,7 +493,7 @@ class _Planner:
         for call in home.calls():
             if self._is_ddp(file, call) and file.before(call, anchor):
                 return (
-                    "the model is wrapped in DDP/DataParallel before the optimizer exists; "
+                    "the model is wrapped in DDP/FSDP/DataParallel before the optimizer exists; "
                     "optimize() must get the bare model"
                 )
             target = self.code.resolve(file, call)

@@ -238,6 +238,90 @@ def test_reference_trainer_shape() -> None:
     line = (
         "    model, data_loader, optimizer = autoopt.optimize(model, data_loader, optimizer, "
         "amp=False, distributed=False)  # autoopt: amp=False (own autocast/GradScaler), "
-        "distributed=False (own DDP/DataParallel wrap)\n"
+        "distributed=False (own DDP/FSDP/DataParallel wrap)\n"
     )
     assert "        raise RuntimeError(args.opt)\n" + line + "    scaler = " in result.source
+
+
+@pytest.mark.parametrize(
+    ("code", "reason"),
+    [
+        (
+            """
+            import torch
+            class Layer(torch.nn.Linear):
+                def __init__(self):
+                    super().__init__(4, 4)
+                    self.opt = torch.optim.Adam(self.parameters())
+
+                def train_layer(self, batches):
+                    for x in batches:
+                        self.opt.zero_grad()
+                        self(x).sum().backward()
+                        self.opt.step()
+            """,
+            "inside the model's own class",
+        ),
+        (
+            """
+            import torch
+            from torch.distributed.rpc import RRef
+            def run(env, policy):
+                optimizer = torch.optim.Adam(policy.parameters())
+                for state in env:
+                    policy(state).sum().backward()
+                    env.step(state)
+                    optimizer.step()
+                    optimizer.zero_grad()
+            run(make_env(), Policy())
+            """,
+            "torch.distributed.rpc",
+        ),
+        (
+            """
+            import torch
+            from torch.distributed.fsdp import fully_shard
+            model = Net()
+            fully_shard(model)
+            optimizer = torch.optim.Adam(model.parameters())
+            for x in loader:
+                model(x).sum().backward()
+                optimizer.step()
+            """,
+            "before the optimizer exists",
+        ),
+        (
+            """
+            import torch
+            def train(rank, model, loader):
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                for x in loader:
+                    model(x).sum().backward()
+                    optimizer.step()
+            """,
+            "wrap the script that builds the model",
+        ),
+    ],
+)
+def test_declines_what_it_cannot_wrap_safely(code: str, reason: str) -> None:
+    result = wrap_source(src(code))
+    assert result.declined and reason in result.message
+
+
+def test_env_step_with_an_argument_is_not_an_optimizer() -> None:
+    code = src(
+        """
+        import torch
+        optimizer = torch.optim.Adam(policy.parameters())
+        def main():
+            for episode in range(10):
+                state, reward = env.step(policy(state))
+                reward.backward()
+                optimizer.step()
+                optimizer.zero_grad()
+        main()
+        """
+    )
+    assert wrap_source(code).inserted == (
+        "policy, optimizer = autoopt.optimize(policy, optimizer=optimizer)",
+    )

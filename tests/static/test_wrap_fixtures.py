@@ -98,7 +98,7 @@ WRAPPED = {
         (
             "loader = torch.utils.data.DataLoader(torch.randn(32, 8), batch_size=8)",
             "    model, loader, optimizer = autoopt.optimize(model, loader, optimizer, "
-            "distributed=False)  # autoopt: distributed=False (own DDP/DataParallel wrap)",
+            "distributed=False)  # autoopt: distributed=False (own DDP/FSDP/DataParallel wrap)",
         ),
     ],
     "compiled.py": [
@@ -115,7 +115,7 @@ DECLINED = {
     "accelerate_script.py": ("already uses Accelerate", "accelerator.prepare"),
     "hogwild.py": ("Hogwild", "shared memory"),
     "ddp_before_optimizer.py": (
-        "model wrapped in DDP before the optimizer",
+        "model wrapped in DDP/FSDP before the optimizer",
         "optimize() must get the bare model",
     ),
 }
