@@ -39,7 +39,7 @@ from autoopt.lint.registry import RuleError
 from autoopt.lint.rewrite import RewriteError, fix_source
 from autoopt.lint.rule import Finding, FixSafety, Rule
 from autoopt.lint.suppress import filter_findings
-from autoopt.lint.wrap import wrap_source
+from autoopt.lint.wrap import WrapTally, wrap_source
 
 
 @dataclass
@@ -52,6 +52,7 @@ class _Summary:
     unsafe: Counter[str] = field(default_factory=Counter)
     errors: list[tuple[str, str]] = field(default_factory=list)
     skipped: list[tuple[str, str]] = field(default_factory=list)
+    wrap: WrapTally = field(default_factory=WrapTally)
 
 
 @click.command("rewrite")
@@ -143,8 +144,9 @@ def _rewrite_file(
     source = decoded.text
     try:
         if wrap:
-            wrapped = wrap_source(source, path=shown)
+            wrapped = wrap_source(source, path=path)
             new = wrapped.source
+            summary.wrap.add(wrapped)
             if wrapped.declined:
                 summary.declined.append((shown, wrapped.message))
         else:
@@ -249,8 +251,8 @@ def _print_summary(summary: _Summary, *, wrap: bool, write: bool) -> None:
     line = f"{verb} {n} file{'s' if n != 1 else ''}"
     if summary.applied:
         line += f" ({sum(summary.applied.values())} fixes: {_counts(summary.applied)})"
-    elif wrap and n:
-        line += " (inserted autoopt.optimize)"
+    elif wrap:
+        line += f" ({summary.wrap.line()})"
     err(line + ".")
     if summary.unsafe:
         total = sum(summary.unsafe.values())

@@ -119,19 +119,22 @@ def test_declined_fix_is_reported_with_its_reason(project: Path) -> None:
 
 
 def test_wrap_inserts_optimize_and_declines_elsewhere(project: Path) -> None:
-    (project / "gan.py").write_text(
-        "import torch\nopt_d = torch.optim.Adam(D.parameters())\n"
-        "opt_g = torch.optim.Adam(G.parameters())\nfor x in loader:\n"
-        "    D(x).sum().backward()\n    opt_d.step()\n"
+    (project / "hogwild.py").write_text(
+        "import torch\nmodel.share_memory()\nopt = torch.optim.Adam(model.parameters())\n"
+        "for x in loader:\n    model(x).sum().backward()\n    opt.step()\n"
+        "mp.Process(target=train).start()\n"
     )
+    (project / "notes.py").write_text("import torch\nx = torch.ones(1)\n")
     code, _, err = run("--wrap")
     assert code == 0, err
     text = (project / "train.py").read_text()
     assert "model, loader, optimizer = autoopt.optimize(model, loader, optimizer)\n" in text
     assert "import autoopt\n" in text
-    assert "declined: gan.py: --wrap declined: 2 optimizers" in err
-    code, _, _ = run("--wrap", "--check")
+    assert "declined: hogwild.py: --wrap declined: Hogwild training" in err
+    assert "(wrapped 1, declined 2 (Hogwild ×1, no training loop ×1))" in err
+    code, _, err = run("--wrap", "--check")
     assert code == 0
+    assert "wrapped 0, 1 already call autoopt.optimize(), declined 2" in err
 
 
 def test_unknown_selector_is_a_usage_error(project: Path) -> None:

@@ -106,18 +106,7 @@ def test_loader_passed_as_parameter_and_self_attributes() -> None:
             for x in loader:
                 x.sum().backward()
             """,
-            "no torch.optim optimizer",
-        ),
-        (
-            """
-            import torch
-            opt_d = torch.optim.Adam(D.parameters())
-            opt_g = torch.optim.Adam(G.parameters())
-            for x in loader:
-                D(x).sum().backward()
-                opt_d.step()
-            """,
-            "2 optimizers",
+            "no optimizer is stepped",
         ),
         (
             """
@@ -127,24 +116,45 @@ def test_loader_passed_as_parameter_and_self_attributes() -> None:
                 a(b(x)).sum().backward()
                 opt.step()
             """,
-            "which model",
+            "`opt` trains several models (a, b)",
         ),
         (
             """
             import torch
-            opt = torch.optim.Adam(model.parameters())
-            for step in range(100):
-                model(next_batch()).sum().backward()
+            opt = make_optimizer(cfg)
+            for x in loader:
+                f(x).sum().backward()
                 opt.step()
             """,
-            "no DataLoader",
+            "cannot tell which model",
         ),
         (
             """
             import torch
             opt = torch.optim.Adam(model.parameters())
             """,
-            "no training loop",
+            "no .backward() is reached",
+        ),
+        (
+            """
+            import torch
+            for x in loader:
+                opt = torch.optim.Adam(model.parameters())
+                model(x).sum().backward()
+                opt.step()
+            """,
+            "training starts before the optimizer",
+        ),
+        (
+            """
+            import torch
+            import lightning as L
+            opt = torch.optim.Adam(model.parameters())
+            for x in loader:
+                model(x).sum().backward()
+                opt.step()
+            """,
+            "Lightning",
         ),
     ],
 )
@@ -154,3 +164,164 @@ def test_declines_with_a_reason(code: str, reason: str) -> None:
     assert result.declined
     assert reason in result.message
     assert result.source == code
+
+
+def test_an_optimizer_never_stepped_is_not_wrapped() -> None:
+    """Only what the loop steps counts: an unused second optimizer is not a second pair."""
+    code = src(
+        """
+        import torch
+        opt_d = torch.optim.Adam(D.parameters())
+        opt_g = torch.optim.Adam(G.parameters())
+        for x in loader:
+            D(x).sum().backward()
+            opt_d.step()
+        """
+    )
+    assert wrap_source(code).inserted == ("D, loader, opt_d = autoopt.optimize(D, loader, opt_d)",)
+
+
+def test_scheduler_steps_are_not_optimizers() -> None:
+    code = src(
+        """
+        import torch
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        scheduler = torch.optim.lr_scheduler.StepLR(opt, 10)
+        for x in loader:
+            model(x).sum().backward()
+            opt.step()
+            opt.zero_grad()
+            scheduler.step()
+        """
+    )
+    assert wrap_source(code).inserted == (
+        "model, loader, opt = autoopt.optimize(model, loader, opt)",
+    )
+
+
+def test_reference_trainer_shape() -> None:
+    """torchvision's classification reference: parameter groups built in a variable, an if/elif
+    optimizer choice, the loop in train_one_epoch over `metric_logger.log_every(loader)`, its own
+    GradScaler, and a DDP wrap after the optimizer."""
+    code = src(
+        """
+        import torch
+
+        def train_one_epoch(model, optimizer, data_loader, scaler):
+            for x in metric_logger.log_every(data_loader, 10):
+                optimizer.zero_grad()
+                scaler.scale(model(x).sum()).backward()
+                scaler.step(optimizer)
+                scaler.update()
+
+        def main(args):
+            data_loader = torch.utils.data.DataLoader(dataset, batch_size=32)
+            model = build(args)
+            if args.norm_weight_decay is None:
+                parameters = model.parameters()
+            else:
+                parameters = split_params(model)
+            if args.opt == "sgd":
+                optimizer = torch.optim.SGD(parameters, lr=0.1)
+            elif args.opt == "adamw":
+                optimizer = torch.optim.AdamW(parameters, lr=0.1)
+            else:
+                raise RuntimeError(args.opt)
+            scaler = torch.cuda.amp.GradScaler() if args.amp else None
+            if args.distributed:
+                model = torch.nn.parallel.DistributedDataParallel(model)
+            for epoch in range(args.epochs):
+                train_one_epoch(model, optimizer, data_loader, scaler)
+        """
+    )
+    result = wrap_source(code)
+    line = (
+        "    model, data_loader, optimizer = autoopt.optimize(model, data_loader, optimizer, "
+        "amp=False, distributed=False)  # autoopt: amp=False (own autocast/GradScaler), "
+        "distributed=False (own DDP/FSDP/DataParallel wrap)\n"
+    )
+    assert "        raise RuntimeError(args.opt)\n" + line + "    scaler = " in result.source
+
+
+@pytest.mark.parametrize(
+    ("code", "reason"),
+    [
+        (
+            """
+            import torch
+            class Layer(torch.nn.Linear):
+                def __init__(self):
+                    super().__init__(4, 4)
+                    self.opt = torch.optim.Adam(self.parameters())
+
+                def train_layer(self, batches):
+                    for x in batches:
+                        self.opt.zero_grad()
+                        self(x).sum().backward()
+                        self.opt.step()
+            """,
+            "inside the model's own class",
+        ),
+        (
+            """
+            import torch
+            from torch.distributed.rpc import RRef
+            def run(env, policy):
+                optimizer = torch.optim.Adam(policy.parameters())
+                for state in env:
+                    policy(state).sum().backward()
+                    env.step(state)
+                    optimizer.step()
+                    optimizer.zero_grad()
+            run(make_env(), Policy())
+            """,
+            "torch.distributed.rpc",
+        ),
+        (
+            """
+            import torch
+            from torch.distributed.fsdp import fully_shard
+            model = Net()
+            fully_shard(model)
+            optimizer = torch.optim.Adam(model.parameters())
+            for x in loader:
+                model(x).sum().backward()
+                optimizer.step()
+            """,
+            "before the optimizer exists",
+        ),
+        (
+            """
+            import torch
+            def train(rank, model, loader):
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                for x in loader:
+                    model(x).sum().backward()
+                    optimizer.step()
+            """,
+            "wrap the script that builds the model",
+        ),
+    ],
+)
+def test_declines_what_it_cannot_wrap_safely(code: str, reason: str) -> None:
+    result = wrap_source(src(code))
+    assert result.declined and reason in result.message
+
+
+def test_env_step_with_an_argument_is_not_an_optimizer() -> None:
+    code = src(
+        """
+        import torch
+        optimizer = torch.optim.Adam(policy.parameters())
+        def main():
+            for episode in range(10):
+                state, reward = env.step(policy(state))
+                reward.backward()
+                optimizer.step()
+                optimizer.zero_grad()
+        main()
+        """
+    )
+    assert wrap_source(code).inserted == (
+        "policy, optimizer = autoopt.optimize(policy, optimizer=optimizer)",
+    )

@@ -1,0 +1,609 @@
+"""Where `--wrap` inserts `autoopt.optimize(...)`, with which names and options, or why it won't.
+
+The analysis starts from what training does, not from where things are written:
+
+1. An optimizer is whatever the training code steps: `X.step()` next to `X.zero_grad()`, or
+   `scaler.step(X)`, in a function that (itself or through its helpers, also in local modules)
+   calls `.backward()`. So factories (`model.configure_optimizers()`, `smart_optimizer()`) count.
+2. From each use, the object is followed back through parameters, callers and `self.` attributes
+   to the statement that creates it: the function holding that statement is where the call goes
+   (`main()` that builds the optimizer and calls `train()` later). Assignments of one name in
+   `if/elif` branches are one optimizer.
+3. The model is whose `.parameters()` build each optimizer (the receiver of
+   `configure_optimizers`, or the model passed to a factory); several optimizers over several
+   models get one call each (a GAN). The loader is what the training loop iterates, followed the
+   same way; none (batches from `get_batch`) means a call without loader.
+4. The call goes after the optimizer, the model and the loader exist, before the statement that
+   starts training. What the script already does itself turns the overlapping option off with a
+   comment (its own autocast/GradScaler, torch.compile, DDP wrap); Accelerate, Lightning and
+   Hogwild scripts are declined, as is anything the analysis cannot prove.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import libcst as cst
+
+from autoopt.lint.nodes import code_of
+from autoopt.lint.wrap_code import CodeBase, Func, SourceFile
+
+_OPTIMIZE = {"autoopt.optimize", "autoopt.runtime.optimize", "autoopt.runtime.optimize.optimize"}
+_AMP = ("autocast", "GradScaler")
+_COMPILE = {"torch.compile"}
+# The user's own data/model parallel wraps (DDP, DataParallel, FSDP 1 and 2, tensor parallel).
+_PARALLEL = {
+    "DistributedDataParallel",
+    "DataParallel",
+    "FullyShardedDataParallel",
+    "fully_shard",
+    "parallelize_module",
+}
+# Calls a loop may wrap its loader in: `for i, b in enumerate(tqdm(loader))`.
+_ITER_WRAPPERS = {"enumerate", "tqdm", "iter", "progress", "track", "zip", "log_every"}
+_MODEL_METHODS = {"parameters", "named_parameters", "train", "eval", "state_dict", "to", "cuda"}
+_MODEL_WORDS = ("model", "net", "generator", "discriminator", "encoder", "decoder")
+_MAX_DEPTH = 6
+
+
+@dataclass
+class Decline:
+    """Why a file is left alone: `reason` for the summary, `detail` for the file's line."""
+
+    reason: str
+    detail: str = ""
+
+
+@dataclass
+class Pair:
+    """One `autoopt.optimize` call: the model and optimizer expressions (and loader, if any)."""
+
+    model: str
+    optimizer: str
+    loader: str | None = None
+
+
+@dataclass
+class Plan:
+    """The calls to insert after `anchor` (a statement of `file`), and their shared options."""
+
+    anchor: cst.CSTNode
+    pairs: list[Pair]
+    options: dict[str, str] = field(default_factory=dict)  # option -> why (for the comment)
+
+    def lines(self) -> list[str]:
+        """The statements to insert, in order."""
+        opts = "".join(f", {name}=False" for name in self.options)
+        why = ", ".join(f"{name}=False ({reason})" for name, reason in self.options.items())
+        comment = f"  # autoopt: {why}" if why else ""
+        out = []
+        for p in self.pairs:
+            if p.loader:
+                out.append(
+                    f"{p.model}, {p.loader}, {p.optimizer} = autoopt.optimize("
+                    f"{p.model}, {p.loader}, {p.optimizer}{opts}){comment}"
+                )
+            else:
+                out.append(
+                    f"{p.model}, {p.optimizer} = autoopt.optimize("
+                    f"{p.model}, optimizer={p.optimizer}{opts}){comment}"
+                )
+        return out
+
+
+@dataclass
+class _Origin:
+    """Where an object used in training is created: `assigns` in `func` bind `expr`; `entry` is
+    the node of `func` through which it reaches training (None when another method of the class
+    trains, later)."""
+
+    func: Func
+    expr: str
+    assigns: list[cst.CSTNode]
+    entry: cst.CSTNode | None
+
+
+def plan_wrap(module: cst.Module, path: Path | None) -> Plan | Decline | None:
+    """The insertion for `module` (the file at `path`), why there is none, or None when the
+    script already calls autoopt.optimize()."""
+    code = CodeBase(module, path)
+    if any(code.script.qualname(c.func) in _OPTIMIZE for c in code.script.calls()):
+        return None
+    return _Planner(code).plan()
+
+
+class _Planner:
+    def __init__(self, code: CodeBase) -> None:
+        self.code = code
+        self.script = code.script
+
+    # ----- the whole analysis -----------------------------------------------------------------
+    def plan(self) -> Plan | Decline:
+        conflict = self._conflict(self.script)
+        if conflict:
+            return conflict
+        trainers = self._training_functions()
+        if not trainers:
+            return Decline("no training loop", "no .backward() is reached from this file")
+        for func in trainers:
+            if func.file is not self.script and (conflict := self._conflict(func.file)):
+                return conflict
+        uses = [use for func in trainers for use in self._optimizer_uses(func)]
+        if not uses:
+            return Decline("no optimizer", "no optimizer is stepped where .backward() runs")
+        origins: dict[tuple[int, str], _Origin] = {}
+        for func, expr, node in uses:
+            found = self._origins(func, expr, node, 0)
+            if not found:
+                return Decline(
+                    "optimizer not created in this file",
+                    f"cannot find where `{expr}` (stepped in {func.name}()) is created",
+                )
+            for origin in found:
+                key = (id(origin.func.node), origin.expr)
+                if key in origins:
+                    origins[key].assigns.extend(
+                        a for a in origin.assigns if all(a is not b for b in origins[key].assigns)
+                    )
+                else:
+                    origins[key] = origin
+        homes = {id(o.func.node) for o in origins.values()}
+        if len(homes) > 1:
+            return Decline(
+                "optimizers created in several functions",
+                "the optimizers are created in different functions: no single place for the call",
+            )
+        optimizers = sorted(
+            origins.values(), key=lambda o: min(o.func.file.order[id(a)] for a in o.assigns)
+        )
+        home = optimizers[0].func
+        if home.file is not self.script:
+            return Decline(
+                "optimizer created in another module",
+                f"the optimizer is created in {home.file.path}: wrap that file instead",
+            )
+        return self._place(home, optimizers, trainers)
+
+    # ----- conflicts ---------------------------------------------------------------------------
+    @staticmethod
+    def _conflict(file: SourceFile) -> Decline | None:
+        dotted = set(file.imports.values())
+        source = file.module.code
+        if any(d == "accelerate" or d.startswith("accelerate.") for d in dotted):
+            return Decline(
+                "already uses Accelerate",
+                "the script already runs Hugging Face Accelerate (accelerator.prepare/backward)",
+            )
+        if any(d.split(".")[0] in ("lightning", "pytorch_lightning") for d in dotted):
+            return Decline("already uses Lightning", "training runs inside a Lightning Trainer")
+        if any(
+            d.startswith(("torch.distributed.rpc", "torch.distributed.autograd")) for d in dotted
+        ):
+            return Decline(
+                "RPC training",
+                "training runs over torch.distributed.rpc (remote modules, distributed autograd)",
+            )
+        if ".share_memory()" in source and ".Process(" in source:
+            return Decline(
+                "Hogwild",
+                "Hogwild training (a model in shared memory stepped by several processes)",
+            )
+        return None
+
+    def _options(self, trainers: list[Func]) -> dict[str, str]:
+        """The options the script's own code already covers, each with the reason."""
+        files = {id(self.script): self.script} | {id(f.file): f.file for f in trainers}
+        calls = [(f, c) for f in files.values() for c in f.calls()]
+        options: dict[str, str] = {}
+        if any(f.qualname(c.func).split(".")[-1] in _AMP for f, c in calls):
+            options["amp"] = "own autocast/GradScaler"
+        if any(f.qualname(c.func) in _COMPILE for f, c in calls):
+            options["compile"] = "own torch.compile"
+        if any(self._is_ddp(f, c) for f, c in calls):
+            options["distributed"] = "own DDP/FSDP/DataParallel wrap"
+        return options
+
+    @staticmethod
+    def _is_ddp(file: SourceFile, call: cst.Call) -> bool:
+        name = file.qualname(call.func).split(".")[-1]
+        return name in _PARALLEL
+
+    # ----- training code ---------------------------------------------------------------------
+    def _training_functions(self) -> list[Func]:
+        """Functions (and module code) of the script that do a backward, themselves or through
+        their helpers, and those helpers (in local modules too)."""
+        todo = [self.code.top(self.script), *(Func(self.script, f) for f in self._defs())]
+        found: dict[Func, None] = {}
+        while todo:
+            func = todo.pop()
+            if func in found or not self.code.does_backward(func):
+                continue
+            found[func] = None
+            todo += [t for c in func.calls() if (t := self.code.resolve(func.file, c))]
+        return list(found)
+
+    def _defs(self) -> list[cst.FunctionDef]:
+        """The script's functions and methods (not nested ones)."""
+        out = list(self.script.functions.values())
+        for cls in self.script.classes.values():
+            out += [s for s in cls.body.body if isinstance(s, cst.FunctionDef)]
+        return out
+
+    def _optimizer_uses(self, func: Func) -> list[tuple[Func, str, cst.CSTNode]]:
+        """(function, expression, node) for each optimizer stepped in `func`."""
+        stepped: dict[str, cst.CSTNode] = {}
+        zeroed: set[str] = set()
+        scaled: set[str] = set()
+        for call in func.calls():
+            if not isinstance(call.func, cst.Attribute):
+                continue
+            attr, receiver = call.func.attr.value, call.func.value
+            if attr == "step" and not call.args and _is_object(receiver):
+                stepped.setdefault(code_of(receiver), call)
+            elif attr == "zero_grad" and _is_object(receiver):
+                zeroed.add(code_of(receiver))
+            elif (
+                attr == "step"
+                and call.args
+                and "scaler" in code_of(receiver).lower()
+                and _is_object(call.args[0].value)
+            ):
+                expr = code_of(call.args[0].value)  # scaler.step(optimizer)
+                scaled.add(expr)
+                stepped.setdefault(expr, call)
+        uses = []
+        for expr, node in stepped.items():
+            word = expr.lower()
+            if "sched" in word or "scaler" in word or "ema" in word.split("."):
+                continue
+            if expr in zeroed or expr in scaled or "opt" in word:
+                uses.append((func, expr, node))
+        return uses
+
+    # ----- following objects back to where they are created -------------------------------
+    def _origins(
+        self, func: Func, expr: str, entry: cst.CSTNode | None, depth: int
+    ) -> list[_Origin]:
+        """Where the object `expr` (used in `func` at `entry`) is created."""
+        if depth > _MAX_DEPTH:
+            return []
+        assigns = _assignments(func, expr)
+        if assigns:
+            return [_Origin(func, expr, assigns, entry)]
+        found: list[_Origin] = []
+        if expr.startswith("self.") and func.cls is not None:
+            for method in _methods(func.file, func.cls):
+                binds = _assignments(method, expr)
+                if not binds:
+                    continue
+                sources = {_bound_value(b, expr) for b in binds}
+                param = next(iter(sources)) if len(sources) == 1 else None
+                if param in method.params():
+                    found += self._through_callers(method, param, depth)  # type: ignore[arg-type]
+                else:
+                    here = entry if method == func else None
+                    found.append(_Origin(method, expr, binds, here))
+            return found
+        if expr in func.params():
+            return self._through_callers(func, expr, depth)
+        if isinstance(func.node, cst.FunctionDef):  # a global of the module
+            top = self.code.top(func.file)
+            if _assignments(top, expr):
+                return self._origins(top, expr, None, depth + 1)
+        return []
+
+    def _through_callers(self, func: Func, param: str, depth: int) -> list[_Origin]:
+        found: list[_Origin] = []
+        for caller, call in self.code.callers(func):
+            arg = self.code.argument(call, func, param)
+            if arg is not None and _is_object(arg):
+                found += self._origins(caller, code_of(arg), call, depth + 1)
+        return found
+
+    # ----- model, loader, placement -------------------------------------------------------
+    def _place(self, home: Func, optimizers: list[_Origin], trainers: list[Func]) -> Plan | Decline:
+        pairs: list[Pair] = []
+        for opt in optimizers:
+            models = {m for a in opt.assigns for m in self._models(home, _bound(a, opt.expr))}
+            if not models:
+                models = self._models_beside(home, opt)
+            if len(models) > 1:
+                return Decline(
+                    "one optimizer over several models",
+                    f"`{opt.expr}` trains several models ({', '.join(sorted(models))}); "
+                    "optimize() takes one model per optimizer",
+                )
+            if not models:
+                return Decline(
+                    "cannot tell the model",
+                    f"cannot tell which model's .parameters() feed `{opt.expr}`",
+                )
+            model = models.pop()
+            if model == "self":
+                return Decline(
+                    "optimizer inside the model",
+                    f"`{opt.expr}` is built over self.parameters() inside the model's own class",
+                )
+            if model in home.params() and not self.code.callers(home):
+                return Decline(
+                    "model built outside this file",
+                    f"the model `{model}` is a parameter of {home.name}(), which nothing here "
+                    "calls: wrap the script that builds the model",
+                )
+            pairs.append(Pair(model, opt.expr))
+        if len({p.model for p in pairs}) != len(pairs):
+            return Decline(
+                "several optimizers over one model",
+                f"{len(pairs)} optimizers step the same model; optimize() takes one per model",
+            )
+        loader = self._loader(home, trainers)
+        placed = self._anchor(home, optimizers, loader, pairs, trainers)
+        if isinstance(placed, Decline) and loader is not None:
+            # e.g. the loader is built after the user's own DataParallel wrap: a call without
+            # the loader, right after the optimizer, still comes before that wrap.
+            pairs[0].loader = None
+            return self._anchor(home, optimizers, None, pairs, trainers)
+        return placed
+
+    def _anchor(
+        self,
+        home: Func,
+        optimizers: list[_Origin],
+        loader: tuple[str, list[cst.CSTNode]] | None,
+        pairs: list[Pair],
+        trainers: list[Func],
+    ) -> Plan | Decline:
+        """The plan with the statement to insert after, once the objects all exist."""
+        file = home.file
+        relevant = [a for o in optimizers for a in o.assigns]
+        entries = [o.entry for o in optimizers if o.entry is not None]
+        if not entries:  # a global stepped by functions: the first call in `home` that trains
+            entries = [c for c in home.calls() if self.code.trains(home, c)][:1]
+        if loader is not None:
+            pairs[0].loader = loader[0]
+            relevant += loader[1]
+        block = _common_block(file, relevant + entries)
+        if block is None:
+            return Decline("placement", "the optimizer and the loop are in unrelated blocks")
+        tops = [_child_of(file, block, n) for n in relevant]
+        anchor = max(tops, key=lambda n: file.order[id(n)])
+        late = any(not file.before(anchor, _child_of(file, block, e)) for e in entries)
+        if late or self._in_training_loop(home, anchor):
+            return Decline(
+                "optimizer created inside the loop",
+                "training starts before the optimizer and loader exist (or creates them)",
+            )
+        options = self._options(trainers)
+        if "distributed" in options and (late := self._wrapped_before(home, anchor)):
+            return Decline("model wrapped in DDP/FSDP before the optimizer", late)
+        return Plan(anchor, pairs, options)
+
+    def _in_training_loop(self, home: Func, node: cst.CSTNode) -> bool:
+        for anc in home.file.ancestors(node):
+            if anc is home.node:
+                return False
+            if isinstance(anc, cst.For | cst.While) and any(
+                self.code.trains(home, c) for c in home.file.calls(anc)
+            ):
+                return True
+        return False
+
+    def _models(self, home: Func, value: cst.BaseExpression | None, depth: int = 0) -> set[str]:
+        """Model expressions whose parameters `value` (an optimizer's construction) takes."""
+        if value is None or depth > 3:
+            return set()
+        roots: set[str] = set()
+        factories: set[str] = set()
+        for node in [value, *home.file.inside(value)]:
+            if not isinstance(node, cst.Call):
+                continue
+            func = node.func
+            if isinstance(func, cst.Attribute) and func.attr.value in (
+                "parameters",
+                "named_parameters",
+                "configure_optimizers",
+            ):
+                root = func.value
+                while isinstance(root, cst.Attribute) and not _is_self(root.value):
+                    root = root.value  # model.backbone.parameters() -> model
+                if _is_object(root):
+                    roots.add(code_of(root))
+            for arg in node.args:
+                if isinstance(arg.value, cst.Name):
+                    name = arg.value.value
+                    if _model_like(home, name):
+                        factories.add(name)
+                    elif assigns := _assignments(home, name):
+                        for a in assigns:
+                            factories |= self._models(home, _bound(a, name), depth + 1)
+        if isinstance(value, cst.Name) and (assigns := _assignments(home, value.value)):
+            for a in assigns:
+                roots |= self._models(home, _bound(a, value.value), depth + 1)
+        return roots or factories
+
+    def _models_beside(self, home: Func, opt: _Origin) -> set[str]:
+        """For an optimizer from a factory returning several things: the model-like names passed
+        with it into training (`Trainer(model, loader, optimizer)`)."""
+        if not isinstance(opt.entry, cst.Call):
+            return set()
+        return {
+            a.value.value
+            for a in opt.entry.args
+            if isinstance(a.value, cst.Name) and _model_like(home, a.value.value)
+        }
+
+    def _loader(self, home: Func, trainers: list[Func]) -> tuple[str, list[cst.CSTNode]] | None:
+        """The loader expression in `home` and the statements creating it there, if the loop
+        iterates one that reaches `home`."""
+        for func in trainers:
+            for expr, _loop in self._iterated(func):
+                here = self._reaches(func, expr, home, 0)
+                if here is not None:
+                    return here, _assignments(home, here)
+        return None
+
+    def _reaches(self, func: Func, expr: str, home: Func, depth: int) -> str | None:
+        """What `expr` of `func` is called in `home`, if it comes from there."""
+        if func == home:
+            return expr
+        if depth > _MAX_DEPTH:
+            return None
+        if expr.startswith("self.") and func.cls is not None:
+            if home.cls is func.cls:
+                return expr
+            for method in _methods(func.file, func.cls):
+                for bind in _assignments(method, expr):
+                    param = _bound_value(bind, expr)
+                    if param in method.params():
+                        return self._reaches(method, param, home, depth + 1)  # type: ignore[arg-type]
+            return None
+        if expr in func.params():
+            for caller, call in self.code.callers(func):
+                arg = self.code.argument(call, func, expr)
+                if arg is not None and _is_object(arg):
+                    found = self._reaches(caller, code_of(arg), home, depth + 1)
+                    if found is not None:
+                        return found
+        return None
+
+    def _iterated(self, func: Func) -> list[tuple[str, cst.CSTNode]]:
+        """(expression, loop) for what each training loop of `func` iterates, innermost first."""
+        found = []
+        for node in func.statements():
+            if not isinstance(node, cst.For):
+                continue
+            trains = any(self.code.trains(func, c) for c in func.file.calls(node.body))
+            if not trains:
+                continue
+            expr = _unwrap_iter(node.iter)
+            if isinstance(expr, cst.Name) and not func.params().count(expr.value):
+                # `pbar = tqdm(enumerate(loader))` then `for ... in pbar`
+                for a in _assignments(func, expr.value):
+                    value = _bound(a, expr.value)
+                    if isinstance(value, cst.Call) and _is_wrapper(value.func):
+                        expr = _unwrap_iter(value)
+            if _is_object(expr):
+                found.append((code_of(expr), node, len(list(func.file.ancestors(node)))))
+        found.sort(key=lambda t: -t[2])
+        return [(e, n) for e, n, _ in found]
+
+    def _wrapped_before(self, home: Func, anchor: cst.CSTNode) -> str | None:
+        """Why the model is already DDP-wrapped when the call would run, if it is."""
+        file = home.file
+        for call in home.calls():
+            if self._is_ddp(file, call) and file.before(call, anchor):
+                return (
+                    "the model is wrapped in DDP/FSDP/DataParallel before the optimizer exists; "
+                    "optimize() must get the bare model"
+                )
+            target = self.code.resolve(file, call)
+            if (
+                target is not None
+                and file.before(call, anchor)
+                and any(self._is_ddp(target.file, c) for c in target.calls())
+            ):
+                return f"{target.name}() wraps the model in DDP before the optimizer exists"
+        return None
+
+
+# ----- small tree helpers ------------------------------------------------------------------------
+def _is_self(node: cst.BaseExpression) -> bool:
+    return isinstance(node, cst.Name) and node.value == "self"
+
+
+def _is_object(node: cst.BaseExpression) -> bool:
+    """A plain name or `self.attr`: something the inserted line can assign to."""
+    if isinstance(node, cst.Name):
+        return True
+    return isinstance(node, cst.Attribute) and _is_self(node.value)
+
+
+def _is_wrapper(func: cst.BaseExpression) -> bool:
+    text = code_of(func)
+    return text in _ITER_WRAPPERS or text.split(".")[-1] in _ITER_WRAPPERS
+
+
+def _unwrap_iter(expr: cst.BaseExpression) -> cst.BaseExpression:
+    while isinstance(expr, cst.Call) and expr.args and _is_wrapper(expr.func):
+        expr = expr.args[0].value
+    return expr
+
+
+def _targets(node: cst.CSTNode) -> list[cst.BaseExpression]:
+    if isinstance(node, cst.Assign):
+        out: list[cst.BaseExpression] = []
+        for t in node.targets:
+            target = t.target
+            out += [e.value for e in target.elements] if isinstance(target, cst.Tuple) else [target]
+        return out
+    if isinstance(node, cst.AnnAssign):
+        return [node.target]
+    return []
+
+
+def _assignments(func: Func, expr: str) -> list[cst.CSTNode]:
+    """Statements of `func` binding `expr` (`x = ...`, `a, x = ...`, `x: T = ...`)."""
+    return [
+        n
+        for n in func.statements()
+        if isinstance(n, cst.Assign | cst.AnnAssign)
+        and getattr(n, "value", None) is not None
+        and any(code_of(t) == expr for t in _targets(n))
+    ]
+
+
+def _bound(assign: cst.CSTNode, expr: str) -> cst.BaseExpression | None:
+    """The value `assign` gives `expr` (the matching element when both sides are tuples)."""
+    value = getattr(assign, "value", None)
+    if isinstance(assign, cst.Assign) and isinstance(value, cst.Tuple):
+        target = assign.targets[0].target
+        if isinstance(target, cst.Tuple) and len(target.elements) == len(value.elements):
+            for t, v in zip(target.elements, value.elements, strict=True):
+                if code_of(t.value) == expr:
+                    return v.value
+    return value
+
+
+def _bound_value(assign: cst.CSTNode, expr: str) -> str | None:
+    value = _bound(assign, expr)
+    return value.value if isinstance(value, cst.Name) else None
+
+
+def _methods(file: SourceFile, cls: cst.ClassDef) -> list[Func]:
+    return [Func(file, s) for s in cls.body.body if isinstance(s, cst.FunctionDef)]
+
+
+def _model_like(func: Func, name: str) -> bool:
+    """`name` is used like a model in `func` (`.parameters()`, `.train()`...) or named like one."""
+    if any(w in name.lower() for w in _MODEL_WORDS):
+        return True
+    return any(
+        isinstance(n, cst.Attribute)
+        and isinstance(n.value, cst.Name)
+        and n.value.value == name
+        and n.attr.value in _MODEL_METHODS
+        for n in func.statements()
+    )
+
+
+def _common_block(file: SourceFile, nodes: list[cst.CSTNode]) -> cst.CSTNode | None:
+    """The innermost statement block (indented block or module) holding every node."""
+    chains = [
+        [a for a in file.ancestors(n) if isinstance(a, cst.IndentedBlock | cst.Module)]
+        for n in nodes
+    ]
+    if not chains:
+        return None
+    for block in chains[0]:
+        if all(any(block is b for b in chain) for chain in chains[1:]):
+            return block
+    return None
+
+
+def _child_of(file: SourceFile, block: cst.CSTNode, node: cst.CSTNode) -> cst.CSTNode:
+    """The statement of `block` that holds `node`."""
+    cur = node
+    while file.parent(cur) is not block:
+        cur = file.parent(cur)  # type: ignore[assignment]
+    return cur
