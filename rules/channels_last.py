@@ -5,6 +5,7 @@ from __future__ import annotations
 import libcst as cst
 
 from autoopt.lint.calls import arg, with_keyword
+from autoopt.lint.device import GPU_MARKERS
 from autoopt.lint.edits import block_statement, statement_line
 from autoopt.lint.nodes import calls_in, method_name, string_value, walk
 from autoopt.lint.rule import Fix, FixSafety, Invalid, Rule, Valid
@@ -57,7 +58,7 @@ class ChannelsLast(Rule):
     fix_reason = "a .view() on NHWC activations (or a non-4-D input) raises after the change"
     covered_by_optimize = True  # autoopt.optimize() applies it at run time
     triggers = ("Conv2d", "conv2d", "models.")
-    requires = ("cuda", ".backward(")
+    requires = (GPU_MARKERS, ".backward(")
 
     VALID = [
         Valid(
@@ -179,7 +180,7 @@ class ChannelsLast(Rule):
     ]
 
     def visit_Module(self, node: cst.Module) -> None:
-        if "channels_last" in self.context.source or not self.context.facts.uses_cuda:
+        if "channels_last" in self.context.source or not self.facts.device.gpu_path:
             return
         fit = self._fit_classes(node)
         for name, built in self._models(node, fit):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from autoopt.lint.device import GPU_MARKERS
 from autoopt.lint.edits import insert_after_imports, statement_line
 from autoopt.lint.rule import FileContext, Fix, FixSafety, Invalid, Rule, Valid
 from autoopt.lint.torch_api import is_conv_call, is_conv_zoo_model, torch_imports
@@ -47,7 +48,7 @@ class CudnnBenchmark(Rule):
     fix_reason = "only cuDNN's choice of algorithm changes; results agree within tolerance"
     covered_by_optimize = True  # autoopt.optimize() applies it at run time
     triggers = ("Conv", "conv", "models.")
-    requires = ("cuda", (".backward(", "__main__"))
+    requires = (GPU_MARKERS, (".backward(", "__main__"))
 
     VALID = [
         Valid(
@@ -155,7 +156,7 @@ class CudnnBenchmark(Rule):
         self._eligible = (
             "cudnn.benchmark" not in source
             and "cudnn.flags(" not in source
-            and facts.uses_cuda
+            and facts.device.gpu_path
             and not facts.requests_determinism
             # a script: it trains or has a main block (never a library's import side effect)
             and (bool(facts.training_loops) or "__main__" in source)

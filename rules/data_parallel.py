@@ -5,6 +5,7 @@ from __future__ import annotations
 import libcst as cst
 
 from autoopt.lint.calls import arg
+from autoopt.lint.device import GPU_MARKERS
 from autoopt.lint.nodes import string_value
 from autoopt.lint.rule import Invalid, Rule, Valid
 
@@ -52,7 +53,7 @@ class DataParallel(Rule):
     )
     fix_reason = "moving to DDP changes how the script is launched; use `autoopt rewrite --wrap`"
     triggers = ("DataParallel",)
-    requires = ("cuda",)
+    requires = (GPU_MARKERS,)
 
     VALID = [
         Valid(
@@ -113,7 +114,7 @@ class DataParallel(Rule):
     ]
 
     def visit_Call(self, node: cst.Call) -> None:
-        if not self.is_call_to(node, *_DATA_PARALLEL) or not self.context.facts.uses_cuda:
+        if not self.is_call_to(node, *_DATA_PARALLEL) or not self.facts.device.gpu_path:
             return
         if self._single_gpu(node):
             return

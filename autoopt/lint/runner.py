@@ -32,7 +32,7 @@ from pathlib import Path
 
 import libcst as cst
 
-from autoopt.lint import engine, suppress
+from autoopt.lint import engine, project_facts, suppress
 from autoopt.lint.cache import Cache, content_digest, settings_key
 from autoopt.lint.discovery import display_path, is_notebook
 from autoopt.lint.notebook import NotebookError, NotebookSource, notebook_source
@@ -182,7 +182,9 @@ def lint_bytes(
             result.errors.append(_relocate_error(_syntax_error(text, exc), nb))
             return result
         result.parsed = True
+        project_facts.begin_file()
         findings = engine.run_rules(module, text, path, active, target_version)
+        result.depends = project_facts.files_read()
         findings = suppress.filter_findings(findings, text)
     except FileErrorException as exc:
         result.errors.append(exc.error)
