@@ -8,6 +8,7 @@ from autoopt.lint.calls import arg, with_keyword
 from autoopt.lint.device import GPU_MARKERS
 from autoopt.lint.edits import block_statement, statement_line
 from autoopt.lint.nodes import calls_in, method_name, string_value, walk
+from autoopt.lint.project_facts import local_definition
 from autoopt.lint.rule import Fix, FixSafety, Invalid, Rule, Valid
 from autoopt.lint.torch_api import (
     CONV2D,
@@ -23,8 +24,9 @@ _SEQUENTIAL = ("torch.nn.Sequential", "torch.nn.modules.container.Sequential")
 class ChannelsLast(Rule):
     """
     ## What it does
-    Flags a model built from `Conv2d` layers (a class of the file, an `nn.Sequential`, or a
-    torchvision CNN) that is moved to CUDA in a script with no `channels_last` anywhere.
+    Flags a model built from `Conv2d` layers (a class of the file or of another module of the
+    project, an `nn.Sequential`, a torchvision or timm CNN) that is moved to the device in a
+    script with a GPU path and no `channels_last` anywhere.
 
     ## Why
     cuDNN's fastest convolution kernels, and Tensor Cores under AMP, work on NHWC
@@ -38,9 +40,12 @@ class ChannelsLast(Rule):
       contiguous in NCHW order, so `x.view(n, -1)` raises ("view size is not compatible with
       input tensor's size and stride"); it needs `.reshape(...)` or `torch.flatten(x, 1)`
       first. Such models (and models built from them) are not flagged.
-    - CPU-only scripts (the gain is a CUDA/cuDNN one), 1-D/3-D convolutions (`Conv1d`,
-      `Conv3d` use other layouts), models defined in another file (their `forward` cannot be
-      checked), and scripts that already mention `channels_last`.
+    - Scripts with no GPU path (the gain is a CUDA/cuDNN one; see `autoopt.lint.device`),
+      1-D/3-D convolutions (`Conv1d`, `Conv3d` use other layouts), and scripts that already
+      mention `channels_last`.
+    - A model defined in another module of the project (`from models import Net`) is read
+      (without importing it) and held to the same test: it must be built from `Conv2d` layers
+      and no part of it may call `.view()`. A model whose module cannot be found is not flagged.
 
     ## Fix (unsafe)
     Adds `model = model.to(memory_format=torch.channels_last)` right after the model is placed
@@ -57,10 +62,20 @@ class ChannelsLast(Rule):
     fix_safety = FixSafety.UNSAFE
     fix_reason = "a .view() on NHWC activations (or a non-4-D input) raises after the change"
     covered_by_optimize = True  # autoopt.optimize() applies it at run time
-    triggers = ("Conv2d", "conv2d", "models.")
+    triggers = ("Conv2d", "conv2d", "models", "create_model", "from ")  # `from models import Net`
     requires = (GPU_MARKERS, ".backward(")
 
     VALID = [
+        Valid(  # CPU-only tutorial: no device path
+            """
+            import torch
+            from torch import nn
+            model = nn.Sequential(nn.Conv2d(1, 16, 5), nn.Flatten(), nn.LazyLinear(10))
+            for images, labels in train_loader:
+                loss = criterion(model(images), labels)
+                loss.backward()
+            """
+        ),
         Valid(
             """
             import torch
@@ -115,6 +130,50 @@ class ChannelsLast(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # the device from torch.accelerator, passed into train() (pytorch/examples mnist)
+            """
+            import torch
+            import torch.nn as nn
+            class Net(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.conv1 = nn.Conv2d(1, 32, 3, 1)
+                    self.fc1 = nn.Linear(21632, 10)
+                def forward(self, x):
+                    return self.fc1(torch.flatten(self.conv1(x), 1))
+            def train(model, device, train_loader):
+                for data, target in train_loader:
+                    data, target = data.to(device), target.to(device)
+                    loss = F.nll_loss(model(data), target)
+                    loss.backward()
+            def main():
+                device = torch.accelerator.current_accelerator()
+                model = Net().to(device)
+                train(model, device, train_loader)
+            """,
+            line=17,
+            fixed="""
+            import torch
+            import torch.nn as nn
+            class Net(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.conv1 = nn.Conv2d(1, 32, 3, 1)
+                    self.fc1 = nn.Linear(21632, 10)
+                def forward(self, x):
+                    return self.fc1(torch.flatten(self.conv1(x), 1))
+            def train(model, device, train_loader):
+                for data, target in train_loader:
+                    data, target = data.to(device, memory_format=torch.channels_last), target.to(device)
+                    loss = F.nll_loss(model(data), target)
+                    loss.backward()
+            def main():
+                device = torch.accelerator.current_accelerator()
+                model = Net().to(device)
+                model = model.to(memory_format=torch.channels_last)
+                train(model, device, train_loader)
+            """,
+        ),
         Invalid(
             """
             import torch
@@ -224,8 +283,12 @@ class ChannelsLast(Rule):
         return found
 
     def _is_conv_model(self, call: cst.Call, fit: set[str]) -> bool:
-        if isinstance(call.func, cst.Name) and call.func.value in fit:
-            return True
+        if isinstance(call.func, cst.Name):
+            if call.func.value in fit:
+                return True
+            local = local_definition(self, call.func.value)  # `from models import Net`
+            if local is not None:
+                return local.conv2d and not local.views
         if is_conv_zoo_model(self, call):
             return True
         return self.is_call_to(call, *_SEQUENTIAL) and any(

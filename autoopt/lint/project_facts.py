@@ -15,6 +15,7 @@ Known model zoos count inside local modules too (`torchvision.models.resnet18(..
 from __future__ import annotations
 
 import ast
+import functools
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -51,8 +52,8 @@ class ModuleSummary:
 
     path: Path
     digest: str
-    classes: dict[str, set[str]] = field(default_factory=dict)  # class -> names it calls
-    functions: dict[str, set[str]] = field(default_factory=dict)  # function -> names it calls
+    classes: dict[str, set[str]] = field(default_factory=dict)  # class -> names it uses
+    functions: dict[str, set[str]] = field(default_factory=dict)  # function -> names it uses
     conv: set[str] = field(default_factory=set)  # classes/functions with convolution layers
     conv2d: set[str] = field(default_factory=set)  # ... with 2-D convolutions
     views: set[str] = field(default_factory=set)  # classes/functions that call `.view()`
@@ -90,14 +91,16 @@ def summarize(path: Path, data: bytes) -> ModuleSummary:
                         stmt.level,
                     )
         elif isinstance(stmt, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
-            called: set[str] = set()
+            used: set[str] = set()
             for node in ast.walk(stmt):
+                if isinstance(node, ast.Name):  # `ResNet(BasicBlock, ...)` passes a conv class
+                    used.add(node.id)
                 if not isinstance(node, ast.Call):
                     continue
                 leaf = _leaf(node.func)
                 if leaf is None:
                     continue
-                called.add(leaf)
+                used.add(leaf)
                 if leaf in _CONV_LEAVES or leaf in _CONV_FUNCTION_LEAVES:
                     summary.conv.add(stmt.name)
                 if leaf in _CONV2D_LEAVES or leaf == "conv2d":
@@ -110,7 +113,7 @@ def summarize(path: Path, data: bytes) -> ModuleSummary:
                     summary.conv.add(stmt.name)
                     summary.conv2d.add(stmt.name)
             target = summary.classes if isinstance(stmt, ast.ClassDef) else summary.functions
-            target[stmt.name] = called
+            target[stmt.name] = used
     _close_within(summary)
     return summary
 
@@ -129,21 +132,22 @@ def _zoo_model(call: ast.Call, leaf: str) -> bool:
 
 
 def _close_within(summary: ModuleSummary) -> None:
-    """A class or function that calls a conv class of the same module is conv too (a `ResNet`
-    made of `Block`s, `def ResNet18(): return ResNet(...)`); a caller of a viewing class views."""
+    """A class or function that uses a conv class of the same module is conv too (a `ResNet`
+    made of `Block`s, `def ResNet18(): return ResNet(BasicBlock, ...)`); likewise for views."""
     defs = {**summary.functions, **summary.classes}
     for found in (summary.conv, summary.conv2d, summary.views):
         changed = True
         while changed:
             changed = False
-            for name, called in defs.items():
-                if name not in found and called & found:
+            for name, used in defs.items():
+                if name not in found and used & found:
                     found.add(name)
                     changed = True
 
 
 # ----- the per-process cache and the record of what a file's lint read ---------------------------
-_SUMMARIES: dict[Path, ModuleSummary | None] = {}
+# Keyed by path, modification time and size: a module edited during the process is read again.
+_SUMMARIES: dict[tuple[Path, int, int], ModuleSummary] = {}
 _READ: dict[str, str] = {}
 
 
@@ -160,15 +164,17 @@ def files_read() -> dict[str, str]:
 def load(path: Path) -> ModuleSummary | None:
     """The summary of the module at `path` (read and parsed once per process)."""
     path = Path(os.path.abspath(path))
-    if path not in _SUMMARIES:
-        try:
-            data = path.read_bytes() if path.stat().st_size <= _MAX_BYTES else None
-        except OSError:
-            data = None
-        _SUMMARIES[path] = None if data is None else summarize(path, data)
-    summary = _SUMMARIES[path]
-    if summary is not None:
-        _READ[str(path)] = summary.digest
+    try:
+        stat = path.stat()
+        key = (path, stat.st_mtime_ns, stat.st_size)
+        summary = _SUMMARIES.get(key)
+        if summary is None:
+            if stat.st_size > _MAX_BYTES:
+                return None
+            summary = _SUMMARIES[key] = summarize(path, path.read_bytes())
+    except OSError:
+        return None
+    _READ[str(path)] = summary.digest
     return summary
 
 
@@ -180,9 +186,8 @@ def project_root(start: Path) -> Path:
     return start
 
 
-def _search_folders(linted: Path) -> Iterator[Path]:
+def _search_folders(folder: Path) -> Iterator[Path]:
     """The linted file's folder, then its parents up to the project root."""
-    folder = Path(os.path.abspath(linted)).parent
     root = project_root(folder)
     yield folder
     for parent in folder.parents:
@@ -193,16 +198,21 @@ def _search_folders(linted: Path) -> Iterator[Path]:
 
 def resolve_module(linted: Path, module: str, level: int = 0) -> Path | None:
     """The file of local module `module` imported from `linted` (`from .x import` when level>0)."""
+    return _resolve_from(Path(os.path.abspath(linted)).parent, module, level)
+
+
+@functools.lru_cache(maxsize=4096)
+def _resolve_from(folder: Path, module: str, level: int) -> Path | None:
     parts = [p for p in module.split(".") if p]
     if level:
-        base = Path(os.path.abspath(linted)).parent
+        base = folder
         for _ in range(level - 1):
             base = base.parent
         folders: Iterator[Path] = iter((base,))
     else:
         if not parts:
             return None
-        folders = _search_folders(linted)
+        folders = _search_folders(folder)
     for folder in folders:
         candidate = folder.joinpath(*parts)
         for file in (candidate.with_suffix(".py"), candidate / "__init__.py"):
@@ -235,24 +245,16 @@ def _definition(module_path: Path, name: str, depth: int = 0) -> tuple[ModuleSum
     return None
 
 
-_TEXTS: dict[Path, tuple[str, str] | None] = {}  # path -> (text, digest)
-
-
 def _text(path: Path) -> str | None:
-    """The text of a project file (read once per process), recorded as read."""
-    if path not in _TEXTS:
-        try:
-            data = path.read_bytes() if path.stat().st_size <= _MAX_BYTES else None
-        except OSError:
-            data = None
-        _TEXTS[path] = (
-            None if data is None else (data.decode("utf-8", "replace"), content_digest(data))
-        )
-    entry = _TEXTS[path]
-    if entry is None:
+    """The text of a project file, recorded as read."""
+    try:
+        data = path.read_bytes() if path.stat().st_size <= _MAX_BYTES else None
+    except OSError:
         return None
-    _READ[str(path)] = entry[1]
-    return entry[0]
+    if data is None:
+        return None
+    _READ[str(path)] = content_digest(data)
+    return data.decode("utf-8", "replace")
 
 
 def sibling_importers_text(linted: Path) -> list[str]:
@@ -304,7 +306,7 @@ def local_definition(rule: Rule, name: str) -> LocalDefinition | None:
 
 
 def _cross_module_closure(summary: ModuleSummary, name: str, depth: int = 0) -> set[str]:
-    """Which of conv/conv2d/views hold for `name`, following the names it calls into the
+    """Which of conv/conv2d/views hold for `name`, following the names it uses into the
     modules they are imported from (a model class made of blocks defined in another file)."""
     found = {
         kind
@@ -315,8 +317,10 @@ def _cross_module_closure(summary: ModuleSummary, name: str, depth: int = 0) -> 
         found.add("views")
     if depth >= _MAX_DEPTH or {"conv", "conv2d", "views"} <= found:
         return found
-    called = summary.classes.get(name) or summary.functions.get(name) or set()
-    for callee in called & set(summary.imports):
+    used = summary.classes.get(name) or summary.functions.get(name) or set()
+    for local in used & (summary.classes.keys() | summary.functions.keys()) - {name}:
+        found |= _cross_module_closure(summary, local, depth + 1)
+    for callee in used & set(summary.imports):
         module, original, level = summary.imports[callee]
         target = resolve_module(summary.path, module, level)
         resolved = _definition(target, original) if target else None
@@ -325,23 +329,48 @@ def _cross_module_closure(summary: ModuleSummary, name: str, depth: int = 0) -> 
     return found
 
 
-def _imports_of(rule: Rule, name: str) -> list[tuple[str, str, int]]:
-    """Where the linted file may import `name` from: `from m import name [as alias]`, or any
-    `from m import *` (tried in order)."""
-    explicit: list[tuple[str, str, int]] = []
-    stars: list[tuple[str, str, int]] = []
-    for stmt in rule.context.module.body:
+@dataclass
+class _ImportTable:
+    """The linted file's top-level `from ... import` statements."""
+
+    module: cst.Module
+    names: dict[str, tuple[str, str, int]]  # bound name -> (module, imported name, level)
+    stars: list[tuple[str, int]]  # `from m import *`: (module, level)
+
+
+_TABLES: dict[int, _ImportTable] = {}  # id(linted module) -> its table (the last few files)
+
+
+def _import_table(module: cst.Module) -> _ImportTable:
+    table = _TABLES.get(id(module))
+    if table is not None and table.module is module:
+        return table
+    names: dict[str, tuple[str, str, int]] = {}
+    stars: list[tuple[str, int]] = []
+    for stmt in module.body:
         for small in _import_froms(stmt):
-            module = dotted(small.module) if small.module is not None else ""
+            source = (dotted(small.module) if small.module is not None else "") or ""
             level = len(small.relative)
             if isinstance(small.names, cst.ImportStar):
-                stars.append((module or "", name, level))
+                stars.append((source, level))
                 continue
             for alias in small.names:
                 bound = alias.asname.name if alias.asname is not None else alias.name
-                if isinstance(bound, cst.Name) and bound.value == name:
-                    explicit.append((module or "", dotted(alias.name) or name, level))
-    return explicit or stars
+                if isinstance(bound, cst.Name):
+                    names[bound.value] = (source, dotted(alias.name) or bound.value, level)
+    if len(_TABLES) > 8:
+        _TABLES.clear()
+    table = _TABLES[id(module)] = _ImportTable(module, names, stars)
+    return table
+
+
+def _imports_of(rule: Rule, name: str) -> list[tuple[str, str, int]]:
+    """Where the linted file may import `name` from: `from m import name [as alias]`, else any
+    `from m import *` (tried in order)."""
+    table = _import_table(rule.context.module)
+    if name in table.names:
+        return [table.names[name]]
+    return [(module, name, level) for module, level in table.stars]
 
 
 def _import_froms(stmt: cst.CSTNode) -> Iterator[cst.ImportFrom]:
