@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 
 _ROOT_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
 _MAX_DEPTH = 6  # re-export chains and class-of-class closures followed at most this deep
+_MAX_VISITS = 200  # definitions looked at for one name's closure
 _MAX_BYTES = 2_000_000  # a "module" larger than this is data, not code: not read
 
 _CONV2D_LEAVES = frozenset({"Conv2d", "ConvTranspose2d", "LazyConv2d", "LazyConvTranspose2d"})
@@ -305,9 +306,13 @@ def local_definition(rule: Rule, name: str) -> LocalDefinition | None:
     return None
 
 
-def _cross_module_closure(summary: ModuleSummary, name: str, depth: int = 0) -> set[str]:
-    """Which of conv/conv2d/views hold for `name`, following the names it uses into the
-    modules they are imported from (a model class made of blocks defined in another file)."""
+def _cross_module_closure(
+    summary: ModuleSummary, name: str, seen: set[tuple[Path, str]] | None = None
+) -> set[str]:
+    """Which of conv/conv2d/views hold for `name`, following the names it uses, in its module
+    and into the modules they are imported from (a model made of blocks defined elsewhere)."""
+    seen = set() if seen is None else seen
+    seen.add((summary.path, name))
     found = {
         kind
         for kind, names in (("conv", summary.conv), ("conv2d", summary.conv2d))
@@ -315,17 +320,20 @@ def _cross_module_closure(summary: ModuleSummary, name: str, depth: int = 0) -> 
     }
     if name in summary.views:
         found.add("views")
-    if depth >= _MAX_DEPTH or {"conv", "conv2d", "views"} <= found:
-        return found
     used = summary.classes.get(name) or summary.functions.get(name) or set()
-    for local in used & (summary.classes.keys() | summary.functions.keys()) - {name}:
-        found |= _cross_module_closure(summary, local, depth + 1)
-    for callee in used & set(summary.imports):
-        module, original, level = summary.imports[callee]
-        target = resolve_module(summary.path, module, level)
-        resolved = _definition(target, original) if target else None
-        if resolved is not None:
-            found |= _cross_module_closure(resolved[0], resolved[1], depth + 1)
+    for other in sorted(used):
+        if {"conv", "conv2d", "views"} <= found or len(seen) > _MAX_VISITS:
+            break
+        if other in summary.classes or other in summary.functions:
+            target: tuple[ModuleSummary, str] | None = (summary, other)
+        elif other in summary.imports:
+            module, original, level = summary.imports[other]
+            path = resolve_module(summary.path, module, level)
+            target = _definition(path, original) if path else None
+        else:
+            continue
+        if target is not None and (target[0].path, target[1]) not in seen:
+            found |= _cross_module_closure(target[0], target[1], seen)
     return found
 
 
