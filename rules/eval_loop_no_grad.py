@@ -56,6 +56,17 @@ class EvalLoopNoGrad(Rule):
     triggers = EVAL_MARKERS  # `.eval()` before the loop, or an evaluation function's name
 
     VALID = [
+        Valid(  # the model call is under no_grad inside the loop (HF Accelerate examples)
+            """
+            import torch
+            model.eval()
+            for step, batch in enumerate(eval_dataloader):
+                batch.to(accelerator.device)
+                with torch.no_grad():
+                    outputs = model(**batch)
+                predictions = outputs.logits.argmax(dim=-1)
+            """
+        ),
         Valid(
             """
             import torch
@@ -175,8 +186,8 @@ class EvalLoopNoGrad(Rule):
             if isinstance(c.func, cst.Attribute) and self.facts.enclosing_scope(c) is scope
         }
         for call in calls_in(loop.body, into_scopes=False):
-            if not isinstance(call.func, cst.Name | cst.Attribute):
-                continue
+            if not isinstance(call.func, cst.Name | cst.Attribute) or self.facts.in_no_grad(call):
+                continue  # a model call already under `with torch.no_grad():` inside the loop
             text = code_of(call.func)
             last = text.rsplit(".", 1)[-1].lower()
             if text in evaluated or any(w in last for w in _MODEL_WORDS):
