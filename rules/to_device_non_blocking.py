@@ -36,6 +36,8 @@ class ToDeviceNonBlocking(Rule):
       unpacked or indexed from them): not `.to()` of a module, not a dtype cast
       (`.to(torch.float16)`), not `.to("cpu")` (a device-to-host copy read right away on the
       host would race).
+    - Not in a loop where some copies already pass `non_blocking` (`images.cuda(gpu,
+      non_blocking=True)` beside `targets.to(device)`): the author chose which copies overlap.
     - Not when the moved tensor is read on the host later in the same block (`.item()`,
       `.tolist()`, `.numpy()`, `print`): that read waits for the copy anyway.
     - Not in scripts with no GPU path (no CUDA, `torch.accelerator`, device flag or device
@@ -118,6 +120,16 @@ class ToDeviceNonBlocking(Rule):
             if __name__ == "__main__":
                 model.share_memory()
                 procs = [mp.Process(target=train, args=(model, device, loader)) for _ in range(4)]
+            """
+        ),
+        Valid(  # the loop already makes the copy that matters asynchronous
+            """
+            import torch
+            device = torch.device("cuda")
+            for i, (imgs, targets) in enumerate(train_loader):
+                imgs = imgs.to(device, non_blocking=True).float() / 255
+                loss = compute_loss(model(imgs), targets.to(device))
+                loss.backward()
             """
         ),
         Valid(  # not a batch loop: moving parameters
@@ -230,7 +242,10 @@ class ToDeviceNonBlocking(Rule):
         found: list[cst.Call] = []
         seen: set[int] = set()
         for loop in data_loops(self):
-            for call in batch_transfers(self, loop):
+            transfers = batch_transfers(self, loop)
+            if any(arg(call, "non_blocking") is not None for call in transfers):
+                continue  # the author already chose which copies of this loop overlap
+            for call in transfers:
                 if id(call) in seen or method_name(call) not in ("to", "type"):
                     continue
                 seen.add(id(call))
