@@ -122,6 +122,16 @@ class ToDeviceNonBlocking(Rule):
                 procs = [mp.Process(target=train, args=(model, device, loader)) for _ in range(4)]
             """
         ),
+        Valid(  # a tensor made on the host each step is not the loader's batch
+            """
+            import torch
+            device = torch.device("cuda")
+            for i, (images, _) in enumerate(data_loader):
+                labels = torch.ones(images.size(0), 1).to(device)
+                loss = criterion(model(images), labels)
+                loss.backward()
+            """
+        ),
         Valid(  # the loop already makes the copy that matters asynchronous
             """
             import torch
@@ -160,6 +170,25 @@ class ToDeviceNonBlocking(Rule):
                 real_imgs = Variable(imgs.type(Tensor, non_blocking=True))
                 loss = adversarial_loss(discriminator(real_imgs), valid)
                 loss.backward()
+            """,
+        ),
+        Invalid(  # a batch reshaped on the host, then copied (yunjey/pytorch-tutorial GAN)
+            """
+            import torch
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            for i, (images, _) in enumerate(data_loader):
+                images = images.reshape(batch_size, -1).to(device)
+                d_loss = criterion(D(images), real_labels)
+                d_loss.backward()
+            """,
+            line=4,
+            fixed="""
+            import torch
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            for i, (images, _) in enumerate(data_loader):
+                images = images.reshape(batch_size, -1).to(device, non_blocking=True)
+                d_loss = criterion(D(images), real_labels)
+                d_loss.backward()
             """,
         ),
         Invalid(  # the device chosen by torch.accelerator and passed in as a parameter

@@ -111,7 +111,8 @@ def data_loops(rule: Rule) -> list[cst.For]:
 def batch_transfers(rule: Rule, loop: cst.For) -> list[cst.Call]:
     """`<batch>.to(<device>)`, `<batch>.cuda()` and the legacy `<batch>.type(Tensor)` (with
     `Tensor = torch.cuda.FloatTensor if cuda else ...`) calls in `loop` whose receiver comes from
-    the batch the loop iterates (not a module, not a dtype cast)."""
+    the batch the loop iterates, also through host-side methods (`x.reshape(n, -1).to(device)`);
+    not a module, not a dtype cast."""
     names = batch_names(loop)
     out = []
     for call in calls_in(loop.body, into_scopes=False):
@@ -119,7 +120,7 @@ def batch_transfers(rule: Rule, loop: cst.For) -> list[cst.Call]:
         if method not in ("to", "cuda", "type"):
             continue
         assert isinstance(call.func, cst.Attribute)
-        if root_name(call.func.value) not in names:
+        if root_name(_through_methods(call.func.value)) not in names:
             continue
         if (
             method == "cuda"
@@ -128,6 +129,13 @@ def batch_transfers(rule: Rule, loop: cst.For) -> list[cst.Call]:
         ):
             out.append(call)
     return out
+
+
+def _through_methods(expr: cst.BaseExpression) -> cst.BaseExpression:
+    """`images` for `images.reshape(n, -1).float()`: a batch reshaped or cast on the host."""
+    while isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute):
+        expr = expr.func.value
+    return expr
 
 
 def _to_cuda_type(rule: Rule, call: cst.Call) -> bool:
