@@ -429,9 +429,12 @@ class AmpAutocast(Rule):
         source = self.context.source
         if "torch" not in source or any(w in source for w in _AMP_WORDS):
             return
-        if library_handles_precision(self) or is_hogwild(self):
+        if library_handles_precision(self):
             return
-        for loop, backward_calls in innermost_training_loops(self).items():
+        loops = innermost_training_loops(self)
+        if loops and is_hogwild(self):
+            return
+        for loop, backward_calls in loops.items():
             plan = AutocastPlan(self, loop, backward_calls)
             reason = plan.build()
             if reason is not None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import ast
 import functools
 import os
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -246,32 +247,60 @@ def _definition(module_path: Path, name: str, depth: int = 0) -> tuple[ModuleSum
     return None
 
 
-def _text(path: Path) -> str | None:
-    """The text of a project file, recorded as read."""
+_IMPORTED = re.compile(r"^\s*(?:from\s+([\w.]+)\s+import|import\s+([\w.]+))", re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class _Script:
+    """One file of a folder, as far as "who drives whom" goes."""
+
+    path: Path
+    digest: str
+    imports: frozenset[str]  # top-level module names it imports (`train` for `from train import`)
+    text: str
+
+
+# Keyed by the folder and its modification time (a file added or removed is seen).
+_FOLDERS: dict[tuple[Path, int], list[_Script]] = {}
+
+
+def _folder_scripts(folder: Path) -> list[_Script]:
+    """Every .py file of `folder` with what it imports (read once per process)."""
     try:
-        data = path.read_bytes() if path.stat().st_size <= _MAX_BYTES else None
+        key = (folder, folder.stat().st_mtime_ns)
     except OSError:
-        return None
-    if data is None:
-        return None
-    _READ[str(path)] = content_digest(data)
-    return data.decode("utf-8", "replace")
+        return []
+    if key not in _FOLDERS:
+        scripts = []
+        try:
+            paths = sorted(folder.glob("*.py"))
+        except OSError:
+            paths = []
+        for path in paths:
+            try:
+                data = path.read_bytes() if path.stat().st_size <= _MAX_BYTES else b""
+            except OSError:
+                continue
+            text = data.decode("utf-8", "replace")
+            imports = frozenset(
+                (a or b).split(".")[0] for a, b in _IMPORTED.findall(text) if a or b
+            )
+            scripts.append(_Script(path, content_digest(data), imports, text))
+        _FOLDERS[key] = scripts
+    return _FOLDERS[key]
 
 
 def sibling_importers_text(linted: Path) -> list[str]:
     """The texts of the scripts in the linted file's folder that import it
-    (`from train import ...`, `import train`): the scripts that drive a module."""
+    (`from train import ...`, `import train`): the scripts that drive a module. Those scripts
+    are recorded as read (a sibling that starts importing the file later is not noticed by
+    the results cache)."""
     linted = Path(os.path.abspath(linted))
-    stem = linted.stem
-    try:
-        siblings = sorted(p for p in linted.parent.glob("*.py") if p != linted)
-    except OSError:
-        return []
     found = []
-    for sibling in siblings:
-        text = _text(sibling)
-        if text is not None and (f"from {stem} import" in text or f"import {stem}\n" in text):
-            found.append(text)
+    for script in _folder_scripts(linted.parent):
+        if script.path != linted and linted.stem in script.imports:
+            _READ[str(script.path)] = script.digest
+            found.append(script.text)
     return found
 
 
