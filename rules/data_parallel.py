@@ -19,7 +19,8 @@ _DATA_PARALLEL = (
 class DataParallel(Rule):
     """
     ## What it does
-    Flags `torch.nn.DataParallel(model)` in a script that runs on CUDA.
+    Flags `torch.nn.DataParallel(model)` in a script that can run on a GPU (see
+    `autoopt.lint.device`).
 
     ## Why
     `DataParallel` is one process driving all GPUs with threads: every step it scatters the
@@ -37,7 +38,7 @@ class DataParallel(Rule):
     - Single-process scripts that only ever run on one GPU gain nothing from either wrapper:
       a `DataParallel` pinned to one device (`device_ids=[0]`) or a script that makes a single
       GPU visible (`CUDA_VISIBLE_DEVICES="0"`) is not flagged.
-    - Scripts without CUDA (`DataParallel` is then a no-op) and a user's own `DataParallel`
+    - Scripts with no GPU path (`DataParallel` is then a no-op) and a user's own `DataParallel`
       class (such as seed 003's `DataParallelModel`) are not flagged.
 
     ## Fix
