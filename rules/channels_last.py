@@ -36,16 +36,18 @@ class ChannelsLast(Rule):
     `autoopt.optimize` converts model and inputs when convolutions dominate.
 
     ## When not to
-    - A model whose `forward` calls `.view(...)` on activations: NHWC activations are not
-      contiguous in NCHW order, so `x.view(n, -1)` raises ("view size is not compatible with
-      input tensor's size and stride"); it needs `.reshape(...)` or `torch.flatten(x, 1)`
-      first. Such models (and models built from them) are not flagged.
+    - A model whose `forward` flattens activations with `.view(...)` (`x.view(n, -1)`, fewer
+      than four sizes): NHWC activations are not contiguous in NCHW order, so it raises ("view
+      size is not compatible with input tensor's size and stride"); it needs `.reshape(...)` or
+      `torch.flatten(x, 1)` first. Such models (and models built from them) are not flagged;
+      `out.view(n, 128, s, s)`, which makes a linear layer's output 4-D, merges nothing.
     - Scripts with no GPU path (the gain is a CUDA/cuDNN one; see `autoopt.lint.device`),
       1-D/3-D convolutions (`Conv1d`, `Conv3d` use other layouts), and scripts that already
       mention `channels_last`.
     - A model defined in another module of the project (`from models import Net`) is read
       (without importing it) and held to the same test: it must be built from `Conv2d` layers
-      and no part of it may call `.view()`. A model whose module cannot be found is not flagged.
+      and no part of it may flatten with `.view()`. A model whose module cannot be found is not
+      flagged.
 
     ## Fix (unsafe)
     Adds `model = model.to(memory_format=torch.channels_last)` right after the model is placed
@@ -130,6 +132,50 @@ class ChannelsLast(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # a GAN generator placed under the legacy `if cuda:` (PyTorch-GAN dcgan)
+            """
+            import torch
+            import torch.nn as nn
+            class Generator(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.l1 = nn.Linear(100, 128 * 8 * 8)
+                    self.conv = nn.Conv2d(128, 3, 3, padding=1)
+                def forward(self, z):
+                    out = self.l1(z).view(z.shape[0], 128, 8, 8)
+                    return self.conv(out)
+            cuda = True if torch.cuda.is_available() else False
+            generator = Generator()
+            if cuda:
+                generator.cuda()
+            optimizer_G = torch.optim.Adam(generator.parameters())
+            for i, (imgs, _) in enumerate(dataloader):
+                g_loss = adversarial_loss(discriminator(generator(z)), valid)
+                g_loss.backward()
+            """,
+            line=14,
+            fixed="""
+            import torch
+            import torch.nn as nn
+            class Generator(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.l1 = nn.Linear(100, 128 * 8 * 8)
+                    self.conv = nn.Conv2d(128, 3, 3, padding=1)
+                def forward(self, z):
+                    out = self.l1(z).view(z.shape[0], 128, 8, 8)
+                    return self.conv(out)
+            cuda = True if torch.cuda.is_available() else False
+            generator = Generator()
+            if cuda:
+                generator.cuda()
+                generator = generator.to(memory_format=torch.channels_last)
+            optimizer_G = torch.optim.Adam(generator.parameters())
+            for i, (imgs, _) in enumerate(dataloader):
+                g_loss = adversarial_loss(discriminator(generator(z)), valid)
+                g_loss.backward()
+            """,
+        ),
         Invalid(  # the device from torch.accelerator, passed into train() (pytorch/examples mnist)
             """
             import torch
@@ -253,9 +299,7 @@ class ChannelsLast(Rule):
         convs = conv_classes(self, module, CONV2D)
         classes = {s.name.value: s for s in module.body if isinstance(s, cst.ClassDef)}
         unfit = {
-            name
-            for name, cls in classes.items()
-            if any(method_name(c) == "view" for c in calls_in(cls))
+            name for name, cls in classes.items() if any(_flattening_view(c) for c in calls_in(cls))
         }
         changed = True
         while changed:  # a class made of an unfit class is unfit
@@ -297,40 +341,42 @@ class ChannelsLast(Rule):
 
     # ----- where it is placed on CUDA ---------------------------------------------------------
     def _placement(self, name: str, built: cst.Assign) -> cst.SimpleStatementLine | None:
-        """The statement that moves the model to CUDA: its own assignment
+        """The statement that moves the model to the device: its own assignment
         (`Net().to(device)`) or a later `model.to(device)` / `model = model.cuda()` in the
-        same block."""
+        same block, also inside an `if` there (the legacy `if cuda: generator.cuda()`)."""
         stmt = block_statement(built, self.parent)
         if not isinstance(stmt, cst.SimpleStatementLine):
             return None
         if self._placed_call(built.value) is not None:
             return stmt
         block = self.parent(stmt)
-        body = getattr(block, "body", ())
-        after = False
-        for other in body:
-            if other is stmt:
-                after = True
-                continue
-            if not after or not isinstance(other, cst.SimpleStatementLine):
-                continue
-            for small in other.body:
-                value = None
-                if isinstance(small, cst.Expr) or (
-                    isinstance(small, cst.Assign)
-                    and len(small.targets) == 1
-                    and isinstance(small.targets[0].target, cst.Name)
-                    and small.targets[0].target.value == name
-                ):
-                    value = small.value
-                call = self._placed_call(value) if value is not None else None
-                if (
-                    call is not None
-                    and isinstance(call.func, cst.Attribute)
-                    and _is_name(call.func.value, name)
-                ):
-                    return other
+        body = list(getattr(block, "body", ()))
+        later = body[next(i for i, s in enumerate(body) if s is stmt) + 1 :]
+        for other in later:
+            inner = other.body.body if isinstance(other, cst.If) else [other]
+            for line in inner:
+                if isinstance(line, cst.SimpleStatementLine) and self._places(line, name):
+                    return line
         return None
+
+    def _places(self, line: cst.SimpleStatementLine, name: str) -> bool:
+        """`name.to(device)`, `name.cuda()` or `name = name.to(device)`."""
+        for small in line.body:
+            value = None
+            if isinstance(small, cst.Expr) or (
+                isinstance(small, cst.Assign)
+                and len(small.targets) == 1
+                and _is_name(small.targets[0].target, name)
+            ):
+                value = small.value
+            call = self._placed_call(value) if value is not None else None
+            if (
+                call is not None
+                and isinstance(call.func, cst.Attribute)
+                and _is_name(call.func.value, name)
+            ):
+                return True
+        return False
 
     def _placed_call(self, expr: cst.BaseExpression) -> cst.Call | None:
         """`expr` is `<x>.cuda()` or `<x>.to(<CUDA device>)`."""
@@ -430,6 +476,19 @@ class ChannelsLast(Rule):
 
 def _is_name(expr: cst.CSTNode, name: str) -> bool:
     return isinstance(expr, cst.Name) and expr.value == name
+
+
+def _flattening_view(call: cst.Call) -> bool:
+    """`x.view(n, -1)`, `x.view(b, c, h * w)`: a view that merges dimensions, which fails on
+    NHWC activations. `out.view(n, 128, s, s)` (a linear layer's output made 4-D for the
+    convolutions after it) merges nothing."""
+    if method_name(call) != "view":
+        return False
+    values = [a.value for a in call.args]
+    minus_one = any(
+        isinstance(v, cst.UnaryOperation) and isinstance(v.operator, cst.Minus) for v in values
+    )
+    return minus_one or len(values) < 4 or any(a.star for a in call.args)
 
 
 def _strip_placement(expr: cst.BaseExpression) -> cst.BaseExpression:

@@ -58,7 +58,7 @@ class ModuleSummary:
     functions: dict[str, set[str]] = field(default_factory=dict)  # function -> names it uses
     conv: set[str] = field(default_factory=set)  # classes/functions with convolution layers
     conv2d: set[str] = field(default_factory=set)  # ... with 2-D convolutions
-    views: set[str] = field(default_factory=set)  # classes/functions that call `.view()`
+    views: set[str] = field(default_factory=set)  # ... that flatten with `.view(n, -1)`
     loaders: set[str] = field(default_factory=set)  # functions that build a DataLoader
     imports: dict[str, tuple[str, str, int]] = field(
         default_factory=dict
@@ -107,7 +107,7 @@ def summarize(path: Path, data: bytes) -> ModuleSummary:
                     summary.conv.add(stmt.name)
                 if leaf in _CONV2D_LEAVES or leaf == "conv2d":
                     summary.conv2d.add(stmt.name)
-                if leaf == "view" and isinstance(node.func, ast.Attribute):
+                if leaf == "view" and isinstance(node.func, ast.Attribute) and _flattens(node):
                     summary.views.add(stmt.name)
                 if leaf in _LOADER_LEAVES:
                     summary.loaders.add(stmt.name)
@@ -118,6 +118,12 @@ def summarize(path: Path, data: bytes) -> ModuleSummary:
             target[stmt.name] = used
     _close_within(summary)
     return summary
+
+
+def _flattens(view: ast.Call) -> bool:
+    """`x.view(n, -1)` merges dimensions (fails on NHWC); `x.view(n, c, h, w)` does not."""
+    minus_one = any(isinstance(a, ast.UnaryOp) and isinstance(a.op, ast.USub) for a in view.args)
+    return minus_one or len(view.args) < 4 or any(isinstance(a, ast.Starred) for a in view.args)
 
 
 def _zoo_model(call: ast.Call, leaf: str) -> bool:
