@@ -36,8 +36,6 @@ class ToDeviceNonBlocking(Rule):
       unpacked or indexed from them): not `.to()` of a module, not a dtype cast
       (`.to(torch.float16)`), not `.to("cpu")` (a device-to-host copy read right away on the
       host would race).
-    - Not in a loop where some copies already pass `non_blocking` (`images.cuda(gpu,
-      non_blocking=True)` beside `targets.to(device)`): the author chose which copies overlap.
     - Not when the moved tensor is read on the host later in the same block (`.item()`,
       `.tolist()`, `.numpy()`, `print`): that read waits for the copy anyway.
     - Not in scripts with no GPU path (no CUDA, `torch.accelerator`, device flag or device
@@ -129,16 +127,6 @@ class ToDeviceNonBlocking(Rule):
             for i, (images, _) in enumerate(data_loader):
                 labels = torch.ones(images.size(0), 1).to(device)
                 loss = criterion(model(images), labels)
-                loss.backward()
-            """
-        ),
-        Valid(  # the loop already makes the copy that matters asynchronous
-            """
-            import torch
-            device = torch.device("cuda")
-            for i, (imgs, targets) in enumerate(train_loader):
-                imgs = imgs.to(device, non_blocking=True).float() / 255
-                loss = compute_loss(model(imgs), targets.to(device))
                 loss.backward()
             """
         ),
@@ -271,10 +259,7 @@ class ToDeviceNonBlocking(Rule):
         found: list[cst.Call] = []
         seen: set[int] = set()
         for loop in data_loops(self):
-            transfers = batch_transfers(self, loop)
-            if any(arg(call, "non_blocking") is not None for call in transfers):
-                continue  # the author already chose which copies of this loop overlap
-            for call in transfers:
+            for call in batch_transfers(self, loop):
                 if id(call) in seen or method_name(call) not in ("to", "type"):
                     continue
                 seen.add(id(call))
