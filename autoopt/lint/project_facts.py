@@ -1,5 +1,6 @@
-"""What a name imported from the user's own project is: `from models import Net` -> is `Net` a
-convolutional network? `from data import get_loader` -> does it build a DataLoader?
+"""What a name imported from the user's own project is (`from models import Net` -> is `Net` a
+convolutional network, does it flatten with `.view()`?), and which scripts of a folder import a
+module (the script that drives a `train.py`).
 
 Local modules are found next to the linted file, then in its parent folders up to the project
 root (the first folder holding pyproject.toml, setup.py, setup.cfg or .git). They are parsed with
@@ -44,7 +45,6 @@ _CONV_LEAVES = _CONV2D_LEAVES | frozenset(
     for dim in (1, 3)
 )
 _CONV_FUNCTION_LEAVES = frozenset({"conv1d", "conv2d", "conv3d", "conv_transpose2d"})
-_LOADER_LEAVES = frozenset({"DataLoader"})
 
 
 # ----- one module's summary ----------------------------------------------------------------------
@@ -59,10 +59,8 @@ class ModuleSummary:
     conv: set[str] = field(default_factory=set)  # classes/functions with convolution layers
     conv2d: set[str] = field(default_factory=set)  # ... with 2-D convolutions
     views: set[str] = field(default_factory=set)  # ... that flatten with `.view(n, -1)`
-    loaders: set[str] = field(default_factory=set)  # functions that build a DataLoader
-    imports: dict[str, tuple[str, str, int]] = field(
-        default_factory=dict
-    )  # name -> (mod, name, level)
+    # bound name -> (module, imported name, relative level)
+    imports: dict[str, tuple[str, str, int]] = field(default_factory=dict)
     star_imports: list[tuple[str, int]] = field(default_factory=list)  # (module, level)
 
 
@@ -109,8 +107,6 @@ def summarize(path: Path, data: bytes) -> ModuleSummary:
                     summary.conv2d.add(stmt.name)
                 if leaf == "view" and isinstance(node.func, ast.Attribute) and _flattens(node):
                     summary.views.add(stmt.name)
-                if leaf in _LOADER_LEAVES:
-                    summary.loaders.add(stmt.name)
                 if _zoo_model(node, leaf):
                     summary.conv.add(stmt.name)
                     summary.conv2d.add(stmt.name)
@@ -318,8 +314,7 @@ class LocalDefinition:
     name: str
     conv: bool  # built from convolution layers (any dimension)
     conv2d: bool  # built from 2-D convolutions
-    views: bool  # its code calls `.view()` (see AO606)
-    builds_loader: bool  # constructs a torch DataLoader
+    views: bool  # its code flattens with `.view(n, -1)` (see AO606)
 
 
 def local_definition(rule: Rule, name: str) -> LocalDefinition | None:
@@ -336,7 +331,6 @@ def local_definition(rule: Rule, name: str) -> LocalDefinition | None:
                 conv=bool(closure & {"conv"}),
                 conv2d=bool(closure & {"conv2d"}),
                 views=bool(closure & {"views"}),
-                builds_loader=defined in summary.loaders,
             )
     return None
 
