@@ -7,6 +7,7 @@ from __future__ import annotations
 import libcst as cst
 
 from autoopt.lint.fixes.autocast import AutocastPlan, innermost_training_loops
+from autoopt.lint.handled import is_hogwild, library_handles_precision
 from autoopt.lint.rule import FixSafety, Invalid, Rule, Valid
 
 _AMP_WORDS = ("autocast", "GradScaler")
@@ -40,7 +41,11 @@ class AmpAutocast(Rule):
     the scaled-gradient recipe by hand), or uses `BCELoss`/`binary_cross_entropy` on
     probabilities, which autocast rejects (switch to `BCEWithLogitsLoss` first). Numerically
     delicate code (large reductions, custom losses in fp16) should be checked after the change;
-    the runtime `autoopt.optimize()` does this without editing the loop.
+    the runtime `autoopt.optimize()` does this without editing the loop. Not flagged where a
+    library owns the precision: HF Accelerate's `Accelerator(...)` (its `mixed_precision=`
+    argument or `accelerate launch --mixed_precision`), Lightning `Trainer(precision=...)` /
+    `Fabric(precision=...)`; nor in Hogwild training (`model.share_memory()` with CPU worker
+    processes, also the module such a script starts).
     """
 
     code = "AO201"
@@ -52,6 +57,33 @@ class AmpAutocast(Rule):
     triggers = (".backward(",)
 
     VALID = [
+        Valid(  # Accelerate decides the precision (argument or launch config)
+            """
+            import torch
+            from accelerate import Accelerator
+            accelerator = Accelerator(mixed_precision=args.mixed_precision)
+            model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+            for batch in loader:
+                loss = model(**batch).loss
+                accelerator.backward(loss)
+                loss.backward()
+            """
+        ),
+        Valid(  # Hogwild: CPU processes updating one shared model
+            """
+            import torch
+            import torch.multiprocessing as mp
+            def train(model, loader, optimizer):
+                for data, target in loader:
+                    loss = F.nll_loss(model(data), target)
+                    loss.backward()
+                    optimizer.step()
+            if __name__ == "__main__":
+                model.share_memory()
+                for rank in range(4):
+                    mp.Process(target=train, args=(model, loader, optimizer)).start()
+            """
+        ),
         Valid(
             """
             import torch
@@ -397,7 +429,12 @@ class AmpAutocast(Rule):
         source = self.context.source
         if "torch" not in source or any(w in source for w in _AMP_WORDS):
             return
-        for loop, backward_calls in innermost_training_loops(self).items():
+        if library_handles_precision(self):
+            return
+        loops = innermost_training_loops(self)
+        if loops and is_hogwild(self):
+            return
+        for loop, backward_calls in loops.items():
             plan = AutocastPlan(self, loop, backward_calls)
             reason = plan.build()
             if reason is not None:

@@ -5,8 +5,10 @@ from __future__ import annotations
 import libcst as cst
 
 from autoopt.lint.calls import arg, with_keyword
+from autoopt.lint.device import GPU_MARKERS
 from autoopt.lint.edits import block_statement, statement_line
 from autoopt.lint.nodes import calls_in, method_name, string_value, walk
+from autoopt.lint.project_facts import local_definition
 from autoopt.lint.rule import Fix, FixSafety, Invalid, Rule, Valid
 from autoopt.lint.torch_api import (
     CONV2D,
@@ -22,8 +24,9 @@ _SEQUENTIAL = ("torch.nn.Sequential", "torch.nn.modules.container.Sequential")
 class ChannelsLast(Rule):
     """
     ## What it does
-    Flags a model built from `Conv2d` layers (a class of the file, an `nn.Sequential`, or a
-    torchvision CNN) that is moved to CUDA in a script with no `channels_last` anywhere.
+    Flags a model built from `Conv2d` layers (a class of the file or of another module of the
+    project, an `nn.Sequential`, a torchvision or timm CNN) that is moved to the device in a
+    script with a GPU path and no `channels_last` anywhere.
 
     ## Why
     cuDNN's fastest convolution kernels, and Tensor Cores under AMP, work on NHWC
@@ -33,13 +36,18 @@ class ChannelsLast(Rule):
     `autoopt.optimize` converts model and inputs when convolutions dominate.
 
     ## When not to
-    - A model whose `forward` calls `.view(...)` on activations: NHWC activations are not
-      contiguous in NCHW order, so `x.view(n, -1)` raises ("view size is not compatible with
-      input tensor's size and stride"); it needs `.reshape(...)` or `torch.flatten(x, 1)`
-      first. Such models (and models built from them) are not flagged.
-    - CPU-only scripts (the gain is a CUDA/cuDNN one), 1-D/3-D convolutions (`Conv1d`,
-      `Conv3d` use other layouts), models defined in another file (their `forward` cannot be
-      checked), and scripts that already mention `channels_last`.
+    - A model whose `forward` flattens activations with `.view(...)` (`x.view(n, -1)`, fewer
+      than four sizes): NHWC activations are not contiguous in NCHW order, so it raises ("view
+      size is not compatible with input tensor's size and stride"); it needs `.reshape(...)` or
+      `torch.flatten(x, 1)` first. Such models (and models built from them) are not flagged;
+      `out.view(n, 128, s, s)`, which makes a linear layer's output 4-D, merges nothing.
+    - Scripts with no GPU path (the gain is a CUDA/cuDNN one; see `autoopt.lint.device`),
+      1-D/3-D convolutions (`Conv1d`, `Conv3d` use other layouts), and scripts that already
+      mention `channels_last`.
+    - A model defined in another module of the project (`from models import Net`) is read
+      (without importing it) and held to the same test: it must be built from `Conv2d` layers
+      and no part of it may flatten with `.view()`. A model whose module cannot be found is not
+      flagged.
 
     ## Fix (unsafe)
     Adds `model = model.to(memory_format=torch.channels_last)` right after the model is placed
@@ -56,10 +64,20 @@ class ChannelsLast(Rule):
     fix_safety = FixSafety.UNSAFE
     fix_reason = "a .view() on NHWC activations (or a non-4-D input) raises after the change"
     covered_by_optimize = True  # autoopt.optimize() applies it at run time
-    triggers = ("Conv2d", "conv2d", "models.")
-    requires = ("cuda", ".backward(")
+    triggers = ("Conv2d", "conv2d", "models", "create_model", "from ")  # `from models import Net`
+    requires = (GPU_MARKERS, ".backward(")
 
     VALID = [
+        Valid(  # CPU-only tutorial: no device path
+            """
+            import torch
+            from torch import nn
+            model = nn.Sequential(nn.Conv2d(1, 16, 5), nn.Flatten(), nn.LazyLinear(10))
+            for images, labels in train_loader:
+                loss = criterion(model(images), labels)
+                loss.backward()
+            """
+        ),
         Valid(
             """
             import torch
@@ -114,6 +132,94 @@ class ChannelsLast(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # a GAN generator placed under the legacy `if cuda:` (PyTorch-GAN dcgan)
+            """
+            import torch
+            import torch.nn as nn
+            class Generator(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.l1 = nn.Linear(100, 128 * 8 * 8)
+                    self.conv = nn.Conv2d(128, 3, 3, padding=1)
+                def forward(self, z):
+                    out = self.l1(z).view(z.shape[0], 128, 8, 8)
+                    return self.conv(out)
+            cuda = True if torch.cuda.is_available() else False
+            generator = Generator()
+            if cuda:
+                generator.cuda()
+            optimizer_G = torch.optim.Adam(generator.parameters())
+            for i, (imgs, _) in enumerate(dataloader):
+                g_loss = adversarial_loss(discriminator(generator(z)), valid)
+                g_loss.backward()
+            """,
+            line=14,
+            fixed="""
+            import torch
+            import torch.nn as nn
+            class Generator(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.l1 = nn.Linear(100, 128 * 8 * 8)
+                    self.conv = nn.Conv2d(128, 3, 3, padding=1)
+                def forward(self, z):
+                    out = self.l1(z).view(z.shape[0], 128, 8, 8)
+                    return self.conv(out)
+            cuda = True if torch.cuda.is_available() else False
+            generator = Generator()
+            if cuda:
+                generator.cuda()
+                generator = generator.to(memory_format=torch.channels_last)
+            optimizer_G = torch.optim.Adam(generator.parameters())
+            for i, (imgs, _) in enumerate(dataloader):
+                g_loss = adversarial_loss(discriminator(generator(z)), valid)
+                g_loss.backward()
+            """,
+        ),
+        Invalid(  # the device from torch.accelerator, passed into train() (pytorch/examples mnist)
+            """
+            import torch
+            import torch.nn as nn
+            class Net(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.conv1 = nn.Conv2d(1, 32, 3, 1)
+                    self.fc1 = nn.Linear(21632, 10)
+                def forward(self, x):
+                    return self.fc1(torch.flatten(self.conv1(x), 1))
+            def train(model, device, train_loader):
+                for data, target in train_loader:
+                    data, target = data.to(device), target.to(device)
+                    loss = F.nll_loss(model(data), target)
+                    loss.backward()
+            def main():
+                device = torch.accelerator.current_accelerator()
+                model = Net().to(device)
+                train(model, device, train_loader)
+            """,
+            line=17,
+            fixed="""
+            import torch
+            import torch.nn as nn
+            class Net(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.conv1 = nn.Conv2d(1, 32, 3, 1)
+                    self.fc1 = nn.Linear(21632, 10)
+                def forward(self, x):
+                    return self.fc1(torch.flatten(self.conv1(x), 1))
+            def train(model, device, train_loader):
+                for data, target in train_loader:
+                    data, target = data.to(device, memory_format=torch.channels_last), target.to(device)
+                    loss = F.nll_loss(model(data), target)
+                    loss.backward()
+            def main():
+                device = torch.accelerator.current_accelerator()
+                model = Net().to(device)
+                model = model.to(memory_format=torch.channels_last)
+                train(model, device, train_loader)
+            """,
+        ),
         Invalid(
             """
             import torch
@@ -179,7 +285,7 @@ class ChannelsLast(Rule):
     ]
 
     def visit_Module(self, node: cst.Module) -> None:
-        if "channels_last" in self.context.source or not self.context.facts.uses_cuda:
+        if "channels_last" in self.context.source or not self.facts.device.gpu_path:
             return
         fit = self._fit_classes(node)
         for name, built in self._models(node, fit):
@@ -193,9 +299,7 @@ class ChannelsLast(Rule):
         convs = conv_classes(self, module, CONV2D)
         classes = {s.name.value: s for s in module.body if isinstance(s, cst.ClassDef)}
         unfit = {
-            name
-            for name, cls in classes.items()
-            if any(method_name(c) == "view" for c in calls_in(cls))
+            name for name, cls in classes.items() if any(_flattening_view(c) for c in calls_in(cls))
         }
         changed = True
         while changed:  # a class made of an unfit class is unfit
@@ -223,8 +327,12 @@ class ChannelsLast(Rule):
         return found
 
     def _is_conv_model(self, call: cst.Call, fit: set[str]) -> bool:
-        if isinstance(call.func, cst.Name) and call.func.value in fit:
-            return True
+        if isinstance(call.func, cst.Name):
+            if call.func.value in fit:
+                return True
+            local = local_definition(self, call.func.value)  # `from models import Net`
+            if local is not None:
+                return local.conv2d and not local.views
         if is_conv_zoo_model(self, call):
             return True
         return self.is_call_to(call, *_SEQUENTIAL) and any(
@@ -233,40 +341,42 @@ class ChannelsLast(Rule):
 
     # ----- where it is placed on CUDA ---------------------------------------------------------
     def _placement(self, name: str, built: cst.Assign) -> cst.SimpleStatementLine | None:
-        """The statement that moves the model to CUDA: its own assignment
+        """The statement that moves the model to the device: its own assignment
         (`Net().to(device)`) or a later `model.to(device)` / `model = model.cuda()` in the
-        same block."""
+        same block, also inside an `if` there (the legacy `if cuda: generator.cuda()`)."""
         stmt = block_statement(built, self.parent)
         if not isinstance(stmt, cst.SimpleStatementLine):
             return None
         if self._placed_call(built.value) is not None:
             return stmt
         block = self.parent(stmt)
-        body = getattr(block, "body", ())
-        after = False
-        for other in body:
-            if other is stmt:
-                after = True
-                continue
-            if not after or not isinstance(other, cst.SimpleStatementLine):
-                continue
-            for small in other.body:
-                value = None
-                if isinstance(small, cst.Expr) or (
-                    isinstance(small, cst.Assign)
-                    and len(small.targets) == 1
-                    and isinstance(small.targets[0].target, cst.Name)
-                    and small.targets[0].target.value == name
-                ):
-                    value = small.value
-                call = self._placed_call(value) if value is not None else None
-                if (
-                    call is not None
-                    and isinstance(call.func, cst.Attribute)
-                    and _is_name(call.func.value, name)
-                ):
-                    return other
+        body = list(getattr(block, "body", ()))
+        later = body[next(i for i, s in enumerate(body) if s is stmt) + 1 :]
+        for other in later:
+            inner = other.body.body if isinstance(other, cst.If) else [other]
+            for line in inner:
+                if isinstance(line, cst.SimpleStatementLine) and self._places(line, name):
+                    return line
         return None
+
+    def _places(self, line: cst.SimpleStatementLine, name: str) -> bool:
+        """`name.to(device)`, `name.cuda()` or `name = name.to(device)`."""
+        for small in line.body:
+            value = None
+            if isinstance(small, cst.Expr) or (
+                isinstance(small, cst.Assign)
+                and len(small.targets) == 1
+                and _is_name(small.targets[0].target, name)
+            ):
+                value = small.value
+            call = self._placed_call(value) if value is not None else None
+            if (
+                call is not None
+                and isinstance(call.func, cst.Attribute)
+                and _is_name(call.func.value, name)
+            ):
+                return True
+        return False
 
     def _placed_call(self, expr: cst.BaseExpression) -> cst.Call | None:
         """`expr` is `<x>.cuda()` or `<x>.to(<CUDA device>)`."""
@@ -366,6 +476,19 @@ class ChannelsLast(Rule):
 
 def _is_name(expr: cst.CSTNode, name: str) -> bool:
     return isinstance(expr, cst.Name) and expr.value == name
+
+
+def _flattening_view(call: cst.Call) -> bool:
+    """`x.view(n, -1)`, `x.view(b, c, h * w)`: a view that merges dimensions, which fails on
+    NHWC activations. `out.view(n, 128, s, s)` (a linear layer's output made 4-D for the
+    convolutions after it) merges nothing."""
+    if method_name(call) != "view":
+        return False
+    values = [a.value for a in call.args]
+    minus_one = any(
+        isinstance(v, cst.UnaryOperation) and isinstance(v.operator, cst.Minus) for v in values
+    )
+    return minus_one or len(values) < 4 or any(a.star for a in call.args)
 
 
 def _strip_placement(expr: cst.BaseExpression) -> cst.BaseExpression:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import libcst as cst
 
+from autoopt.lint.device import GPU_MARKERS
 from autoopt.lint.edits import insert_after_imports, statement_line
+from autoopt.lint.project_facts import local_definition
 from autoopt.lint.rule import FileContext, Fix, FixSafety, Invalid, Rule, Valid
 from autoopt.lint.torch_api import is_conv_call, is_conv_zoo_model, torch_imports
 
@@ -13,8 +15,11 @@ class CudnnBenchmark(Rule):
     """
     ## What it does
     Flags a script that builds convolution layers (`nn.Conv1d/2d/3d`, transposed convolutions,
-    `F.conv2d`, torchvision's convolutional models) and runs on CUDA, but never sets
-    `torch.backends.cudnn.benchmark`.
+    `F.conv2d`), a convolutional model from a zoo (`torchvision.models.resnet50()`,
+    `models.__dict__[arch]()`, `timm.create_model("resnet50d")`) or one defined in another
+    module of the project (`from models import Net`, read without importing it) and can run on
+    a GPU (CUDA, `torch.accelerator`, a device flag; see `autoopt.lint.device`), but never
+    sets `torch.backends.cudnn.benchmark`.
 
     ## Why
     With `benchmark = True`, cuDNN times its candidate algorithms for each new input shape the
@@ -26,7 +31,7 @@ class CudnnBenchmark(Rule):
     - Determinism is requested (`cudnn.deterministic = True`,
       `torch.use_deterministic_algorithms(True)`): benchmarking may pick a different algorithm
       per run, so the rule stays quiet (AO802 reports scripts that set both).
-    - The script never touches CUDA (cuDNN is not used on CPU): not flagged.
+    - The script has no GPU path (cuDNN is not used on CPU): not flagged.
     - The script already sets the flag, either way (`benchmark = False` is a choice).
     - A library module that only defines layers (no training loop, no `__main__` block) is not
       flagged: setting a global flag at import would surprise its importers.
@@ -46,8 +51,8 @@ class CudnnBenchmark(Rule):
     fix_safety = FixSafety.SAFE
     fix_reason = "only cuDNN's choice of algorithm changes; results agree within tolerance"
     covered_by_optimize = True  # autoopt.optimize() applies it at run time
-    triggers = ("Conv", "conv", "models.")
-    requires = ("cuda", (".backward(", "__main__"))
+    triggers = ("Conv", "conv", "models", "create_model", "from ")  # `from models import Net`
+    requires = (GPU_MARKERS, (".backward(", "__main__"))
 
     VALID = [
         Valid(
@@ -91,6 +96,15 @@ class CudnnBenchmark(Rule):
                     return self.cuda()
             """
         ),
+        Valid(  # a transformer from timm
+            """
+            import timm
+            import torch
+            model = timm.create_model("vit_base_patch16_224").cuda()
+            for x, y in loader:
+                loss_fn(model(x.cuda()), y.cuda()).backward()
+            """
+        ),
         Valid(
             """
             import torch
@@ -103,6 +117,26 @@ class CudnnBenchmark(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # a timm CNN on the torch.accelerator device
+            """
+            import timm
+            import torch
+            device = torch.accelerator.current_accelerator()
+            model = timm.create_model("resnet50d", pretrained=True).to(device)
+            for x, y in loader:
+                loss_fn(model(x.to(device)), y.to(device)).backward()
+            """,
+            line=4,
+            fixed="""
+            import timm
+            import torch
+            torch.backends.cudnn.benchmark = True
+            device = torch.accelerator.current_accelerator()
+            model = timm.create_model("resnet50d", pretrained=True).to(device)
+            for x, y in loader:
+                loss_fn(model(x.to(device)), y.to(device)).backward()
+            """,
+        ),
         Invalid(
             """
             import torch
@@ -155,16 +189,25 @@ class CudnnBenchmark(Rule):
         self._eligible = (
             "cudnn.benchmark" not in source
             and "cudnn.flags(" not in source
-            and facts.uses_cuda
+            and facts.device.gpu_path
             and not facts.requests_determinism
             # a script: it trains or has a main block (never a library's import side effect)
             and (bool(facts.training_loops) or "__main__" in source)
         )
 
+    def _local_conv(self, node: cst.Call) -> bool:
+        """A convolutional model imported from the user's project (`from models import Net`)."""
+        if not isinstance(node.func, cst.Name):
+            return False
+        found = local_definition(self, node.func.value)
+        return found is not None and found.conv
+
     def visit_Call(self, node: cst.Call) -> None:
         if self._done or not self._eligible:
             return
-        if not (is_conv_call(self, node) or is_conv_zoo_model(self, node)):
+        if not (
+            is_conv_call(self, node) or is_conv_zoo_model(self, node) or self._local_conv(node)
+        ):
             return
         self._done = True  # one finding per file: the fix is one line for the whole script
         new = statement_line("torch.backends.cudnn.benchmark = True")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import libcst as cst
 
 from autoopt.lint.calls import arg
+from autoopt.lint.device import GPU_MARKERS
 from autoopt.lint.nodes import string_value
 from autoopt.lint.rule import Invalid, Rule, Valid
 
@@ -18,7 +19,8 @@ _DATA_PARALLEL = (
 class DataParallel(Rule):
     """
     ## What it does
-    Flags `torch.nn.DataParallel(model)` in a script that runs on CUDA.
+    Flags `torch.nn.DataParallel(model)` in a script that can run on a GPU (see
+    `autoopt.lint.device`).
 
     ## Why
     `DataParallel` is one process driving all GPUs with threads: every step it scatters the
@@ -36,7 +38,7 @@ class DataParallel(Rule):
     - Single-process scripts that only ever run on one GPU gain nothing from either wrapper:
       a `DataParallel` pinned to one device (`device_ids=[0]`) or a script that makes a single
       GPU visible (`CUDA_VISIBLE_DEVICES="0"`) is not flagged.
-    - Scripts without CUDA (`DataParallel` is then a no-op) and a user's own `DataParallel`
+    - Scripts with no GPU path (`DataParallel` is then a no-op) and a user's own `DataParallel`
       class (such as seed 003's `DataParallelModel`) are not flagged.
 
     ## Fix
@@ -52,7 +54,7 @@ class DataParallel(Rule):
     )
     fix_reason = "moving to DDP changes how the script is launched; use `autoopt rewrite --wrap`"
     triggers = ("DataParallel",)
-    requires = ("cuda",)
+    requires = (GPU_MARKERS,)
 
     VALID = [
         Valid(
@@ -113,7 +115,7 @@ class DataParallel(Rule):
     ]
 
     def visit_Call(self, node: cst.Call) -> None:
-        if not self.is_call_to(node, *_DATA_PARALLEL) or not self.context.facts.uses_cuda:
+        if not self.is_call_to(node, *_DATA_PARALLEL) or not self.facts.device.gpu_path:
             return
         if self._single_gpu(node):
             return

@@ -31,8 +31,11 @@ class DataLoaderNumWorkers(Rule):
     number of CPU cores per GPU; more than that only adds memory and start-up time).
 
     ## When not to
-    - The options come through `**kwargs` that are not a literal dict in the same scope: the
-      value may well be set there, so the rule stays quiet.
+    - The options come through `**kwargs` that the rule cannot read: the value may well be set
+      there, so the rule stays quiet. A dict built in the same scope from literals is read,
+      also when grown with `kw.update({...})` / `kw.update(other_literal_dict)` /
+      `kw["key"] = ...` or chosen by a condition (`{...} if use_cuda else {}`); a key set on
+      either branch counts as set.
     - A custom wrapper (a user's own `DataLoader` class or factory) is not torch's and is not
       flagged.
     - An `IterableDataset` defined in the file that does not shard by
@@ -59,6 +62,25 @@ class DataLoaderNumWorkers(Rule):
     triggers = ("DataLoader",)
 
     VALID = [
+        Valid(  # workers set on the accelerator branch of a conditional dict (pytorch/examples vae)
+            """
+            import torch
+            use_accel = torch.accelerator.is_available()
+            kwargs = {"num_workers": 1, "pin_memory": True} if use_accel else {}
+            with open("log.txt") as log:
+                train_loader = torch.utils.data.DataLoader(ds, batch_size=128, **kwargs)
+            """
+        ),
+        Valid(  # ... or merged in with .update()
+            """
+            import torch
+            train_kwargs = {"batch_size": 64}
+            if use_accel:
+                accel_kwargs = {"num_workers": 1, "persistent_workers": True}
+                train_kwargs.update(accel_kwargs)
+            train_loader = torch.utils.data.DataLoader(dataset1, **train_kwargs)
+            """
+        ),
         Valid(
             """
             from torch.utils.data import DataLoader
@@ -96,6 +118,21 @@ class DataLoaderNumWorkers(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # kwargs grown with .update() that never set num_workers
+            """
+            import torch
+            train_kwargs = {"batch_size": 64}
+            train_kwargs.update({"shuffle": True})
+            train_loader = torch.utils.data.DataLoader(dataset1, **train_kwargs)
+            """,
+            line=4,
+            fixed="""
+            import torch
+            train_kwargs = {"batch_size": 64}
+            train_kwargs.update({"shuffle": True})
+            train_loader = torch.utils.data.DataLoader(dataset1, **train_kwargs, num_workers=4)
+            """,
+        ),
         Invalid(
             """
             import torch

@@ -5,6 +5,8 @@ from __future__ import annotations
 import libcst as cst
 
 from autoopt.lint.calls import assigned_name, call_options, with_keyword
+from autoopt.lint.device import GPU_MARKERS
+from autoopt.lint.handled import library_places_batches
 from autoopt.lint.loops import batch_transfers, data_loops, loops_over
 from autoopt.lint.nodes import is_name
 from autoopt.lint.rule import Fix, FixSafety, Invalid, Rule, Valid
@@ -15,7 +17,9 @@ class DataLoaderPinMemory(Rule):
     """
     ## What it does
     Flags a `torch.utils.data.DataLoader` without `pin_memory` in a script that moves its batches
-    to CUDA (`batch.to(device)` / `.cuda()` inside the loop over the loader).
+    to the GPU (`batch.to(device)`, `.cuda()`, the legacy `imgs.type(torch.cuda.FloatTensor)`
+    inside the loop over the loader). The device may come from CUDA, `torch.accelerator`, a
+    `--device` flag or a `device` parameter (see `autoopt.lint.device`).
 
     ## Why
     A host-to-GPU copy from ordinary (pageable) memory is staged by the driver through a pinned
@@ -25,11 +29,15 @@ class DataLoaderPinMemory(Rule):
     with the kernels already queued (seed 002).
 
     ## When not to
-    - Scripts with no CUDA anywhere: pinning costs host memory and a thread for nothing. The
-      rule only speaks when the file uses CUDA and moves batches to a device.
+    - Scripts with no GPU path (a CPU-only tutorial): pinning costs host memory and a thread for
+      nothing. The rule only speaks when the file can run on a GPU and moves batches to a
+      device.
+    - Loaders handed to `accelerator.prepare(...)` (HF Accelerate) or driven by Lightning: the
+      library places the batches.
     - `pin_memory=False` written explicitly is the user's choice (e.g. a host short of locked
-      memory); options hidden in `**kwargs` that are not a literal dict in the same scope are not
-      assumed missing.
+      memory). Options in `**kwargs` are read when the dict is built in the same scope from
+      literals (also `kw.update(cuda_kwargs)` and `{...} if use_cuda else {}`, where a key set
+      on either branch counts as set); other `**kwargs` are not assumed missing.
     - torch before 1.8 could crash with `pin_memory=True` together with
       `persistent_workers=True`: with `--target-version` below 1.8 such a loader is left alone.
 
@@ -45,7 +53,7 @@ class DataLoaderPinMemory(Rule):
     fix_reason = "pinning changes where the batch lives on the host, not its values"
     covered_by_optimize = True  # autoopt.optimize() applies it at run time
     triggers = ("DataLoader",)
-    requires = ("cuda",)
+    requires = (GPU_MARKERS,)
 
     VALID = [
         Valid(  # CPU-only script
@@ -80,6 +88,52 @@ class DataLoaderPinMemory(Rule):
                     model(x.cuda()).sum().backward()
             """
         ),
+        Valid(  # pin_memory set through .update() of another literal dict (pytorch/examples)
+            """
+            import torch
+            def main(args):
+                device = torch.accelerator.current_accelerator()
+                train_kwargs = {"batch_size": args.batch_size}
+                if torch.accelerator.is_available():
+                    accel_kwargs = {"num_workers": 1, "pin_memory": True, "shuffle": True}
+                    train_kwargs.update(accel_kwargs)
+                train_loader = torch.utils.data.DataLoader(dataset1, **train_kwargs)
+                for data, target in train_loader:
+                    model(data.to(device)).sum().backward()
+            """
+        ),
+        Valid(  # ... or by a conditional dict
+            """
+            import torch
+            use_cuda = torch.cuda.is_available()
+            kwargs = {"num_workers": 1, "pin_memory": True} if use_cuda else {}
+            loader = torch.utils.data.DataLoader(ds, batch_size=128, **kwargs)
+            for data, _ in loader:
+                model(data.to(device)).sum().backward()
+            """
+        ),
+        Valid(  # Accelerate places the batches
+            """
+            from accelerate import Accelerator
+            from torch.utils.data import DataLoader
+            accelerator = Accelerator(mixed_precision="fp16")
+            loader = DataLoader(ds, batch_size=32)
+            model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+            for batch in loader:
+                batch.to(accelerator.device)
+                accelerator.backward(model(**batch).loss)
+            """
+        ),
+        Valid(  # CPU-only tutorial: no device path at all
+            """
+            import torch
+            loader = torch.utils.data.DataLoader(ds, batch_size=100, shuffle=True)
+            for images, labels in loader:
+                images = images.reshape(-1, 28 * 28).to(device)
+                loss = criterion(model(images), labels)
+                loss.backward()
+            """
+        ),
         Valid(  # CUDA in the file, but batches only cast to a dtype
             """
             import torch
@@ -93,6 +147,60 @@ class DataLoaderPinMemory(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # legacy CUDA idioms (PyTorch-GAN)
+            """
+            import torch
+            from torch.utils.data import DataLoader
+            cuda = True if torch.cuda.is_available() else False
+            Tensor = torch.cuda.FloatTensor if cuda else torch.FloatTensor
+            dataloader = DataLoader(dataset, batch_size=64, shuffle=True)
+            for epoch in range(200):
+                for i, (imgs, _) in enumerate(dataloader):
+                    real_imgs = Variable(imgs.type(Tensor))
+                    loss = adversarial_loss(discriminator(real_imgs), valid)
+                    loss.backward()
+            """,
+            line=5,
+            fixed="""
+            import torch
+            from torch.utils.data import DataLoader
+            cuda = True if torch.cuda.is_available() else False
+            Tensor = torch.cuda.FloatTensor if cuda else torch.FloatTensor
+            dataloader = DataLoader(dataset, batch_size=64, shuffle=True, pin_memory=True)
+            for epoch in range(200):
+                for i, (imgs, _) in enumerate(dataloader):
+                    real_imgs = Variable(imgs.type(Tensor))
+                    loss = adversarial_loss(discriminator(real_imgs), valid)
+                    loss.backward()
+            """,
+        ),
+        Invalid(  # torch.accelerator; kwargs grown with .update() lack pin_memory
+            """
+            import torch
+            def main(args):
+                device = torch.accelerator.current_accelerator()
+                train_kwargs = {"batch_size": args.batch_size}
+                if torch.accelerator.is_available():
+                    train_kwargs.update({"num_workers": 1, "shuffle": True})
+                train_loader = torch.utils.data.DataLoader(dataset1, **train_kwargs)
+                for data, target in train_loader:
+                    data = data.to(device)
+                    model(data).sum().backward()
+            """,
+            line=7,
+            fixed="""
+            import torch
+            def main(args):
+                device = torch.accelerator.current_accelerator()
+                train_kwargs = {"batch_size": args.batch_size}
+                if torch.accelerator.is_available():
+                    train_kwargs.update({"num_workers": 1, "shuffle": True})
+                train_loader = torch.utils.data.DataLoader(dataset1, **train_kwargs, pin_memory=True)
+                for data, target in train_loader:
+                    data = data.to(device)
+                    model(data).sum().backward()
+            """,
+        ),
         Invalid(
             """
             import torch
@@ -142,7 +250,9 @@ class DataLoaderPinMemory(Rule):
     ]
 
     def visit_Call(self, node: cst.Call) -> None:
-        if not self.facts.uses_cuda or not self.is_call_to(node, *DATALOADER):
+        if not self.facts.device.gpu_path or not self.is_call_to(node, *DATALOADER):
+            return
+        if library_places_batches(self):
             return
         options = call_options(self, node)
         if not options.known_missing("pin_memory"):

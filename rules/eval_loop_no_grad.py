@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import libcst as cst
 
 from autoopt.lint.facts import EVAL_MARKERS
@@ -18,15 +20,35 @@ _NEEDS_GRAD = (
     "torch.autograd.functional.hessian",
     "torch.func.grad",
 )
-_MODEL_WORDS = ("model", "net", "encoder", "decoder", "classifier")
+_MODEL_WORDS = (
+    "model",
+    "net",
+    "encoder",
+    "decoder",
+    "classifier",
+    "generator",
+    "discriminator",
+)
+# Functions that only produce samples or scores: GAN `sample_images()`, `evaluate()`, ...
+_INFERENCE_FUNCTION_WORDS = ("sample", "eval", "valid", "test", "infer", "predict")
+_PERIODIC_MESSAGE = (
+    "model runs with autograd on for sampling/logging inside the training loop; "
+    "wrap it in torch.no_grad()"
+)
 
 
 class EvalLoopNoGrad(Rule):
     """
     ## What it does
-    Flags an evaluation loop — a `for` loop after `model.eval()` (or in a function named like
-    `evaluate`/`validate`/`test`) that runs the model and never calls `backward()` — that is not
-    under `torch.no_grad()` / `torch.inference_mode()`.
+    Flags model inference that records autograd graphs it never uses, outside
+    `torch.no_grad()` / `torch.inference_mode()`:
+    - an evaluation loop — a `for` loop after `model.eval()` (or in a function named like
+      `evaluate`/`validate`/`test`) that runs the model and never calls `backward()`;
+    - a sampling function with no loop that runs a model and returns nothing
+      (`def sample_images(...)`, which saves a GAN's samples to disk), or an evaluation
+      function with no loop that runs the model it put in eval mode;
+    - sampling every N steps inside the training loop (`if i % 100 == 0:
+      fake = netG(fixed_noise)` to save images), reported without a fix.
 
     ## Why
     `model.eval()` only switches dropout and batch-norm to inference behaviour; it does not stop
@@ -41,9 +63,12 @@ class EvalLoopNoGrad(Rule):
       `enable_grad()`, or sets `requires_grad` (saliency maps, adversarial examples,
       gradient-based metrics).
     - Loops that run no model (over `named_parameters()`, over metrics).
+    - A sampling function that returns a value (its caller may differentiate it), and
+      periodic blocks of the training loop that step an optimizer or call `backward()`.
 
     ## Fix (safe)
-    Wraps the loop in `with torch.no_grad():` (adding `import torch` if needed). Outputs are the
+    Wraps the loop in `with torch.no_grad():`, or decorates the sampling function with
+    `@torch.no_grad()` (adding `import torch` if needed). Outputs are the
     same values; they no longer carry `grad_fn`, which only code that differentiates them would
     notice, and that code is excluded above.
     """
@@ -53,9 +78,48 @@ class EvalLoopNoGrad(Rule):
     message = "evaluation loop runs the model with autograd on; wrap it in torch.no_grad()"
     fix_safety = FixSafety.SAFE
     fix_reason = "no gradient is taken in the loop, so its results are the same without autograd"
-    triggers = EVAL_MARKERS  # `.eval()` before the loop, or an evaluation function's name
+    # `.eval()` before the loop, an evaluation or sampling function, or a training loop
+    triggers = (*EVAL_MARKERS, "def sample", ".backward(")
 
     VALID = [
+        Valid(  # a sampling function whose result the caller may differentiate
+            """
+            import torch
+            def sample(generator, z):
+                return generator(z)
+            """
+        ),
+        Valid(  # the periodic block is gradient accumulation, not sampling
+            """
+            import torch
+            for i, (x, y) in enumerate(loader):
+                loss = model(x).sum() / 4
+                loss.backward()
+                if (i + 1) % 4 == 0:
+                    model_ema.update(model)
+                    optimizer.step()
+            """
+        ),
+        Valid(  # a test function that never puts the model in eval mode
+            """
+            import torch
+            def test_forward_shape():
+                model = Net()
+                out = model(torch.zeros(1, 3))
+                assert out.shape == (1, 10)
+            """
+        ),
+        Valid(  # the model call is under no_grad inside the loop (HF Accelerate examples)
+            """
+            import torch
+            model.eval()
+            for step, batch in enumerate(eval_dataloader):
+                batch.to(accelerator.device)
+                with torch.no_grad():
+                    outputs = model(**batch)
+                predictions = outputs.logits.argmax(dim=-1)
+            """
+        ),
         Valid(
             """
             import torch
@@ -94,6 +158,42 @@ class EvalLoopNoGrad(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # GAN samples saved every N batches (PyTorch-GAN cyclegan)
+            """
+            import torch
+            def sample_images(batches_done):
+                imgs = next(iter(val_dataloader))
+                G_AB.eval()
+                fake_B = G_AB(imgs["A"].type(Tensor))
+                save_image(fake_B, "images/%s.png" % batches_done, normalize=False)
+            """,
+            line=2,
+            fixed="""
+            import torch
+            @torch.no_grad()
+            def sample_images(batches_done):
+                imgs = next(iter(val_dataloader))
+                G_AB.eval()
+                fake_B = G_AB(imgs["A"].type(Tensor))
+                save_image(fake_B, "images/%s.png" % batches_done, normalize=False)
+            """,
+        ),
+        Invalid(  # fixed-noise samples every 100 iterations (pytorch/examples dcgan)
+            """
+            import torch
+            optimizerG = torch.optim.Adam(netG.parameters(), lr=0.0002)
+            for epoch in range(25):
+                for i, data in enumerate(dataloader):
+                    errG = criterion(netD(netG(noise)), label)
+                    errG.backward()
+                    optimizerG.step()
+                    if i % 100 == 0:
+                        fake = netG(fixed_noise)
+                        vutils.save_image(fake.detach(), "fake_samples.png", normalize=True)
+            """,
+            line=9,
+            message_contains="sampling/logging",
+        ),
         Invalid(
             """
             import torch
@@ -165,6 +265,76 @@ class EvalLoopNoGrad(Rule):
             ),
         )
 
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        """A sampling/evaluation function without a loop: runs a model, returns nothing."""
+        facts = self.facts
+        words = node.name.value.lower()
+        if not any(w in words for w in _INFERENCE_FUNCTION_WORDS) or not node.body.body:
+            return
+        if facts.in_no_grad(node.body) or self._needs_grad(node) or _returns_value(node):
+            return
+        if any(isinstance(n, cst.For | cst.While) for n in walk(node.body, into_scopes=False)):
+            return  # loops are visit_For's (evaluation loops) or not inference at all
+        evaluated = self._evaluated(node)
+        calls = self._model_calls(node.body, evaluated)
+        if "sample" not in words:  # `def test_x()` in a test suite: only after `model.eval()`
+            calls = [c for c in calls if code_of(c.func) in evaluated]
+        if not calls:
+            return
+        torch, imports = torch_name(self)
+        decorator = cst.Decorator(decorator=cst.parse_expression(f"{torch}.no_grad()"))
+        self.report(
+            node,
+            "sampling function runs the model with autograd on; decorate it with @torch.no_grad()",
+            fix=Fix(
+                replacements={node: node.with_changes(decorators=[decorator, *node.decorators])},
+                description="decorate with @torch.no_grad()",
+                add_imports=imports,
+            ),
+        )
+
+    def visit_If(self, node: cst.If) -> None:
+        """Sampling every N steps inside the training loop (`if i % 100 == 0: netG(noise)`)."""
+        facts = self.facts
+        if not _periodic(node.test) or facts.training_loop_of(node) is None:
+            return
+        if facts.in_no_grad(node) or self._needs_grad(node) or _steps_optimizer(node.body):
+            return
+        calls = [c for c in self._model_calls(node.body, set()) if not facts.in_no_grad(c)]
+        if calls:
+            self.report(calls[0], _PERIODIC_MESSAGE)
+
+    def _model_calls(self, body: cst.CSTNode, evaluated: set[str]) -> list[cst.Call]:
+        """Calls of a model in `body`: one put in eval mode, one whose `parameters()` an
+        optimizer trains, or one named like a model (`netG`, `generator`)."""
+        trained = self._trained_modules
+        found = []
+        for call in calls_in(body, into_scopes=False):
+            if not isinstance(call.func, cst.Name | cst.Attribute):
+                continue
+            text = code_of(call.func)
+            last = text.rsplit(".", 1)[-1].lower()
+            if text in evaluated or text in trained or any(w in last for w in _MODEL_WORDS):
+                found.append(call)
+        return found
+
+    @functools.cached_property
+    def _trained_modules(self) -> set[str]:
+        """`netG` for every `netG.parameters()` in the file (what optimizers train)."""
+        return {
+            code_of(c.func.value)
+            for c in calls_in(self.context.module)
+            if isinstance(c.func, cst.Attribute) and c.func.attr.value == "parameters"
+        }
+
+    def _evaluated(self, scope: cst.CSTNode) -> set[str]:
+        """Modules put in eval mode in `scope` (`G_AB` for `G_AB.eval()`)."""
+        return {
+            code_of(c.func.value)
+            for c in self.facts.eval_calls
+            if isinstance(c.func, cst.Attribute) and self.facts.enclosing_scope(c) is scope
+        }
+
     def _runs_model(self, loop: cst.For) -> bool:
         """The loop calls the module that was put in eval mode, or something named like a
         model."""
@@ -175,8 +345,8 @@ class EvalLoopNoGrad(Rule):
             if isinstance(c.func, cst.Attribute) and self.facts.enclosing_scope(c) is scope
         }
         for call in calls_in(loop.body, into_scopes=False):
-            if not isinstance(call.func, cst.Name | cst.Attribute):
-                continue
+            if not isinstance(call.func, cst.Name | cst.Attribute) or self.facts.in_no_grad(call):
+                continue  # a model call already under `with torch.no_grad():` inside the loop
             text = code_of(call.func)
             last = text.rsplit(".", 1)[-1].lower()
             if text in evaluated or any(w in last for w in _MODEL_WORDS):
@@ -195,3 +365,23 @@ class EvalLoopNoGrad(Rule):
             if isinstance(n, cst.Arg) and is_name(n.keyword, "requires_grad"):
                 return True
         return False
+
+
+def _returns_value(func: cst.FunctionDef) -> bool:
+    return any(
+        isinstance(n, cst.Return) and n.value is not None
+        for n in walk(func.body, into_scopes=False)
+    ) or any(isinstance(n, cst.Yield) for n in walk(func.body, into_scopes=False))
+
+
+def _periodic(test: cst.BaseExpression) -> bool:
+    """`i % 100 == 0`, `batches_done % opt.sample_interval == 0`: true every N steps."""
+    return any(
+        isinstance(n, cst.BinaryOperation) and isinstance(n.operator, cst.Modulo)
+        for n in walk(test)
+    )
+
+
+def _steps_optimizer(body: cst.CSTNode) -> bool:
+    """The block steps an optimizer or a scaler (gradient accumulation's `if`)."""
+    return any(method_name(c) in ("step", "backward") for c in calls_in(body))

@@ -5,8 +5,10 @@ from __future__ import annotations
 import libcst as cst
 
 from autoopt.lint.calls import arg, with_keyword
+from autoopt.lint.device import GPU_MARKERS
 from autoopt.lint.edits import enclosing_statement
 from autoopt.lint.facts import EVAL_MARKERS
+from autoopt.lint.handled import is_hogwild, library_places_batches
 from autoopt.lint.loops import batch_transfers, data_loops
 from autoopt.lint.nodes import method_name, names_in, root_name, walk
 from autoopt.lint.rule import Fix, FixSafety, Invalid, Rule, Valid
@@ -20,7 +22,8 @@ class ToDeviceNonBlocking(Rule):
     """
     ## What it does
     Flags `batch.to(device)` inside the loop over a DataLoader when it does not pass
-    `non_blocking=True`.
+    `non_blocking=True`, and the legacy form of the same copy, `imgs.type(Tensor)` with
+    `Tensor = torch.cuda.FloatTensor if cuda else torch.FloatTensor`.
 
     ## Why
     A blocking host-to-device copy makes the Python thread wait for the transfer before it can
@@ -35,10 +38,15 @@ class ToDeviceNonBlocking(Rule):
       host would race).
     - Not when the moved tensor is read on the host later in the same block (`.item()`,
       `.tolist()`, `.numpy()`, `print`): that read waits for the copy anyway.
-    - Not in scripts with no CUDA anywhere, where there is nothing to overlap.
+    - Not in scripts with no GPU path (no CUDA, `torch.accelerator`, device flag or device
+      parameter anywhere; see `autoopt.lint.device`), where there is nothing to overlap.
+    - Not when a library places the batches (`accelerator.prepare(loader)` of HF Accelerate,
+      Lightning), nor in Hogwild training (`model.share_memory()` and CPU worker processes,
+      also when this file is the module such a script starts).
 
     ## Fix (safe)
-    Adds `non_blocking=True`. CUDA orders the copy before every later use on the same stream.
+    Adds `non_blocking=True` (`Tensor.type` takes it too). CUDA orders the copy before every
+    later use on the same stream.
     """
 
     code = "AO103"
@@ -47,10 +55,10 @@ class ToDeviceNonBlocking(Rule):
     fix_safety = FixSafety.SAFE
     fix_reason = "the stream orders the asynchronous copy before every kernel that reads it"
     covered_by_optimize = True  # autoopt.optimize() applies it at run time
-    triggers = (".to(",)
+    triggers = (".to(", ".type(")
     # CUDA-only, and only in batch loops (loops.data_loops): training loops, evaluation
     # loops (AO403's markers) or loops over a DataLoader.
-    requires = ("cuda", (".backward(", "DataLoader", *EVAL_MARKERS))
+    requires = (GPU_MARKERS, (".backward(", "DataLoader", *EVAL_MARKERS))
 
     VALID = [
         Valid(  # a module and a dtype cast, not the batch
@@ -91,6 +99,37 @@ class ToDeviceNonBlocking(Rule):
                 model(x).sum().backward()
             """
         ),
+        Valid(  # Accelerate places the batches
+            """
+            from accelerate import Accelerator
+            accelerator = Accelerator()
+            model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+            for x, y in loader:
+                x = x.to(accelerator.device)
+                accelerator.backward(model(x).sum())
+            """
+        ),
+        Valid(  # Hogwild: CPU processes sharing one model
+            """
+            import torch.multiprocessing as mp
+            def train(model, device, loader):
+                for x, y in loader:
+                    model(x.to(device)).sum().backward()
+            if __name__ == "__main__":
+                model.share_memory()
+                procs = [mp.Process(target=train, args=(model, device, loader)) for _ in range(4)]
+            """
+        ),
+        Valid(  # a tensor made on the host each step is not the loader's batch
+            """
+            import torch
+            device = torch.device("cuda")
+            for i, (images, _) in enumerate(data_loader):
+                labels = torch.ones(images.size(0), 1).to(device)
+                loss = criterion(model(images), labels)
+                loss.backward()
+            """
+        ),
         Valid(  # not a batch loop: moving parameters
             """
             import torch
@@ -100,6 +139,69 @@ class ToDeviceNonBlocking(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # the legacy typed-tensor copy (PyTorch-GAN)
+            """
+            import torch
+            cuda = True if torch.cuda.is_available() else False
+            Tensor = torch.cuda.FloatTensor if cuda else torch.FloatTensor
+            for i, (imgs, _) in enumerate(dataloader):
+                real_imgs = Variable(imgs.type(Tensor))
+                loss = adversarial_loss(discriminator(real_imgs), valid)
+                loss.backward()
+            """,
+            line=5,
+            fixed="""
+            import torch
+            cuda = True if torch.cuda.is_available() else False
+            Tensor = torch.cuda.FloatTensor if cuda else torch.FloatTensor
+            for i, (imgs, _) in enumerate(dataloader):
+                real_imgs = Variable(imgs.type(Tensor, non_blocking=True))
+                loss = adversarial_loss(discriminator(real_imgs), valid)
+                loss.backward()
+            """,
+        ),
+        Invalid(  # a batch reshaped on the host, then copied (yunjey/pytorch-tutorial GAN)
+            """
+            import torch
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            for i, (images, _) in enumerate(data_loader):
+                images = images.reshape(batch_size, -1).to(device)
+                d_loss = criterion(D(images), real_labels)
+                d_loss.backward()
+            """,
+            line=4,
+            fixed="""
+            import torch
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            for i, (images, _) in enumerate(data_loader):
+                images = images.reshape(batch_size, -1).to(device, non_blocking=True)
+                d_loss = criterion(D(images), real_labels)
+                d_loss.backward()
+            """,
+        ),
+        Invalid(  # the device chosen by torch.accelerator and passed in as a parameter
+            """
+            import torch
+            def train(model, device, train_loader, optimizer):
+                for data, target in train_loader:
+                    data, target = data.to(device), target.to(device)
+                    loss = F.nll_loss(model(data), target)
+                    loss.backward()
+            def main():
+                device = torch.accelerator.current_accelerator()
+            """,
+            line=4,
+            fixed="""
+            import torch
+            def train(model, device, train_loader, optimizer):
+                for data, target in train_loader:
+                    data, target = data.to(device, non_blocking=True), target.to(device, non_blocking=True)
+                    loss = F.nll_loss(model(data), target)
+                    loss.backward()
+            def main():
+                device = torch.accelerator.current_accelerator()
+            """,
+        ),
         Invalid(
             """
             import torch
@@ -141,20 +243,30 @@ class ToDeviceNonBlocking(Rule):
     ]
 
     def visit_Module(self, node: cst.Module) -> None:
-        if not self.facts.uses_cuda:
+        if not self.facts.device.gpu_path or library_places_batches(self):
             return
+        transfers = self._blocking_transfers()
+        if transfers and is_hogwild(self):
+            return
+        for call in transfers:
+            new_call = with_keyword(call, "non_blocking", cst.Name("True"))
+            self.report(
+                call, fix=Fix(replacements={call: new_call}, description="non_blocking=True")
+            )
+
+    def _blocking_transfers(self) -> list[cst.Call]:
+        """The copies of batches to the device that do not pass `non_blocking`."""
+        found: list[cst.Call] = []
         seen: set[int] = set()
         for loop in data_loops(self):
             for call in batch_transfers(self, loop):
-                if id(call) in seen or method_name(call) != "to":
+                if id(call) in seen or method_name(call) not in ("to", "type"):
                     continue
                 seen.add(id(call))
                 if arg(call, "non_blocking") is not None or self._read_on_host(call):
                     continue
-                new_call = with_keyword(call, "non_blocking", cst.Name("True"))
-                self.report(
-                    call, fix=Fix(replacements={call: new_call}, description="non_blocking=True")
-                )
+                found.append(call)
+        return found
 
     def _read_on_host(self, call: cst.Call) -> bool:
         """The result is bound to a name that the rest of the block reads on the host."""

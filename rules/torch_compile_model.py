@@ -8,6 +8,7 @@ import libcst as cst
 
 from autoopt.lint.calls import arg
 from autoopt.lint.edits import statement_line
+from autoopt.lint.handled import is_hogwild, uses_accelerate
 from autoopt.lint.nodes import contains, is_name, method_name, names_in, walk
 from autoopt.lint.rule import Fix, FixSafety, Invalid, Rule, Valid
 
@@ -42,6 +43,9 @@ class TorchCompileModel(Rule):
       only inside another function: the rule cannot place the call safely and stays quiet.
     - A model already compiled (`model.compile()`, `torch.compile(model)` under any name), and
       files that use TorchScript or `torch._dynamo.optimize`.
+    - Scripts driven by HF Accelerate (`Accelerator(...)` compiles through its `dynamo_backend`
+      setting) and Hogwild training (`model.share_memory()` with CPU worker processes, also
+      the module such a script starts).
     - Each model that an optimizer trains gets its own report (a GAN's generator and
       discriminator both do).
 
@@ -104,6 +108,20 @@ class TorchCompileModel(Rule):
             opt = torch.optim.AdamW(model.parameters())
             for x in loader:
                 model(x).sum().backward()
+            """
+        ),
+        Valid(  # Accelerate configures compilation (dynamo_backend)
+            """
+            import torch
+            from accelerate import Accelerator
+            accelerator = Accelerator(mixed_precision="bf16")
+            model = Net()
+            optimizer = torch.optim.AdamW(model.parameters())
+            model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+            for batch in loader:
+                loss = model(**batch).loss
+                accelerator.backward(loss)
+                loss.backward()
             """
         ),
         Valid(  # no optimizer over a model's parameters: not a model training script
@@ -188,6 +206,8 @@ class TorchCompileModel(Rule):
     def visit_Module(self, node: cst.Module) -> None:
         if not self.facts.training_loops or self._shadowed_or_scripted(node):
             return
+        if uses_accelerate(self) or is_hogwild(self):
+            return  # Accelerate compiles (`dynamo_backend`); Hogwild shares one eager model
         done: set[str] = set()
         for opt_call in self._optimizer_calls(node):
             params = arg(opt_call, "params", 0)

@@ -1,10 +1,11 @@
 """The results cache: `.autoopt_cache/` at the project root, like Ruff's `.ruff_cache/`.
 
 One JSON file per *settings key* (the selected rules with a hash of every .py file of their
-folders and of the whole engine package, the autoopt and libcst versions, the target torch
-version). Inside it, each file's entry
-holds the hash of the content it was computed from; an entry is used only when the content hash
-matches, so editing a file, or changing any rule or helper module, re-lints exactly what it must. JSON and not
+folders and of the whole engine package,
+the autoopt and libcst versions, the target torch version). Inside it, each file's entry
+holds the hash of the content it was computed from, and the hashes of the project's other files
+that its rules read (a local module that defines the model); an entry is used only when all of
+them match, so editing a file, a module it imports, or any rule re-lints exactly what it must. JSON and not
 pickle on purpose: a cache folder can come from anywhere (a checkout, an artifact) and loading it
 must never run code. The cache is best effort: an unreadable or unwritable cache is ignored.
 """
@@ -28,6 +29,17 @@ _KEEP_KEYS = 8  # settings-key files kept per version (older ones are pruned)
 def content_digest(data: bytes) -> str:
     """The content hash that keys a file's cached result."""
     return hashlib.blake2b(data, digest_size=16).hexdigest()
+
+
+def _unchanged(depends: dict[str, str]) -> bool:
+    """Every other file a result was computed from still has the content it had then."""
+    for dep, dep_digest in depends.items():
+        try:
+            if content_digest(Path(dep).read_bytes()) != dep_digest:
+                return False
+        except OSError:
+            return False
+    return True
 
 
 def settings_key(fingerprint: str, target_version: tuple[int, int] | None) -> str:
@@ -72,9 +84,10 @@ class Cache:
         if not entry or entry[0] != digest:
             return None
         try:
-            return FileResult.from_cache(display, entry)
+            result = FileResult.from_cache(display, entry)
         except (TypeError, ValueError):  # an entry of an older shape: ignore it
             return None
+        return result if _unchanged(result.depends) else None
 
     def put(self, path: Path | str, result: FileResult) -> None:
         if not self.enabled or not result.digest:

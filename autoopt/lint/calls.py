@@ -99,6 +99,11 @@ def call_options(
 
 
 def _literal_dict(expr: cst.BaseExpression) -> dict[str, cst.BaseExpression] | None:
+    """`{"k": v}`, `dict(k=v)`, or `{...} if cond else {...}` (the keys of both branches: a key
+    set on either branch counts as set)."""
+    if isinstance(expr, cst.IfExp):
+        body, orelse = _literal_dict(expr.body), _literal_dict(expr.orelse)
+        return None if body is None or orelse is None else {**orelse, **body}
     if isinstance(expr, cst.Dict):
         out: dict[str, cst.BaseExpression] = {}
         for el in expr.elements:
@@ -117,23 +122,36 @@ def _literal_dict(expr: cst.BaseExpression) -> dict[str, cst.BaseExpression] | N
     return None
 
 
+_MAX_DICT_DEPTH = 4  # `a.update(b)` where b is built from c...: followed this deep
+
+
 def _resolve_literal_dict(
-    rule: Rule, at: cst.CSTNode, name: str
+    rule: Rule, at: cst.CSTNode, name: str, depth: int = 0
 ) -> dict[str, cst.BaseExpression] | None:
-    """The literal dict bound to `name` in the scope of `at`, if it is assigned exactly once there
-    and nothing can have changed it (no item assignment, method call, `|=`, rebinding)."""
+    """The keys `**name` passes when `name` is built in the scope of `at` from literal dicts:
+    assigned once, then only grown by `name.update(<literal or such a name>)` (as in
+    pytorch/examples: `train_kwargs.update(cuda_kwargs)`, possibly under an `if`) and
+    `name["key"] = value`. A key set on some path counts as set. None when anything else may
+    change it (another method call, `|=`, rebinding, a parameter of the function)."""
     scope = rule.facts.enclosing_scope(at)
-    if isinstance(scope, cst.FunctionDef) and name in {
-        p.name.value for p in walk(scope.params) if isinstance(p, cst.Param)
-    }:
+    if depth > _MAX_DICT_DEPTH or (
+        isinstance(scope, cst.FunctionDef)
+        and name in {p.name.value for p in walk(scope.params) if isinstance(p, cst.Param)}
+    ):
         return None
     found: list[dict[str, cst.BaseExpression] | None] = []
+    grown: dict[str, cst.BaseExpression] = {}
     for node in walk(scope, into_scopes=False):
         if isinstance(node, cst.Assign):
             for t in node.targets:
                 if is_name(t.target, name):
                     found.append(_literal_dict(node.value))
-                elif _subscript_of(t.target, name) or name in names_in(t.target):
+                elif _subscript_of(t.target, name):
+                    key = _subscript_key(t.target)
+                    if key is None:
+                        return None
+                    grown[key] = node.value
+                elif name in names_in(t.target):
                     return None
         elif isinstance(node, cst.AugAssign | cst.AnnAssign) and (name in names_in(node.target)):
             if isinstance(node, cst.AnnAssign) and is_name(node.target, name) and node.value:
@@ -145,14 +163,50 @@ def _resolve_literal_dict(
             and isinstance(node.func, cst.Attribute)
             and is_name(node.func.value, name)
         ):
-            return None  # kw.update(...), kw.pop(...), kw.setdefault(...)
-        elif isinstance(node, cst.AsName) and name in names_in(node.name):
-            return None  # `with ... as kw`, `except ... as kw`, `import x as kw`
-        elif isinstance(node, cst.For | cst.NamedExpr | cst.Del) and name in names_in(node.target):
-            return None
-    if len(found) != 1:
+            added = (
+                _update_argument(rule, node, depth) if node.func.attr.value == "update" else None
+            )
+            if added is None:
+                return None  # kw.pop(...), kw.setdefault(...), an update we cannot read
+            grown.update(added)
+        elif name in names_in(_bound_target(node)):
+            return None  # `with ... as kw`, `for kw in`, `(kw := ...)`, `del kw`
+    if len(found) != 1 or found[0] is None:
         return None
-    return found[0]
+    return {**found[0], **grown}
+
+
+def _bound_target(node: cst.CSTNode) -> cst.CSTNode:
+    """What a `with ... as`, `for`, walrus or `del` binds (an empty node for anything else)."""
+    if isinstance(node, cst.AsName):
+        return node.name
+    if isinstance(node, cst.For | cst.NamedExpr | cst.Del):
+        return node.target
+    return cst.Pass()
+
+
+def _update_argument(
+    rule: Rule, call: cst.Call, depth: int
+) -> dict[str, cst.BaseExpression] | None:
+    """What `kw.update(...)` adds: a literal dict, keywords, or a name built from literals."""
+    if not call.args:
+        return {}
+    if all(a.keyword is not None for a in call.args):
+        return {a.keyword.value: a.value for a in call.args if a.keyword is not None}
+    if len(call.args) != 1 or call.args[0].star:
+        return None
+    value = call.args[0].value
+    literal = _literal_dict(value)
+    if literal is None and isinstance(value, cst.Name):
+        literal = _resolve_literal_dict(rule, call, value.value, depth + 1)
+    return literal
+
+
+def _subscript_key(target: cst.Subscript) -> str | None:
+    """`kw["key"]` -> "key"."""
+    if len(target.slice) != 1 or not isinstance(target.slice[0].slice, cst.Index):
+        return None
+    return string_value(target.slice[0].slice.value)
 
 
 def _subscript_of(target: cst.BaseExpression, name: str) -> bool:

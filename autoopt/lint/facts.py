@@ -15,6 +15,7 @@ import libcst.matchers as m
 from libcst.metadata import MetadataWrapper, ParentNodeProvider, QualifiedNameProvider
 from libcst.metadata.base_provider import LazyValue
 
+from autoopt.lint.device import DeviceFacts, device_facts
 from autoopt.lint.nodes import calls_in, contains
 
 Loop = cst.For | cst.While
@@ -189,6 +190,12 @@ class FileFacts:
         """The script runs (or can run) on CUDA: `.cuda()`, a "cuda" device string, torch.cuda."""
         s = self.source
         return ".cuda(" in s or "'cuda" in s or '"cuda' in s or "torch.cuda" in s
+
+    @functools.cached_property
+    def device(self) -> DeviceFacts:
+        """Whether the script has a GPU path (CUDA, torch.accelerator, a device flag or a device
+        parameter; see `autoopt.lint.device`): the gate of every rule about a CUDA trick."""
+        return device_facts(self)
 
     @functools.cached_property
     def requests_determinism(self) -> bool:

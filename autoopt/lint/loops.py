@@ -6,6 +6,7 @@ from __future__ import annotations
 import libcst as cst
 
 from autoopt.lint.calls import arg
+from autoopt.lint.device import is_cuda_tensor_type
 from autoopt.lint.nodes import calls_in, method_name, names_in, root_name, string_value, walk
 from autoopt.lint.rule import Rule
 from autoopt.lint.torch_api import DATALOADER
@@ -108,20 +109,38 @@ def data_loops(rule: Rule) -> list[cst.For]:
 
 
 def batch_transfers(rule: Rule, loop: cst.For) -> list[cst.Call]:
-    """`<batch>.to(<device>)` and `<batch>.cuda()` calls in `loop` whose receiver comes from the
-    batch the loop iterates (not a module, not a dtype cast)."""
+    """`<batch>.to(<device>)`, `<batch>.cuda()` and the legacy `<batch>.type(Tensor)` (with
+    `Tensor = torch.cuda.FloatTensor if cuda else ...`) calls in `loop` whose receiver comes from
+    the batch the loop iterates, also through host-side methods (`x.reshape(n, -1).to(device)`);
+    not a module, not a dtype cast."""
     names = batch_names(loop)
     out = []
     for call in calls_in(loop.body, into_scopes=False):
         method = method_name(call)
-        if method not in ("to", "cuda"):
+        if method not in ("to", "cuda", "type"):
             continue
         assert isinstance(call.func, cst.Attribute)
-        if root_name(call.func.value) not in names:
+        if root_name(_through_methods(call.func.value)) not in names:
             continue
-        if method == "cuda" or to_destination(rule, call) == "device":
+        if (
+            method == "cuda"
+            or (method == "to" and to_destination(rule, call) == "device")
+            or (method == "type" and _to_cuda_type(rule, call))
+        ):
             out.append(call)
     return out
+
+
+def _through_methods(expr: cst.BaseExpression) -> cst.BaseExpression:
+    """`images` for `images.reshape(n, -1).float()`: a batch reshaped or cast on the host."""
+    while isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute):
+        expr = expr.func.value
+    return expr
+
+
+def _to_cuda_type(rule: Rule, call: cst.Call) -> bool:
+    dest = arg(call, "dtype", 0)
+    return dest is not None and is_cuda_tensor_type(rule.facts, dest.value)
 
 
 def loops_over(rule: Rule, name: str) -> list[cst.For]:

@@ -93,21 +93,26 @@ class FileResult:
     digest: str = ""
     parsed: bool = False  # whether libcst parsed the file (False: pre-filter skipped it)
     cached: bool = False  # served from the cache
+    # Other files of the project the result depends on (a local module a rule looked into,
+    # see autoopt.lint.project_facts): path -> content hash when it was read.
+    depends: dict[str, str] = field(default_factory=dict)
 
     def to_cache(self) -> list[Any]:
         return [
             self.digest,
             [d.to_list() for d in self.diagnostics],
             [e.to_list() for e in self.errors],
+            self.depends,
         ]
 
     @classmethod
     def from_cache(cls, path: str, data: list[Any]) -> FileResult:
-        digest, diags, errors = data
+        digest, diags, errors, depends = data
         return cls(
             path=path,
             diagnostics=[Diagnostic.from_list(d) for d in diags],
             errors=[FileError.from_list(e) for e in errors],
             digest=digest,
             cached=True,
+            depends=dict(depends),
         )

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import libcst as cst
 
-from autoopt.lint import engine, suppress
+from autoopt.lint import engine, project_facts, suppress
 from autoopt.lint.cache import Cache, content_digest, settings_key
 from autoopt.lint.discovery import display_path, is_notebook
 from autoopt.lint.encoding import SourceDecodeError, decode_source
@@ -153,7 +153,9 @@ def lint_bytes(
             result.errors.append(_relocate_error(_syntax_error(text, exc), nb))
             return result
         result.parsed = True
+        project_facts.begin_file()
         analysis = engine.run_rules(module, text, path, active, target_version)
+        result.depends = project_facts.files_read()
         findings = suppress.filter_findings(analysis.findings, text)
         for crash in analysis.crashes:
             error = FileError(crash.describe(), crash.line, crash.column, None, "internal")

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 import libcst as cst
 from libcst.codemod.visitors import ImportItem
 
-from autoopt.lint.nodes import calls_in, code_of, dotted
+from autoopt.lint.nodes import calls_in, code_of, dotted, string_value
 from autoopt.lint.rule import Rule
 
 DATALOADER = ("torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader")
@@ -44,26 +44,6 @@ CONV_FUNCTIONS = frozenset(
     f"torch.nn.functional.conv{name}"
     for name in ("1d", "2d", "3d", "_transpose1d", "_transpose2d", "_transpose3d")
 )
-# torchvision model builders that are convolutional networks (their forwards use flatten).
-_CONV_ZOO = (
-    "resnet",
-    "resnext",
-    "wide_resnet",
-    "vgg",
-    "densenet",
-    "mobilenet",
-    "efficientnet",
-    "regnet",
-    "convnext",
-    "shufflenet",
-    "squeezenet",
-    "mnasnet",
-    "googlenet",
-    "inception",
-    "alexnet",
-)
-
-
 CONV2D = frozenset(
     {
         "torch.nn.Conv2d",
@@ -85,13 +65,39 @@ def is_conv_call(
     return bool(rule.qualified_names(call.func) & kinds)
 
 
+# Families of convolutional networks in torchvision and timm (their model names start with these).
+CONV_FAMILIES = (
+    "resnet", "resnext", "wide_resnet", "seresnet", "seresnext", "resnest", "regnet", "vgg",
+    "densenet", "mobilenet", "efficientnet", "tf_efficientnet", "convnext", "shufflenet",
+    "squeezenet", "mnasnet", "googlenet", "inception", "xception", "alexnet", "darknet",
+    "cspdarknet", "cspresnet", "dla", "dpn", "hrnet", "ghostnet", "rexnet", "nfnet", "dm_nfnet",
+    "res2net", "senet", "fbnet", "lcnet", "mixnet",
+)  # fmt: skip
+
+
+def is_conv_family(model_name: str) -> bool:
+    """A torchvision/timm model name of a convolutional family ("resnet50d", "vgg16_bn")."""
+    return model_name.lower().startswith(CONV_FAMILIES)
+
+
 def is_conv_zoo_model(rule: Rule, call: cst.Call) -> bool:
-    """A torchvision convolutional model builder (`torchvision.models.resnet50(...)`)."""
-    for name in rule.qualified_names(call.func):
-        if name.startswith("torchvision.models."):
-            leaf = name.rsplit(".", 1)[-1].lower()
-            if leaf.startswith(_CONV_ZOO):
-                return True
+    """A convolutional model from a zoo: `torchvision.models.resnet50()`,
+    `models.__dict__[arch]()` (torchvision's ImageNet example: resnet18 by default),
+    `torchvision.models.get_model("vgg16")`, `timm.create_model("resnet50d")`."""
+    func = call.func
+    if isinstance(func, cst.Subscript) and isinstance(func.value, cst.Attribute):
+        if func.value.attr.value == "__dict__":
+            return "torchvision.models" in rule.qualified_names(func.value.value)
+        return False
+    for qualified in rule.qualified_names(func):
+        if qualified in ("timm.create_model", "torchvision.models.get_model"):
+            first = call.args[0] if call.args else None
+            text = string_value(first.value) if first is not None and not first.keyword else None
+            return text is not None and is_conv_family(text)
+        if qualified.startswith("torchvision.models.") and is_conv_family(
+            qualified.rsplit(".", 1)[-1]
+        ):
+            return True
     return False
 
 

@@ -1,0 +1,61 @@
+"""The shared "can this script run on a GPU" fact (autoopt.lint.device)."""
+
+from __future__ import annotations
+
+import textwrap
+
+import libcst as cst
+import pytest
+
+from autoopt.lint.facts import FileFacts
+
+
+def _device(source: str):  # type: ignore[no-untyped-def]
+    module = cst.parse_module(textwrap.dedent(source))
+    return FileFacts(cst.MetadataWrapper(module)).device
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        'device = torch.device("cuda" if torch.cuda.is_available() else "cpu")',
+        "model = Net().cuda()",
+        "device = torch.accelerator.current_accelerator()",
+        "use_accel = torch.accelerator.is_available()",
+        "cuda = True if torch.cuda.is_available() else False",
+        'device = f"cuda:{rank}"',
+        'x = x.to("mps")',
+        "parser.add_argument('--no-accel', action='store_true')",
+        "parser.add_argument('--device', default='cpu')",
+        "def train(model, device, loader):\n    model.to(device)",
+        "from accelerate import Accelerator\naccelerator = Accelerator()",
+    ],
+)
+def test_gpu_path(source: str) -> None:
+    facts = _device(source)
+    assert facts.gpu_path and facts.why
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "model = nn.Linear(3, 1)\nfor x, y in loader:\n    model(x).sum().backward()",
+        'device = torch.device("cpu")\ndef train(model, device):\n    model.to(device)',
+        '"""Train on cuda if you have one."""\n# model.cuda()\nmodel = Net()',
+        'trainer = Trainer(accelerator="cpu")',
+    ],
+)
+def test_no_gpu_path(source: str) -> None:
+    assert not _device(source).gpu_path
+
+
+def test_legacy_tensor_type_names() -> None:
+    facts = _device(
+        """
+        cuda = torch.cuda.is_available()
+        Tensor = torch.cuda.FloatTensor if cuda else torch.FloatTensor
+        LongTensor = torch.cuda.LongTensor if cuda else torch.LongTensor
+        Other = torch.FloatTensor
+        """
+    )
+    assert facts.tensor_type_names == {"Tensor", "LongTensor"}

@@ -1,0 +1,192 @@
+"""Project-level facts: rules look into the user's own modules (`from models import Net`), the
+results cache follows those modules, and scripts driven by another script are recognised."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from autoopt.lint import project_facts
+from autoopt.lint.config import Options
+from autoopt.lint.project import load_project
+from autoopt.lint.runner import run_lint
+
+from .fixtures import keep_cwd
+
+pytestmark = pytest.mark.usefixtures(keep_cwd.__name__)
+
+CONV_MODELS = """
+import torch.nn as nn
+
+class BasicBlock(nn.Module):
+    def __init__(self, planes):
+        super().__init__()
+        self.conv = nn.Conv2d(planes, planes, 3, padding=1)
+
+class ResNet(nn.Module):
+    def __init__(self, block):
+        super().__init__()
+        self.layer = block(64)
+        self.linear = nn.Linear(64, 10)
+
+    def forward(self, x):
+        return self.linear(self.layer(x).mean((2, 3)))
+
+def ResNet18():
+    return ResNet(BasicBlock)
+"""
+
+MLP_MODELS = """
+import torch.nn as nn
+
+def ResNet18():
+    return nn.Sequential(nn.Flatten(), nn.Linear(784, 10))
+"""
+
+MAIN = """
+import torch
+{imports}
+
+device = torch.accelerator.current_accelerator()
+net = ResNet18()
+net = net.to(device)
+optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
+for inputs, targets in trainloader:
+    inputs, targets = inputs.to(device), targets.to(device)
+    loss = criterion(net(inputs), targets)
+    loss.backward()
+"""
+
+
+def _codes(root: Path, path: str, *, cache: bool = False) -> list[str]:
+    os.chdir(root)
+    options = Options(select=("AO601", "AO606"), no_cache=not cache)
+    report = run_lint(load_project([root / path], options), jobs=1)
+    return sorted(d.code for p, d in report.diagnostics)
+
+
+def _write(root: Path, files: dict[str, str]) -> None:
+    (root / "pyproject.toml").write_text("[tool.autoopt]\n")
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+
+
+def test_conv_model_from_a_local_module(tmp_path: Path) -> None:
+    _write(
+        tmp_path,
+        {"models.py": CONV_MODELS, "main.py": MAIN.format(imports="from models import ResNet18")},
+    )
+    assert _codes(tmp_path, "main.py") == ["AO601", "AO606"]
+
+
+def test_star_import_of_a_package_that_re_exports(tmp_path: Path) -> None:
+    """kuangliu/pytorch-cifar: `from models import *`, models/__init__.py `from .resnet import *`."""
+    _write(
+        tmp_path,
+        {
+            "models/__init__.py": "from .vgg import *\nfrom .resnet import *\n",
+            "models/vgg.py": "import torch.nn as nn\nclass VGG(nn.Module):\n    pass\n",
+            "models/resnet.py": CONV_MODELS,
+            "main.py": MAIN.format(imports="from models import *"),
+        },
+    )
+    assert _codes(tmp_path, "main.py") == ["AO601", "AO606"]
+
+
+def test_a_local_mlp_is_not_convolutional(tmp_path: Path) -> None:
+    _write(
+        tmp_path,
+        {"models.py": MLP_MODELS, "main.py": MAIN.format(imports="from models import ResNet18")},
+    )
+    assert _codes(tmp_path, "main.py") == []
+
+
+def test_a_local_model_that_calls_view_is_not_made_channels_last(tmp_path: Path) -> None:
+    viewing = CONV_MODELS.replace("self.layer(x).mean((2, 3))", "self.layer(x).view(x.size(0), -1)")
+    _write(
+        tmp_path,
+        {"models.py": viewing, "main.py": MAIN.format(imports="from models import ResNet18")},
+    )
+    assert _codes(tmp_path, "main.py") == ["AO601"]
+
+
+def test_a_model_from_a_module_that_is_not_there_is_unknown(tmp_path: Path) -> None:
+    _write(tmp_path, {"main.py": MAIN.format(imports="from models import ResNet18")})
+    assert _codes(tmp_path, "main.py") == []
+
+
+def test_cache_is_invalidated_when_an_imported_module_changes(tmp_path: Path) -> None:
+    _write(
+        tmp_path,
+        {"models.py": CONV_MODELS, "main.py": MAIN.format(imports="from models import ResNet18")},
+    )
+    assert _codes(tmp_path, "main.py", cache=True) == ["AO601", "AO606"]
+    (tmp_path / "models.py").write_text(MLP_MODELS)
+    assert _codes(tmp_path, "main.py", cache=True) == []  # not the stale cached findings
+    (tmp_path / "models.py").write_text(CONV_MODELS)
+    assert _codes(tmp_path, "main.py", cache=True) == ["AO601", "AO606"]
+
+
+def test_modules_are_parsed_once_per_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _write(
+        tmp_path,
+        {
+            "models.py": CONV_MODELS,
+            "a.py": MAIN.format(imports="from models import ResNet18"),
+            "b.py": MAIN.format(imports="from models import ResNet18"),
+        },
+    )
+    parsed: list[Path] = []
+    summarize = project_facts.summarize
+
+    def counting(path: Path, data: bytes) -> project_facts.ModuleSummary:
+        parsed.append(path)
+        return summarize(path, data)
+
+    monkeypatch.setattr(project_facts, "summarize", counting)
+    os.chdir(tmp_path)
+    options = Options(select=("AO601", "AO606"), no_cache=True)
+    report = run_lint(load_project([tmp_path / "a.py", tmp_path / "b.py"], options), jobs=1)
+    assert sorted(p for p, d in report.diagnostics) == ["a.py", "a.py", "b.py", "b.py"]
+    assert [p.name for p in parsed] == ["models.py"]
+
+
+HOGWILD_TRAIN = """
+import torch
+
+def train_epoch(model, device, data_loader, optimizer):
+    for data, target in data_loader:
+        optimizer.zero_grad()
+        loss = F.nll_loss(model(data.to(device)), target.to(device))
+        loss.backward()
+        optimizer.step()
+"""
+
+HOGWILD_MAIN = """
+import torch
+import torch.multiprocessing as mp
+from train import train_epoch
+
+if __name__ == "__main__":
+    device = torch.accelerator.current_accelerator()
+    model = Net().to(device)
+    model.share_memory()
+    processes = [mp.Process(target=train_epoch, args=(model, device, loader, opt)) for _ in range(2)]
+"""
+
+
+def test_module_started_by_a_hogwild_script(tmp_path: Path) -> None:
+    """pytorch/examples mnist_hogwild: train.py's loop runs in CPU processes sharing one model."""
+    _write(tmp_path, {"train.py": HOGWILD_TRAIN})
+    os.chdir(tmp_path)
+    options = Options(select=("AO103",), no_cache=True)
+    alone = run_lint(load_project([tmp_path / "train.py"], options), jobs=1)
+    assert [d.code for _, d in alone.diagnostics] == ["AO103", "AO103"]  # a device parameter
+    (tmp_path / "main.py").write_text(HOGWILD_MAIN)
+    driven = run_lint(load_project([tmp_path / "train.py"], options), jobs=1)
+    assert driven.diagnostics == []
