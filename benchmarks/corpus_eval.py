@@ -57,6 +57,11 @@ def autoopt(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[
     )
 
 
+def repo_names(repos: list[str] | None) -> set[str] | None:
+    """`owner/name` options as the folder names under the corpus root (`torch` as is)."""
+    return {r.replace("/", "+") for r in repos} if repos else None
+
+
 def repo_dirs(root: Path, include_torch: bool = True) -> list[Path]:
     """The fetched repositories (one folder each), torch's sources last."""
     dirs = sorted(p for p in root.iterdir() if p.is_dir() and p.name != TORCH_DIR)
@@ -112,7 +117,9 @@ def is_internal_error(finding: dict) -> bool:
     return "internal" in text or finding.get("code") in (None, "", "AO000", "E999")
 
 
-def robustness(root: Path, jobs: int, partial: Path | None = None) -> dict:
+def robustness(
+    root: Path, jobs: int, only: set[str] | None = None, partial: Path | None = None
+) -> dict:
     """Lint and rewrite every corpus file: crashes, internal errors, parseability, idempotence."""
     result: dict = {
         "repos": {},
@@ -123,7 +130,10 @@ def robustness(root: Path, jobs: int, partial: Path | None = None) -> dict:
         "parse_errors_reported": [],
     }
     totals = Counter()
-    for repo in repo_dirs(root):
+    # Smallest first: a run cut short still covers as many repositories as it can.
+    for repo in sorted(repo_dirs(root), key=lambda d: len(py_files(d))):
+        if only and repo.name not in only:
+            continue
         files = py_files(repo)
         log(f"[robustness] {repo.name}: {len(files)} files: lint")
         start = time.perf_counter()
@@ -369,13 +379,9 @@ def time_cli(*args: str) -> tuple[float, int]:
     return time.perf_counter() - start, proc.returncode
 
 
-def speed(root: Path, jobs: int, repos: list[str] | None) -> dict:
+def speed(root: Path, jobs: int, only: set[str] | None) -> dict:
     """Cold lint and rewrite --check vs bare libcst and ast parsing of the same files."""
-    dirs = [
-        d
-        for d in repo_dirs(root, include_torch=False)
-        if not repos or d.name in {r.replace("/", "+") for r in repos}
-    ]
+    dirs = [d for d in repo_dirs(root, include_torch=False) if not only or d.name in only]
     files = [f for d in dirs for f in py_files(d)]
     log(f"[speed] {len(dirs)} repos, {len(files)} files, {jobs} processes")
     startup, _ = time_cli("--help")
@@ -503,15 +509,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--labels", type=Path, default=LABELS, help="labels TSV")
     parser.add_argument("--json", type=Path, help="write the full results here")
     parser.add_argument("-j", "--jobs", type=int, default=2, help="processes (lint, parsing)")
-    parser.add_argument("--repo", action="append", help="speed: only these repos (owner/name)")
+    parser.add_argument(
+        "--repo", action="append", help="robustness/speed: only these repos (owner/name, torch)"
+    )
     args = parser.parse_args(argv)
 
     if args.command == "robustness":
-        result, show = robustness(args.root, args.jobs, args.json), print_robustness
+        result, show = (
+            robustness(args.root, args.jobs, repo_names(args.repo), args.json),
+            print_robustness,
+        )
     elif args.command == "accuracy":
         result, show = accuracy(args.root, args.labels), print_accuracy
     elif args.command == "speed":
-        result, show = speed(args.root, args.jobs, args.repo), print_speed
+        result, show = speed(args.root, args.jobs, repo_names(args.repo)), print_speed
     else:
         result, show = wrap(args.root, args.labels), print_wrap
     result["machine"] = machine()
