@@ -280,7 +280,10 @@ def accuracy(root: Path, labels_path: Path) -> dict:
         if has_traceback(proc.stderr):
             errors.append({"script": f"{repo}/{path}", "stderr": proc.stderr[-2000:]})
         for f in findings:
-            fired[(repo, path, f["code"])].append(f["location"]["row"])
+            if is_internal_error(f):  # it hides that rule's findings: a miss to fix first
+                errors.append({"script": f"{repo}/{path}", "message": f.get("message")})
+            else:
+                fired[(repo, path, f["code"])].append(f["location"]["row"])
     per_rule: dict[str, Counter] = {rule: Counter() for rule in rules}
     false_pos, false_neg = [], []
     for row in labels:
@@ -350,7 +353,7 @@ def print_accuracy(result: dict) -> None:
     for f in result["false_negatives"]:
         print(f"  {f['rule']} {f['script']} {f['note']}")
     for e in result["tracebacks"]:
-        print(f"traceback: {e['script']}")
+        print(f"error: {e['script']}: {e.get('message') or e['stderr'].splitlines()[-1]}")
 
 
 # ---------------------------------------------------------------- speed
