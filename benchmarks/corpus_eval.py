@@ -390,12 +390,15 @@ def speed(root: Path, jobs: int, only: set[str] | None) -> dict:
     startup, _ = time_cli("--help")
     log("[speed] ast.parse")
     ast_s = time_pool(_parse_ast, files, jobs)
+    log(f"[speed] ast.parse: {ast_s:.1f} s")
     log("[speed] libcst.parse_module")
     cst_s = time_pool(_parse_cst, files, jobs)
+    log(f"[speed] libcst.parse_module: {cst_s:.1f} s")
     log("[speed] lint --no-cache")
     lint_s, lint_rc = time_cli(
         "lint", "--no-cache", "--exit-zero", "-q", "-j", str(jobs), *map(str, dirs)
     )
+    log(f"[speed] lint: {lint_s:.1f} s (rc {lint_rc})")
     log("[speed] rewrite --check")
     rewrite_s, rewrite_rc = time_cli("rewrite", "--check", *map(str, dirs))
     result = {
