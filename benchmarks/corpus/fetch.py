@@ -1,0 +1,180 @@
+"""Fetch the real-code corpus named in manifest.json into benchmarks/corpus/_repos/ (gitignored).
+
+Each repository is fetched at its pinned commit (a shallow fetch of that one commit, then a
+checkout), from GitHub by default or from a local mirror of bare repositories laid out as
+`<mirror-root>/<owner>+<name>/repo` (or `<owner>+<name>` itself being the git directory).
+torch's own sources are copied from the installed torch package when its version matches the
+manifest (a mismatch is reported: the files differ, the figures are not comparable).
+
+    python benchmarks/corpus/fetch.py                          # from GitHub
+    python benchmarks/corpus/fetch.py --mirror-root /work/.mirror
+    AUTOOPT_CORPUS_MIRROR=/work/.mirror python benchmarks/corpus/fetch.py
+
+A repository already present at the pinned commit is left as it is (re-running is cheap).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+MANIFEST = HERE / "manifest.json"
+DEFAULT_DEST = HERE / "_repos"
+TORCH_DIR = "torch"
+
+
+def load_manifest(path: Path = MANIFEST) -> dict:
+    """The manifest: `repos` (name, url, commit, paths) and `torch` (version, paths)."""
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def repo_dir(dest: Path, name: str) -> Path:
+    """Where a repository `owner/name` is checked out."""
+    return dest / name.replace("/", "+")
+
+
+def mirror_source(mirror_root: Path | None, name: str) -> str | None:
+    """The local bare mirror of `owner/name`, if the mirror root holds one."""
+    if mirror_root is None:
+        return None
+    base = mirror_root / name.replace("/", "+")
+    for candidate in (base / "repo", base):
+        if (candidate / "HEAD").is_file() and (candidate / "objects").is_dir():
+            return str(candidate)
+    return None
+
+
+def git(*args: str, cwd: Path | None = None) -> str:
+    return subprocess.run(
+        ["git", *args], cwd=cwd, check=True, capture_output=True, text=True
+    ).stdout.strip()
+
+
+MARKER = ".corpus_commit"
+
+
+def present_commit(path: Path) -> str | None:
+    """The commit a previous run put in `path`, if any."""
+    marker = path / MARKER
+    return marker.read_text().strip() if marker.is_file() else None
+
+
+def extract_from_mirror(git_dir: str, commit: str, paths: list[str], target: Path) -> int:
+    """Write the commit's files from a bare mirror; returns how many blobs the mirror lacks.
+
+    A mirror may leave out its largest blobs (data, weights), so files are read one by one
+    (`git cat-file --batch`) rather than with `git archive`, which stops at the first gap.
+    """
+    listing = git("--git-dir", git_dir, "ls-tree", "-r", "-z", commit, "--", *paths)
+    entries = []
+    for record in filter(None, listing.split("\0")):
+        meta, name = record.split("\t", 1)
+        _mode, kind, sha = meta.split()
+        if kind == "blob":
+            entries.append((sha, name))
+    batch = subprocess.run(
+        ["git", "--git-dir", git_dir, "cat-file", "--batch"],
+        input="".join(f"{sha}\n" for sha, _ in entries).encode(),
+        check=True,
+        capture_output=True,
+    ).stdout
+    missing, pos = 0, 0
+    for _sha, name in entries:
+        header_end = batch.index(b"\n", pos)
+        header = batch[pos:header_end].split()
+        pos = header_end + 1
+        if header[-1] == b"missing":
+            missing += 1
+            continue
+        size = int(header[2])
+        out = target / name
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_bytes(batch[pos : pos + size])
+        pos += size + 1  # the contents are followed by a newline
+    return missing
+
+
+def fetch_repo(entry: dict, dest: Path, mirror_root: Path | None) -> str:
+    """Put one repository's files at its pinned commit under `dest`; returns what was done."""
+    target = repo_dir(dest, entry["name"])
+    commit = entry["commit"]
+    if present_commit(target) == commit:
+        return "present"
+    if target.exists():
+        shutil.rmtree(target)
+    target.mkdir(parents=True)
+    paths = [p for p in entry.get("paths", ["."]) if p != "."]
+    mirror = mirror_source(mirror_root, entry["name"])
+    if mirror:
+        missing = extract_from_mirror(mirror, commit, paths, target)
+        how = f"mirror ({missing} blobs absent from the mirror)" if missing else "mirror"
+    else:
+        git("init", "-q", cwd=target)
+        # One commit, no history: GitHub serves a pinned sha to a shallow fetch.
+        git("fetch", "-q", "--depth", "1", entry["url"], commit, cwd=target)
+        git("checkout", "-q", "FETCH_HEAD", *(["--", *paths] if paths else []), cwd=target)
+        shutil.rmtree(target / ".git")
+        how = "github"
+    (target / MARKER).write_text(commit + "\n")
+    return how
+
+
+def copy_torch(spec: dict, dest: Path) -> str:
+    """Copy the manifest's subset of the installed torch package's sources."""
+    found = importlib.util.find_spec("torch")
+    if found is None or not found.submodule_search_locations:
+        return "skipped: torch is not installed"
+    root = Path(next(iter(found.submodule_search_locations)))
+    version = importlib.metadata.version("torch").split("+")[0]
+    target = dest / TORCH_DIR
+    if target.exists():
+        shutil.rmtree(target)
+    for sub in spec["paths"]:
+        for path in (root / sub).rglob("*.py"):
+            out = target / path.relative_to(root)
+            out.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, out)
+    note = "" if version == spec["version"] else f" (manifest pins {spec['version']})"
+    return f"copied from torch {version}{note}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--dest", type=Path, default=DEFAULT_DEST, help="cache folder")
+    parser.add_argument(
+        "--mirror-root",
+        type=Path,
+        default=os.environ.get("AUTOOPT_CORPUS_MIRROR"),
+        help="folder of local bare mirrors <owner>+<name>[/repo] (env AUTOOPT_CORPUS_MIRROR)",
+    )
+    parser.add_argument("--only", action="append", help="fetch only these repos (owner/name)")
+    parser.add_argument("--no-torch", action="store_true", help="skip torch's own sources")
+    args = parser.parse_args(argv)
+
+    manifest = load_manifest()
+    args.dest.mkdir(parents=True, exist_ok=True)
+    failures = 0
+    for entry in manifest["repos"]:
+        if args.only and entry["name"] not in args.only:
+            continue
+        try:
+            how = fetch_repo(entry, args.dest, args.mirror_root)
+        except subprocess.CalledProcessError as exc:
+            failures += 1
+            how = f"FAILED: {exc.stderr.strip() or exc}"
+        print(f"{entry['name']:45} {entry['commit'][:12]}  {how}", file=sys.stderr)
+    if not args.no_torch and not args.only:
+        print(f"{'torch':45} {'':12}  {copy_torch(manifest['torch'], args.dest)}", file=sys.stderr)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,543 @@
+"""autoopt on a real corpus: robustness, accuracy, speed and --wrap coverage.
+
+The corpus is fetched first (`python benchmarks/corpus/fetch.py`, see benchmarks/corpus/).
+autoopt is always run through its command line (`python -m autoopt ...` in a subprocess), so
+this harness does not depend on the engine's internals.
+
+    python benchmarks/corpus_eval.py robustness --json out/robustness.json
+    python benchmarks/corpus_eval.py accuracy   --json out/accuracy.json
+    python benchmarks/corpus_eval.py speed      --json out/speed.json
+    python benchmarks/corpus_eval.py wrap       --json out/wrap.json
+
+Progress goes to stderr, a summary to stdout, the full results to the JSON file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import contextlib
+import csv
+import hashlib
+import json
+import multiprocessing
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+
+import libcst as cst
+
+HERE = Path(__file__).resolve().parent
+CORPUS = HERE / "corpus"
+DEFAULT_ROOT = CORPUS / "_repos"
+LABELS = CORPUS / "labels.tsv"
+TORCH_DIR = "torch"
+LABEL_VALUES = ("missing", "present", "na")
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def autoopt(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """Run `python -m autoopt ARGS` and capture its output."""
+    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    return subprocess.run(
+        [sys.executable, "-m", "autoopt", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+
+
+def repo_names(repos: list[str] | None) -> set[str] | None:
+    """`owner/name` options as the folder names under the corpus root (`torch` as is)."""
+    return {r.replace("/", "+") for r in repos} if repos else None
+
+
+def repo_dirs(root: Path, include_torch: bool = True) -> list[Path]:
+    """The fetched repositories (one folder each), torch's sources last."""
+    dirs = sorted(p for p in root.iterdir() if p.is_dir() and p.name != TORCH_DIR)
+    if include_torch and (root / TORCH_DIR).is_dir():
+        dirs.append(root / TORCH_DIR)
+    if not dirs:
+        raise SystemExit(f"no corpus under {root}: run benchmarks/corpus/fetch.py first")
+    return dirs
+
+
+def py_files(folder: Path) -> list[Path]:
+    return sorted(folder.rglob("*.py"))
+
+
+def has_traceback(text: str) -> bool:
+    return "Traceback (most recent call last)" in text
+
+
+def parses(source: str) -> str | None:
+    """None if both ast and libcst parse `source`, else the first error."""
+    try:
+        ast.parse(source)
+    except SyntaxError as exc:
+        return f"ast: {exc}"
+    try:
+        cst.parse_module(source)
+    except cst.ParserSyntaxError as exc:
+        return f"libcst: {str(exc).splitlines()[0]}"
+    return None
+
+
+def digest(files: list[Path]) -> dict[str, str]:
+    return {str(p): hashlib.sha256(p.read_bytes()).hexdigest() for p in files}
+
+
+# ---------------------------------------------------------------- robustness
+
+
+def lint_findings(paths: list[Path], extra: tuple[str, ...] = ()) -> tuple[list[dict], object]:
+    """Lint PATHS (JSON output, no cache); returns (findings, completed process)."""
+    proc = autoopt(
+        "lint", "--output-format", "json", "--no-cache", "--exit-zero", *extra, *map(str, paths)
+    )
+    try:
+        findings = json.loads(proc.stdout) if proc.stdout.strip() else []
+    except json.JSONDecodeError:
+        findings = []
+    return findings, proc
+
+
+def is_internal_error(finding: dict) -> bool:
+    text = f"{finding.get('code')} {finding.get('message')}".lower()
+    return "internal" in text or finding.get("code") in (None, "", "AO000", "E999")
+
+
+def robustness(
+    root: Path, jobs: int, only: set[str] | None = None, partial: Path | None = None
+) -> dict:
+    """Lint and rewrite every corpus file: crashes, internal errors, parseability, idempotence."""
+    result: dict = {
+        "repos": {},
+        "internal_errors": [],
+        "tracebacks": [],
+        "unparseable": [],
+        "not_idempotent": [],
+        "parse_errors_reported": [],
+    }
+    totals = Counter()
+    # Smallest first: a run cut short still covers as many repositories as it can.
+    for repo in sorted(repo_dirs(root), key=lambda d: len(py_files(d))):
+        if only and repo.name not in only:
+            continue
+        files = py_files(repo)
+        log(f"[robustness] {repo.name}: {len(files)} files: lint")
+        start = time.perf_counter()
+        findings, proc = lint_findings([repo], ("-j", str(jobs)))
+        lint_s = time.perf_counter() - start
+        crashed = has_traceback(proc.stderr) or proc.returncode not in (0, 1, 2)
+        if crashed:
+            result["tracebacks"].append(
+                {
+                    "repo": repo.name,
+                    "command": "lint",
+                    "rc": proc.returncode,
+                    "stderr": proc.stderr[-3000:],
+                }
+            )
+        internal = [f for f in findings if is_internal_error(f)]
+        for f in internal:
+            entry = {
+                "file": os.path.relpath(f["filename"], root),
+                "row": f["location"]["row"],
+                "code": f.get("code"),
+                "message": f.get("message"),
+            }
+            (
+                result["parse_errors_reported"]
+                if "pars" in str(f.get("message")).lower()
+                else result["internal_errors"]
+            ).append(entry)
+
+        log(f"[robustness] {repo.name}: rewrite --unsafe-fixes on a copy")
+        with tempfile.TemporaryDirectory(prefix="autoopt-corpus-") as tmp:
+            copy = Path(tmp) / repo.name
+            shutil.copytree(repo, copy)
+            copies = py_files(copy)
+            before = digest(copies)
+            start = time.perf_counter()
+            first = autoopt("rewrite", "--unsafe-fixes", str(copy))
+            rewrite_s = time.perf_counter() - start
+            if has_traceback(first.stderr) or first.returncode not in (0, 1, 2):
+                result["tracebacks"].append(
+                    {
+                        "repo": repo.name,
+                        "command": "rewrite",
+                        "rc": first.returncode,
+                        "stderr": first.stderr[-3000:],
+                    }
+                )
+            after = digest(copies)
+            changed = [Path(p) for p in after if after[p] != before[p]]
+            for path in changed:
+                error = parses(path.read_bytes().decode("utf-8", errors="replace"))
+                if error:
+                    result["unparseable"].append(
+                        {"file": f"{repo.name}/{path.relative_to(copy)}", "error": error}
+                    )
+            # A file the first pass left alone would be left alone again: re-run on the changed.
+            second = autoopt("rewrite", "--unsafe-fixes", *map(str, changed)) if changed else first
+            if changed and has_traceback(second.stderr):
+                result["tracebacks"].append(
+                    {
+                        "repo": repo.name,
+                        "command": "rewrite (2nd)",
+                        "rc": second.returncode,
+                        "stderr": second.stderr[-3000:],
+                    }
+                )
+            again = digest(copies)
+            for p in again:
+                if again[p] != after[p]:
+                    result["not_idempotent"].append(f"{repo.name}/{Path(p).relative_to(copy)}")
+        stats = {
+            "files": len(files),
+            "findings": len(findings),
+            "internal": len(internal),
+            "lint_rc": proc.returncode,
+            "lint_s": round(lint_s, 1),
+            "rewrite_rc": first.returncode,
+            "rewrite_s": round(rewrite_s, 1),
+            "rewritten": len(changed),
+            "rewrite_stderr_tail": first.stderr.strip().splitlines()[-3:],
+        }
+        result["repos"][repo.name] = stats
+        totals.update(
+            {k: v for k, v in stats.items() if k in ("files", "findings", "internal", "rewritten")}
+        )
+        log(f"[robustness] {repo.name}: {stats}")
+        if partial:  # a long run leaves usable results behind after every repository
+            partial.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    result["totals"] = dict(totals) | {
+        "tracebacks": len(result["tracebacks"]),
+        "internal_errors": len(result["internal_errors"]),
+        "unparseable": len(result["unparseable"]),
+        "not_idempotent": len(result["not_idempotent"]),
+    }
+    return result
+
+
+def print_robustness(result: dict) -> None:
+    print("| repo | files | findings | internal errors | lint s | rewritten | rewrite s |")
+    print("|---|--:|--:|--:|--:|--:|--:|")
+    for name, s in result["repos"].items():
+        print(
+            f"| {name} | {s['files']} | {s['findings']} | {s['internal']} | {s['lint_s']} "
+            f"| {s['rewritten']} | {s['rewrite_s']} |"
+        )
+    print(f"\ntotals: {result['totals']}")
+    for key in ("tracebacks", "internal_errors", "unparseable", "not_idempotent"):
+        for item in result[key]:
+            print(f"{key}: {item if not isinstance(item, dict) else json.dumps(item)[:600]}")
+
+
+# ---------------------------------------------------------------- accuracy
+
+
+def read_labels(path: Path) -> list[dict]:
+    with path.open(encoding="utf-8", newline="") as handle:
+        rows = [r for r in csv.DictReader(handle, delimiter="\t") if r["repo"].strip()]
+    for row in rows:
+        if row["label"] not in LABEL_VALUES:
+            raise SystemExit(f"{path}: bad label {row['label']!r} in {row}")
+    return rows
+
+
+def script_path(root: Path, repo: str, path: str) -> Path:
+    return root / repo.replace("/", "+") / path
+
+
+def ratio(num: int, den: int) -> float | None:
+    return round(num / den, 3) if den else None
+
+
+def accuracy(root: Path, labels_path: Path) -> dict:
+    """Lint the labelled scripts and score the findings against labels.tsv."""
+    labels = read_labels(labels_path)
+    rules = sorted({r["rule"] for r in labels})
+    scripts = sorted({(r["repo"], r["path"]) for r in labels})
+    fired: dict[tuple[str, str, str], list[int]] = defaultdict(list)
+    errors = []
+    for i, (repo, path) in enumerate(scripts, 1):
+        file = script_path(root, repo, path)
+        log(f"[accuracy] {i}/{len(scripts)} {repo}/{path}")
+        # One file per run: the project root is the file's own repository (its local imports).
+        findings, proc = lint_findings([file], ("--select", ",".join(rules), "-j", "1"))
+        if has_traceback(proc.stderr):
+            errors.append({"script": f"{repo}/{path}", "stderr": proc.stderr[-2000:]})
+        for f in findings:
+            if is_internal_error(f):  # it hides that rule's findings: a miss to fix first
+                errors.append({"script": f"{repo}/{path}", "message": f.get("message")})
+            else:
+                fired[(repo, path, f["code"])].append(f["location"]["row"])
+    per_rule: dict[str, Counter] = {rule: Counter() for rule in rules}
+    false_pos, false_neg = [], []
+    for row in labels:
+        key = (row["repo"], row["path"], row["rule"])
+        lines = sorted(set(fired.get(key, [])))
+        counts = per_rule[row["rule"]]
+        where = f"{row['repo']}/{row['path']}"
+        if row["label"] == "missing":
+            counts["tp" if lines else "fn"] += 1
+            if not lines:
+                false_neg.append({"script": where, "rule": row["rule"], "note": row["note"]})
+        else:
+            counts["fp" if lines else "tn"] += 1
+            if lines:
+                false_pos.append(
+                    {
+                        "script": where,
+                        "rule": row["rule"],
+                        "lines": lines,
+                        "label": row["label"],
+                        "note": row["note"],
+                    }
+                )
+    total = sum(per_rule.values(), Counter())
+
+    def score(c: Counter) -> dict:
+        return {
+            "tp": c["tp"],
+            "fp": c["fp"],
+            "fn": c["fn"],
+            "tn": c["tn"],
+            "precision": ratio(c["tp"], c["tp"] + c["fp"]),
+            "recall": ratio(c["tp"], c["tp"] + c["fn"]),
+        }
+
+    return {
+        "scripts": len(scripts),
+        "labels": len(labels),
+        "overall": score(total),
+        "per_rule": {rule: score(c) for rule, c in per_rule.items()},
+        "false_positives": false_pos,
+        "false_negatives": false_neg,
+        "tracebacks": errors,
+    }
+
+
+def print_accuracy(result: dict) -> None:
+    o = result["overall"]
+    print(
+        f"{result['scripts']} scripts, {result['labels']} labels: precision {o['precision']}, "
+        f"recall {o['recall']} (tp {o['tp']}, fp {o['fp']}, fn {o['fn']}, tn {o['tn']})\n"
+    )
+    print("| rule | tp | fp | fn | tn | precision | recall |")
+    print("|---|--:|--:|--:|--:|--:|--:|")
+    for rule, s in result["per_rule"].items():
+        print(
+            f"| {rule} | {s['tp']} | {s['fp']} | {s['fn']} | {s['tn']} | {s['precision']} "
+            f"| {s['recall']} |"
+        )
+    print("\nfalse positives:")
+    for f in result["false_positives"]:
+        print(
+            f"  {f['rule']} {f['script']}:{','.join(map(str, f['lines']))} ({f['label']}) "
+            f"{f['note']}"
+        )
+    print("\nfalse negatives:")
+    for f in result["false_negatives"]:
+        print(f"  {f['rule']} {f['script']} {f['note']}")
+    for e in result["tracebacks"]:
+        print(f"error: {e['script']}: {e.get('message') or e['stderr'].splitlines()[-1]}")
+
+
+# ---------------------------------------------------------------- speed
+
+
+def _parse_cst(path: str) -> None:
+    with contextlib.suppress(Exception):  # a file that does not parse still cost its time
+        cst.parse_module(Path(path).read_bytes())
+
+
+def _parse_ast(path: str) -> None:
+    with contextlib.suppress(Exception):
+        ast.parse(Path(path).read_bytes())
+
+
+def time_pool(func, files: list[Path], jobs: int) -> float:
+    start = time.perf_counter()
+    with multiprocessing.Pool(jobs) as pool:
+        pool.map(func, [str(p) for p in files], chunksize=8)
+    return time.perf_counter() - start
+
+
+def time_cli(*args: str) -> tuple[float, int]:
+    start = time.perf_counter()
+    proc = autoopt(*args)
+    return time.perf_counter() - start, proc.returncode
+
+
+def speed(root: Path, jobs: int, only: set[str] | None) -> dict:
+    """Cold lint and rewrite --check vs bare libcst and ast parsing of the same files."""
+    dirs = [d for d in repo_dirs(root, include_torch=False) if not only or d.name in only]
+    files = [f for d in dirs for f in py_files(d)]
+    log(f"[speed] {len(dirs)} repos, {len(files)} files, {jobs} processes")
+    startup, _ = time_cli("--help")
+    log("[speed] ast.parse")
+    ast_s = time_pool(_parse_ast, files, jobs)
+    log(f"[speed] ast.parse: {ast_s:.1f} s")
+    log("[speed] libcst.parse_module")
+    cst_s = time_pool(_parse_cst, files, jobs)
+    log(f"[speed] libcst.parse_module: {cst_s:.1f} s")
+    log("[speed] lint --no-cache")
+    lint_s, lint_rc = time_cli(
+        "lint", "--no-cache", "--exit-zero", "-q", "-j", str(jobs), *map(str, dirs)
+    )
+    log(f"[speed] lint: {lint_s:.1f} s (rc {lint_rc})")
+    log("[speed] rewrite --check")
+    rewrite_s, rewrite_rc = time_cli("rewrite", "--check", *map(str, dirs))
+    result = {
+        "repos": [d.name for d in dirs],
+        "files": len(files),
+        "jobs": jobs,
+        "cli_startup_s": round(startup, 2),
+        "ast_parse_s": round(ast_s, 2),
+        "libcst_parse_s": round(cst_s, 2),
+        "lint_cold_s": round(lint_s, 2),
+        "lint_rc": lint_rc,
+        "rewrite_check_s": round(rewrite_s, 2),
+        "rewrite_rc": rewrite_rc,
+        "lint_vs_libcst": round(lint_s / cst_s, 2),
+        "rewrite_vs_libcst": round(rewrite_s / cst_s, 2),
+        "lint_vs_ast": round(lint_s / ast_s, 2),
+        "libcst_vs_ast": round(cst_s / ast_s, 2),
+    }
+    log(f"[speed] {result}")
+    return result
+
+
+def print_speed(r: dict) -> None:
+    print(
+        f"{r['files']} files in {len(r['repos'])} repositories, {r['jobs']} processes "
+        f"(CLI start-up {r['cli_startup_s']} s, included in the autoopt rows)\n"
+    )
+    print("| what | seconds | x libcst parse |")
+    print("|---|--:|--:|")
+    base = r["libcst_parse_s"]
+    for label, key in (
+        ("ast.parse", "ast_parse_s"),
+        ("libcst.parse_module", "libcst_parse_s"),
+        ("autoopt lint --no-cache", "lint_cold_s"),
+        ("autoopt rewrite --check", "rewrite_check_s"),
+    ):
+        print(f"| {label} | {r[key]} | {r[key] / base:.2f} |")
+
+
+# ---------------------------------------------------------------- wrap
+
+
+def wrap(root: Path, labels_path: Path) -> dict:
+    """`rewrite --wrap --diff` on every labelled script: wrapped, or declined and why."""
+    scripts = sorted({(r["repo"], r["path"]) for r in read_labels(labels_path)})
+    rows = []
+    for i, (repo, path) in enumerate(scripts, 1):
+        file = script_path(root, repo, path)
+        log(f"[wrap] {i}/{len(scripts)} {repo}/{path}")
+        proc = autoopt("rewrite", "--wrap", "--diff", str(file))
+        added = [
+            line[1:].strip()
+            for line in proc.stdout.splitlines()
+            if line.startswith("+") and not line.startswith("+++")
+        ]
+        reasons = [
+            line.split("--wrap declined:", 1)[-1].split("declined:", 1)[-1].strip()
+            for line in proc.stderr.splitlines()
+            if "declined" in line
+        ]
+        if has_traceback(proc.stderr):
+            outcome, reason = "error", proc.stderr.strip().splitlines()[-1]
+        elif any("optimize(" in line for line in added):
+            outcome, reason = "wrapped", ""
+        else:
+            outcome, reason = "declined", reasons[0] if reasons else proc.stderr.strip()[-300:]
+        rows.append(
+            {
+                "script": f"{repo}/{path}",
+                "outcome": outcome,
+                "reason": reason,
+                "inserted": [line for line in added if line],
+            }
+        )
+    by_reason = Counter(r["reason"] for r in rows if r["outcome"] != "wrapped")
+    return {
+        "scripts": len(rows),
+        "wrapped": sum(r["outcome"] == "wrapped" for r in rows),
+        "declined_by_reason": dict(by_reason.most_common()),
+        "rows": rows,
+    }
+
+
+def print_wrap(result: dict) -> None:
+    print(f"wrapped {result['wrapped']} of {result['scripts']} scripts\n")
+    print("| reason declined | scripts |")
+    print("|---|--:|")
+    for reason, n in result["declined_by_reason"].items():
+        print(f"| {reason} | {n} |")
+    print("\n| script | outcome | reason / inserted |")
+    print("|---|---|---|")
+    for r in result["rows"]:
+        detail = r["reason"] or "; ".join(r["inserted"])[:160]
+        print(f"| {r['script']} | {r['outcome']} | {detail} |")
+
+
+# ---------------------------------------------------------------- main
+
+
+def machine() -> dict:
+    return {
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+        "load": os.getloadavg(),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("command", choices=("robustness", "accuracy", "speed", "wrap"))
+    parser.add_argument("--root", type=Path, default=DEFAULT_ROOT, help="fetched corpus")
+    parser.add_argument("--labels", type=Path, default=LABELS, help="labels TSV")
+    parser.add_argument("--json", type=Path, help="write the full results here")
+    parser.add_argument("-j", "--jobs", type=int, default=2, help="processes (lint, parsing)")
+    parser.add_argument(
+        "--repo", action="append", help="robustness/speed: only these repos (owner/name, torch)"
+    )
+    args = parser.parse_args(argv)
+
+    if args.command == "robustness":
+        result, show = (
+            robustness(args.root, args.jobs, repo_names(args.repo), args.json),
+            print_robustness,
+        )
+    elif args.command == "accuracy":
+        result, show = accuracy(args.root, args.labels), print_accuracy
+    elif args.command == "speed":
+        result, show = speed(args.root, args.jobs, repo_names(args.repo)), print_speed
+    else:
+        result, show = wrap(args.root, args.labels), print_wrap
+    result["machine"] = machine()
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    show(result)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
