@@ -28,6 +28,7 @@ from torch import nn
 
 from autoopt.runtime.batch import map_tensors
 from autoopt.runtime.context import Context, Forward, ForwardLayer, Stage
+from autoopt.runtime.errors import error_summary
 from autoopt.runtime.replay import Replay
 from autoopt.runtime.report import PassResult, Report
 
@@ -102,16 +103,9 @@ class CompiledForward:
 
 
 def _record_failure(report: Report, what: str, err: BaseException) -> None:
-    message = f"{what} failed: {type(err).__name__}: {_first_line(err)}"
+    message = f"{what} failed: {error_summary(err)}"
     report.replace(PassResult.failed(NAME, message, "eager forward"))
     warnings.warn(f"autoopt: {message}; falling back to the eager forward", stacklevel=2)
-
-
-def _first_line(err: BaseException) -> str:
-    """A one-line summary; dynamo's wrapper errors name the real error on their next line."""
-    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
-    text = " ".join(lines[:2]) if lines and lines[0].endswith(":") else " ".join(lines[:1])
-    return text[:300]
 
 
 class JitForward:
@@ -185,7 +179,7 @@ class JitForward:
     ) -> Any:
         if kwargs:
             err = RuntimeError(
-                f"cannot script ({_first_line(script_err)}) nor trace a call with keyword arguments"
+                f"cannot script ({error_summary(script_err)}) nor trace a call with keyword arguments"
             )
             return self._fail(err, args, kwargs)
         try:
@@ -197,7 +191,7 @@ class JitForward:
         self.report.replace(
             PassResult.applied(
                 NAME,
-                f"cannot script ({_first_line(script_err)}); traced the first batch: eager "
+                f"cannot script ({error_summary(script_err)}); traced the first batch: eager "
                 "until the trace matches eager on a batch of another shape",
             )
         )
@@ -244,7 +238,7 @@ class JitForward:
                 "TorchScript",
                 RuntimeError(
                     f"the trace of the first batch differs from eager on another shape "
-                    f"({_first_line(err)})"
+                    f"({error_summary(err)})"
                 ),
             )
             return out
