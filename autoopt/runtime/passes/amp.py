@@ -22,7 +22,7 @@ from autoopt.runtime import hardware, loss_scaling, root_scaling
 from autoopt.runtime.batch import map_tensors
 from autoopt.runtime.context import Context, Forward, ForwardLayer, Stage, StepLayer
 from autoopt.runtime.report import PassResult
-from autoopt.runtime.user_amp import UserAmp, watch_grad_scalers
+from autoopt.runtime.user_amp import UserAmp, unwatch_grad_scalers, watch_grad_scalers
 
 NAME = "amp"
 
@@ -50,7 +50,8 @@ def run(ctx: Context) -> PassResult:
     if dtype is None:
         return PassResult.skipped(NAME, why)
     ctx.amp_dtype = dtype
-    watch_grad_scalers()
+    if watch_grad_scalers():
+        ctx.undo.append(unwatch_grad_scalers)
     users = UserAmp(ctx.report, NAME)
     layer = AutocastLayer(device.type, dtype, users)
     ctx.forward_layers.append(ForwardLayer(NAME, Stage.INNER, layer.wrap))
@@ -59,6 +60,7 @@ def run(ctx: Context) -> PassResult:
         return PassResult.applied(NAME, f"{name} autocast: {why}")
     scaler = loss_scaling.LossScaler(device, user_amp=users)
     root_scaling.register(ctx.model, scaler=scaler)
+    ctx.undo.append(functools.partial(root_scaling.unregister, ctx.model))
     loss_scaling.install(ctx.model, scaler)
     ctx.extras["loss_scaler"] = scaler
     if ctx.optimizer is not None:
