@@ -123,13 +123,18 @@ def _gate_module_zero_grad(module: nn.Module, acc: Accumulator) -> None:
 @dataclass
 class GatedZeroGrad:
     """`module.zero_grad` that acts at the start of a cycle only. An object holding the module,
-    not a closure over its bound method, so `deepcopy(model)` gates the copy's own gradients."""
+    not a closure over its bound method, so a copy (deepcopy, pickle) zeroes its own gradients.
+    A copy does not accumulate (no optimizer of its own is gated, its backward is not seeded
+    with 1/N): it drops the accumulator, and its zero_grad always acts."""
 
     module: nn.Module
-    acc: Accumulator
+    acc: Accumulator | None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"module": self.module, "acc": None}
 
     def __call__(self, set_to_none: bool = True) -> None:
-        if self.acc.at_cycle_start:
+        if self.acc is None or self.acc.at_cycle_start:
             type(self.module).zero_grad(self.module, set_to_none)
 
 

@@ -1,13 +1,15 @@
 """Pass: amp. Autocast the forward in bf16 or fp16; floating outputs come back as fp32.
 
 "auto" picks bf16 where the hardware computes it natively (CUDA compute capability >= 8.0, or a
-CPU with AVX512-BF16/AMX: measured ~17x on a small CNN on this project's CPUs), else fp16 on
-CUDA, else nothing: fp16 autocast on a CPU without native half math is slower than fp32.
+CPU with AVX512-BF16/AMX; figures in docs/benchmarks/cpu.md), else fp16 on CUDA, else nothing:
+fp16 autocast on a CPU without native half math is slower than fp32.
 Explicit "bf16"/"fp16" are honoured on any device autocast supports (fp16 on CPU is how the
 fp16 path is tested without a GPU). fp16 adds dynamic loss scaling at the root of every backward
 (`loss_scaling`, `root_scaling`). A loop with its own autocast or GradScaler makes both step aside
 (`user_amp`). The layers are objects of module-level classes, so the model deep-copies and
-pickles with them (an EMA copy computes with its own weights).
+pickles with them (an EMA copy computes with its own weights). A copy is not registered with
+`root_scaling`: its backward is unscaled, because no step of its own skips non-finite gradients
+(a copy is for evaluation/EMA; training one needs `optimize()` on a plain model).
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ output positions (an 8x8 feature map: about the deepest stage of common CNNs on 
 images, so this undercounts convolutions); every other parameter is counted once (a Linear layer
 applies each weight once per sample). The pass applies when Conv2d holds at least half of that
 estimate. A transformer or MLP (no Conv2d) is skipped; a CNN with a big classifier head passes.
-Measured on this project's CPU: ~4x on a small CNN in training, so it applies on CPU too.
+It applies on CPU too: there NHWC pays with bf16 autocast (figures in docs/benchmarks/cpu.md).
 
 `module.to(memory_format=...)` swaps `param.data` and keeps Parameter identity. 4-D floating
 inputs are converted inside the forward (INPUT stage, inside the compiled region) and by the

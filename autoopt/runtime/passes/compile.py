@@ -4,8 +4,9 @@ The model is not wrapped (no `OptimizedModule`), so `state_dict` keys stay the u
 COMPILE layer compiles everything below it: autocast and the channels-last input conversion are
 inside the graph; loss-scale hooks and device moves stay outside.
 
-"auto" compiles on CUDA only. On this project's CPU machines compile made a small transformer
-17% slower, so on CPU it is skipped; `tune=True` measures it, `compile=True` forces it.
+"auto" compiles on CUDA only. On CPU whether compile pays depends on the model, and its warm-up
+costs seconds (figures in docs/benchmarks/cpu.md), so it is skipped there; `tune=True` measures
+it, `compile=True` forces it.
 
 Failures: dynamo/inductor fail lazily, at the first forward (or a later recompile). The layer
 catches the error, runs the eager forward instead and, when eager succeeds, stays eager for good
@@ -47,8 +48,8 @@ def choose(option: str | bool, device: torch.device | None) -> tuple[str | None,
     device_type = device.type if device is not None else "cpu"
     if option == "auto" and device_type != "cuda":
         return None, (
-            f"not on CUDA ({device_type}): torch.compile made a small transformer 17% slower on "
-            "CPU here; pass tune=True to measure it or compile=True to force it"
+            f"not on CUDA ({device_type}): on CPU whether torch.compile pays depends on the "
+            "model; pass tune=True to measure it or compile=True to force it"
         )
     if option == "jit":
         return "jit", (
