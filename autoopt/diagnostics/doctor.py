@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.nn.parameter import is_lazy
 
 from autoopt.runtime import hardware
 
@@ -183,27 +184,33 @@ def load_model(spec: str) -> nn.Module:
 
 
 def summarize_model(model: nn.Module, name: str = "") -> dict[str, Any]:
-    """Parameter counts, total and per top-level child (what torchsummary users look for)."""
+    """Parameter counts, total and per top-level child (what torchsummary users look for).
+    Lazy parameters not materialized yet have no size: they are counted apart (`lazy`)."""
     children = [
         {
             "name": child_name,
             "type": type(child).__name__,
-            "params": sum(p.numel() for p in child.parameters()),
+            "params": sum(_numel(p) for p in child.parameters()),
         }
         for child_name, child in model.named_children()
     ]
-    own = sum(p.numel() for p in model.parameters(recurse=False))
+    own = sum(_numel(p) for p in model.parameters(recurse=False))
     if own:
         children.append({"name": "(own parameters)", "type": "-", "params": own})
     params = list(model.parameters())
     return {
         "name": name or type(model).__name__,
         "type": type(model).__name__,
-        "params": sum(p.numel() for p in params),
-        "trainable": sum(p.numel() for p in params if p.requires_grad),
-        "size_mib": round(sum(p.numel() * p.element_size() for p in params) / 2**20, 2),
+        "params": sum(_numel(p) for p in params),
+        "trainable": sum(_numel(p) for p in params if p.requires_grad),
+        "lazy": sum(is_lazy(p) for p in params),
+        "size_mib": round(sum(_numel(p) * p.dtype.itemsize for p in params) / 2**20, 2),
         "children": children,
     }
+
+
+def _numel(param: torch.Tensor) -> int:
+    return 0 if is_lazy(param) else param.numel()
 
 
 # --- text -------------------------------------------------------------------------------------
@@ -248,7 +255,8 @@ def render(info: dict[str, Any]) -> str:
         lines += [
             "",
             f"model {m['name']} ({m['type']}): {m['params']:,} parameters "
-            f"({m['trainable']:,} trainable, {m['size_mib']} MiB)",
+            f"({m['trainable']:,} trainable, {m['size_mib']} MiB)"
+            + (f"; {m['lazy']} lazy parameter(s) not materialized yet" if m["lazy"] else ""),
         ]
         width = max((len(c["name"]) for c in m["children"]), default=4)
         for c in m["children"]:

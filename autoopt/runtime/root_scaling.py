@@ -83,6 +83,13 @@ def register(
     return reg
 
 
+def unregister(model: torch.nn.Module) -> None:
+    """Stop scaling the backward passes of `model` (what `optimize()` undoes when it fails after
+    registering it); the root wrapper goes when no registered model is left."""
+    _registered[:] = [reg for reg in _registered if reg.model() is not model]
+    _live()
+
+
 def registrations_of(tensors: Iterable[Any]) -> list[Registration]:
     """The live registrations whose parameters the graph of `tensors` reaches."""
     return _involved(_walk(_roots(tensors)))

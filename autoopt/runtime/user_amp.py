@@ -45,10 +45,18 @@ class UserAmp:
             )
 
 
-def watch_grad_scalers() -> None:
-    """Wrap `torch.amp.GradScaler.scale` (once) so a user's scaler is noticed at its first use."""
-    if torch.amp.GradScaler.scale is not _scale:
-        torch.amp.GradScaler.scale = _scale  # type: ignore[method-assign]
+def watch_grad_scalers() -> bool:
+    """Wrap `torch.amp.GradScaler.scale` (once) so a user's scaler is noticed at its first use.
+    True when this call installed the wrapper (`unwatch_grad_scalers` undoes it)."""
+    if torch.amp.GradScaler.scale is _scale:
+        return False
+    torch.amp.GradScaler.scale = _scale  # type: ignore[method-assign]
+    return True
+
+
+def unwatch_grad_scalers() -> None:
+    """Put torch's own `GradScaler.scale` back."""
+    torch.amp.GradScaler.scale = _original_grad_scaler_scale  # type: ignore[method-assign]
 
 
 def _scale(self: torch.amp.GradScaler, outputs: Any) -> Any:

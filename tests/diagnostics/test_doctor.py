@@ -91,6 +91,23 @@ def test_model_summary(tmp_path, monkeypatch):
     assert json.loads(result.output)["plan"]["subject"] == "your model"
 
 
+def test_a_lazy_model_is_summarized_and_planned(tmp_path, monkeypatch):
+    (tmp_path / "lazy_models.py").write_text(
+        "from torch import nn\n"
+        "def build():\n"
+        "    return nn.Sequential(nn.LazyConv2d(4, 3), nn.Flatten(), nn.Linear(4, 2))\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    result = CliRunner().invoke(main, ["doctor", "--json", "--model", "lazy_models:build"])
+    assert result.exit_code == 0, result.output
+    info = json.loads(result.output)
+    assert info["model"]["params"] == 4 * 2 + 2 and info["model"]["lazy"] == 2
+    plan = {p["pass"]: p for p in info["plan"]["passes"]}
+    assert "error" not in info["plan"]
+    assert "lazy parameters" in plan["channels_last"]["detail"]
+
+
 def test_bad_model_spec_is_a_clear_error():
     result = CliRunner().invoke(main, ["doctor", "--model", "no_colon_here"])
     assert result.exit_code != 0

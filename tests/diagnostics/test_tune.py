@@ -315,3 +315,14 @@ def test_the_default_plan_wins_unless_another_is_clearly_faster(fake_clock):
     # Clearly faster than the default: tuning picks it.
     fake_clock["fp32"] = 0.008
     assert run().plan == tune.REFERENCE
+
+
+def test_the_default_plan_is_what_the_passes_choose(monkeypatch):
+    from autoopt.runtime.passes import amp as amp_pass
+
+    conv = nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU(), nn.Conv2d(8, 8, 3))
+    options = Options(compile="jit", verbose=False)
+    monkeypatch.setattr(hardware, "cpu_supports_bf16", lambda: False)
+    assert tune.default_plan(conv, options) == tune.Plan(False, "jit", True)
+    monkeypatch.setattr(amp_pass, "choose", lambda *a: (torch.float16, "forced"))
+    assert tune.default_plan(conv, options).amp == "fp16"

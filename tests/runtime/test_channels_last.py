@@ -148,3 +148,20 @@ def test_choose_decides_without_touching_the_model() -> None:
     assert cl_pass.choose("auto", MLP()) == (False, "the model has no Conv2d layers")
     assert cl_pass.choose(True, BigHead())[0] is True
     assert cl_pass.choose(False, model) == (False, "channels_last=False")
+
+
+@pytest.mark.parametrize("option", ["auto", True])
+def test_lazy_modules_stand_down_until_materialized(option: str | bool) -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.LazyConv2d(4, 3), nn.ReLU(), nn.Flatten(), nn.LazyLinear(2))
+    plain = copy.deepcopy(model)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    model, opt = autoopt.optimize(model, None, opt, amp=False, channels_last=option, verbose=False)
+    assert "lazy parameters" in autoopt.report(model)[cl_pass.NAME].detail
+    x = torch.randn(2, 3, 8, 8)
+    torch.manual_seed(1)  # the first forward materializes the parameters from the global RNG
+    model(x).sum().backward()
+    torch.manual_seed(1)
+    plain(x).sum().backward()
+    for p, q in zip(model.parameters(), plain.parameters(), strict=True):
+        torch.testing.assert_close(p.grad, q.grad)

@@ -32,6 +32,9 @@ CASES: dict[str, tuple[type[nn.Module], dict[str, Any], tuple[int, ...]]] = {
         {"checkpoint": 2},
         (4, 16),
     ),
+    "mlp, bf16": (MLP, {"amp": "bf16"}, (4, 16)),
+    "mlp, fp16": (MLP, {"amp": "fp16"}, (4, 16)),
+    "cnn, accumulate=2": (SmallCNN, {"accumulate": 2}, (4, 3, 16, 16)),
 }
 
 
@@ -47,11 +50,24 @@ def optimized(name: str) -> tuple[nn.Module, nn.Module, torch.Tensor]:
     make, options, shape = CASES[name]
     torch.manual_seed(0)
     plain = make()
-    model = autoopt.optimize(copy.deepcopy(plain), amp=False, verbose=False, **options)
+    model = copy.deepcopy(plain)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.0)  # lr 0: the weights stay plain's
+    model, optimizer = autoopt.optimize(
+        model, None, optimizer, **{"amp": False, "verbose": False, **options}
+    )
     x = torch.randn(*shape)
     model(x).sum().backward()
+    optimizer.step()  # mid-cycle under accumulate=2
     model.zero_grad()
     return model, plain, x
+
+
+def plain_forward(name: str, plain: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """`plain(x)` as the user writes it with torch's autocast for the case's amp option."""
+    amp = CASES[name][1].get("amp", False)
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(amp)
+    with torch.autocast("cpu", dtype=dtype or torch.bfloat16, enabled=dtype is not None):
+        return plain(x).float()
 
 
 @pytest.mark.parametrize("name", CASES)
@@ -65,12 +81,17 @@ def test_a_deep_copy_computes_with_its_own_weights(name: str) -> None:
             p.mul_(0.5)
         for p in plain.parameters():
             p.mul_(0.5)
-    # Tolerance: channels-last convolutions round differently from NCHW ones (fp32).
-    torch.testing.assert_close(twin(x), plain(x), rtol=1e-4, atol=1e-5)
+    # Tolerance: channels-last convolutions round differently from NCHW ones (fp32); autocast
+    # runs the same ops as torch.autocast.
+    torch.testing.assert_close(twin(x), plain_forward(name, plain, x), rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(model(x), before)  # the original is untouched
+    grads = [None if p.grad is None else p.grad.clone() for p in model.parameters()]
     twin(x).sum().backward()  # the copy trains its own parameters only
-    assert all(p.grad is None for p in model.parameters())
+    for p, grad in zip(model.parameters(), grads, strict=True):
+        assert (p.grad is None) if grad is None else torch.equal(p.grad, grad)
     assert all(p.grad is not None for p in twin.parameters())
+    twin.zero_grad()  # a copy is a plain model: its zero_grad acts, also copied mid-cycle
+    assert all(p.grad is None for p in twin.parameters())
 
 
 @pytest.mark.parametrize("name", CASES)
@@ -137,3 +158,20 @@ def test_the_forward_still_looks_like_the_users() -> None:
     assert model.forward.__name__ == "forward"
     assert list(inspect.signature(model.forward).parameters) == ["x"]
     assert autoopt.runtime.forward.original_forward(model).__func__ is SmallCNN.forward
+
+
+@pytest.mark.parametrize("name", ["mlp, fp16", "cnn, accumulate=2"])
+def test_a_copy_is_for_evaluation_its_backward_is_plain(name: str) -> None:
+    """A copy (EMA, snapshot) computes like the optimized model but is not trained by autoopt:
+    its backward is not loss-scaled nor divided by N (no optimizer of its own is gated, so a
+    scaled gradient would reach a plain step). Training one needs optimize() on a plain model."""
+    from autoopt.runtime import root_scaling
+
+    model, plain, x = optimized(name)
+    twin = copy.deepcopy(model)
+    assert root_scaling.registration_of_params(twin.parameters()) == []
+    twin(x).sum().backward()
+    plain_forward(name, plain, x).sum().backward()
+    # Tolerance: channels-last rounding (fp32); fp16 autocast runs the same ops as torch's.
+    for mine, theirs in zip(twin.parameters(), plain.parameters(), strict=True):
+        torch.testing.assert_close(mine.grad, theirs.grad, rtol=1e-4, atol=1e-5)

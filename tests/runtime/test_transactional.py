@@ -114,3 +114,35 @@ def test_a_failure_in_the_install_puts_everything_back(monkeypatch: pytest.Monke
     for name, value in model.state_dict().items():
         assert torch.equal(value, reference[name])
     assert_retry_trains_like_eager(model, optimizer)
+
+
+@pytest.mark.parametrize("options", [{"amp": "fp16"}, {"amp": False, "accumulate": 4}])
+def test_a_failure_leaves_no_global_patch_and_no_scaled_backward(
+    monkeypatch: pytest.MonkeyPatch, options: dict[str, Any]
+) -> None:
+    from autoopt.runtime import pipeline, root_scaling, user_amp
+
+    def broken(ctx: Context) -> None:
+        raise RuntimeError("a finalizer that fails")
+
+    def add_broken_finalizer(ctx: Context) -> None:
+        ctx.finalizers.append(broken)
+
+    user_amp.unwatch_grad_scalers()  # as in a fresh process: no earlier optimize() patched it
+    clip_internal = torch.nn.utils.clip_grad._clip_grads_with_norm_
+    engine = torch.autograd._engine_run_backward
+    model, optimizer = pair()
+    reference = copy.deepcopy(model)
+    with monkeypatch.context() as patch:
+        patch.setattr(pipeline, "PASSES", (*pipeline.PASSES, add_broken_finalizer))
+        with pytest.raises(RuntimeError, match="a finalizer that fails"):
+            autoopt.optimize(model, [], optimizer, verbose=False, **options)
+    assert root_scaling.registration_of_params(model.parameters()) == []
+    assert torch.amp.GradScaler.scale is user_amp._original_grad_scaler_scale
+    assert torch.nn.utils.clip_grad._clip_grads_with_norm_ is clip_internal
+    assert torch.autograd._engine_run_backward is engine
+    x, _ = cnn_data(4)
+    model(x).sum().backward()  # unscaled (no x65536, no 1/4)
+    reference(x).sum().backward()
+    for p, q in zip(model.parameters(), reference.parameters(), strict=True):
+        torch.testing.assert_close(p.grad, q.grad)

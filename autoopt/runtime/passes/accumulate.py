@@ -39,7 +39,7 @@ from torch.nn.utils import clip_grad
 from autoopt.runtime import root_scaling
 from autoopt.runtime.context import Context, StepLayer
 from autoopt.runtime.report import PassResult
-from autoopt.runtime.user_amp import watch_grad_scalers
+from autoopt.runtime.user_amp import unwatch_grad_scalers, watch_grad_scalers
 
 NAME = "accumulate"
 
@@ -96,8 +96,11 @@ def run(ctx: Context) -> PassResult | None:
     ctx.extras[NAME] = acc
     ctx.step_layers.append(StepLayer(NAME, acc.wrap_step, acc.wrap_zero_grad))
     root_scaling.register(ctx.model, accumulator=acc)
-    watch_grad_scalers()
-    _gate_clipping()
+    ctx.undo.append(functools.partial(root_scaling.unregister, ctx.model))
+    if watch_grad_scalers():
+        ctx.undo.append(unwatch_grad_scalers)
+    if _gate_clipping():
+        ctx.undo.append(_ungate_clipping)
     _gate_module_zero_grad(ctx.model, acc)
     ctx.finalizers.append(functools.partial(_finalize, acc=acc))
     detail = (
@@ -120,13 +123,18 @@ def _gate_module_zero_grad(module: nn.Module, acc: Accumulator) -> None:
 @dataclass
 class GatedZeroGrad:
     """`module.zero_grad` that acts at the start of a cycle only. An object holding the module,
-    not a closure over its bound method, so `deepcopy(model)` gates the copy's own gradients."""
+    not a closure over its bound method, so a copy (deepcopy, pickle) zeroes its own gradients.
+    A copy does not accumulate (no optimizer of its own is gated, its backward is not seeded
+    with 1/N): it drops the accumulator, and its zero_grad always acts."""
 
     module: nn.Module
-    acc: Accumulator
+    acc: Accumulator | None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"module": self.module, "acc": None}
 
     def __call__(self, set_to_none: bool = True) -> None:
-        if self.acc.at_cycle_start:
+        if self.acc is None or self.acc.at_cycle_start:
             type(self.module).zero_grad(self.module, set_to_none)
 
 
@@ -156,12 +164,22 @@ def _clip_grad_value_(parameters: Any, *args: Any, **kwargs: Any) -> None:
         _original_clip_grad_value(parameters, *args, **kwargs)
 
 
-def _gate_clipping() -> None:
+def _gate_clipping() -> bool:
     """`clip_grad_norm_` calls the module-global `_clip_grads_with_norm_` of
-    `torch.nn.utils.clip_grad`, so wrapping that global reaches every spelling of it."""
+    `torch.nn.utils.clip_grad`, so wrapping that global reaches every spelling of it. True when
+    this call installed the gates (`_ungate_clipping` undoes it)."""
+    if clip_grad._clip_grads_with_norm_ is _clip_grads_with_norm_:
+        return False
     clip_grad._clip_grads_with_norm_ = _clip_grads_with_norm_
     clip_grad.clip_grad_value_ = _clip_grad_value_
     torch.nn.utils.clip_grad_value_ = _clip_grad_value_
+    return True
+
+
+def _ungate_clipping() -> None:
+    clip_grad._clip_grads_with_norm_ = _original_clip_grads_with_norm
+    clip_grad.clip_grad_value_ = _original_clip_grad_value
+    torch.nn.utils.clip_grad_value_ = _original_clip_grad_value
 
 
 def _finalize(ctx: Context, *, acc: Accumulator) -> None:

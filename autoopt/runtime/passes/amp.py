@@ -1,13 +1,15 @@
 """Pass: amp. Autocast the forward in bf16 or fp16; floating outputs come back as fp32.
 
 "auto" picks bf16 where the hardware computes it natively (CUDA compute capability >= 8.0, or a
-CPU with AVX512-BF16/AMX: measured ~17x on a small CNN on this project's CPUs), else fp16 on
-CUDA, else nothing: fp16 autocast on a CPU without native half math is slower than fp32.
+CPU with AVX512-BF16/AMX; figures in docs/benchmarks/cpu.md), else fp16 on CUDA, else nothing:
+fp16 autocast on a CPU without native half math is slower than fp32.
 Explicit "bf16"/"fp16" are honoured on any device autocast supports (fp16 on CPU is how the
 fp16 path is tested without a GPU). fp16 adds dynamic loss scaling at the root of every backward
 (`loss_scaling`, `root_scaling`). A loop with its own autocast or GradScaler makes both step aside
 (`user_amp`). The layers are objects of module-level classes, so the model deep-copies and
-pickles with them (an EMA copy computes with its own weights).
+pickles with them (an EMA copy computes with its own weights). A copy is not registered with
+`root_scaling`: its backward is unscaled, because no step of its own skips non-finite gradients
+(a copy is for evaluation/EMA; training one needs `optimize()` on a plain model).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from autoopt.runtime import hardware, loss_scaling, root_scaling
 from autoopt.runtime.batch import map_tensors
 from autoopt.runtime.context import Context, Forward, ForwardLayer, Stage, StepLayer
 from autoopt.runtime.report import PassResult
-from autoopt.runtime.user_amp import UserAmp, watch_grad_scalers
+from autoopt.runtime.user_amp import UserAmp, unwatch_grad_scalers, watch_grad_scalers
 
 NAME = "amp"
 
@@ -50,7 +52,8 @@ def run(ctx: Context) -> PassResult:
     if dtype is None:
         return PassResult.skipped(NAME, why)
     ctx.amp_dtype = dtype
-    watch_grad_scalers()
+    if watch_grad_scalers():
+        ctx.undo.append(unwatch_grad_scalers)
     users = UserAmp(ctx.report, NAME)
     layer = AutocastLayer(device.type, dtype, users)
     ctx.forward_layers.append(ForwardLayer(NAME, Stage.INNER, layer.wrap))
@@ -59,6 +62,7 @@ def run(ctx: Context) -> PassResult:
         return PassResult.applied(NAME, f"{name} autocast: {why}")
     scaler = loss_scaling.LossScaler(device, user_amp=users)
     root_scaling.register(ctx.model, scaler=scaler)
+    ctx.undo.append(functools.partial(root_scaling.unregister, ctx.model))
     loss_scaling.install(ctx.model, scaler)
     ctx.extras["loss_scaler"] = scaler
     if ctx.optimizer is not None:

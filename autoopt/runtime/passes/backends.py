@@ -3,11 +3,11 @@
 CUDA: `cudnn.benchmark=True` and TF32 matmul/convolutions (Ampere+), unless `deterministic=True`,
 which sets `cudnn.deterministic=True, benchmark=False` instead.
 
-Optimizer: torch's default step on CPU is a Python loop over tensors. Measured on this project's
-CPU (1 thread, ~300k params in 32 tensors, per step): AdamW 1563 us default, 1154 us foreach,
-367 us fused; Adam 2279 / 1112 / 353 us; SGD(momentum) 375 / 305 / 158 us. So fused is chosen on
-CPU as on CUDA, wherever this torch has it for the optimizer class on that device; else foreach
-(on CPU torch runs foreach as a per-tensor fallback, which still beat the default loop).
+Optimizer: torch's default step on CPU is a Python loop over tensors; the fused step does the
+whole update in one kernel and foreach in a few, both faster (figures in
+docs/benchmarks/optimizer-step.md). So fused is chosen on CPU as on CUDA, wherever this torch
+has it for the optimizer class on that device; else foreach (on CPU torch runs foreach as a
+per-tensor fallback, which is still faster than the default loop).
 Support is probed by building and stepping a throwaway optimizer of the same class, which covers
 every version- and device-specific check torch makes. The user's param groups and their options
 stay as they are; only `fused`/`foreach` change. An explicit `fused=`/`foreach=` is respected.

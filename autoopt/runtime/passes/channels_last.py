@@ -6,7 +6,7 @@ output positions (an 8x8 feature map: about the deepest stage of common CNNs on 
 images, so this undercounts convolutions); every other parameter is counted once (a Linear layer
 applies each weight once per sample). The pass applies when Conv2d holds at least half of that
 estimate. A transformer or MLP (no Conv2d) is skipped; a CNN with a big classifier head passes.
-Measured on this project's CPU: ~4x on a small CNN in training, so it applies on CPU too.
+It applies on CPU too: there NHWC pays with bf16 autocast (figures in docs/benchmarks/cpu.md).
 
 `module.to(memory_format=...)` swaps `param.data` and keeps Parameter identity. 4-D floating
 inputs are converted inside the forward (INPUT stage, inside the compiled region) and by the
@@ -22,10 +22,12 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.nn.parameter import is_lazy
 
 from autoopt.runtime import optimizer_state
 from autoopt.runtime.batch import map_tensors
 from autoopt.runtime.context import Context, Forward, ForwardLayer, Stage
+from autoopt.runtime.errors import error_summary
 from autoopt.runtime.replay import Replay
 from autoopt.runtime.report import PassResult, Report
 
@@ -36,15 +38,17 @@ MIN_CONV_SHARE = 0.5  # apply when Conv2d holds at least this share of the estim
 
 
 def conv_share(model: nn.Module) -> float:
-    """The estimated share of per-sample multiply-adds spent in Conv2d layers (0..1)."""
+    """The estimated share of per-sample multiply-adds spent in Conv2d layers (0..1).
+    Lazy parameters not materialized yet have no size: they are not counted."""
     conv = other = 0
     conv_params: set[int] = set()
     for module in model.modules():
         if isinstance(module, nn.Conv2d):
-            conv += module.weight.numel() * CONV_POSITIONS
+            if not is_lazy(module.weight):
+                conv += module.weight.numel() * CONV_POSITIONS
             conv_params.update(id(p) for p in module.parameters(recurse=False))
     for param in model.parameters():
-        if id(param) not in conv_params:
+        if id(param) not in conv_params and not is_lazy(param):
             other += param.numel()
     total = conv + other
     return conv / total if total else 0.0
@@ -54,6 +58,12 @@ def choose(option: str | bool, model: nn.Module) -> tuple[bool, str]:
     """Whether to put `model` in channels_last, and why."""
     if option is False:
         return False, "channels_last=False"
+    if any(is_lazy(p) for p in model.parameters()):
+        # Neither the layout of an uninitialized parameter nor the compute share can be set.
+        return False, (
+            "the model has lazy parameters not materialized yet; run one forward before "
+            "optimize() to let channels_last decide"
+        )
     share = conv_share(model)
     if option == "auto":
         if not any(isinstance(m, nn.Conv2d) for m in model.modules()):
@@ -99,7 +109,7 @@ class _State:
     def fall_back(self, err: BaseException) -> None:
         self.active = False
         self.model.to(memory_format=torch.contiguous_format)
-        message = f"first forward failed in channels_last: {type(err).__name__}: {_line(err)}"
+        message = f"first forward failed in channels_last: {error_summary(err)}"
         self.report.replace(PassResult.failed(NAME, message, "contiguous (NCHW) model and inputs"))
 
     def _to_format(self, t: torch.Tensor) -> torch.Tensor:
@@ -146,8 +156,3 @@ class _State:
                 raise
         self.verified = True
         return out
-
-
-def _line(err: BaseException) -> str:
-    text = str(err).strip()
-    return text.splitlines()[0][:300] if text else ""

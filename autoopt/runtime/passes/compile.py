@@ -4,8 +4,9 @@ The model is not wrapped (no `OptimizedModule`), so `state_dict` keys stay the u
 COMPILE layer compiles everything below it: autocast and the channels-last input conversion are
 inside the graph; loss-scale hooks and device moves stay outside.
 
-"auto" compiles on CUDA only. On this project's CPU machines compile made a small transformer
-17% slower, so on CPU it is skipped; `tune=True` measures it, `compile=True` forces it.
+"auto" compiles on CUDA only. On CPU whether compile pays depends on the model, and its warm-up
+costs seconds (figures in docs/benchmarks/cpu.md), so it is skipped there; `tune=True` measures
+it, `compile=True` forces it.
 
 Failures: dynamo/inductor fail lazily, at the first forward (or a later recompile). The layer
 catches the error, runs the eager forward instead and, when eager succeeds, stays eager for good
@@ -28,6 +29,7 @@ from torch import nn
 
 from autoopt.runtime.batch import map_tensors
 from autoopt.runtime.context import Context, Forward, ForwardLayer, Stage
+from autoopt.runtime.errors import error_summary
 from autoopt.runtime.replay import Replay
 from autoopt.runtime.report import PassResult, Report
 
@@ -46,8 +48,8 @@ def choose(option: str | bool, device: torch.device | None) -> tuple[str | None,
     device_type = device.type if device is not None else "cpu"
     if option == "auto" and device_type != "cuda":
         return None, (
-            f"not on CUDA ({device_type}): torch.compile made a small transformer 17% slower on "
-            "CPU here; pass tune=True to measure it or compile=True to force it"
+            f"not on CUDA ({device_type}): on CPU whether torch.compile pays depends on the "
+            "model; pass tune=True to measure it or compile=True to force it"
         )
     if option == "jit":
         return "jit", (
@@ -102,16 +104,9 @@ class CompiledForward:
 
 
 def _record_failure(report: Report, what: str, err: BaseException) -> None:
-    message = f"{what} failed: {type(err).__name__}: {_first_line(err)}"
+    message = f"{what} failed: {error_summary(err)}"
     report.replace(PassResult.failed(NAME, message, "eager forward"))
     warnings.warn(f"autoopt: {message}; falling back to the eager forward", stacklevel=2)
-
-
-def _first_line(err: BaseException) -> str:
-    """A one-line summary; dynamo's wrapper errors name the real error on their next line."""
-    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
-    text = " ".join(lines[:2]) if lines and lines[0].endswith(":") else " ".join(lines[:1])
-    return text[:300]
 
 
 class JitForward:
@@ -185,7 +180,7 @@ class JitForward:
     ) -> Any:
         if kwargs:
             err = RuntimeError(
-                f"cannot script ({_first_line(script_err)}) nor trace a call with keyword arguments"
+                f"cannot script ({error_summary(script_err)}) nor trace a call with keyword arguments"
             )
             return self._fail(err, args, kwargs)
         try:
@@ -197,7 +192,7 @@ class JitForward:
         self.report.replace(
             PassResult.applied(
                 NAME,
-                f"cannot script ({_first_line(script_err)}); traced the first batch: eager "
+                f"cannot script ({error_summary(script_err)}); traced the first batch: eager "
                 "until the trace matches eager on a batch of another shape",
             )
         )
@@ -244,7 +239,7 @@ class JitForward:
                 "TorchScript",
                 RuntimeError(
                     f"the trace of the first batch differs from eager on another shape "
-                    f"({_first_line(err)})"
+                    f"({error_summary(err)})"
                 ),
             )
             return out

@@ -8,8 +8,10 @@ is always one of the candidates, and another plan replaces it only when measured
 than the noise margin: tuning never picks a plan it measured slower than the defaults.
 
 The package, one job per module:
-- `plans`: `Plan` (values for the searched options), the default plan, the candidates.
-- `apply`: the one place that calls `optimize()` (on copies) and reads its report.
+- `plans`: `Plan` (values for the searched options), the default plan (the passes' own
+  `choose()` decisions), the candidates.
+- `apply`: the one place that runs the passes (`pipeline.prepare`, on copies) and reads
+  their report; tune never imports `optimize`, which imports tune.
 - `batches`: drawing a few batches from the user's loader, leaving every RNG as it was.
 - `loss`: the loss tuning trains with when it does not see the user's.
 - `measure`: timing each candidate on copies and judging it against eager fp32.
@@ -18,9 +20,9 @@ The package, one job per module:
 
 How a candidate is measured:
 - The model and optimizer are deep-copied together (so the copy of the optimizer holds the copy
-  of the parameters); `optimize()` is applied to the copy with the candidate's options. The
-  user's model, optimizer state, BatchNorm statistics and the RNG states are left exactly as
-  they were. The copies are freed after each candidate (peak memory: one extra copy).
+  of the parameters); the passes of `optimize()` are applied to the copy with the candidate's
+  options. The user's model, optimizer state, BatchNorm statistics and the RNG states are left
+  exactly as they were. The copies are freed after each candidate (peak memory: one extra copy).
 - Dropout is switched off in the copies, so that a forward is deterministic and the outputs of a
   candidate can be compared with eager fp32's on the same batch.
 - Batches: a few (`batches`, default 4) are drawn from a fresh iterator over the user's loader,

@@ -72,7 +72,7 @@ def decision_key(
         "params": params,
         "optimizer": type(optimizer).__qualname__ if optimizer is not None else None,
         "inputs": batch_signature(batch),
-        "hardware": hardware.signature(target_device(options)),
+        "hardware": hardware.signature(target_device(options, model)),
         "torch": torch.__version__,
         "autoopt": __version__,
         "options": fixed,

@@ -3,10 +3,7 @@ the default plan (what `optimize()` chooses without tuning) and the search space
 
 from __future__ import annotations
 
-import contextlib
-import copy
 import dataclasses
-import io
 import itertools
 from dataclasses import dataclass
 from typing import Any
@@ -14,8 +11,11 @@ from typing import Any
 import torch
 from torch import nn
 
-from autoopt.runtime import hardware
 from autoopt.runtime.options import Options
+from autoopt.runtime.passes import amp as amp_pass
+from autoopt.runtime.passes import channels_last as channels_last_pass
+from autoopt.runtime.passes import compile as compile_pass
+from autoopt.runtime.passes import device as device_pass
 from autoopt.runtime.tune import apply
 
 # The options tuning searches; the others (checkpoint, device, ...) are not speed choices.
@@ -25,7 +25,7 @@ SEARCHED = ("amp", "compile", "channels_last")
 @dataclass(frozen=True)
 class Plan:
     """One candidate: values for the searched options of `optimize()` ("auto" lets optimize()
-    decide, as the default plan does when its choices cannot be told in advance).
+    decide).
 
     Subclass and override `apply` to try something `optimize()` cannot express (the candidate is
     still measured and checked against eager fp32 like any other)."""
@@ -55,23 +55,26 @@ class Plan:
         return apply.optimize_copy(model, batches, optimizer, options, self.options())
 
 
+_AMP_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16"}
+
 REFERENCE = Plan()  # eager fp32: the baseline every candidate is checked against
 
 
 def default_plan(model: nn.Module, options: Options) -> Plan | None:
-    """The plan `optimize()` makes for `model` without tuning, learnt by running it on a copy
-    (nothing is trained); None when optimize() fails on it. When its choices cannot be read, the
-    plan keeps "auto" (labelled "defaults") and optimize() decides while it is measured."""
-    given = Plan(options.amp, options.compile, options.channels_last)
+    """The plan `optimize()` makes for `model` without tuning: the passes' own `choose()`
+    decisions (nothing runs, nothing is copied); None when the device asked for is not here."""
     try:
-        target = copy.deepcopy(model)
-        # Passes warn about what they cannot do; tuning reports its own findings.
-        with contextlib.redirect_stderr(io.StringIO()):
-            target = apply.optimize_copy(target, [], None, options, given.options())[0]
-    except Exception:  # an uncopyable model, or a pass that rejects it: no default to measure
+        device = target_device(options, model)
+    except ValueError:
         return None
-    choices = apply.choices_made(target, options)
-    return Plan(**choices) if choices is not None else given
+    dtype, _ = amp_pass.choose(model, device, options.amp)
+    how, _ = compile_pass.choose(options.compile, device)
+    layout, _ = channels_last_pass.choose(options.channels_last, model)
+    return Plan(
+        amp=_AMP_NAMES[dtype] if dtype is not None else False,
+        compile={None: False, "torch.compile": True, "jit": "jit"}[how],
+        channels_last=layout,
+    )
 
 
 def candidate_plans(model: nn.Module, options: Options) -> list[Plan]:
@@ -83,14 +86,18 @@ def candidate_plans(model: nn.Module, options: Options) -> list[Plan]:
 
 def combinations(model: nn.Module, options: Options) -> list[Plan]:
     """Every combination of the searched options left on "auto" that can pay on this machine."""
-    device = target_device(options)
     amps: list[str | bool] = [False]
     if options.amp != "auto":
         amps = [options.amp]
-    elif device.type == "cuda":
-        amps.append("bf16" if hardware.cuda_supports_bf16(device) else "fp16")
-    elif device.type == "cpu" and hardware.cpu_supports_bf16():
-        amps.append("bf16")  # without native bf16 the CPU emulates it: slower, not a candidate
+    else:
+        # What amp="auto" picks is the one that can pay (a CPU without native bf16 emulates it:
+        # slower, so "auto" picks nothing there and neither is a candidate).
+        try:
+            dtype, _ = amp_pass.choose(model, target_device(options, model), "auto")
+        except ValueError:
+            dtype = None
+        if dtype is not None:
+            amps.append(_AMP_NAMES[dtype])
     compiles: list[str | bool] = [False, True] if options.compile == "auto" else [options.compile]
     has_conv = any(isinstance(m, nn.Conv2d) for m in model.modules())
     if options.channels_last == "auto":
@@ -107,11 +114,10 @@ def with_default(plans: list[Plan], default: Plan | None) -> list[Plan]:
     return [default] + [p for p in plans if p != default]
 
 
-def target_device(options: Options) -> torch.device:
-    """The device optimize() will train on."""
-    if options.device != "auto":
-        return torch.device(options.device)
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+def target_device(options: Options, model: nn.Module) -> torch.device:
+    """The device optimize() will train `model` on (the device pass's choice). Raises
+    ValueError when the device asked for is not here."""
+    return device_pass.choose(options.device, model)[0]
 
 
 def with_plan(options: Options, plan: Plan) -> Options:
