@@ -432,7 +432,10 @@ class _Planner:
             if name in home.params() or name in file.imports or hasattr(builtins, name):
                 continue
             if any(
-                file.before(a, anchor) and any(b is _common_block(file, [a]) for b in blocks)
+                file.before(a, anchor)
+                and any(
+                    b is _common_block(file, [a]) or b is _if_block(file, a, name) for b in blocks
+                )
                 for a in _assignments(home, name)
             ):
                 continue
@@ -685,6 +688,38 @@ def _common_block(file: SourceFile, nodes: list[cst.CSTNode]) -> cst.CSTNode | N
 def _blocks(file: SourceFile, node: cst.CSTNode) -> list[cst.CSTNode]:
     """The statement blocks holding `node`, innermost first."""
     return [a for a in file.ancestors(node) if isinstance(a, cst.IndentedBlock | cst.Module)]
+
+
+def _if_block(file: SourceFile, assign: cst.CSTNode, name: str) -> cst.CSTNode | None:
+    """The block holding the `if` whose every branch (else included) binds `name`, when
+    `assign` is one of them (`if use_accel: device = ... else: device = torch.device("cpu")`)."""
+    branch = _common_block(file, [assign])
+    node = file.parent(branch) if branch is not None else None
+    if not isinstance(node, cst.If):
+        return None
+    while isinstance(file.parent(node), cst.If) and file.parent(node).orelse is node:
+        node = file.parent(node)  # the head of an if/elif chain
+    head: cst.If = node  # type: ignore[assignment]
+    branches: list[cst.BaseSuite] = []
+    cur: cst.If | cst.Else | None = head
+    while isinstance(cur, cst.If):
+        branches.append(cur.body)
+        cur = cur.orelse
+    if cur is None:
+        return None  # no else: some paths leave `name` unbound
+    branches.append(cur.body)
+
+    def binds(suite: cst.BaseSuite) -> bool:
+        return any(
+            isinstance(s, cst.SimpleStatementLine)
+            and any(
+                isinstance(a, cst.Assign) and name in (code_of(t) for t in _targets(a))
+                for a in s.body
+            )
+            for s in getattr(suite, "body", ())
+        )
+
+    return _common_block(file, [head]) if all(binds(b) for b in branches) else None
 
 
 def _device_of(call: cst.Call) -> str | None:

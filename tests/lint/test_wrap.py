@@ -336,6 +336,12 @@ def inserted(code: str) -> list[str]:
         ("args = parser.parse_args()\nmodel = Net().to(args.device)", "args.device"),
         ("dev = pick()\nmodel = Net()\nmodel = model.to(dev)", "dev"),
         ("model = Net()\nmodel.cuda()", '"cuda"'),
+        # pytorch/examples mnist today: the device is bound in both branches of an if/else.
+        (
+            "if use_accel:\n    device = torch.accelerator.current_accelerator()\n"
+            'else:\n    device = torch.device("cpu")\nmodel = Net().to(device)',
+            "device",
+        ),
         ("model = Net()\nmodel.to(dtype)\nmodel.to(device='cpu')", "'cpu'"),
     ],
 )
@@ -360,6 +366,8 @@ def test_the_call_keeps_the_scripts_own_device(placement: str, device: str) -> N
         "model = Net()\nif use_cuda:\n    model.cuda()",  # only sometimes placed
         "model = Net()\nmodel.to(torch.float16)",  # a dtype, not a device
         "model = Net()\nmodel.cuda(args.gpu)",  # not expressible as device=
+        # bound on one path only: `device` may not exist at the call
+        "if use_accel:\n    device = 'cuda'\nmodel = Net().to(device)",
     ],
 )
 def test_the_device_is_left_to_optimize_when_the_script_does_not_fix_one(
