@@ -11,12 +11,16 @@ The analysis starts from what training does, not from where things are written:
    `if/elif` branches are one optimizer.
 3. The model is whose `.parameters()` build each optimizer (the receiver of
    `configure_optimizers`, or the model passed to a factory); several optimizers over several
-   models get one call each (a GAN). The loader is what the training loop iterates, followed the
-   same way; none (batches from `get_batch`) means a call without loader.
+   models get one call each (a GAN). A model stepped by an optimizer over several models gets a
+   call without it, and then every call is fp32 (`amp=False`: loss scaling needs the optimizer).
+   The loader is what the training loop iterates (`for`, or `next()` on `iter(loader)`), followed
+   the same way; none (batches from `get_batch`) means a call without loader.
 4. The call goes after the optimizer, the model and the loader exist, before the statement that
-   starts training. What the script already does itself turns the overlapping option off with a
-   comment (its own autocast/GradScaler, torch.compile, DDP wrap); Accelerate, Lightning and
-   Hogwild scripts are declined, as is anything the analysis cannot prove.
+   starts training, with `device=` where the script itself puts the model (`model.to(device)`),
+   when that expression is defined there. What the script already does itself turns the
+   overlapping option off with a comment (its own autocast/GradScaler, torch.compile, DDP wrap);
+   Accelerate, Lightning and Hogwild scripts are declined, as is anything the analysis cannot
+   prove.
 """
 
 from __future__ import annotations
