@@ -432,8 +432,9 @@ class _Planner:
         reads = [n.value for n in _read_names(tree)]
         blocks = _blocks(file, anchor)
         top = self.code.top(file)
+        given = {*home.params(), *(("self", "cls") if home.cls is not None else ())}
         for name in reads:
-            if name in home.params() or name in file.imports or hasattr(builtins, name):
+            if name in given or name in file.imports or hasattr(builtins, name):
                 continue
             if any(
                 file.before(a, anchor)

@@ -467,3 +467,20 @@ def test_one_optimizer_over_several_models_wraps_each_model_in_fp32() -> None:
         "G_AB = autoopt.optimize(G_AB, amp=False)" + why,
         "G_BA = autoopt.optimize(G_BA, amp=False)" + why,
     ]
+
+
+def test_a_device_held_by_the_trainer_object_is_used() -> None:
+    code = """
+        import torch
+        class Trainer:
+            def run(self):
+                self.model = self.model.to(self.device)
+                self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.1)
+                for x in self.loader:
+                    self.model(x).sum().backward()
+                    self.optimizer.step()
+        """
+    assert inserted(code) == [
+        "self.model, self.loader, self.optimizer = autoopt.optimize(self.model, self.loader, "
+        "self.optimizer, device=self.device)"
+    ]
