@@ -11,16 +11,21 @@ The analysis starts from what training does, not from where things are written:
    `if/elif` branches are one optimizer.
 3. The model is whose `.parameters()` build each optimizer (the receiver of
    `configure_optimizers`, or the model passed to a factory); several optimizers over several
-   models get one call each (a GAN). The loader is what the training loop iterates, followed the
-   same way; none (batches from `get_batch`) means a call without loader.
+   models get one call each (a GAN). A model stepped by an optimizer over several models gets a
+   call without it, and then every call is fp32 (`amp=False`: loss scaling needs the optimizer).
+   The loader is what the training loop iterates (`for`, or `next()` on `iter(loader)`), followed
+   the same way; none (batches from `get_batch`) means a call without loader.
 4. The call goes after the optimizer, the model and the loader exist, before the statement that
-   starts training. What the script already does itself turns the overlapping option off with a
-   comment (its own autocast/GradScaler, torch.compile, DDP wrap); Accelerate, Lightning and
-   Hogwild scripts are declined, as is anything the analysis cannot prove.
+   starts training, with `device=` where the script itself puts the model (`model.to(device)`),
+   when that expression is defined there. What the script already does itself turns the
+   overlapping option off with a comment (its own autocast/GradScaler, torch.compile, DDP wrap);
+   Accelerate, Lightning and Hogwild scripts are declined, as is anything the analysis cannot
+   prove.
 """
 
 from __future__ import annotations
 
+import builtins
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -45,6 +50,7 @@ _ITER_WRAPPERS = {"enumerate", "tqdm", "iter", "progress", "track", "zip", "log_
 _MODEL_METHODS = {"parameters", "named_parameters", "train", "eval", "state_dict", "to", "cuda"}
 _MODEL_WORDS = ("model", "net", "generator", "discriminator", "encoder", "decoder")
 _MAX_DEPTH = 6
+_NOT_PLACED = "not a placement"  # `.to(dtype)`, `.to(memory_format=...)`
 
 
 @dataclass
@@ -57,11 +63,13 @@ class Decline:
 
 @dataclass
 class Pair:
-    """One `autoopt.optimize` call: the model and optimizer expressions (and loader, if any)."""
+    """One `autoopt.optimize` call: the model expression, and the optimizer (None for a model
+    stepped by an optimizer over several models), loader and device where the script has them."""
 
     model: str
-    optimizer: str
+    optimizer: str | None
     loader: str | None = None
+    device: str | None = None  # where the script itself puts the model (`model.to(device)`)
 
 
 @dataclass
@@ -79,16 +87,15 @@ class Plan:
         comment = f"  # autoopt: {why}" if why else ""
         out = []
         for p in self.pairs:
-            if p.loader:
-                out.append(
-                    f"{p.model}, {p.loader}, {p.optimizer} = autoopt.optimize("
-                    f"{p.model}, {p.loader}, {p.optimizer}{opts}){comment}"
-                )
-            else:
-                out.append(
-                    f"{p.model}, {p.optimizer} = autoopt.optimize("
-                    f"{p.model}, optimizer={p.optimizer}{opts}){comment}"
-                )
+            device = f", device={p.device}" if p.device else ""
+            given = [p.model, *([p.loader] if p.loader else [])]
+            args = list(given)
+            if p.optimizer:
+                given.append(p.optimizer)
+                args.append(p.optimizer if p.loader else f"optimizer={p.optimizer}")
+            out.append(
+                f"{', '.join(given)} = autoopt.optimize({', '.join(args)}{device}{opts}){comment}"
+            )
         return out
 
 
@@ -304,46 +311,53 @@ class _Planner:
     # ----- model, loader, placement -------------------------------------------------------
     def _place(self, home: Func, optimizers: list[_Origin], trainers: list[Func]) -> Plan | Decline:
         pairs: list[Pair] = []
+        shared: list[str] = []  # models stepped only by an optimizer over several models
         for opt in optimizers:
             models = {m for a in opt.assigns for m in self._models(home, _bound(a, opt.expr))}
             if not models:
                 models = self._models_beside(home, opt)
-            if len(models) > 1:
-                return Decline(
-                    "one optimizer over several models",
-                    f"`{opt.expr}` trains several models ({', '.join(sorted(models))}); "
-                    "optimize() takes one model per optimizer",
-                )
             if not models:
                 return Decline(
                     "cannot tell the model",
                     f"cannot tell which model's .parameters() feed `{opt.expr}`",
                 )
-            model = models.pop()
-            if model == "self":
+            if "self" in models:
                 return Decline(
                     "optimizer inside the model",
                     f"`{opt.expr}` is built over self.parameters() inside the model's own class",
                 )
-            if model in home.params() and not self.code.callers(home):
-                return Decline(
-                    "model built outside this file",
-                    f"the model `{model}` is a parameter of {home.name}(), which nothing here "
-                    "calls: wrap the script that builds the model",
-                )
-            pairs.append(Pair(model, opt.expr))
+            for model in sorted(models):
+                if model in home.params() and not self.code.callers(home):
+                    return Decline(
+                        "model built outside this file",
+                        f"the model `{model}` is a parameter of {home.name}(), which nothing "
+                        "here calls: wrap the script that builds the model",
+                    )
+            if len(models) > 1:
+                shared += sorted(models)
+            else:
+                pairs.append(Pair(models.pop(), opt.expr))
         if len({p.model for p in pairs}) != len(pairs):
             return Decline(
                 "several optimizers over one model",
                 f"{len(pairs)} optimizers step the same model; optimize() takes one per model",
             )
+        paired = {p.model for p in pairs}
+        pairs += [Pair(m, None) for m in dict.fromkeys(shared) if m not in paired]
+        # optimize() only accepts an optimizer over its own model's parameters, and fp16 loss
+        # scaling lives in the optimizer's step: without the optimizer, mixed precision would
+        # step on unscaled (or non-finite) gradients. So every call of such a script is fp32.
+        forced = {"amp": "an optimizer spans several models"} if shared else {}
         loader = self._loader(home, trainers)
-        placed = self._anchor(home, optimizers, loader, pairs, trainers)
+        placed = self._anchor(home, optimizers, loader, pairs, trainers, forced)
         if isinstance(placed, Decline) and loader is not None:
             # e.g. the loader is built after the user's own DataParallel wrap: a call without
             # the loader, right after the optimizer, still comes before that wrap.
             pairs[0].loader = None
-            return self._anchor(home, optimizers, None, pairs, trainers)
+            placed = self._anchor(home, optimizers, None, pairs, trainers, forced)
+        if isinstance(placed, Plan):
+            for pair in pairs:
+                pair.device = self._device(home, pair.model, placed.anchor)
         return placed
 
     def _anchor(
@@ -353,6 +367,7 @@ class _Planner:
         loader: tuple[str, list[cst.CSTNode]] | None,
         pairs: list[Pair],
         trainers: list[Func],
+        forced: dict[str, str],
     ) -> Plan | Decline:
         """The plan with the statement to insert after, once the objects all exist."""
         file = home.file
@@ -375,9 +390,68 @@ class _Planner:
                 "training starts before the optimizer and loader exist (or creates them)",
             )
         options = self._options(trainers)
+        if "amp" in forced and "amp" in options:
+            options["amp"] += "; " + forced["amp"]
+        options = forced | options
         if "distributed" in options and (late := self._wrapped_before(home, anchor)):
             return Decline("model wrapped in DDP/FSDP before the optimizer", late)
         return Plan(anchor, pairs, options)
+
+    def _device(self, home: Func, model: str, anchor: cst.CSTNode) -> str | None:
+        """Where the script puts `model` (`model.to(device)`, `Net().to(args.device)`, `.cuda()`)
+        as an expression valid after `anchor`; None (optimize() picks) when it never does, or
+        only conditionally, or with a device not yet defined there."""
+        file = home.file
+        found: list[str | None] = []
+        for call in home.calls():
+            func = call.func
+            if not (isinstance(func, cst.Attribute) and func.attr.value in ("to", "cuda")):
+                continue
+            holder = file.parent(call)
+            assigned = isinstance(holder, cst.Assign) and any(
+                code_of(t) == model and holder.value is call for t in _targets(holder)
+            )
+            if code_of(func.value) != model and not assigned:
+                continue
+            # Only a placement that runs whenever the inserted call does counts.
+            if not any(b is _common_block(file, [call]) for b in _blocks(file, anchor)):
+                continue
+            if (device := _device_of(call)) is not _NOT_PLACED:
+                found.append(device)
+        device = found[-1] if found else None  # the last placement is where the model stays
+        if device is None or not self._defined(home, device, anchor):
+            return None
+        return device
+
+    def _defined(self, home: Func, expr: str, anchor: cst.CSTNode) -> bool:
+        """Every name `expr` reads is bound when the statement after `anchor` runs: a
+        parameter, an import, a builtin, a global of the module, or a name assigned before
+        `anchor` in a block that holds it (not a later loop's variable)."""
+        file = home.file
+        tree = cst.parse_expression(expr)
+        reads = [n.value for n in _read_names(tree)]
+        blocks = _blocks(file, anchor)
+        top = self.code.top(file)
+        given = {*home.params(), *(("self", "cls") if home.cls is not None else ())}
+        for name in reads:
+            if name in given or name in file.imports or hasattr(builtins, name):
+                continue
+            if any(
+                file.before(a, anchor)
+                and any(
+                    b is _common_block(file, [a]) or b is _if_block(file, a, name) for b in blocks
+                )
+                for a in _assignments(home, name)
+            ):
+                continue
+            if home != top and any(
+                isinstance(file.parent(a), cst.SimpleStatementLine)
+                and file.parent(file.parent(a)) is file.module
+                for a in _assignments(top, name)
+            ):
+                continue  # a module global, set before any function runs
+            return False
+        return True
 
     def _in_training_loop(self, home: Func, node: cst.CSTNode) -> bool:
         for anc in home.file.ancestors(node):
@@ -471,22 +545,37 @@ class _Planner:
         """(expression, loop) for what each training loop of `func` iterates, innermost first."""
         found = []
         for node in func.statements():
-            if not isinstance(node, cst.For):
+            if not isinstance(node, cst.For | cst.While):
                 continue
             trains = any(self.code.trains(func, c) for c in func.file.calls(node.body))
             if not trains:
                 continue
-            expr = _unwrap_iter(node.iter)
-            if isinstance(expr, cst.Name) and not func.params().count(expr.value):
-                # `pbar = tqdm(enumerate(loader))` then `for ... in pbar`
-                for a in _assignments(func, expr.value):
-                    value = _bound(a, expr.value)
-                    if isinstance(value, cst.Call) and _is_wrapper(value.func):
-                        expr = _unwrap_iter(value)
-            if _is_object(expr):
-                found.append((code_of(expr), node, len(list(func.file.ancestors(node)))))
+            exprs = [self._drawn_from(func, node.iter)] if isinstance(node, cst.For) else []
+            # `data_iter = iter(loader)` ... `batch = next(data_iter)` (minGPT's Trainer): each
+            # iter() of the loader optimize() returns starts a fresh pass, as the user's did.
+            for call in func.file.calls(node.body):
+                if code_of(call.func) == "next" and call.args:
+                    arg = call.args[0].value
+                    if isinstance(arg, cst.Name):
+                        for a in _assignments(func, arg.value):
+                            value = _bound(a, arg.value)
+                            if isinstance(value, cst.Call) and code_of(value.func) == "iter":
+                                exprs.append(_unwrap_iter(value))
+            depth = len(list(func.file.ancestors(node)))
+            found += [(code_of(e), node, depth) for e in exprs if _is_object(e)]
         found.sort(key=lambda t: -t[2])
         return [(e, n) for e, n, _ in found]
+
+    def _drawn_from(self, func: Func, iterated: cst.BaseExpression) -> cst.BaseExpression:
+        """What a for loop over `iterated` draws from, through `enumerate`/`tqdm` wrappers."""
+        expr = _unwrap_iter(iterated)
+        if isinstance(expr, cst.Name) and expr.value not in func.params():
+            # `pbar = tqdm(enumerate(loader))` then `for ... in pbar`
+            for a in _assignments(func, expr.value):
+                value = _bound(a, expr.value)
+                if isinstance(value, cst.Call) and _is_wrapper(value.func):
+                    expr = _unwrap_iter(value)
+        return expr
 
     def _wrapped_before(self, home: Func, anchor: cst.CSTNode) -> str | None:
         """Why the model is already DDP-wrapped when the call would run, if it is."""
@@ -599,6 +688,84 @@ def _common_block(file: SourceFile, nodes: list[cst.CSTNode]) -> cst.CSTNode | N
         if all(any(block is b for b in chain) for chain in chains[1:]):
             return block
     return None
+
+
+def _blocks(file: SourceFile, node: cst.CSTNode) -> list[cst.CSTNode]:
+    """The statement blocks holding `node`, innermost first."""
+    return [a for a in file.ancestors(node) if isinstance(a, cst.IndentedBlock | cst.Module)]
+
+
+def _if_block(file: SourceFile, assign: cst.CSTNode, name: str) -> cst.CSTNode | None:
+    """The block holding the `if` whose every branch (else included) binds `name`, when
+    `assign` is one of them (`if use_accel: device = ... else: device = torch.device("cpu")`)."""
+    branch = _common_block(file, [assign])
+    node = file.parent(branch) if branch is not None else None
+    if not isinstance(node, cst.If):
+        return None
+    while isinstance(file.parent(node), cst.If) and file.parent(node).orelse is node:
+        node = file.parent(node)  # the head of an if/elif chain
+    head: cst.If = node  # type: ignore[assignment]
+    branches: list[cst.BaseSuite] = []
+    cur: cst.If | cst.Else | None = head
+    while isinstance(cur, cst.If):
+        branches.append(cur.body)
+        cur = cur.orelse
+    if cur is None:
+        return None  # no else: some paths leave `name` unbound
+    branches.append(cur.body)
+
+    def binds(suite: cst.BaseSuite) -> bool:
+        return any(
+            isinstance(s, cst.SimpleStatementLine)
+            and any(
+                isinstance(a, cst.Assign) and name in (code_of(t) for t in _targets(a))
+                for a in s.body
+            )
+            for s in getattr(suite, "body", ())
+        )
+
+    return _common_block(file, [head]) if all(binds(b) for b in branches) else None
+
+
+def _device_of(call: cst.Call) -> str | None:
+    """The device a `.to(...)`/`.cuda()` call moves to, as code; None when it cannot be written
+    as optimize()'s `device=` (`.cuda(args.gpu)`), `_NOT_PLACED` for a dtype or format change."""
+    func = call.func
+    assert isinstance(func, cst.Attribute)
+    if func.attr.value == "cuda":
+        return None if call.args else '"cuda"'
+    keyword = {a.keyword.value: a.value for a in call.args if a.keyword is not None}
+    positional = [a.value for a in call.args if a.keyword is None and not a.star]
+    target = keyword.get("device", positional[0] if positional else None)
+    if target is None:
+        return _NOT_PLACED
+    text = code_of(target)
+    if "dtype" in text.lower() or (text.startswith("torch.") and "device" not in text):
+        return _NOT_PLACED  # model.to(ptdtype), model.to(torch.bfloat16)
+    return text
+
+
+def _read_names(expr: cst.BaseExpression) -> list[cst.Name]:
+    """The names `expr` reads (not attribute names or keyword names)."""
+
+    class Reads(cst.CSTVisitor):
+        def __init__(self) -> None:
+            self.names: list[cst.Name] = []
+
+        def visit_Name(self, node: cst.Name) -> None:
+            self.names.append(node)
+
+        def visit_Attribute(self, node: cst.Attribute) -> bool:
+            node.value.visit(self)
+            return False
+
+        def visit_Arg(self, node: cst.Arg) -> bool:
+            node.value.visit(self)
+            return False
+
+    reads = Reads()
+    expr.visit(reads)
+    return reads.names
 
 
 def _child_of(file: SourceFile, block: cst.CSTNode, node: cst.CSTNode) -> cst.CSTNode:

@@ -128,7 +128,10 @@ def test_wrap_inserts_optimize_and_declines_elsewhere(project: Path) -> None:
     code, _, err = run("--wrap")
     assert code == 0, err
     text = (project / "train.py").read_text()
-    assert "model, loader, optimizer = autoopt.optimize(model, loader, optimizer)\n" in text
+    assert (
+        "model, loader, optimizer = autoopt.optimize(model, loader, optimizer, device=device)\n"
+        in text
+    )
     assert "import autoopt\n" in text
     assert "declined: hogwild.py: --wrap declined: Hogwild training" in err
     assert "(wrapped 1, declined 2 (Hogwild ×1, no training loop ×1))" in err

@@ -111,16 +111,6 @@ def test_loader_passed_as_parameter_and_self_attributes() -> None:
         (
             """
             import torch
-            opt = torch.optim.Adam(list(a.parameters()) + list(b.parameters()))
-            for x in loader:
-                a(b(x)).sum().backward()
-                opt.step()
-            """,
-            "`opt` trains several models (a, b)",
-        ),
-        (
-            """
-            import torch
             opt = make_optimizer(cfg)
             for x in loader:
                 f(x).sum().backward()
@@ -325,3 +315,172 @@ def test_env_step_with_an_argument_is_not_an_optimizer() -> None:
     assert wrap_source(code).inserted == (
         "policy, optimizer = autoopt.optimize(policy, optimizer=optimizer)",
     )
+
+
+def inserted(code: str) -> list[str]:
+    result = wrap_source(src(code))
+    assert not result.declined, result.message
+    return list(result.inserted)
+
+
+@pytest.mark.parametrize(
+    ("placement", "device"),
+    [
+        # pytorch/examples mnist: a device chosen from flags, the model built onto it.
+        (
+            'device = torch.device("cuda" if use_cuda else "cpu")\nmodel = Net().to(device)',
+            "device",
+        ),
+        # nanoGPT: a config variable, then `model.to(device)` on its own line.
+        ("device = 'cuda'\nmodel = Net()\nmodel.to(device)", "device"),
+        ("args = parser.parse_args()\nmodel = Net().to(args.device)", "args.device"),
+        ("dev = pick()\nmodel = Net()\nmodel = model.to(dev)", "dev"),
+        ("model = Net()\nmodel.cuda()", '"cuda"'),
+        # pytorch/examples mnist today: the device is bound in both branches of an if/else.
+        (
+            "if use_accel:\n    device = torch.accelerator.current_accelerator()\n"
+            'else:\n    device = torch.device("cpu")\nmodel = Net().to(device)',
+            "device",
+        ),
+        ("model = Net()\nmodel.to(dtype)\nmodel.to(device='cpu')", "'cpu'"),
+    ],
+)
+def test_the_call_keeps_the_scripts_own_device(placement: str, device: str) -> None:
+    code = f"""
+        import torch
+        {textwrap.indent(placement, "        ").lstrip()}
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for x in loader:
+            model(x).sum().backward()
+            opt.step()
+        """
+    assert inserted(code) == [
+        f"model, loader, opt = autoopt.optimize(model, loader, opt, device={device})"
+    ]
+
+
+@pytest.mark.parametrize(
+    "placement",
+    [
+        "model = Net()",  # never placed: optimize() picks
+        "model = Net()\nif use_cuda:\n    model.cuda()",  # only sometimes placed
+        "model = Net()\nmodel.to(torch.float16)",  # a dtype, not a device
+        "model = Net()\nmodel.cuda(args.gpu)",  # not expressible as device=
+        # bound on one path only: `device` may not exist at the call
+        "if use_accel:\n    device = 'cuda'\nmodel = Net().to(device)",
+    ],
+)
+def test_the_device_is_left_to_optimize_when_the_script_does_not_fix_one(
+    placement: str,
+) -> None:
+    code = f"""
+        import torch
+        {textwrap.indent(placement, "        ").lstrip()}
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for x in loader:
+            model(x).sum().backward()
+            opt.step()
+        """
+    assert inserted(code) == ["model, loader, opt = autoopt.optimize(model, loader, opt)"]
+
+
+def test_a_device_not_yet_defined_at_the_insertion_point_is_not_used() -> None:
+    """The model is moved inside the loop, with the loop's own variable: `device=d` would be
+    read before `d` exists."""
+    code = """
+        import torch
+        model = Net()
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for d in devices:
+            model.to(d)
+            for x in loader:
+                model(x).sum().backward()
+                opt.step()
+        """
+    assert inserted(code) == ["model, loader, opt = autoopt.optimize(model, loader, opt)"]
+
+
+def test_a_device_defined_after_the_insertion_point_is_not_used() -> None:
+    code = """
+        import torch
+        def main():
+            model = Net()
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            dev = pick()
+            model.to(dev)
+            for x in loader:
+                model(x).sum().backward()
+                opt.step()
+        """
+    assert inserted(code) == ["model, loader, opt = autoopt.optimize(model, loader, opt)"]
+
+
+def test_a_loader_drawn_with_iter_and_next_is_passed() -> None:
+    """minGPT's Trainer: `data_iter = iter(train_loader)`, `next(data_iter)` in a while loop,
+    re-created on StopIteration."""
+    code = """
+        import torch
+        from torch.utils.data import DataLoader
+
+        def run(model, dataset):
+            optimizer = torch.optim.AdamW(model.parameters())
+            train_loader = DataLoader(dataset, batch_size=4)
+            data_iter = iter(train_loader)
+            while True:
+                try:
+                    batch = next(data_iter)
+                except StopIteration:
+                    data_iter = iter(train_loader)
+                    batch = next(data_iter)
+                model(batch).sum().backward()
+                optimizer.step()
+
+        run(Net(), data)
+        """
+    assert inserted(code) == [
+        "model, train_loader, optimizer = autoopt.optimize(model, train_loader, optimizer)"
+    ]
+
+
+def test_one_optimizer_over_several_models_wraps_each_model_in_fp32() -> None:
+    """cyclegan: `Adam(itertools.chain(G_AB.parameters(), G_BA.parameters()))`. optimize()
+    takes no optimizer over another model's parameters, and fp16 loss scaling needs the
+    optimizer: each model gets its own call, without the optimizer, with amp off."""
+    code = """
+        import itertools
+        import torch
+        G_AB, G_BA, D_A = Gen(), Gen(), Disc()
+        optimizer_G = torch.optim.Adam(itertools.chain(G_AB.parameters(), G_BA.parameters()))
+        optimizer_D_A = torch.optim.Adam(D_A.parameters())
+        for batch in dataloader:
+            optimizer_G.zero_grad()
+            loss(G_AB(batch), G_BA(batch)).backward()
+            optimizer_G.step()
+            optimizer_D_A.zero_grad()
+            D_A(batch).sum().backward()
+            optimizer_D_A.step()
+        """
+    why = "  # autoopt: amp=False (an optimizer spans several models)"
+    assert inserted(code) == [
+        "D_A, dataloader, optimizer_D_A = autoopt.optimize(D_A, dataloader, optimizer_D_A, "
+        "amp=False)" + why,
+        "G_AB = autoopt.optimize(G_AB, amp=False)" + why,
+        "G_BA = autoopt.optimize(G_BA, amp=False)" + why,
+    ]
+
+
+def test_a_device_held_by_the_trainer_object_is_used() -> None:
+    code = """
+        import torch
+        class Trainer:
+            def run(self):
+                self.model = self.model.to(self.device)
+                self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.1)
+                for x in self.loader:
+                    self.model(x).sum().backward()
+                    self.optimizer.step()
+        """
+    assert inserted(code) == [
+        "self.model, self.loader, self.optimizer = autoopt.optimize(self.model, self.loader, "
+        "self.optimizer, device=self.device)"
+    ]

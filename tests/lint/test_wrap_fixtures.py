@@ -109,6 +109,53 @@ WRAPPED = {
             "compile=False)  # autoopt: compile=False (own torch.compile)",
         ),
     ],
+    "mnist_device.py": [
+        ("from torch.utils.data import DataLoader, TensorDataset", IMPORT),
+        (
+            "optimizer = torch.optim.Adadelta(model.parameters(), lr=1.0)",
+            "    model, train_loader, optimizer = autoopt.optimize(model, train_loader, optimizer, "
+            "device=device)",
+        ),
+    ],
+    "config_device.py": [
+        ("import torch", IMPORT),
+        (
+            "optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)",
+            "model, optimizer = autoopt.optimize(model, optimizer=optimizer, device=device)",
+        ),
+    ],
+    "args_device.py": [
+        ("from torch.utils.data import DataLoader", IMPORT),
+        (
+            "loader = DataLoader(torch.randn(48, 8), batch_size=16)",
+            "model, loader, optimizer = autoopt.optimize(model, loader, optimizer, "
+            "device=args.device)",
+        ),
+    ],
+    "iter_next.py": [
+        ("from torch.utils.data import DataLoader, TensorDataset", IMPORT),
+        (
+            "train_loader = DataLoader(self.dataset, batch_size=8, shuffle=True)",
+            "        model, train_loader, self.optimizer = autoopt.optimize(model, train_loader, "
+            "self.optimizer)",
+        ),
+    ],
+    "shared_optimizer.py": [
+        ("from torch.utils.data import DataLoader, TensorDataset", IMPORT),
+        *[
+            (
+                "dataloader = DataLoader(TensorDataset(torch.randn(48, 8), torch.randn(48, 8)), "
+                "batch_size=16)",
+                line + "  # autoopt: amp=False (an optimizer spans several models)",
+            )
+            for line in (
+                "D_A, dataloader, optimizer_D_A = autoopt.optimize(D_A, dataloader, "
+                "optimizer_D_A, amp=False)",
+                "G_AB = autoopt.optimize(G_AB, amp=False)",
+                "G_BA = autoopt.optimize(G_BA, amp=False)",
+            )
+        ],
+    ],
 }
 
 DECLINED = {

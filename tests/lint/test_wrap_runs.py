@@ -13,7 +13,17 @@ import pytest
 from autoopt.lint.wrap import wrap_source
 
 FIXTURES = Path(__file__).parent / "fixtures" / "wrap"
-FP32 = ", amp=False, compile=False, device='cpu', verbose=False)"
+
+
+def fp32(line: str) -> str:
+    """The inserted call held to fp32 eager on the CPU: amp=False, compile=False, and
+    device='cpu' unless the script's own device is already passed."""
+    call = line.split("  # autoopt:")[0].removesuffix(")")
+    for option in (", amp=False", ", compile=False"):
+        call = call.replace(option, "")
+    device = "" if ", device=" in call else ", device='cpu'"
+    return call + f", amp=False, compile=False{device}, verbose=False)"
+
 
 pytestmark = pytest.mark.slow
 
@@ -35,7 +45,18 @@ def run(script: Path) -> list[str]:
 
 @pytest.mark.parametrize(
     "name",
-    ["main_train_split.py", "gan.py", "get_batch.py", "helper_module/train.py", "trainer_class.py"],
+    [
+        "main_train_split.py",
+        "gan.py",
+        "get_batch.py",
+        "helper_module/train.py",
+        "trainer_class.py",
+        "mnist_device.py",
+        "config_device.py",
+        "args_device.py",
+        "iter_next.py",
+        "shared_optimizer.py",
+    ],
 )
 def test_wrapped_script_trains_with_the_same_fp32_losses(name: str, tmp_path: Path) -> None:
     source = FIXTURES / name
@@ -48,8 +69,7 @@ def test_wrapped_script_trains_with_the_same_fp32_losses(name: str, tmp_path: Pa
     assert result.inserted and not result.declined
     text = result.source
     for line in result.inserted:
-        assert line.endswith(")"), line  # no comment: nothing of the script's own to skip
-        text = text.replace(line, line[:-1] + FP32)
+        text = text.replace(line, fp32(line))
     script.write_text(text)
     after = run(script)
 
