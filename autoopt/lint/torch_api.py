@@ -147,3 +147,71 @@ def torch_imports(module: cst.Module) -> tuple[ImportItem, ...]:
             ):
                 return ()
     return (ImportItem("torch"),)
+
+
+# ----- layers, tensors and optimizers the AO5xx-AO9xx rules match ----------------------------
+BATCH_NORMS = frozenset(
+    {f"torch.nn.BatchNorm{d}d" for d in (1, 2, 3)}
+    | {f"torch.nn.modules.batchnorm.BatchNorm{d}d" for d in (1, 2, 3)}
+    | {"torch.nn.SyncBatchNorm", "torch.nn.modules.batchnorm.SyncBatchNorm"}
+)
+# Convolutions whose `bias` is the 8th positional parameter (index 7).
+CONV_LAYERS_WITH_BIAS = frozenset(
+    name for name in CONV_LAYERS if ".Lazy" not in name and "LazyConv" not in name
+)
+CONV_BIAS_POSITION = 7
+
+# Factories that take `device=` and fill the tensor the same way on every device.
+TENSOR_FACTORIES = frozenset(
+    f"torch.{n}"
+    for n in ("zeros", "ones", "empty", "full", "arange", "linspace", "logspace", "eye", "tensor")
+)
+# ... and those that draw from the device's random generator (other numbers on CUDA than on CPU).
+RANDOM_FACTORIES = frozenset(f"torch.{n}" for n in ("rand", "randn", "randint", "randperm"))
+
+# Optimizers with a fused step (CUDA since torch 2.0-2.3, CPU since 2.4).
+FUSED_OPTIMIZERS = frozenset(
+    {f"torch.optim.{n}" for n in ("Adam", "AdamW", "SGD")}
+    | {"torch.optim.adam.Adam", "torch.optim.adamw.AdamW", "torch.optim.sgd.SGD"}
+)
+
+DDP = (
+    "torch.nn.parallel.DistributedDataParallel",
+    "torch.nn.parallel.distributed.DistributedDataParallel",
+)
+SOFTMAX = frozenset({"torch.softmax", "torch.nn.functional.softmax", "torch.special.softmax"})
+MATMUL = frozenset({"torch.matmul", "torch.bmm"})
+
+
+def uses_amp(rule: Rule) -> bool:
+    """The script runs its forward under mixed precision: it opens `autocast`, or hands its
+    model to `autoopt.optimize()` without `amp=False`."""
+    from autoopt.lint.engine import calls_autoopt_optimize
+
+    source = rule.context.source
+    if "autocast(" in source:
+        return True
+    return calls_autoopt_optimize(source) and "amp=False" not in source
+
+
+def functional_name(rule: Rule) -> tuple[str, tuple[ImportItem, ...]]:
+    """How to spell `torch.nn.functional` in this file (`F` after `import torch.nn.functional as
+    F` or `from torch.nn import functional as F`), else through `torch` with its import."""
+    for stmt in rule.context.module.body:
+        if not isinstance(stmt, cst.SimpleStatementLine):
+            continue
+        for small in stmt.body:
+            if isinstance(small, cst.Import):
+                pairs = [(dotted(a.name), a) for a in small.names]
+            elif isinstance(small, cst.ImportFrom) and not isinstance(small.names, cst.ImportStar):
+                module = None if small.relative else dotted(small.module)
+                pairs = [(f"{module}.{dotted(a.name)}", a) for a in small.names]
+            else:
+                continue
+            for name, alias in pairs:
+                if name == "torch.nn.functional" and (
+                    alias.asname is not None or isinstance(small, cst.ImportFrom)
+                ):
+                    return alias.evaluated_alias or alias.evaluated_name, ()
+    torch, imports = torch_name(rule)
+    return f"{torch}.nn.functional", imports
