@@ -129,3 +129,22 @@ def loops_over(rule: Rule, name: str) -> list[cst.For]:
     return [
         n for n in walk(rule.context.module) if isinstance(n, cst.For) and name in names_in(n.iter)
     ]
+
+
+def names_device(rule: Rule, expr: cst.BaseExpression) -> bool:
+    """`expr` certainly names a non-CPU device: a device string, `torch.device(...)` of one, or a
+    name/attribute called like a device (`device`, `dev`, `args.device`, `x.device`). Other
+    names may hold a tensor (`.to(other)`) or a dtype, so they do not count."""
+    text = string_value(expr)
+    if isinstance(expr, cst.Call) and rule.refers_to(expr.func, "torch.device") and expr.args:
+        text = string_value(expr.args[0].value)
+        if text is None:
+            return not any(a.star for a in expr.args)
+    if text is not None:
+        return not text.startswith("cpu")
+    leaf = expr.attr.value if isinstance(expr, cst.Attribute) else getattr(expr, "value", None)
+    return (
+        isinstance(leaf, str)
+        and isinstance(expr, cst.Name | cst.Attribute)
+        and ("device" in leaf.lower() or leaf == "dev")
+    )

@@ -161,13 +161,16 @@ CONV_LAYERS_WITH_BIAS = frozenset(
 )
 CONV_BIAS_POSITION = 7
 
-# Factories that take `device=` and fill the tensor the same way on every device.
+# Factories that take `device=`; `*_like` ones are left out (they copy their input's device).
 TENSOR_FACTORIES = frozenset(
     f"torch.{n}"
-    for n in ("zeros", "ones", "empty", "full", "arange", "linspace", "logspace", "eye", "tensor")
+    for n in ("zeros", "ones", "empty", "full", "eye", "tensor")
+    + ("arange", "linspace", "logspace", "rand", "randn", "randint", "randperm")
 )
-# ... and those that draw from the device's random generator (other numbers on CUDA than on CPU).
-RANDOM_FACTORIES = frozenset(f"torch.{n}" for n in ("rand", "randn", "randint", "randperm"))
+# ... those whose values the device computes: other random numbers, last-bit rounding on CUDA.
+DEVICE_COMPUTED_FACTORIES = frozenset(
+    f"torch.{n}" for n in ("arange", "linspace", "logspace", "rand", "randn", "randint", "randperm")
+)
 
 # Optimizers with a fused step (CUDA since torch 2.0-2.3, CPU since 2.4).
 FUSED_OPTIMIZERS = frozenset(
