@@ -5,7 +5,8 @@ from __future__ import annotations
 import libcst as cst
 
 from autoopt.lint.calls import arg, with_keyword
-from autoopt.lint.nodes import assignments, dotted, is_name, is_true, walk
+from autoopt.lint.modules import attribute_uses, chained_layers, init_layers, methods
+from autoopt.lint.nodes import is_true
 from autoopt.lint.rule import Fix, FixSafety, Invalid, Rule, Valid
 from autoopt.lint.torch_api import BATCH_NORMS, CONV_BIAS_POSITION, CONV_LAYERS_WITH_BIAS
 
@@ -150,22 +151,16 @@ class ConvBiasBeforeBatchNorm(Rule):
                 self._report(conv)
 
     def visit_ClassDef(self, node: cst.ClassDef) -> None:
-        methods = {s.name.value: s for s in node.body.body if isinstance(s, cst.FunctionDef)}
-        if "__init__" not in methods or "forward" not in methods:
-            return
-        layers = {
-            target[5:]: value
-            for target, value, _ in assignments(methods["__init__"])
-            if target.startswith("self.") and isinstance(value, cst.Call)
-        }
-        for conv_attr, norm_attr in _conv_norm_pairs(methods["forward"]):
+        layers = init_layers(node)
+        forward = methods(node).get("forward")
+        for conv_attr, norm_attr in chained_layers(forward) if forward else ():
             conv, norm = layers.get(conv_attr), layers.get(norm_attr)
             if (
                 conv is not None
                 and norm is not None
                 and self._biased_conv(conv)
                 and self.is_call_to(norm, *BATCH_NORMS)
-                and _attribute_uses(self.context.module, conv_attr) == 2  # built once, called once
+                and attribute_uses(self.context.module, conv_attr) == 2  # built once, called once
             ):
                 self._report(conv)
 
@@ -187,66 +182,3 @@ class ConvBiasBeforeBatchNorm(Rule):
         else:
             new = with_keyword(conv, "bias", false)
         self.report(conv, fix=Fix(replacements={conv: new}, description="bias=False"))
-
-
-def _self_call(expr: cst.BaseExpression | None) -> str | None:
-    """`self.name(...)` -> "name"."""
-    if isinstance(expr, cst.Call):
-        name = dotted(expr.func)
-        if name is not None and name.startswith("self.") and name.count(".") == 1:
-            return name[5:]
-    return None
-
-
-def _conv_norm_pairs(forward: cst.FunctionDef) -> list[tuple[str, str]]:
-    """(conv, norm) attribute pairs where `forward` feeds `self.conv(...)` straight into
-    `self.norm(...)` and nowhere else: nested, or `h = self.conv(x)` then `h = self.norm(h)`."""
-    pairs = []
-    for node in walk(forward):
-        norm = _self_call(node)
-        if norm is not None and len(node.args) == 1:
-            conv = _self_call(node.args[0].value)
-            if conv is not None:
-                pairs.append((conv, norm))
-        if isinstance(node, cst.IndentedBlock):
-            stmts = node.body
-            for first, second in zip(stmts, stmts[1:], strict=False):
-                pair = _statement_pair(forward, first, second)
-                if pair is not None:
-                    pairs.append(pair)
-    return pairs
-
-
-def _statement_pair(
-    forward: cst.FunctionDef, first: cst.BaseStatement, second: cst.BaseStatement
-) -> tuple[str, str] | None:
-    """`h = self.conv(x)` followed by `h = self.norm(h)` (or `return self.norm(h)`, or another
-    target when `h` is read nowhere else)."""
-    one, two = _single(first), _single(second)
-    if not isinstance(one, cst.Assign) or len(one.targets) != 1:
-        return None
-    hidden = one.targets[0].target
-    conv = _self_call(one.value)
-    if not isinstance(hidden, cst.Name) or conv is None:
-        return None
-    value = two.value if isinstance(two, cst.Assign | cst.Return) else None
-    norm = _self_call(value)
-    if norm is None or len(value.args) != 1 or not is_name(value.args[0].value, hidden.value):
-        return None
-    rebinds = isinstance(two, cst.Assign) and any(
-        is_name(t.target, hidden.value) for t in two.targets
-    )
-    reads = sum(1 for n in walk(forward) if is_name(n, hidden.value))
-    if rebinds or isinstance(two, cst.Return) or reads == 2:
-        return conv, norm
-    return None
-
-
-def _single(stmt: cst.BaseStatement) -> cst.BaseSmallStatement | None:
-    if isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1:
-        return stmt.body[0]
-    return None
-
-
-def _attribute_uses(module: cst.Module, attr: str) -> int:
-    return sum(1 for n in walk(module) if isinstance(n, cst.Attribute) and n.attr.value == attr)

@@ -5,7 +5,9 @@ from __future__ import annotations
 import libcst as cst
 from libcst.codemod.visitors import ImportItem
 
-from autoopt.lint.nodes import assignments, code_of, contains, dotted, int_literal, names_in, walk
+from autoopt.lint.edits import wrap_in_with
+from autoopt.lint.loops import accumulation_gate
+from autoopt.lint.nodes import assignments, calls_in, code_of, contains, dotted, names_in
 from autoopt.lint.rule import Fix, FixSafety, Invalid, Rule, Valid
 from autoopt.lint.torch_api import DDP
 
@@ -127,7 +129,7 @@ class DdpAccumulationNoSync(Rule):
             if not isinstance(loop.body, cst.IndentedBlock):
                 continue
             body = list(loop.body.body)
-            gate = next((s for s in body if _accumulation_gate(s)), None)
+            gate = next((s for s in body if accumulation_gate(s) is not None), None)
             if gate is None:
                 continue
             for call in self.facts.backward_calls:
@@ -136,84 +138,36 @@ class DdpAccumulationNoSync(Rule):
                     and not contains(gate, call)
                     and self.facts.training_loop_of(call) is loop
                 ):
-                    self.report(call, fix=_fix(body, gate, call, models))
+                    self.report(call, fix=self._fix(body, gate, call, models))
 
-
-def _accumulation_gate(stmt: cst.BaseStatement) -> bool:
-    """`if <i> % <N> == 0:` whose body steps an optimizer (not an LR scheduler)."""
-    if not isinstance(stmt, cst.If) or _modulo_test(stmt.test) is None:
-        return False
-    return any(
-        isinstance(n, cst.Call)
-        and isinstance(n.func, cst.Attribute)
-        and n.func.attr.value == "step"
-        and "sched" not in code_of(n.func.value).lower()
-        for n in walk(stmt.body)
-    )
-
-
-def _modulo_test(test: cst.BaseExpression) -> cst.BinaryOperation | None:
-    """`<a> % <b> == 0` -> the `<a> % <b>` operation."""
-    if not isinstance(test, cst.Comparison) or len(test.comparisons) != 1:
-        return None
-    target = test.comparisons[0]
-    left = test.left
-    if (
-        isinstance(target.operator, cst.Equal)
-        and int_literal(target.comparator) == 0
-        and isinstance(left, cst.BinaryOperation)
-        and isinstance(left.operator, cst.Modulo)
-    ):
-        return left
-    return None
-
-
-def _fix(
-    body: list[cst.BaseStatement], gate: cst.If, backward: cst.Call, models: set[str]
-) -> Fix | None:
-    """Wrap the loop-body statements from the DDP forward to the backward in `no_sync()`."""
-    last = next((i for i, s in enumerate(body) if contains(s, backward)), None)
-    if last is None or body.index(gate) != last + 1:
-        return None
-    forward = next(
-        (
-            i
+    def _fix(
+        self, body: list[cst.BaseStatement], gate: cst.If, backward: cst.Call, models: set[str]
+    ) -> Fix | None:
+        """Wrap the loop-body statements from the DDP forward to the backward in `no_sync()`,
+        when they are simple statements right before the gate that do not change its test."""
+        last = next((i for i, s in enumerate(body) if contains(s, backward)), None)
+        if last is None or body.index(gate) != last + 1:
+            return None
+        forwards = [
+            (i, dotted(c.func))
             for i, s in enumerate(body[: last + 1])
-            if any(isinstance(n, cst.Call) and dotted(n.func) in models for n in walk(s))
-        ),
-        None,
-    )
-    if forward is None or any(
-        not isinstance(s, cst.SimpleStatementLine) for s in body[forward : last + 1]
-    ):
-        return None
-    modulo = _modulo_test(gate.test)
-    assert modulo is not None
-    wrapped = body[forward : last + 1]
-    written = {t for s in wrapped for t, _, _ in assignments(s)}
-    if names_in(modulo) & written:
-        return None  # the condition would be read before the wrapped code changes it
-    model = next(
-        dotted(n.func)
-        for s in wrapped
-        for n in walk(s)
-        if isinstance(n, cst.Call) and dotted(n.func) in models
-    )
-    header = cst.parse_statement(
-        f"with ({model}.no_sync() if {code_of(modulo)} != 0 else contextlib.nullcontext()):\n    pass\n"
-    )
-    assert isinstance(header, cst.With)
-    first = wrapped[0]
-    with_node = header.with_changes(
-        body=cst.IndentedBlock(body=[first.with_changes(leading_lines=[]), *wrapped[1:]]),
-        leading_lines=first.leading_lines,
-    )
-    replacements: dict[cst.CSTNode, cst.CSTNode | cst.RemovalSentinel | cst.FlattenSentinel] = {
-        first: cst.FlattenSentinel([with_node])
-    }
-    replacements.update({s: cst.RemoveFromParent() for s in wrapped[1:]})
-    return Fix(
-        replacements=replacements,
-        description="no_sync() on the non-final micro-steps",
-        add_imports=(ImportItem("contextlib"),),
-    )
+            for c in calls_in(s)
+            if dotted(c.func) in models
+        ]
+        if not forwards:
+            return None
+        first, model = forwards[0]
+        wrapped = body[first : last + 1]
+        modulo = accumulation_gate(gate)
+        assert modulo is not None
+        written = {t for s in wrapped for t, _, _ in assignments(s)}
+        if names_in(modulo) & written or not all(
+            isinstance(s, cst.SimpleStatementLine) for s in wrapped
+        ):
+            return None
+        header = f"({model}.no_sync() if {code_of(modulo)} != 0 else contextlib.nullcontext())"
+        return Fix(
+            replacements=wrap_in_with(wrapped, header),
+            description="no_sync() on the non-final micro-steps",
+            add_imports=(ImportItem("contextlib"),),
+        )

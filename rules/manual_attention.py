@@ -5,11 +5,18 @@ from __future__ import annotations
 import libcst as cst
 
 from autoopt.lint.calls import arg
-from autoopt.lint.nodes import code_of, dotted, int_literal, method_name, walk
-from autoopt.lint.rule import Fix, FixSafety, Invalid, Rule, Valid
-from autoopt.lint.torch_api import MATMUL, SOFTMAX, functional_name
+from autoopt.lint.nodes import assignments, code_of, dotted, method_name, walk
+from autoopt.lint.rule import FileContext, Fix, FixSafety, Invalid, Rule, Valid
+from autoopt.lint.torch_api import (
+    SOFTMAX,
+    functional_name,
+    last_dim_of,
+    matmul_operands,
+    swaps_last_two_dims,
+    transposed_operand,
+)
 
-_TRANSPOSES = ("transpose", "permute", "t", "mT", "T")
+_DEPTH = 4  # how many assignments back a softmax input is traced to its scores
 
 
 class ManualAttention(Rule):
@@ -122,44 +129,44 @@ class ManualAttention(Rule):
         ),
     ]
 
+    def __init__(self, context: FileContext) -> None:
+        super().__init__(context)
+        self._bound: dict[int, dict[str, list[cst.BaseExpression]]] = {}
+
     def visit_Call(self, node: cst.Call) -> None:
         if self.is_call_to(node, *SOFTMAX):
             scores, dim = arg(node, "input", 0), arg(node, "dim", 1)
+            if scores is not None and self._is_scores(scores.value, _DEPTH):
+                self.report(node, fix=self._fix(node, scores.value, dim))
         elif method_name(node) == "softmax" and not self.qualified_names(node.func):
-            scores, dim = None, arg(node, "dim", 0)
             assert isinstance(node.func, cst.Attribute)
-            if self._is_scores(node.func.value, 4):
+            if self._is_scores(node.func.value, _DEPTH):  # `scores.softmax(-1)`: report only
                 self.report(node)
-            return
-        else:
-            return
-        if scores is None or not self._is_scores(scores.value, 4):
-            return
-        self.report(node, fix=self._fix(node, scores.value, dim))
 
-    # ----- detection -------------------------------------------------------------------------
     def _is_scores(self, expr: cst.BaseExpression, depth: int) -> bool:
-        """`expr` holds `a @ b.transpose(...)`, directly or through names bound earlier in the
-        same function (`att = q @ k.mT; att = att.masked_fill(...)`)."""
-        if any(self._transposed_matmul(n) for n in walk(expr)):
-            return True
+        """`expr` holds `a @ b.transpose(...)`, directly or through names bound in the same
+        function (`att = q @ k.mT; att = att.masked_fill(...)`)."""
+        for node in walk(expr):
+            operands = matmul_operands(self, node)
+            if operands is not None and transposed_operand(operands[1]) is not None:
+                return True
         if depth == 0:
             return False
-        scope = self.facts.enclosing_scope(expr)
-        for name in {n.value for n in walk(expr) if isinstance(n, cst.Name)}:
-            for node in walk(scope, into_scopes=False):
-                if (
-                    isinstance(node, cst.Assign)
-                    and any(code_of(t.target) == name for t in node.targets)
-                    and node.value is not expr
-                    and self._is_scores(node.value, depth - 1)
-                ):
-                    return True
-        return False
+        bound = self._bindings(self.facts.enclosing_scope(expr))
+        return any(
+            value is not expr and self._is_scores(value, depth - 1)
+            for name in {n.value for n in walk(expr) if isinstance(n, cst.Name)}
+            for value in bound.get(name, ())
+        )
 
-    def _transposed_matmul(self, node: cst.CSTNode) -> bool:
-        operands = _matmul_operands(self, node)
-        return operands is not None and _transposed(operands[1]) is not None
+    def _bindings(self, scope: cst.CSTNode) -> dict[str, list[cst.BaseExpression]]:
+        """name -> the values assigned to it in `scope` (cached per scope)."""
+        if id(scope) not in self._bound:
+            found: dict[str, list[cst.BaseExpression]] = {}
+            for target, value, _ in assignments(scope):
+                found.setdefault(target, []).append(value)
+            self._bound[id(scope)] = found
+        return self._bound[id(scope)]
 
     # ----- the provable plain form -----------------------------------------------------------
     def _fix(
@@ -167,20 +174,18 @@ class ManualAttention(Rule):
     ) -> Fix | None:
         up = self.parent(softmax)
         outer = self.parent(up) if isinstance(up, cst.Arg) else up
-        operands = _matmul_operands(self, outer) if outer is not None else None
+        operands = matmul_operands(self, outer)
         if operands is None or operands[0] is not softmax or len(softmax.args) != 2:
             return None
-        if dim is None or not _minus_one(dim.value):
+        if dim is None or code_of(dim.value) != "-1" or not isinstance(scores, cst.BinaryOperation):
             return None
-        if not isinstance(scores, cst.BinaryOperation):
+        product = matmul_operands(self, scores.left)
+        if product is None or not swaps_last_two_dims(product[1]):
             return None
-        product = _matmul_operands(self, scores.left)
-        kt = _transposed(product[1]) if product else None
-        if product is None or kt is None or not _last_two(product[1]):
-            return None
-        q, k, v = (code_of(x) for x in (product[0], kt, operands[1]))
-        if not all(_plain(x) for x in (product[0], kt, operands[1])):
-            return None
+        q, k, v = product[0], transposed_operand(product[1]), operands[1]
+        if not all(dotted(x) is not None for x in (q, k, v)):
+            return None  # only names and attributes: evaluated once or twice alike
+        q, k, v = (code_of(x) for x in (q, k, v))
         if not self._inverse_sqrt_scale(scores, {q, k}):
             return None
         functional, imports = functional_name(self)
@@ -205,63 +210,15 @@ class ManualAttention(Rule):
             isinstance(right, cst.BinaryOperation)
             and isinstance(right.operator, cst.Power)
             and code_of(right.right) == "-0.5"
-            and _last_dim_of(right.left, names)
+            and last_dim_of(right.left, names)
         )
 
     def _sqrt_dim(self, expr: cst.BaseExpression, names: set[str]) -> bool:
         if isinstance(expr, cst.Call) and self.refers_to(expr.func, "math.sqrt") and expr.args:
-            return _last_dim_of(expr.args[0].value, names)
+            return last_dim_of(expr.args[0].value, names)
         return (
             isinstance(expr, cst.BinaryOperation)
             and isinstance(expr.operator, cst.Power)
             and code_of(expr.right) == "0.5"
-            and _last_dim_of(expr.left, names)
+            and last_dim_of(expr.left, names)
         )
-
-
-def _matmul_operands(
-    rule: Rule, node: cst.CSTNode | None
-) -> tuple[cst.BaseExpression, cst.BaseExpression] | None:
-    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.MatrixMultiply):
-        return node.left, node.right
-    if isinstance(node, cst.Call) and rule.is_call_to(node, *MATMUL) and len(node.args) == 2:
-        return node.args[0].value, node.args[1].value
-    return None
-
-
-def _transposed(expr: cst.BaseExpression) -> cst.BaseExpression | None:
-    """`k.transpose(...)`, `k.permute(...)`, `k.t()`, `k.mT`, `k.T` -> `k`."""
-    if isinstance(expr, cst.Attribute) and expr.attr.value in _TRANSPOSES:
-        return expr.value
-    if isinstance(expr, cst.Call) and method_name(expr) in _TRANSPOSES:
-        assert isinstance(expr.func, cst.Attribute)
-        return expr.func.value
-    return None
-
-
-def _last_two(expr: cst.BaseExpression) -> bool:
-    """Swaps exactly the last two dims: `.transpose(-2, -1)`, `.transpose(-1, -2)`, `.mT`."""
-    if isinstance(expr, cst.Attribute):
-        return expr.attr.value == "mT"
-    if isinstance(expr, cst.Call) and method_name(expr) == "transpose" and len(expr.args) == 2:
-        return sorted(code_of(a.value) for a in expr.args) == ["-1", "-2"]
-    return False
-
-
-def _last_dim_of(expr: cst.BaseExpression, names: set[str]) -> bool:
-    """`x.size(-1)` or `x.shape[-1]` with `x` in `names`."""
-    text = code_of(expr).replace(" ", "")
-    return any(text in (f"{n}.size(-1)", f"{n}.shape[-1]") for n in names)
-
-
-def _minus_one(expr: cst.BaseExpression) -> bool:
-    return (
-        isinstance(expr, cst.UnaryOperation)
-        and isinstance(expr.operator, cst.Minus)
-        and int_literal(expr.expression) == 1
-    )
-
-
-def _plain(expr: cst.BaseExpression) -> bool:
-    """A name or attribute chain: evaluating it once or twice is the same."""
-    return dotted(expr) is not None

@@ -123,3 +123,20 @@ def unwrap_with(node: cst.With) -> cst.FlattenSentinel[cst.BaseStatement] | None
     first = body[0]
     body[0] = first.with_changes(leading_lines=[*node.leading_lines, *first.leading_lines])
     return cst.FlattenSentinel(body)
+
+
+def wrap_in_with(
+    statements: list[cst.BaseStatement], header: str
+) -> dict[cst.CSTNode, cst.FlattenSentinel[cst.BaseStatement] | cst.RemovalSentinel]:
+    """Replacements that put consecutive `statements` of one block under `with <header>:`."""
+    parsed = cst.parse_statement(f"with {header}:\n    pass\n")
+    assert isinstance(parsed, cst.With)
+    first, rest = statements[0], statements[1:]
+    with_node = parsed.with_changes(
+        body=cst.IndentedBlock(body=[first.with_changes(leading_lines=[]), *rest]),
+        leading_lines=first.leading_lines,
+    )
+    replacements: dict[cst.CSTNode, cst.FlattenSentinel[cst.BaseStatement] | cst.RemovalSentinel]
+    replacements = {first: cst.FlattenSentinel([with_node])}
+    replacements.update({s: cst.RemoveFromParent() for s in rest})
+    return replacements

@@ -6,7 +6,16 @@ from __future__ import annotations
 import libcst as cst
 
 from autoopt.lint.calls import arg
-from autoopt.lint.nodes import calls_in, method_name, names_in, root_name, string_value, walk
+from autoopt.lint.nodes import (
+    calls_in,
+    code_of,
+    int_literal,
+    method_name,
+    names_in,
+    root_name,
+    string_value,
+    walk,
+)
 from autoopt.lint.rule import Rule
 from autoopt.lint.torch_api import DATALOADER
 
@@ -148,3 +157,27 @@ def names_device(rule: Rule, expr: cst.BaseExpression) -> bool:
         and isinstance(expr, cst.Name | cst.Attribute)
         and ("device" in leaf.lower() or leaf == "dev")
     )
+
+
+def accumulation_gate(stmt: cst.BaseStatement) -> cst.BinaryOperation | None:
+    """For `if <i> % <N> == 0:` whose body steps an optimizer (not an LR scheduler): the
+    `<i> % <N>` it tests; else None."""
+    if not isinstance(stmt, cst.If) or not isinstance(stmt.test, cst.Comparison):
+        return None
+    test = stmt.test
+    modulo = test.left
+    if (
+        len(test.comparisons) != 1
+        or not isinstance(test.comparisons[0].operator, cst.Equal)
+        or int_literal(test.comparisons[0].comparator) != 0
+        or not isinstance(modulo, cst.BinaryOperation)
+        or not isinstance(modulo.operator, cst.Modulo)
+    ):
+        return None
+    steps = any(
+        isinstance(n.func, cst.Attribute)
+        and n.func.attr.value == "step"
+        and "sched" not in code_of(n.func.value).lower()
+        for n in calls_in(stmt.body)
+    )
+    return modulo if steps else None

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 import libcst as cst
 from libcst.codemod.visitors import ImportItem
 
-from autoopt.lint.nodes import calls_in, code_of, dotted
+from autoopt.lint.nodes import calls_in, code_of, dotted, method_name
 from autoopt.lint.rule import Rule
 
 DATALOADER = ("torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader")
@@ -184,6 +184,7 @@ DDP = (
 )
 SOFTMAX = frozenset({"torch.softmax", "torch.nn.functional.softmax", "torch.special.softmax"})
 MATMUL = frozenset({"torch.matmul", "torch.bmm"})
+_TRANSPOSES = ("transpose", "permute", "t", "mT", "T")
 
 
 def uses_amp(rule: Rule) -> bool:
@@ -218,3 +219,40 @@ def functional_name(rule: Rule) -> tuple[str, tuple[ImportItem, ...]]:
                     return alias.evaluated_alias or alias.evaluated_name, ()
     torch, imports = torch_name(rule)
     return f"{torch}.nn.functional", imports
+
+
+# ----- attention shapes -----------------------------------------------------------------------
+def matmul_operands(
+    rule: Rule, node: cst.CSTNode | None
+) -> tuple[cst.BaseExpression, cst.BaseExpression] | None:
+    """`a @ b`, `torch.matmul(a, b)`, `torch.bmm(a, b)` -> (a, b)."""
+    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.MatrixMultiply):
+        return node.left, node.right
+    if isinstance(node, cst.Call) and rule.is_call_to(node, *MATMUL) and len(node.args) == 2:
+        return node.args[0].value, node.args[1].value
+    return None
+
+
+def transposed_operand(expr: cst.BaseExpression) -> cst.BaseExpression | None:
+    """`k.transpose(...)`, `k.permute(...)`, `k.t()`, `k.mT`, `k.T` -> `k`."""
+    if isinstance(expr, cst.Attribute) and expr.attr.value in _TRANSPOSES:
+        return expr.value
+    if isinstance(expr, cst.Call) and method_name(expr) in _TRANSPOSES:
+        assert isinstance(expr.func, cst.Attribute)
+        return expr.func.value
+    return None
+
+
+def swaps_last_two_dims(expr: cst.BaseExpression) -> bool:
+    """Swaps exactly the last two dims: `.transpose(-2, -1)`, `.transpose(-1, -2)`, `.mT`."""
+    if isinstance(expr, cst.Attribute):
+        return expr.attr.value == "mT"
+    if isinstance(expr, cst.Call) and method_name(expr) == "transpose" and len(expr.args) == 2:
+        return sorted(code_of(a.value) for a in expr.args) == ["-1", "-2"]
+    return False
+
+
+def last_dim_of(expr: cst.BaseExpression, names: set[str]) -> bool:
+    """`x.size(-1)` or `x.shape[-1]` with `x` in `names`."""
+    text = code_of(expr).replace(" ", "")
+    return any(text in (f"{n}.size(-1)", f"{n}.shape[-1]") for n in names)
