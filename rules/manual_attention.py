@@ -49,6 +49,8 @@ class ManualAttention(Rule):
 
     ## When not to
     - Code that needs the attention weights themselves (visualisation, returning them).
+    - A fallback in a function that also calls `scaled_dot_product_attention` (nanoGPT's path
+      for torch < 2.0): not flagged.
     - torch before 2.0 has no `scaled_dot_product_attention`: the rule does not apply.
     """
 
@@ -67,6 +69,17 @@ class ManualAttention(Rule):
             import torch.nn.functional as F
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
             probs = F.softmax(logits @ w, dim=-1)  # a classifier, no transposed operand
+            """
+        ),
+        Valid(  # the fallback of a function that uses the fused kernel when it can
+            """
+            import math
+            import torch
+            import torch.nn.functional as F
+            def attend(q, k, v, flash):
+                if flash:
+                    return F.scaled_dot_product_attention(q, k, v)
+                return torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.size(-1)), dim=-1) @ v
             """
         ),
         Valid(  # a user's own softmax
@@ -134,6 +147,8 @@ class ManualAttention(Rule):
         self._bound: dict[int, dict[str, list[cst.BaseExpression]]] = {}
 
     def visit_Call(self, node: cst.Call) -> None:
+        if "scaled_dot_product_attention" in code_of(self.facts.enclosing_scope(node)):
+            return  # a fallback next to the fused path (nanoGPT's `if self.flash: ... else:`)
         if self.is_call_to(node, *SOFTMAX):
             scores, dim = arg(node, "input", 0), arg(node, "dim", 1)
             if scores is not None and self._is_scores(scores.value, _DEPTH):

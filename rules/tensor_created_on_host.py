@@ -11,6 +11,7 @@ from autoopt.lint.rule import Fix, FixSafety, Invalid, Rule, Valid
 from autoopt.lint.torch_api import DEVICE_COMPUTED_FACTORIES, TENSOR_FACTORIES
 
 _TO_OPTIONS = ("device", "dtype", "non_blocking", "copy")  # `.to(...)` in positional order
+_TRACERS = ("torch.jit.trace", "torch.jit.script")
 
 
 class TensorCreatedOnHost(Rule):
@@ -42,7 +43,7 @@ class TensorCreatedOnHost(Rule):
     - `.to(dtype)`, `.to(other_tensor)`, `.to(memory_format=...)`, `.to("cpu")`, `**kwargs`: not
       a plain move to a device, left alone.
     - A factory with its own `device=`, or a random one with a `generator=` (a CPU generator
-      cannot fill a CUDA tensor).
+      cannot fill a CUDA tensor); code inside `torch.jit.trace(...)`, whose graph records the copy.
     """
 
     code = "AO608"
@@ -63,6 +64,12 @@ class TensorCreatedOnHost(Rule):
             e = torch.zeros(8).to("cpu")
             f = torch.randn(8, generator=g).to(device)
             h = torch.zeros(8, **kw).cuda()
+            """
+        ),
+        Valid(  # traced on purpose: the graph keeps a device node
+            """
+            import torch
+            holder = torch.jit.trace(lambda: torch.ones([]).to(torch.device(device)), example_inputs=[])
             """
         ),
         Valid(  # a user's own `zeros`
@@ -136,6 +143,8 @@ class TensorCreatedOnHost(Rule):
             return
         if arg(factory, "generator") is not None:
             return
+        if any(self.is_call_to(a, *_TRACERS) for a in self.facts.ancestors(node)):
+            return  # a traced graph records the copy on purpose (CLIP's device-node trick)
         options = _cuda_options(node) if method == "cuda" else self._to_options(node)
         if options is None:
             return
