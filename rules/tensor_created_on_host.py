@@ -51,7 +51,7 @@ class TensorCreatedOnHost(Rule):
     message = "tensor is created on the host and then copied to the device; pass device= instead"
     fix_safety = FixSafety.SAFE
     fix_reason = "the same values, allocated on the device instead of copied there"
-    requires = ((".to(", ".cuda("),)
+    requires = ((").to(", ").cuda("),)  # the factory call ends right before the move
 
     VALID = [
         Valid(

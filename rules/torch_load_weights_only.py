@@ -49,7 +49,7 @@ class TorchLoadWeightsOnly(Rule):
     fix_safety = FixSafety.UNSAFE
     fix_reason = "checkpoints holding pickled objects other than tensors stop loading"
     applies_to_versions = ((1, 13), None)  # weights_only exists since torch 1.13
-    triggers = ("load(",)
+    triggers = ("torch.load(", "import load", "serialization.load(")
 
     VALID = [
         Valid(
