@@ -5,7 +5,7 @@ from __future__ import annotations
 import libcst as cst
 from libcst.codemod.visitors import ImportItem
 
-from autoopt.lint.edits import sole_expression_statement
+from autoopt.lint.edits import remove_statement, sole_expression_statement
 from autoopt.lint.rule import Fix, FixSafety, Invalid, Rule, Valid
 
 _EMPTY_CACHE = ("torch.cuda.empty_cache", "torch.cuda.memory.empty_cache")
@@ -129,23 +129,16 @@ class EmptyCacheInLoop(Rule):
         if self._conditional_within(node, loops[0]):
             return
         line = sole_expression_statement(node, self.parent)
-        block = self.parent(line) if line is not None else None
-        if line is None or not isinstance(block, cst.IndentedBlock):
+        if line is None or not isinstance(self.parent(line), cst.IndentedBlock):
             self.report(node)
             return
-        # A block cannot be empty: keep its place with `pass` if this was its only statement.
-        new: cst.BaseStatement | cst.RemovalSentinel = (
-            cst.RemoveFromParent()
-            if len(block.body) > 1
-            else cst.SimpleStatementLine(body=[cst.Pass()], leading_lines=line.leading_lines)
-        )
         imports = (
             (ImportItem("torch.cuda", "empty_cache"),) if isinstance(node.func, cst.Name) else ()
         )
         self.report(
             node,
             fix=Fix(
-                replacements={line: new},
+                replacements={line: remove_statement(line, self.parent)},
                 description="remove torch.cuda.empty_cache()",
                 remove_imports=imports,
             ),

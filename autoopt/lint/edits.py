@@ -101,3 +101,42 @@ def insert_after_imports(
             }
     last = module.body[-1]
     return {last: cst.FlattenSentinel([last, new])}
+
+
+def remove_statement(
+    line: cst.SimpleStatementLine, parent: ParentOf
+) -> cst.BaseStatement | cst.RemovalSentinel:
+    """The replacement that deletes `line`: removed, or `pass` where it is its block's only
+    statement (a block cannot be empty)."""
+    block = parent(line)
+    if isinstance(block, cst.IndentedBlock) and len(block.body) == 1:
+        return cst.SimpleStatementLine(body=[cst.Pass()], leading_lines=line.leading_lines)
+    return cst.RemoveFromParent()
+
+
+def unwrap_with(node: cst.With) -> cst.FlattenSentinel[cst.BaseStatement] | None:
+    """The statements of a `with` block in its place (its header removed), or None when the
+    body is on the header's line (`with x: y`)."""
+    if not isinstance(node.body, cst.IndentedBlock):
+        return None
+    body = list(node.body.body)
+    first = body[0]
+    body[0] = first.with_changes(leading_lines=[*node.leading_lines, *first.leading_lines])
+    return cst.FlattenSentinel(body)
+
+
+def wrap_in_with(
+    statements: list[cst.BaseStatement], header: str
+) -> dict[cst.CSTNode, cst.FlattenSentinel[cst.BaseStatement] | cst.RemovalSentinel]:
+    """Replacements that put consecutive `statements` of one block under `with <header>:`."""
+    parsed = cst.parse_statement(f"with {header}:\n    pass\n")
+    assert isinstance(parsed, cst.With)
+    first, rest = statements[0], statements[1:]
+    with_node = parsed.with_changes(
+        body=cst.IndentedBlock(body=[first.with_changes(leading_lines=[]), *rest]),
+        leading_lines=first.leading_lines,
+    )
+    replacements: dict[cst.CSTNode, cst.FlattenSentinel[cst.BaseStatement] | cst.RemovalSentinel]
+    replacements = {first: cst.FlattenSentinel([with_node])}
+    replacements.update({s: cst.RemoveFromParent() for s in rest})
+    return replacements

@@ -7,7 +7,16 @@ import libcst as cst
 
 from autoopt.lint.calls import arg
 from autoopt.lint.device import is_cuda_tensor_type
-from autoopt.lint.nodes import calls_in, method_name, names_in, root_name, string_value, walk
+from autoopt.lint.nodes import (
+    calls_in,
+    code_of,
+    int_literal,
+    method_name,
+    names_in,
+    root_name,
+    string_value,
+    walk,
+)
 from autoopt.lint.rule import Rule
 from autoopt.lint.torch_api import DATALOADER
 
@@ -148,3 +157,46 @@ def loops_over(rule: Rule, name: str) -> list[cst.For]:
     return [
         n for n in walk(rule.context.module) if isinstance(n, cst.For) and name in names_in(n.iter)
     ]
+
+
+def names_device(rule: Rule, expr: cst.BaseExpression) -> bool:
+    """`expr` certainly names a non-CPU device: a device string, `torch.device(...)` of one, or a
+    name/attribute called like a device (`device`, `dev`, `args.device`, `x.device`). Other
+    names may hold a tensor (`.to(other)`) or a dtype, so they do not count."""
+    text = string_value(expr)
+    if isinstance(expr, cst.Call) and rule.refers_to(expr.func, "torch.device") and expr.args:
+        text = string_value(expr.args[0].value)
+        if text is None:
+            return not any(a.star for a in expr.args)
+    if text is not None:
+        return not text.startswith("cpu")
+    leaf = expr.attr.value if isinstance(expr, cst.Attribute) else getattr(expr, "value", None)
+    return (
+        isinstance(leaf, str)
+        and isinstance(expr, cst.Name | cst.Attribute)
+        and ("device" in leaf.lower() or leaf == "dev")
+    )
+
+
+def accumulation_gate(stmt: cst.BaseStatement) -> cst.BinaryOperation | None:
+    """For `if <i> % <N> == 0:` whose body steps an optimizer (not an LR scheduler): the
+    `<i> % <N>` it tests; else None."""
+    if not isinstance(stmt, cst.If) or not isinstance(stmt.test, cst.Comparison):
+        return None
+    test = stmt.test
+    modulo = test.left
+    if (
+        len(test.comparisons) != 1
+        or not isinstance(test.comparisons[0].operator, cst.Equal)
+        or int_literal(test.comparisons[0].comparator) != 0
+        or not isinstance(modulo, cst.BinaryOperation)
+        or not isinstance(modulo.operator, cst.Modulo)
+    ):
+        return None
+    steps = any(
+        isinstance(n.func, cst.Attribute)
+        and n.func.attr.value == "step"
+        and "sched" not in code_of(n.func.value).lower()
+        for n in calls_in(stmt.body)
+    )
+    return modulo if steps else None

@@ -120,3 +120,32 @@ def string_value(expr: cst.BaseExpression | None) -> str | None:
         value = expr.evaluated_value
         return value if isinstance(value, str) else None
     return None
+
+
+def int_constants(module: cst.Module) -> dict[str, tuple[int, cst.BaseExpression]]:
+    """Names bound once, at module or class level, to an integer literal (`VOCAB = 50257`,
+    `vocab_size: int = 50257`): name -> (value, the literal node)."""
+    found: dict[str, list[cst.BaseExpression]] = {}
+    for stmt in walk(module, into_scopes=False):
+        if isinstance(stmt, cst.ClassDef):
+            for inner in walk(stmt.body, into_scopes=False):
+                _collect_binding(inner, found)
+        else:
+            _collect_binding(stmt, found)
+    out: dict[str, tuple[int, cst.BaseExpression]] = {}
+    for name, values in found.items():
+        value = int_literal(values[0]) if len(values) == 1 else None
+        if value is not None:
+            out[name] = (value, values[0])
+    return out
+
+
+def _collect_binding(node: cst.CSTNode, found: dict[str, list[cst.BaseExpression]]) -> None:
+    if isinstance(node, cst.Assign) and len(node.targets) == 1:
+        target, value = node.targets[0].target, node.value
+    elif isinstance(node, cst.AnnAssign) and node.value is not None:
+        target, value = node.target, node.value
+    else:
+        return
+    if isinstance(target, cst.Name):
+        found.setdefault(target.value, []).append(value)

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 import libcst as cst
 from libcst.codemod.visitors import ImportItem
 
-from autoopt.lint.nodes import calls_in, code_of, dotted, string_value
+from autoopt.lint.nodes import calls_in, code_of, dotted, method_name, string_value
 from autoopt.lint.rule import Rule
 
 DATALOADER = ("torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader")
@@ -153,3 +153,112 @@ def torch_imports(module: cst.Module) -> tuple[ImportItem, ...]:
             ):
                 return ()
     return (ImportItem("torch"),)
+
+
+# ----- layers, tensors and optimizers the AO5xx-AO9xx rules match ----------------------------
+BATCH_NORMS = frozenset(
+    {f"torch.nn.BatchNorm{d}d" for d in (1, 2, 3)}
+    | {f"torch.nn.modules.batchnorm.BatchNorm{d}d" for d in (1, 2, 3)}
+    | {"torch.nn.SyncBatchNorm", "torch.nn.modules.batchnorm.SyncBatchNorm"}
+)
+# Convolutions whose `bias` is the 8th positional parameter (index 7).
+CONV_LAYERS_WITH_BIAS = frozenset(
+    name for name in CONV_LAYERS if ".Lazy" not in name and "LazyConv" not in name
+)
+CONV_BIAS_POSITION = 7
+
+# Factories that take `device=`; `*_like` ones are left out (they copy their input's device).
+TENSOR_FACTORIES = frozenset(
+    f"torch.{n}"
+    for n in ("zeros", "ones", "empty", "full", "eye", "tensor")
+    + ("arange", "linspace", "logspace", "rand", "randn", "randint", "randperm")
+)
+# ... those whose values the device computes: other random numbers, last-bit rounding on CUDA.
+DEVICE_COMPUTED_FACTORIES = frozenset(
+    f"torch.{n}" for n in ("arange", "linspace", "logspace", "rand", "randn", "randint", "randperm")
+)
+
+# Optimizers with a fused step (CUDA since torch 2.0-2.3, CPU since 2.4).
+FUSED_OPTIMIZERS = frozenset(
+    {f"torch.optim.{n}" for n in ("Adam", "AdamW", "SGD")}
+    | {"torch.optim.adam.Adam", "torch.optim.adamw.AdamW", "torch.optim.sgd.SGD"}
+)
+
+DDP = (
+    "torch.nn.parallel.DistributedDataParallel",
+    "torch.nn.parallel.distributed.DistributedDataParallel",
+)
+SOFTMAX = frozenset({"torch.softmax", "torch.nn.functional.softmax", "torch.special.softmax"})
+MATMUL = frozenset({"torch.matmul", "torch.bmm"})
+_TRANSPOSES = ("transpose", "permute", "t", "mT", "T")
+
+
+def uses_amp(rule: Rule) -> bool:
+    """The script runs its forward under mixed precision: it opens `autocast`, or hands its
+    model to `autoopt.optimize()` without `amp=False`."""
+    from autoopt.lint.engine import calls_autoopt_optimize
+
+    source = rule.context.source
+    if "autocast(" in source:
+        return True
+    return calls_autoopt_optimize(source) and "amp=False" not in source
+
+
+def functional_name(rule: Rule) -> tuple[str, tuple[ImportItem, ...]]:
+    """How to spell `torch.nn.functional` in this file (`F` after `import torch.nn.functional as
+    F` or `from torch.nn import functional as F`), else through `torch` with its import."""
+    for stmt in rule.context.module.body:
+        if not isinstance(stmt, cst.SimpleStatementLine):
+            continue
+        for small in stmt.body:
+            if isinstance(small, cst.Import):
+                pairs = [(dotted(a.name), a) for a in small.names]
+            elif isinstance(small, cst.ImportFrom) and not isinstance(small.names, cst.ImportStar):
+                module = None if small.relative else dotted(small.module)
+                pairs = [(f"{module}.{dotted(a.name)}", a) for a in small.names]
+            else:
+                continue
+            for name, alias in pairs:
+                if name == "torch.nn.functional" and (
+                    alias.asname is not None or isinstance(small, cst.ImportFrom)
+                ):
+                    return alias.evaluated_alias or alias.evaluated_name, ()
+    torch, imports = torch_name(rule)
+    return f"{torch}.nn.functional", imports
+
+
+# ----- attention shapes -----------------------------------------------------------------------
+def matmul_operands(
+    rule: Rule, node: cst.CSTNode | None
+) -> tuple[cst.BaseExpression, cst.BaseExpression] | None:
+    """`a @ b`, `torch.matmul(a, b)`, `torch.bmm(a, b)` -> (a, b)."""
+    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.MatrixMultiply):
+        return node.left, node.right
+    if isinstance(node, cst.Call) and rule.is_call_to(node, *MATMUL) and len(node.args) == 2:
+        return node.args[0].value, node.args[1].value
+    return None
+
+
+def transposed_operand(expr: cst.BaseExpression) -> cst.BaseExpression | None:
+    """`k.transpose(...)`, `k.permute(...)`, `k.t()`, `k.mT`, `k.T` -> `k`."""
+    if isinstance(expr, cst.Attribute) and expr.attr.value in _TRANSPOSES:
+        return expr.value
+    if isinstance(expr, cst.Call) and method_name(expr) in _TRANSPOSES:
+        assert isinstance(expr.func, cst.Attribute)
+        return expr.func.value
+    return None
+
+
+def swaps_last_two_dims(expr: cst.BaseExpression) -> bool:
+    """Swaps exactly the last two dims: `.transpose(-2, -1)`, `.transpose(-1, -2)`, `.mT`."""
+    if isinstance(expr, cst.Attribute):
+        return expr.attr.value == "mT"
+    if isinstance(expr, cst.Call) and method_name(expr) == "transpose" and len(expr.args) == 2:
+        return sorted(code_of(a.value) for a in expr.args) == ["-1", "-2"]
+    return False
+
+
+def last_dim_of(expr: cst.BaseExpression, names: set[str]) -> bool:
+    """`x.size(-1)` or `x.shape[-1]` with `x` in `names`."""
+    text = code_of(expr).replace(" ", "")
+    return any(text in (f"{n}.size(-1)", f"{n}.shape[-1]") for n in names)

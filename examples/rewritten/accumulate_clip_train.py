@@ -5,6 +5,7 @@ import argparse
 import torch
 import torch.nn as nn
 from torch.utils.data import DataLoader, TensorDataset
+torch.set_float32_matmul_precision("high")
 
 ACCUM = 4
 
@@ -22,7 +23,7 @@ def main():
     loader = DataLoader(TensorDataset(x, y), batch_size=16, shuffle=True, num_workers=4, pin_memory=True, persistent_workers=True)
     model = nn.Sequential(nn.Linear(32, 128), nn.GELU(), nn.Linear(128, 1)).to(device)
     model.compile()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3, fused=True)
     criterion = nn.MSELoss()
 
     amp_dtype = torch.bfloat16 if device.type == "cpu" or torch.cuda.is_bf16_supported() else torch.float16

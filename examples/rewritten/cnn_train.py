@@ -45,7 +45,7 @@ def main():
     model = model.to(memory_format=torch.channels_last)
     model.compile()
     criterion = nn.CrossEntropyLoss()
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, fused=True)
 
     amp_dtype = torch.bfloat16 if device.type == "cpu" or torch.cuda.is_bf16_supported() else torch.float16
     scaler = torch.amp.GradScaler(device.type, enabled=amp_dtype == torch.float16)

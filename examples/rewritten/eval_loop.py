@@ -5,6 +5,7 @@ import argparse
 import torch
 import torch.nn as nn
 from torch.utils.data import DataLoader, TensorDataset
+torch.set_float32_matmul_precision("high")
 
 
 def evaluate(model, loader, device):
@@ -34,7 +35,7 @@ def main():
     loader = DataLoader(TensorDataset(x, y), batch_size=32, shuffle=True, num_workers=4, pin_memory=True, persistent_workers=True)
     model = nn.Sequential(nn.Linear(20, 64), nn.ReLU(), nn.Linear(64, 2)).to(device)
     model.compile()
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, fused=True)
     loss_fn = nn.CrossEntropyLoss()
     amp_dtype = torch.bfloat16 if device.type == "cpu" or torch.cuda.is_bf16_supported() else torch.float16
     scaler = torch.amp.GradScaler(device.type, enabled=amp_dtype == torch.float16)

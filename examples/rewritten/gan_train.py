@@ -5,6 +5,7 @@ import argparse
 import torch
 import torch.nn as nn
 from torch.utils.data import DataLoader, TensorDataset
+torch.set_float32_matmul_precision("high")
 
 
 def make_real(n):
@@ -26,8 +27,8 @@ def main():
     generator.compile()
     discriminator = nn.Sequential(nn.Linear(2, 64), nn.LeakyReLU(0.2), nn.Linear(64, 1)).to(device)
     discriminator.compile()
-    opt_g = torch.optim.Adam(generator.parameters(), lr=1e-3, betas=(0.5, 0.999))
-    opt_d = torch.optim.Adam(discriminator.parameters(), lr=1e-3, betas=(0.5, 0.999))
+    opt_g = torch.optim.Adam(generator.parameters(), lr=1e-3, betas=(0.5, 0.999), fused=True)
+    opt_d = torch.optim.Adam(discriminator.parameters(), lr=1e-3, betas=(0.5, 0.999), fused=True)
     bce = nn.BCEWithLogitsLoss()
 
     amp_dtype = torch.bfloat16 if device.type == "cpu" or torch.cuda.is_bf16_supported() else torch.float16

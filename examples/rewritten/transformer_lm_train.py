@@ -5,6 +5,7 @@ import argparse
 import torch
 import torch.nn as nn
 from torch.utils.data import DataLoader, TensorDataset
+torch.set_float32_matmul_precision("high")
 
 VOCAB, SEQ = 128, 32
 
@@ -42,7 +43,7 @@ def main():
     loader = DataLoader(make_tokens(32 * args.steps), batch_size=32, shuffle=True, num_workers=4, pin_memory=True, persistent_workers=True)
     model = LM().to(device)
     model.compile()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=2e-3)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=2e-3, fused=True)
     loss_fn = nn.CrossEntropyLoss()
 
     amp_dtype = torch.bfloat16 if torch.device(device).type == "cpu" or torch.cuda.is_bf16_supported() else torch.float16

@@ -1,0 +1,154 @@
+"""AO602: fp32 matmuls on CUDA without TF32."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from autoopt.lint.edits import insert_after_imports, statement_line
+from autoopt.lint.rule import Fix, FixSafety, Invalid, Rule, Valid
+from autoopt.lint.torch_api import torch_imports
+
+# Any of these in the file means precision was chosen on purpose (either way).
+_CHOSEN = ("set_float32_matmul_precision", "allow_tf32", "fp32_precision")
+
+
+class TF32Matmul(Rule):
+    """
+    ## What it does
+    Flags a training script with a CUDA path that never enables TF32 for float32 matmuls
+    (`torch.set_float32_matmul_precision("high")` or
+    `torch.backends.cuda.matmul.allow_tf32 = True`).
+
+    ## Why is this bad?
+    Since torch 1.12 float32 matmuls on CUDA run in full fp32 by default. On Ampere and newer
+    GPUs the tensor cores multiply TF32 (fp32 range, 10-bit mantissa) up to 8x faster (156 vs 19.5
+    TFLOPS on an A100); torch prints a warning suggesting this line the first time `torch.compile`
+    sees such a matmul. Linear layers, attention and the backward pass of an fp32 model gain most.
+
+    ## Example
+    `device = "cuda"; model = Net().to(device)` with no precision setting.
+
+    ## Use instead
+    `torch.set_float32_matmul_precision("high")` once, after the imports.
+
+    ## Fix safety
+    Unsafe: matmul inputs are rounded to a 10-bit mantissa, so results differ from fp32 by
+    about 1e-3 relative; training converges alike in practice, but the numbers change.
+
+    ## When not to
+    - Determinism is requested (`cudnn.deterministic = True`,
+      `use_deterministic_algorithms(True)`): such scripts usually want bit-exact fp32 numerics.
+    - The script already uses `autocast`: its forward matmuls run in fp16/bf16, TF32 touches
+      only the few fp32 ones left. Not flagged.
+    - The file sets any of the precision flags, either way. Not flagged.
+    - GPUs before Ampere ignore the setting; it does no harm there.
+    """
+
+    code = "AO602"
+    name = "tf32-matmul"
+    message = 'fp32 matmuls on CUDA without TF32; call torch.set_float32_matmul_precision("high")'
+    fix_safety = FixSafety.UNSAFE
+    fix_reason = "matmuls round their inputs to TF32 (10-bit mantissa): results change ~1e-3"
+    covered_by_optimize = True  # the backends pass sets it on Ampere+
+    requires = ("cuda", ".backward(")
+
+    VALID = [
+        Valid(
+            """
+            import torch
+            torch.set_float32_matmul_precision("high")
+            model = Net().cuda()
+            for x in loader:
+                model(x.cuda()).sum().backward()
+            """
+        ),
+        Valid(  # determinism requested
+            """
+            import torch
+            torch.use_deterministic_algorithms(True)
+            model = Net().cuda()
+            for x in loader:
+                model(x.cuda()).sum().backward()
+            """
+        ),
+        Valid(  # mixed precision already
+            """
+            import torch
+            model = Net().cuda()
+            for x in loader:
+                with torch.autocast("cuda", dtype=torch.bfloat16):
+                    loss = model(x.cuda()).sum()
+                loss.backward()
+            """
+        ),
+        Valid(  # no training loop: a library module
+            """
+            import torch
+            def to_gpu(model):
+                return model.cuda()
+            def step(loss):
+                loss.backward()
+            """
+        ),
+    ]
+    INVALID = [
+        Invalid(
+            """
+            import torch
+
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            model = Net().to(device)
+            for x in loader:
+                model(x.to(device)).sum().backward()
+            """,
+            line=5,
+            fixed="""
+            import torch
+            torch.set_float32_matmul_precision("high")
+
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            model = Net().to(device)
+            for x in loader:
+                model(x.to(device)).sum().backward()
+            """,
+        ),
+        Invalid(
+            """
+            from torch import nn
+            net = nn.Linear(4, 4).cuda()
+            while True:
+                net(batch()).sum().backward()
+            """,
+            line=3,
+            fixed="""
+            from torch import nn
+            import torch
+
+            torch.set_float32_matmul_precision("high")
+            net = nn.Linear(4, 4).cuda()
+            while True:
+                net(batch()).sum().backward()
+            """,
+        ),
+    ]
+
+    def visit_Module(self, node: cst.Module) -> None:
+        facts = self.facts
+        source = self.context.source
+        if (
+            not facts.training_loops
+            or not facts.uses_cuda
+            or facts.requests_determinism
+            or "autocast(" in source
+            or any(flag in source for flag in _CHOSEN)
+        ):
+            return
+        new = statement_line('torch.set_float32_matmul_precision("high")')
+        self.report(
+            facts.training_loops[0],
+            fix=Fix(
+                replacements=insert_after_imports(node, new),
+                description='torch.set_float32_matmul_precision("high") after the imports',
+                add_imports=torch_imports(node),
+            ),
+        )
