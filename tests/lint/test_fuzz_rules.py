@@ -1,0 +1,119 @@
+"""Fuzzing every rule and every fix (hypothesis).
+
+Inputs: programs generated from Python's grammar (hypothesmith), the same programs spliced into
+real training code, and mutants of real training code (every rule's examples and
+examples/naive/, see `fuzz_strategies`). Properties:
+
+- analysis raises nothing, for every rule, even when the text pre-filter would have skipped it;
+- `fix_source(..., unsafe=True)` raises nothing, its output parses (libcst and CPython), and a
+  second pass over the output changes nothing.
+
+Deterministic under CI=true (the "ci" profile in tests/conftest.py). `FUZZ_EXAMPLES=2000` raises
+the number of examples of every test for a long local run.
+"""
+
+from __future__ import annotations
+
+import os
+
+import hypothesmith
+import libcst as cst
+from hypothesis import HealthCheck, given, note, reject, settings
+from hypothesis import strategies as st
+
+from autoopt.lint.engine import analyze, run_rules
+from autoopt.lint.registry import load_registry
+from autoopt.lint.rewrite import fix_source
+
+from .fuzz_strategies import Mutant, Seed, compiles, load_seeds, mutants
+
+RULES = load_registry().all()
+SEEDS = load_seeds()
+
+
+def _examples(default: int) -> int:
+    """`default` examples (keeps the module under a minute on 2 cores), or FUZZ_EXAMPLES."""
+    return int(os.environ.get("FUZZ_EXAMPLES", default))
+
+
+def _fuzz(default: int) -> settings:
+    return settings(
+        max_examples=_examples(default),
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
+
+
+def check_every_rule_analyzes(source: str, target_version: tuple[int, int] | None) -> None:
+    """Every rule visits the whole file without raising: once with the text pre-filter (what
+    `lint` does) and once with every rule forced on (a rule must not rely on its triggers
+    being in the text to stay total)."""
+    analysis = analyze(source, "fuzz.py", RULES, target_version)
+    run_rules(analysis.module, source, "fuzz.py", RULES, target_version)
+
+
+def check_fixes(source: str, target_version: tuple[int, int] | None) -> None:
+    """Fixing with every rule (unsafe fixes too) yields valid Python and is idempotent."""
+    first = fix_source(source, RULES, unsafe=True, target_version=target_version, path="fuzz.py")
+    note(f"fixed ({[f.code for f in first.applied]}):\n{first.source}")
+    cst.parse_module(first.source)
+    compile(first.source, "fuzz.py", "exec", dont_inherit=True)
+    second = fix_source(
+        first.source, RULES, unsafe=True, target_version=target_version, path="fuzz.py"
+    )
+    assert not second.applied, [f.code for f in second.applied]
+    assert second.source == first.source
+
+
+def _parseable(source: str) -> str:
+    if not compiles(source):
+        reject()  # grammar-valid, yet libcst or this CPython does not take it
+    return source
+
+
+# ----- generated programs ---------------------------------------------------------------------
+
+
+@_fuzz(20)
+@given(hypothesmith.from_grammar())
+def test_grammar_programs(source: str) -> None:
+    source = _parseable(source)
+    check_every_rule_analyzes(source, None)
+    check_fixes(source, None)
+
+
+@_fuzz(3)
+@given(hypothesmith.from_node())
+def test_node_programs(source: str) -> None:
+    source = _parseable(source)
+    check_every_rule_analyzes(source, None)
+    check_fixes(source, None)
+
+
+@_fuzz(15)
+@given(st.sampled_from(SEEDS), hypothesmith.from_grammar(), st.booleans())
+def test_grammar_programs_spliced_into_training_code(
+    seed: Seed, generated: str, before: bool
+) -> None:
+    """A generated program before or after a real training script: the rules fire and see
+    strange code around what they fix."""
+    source = _parseable(generated + seed.source if before else seed.source + "\n" + generated)
+    check_every_rule_analyzes(source, seed.target_version)
+    check_fixes(source, seed.target_version)
+
+
+# ----- mutated training code ------------------------------------------------------------------
+
+
+@_fuzz(40)
+@given(mutants(SEEDS))
+def test_mutated_training_code(mutant: Mutant) -> None:
+    note(f"seed {mutant.seed}, mutations {mutant.mutations}:\n{mutant.source}")
+    check_every_rule_analyzes(mutant.source, mutant.target_version)
+    check_fixes(mutant.source, mutant.target_version)
+
+
+def test_seeds_cover_every_rule_and_the_naive_examples() -> None:
+    names = {s.name for s in SEEDS}
+    assert {r.code for r in RULES} <= {n.split("-")[0] for n in names}
+    assert sum(n.endswith(".py") for n in names) >= 5
