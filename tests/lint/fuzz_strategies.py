@@ -5,7 +5,8 @@ after a few libcst-level mutations, each of which keeps the file parseable: iden
 (to torch-like names too), imports aliased, statements wrapped in `if`/`with`/`try`/`match`/
 functions/classes/async defs, snippets inserted (`as` targets, walrus, star targets, match,
 `global`/`nonlocal`, f-strings, line continuations, `**kwargs` calls, ...), statements deleted,
-decorators, comments, annotations, keyword arguments moved into `**{...}`.
+decorators, comments, annotations, keyword arguments moved into `**{...}`, arguments dropped,
+names turned into attributes/items/calls, strings into f-strings and implicit concatenations.
 """
 
 from __future__ import annotations
@@ -444,6 +445,83 @@ def reshape_assignment(draw: st.DrawFn, module: cst.Module) -> cst.Module:
     return _replace(module, node, new)
 
 
+def drop_arguments(draw: st.DrawFn, module: cst.Module) -> cst.Module:
+    """A call loses some of its arguments (`x.to()`, `DataLoader()`, `torch.compile()`)."""
+    calls = [c for c in _nodes(module, cst.Call) if c.args]  # type: ignore[attr-defined]
+    if not calls:
+        return module
+    call = draw(st.sampled_from(calls))
+    assert isinstance(call, cst.Call)
+    kept = [a for a in call.args if draw(st.booleans())]
+    if kept:
+        kept[-1] = kept[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+    return _replace(module, call, call.with_changes(args=kept))
+
+
+# What a name can stand for in real code: an attribute, an item, a call, a conditional.
+EXPRESSIONS = ("self.{}", "{}[0]", "get_{}()", "({})", "{} if cuda else None", "{}.module", "*{}")
+
+
+def complicate_name(draw: st.DrawFn, module: cst.Module) -> cst.Module:
+    """A name that is read (not assigned, not imported) becomes a more complex expression."""
+    names = [
+        n
+        for n in _nodes(module, (cst.Call, cst.Arg, cst.Attribute))
+        if isinstance(n, cst.Call)
+        and isinstance(n.func, cst.Name)
+        or isinstance(n, cst.Arg)
+        and isinstance(n.value, cst.Name)
+        or isinstance(n, cst.Attribute)
+        and isinstance(n.value, cst.Name)
+    ]
+    if not names:
+        return module
+    node = draw(st.sampled_from(names))
+    template = draw(st.sampled_from(EXPRESSIONS))
+    if isinstance(node, cst.Arg):
+        if template == "*{}":  # `f(*x)`: a starred argument
+            if node.keyword is not None or node.star:
+                return module
+            return _replace(module, node, node.with_changes(star="*"))
+        new = cst.parse_expression(template.format(node.value.value))  # type: ignore[attr-defined]
+        return _replace(module, node, node.with_changes(value=new))
+    if template == "*{}":
+        return module
+    if isinstance(node, cst.Call):
+        func = cst.parse_expression(template.format(node.func.value))  # type: ignore[attr-defined]
+        return _replace(module, node, node.with_changes(func=func))
+    assert isinstance(node, cst.Attribute)
+    value = cst.parse_expression(template.format(node.value.value))  # type: ignore[attr-defined]
+    return _replace(module, node, node.with_changes(value=value))
+
+
+def reshape_string(draw: st.DrawFn, module: cst.Module) -> cst.Module:
+    """`"cuda"` -> `f"cuda"`, `"cu" "da"`, `'cuda'` or `"cuda:{}".format(0)`-like shapes."""
+    strings = [
+        s
+        for s in _nodes(module, cst.SimpleString)
+        if s.prefix == ""
+        and len(s.value) >= 3
+        and s.quote in ('"', "'")  # type: ignore[attr-defined]
+        and not any(c in s.value for c in "{}\\")  # type: ignore[attr-defined]
+    ]
+    if not strings:
+        return module
+    node = draw(st.sampled_from(strings))
+    assert isinstance(node, cst.SimpleString)
+    text = node.value[1:-1]
+    cut = draw(st.integers(0, len(text)))
+    shapes = (
+        f'f"{text}"',
+        f'"{text[:cut]}" "{text[cut:]}"',
+        f'f"{text[:cut]}{{0}}{text[cut:]}"',
+        f'("{text}")',
+    )
+    if '"' in text:
+        return module
+    return _replace(module, node, cst.parse_expression(draw(st.sampled_from(shapes))))
+
+
 MUTATIONS: tuple[Mutation, ...] = (
     rename_identifier,
     alias_import,
@@ -454,6 +532,9 @@ MUTATIONS: tuple[Mutation, ...] = (
     add_comment,
     keywords_to_kwargs,
     reshape_assignment,
+    drop_arguments,
+    complicate_name,
+    reshape_string,
 )
 
 
