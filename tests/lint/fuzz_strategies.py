@@ -12,6 +12,7 @@ names turned into attributes/items/calls, strings into f-strings and implicit co
 from __future__ import annotations
 
 import keyword
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -459,7 +460,7 @@ def drop_arguments(draw: st.DrawFn, module: cst.Module) -> cst.Module:
 
 
 # What a name can stand for in real code: an attribute, an item, a call, a conditional.
-EXPRESSIONS = ("self.{}", "{}[0]", "get_{}()", "({})", "{} if cuda else None", "{}.module", "*{}")
+EXPRESSIONS = ("self.{}", "{}[0]", "get_{}()", "({})", "({} if cuda else None)", "{}.module", "*{}")
 
 
 def complicate_name(draw: st.DrawFn, module: cst.Module) -> cst.Module:
@@ -574,7 +575,9 @@ def compiles(source: str) -> bool:
     """`source` parses with libcst and compiles with CPython."""
     try:
         cst.parse_module(source)
-        compile(source, "<mutant>", "exec", dont_inherit=True)
+        with warnings.catch_warnings():  # `None(...)`-like warnings: valid code all the same
+            warnings.simplefilter("ignore", SyntaxWarning)
+            compile(source, "<mutant>", "exec", dont_inherit=True)
     except (SyntaxError, ValueError, cst.ParserSyntaxError):
         return False
     return True

@@ -6,7 +6,8 @@ examples/naive/, see `fuzz_strategies`). Properties:
 
 - analysis raises nothing, for every rule, even when the text pre-filter would have skipped it;
 - `fix_source(..., unsafe=True)` raises nothing, its output parses (libcst and CPython), and a
-  second pass over the output changes nothing.
+  second pass over the output changes nothing;
+- on mutants, `rewrite --wrap` (`wrap_source`) too: valid output, nothing new the second time.
 
 Deterministic under CI=true (the "ci" profile in tests/conftest.py). `FUZZ_EXAMPLES=2000` raises
 the number of examples of every test for a long local run.
@@ -15,18 +16,21 @@ the number of examples of every test for a long local run.
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 import hypothesmith
 import libcst as cst
 import pytest
-from hypothesis import HealthCheck, given, note, reject, settings
+from hypothesis import HealthCheck, currently_in_test_context, given, note, reject, settings
 from hypothesis import strategies as st
 
 from autoopt.lint.engine import active_rules, run_rules
 from autoopt.lint.registry import load_registry
 from autoopt.lint.rewrite import fix_source
+from autoopt.lint.suppress import filter_findings
+from autoopt.lint.wrap import wrap_source
 
 from .fuzz_strategies import Mutant, Seed, compiles, load_seeds, mutants
 
@@ -72,16 +76,41 @@ def check_every_rule_analyzes(source: str, target_version: tuple[int, int] | Non
 
 
 def check_fixes(source: str, target_version: tuple[int, int] | None) -> None:
-    """Fixing with every rule (unsafe fixes too) yields valid Python and is idempotent."""
-    first = fix_source(source, RULES, unsafe=True, target_version=target_version, path="fuzz.py")
-    note(f"fixed ({[f.code for f in first.applied]}):\n{first.source}")
-    cst.parse_module(first.source)
-    compile(first.source, "fuzz.py", "exec", dont_inherit=True)
-    second = fix_source(
-        first.source, RULES, unsafe=True, target_version=target_version, path="fuzz.py"
-    )
+    """Fixing with every rule (unsafe fixes too) yields valid Python and is idempotent. With a
+    `noqa` in the file, suppressions apply as in `autoopt rewrite`."""
+    options = {
+        "unsafe": True,
+        "target_version": target_version,
+        "path": "fuzz.py",
+        "finding_filter": filter_findings if "noqa" in source else None,
+    }
+    first = fix_source(source, RULES, **options)
+    _note(f"fixed ({[f.code for f in first.applied]}):\n{first.source}")
+    _assert_valid_python(first.source)
+    second = fix_source(first.source, RULES, **options)
     assert not second.applied, [f.code for f in second.applied]
     assert second.source == first.source
+
+
+def check_wrap(source: str) -> None:
+    """`rewrite --wrap` yields valid Python and wraps nothing the second time."""
+    first = wrap_source(source, path="fuzz.py")
+    _note(f"wrapped ({first.message}):\n{first.source}")
+    _assert_valid_python(first.source)
+    assert wrap_source(first.source, path="fuzz.py").source == first.source
+
+
+def _note(text: str) -> None:
+    """Shown with a failing example; the checks also run outside hypothesis (known bugs)."""
+    if currently_in_test_context():
+        note(text)
+
+
+def _assert_valid_python(source: str) -> None:
+    cst.parse_module(source)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SyntaxWarning)  # valid code with a dubious call
+        compile(source, "fuzz.py", "exec", dont_inherit=True)
 
 
 def _parseable(source: str) -> str:
@@ -134,6 +163,7 @@ def test_mutated_training_code(mutant: Mutant) -> None:
     with _skip_known_bugs():
         check_every_rule_analyzes(mutant.source, mutant.target_version)
         check_fixes(mutant.source, mutant.target_version)
+        check_wrap(mutant.source)
 
 
 def test_seeds_cover_every_rule_and_the_naive_examples() -> None:
