@@ -527,6 +527,11 @@ def reshape_string(draw: st.DrawFn, module: cst.Module) -> cst.Module:
     return _replace(module, node, cst.parse_expression(draw(st.sampled_from(shapes))))
 
 
+def restyle_indent(draw: st.DrawFn, module: cst.Module) -> cst.Module:
+    """Tabs or two-space indentation (blocks that follow the file's default follow it)."""
+    return module.with_changes(default_indent=draw(st.sampled_from(("\t", "  ", "        "))))
+
+
 MUTATIONS: tuple[Mutation, ...] = (
     rename_identifier,
     alias_import,
@@ -540,6 +545,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     drop_arguments,
     complicate_name,
     reshape_string,
+    restyle_indent,
 )
 
 
@@ -572,6 +578,9 @@ def mutants(seeds: list[Seed], max_mutations: int = 4) -> st.SearchStrategy[Muta
             module = mutation(draw, module)
             applied.append(mutation.__name__)
         source = module.code
+        if draw(st.integers(0, 9)) == 0:  # Windows line endings, everywhere
+            source = source.replace("\r\n", "\n").replace("\n", "\r\n")
+            applied.append("crlf")
         # Mutations may make code CPython rejects (`return` moved into a class, `continue` into
         # a def); such code is no input a linter must handle.
         assume(compiles(source))

@@ -87,6 +87,7 @@ def check_fixes(source: str, target_version: tuple[int, int] | None) -> None:
     first = fix_source(source, RULES, **options)
     _note(f"fixed ({[f.code for f in first.applied]}):\n{first.source}")
     _assert_valid_python(first.source)
+    _assert_same_newlines(source, first.source)
     second = fix_source(first.source, RULES, **options)
     assert not second.applied, [f.code for f in second.applied]
     assert second.source == first.source
@@ -97,6 +98,7 @@ def check_wrap(source: str) -> None:
     first = wrap_source(source, path="fuzz.py")
     _note(f"wrapped ({first.message}):\n{first.source}")
     _assert_valid_python(first.source)
+    _assert_same_newlines(source, first.source)
     assert wrap_source(first.source, path="fuzz.py").source == first.source
 
 
@@ -104,6 +106,14 @@ def _note(text: str) -> None:
     """Shown with a failing example; the checks also run outside hypothesis (known bugs)."""
     if currently_in_test_context():
         note(text)
+
+
+def _assert_same_newlines(before: str, after: str) -> None:
+    """A file with one newline style keeps it (a fix adds no `\n` to a CRLF file)."""
+    if "\r" not in before:
+        assert "\r" not in after, "fixes added CR newlines"
+    elif before.count("\n") == before.count("\r\n"):
+        assert after.count("\n") == after.count("\r\n"), "fixes mixed LF into CRLF"
 
 
 def _assert_valid_python(source: str) -> None:
