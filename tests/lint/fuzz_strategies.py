@@ -559,17 +559,20 @@ class Mutant:
     target_version: tuple[int, int] | None
 
 
-def mutants(seeds: list[Seed], max_mutations: int = 4) -> st.SearchStrategy[Mutant]:
+def mutants(
+    seeds: list[Seed], max_mutations: int = 4, script_every: int = 8
+) -> st.SearchStrategy[Mutant]:
     """Seeds after 1..`max_mutations` mutations; every mutant parses with libcst and CPython."""
 
-    # Whole scripts are few beside ~190 rule examples but have the most shapes: half the draws.
+    # Whole scripts are few beside ~190 rule examples but have the most shapes: one draw in
+    # `script_every` (not more: fixing a whole script is ~10x the cost of an example).
     whole = [s for s in seeds if s.name.endswith(".py")]
-    parts = [s for s in seeds if not s.name.endswith(".py")]
-    pick_seed = st.one_of([st.sampled_from(pool) for pool in (whole, parts) if pool])
+    parts = [s for s in seeds if not s.name.endswith(".py")] or whole
 
     @st.composite
     def _mutant(draw: st.DrawFn) -> Mutant:
-        seed = draw(pick_seed)
+        pool = whole if whole and draw(st.integers(0, script_every - 1)) == 0 else parts
+        seed = draw(st.sampled_from(pool))
         module = cst.parse_module(seed.source)
         applied = []
         for mutation in draw(
