@@ -132,7 +132,7 @@ def _parseable(source: str) -> str:
 # ----- generated programs ---------------------------------------------------------------------
 
 
-@_fuzz(20)
+@_fuzz(15)
 @given(hypothesmith.from_grammar())
 def test_grammar_programs(source: str) -> None:
     source = _parseable(source)
@@ -141,7 +141,7 @@ def test_grammar_programs(source: str) -> None:
         check_fixes(source, None)
 
 
-@_fuzz(3)
+@_fuzz(2)
 @given(hypothesmith.from_node())
 def test_node_programs(source: str) -> None:
     source = _parseable(source)
@@ -150,7 +150,7 @@ def test_node_programs(source: str) -> None:
         check_fixes(source, None)
 
 
-@_fuzz(15)
+@_fuzz(10)
 @given(st.sampled_from(SEEDS), hypothesmith.from_grammar(), st.booleans())
 def test_grammar_programs_spliced_into_training_code(
     seed: Seed, generated: str, before: bool
@@ -166,7 +166,7 @@ def test_grammar_programs_spliced_into_training_code(
 # ----- mutated training code ------------------------------------------------------------------
 
 
-@_fuzz(40)
+@_fuzz(30)
 @given(mutants(SEEDS))
 def test_mutated_training_code(mutant: Mutant) -> None:
     note(f"seed {mutant.seed}, mutations {mutant.mutations}:\n{mutant.source}")
