@@ -17,12 +17,9 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 import hypothesmith
 import libcst as cst
-import pytest
 from hypothesis import HealthCheck, currently_in_test_context, given, note, reject, settings
 from hypothesis import strategies as st
 
@@ -51,28 +48,14 @@ def _fuzz(default: int) -> settings:
     )
 
 
-# Issue 9: `AsName` (`import x as y`, `with a as b`, `except E as e`) in the scope of a
-# `DataLoader(..., **kwargs)` crashes kwargs resolution; st-engine fixes it. Until then the fuzz
-# tests skip examples that hit it and `test_known_asname_crash` tracks it.
-KNOWN_ASNAME_CRASH = "'AsName' object has no attribute 'target'"
-
-
-@contextmanager
-def _skip_known_bugs() -> Iterator[None]:
-    try:
-        yield
-    except AttributeError as error:
-        if KNOWN_ASNAME_CRASH not in str(error):
-            raise
-        reject()
-
-
 def check_every_rule_analyzes(source: str, target_version: tuple[int, int] | None) -> None:
     """The text pre-filter and then every rule, forced on whatever the pre-filter says (a rule
     must not rely on its triggers being in the text to stay total), visit the file without
     raising. (`fix_source` below runs the rules as `lint` does, pre-filter included.)"""
     active_rules(RULES, source, target_version)
-    run_rules(cst.parse_module(source), source, "fuzz.py", RULES, target_version)
+    analysis = run_rules(cst.parse_module(source), source, "fuzz.py", RULES, target_version)
+    # The engine contains a rule's exception as a crash record: for the fuzzer it is a failure.
+    assert not analysis.crashes, [crash.describe() for crash in analysis.crashes]
 
 
 def check_fixes(source: str, target_version: tuple[int, int] | None) -> None:
@@ -85,6 +68,7 @@ def check_fixes(source: str, target_version: tuple[int, int] | None) -> None:
         "finding_filter": filter_findings if "noqa" in source else None,
     }
     first = fix_source(source, RULES, **options)
+    assert not first.skipped, first.skipped  # a crashed rule or a fix that broke the file
     _note(f"fixed ({[f.code for f in first.applied]}):\n{first.source}")
     _assert_valid_python(first.source)
     _assert_same_newlines(source, first.source)
@@ -136,18 +120,16 @@ def _parseable(source: str) -> str:
 @given(hypothesmith.from_grammar())
 def test_grammar_programs(source: str) -> None:
     source = _parseable(source)
-    with _skip_known_bugs():
-        check_every_rule_analyzes(source, None)
-        check_fixes(source, None)
+    check_every_rule_analyzes(source, None)
+    check_fixes(source, None)
 
 
 @_fuzz(2)
 @given(hypothesmith.from_node())
 def test_node_programs(source: str) -> None:
     source = _parseable(source)
-    with _skip_known_bugs():
-        check_every_rule_analyzes(source, None)
-        check_fixes(source, None)
+    check_every_rule_analyzes(source, None)
+    check_fixes(source, None)
 
 
 @_fuzz(10)
@@ -158,9 +140,8 @@ def test_grammar_programs_spliced_into_training_code(
     """A generated program before or after a real training script: the rules fire and see
     strange code around what they fix."""
     source = _parseable(generated + seed.source if before else seed.source + "\n" + generated)
-    with _skip_known_bugs():
-        check_every_rule_analyzes(source, seed.target_version)
-        check_fixes(source, seed.target_version)
+    check_every_rule_analyzes(source, seed.target_version)
+    check_fixes(source, seed.target_version)
 
 
 # ----- mutated training code ------------------------------------------------------------------
@@ -170,10 +151,9 @@ def test_grammar_programs_spliced_into_training_code(
 @given(mutants(SEEDS))
 def test_mutated_training_code(mutant: Mutant) -> None:
     note(f"seed {mutant.seed}, mutations {mutant.mutations}:\n{mutant.source}")
-    with _skip_known_bugs():
-        check_every_rule_analyzes(mutant.source, mutant.target_version)
-        check_fixes(mutant.source, mutant.target_version)
-        check_wrap(mutant.source)
+    check_every_rule_analyzes(mutant.source, mutant.target_version)
+    check_fixes(mutant.source, mutant.target_version)
+    check_wrap(mutant.source)
 
 
 def test_seeds_cover_every_rule_and_the_naive_examples() -> None:
@@ -182,10 +162,10 @@ def test_seeds_cover_every_rule_and_the_naive_examples() -> None:
     assert sum(n.endswith(".py") for n in names) >= 5
 
 
-@pytest.mark.xfail(strict=False, reason=f"issue 9: {KNOWN_ASNAME_CRASH} (st-engine fixes it)")
-def test_known_asname_crash() -> None:
+def test_asname_beside_kwargs_dataloader_regression() -> None:
     """Found by `test_mutated_training_code` (an `import ... as` snippet beside a `**kwargs`
-    DataLoader), the crash issue 9 reports from real repositories."""
+    DataLoader): the `'AsName' object has no attribute 'target'` crash issue 9 reports from real
+    repositories."""
     source = (
         "import torch as T\n"
         "from torch.utils.data import DataLoader\n"
