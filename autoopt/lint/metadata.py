@@ -34,7 +34,7 @@ from libcst.metadata import (
     QualifiedNameSource,
 )
 
-from autoopt.lint.nodes import children
+from autoopt.lint.nodes import index_tree
 
 _COMPREHENSIONS = (cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
 _FUNCTIONS = (cst.FunctionDef, cst.Lambda)
@@ -58,25 +58,15 @@ _BINDERS = (
 
 
 class ParentMap(Mapping[cst.CSTNode, cst.CSTNode]):
-    """Every node's parent (the module has none), and every node's rank in source order, from
-    one walk of the tree. Also collects the binding statements `QualifiedNames` needs."""
+    """Every node's parent (the module has none), and every node in source order with its rank,
+    from one walk of the tree (which also makes `nodes.walk` of this tree a slice)."""
 
     def __init__(self, module: cst.Module) -> None:
         self.module = module
-        self._parents: dict[cst.CSTNode, cst.CSTNode] = {}
-        self.order: dict[cst.CSTNode, int] = {}
-        self.binders: list[cst.CSTNode] = []
-        parents, order, binders = self._parents, self.order, self.binders
-        stack: list[cst.CSTNode] = [module]
-        while stack:
-            node = stack.pop()
-            order[node] = len(order)
-            if isinstance(node, _BINDERS):
-                binders.append(node)
-            kids = children(node)
-            for kid in kids:
-                parents[kid] = node
-            stack.extend(reversed(kids))
+        tree = index_tree(module)
+        self._parents = tree.parents
+        self.order = tree.rank
+        self.nodes = tree.nodes
 
     def __getitem__(self, node: cst.CSTNode) -> cst.CSTNode:
         return self._parents[node]
@@ -192,7 +182,7 @@ class QualifiedNames(Mapping[cst.CSTNode, set[QualifiedName]]):
         found = self._cache.get(node)
         if found is None:
             if not self._bound:
-                self._bind_all(self._parents.binders)
+                self._bind_all([n for n in self._parents.nodes if isinstance(n, _BINDERS)])
                 self._bound = True
             found = self._cache[node] = self._resolve(node)
         return found
