@@ -209,6 +209,7 @@ class FileFacts:
         """`a` comes before `b` in source order (both in this module)."""
         return self._order[id(a)] < self._order[id(b)]
 
-    @functools.cached_property
+    @property
     def _order(self) -> dict[int, int]:
-        return {id(node): rank for node, rank in self._parents.order.items()}
+        """id(node) -> rank in source order."""
+        return self._parents.order

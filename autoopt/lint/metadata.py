@@ -34,7 +34,7 @@ from libcst.metadata import (
     QualifiedNameSource,
 )
 
-from autoopt.lint.nodes import index_tree
+from autoopt.lint.nodes import index_tree, walk
 
 _COMPREHENSIONS = (cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
 _FUNCTIONS = (cst.FunctionDef, cst.Lambda)
@@ -65,31 +65,32 @@ class ParentMap(Mapping[cst.CSTNode, cst.CSTNode]):
         self.module = module
         tree = index_tree(module)
         self._parents = tree.parents
-        self.order = tree.rank
         self.nodes = tree.nodes
+        self.order = tree.rank  # id(node) -> rank in source order
 
     def __getitem__(self, node: cst.CSTNode) -> cst.CSTNode:
-        return self._parents[node]
+        return self._parents[id(node)]
 
     def get(self, node: cst.CSTNode, default: object = None) -> object:  # type: ignore[override]
-        return self._parents.get(node, default)
+        return self._parents.get(id(node), default)
 
     def __contains__(self, node: object) -> bool:
-        return node in self._parents
+        return id(node) in self._parents
 
     def __iter__(self) -> Iterator[cst.CSTNode]:
-        return iter(self._parents)
+        return iter(self.nodes[1:])
 
     def __len__(self) -> int:
         return len(self._parents)
 
     def encloses(self, outer: cst.CSTNode, inner: cst.CSTNode) -> bool:
         """`inner` is `outer` or lies inside it."""
+        parents = self._parents
         node: cst.CSTNode | None = inner
         while node is not None:
             if node is outer:
                 return True
-            node = self._parents.get(node)
+            node = parents.get(id(node))
         return False
 
 
@@ -173,18 +174,18 @@ class QualifiedNames(Mapping[cst.CSTNode, set[QualifiedName]]):
         self._parents = parents
         self._order = parents.order
         self._scopes: dict[cst.CSTNode, _Scope] = {}
-        self._cache: dict[cst.CSTNode, set[QualifiedName]] = {}
+        self._cache: dict[int, set[QualifiedName]] = {}  # by id(node)
         self._bound_here: set[cst.CSTNode] = set()  # nodes that bind a name (not reads)
         self._bound = False  # the binding table is built on the first lookup
 
     # -- Mapping
     def __getitem__(self, node: cst.CSTNode) -> set[QualifiedName]:
-        found = self._cache.get(node)
+        found = self._cache.get(id(node))
         if found is None:
             if not self._bound:
                 self._bind_all([n for n in self._parents.nodes if isinstance(n, _BINDERS)])
                 self._bound = True
-            found = self._cache[node] = self._resolve(node)
+            found = self._cache[id(node)] = self._resolve(node)
         return found
 
     def get(self, node: cst.CSTNode, default: object = None) -> object:  # type: ignore[override]
@@ -194,10 +195,10 @@ class QualifiedNames(Mapping[cst.CSTNode, set[QualifiedName]]):
         return isinstance(node, cst.CSTNode)
 
     def __iter__(self) -> Iterator[cst.CSTNode]:
-        return iter(self._cache)
+        return iter(self._parents.nodes)
 
     def __len__(self) -> int:
-        return len(self._cache)
+        return len(self._parents.nodes)
 
     # -- scopes
     def _scope_node(self, node: cst.CSTNode) -> _Scope:
@@ -394,7 +395,7 @@ class QualifiedNames(Mapping[cst.CSTNode, set[QualifiedName]]):
         ready = binding.ready
         if ready is None:
             return True
-        if binding.in_order and self._order[ready] > self._order[node]:
+        if binding.in_order and self._order[id(ready)] > self._order[id(node)]:
             return False
         return not self._parents.encloses(ready, node)
 
@@ -409,7 +410,7 @@ class _OffsetState(CodegenState):
     """Code generation that notes where each node starts and ends (character offsets), the
     way libcst's PositionProvider notes lines and columns, but without computing them."""
 
-    spans: dict[cst.CSTNode, tuple[int, int]] = field(default_factory=dict)
+    spans: dict[int, tuple[int, int]] = field(default_factory=dict)  # by id(node)
     offset: int = 0
     popped: str = ""
     _starts: list[int] = field(default_factory=list)
@@ -432,8 +433,8 @@ class _OffsetState(CodegenState):
 
     def after_codegen(self, node: cst.CSTNode) -> None:
         start = self._starts.pop()
-        if node not in self.spans:
-            self.spans[node] = (start, self.offset)
+        if id(node) not in self.spans:
+            self.spans[id(node)] = (start, self.offset)
 
     @contextmanager
     def record_syntactic_position(
@@ -449,10 +450,10 @@ class _OffsetState(CodegenState):
         finally:
             end = self.offset
             if start_node is not None:
-                start = self.spans[start_node][0]
+                start = self.spans[id(start_node)][0]
             if end_node is not None:
-                end = self.spans[end_node][1]
-            self.spans[node] = (start, end)
+                end = self.spans[id(end_node)][1]
+            self.spans[id(node)] = (start, end)
 
 
 class Positions(Mapping[cst.CSTNode, CodeRange]):
@@ -461,10 +462,11 @@ class Positions(Mapping[cst.CSTNode, CodeRange]):
 
     def __init__(self, module: cst.Module) -> None:
         self._module = module
-        self._spans: dict[cst.CSTNode, tuple[int, int]] | None = None
+        self._spans: dict[int, tuple[int, int]] | None = None  # by id(node); the module keeps
+        # every node alive, so ids stay unique
         self._line_starts: list[int] = []
 
-    def _load(self) -> dict[cst.CSTNode, tuple[int, int]]:
+    def _load(self) -> dict[int, tuple[int, int]]:
         if self._spans is None:
             module = self._module
             state = _OffsetState(
@@ -481,17 +483,17 @@ class Positions(Mapping[cst.CSTNode, CodeRange]):
         return CodePosition(line, offset - self._line_starts[line - 1])
 
     def __getitem__(self, node: cst.CSTNode) -> CodeRange:
-        start, end = self._load()[node]
+        start, end = self._load()[id(node)]
         return CodeRange(self._position(start), self._position(end))
 
     def get(self, node: cst.CSTNode, default: object = None) -> object:  # type: ignore[override]
-        return self[node] if node in self._load() else default
+        return self[node] if id(node) in self._load() else default
 
     def __contains__(self, node: object) -> bool:
-        return node in self._load()
+        return id(node) in self._load()
 
     def __iter__(self) -> Iterator[cst.CSTNode]:
-        return iter(self._load())
+        return walk(self._module)
 
     def __len__(self) -> int:
         return len(self._load())

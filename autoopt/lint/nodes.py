@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator
+from itertools import repeat
 from typing import TYPE_CHECKING
 
 import libcst as cst
@@ -78,25 +79,26 @@ def _is_node(kind: type) -> bool:
 
 class Preorder:
     """A whole tree in source order (preorder) with each node's parent: walking it or any of
-    its subtrees is then a slice of one list instead of a fresh descent."""
+    its subtrees is then a slice of one list instead of a fresh descent. Keyed by `id()` (a
+    node's own `__hash__` is a Python call); `nodes` keeps every node alive, so ids stay unique."""
 
     def __init__(self, root: cst.CSTNode) -> None:
         self.nodes: list[cst.CSTNode] = []
-        self.rank: dict[cst.CSTNode, int] = {}
-        self.parents: dict[cst.CSTNode, cst.CSTNode] = {}
+        self.rank: dict[int, int] = {}
+        self.parents: dict[int, cst.CSTNode] = {}
         parent_rank: list[int] = []
         stack: list[tuple[cst.CSTNode, int]] = [(root, -1)]
         nodes, rank, parents = self.nodes, self.rank, self.parents
         while stack:
             node, up = stack.pop()
             here = len(nodes)
-            rank[node] = here
+            rank[id(node)] = here
             nodes.append(node)
             parent_rank.append(up)
             kids = children(node)
-            for kid in kids:
-                parents[kid] = node
-            stack.extend((kid, here) for kid in reversed(kids))
+            if kids:
+                parents.update(dict.fromkeys(map(id, kids), node))
+                stack.extend(zip(reversed(kids), repeat(here)))
         # end[i]: the rank just after node i's last descendant (descendants come after it).
         self.end = list(range(1, len(nodes) + 1))
         end = self.end
@@ -106,7 +108,7 @@ class Preorder:
                 end[up] = end[i]
 
     def walk(self, node: cst.CSTNode, into_scopes: bool) -> Iterator[cst.CSTNode]:
-        start = self.rank[node]
+        start = self.rank[id(node)]
         stop = self.end[start]
         nodes = self.nodes
         if into_scopes:
@@ -136,7 +138,7 @@ def walk(node: cst.CSTNode, *, into_scopes: bool = True) -> Iterator[cst.CSTNode
     """`node` and its descendants, in source order. `into_scopes=False` does not enter nested
     functions, classes or lambdas (their bodies run at another time)."""
     tree = _current
-    if tree is not None and node in tree.rank:
+    if tree is not None and id(node) in tree.rank:
         return tree.walk(node, into_scopes)
     return _descend(node, into_scopes)
 
