@@ -1,20 +1,26 @@
-"""Lint speed on a real corpus: torch's own `nn/`, `optim/`, `utils/`, `distributed/` sources.
+"""Lint speed on a real corpus: torch's own `nn/`, `optim/`, `utils/`, `distributed/` sources,
+or any folder of Python files (`--dir`, e.g. checkouts of real training repositories).
 
 Times, over the same files:
-  parse  bare `libcst.parse_module` of every file, one process (the floor any libcst linter has)
-  cold   `autoopt lint` with no cache (pre-filter, parallel workers, all rules)
-  warm   `autoopt lint` again with the cache filled (nothing changed)
-and prints the ratios (TorchFix 0.7.0 takes ~25x the bare parse time on this corpus; the target
-is cold within 2x). Each timing is the best of `--repeat` runs. In-process timings exclude
+  parse    bare `libcst.parse_module` of every file, one process (the floor any libcst linter has)
+  ast      `ast.parse` of every file (what a syntax check costs)
+  cold     `autoopt lint` with no cache (pre-filter, all rules; workers unless `--jobs 1`)
+  warm     `autoopt lint` again with the cache filled (nothing changed)
+  rewrite  what `autoopt rewrite --check` does per file (`--rewrite`): fixes to a fixed point
+and prints the ratios to parse (the target: cold within 2x, rewrite within 3x). Each timing is
+the best of `--repeat` runs. With `--jobs 1` everything runs in this process and the timings
+are CPU seconds (steady on a shared machine); otherwise wall seconds. In-process timings exclude
 Python's start-up; `--cli` also times the real `autoopt lint` command (start-up included).
 
     python benchmarks/lint_corpus.py                 # the whole corpus (~680 files)
     python benchmarks/lint_corpus.py --limit 60      # a quick subset while developing
+    python benchmarks/lint_corpus.py --dir /tmp/corpus --jobs 1 --rewrite --repeat 1
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import contextlib
 import os
 import shutil
@@ -39,19 +45,25 @@ def torch_root() -> Path:
     return Path(next(iter(spec.submodule_search_locations)))
 
 
-def corpus_files(limit: int | None = None) -> list[Path]:
+def corpus_files(root: Path, limit: int | None = None) -> list[Path]:
     """The corpus, in a stable order."""
-    root = torch_root()
-    files = sorted(p for sub in SUBDIRS for p in (root / sub).rglob("*.py"))
+    if root == torch_root():
+        files = sorted(p for sub in SUBDIRS for p in (root / sub).rglob("*.py"))
+    else:
+        files = sorted(root.rglob("*.py"))
     return files[:limit] if limit else files
 
 
-def time_parse(files: list[Path]) -> float:
-    start = time.perf_counter()
+# CPU seconds of this process when everything runs in it (`--jobs 1`), else wall seconds.
+clock = time.perf_counter
+
+
+def time_parse(files: list[Path], parse: object = cst.parse_module) -> float:
+    start = clock()
     for path in files:
-        with contextlib.suppress(Exception):  # a file libcst cannot parse still cost its time
-            cst.parse_module(path.read_bytes().decode("utf-8"))
-    return time.perf_counter() - start
+        with contextlib.suppress(Exception):  # a file that cannot be parsed still cost its time
+            parse(path.read_bytes().decode("utf-8"))  # type: ignore[operator]
+    return clock() - start
 
 
 def time_lint(corpus: Path, use_cache: bool, jobs: int | None) -> tuple[float, object]:
@@ -59,10 +71,35 @@ def time_lint(corpus: Path, use_cache: bool, jobs: int | None) -> tuple[float, o
     from autoopt.lint.project import load_project
     from autoopt.lint.runner import run_lint
 
-    start = time.perf_counter()
+    start = clock()
     project = load_project([corpus], Options(no_cache=not use_cache))
     report = run_lint(project, jobs=jobs)
-    return time.perf_counter() - start, report
+    return clock() - start, report
+
+
+def time_rewrite(corpus: Path) -> tuple[float, int]:
+    """`autoopt rewrite --check`'s work: every file's fixes to a fixed point, nothing written.
+    Returns (seconds, files that would change)."""
+    from autoopt.lint.config import Options
+    from autoopt.lint.project import load_project
+    from autoopt.lint.rewrite import fix_source
+    from autoopt.lint.suppress import filter_findings
+
+    start = clock()
+    project = load_project([corpus], Options(no_cache=True))
+    changed = 0
+    for path in project.files:
+        with contextlib.suppress(Exception):  # errors are the CLI's to report; time still counts
+            result = fix_source(
+                path.read_bytes().decode("utf-8"),
+                project.rules_for(path),
+                unsafe=project.settings.unsafe_fixes,
+                target_version=project.settings.target_version,
+                path=str(path),
+                finding_filter=filter_findings,
+            )
+            changed += result.changed
+    return clock() - start, changed
 
 
 def best(times: list[float]) -> float:
@@ -75,15 +112,20 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3, help="runs per timing (best is kept)")
     parser.add_argument("--jobs", type=int, default=None, help="worker processes for lint")
     parser.add_argument("--cli", action="store_true", help="also time the `autoopt` command")
+    parser.add_argument("--dir", type=Path, default=None, help="corpus folder (default: torch)")
+    parser.add_argument("--rewrite", action="store_true", help="also time `rewrite --check`")
     args = parser.parse_args()
+    global clock
+    if args.jobs == 1:
+        clock = time.process_time
 
-    files = corpus_files(args.limit)
+    root = args.dir.resolve() if args.dir else torch_root()
+    files = corpus_files(root, args.limit)
     n_lines = sum(p.read_bytes().count(b"\n") for p in files)
     # Copy into a scratch project (own pyproject.toml) so the cache lives there, not in torch.
     scratch = Path(tempfile.mkdtemp(prefix="autoopt-bench-"))
     try:
         corpus = scratch / "corpus"
-        root = torch_root()
         for path in files:
             target = corpus / path.relative_to(root)
             target.parent.mkdir(parents=True, exist_ok=True)
@@ -93,6 +135,8 @@ def main() -> None:
         os.chdir(scratch)
         try:
             parse_t = best([time_parse(files) for _ in range(args.repeat)])
+            ast_t = best([time_parse(files, ast.parse) for _ in range(args.repeat)])
+            rewrite_runs = [time_rewrite(corpus) for _ in range(args.repeat if args.rewrite else 0)]
             cold_runs = [time_lint(corpus, False, args.jobs) for _ in range(args.repeat)]
             cold_t = best([t for t, _ in cold_runs])
             report = cold_runs[0][1]
@@ -112,13 +156,22 @@ def main() -> None:
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
-    print(f"corpus: {len(files)} files, {n_lines} lines (torch {', '.join(SUBDIRS)})")
+    where = args.dir or f"torch {', '.join(SUBDIRS)}"
+    print(f"corpus: {len(files)} files, {n_lines} lines ({where})")
     print(f"rules: {len(report.rules)}; files parsed by lint: {report.parsed}/{len(files)}")
     print(f"findings: {len(report.diagnostics)}; file errors: {len(report.errors)}")
-    print(f"jobs: {args.jobs or 'one per CPU'} (CPUs here: {os.cpu_count()})")
-    print(f"bare libcst.parse_module : {parse_t:7.2f} s   1.00x")
-    print(f"autoopt lint, cold       : {cold_t:7.2f} s   {cold_t / parse_t:.2f}x of parse")
-    print(f"autoopt lint, warm cache : {warm_t:7.2f} s   {warm_t / parse_t:.3f}x of parse")
+    unit = "CPU s" if clock is time.process_time else "s"
+    print(f"jobs: {args.jobs or 'one per CPU'} (CPUs here: {os.cpu_count()}); times in {unit}")
+    print(f"bare libcst.parse_module : {parse_t:7.2f}   1.00x")
+    print(f"ast.parse                : {ast_t:7.2f}   {ast_t / parse_t:.2f}x of parse")
+    print(f"autoopt lint, cold       : {cold_t:7.2f}   {cold_t / parse_t:.2f}x of parse")
+    print(f"autoopt lint, warm cache : {warm_t:7.2f}   {warm_t / parse_t:.3f}x of parse")
+    if rewrite_runs:
+        rewrite_t = best([t for t, _ in rewrite_runs])
+        print(
+            f"rewrite --check          : {rewrite_t:7.2f}   {rewrite_t / parse_t:.2f}x of parse"
+            f" ({rewrite_runs[0][1]} files would change)"
+        )
     if cli_t is not None:
         print(f"`autoopt lint` command, warm (incl. start-up): {cli_t:.2f} s")
 

@@ -11,14 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import libcst as cst
-from libcst.metadata import (
-    ExpressionContextProvider,
-    ParentNodeProvider,
-    PositionProvider,
-    QualifiedNameProvider,
-    ScopeProvider,
-)
+from libcst.metadata import ExpressionContextProvider, ScopeProvider
 
+from autoopt.lint import metadata
 from autoopt.lint.rule import FileContext, Finding, Rule
 
 
@@ -72,6 +67,7 @@ def run_rules(
     if not rules:
         return Analysis(module, [])
     wrapper = cst.MetadataWrapper(module, unsafe_skip_copy=True)
+    metadata.install(wrapper)
     _defer_metadata(wrapper, rules)
     context = FileContext(Path(path), source, module, wrapper, target_version)
     visitors: list[Rule] = []
@@ -167,17 +163,11 @@ def strip_prose(source: str) -> str:
     return _PROSE.sub(_keep_short_strings, source)
 
 
-# Providers computed only when a rule first asks for them. Each is a full Python traversal of
-# the tree (several times the cost of parsing), yet most files never need most of them: a
-# position is needed only for a finding, qualified names only once a rule's cheap syntactic
-# checks passed. Declaring them stays the rules' business; when they are computed is ours.
-_DEFERRED = (
-    PositionProvider,
-    ParentNodeProvider,
-    QualifiedNameProvider,
-    ScopeProvider,
-    ExpressionContextProvider,
-)
+# libcst providers computed only when a rule first asks for them. Each is a full Python
+# traversal of the tree (several times the cost of parsing). Positions, parents and qualified
+# names never get here: `metadata.install` supplies cheap equivalents. Declaring them stays the
+# rules' business; when they are computed is ours.
+_DEFERRED = (ScopeProvider, ExpressionContextProvider)
 
 
 class _DeferredMetadata(Mapping[cst.CSTNode, Any]):
@@ -190,9 +180,9 @@ class _DeferredMetadata(Mapping[cst.CSTNode, Any]):
 
     def _load(self) -> Mapping[cst.CSTNode, Any]:
         if self._data is None:
-            metadata = self._wrapper._metadata  # libcst has no public hook for this
-            if metadata.get(self._provider) is self:
-                del metadata[self._provider]  # let libcst compute (and store) the real one
+            computed = self._wrapper._metadata  # libcst has no public hook for this
+            if computed.get(self._provider) is self:
+                del computed[self._provider]  # let libcst compute (and store) the real one
             self._data = self._wrapper.resolve(self._provider)
         return self._data
 
@@ -214,9 +204,14 @@ class _DeferredMetadata(Mapping[cst.CSTNode, Any]):
 
 def _defer_metadata(wrapper: cst.MetadataWrapper, rules: Sequence[type[Rule]]) -> None:
     """Put deferred stand-ins for the costly providers the rules declare into `wrapper`."""
+    # What the rules declare and what that needs in turn (QualifiedNameProvider: scopes).
     declared: set[type] = set()
-    for rule in rules:
-        declared.update(rule.get_inherited_dependencies())
+    pending = [p for rule in rules for p in rule.get_inherited_dependencies()]
+    while pending:
+        provider = pending.pop()
+        if provider not in declared:
+            declared.add(provider)
+            pending.extend(provider.get_inherited_dependencies())
     for provider in _DEFERRED:
         if provider in declared and provider not in wrapper._metadata:
             wrapper._metadata[provider] = _DeferredMetadata(wrapper, provider)

@@ -12,11 +12,12 @@ from collections.abc import Iterator
 
 import libcst as cst
 import libcst.matchers as m
-from libcst.metadata import MetadataWrapper, ParentNodeProvider, QualifiedNameProvider
+from libcst.metadata import MetadataWrapper, QualifiedNameProvider
 from libcst.metadata.base_provider import LazyValue
 
+from autoopt.lint import metadata
 from autoopt.lint.device import DeviceFacts, device_facts
-from autoopt.lint.nodes import calls_in, contains
+from autoopt.lint.nodes import calls_in
 
 Loop = cst.For | cst.While
 Scope = cst.FunctionDef | cst.Module
@@ -43,7 +44,7 @@ class FileFacts:
 
     def __init__(self, wrapper: MetadataWrapper) -> None:
         self.module = wrapper.module
-        self._parents = wrapper.resolve(ParentNodeProvider)
+        self._parents = metadata.install(wrapper)
         self._qnames = wrapper.resolve(QualifiedNameProvider)
         self._source: str | None = None
 
@@ -133,7 +134,7 @@ class FileFacts:
         function is named like evaluation)."""
         if not isinstance(loop, cst.For) or self.is_training_loop(loop):
             return False
-        if any(contains(loop, call) for call in self.backward_calls):
+        if any(self._parents.encloses(loop, call) for call in self.backward_calls):
             return False
         scope = self.enclosing_scope(loop)
         if isinstance(scope, cst.FunctionDef) and any(
@@ -215,14 +216,7 @@ class FileFacts:
         """`a` comes before `b` in source order (both in this module)."""
         return self._order[id(a)] < self._order[id(b)]
 
-    @functools.cached_property
+    @property
     def _order(self) -> dict[int, int]:
-        order: dict[int, int] = {}
-
-        class _Numberer(cst.CSTVisitor):
-            def on_visit(self, node: cst.CSTNode) -> bool:
-                order[id(node)] = len(order)
-                return True
-
-        self.module.visit(_Numberer())
-        return order
+        """id(node) -> rank in source order."""
+        return self._parents.order

@@ -5,7 +5,9 @@ rules, facts and fixes all share these instead of keeping their own copies."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
+from itertools import repeat
 from typing import TYPE_CHECKING
 
 import libcst as cst
@@ -16,19 +18,139 @@ if TYPE_CHECKING:
 
 # Nodes whose bodies run at another time than the code around them.
 SCOPE_NODES = (cst.FunctionDef, cst.ClassDef, cst.Lambda)
+_SCOPE_TYPES = frozenset(SCOPE_NODES)  # exact types: cheaper than isinstance on libcst's ABCs
 
 
 # ----- walking --------------------------------------------------------------------------------
+class _FieldRecorder(cst.CSTVisitor):
+    """Records the fields a node visits its children through, in the order it visits them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fields: list[str] = []
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        return False
+
+    def on_visit_attribute(self, node: cst.CSTNode, attribute: str) -> None:
+        self.fields.append(attribute)
+
+
+_FIELD_ORDER: dict[type[cst.CSTNode], tuple[str, ...]] = {}
+
+
+def _field_order(node: cst.CSTNode) -> tuple[str, ...]:
+    """The fields of `node`'s class in source order, learned once per class from libcst itself
+    (its visit announces every field, even an empty one, in the order it generates code)."""
+    recorder = _FieldRecorder()
+    node._visit_and_replace_children(recorder)
+    visited = list(dict.fromkeys(recorder.fields))
+    rest = [f.name for f in dataclasses.fields(node) if f.name not in visited]
+    order = _FIELD_ORDER[type(node)] = (*visited, *rest)
+    return order
+
+
+def children(node: cst.CSTNode) -> list[cst.CSTNode]:
+    """`node.children` (its direct children in source order), read from the fields instead of
+    rebuilding the node as `CSTNode.children` does: three times faster, and every walk of
+    every rule pays it."""
+    out: list[cst.CSTNode] = []
+    for name in _FIELD_ORDER.get(type(node)) or _field_order(node):
+        value = getattr(node, name)
+        kind = type(value)
+        if kind is tuple or kind is list:
+            out.extend(v for v in value if _is_node(type(v)))
+        elif _is_node(kind):
+            out.append(value)
+    return out
+
+
+_NODE_TYPES: dict[type, bool] = {}
+
+
+def _is_node(kind: type) -> bool:
+    """`issubclass(kind, cst.CSTNode)`, remembered: node classes are ABCs, whose checks are
+    slow enough to show in every walk."""
+    known = _NODE_TYPES.get(kind)
+    if known is None:
+        known = _NODE_TYPES[kind] = issubclass(kind, cst.CSTNode)
+    return known
+
+
+class Preorder:
+    """A whole tree in source order (preorder) with each node's parent: walking it or any of
+    its subtrees is then a slice of one list instead of a fresh descent. Keyed by `id()` (a
+    node's own `__hash__` is a Python call); `nodes` keeps every node alive, so ids stay unique."""
+
+    def __init__(self, root: cst.CSTNode) -> None:
+        self.nodes: list[cst.CSTNode] = []
+        self.rank: dict[int, int] = {}
+        self.parents: dict[int, cst.CSTNode] = {}
+        parent_rank: list[int] = []
+        stack: list[tuple[cst.CSTNode, int]] = [(root, -1)]
+        nodes, rank, parents = self.nodes, self.rank, self.parents
+        while stack:
+            node, up = stack.pop()
+            here = len(nodes)
+            rank[id(node)] = here
+            nodes.append(node)
+            parent_rank.append(up)
+            kids = children(node)
+            if kids:
+                parents.update(dict.fromkeys(map(id, kids), node))
+                stack.extend(zip(reversed(kids), repeat(here)))
+        # end[i]: the rank just after node i's last descendant (descendants come after it).
+        self.end = list(range(1, len(nodes) + 1))
+        end = self.end
+        for i in range(len(nodes) - 1, 0, -1):
+            up = parent_rank[i]
+            if end[i] > end[up]:
+                end[up] = end[i]
+
+    def walk(self, node: cst.CSTNode, into_scopes: bool) -> Iterator[cst.CSTNode]:
+        start = self.rank[id(node)]
+        stop = self.end[start]
+        nodes = self.nodes
+        if into_scopes:
+            yield from nodes[start:stop]
+            return
+        yield node
+        i = start + 1
+        while i < stop:
+            cur = nodes[i]
+            yield cur
+            i = self.end[i] if type(cur) in _SCOPE_TYPES else i + 1
+
+
+# The tree being analysed (see `index_tree`): walks of its nodes read its preorder.
+_current: Preorder | None = None
+
+
+def index_tree(root: cst.CSTNode) -> Preorder:
+    """Index `root` in preorder and make `walk` use that index for its nodes (until the next
+    tree is indexed). Nodes of other trees are walked as usual."""
+    global _current
+    _current = Preorder(root)
+    return _current
+
+
 def walk(node: cst.CSTNode, *, into_scopes: bool = True) -> Iterator[cst.CSTNode]:
     """`node` and its descendants, in source order. `into_scopes=False` does not enter nested
     functions, classes or lambdas (their bodies run at another time)."""
+    tree = _current
+    if tree is not None and id(node) in tree.rank:
+        return tree.walk(node, into_scopes)
+    return _descend(node, into_scopes)
+
+
+def _descend(node: cst.CSTNode, into_scopes: bool) -> Iterator[cst.CSTNode]:
     stack = [node]
     while stack:
         cur = stack.pop()
         yield cur
         if not into_scopes and cur is not node and isinstance(cur, SCOPE_NODES):
             continue
-        stack.extend(reversed(cur.children))
+        stack.extend(reversed(children(cur)))
 
 
 def calls_in(node: cst.CSTNode, *, into_scopes: bool = True) -> Iterator[cst.Call]:

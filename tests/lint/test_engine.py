@@ -9,7 +9,7 @@ from pathlib import Path
 import libcst as cst
 import pytest
 
-from autoopt.lint import engine, runner
+from autoopt.lint import engine, metadata, runner
 from autoopt.lint.config import Options
 from autoopt.lint.project import load_project
 from autoopt.lint.runner import lint_bytes, run_lint
@@ -57,19 +57,19 @@ def test_triggers_in_comments_and_docstrings_do_not_count() -> None:
 def test_positions_are_computed_only_for_files_with_findings(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    computed: list[type] = []
-    real = cst.MetadataWrapper.resolve
+    generated: list[metadata.Positions] = []
+    real = metadata.Positions._load
 
-    def spy(self, provider):  # type: ignore[no-untyped-def]
-        computed.append(provider)
-        return real(self, provider)
+    def spy(self):  # type: ignore[no-untyped-def]
+        generated.append(self)
+        return real(self)
 
-    monkeypatch.setattr(cst.MetadataWrapper, "resolve", spy)
+    monkeypatch.setattr(metadata.Positions, "_load", spy)
     # The trigger is there, but no `.cuda()` call without args: nothing to report.
     engine.analyze("x.cuda(0)\n", "t.py", [CUDA])
-    assert cst.metadata.PositionProvider not in computed
+    assert not generated
     engine.analyze("x.cuda()\n", "t.py", [CUDA])
-    assert cst.metadata.PositionProvider in computed
+    assert generated
 
 
 def test_target_version_gates_rules() -> None:

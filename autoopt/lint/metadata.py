@@ -1,0 +1,517 @@
+"""Cheap stand-ins for libcst's PositionProvider, ParentNodeProvider and QualifiedNameProvider.
+
+libcst computes each with a visitor pass over the whole tree, and QualifiedNameProvider adds a
+scope analysis of every name: on a 975-line training script the three cost ten times the parse.
+Here one walk over the nodes' fields gives every node's parent and source order and records
+what each scope binds (imports, assignments, definitions, parameters); a qualified name is
+resolved only when a rule asks for it, with libcst's own rules (see `QualifiedNames`);
+positions come from one code-generation pass, run only when something asks for a position.
+
+Each is a read-only mapping shaped like libcst's metadata, so `Rule.get_metadata(...)` and
+`MetadataWrapper.resolve(...)` hand them out unchanged (`install`).
+"""
+
+from __future__ import annotations
+
+import builtins
+import re
+from bisect import bisect_right
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import libcst as cst
+from libcst._nodes.internal import CodegenState
+from libcst.helpers import get_full_name_for_node
+from libcst.metadata import (
+    CodePosition,
+    CodeRange,
+    ImportAssignment,
+    ParentNodeProvider,
+    PositionProvider,
+    QualifiedName,
+    QualifiedNameProvider,
+    QualifiedNameSource,
+)
+
+from autoopt.lint.nodes import index_tree, walk
+
+_COMPREHENSIONS = (cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
+_FUNCTIONS = (cst.FunctionDef, cst.Lambda)
+# Statements after which the names they bind are visible to later reads in the same scope.
+_BINDERS = (
+    cst.Import,
+    cst.ImportFrom,
+    cst.Assign,
+    cst.AnnAssign,
+    cst.AugAssign,
+    cst.NamedExpr,
+    cst.For,
+    cst.CompFor,
+    cst.AsName,
+    cst.FunctionDef,
+    cst.ClassDef,
+    cst.Param,
+    cst.Global,
+    cst.Nonlocal,
+)
+
+
+class ParentMap(Mapping[cst.CSTNode, cst.CSTNode]):
+    """Every node's parent (the module has none), and every node in source order with its rank,
+    from one walk of the tree (which also makes `nodes.walk` of this tree a slice)."""
+
+    def __init__(self, module: cst.Module) -> None:
+        self.module = module
+        tree = index_tree(module)
+        self._parents = tree.parents
+        self.nodes = tree.nodes
+        self.order = tree.rank  # id(node) -> rank in source order
+
+    def __getitem__(self, node: cst.CSTNode) -> cst.CSTNode:
+        return self._parents[id(node)]
+
+    def get(self, node: cst.CSTNode, default: object = None) -> object:  # type: ignore[override]
+        return self._parents.get(id(node), default)
+
+    def __contains__(self, node: object) -> bool:
+        return id(node) in self._parents
+
+    def __iter__(self) -> Iterator[cst.CSTNode]:
+        return iter(self.nodes[1:])
+
+    def __len__(self) -> int:
+        return len(self._parents)
+
+    def encloses(self, outer: cst.CSTNode, inner: cst.CSTNode) -> bool:
+        """`inner` is `outer` or lies inside it."""
+        parents = self._parents
+        node: cst.CSTNode | None = inner
+        while node is not None:
+            if node is outer:
+                return True
+            node = parents.get(id(node))
+        return False
+
+
+# ----- qualified names ----------------------------------------------------------------------------
+
+
+@dataclass(eq=False)
+class _Scope:
+    """A module, function (or lambda), class or comprehension, with what it binds."""
+
+    node: cst.CSTNode
+    parent: _Scope | None  # None for the module
+    prefix: str  # libcst's qualified-name prefix of names bound here ("f.<locals>")
+    is_class: bool = False
+    bindings: dict[str, list[_Binding]] = field(default_factory=dict)
+    declared: dict[str, _Scope] = field(default_factory=dict)  # `global`/`nonlocal` names
+
+    def visible_parent(self) -> _Scope | None:
+        """The next enclosing scope whose names this one sees (class bodies are not seen)."""
+        scope = self.parent
+        while scope is not None and scope.is_class:
+            scope = scope.parent
+        return scope
+
+
+@dataclass(eq=False)
+class _Binding:
+    """One way a scope binds a name: an import (`statement`), or anything else (`node`)."""
+
+    scope: _Scope
+    node: cst.CSTNode  # the bound Name / FunctionDef / ClassDef / Param, or the import statement
+    # Reads after this node (and outside it) see the binding; None: every read of its scope
+    # does. libcst visits a comprehension's element last: its inner `for`s bind for every
+    # read of the comprehension outside them (`in_order` False), the first `for` for all.
+    ready: cst.CSTNode | None
+    is_import: bool = False
+    in_order: bool = True
+
+    def names_for(self, full_name: str) -> set[QualifiedName]:
+        if self.is_import:
+            imported = ImportAssignment(full_name, None, self.node, 0, self.node)  # type: ignore[arg-type]
+            return imported.get_qualified_names_for(full_name)
+        prefix = self.scope.prefix
+        name = f"{prefix}.{full_name}" if prefix else full_name
+        return {QualifiedName(name, QualifiedNameSource.LOCAL)}
+
+
+def _builtin(name: str) -> set[QualifiedName]:
+    return {QualifiedName(f"builtins.{name}", QualifiedNameSource.BUILTIN)}
+
+
+def _dotted_names(node: cst.BaseExpression) -> list[str]:
+    """`a.b.c` -> ["a.b.c", "a.b", "a"] (the names `import a.b.c` binds)."""
+    full = get_full_name_for_node(node) or ""
+    parts = full.split(".")
+    return [".".join(parts[:i]) for i in range(len(parts), 0, -1)]
+
+
+def _store_names(target: cst.BaseExpression) -> Iterator[cst.Name]:
+    """The names an assignment target binds (`a`, `a, (b, *c)`; not `a.x` or `a[0]`)."""
+    if isinstance(target, cst.Name):
+        yield target
+    elif isinstance(target, cst.Tuple | cst.List):
+        for element in target.elements:
+            yield from _store_names(element.value)
+    elif isinstance(target, cst.StarredElement):
+        yield from _store_names(target.value)
+
+
+class QualifiedNames(Mapping[cst.CSTNode, set[QualifiedName]]):
+    """What libcst's QualifiedNameProvider gives, computed per node on demand.
+
+    A node's name (`get_full_name_for_node`: `nn.Linear`, the function of a call) is looked up
+    in the scope the node is in, longest dotted prefix first, through the enclosing functions
+    (not class bodies) to the module and the builtins: an import gives the imported name
+    (`from torch import nn` -> `torch.nn.Linear`), any other binding a local name
+    (`compile = ...` -> `compile`, never `torch.compile`). A plain name that is read sees only
+    the bindings of its own scope made before it (else the enclosing scope's), as in libcst."""
+
+    def __init__(self, parents: ParentMap) -> None:
+        self._parents = parents
+        self._order = parents.order
+        self._scopes: dict[cst.CSTNode, _Scope] = {}
+        self._cache: dict[int, set[QualifiedName]] = {}  # by id(node)
+        self._bound_here: set[cst.CSTNode] = set()  # nodes that bind a name (not reads)
+        self._bound = False  # the binding table is built on the first lookup
+
+    # -- Mapping
+    def __getitem__(self, node: cst.CSTNode) -> set[QualifiedName]:
+        found = self._cache.get(id(node))
+        if found is None:
+            if not self._bound:
+                self._bind_all([n for n in self._parents.nodes if isinstance(n, _BINDERS)])
+                self._bound = True
+            found = self._cache[id(node)] = self._resolve(node)
+        return found
+
+    def get(self, node: cst.CSTNode, default: object = None) -> object:  # type: ignore[override]
+        return self[node]
+
+    def __contains__(self, node: object) -> bool:
+        return isinstance(node, cst.CSTNode)
+
+    def __iter__(self) -> Iterator[cst.CSTNode]:
+        return iter(self._parents.nodes)
+
+    def __len__(self) -> int:
+        return len(self._parents.nodes)
+
+    # -- scopes
+    def _scope_node(self, node: cst.CSTNode) -> _Scope:
+        scope = self._scopes.get(node)
+        if scope is not None:
+            return scope
+        if isinstance(node, cst.Module):
+            scope = _Scope(node, None, "")
+        else:
+            parent = self._scope_of(node)
+            assert parent is not None
+            if isinstance(node, cst.ClassDef):
+                prefix = ".".join(filter(None, [parent.prefix, node.name.value]))
+                scope = _Scope(node, parent, prefix, is_class=True)
+            elif isinstance(node, _FUNCTIONS):
+                name = node.name.value if isinstance(node, cst.FunctionDef) else None
+                scope = _Scope(
+                    node, parent, ".".join(filter(None, [parent.prefix, name, "<locals>"]))
+                )
+            else:
+                scope = _Scope(
+                    node, parent, ".".join(filter(None, [parent.prefix, "<comprehension>"]))
+                )
+        self._scopes[node] = scope
+        return scope
+
+    def _scope_of(self, node: cst.CSTNode) -> _Scope | None:
+        """The scope `node` is evaluated in; None where libcst gives none (the `attr` of an
+        attribute, a keyword's name, the inside of an import or `global` statement)."""
+        parents = self._parents
+        child, parent = node, parents.get(node)
+        if isinstance(parent, cst.Attribute) and child is parent.attr:
+            return None
+        if isinstance(parent, cst.Arg) and child is parent.keyword:
+            return None
+        # Parameter defaults and annotations, and the first iterable of a comprehension, are
+        # evaluated outside the function / comprehension they belong to.
+        leave_function = leave_comprehension = False
+        while parent is not None:
+            if isinstance(parent, cst.Import | cst.ImportFrom | cst.Global | cst.Nonlocal):
+                return None
+            if isinstance(parent, cst.Param) and child is not parent.name:
+                leave_function = True
+            elif isinstance(parent, cst.CompFor) and child is parent.iter:
+                comp = parents.get(parent)
+                leave_comprehension = isinstance(comp, _COMPREHENSIONS) and comp.for_in is parent
+            elif isinstance(parent, _FUNCTIONS) and (
+                child is parent.params or child is parent.body
+            ):
+                if not leave_function:
+                    return self._scope_node(parent)
+                leave_function = False
+            elif isinstance(parent, cst.ClassDef) and child is parent.body:
+                return self._scope_node(parent)
+            elif isinstance(parent, _COMPREHENSIONS):
+                if child is not parent.for_in or not leave_comprehension:
+                    return self._scope_node(parent)
+                leave_comprehension = False
+            child, parent = parent, parents.get(parent)
+        return self._scope_node(self._parents.module)
+
+    # -- bindings
+    def _bind_all(self, binders: list[cst.CSTNode]) -> None:
+        for node in binders:  # `global`/`nonlocal` first: they redirect the other bindings
+            if isinstance(node, cst.Global | cst.Nonlocal):
+                scope = self._scope_of_statement(node)
+                target = scope
+                while target.parent is not None:
+                    target = target.parent
+                if isinstance(node, cst.Nonlocal) and scope.parent is not None:
+                    target = scope.parent
+                for item in node.names:
+                    scope.declared[item.name.value] = target
+        for node in binders:
+            if isinstance(node, cst.Import | cst.ImportFrom):
+                if isinstance(node.names, cst.ImportStar):
+                    continue
+                scope = self._scope_of_statement(node)
+                for alias in node.names:
+                    bound = alias.asname.name if alias.asname else alias.name
+                    for name in _dotted_names(bound):  # type: ignore[arg-type]
+                        self._bind(scope, name, node, node, is_import=True)
+            elif isinstance(node, cst.FunctionDef | cst.ClassDef):
+                self._bind(self._scope_of_statement(node), node.name.value, node, node)
+                self._bound_here.add(node.name)
+            elif isinstance(node, cst.Param):
+                scope = self._scope_of(node.name)
+                assert scope is not None
+                ready = self._parents.get(node)  # the Parameters node
+                self._bind(scope, node.name.value, node, ready or node)
+                self._bound_here.add(node.name)
+            elif isinstance(node, cst.For):
+                self._bind_targets(node.target, node.target)
+            elif isinstance(node, cst.CompFor):
+                first = isinstance(self._parents.get(node), _COMPREHENSIONS)
+                self._bind_targets(node.target, None if first else node, in_order=False)
+            elif isinstance(node, cst.Assign):
+                for target in node.targets:
+                    self._bind_targets(target.target, node)
+            elif isinstance(node, cst.AnnAssign | cst.AugAssign | cst.NamedExpr):
+                self._bind_targets(node.target, node)
+            elif isinstance(node, cst.AsName) and not isinstance(
+                self._parents.get(node), cst.ImportAlias
+            ):
+                self._bind_targets(node.name, node)  # type: ignore[arg-type]
+
+    def _scope_of_statement(self, node: cst.CSTNode) -> _Scope:
+        scope = self._scope_of(node)
+        assert scope is not None
+        return scope
+
+    def _bind_targets(
+        self, target: cst.BaseExpression, ready: cst.CSTNode | None, *, in_order: bool = True
+    ) -> None:
+        for name in _store_names(target):
+            scope = self._scope_of(name)
+            if scope is not None:
+                self._bind(scope, name.value, name, ready, in_order=in_order)
+                self._bound_here.add(name)
+
+    def _bind(
+        self,
+        scope: _Scope,
+        name: str,
+        node: cst.CSTNode,
+        ready: cst.CSTNode | None,
+        *,
+        is_import: bool = False,
+        in_order: bool = True,
+    ) -> None:
+        while name in scope.declared and scope.declared[name] is not scope:
+            scope = scope.declared[name]
+        scope.bindings.setdefault(name, []).append(
+            _Binding(scope, node, ready, is_import, in_order)
+        )
+
+    # -- lookup
+    def _lookup(self, scope: _Scope, name: str) -> tuple[list[_Binding], bool]:
+        """(the bindings of `name` seen from `scope`, whether it is a builtin)."""
+        current: _Scope | None = scope
+        while current is not None:
+            declared = current.declared.get(name)
+            if declared is not None and declared is not current:
+                current = declared
+                continue
+            found = current.bindings.get(name)
+            if found:
+                return found, False
+            current = current.visible_parent()
+        return [], hasattr(builtins, name)
+
+    def _resolve(self, node: cst.CSTNode) -> set[QualifiedName]:
+        full_name = get_full_name_for_node(node)
+        if full_name is None:
+            return set()
+        scope = self._scope_of(node)
+        if scope is None:
+            return set()
+        if isinstance(node, cst.Name) and node not in self._bound_here:
+            return self._resolve_read(node, scope)
+        prefix: str | None = full_name
+        while prefix:
+            bindings, is_builtin = self._lookup(scope, prefix)
+            if bindings:
+                for binding in bindings:
+                    if binding.node is node:
+                        return binding.names_for(full_name)
+                return {q for b in bindings for q in b.names_for(full_name)}
+            if is_builtin:
+                return _builtin(prefix)
+            dot = prefix.rfind(".")
+            prefix = prefix[:dot] if dot != -1 else None
+        return set()
+
+    def _resolve_read(self, node: cst.Name, scope: _Scope) -> set[QualifiedName]:
+        """A name that is read: the bindings made before it in its own scope, or (if there are
+        none yet) those of the enclosing scope."""
+        name = node.value
+        bindings, is_builtin = self._lookup(scope, name)
+        if not bindings:
+            return _builtin(name) if is_builtin else set()
+        seen = [b for b in bindings if b.scope is not scope or self._sees(b, node)]
+        if not seen:
+            if scope.parent is None:
+                return _builtin(name) if hasattr(builtins, name) else set()
+            bindings, is_builtin = self._lookup(scope.parent, name)
+            if not bindings:
+                return _builtin(name) if is_builtin else set()
+            seen = bindings
+        return {q for b in seen for q in b.names_for(name)}
+
+    def _sees(self, binding: _Binding, node: cst.CSTNode) -> bool:
+        """`binding` is complete when `node` runs (see `_Binding.ready`)."""
+        ready = binding.ready
+        if ready is None:
+            return True
+        if binding.in_order and self._order[id(ready)] > self._order[id(node)]:
+            return False
+        return not self._parents.encloses(ready, node)
+
+
+# ----- positions ----------------------------------------------------------------------------------
+
+_NEWLINE = re.compile(r"\r\n?|\n")
+
+
+@dataclass
+class _OffsetState(CodegenState):
+    """Code generation that notes where each node starts and ends (character offsets), the
+    way libcst's PositionProvider notes lines and columns, but without computing them."""
+
+    spans: dict[int, tuple[int, int]] = field(default_factory=dict)  # by id(node)
+    offset: int = 0
+    popped: str = ""
+    _starts: list[int] = field(default_factory=list)
+
+    def add_indent_tokens(self) -> None:
+        for token in self.indent_tokens:
+            self.add_token(token)
+
+    def add_token(self, value: str) -> None:
+        self.tokens.append(value)
+        self.offset += len(value)
+
+    def pop_trailing_newline(self) -> None:
+        # PositionProvider keeps counting the module's last newline: so do we.
+        if self.tokens:
+            self.popped = self.tokens.pop()
+
+    def before_codegen(self, node: cst.CSTNode) -> None:
+        self._starts.append(self.offset)
+
+    def after_codegen(self, node: cst.CSTNode) -> None:
+        start = self._starts.pop()
+        if id(node) not in self.spans:
+            self.spans[id(node)] = (start, self.offset)
+
+    @contextmanager
+    def record_syntactic_position(
+        self,
+        node: cst.CSTNode,
+        *,
+        start_node: cst.CSTNode | None = None,
+        end_node: cst.CSTNode | None = None,
+    ) -> Iterator[None]:
+        start = self.offset
+        try:
+            yield
+        finally:
+            end = self.offset
+            if start_node is not None:
+                start = self.spans[id(start_node)][0]
+            if end_node is not None:
+                end = self.spans[id(end_node)][1]
+            self.spans[id(node)] = (start, end)
+
+
+class Positions(Mapping[cst.CSTNode, CodeRange]):
+    """libcst's PositionProvider ranges (1-based lines, 0-based columns), from one code
+    generation pass made on the first lookup."""
+
+    def __init__(self, module: cst.Module) -> None:
+        self._module = module
+        self._spans: dict[int, tuple[int, int]] | None = None  # by id(node); the module keeps
+        # every node alive, so ids stay unique
+        self._line_starts: list[int] = []
+
+    def _load(self) -> dict[int, tuple[int, int]]:
+        if self._spans is None:
+            module = self._module
+            state = _OffsetState(
+                default_indent=module.default_indent, default_newline=module.default_newline
+            )
+            module._codegen(state)
+            text = "".join(state.tokens) + state.popped
+            self._line_starts = [0, *(m.end() for m in _NEWLINE.finditer(text))]
+            self._spans = state.spans
+        return self._spans
+
+    def _position(self, offset: int) -> CodePosition:
+        line = bisect_right(self._line_starts, offset)
+        return CodePosition(line, offset - self._line_starts[line - 1])
+
+    def __getitem__(self, node: cst.CSTNode) -> CodeRange:
+        start, end = self._load()[id(node)]
+        return CodeRange(self._position(start), self._position(end))
+
+    def get(self, node: cst.CSTNode, default: object = None) -> object:  # type: ignore[override]
+        return self[node] if id(node) in self._load() else default
+
+    def __contains__(self, node: object) -> bool:
+        return id(node) in self._load()
+
+    def __iter__(self) -> Iterator[cst.CSTNode]:
+        return walk(self._module)
+
+    def __len__(self) -> int:
+        return len(self._load())
+
+
+# ----- wiring ---------------------------------------------------------------------------------------
+
+
+def install(wrapper: cst.MetadataWrapper) -> ParentMap:
+    """Put the cheap providers into `wrapper` in place of libcst's three (the walk for the
+    parent map is made now; names and positions on first use) and return the parent map.
+    A wrapper that has them already keeps them."""
+    metadata = wrapper._metadata  # libcst has no public hook for supplying metadata
+    parents = metadata.get(ParentNodeProvider)
+    if isinstance(parents, ParentMap):
+        return parents
+    parents = ParentMap(wrapper.module)
+    metadata[ParentNodeProvider] = parents
+    metadata[QualifiedNameProvider] = QualifiedNames(parents)
+    metadata[PositionProvider] = Positions(wrapper.module)
+    return parents
