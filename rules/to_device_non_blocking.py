@@ -36,6 +36,9 @@ class ToDeviceNonBlocking(Rule):
       unpacked or indexed from them): not `.to()` of a module, not a dtype cast
       (`.to(torch.float16)`), not `.to("cpu")` (a device-to-host copy read right away on the
       host would race).
+    - Not in a loop where some copy already passes `non_blocking` (`imgs.to(device,
+      non_blocking=True)` beside a small `targets.to(device)`): the author chose which copies
+      overlap. The fix therefore changes all of a loop's copies at once.
     - Not when the moved tensor is read on the host later in the same block (`.item()`,
       `.tolist()`, `.numpy()`, `print`): that read waits for the copy anyway.
     - Not in scripts with no GPU path (no CUDA, `torch.accelerator`, device flag or device
@@ -130,6 +133,16 @@ class ToDeviceNonBlocking(Rule):
                 loss.backward()
             """
         ),
+        Valid(  # the loop already makes the copy that matters asynchronous (yolov5)
+            """
+            import torch
+            device = torch.device("cuda")
+            for i, (imgs, targets) in enumerate(train_loader):
+                imgs = imgs.to(device, non_blocking=True).float() / 255
+                loss = compute_loss(model(imgs), targets.to(device))
+                loss.backward()
+            """
+        ),
         Valid(  # not a batch loop: moving parameters
             """
             import torch
@@ -139,6 +152,27 @@ class ToDeviceNonBlocking(Rule):
         ),
     ]
     INVALID = [
+        # Every copy of the loop in one fix, reported once.
+        Invalid(
+            """
+            import torch
+            device = torch.device("cuda")
+            for imgs, targets in train_loader:
+                imgs = imgs.to(device).float() / 255
+                loss = compute_loss(model(imgs), targets.to(device))
+                loss.backward()
+            """,
+            line=4,
+            message_contains="2 copies in this loop",
+            fixed="""
+            import torch
+            device = torch.device("cuda")
+            for imgs, targets in train_loader:
+                imgs = imgs.to(device, non_blocking=True).float() / 255
+                loss = compute_loss(model(imgs), targets.to(device, non_blocking=True))
+                loss.backward()
+            """,
+        ),
         Invalid(  # the legacy typed-tensor copy (PyTorch-GAN)
             """
             import torch
@@ -245,28 +279,38 @@ class ToDeviceNonBlocking(Rule):
     def visit_Module(self, node: cst.Module) -> None:
         if not self.facts.device.gpu_path or library_places_batches(self):
             return
-        transfers = self._blocking_transfers()
-        if transfers and is_hogwild(self):
+        groups = self._blocking_transfers()
+        if groups and is_hogwild(self):
             return
-        for call in transfers:
-            new_call = with_keyword(call, "non_blocking", cst.Name("True"))
-            self.report(
-                call, fix=Fix(replacements={call: new_call}, description="non_blocking=True")
+        for calls in groups:
+            # One fix for all of a loop's copies: applied whole or (when another rule's fix
+            # overlaps one copy) not at all this pass, so a rewrite never leaves the loop half
+            # done, which the next pass would take for the author's choice.
+            fix = Fix(
+                replacements={c: with_keyword(c, "non_blocking", cst.Name("True")) for c in calls},
+                description="non_blocking=True",
             )
+            more = f" ({len(calls)} copies in this loop)" if len(calls) > 1 else ""
+            self.report(calls[0], self.message + more, fix=fix)
 
-    def _blocking_transfers(self) -> list[cst.Call]:
-        """The copies of batches to the device that do not pass `non_blocking`."""
-        found: list[cst.Call] = []
+    def _blocking_transfers(self) -> list[list[cst.Call]]:
+        """Per batch loop, the copies of batches to the device that do not pass `non_blocking`;
+        none for a loop where some copy already passes it (the author chose which overlap)."""
+        groups: list[list[cst.Call]] = []
         seen: set[int] = set()
         for loop in data_loops(self):
-            for call in batch_transfers(self, loop):
-                if id(call) in seen or method_name(call) not in ("to", "type"):
-                    continue
-                seen.add(id(call))
-                if arg(call, "non_blocking") is not None or self._read_on_host(call):
-                    continue
-                found.append(call)
-        return found
+            transfers = [
+                c
+                for c in batch_transfers(self, loop)
+                if id(c) not in seen and method_name(c) in ("to", "type")
+            ]
+            seen |= {id(c) for c in transfers}
+            if any(arg(c, "non_blocking") is not None for c in transfers):
+                continue
+            found = [c for c in transfers if not self._read_on_host(c)]
+            if found:
+                groups.append(found)
+        return groups
 
     def _read_on_host(self, call: cst.Call) -> bool:
         """The result is bound to a name that the rest of the block reads on the host."""
