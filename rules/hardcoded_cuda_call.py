@@ -10,7 +10,16 @@ from autoopt.lint.nodes import before, code_of, dotted, walk
 from autoopt.lint.rule import FileContext, Fix, FixSafety, Invalid, Rule, Valid
 
 # Signs that a script is CUDA-only by design: moving it off `.cuda()` buys no portability.
-_CUDA_ONLY_MARKERS = ("set_device(", "nccl", "import apex", "from apex", "cupy", "pycuda", "triton")
+_CUDA_ONLY_MARKERS = (
+    "set_device(",
+    "nccl",
+    "device_ids=[",
+    "import apex",
+    "from apex",
+    "cupy",
+    "pycuda",
+    "triton",
+)
 _CUDA_INDEX = re.compile(r"^cuda:(\d+)$")
 
 
@@ -29,7 +38,8 @@ class HardcodedCudaCall(Rule):
 
     ## When not to
     - Scripts that are CUDA-only by design: they pin ranks with `torch.cuda.set_device`, use the
-      `nccl` backend, or need CUDA-only packages (apex, cupy, triton). Not flagged.
+      `nccl` backend, wrap DDP with `device_ids=[gpu]`, or need CUDA-only packages (apex, cupy,
+      triton). Not flagged.
     - A `.cuda()` already guarded by a CUDA check (`if torch.cuda.is_available():`,
       `if args.cuda:`) in a script that has a device (a `device` variable, parameter or flag):
       that code is portable as written. Not flagged. Where the script never names a device (the
@@ -55,6 +65,13 @@ class HardcodedCudaCall(Rule):
     triggers = (".cuda(",)
 
     VALID = [
+        Valid(  # DDP pinned to a GPU index: CUDA-only by design (dino)
+            """
+            import torch
+            student = Net().cuda()
+            student = nn.parallel.DistributedDataParallel(student, device_ids=[args.gpu])
+            """
+        ),
         Valid(
             """
             import torch

@@ -10,7 +10,7 @@ from autoopt.lint.edits import enclosing_statement
 from autoopt.lint.facts import EVAL_MARKERS
 from autoopt.lint.handled import is_hogwild, library_places_batches
 from autoopt.lint.loops import batch_transfers, data_loops
-from autoopt.lint.nodes import method_name, names_in, root_name, walk
+from autoopt.lint.nodes import code_of, method_name, names_in, root_name, walk
 from autoopt.lint.rule import Fix, FixSafety, Invalid, Rule, Valid
 
 # Reading a tensor on the host: the copy has to be finished right there anyway.
@@ -39,6 +39,9 @@ class ToDeviceNonBlocking(Rule):
     - Not in a loop where some copy already passes `non_blocking` (`imgs.to(device,
       non_blocking=True)` beside a small `targets.to(device)`): the author chose which copies
       overlap. The fix therefore changes all of a loop's copies at once.
+    - Not the fallback copy of a script with its own prefetcher (under
+      `if not args.prefetcher:`, timm's train.py): by default batches arrive on the device
+      already, copied ahead on a side stream.
     - Not when the moved tensor is read on the host later in the same block (`.item()`,
       `.tolist()`, `.numpy()`, `print`): that read waits for the copy anyway.
     - Not in scripts with no GPU path (no CUDA, `torch.accelerator`, device flag or device
@@ -140,6 +143,17 @@ class ToDeviceNonBlocking(Rule):
             for i, (imgs, targets) in enumerate(train_loader):
                 imgs = imgs.to(device, non_blocking=True).float() / 255
                 loss = compute_loss(model(imgs), targets.to(device))
+                loss.backward()
+            """
+        ),
+        Valid(  # the script's own prefetcher copies batches ahead; this is its fallback
+            """
+            import torch
+            device = torch.device("cuda")
+            for input, target in loader:
+                if not args.prefetcher:
+                    input, target = input.to(device), target.to(device)
+                loss = loss_fn(model(input), target)
                 loss.backward()
             """
         ),
@@ -299,18 +313,28 @@ class ToDeviceNonBlocking(Rule):
         groups: list[list[cst.Call]] = []
         seen: set[int] = set()
         for loop in data_loops(self):
-            transfers = [
-                c
-                for c in batch_transfers(self, loop)
-                if id(c) not in seen and method_name(c) in ("to", "type")
-            ]
-            seen |= {id(c) for c in transfers}
-            if any(arg(c, "non_blocking") is not None for c in transfers):
+            copies = [c for c in batch_transfers(self, loop) if id(c) not in seen]
+            seen |= {id(c) for c in copies}
+            # `.cuda(gpu, non_blocking=True)` counts as the author's choice too
+            if any(arg(c, "non_blocking") is not None for c in copies):
                 continue
-            found = [c for c in transfers if not self._read_on_host(c)]
+            transfers = [c for c in copies if method_name(c) in ("to", "type")]
+            found = [
+                c for c in transfers if not self._read_on_host(c) and not self._prefetch_off(c)
+            ]
             if found:
                 groups.append(found)
         return groups
+
+    def _prefetch_off(self, call: cst.Call) -> bool:
+        """Under `if not args.prefetcher:`: the fallback of a script whose own prefetcher
+        copies batches ahead on a side stream (timm's train.py)."""
+        for anc in self.facts.ancestors(call):
+            if isinstance(anc, cst.For | cst.While | cst.FunctionDef):
+                return False
+            if isinstance(anc, cst.If) and "prefetch" in code_of(anc.test).lower():
+                return True
+        return False
 
     def _read_on_host(self, call: cst.Call) -> bool:
         """The result is bound to a name that the rest of the block reads on the host."""
