@@ -104,13 +104,17 @@ def test_a_local_mlp_is_not_convolutional(tmp_path: Path) -> None:
     assert _codes(tmp_path, "main.py") == []
 
 
-def test_a_local_model_that_calls_view_is_not_made_channels_last(tmp_path: Path) -> None:
+def test_a_local_model_that_calls_view_is_reported_without_a_fix(tmp_path: Path) -> None:
     viewing = CONV_MODELS.replace("self.layer(x).mean((2, 3))", "self.layer(x).view(x.size(0), -1)")
     _write(
         tmp_path,
         {"models.py": viewing, "main.py": MAIN.format(imports="from models import ResNet18")},
     )
-    assert _codes(tmp_path, "main.py") == ["AO601"]
+    os.chdir(tmp_path)
+    options = Options(select=("AO606",), no_cache=True)
+    report = run_lint(load_project([tmp_path / "main.py"], options), jobs=1)
+    [(_, found)] = report.diagnostics
+    assert "fix declined" in found.message and found.fix_safety == "none"  # it would raise
 
 
 def test_a_model_from_a_module_that_is_not_there_is_unknown(tmp_path: Path) -> None:
