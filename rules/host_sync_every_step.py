@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from autoopt.lint.facts import local_callee
 from autoopt.lint.nodes import method_name, walk
 from autoopt.lint.rule import Invalid, Rule, Valid
 
@@ -86,6 +87,18 @@ class HostSyncEveryStep(Rule):
                 print(epoch, loss.item())
             """
         ),
+        Valid(  # once per epoch, after a function that runs the whole step loop
+            """
+            def train(loader):
+                for x, y in loader:
+                    loss_fn(model(x), y).backward()
+                return loss
+
+            for epoch in range(10):
+                loss = train(loader)
+                print(epoch, loss.item())
+            """
+        ),
         Valid(
             """
             model.eval()
@@ -116,6 +129,21 @@ class HostSyncEveryStep(Rule):
                 losses_m.update(loss.item(), x.size(0))
             """,
             line=4,
+            message_contains="accumulate loss.detach()",
+        ),
+        # The backward runs in a step helper; the meter update stays in the batch loop (timm).
+        Invalid(
+            """
+            def train_one_epoch(model, loader):
+                def _backward(loss):
+                    loss.backward()
+                    optimizer.step()
+                for x, y in loader:
+                    loss = loss_fn(model(x), y)
+                    _backward(loss)
+                    losses_m.update(loss.item(), x.size(0))
+            """,
+            line=8,
             message_contains="accumulate loss.detach()",
         ),
         # The step runs in a method called from the batch loop.
@@ -205,8 +233,14 @@ class HostSyncEveryStep(Rule):
         if not loops or not facts.is_training_loop(loops[0]):
             return None
         loop = loops[0]
+        # the loop's own step: backward() itself or a call to a step function (`_backward(loss)`)
+        steps = {f.name.value for f in facts.step_functions}
         own_backward = any(
-            (facts.enclosing_loops(b) or [None])[0] is loop for b in facts.backward_calls
+            (facts.enclosing_loops(b) or [None])[0] is loop
+            for b in [
+                *facts.backward_calls,
+                *(c for c in facts.backward_helper_calls if local_callee(c) in steps),
+            ]
         )
         return loop if own_backward else None
 

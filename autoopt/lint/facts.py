@@ -125,7 +125,7 @@ class FileFacts:
                 name
                 for name, funcs in defs.items()
                 if name not in names
-                and any(_callee(c) in names for f in funcs for c in calls_in(f.body))
+                and any(local_callee(c) in names for f in funcs for c in calls_in(f.body))
             }
             if not grown:
                 break
@@ -138,7 +138,7 @@ class FileFacts:
         helpers = self.backward_helpers
         out = []
         for call in calls_in(self.module):
-            name = _callee(call)
+            name = local_callee(call)
             if name in helpers:
                 scope = self.enclosing_scope(call)
                 if not (isinstance(scope, cst.FunctionDef) and scope.name.value == name):
@@ -149,7 +149,9 @@ class FileFacts:
     def step_functions(self) -> list[cst.FunctionDef]:
         """Functions that run one training step: they call `.backward()` outside any loop of
         their own and are called from a training loop (`for b in loader: self._run_batch(b)`)."""
-        called_in_loop = {_callee(c) for c in self.backward_helper_calls if self.enclosing_loops(c)}
+        called_in_loop = {
+            local_callee(c) for c in self.backward_helper_calls if self.enclosing_loops(c)
+        }
         found: dict[int, cst.FunctionDef] = {}
         for call in self.backward_calls:
             scope = self.enclosing_scope(call)
@@ -283,7 +285,7 @@ class FileFacts:
         return order
 
 
-def _callee(call: cst.Call) -> str | None:
+def local_callee(call: cst.Call) -> str | None:
     """`f` for `f(...)` and `self.f(...)`/`cls.f(...)`: a call that can reach a def of this file."""
     func = call.func
     if isinstance(func, cst.Name):
