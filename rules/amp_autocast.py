@@ -407,6 +407,26 @@ class AmpAutocast(Rule):
             line=3,
             message_contains="different conditions",
         ),
+        # A trainer whose step is a method called from the batch loop: reported, not rewritten.
+        Invalid(
+            """
+            import torch
+            import torch.nn.functional as F
+
+            class Trainer:
+                def _run_batch(self, source, targets):
+                    self.optimizer.zero_grad()
+                    loss = F.cross_entropy(self.model(source), targets)
+                    loss.backward()
+                    self.optimizer.step()
+
+                def train(self, loader):
+                    for source, targets in loader:
+                        self._run_batch(source.to("cuda"), targets.to("cuda"))
+            """,
+            line=5,
+            message_contains="the step runs in _run_batch()",
+        ),
         # Declines: BCELoss on probabilities.
         Invalid(
             """
@@ -432,8 +452,16 @@ class AmpAutocast(Rule):
         if library_handles_precision(self):
             return
         loops = innermost_training_loops(self)
-        if loops and is_hogwild(self):
+        step_functions = self.facts.step_functions
+        if (loops or step_functions) and is_hogwild(self):
             return
+        for func in step_functions:
+            self.report(
+                func,
+                f"{self.message} (fix declined: the step runs in {func.name.value}(), called "
+                "from the training loop; put its forward pass and loss under torch.autocast and "
+                "scale the loss by hand)",
+            )
         for loop, backward_calls in loops.items():
             plan = AutocastPlan(self, loop, backward_calls)
             reason = plan.build()

@@ -39,15 +39,16 @@ class ChannelsLast(Rule):
     - A model whose `forward` flattens activations with `.view(...)` (`x.view(n, -1)`, fewer
       than four sizes): NHWC activations are not contiguous in NCHW order, so it raises ("view
       size is not compatible with input tensor's size and stride"); it needs `.reshape(...)` or
-      `torch.flatten(x, 1)` first. Such models (and models built from them) are not flagged;
-      `out.view(n, 128, s, s)`, which makes a linear layer's output 4-D, merges nothing.
+      `torch.flatten(x, 1)` first. Such models (and models built from them) are reported
+      without a fix, saying so; `out.view(n, 128, s, s)`, which makes a linear layer's output
+      4-D, merges nothing.
     - Scripts with no GPU path (the gain is a CUDA/cuDNN one; see `autoopt.lint.device`),
       1-D/3-D convolutions (`Conv1d`, `Conv3d` use other layouts), and scripts that already
       mention `channels_last`.
     - A model defined in another module of the project (`from models import Net`) is read
       (without importing it) and held to the same test: it must be built from `Conv2d` layers
-      and no part of it may flatten with `.view()`. A model whose module cannot be found is not
-      flagged.
+      and a part that flattens with `.view()` declines the fix. A model whose module cannot be
+      found is not flagged.
 
     ## Fix (unsafe)
     Adds `model = model.to(memory_format=torch.channels_last)` right after the model is placed
@@ -92,23 +93,6 @@ class ChannelsLast(Rule):
             """
             import torch
             from torch import nn
-            class LeNet(nn.Module):
-                def __init__(self):
-                    super().__init__()
-                    self.conv = nn.Conv2d(1, 6, 5)
-                    self.fc = nn.Linear(6 * 24 * 24, 10)
-                def forward(self, x):
-                    x = self.conv(x)
-                    return self.fc(x.view(x.size(0), -1))
-            model = LeNet().to("cuda")
-            for x in loader:
-                model(x.to("cuda")).sum().backward()
-            """
-        ),
-        Valid(
-            """
-            import torch
-            from torch import nn
             model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.Flatten())
             for x in loader:
                 model(x).sum().backward()
@@ -132,6 +116,26 @@ class ChannelsLast(Rule):
         ),
     ]
     INVALID = [
+        # Flattens with .view(): reported, the fix declined (it would raise).
+        Invalid(
+            """
+            import torch
+            from torch import nn
+            class LeNet(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.conv = nn.Conv2d(1, 6, 5)
+                    self.fc = nn.Linear(6 * 24 * 24, 10)
+                def forward(self, x):
+                    x = self.conv(x)
+                    return self.fc(x.view(x.size(0), -1))
+            model = LeNet().to("cuda")
+            for x in loader:
+                model(x.to("cuda")).sum().backward()
+            """,
+            line=11,
+            message_contains="fix declined",
+        ),
         Invalid(  # a GAN generator placed under the legacy `if cuda:` (PyTorch-GAN dcgan)
             """
             import torch
@@ -287,15 +291,24 @@ class ChannelsLast(Rule):
     def visit_Module(self, node: cst.Module) -> None:
         if "channels_last" in self.context.source or not self.facts.device.gpu_path:
             return
-        fit = self._fit_classes(node)
-        for name, built in self._models(node, fit):
+        fit, flattening = self._fit_classes(node)
+        for name, built, flattens in self._models(node, fit, flattening):
             placement = self._placement(name, built)
-            if placement is not None:
+            if placement is None:
+                continue
+            if flattens:
+                self.report(
+                    placement,
+                    f"{self.message} (fix declined: the model flattens activations with "
+                    ".view(), which raises on channels_last; use torch.flatten(x, 1) first)",
+                )
+            else:
                 self._report(name, placement)
 
     # ----- which models ----------------------------------------------------------------------
-    def _fit_classes(self, module: cst.Module) -> set[str]:
-        """Conv2d classes of the file none of whose parts calls `.view()` (see the docs)."""
+    def _fit_classes(self, module: cst.Module) -> tuple[set[str], set[str]]:
+        """Conv2d classes of the file none of whose parts flattens with `.view()` (see the
+        docs), and those that do."""
         convs = conv_classes(self, module, CONV2D)
         classes = {s.name.value: s for s in module.body if isinstance(s, cst.ClassDef)}
         unfit = {
@@ -310,11 +323,14 @@ class ChannelsLast(Rule):
                 ):
                     unfit.add(name)
                     changed = True
-        return set(convs) - unfit
+        return set(convs) - unfit, set(convs) & unfit
 
-    def _models(self, module: cst.Module, fit: set[str]) -> list[tuple[str, cst.Assign]]:
-        """`(name, assignment)` for every `name = <conv model>(...)[.to(...)|.cuda()]`."""
-        found: list[tuple[str, cst.Assign]] = []
+    def _models(
+        self, module: cst.Module, fit: set[str], flattening: set[str]
+    ) -> list[tuple[str, cst.Assign, bool]]:
+        """`(name, assignment, flattens)` for every `name = <conv model>(...)[.to(...)|.cuda()]`;
+        `flattens`: the model flattens with `.view()` (no fix)."""
+        found: list[tuple[str, cst.Assign, bool]] = []
         for n in walk(module, into_scopes=True):
             if not isinstance(n, cst.Assign) or len(n.targets) != 1:
                 continue
@@ -322,22 +338,30 @@ class ChannelsLast(Rule):
             if not isinstance(target, cst.Name):
                 continue
             base = _strip_placement(n.value)
-            if isinstance(base, cst.Call) and self._is_conv_model(base, fit):
-                found.append((target.value, n))
+            kind = self._conv_model(base, fit, flattening) if isinstance(base, cst.Call) else None
+            if kind is not None:
+                found.append((target.value, n, kind == "flattens"))
         return found
 
-    def _is_conv_model(self, call: cst.Call, fit: set[str]) -> bool:
+    def _conv_model(self, call: cst.Call, fit: set[str], flattening: set[str]) -> str | None:
+        """ "fit" for a Conv2d model, "flattens" for one that flattens with `.view()`."""
         if isinstance(call.func, cst.Name):
             if call.func.value in fit:
-                return True
+                return "fit"
+            if call.func.value in flattening:
+                return "flattens"
             local = local_definition(self, call.func.value)  # `from models import Net`
             if local is not None:
-                return local.conv2d and not local.views
+                if not local.conv2d:
+                    return None
+                return "flattens" if local.views else "fit"
         if is_conv_zoo_model(self, call):
-            return True
-        return self.is_call_to(call, *_SEQUENTIAL) and any(
+            return "fit"
+        if self.is_call_to(call, *_SEQUENTIAL) and any(
             is_conv_call(self, c, CONV2D) for c in calls_in(call)
-        )
+        ):
+            return "fit"
+        return None
 
     # ----- where it is placed on CUDA ---------------------------------------------------------
     def _placement(self, name: str, built: cst.Assign) -> cst.SimpleStatementLine | None:

@@ -10,7 +10,16 @@ from autoopt.lint.nodes import before, code_of, dotted, walk
 from autoopt.lint.rule import FileContext, Fix, FixSafety, Invalid, Rule, Valid
 
 # Signs that a script is CUDA-only by design: moving it off `.cuda()` buys no portability.
-_CUDA_ONLY_MARKERS = ("set_device(", "nccl", "import apex", "from apex", "cupy", "pycuda", "triton")
+_CUDA_ONLY_MARKERS = (
+    "set_device(",
+    "nccl",
+    "device_ids=[",
+    "import apex",
+    "from apex",
+    "cupy",
+    "pycuda",
+    "triton",
+)
 _CUDA_INDEX = re.compile(r"^cuda:(\d+)$")
 
 
@@ -29,9 +38,14 @@ class HardcodedCudaCall(Rule):
 
     ## When not to
     - Scripts that are CUDA-only by design: they pin ranks with `torch.cuda.set_device`, use the
-      `nccl` backend, or need CUDA-only packages (apex, cupy, triton). Not flagged.
+      `nccl` backend, wrap DDP with `device_ids=[gpu]`, or need CUDA-only packages (apex, cupy,
+      triton). Not flagged.
     - A `.cuda()` already guarded by a CUDA check (`if torch.cuda.is_available():`,
-      `if args.cuda:`): that code is portable as written. Not flagged.
+      `if args.cuda:`) in a script that has a device (a `device` variable, parameter or flag):
+      that code is portable as written. Not flagged. Where the script never names a device (the
+      legacy `cuda = torch.cuda.is_available()` / `if cuda: model.cuda()` style), it runs on
+      CUDA or CPU only (not MPS/XPU) and repeats the choice at every branch: reported once per
+      file, without a fix.
     - `torch.Tensor.cuda(x)` spelled through torch, and anything that is not a method call.
 
     ## Fix (safe)
@@ -51,6 +65,13 @@ class HardcodedCudaCall(Rule):
     triggers = (".cuda(",)
 
     VALID = [
+        Valid(  # DDP pinned to a GPU index: CUDA-only by design (dino)
+            """
+            import torch
+            student = Net().cuda()
+            student = nn.parallel.DistributedDataParallel(student, device_ids=[args.gpu])
+            """
+        ),
         Valid(
             """
             import torch
@@ -58,9 +79,10 @@ class HardcodedCudaCall(Rule):
             model = Net().to(device)
             """
         ),
-        Valid(
+        Valid(  # guarded, in a script that has a device for the rest
             """
             import torch
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
             model = Net()
             if torch.cuda.is_available():
                 model = model.cuda()
@@ -127,12 +149,26 @@ class HardcodedCudaCall(Rule):
             line=2,
             message_contains="device",
         ),
+        # The legacy style (PyTorch-GAN): a CUDA flag and `.cuda()` in each branch, no device
+        # anywhere; reported once, at the first call.
+        Invalid(
+            """
+            import torch
+            cuda = True if torch.cuda.is_available() else False
+            if cuda:
+                generator.cuda()
+                discriminator.cuda()
+            """,
+            line=4,
+            message_contains="never names a device",
+        ),
     ]
 
     def __init__(self, context: FileContext) -> None:
         super().__init__(context)
         source = self.context.source
         self._cuda_only = any(marker in source for marker in _CUDA_ONLY_MARKERS)
+        self._device_less_reported = False
 
     def visit_Call(self, node: cst.Call) -> None:
         func = node.func
@@ -141,6 +177,7 @@ class HardcodedCudaCall(Rule):
         if any(q.startswith("torch.") or q == "torch" for q in self.qualified_names(func.value)):
             return  # `torch.Tensor.cuda(x)`, a module attribute: not a method call on a value
         if self._guarded(node):
+            self._report_device_less(node)
             return
         positional = [a for a in node.args if a.keyword is None]
         device_kw = [a for a in node.args if a.keyword is not None and a.keyword.value == "device"]
@@ -169,6 +206,19 @@ class HardcodedCudaCall(Rule):
             node,
             f"hard-coded .cuda(); use .to({device})",
             fix=Fix(replacements={node: new}, description=f".cuda() -> .to({device})"),
+        )
+
+    def _report_device_less(self, node: cst.Call) -> None:
+        """Guarded `.cuda()` in a script that never names a device (the legacy
+        `if cuda: model.cuda()` style): reported once per file, without a fix."""
+        if self._device_less_reported or "device" in self.context.source:
+            return
+        self._device_less_reported = True
+        self.report(
+            node,
+            "`.cuda()` behind a CUDA check in a script that never names a device: it runs on "
+            "CUDA or CPU only and repeats the choice at every `if cuda:`; choose the device "
+            "once (torch.accelerator.current_accelerator() or torch.device) and use .to(device)",
         )
 
     def _guarded(self, node: cst.Call) -> bool:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from autoopt.lint.facts import local_callee
 from autoopt.lint.nodes import method_name, walk
 from autoopt.lint.rule import Invalid, Rule, Valid
 
@@ -13,9 +14,11 @@ _SYNC_METHODS = ("item", "cpu", "tolist")
 class HostSyncEveryStep(Rule):
     """
     ## What it does
-    Flags, inside the step loop of training (the innermost loop that calls `backward()`),
-    calls that copy a tensor to the host on every step: `.item()`, `.cpu()`, `.tolist()`, and
-    `print(loss)` of the tensor that is back-propagated.
+    Flags, inside the step loop of training (the innermost loop that calls `backward()`, or a
+    step function such as `_run_batch` called from a batch loop), calls that copy a tensor to
+    the host on every step: `.item()`, `.cpu()`, `.tolist()`, and `print(loss)` of the tensor
+    that is back-propagated; also `total += loss.item()` and `meter.update(loss.item())`, a
+    running metric read on the host every step.
 
     ## Why
     CUDA runs asynchronously: the Python loop normally queues the next step's kernels while
@@ -27,8 +30,11 @@ class HostSyncEveryStep(Rule):
     ## When not to
     - Under a logging condition: inside an `if` whose test uses `%` or `==`
       (`if step % 100 == 0:`, `if i == 0:`) — logging every N steps is fine.
-    - Metric accumulation `total += loss.item()` (and `.append(loss.item())`): that is AO402's
-      business, which asks for exactly that form; not reported twice.
+    - `.append(loss.item())`: a per-step history the author keeps on purpose.
+    - A running metric kept on the device (`total += loss.detach()`, `.item()` when logging).
+      AO402 asks for `total += loss.item()` where the total would hold the graph; that form is
+      correct and this rule then says how to also avoid its sync (it offers no fix, so the two
+      never rewrite each other).
     - Once per epoch (in the epoch loop, after the step loop), in evaluation loops, and in
       nested helper functions.
 
@@ -59,7 +65,17 @@ class HostSyncEveryStep(Rule):
             for x, y in loader:
                 loss = loss_fn(model(x), y)
                 loss.backward()
-                total += loss.item()
+                total += loss.detach()
+            print(total.item())
+            """
+        ),
+        Valid(
+            """
+            for step, (x, y) in enumerate(loader):
+                loss = loss_fn(model(x), y)
+                loss.backward()
+                if step % 100 == 0:
+                    total += loss.item()
             """
         ),
         Valid(
@@ -68,6 +84,18 @@ class HostSyncEveryStep(Rule):
                 for x, y in loader:
                     loss = loss_fn(model(x), y)
                     loss.backward()
+                print(epoch, loss.item())
+            """
+        ),
+        Valid(  # once per epoch, after a function that runs the whole step loop
+            """
+            def train(loader):
+                for x, y in loader:
+                    loss_fn(model(x), y).backward()
+                return loss
+
+            for epoch in range(10):
+                loss = train(loader)
                 print(epoch, loss.item())
             """
         ),
@@ -80,6 +108,60 @@ class HostSyncEveryStep(Rule):
         ),
     ]
     INVALID = [
+        # A running metric: `.item()` every step (AO402's fix writes this form; it is correct,
+        # this rule says how to also avoid the sync).
+        Invalid(
+            """
+            total = 0.0
+            for x, y in loader:
+                loss = loss_fn(model(x), y)
+                loss.backward()
+                total += loss.item()
+            """,
+            line=5,
+            message_contains="accumulate loss.detach()",
+        ),
+        Invalid(
+            """
+            for x, y in loader:
+                loss = loss_fn(model(x), y)
+                loss.backward()
+                losses_m.update(loss.item(), x.size(0))
+            """,
+            line=4,
+            message_contains="accumulate loss.detach()",
+        ),
+        # The backward runs in a step helper; the meter update stays in the batch loop (timm).
+        Invalid(
+            """
+            def train_one_epoch(model, loader):
+                def _backward(loss):
+                    loss.backward()
+                    optimizer.step()
+                for x, y in loader:
+                    loss = loss_fn(model(x), y)
+                    _backward(loss)
+                    losses_m.update(loss.item(), x.size(0))
+            """,
+            line=8,
+            message_contains="accumulate loss.detach()",
+        ),
+        # The step runs in a method called from the batch loop.
+        Invalid(
+            """
+            class Trainer:
+                def _run_batch(self, x, y):
+                    loss = self.loss_fn(self.model(x), y)
+                    loss.backward()
+                    self.optimizer.step()
+                    print(loss.item())
+
+                def train(self, loader):
+                    for x, y in loader:
+                        self._run_batch(x, y)
+            """,
+            line=6,
+        ),
         Invalid(
             """
             for x, y in loader:
@@ -111,7 +193,18 @@ class HostSyncEveryStep(Rule):
         if is_print and not self.refers_to(node.func, "builtins.print"):
             return
         loop = self._step_loop(node)
-        if loop is None or self._logged_or_accumulated(node, loop):
+        if loop is None:
+            return
+        kept = self._kept_on_host(node, loop)
+        if kept == "logged":
+            return
+        if kept == "accumulated":
+            if name == "item":
+                self.report(
+                    node,
+                    ".item() syncs with the GPU every step to add to a running metric; "
+                    "accumulate loss.detach() on the device and call .item() when logging",
+                )
             return
         if is_print:
             losses = self._backward_names(loop)
@@ -129,32 +222,47 @@ class HostSyncEveryStep(Rule):
             return  # `.cpu().numpy()` / `.cpu().item()`: one sync, reported once
         self.report(node, f".{name}() syncs with the GPU every training step; log every N steps")
 
-    def _step_loop(self, node: cst.Call) -> cst.For | cst.While | None:
+    def _step_loop(self, node: cst.Call) -> cst.CSTNode | None:
         """The innermost loop around `node` if it is a step loop (calls backward() itself, not
-        only in a nested loop)."""
+        only in a nested loop), or the step function `node` is in (outside any loop of it)."""
         facts = self.context.facts
         loops = facts.enclosing_loops(node)
+        if not loops:
+            scope = facts.enclosing_scope(node)
+            return scope if any(scope is f for f in facts.step_functions) else None
         if not loops or not facts.is_training_loop(loops[0]):
             return None
         loop = loops[0]
+        # the loop's own step: backward() itself or a call to a step function (`_backward(loss)`)
+        steps = {f.name.value for f in facts.step_functions}
         own_backward = any(
-            (facts.enclosing_loops(b) or [None])[0] is loop for b in facts.backward_calls
+            (facts.enclosing_loops(b) or [None])[0] is loop
+            for b in [
+                *facts.backward_calls,
+                *(c for c in facts.backward_helper_calls if local_callee(c) in steps),
+            ]
         )
         return loop if own_backward else None
 
-    def _logged_or_accumulated(self, node: cst.Call, loop: cst.CSTNode) -> bool:
+    def _kept_on_host(self, node: cst.Call, loop: cst.CSTNode) -> str | None:
+        """ "logged": under a condition true on some steps only, or appended to a list;
+        "accumulated": added to a running metric (`total += loss.item()`, AO402's fix form, or a
+        meter's `.update(loss.item())`); None: used right away."""
         child: cst.CSTNode = node
+        kept = None
         for anc in self.context.facts.ancestors(node):
             if anc is loop:
-                return False
+                break
             if isinstance(anc, cst.If) and child is not anc.test and _logging_test(anc.test):
-                return True
-            if isinstance(anc, cst.AugAssign):
-                return True  # `total += loss.item()`: AO402's accumulation form
+                return "logged"
             if isinstance(anc, cst.Call) and method_name(anc) == "append" and child is not anc.func:
-                return True
+                return "logged"
+            if isinstance(anc, cst.AugAssign) or (
+                isinstance(anc, cst.Call) and method_name(anc) == "update" and child is not anc.func
+            ):
+                kept = kept or "accumulated"
             child = anc
-        return False
+        return kept
 
     def _inside_sync(self, node: cst.Call) -> bool:
         parent = self.parent(node)

@@ -10,7 +10,7 @@ from autoopt.lint.edits import enclosing_statement
 from autoopt.lint.facts import EVAL_MARKERS
 from autoopt.lint.handled import is_hogwild, library_places_batches
 from autoopt.lint.loops import batch_transfers, data_loops
-from autoopt.lint.nodes import method_name, names_in, root_name, walk
+from autoopt.lint.nodes import code_of, method_name, names_in, root_name, walk
 from autoopt.lint.rule import Fix, FixSafety, Invalid, Rule, Valid
 
 # Reading a tensor on the host: the copy has to be finished right there anyway.
@@ -36,6 +36,12 @@ class ToDeviceNonBlocking(Rule):
       unpacked or indexed from them): not `.to()` of a module, not a dtype cast
       (`.to(torch.float16)`), not `.to("cpu")` (a device-to-host copy read right away on the
       host would race).
+    - Not in a loop where some copy already passes `non_blocking` (`imgs.to(device,
+      non_blocking=True)` beside a small `targets.to(device)`): the author chose which copies
+      overlap. The fix therefore changes all of a loop's copies at once.
+    - Not the fallback copy of a script with its own prefetcher (under
+      `if not args.prefetcher:`, timm's train.py): by default batches arrive on the device
+      already, copied ahead on a side stream.
     - Not when the moved tensor is read on the host later in the same block (`.item()`,
       `.tolist()`, `.numpy()`, `print`): that read waits for the copy anyway.
     - Not in scripts with no GPU path (no CUDA, `torch.accelerator`, device flag or device
@@ -130,6 +136,27 @@ class ToDeviceNonBlocking(Rule):
                 loss.backward()
             """
         ),
+        Valid(  # the loop already makes the copy that matters asynchronous (yolov5)
+            """
+            import torch
+            device = torch.device("cuda")
+            for i, (imgs, targets) in enumerate(train_loader):
+                imgs = imgs.to(device, non_blocking=True).float() / 255
+                loss = compute_loss(model(imgs), targets.to(device))
+                loss.backward()
+            """
+        ),
+        Valid(  # the script's own prefetcher copies batches ahead; this is its fallback
+            """
+            import torch
+            device = torch.device("cuda")
+            for input, target in loader:
+                if not args.prefetcher:
+                    input, target = input.to(device), target.to(device)
+                loss = loss_fn(model(input), target)
+                loss.backward()
+            """
+        ),
         Valid(  # not a batch loop: moving parameters
             """
             import torch
@@ -139,6 +166,27 @@ class ToDeviceNonBlocking(Rule):
         ),
     ]
     INVALID = [
+        # Every copy of the loop in one fix, reported once.
+        Invalid(
+            """
+            import torch
+            device = torch.device("cuda")
+            for imgs, targets in train_loader:
+                imgs = imgs.to(device).float() / 255
+                loss = compute_loss(model(imgs), targets.to(device))
+                loss.backward()
+            """,
+            line=4,
+            message_contains="2 copies in this loop",
+            fixed="""
+            import torch
+            device = torch.device("cuda")
+            for imgs, targets in train_loader:
+                imgs = imgs.to(device, non_blocking=True).float() / 255
+                loss = compute_loss(model(imgs), targets.to(device, non_blocking=True))
+                loss.backward()
+            """,
+        ),
         Invalid(  # the legacy typed-tensor copy (PyTorch-GAN)
             """
             import torch
@@ -245,28 +293,48 @@ class ToDeviceNonBlocking(Rule):
     def visit_Module(self, node: cst.Module) -> None:
         if not self.facts.device.gpu_path or library_places_batches(self):
             return
-        transfers = self._blocking_transfers()
-        if transfers and is_hogwild(self):
+        groups = self._blocking_transfers()
+        if groups and is_hogwild(self):
             return
-        for call in transfers:
-            new_call = with_keyword(call, "non_blocking", cst.Name("True"))
-            self.report(
-                call, fix=Fix(replacements={call: new_call}, description="non_blocking=True")
+        for calls in groups:
+            # One fix for all of a loop's copies: applied whole or (when another rule's fix
+            # overlaps one copy) not at all this pass, so a rewrite never leaves the loop half
+            # done, which the next pass would take for the author's choice.
+            fix = Fix(
+                replacements={c: with_keyword(c, "non_blocking", cst.Name("True")) for c in calls},
+                description="non_blocking=True",
             )
+            more = f" ({len(calls)} copies in this loop)" if len(calls) > 1 else ""
+            self.report(calls[0], self.message + more, fix=fix)
 
-    def _blocking_transfers(self) -> list[cst.Call]:
-        """The copies of batches to the device that do not pass `non_blocking`."""
-        found: list[cst.Call] = []
+    def _blocking_transfers(self) -> list[list[cst.Call]]:
+        """Per batch loop, the copies of batches to the device that do not pass `non_blocking`;
+        none for a loop where some copy already passes it (the author chose which overlap)."""
+        groups: list[list[cst.Call]] = []
         seen: set[int] = set()
         for loop in data_loops(self):
-            for call in batch_transfers(self, loop):
-                if id(call) in seen or method_name(call) not in ("to", "type"):
-                    continue
-                seen.add(id(call))
-                if arg(call, "non_blocking") is not None or self._read_on_host(call):
-                    continue
-                found.append(call)
-        return found
+            copies = [c for c in batch_transfers(self, loop) if id(c) not in seen]
+            seen |= {id(c) for c in copies}
+            # `.cuda(gpu, non_blocking=True)` counts as the author's choice too
+            if any(arg(c, "non_blocking") is not None for c in copies):
+                continue
+            transfers = [c for c in copies if method_name(c) in ("to", "type")]
+            found = [
+                c for c in transfers if not self._read_on_host(c) and not self._prefetch_off(c)
+            ]
+            if found:
+                groups.append(found)
+        return groups
+
+    def _prefetch_off(self, call: cst.Call) -> bool:
+        """Under `if not args.prefetcher:`: the fallback of a script whose own prefetcher
+        copies batches ahead on a side stream (timm's train.py)."""
+        for anc in self.facts.ancestors(call):
+            if isinstance(anc, cst.For | cst.While | cst.FunctionDef):
+                return False
+            if isinstance(anc, cst.If) and "prefetch" in code_of(anc.test).lower():
+                return True
+        return False
 
     def _read_on_host(self, call: cst.Call) -> bool:
         """The result is bound to a name that the rest of the block reads on the host."""

@@ -39,8 +39,10 @@ class TorchCompileModel(Rule):
     ## When not to
     - A function or method named `compile` in the file (a Keras-style `model.compile(...)`
       method on the user's class, or a helper that shadows the name): not flagged.
-    - A model re-assigned after training has started (e.g. a best-checkpoint swap), or built
-      only inside another function: the rule cannot place the call safely and stays quiet.
+    - A model re-assigned while training (e.g. a best-checkpoint swap inside the epoch loop),
+      or built only inside another function: the rule cannot place the call safely and stays
+      quiet. A model reloaded after training (to test the best checkpoint) is compiled where it
+      is first built.
     - A model already compiled (`model.compile()`, `torch.compile(model)` under any name), and
       files that use TorchScript or `torch._dynamo.optimize`.
     - Scripts driven by HF Accelerate (`Accelerator(...)` compiles through its `dynamo_backend`
@@ -81,14 +83,15 @@ class TorchCompileModel(Rule):
                 model(x).sum().backward()
             """
         ),
-        Valid(  # re-assigned after training started
+        Valid(  # re-assigned while training (a best-checkpoint swap in the epoch loop)
             """
             import torch
             model = Net().cuda()
             opt = torch.optim.SGD(model.parameters(), lr=0.1)
-            for x in loader:
-                model(x).sum().backward()
-            model = load_best()
+            for epoch in range(10):
+                for x in loader:
+                    model(x).sum().backward()
+                model = load_best()
             """
         ),
         Valid(
@@ -134,6 +137,46 @@ class TorchCompileModel(Rule):
         ),
     ]
     INVALID = [
+        # Chosen in an if/else, trained by a function the epoch loop calls, reloaded after
+        # training to test the best checkpoint (pytorch/examples word_language_model).
+        Invalid(
+            """
+            import torch
+            if args.model == "Transformer":
+                model = TransformerModel().to(device)
+            else:
+                model = RNNModel().to(device)
+            optimizer = torch.optim.AdamW(model.parameters())
+
+            def train():
+                for x, y in batches:
+                    loss_fn(model(x), y).backward()
+                    optimizer.step()
+
+            for epoch in range(10):
+                train()
+            model = torch.load("best.pt")
+            """,
+            line=2,
+            fixed="""
+            import torch
+            if args.model == "Transformer":
+                model = TransformerModel().to(device)
+            else:
+                model = RNNModel().to(device)
+            model.compile()
+            optimizer = torch.optim.AdamW(model.parameters())
+
+            def train():
+                for x, y in batches:
+                    loss_fn(model(x), y).backward()
+                    optimizer.step()
+
+            for epoch in range(10):
+                train()
+            model = torch.load("best.pt")
+            """,
+        ),
         Invalid(
             """
             import torch
@@ -223,14 +266,22 @@ class TorchCompileModel(Rule):
         if not isinstance(block, cst.IndentedBlock | cst.Module):
             return
         body: Sequence[cst.BaseStatement] = block.body
-        builds = [i for i, stmt in enumerate(body) if _builds(stmt, model)]
-        if not builds:
+        # The first statement that trains (a `def` holding a loop only trains when called).
+        training = next(
+            (
+                i
+                for i, stmt in enumerate(body)
+                if not isinstance(stmt, cst.FunctionDef | cst.ClassDef)
+                and self._has_training_loop(stmt)
+            ),
+            len(body),
+        )
+        builds = [i for i, stmt in enumerate(body[: training + 1]) if _builds(stmt, model)]
+        # Assigned while training (a best-checkpoint swap): the compiled module would be
+        # replaced. A reload after training (to test the best model) leaves training compiled.
+        if not builds or builds[-1] == training:
             return
-        last = builds[-1]
-        # Assigned again after (or while) training: the compiled module would be replaced.
-        if any(self._has_training_loop(stmt) for stmt in body[: last + 1]):
-            return
-        anchor = body[last]
+        anchor = body[builds[-1]]
         version = self.context.target_version
         if version is not None and version < _IN_PLACE_COMPILE:
             self.report(

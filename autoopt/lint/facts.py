@@ -17,7 +17,7 @@ from libcst.metadata.base_provider import LazyValue
 
 from autoopt.lint import metadata
 from autoopt.lint.device import DeviceFacts, device_facts
-from autoopt.lint.nodes import calls_in
+from autoopt.lint.nodes import calls_in, walk
 
 Loop = cst.For | cst.While
 Scope = cst.FunctionDef | cst.Module
@@ -29,6 +29,8 @@ _NO_GRAD = {
     "torch.autograd.grad_mode.no_grad",
     "torch.autograd.grad_mode.inference_mode",
 }
+# How many calls deep a helper may hide `.backward()` (loop -> train_one_epoch -> step -> backward).
+_HELPER_DEPTH = 3
 _EVAL_WORDS = ("eval", "valid", "test", "infer", "predict")
 # Text that any evaluation loop's file contains (a `.eval()` call, or a function named like
 # evaluation): rules about evaluation loops use it as their pre-filter.
@@ -100,12 +102,67 @@ class FileFacts:
 
     @functools.cached_property
     def training_loops(self) -> list[Loop]:
-        """Loops containing a `.backward()` call within the same function, outermost first."""
+        """Loops containing a `.backward()` call within the same function, or a call to a function
+        or method of this file that calls it (`self._run_batch(x, y)`, `train_one_epoch(...)`),
+        outermost first."""
         found: dict[int, Loop] = {}
-        for call in self.backward_calls:
+        for call in [*self.backward_calls, *self.backward_helper_calls]:
             for loop in self.enclosing_loops(call):
                 found.setdefault(id(loop), loop)
         return sorted(found.values(), key=lambda n: self._depth(n))
+
+    @functools.cached_property
+    def backward_helpers(self) -> set[str]:
+        """Names of this file's functions and methods that call `.backward()`, directly or through
+        other functions of this file (at most `_HELPER_DEPTH` calls deep)."""
+        defs: dict[str, list[cst.FunctionDef]] = {}
+        for node in walk(self.module):
+            if isinstance(node, cst.FunctionDef):
+                defs.setdefault(node.name.value, []).append(node)
+        found = {self.enclosing_scope(c) for c in self.backward_calls}
+        names = {f.name.value for f in found if isinstance(f, cst.FunctionDef)}
+        for _ in range(_HELPER_DEPTH):
+            grown = {
+                name
+                for name, funcs in defs.items()
+                if name not in names
+                and any(local_callee(c) in names for f in funcs for c in calls_in(f.body))
+            }
+            if not grown:
+                break
+            names |= grown
+        return names
+
+    @functools.cached_property
+    def backward_helper_calls(self) -> list[cst.Call]:
+        """Calls `f(...)` / `self.f(...)` of a function in `backward_helpers`, outside `f` itself."""
+        helpers = self.backward_helpers
+        out = []
+        for call in calls_in(self.module):
+            name = local_callee(call)
+            if name in helpers:
+                scope = self.enclosing_scope(call)
+                if not (isinstance(scope, cst.FunctionDef) and scope.name.value == name):
+                    out.append(call)
+        return out
+
+    @functools.cached_property
+    def step_functions(self) -> list[cst.FunctionDef]:
+        """Functions that run one training step: they call `.backward()` outside any loop of
+        their own and are called from a training loop (`for b in loader: self._run_batch(b)`)."""
+        called_in_loop = {
+            local_callee(c) for c in self.backward_helper_calls if self.enclosing_loops(c)
+        }
+        found: dict[int, cst.FunctionDef] = {}
+        for call in self.backward_calls:
+            scope = self.enclosing_scope(call)
+            if (
+                isinstance(scope, cst.FunctionDef)
+                and not self.enclosing_loops(call)
+                and scope.name.value in called_in_loop
+            ):
+                found.setdefault(id(scope), scope)
+        return list(found.values())
 
     def is_training_loop(self, loop: cst.CSTNode) -> bool:
         return any(loop is t for t in self.training_loops)
@@ -220,3 +277,13 @@ class FileFacts:
     def _order(self) -> dict[int, int]:
         """id(node) -> rank in source order."""
         return self._parents.order
+
+
+def local_callee(call: cst.Call) -> str | None:
+    """`f` for `f(...)` and `self.f(...)`/`cls.f(...)`: a call that can reach a def of this file."""
+    func = call.func
+    if isinstance(func, cst.Name):
+        return func.value
+    if isinstance(func, cst.Attribute) and m.matches(func.value, m.Name("self") | m.Name("cls")):
+        return func.attr.value
+    return None
