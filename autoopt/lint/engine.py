@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import libcst as cst
-from libcst.metadata import ExpressionContextProvider, ScopeProvider
+from libcst.metadata import ExpressionContextProvider, PositionProvider, ScopeProvider
 
 from autoopt.lint import metadata
 from autoopt.lint.rule import FileContext, Finding, Rule

@@ -22,9 +22,10 @@ import libcst as cst
 from libcst.codemod import CodemodContext
 from libcst.codemod.visitors import AddImportsVisitor, RemoveImportsVisitor
 
-from autoopt.lint.engine import analyze
+from autoopt.lint.engine import active_rules, analyze
 from autoopt.lint.nodes import walk
 from autoopt.lint.rule import Finding, Fix, FixSafety, Rule
+from autoopt.lint.runner import check_syntax
 
 MAX_PASSES = 10  # a rule set needing more than this is broken (or oscillating)
 
@@ -90,6 +91,11 @@ def fix_source(
     the source cannot be parsed, `RewriteError` if the fixes do not converge.
     """
     result = FixResult(source=source, original=source)
+    if not active_rules(rules, source, target_version) and check_syntax(source, str(path)) is None:
+        # No rule can fire and CPython compiles it: nothing to fix, and no libcst parse (most
+        # files of a real repository; a compile is ~8x cheaper). A file CPython rejects still
+        # goes to libcst below, which raises the ParserSyntaxError callers report.
+        return result
     seen = {source}
     current = source
     active = list(rules)

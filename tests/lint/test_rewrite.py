@@ -271,3 +271,27 @@ def test_nothing_to_fix_returns_the_same_text() -> None:
 def test_unparsable_source_raises_parser_error() -> None:
     with pytest.raises(cst.ParserSyntaxError):
         fix_source("def (:\n", [RenameFoo])
+
+
+def test_a_file_no_rule_can_match_is_not_parsed_by_libcst(monkeypatch: pytest.MonkeyPatch) -> None:
+    from autoopt.lint import engine
+    from autoopt.lint.registry import load_registry
+
+    parsed: list[str] = []
+    real_parse = cst.parse_module
+
+    def spy(source: str) -> cst.Module:
+        parsed.append(source)
+        return real_parse(source)
+
+    monkeypatch.setattr(engine.cst, "parse_module", spy)
+    rules = load_registry().all()
+    plain = "def add(a, b):\n    return a + b\n"
+    result = fix_source(plain, rules, unsafe=True)
+    assert result.source == plain and not result.applied
+    assert parsed == []  # the text pre-filter and a compile() were enough
+    training = "import torch\nfor x, y in loader:\n    loss = model(x)\n    loss.backward()\n"
+    fix_source(training, rules, unsafe=True)
+    assert parsed, "a file a rule can match is parsed and analysed"
+    with pytest.raises(cst.ParserSyntaxError):
+        fix_source("def broken(:\n    pass\n", rules)  # still refused, as before
