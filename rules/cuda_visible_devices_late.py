@@ -5,7 +5,7 @@ from __future__ import annotations
 import libcst as cst
 
 from autoopt.lint.edits import block_statement
-from autoopt.lint.nodes import before, calls_in, dotted, string_value, walk
+from autoopt.lint.nodes import before, calls_in, dotted, string_value, top_level_imports, walk
 from autoopt.lint.rule import Fix, FixSafety, Invalid, Rule, Valid
 
 _VAR = "CUDA_VISIBLE_DEVICES"
@@ -188,14 +188,8 @@ class CudaVisibleDevicesLate(Rule):
         """The top-level `import os` line that binds `name`."""
         if name is None:
             return None
-        for stmt in self.context.module.body:
-            if not isinstance(stmt, cst.SimpleStatementLine):
-                continue
-            for small in stmt.body:
-                if not isinstance(small, cst.Import):
-                    continue
-                for alias in small.names:
-                    bound = alias.asname.name if alias.asname is not None else alias.name
-                    if dotted(alias.name) == "os" and dotted(bound) == name:
-                        return stmt
+        for stmt, alias in top_level_imports(self.context.module):
+            bound = alias.asname.name if alias.asname is not None else alias.name
+            if dotted(alias.name) == "os" and dotted(bound) == name:
+                return stmt
         return None

@@ -271,3 +271,15 @@ def _collect_binding(node: cst.CSTNode, found: dict[str, list[cst.BaseExpression
         return
     if isinstance(target, cst.Name):
         found.setdefault(target.value, []).append(value)
+
+
+def top_level_imports(
+    module: cst.Module,
+) -> Iterator[tuple[cst.SimpleStatementLine, cst.ImportAlias]]:
+    """Every `import a.b [as c]` alias at the top level of `module`, with its statement line."""
+    for stmt in module.body:
+        if isinstance(stmt, cst.SimpleStatementLine):
+            for small in stmt.body:
+                if isinstance(small, cst.Import):
+                    for alias in small.names:
+                        yield stmt, alias

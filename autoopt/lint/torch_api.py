@@ -8,7 +8,14 @@ from collections.abc import Mapping
 import libcst as cst
 from libcst.codemod.visitors import ImportItem
 
-from autoopt.lint.nodes import calls_in, code_of, dotted, method_name, string_value
+from autoopt.lint.nodes import (
+    calls_in,
+    code_of,
+    dotted,
+    method_name,
+    string_value,
+    top_level_imports,
+)
 from autoopt.lint.rule import Rule
 
 DATALOADER = ("torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader")
@@ -126,32 +133,23 @@ def conv_classes(
 def torch_name(rule: Rule) -> tuple[str, tuple[ImportItem, ...]]:
     """How to spell `torch` in this file: its existing alias (`import torch as th` -> "th"),
     else "torch" together with the import to add."""
-    for stmt in rule.context.module.body:
-        if not isinstance(stmt, cst.SimpleStatementLine):
-            continue
-        for small in stmt.body:
-            if not isinstance(small, cst.Import):
-                continue
-            for alias in small.names:
-                dotted = code_of(alias.name)
-                if alias.asname is None and (dotted == "torch" or dotted.startswith("torch.")):
-                    return "torch", ()  # `import torch.nn` binds `torch` too
-                if dotted == "torch" and alias.asname and isinstance(alias.asname.name, cst.Name):
-                    return alias.asname.name.value, ()
+    for _, alias in top_level_imports(rule.context.module):
+        name = code_of(alias.name)
+        if alias.asname is None and (name == "torch" or name.startswith("torch.")):
+            return "torch", ()  # `import torch.nn` binds `torch` too
+        if name == "torch" and alias.asname and isinstance(alias.asname.name, cst.Name):
+            return alias.asname.name.value, ()
     return "torch", (ImportItem("torch"),)
 
 
 def torch_imports(module: cst.Module) -> tuple[ImportItem, ...]:
     """What a fix that writes `torch.x` must import: nothing when the module already has a
     top-level `import torch`, else `import torch` (never emit `torch.` unbound)."""
-    for stmt in module.body:
-        if not isinstance(stmt, cst.SimpleStatementLine):
-            continue
-        for small in stmt.body:
-            if isinstance(small, cst.Import) and any(
-                dotted(a.name) == "torch" and a.asname is None for a in small.names
-            ):
-                return ()
+    if any(
+        dotted(alias.name) == "torch" and alias.asname is None
+        for _, alias in top_level_imports(module)
+    ):
+        return ()
     return (ImportItem("torch"),)
 
 
