@@ -147,16 +147,23 @@ class ManualAttention(Rule):
         self._bound: dict[int, dict[str, list[cst.BaseExpression]]] = {}
 
     def visit_Call(self, node: cst.Call) -> None:
-        if "scaled_dot_product_attention" in code_of(self.facts.enclosing_scope(node)):
-            return  # a fallback next to the fused path (nanoGPT's `if self.flash: ... else:`)
         if self.is_call_to(node, *SOFTMAX):
             scores, dim = arg(node, "input", 0), arg(node, "dim", 1)
-            if scores is not None and self._is_scores(scores.value, _DEPTH):
+            if (
+                scores is not None
+                and self._is_scores(scores.value, _DEPTH)
+                and not self._has_fused_path(node)
+            ):
                 self.report(node, fix=self._fix(node, scores.value, dim))
         elif method_name(node) == "softmax" and not self.qualified_names(node.func):
             assert isinstance(node.func, cst.Attribute)
-            if self._is_scores(node.func.value, _DEPTH):  # `scores.softmax(-1)`: report only
-                self.report(node)
+            if self._is_scores(node.func.value, _DEPTH) and not self._has_fused_path(node):
+                self.report(node)  # `scores.softmax(-1)`: report only
+
+    def _has_fused_path(self, node: cst.Call) -> bool:
+        """A fallback next to the fused path (nanoGPT's `if self.flash: ... else:`). Checked only
+        for a matched softmax: generating a scope's code for every call is quadratic."""
+        return "scaled_dot_product_attention" in code_of(self.facts.enclosing_scope(node))
 
     def _is_scores(self, expr: cst.BaseExpression, depth: int) -> bool:
         """`expr` holds `a @ b.transpose(...)`, directly or through names bound in the same
