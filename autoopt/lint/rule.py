@@ -22,6 +22,8 @@ which the test suite is generated:
 
 from __future__ import annotations
 
+import functools
+import inspect
 import textwrap
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -170,7 +172,7 @@ class Rule(cst.BatchableCSTVisitor):
     def get_visitors(self) -> Mapping[str, Callable[[cst.CSTNode], None]]:
         """libcst's batched-traversal callbacks, each contained: the first exception stops this
         rule for the rest of the file (kept in `crash`) and never reaches the other rules."""
-        return {name: self._contained(method) for name, method in super().get_visitors().items()}
+        return {name: self._contained(getattr(self, name)) for name in _visitor_names(type(self))}
 
     def _contained(self, method: Callable[[cst.CSTNode], object]) -> Callable[[cst.CSTNode], None]:
         def call(node: cst.CSTNode) -> None:
@@ -250,3 +252,15 @@ def rule_examples(rule: type[Rule]) -> Iterable[Valid | Invalid]:
     """Every example of a rule, valid first."""
     yield from rule.VALID
     yield from rule.INVALID
+
+
+@functools.cache
+def _visitor_names(cls: type[Rule]) -> tuple[str, ...]:
+    """The `visit_*`/`leave_*` methods `cls` defines (libcst's no-op stubs left out), read once
+    per class from the class: libcst's own `get_visitors` runs `inspect.getmembers` on every
+    instance, which also evaluates each property (cached facts included), for every file."""
+    return tuple(
+        name
+        for name, member in inspect.getmembers(cls, inspect.isfunction)
+        if name.startswith(("visit_", "leave_")) and not getattr(member, "_is_no_op", False)
+    )
