@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import click
@@ -135,6 +135,17 @@ def _registry(config_file: Path | None, allow_project_rules: bool | None) -> Reg
         raise  # unreachable: fail exits
 
 
+def registry_config_options(command: Callable[..., None]) -> Callable[..., None]:
+    """`--config` and `--allow-project-rules`: which extra rules `rules`/`explain` include."""
+    command = allow_project_rules_option(command)
+    return click.option(
+        "--config",
+        "config_file",
+        type=click.Path(dir_okay=False, path_type=Path),
+        help="Config file whose extra-rules to include (with --allow-project-rules).",
+    )(command)
+
+
 @click.command("rules")
 @click.option(
     "--output-format",
@@ -142,13 +153,7 @@ def _registry(config_file: Path | None, allow_project_rules: bool | None) -> Reg
     default="text",
     help="text, json, or markdown (the full reference, as in docs/rules.md).",
 )
-@click.option(
-    "--config",
-    "config_file",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="Config file whose extra-rules to include (with --allow-project-rules).",
-)
-@allow_project_rules_option
+@registry_config_options
 def rules(output_format: str, config_file: Path | None, allow_project_rules: bool | None) -> None:
     """List every rule: code, name, fix availability (safe/unsafe/none), message."""
     registry = _registry(config_file, allow_project_rules)
@@ -157,13 +162,7 @@ def rules(output_format: str, config_file: Path | None, allow_project_rules: boo
 
 @click.command("explain")
 @click.argument("code")
-@click.option(
-    "--config",
-    "config_file",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="Config file whose extra-rules to include (with --allow-project-rules).",
-)
-@allow_project_rules_option
+@registry_config_options
 def explain(code: str, config_file: Path | None, allow_project_rules: bool | None) -> None:
     """Print the documentation of one rule, given its code (AO201) or name."""
     registry = _registry(config_file, allow_project_rules)
