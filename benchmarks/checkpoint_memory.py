@@ -49,7 +49,7 @@ def measure(segments: int | None, relu: bool, batch: int = BATCH) -> dict[str, A
     from torch import nn
 
     import autoopt
-    from autoopt.runtime.passes.checkpoint import saved_tensor_bytes
+    from autoopt.runtime.memory import saved_tensor_bytes
 
     torch.manual_seed(0)
     layers: list[nn.Module] = []

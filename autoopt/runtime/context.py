@@ -10,6 +10,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from autoopt.runtime.memory import StepMemory
 from autoopt.runtime.options import Options
 from autoopt.runtime.report import Report
 
@@ -74,6 +75,8 @@ class Context:
     device: torch.device | None = None
     amp_dtype: torch.dtype | None = None
     dist: DistState | None = None
+    # What one step holds on the device, as the memory-aware passes planned it (None: not asked).
+    memory: StepMemory | None = None
     forward_layers: list[ForwardLayer] = field(default_factory=list)
     step_layers: list[StepLayer] = field(default_factory=list)
     # Applied by the loader wrapper to every batch, in order (device move, channels-last, ...).

@@ -26,6 +26,7 @@ def optimize(
     checkpoint: str | bool | int = "auto",
     distributed: str | bool = "auto",
     accumulate: int = 1,
+    memory_budget: int | str | None = "auto",
     deterministic: bool = False,
     tune: bool = False,
     verbose: bool = True,
@@ -47,6 +48,8 @@ def optimize(
       checkpoint: "auto" | False | int segments, for deep nn.Sequential stacks.
       distributed: "auto" | True | False; under torchrun wraps in DDP with a DistributedSampler.
       accumulate: N > 1 makes the loop accumulate gradients over N batches per optimizer step.
+      memory_budget: "auto" (free device memory on CUDA, no limit on CPU) | None | bytes (int)
+        | a size such as "2GiB" or "800MB": what one training step may hold on the device.
       deterministic: seed-independent determinism flags instead of speed flags.
       tune: time candidate plans on real batches and keep the fastest that agrees with fp32.
       verbose: print the report (to stderr, rank 0 only).
@@ -59,6 +62,7 @@ def optimize(
         checkpoint=checkpoint,
         distributed=distributed,
         accumulate=accumulate,
+        memory_budget=memory_budget,
         deterministic=deterministic,
         tune=tune,
         verbose=verbose,

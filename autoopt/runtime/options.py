@@ -7,6 +7,8 @@ from typing import Any
 
 import torch
 
+from autoopt.runtime.memory import parse_budget
+
 _CHOICES: dict[str, tuple[Any, ...]] = {
     "amp": ("auto", "bf16", "fp16", False),
     "compile": ("auto", True, False, "jit"),
@@ -25,6 +27,7 @@ class Options:
     checkpoint: str | bool | int = "auto"
     distributed: str | bool = "auto"
     accumulate: int = 1
+    memory_budget: int | str | None = "auto"
     deterministic: bool = False
     tune: bool = False
     verbose: bool = True
@@ -49,6 +52,8 @@ class Options:
             or self.accumulate < 1
         ):
             raise ValueError(_bad("accumulate", self.accumulate, ("an int >= 1",)))
+        # Stored parsed: "auto", None or bytes.
+        object.__setattr__(self, "memory_budget", parse_budget(self.memory_budget))
         for name in ("deterministic", "tune", "verbose"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(_bad(name, getattr(self, name), (True, False)))

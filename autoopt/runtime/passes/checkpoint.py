@@ -48,6 +48,7 @@ from torch.utils.checkpoint import checkpoint
 from autoopt.runtime.batch import map_tensors
 from autoopt.runtime.context import Context, Forward, ForwardLayer, Stage
 from autoopt.runtime.forward import compose_forward
+from autoopt.runtime.memory import saved_tensor_bytes
 from autoopt.runtime.report import PassResult, Report
 
 NAME = "checkpoint"
@@ -300,36 +301,6 @@ def estimate_activation_bytes(module: nn.Module, input: Any) -> int:
     return saved_tensor_bytes(
         lambda: torch.func.functional_call(module, {**params, **buffers}, (meta_input,))
     )
-
-
-def saved_tensor_bytes(fn: Callable[[], Any]) -> int:
-    """Run `fn` with grad enabled and count the bytes of the tensors autograd saves for backward,
-    each storage once, parameters (leaves that require grad, and views of them) excluded."""
-    seen: set[Any] = set()
-    keep: list[torch.Tensor] = []  # keeps ids unique while counting
-    total = 0
-
-    def pack(t: torch.Tensor) -> torch.Tensor:
-        nonlocal total
-        base = t._base if t._base is not None else t
-        if base.is_leaf and base.requires_grad:
-            return t
-        if base.device.type == "meta":  # no storage to tell apart: count each base tensor once
-            key: Any = ("meta", id(base))
-            size = base.numel() * base.element_size()
-        else:
-            storage = base.untyped_storage()
-            key = (base.device, storage.data_ptr())
-            size = storage.nbytes()
-        if key not in seen:
-            seen.add(key)
-            keep.append(base)
-            total += size
-        return t
-
-    with torch.enable_grad(), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        fn()
-    return total
 
 
 def free_device_memory(device: torch.device) -> int:

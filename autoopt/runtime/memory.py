@@ -1,0 +1,204 @@
+"""Memory budgets, and what one training step holds on the device.
+
+A budget is what one training step of the model may hold on its device: parameters, gradients,
+optimizer state and the activations saved for backward. `optimize(memory_budget=...)` takes
+"auto" (the device's free memory on CUDA, no limit elsewhere), None (no limit), an int of bytes
+or a string such as "2GiB" or "800MB". The passes that trade time for memory (checkpoint,
+accumulate, distributed) read the resolved budget from `Context.budget` and record what they
+planned in `Context.memory`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+import torch
+from torch import nn
+from torch.distributed.tensor import DTensor
+
+AUTO = "auto"
+
+# Binary and decimal units, as `numfmt`/pip spell them; a bare number is bytes.
+_UNITS = {
+    "": 1,
+    "B": 1,
+    "KB": 10**3,
+    "MB": 10**6,
+    "GB": 10**9,
+    "TB": 10**12,
+    "KIB": 1 << 10,
+    "MIB": 1 << 20,
+    "GIB": 1 << 30,
+    "TIB": 1 << 40,
+}
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
+
+# Optimizer state per parameter element, in parameter-sized tensors, for optimizers that have not
+# stepped yet (after a step the real state is counted instead). Others count as 0 until stepped.
+_STATE_TENSORS: dict[type[torch.optim.Optimizer], Callable[[dict[str, Any]], int]] = {
+    torch.optim.SGD: lambda group: 1 if group.get("momentum", 0) else 0,
+    torch.optim.Adam: lambda group: 3 if group.get("amsgrad") else 2,
+    torch.optim.AdamW: lambda group: 3 if group.get("amsgrad") else 2,
+    torch.optim.NAdam: lambda group: 2,
+    torch.optim.RAdam: lambda group: 2,
+    torch.optim.Adamax: lambda group: 2,
+    torch.optim.Adagrad: lambda group: 1,
+    torch.optim.Adadelta: lambda group: 2,
+    torch.optim.RMSprop: lambda group: (
+        1 + (1 if group.get("momentum", 0) else 0) + (1 if group.get("centered") else 0)
+    ),
+}
+
+
+def parse_budget(value: object) -> int | str | None:
+    """The `memory_budget` option checked and converted: "auto", None, or a number of bytes.
+
+    Raises ValueError naming the accepted forms for anything else."""
+    if value is None or (isinstance(value, str) and value == AUTO):
+        return value
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return value
+    if isinstance(value, str):
+        match = _SIZE.match(value)
+        unit = match.group(2).upper() if match else ""
+        if match and unit in _UNITS:
+            size = int(float(match.group(1)) * _UNITS[unit])
+            if size > 0:
+                return size
+    raise ValueError(
+        f"optimize(memory_budget={value!r}) is not allowed; memory_budget must be 'auto', None, "
+        "a positive int of bytes, or a size string such as '2GiB', '800MB' or '512MiB'"
+    )
+
+
+def resolve_budget(option: int | str | None, device: torch.device | None) -> int | None:
+    """Bytes one step may hold on `device`, or None for no limit. "auto" is the free memory of a
+    CUDA device (what other processes and the caching allocator left), no limit elsewhere: host
+    memory is rarely what limits training."""
+    if option is None or isinstance(option, int):
+        return option
+    if device is not None and device.type == "cuda":
+        free, _total = torch.cuda.mem_get_info(device)
+        return free
+    return None
+
+
+@dataclass(frozen=True)
+class StepMemory:
+    """Bytes one training step holds on one device (one rank), by kind. `activations` is None
+    until measured (saved tensors of a forward on a real batch)."""
+
+    parameters: int
+    gradients: int
+    optimizer_state: int
+    activations: int | None = None
+
+    @property
+    def state(self) -> int:
+        """Everything but activations: what the step holds whatever the batch."""
+        return self.parameters + self.gradients + self.optimizer_state
+
+    @property
+    def total(self) -> int:
+        """All of it; activations count 0 while unmeasured."""
+        return self.state + (self.activations or 0)
+
+    def with_activations(self, activations: int) -> StepMemory:
+        """The same state bytes with measured activations."""
+        return replace(self, activations=activations)
+
+    def render(self) -> str:
+        """One line for the report: each kind and the total."""
+        parts = [
+            f"parameters {format_bytes(self.parameters)}",
+            f"gradients {format_bytes(self.gradients)}",
+            f"optimizer state {format_bytes(self.optimizer_state)}",
+        ]
+        if self.activations is not None:
+            parts.append(f"activations {format_bytes(self.activations)}")
+        return ", ".join(parts) + f" = {format_bytes(self.total)}"
+
+
+def state_memory(model: nn.Module, optimizer: torch.optim.Optimizer | None) -> StepMemory:
+    """Parameter, gradient and optimizer-state bytes of one step on this rank.
+
+    Gradients are counted for every parameter that requires grad (they all get one at the first
+    backward). Optimizer state is the real state once the optimizer has stepped, else what its
+    class allocates at its first step (`_STATE_TENSORS`; 0 for optimizers not listed)."""
+    params = list(model.parameters())  # tied parameters once
+    param_bytes = sum(_nbytes(p) for p in params)
+    grad_bytes = sum(_nbytes(p) for p in params if p.requires_grad)
+    return StepMemory(param_bytes, grad_bytes, optimizer_state_bytes(optimizer))
+
+
+def optimizer_state_bytes(optimizer: torch.optim.Optimizer | None) -> int:
+    """Bytes of `optimizer`'s state tensors, or the expected bytes when it has not stepped."""
+    if optimizer is None:
+        return 0
+    if any(optimizer.state.values()):
+        tensors = [
+            t
+            for state in optimizer.state.values()
+            for t in state.values()
+            if isinstance(t, torch.Tensor) and t.dim() > 0  # scalar `step` counters are noise
+        ]
+        return sum(_nbytes(t) for t in tensors)
+    per_element = next(
+        (count for cls, count in _STATE_TENSORS.items() if type(optimizer) is cls), None
+    )
+    if per_element is None:
+        return 0
+    return sum(
+        per_element(group) * _nbytes(p)
+        for group in optimizer.param_groups
+        for p in group["params"]
+        if p.requires_grad
+    )
+
+
+def saved_tensor_bytes(fn: Callable[[], Any]) -> int:
+    """Run `fn` with grad enabled and count the bytes of the tensors autograd saves for backward,
+    each storage once, parameters (leaves that require grad, and views of them) excluded."""
+    seen: set[Any] = set()
+    keep: list[torch.Tensor] = []  # keeps ids unique while counting
+    total = 0
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        nonlocal total
+        base = t._base if t._base is not None else t
+        if base.is_leaf and base.requires_grad:
+            return t
+        if base.device.type == "meta":  # no storage to tell apart: count each base tensor once
+            key: Any = ("meta", id(base))
+            size = base.numel() * base.element_size()
+        else:
+            storage = base.untyped_storage()
+            key = (base.device, storage.data_ptr())
+            size = storage.nbytes()
+        if key not in seen:
+            seen.add(key)
+            keep.append(base)
+            total += size
+        return t
+
+    with torch.enable_grad(), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        fn()
+    return total
+
+
+def format_bytes(size: float) -> str:
+    """1536 -> '1.5 KiB': binary units, three significant digits."""
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(size) < 1024 or unit == "GiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.3g} {unit}"
+        size /= 1024
+    raise AssertionError("unreachable")
+
+
+def _nbytes(t: torch.Tensor) -> int:
+    """Bytes this rank holds for `t`: a sharded DTensor (FSDP2) counts its local shard only."""
+    local = t.to_local() if isinstance(t, DTensor) else t
+    return local.numel() * local.element_size()
