@@ -23,6 +23,7 @@ import json
 import multiprocessing
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -93,6 +94,14 @@ def parses(source: str) -> str | None:
     return None
 
 
+def python_parses(path: Path) -> bool:
+    try:
+        ast.parse(path.read_bytes())
+    except (SyntaxError, ValueError):
+        return False
+    return True
+
+
 def digest(files: list[Path]) -> dict[str, str]:
     return {str(p): hashlib.sha256(p.read_bytes()).hexdigest() for p in files}
 
@@ -113,14 +122,96 @@ def lint_findings(paths: list[Path], extra: tuple[str, ...] = ()) -> tuple[list[
 
 
 def is_internal_error(finding: dict) -> bool:
-    text = f"{finding.get('code')} {finding.get('message')}".lower()
-    return "internal" in text or finding.get("code") in (None, "", "AO000", "E999")
+    """A file error of lint's JSON (`code: null`): internal, parse, decode or read."""
+    return finding.get("code") in (None, "", "AO000", "E999")
+
+
+# lint's JSON titles (`SyntaxError: ...`) for a file that is itself broken; any other file
+# error (`InternalError`, `IOError`, a bare `Error`) is autoopt's fault.
+INPUT_ERROR_TITLES = ("SyntaxError:", "DecodeError:")
+# rewrite's stderr: `error: PATH: REASON`; these reasons blame the input file, not autoopt.
+INPUT_ERROR_REASONS = ("cannot parse:", "cannot decode", "binary file:")
+
+
+def rewrite_errors(stderr: str) -> list[tuple[str, str]]:
+    """The `error: PATH: REASON` lines of a rewrite run's summary, as (path, reason)."""
+    errors = []
+    for line in stderr.splitlines():
+        match = re.match(r"error: (.+?\.pyi?): (.*)$", line)
+        if match:
+            errors.append((match.group(1), match.group(2)))
+    return errors
+
+
+def rewrite_run(copy: Path, repo: str, command: str, result: dict) -> subprocess.CompletedProcess:
+    """`rewrite --unsafe-fixes COPY`; records its traceback (or odd exit code) and every error
+    line that is not the input's own parse/decode error (a crashed or failed fix, a fixed point
+    not reached) as an internal error."""
+    proc = autoopt("rewrite", "--unsafe-fixes", str(copy))
+    if has_traceback(proc.stderr) or proc.returncode not in (0, 1, 2):
+        result["tracebacks"].append(
+            {"repo": repo, "command": command, "rc": proc.returncode, "stderr": proc.stderr[-3000:]}
+        )
+    for path, reason in rewrite_errors(proc.stderr):
+        entry = {"file": f"{repo}/{os.path.relpath(path, copy)}", "command": command}
+        if reason.startswith(INPUT_ERROR_REASONS):
+            if command == "rewrite":
+                result["parse_errors_reported"].append(entry | {"message": reason})
+        else:
+            result["internal_errors"].append(entry | {"message": reason})
+    return proc
+
+
+_PROJECTS: dict[str, object] = {}
+
+
+def _time_file(task: tuple[str, str]) -> dict:
+    """Seconds to lint FILE and to compute its fixes (unsafe ones too; nothing written), in
+    this process through autoopt's own functions: the CLI runs give no per-file times."""
+    from autoopt.lint.encoding import decode_source
+    from autoopt.lint.project import load_project
+    from autoopt.lint.rewrite import fix_source
+    from autoopt.lint.runner import lint_path
+
+    repo, file = task
+    if repo not in _PROJECTS:
+        _PROJECTS[repo] = load_project([repo])
+    rules = _PROJECTS[repo].rules_for(file)  # type: ignore[attr-defined]
+    entry: dict = {"file": file}
+    start = time.perf_counter()
+    lint_path(file, rules)
+    entry["lint_s"] = round(time.perf_counter() - start, 3)
+    start = time.perf_counter()
+    try:
+        fix_source(decode_source(Path(file).read_bytes()).text, rules, unsafe=True, path=file)
+    except Exception as exc:  # the CLI run reports these; here only the time counts
+        entry["fix_error"] = f"{type(exc).__name__}: {exc}"[:300]
+    entry["fix_s"] = round(time.perf_counter() - start, 3)
+    return entry
+
+
+def file_times(repo: Path, jobs: int) -> list[dict]:
+    """`_time_file` for every file of REPO, in JOBS processes."""
+    tasks = [(str(repo), str(f)) for f in py_files(repo)]
+    with multiprocessing.Pool(jobs) as pool:
+        return list(pool.imap_unordered(_time_file, tasks, chunksize=4))
 
 
 def robustness(
-    root: Path, jobs: int, only: set[str] | None = None, partial: Path | None = None
+    root: Path,
+    jobs: int,
+    only: set[str] | None = None,
+    partial: Path | None = None,
+    time_files: bool = False,
 ) -> dict:
-    """Lint and rewrite every corpus file: crashes, internal errors, parseability, idempotence."""
+    """Lint and rewrite every corpus file: crashes, internal errors, parseability, idempotence.
+
+    Internal errors: lint's JSON file errors other than the file's own syntax/decoding error,
+    and rewrite's error lines other than those. Tracebacks: a traceback on either command's
+    stderr or an exit code other than 0/1/2. Every file the rewrite changed is parsed again
+    (ast and libcst), and a second rewrite of the whole copy (the same project context: a fix
+    in one module can change what another module's rules see) must change no file. With
+    TIME_FILES, each file's lint and fix time is measured too (in-process, a second pass)."""
     result: dict = {
         "repos": {},
         "internal_errors": [],
@@ -128,8 +219,11 @@ def robustness(
         "unparseable": [],
         "not_idempotent": [],
         "parse_errors_reported": [],
+        "slowest": [],
+        "over_10s": [],
     }
     totals = Counter()
+    times: list[dict] = []
     # Smallest first: a run cut short still covers as many repositories as it can.
     for repo in sorted(repo_dirs(root), key=lambda d: len(py_files(d))):
         if only and repo.name not in only:
@@ -139,8 +233,11 @@ def robustness(
         start = time.perf_counter()
         findings, proc = lint_findings([repo], ("-j", str(jobs)))
         lint_s = time.perf_counter() - start
-        crashed = has_traceback(proc.stderr) or proc.returncode not in (0, 1, 2)
-        if crashed:
+        if (
+            has_traceback(proc.stderr)
+            or proc.returncode not in (0, 1, 2)
+            or (not proc.stdout.strip() and files)
+        ):
             result["tracebacks"].append(
                 {
                     "repo": repo.name,
@@ -149,19 +246,23 @@ def robustness(
                     "stderr": proc.stderr[-3000:],
                 }
             )
-        internal = [f for f in findings if is_internal_error(f)]
-        for f in internal:
+        internal = 0
+        for f in findings:
+            if not is_internal_error(f):
+                continue
             entry = {
                 "file": os.path.relpath(f["filename"], root),
                 "row": f["location"]["row"],
-                "code": f.get("code"),
+                "command": "lint",
                 "message": f.get("message"),
             }
-            (
-                result["parse_errors_reported"]
-                if "pars" in str(f.get("message")).lower()
-                else result["internal_errors"]
-            ).append(entry)
+            if str(f.get("message")).startswith(INPUT_ERROR_TITLES):
+                # Does CPython agree the file is broken (or is it libcst's limit)?
+                entry["python_parses"] = python_parses(Path(f["filename"]))
+                result["parse_errors_reported"].append(entry)
+            else:
+                result["internal_errors"].append(entry)
+                internal += 1
 
         log(f"[robustness] {repo.name}: rewrite --unsafe-fixes on a copy")
         with tempfile.TemporaryDirectory(prefix="autoopt-corpus-") as tmp:
@@ -169,18 +270,10 @@ def robustness(
             shutil.copytree(repo, copy)
             copies = py_files(copy)
             before = digest(copies)
+            n_errors = len(result["internal_errors"])
             start = time.perf_counter()
-            first = autoopt("rewrite", "--unsafe-fixes", str(copy))
+            first = rewrite_run(copy, repo.name, "rewrite", result)
             rewrite_s = time.perf_counter() - start
-            if has_traceback(first.stderr) or first.returncode not in (0, 1, 2):
-                result["tracebacks"].append(
-                    {
-                        "repo": repo.name,
-                        "command": "rewrite",
-                        "rc": first.returncode,
-                        "stderr": first.stderr[-3000:],
-                    }
-                )
             after = digest(copies)
             changed = [Path(p) for p in after if after[p] != before[p]]
             for path in changed:
@@ -189,44 +282,61 @@ def robustness(
                     result["unparseable"].append(
                         {"file": f"{repo.name}/{path.relative_to(copy)}", "error": error}
                     )
-            # A file the first pass left alone would be left alone again: re-run on the changed.
-            second = autoopt("rewrite", "--unsafe-fixes", *map(str, changed)) if changed else first
-            if changed and has_traceback(second.stderr):
-                result["tracebacks"].append(
-                    {
-                        "repo": repo.name,
-                        "command": "rewrite (2nd)",
-                        "rc": second.returncode,
-                        "stderr": second.stderr[-3000:],
-                    }
-                )
+            log(f"[robustness] {repo.name}: second rewrite")
+            start = time.perf_counter()
+            rewrite_run(copy, repo.name, "rewrite (2nd)", result)
+            second_s = time.perf_counter() - start
             again = digest(copies)
             for p in again:
                 if again[p] != after[p]:
                     result["not_idempotent"].append(f"{repo.name}/{Path(p).relative_to(copy)}")
+            internal += len(result["internal_errors"]) - n_errors
         stats = {
             "files": len(files),
             "findings": len(findings),
-            "internal": len(internal),
+            "internal": internal,
             "lint_rc": proc.returncode,
             "lint_s": round(lint_s, 1),
             "rewrite_rc": first.returncode,
             "rewrite_s": round(rewrite_s, 1),
+            "rewrite_2nd_s": round(second_s, 1),
             "rewritten": len(changed),
             "rewrite_stderr_tail": first.stderr.strip().splitlines()[-3:],
         }
+        if time_files:
+            log(f"[robustness] {repo.name}: time per file")
+            for entry in file_times(repo, jobs):
+                times.append(entry | {"file": os.path.relpath(entry["file"], root)})
+            times.sort(key=lambda t: -(t["lint_s"] + t["fix_s"]))
+            result["slowest"] = times[:30]
+            result["over_10s"] = [t for t in times if max(t["lint_s"], t["fix_s"]) > 10]
         result["repos"][repo.name] = stats
         totals.update(
-            {k: v for k, v in stats.items() if k in ("files", "findings", "internal", "rewritten")}
+            {
+                k: v
+                for k, v in stats.items()
+                if k
+                in (
+                    "files",
+                    "findings",
+                    "internal",
+                    "rewritten",
+                    "lint_s",
+                    "rewrite_s",
+                    "rewrite_2nd_s",
+                )
+            }
         )
         log(f"[robustness] {repo.name}: {stats}")
         if partial:  # a long run leaves usable results behind after every repository
             partial.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     result["totals"] = dict(totals) | {
+        "repos": len(result["repos"]),
         "tracebacks": len(result["tracebacks"]),
         "internal_errors": len(result["internal_errors"]),
         "unparseable": len(result["unparseable"]),
         "not_idempotent": len(result["not_idempotent"]),
+        "parse_errors_reported": len(result["parse_errors_reported"]),
     }
     return result
 
@@ -518,11 +628,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--repo", action="append", help="robustness/speed: only these repos (owner/name, torch)"
     )
+    parser.add_argument(
+        "--time-files",
+        action="store_true",
+        help="robustness: also time lint and fixes per file (a second, in-process pass)",
+    )
     args = parser.parse_args(argv)
 
     if args.command == "robustness":
         result, show = (
-            robustness(args.root, args.jobs, repo_names(args.repo), args.json),
+            robustness(args.root, args.jobs, repo_names(args.repo), args.json, args.time_files),
             print_robustness,
         )
     elif args.command == "accuracy":
