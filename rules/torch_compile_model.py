@@ -128,6 +128,16 @@ class TorchCompileModel(Rule):
                 loss.backward()
             """
         ),
+        Valid(  # a scheduler takes the optimizer, not parameters (yolov5's smart_optimizer)
+            """
+            from torch.optim import lr_scheduler
+            model = Model().cuda()
+            optimizer = smart_optimizer(model, "SGD")
+            scheduler = lr_scheduler.LambdaLR(optimizer, lr_lambda=lf)
+            for x in loader:
+                model(x).sum().backward()
+            """
+        ),
         Valid(  # no optimizer over a model's parameters: not a model training script
             """
             import torch
@@ -428,7 +438,7 @@ class TorchCompileModel(Rule):
                 if isinstance(n.func.value, cst.Name):
                     found.append((n, n.func.value.value))
                 continue
-            if not any(q.startswith("torch.optim.") for q in self.qualified_names(n.func)):
+            if not any(_is_optimizer(q) for q in self.qualified_names(n.func)):
                 continue
             params = arg(n, "params", 0)
             model = self._parameters_owner(n, params.value) if params is not None else None
@@ -453,6 +463,14 @@ class TorchCompileModel(Rule):
             first = last.args[0].value
             return first.value if isinstance(first, cst.Name) else _parameters_of(first)
         return None
+
+
+def _is_optimizer(qualified: str) -> bool:
+    """`torch.optim.AdamW` and the like; not an LR scheduler or SWA helper (they take the
+    optimizer, not parameters)."""
+    return qualified.startswith("torch.optim.") and not qualified.startswith(
+        ("torch.optim.lr_scheduler.", "torch.optim.swa_utils.")
+    )
 
 
 def _parameters_of(expr: cst.BaseExpression) -> str | None:
