@@ -14,13 +14,19 @@ _DATA_PARALLEL = (
     "torch.nn.parallel.DataParallel",
     "torch.nn.parallel.data_parallel.DataParallel",
 )
+# The functional form runs the same scatter/replicate/gather on every call.
+_DATA_PARALLEL_FUNCTION = (
+    "torch.nn.parallel.data_parallel",
+    "torch.nn.parallel.data_parallel.data_parallel",
+)
 
 
 class DataParallel(Rule):
     """
     ## What it does
-    Flags `torch.nn.DataParallel(model)` in a script that can run on a GPU (see
-    `autoopt.lint.device`).
+    Flags `torch.nn.DataParallel(model)`, and its functional form
+    `nn.parallel.data_parallel(module, input, device_ids)` called in a `forward`, in a script
+    that can run on a GPU (see `autoopt.lint.device`).
 
     ## Why
     `DataParallel` is one process driving all GPUs with threads: every step it scatters the
@@ -53,7 +59,7 @@ class DataParallel(Rule):
         "/ `autoopt rewrite --wrap`"
     )
     fix_reason = "moving to DDP changes how the script is launched; use `autoopt rewrite --wrap`"
-    triggers = ("DataParallel",)
+    triggers = ("DataParallel", "data_parallel(")
     requires = (GPU_MARKERS,)
 
     VALID = [
@@ -112,18 +118,32 @@ class DataParallel(Rule):
             line=2,
             message_contains="autoopt",
         ),
+        Invalid(  # the functional form inside forward (pytorch/examples dcgan)
+            """
+            import torch
+            import torch.nn as nn
+            class Generator(nn.Module):
+                def forward(self, input):
+                    if input.is_cuda and self.ngpu > 1:
+                        return nn.parallel.data_parallel(self.main, input, range(self.ngpu))
+                    return self.main(input)
+            netG = Generator(ngpu).to(torch.device("cuda"))
+            """,
+            line=6,
+        ),
     ]
 
     def visit_Call(self, node: cst.Call) -> None:
-        if not self.is_call_to(node, *_DATA_PARALLEL) or not self.facts.device.gpu_path:
+        functional = self.is_call_to(node, *_DATA_PARALLEL_FUNCTION)
+        if not (functional or self.is_call_to(node, *_DATA_PARALLEL)):
             return
-        if self._single_gpu(node):
+        if not self.facts.device.gpu_path or self._single_gpu(node, 2 if functional else 1):
             return
         self.report(node)
 
-    def _single_gpu(self, node: cst.Call) -> bool:
+    def _single_gpu(self, node: cst.Call, ids_position: int) -> bool:
         """Pinned to one device, or only one GPU made visible by the script itself."""
-        ids = arg(node, "device_ids", 1)
+        ids = arg(node, "device_ids", ids_position)
         if (
             ids is not None
             and isinstance(ids.value, cst.List | cst.Tuple)

@@ -9,7 +9,7 @@ import libcst as cst
 from autoopt.lint.calls import arg
 from autoopt.lint.edits import statement_line
 from autoopt.lint.handled import is_hogwild, uses_accelerate
-from autoopt.lint.nodes import contains, is_name, method_name, names_in, walk
+from autoopt.lint.nodes import assignments, contains, is_name, method_name, names_in, walk
 from autoopt.lint.rule import Fix, FixSafety, Invalid, Rule, Valid
 
 _SCRIPTED = (
@@ -25,8 +25,9 @@ _IN_PLACE_COMPILE = (2, 2)  # nn.Module.compile() exists since torch 2.2
 class TorchCompileModel(Rule):
     """
     ## What it does
-    Flags a model that is trained (an optimizer is built from `model.parameters()` and the file
-    has a loop calling `backward()`) without `torch.compile`, and inserts `model.compile()` right
+    Flags a model that is trained (an optimizer is built from `model.parameters()`, from
+    parameter groups a helper makes of the model, or by `model.configure_optimizers(...)`, and
+    the file has a loop calling `backward()`) without `torch.compile`, and inserts `model.compile()` right
     after the model is built and placed (after its last assignment, `.to(...)` or `.cuda()`).
 
     ## Why
@@ -42,7 +43,7 @@ class TorchCompileModel(Rule):
     - A model re-assigned while training (e.g. a best-checkpoint swap inside the epoch loop),
       or built only inside another function: the rule cannot place the call safely and stays
       quiet. A model reloaded after training (to test the best checkpoint) is compiled where it
-      is first built.
+      is first built; one moved while training (`model.cpu()` to save, `.to(device)` back) too.
     - A model already compiled (`model.compile()`, `torch.compile(model)` under any name), and
       files that use TorchScript or `torch._dynamo.optimize`.
     - Scripts driven by HF Accelerate (`Accelerator(...)` compiles through its `dynamo_backend`
@@ -125,6 +126,16 @@ class TorchCompileModel(Rule):
                 loss = model(**batch).loss
                 accelerator.backward(loss)
                 loss.backward()
+            """
+        ),
+        Valid(  # a scheduler takes the optimizer, not parameters (yolov5's smart_optimizer)
+            """
+            from torch.optim import lr_scheduler
+            model = Model().cuda()
+            optimizer = smart_optimizer(model, "SGD")
+            scheduler = lr_scheduler.LambdaLR(optimizer, lr_lambda=lf)
+            for x in loader:
+                model(x).sum().backward()
             """
         ),
         Valid(  # no optimizer over a model's parameters: not a model training script
@@ -231,6 +242,83 @@ class TorchCompileModel(Rule):
                     net(x).sum().backward()
             """,
         ),
+        # Moved to the CPU to save a checkpoint and back while training (pytorch/examples
+        # fast_neural_style): in-place compile survives `.cpu()`/`.to()`.
+        Invalid(
+            """
+            import torch
+            net = TransformerNet().to(device)
+            optimizer = torch.optim.Adam(net.parameters(), 1e-3)
+            for x in loader:
+                net(x).sum().backward()
+                optimizer.step()
+                if step % 1000 == 0:
+                    torch.save(net.eval().cpu().state_dict(), path)
+                    net.to(device).train()
+            """,
+            line=2,
+            fixed="""
+            import torch
+            net = TransformerNet().to(device)
+            net.compile()
+            optimizer = torch.optim.Adam(net.parameters(), 1e-3)
+            for x in loader:
+                net(x).sum().backward()
+                optimizer.step()
+                if step % 1000 == 0:
+                    torch.save(net.eval().cpu().state_dict(), path)
+                    net.to(device).train()
+            """,
+        ),
+        # Parameter groups from a helper over the model (dino's `get_params_groups(student)`).
+        Invalid(
+            """
+            import torch
+            student = DDP(Student().cuda(), device_ids=[gpu])
+            groups = get_params_groups(student)
+            optimizer = torch.optim.AdamW(groups)
+            for x in loader:
+                student(x).sum().backward()
+            """,
+            line=2,
+            fixed="""
+            import torch
+            student = DDP(Student().cuda(), device_ids=[gpu])
+            student.compile()
+            groups = get_params_groups(student)
+            optimizer = torch.optim.AdamW(groups)
+            for x in loader:
+                student(x).sum().backward()
+            """,
+        ),
+        # The model builds its own optimizer (nanoGPT/minGPT/Lightning `configure_optimizers`),
+        # in a Trainer class (minGPT's trainer.py).
+        Invalid(
+            """
+            class Trainer:
+                def run(self):
+                    model, config = self.model, self.config
+                    self.optimizer = model.configure_optimizers(config)
+                    while True:
+                        x, y = next(batches)
+                        logits, self.loss = model(x, y)
+                        self.loss.backward()
+                        self.optimizer.step()
+            """,
+            line=3,
+            fixed="""
+            class Trainer:
+                def run(self):
+                    model, config = self.model, self.config
+                    model.compile()
+                    self.optimizer = model.configure_optimizers(config)
+                    while True:
+                        x, y = next(batches)
+                        logits, self.loss = model(x, y)
+                        self.loss.backward()
+                        self.optimizer.step()
+            """,
+        ),
         Invalid(
             """
             import torch
@@ -252,10 +340,8 @@ class TorchCompileModel(Rule):
         if uses_accelerate(self) or is_hogwild(self):
             return  # Accelerate compiles (`dynamo_backend`); Hogwild shares one eager model
         done: set[str] = set()
-        for opt_call in self._optimizer_calls(node):
-            params = arg(opt_call, "params", 0)
-            model = _parameters_owner(params.value) if params is not None else None
-            if model is None or model in done or self._compiled(node, model):
+        for opt_call, model in self._trained_models(node):
+            if model in done or self._compiled(node, model):
                 continue
             done.add(model)
             self._offer(opt_call, model)  # each trained model (GANs have two)
@@ -276,10 +362,11 @@ class TorchCompileModel(Rule):
             ),
             len(body),
         )
-        builds = [i for i, stmt in enumerate(body[: training + 1]) if _builds(stmt, model)]
+        builds = [i for i, stmt in enumerate(body[:training]) if _builds(stmt, model)]
         # Assigned while training (a best-checkpoint swap): the compiled module would be
-        # replaced. A reload after training (to test the best model) leaves training compiled.
-        if not builds or builds[-1] == training:
+        # replaced. A reload after training (to test the best model) leaves training compiled,
+        # and so does moving it while training (`model.cpu()` to save, `.to(device)` back).
+        if not builds or (training < len(body) and _builds(body[training], model, rebinds=True)):
             return
         anchor = body[builds[-1]]
         version = self.context.target_version
@@ -338,29 +425,69 @@ class TorchCompileModel(Rule):
                 return True
         return False
 
-    def _optimizer_calls(self, module: cst.Module) -> list[cst.Call]:
-        return [
-            n
-            for n in walk(module)
-            if isinstance(n, cst.Call)
-            and any(q.startswith("torch.optim.") for q in self.qualified_names(n.func))
+    def _trained_models(self, module: cst.Module) -> list[tuple[cst.Call, str]]:
+        """(call that builds the optimizer, model) for every optimizer over a model's
+        parameters: `torch.optim.X(model.parameters())`, `torch.optim.X(groups)` with
+        `groups = param_groups(model, ...)` in the same function, or the model's own
+        `model.configure_optimizers(...)` (the nanoGPT/minGPT/Lightning idiom)."""
+        found = []
+        for n in walk(module):
+            if not isinstance(n, cst.Call):
+                continue
+            if method_name(n) == "configure_optimizers" and isinstance(n.func, cst.Attribute):
+                if isinstance(n.func.value, cst.Name):
+                    found.append((n, n.func.value.value))
+                continue
+            if not any(_is_optimizer(q) for q in self.qualified_names(n.func)):
+                continue
+            params = arg(n, "params", 0)
+            model = self._parameters_owner(n, params.value) if params is not None else None
+            if model is not None:
+                found.append((n, model))
+        return found
+
+    def _parameters_owner(self, opt_call: cst.Call, expr: cst.BaseExpression) -> str | None:
+        """`model.parameters()` -> "model" (a plain name only); a name bound in the optimizer's
+        function to a helper over the model (`groups = get_params_groups(model)`) -> "model"."""
+        owner = _parameters_of(expr)
+        if owner is not None or not isinstance(expr, cst.Name):
+            return owner
+        scope = self.facts.enclosing_scope(opt_call)
+        values = [
+            value
+            for target, value, _ in assignments(scope)
+            if target == expr.value and self.facts.before(value, opt_call)
         ]
+        last = values[-1] if values else None
+        if isinstance(last, cst.Call) and last.args and not last.args[0].keyword:
+            first = last.args[0].value
+            return first.value if isinstance(first, cst.Name) else _parameters_of(first)
+        return None
 
 
-def _parameters_owner(expr: cst.BaseExpression) -> str | None:
-    """`model.parameters()` -> "model" (a plain name only)."""
+def _is_optimizer(qualified: str) -> bool:
+    """`torch.optim.AdamW` and the like; not an LR scheduler or SWA helper (they take the
+    optimizer, not parameters)."""
+    return qualified.startswith("torch.optim.") and not qualified.startswith(
+        ("torch.optim.lr_scheduler.", "torch.optim.swa_utils.")
+    )
+
+
+def _parameters_of(expr: cst.BaseExpression) -> str | None:
+    """`model.parameters()` / `model.named_parameters()` -> "model" (a plain name only)."""
     if (
         isinstance(expr, cst.Call)
         and isinstance(expr.func, cst.Attribute)
-        and expr.func.attr.value == "parameters"
+        and expr.func.attr.value in ("parameters", "named_parameters")
         and isinstance(expr.func.value, cst.Name)
     ):
         return expr.func.value.value
     return None
 
 
-def _builds(stmt: cst.BaseStatement, model: str) -> bool:
-    """`stmt` (re)binds `model` or places it (`model.to(...)`, `model.cuda()`, ...)."""
+def _builds(stmt: cst.BaseStatement, model: str, rebinds: bool = False) -> bool:
+    """`stmt` (re)binds `model` or places it (`model.to(...)`, `model.cuda()`, ...); with
+    `rebinds`, only a new binding counts."""
     for n in walk(stmt, into_scopes=False):
         if isinstance(n, cst.AssignTarget | cst.For | cst.AsName | cst.NamedExpr) and (
             model in names_in(n.target if not isinstance(n, cst.AsName) else n.name)
@@ -369,7 +496,8 @@ def _builds(stmt: cst.BaseStatement, model: str) -> bool:
         if isinstance(n, cst.AnnAssign | cst.AugAssign) and model in names_in(n.target):
             return True
         if (
-            isinstance(n, cst.Call)
+            not rebinds
+            and isinstance(n, cst.Call)
             and method_name(n) in _PLACEMENT
             and isinstance(n.func, cst.Attribute)
             and isinstance(n.func.value, cst.Name)
