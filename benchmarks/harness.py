@@ -2,16 +2,19 @@
 
 A configuration is eager fp32, a hand-applied trick or combination of tricks (bf16 autocast,
 channels-last, torch.compile, activation checkpointing), `autoopt.optimize()` with its defaults,
-`optimize(tune=True)`, or a peer (Accelerate, Lightning Fabric) set up as its docs say. Each one
-trains a fresh copy of the same seeded model on the same seeded batches with AdamW: `warmup` steps
-first (timed apart: that is where compilation happens), then `repeats` blocks of `steps` steps.
+`optimize(tune=True)`, or a peer (Accelerate, Lightning Fabric) set up as its docs say, in its
+bf16 and its fp32 configurations. Each one trains a fresh copy of the same seeded model on the
+same seeded batches with AdamW: `warmup` steps first (timed apart: that is where compilation
+happens), then `repeats` blocks of `steps` steps. By default the blocks of all configurations of
+a workload run interleaved in one process (see `run_suite`); the step time is the median block.
 
 The oracle is the fastest of the hand-applied configurations, i.e. the best plan found by
-exhaustive search over the tricks. Peak memory is the CUDA allocator's peak on a GPU; on a CPU it
-is the growth of the process's resident set (Linux VmHWM, reset before each configuration) over
-what it was before the first step, i.e. activations, gradients, optimizer state and compiler
-workspace. Run each configuration in its own process (`isolate=True`, the default of the CLI) for
-clean memory figures and compiler caches.
+exhaustive search over the tricks; the best peer the fastest peer configuration. Peak memory is
+the CUDA allocator's peak on a GPU; on a CPU it is the growth of the process's resident set
+(Linux VmHWM, reset before each configuration) over the set-up and warm-up steps, i.e.
+activations, gradients, optimizer state and compiler workspace (approximate when the
+configurations share a process: one may reuse memory another freed). `isolate=True` runs each
+configuration alone in its own process, for clean memory figures and compiler caches.
 
 `python -m benchmarks.harness --one WORKLOAD CONFIG` runs one configuration and prints its JSON;
 the isolated suite is built on that.
@@ -70,14 +73,22 @@ def configs_for(workload: Workload) -> list[Config]:
             out.append(Config("+".join(combo), "trick", frozenset(combo)))
     if workload.sequential:
         out.append(Config("checkpoint", "trick", frozenset({"checkpoint"})))
-    out += [
-        Config("autoopt", "autoopt"),
-        Config("autoopt-tune", "autoopt"),
-        Config("accelerate-bf16", "peer", package="accelerate"),
-        Config("accelerate-bf16+compile", "peer", package="accelerate"),
-        Config("fabric-bf16", "peer", package="lightning"),
-    ]
+    out += [Config("autoopt", "autoopt"), Config("autoopt-tune", "autoopt")]
+    out += [Config(name, "peer", package=package) for name, package in PEERS.items()]
     return out
+
+
+# Each peer in the configurations its users pick: bf16 mixed precision, and fp32 (what a user
+# of a CPU without native bf16 picks, where bf16 is emulated), each Accelerate one with and
+# without its dynamo backend. The best peer of a workload is the fastest of all of them.
+PEERS = {
+    "accelerate-bf16": "accelerate",
+    "accelerate-bf16+compile": "accelerate",
+    "accelerate-fp32": "accelerate",
+    "accelerate-fp32+compile": "accelerate",
+    "fabric-bf16": "lightning",
+    "fabric-fp32": "lightning",
+}
 
 
 def config_names(workload: Workload) -> list[str]:
@@ -91,6 +102,88 @@ def default_device() -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
+class Session:
+    """One configuration of a workload, set up and warmed up, timing blocks of steps on demand:
+    the unit both the isolated and the interleaved suite are built from."""
+
+    def __init__(self, workload: Workload, config: Config, device: torch.device) -> None:
+        self.workload = workload
+        self.config = config
+        self.device = device
+        self.result: dict[str, Any] = {"name": config.name, "kind": config.kind, "status": "ok"}
+        self.step: Step | None = None
+        self.batches: Iterator[Any] = iter(())
+        self.blocks_ms: list[float] = []
+        self.loss: torch.Tensor | None = None
+
+    def start(self, warmup: int) -> None:
+        """Set the configuration up and run the warm-up steps (where compilation happens). Peak
+        memory is taken over these: the steps after them allocate nothing new."""
+        config, device = self.config, self.device
+        if config.package and (why := peers.missing(config.package)):
+            self.result.update(status="skipped", reason=why)
+            return
+        try:
+            torch.manual_seed(0)
+            model = self.workload.model()
+            loader = self.workload.loader()
+            optimizer = torch.optim.AdamW(model.parameters(), lr=LR)
+            _reset_peak(device)
+            start = time.perf_counter()
+            loader, step, notes = _prepare(config, self.workload, model, loader, optimizer, device)
+            self.result["setup_s"] = round(time.perf_counter() - start, 3)
+            self.result.update(notes)
+            self.batches = _endless(loader)
+            base = _memory_now(device)
+            _reset_peak(device)
+            start = time.perf_counter()
+            for _ in range(warmup):
+                self.loss = step(*next(self.batches))
+            _sync(device)
+            self.result["warmup_s"] = round(time.perf_counter() - start, 3)
+            self.result["peak_mem_mb"] = round(max(0.0, _memory_peak(device) - base) / 2**20, 1)
+            self.step = step
+        except Exception as err:  # a configuration that breaks is a finding, not a crash
+            self._fail(err)
+
+    def block(self, steps: int) -> None:
+        """Time `steps` steps; their mean is one sample of the configuration's step time."""
+        if self.step is None:
+            return
+        try:
+            start = time.perf_counter()
+            for _ in range(steps):
+                self.loss = self.step(*next(self.batches))
+            _sync(self.device)
+            self.blocks_ms.append((time.perf_counter() - start) * 1000 / steps)
+        except Exception as err:
+            self._fail(err)
+
+    def finish(self) -> dict[str, Any]:
+        """The result row (medians over the blocks); frees the model and its batches."""
+        if self.step is not None and self.blocks_ms:
+            median = statistics.median(self.blocks_ms)
+            self.result.update(
+                ms_median=round(median, 3),
+                ms_min=round(min(self.blocks_ms), 3),
+                ms_max=round(max(self.blocks_ms), 3),
+                spread_pct=round(100 * (max(self.blocks_ms) - min(self.blocks_ms)) / median, 1),
+                repeats_ms=[round(ms, 3) for ms in self.blocks_ms],
+            )
+            if self.loss is not None:
+                self.result["final_loss"] = round(float(self.loss.detach()), 5)
+        self.step, self.batches, self.loss = None, iter(()), None
+        return self.result
+
+    def _fail(self, err: Exception) -> None:
+        self.result = {
+            **self.result,
+            "status": "failed",
+            "reason": f"{type(err).__name__}: {err}"[:300],
+        }
+        self.step = None
+
+
 def run_config(
     workload: Workload,
     config: Config,
@@ -100,51 +193,13 @@ def run_config(
     warmup: int,
     device: torch.device | None = None,
 ) -> dict[str, Any]:
-    """Train `workload` the way `config` says and measure it. Never raises: a configuration that
-    cannot run comes back with status "skipped" or "failed" and the reason."""
-    device = device or default_device()
-    result: dict[str, Any] = {"name": config.name, "kind": config.kind, "status": "ok"}
-    if config.package and (why := peers.missing(config.package)):
-        return {**result, "status": "skipped", "reason": why}
-    try:
-        torch.manual_seed(0)
-        model = workload.model()
-        loader = workload.loader()
-        optimizer = torch.optim.AdamW(model.parameters(), lr=LR)
-        _reset_peak(device)
-        start = time.perf_counter()
-        loader, step, notes = _prepare(config, workload, model, loader, optimizer, device)
-        result["setup_s"] = round(time.perf_counter() - start, 3)
-        result.update(notes)
-        batches = _endless(loader)
-        base = _memory_now(device)
-        _reset_peak(device)
-
-        start = time.perf_counter()
-        for _ in range(warmup):
-            loss = step(*next(batches))
-        _sync(device)
-        result["warmup_s"] = round(time.perf_counter() - start, 3)
-        block_ms: list[float] = []
-        for _ in range(repeats):
-            start = time.perf_counter()
-            for _ in range(steps):
-                loss = step(*next(batches))
-            _sync(device)
-            block_ms.append((time.perf_counter() - start) * 1000 / steps)
-        result["peak_mem_mb"] = round(max(0.0, _memory_peak(device) - base) / 2**20, 1)
-        result["final_loss"] = round(float(loss.detach()), 5)
-    except Exception as err:  # a configuration that breaks is a finding, not a crash
-        return {**result, "status": "failed", "reason": f"{type(err).__name__}: {err}"[:300]}
-    median = statistics.median(block_ms)
-    result.update(
-        ms_median=round(median, 3),
-        ms_min=round(min(block_ms), 3),
-        ms_max=round(max(block_ms), 3),
-        spread_pct=round(100 * (max(block_ms) - min(block_ms)) / median, 1),
-        repeats_ms=[round(ms, 3) for ms in block_ms],
-    )
-    return result
+    """Train `workload` the way `config` says and measure it, alone. Never raises: a
+    configuration that cannot run comes back with status "skipped" or "failed" and the reason."""
+    session = Session(workload, config, device or default_device())
+    session.start(warmup)
+    for _ in range(repeats):
+        session.block(steps)
+    return session.finish()
 
 
 def _prepare(
@@ -168,12 +223,14 @@ def _prepare(
         return _tuned(model, loader, optimizer, loss_fn)
     if config.name.startswith("accelerate"):
         model.to(device)
+        precision = "bf16" if "bf16" in config.name else "no"
         loader, step = peers.accelerate(
-            model, optimizer, loader, loss_fn, compile="compile" in config.name
+            model, optimizer, loader, loss_fn, precision, compile="compile" in config.name
         )
         return loader, step, {}
-    if config.name == "fabric-bf16":
-        loader, step = peers.fabric(model, optimizer, loader, loss_fn)
+    if config.name.startswith("fabric"):
+        precision = "bf16-mixed" if "bf16" in config.name else "32-true"
+        loader, step = peers.fabric(model, optimizer, loader, loss_fn, precision)
         return loader, step, {}
     raise ValueError(f"unknown configuration {config.name!r}")
 
@@ -346,6 +403,9 @@ def measure_peak(device: torch.device | None = None, n: int = 1024) -> dict[str,
 # --- the suite --------------------------------------------------------------------------------
 
 
+Progress = Callable[[str, int, int], None]  # (what runs now, events done, events in all)
+
+
 def run_suite(
     workloads: list[str] | None = None,
     *,
@@ -353,10 +413,18 @@ def run_suite(
     steps: int = 10,
     repeats: int = 3,
     warmup: int = 3,
-    isolate: bool = True,
-    progress: Callable[[str], None] | None = None,
+    isolate: bool = False,
+    progress: Progress | None = None,
 ) -> dict[str, Any]:
-    """Run every configuration of every workload named (all by default) and summarise."""
+    """Run every configuration of every workload named (all by default) and summarise.
+
+    By default the configurations of a workload run interleaved in this process: each is set
+    up and warmed up, then the timed blocks go round-robin (block 1 of every configuration,
+    then block 2, ...), so load from other processes that comes and goes slows every
+    configuration alike; medians over the blocks. Configurations whose models would not fit
+    in memory together run in consecutive groups. `isolate=True` runs each configuration alone
+    in its own process instead (clean memory figures and compiler caches, but a burst of load
+    lands on whichever configuration runs then)."""
     names = workloads or list(WORKLOADS)
     unknown = [n for n in names if n not in WORKLOADS]
     if unknown:
@@ -370,24 +438,104 @@ def run_suite(
         "workloads": [],
     }
     peak = results["machine"]["peak_gflops"]["best"]
-    for name in names:
+    plan = {name: selected_configs(WORKLOADS[name], configs) for name in names}
+    per_config = 1 if isolate else 1 + repeats  # progress events: set-up, then each block
+    ticker = _Ticker(progress, sum(len(c) for c in plan.values()) * per_config)
+    if not isolate:
+        _allow_recompiles()
+    for name, wanted in plan.items():
         workload = WORKLOADS[name]
-        wanted = [c for c in configs_for(workload) if not configs or c.name in configs]
-        if configs and "eager" not in [c.name for c in wanted]:
-            wanted.insert(0, configs_for(workload)[0])  # speed-ups need the eager baseline
-        rows = []
-        for config in wanted:
-            if progress is not None:
-                progress(f"{name}: {config.name}")
-            kwargs = {"steps": steps, "repeats": repeats, "warmup": warmup}
-            if isolate:
+        kwargs = {"steps": steps, "repeats": repeats, "warmup": warmup}
+        if isolate:
+            rows = []
+            for config in wanted:
+                ticker(f"{name}: {config.name}")
                 rows.append(_run_isolated(name, config.name, **kwargs))
-            else:
-                rows.append(run_config(workload, config, device=device, **kwargs))
+        else:
+            rows = run_interleaved(workload, wanted, device=device, ticker=ticker, **kwargs)
         flops = count_flops(workload, device)
         results["workloads"].append(summarise(workload, rows, flops, peak))
+    ticker.done()
     results["machine"]["load_avg_end"] = _load_avg()
     return results
+
+
+def selected_configs(workload: Workload, names: list[str] | None) -> list[Config]:
+    """The configurations of `workload` named (all when None), eager always among them."""
+    every = configs_for(workload)
+    if not names:
+        return every
+    return [c for c in every if c.name in names or c.name == "eager"]
+
+
+def run_interleaved(
+    workload: Workload,
+    configs: list[Config],
+    *,
+    steps: int,
+    repeats: int,
+    warmup: int,
+    device: torch.device,
+    ticker: Callable[[str], None],
+) -> list[dict[str, Any]]:
+    """The configurations in this process, timed blocks round-robin (see `run_suite`)."""
+    rows: dict[str, dict[str, Any]] = {}
+    for group in _groups_that_fit(workload, configs, device):
+        sessions = []
+        for config in group:
+            ticker(f"{workload.name}: {config.name} (set-up + {warmup} warm-up steps)")
+            session = Session(workload, config, device)
+            session.start(warmup)
+            sessions.append(session)
+        for r in range(repeats):
+            for session in sessions:
+                ticker(f"{workload.name}: {session.config.name} (block {r + 1}/{repeats})")
+                session.block(steps)
+        for session in sessions:
+            rows[session.config.name] = session.finish()
+    return [rows[c.name] for c in configs]
+
+
+def _groups_that_fit(
+    workload: Workload, configs: list[Config], device: torch.device
+) -> list[list[Config]]:
+    """Consecutive groups of configurations whose models, gradients and AdamW state (4x the
+    parameters, twice for activations and compiler workspace) fit in a third of the memory."""
+    from autoopt.runtime.hardware import available_host_memory
+
+    size = sum(p.numel() * p.element_size() for p in workload.model().parameters())
+    if device.type == "cuda":
+        available = torch.cuda.mem_get_info(device)[0]
+    else:
+        available = available_host_memory() or 2**30
+    per_group = max(1, int(available / 3 // (8 * size or 1)))
+    return [configs[i : i + per_group] for i in range(0, len(configs), per_group)]
+
+
+def _allow_recompiles() -> None:
+    """Configurations that compile share this process and the model class's forward code:
+    dynamo's per-code recompile limit (8) would otherwise leave later ones silently eager."""
+    import torch._dynamo.config as dynamo_config
+
+    dynamo_config.recompile_limit = max(dynamo_config.recompile_limit, 256)
+
+
+class _Ticker:
+    """Counts progress events and reports each with its number: '(3/40) cnn: bf16'."""
+
+    def __init__(self, progress: Progress | None, total: int) -> None:
+        self.progress = progress
+        self.total = total
+        self.count = 0
+
+    def __call__(self, label: str) -> None:
+        if self.progress is not None:
+            self.progress(label, self.count, self.total)
+        self.count += 1
+
+    def done(self) -> None:
+        if self.progress is not None:
+            self.progress("done", self.count, self.total)
 
 
 def _run_isolated(workload: str, config: str, **kwargs: int) -> dict[str, Any]:

@@ -1,5 +1,7 @@
 """The peers, configured as their users would when they are installed: Hugging Face Accelerate
-and Lightning Fabric. Both are optional; a missing one is a skip with a note, never an error."""
+and Lightning Fabric, each in its bf16 mixed-precision and its fp32 configuration (a user on a
+CPU without native bf16 picks fp32: there bf16 is emulated and slower). Both are optional; a
+missing one is a skip with a note, never an error."""
 
 from __future__ import annotations
 
@@ -26,14 +28,20 @@ def accelerate(
     optimizer: torch.optim.Optimizer,
     loader: Any,
     loss_fn: Callable[[Any, Any], torch.Tensor],
+    precision: str,
     compile: bool,
 ) -> tuple[Any, Callable[[Any, Any], torch.Tensor]]:
-    """`Accelerator(mixed_precision="bf16")`, with torch.compile through its `dynamo_backend`
-    option as the Accelerate docs suggest; the loop calls `accelerator.backward(loss)`."""
+    """`Accelerator(mixed_precision=precision)` ("bf16" or "no"), with torch.compile through
+    its `dynamo_backend` option as the Accelerate docs suggest; the loop calls
+    `accelerator.backward(loss)`."""
     from accelerate import Accelerator
+    from accelerate.state import AcceleratorState
 
+    # One process may set up several configurations (interleaved runs): Accelerate keeps its
+    # state in a process-wide singleton that refuses a second, different mixed_precision.
+    AcceleratorState._reset_state(reset_partial_state=True)
     accelerator = Accelerator(
-        mixed_precision="bf16", dynamo_backend="inductor" if compile else "no"
+        mixed_precision=precision, dynamo_backend="inductor" if compile else "no"
     )
     model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
 
@@ -52,11 +60,13 @@ def fabric(
     optimizer: torch.optim.Optimizer,
     loader: Any,
     loss_fn: Callable[[Any, Any], torch.Tensor],
+    precision: str,
 ) -> tuple[Any, Callable[[Any, Any], torch.Tensor]]:
-    """`Fabric(precision="bf16-mixed")` on one device; the loop calls `fabric.backward(loss)`."""
+    """`Fabric(precision=precision)` ("bf16-mixed" or "32-true") on one device; the loop calls
+    `fabric.backward(loss)`."""
     from lightning.fabric import Fabric
 
-    fabric = Fabric(accelerator="auto", devices=1, precision="bf16-mixed")
+    fabric = Fabric(accelerator="auto", devices=1, precision=precision)
     fabric.launch()
     model, optimizer = fabric.setup(model, optimizer)
     loader = fabric.setup_dataloaders(loader)

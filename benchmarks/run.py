@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +39,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--no-isolate", action="store_true")
+    parser.add_argument("--isolate", action="store_true", help="each configuration alone")
     parser.add_argument("--merge", nargs="+", type=Path, help="merge these result files")
     parser.add_argument("--json", type=Path)
     parser.add_argument("--markdown", type=Path)
@@ -54,8 +53,8 @@ def main(argv: list[str] | None = None) -> None:
             steps=args.steps,
             repeats=args.repeats,
             warmup=args.warmup,
-            isolate=not args.no_isolate,
-            progress=lambda label: print(label, file=sys.stderr),
+            isolate=args.isolate,
+            progress=bench.progress_line,
         )
     table = bench.markdown(results)
     print(table)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 
@@ -48,9 +49,10 @@ def doctor(as_json: bool, model_spec: str | None) -> None:
 @click.option("--warmup", default=3, show_default=True, help="Untimed warm-up steps.")
 @click.option(
     "--isolate/--no-isolate",
-    default=True,
+    default=False,
     show_default=True,
-    help="Run each configuration in its own process (clean memory and compiler caches).",
+    help="Run each configuration alone in its own process (clean memory figures and compiler "
+    "caches) instead of interleaving the timed blocks of a workload's configurations in one.",
 )
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Write results here.")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), help="Write a PNG chart.")
@@ -90,39 +92,27 @@ def bench(
         )
     if steps < 1 or repeats < 1 or warmup < 0:
         raise click.BadParameter("--steps and --repeats must be >= 1, --warmup >= 0")
-    names = list(workloads) or list(harness.WORKLOADS)
-    total = sum(
-        len(
-            [
-                c
-                for c in harness.configs_for(harness.WORKLOADS[n])
-                if not configs or c.name in configs
-            ]
-        )
-        + (1 if configs and "eager" not in configs else 0)
-        for n in names
+    run = functools.partial(
+        harness.run_suite,
+        list(workloads) or None,
+        configs=list(configs) or None,
+        steps=steps,
+        repeats=repeats,
+        warmup=warmup,
+        isolate=isolate,
     )
-    with click.progressbar(
-        length=total, label="benchmarking", file=sys.stderr, item_show_func=lambda s: s
-    ) as bar:
-        current: list[str] = []
+    if sys.stderr.isatty():
+        with click.progressbar(
+            length=1, label="benchmarking", file=sys.stderr, item_show_func=lambda s: s
+        ) as bar:
 
-        def progress(label: str) -> None:
-            if current:
-                bar.update(1)
-            current[:] = [label]
-            bar.update(0, label)
+            def show(label: str, done: int, total: int) -> None:
+                bar.length = total
+                bar.update(done - bar.pos, label)
 
-        results = harness.run_suite(
-            names,
-            configs=list(configs) or None,
-            steps=steps,
-            repeats=repeats,
-            warmup=warmup,
-            isolate=isolate,
-            progress=progress,
-        )
-        bar.update(1)
+            results = run(progress=show)
+    else:  # a log or a pipe: a progress bar would print nothing until the end
+        results = run(progress=bench_module.progress_line)
     table = bench_module.markdown(results)
     click.echo(table)
     if json_path:

@@ -72,13 +72,22 @@ def results(tmp_path, monkeypatch):
     ]
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 0, result.output
-    assert "| tiny |" in result.output  # the summary table on stdout
+    assert "| tiny |" in result.stdout  # the summary table on stdout
+    # Progress on stderr, one line per step of the suite, naming the workload and configuration
+    # (not a bar: stderr is not a terminal here).
+    lines = result.stderr.splitlines()
+    n = len(harness.config_names(TINY)) * 2  # set-up, then one timed block each
+    assert lines[0] == "[ 0/" + str(n) + "] tiny: eager (set-up + 1 warm-up steps)", lines[:3]
+    assert "] tiny: autoopt-tune (block 1/1)" in result.stderr
+    assert f"[{n}/{n}] done" in lines and "tiny: autoopt (block 1/1)" in result.stderr
     return json.loads(out.read_text())
 
 
 def test_every_configuration_has_a_number_or_a_reason(results):
     assert results["schema"] == harness.SCHEMA
     assert results["settings"] == {"steps": 2, "repeats": 1, "warmup": 1, "isolate": False}
+    peers = {"accelerate-fp32", "accelerate-fp32+compile", "fabric-fp32", "fabric-bf16"}
+    assert peers <= set(harness.config_names(TINY))  # fp32 peers, not only bf16 ones
     assert results["machine"]["peak_gflops"]["best"] > 0
     (w,) = results["workloads"]
     assert w["name"] == "tiny" and w["flops_per_step"] > 0
@@ -113,3 +122,20 @@ def test_unknown_workload_is_a_usage_error():
     result = CliRunner().invoke(main, ["bench", "--workload", "nope"])
     assert result.exit_code == 2
     assert "cnn" in result.output
+
+
+def test_the_best_peer_is_the_fastest_of_all_peer_configurations() -> None:
+    def row(name: str, kind: str, ms: float) -> dict:
+        return {"name": name, "kind": kind, "status": "ok", "ms_median": ms}
+
+    rows = [
+        row("eager", "baseline", 10.0),
+        row("bf16", "trick", 40.0),  # bf16 emulated: slower than eager
+        row("autoopt", "autoopt", 9.0),
+        row("accelerate-bf16", "peer", 45.0),
+        row("accelerate-fp32", "peer", 9.5),
+        row("fabric-fp32", "peer", 10.5),
+    ]
+    summary = harness.summarise(TINY, rows, flops=0, peak_gflops=1.0)
+    assert summary["best_peer"] == "accelerate-fp32" and summary["oracle"] == "eager"
+    assert rows[2]["vs_best_peer"] == round(9.0 / 9.5, 3)

@@ -326,3 +326,20 @@ def test_the_default_plan_is_what_the_passes_choose(monkeypatch):
     assert tune.default_plan(conv, options) == tune.Plan(False, "jit", True)
     monkeypatch.setattr(amp_pass, "choose", lambda *a: (torch.float16, "forced"))
     assert tune.default_plan(conv, options).amp == "fp16"
+
+
+def test_a_plan_faster_by_median_but_not_step_for_step_keeps_the_default() -> None:
+    from autoopt.runtime.tune import Measurement, Plan
+    from autoopt.runtime.tune.decision import pick
+
+    default, other = Plan(amp="bf16"), Plan()
+    # Load came and went between rounds: the other plan's median is lower, but in each round
+    # (steps run side by side) it was no faster than the default.
+    base = Measurement("bf16", 12.0, steps_ms=[10.0, 12.0, 20.0, 20.0, 10.0])
+    noisy = Measurement("fp32", 10.5, steps_ms=[10.5, 12.5, 20.5, 10.5, 10.0])
+    picked = pick([(default, base), (other, noisy)], default)
+    assert picked is not None and picked[0] == default
+    # Faster in every round by more than the noise margin: it wins.
+    clear = Measurement("fp32", 9.0, steps_ms=[9.0, 10.0, 16.0, 16.0, 8.0])
+    picked = pick([(default, base), (other, clear)], default)
+    assert picked is not None and picked[0] == other

@@ -36,7 +36,7 @@ def test_fused_adamw_keeps_the_users_param_groups() -> None:
     assert [g["weight_decay"] for g in groups] == [0.1, 0.01]
     assert all(g["fused"] is True for g in groups) and optimizer.defaults["fused"] is True
     result = autoopt.report(model)["backends"]
-    assert result.status.value == "applied" and "fused AdamW" in result.detail
+    assert result.status.value == "applied" and "timing fused, foreach, default" in result.detail
 
 
 def test_fused_step_gives_the_same_training_as_the_default_step() -> None:
@@ -70,7 +70,7 @@ def test_no_fused_kernel_means_foreach() -> None:
     optimizer = torch.optim.RMSprop(model.parameters(), lr=0.01)
     model, optimizer = autoopt.optimize(model, optimizer=optimizer, verbose=False)
     assert optimizer.param_groups[0]["foreach"] is True
-    assert "foreach RMSprop" in autoopt.report(model)["backends"].detail
+    assert "RMSprop step: timing foreach, default" in autoopt.report(model)["backends"].detail
 
 
 def test_optimizer_with_state_is_not_switched_to_fused() -> None:
@@ -110,3 +110,73 @@ def test_choose_optimizer_decides_without_changing_the_optimizer() -> None:
     assert "step" in why
     settings, why = backends.choose_flags(torch.device("cpu"), deterministic=True)
     assert settings == {"cudnn.deterministic": True, "cudnn.benchmark": False}
+
+
+class StepClock:
+    """A fake clock: a step of the optimizer's current implementation takes COSTS[impl] s."""
+
+    def __init__(self, optimizer: torch.optim.Optimizer, costs: dict[str, float]) -> None:
+        self.optimizer = optimizer
+        self.costs = costs
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        group = self.optimizer.param_groups[0]
+        impl = "fused" if group["fused"] else "foreach" if group["foreach"] else "default"
+        self.now += self.costs[impl]  # so the time between two reads is the second's cost
+        return self.now
+
+
+def _timed_optimize(
+    monkeypatch: pytest.MonkeyPatch, costs: dict[str, float]
+) -> tuple[torch.nn.Module, torch.optim.Optimizer, StepClock]:
+    torch.manual_seed(0)
+    model = MLP()
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+    clock = StepClock(optimizer, costs)
+    monkeypatch.setattr(backends, "CLOCK", clock)
+    model, optimizer = autoopt.optimize(
+        model, optimizer=optimizer, amp=False, compile=False, verbose=False
+    )
+    return model, optimizer, clock
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the timing runs on CPU")
+@pytest.mark.parametrize("winner", ["fused", "foreach", "default"])
+def test_cpu_keeps_the_step_measured_fastest(monkeypatch: pytest.MonkeyPatch, winner: str) -> None:
+    costs = {"fused": 0.0015, "foreach": 0.0016, "default": 0.0018, winner: 0.001}
+    model, optimizer, _ = _timed_optimize(monkeypatch, costs)
+    reference = MLP()
+    reference.load_state_dict(autoopt.unwrap(model).state_dict())
+    ref_opt = torch.optim.Adam(reference.parameters(), lr=0.01)
+    x, y = mlp_data(160)
+    train(model, optimizer, batches(x, y, 16), epochs=1)
+    train(reference, ref_opt, batches(x, y, 16), epochs=1)
+    detail = autoopt.report(model)["backends"].detail
+    assert f"{winner} Adam step: fastest of" in detail, detail
+    assert f"{winner} 1 ms ({backends.ROUNDS}x)" in detail and "training steps 2-10" in detail
+    group = optimizer.param_groups[0]
+    expected = {"fused": (True, False), "foreach": (False, True), "default": (None, None)}
+    assert (group["fused"], group["foreach"]) == expected[winner]
+    # Whatever ran on which step, the training is the user's optimizer's (fp32 rounding apart).
+    for p, q in zip(model.parameters(), reference.parameters(), strict=True):
+        torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-5)
+    # A checkpoint holds the user's flags; loading one gives the winner's back.
+    state = optimizer.state_dict()
+    assert state["param_groups"][0]["fused"] is None
+    optimizer.load_state_dict(state)
+    assert (optimizer.param_groups[0]["fused"], optimizer.param_groups[0]["foreach"]) == (
+        expected[winner]
+    )
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the timing runs on CPU")
+def test_a_step_twice_as_slow_drops_out_after_one_turn(monkeypatch: pytest.MonkeyPatch) -> None:
+    model, optimizer, _ = _timed_optimize(
+        monkeypatch, {"fused": 0.001, "foreach": 0.0011, "default": 0.01}
+    )
+    x, y = mlp_data(160)
+    train(model, optimizer, batches(x, y, 16), epochs=1)
+    detail = autoopt.report(model)["backends"].detail
+    assert f"fused Adam step: fastest of fused 1 ms ({backends.ROUNDS}x)" in detail, detail
+    assert "default 10 ms (1x)" in detail

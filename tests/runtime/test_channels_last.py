@@ -165,3 +165,60 @@ def test_lazy_modules_stand_down_until_materialized(option: str | bool) -> None:
     plain(x).sum().backward()
     for p, q in zip(model.parameters(), plain.parameters(), strict=True):
         torch.testing.assert_close(p.grad, q.grad)
+
+
+class LayoutClock:
+    """A fake clock: a forward in NHWC takes COSTS["channels_last"] s, else COSTS["contiguous"]."""
+
+    def __init__(self, model: nn.Module, costs: dict[str, float]) -> None:
+        self.weight = model.features[0].weight
+        self.costs = costs
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        nhwc = not self.weight.is_contiguous() and self.weight.is_contiguous(memory_format=CL)
+        self.now += self.costs["channels_last" if nhwc else "contiguous"]
+        return self.now
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the measurement runs on CPU")
+@pytest.mark.parametrize("winner", ["channels_last", "contiguous"])
+def test_cpu_keeps_the_layout_measured_faster(monkeypatch: pytest.MonkeyPatch, winner: str) -> None:
+    torch.manual_seed(0)
+    reference = SmallCNN()
+    model = copy.deepcopy(reference)
+    costs = {"channels_last": 0.002, "contiguous": 0.002, winner: 0.001}
+    monkeypatch.setattr(cl_pass, "CLOCK", LayoutClock(model, costs))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    ref_opt = torch.optim.SGD(reference.parameters(), lr=0.1)
+    model, opt = autoopt.optimize(model, optimizer=opt, amp=False, verbose=False)
+    assert (
+        "measured faster than NCHW at the first forward"
+        in autoopt.report(model)["channels_last"].detail
+    )
+    x, y = cnn_data(32)
+    train(model, opt, batches(x, y, 8), epochs=1)
+    train(reference, ref_opt, batches(x, y, 8), epochs=1)
+    result = autoopt.report(model)["channels_last"]
+    times = f"channels_last {costs['channels_last'] * 1000:g} ms ({cl_pass.ROUNDS}x)"
+    assert times in result.detail, result.detail
+    nhwc = model.features[0].weight.is_contiguous(memory_format=CL)
+    assert nhwc == (winner == "channels_last")
+    assert nhwc or model.features[0].weight.is_contiguous()
+    assert result.status.value == ("applied" if nhwc else "skipped"), result.detail
+    # The timed forwards left no trace: BatchNorm statistics, weights, train mode as eager's.
+    assert model.training and model.features[1].training
+    for mine, theirs in zip(
+        model.state_dict().values(), reference.state_dict().values(), strict=True
+    ):
+        torch.testing.assert_close(mine, theirs, rtol=1e-4, atol=1e-5)
+
+
+def test_an_explicit_true_or_a_compiled_forward_is_not_measured(monkeypatch) -> None:
+    clock = LayoutClock(SmallCNN(), {"channels_last": 1.0, "contiguous": 0.001})
+    monkeypatch.setattr(cl_pass, "CLOCK", clock)
+    for kwargs in ({"channels_last": True}, {"compile": "jit"}):
+        model = autoopt.optimize(SmallCNN(), amp=False, verbose=False, **kwargs)
+        model(torch.randn(2, 3, 16, 16))
+        assert "measured" not in autoopt.report(model)["channels_last"].detail
+    assert clock.now == 0.0

@@ -79,12 +79,13 @@ def test_resume_across_plain_and_optimized_equals_an_uninterrupted_run(
     resumed, resumed_opt = pairs[then]()
     resumed.load_state_dict(checkpoint["model"])
     resumed_opt.load_state_dict(copy.deepcopy(checkpoint["optimizer"]))
+    if then == "optimized":  # autoopt's choice came back after loading a plain checkpoint
+        assert resumed_opt.param_groups[0]["fused"] or resumed_opt.param_groups[0]["foreach"]
     train(resumed, resumed_opt, data[STEPS:])
     # Tolerance: fp32 noise of fused vs for-loop Adam and NHWC vs NCHW convolutions over 8
     # steps; a wrong flag or layout in the checkpoint moves parameters by ~1e-2.
     for mine, theirs in zip(resumed.parameters(), reference.parameters(), strict=True):
         torch.testing.assert_close(mine, theirs, rtol=1e-4, atol=2e-5)
-    if then == "optimized":  # autoopt's choices came back after loading a plain checkpoint
-        assert resumed_opt.param_groups[0]["fused"] or resumed_opt.param_groups[0]["foreach"]
+    if then == "optimized":  # the state is laid out like the (channels-last) parameters
         state = resumed_opt.state[resumed.features[0].weight]["exp_avg"]
         assert state.stride() == resumed.features[0].weight.stride()

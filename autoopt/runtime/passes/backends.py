@@ -3,11 +3,15 @@
 CUDA: `cudnn.benchmark=True` and TF32 matmul/convolutions (Ampere+), unless `deterministic=True`,
 which sets `cudnn.deterministic=True, benchmark=False` instead.
 
-Optimizer: torch's default step on CPU is a Python loop over tensors; the fused step does the
-whole update in one kernel and foreach in a few, both faster (figures in
-docs/benchmarks/optimizer-step.md). So fused is chosen on CPU as on CUDA, wherever this torch
-has it for the optimizer class on that device; else foreach (on CPU torch runs foreach as a
-per-tensor fallback, which is still faster than the default loop).
+Optimizer: on CUDA the fused step (one kernel for the whole update) is faster than foreach
+(a few kernels) and the default step, on every GPU: it is chosen there, else foreach. On CPU it
+depends on the machine and the parameters (the fused kernel won 4x on one CPU and lost to the
+default loop on the channels-last CNN of another; figures in docs/benchmarks/optimizer-step.md),
+so the candidates (fused, foreach, the default step) are timed on the real optimizer: after the
+first step (which creates the state), each runs real steps in turn (ROUNDS turns; a candidate
+twice as slow as the best drops out), and the fastest by median stays; the report says what was
+measured. They compute the same update up to fp32 rounding, so the training is the same
+whichever runs. Under torchrun every rank must make the same choice, so there the rule stands.
 Support is probed by building and stepping a throwaway optimizer of the same class, which covers
 every version- and device-specific check torch makes. The user's param groups and their options
 stay as they are; only `fused`/`foreach` change. An explicit `fused=`/`foreach=` is respected.
@@ -18,17 +22,23 @@ from __future__ import annotations
 
 import functools
 import inspect
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch.utils._foreach_utils import _get_fused_kernels_supported_devices
 
-from autoopt.runtime import hardware, optimizer_state
-from autoopt.runtime.context import Context
-from autoopt.runtime.report import PassResult
+from autoopt.runtime import hardware, optimizer_state, timing
+from autoopt.runtime.context import Context, StepLayer
+from autoopt.runtime.report import PassResult, Report
 
 NAME = "backends"
+
+# How the CPU step timing reads the time; a test injects a fake clock here.
+CLOCK: Callable[[], float] = time.perf_counter
+ROUNDS = 3  # timed steps each candidate step implementation gets, at most
 
 
 @dataclass
@@ -64,16 +74,33 @@ def choose_flags(device: torch.device, deterministic: bool) -> tuple[dict[str, A
 def choose_optimizer(
     optimizer: torch.optim.Optimizer, device: torch.device
 ) -> tuple[OptimizerImpl | None, str]:
-    """Fused, else foreach, else the optimizer as it is (None), and why."""
+    """Fused, else foreach, else the optimizer as it is (None), and why: the rule, which the
+    measurement on CPU (see `StepTiming`) starts from."""
+    impls, why = step_candidates(optimizer, device)
+    if not impls:
+        return None, why
+    name, impl = next(iter(impls.items()))
+    cls = type(optimizer).__name__
+    return impl, f"{name} {cls} step" + (
+        "" if name == "fused" else " (no fused kernel for it here)"
+    )
+
+
+def step_candidates(
+    optimizer: torch.optim.Optimizer, device: torch.device
+) -> tuple[dict[str, OptimizerImpl], str]:
+    """The faster step implementations this torch has for the optimizer on `device`, preferred
+    first ("fused", "foreach"); empty with the reason when there are none or the user chose."""
     cls = type(optimizer)
     accepted = inspect.signature(cls.__init__).parameters
     groups = optimizer.param_groups
     if any(g.get("fused") is not None or g.get("foreach") is not None for g in groups):
-        return None, f"{cls.__name__} sets fused/foreach explicitly: kept"
+        return {}, f"{cls.__name__} sets fused/foreach explicitly: kept"
     if any(g.get("differentiable") for g in groups):
-        return None, f"{cls.__name__} is differentiable: kept the default step"
+        return {}, f"{cls.__name__} is differentiable: kept the default step"
     params = [p for g in groups for p in g["params"]]
     same_place = all(p.is_floating_point() and p.device == device for p in params)
+    impls: dict[str, OptimizerImpl] = {}
     if (
         "fused" in accepted
         and device.type in _get_fused_kernels_supported_devices()
@@ -81,40 +108,123 @@ def choose_optimizer(
         and not optimizer.state  # fused wants its `step` state on the device; none exists yet
         and (attrs := _probe(optimizer, device, fused=True, foreach=False)) is not None
     ):
-        why = " (the default step on CPU is a loop over tensors)" if device.type == "cpu" else ""
-        return OptimizerImpl({"fused": True, "foreach": False}, attrs), (
-            f"fused {cls.__name__} step{why}"
-        )
+        impls["fused"] = OptimizerImpl({"fused": True, "foreach": False}, attrs)
     # Not limited to `_get_foreach_kernels_supported_devices()`: on CPU the foreach ops run as a
-    # per-tensor fallback that still beat the default step here (see the module docstring).
+    # per-tensor fallback, a candidate like the others.
     if (
         "foreach" in accepted
         and same_place
         and (attrs := _probe(optimizer, device, foreach=True)) is not None
     ):
-        return OptimizerImpl({"foreach": True}, attrs), (
-            f"foreach {cls.__name__} step (no fused kernel for it here)"
-        )
-    return None, f"{cls.__name__}: no fused or foreach step available here"
+        impls["foreach"] = OptimizerImpl({"foreach": True, "fused": False}, attrs)
+    return impls, f"{cls.__name__}: no fused or foreach step available here"
 
 
 def run(ctx: Context) -> PassResult:
-    """Set the backend flags and pick the optimizer implementation."""
+    """Set the backend flags and pick the optimizer implementation (on CPU: start timing it)."""
     device = ctx.device if ctx.device is not None else torch.device("cpu")
-    settings, note = choose_flags(device, ctx.options.deterministic)
+    settings, flags_note = choose_flags(device, ctx.options.deterministic)
     _apply_flags(ctx, settings)
-    notes = [note]
-    applied = bool(settings)
     if ctx.optimizer is None:
-        notes.append("no optimizer given")
-    else:
-        impl, note = choose_optimizer(ctx.optimizer, device)
-        if impl is not None:
-            _apply_optimizer(ctx.optimizer, impl)
-            applied = True
-        notes.append(note)
-    detail = "; ".join(n for n in notes if n)
-    return PassResult.applied(NAME, detail) if applied else PassResult.skipped(NAME, detail)
+        detail = f"{flags_note}; no optimizer given"
+        return PassResult.applied(NAME, detail) if settings else PassResult.skipped(NAME, detail)
+    impl, note = choose_optimizer(ctx.optimizer, device)
+    if impl is None:
+        detail = f"{flags_note}; {note}"
+        return PassResult.applied(NAME, detail) if settings else PassResult.skipped(NAME, detail)
+    impls, _ = step_candidates(ctx.optimizer, device)
+    user = {key: ctx.optimizer.defaults.get(key) for key in ("fused", "foreach")}
+    ours = dict(impl.flags)  # the flags a loaded checkpoint gets: the choice in force
+    optimizer_state.hide_flags(ctx.optimizer, user, ours)
+    if device.type == "cpu" and ctx.dist is None:
+        timing = StepTiming(
+            ctx.optimizer,
+            {**impls, "default": OptimizerImpl(user)},
+            _original_attrs(ctx.optimizer, impls),
+            ours,
+            ctx.report,
+            flags_note,
+            clock=CLOCK,
+        )
+        timing.install(next(iter(impls)))
+        ctx.step_layers.append(StepLayer(NAME, timing.wrap))
+        return PassResult.applied(NAME, f"{flags_note}; {timing.pending()}")
+    _install(ctx.optimizer, impl, {}, ours)
+    return PassResult.applied(NAME, f"{flags_note}; {note}")
+
+
+@dataclass
+class StepTiming:
+    """`StepLayer.wrap_step` that times the candidate step implementations on the optimizer's
+    real steps and keeps the fastest. The first step (it creates the state) is not timed; a call
+    with arguments (a closure, GradScaler's fused path) runs as it is, untimed."""
+
+    optimizer: torch.optim.Optimizer
+    impls: dict[str, OptimizerImpl]  # preferred first
+    original_attrs: dict[str, Any]  # the optimizer's own values of the attrs impls set
+    ours: dict[str, Any]  # the flags a loaded checkpoint gets (shared with the load hook)
+    report: Report
+    flags_note: str
+    clock: Callable[[], float] = time.perf_counter
+    times: dict[str, list[float]] = field(default_factory=dict)
+    turns: list[str] = field(default_factory=list)  # who runs the next timed steps
+    rounds_left: int = ROUNDS
+    steps_seen: int = 0
+    chosen: str | None = None
+
+    def __post_init__(self) -> None:
+        self.times = {name: [] for name in self.impls}
+
+    def install(self, name: str) -> None:
+        """Make `name` the optimizer's step implementation."""
+        names = frozenset(a for impl in self.impls.values() for a in impl.attrs)
+        _install(self.optimizer, self.impls[name], self.original_attrs, self.ours, names)
+
+    def pending(self) -> str:
+        """The report line while the timing is under way."""
+        cls = type(self.optimizer).__name__
+        return (
+            f"{cls} step: timing {', '.join(self.impls)} on the first training steps "
+            f"({next(iter(self.impls))} until then); the fastest stays"
+        )
+
+    def wrap(self, step: Callable[..., Any]) -> Callable[..., Any]:
+        """`StepLayer.wrap_step`."""
+        return functools.partial(self.run, step)
+
+    def run(self, step: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """One step: the next candidate's turn, timed, while the timing is under way."""
+        if self.chosen is not None or args or kwargs or hasattr(self.optimizer, "grad_scale"):
+            return step(*args, **kwargs)
+        self.steps_seen += 1
+        if self.steps_seen == 1:
+            return step()
+        if not self.turns:  # a new round: every candidate still worth timing, preferred first
+            timed = any(self.times.values())
+            self.turns = timing.still_in_the_running(self.times) if timed else list(self.impls)
+        name = self.turns.pop(0)
+        self.install(name)
+        start = self.clock()
+        out = step()
+        self.times[name].append(self.clock() - start)
+        if not self.turns:
+            self.rounds_left -= 1
+            if self.rounds_left == 0 or len(timing.still_in_the_running(self.times)) == 1:
+                self.decide()
+        return out
+
+    def decide(self) -> None:
+        """Keep the fastest; the report says what was measured."""
+        self.chosen = timing.fastest(self.times)
+        self.install(self.chosen)
+        cls = type(self.optimizer).__name__
+        self.report.replace(
+            PassResult.applied(
+                NAME,
+                f"{self.flags_note}; {self.chosen} {cls} step: fastest of "
+                f"{timing.summary(self.times)} timed on training steps 2-{self.steps_seen}",
+            )
+        )
 
 
 _SETTINGS = {
@@ -138,14 +248,34 @@ def _apply_flags(ctx: Context, settings: dict[str, Any]) -> None:
         setattr(owner, attr, value)
 
 
-def _apply_optimizer(optimizer: torch.optim.Optimizer, impl: OptimizerImpl) -> None:
-    user = {key: optimizer.defaults.get(key) for key in impl.flags}
+def _original_attrs(
+    optimizer: torch.optim.Optimizer, impls: dict[str, OptimizerImpl]
+) -> dict[str, Any]:
+    """The optimizer's own values of the attributes an implementation sets (those it has)."""
+    names = {a for impl in impls.values() for a in impl.attrs}
+    return {a: getattr(optimizer, a) for a in names if hasattr(optimizer, a)}
+
+
+def _install(
+    optimizer: torch.optim.Optimizer,
+    impl: OptimizerImpl,
+    original_attrs: dict[str, Any],
+    ours: dict[str, Any],
+    names: frozenset[str] = frozenset(),
+) -> None:
+    """Give every param group the implementation's flags and the optimizer its attributes; the
+    other `names` go back to the user's optimizer's own (GradScaler reads them)."""
     optimizer.defaults.update(impl.flags)
     for group in optimizer.param_groups:
         group.update(impl.flags)
+    for attr in names - impl.attrs.keys():
+        if attr in original_attrs:
+            setattr(optimizer, attr, original_attrs[attr])
+        else:
+            optimizer.__dict__.pop(attr, None)
     for attr, value in impl.attrs.items():
         setattr(optimizer, attr, value)
-    optimizer_state.hide_flags(optimizer, user, impl.flags)
+    ours.update(impl.flags)
 
 
 def _probe(

@@ -6,7 +6,13 @@ output positions (an 8x8 feature map: about the deepest stage of common CNNs on 
 images, so this undercounts convolutions); every other parameter is counted once (a Linear layer
 applies each weight once per sample). The pass applies when Conv2d holds at least half of that
 estimate. A transformer or MLP (no Conv2d) is skipped; a CNN with a big classifier head passes.
-It applies on CPU too: there NHWC pays with bf16 autocast (figures in docs/benchmarks/cpu.md).
+On CUDA that rule stands (NHWC is the layout cuDNN's convolutions prefer). On CPU whether NHWC
+pays depends on the machine and the dtype (with bf16 autocast on one CPU, not in fp32 on another;
+figures in docs/benchmarks/cpu.md), so "auto" measures it at the first forward: the forward runs
+on that batch without gradients in eval mode, in both layouts in turn (one warm-up and ROUNDS
+timed runs each), and the faster layout stays; buffers and RNG states are put back first, so the
+training is as if it had not run. A compiled forward is not measured (that would compile it
+twice more): the rule stands there, and `tune=True` measures the whole step.
 
 `module.to(memory_format=...)` swaps `param.data` and keeps Parameter identity. 4-D floating
 inputs are converted inside the forward (INPUT stage, inside the compiled region) and by the
@@ -18,16 +24,19 @@ inputs are no longer converted, the report says so, and the call is retried.
 from __future__ import annotations
 
 import functools
+import time
+from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch import nn
 from torch.nn.parameter import is_lazy
 
-from autoopt.runtime import optimizer_state
+from autoopt.runtime import optimizer_state, timing
 from autoopt.runtime.batch import map_tensors
 from autoopt.runtime.context import Context, Forward, ForwardLayer, Stage
 from autoopt.runtime.errors import error_summary
+from autoopt.runtime.passes import compile as compile_pass
 from autoopt.runtime.replay import Replay
 from autoopt.runtime.report import PassResult, Report
 
@@ -35,6 +44,9 @@ NAME = "channels_last"
 
 CONV_POSITIONS = 64  # output positions a Conv2d weight is assumed to be applied at
 MIN_CONV_SHARE = 0.5  # apply when Conv2d holds at least this share of the estimate
+ROUNDS = 2  # timed forwards per layout when measuring on CPU (after one warm-up each)
+# How the CPU measurement reads the time; a test injects a fake clock here.
+CLOCK: Callable[[], float] = time.perf_counter
 
 
 def conv_share(model: nn.Module) -> float:
@@ -81,7 +93,10 @@ def run(ctx: Context) -> PassResult:
     apply, why = choose(ctx.options.channels_last, ctx.model)
     if not apply:
         return PassResult.skipped(NAME, why)
-    state = _State(ctx.model, ctx.report)
+    device = ctx.device if ctx.device is not None else torch.device("cpu")
+    compiled, _ = compile_pass.choose(ctx.options.compile, device)
+    measure = ctx.options.channels_last == "auto" and device.type == "cpu" and compiled is None
+    state = _State(ctx.model, ctx.report, measure=measure, clock=CLOCK)
     state.convert()
     if ctx.optimizer is not None:
         optimizer_state.keep_state_contiguous(ctx.optimizer)
@@ -89,6 +104,8 @@ def run(ctx: Context) -> PassResult:
     ctx.forward_layers.append(ForwardLayer(NAME, Stage.OUTER, state.guard_layer))
     ctx.batch_transforms.append(state.transform_batch)
     ctx.extras["channels_last"] = state
+    if measure:
+        why += "; on CPU: kept only if measured faster than NCHW at the first forward"
     state.result = PassResult.applied(NAME, why)
     return state.result
 
@@ -96,15 +113,62 @@ def run(ctx: Context) -> PassResult:
 class _State:
     """Whether channels-last is on, and the layers that convert inputs or fall back."""
 
-    def __init__(self, model: nn.Module, report: Report) -> None:
+    def __init__(
+        self,
+        model: nn.Module,
+        report: Report,
+        measure: bool = False,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
         self.model = model
         self.report = report
+        self.measure = measure  # time both layouts at the first forward, keep the faster
+        self.clock = clock
         self.active = True
         self.verified = False  # a forward has succeeded: later errors are not ours
         self.result: PassResult | None = None  # the APPLIED entry, restored if blame was wrong
 
     def convert(self) -> None:
         self.model.to(memory_format=torch.channels_last)
+
+    def set_layout(self, channels_last: bool) -> None:
+        self.active = channels_last
+        fmt = torch.channels_last if channels_last else torch.contiguous_format
+        self.model.to(memory_format=fmt)
+
+    def choose_layout(self, forward: Forward, *args: Any, **kwargs: Any) -> None:
+        """Time the forward on this batch in both layouts (no gradients, eval mode) and keep the
+        faster; everything the runs changed (buffers, RNG states, train/eval) is put back."""
+        self.measure = False
+        replay = Replay(self.model)
+        modes = [(m, m.training) for m in self.model.modules()]
+        times: dict[str, list[float]] = {"channels_last": [], "contiguous": []}
+        self.model.eval()
+        try:
+            with torch.no_grad():
+                for turn in range(1 + ROUNDS):  # turn 0 warms each layout up
+                    for layout in times:
+                        self.set_layout(layout == "channels_last")
+                        start = self.clock()
+                        forward(*args, **kwargs)
+                        if turn:
+                            times[layout].append(self.clock() - start)
+        except Exception:  # noqa: BLE001 - the real forward below meets (and handles) it
+            self.set_layout(True)
+            return
+        finally:
+            for module, training in modes:
+                module.training = training
+            replay.restore()
+        winner = timing.fastest(times)
+        measured = f"measured at the first forward: {timing.summary(times)}"
+        self.set_layout(winner == "channels_last")
+        if winner == "channels_last":
+            assert self.result is not None
+            self.result = PassResult.applied(NAME, f"{self.result.detail}; {measured}")
+            self.report.replace(self.result)
+        else:
+            self.report.replace(PassResult.skipped(NAME, f"NCHW is faster here ({measured})"))
 
     def fall_back(self, err: BaseException) -> None:
         self.active = False
@@ -137,6 +201,8 @@ class _State:
     def guarded_forward(self, forward: Forward, *args: Any, **kwargs: Any) -> Any:
         """Until a forward succeeded: on failure, undo its side effects (BatchNorm statistics,
         RNG draws) and rerun it in NCHW."""
+        if self.measure:
+            self.choose_layout(forward, *args, **kwargs)
         if self.verified or not self.active:
             return forward(*args, **kwargs)
         replay = Replay(self.model)

@@ -37,7 +37,9 @@ How a candidate is measured:
   the same batch: relative L2 error of the outputs and relative error of the loss must be within
   `rtol` (default 0.05, loose enough for bf16, tight enough to catch a broken plan); every loss of
   the timed steps must be finite; a pass that failed and fell back (e.g. compile) rejects the
-  plan. Among accepted candidates within NOISE_MARGIN of the fastest (median ms/step over the
+  plan. Another plan displaces the default only if it beat it step for step: the median ratio
+  of their i-th timed steps (run side by side in interleaved rounds) is below 1 - NOISE_MARGIN.
+  Among the accepted candidates left within NOISE_MARGIN of the fastest (median ms/step over the
   timed steps), the default plan wins, else the simplest.
 - Only options the user left on "auto" are searched; the others are held as given.
 

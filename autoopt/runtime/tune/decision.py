@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as _dt
 import math
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -147,7 +148,12 @@ def pick(
     accepted: list[tuple[Plan, Measurement]], default: Plan | None = None
 ) -> tuple[Plan, Measurement] | None:
     """The fastest plan, unless the default plan or a simpler one is within NOISE_MARGIN of it
-    (the default first). So the plan picked is never one measured slower than the default."""
+    (the default first). Another plan replaces an accepted default only when it also beat it
+    step for step: the median of their paired step-time ratios is below 1 - NOISE_MARGIN. So
+    the plan picked is never one measured slower than the default."""
+    base = next((m for p, m in accepted if p == default), None)
+    if base is not None:
+        accepted = [(p, m) for p, m in accepted if p == default or beats(m, base)]
     if not accepted:
         return None
     fastest = min(m.ms_per_step or math.inf for _, m in accepted)
@@ -158,6 +164,18 @@ def pick(
         close,
         key=lambda pm: (pm[0] != default, complexity(pm[0]), pm[1].ms_per_step or math.inf),
     )
+
+
+def beats(candidate: Measurement, default: Measurement) -> bool:
+    """Whether `candidate` was faster than `default` by more than NOISE_MARGIN: by the median
+    of the ratios of their i-th timed steps (side by side when the rounds were interleaved),
+    else, for measurements without steps (an old cache entry), by their medians."""
+    mine, theirs = candidate.steps_ms, default.steps_ms
+    if mine and len(mine) == len(theirs) and all(theirs):
+        ratio = statistics.median(c / d for c, d in zip(mine, theirs, strict=True))
+    else:
+        ratio = (candidate.ms_per_step or math.inf) / (default.ms_per_step or math.inf)
+    return ratio < 1 - NOISE_MARGIN
 
 
 def table(measurements: list[Measurement], chosen: Plan) -> str:

@@ -9,7 +9,7 @@ import math
 import statistics
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -36,6 +36,9 @@ class Measurement:
     loss_error: float | None = None
     status: str = "ok"  # "ok" | "rejected: <why>" | "failed: <error>"
     default: bool = False  # the plan optimize() makes without tuning
+    # Each timed step, in order: in interleaved rounds the i-th steps of two plans ran side by
+    # side, so their ratio is free of the load that came and went between rounds.
+    steps_ms: list[float] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -161,6 +164,7 @@ class _Trial:
         if m.status != "ok":
             return
         m.ms_per_step = round(statistics.median(self.times) * 1000, 3) if self.times else None
+        m.steps_ms = [round(t * 1000, 3) for t in self.times]
         if self.failed_passes:
             m.status = f"rejected: {self.failed_passes}"
         elif not all(math.isfinite(x) for x in self.losses):
