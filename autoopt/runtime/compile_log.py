@@ -158,7 +158,9 @@ def explain_compile(
     the model's own parameters, buffers and RNG state untouched. Compile errors are reported,
     not raised."""
     subject = copy.deepcopy(model)
-    compiled = torch.compile(subject, backend=backend, **compile_options)
+    # Isolated: what an earlier compile of the same class cached would hide the breaks.
+    options = {"isolate_recompiles": True, **compile_options}
+    compiled = torch.compile(subject, backend=backend, **options)
     watch = CompileWatch(code_origin(type(subject).forward))
     events: list[Event] = []
     with torch.random.fork_rng(devices=[]):

@@ -87,7 +87,9 @@ def test_a_recompile_is_reported_with_its_reason(monkeypatch: pytest.MonkeyPatch
 def test_records_are_read_only_when_dynamo_compiled(monkeypatch: pytest.MonkeyPatch) -> None:
     reads: list[int] = []
     original = compile_log.events_since
-    monkeypatch.setattr(compile_log, "events_since", lambda *args: reads.append(1) or original(*args))
+    monkeypatch.setattr(
+        compile_log, "events_since", lambda *args: reads.append(1) or original(*args)
+    )
     model = compiled(Breaks())
     x = torch.randn(4, 16)
     for _ in range(5):
