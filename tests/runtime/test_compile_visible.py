@@ -13,7 +13,6 @@ from torch import nn
 
 import autoopt
 from autoopt.runtime import compile_log
-from autoopt.runtime.compile_log import explain_compile
 from autoopt.runtime.passes import compile as compile_pass
 from autoopt.runtime.report import Event
 
@@ -118,7 +117,7 @@ def test_explain_compile_lists_breaks_and_recompiles_and_leaves_the_model_alone(
     torch.manual_seed(0)
     model = Breaks()
     before = copy.deepcopy(model.state_dict())
-    events = explain_compile(model, torch.randn(4, 16), torch.randn(8, 16), dynamic=False)
+    events = autoopt.explain_compile(model, torch.randn(4, 16), torch.randn(8, 16), dynamic=False)
     assert (__file__, line_of(Breaks.forward, ".item()")) in {
         (e.filename, e.lineno) for e in of_kind(events, "graph break")
     }
