@@ -9,7 +9,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
-__all__ = ["optimize", "report", "unwrap", "seed_everything", "__version__"]
+__all__ = ["optimize", "report", "unwrap", "seed_everything", "explain_compile", "__version__"]
 
 # The runtime imports torch (about 2 s); `autoopt lint` and `rewrite` never need it, so the
 # public names are resolved on first use.
@@ -18,9 +18,11 @@ _LAZY = {
     "report": "autoopt.runtime.optimize",
     "unwrap": "autoopt.runtime.optimize",
     "seed_everything": "autoopt.runtime.seed",
+    "explain_compile": "autoopt.runtime.compile_log",
 }
 
 if TYPE_CHECKING:
+    from autoopt.runtime.compile_log import explain_compile
     from autoopt.runtime.optimize import optimize, report, unwrap
     from autoopt.runtime.seed import seed_everything
 

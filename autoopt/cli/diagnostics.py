@@ -18,12 +18,21 @@ import click
     help="Summarise this model (an nn.Module, or a class/factory called with no arguments) "
     "and show the plan optimize() would make for it.",
 )
-def doctor(as_json: bool, model_spec: str | None) -> None:
+@click.option(
+    "--input",
+    "input_spec",
+    metavar="MODULE:ATTR",
+    help="An example input for --model's forward (a tensor, a tuple of arguments, or a "
+    "function returning one): doctor lists the graph breaks and recompiles torch.compile meets.",
+)
+def doctor(as_json: bool, model_spec: str | None, input_spec: str | None) -> None:
     """Report torch, CUDA, devices, CPU features, environment and what optimize() would do."""
     from autoopt.diagnostics import doctor as doctor_module
 
+    if input_spec and not model_spec:
+        raise click.BadParameter("needs --model", param_hint="--input")
     try:
-        info = doctor_module.collect(model_spec)
+        info = doctor_module.collect(model_spec, input_spec)
     except (ImportError, AttributeError, ValueError, TypeError) as err:
         raise click.ClickException(f"--model {model_spec}: {err}") from err
     click.echo(json.dumps(info, indent=2) if as_json else doctor_module.render(info))

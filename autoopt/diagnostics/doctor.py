@@ -6,6 +6,11 @@ environment variables that change behaviour, CUDA memory in use, and the plan `o
 make here. The plan is not re-derived: doctor runs `optimize()` itself on a probe model (or on
 the user's model with `--model`) and reports what its passes decided and why, next to the
 hardware facts from `autoopt.runtime.hardware` that those passes read.
+
+With `--model` and an example input (`--input`, or the model's `example_input_array` as
+Lightning names it), doctor also compiles a copy of the model with dynamo and lists its graph
+breaks, recompiles and compile errors at their file:line (`autoopt.explain_compile`, the same
+events `autoopt.report(model)` shows once a compiled model trained).
 """
 
 from __future__ import annotations
@@ -45,7 +50,7 @@ ENV_VARS = (
 )
 
 
-def collect(model_spec: str | None = None) -> dict[str, Any]:
+def collect(model_spec: str | None = None, input_spec: str | None = None) -> dict[str, Any]:
     """Everything doctor reports, as plain data (what `--json` prints)."""
     from autoopt import __version__
 
@@ -63,8 +68,31 @@ def collect(model_spec: str | None = None) -> dict[str, Any]:
     if model_spec is not None:
         model = load_model(model_spec)
         info["model"] = summarize_model(model, model_spec)
+        example = load_object(input_spec) if input_spec else None
+        info["compile"] = compile_events(model, example)
     info["plan"] = plan(model)
     return info
+
+
+def compile_events(model: nn.Module, example: Any = None) -> dict[str, Any]:
+    """Graph breaks, recompiles and compile errors dynamo meets on a copy of the model, run
+    twice on the example input (a second call shows recompiles that Python state, not shapes,
+    causes); `skipped` says why when there is no example input."""
+    from autoopt.runtime.compile_log import explain_compile
+
+    if example is None:
+        example = getattr(model, "example_input_array", None)
+    if example is None:
+        return {
+            "skipped": "no example input: pass --input MODULE:ATTR (or set the model's "
+            "example_input_array) to see graph breaks and recompiles"
+        }
+    try:
+        with contextlib.redirect_stderr(io.StringIO()):  # torch logs its own break warnings
+            events = explain_compile(model, example, example)
+    except Exception as err:  # the forward itself failed on the example: say so
+        return {"skipped": f"the forward failed on the example input: {type(err).__name__}: {err}"}
+    return {"events": [e.to_dict() for e in events], "text": [str(e) for e in events]}
 
 
 def _torch_info() -> dict[str, Any]:
@@ -165,19 +193,26 @@ def plan(model: nn.Module | None = None) -> dict[str, Any]:
 # --- --model ----------------------------------------------------------------------------------
 
 
-def load_model(spec: str) -> nn.Module:
-    """`module:attr` -> the module it names: an nn.Module instance, or a class / factory called
-    with no arguments. The current directory is importable, as for `python -m`."""
+def load_object(spec: str) -> Any:
+    """`module:attr` -> what it names; a callable (class, factory) is called with no arguments.
+    The current directory is importable, as for `python -m`."""
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
-        raise ValueError(f"--model wants module:attr (e.g. mypkg.models:build), got {spec!r}")
+        raise ValueError(f"want module:attr (e.g. mypkg.models:build), got {spec!r}")
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     obj: Any = importlib.import_module(module_name)
     for part in attr.split("."):
         obj = getattr(obj, part)
-    if not isinstance(obj, nn.Module) and callable(obj):
+    if not isinstance(obj, nn.Module | torch.Tensor) and callable(obj):
         obj = obj()
+    return obj
+
+
+def load_model(spec: str) -> nn.Module:
+    """`module:attr` -> the module it names: an nn.Module instance, or a class / factory called
+    with no arguments."""
+    obj = load_object(spec)
     if not isinstance(obj, nn.Module):
         raise TypeError(f"{spec} is a {type(obj).__name__}, not a torch.nn.Module")
     return obj
@@ -261,6 +296,13 @@ def render(info: dict[str, Any]) -> str:
         width = max((len(c["name"]) for c in m["children"]), default=4)
         for c in m["children"]:
             lines.append(f"  {c['name']:<{width}}  {c['type']:<20} {c['params']:>12,}")
+    if "compile" in info:
+        c = info["compile"]
+        lines += ["", "torch.compile of your model (dynamo, on a copy, twice on the example input)"]
+        if "skipped" in c:
+            lines.append(f"  not run: {c['skipped']}")
+        else:
+            lines += [f"  {text}" for text in c["text"]] or ["  no graph breaks or recompiles"]
     p = info["plan"]
     lines += ["", f"what optimize() would do here (for {p['subject']})"]
     if "error" in p:

@@ -1,9 +1,12 @@
-"""What `optimize()` did: one entry per pass, applied / skipped (why) / failed (fallback taken)."""
+"""What `optimize()` did: one entry per pass, applied / skipped (why) / failed (fallback taken),
+and what a pass saw in the user's code while training ran (compile: graph breaks, recompiles)."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import Any
 
 
 class Status(str, Enum):
@@ -12,14 +15,40 @@ class Status(str, Enum):
     FAILED = "failed"
 
 
+@dataclass(frozen=True)
+class Event:
+    """Something a pass saw at a place in the user's code, e.g. a graph break at model.py:12."""
+
+    kind: str  # "graph break", "recompile", "compile error"
+    filename: str
+    lineno: int
+    reason: str
+
+    def __str__(self) -> str:
+        path = self.filename
+        if os.path.isabs(path) and path.startswith(os.getcwd() + os.sep):
+            path = os.path.relpath(path)
+        return f"{self.kind} at {path}:{self.lineno}: {self.reason}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "file": self.filename,
+            "line": self.lineno,
+            "reason": self.reason,
+        }
+
+
 @dataclass
 class PassResult:
-    """The outcome of one pass. `detail` says what was done, or why not, or what failed."""
+    """The outcome of one pass. `detail` says what was done, or why not, or what failed;
+    `events` what it saw in the user's code after `optimize()` returned."""
 
     name: str
     status: Status
     detail: str
     fallback: str | None = None  # for FAILED: what autoopt did instead
+    events: list[Event] = field(default_factory=list)
 
     @classmethod
     def applied(cls, name: str, detail: str) -> PassResult:
@@ -62,14 +91,29 @@ class Report:
                 return
         self.results.append(result)
 
+    def note(self, name: str, events: list[Event]) -> list[Event]:
+        """Add events to the entry of pass `name`, each once; returns the new ones."""
+        result = self[name]
+        new = [e for e in dict.fromkeys(events) if e not in result.events]
+        result.events.extend(new)
+        return new
+
     def applied(self) -> list[str]:
         return [r.name for r in self.results if r.status is Status.APPLIED]
 
-    def to_dict(self) -> list[dict[str, str | None]]:
-        return [
-            {"pass": r.name, "status": r.status.value, "detail": r.detail, "fallback": r.fallback}
-            for r in self.results
-        ]
+    def to_dict(self) -> list[dict[str, Any]]:
+        rows: list[dict[str, Any]] = []
+        for r in self.results:
+            row: dict[str, Any] = {
+                "pass": r.name,
+                "status": r.status.value,
+                "detail": r.detail,
+                "fallback": r.fallback,
+            }
+            if r.events:
+                row["events"] = [e.to_dict() for e in r.events]
+            rows.append(row)
+        return rows
 
     def __str__(self) -> str:
         rows = [("pass", "status", "detail")]
@@ -78,6 +122,9 @@ class Report:
             rows.append((r.name, r.status.value, detail))
         w0 = max(len(r[0]) for r in rows)
         w1 = max(len(r[1]) for r in rows)
-        lines = [f"{a:<{w0}}  {b:<{w1}}  {c}" for a, b, c in rows]
-        lines.insert(1, f"{'-' * w0}  {'-' * w1}  {'-' * 6}")
+        head, *body = [f"{a:<{w0}}  {b:<{w1}}  {c}" for a, b, c in rows]
+        lines = [head, f"{'-' * w0}  {'-' * w1}  {'-' * 6}"]
+        for result, line in zip(self.results, body, strict=True):
+            lines.append(line)
+            lines += [f"{'':<{w0}}  {'':<{w1}}  - {e}" for e in result.events]
         return "autoopt report\n" + "\n".join(lines)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 import torch
@@ -112,3 +113,41 @@ def test_bad_model_spec_is_a_clear_error():
     result = CliRunner().invoke(main, ["doctor", "--model", "no_colon_here"])
     assert result.exit_code != 0
     assert "module:attr" in result.output
+
+
+def test_doctor_lists_graph_breaks_with_file_and_line(tmp_path, monkeypatch):
+    (tmp_path / "breaking.py").write_text(
+        "import torch\n"
+        "from torch import nn\n"
+        "class Net(nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.lin = nn.Linear(4, 2)\n"
+        "    def forward(self, x):\n"
+        "        if self.lin(x).sum().item() > 0:\n"  # line 8: .item() breaks the graph
+        "            return self.lin(x) * 2\n"
+        "        return self.lin(x)\n"
+        "def example():\n"
+        "    return torch.randn(3, 4)\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    args = ["doctor", "--model", "breaking:Net", "--input", "breaking:example"]
+    result = CliRunner().invoke(main, [*args, "--json"])
+    assert result.exit_code == 0, result.output
+    events = json.loads(result.output)["compile"]["events"]
+    breaks = [e for e in events if e["kind"] == "graph break"]
+    assert [(os.path.basename(e["file"]), e["line"]) for e in breaks] == [("breaking.py", 8)]
+    text = CliRunner().invoke(main, args).output
+    assert "graph break at breaking.py:8: " in text and "item()" in text
+
+
+def test_doctor_says_how_to_see_graph_breaks_without_an_input(tmp_path, monkeypatch):
+    (tmp_path / "plain.py").write_text(
+        "from torch import nn\ndef build():\n    return nn.Linear(4, 2)\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    result = CliRunner().invoke(main, ["doctor", "--model", "plain:build"])
+    assert result.exit_code == 0, result.output
+    assert "pass --input MODULE:ATTR" in result.output

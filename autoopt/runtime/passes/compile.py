@@ -8,6 +8,16 @@ inside the graph; loss-scale hooks and device moves stay outside.
 costs seconds (figures in docs/benchmarks/cpu.md), so it is skipped there; `tune=True` measures
 it, `compile=True` forces it.
 
+Regional compile: a model made of repeated blocks (an `nn.ModuleList`/`nn.Sequential` of two or
+more modules of one class, each with submodules: transformer layers) gets `block.compile()` on
+each block instead of one graph of the whole forward. The blocks share one code object, so dynamo
+compiles the first and reuses it for the others; the glue around them runs eager. The rule and
+its figures: docs/benchmarks/compile.md. `REGIONAL` forces it either way.
+
+What dynamo met (graph breaks, recompiles, compile errors, each at the user's file:line) goes into
+this pass's report entry as events, read at the first call and at recompiles
+(autoopt.runtime.compile_log).
+
 Failures: dynamo/inductor fail lazily, at the first forward (or a later recompile). The layer
 catches the error, runs the eager forward instead and, when eager succeeds, stays eager for good
 and records FAILED with the fallback in the report. When eager fails too, the error is the
@@ -20,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import sys
 import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -28,10 +39,11 @@ import torch
 from torch import nn
 
 from autoopt.runtime.batch import map_tensors
+from autoopt.runtime.compile_log import CompileWatch, Where, code_origin
 from autoopt.runtime.context import Context, Forward, ForwardLayer, Stage
 from autoopt.runtime.errors import error_summary
 from autoopt.runtime.replay import Replay
-from autoopt.runtime.report import PassResult, Report
+from autoopt.runtime.report import Event, PassResult, Report
 
 NAME = "compile"
 
@@ -39,6 +51,8 @@ NAME = "compile"
 # backend or mode, e.g. `autoopt.runtime.passes.compile.BACKEND = "aot_eager"`.
 BACKEND: str | Callable[..., Any] = "inductor"
 COMPILE_OPTIONS: dict[str, Any] = {}
+# Regional compile: None picks by the rule (repeated blocks -> regional), True/False force it.
+REGIONAL: bool | None = None
 
 
 def choose(option: str | bool, device: torch.device | None) -> tuple[str | None, str]:
@@ -67,45 +81,135 @@ def run(ctx: Context) -> PassResult:
         return PassResult.skipped(NAME, why)
     if how == "jit":
         ctx.base_forward = JitForward(ctx.model, ctx.report)
-    else:
-        ctx.forward_layers.append(
-            ForwardLayer(NAME, Stage.COMPILE, functools.partial(CompiledForward, report=ctx.report))
-        )
-    return PassResult.applied(NAME, why)
+        return PassResult.applied(NAME, why)
+    regions, regional_why = choose_regions(ctx.model, REGIONAL)
+    verbose = ctx.options.verbose and (ctx.dist is None or ctx.dist.rank == 0)
+    entered = type(regions[0] if regions else ctx.model).forward
+    layer = functools.partial(
+        CompiledForward,
+        report=ctx.report,
+        regions=regions,
+        origin=code_origin(entered),
+        verbose=verbose,
+    )
+    ctx.forward_layers.append(ForwardLayer(NAME, Stage.COMPILE, layer))
+    return PassResult.applied(NAME, f"{why}; {regional_why}")
+
+
+def repeated_blocks(model: nn.Module) -> tuple[str, list[nn.Module]] | None:
+    """The first container, outermost first, of two or more modules of one class that have
+    submodules of their own (transformer layers), as (its name, its blocks); None if none."""
+    for name, module in model.named_modules():
+        if not isinstance(module, nn.ModuleList | nn.Sequential):
+            continue
+        blocks = list(module.children())
+        if (
+            len(blocks) >= 2
+            and len({type(b) for b in blocks}) == 1
+            and all(next(b.children(), None) is not None for b in blocks)
+        ):
+            return name or "(model)", blocks
+    return None
+
+
+def choose_regions(model: nn.Module, regional: bool | None) -> tuple[list[nn.Module], str]:
+    """The blocks to compile one by one (empty: compile the whole forward), and why."""
+    found = repeated_blocks(model)
+    if regional is False:
+        return [], "whole forward (REGIONAL=False)"
+    if found is None:
+        if regional:
+            return [], "whole forward (REGIONAL=True, but no repeated blocks found)"
+        return [], "whole forward (no repeated blocks)"
+    name, blocks = found
+    return blocks, (
+        f"regional: each of the {len(blocks)} {type(blocks[0]).__name__} blocks of {name} "
+        "compiled on its own, one shared graph; the rest runs eager"
+    )
 
 
 class CompiledForward:
-    """`torch.compile` of the layers below, compiled at the first call; eager for good after a
-    compile failure. A copy (deepcopy, pickle) does not carry the compiled graph, which belongs
-    to the original's objects: it compiles its own at its first call."""
+    """`torch.compile` of the layers below (or of each repeated block, `regions`), compiled at
+    the first call; eager for good after a compile failure. What dynamo met at the first call
+    and at recompiles goes into the report. A copy (deepcopy, pickle) does not carry the
+    compiled graphs, which belong to the original's objects (`nn.Module` drops a block's
+    compiled call in copies too): it compiles its own at its first call."""
 
-    def __init__(self, forward: Forward, report: Report) -> None:
+    def __init__(
+        self,
+        forward: Forward,
+        report: Report,
+        regions: list[nn.Module] | None = None,
+        origin: Where = ("?", 0),
+        verbose: bool = False,
+    ) -> None:
         self.forward = forward
         self.report = report
+        self.regions = regions or []
+        self.origin = origin  # the user's forward the compiled region starts at
+        self.verbose = verbose
         self.failed = False
         self.compiled: Forward | None = None
+        self.watch: CompileWatch | None = None
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "compiled": None}
+        return {**self.__dict__, "compiled": None, "watch": None}
+
+    def _compile(self) -> Forward:
+        if not self.regions:
+            # Every forward stack enters dynamo through one code object of torch's
+            # (`wrap_inline`): isolated, one model's compiles are not another's recompiles.
+            options = {"isolate_recompiles": True, **COMPILE_OPTIONS}
+            return torch.compile(self.forward, backend=BACKEND, **options)
+        for block in self.regions:
+            block.compile(backend=BACKEND, **COMPILE_OPTIONS)
+        return self.forward  # the blocks run compiled inside it
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if self.failed:
             return self.forward(*args, **kwargs)
-        if self.compiled is None:
-            self.compiled = torch.compile(self.forward, backend=BACKEND, **COMPILE_OPTIONS)
+        if self.compiled is None or self.watch is None:
+            self.compiled = self._compile()
+            self.watch = CompileWatch(self.origin)
+        self.watch.before()
         try:
-            return self.compiled(*args, **kwargs)
+            out = self.compiled(*args, **kwargs)
         except Exception as err:  # noqa: BLE001 - any compile error means "run eager"
-            out = self.forward(*args, **kwargs)  # raises the user's own error, if it is one
+            events = self.watch.after()
+            compiled_calls = [block._compiled_call_impl for block in self.regions]
+            self._set_compiled_calls([None] * len(self.regions))
+            try:
+                out = self.forward(*args, **kwargs)  # raises the user's own error, if it is one
+            except BaseException:
+                self._set_compiled_calls(compiled_calls)  # the user's error: compile stays on
+                raise
             self.failed = True
-            self.compiled = None
-            _record_failure(self.report, "torch.compile", err)
+            self.compiled = self.watch = None
+            _record_failure(self.report, "torch.compile", err, events)
             return out
+        events = self.watch.after()
+        if events:
+            self._note(events)
+        return out
+
+    def _set_compiled_calls(self, calls: list[Any]) -> None:
+        for block, call in zip(self.regions, calls, strict=True):
+            block._compiled_call_impl = call  # what nn.Module.compile() sets; None: eager
+
+    def _note(self, events: list[Event]) -> None:
+        new = self.report.note(NAME, events)
+        if new and self.verbose:
+            for event in new:
+                print(f"autoopt: torch.compile: {event}", file=sys.stderr)
 
 
-def _record_failure(report: Report, what: str, err: BaseException) -> None:
+def _record_failure(
+    report: Report, what: str, err: BaseException, events: list[Event] | None = None
+) -> None:
     message = f"{what} failed: {error_summary(err)}"
+    seen = report[NAME].events if NAME in report else []
     report.replace(PassResult.failed(NAME, message, "eager forward"))
+    report.note(NAME, [*seen, *(events or [])])
     warnings.warn(f"autoopt: {message}; falling back to the eager forward", stacklevel=2)
 
 
