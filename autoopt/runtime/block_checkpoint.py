@@ -163,11 +163,13 @@ class _WithNorms:
 
     def __call__(self) -> tuple[Any, Any]:
         forward, recompute = self.contexts()
-        return forward, _both(recompute, keep_running_stats(self.norms))
+        # Outermost, so its clones and copies run outside the checkpoint's dispatch mode.
+        return forward, _both(keep_running_stats(self.norms), recompute)
 
 
 @contextlib.contextmanager
 def _both(first: Any, second: Any) -> Iterator[None]:
+    """Enter `first`, then `second`; leave in reverse."""
     with first, second:
         yield
 

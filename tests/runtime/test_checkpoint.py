@@ -14,7 +14,7 @@ from autoopt.runtime.context import Context
 from autoopt.runtime.memory import saved_tensor_bytes
 from autoopt.runtime.options import Options
 from autoopt.runtime.passes import checkpoint as ckpt
-from autoopt.runtime.report import Report, Status
+from autoopt.runtime.report import Status
 
 WIDTH = 16
 
