@@ -4,14 +4,15 @@ A budget is what one training step of the model may hold on its device: paramete
 optimizer state and the activations saved for backward. `optimize(memory_budget=...)` takes
 "auto" (the device's free memory on CUDA, no limit elsewhere), None (no limit), an int of bytes
 or a string such as "2GiB" or "800MB". The passes that trade time for memory (checkpoint,
-accumulate, distributed) read the resolved budget from `Context.budget` and record what they
-planned in `Context.memory`.
+accumulate, distributed) resolve it with `resolve_budget` and record what they planned in
+`Context.memory`.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -74,16 +75,40 @@ def parse_budget(value: object) -> int | str | None:
     )
 
 
-def resolve_budget(option: int | str | None, device: torch.device | None) -> int | None:
+def resolve_budget(
+    option: int | str | None, device: torch.device | None, held: int = 0
+) -> int | None:
     """Bytes one step may hold on `device`, or None for no limit. "auto" is the free memory of a
-    CUDA device (what other processes and the caching allocator left), no limit elsewhere: host
-    memory is rarely what limits training."""
+    CUDA device (what other processes and the caching allocator left) plus `held`, the bytes the
+    model already holds there (its parameters, gradients and optimizer state are part of the step
+    but no longer free); no limit elsewhere: host memory is rarely what limits training."""
     if option is None or isinstance(option, int):
         return option
     if device is not None and device.type == "cuda":
         free, _total = torch.cuda.mem_get_info(device)
-        return free
+        return free + held
     return None
+
+
+def resident_bytes(
+    model: nn.Module, optimizer: torch.optim.Optimizer | None, device: torch.device
+) -> int:
+    """Bytes of the model's parameters and gradients and the optimizer's state tensors that
+    already live on `device` (what `resolve_budget` adds back to the free memory)."""
+    tensors = [t for p in model.parameters() for t in (p, p.grad) if t is not None]
+    if optimizer is not None:
+        tensors += [
+            t
+            for state in optimizer.state.values()
+            for t in state.values()
+            if isinstance(t, torch.Tensor)
+        ]
+    here = [
+        t
+        for t in tensors
+        if t.device.type == device.type and device.index in (None, t.device.index)
+    ]
+    return sum(_nbytes(t) for t in here)
 
 
 @dataclass(frozen=True)
@@ -159,18 +184,18 @@ def optimizer_state_bytes(optimizer: torch.optim.Optimizer | None) -> int:
     )
 
 
-def saved_tensor_bytes(fn: Callable[[], Any]) -> int:
-    """Run `fn` with grad enabled and count the bytes of the tensors autograd saves for backward,
-    each storage once, parameters (leaves that require grad, and views of them) excluded."""
-    seen: set[Any] = set()
-    keep: list[torch.Tensor] = []  # keeps ids unique while counting
-    total = 0
+class _SavedTally:
+    """The storages counted by one `saved_tensor_bytes` call, each once."""
 
-    def pack(t: torch.Tensor) -> torch.Tensor:
-        nonlocal total
+    def __init__(self) -> None:
+        self.seen: set[Any] = set()
+        self.keep: list[torch.Tensor] = []  # keeps storages alive, so their addresses stay unique
+        self.total = 0
+
+    def add(self, t: torch.Tensor) -> None:
         base = t._base if t._base is not None else t
-        if base.is_leaf and base.requires_grad:
-            return t
+        if base.is_leaf and base.requires_grad:  # a parameter (or a view of one)
+            return
         if base.device.type == "meta":  # no storage to tell apart: count each base tensor once
             key: Any = ("meta", id(base))
             size = base.numel() * base.element_size()
@@ -178,15 +203,50 @@ def saved_tensor_bytes(fn: Callable[[], Any]) -> int:
             storage = base.untyped_storage()
             key = (base.device, storage.data_ptr())
             size = storage.nbytes()
-        if key not in seen:
-            seen.add(key)
-            keep.append(base)
-            total += size
+        if key not in self.seen:
+            self.seen.add(key)
+            self.keep.append(base)
+            self.total += size
+
+
+_TALLY: ContextVar[_SavedTally | None] = ContextVar("autoopt_saved_tally", default=None)
+
+
+def count_saved(t: torch.Tensor) -> None:
+    """Count `t` in the innermost running `saved_tensor_bytes`, if any. For tensors kept for
+    backward outside autograd's saved-tensor hooks (a selective checkpoint's cache)."""
+    tally = _TALLY.get()
+    if tally is not None:
+        tally.add(t)
+
+
+def saved_tensor_bytes(fn: Callable[[], Any], exclude: Iterable[torch.Tensor] = ()) -> int:
+    """Run `fn` with grad enabled and count the bytes of the tensors kept for backward: what
+    autograd saves, plus what `count_saved` reports; each storage once, parameters (leaves that
+    require grad, and views of them) and the storages of `exclude` left out. Calls nest: each
+    counts its own `fn`."""
+    tally = _SavedTally()
+    for t in exclude:
+        tally.add(t)
+    tally.total = 0
+    token = _TALLY.set(tally)
+    try:
+        with (
+            torch.enable_grad(),
+            torch.autograd.graph.saved_tensors_hooks(_packer(tally), lambda t: t),
+        ):
+            fn()
+    finally:
+        _TALLY.reset(token)
+    return tally.total
+
+
+def _packer(tally: _SavedTally) -> Callable[[torch.Tensor], torch.Tensor]:
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        tally.add(t)
         return t
 
-    with torch.enable_grad(), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        fn()
-    return total
+    return pack
 
 
 def format_bytes(size: float) -> str:

@@ -1,4 +1,5 @@
-"""The checkpoint pass: exact gradients, applied/skipped decisions, segments, lower memory."""
+"""The checkpoint pass with explicit segments (checkpoint=N) and its skipped cases; the budget
+planning of checkpoint="auto" is tested in test_checkpoint_budget.py."""
 
 from __future__ import annotations
 
@@ -10,9 +11,10 @@ from torch import nn
 
 import autoopt
 from autoopt.runtime.context import Context
+from autoopt.runtime.memory import saved_tensor_bytes
 from autoopt.runtime.options import Options
 from autoopt.runtime.passes import checkpoint as ckpt
-from autoopt.runtime.report import Report, Status
+from autoopt.runtime.report import Status
 
 WIDTH = 16
 
@@ -79,22 +81,13 @@ def test_saved_activation_bytes_are_lower_with_checkpointing() -> None:
     torch.manual_seed(0)
     model = deep(16)
     x = torch.randn(32, WIDTH)
-    before = ckpt.saved_tensor_bytes(lambda: model(x))
+    before = saved_tensor_bytes(lambda: model(x))
     _apply(model, 4)
-    after = ckpt.saved_tensor_bytes(lambda: model(x))
+    after = saved_tensor_bytes(lambda: model(x))
     assert after < before / 2
     # An evaluation forward runs the plain forward.
     model.eval()
-    assert ckpt.saved_tensor_bytes(lambda: model(x)) == before
-
-
-def test_meta_estimate_equals_the_real_saved_bytes() -> None:
-    model = deep(10)
-    x = torch.randn(8, WIDTH)
-    real = ckpt.saved_tensor_bytes(lambda: model(x))
-    assert ckpt.estimate_activation_bytes(model, x) == real
-    # 10 ReLU outputs plus the input, each 8 x 16 float32
-    assert real == 11 * 8 * WIDTH * 4
+    assert saved_tensor_bytes(lambda: model(x)) == before
 
 
 def test_false_no_deep_stack_and_one_segment_are_skipped() -> None:
@@ -104,13 +97,6 @@ def test_false_no_deep_stack_and_one_segment_are_skipped() -> None:
     assert result.status is Status.SKIPPED and ">= 8 layers" in result.detail
     one = _apply(deep(12), 1).report["checkpoint"]
     assert one.status is Status.SKIPPED and "one segment" in one.detail
-
-
-def test_auto_on_cpu_is_skipped_with_the_reason() -> None:
-    model = deep(12)
-    result = _apply(model, "auto").report["checkpoint"]
-    assert result.status is Status.SKIPPED and "memory is rarely the limit" in result.detail
-    assert not hasattr(model, "_autoopt_checkpoint")
 
 
 def test_outermost_deep_stacks_are_found_by_name() -> None:
@@ -140,50 +126,6 @@ def test_int_segments_are_capped_and_applied_inside_a_module() -> None:
     assert model.blocks._autoopt_checkpoint.segments == 10
 
 
-def test_auto_decision_at_first_forward_uses_the_estimate(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The CUDA path of "auto", run on CPU with the free-memory probe pinned."""
-    # 64 rows: activations (17 x 64 x 16 floats) exceed twice the gradients (16 x 272 floats).
-    x = torch.randn(64, WIDTH)
-    for free, expect_applied in ((10**12, False), (1000, True)):
-        model = deep(16)
-        report = Report()
-        report.add(ckpt.PassResult.skipped("checkpoint", "pending"))
-        decisions = ckpt._Decisions(report, pending=1)
-        ckpt._patch(model, ckpt.CheckpointState("", None, decisions))
-        monkeypatch.setattr(ckpt, "free_device_memory", lambda device, free=free: free)
-        with torch.no_grad():
-            model(x)  # not a training forward: still undecided
-        assert model._autoopt_checkpoint.segments is None
-        plain = ckpt.saved_tensor_bytes(lambda m=model: m(x))
-        state = model._autoopt_checkpoint
-        assert state.estimate_bytes == 17 * 64 * WIDTH * 4
-        result = report["checkpoint"]
-        if expect_applied:
-            assert state.segments == ckpt.default_segments(32) == 6
-            assert result.status is Status.APPLIED and "6 segments" in result.detail
-            assert plain < state.estimate_bytes  # the first forward was already checkpointed
-        else:
-            assert state.segments == 0 and result.status is Status.SKIPPED
-            assert "not needed" in result.detail and plain == state.estimate_bytes
-
-
-def test_auto_does_not_checkpoint_when_gradients_dominate(monkeypatch: pytest.MonkeyPatch) -> None:
-    model = deep(16)
-    report = Report()
-    report.add(ckpt.PassResult.skipped("checkpoint", "pending"))
-    ckpt._patch(model, ckpt.CheckpointState("", None, ckpt._Decisions(report, 1)))
-    monkeypatch.setattr(ckpt, "free_device_memory", lambda device: 1000)  # memory is tight
-    model(torch.randn(2, WIDTH))  # 2 rows: activations far below the gradient memory
-    assert model._autoopt_checkpoint.segments == 0
-    assert "of gradients" in report["checkpoint"].detail
-
-
-def test_default_segments_is_about_sqrt() -> None:
-    assert ckpt.default_segments(72) == 8
-    assert ckpt.default_segments(144) == 12
-    assert ckpt.default_segments(8) == 3
-
-
 def test_through_optimize_gradients_match_and_report_says_applied() -> None:
     torch.manual_seed(0)
     plain = deep(8, dropout=0.2)
@@ -200,9 +142,15 @@ def test_choose_gives_segments_lazy_or_none() -> None:
     model = deep(16)
     cpu, cuda = torch.device("cpu"), torch.device("cuda", 0)
     assert ckpt.choose(3, model, cpu)[0] == 3
-    assert ckpt.choose("auto", model, cuda)[0] == ckpt.LAZY
-    segments, why = ckpt.choose("auto", model, cpu)
-    assert segments is None and "pass checkpoint=<segments>" in why
     assert ckpt.choose(1, model, cpu)[0] is None
     assert ckpt.choose(4, nn.Sequential(nn.Linear(2, 2)), cpu)[0] is None
-    assert "forward" not in model.__dict__  # deciding patched nothing
+    # "auto" plans block stacks only: a flat stack of mixed layers has none.
+    decision, why = ckpt.choose("auto", model, cuda)
+    assert decision is None and "no repeated block stack" in why
+    blocks = nn.Sequential(*(deep(1) for _ in range(4)))
+    assert ckpt.choose("auto", blocks, cuda)[0] == ckpt.LAZY  # "auto" budget: free CUDA memory
+    assert ckpt.choose("auto", blocks, cpu, budget=1 << 20)[0] == ckpt.LAZY
+    decision, why = ckpt.choose("auto", blocks, cpu)  # "auto" budget off CUDA: no limit
+    assert decision is None and "pass memory_budget=<bytes>" in why
+    assert ckpt.choose("auto", blocks, cuda, budget=None)[0] is None
+    assert "forward" not in blocks[0].__dict__  # deciding patched nothing

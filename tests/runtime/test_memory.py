@@ -8,9 +8,11 @@ from torch import nn
 
 import autoopt
 from autoopt.runtime.memory import (
+    count_saved,
     format_bytes,
     optimizer_state_bytes,
     parse_budget,
+    resident_bytes,
     resolve_budget,
     saved_tensor_bytes,
     state_memory,
@@ -99,3 +101,41 @@ def test_step_memory_renders_every_kind() -> None:
     assert "parameters 257 KiB" in line
     assert "activations 3 MiB" in line
     assert line.endswith(f"= {format_bytes(memory.total)}")
+
+
+def test_auto_budget_on_cuda_adds_back_what_the_model_holds(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device: (1000, 8000))
+    cuda = torch.device("cuda", 0)
+    assert resolve_budget("auto", cuda) == 1000
+    assert resolve_budget("auto", cuda, held=500) == 1500
+    assert resolve_budget(64, cuda, held=500) == 64  # an explicit budget is the budget
+
+
+def test_resident_bytes_counts_parameters_gradients_and_state_on_the_device() -> None:
+    model = nn.Linear(4, 4)  # 20 floats
+    optimizer = torch.optim.AdamW(model.parameters())
+    cpu = torch.device("cpu")
+    assert resident_bytes(model, optimizer, cpu) == 80  # no gradient, no state yet
+    model(torch.randn(2, 4)).sum().backward()
+    optimizer.step()
+    # parameters + gradients + exp_avg + exp_avg_sq (+ the two scalar step counters)
+    assert resident_bytes(model, optimizer, cpu) == 4 * 80 + 2 * 4
+    assert resident_bytes(model, optimizer, torch.device("cuda", 0)) == 0
+
+
+def test_saved_tensor_bytes_counts_reported_tensors_and_leaves_out_excluded_ones() -> None:
+    x = torch.randn(10, 10, requires_grad=True)
+    kept = torch.randn(5)
+
+    def forward() -> None:
+        x.relu()  # relu saves its output: 400 bytes
+        count_saved(kept)  # kept outside autograd: 20 bytes
+        count_saved(kept)  # one storage, counted once
+
+    assert saved_tensor_bytes(forward) == 420
+    assert saved_tensor_bytes(forward, exclude=[kept]) == 400
+    count_saved(kept)  # outside a count: nothing to do
+    # Nested counts are separate: the inner one does not leak into the outer.
+    assert saved_tensor_bytes(lambda: saved_tensor_bytes(forward)) == 0

@@ -1,0 +1,196 @@
+"""How one block of a stack runs: plainly, fully checkpointed, or selectively checkpointed.
+
+A block of an `nn.ModuleList` is called by its parent's forward, so checkpointing it means
+patching the block's own `forward` (in place: its class, parameters and `state_dict` keys stay).
+The patched forward runs `torch.utils.checkpoint.checkpoint(forward, *args, use_reentrant=False,
+**kwargs)` in training (grad enabled, block in training mode) and the plain forward otherwise;
+any positional and keyword arguments (attention masks) pass through.
+
+* Full: only the block's inputs are kept; backward recomputes the whole block.
+* Selective (`create_selective_checkpoint_contexts`): the outputs of matmuls, convolutions and
+  attention are kept (`KeepMatmuls`), the cheap pointwise ops between them (norms,
+  activations, dropout, residual adds) are recomputed.
+
+Both preserve the RNG state, so dropout masks in the recomputation equal the first pass and the
+gradients equal eager's; batch-norm running statistics are restored after the recomputation,
+so they are updated once per step, as in eager.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from enum import Enum
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import nn
+from torch.nn.modules.batchnorm import _BatchNorm
+from torch.utils.checkpoint import (
+    CheckpointPolicy,
+    SelectiveCheckpointContext,
+    checkpoint,
+    create_selective_checkpoint_contexts,
+    noop_context_fn,
+)
+
+from autoopt.runtime.context import Forward
+from autoopt.runtime.memory import count_saved
+
+if TYPE_CHECKING:
+    from autoopt.runtime.checkpoint_plan import Planner
+
+STATE_ATTR = "_autoopt_checkpoint_block"  # the BlockState, on each patched block
+
+_aten = torch.ops.aten
+# The ops whose outputs selective checkpointing keeps: the costly ones (as torchtitan's policy).
+# Overloads missing from a build are left out.
+KEEP_OPS = frozenset(
+    getattr(_aten, name).default
+    for name in (
+        "mm",
+        "addmm",
+        "bmm",
+        "baddbmm",
+        "convolution",
+        "_scaled_dot_product_flash_attention",
+        "_scaled_dot_product_flash_attention_for_cpu",
+        "_scaled_dot_product_efficient_attention",
+        "_scaled_dot_product_cudnn_attention",
+    )
+    if hasattr(_aten, name)
+)
+
+
+class Mode(str, Enum):
+    PLAIN = "plain"
+    SELECTIVE = "selective"
+    FULL = "full"
+
+
+@dataclass
+class BlockState:
+    """What one block's patched forward does; kept on the block as `_autoopt_checkpoint`.
+    `planner` is set while "auto" has not decided yet (its first training forward measures)."""
+
+    stack: str  # the qualified name of the container ("" for the model itself)
+    index: int  # the block's position in it
+    mode: Mode = Mode.PLAIN
+    planner: Planner | None = None
+
+    @property
+    def name(self) -> str:
+        return f"{self.stack}.{self.index}" if self.stack else str(self.index)
+
+
+class KeepMatmuls:
+    """Selective-checkpoint policy: keep the outputs of `KEEP_OPS`, recompute the rest. The
+    kept outputs live in the checkpoint's cache, not in autograd's saved tensors, so they are
+    reported to `count_saved` (a running `saved_tensor_bytes` counts them)."""
+
+    def __call__(
+        self, ctx: SelectiveCheckpointContext, func: Any, *args: Any, **kwargs: Any
+    ) -> CheckpointPolicy:
+        if func not in KEEP_OPS:
+            return CheckpointPolicy.PREFER_RECOMPUTE
+        output = getattr(ctx, "op_output", None)
+        for t in output if isinstance(output, tuple | list) else (output,):
+            if isinstance(t, torch.Tensor):
+                count_saved(t)
+        return CheckpointPolicy.MUST_SAVE
+
+
+class BlockCheckpoint:
+    """A block's forward layer: plain, selective or full as its state says, in training only."""
+
+    def __init__(self, forward: Forward, block: nn.Module, state: BlockState) -> None:
+        self.forward = forward
+        self.block = block
+        self.state = state
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if not (torch.is_grad_enabled() and self.block.training):
+            return self.forward(*args, **kwargs)
+        planner = self.state.planner
+        if planner is not None and planner.measuring:
+            return planner.measure(self.state, self.forward, self.block, args, kwargs)
+        return run_block(self.forward, self.block, self.state.mode, args, kwargs)
+
+
+def run_block(
+    forward: Forward, block: nn.Module, mode: Mode, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
+    """`forward(*args, **kwargs)` of `block`, checkpointed as `mode` says."""
+    if mode is Mode.PLAIN:
+        return forward(*args, **kwargs)
+    return checkpoint(
+        forward,
+        *args,
+        use_reentrant=False,
+        preserve_rng_state=True,
+        context_fn=context_fn(block, mode),
+        **kwargs,
+    )
+
+
+def context_fn(block: nn.Module, mode: Mode) -> Callable[[], tuple[Any, Any]]:
+    """The checkpoint's (forward, recompute) contexts for `block` in `mode`. Plain dispatch
+    modes (what torch.compile accepts) unless batch norms need their statistics restored."""
+    norms = [
+        m
+        for m in block.modules()
+        if isinstance(m, _BatchNorm) and m.track_running_stats and m.training
+    ]
+    if mode is Mode.SELECTIVE:
+        if not norms:
+            return _Selective()
+        return _WithNorms(_Selective(), norms)
+    return _WithNorms(noop_context_fn, norms) if norms else noop_context_fn
+
+
+class _Selective:
+    def __call__(self) -> tuple[Any, Any]:
+        return create_selective_checkpoint_contexts(KeepMatmuls())
+
+
+class _WithNorms:
+    """`contexts()`, with the batch-norm statistics restored after the recomputation."""
+
+    def __init__(self, contexts: Callable[[], tuple[Any, Any]], norms: list[_BatchNorm]) -> None:
+        self.contexts = contexts
+        self.norms = norms
+
+    def __call__(self) -> tuple[Any, Any]:
+        forward, recompute = self.contexts()
+        # Outermost, so its clones and copies run outside the checkpoint's dispatch mode.
+        return forward, _both(keep_running_stats(self.norms), recompute)
+
+
+@contextlib.contextmanager
+def _both(first: Any, second: Any) -> Iterator[None]:
+    """Enter `first`, then `second`; leave in reverse."""
+    with first, second:
+        yield
+
+
+@contextlib.contextmanager
+def keep_running_stats(norms: list[_BatchNorm]) -> Iterator[None]:
+    """Undo the running-statistics update that the batch norms make inside this context."""
+    saved = [
+        [b.clone() if b is not None else None for b in (m.running_mean, m.running_var)]
+        + [m.num_batches_tracked.clone() if m.num_batches_tracked is not None else None]
+        for m in norms
+    ]
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            for m, (mean, var, count) in zip(norms, saved, strict=True):
+                for live, old in (
+                    (m.running_mean, mean),
+                    (m.running_var, var),
+                    (m.num_batches_tracked, count),
+                ):
+                    if live is not None and old is not None:
+                        live.copy_(old)

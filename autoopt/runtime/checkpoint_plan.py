@@ -1,0 +1,305 @@
+"""`checkpoint="auto"` under a memory budget: measure what each block saves for backward on the
+first training batch, then checkpoint the fewest blocks that bring the step under the budget.
+
+Measuring (`Planner.decide`, once, before the first training forward runs): one extra forward of
+the model in which every block is measured in isolation on its real inputs, three ways, and then
+run fully checkpointed:
+
+* plain: the bytes the block saves for backward (`saved_tensor_bytes`);
+* selective: the inputs a checkpoint keeps plus the matmul/attention outputs `KeepMatmuls` keeps;
+* full: the inputs a checkpoint keeps.
+
+Each isolated run frees its graph before the next block, so the measuring forward holds at most
+what the all-checkpointed model saves plus one block's activations: never more than any plan.
+The RNG state and batch-norm statistics are put back afterwards, so the real first step sees
+what it would have seen without the measurement.
+
+Deciding (`choose_modes`, pure): the activations of a plan are those of the all-checkpointed
+model plus, for every block not fully checkpointed, what it saves beyond its inputs. This is
+exact when neighbouring blocks do not both save the storage that passes between them (a
+residual stream ends in an add, which saves nothing); otherwise it overcounts, never
+undercounts. The fewest blocks (largest savings first) are fully checkpointed until the step
+fits; then, last first, each chosen block that still fits with selective checkpointing (less
+recompute) is switched to it. If checkpointing every block is not enough, every block is
+checkpointed and the report says by how much the step still exceeds the budget.
+
+What is counted is what `model.forward` saves; a loss computed outside it saves its own inputs
+(logits) on top.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
+from itertools import groupby
+from typing import Any
+
+import torch
+from torch import nn
+from torch.nn.modules.batchnorm import _BatchNorm
+
+from autoopt.runtime.batch import map_tensors
+from autoopt.runtime.block_checkpoint import (
+    BlockState,
+    Mode,
+    keep_running_stats,
+    run_block,
+)
+from autoopt.runtime.context import Forward
+from autoopt.runtime.memory import (
+    StepMemory,
+    format_bytes,
+    resident_bytes,
+    resolve_budget,
+    saved_tensor_bytes,
+)
+from autoopt.runtime.report import PassResult, Report
+
+NAME = "checkpoint"
+PLANNER_ATTR = "_autoopt_checkpoint_planner"  # the Planner, on the root module
+
+
+@dataclass(frozen=True)
+class BlockCost:
+    """Bytes one block keeps for backward on the measured batch, per way of running it."""
+
+    plain: int
+    selective: int
+    full: int
+
+
+@dataclass(frozen=True)
+class CheckpointPlan:
+    """The decision: each block's mode, and the step's memory before and after."""
+
+    budget: int
+    before: StepMemory
+    after: StepMemory
+    modes: dict[str, Mode]  # block name -> mode, in module order
+
+    @property
+    def excess(self) -> int:
+        """Bytes by which the step still exceeds the budget (0 when it fits)."""
+        return max(0, self.after.total - self.budget)
+
+    def blocks(self) -> str:
+        """The checkpointed blocks as ranges: 'blocks.0-7 (full), blocks.8-9 (selective)'."""
+        return describe_blocks(self.modes)
+
+    def render(self) -> str:
+        """The report line."""
+        before = self.before.activations or 0
+        after = self.after.activations or 0
+        checkpointed = self.blocks() or "no block"
+        line = (
+            f"{checkpointed}: saved activations {format_bytes(before)} -> "
+            f"{format_bytes(after)}; step {format_bytes(self.after.total)} for a budget of "
+            f"{format_bytes(self.budget)}"
+        )
+        if self.excess:
+            line += f"; still exceeds the budget by {format_bytes(self.excess)}"
+        return line
+
+
+def describe_blocks(modes: dict[str, Mode]) -> str:
+    """Runs of consecutive blocks of one stack in one mode, plain blocks left out."""
+    parts = []
+    keyed = [(*name.rpartition("."), mode) for name, mode in modes.items()]
+    for (stack, mode), run in groupby(keyed, key=lambda k: (k[0], k[3])):
+        if mode is Mode.PLAIN:
+            continue
+        indices = [int(k[2]) for k in run]
+        for _, span in groupby(enumerate(indices), key=lambda p: p[1] - p[0]):
+            ids = [i for _, i in span]
+            rng = str(ids[0]) if len(ids) == 1 else f"{ids[0]}-{ids[-1]}"
+            parts.append((f"{stack}.{rng}" if stack else rng, mode))
+    return ", ".join(f"{name} ({mode.value})" for name, mode in parts)
+
+
+def choose_modes(costs: Sequence[BlockCost], base: int, budget: int) -> list[Mode]:
+    """Each block's mode: the fewest checkpointed blocks that bring `base` (state bytes plus the
+    activations with every block fully checkpointed) plus each other block's extra under
+    `budget`, selective where that still fits; every block full when nothing fits."""
+    extra_plain = [c.plain - c.full for c in costs]
+    extra_selective = [c.selective - c.full for c in costs]
+    total = base + sum(extra_plain)
+    modes = [Mode.PLAIN] * len(costs)
+    if total <= budget:
+        return modes
+    chosen = []
+    for i in sorted(range(len(costs)), key=lambda i: (-extra_plain[i], i)):
+        modes[i] = Mode.FULL
+        total -= extra_plain[i]
+        chosen.append(i)
+        if total <= budget:
+            break
+    if total > budget:
+        return [Mode.FULL] * len(costs)
+    for i in sorted(chosen, reverse=True):
+        if extra_selective[i] < extra_plain[i] and total + extra_selective[i] <= budget:
+            modes[i] = Mode.SELECTIVE
+            total += extra_selective[i]
+    return modes
+
+
+class Planner:
+    """The pending "auto" decision of one model, made once at its first training forward (or
+    when `plan()` is called first); kept on the root module as `_autoopt_checkpoint_planner`."""
+
+    def __init__(
+        self,
+        root: nn.Module,
+        blocks: list[tuple[nn.Module, BlockState]],
+        budget_option: int | str | None,
+        state: StepMemory,
+        report: Report,
+    ) -> None:
+        self.root = root
+        self.blocks = blocks
+        self.budget_option = budget_option
+        self.state = state  # parameters, gradients and optimizer state of a step
+        self.report = report
+        self.measuring = False
+        self.plan: CheckpointPlan | None = None
+        self.decided = False
+        self._costs: dict[str, BlockCost] = {}
+
+    def decide(self, forward: Forward, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """Measure on this batch, set every block's mode and record the plan in the report."""
+        self.decided = True
+        device = _device_of(self.root)
+        held = resident_bytes(self.root, None, device)
+        budget = resolve_budget(self.budget_option, device, held=held)
+        if budget is None:
+            self._record(PassResult.skipped(NAME, "no memory budget to plan for"))
+            return
+        try:
+            all_full = self._measure(forward, args, kwargs)
+        except Exception as err:  # an op checkpointing cannot replay, ...
+            for _, state in self.blocks:
+                state.mode = Mode.PLAIN
+            message = f"could not measure the blocks ({type(err).__name__}: {err})"
+            warnings.warn(f"autoopt checkpoint: {message}; running without it", stacklevel=2)
+            self._record(PassResult.failed(NAME, message, "no checkpointing"))
+            return
+        measured = [
+            (state, self._costs[state.name])
+            for _, state in self.blocks
+            if state.name in self._costs
+        ]
+        costs = [cost for _, cost in measured]
+        base = self.state.state + all_full
+        modes = choose_modes(costs, base, budget)
+        for (state, _cost), mode in zip(measured, modes, strict=True):
+            state.mode = mode
+        extra = {Mode.PLAIN: lambda c: c.plain, Mode.SELECTIVE: lambda c: c.selective}
+        before = all_full + sum(c.plain - c.full for c in costs)
+        after = all_full + sum(
+            extra[m](c) - c.full for c, m in zip(costs, modes, strict=True) if m is not Mode.FULL
+        )
+        self.plan = CheckpointPlan(
+            budget,
+            self.state.with_activations(before),
+            self.state.with_activations(after),
+            {state.name: state.mode for _, state in self.blocks},
+        )
+        line = self.plan.render() + " (measured one block at a time on the first training batch)"
+        unmeasured = len(self.blocks) - len(measured)
+        if unmeasured:
+            line += f"; {unmeasured} block(s) did not run in that forward and stay plain"
+        applied = any(m is not Mode.PLAIN for m in modes)
+        self._record(PassResult.applied(NAME, line) if applied else PassResult.skipped(NAME, line))
+
+    def _measure(self, forward: Forward, args: tuple[Any, ...], kwargs: dict[str, Any]) -> int:
+        """Bytes saved by the forward with every block fully checkpointed; fills `_costs`."""
+        norms = [m for m in self.root.modules() if isinstance(m, _BatchNorm) and m.training]
+        devices = sorted(
+            {t.device.index or 0 for t in _tensors((args, kwargs)) if t.device.type == "cuda"}
+        )
+        self._costs = {}
+        self.measuring = True
+        try:
+            with torch.random.fork_rng(devices=devices), keep_running_stats(norms):
+                return saved_tensor_bytes(lambda: forward(*args, **kwargs))
+        finally:
+            self.measuring = False
+
+    def measure(
+        self,
+        state: BlockState,
+        forward: Forward,
+        block: nn.Module,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> Any:
+        """One block inside the measuring forward: its three costs, then its output, checkpointed."""
+        fresh_args, fresh_kwargs = map_tensors((args, kwargs), _fresh)
+        # Inputs that need no grad (masks, data) are the caller's, counted once outside the block.
+        outside = [t for t in _tensors((args, kwargs)) if not t.requires_grad]
+
+        def cost(mode: Mode) -> int:
+            return saved_tensor_bytes(
+                lambda: run_block(forward, block, mode, fresh_args, fresh_kwargs), exclude=outside
+            )
+
+        self._costs[state.name] = BlockCost(
+            plain=cost(Mode.PLAIN), selective=cost(Mode.SELECTIVE), full=cost(Mode.FULL)
+        )
+        return run_block(forward, block, Mode.FULL, args, kwargs)
+
+    def _record(self, result: PassResult) -> None:
+        self.report.replace(result)
+
+
+class PlanOnFirstForward:
+    """The root's forward layer: decide at the first training forward, then run as decided."""
+
+    def __init__(self, forward: Forward, planner: Planner) -> None:
+        self.forward = forward
+        self.planner = planner
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        planner = self.planner
+        if not planner.decided and torch.is_grad_enabled() and planner.root.training:
+            planner.decide(self.forward, args, kwargs)
+        return self.forward(*args, **kwargs)
+
+
+def plan(model: nn.Module, *args: Any, **kwargs: Any) -> CheckpointPlan | None:
+    """Make the pending `checkpoint="auto"` decision of an optimized model on this batch (the
+    arguments of its forward) now, if its first training forward has not made it yet, and
+    return it. The blocks are patched as decided when this returns. None when optimize() planned
+    nothing (checkpoint not "auto", no block stack, no budget) or the measurement failed."""
+    root = getattr(model, "module", model)  # through a DDP wrapper
+    planner: Planner | None = getattr(root, PLANNER_ATTR, None)
+    if planner is None:
+        return None
+    if not planner.decided:
+        planner.decide(root, args, kwargs)
+    return planner.plan
+
+
+def memory_plan(model: nn.Module) -> CheckpointPlan | None:
+    """The plan `checkpoint="auto"` made for this optimized model, once decided."""
+    planner = getattr(getattr(model, "module", model), PLANNER_ATTR, None)
+    return planner.plan if planner is not None else None
+
+
+def _fresh(t: torch.Tensor) -> torch.Tensor:
+    """A copy of an input that needs grad, as a non-leaf like the activation it stands for."""
+    if not t.requires_grad:
+        return t
+    return t.detach().requires_grad_(True).clone()
+
+
+def _tensors(obj: Any) -> list[torch.Tensor]:
+    found: list[torch.Tensor] = []
+    map_tensors(obj, lambda t: found.append(t) or t)
+    return found
+
+
+def _device_of(module: nn.Module) -> torch.device:
+    for tensor in (*module.parameters(), *module.buffers()):
+        return tensor.device
+    return torch.device("cpu")

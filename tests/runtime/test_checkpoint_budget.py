@@ -1,0 +1,238 @@
+"""checkpoint="auto" under a memory budget: which blocks, exact bytes, exact gradients, report."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+import autoopt
+from autoopt.runtime.block_checkpoint import STATE_ATTR, Mode
+from autoopt.runtime.checkpoint_plan import (
+    BlockCost,
+    CheckpointPlan,
+    choose_modes,
+    describe_blocks,
+    memory_plan,
+    plan,
+)
+from autoopt.runtime.memory import saved_tensor_bytes, state_memory
+from autoopt.runtime.report import Status
+from tests.runtime.checkpoint_models import GPT, ResNet
+
+
+def _tokens(seed: int = 0) -> torch.Tensor:
+    return torch.randint(0, 32, (4, 24), generator=torch.Generator().manual_seed(seed))
+
+
+def _optimize(
+    model: nn.Module, budget: int | str | None
+) -> tuple[nn.Module, torch.optim.Optimizer]:
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    return autoopt.optimize(
+        model,
+        None,
+        optimizer,
+        amp=False,
+        compile=False,
+        channels_last=False,  # its different conv kernels would differ from eager by ~1e-6
+        memory_budget=budget,
+        verbose=False,
+    )
+
+
+def _budget(model: nn.Module, x: torch.Tensor, activations: float) -> tuple[int, int]:
+    """(state bytes with AdamW, eager's saved bytes) and a budget leaving `activations` of them."""
+    state = state_memory(model, torch.optim.AdamW(model.parameters())).state
+    eager = saved_tensor_bytes(lambda: model(x))
+    return state + int(activations * eager), eager
+
+
+def _modes(model: nn.Module) -> list[Mode]:
+    return [getattr(b, STATE_ATTR).mode for b in model.blocks]
+
+
+def test_choose_modes_takes_the_fewest_blocks_then_selective_where_it_fits() -> None:
+    costs = [BlockCost(plain=100, selective=40, full=10)] * 4
+    base = 1000  # state + activations with every block fully checkpointed
+    assert choose_modes(costs, base, budget=1360) == [Mode.PLAIN] * 4  # 1000 + 4 * 90 fits
+    # 90 bytes over: one block; its selective extra (30) still fits.
+    assert choose_modes(costs, base, budget=1300) == [Mode.SELECTIVE] + [Mode.PLAIN] * 3
+    # 140 over: two blocks; with both selective it would be 20 over budget, so one stays full.
+    assert choose_modes(costs, base, budget=1220) == [
+        Mode.FULL,
+        Mode.SELECTIVE,
+        Mode.PLAIN,
+        Mode.PLAIN,
+    ]
+    assert choose_modes(costs, base, budget=999) == [Mode.FULL] * 4  # nothing fits: all of them
+    # The block that saves most goes first.
+    uneven = [BlockCost(50, 20, 10), BlockCost(500, 400, 10)]
+    assert choose_modes(uneven, 0, budget=100) == [Mode.PLAIN, Mode.FULL]
+
+
+def test_fewest_blocks_bring_the_step_under_the_budget_with_exact_bytes() -> None:
+    torch.manual_seed(0)
+    plain = GPT(layers=6)
+    x = _tokens()
+    budget, eager = _budget(plain, x, activations=0.5)
+    model, _ = _optimize(copy.deepcopy(plain), budget)
+    model(x).sum().backward()
+    made = memory_plan(model)
+    assert made is not None and made.before.activations == eager
+    real = saved_tensor_bytes(lambda: model(x))
+    assert made.after.activations == real  # the prediction is exact for a residual stack
+    assert made.after.total <= budget and made.excess == 0
+    checkpointed = sum(m is not Mode.PLAIN for m in _modes(model))
+    assert 0 < checkpointed < 6
+    # One block fewer, fully checkpointed (the most it could save), does not fit.
+    fewer, _ = _optimize(copy.deepcopy(plain), 10**12)
+    plan(fewer, x)  # decided: everything fits, every block plain
+    for block in list(fewer.blocks)[: checkpointed - 1]:
+        getattr(block, STATE_ATTR).mode = Mode.FULL
+    state = made.after.state
+    assert state + saved_tensor_bytes(lambda: fewer(x)) > budget
+
+
+def test_plain_when_the_step_fits_and_nothing_on_cpu_without_a_budget() -> None:
+    torch.manual_seed(0)
+    plain = GPT(layers=3)
+    x = _tokens()
+    budget, eager = _budget(plain, x, activations=1.5)
+    model, _ = _optimize(copy.deepcopy(plain), budget)
+    model(x)
+    result = autoopt.report(model)["checkpoint"]
+    assert result.status is Status.SKIPPED and "no block" in result.detail
+    assert _modes(model) == [Mode.PLAIN] * 3 and saved_tensor_bytes(lambda: model(x)) == eager
+    auto, _ = _optimize(copy.deepcopy(plain), "auto")  # on CPU "auto" is no limit
+    result = autoopt.report(auto)["checkpoint"]
+    assert result.status is Status.SKIPPED and "memory_budget=<bytes>" in result.detail
+    assert not hasattr(auto.blocks[0], STATE_ATTR)
+
+
+def _grads(model: nn.Module, x: torch.Tensor, seed: int) -> list[torch.Tensor]:
+    model.zero_grad()
+    torch.manual_seed(seed)
+    out = model(x)
+    (out.square().mean() + out.mean()).backward()
+    return [p.grad.clone() for p in model.parameters()]
+
+
+def _assert_same_steps(plain: nn.Module, model: nn.Module, x: torch.Tensor) -> None:
+    """Gradients equal over two steps, the first one (which measures) included."""
+    for seed in (1, 2):
+        for e, g in zip(_grads(plain, x, seed), _grads(model, x, seed), strict=True):
+            torch.testing.assert_close(g, e, atol=1e-6, rtol=0)
+    for a, b in zip(plain.buffers(), model.buffers(), strict=True):
+        torch.testing.assert_close(b, a, atol=1e-6, rtol=0)
+
+
+def test_gradients_equal_eager_with_dropout_on_the_first_step() -> None:
+    torch.manual_seed(0)
+    plain = GPT(layers=4, dropout=0.2)
+    x = _tokens()
+    budget, _ = _budget(plain, x, activations=0.3)
+    model, _ = _optimize(copy.deepcopy(plain), budget)
+    _assert_same_steps(plain, model, x)
+    assert any(m is not Mode.PLAIN for m in _modes(model))
+
+
+def test_gradients_and_running_stats_equal_eager_for_batchnorm_stages() -> None:
+    torch.manual_seed(0)
+    plain = ResNet(blocks=3)
+    x = torch.randn(4, 3, 8, 8)
+    budget, _ = _budget(plain, x, activations=0.4)
+    model, _ = _optimize(copy.deepcopy(plain), budget)
+    _assert_same_steps(plain, model, x)
+    made = memory_plan(model)
+    assert made is not None and made.blocks().startswith("stage1.0")
+    assert made.after.activations < made.before.activations
+    # The plan may overcount (a block's output and the next block's input are one storage,
+    # saved by both), never undercount.
+    assert saved_tensor_bytes(lambda: model(x)) <= made.after.activations
+
+
+def test_selective_blocks_give_eager_gradients_and_save_between_plain_and_full() -> None:
+    torch.manual_seed(0)
+    plain = GPT(layers=3, dropout=0.2)
+    x = _tokens()
+    model, _ = _optimize(copy.deepcopy(plain), 10**12)  # fits: every block plain
+    model(x)
+    full_saved = {}
+    for mode in (Mode.PLAIN, Mode.SELECTIVE, Mode.FULL):
+        for block in model.blocks:
+            getattr(block, STATE_ATTR).mode = mode
+        full_saved[mode] = saved_tensor_bytes(lambda: model(x))
+    assert full_saved[Mode.FULL] < full_saved[Mode.SELECTIVE] < full_saved[Mode.PLAIN]
+    for block in model.blocks:
+        getattr(block, STATE_ATTR).mode = Mode.SELECTIVE
+    _assert_same_steps(plain, model, x)
+
+
+def test_budget_too_small_checkpoints_every_block_and_says_by_how_much() -> None:
+    torch.manual_seed(0)
+    plain = GPT(layers=4)
+    x = _tokens()
+    budget, _ = _budget(plain, x, activations=0.0)
+    model, _ = _optimize(copy.deepcopy(plain), budget)
+    model(x)
+    assert _modes(model) == [Mode.FULL] * 4
+    made = memory_plan(model)
+    assert made is not None and made.excess == made.after.total - budget > 0
+    detail = autoopt.report(model)["checkpoint"].detail
+    assert detail.startswith("blocks.0-3 (full): saved activations")
+    assert "still exceeds the budget by" in detail
+
+
+def test_plan_decides_before_the_first_forward_and_once() -> None:
+    torch.manual_seed(0)
+    plain = GPT(layers=4)
+    x = _tokens()
+    budget, _ = _budget(plain, x, activations=0.5)
+    model, _ = _optimize(copy.deepcopy(plain), budget)
+    assert memory_plan(model) is None
+    made = plan(model, x)
+    assert isinstance(made, CheckpointPlan) and made is memory_plan(model)
+    modes = _modes(model)
+    assert any(m is not Mode.PLAIN for m in modes)
+    model(_tokens(1)).sum().backward()  # a later batch does not decide again
+    assert plan(model, x) is made and _modes(model) == modes
+    assert plan(plain, x) is None  # not optimized with checkpoint="auto"
+
+
+def test_report_line_names_the_blocks_and_the_bytes() -> None:
+    torch.manual_seed(0)
+    plain = GPT(layers=6)
+    x = _tokens()
+    budget, eager = _budget(plain, x, activations=0.5)
+    model, _ = _optimize(copy.deepcopy(plain), budget)
+    result = autoopt.report(model)["checkpoint"]
+    assert result.status is Status.SKIPPED and "blocks (6 x Block)" in result.detail
+    model(x)
+    result = autoopt.report(model)["checkpoint"]
+    made = memory_plan(model)
+    assert made is not None and result.status is Status.APPLIED
+    assert result.detail.startswith(made.blocks() + ": saved activations ")
+    assert "measured one block at a time" in result.detail
+
+
+def test_describe_blocks_groups_runs_per_stack_and_mode() -> None:
+    modes = {f"blocks.{i}": Mode.FULL for i in range(8)}
+    modes |= {"blocks.8": Mode.SELECTIVE, "blocks.9": Mode.SELECTIVE, "blocks.10": Mode.PLAIN}
+    modes |= {"0": Mode.FULL, "2": Mode.FULL}
+    assert describe_blocks(modes) == (
+        "blocks.0-7 (full), blocks.8-9 (selective), 0 (full), 2 (full)"
+    )
+
+
+@pytest.mark.parametrize("layers", [2])
+def test_eval_and_no_grad_forwards_do_not_decide(layers: int) -> None:
+    model, _ = _optimize(GPT(layers=layers), 1)
+    with torch.no_grad():
+        model(_tokens())
+    model.eval()
+    model(_tokens())
+    assert memory_plan(model) is None
+    assert autoopt.report(model)["checkpoint"].status is Status.SKIPPED
