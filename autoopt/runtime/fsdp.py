@@ -30,7 +30,7 @@ from torch.distributed.checkpoint.state_dict import (
     set_optimizer_state_dict,
 )
 from torch.distributed.device_mesh import DeviceMesh
-from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor, distribute_tensor
 
 
@@ -103,6 +103,19 @@ def shard(
         after = dict(model.named_parameters(remove_duplicate=False))
         _repoint(optimizer, {id(old): after[name] for name, old in before.items()})
     return [*blocks, model]
+
+
+def unsharded_parameters(units: list[nn.Module]) -> list[nn.Parameter]:
+    """The parameters autograd sees in the forward and backward of sharded `units` (root last):
+    FSDP2's all-gathered copies, made at the first unshard and reused after, so each stays the
+    same object for the whole run. Collective: all-gathers once on every rank."""
+    fsdp_units = [u for u in units if isinstance(u, FSDPModule)]
+    for unit in fsdp_units:
+        unit.unshard()
+    params = list(units[-1].parameters())
+    for unit in fsdp_units:
+        unit.reshard()
+    return params
 
 
 def _broadcast_from_rank0(model: nn.Module) -> None:

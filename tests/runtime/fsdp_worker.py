@@ -5,7 +5,8 @@ writes what it saw to OUT/rank<R>.json (and rank 0's full state dicts to OUT/*.p
 * "train": STEPS AdamW steps of a 4-block model, the global loss of each step, per-rank bytes;
 * "resume": a fresh model loads the saved full state dicts and trains STEPS more steps;
 * "amp": amp="bf16" under FSDP next to torch's own fully_shard + MixedPrecisionPolicy loop;
-* "auto": distributed="auto" with a memory budget below / above the model's state.
+* "auto": distributed="auto" with a memory budget below / above the model's state;
+* "accumulate": accumulate=2 under FSDP with SGD.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ GLOBAL_BATCH = 8  # each of the 2 ranks gets 4 samples per step
 STEPS = SAMPLES // GLOBAL_BATCH
 WIDTH = 16
 LR = 1e-2
+ACCUMULATE = 2
 OFF = {"compile": False, "channels_last": False, "checkpoint": False}
 
 
@@ -178,6 +180,31 @@ def amp_phase(rank: int) -> dict[str, Any]:
     }
 
 
+def accumulate_phase() -> dict[str, Any]:
+    """accumulate=ACCUMULATE under FSDP with SGD: one step per ACCUMULATE batches. SGD and no
+    clipping, so that a gradient N times too large would show."""
+    model = make_model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    model, loader, opt = autoopt.optimize(
+        model,
+        _loader(2),
+        opt,
+        distributed="fsdp",
+        amp=False,
+        accumulate=ACCUMULATE,
+        verbose=False,
+        **OFF,
+    )
+    for x, y in loader:  # the user's loop, unchanged
+        opt.zero_grad()
+        nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+    return {
+        "state": {k: v.tolist() for k, v in autoopt.full_state_dict(model).items()},
+        "report": autoopt.report(model).to_dict(),
+    }
+
+
 def auto_phase() -> dict[str, Any]:
     chosen = {}
     budget_of_state = state_memory(make_model(), make_optimizer(make_model())).state
@@ -201,6 +228,7 @@ def main(out: Path) -> None:
     result["resume"] = resume_phase(rank, out)
     result["amp"] = amp_phase(rank)
     result["auto"] = auto_phase()
+    result["accumulate"] = accumulate_phase()
     dist.barrier()
     (out / f"rank{rank}.json").write_text(json.dumps(result))
     dist.destroy_process_group()

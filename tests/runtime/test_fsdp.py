@@ -182,6 +182,25 @@ def test_auto_shards_only_when_the_state_exceeds_the_budget(
     assert "fit the memory budget" in chosen["above"]["detail"]
 
 
+@pytest.mark.slow
+def test_accumulate_under_fsdp_steps_on_the_mean_of_the_micro_batches(
+    run: tuple[Path, list[dict[str, Any]]],
+) -> None:
+    _out, results = run
+    # One process: each optimizer step sees the 2 ranks x ACCUMULATE micro-batches at once.
+    model = worker.make_model(seed=0)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    batch = worker.GLOBAL_BATCH * worker.ACCUMULATE
+    for x, y in torch.utils.data.DataLoader(worker.make_data(), batch_size=batch):
+        opt.zero_grad()
+        nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+    saved = {k: torch.tensor(v) for k, v in results[0]["accumulate"]["state"].items()}
+    _assert_state_close(saved, model)
+    report = {e["pass"]: e for e in results[0]["accumulate"]["report"]}
+    assert "reduce-scattered on the last micro-batch only" in report["distributed"]["detail"]
+
+
 # ---- decisions, in-process --------------------------------------------------------------------
 
 

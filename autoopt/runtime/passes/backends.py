@@ -61,10 +61,16 @@ def choose_flags(device: torch.device, deterministic: bool) -> tuple[dict[str, A
     return settings, "cudnn.benchmark=True, TF32 matmul and convolutions"
 
 
+# The optimizers whose fused kernel has a DTensor sharding rule (torch's
+# distributed/tensor/_ops/_pointwise_ops.py); any other fused step fails on FSDP2's parameters.
+_FUSED_ON_DTENSOR = (torch.optim.Adam, torch.optim.AdamW)
+
+
 def choose_optimizer(
-    optimizer: torch.optim.Optimizer, device: torch.device
+    optimizer: torch.optim.Optimizer, device: torch.device, sharded: bool = False
 ) -> tuple[OptimizerImpl | None, str]:
-    """Fused, else foreach, else the optimizer as it is (None), and why."""
+    """Fused, else foreach, else the optimizer as it is (None), and why. `sharded`: the
+    parameters become FSDP2 DTensors, whose fused step exists for `_FUSED_ON_DTENSOR` only."""
     cls = type(optimizer)
     accepted = inspect.signature(cls.__init__).parameters
     groups = optimizer.param_groups
@@ -78,6 +84,7 @@ def choose_optimizer(
         "fused" in accepted
         and device.type in _get_fused_kernels_supported_devices()
         and same_place
+        and (not sharded or cls in _FUSED_ON_DTENSOR)
         and not optimizer.state  # fused wants its `step` state on the device; none exists yet
         and (attrs := _probe(optimizer, device, fused=True, foreach=False)) is not None
     ):
@@ -92,9 +99,12 @@ def choose_optimizer(
         and same_place
         and (attrs := _probe(optimizer, device, foreach=True)) is not None
     ):
-        return OptimizerImpl({"foreach": True}, attrs), (
-            f"foreach {cls.__name__} step (no fused kernel for it here)"
+        why = (
+            "its fused step has no DTensor rule for FSDP2"
+            if sharded
+            else "no fused kernel for it here"
         )
+        return OptimizerImpl({"foreach": True}, attrs), f"foreach {cls.__name__} step ({why})"
     return None, f"{cls.__name__}: no fused or foreach step available here"
 
 
@@ -108,7 +118,8 @@ def run(ctx: Context) -> PassResult:
     if ctx.optimizer is None:
         notes.append("no optimizer given")
     else:
-        impl, note = choose_optimizer(ctx.optimizer, device)
+        sharded = ctx.dist is not None and ctx.dist.strategy == "fsdp"
+        impl, note = choose_optimizer(ctx.optimizer, device, sharded)
         if impl is not None:
             _apply_optimizer(ctx.optimizer, impl)
             applied = True

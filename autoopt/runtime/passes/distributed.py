@@ -43,11 +43,13 @@ import torch
 import torch.distributed as dist
 from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import FSDPModule
 from torch.nn.parallel import DistributedDataParallel
 
-from autoopt.runtime import fsdp
+from autoopt.runtime import fsdp, root_scaling
 from autoopt.runtime.context import Context, DistState
 from autoopt.runtime.memory import StepMemory, format_bytes, resolve_budget, state_memory
+from autoopt.runtime.passes.accumulate import Accumulator
 from autoopt.runtime.report import PassResult
 
 NAME = "distributed"
@@ -260,12 +262,31 @@ def _shard_with_fsdp(ctx: Context) -> None:
     if ctx.memory is not None and ctx.memory.activations is not None:
         after = after.with_activations(ctx.memory.activations)
     ctx.memory = after
+    accumulation = ""
+    if isinstance(acc := ctx.extras.get("accumulate"), Accumulator):
+        # The 1/N seeding and clip gating find the model by its parameters: these are new now.
+        root_scaling.add_params(model, [*model.parameters(), *fsdp.unsharded_parameters(units)])
+        model.register_forward_pre_hook(ReduceOnLastMicroStep(acc), prepend=True)
+        accumulation = "; gradients reduce-scattered on the last micro-batch only"
     precision = "" if ctx.amp_dtype is None else ", parameters all-gathered in bf16"
     detail = ctx.report[NAME].detail
     ctx.report.replace(
         PassResult.applied(
             NAME,
             f"{detail}; {len(units)} shard units ({len(units) - 1} blocks + the root){precision}; "
-            f"per rank before: {before.render()}; after: {after.render()}",
+            f"per rank before: {before.render()}; after: {after.render()}{accumulation}",
         )
     )
+
+
+@dataclasses.dataclass
+class ReduceOnLastMicroStep:
+    """Forward pre-hook on the FSDP2 root under `accumulate=N`: gradients are reduce-scattered in
+    the last micro-batch's backward only (FSDP2's `no_sync`); the others accumulate locally."""
+
+    acc: Accumulator
+
+    def __call__(self, module: nn.Module, args: Any) -> None:
+        if torch.is_grad_enabled():
+            assert isinstance(module, FSDPModule)
+            module.set_requires_gradient_sync(self.acc.at_last_micro_step)
