@@ -6,7 +6,8 @@ writes what it saw to OUT/rank<R>.json (and rank 0's full state dicts to OUT/*.p
 * "resume": a fresh model loads the saved full state dicts and trains STEPS more steps;
 * "amp": amp="bf16" under FSDP next to torch's own fully_shard + MixedPrecisionPolicy loop;
 * "auto": distributed="auto" with a memory budget below / above the model's state;
-* "accumulate": accumulate=2 under FSDP with SGD.
+* "accumulate": accumulate=2 under FSDP with SGD;
+* "checkpoint": checkpoint=2 on an nn.Sequential under FSDP.
 """
 
 from __future__ import annotations
@@ -205,6 +206,27 @@ def accumulate_phase() -> dict[str, Any]:
     }
 
 
+def checkpoint_phase() -> dict[str, Any]:
+    """checkpoint=2 (checkpoint_sequential) over an 8-layer nn.Sequential, under FSDP."""
+    model = make_deep()
+    opt = make_optimizer(model)
+    model, loader, opt = autoopt.optimize(
+        model, _loader(2), opt, distributed="fsdp", checkpoint=2, amp=False, verbose=False
+    )
+    _train(model, loader, opt)
+    return {
+        "state": {k: v.tolist() for k, v in autoopt.full_state_dict(model).items()},
+        "report": autoopt.report(model).to_dict(),
+    }
+
+
+def make_deep() -> nn.Sequential:
+    torch.manual_seed(0)
+    return nn.Sequential(
+        nn.Linear(4, WIDTH), *[nn.Linear(WIDTH, WIDTH) for _ in range(6)], nn.Linear(WIDTH, 1)
+    )
+
+
 def auto_phase() -> dict[str, Any]:
     chosen = {}
     budget_of_state = state_memory(make_model(), make_optimizer(make_model())).state
@@ -229,6 +251,7 @@ def main(out: Path) -> None:
     result["amp"] = amp_phase(rank)
     result["auto"] = auto_phase()
     result["accumulate"] = accumulate_phase()
+    result["checkpoint"] = checkpoint_phase()
     dist.barrier()
     (out / f"rank{rank}.json").write_text(json.dumps(result))
     dist.destroy_process_group()

@@ -201,6 +201,25 @@ def test_accumulate_under_fsdp_steps_on_the_mean_of_the_micro_batches(
     assert "reduce-scattered on the last micro-batch only" in report["distributed"]["detail"]
 
 
+@pytest.mark.slow
+def test_checkpointing_under_fsdp_keeps_the_one_process_result(
+    run: tuple[Path, list[dict[str, Any]]],
+) -> None:
+    _out, results = run
+    model = worker.make_deep()
+    opt = worker.make_optimizer(model)
+    for x, y in torch.utils.data.DataLoader(worker.make_data(), batch_size=worker.GLOBAL_BATCH):
+        opt.zero_grad()
+        nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+    for name, value in model.state_dict().items():
+        saved = torch.tensor(results[0]["checkpoint"]["state"][name])
+        torch.testing.assert_close(saved, value, rtol=1e-5, atol=1e-6)
+    report = {e["pass"]: e for e in results[0]["checkpoint"]["report"]}
+    assert report["checkpoint"]["status"] == "applied"
+    assert "9 shard units (8 blocks + the root)" in report["distributed"]["detail"]
+
+
 # ---- decisions, in-process --------------------------------------------------------------------
 
 
