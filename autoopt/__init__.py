@@ -9,7 +9,18 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
-__all__ = ["optimize", "report", "unwrap", "seed_everything", "explain_compile", "__version__"]
+__all__ = [
+    "optimize",
+    "report",
+    "unwrap",
+    "seed_everything",
+    "explain_compile",
+    "full_state_dict",
+    "load_full_state_dict",
+    "full_optimizer_state_dict",
+    "load_full_optimizer_state_dict",
+    "__version__",
+]
 
 # The runtime imports torch (about 2 s); `autoopt lint` and `rewrite` never need it, so the
 # public names are resolved on first use.
@@ -19,10 +30,20 @@ _LAZY = {
     "unwrap": "autoopt.runtime.optimize",
     "seed_everything": "autoopt.runtime.seed",
     "explain_compile": "autoopt.runtime.compile_log",
+    "full_state_dict": "autoopt.runtime.fsdp",
+    "load_full_state_dict": "autoopt.runtime.fsdp",
+    "full_optimizer_state_dict": "autoopt.runtime.fsdp",
+    "load_full_optimizer_state_dict": "autoopt.runtime.fsdp",
 }
 
 if TYPE_CHECKING:
     from autoopt.runtime.compile_log import explain_compile
+    from autoopt.runtime.fsdp import (
+        full_optimizer_state_dict,
+        full_state_dict,
+        load_full_optimizer_state_dict,
+        load_full_state_dict,
+    )
     from autoopt.runtime.optimize import optimize, report, unwrap
     from autoopt.runtime.seed import seed_everything
 

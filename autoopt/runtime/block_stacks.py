@@ -14,6 +14,9 @@ FSDP shards one block at a time. A stack is a ModuleList or Sequential of at lea
   recursively, child by child, so `Sequential(Linear, ReLU)` blocks repeat but a Sequential
   holding a stem and a head does not.
 
+Sharding asks with `leaves=True`: there a run of same-class leaf layers (a Sequential of Linears)
+is a stack too, since each layer sharded apart is a smaller all-gather than all of them at once.
+
 Only the outermost stacks are returned: a stack nested inside a block is recomputed with that
 block, and checkpointing or sharding both would do the work twice.
 """
@@ -28,13 +31,16 @@ MIN_BLOCKS = 2
 _CONTAINERS = (nn.Sequential, nn.ModuleList, nn.ModuleDict)
 
 
-def find_block_stacks(model: nn.Module) -> list[tuple[str, nn.Module, list[nn.Module]]]:
+def find_block_stacks(
+    model: nn.Module, leaves: bool = False
+) -> list[tuple[str, nn.Module, list[nn.Module]]]:
     """The outermost block stacks of `model`, in module order: (qualified name of the container,
-    the container, its blocks). The name is "" when the model itself is the stack."""
+    the container, its blocks). The name is "" when the model itself is the stack. `leaves`:
+    blocks may be leaf layers (see the module docstring)."""
     found: list[tuple[str, nn.Module, list[nn.Module]]] = []
 
     def visit(prefix: str, module: nn.Module) -> None:
-        if is_block_stack(module):
+        if is_block_stack(module, leaves):
             found.append((prefix, module, list(module.children())))
             return
         for name, child in module.named_children():
@@ -44,13 +50,15 @@ def find_block_stacks(model: nn.Module) -> list[tuple[str, nn.Module, list[nn.Mo
     return found
 
 
-def is_block_stack(module: nn.Module) -> bool:
-    """Whether `module` is a ModuleList or Sequential of >= MIN_BLOCKS composite blocks of one
-    kind."""
+def is_block_stack(module: nn.Module, leaves: bool = False) -> bool:
+    """Whether `module` is a ModuleList or Sequential of >= MIN_BLOCKS blocks of one kind, each
+    composite unless `leaves`."""
     if not isinstance(module, nn.Sequential | nn.ModuleList):
         return False
     blocks = list(module.children())
-    if len(blocks) < MIN_BLOCKS or any(next(b.children(), None) is None for b in blocks):
+    if len(blocks) < MIN_BLOCKS:
+        return False
+    if not leaves and any(next(b.children(), None) is None for b in blocks):
         return False
     first = _kind(blocks[0])
     return all(_kind(block) == first for block in blocks[1:])

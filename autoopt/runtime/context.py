@@ -60,6 +60,8 @@ class DistState:
     world_size: int
     local_rank: int
     backend: str
+    # How the model is spread over the ranks: "ddp" (replicated) or "fsdp" (sharded, FSDP2).
+    strategy: str = "ddp"
 
 
 @dataclass

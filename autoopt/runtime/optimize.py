@@ -36,7 +36,8 @@ def optimize(
     Returns the objects it was given, in order: the model alone when only the model is given,
     else a tuple of the model and whichever of `loader` and `optimizer` were given. The model and
     optimizer are the same objects, patched in place (under torchrun the model comes back wrapped
-    in DistributedDataParallel, with the original `state_dict` keys); the loader comes back
+    in DistributedDataParallel, with the original `state_dict` keys, or sharded in place by FSDP2;
+    `autoopt.full_state_dict(model)` then gives the plain state dict); the loader comes back
     rebuilt or wrapped so that batches arrive on the device.
 
     Options ("auto" lets autoopt decide per hardware and model, and say why in the report):
@@ -46,7 +47,9 @@ def optimize(
       compile: "auto" | True | False | "jit" (TorchScript). Falls back to eager on failure.
       channels_last: "auto" | True | False, for convolutional models.
       checkpoint: "auto" | False | int segments, for deep nn.Sequential stacks.
-      distributed: "auto" | True | False; under torchrun wraps in DDP with a DistributedSampler.
+      distributed: "auto" | True | False | "ddp" | "fsdp"; under torchrun wraps in DDP, or shards
+        in place with FSDP2 ("fsdp", or "auto" when parameters + gradients + optimizer state
+        exceed memory_budget); the loader gets a DistributedSampler either way.
       accumulate: N > 1 makes the loop accumulate gradients over N batches per optimizer step.
       memory_budget: "auto" (free device memory on CUDA, no limit on CPU) | None | bytes (int)
         | a size such as "2GiB" or "800MB": what one training step may hold on the device.

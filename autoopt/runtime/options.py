@@ -13,6 +13,7 @@ _CHOICES: dict[str, tuple[Any, ...]] = {
     "amp": ("auto", "bf16", "fp16", False),
     "compile": ("auto", True, False, "jit"),
     "channels_last": ("auto", True, False),
+    "distributed": ("auto", True, False, "ddp", "fsdp"),
 }
 
 
@@ -44,8 +45,6 @@ class Options:
             and self.checkpoint >= 1
         ):
             raise ValueError(_bad("checkpoint", self.checkpoint, ("auto", False, "an int >= 1")))
-        if not _auto_or_false(self.distributed) and self.distributed is not True:
-            raise ValueError(_bad("distributed", self.distributed, ("auto", True, False)))
         if (
             not isinstance(self.accumulate, int)
             or isinstance(self.accumulate, bool)

@@ -83,6 +83,14 @@ def register(
     return reg
 
 
+def add_params(model: torch.nn.Module, params: Iterable[torch.Tensor]) -> None:
+    """Count `params` as `model`'s too, if it is registered: FSDP2 replaces the parameters with
+    sharded ones after registration, and autograd's leaves are its all-gathered copies."""
+    for reg in _live():
+        if reg.model() is model:
+            reg.param_ids = reg.param_ids | {id(p) for p in params}
+
+
 def unregister(model: torch.nn.Module) -> None:
     """Stop scaling the backward passes of `model` (what `optimize()` undoes when it fails after
     registering it); the root wrapper goes when no registered model is left."""

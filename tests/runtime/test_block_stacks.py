@@ -48,3 +48,10 @@ def test_mixed_classes_leaf_layers_and_single_blocks_are_not_stacks() -> None:
     assert _names(leaves) == []
     assert _names(nn.ModuleList([Block(8, 2, 0.0)])) == []
     assert _names(nn.Sequential(*(nn.Linear(4, 4) for _ in range(12)))) == []
+
+
+def test_leaf_layers_are_a_stack_when_sharding_asks() -> None:
+    leaves = nn.Sequential(*(nn.Linear(4, 4) for _ in range(3)))
+    [(name, container, blocks)] = find_block_stacks(leaves, leaves=True)
+    assert (name, container, blocks) == ("", leaves, list(leaves))
+    assert find_block_stacks(nn.Sequential(nn.Linear(4, 4), nn.ReLU()), leaves=True) == []

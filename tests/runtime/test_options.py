@@ -21,9 +21,10 @@ from .models import MLP
         ("channels_last", "yes", "'auto', True, False"),
         ("checkpoint", 0, "an int >= 1"),
         ("checkpoint", True, "an int >= 1"),
-        ("distributed", 0, "'auto', True, False"),
+        ("distributed", 0, "'auto', True, False, 'ddp', 'fsdp'"),
         ("accumulate", 0, "an int >= 1"),
-        ("distributed", "nccl", "'auto', True, False"),
+        ("distributed", "nccl", "'auto', True, False, 'ddp', 'fsdp'"),
+        ("distributed", "FSDP", "'auto', True, False, 'ddp', 'fsdp'"),
         ("deterministic", "yes", "True, False"),
     ],
 )
@@ -52,6 +53,8 @@ def test_valid_options_are_accepted() -> None:
     opts = Options(amp="fp16", compile="jit", channels_last=False, checkpoint=3, accumulate=4)
     assert opts.checkpoint == 3
     assert "amp" in Options.names()
+    assert Options(distributed="fsdp").distributed == "fsdp"
+    assert Options(distributed="ddp").distributed == "ddp"
 
 
 def test_non_module_model_is_a_type_error() -> None:

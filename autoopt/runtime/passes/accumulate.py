@@ -107,7 +107,9 @@ def run(ctx: Context) -> PassResult | None:
         f"{steps} micro-batches per optimizer step, every backward seeded x1/{steps}, "
         "gradient clipping on the last micro-batch only"
     )
-    if ctx.dist is not None:
+    if ctx.dist is not None and ctx.dist.strategy == "fsdp":
+        detail += "; FSDP reduce-scatters on the last micro-batch only"
+    elif ctx.dist is not None:
         detail += "; DDP all-reduces on the last micro-batch only"
     return PassResult.applied(NAME, detail)
 

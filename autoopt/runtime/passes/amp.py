@@ -6,7 +6,8 @@ fp16 autocast on a CPU without native half math is slower than fp32.
 Explicit "bf16"/"fp16" are honoured on any device autocast supports (fp16 on CPU is how the
 fp16 path is tested without a GPU). fp16 adds dynamic loss scaling at the root of every backward
 (`loss_scaling`, `root_scaling`). A loop with its own autocast or GradScaler makes both step aside
-(`user_amp`). The layers are objects of module-level classes, so the model deep-copies and
+(`user_amp`). Under FSDP2 the dtype goes to FSDP's own mixed-precision policy instead of
+autocast, and fp16 stands down (`_under_fsdp`). The layers are objects of module-level classes, so the model deep-copies and
 pickles with them (an EMA copy computes with its own weights). A copy is not registered with
 `root_scaling`: its backward is unscaled, because no step of its own skips non-finite gradients
 (a copy is for evaluation/EMA; training one needs `optimize()` on a plain model).
@@ -15,6 +16,7 @@ pickles with them (an EMA copy computes with its own weights). A copy is not reg
 from __future__ import annotations
 
 import functools
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,6 +53,8 @@ def run(ctx: Context) -> PassResult:
     dtype, why = choose(ctx.model, device, ctx.options.amp)
     if dtype is None:
         return PassResult.skipped(NAME, why)
+    if ctx.dist is not None and ctx.dist.strategy == "fsdp":
+        return _under_fsdp(ctx, dtype, why)
     ctx.amp_dtype = dtype
     if watch_grad_scalers():
         ctx.undo.append(unwatch_grad_scalers)
@@ -74,6 +78,26 @@ def run(ctx: Context) -> PassResult:
         NAME,
         f"fp16 autocast: {why}; dynamic loss scaling at the root of every backward (init "
         f"{scaler.scale:g}; {step_note})",
+    )
+
+
+def _under_fsdp(ctx: Context, dtype: torch.dtype, why: str) -> PassResult:
+    """FSDP2 applies the precision itself (`MixedPrecisionPolicy`, set by the distributed
+    pass's finalizer from `ctx.amp_dtype`); an autocast layer as well would cast twice. fp16
+    stands down: its non-finite check would see only this rank's gradient shard, so ranks could
+    disagree on skipping a step."""
+    if dtype is torch.float16:
+        reason = (
+            "fp16 loss scaling is not supported under FSDP2 (each rank sees only its gradient "
+            "shard when checking for inf/nan); training in fp32, pass amp='bf16' for bf16"
+        )
+        warnings.warn(f"autoopt: {reason}", stacklevel=2)
+        return PassResult.skipped(NAME, reason)
+    ctx.amp_dtype = dtype
+    return PassResult.applied(
+        NAME,
+        f"bf16 through FSDP2's MixedPrecisionPolicy (bf16 compute, fp32 gradient reduction and "
+        f"outputs) instead of autocast: {why}",
     )
 
 

@@ -71,23 +71,32 @@ def choose_flags(device: torch.device, deterministic: bool) -> tuple[dict[str, A
     return settings, "cudnn.benchmark=True, TF32 matmul and convolutions"
 
 
+# The optimizers whose fused kernel has a DTensor sharding rule (torch's
+# distributed/tensor/_ops/_pointwise_ops.py); any other fused step fails on FSDP2's parameters.
+_FUSED_ON_DTENSOR = (torch.optim.Adam, torch.optim.AdamW)
+
+
 def choose_optimizer(
-    optimizer: torch.optim.Optimizer, device: torch.device
+    optimizer: torch.optim.Optimizer, device: torch.device, sharded: bool = False
 ) -> tuple[OptimizerImpl | None, str]:
     """Fused, else foreach, else the optimizer as it is (None), and why: the rule, which the
-    measurement on CPU (see `StepTiming`) starts from."""
-    impls, why = step_candidates(optimizer, device)
+    measurement on CPU (see `StepTiming`) starts from. `sharded`: the parameters become FSDP2
+    DTensors, whose fused step exists for `_FUSED_ON_DTENSOR` only."""
+    impls, why = step_candidates(optimizer, device, sharded)
     if not impls:
         return None, why
     name, impl = next(iter(impls.items()))
     cls = type(optimizer).__name__
-    return impl, f"{name} {cls} step" + (
-        "" if name == "fused" else " (no fused kernel for it here)"
+    if name == "fused":
+        return impl, f"fused {cls} step"
+    reason = (
+        "its fused step has no DTensor rule for FSDP2" if sharded else "no fused kernel for it here"
     )
+    return impl, f"{name} {cls} step ({reason})"
 
 
 def step_candidates(
-    optimizer: torch.optim.Optimizer, device: torch.device
+    optimizer: torch.optim.Optimizer, device: torch.device, sharded: bool = False
 ) -> tuple[dict[str, OptimizerImpl], str]:
     """The faster step implementations this torch has for the optimizer on `device`, preferred
     first ("fused", "foreach"); empty with the reason when there are none or the user chose."""
@@ -105,6 +114,7 @@ def step_candidates(
         "fused" in accepted
         and device.type in _get_fused_kernels_supported_devices()
         and same_place
+        and (not sharded or cls in _FUSED_ON_DTENSOR)
         and not optimizer.state  # fused wants its `step` state on the device; none exists yet
         and (attrs := _probe(optimizer, device, fused=True, foreach=False)) is not None
     ):
@@ -128,11 +138,12 @@ def run(ctx: Context) -> PassResult:
     if ctx.optimizer is None:
         detail = f"{flags_note}; no optimizer given"
         return PassResult.applied(NAME, detail) if settings else PassResult.skipped(NAME, detail)
-    impl, note = choose_optimizer(ctx.optimizer, device)
+    sharded = ctx.dist is not None and ctx.dist.strategy == "fsdp"
+    impl, note = choose_optimizer(ctx.optimizer, device, sharded)
     if impl is None:
         detail = f"{flags_note}; {note}"
         return PassResult.applied(NAME, detail) if settings else PassResult.skipped(NAME, detail)
-    impls, _ = step_candidates(ctx.optimizer, device)
+    impls, _ = step_candidates(ctx.optimizer, device, sharded)
     user = {key: ctx.optimizer.defaults.get(key) for key in ("fused", "foreach")}
     ours = dict(impl.flags)  # the flags a loaded checkpoint gets: the choice in force
     optimizer_state.hide_flags(ctx.optimizer, user, ours)

@@ -1,19 +1,30 @@
-"""Pass: distributed (AO501-AO503). Under torchrun, DistributedDataParallel with no code change.
+"""Pass: distributed (AO501-AO503). Under torchrun, DDP or FSDP2 with no code change.
 
 Activation:
 * `distributed="auto"`: active when the environment says `WORLD_SIZE > 1` (torchrun's contract:
   RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT), or when the user already initialised
   a process group of more than one process.
-* `distributed=True`: the same, but a missing torchrun environment is an error.
+* `distributed=True`, `"ddp"`, `"fsdp"`: the same, but a missing torchrun environment is an error.
 * `distributed=False`: skipped.
+
+Strategy (`choose_strategy`): "ddp" and "fsdp" are taken as asked. "auto" and True keep DDP
+unless one rank's parameters + gradients + optimizer state exceed the memory budget; then FSDP2
+shards them. With no budget (the CPU's "auto") that is always DDP.
 
 When active: the process group is initialised from the environment unless it already is
 (`nccl` for CUDA, `gloo` for CPU, with a `INIT_TIMEOUT` timeout so a missing peer is an error,
 not a hang), `ctx.device` is pinned to `cuda:LOCAL_RANK` (or the CPU) and `ctx.dist` is set so
 the loader pass shards the data. A finalizer, run after every forward and step layer is in
-place, wraps the model in `AutooptDDP`: a `DistributedDataParallel` whose `state_dict()` and
-`load_state_dict()` use the inner module's keys (no `module.` prefix) and whose unknown
-attributes are looked up on the inner module, so `model.my_head` or `model.config` keep working.
+place, then either
+* wraps the model in `AutooptDDP`: a `DistributedDataParallel` whose `state_dict()` and
+  `load_state_dict()` use the inner module's keys (no `module.` prefix) and whose unknown
+  attributes are looked up on the inner module, so `model.my_head` or `model.config` keep
+  working; or
+* shards it in place with FSDP2 (`autoopt.runtime.fsdp`): each repeated block and the root
+  become shard units, the optimizer is pointed at the sharded parameters, amp's dtype becomes
+  FSDP's `MixedPrecisionPolicy`, and `ctx.memory` holds the per-rank bytes after sharding.
+  `torch.compile` and channels-last stand down under FSDP (this pass turns them off, and says
+  so): neither is verified with FSDP2's all-gather hooks here.
 
 Any disagreement between the environment and reality (a missing or malformed variable, a rank
 outside the world, an existing process group of another size or rank, a LOCAL_RANK without a
@@ -22,6 +33,7 @@ GPU) raises `DistributedSetupError` naming the values.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import os
 from collections.abc import Mapping
@@ -30,9 +42,14 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import FSDPModule
 from torch.nn.parallel import DistributedDataParallel
 
+from autoopt.runtime import fsdp, root_scaling
 from autoopt.runtime.context import Context, DistState
+from autoopt.runtime.memory import StepMemory, format_bytes, resolve_budget, state_memory
+from autoopt.runtime.passes.accumulate import Accumulator
 from autoopt.runtime.report import PassResult
 
 NAME = "distributed"
@@ -78,9 +95,9 @@ def run(ctx: Context) -> PassResult | None:
     world_env = env.get("WORLD_SIZE")
     initialised = dist.is_available() and dist.is_initialized()
     if not initialised and (world_env is None or _int(env, "WORLD_SIZE") <= 1):
-        if option is True:
+        if option is not False and option != "auto":
             raise DistributedSetupError(
-                "optimize(distributed=True) needs a multi-process launch: run the script with "
+                f"optimize(distributed={option!r}) needs a multi-process launch: run the script with "
                 "`torchrun --nproc_per_node=N script.py` (which sets "
                 f"{', '.join(ENV_VARS)}); WORLD_SIZE is {world_env!r}"
             )
@@ -110,13 +127,35 @@ def run(ctx: Context) -> PassResult | None:
     if device.type == "cuda":
         device = torch.device("cuda", state.local_rank)
     ctx.device = device
+    budget = resolve_budget(ctx.options.memory_budget, device)
+    state.strategy, why = choose_strategy(option, state_memory(ctx.model, ctx.optimizer), budget)
     ctx.dist = state
-    ctx.finalizers.append(_wrap_in_ddp)
-    return PassResult.applied(
-        NAME,
-        f"DDP over {state.world_size} processes, rank {state.rank} on {device} "
-        f"({state.backend}, {how})",
+    where = (
+        f"over {state.world_size} processes, rank {state.rank} on {device} ({state.backend}, {how})"
     )
+    if state.strategy == "ddp":
+        ctx.finalizers.append(_wrap_in_ddp)
+        return PassResult.applied(NAME, f"DDP {where}; {why}")
+    ctx.finalizers.append(_shard_with_fsdp)
+    off = [name for name in ("compile", "channels_last") if getattr(ctx.options, name) is not False]
+    if off:
+        ctx.options = dataclasses.replace(ctx.options, **dict.fromkeys(off, False))
+        why += f"; {' and '.join(off)} off under FSDP2 (not verified with its all-gather hooks)"
+    return PassResult.applied(NAME, f"FSDP2 {where}; {why}")
+
+
+def choose_strategy(option: str | bool, memory: StepMemory, budget: int | None) -> tuple[str, str]:
+    """ "ddp" or "fsdp" for `distributed=option`, and why. "auto" and True shard (FSDP2) only when
+    one rank's parameters + gradients + optimizer state (`memory`) exceed `budget` (None: no
+    limit). Pure: `doctor` and `tune` reuse it."""
+    if option in ("ddp", "fsdp"):
+        return str(option), f"distributed={option!r}"
+    held = f"parameters + gradients + optimizer state {format_bytes(memory.state)}"
+    if budget is None:
+        return "ddp", f"{held}, no memory budget"
+    if memory.state > budget:
+        return "fsdp", f"{held} exceed the memory budget {format_bytes(budget)}"
+    return "ddp", f"{held} fit the memory budget {format_bytes(budget)}"
 
 
 def check_env(env: Mapping[str, str], device: torch.device) -> DistState:
@@ -204,3 +243,50 @@ def _wrap_in_ddp(ctx: Context) -> None:
         return
     device_ids = [ctx.device.index] if ctx.device.type == "cuda" else None
     ctx.returned_model = AutooptDDP(model, device_ids=device_ids)
+
+
+def _shard_with_fsdp(ctx: Context) -> None:
+    """Finalizer: FSDP2 `fully_shard` on each repeated block and the root, in place; the
+    optimizer is pointed at the sharded parameters and `ctx.memory` holds what a rank keeps."""
+    assert ctx.dist is not None and ctx.device is not None
+    model: nn.Module = ctx.model
+    if not any(p.requires_grad for p in model.parameters()):
+        ctx.report.replace(
+            PassResult.skipped(NAME, "the model has no trainable parameters; FSDP2 not applied")
+        )
+        return
+    before = state_memory(model, ctx.optimizer)
+    mesh = init_device_mesh(ctx.device.type, (ctx.dist.world_size,))
+    units = fsdp.shard(model, ctx.optimizer, mesh, ctx.amp_dtype)
+    after = state_memory(model, ctx.optimizer)
+    if ctx.memory is not None and ctx.memory.activations is not None:
+        after = after.with_activations(ctx.memory.activations)
+    ctx.memory = after
+    accumulation = ""
+    if isinstance(acc := ctx.extras.get("accumulate"), Accumulator):
+        # The 1/N seeding and clip gating find the model by its parameters: these are new now.
+        root_scaling.add_params(model, [*model.parameters(), *fsdp.unsharded_parameters(units)])
+        model.register_forward_pre_hook(ReduceOnLastMicroStep(acc), prepend=True)
+        accumulation = "; gradients reduce-scattered on the last micro-batch only"
+    precision = "" if ctx.amp_dtype is None else ", parameters all-gathered in bf16"
+    detail = ctx.report[NAME].detail
+    ctx.report.replace(
+        PassResult.applied(
+            NAME,
+            f"{detail}; {len(units)} shard units ({len(units) - 1} blocks + the root){precision}; "
+            f"per rank before: {before.render()}; after: {after.render()}{accumulation}",
+        )
+    )
+
+
+@dataclasses.dataclass
+class ReduceOnLastMicroStep:
+    """Forward pre-hook on the FSDP2 root under `accumulate=N`: gradients are reduce-scattered in
+    the last micro-batch's backward only (FSDP2's `no_sync`); the others accumulate locally."""
+
+    acc: Accumulator
+
+    def __call__(self, module: nn.Module, args: Any) -> None:
+        if torch.is_grad_enabled():
+            assert isinstance(module, FSDPModule)
+            module.set_requires_gradient_sync(self.acc.at_last_micro_step)
