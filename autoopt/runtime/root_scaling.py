@@ -211,9 +211,7 @@ def _engine_run_backward(
         _outer_inv_scale.pop()
 
 
-def _seed(
-    grad: torch.Tensor | None, scale: torch.Tensor | None, fraction: tuple[int, int]
-) -> Any:
+def _seed(grad: torch.Tensor | None, scale: torch.Tensor | None, fraction: tuple[int, int]) -> Any:
     if grad is None:
         return None
     if scale is not None:
