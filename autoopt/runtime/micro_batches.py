@@ -160,18 +160,22 @@ class MicroBatcher:
                     stacklevel=3,
                 )
         if rows is None or self.stood_down:
-            yield from self._split(batch, rows or 1, [rows or 1])
+            yield from self._whole(batch)
         elif self.part_rows is None:
             yield from self._first(batch, rows)
         else:
             yield from self._split(batch, rows, part_sizes(rows, self.part_rows))
 
+    def _whole(self, batch: Any) -> Iterator[Any]:
+        self.acc.begin_cycle(1)
+        self.acc.part = None  # the backward is not seeded
+        yield batch
+
     def _split(self, batch: Any, rows: int, sizes: list[int]) -> Iterator[Any]:
-        self.acc.begin_cycle(len(sizes))
         if len(sizes) == 1:
-            self.acc.part = None  # whole: the backward is not seeded
-            yield batch
+            yield from self._whole(batch)
             return
+        self.acc.begin_cycle(len(sizes))
         for size, part in zip(sizes, split_rows(batch, sizes), strict=True):
             self.acc.part = (size, rows)
             yield part
@@ -180,7 +184,7 @@ class MicroBatcher:
         """The probe part, the decision made at its forward, then the rest of the batch."""
         if rows == 1:
             self.stand_down("batches of 1 sample: nothing to split")
-            yield from self._split(batch, rows, [rows])
+            yield from self._whole(batch)
             return
         probe = min(PROBE_ROWS, rows - 1)
         self.probe, self.rows = probe, rows
@@ -191,10 +195,9 @@ class MicroBatcher:
         if self.pending:
             self.stand_down("no training forward of the model ran on the first micro-batch")
         self.probe = None
+        # Stood down: the rest in one part, still seeded with its share (exact).
         sizes = (
-            [rows - probe]
-            if self.stood_down or self.part_rows is None
-            else part_sizes(rows - probe, self.part_rows)
+            [rows - probe] if self.part_rows is None else part_sizes(rows - probe, self.part_rows)
         )
         self.acc.steps = 1 + len(sizes)
         for size, part in zip(sizes, split_rows(rest, sizes), strict=True):

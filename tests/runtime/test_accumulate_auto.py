@@ -267,6 +267,19 @@ def test_stands_down_with_a_warning_and_keeps_batches_whole(case: str, match: st
     _assert_same(model, want)
 
 
+def test_no_training_forward_on_the_probe_stands_down_mid_batch_exactly() -> None:
+    """A loop that trains in eval mode (no dropout/batch norm to switch) never gives the probe a
+    training forward: the rest of the first batch comes as one part, seeded with its share, so
+    the first step is still the full batch's."""
+    want = _train_plain(_net())
+    model, loader, opt = _optimize_auto(_net())
+    model.eval()
+    with pytest.warns(UserWarning, match="no training forward of the model ran"):
+        rows = _train(model, loader, opt)
+    assert rows == [2, 62, 64, 64, 40]
+    _assert_same(model, want)
+
+
 def _steps(model: nn.Module, loader: Any, opt: torch.optim.Optimizer) -> list[Any]:
     seen = []
     for batch in loader:
