@@ -213,17 +213,30 @@ class Planner:
 
     def _measure(self, forward: Forward, args: tuple[Any, ...], kwargs: dict[str, Any]) -> int:
         """Bytes saved by the forward with every block fully checkpointed; fills `_costs`."""
-        norms = [m for m in self.root.modules() if isinstance(m, _BatchNorm) and m.training]
-        devices = sorted(
-            {t.device.index or 0 for t in _tensors((args, kwargs)) if t.device.type == "cuda"}
-        )
         self._costs = {}
         self.measuring = True
         try:
-            with torch.random.fork_rng(devices=devices), keep_running_stats(norms):
-                return saved_tensor_bytes(lambda: forward(*args, **kwargs))
+            return measure_saved(self.root, forward, args, kwargs)
         finally:
             self.measuring = False
+
+    def saved_when_all_checkpointed(
+        self, forward: Forward, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> int:
+        """Bytes the forward saves with every block fully checkpointed: the least any plan
+        keeps. For `accumulate="auto"`, which sizes micro-batches before the plan is made (the
+        plan is then made for the micro-batch). `forward` may be the root's planning layer: it
+        runs through while this measures."""
+        modes = [state.mode for _, state in self.blocks]
+        decided, self.decided = self.decided, True
+        for _, state in self.blocks:
+            state.mode = Mode.FULL
+        try:
+            return measure_saved(self.root, forward, args, kwargs)
+        finally:
+            self.decided = decided
+            for (_, state), mode in zip(self.blocks, modes, strict=True):
+                state.mode = mode
 
     def measure(
         self,
@@ -284,6 +297,19 @@ def memory_plan(model: nn.Module) -> CheckpointPlan | None:
     """The plan `checkpoint="auto"` made for this optimized model, once decided."""
     planner = getattr(getattr(model, "module", model), PLANNER_ATTR, None)
     return planner.plan if planner is not None else None
+
+
+def measure_saved(
+    root: nn.Module, forward: Forward, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> int:
+    """`saved_tensor_bytes` of `forward(*args, **kwargs)` as a side trip: the RNG state and the
+    batch-norm statistics of `root` are put back afterwards, the graph is freed."""
+    norms = [m for m in root.modules() if isinstance(m, _BatchNorm) and m.training]
+    devices = sorted(
+        {t.device.index or 0 for t in _tensors((args, kwargs)) if t.device.type == "cuda"}
+    )
+    with torch.random.fork_rng(devices=devices), keep_running_stats(norms):
+        return saved_tensor_bytes(lambda: forward(*args, **kwargs))
 
 
 def _fresh(t: torch.Tensor) -> torch.Tensor:

@@ -25,7 +25,7 @@ def optimize(
     channels_last: str | bool = "auto",
     checkpoint: str | bool | int = "auto",
     distributed: str | bool = "auto",
-    accumulate: int = 1,
+    accumulate: int | str = 1,
     memory_budget: int | str | None = "auto",
     deterministic: bool = False,
     tune: bool = False,
@@ -50,7 +50,9 @@ def optimize(
       distributed: "auto" | True | False | "ddp" | "fsdp"; under torchrun wraps in DDP, or shards
         in place with FSDP2 ("fsdp", or "auto" when parameters + gradients + optimizer state
         exceed memory_budget); the loader gets a DistributedSampler either way.
-      accumulate: N > 1 makes the loop accumulate gradients over N batches per optimizer step.
+      accumulate: N > 1 makes the loop accumulate gradients over N batches per optimizer step;
+        "auto" keeps each batch as one optimizer step but splits it into the fewest micro-batches
+        that fit memory_budget (gradients as the full batch's for a mean-reduced loss).
       memory_budget: "auto" (free device memory on CUDA, no limit on CPU) | None | bytes (int)
         | a size such as "2GiB" or "800MB": what one training step may hold on the device.
       deterministic: seed-independent determinism flags instead of speed flags.

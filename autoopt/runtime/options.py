@@ -27,7 +27,7 @@ class Options:
     channels_last: str | bool = "auto"
     checkpoint: str | bool | int = "auto"
     distributed: str | bool = "auto"
-    accumulate: int = 1
+    accumulate: int | str = 1
     memory_budget: int | str | None = "auto"
     deterministic: bool = False
     tune: bool = False
@@ -45,12 +45,12 @@ class Options:
             and self.checkpoint >= 1
         ):
             raise ValueError(_bad("checkpoint", self.checkpoint, ("auto", False, "an int >= 1")))
-        if (
+        if not (isinstance(self.accumulate, str) and self.accumulate == "auto") and (
             not isinstance(self.accumulate, int)
             or isinstance(self.accumulate, bool)
             or self.accumulate < 1
         ):
-            raise ValueError(_bad("accumulate", self.accumulate, ("an int >= 1",)))
+            raise ValueError(_bad("accumulate", self.accumulate, ("auto", "an int >= 1")))
         # Stored parsed: "auto", None or bytes.
         object.__setattr__(self, "memory_budget", parse_budget(self.memory_budget))
         for name in ("deterministic", "tune", "verbose"):

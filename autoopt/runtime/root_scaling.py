@@ -8,7 +8,8 @@ once, whatever path each gradient then takes. Here the same happens without the 
 `optimize()`) is wrapped while a registered model is alive. For a call whose graph reaches a
 registered model's parameters (found by walking the graph from its roots):
 
-* `backward()`: the seed is multiplied by the loss scale (fp16) and divided by N (accumulate);
+* `backward()`: the seed is multiplied by the loss scale (fp16) and divided by N (accumulate),
+  or multiplied by a micro-batch's share of its batch (rows / batch rows, `accumulate="auto"`);
   every leaf the backward accumulates into gets a one-shot pre-hook that multiplies its gradient
   by `1/scale` before it is added to `.grad` (powers of two: exact), so `.grad` holds true-scale
   gradients after every backward, whatever path they took (loss terms built from parameters,
@@ -163,14 +164,16 @@ def _seed_scale(regs: list[Registration]) -> torch.Tensor | None:
     return torch.stack([s.to(device) for s in scales]).min()
 
 
-def _accumulation(regs: list[Registration]) -> int:
-    counts = {reg.accumulator.steps for reg in regs if reg.accumulator is not None}
-    if len(counts) > 1:
+def _accumulation(regs: list[Registration]) -> tuple[int, int]:
+    """The (numerator, denominator) of this backward's seed: 1/N, or a split batch's share."""
+    fractions = {reg.accumulator.seed_fraction for reg in regs if reg.accumulator is not None}
+    if len(fractions) > 1:
         raise RuntimeError(
             f"one backward reaches models optimized with different accumulate= values "
-            f"{sorted(counts)}; give every model of one loss the same accumulate="
+            f"(seeds {sorted(f'{a}/{b}' for a, b in fractions)}); give every model of one loss "
+            "the same accumulate="
         )
-    return counts.pop() if counts else 1
+    return fractions.pop() if fractions else (1, 1)
 
 
 def _engine_run_backward(
@@ -190,10 +193,10 @@ def _engine_run_backward(
         with _unscaled_leaves(leaves, _outer_inv_scale[-1]):
             return _original_engine_run_backward(t_outputs, grads, *args, **kwargs)
     scale = _seed_scale(regs)
-    steps = _accumulation(regs) if accumulate_grad else 1
-    if scale is None and steps == 1:
+    fraction = _accumulation(regs) if accumulate_grad else (1, 1)
+    if scale is None and fraction == (1, 1):
         return _original_engine_run_backward(t_outputs, grads, *args, **kwargs)
-    grads = tuple(_seed(g, scale, steps) for g in grads)
+    grads = tuple(_seed(g, scale, fraction) for g in grads)
     if scale is None:
         return _original_engine_run_backward(t_outputs, grads, *args, **kwargs)
     inv_scale = torch.reciprocal(scale)
@@ -208,13 +211,16 @@ def _engine_run_backward(
         _outer_inv_scale.pop()
 
 
-def _seed(grad: torch.Tensor | None, scale: torch.Tensor | None, steps: int) -> Any:
+def _seed(grad: torch.Tensor | None, scale: torch.Tensor | None, fraction: tuple[int, int]) -> Any:
     if grad is None:
         return None
     if scale is not None:
         grad = grad * scale.to(grad.device)  # in the seed's dtype, as `GradScaler.scale` does
-    if steps != 1:
-        grad = grad / steps  # what `(loss / steps).backward()` seeds
+    share, whole = fraction
+    if share != 1:
+        grad = grad * share
+    if whole != 1:
+        grad = grad / whole  # what `(loss / steps).backward()` seeds
     return grad
 
 

@@ -65,7 +65,7 @@ def _scale(self: torch.amp.GradScaler, outputs: Any) -> Any:
         for reg in root_scaling.registrations_of(tensors):
             if reg.accumulator is not None:
                 raise RuntimeError(
-                    f"optimize(accumulate={reg.accumulator.steps}) cannot be combined with a "
+                    f"optimize(accumulate={reg.accumulator.option!r}) cannot be combined with a "
                     "GradScaler in the loop: scaler.step() unscales the partial sums at every "
                     "micro-batch. Drop the GradScaler (amp='fp16' scales the loss for you) or "
                     "accumulate by hand"

@@ -23,51 +23,98 @@ Semantics (those of HF Accelerate's `accumulate()`, without its context manager)
   not a multiple of N, the last partial cycle continues into the next epoch; nothing is dropped.
 * `step(closure)` is passed on at the N-th call only; closure-based optimizers (LBFGS) do not
   mix with accumulation.
+
+`accumulate="auto"` keeps one optimizer step per batch of the user's loader and, when a step of
+it does not fit `memory_budget` even with checkpointing, has the loader yield each batch in the
+fewest micro-batches that fit (`autoopt.runtime.micro_batches`). The same gating applies, with a
+cycle per batch set by the loader and each backward seeded with its part's share of the batch;
+LR schedulers on the optimizer step once per batch too (their `step()` acts between batches
+only). `choose_auto` says when it stands down before the first batch.
 """
 
 from __future__ import annotations
 
 import functools
+import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import nn
+from torch.nn.modules.batchnorm import _BatchNorm
 from torch.nn.utils import clip_grad
+from torch.optim.lr_scheduler import LRScheduler, ReduceLROnPlateau
 
-from autoopt.runtime import root_scaling
-from autoopt.runtime.context import Context, StepLayer
+from autoopt.runtime import micro_batches, root_scaling
+from autoopt.runtime.context import Context, ForwardLayer, Stage, StepLayer
+from autoopt.runtime.memory import AUTO, format_bytes, state_memory
 from autoopt.runtime.report import PassResult
 from autoopt.runtime.user_amp import unwatch_grad_scalers, watch_grad_scalers
 
 NAME = "accumulate"
+# The Accumulator, on the model (and its DDP wrapper) whose zero_grad it gates, and under "auto" on
+# the optimizer, where LR schedulers find it.
+ACCUMULATOR_ATTR = "_autoopt_accumulate"
 
 
 @dataclass
 class Accumulator:
-    """The shared counter of one accumulation: N micro-batches per optimizer step."""
+    """The shared counter of one accumulation: `steps` micro-batches per optimizer step.
+
+    With `accumulate=N`, `steps` is N for every cycle and each backward is seeded with 1/N. With
+    `accumulate="auto"` the loader drives it (`autoopt.runtime.micro_batches`): it sets `steps`
+    to the number of parts of each batch it splits (`begin_cycle`) and `part` to the rows of the
+    part it yields and of its batch, so each backward is seeded with part rows / batch rows."""
 
     steps: int
+    auto: bool = False
     step_calls: int = 0  # calls of optimizer.step() by the user's loop
     optimizer_steps: int = 0  # of which reached the real optimizer
+    micro_step: int = 0  # calls of step() in the current cycle so far
+    part: tuple[int, int] | None = None  # (rows of this micro-batch, rows of its batch)
+
+    @property
+    def option(self) -> int | str:
+        """The `accumulate=` value this accumulator serves, for messages."""
+        return "auto" if self.auto else self.steps
 
     @property
     def at_cycle_start(self) -> bool:
         """No micro-batch of the current cycle has stepped yet: zero_grad may act."""
-        return self.step_calls % self.steps == 0
+        return self.micro_step == 0
 
     @property
     def at_last_micro_step(self) -> bool:
         """The next backward completes a cycle (the step after it will act)."""
-        return self.step_calls % self.steps == self.steps - 1
+        return self.micro_step == self.steps - 1
+
+    @property
+    def seed_fraction(self) -> tuple[int, int]:
+        """(numerator, denominator) every backward's seed is multiplied by: 1/N for a fixed N,
+        the part's share of its batch for split batches."""
+        return self.part if self.part is not None else (1, self.steps)
+
+    def begin_cycle(self, steps: int) -> None:
+        """The loader starts a batch of `steps` micro-batches. A cycle left open (the loop did
+        not call step() after the previous batch's last part) is closed with a warning."""
+        if self.micro_step:
+            warnings.warn(
+                "autoopt accumulate='auto': optimizer.step() was not called after the last "
+                "micro-batch of a batch; accumulate='auto' needs a loop that steps once per batch",
+                stacklevel=3,
+            )
+            self.micro_step = 0
+        self.steps = steps
 
     def wrap_step(self, step: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(step)
         def accumulating_step(*args: Any, **kwargs: Any) -> Any:
             self.step_calls += 1
-            if self.step_calls % self.steps:
+            self.micro_step += 1
+            if self.micro_step < self.steps:
                 return None
+            self.micro_step = 0
             self.optimizer_steps += 1
             return step(*args, **kwargs)
 
@@ -84,25 +131,19 @@ class Accumulator:
 
 
 def run(ctx: Context) -> PassResult | None:
-    """Register the step/zero_grad gating, the 1/N gradient scaling and the DDP sync control."""
+    """Register the step/zero_grad gating, the gradient seeding and the DDP sync control; for
+    "auto", also the micro-batch decision and the loader that splits batches."""
     steps = ctx.options.accumulate
     if steps == 1:
         return PassResult.skipped(NAME, "accumulate=1")
+    if steps == AUTO:
+        return _run_auto(ctx)
     if ctx.optimizer is None:
         return PassResult.skipped(
             NAME, f"accumulate={steps} needs the optimizer: pass it to optimize()"
         )
     acc = Accumulator(steps)
-    ctx.extras[NAME] = acc
-    ctx.step_layers.append(StepLayer(NAME, acc.wrap_step, acc.wrap_zero_grad))
-    root_scaling.register(ctx.model, accumulator=acc)
-    ctx.undo.append(functools.partial(root_scaling.unregister, ctx.model))
-    if watch_grad_scalers():
-        ctx.undo.append(unwatch_grad_scalers)
-    if _gate_clipping():
-        ctx.undo.append(_ungate_clipping)
-    _gate_module_zero_grad(ctx.model, acc)
-    ctx.finalizers.append(functools.partial(_finalize, acc=acc))
+    _install(ctx, acc)
     detail = (
         f"{steps} micro-batches per optimizer step, every backward seeded x1/{steps}, "
         "gradient clipping on the last micro-batch only"
@@ -114,12 +155,90 @@ def run(ctx: Context) -> PassResult | None:
     return PassResult.applied(NAME, detail)
 
 
+def choose_auto(ctx: Context) -> str | None:
+    """Why `accumulate="auto"` cannot split this loop's batches, or None when it can (whether
+    it will is decided at the first batch)."""
+    budget = ctx.options.memory_budget
+    device = ctx.device if ctx.device is not None else torch.device("cpu")
+    if ctx.optimizer is None:
+        return "it needs the optimizer: pass it to optimize()"
+    if ctx.loader is None:
+        return "it needs the loader: pass it to optimize(), the micro-batches are cut from it"
+    norms = [type(m).__name__ for m in ctx.model.modules() if isinstance(m, _BatchNorm)]
+    if norms:
+        return (
+            f"the model has {norms[0]}: its batch statistics would change with the micro-batch size"
+        )
+    if budget is None:
+        return "memory_budget=None: no limit to fit"
+    if budget == AUTO and device.type != "cuda":
+        return (
+            f"memory_budget='auto' sets no limit on {device.type}; pass memory_budget=<bytes> "
+            "to split batches under it"
+        )
+    if ctx.dist is not None and ctx.dist.strategy == "fsdp":
+        return "not with FSDP2 (distributed='fsdp') yet"
+    return None
+
+
+def _run_auto(ctx: Context) -> PassResult:
+    reason = choose_auto(ctx)
+    if reason is not None:
+        micro_batches.warn_stand_down(reason)
+        return PassResult.skipped(NAME, micro_batches.stand_down_line(reason))
+    assert ctx.optimizer is not None
+    acc = Accumulator(1, auto=True)
+    _install(ctx, acc)
+    # LR schedulers find the accumulator through their optimizer: one step per batch.
+    ctx.optimizer.__dict__[ACCUMULATOR_ATTR] = acc
+    if gated := _gate_schedulers():
+        ctx.undo.append(functools.partial(_ungate_schedulers, gated))
+    batcher = micro_batches.MicroBatcher(
+        ctx.model,
+        acc,
+        ctx.options.memory_budget,
+        state_memory(ctx.model, ctx.optimizer),
+        ctx.report,
+        ctx.dist,
+    )
+    # Outside compile and outside checkpoint's planning layer (registered after it).
+    layer = functools.partial(micro_batches.DecideOnFirstForward, batcher=batcher)
+    ctx.forward_layers.append(ForwardLayer(NAME, Stage.OUTER, layer))
+    ctx.finalizers.append(functools.partial(_split_batches, batcher=batcher))
+    limit = (
+        "the free CUDA memory"
+        if ctx.options.memory_budget == AUTO
+        else format_bytes(int(ctx.options.memory_budget))  # type: ignore[arg-type]
+    )
+    return PassResult.skipped(
+        NAME, f"auto: micro-batches chosen at the first training batch to fit {limit}"
+    )
+
+
+def _install(ctx: Context, acc: Accumulator) -> None:
+    ctx.extras[NAME] = acc
+    ctx.step_layers.append(StepLayer(NAME, acc.wrap_step, acc.wrap_zero_grad))
+    root_scaling.register(ctx.model, accumulator=acc)
+    ctx.undo.append(functools.partial(root_scaling.unregister, ctx.model))
+    if watch_grad_scalers():
+        ctx.undo.append(unwatch_grad_scalers)
+    if _gate_clipping():
+        ctx.undo.append(_ungate_clipping)
+    _gate_module_zero_grad(ctx.model, acc)
+    ctx.finalizers.append(functools.partial(_finalize, acc=acc))
+
+
+def _split_batches(ctx: Context, *, batcher: micro_batches.MicroBatcher) -> None:
+    """After the loader pass: the loader handed back yields micro-batches."""
+    ctx.loader = micro_batches.MicroBatchLoader(ctx.loader, batcher)
+
+
 def _gate_module_zero_grad(module: nn.Module, acc: Accumulator) -> None:
     """`model.zero_grad()` (the seed's spelling) must follow the same cycle as the optimizer's."""
-    if getattr(module, "_autoopt_accumulate", None) is acc:
+    if getattr(module, ACCUMULATOR_ATTR, None) is acc:
         return
     object.__setattr__(module, "zero_grad", GatedZeroGrad(module, acc))
-    object.__setattr__(module, "_autoopt_accumulate", acc)
+    object.__setattr__(module, ACCUMULATOR_ATTR, acc)
 
 
 @dataclass
@@ -182,6 +301,48 @@ def _ungate_clipping() -> None:
     clip_grad._clip_grads_with_norm_ = _original_clip_grads_with_norm
     clip_grad.clip_grad_value_ = _original_clip_grad_value
     torch.nn.utils.clip_grad_value_ = _original_clip_grad_value
+
+
+def _scheduler_classes() -> list[type]:
+    """torch's LR schedulers and every subclass defined so far that has a `step` of its own."""
+    found, stack = [], [LRScheduler, ReduceLROnPlateau]
+    while stack:
+        cls = stack.pop()
+        if "step" in vars(cls) and cls not in found:
+            found.append(cls)
+        stack.extend(cls.__subclasses__())
+    return found
+
+
+_original_scheduler_steps: dict[type, Callable[..., Any]] = {}
+
+
+def _gated_scheduler_step(step: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(step)
+    def scheduler_step(self: Any, *args: Any, **kwargs: Any) -> Any:
+        acc = getattr(getattr(self, "optimizer", None), ACCUMULATOR_ATTR, None)
+        if acc is not None and not acc.at_cycle_start:
+            return None  # mid-batch: the optimizer has not stepped for this batch yet
+        return step(self, *args, **kwargs)
+
+    return scheduler_step
+
+
+def _gate_schedulers() -> list[type]:
+    """Under `accumulate="auto"` the loop sees micro-batches, so a scheduler stepped per
+    iteration would step several times per batch: `step()` of every LR scheduler class acts
+    only between batches (at the start of a cycle) when its optimizer is split by autoopt. Returns
+    the classes this call gated (`_ungate_schedulers` undoes it)."""
+    new = [cls for cls in _scheduler_classes() if cls not in _original_scheduler_steps]
+    for cls in new:
+        _original_scheduler_steps[cls] = vars(cls)["step"]
+        cls.step = _gated_scheduler_step(vars(cls)["step"])  # type: ignore[attr-defined]
+    return new
+
+
+def _ungate_schedulers(classes: list[type]) -> None:
+    for cls in classes:
+        cls.step = _original_scheduler_steps.pop(cls)  # type: ignore[attr-defined]
 
 
 def _finalize(ctx: Context, *, acc: Accumulator) -> None:

@@ -24,6 +24,8 @@ def optimize_copy(
     """The passes on `model`/`optimizer` (copies the caller owns) with the user's options and
     the `searched` ones; returns (model, batches on the device, optimizer)."""
     options = dataclasses.replace(options, **searched, distributed=False, verbose=False, tune=False)
+    if options.accumulate == "auto":  # the trial batches are timed whole, not split
+        options = dataclasses.replace(options, accumulate=1)
     # A list of batches is a loader the passes wrap; it yields them moved and converted.
     ctx = pipeline.prepare(model, list(batches), optimizer, options)
     returned = ctx.returned_model if ctx.returned_model is not None else ctx.model
