@@ -50,9 +50,11 @@ from autoopt.runtime.context import Forward
 from autoopt.runtime.memory import (
     StepMemory,
     format_bytes,
+    record_plan,
     resident_bytes,
     resolve_budget,
     saved_tensor_bytes,
+    state_memory,
 )
 from autoopt.runtime.report import PassResult, Report
 
@@ -77,6 +79,7 @@ class CheckpointPlan:
     before: StepMemory
     after: StepMemory
     modes: dict[str, Mode]  # block name -> mode, in module order
+    costs: dict[str, BlockCost]  # block name -> what it saves, for the blocks measured
 
     @property
     def excess(self) -> int:
@@ -152,13 +155,14 @@ class Planner:
         root: nn.Module,
         blocks: list[tuple[nn.Module, BlockState]],
         budget_option: int | str | None,
-        state: StepMemory,
+        optimizer: torch.optim.Optimizer | None,
         report: Report,
     ) -> None:
         self.root = root
         self.blocks = blocks
         self.budget_option = budget_option
-        self.state = state  # parameters, gradients and optimizer state of a step
+        # Its state is counted when deciding: FSDP may have sharded the parameters since.
+        self.optimizer = optimizer
         self.report = report
         self.measuring = False
         self.plan: CheckpointPlan | None = None
@@ -189,10 +193,11 @@ class Planner:
             if state.name in self._costs
         ]
         costs = [cost for _, cost in measured]
-        base = self.state.state + all_full
+        step = state_memory(self.root, self.optimizer)
+        base = step.state + all_full
         modes = choose_modes(costs, base, budget)
-        for (state, _cost), mode in zip(measured, modes, strict=True):
-            state.mode = mode
+        for (block, _cost), mode in zip(measured, modes, strict=True):
+            block.mode = mode
         extra = {Mode.PLAIN: lambda c: c.plain, Mode.SELECTIVE: lambda c: c.selective}
         before = all_full + sum(c.plain - c.full for c in costs)
         after = all_full + sum(
@@ -200,10 +205,12 @@ class Planner:
         )
         self.plan = CheckpointPlan(
             budget,
-            self.state.with_activations(before),
-            self.state.with_activations(after),
-            {state.name: state.mode for _, state in self.blocks},
+            step.with_activations(before),
+            step.with_activations(after),
+            {block.name: block.mode for _, block in self.blocks},
+            {block.name: cost for block, cost in measured},
         )
+        record_plan(self.report, self.plan.before, self.plan.after, budget)
         line = self.plan.render() + " (measured one block at a time on the first training batch)"
         unmeasured = len(self.blocks) - len(measured)
         if unmeasured:

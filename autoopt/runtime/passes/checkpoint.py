@@ -117,7 +117,7 @@ def run(ctx: Context) -> PassResult | None:
         for name, _container, stack in _block_stacks(ctx.model)
         for index, block in enumerate(stack)
     ]
-    planner = Planner(ctx.model, blocks, budget, ctx.memory, ctx.report)
+    planner = Planner(ctx.model, blocks, budget, ctx.optimizer, ctx.report)
     for block, state in blocks:
         state.planner = planner
         layer = functools.partial(BlockCheckpoint, block=block, state=state)
