@@ -161,7 +161,7 @@ class Planner:
         self.root = root
         self.blocks = blocks
         self.budget_option = budget_option
-        # Its state is counted when deciding: FSDP may have sharded the parameters since.
+        # Its state is counted when deciding (`_state`): FSDP may shard the parameters since.
         self.optimizer = optimizer
         self.report = report
         self.measuring = False
@@ -193,7 +193,7 @@ class Planner:
             if state.name in self._costs
         ]
         costs = [cost for _, cost in measured]
-        step = state_memory(self.root, self.optimizer)
+        step = self._state()
         base = step.state + all_full
         modes = choose_modes(costs, base, budget)
         for (block, _cost), mode in zip(measured, modes, strict=True):
@@ -217,6 +217,14 @@ class Planner:
             line += f"; {unmeasured} block(s) did not run in that forward and stay plain"
         applied = any(m is not Mode.PLAIN for m in modes)
         self._record(PassResult.applied(NAME, line) if applied else PassResult.skipped(NAME, line))
+
+    def _state(self) -> StepMemory:
+        """Parameter, gradient and optimizer-state bytes of a step, as the passes before left
+        them: FSDP recorded its sharded bytes when it sharded (inside this forward the root's
+        parameters are all-gathered, so counting them now would count the root unsharded)."""
+        if self.report.memory is not None:
+            return self.report.memory.after
+        return state_memory(self.root, self.optimizer)
 
     def _measure(self, forward: Forward, args: tuple[Any, ...], kwargs: dict[str, Any]) -> int:
         """Bytes saved by the forward with every block fully checkpointed; fills `_costs`."""
