@@ -21,7 +21,9 @@ residual stream ends in an add, which saves nothing); otherwise it overcounts, n
 undercounts. The fewest blocks (largest savings first) are fully checkpointed until the step
 fits; then, last first, each chosen block that still fits with selective checkpointing (less
 recompute) is switched to it. If checkpointing every block is not enough, every block is
-checkpointed and the report says by how much the step still exceeds the budget.
+checkpointed and the report says by how much the step still exceeds the budget. The plan goes
+into the report's checkpoint row and its memory section (`memory.record_plan`), and is printed
+when `verbose`.
 
 What is counted is what `model.forward` saves; a loss computed outside it saves its own inputs
 (logits) on top.
@@ -29,6 +31,7 @@ What is counted is what `model.forward` saves; a loss computed outside it saves 
 
 from __future__ import annotations
 
+import sys
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -157,6 +160,7 @@ class Planner:
         budget_option: int | str | None,
         optimizer: torch.optim.Optimizer | None,
         report: Report,
+        verbose: bool = False,
     ) -> None:
         self.root = root
         self.blocks = blocks
@@ -164,6 +168,7 @@ class Planner:
         # Its state is counted when deciding (`_state`): FSDP may shard the parameters since.
         self.optimizer = optimizer
         self.report = report
+        self.verbose = verbose  # print the decision and the memory section when it is made
         self.measuring = False
         self.plan: CheckpointPlan | None = None
         self.decided = False
@@ -217,6 +222,9 @@ class Planner:
             line += f"; {unmeasured} block(s) did not run in that forward and stay plain"
         applied = any(m is not Mode.PLAIN for m in modes)
         self._record(PassResult.applied(NAME, line) if applied else PassResult.skipped(NAME, line))
+        if self.verbose and self.report.memory is not None:
+            section = "\n".join(self.report.memory.render())
+            print(f"autoopt: checkpoint: {line}\n{section}", file=sys.stderr)
 
     def _state(self) -> StepMemory:
         """Parameter, gradient and optimizer-state bytes of a step, as the passes before left

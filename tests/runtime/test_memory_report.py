@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable
 
+import pytest
 import torch
 from torch import nn
 
@@ -93,6 +94,29 @@ def test_report_shows_the_step_before_and_after_checkpointing_after_the_first_st
     assert f"memory per rank (budget {format_bytes(budget)})" in text
     assert f"  before  {memory.before.render()}" in text
     assert f"  after   {memory.after.render()}" in text
+
+
+def test_verbose_prints_the_decision_and_the_memory_section_once(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    torch.manual_seed(0)
+    x = _tokens()
+    model = GPT(layers=2)
+    budget = _budget(model, x, share=0.5)
+    optimizer = torch.optim.AdamW(model.parameters())
+    model, _ = autoopt.optimize(model, None, optimizer, amp=False, memory_budget=budget)
+    capsys.readouterr()  # the report optimize() printed
+    model(x).sum().backward()
+    report = autoopt.report(model)
+    assert report.memory is not None
+    printed = capsys.readouterr().err
+    assert printed == (
+        f"autoopt: checkpoint: {report['checkpoint'].detail}\n"
+        + "\n".join(report.memory.render())
+        + "\n"
+    )
+    model(x).sum().backward()
+    assert capsys.readouterr().err == ""
 
 
 def test_each_pass_changes_its_own_kinds_in_either_order() -> None:
