@@ -4,8 +4,9 @@ A budget is what one training step of the model may hold on its device: paramete
 optimizer state and the activations saved for backward. `optimize(memory_budget=...)` takes
 "auto" (the device's free memory on CUDA, no limit elsewhere), None (no limit), an int of bytes
 or a string such as "2GiB" or "800MB". The passes that trade time for memory (checkpoint,
-accumulate, distributed) resolve it with `resolve_budget`, record what they planned in `Context.memory`, and each
-adds its before/after bytes to the report's memory plan (`record_plan`, `MemoryPlan`).
+accumulate, distributed) resolve it with `resolve_budget`, record what they planned in
+`Context.memory`, and add their before/after bytes to the report's memory section
+(`record_plan`, `MemoryPlan`).
 """
 
 from __future__ import annotations
