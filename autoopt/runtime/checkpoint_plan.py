@@ -57,7 +57,6 @@ from autoopt.runtime.memory import (
     resident_bytes,
     resolve_budget,
     saved_tensor_bytes,
-    state_memory,
 )
 from autoopt.runtime.report import PassResult, Report
 
@@ -158,15 +157,14 @@ class Planner:
         root: nn.Module,
         blocks: list[tuple[nn.Module, BlockState]],
         budget_option: int | str | None,
-        optimizer: torch.optim.Optimizer | None,
+        state: StepMemory,
         report: Report,
         verbose: bool = False,
     ) -> None:
         self.root = root
         self.blocks = blocks
         self.budget_option = budget_option
-        # Its state is counted when deciding (`_state`): FSDP may shard the parameters since.
-        self.optimizer = optimizer
+        self.state = state  # parameters, gradients and optimizer state when optimize() ran
         self.report = report
         self.verbose = verbose  # print the decision and the memory section when it is made
         self.measuring = False
@@ -227,12 +225,13 @@ class Planner:
             print(f"autoopt: checkpoint: {line}\n{section}", file=sys.stderr)
 
     def _state(self) -> StepMemory:
-        """Parameter, gradient and optimizer-state bytes of a step, as the passes before left
-        them: FSDP recorded its sharded bytes when it sharded (inside this forward the root's
-        parameters are all-gathered, so counting them now would count the root unsharded)."""
+        """Parameter, gradient and optimizer-state bytes of a step, as the passes after this one
+        left them: FSDP shards after `optimize()`'s checkpoint pass and records its per-rank
+        bytes in the report (not counted here: inside this forward the root's parameters are
+        all-gathered)."""
         if self.report.memory is not None:
             return self.report.memory.after
-        return state_memory(self.root, self.optimizer)
+        return self.state
 
     def _measure(self, forward: Forward, args: tuple[Any, ...], kwargs: dict[str, Any]) -> int:
         """Bytes saved by the forward with every block fully checkpointed; fills `_costs`."""

@@ -118,7 +118,7 @@ def run(ctx: Context) -> PassResult | None:
         for index, block in enumerate(stack)
     ]
     verbose = ctx.options.verbose and (ctx.dist is None or ctx.dist.rank == 0)
-    planner = Planner(ctx.model, blocks, budget, ctx.optimizer, ctx.report, verbose)
+    planner = Planner(ctx.model, blocks, budget, ctx.memory, ctx.report, verbose)
     for block, state in blocks:
         state.planner = planner
         layer = functools.partial(BlockCheckpoint, block=block, state=state)
