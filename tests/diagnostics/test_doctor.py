@@ -212,6 +212,9 @@ def test_doctor_shows_the_memory_plan_under_a_budget(tmp_path, monkeypatch):
         **autoopt.explain_memory(model, x, memory_budget=budget).to_dict(),
         "text": memory["text"],
     }
+    # optimize()'s own plan in the same run is made for the same budget.
+    passes = {p["pass"]: p for p in json.loads(result.output)["plan"]["passes"]}
+    assert f"to fit {format_bytes(budget)}" in passes["checkpoint"]["detail"]
     text = CliRunner().invoke(main, [*args, "--memory-budget", str(budget)]).output
     assert "memory plan of one training step" in text
     assert f"memory per rank (budget {format_bytes(budget)})" in text

@@ -188,6 +188,7 @@ def test_explain_memory_without_a_budget_measures_and_checkpoints_nothing() -> N
         _saved_bytes(lambda: plain(x), plain)
     )
     assert "no memory budget" in explained.decision
+    assert explained.render()[-4] == "memory per rank (no budget)"
 
 
 def test_explain_memory_of_a_model_without_blocks_counts_its_forward() -> None:
