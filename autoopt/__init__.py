@@ -15,6 +15,7 @@ __all__ = [
     "unwrap",
     "seed_everything",
     "explain_compile",
+    "explain_memory",
     "full_state_dict",
     "load_full_state_dict",
     "full_optimizer_state_dict",
@@ -30,6 +31,7 @@ _LAZY = {
     "unwrap": "autoopt.runtime.optimize",
     "seed_everything": "autoopt.runtime.seed",
     "explain_compile": "autoopt.runtime.compile_log",
+    "explain_memory": "autoopt.runtime.memory_explain",
     "full_state_dict": "autoopt.runtime.fsdp",
     "load_full_state_dict": "autoopt.runtime.fsdp",
     "full_optimizer_state_dict": "autoopt.runtime.fsdp",
@@ -44,6 +46,7 @@ if TYPE_CHECKING:
         load_full_optimizer_state_dict,
         load_full_state_dict,
     )
+    from autoopt.runtime.memory_explain import explain_memory
     from autoopt.runtime.optimize import optimize, report, unwrap
     from autoopt.runtime.seed import seed_everything
 

@@ -87,6 +87,11 @@ def _batch(seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     return tokens[:, :-1], tokens[:, 1:]
 
 
+def example() -> torch.Tensor:
+    """A batch of token ids, for `autoopt doctor --input benchmarks.memory_budget:example`."""
+    return _batch(0)[0]
+
+
 def _step(model: nn.Module, optimizer: torch.optim.Optimizer, seed: int) -> float:
     """One training step; returns its seconds. Dropout is seeded per step."""
     x, y = _batch(seed)

@@ -25,14 +25,29 @@ import click
     help="An example input for --model's forward (a tensor, a tuple of arguments, or a "
     "function returning one): doctor lists the graph breaks and recompiles torch.compile meets.",
 )
-def doctor(as_json: bool, model_spec: str | None, input_spec: str | None) -> None:
+@click.option(
+    "--memory-budget",
+    default="auto",
+    show_default=True,
+    metavar="SIZE",
+    help="What one training step may hold on the device, for --model's memory plan: 'auto' "
+    "(free CUDA memory, no limit on CPU), 'none', bytes, or a size such as 2GiB or 800MB.",
+)
+def doctor(
+    as_json: bool, model_spec: str | None, input_spec: str | None, memory_budget: str
+) -> None:
     """Report torch, CUDA, devices, CPU features, environment and what optimize() would do."""
     from autoopt.diagnostics import doctor as doctor_module
+    from autoopt.runtime.memory import parse_budget
 
     if input_spec and not model_spec:
         raise click.BadParameter("needs --model", param_hint="--input")
     try:
-        info = doctor_module.collect(model_spec, input_spec)
+        budget = None if memory_budget.lower() == "none" else parse_budget(memory_budget)
+    except ValueError as err:
+        raise click.BadParameter(str(err), param_hint="--memory-budget") from err
+    try:
+        info = doctor_module.collect(model_spec, input_spec, budget)
     except (ImportError, AttributeError, ValueError, TypeError) as err:
         raise click.ClickException(f"--model {model_spec}: {err}") from err
     click.echo(json.dumps(info, indent=2) if as_json else doctor_module.render(info))

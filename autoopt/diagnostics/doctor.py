@@ -10,7 +10,11 @@ hardware facts from `autoopt.runtime.hardware` that those passes read.
 With `--model` and an example input (`--input`, or the model's `example_input_array` as
 Lightning names it), doctor also compiles a copy of the model with dynamo and lists its graph
 breaks, recompiles and compile errors at their file:line (`autoopt.explain_compile`, the same
-events `autoopt.report(model)` shows once a compiled model trained).
+events `autoopt.report(model)` shows once a compiled model trained), and the memory plan of
+one training step on that input (`autoopt.explain_memory`): each repeated block's saved bytes
+plain / selective / full, which blocks `checkpoint="auto"` would checkpoint under the budget
+(`--memory-budget`), and the step's parameter, gradient, optimizer-state and activation bytes
+before and after.
 """
 
 from __future__ import annotations
@@ -50,7 +54,11 @@ ENV_VARS = (
 )
 
 
-def collect(model_spec: str | None = None, input_spec: str | None = None) -> dict[str, Any]:
+def collect(
+    model_spec: str | None = None,
+    input_spec: str | None = None,
+    memory_budget: int | str | None = "auto",
+) -> dict[str, Any]:
     """Everything doctor reports, as plain data (what `--json` prints)."""
     from autoopt import __version__
 
@@ -70,7 +78,8 @@ def collect(model_spec: str | None = None, input_spec: str | None = None) -> dic
         info["model"] = summarize_model(model, model_spec)
         example = load_object(input_spec) if input_spec else None
         info["compile"] = compile_events(model, example)
-    info["plan"] = plan(model)
+        info["memory"] = memory_section(model, example, memory_budget)
+    info["plan"] = plan(model, memory_budget)
     return info
 
 
@@ -93,6 +102,28 @@ def compile_events(model: nn.Module, example: Any = None) -> dict[str, Any]:
     except Exception as err:  # the forward itself failed on the example: say so
         return {"skipped": f"the forward failed on the example input: {type(err).__name__}: {err}"}
     return {"events": [e.to_dict() for e in events], "text": [str(e) for e in events]}
+
+
+def memory_section(
+    model: nn.Module, example: Any = None, memory_budget: int | str | None = "auto"
+) -> dict[str, Any]:
+    """The memory plan of one training step on the example input (`explain_memory`, AdamW's
+    state assumed); `skipped` says why when there is no example input or the forward failed."""
+    from autoopt.runtime.memory_explain import explain_memory
+
+    if example is None:
+        example = getattr(model, "example_input_array", None)
+    if example is None:
+        return {
+            "skipped": "no example input: pass --input MODULE:ATTR (or set the model's "
+            "example_input_array) to see the memory plan"
+        }
+    try:
+        with contextlib.redirect_stderr(io.StringIO()):  # passes warn; the plan says it all
+            explained = explain_memory(model, example, memory_budget=memory_budget)
+    except Exception as err:  # the forward itself failed on the example: say so
+        return {"skipped": f"the forward failed on the example input: {type(err).__name__}: {err}"}
+    return {**explained.to_dict(), "text": explained.render()}
 
 
 def _torch_info() -> dict[str, Any]:
@@ -170,7 +201,9 @@ class _Probe(nn.Module):
         return self.head(self.conv(x).mean((2, 3)))
 
 
-def plan(model: nn.Module | None = None) -> dict[str, Any]:
+def plan(
+    model: nn.Module | None = None, memory_budget: int | str | None = "auto"
+) -> dict[str, Any]:
     """What `optimize()` would do here: run it (verbose off, distributed off, nothing trained)
     on a probe model, or on a deep copy of the user's, and return its report."""
     import copy
@@ -183,7 +216,14 @@ def plan(model: nn.Module | None = None) -> dict[str, Any]:
         optimizer = torch.optim.AdamW(target.parameters(), lr=1e-3)
         # Passes print warnings of their own; doctor shows the report instead.
         with contextlib.redirect_stderr(io.StringIO()):
-            target, _ = optimize(target, None, optimizer, distributed=False, verbose=False)
+            target, _ = optimize(
+                target,
+                None,
+                optimizer,
+                distributed=False,
+                memory_budget=memory_budget,
+                verbose=False,
+            )
         passes = report(target).to_dict()
     except Exception as err:
         return {"subject": subject, "error": f"{type(err).__name__}: {err}", "passes": []}
@@ -303,6 +343,13 @@ def render(info: dict[str, Any]) -> str:
             lines.append(f"  not run: {c['skipped']}")
         else:
             lines += [f"  {text}" for text in c["text"]] or ["  no graph breaks or recompiles"]
+    if "memory" in info:
+        m = info["memory"]
+        lines += ["", "memory plan of one training step (on a copy, on the example input)"]
+        if "skipped" in m:
+            lines.append(f"  not run: {m['skipped']}")
+        else:
+            lines += [f"  {text}" for text in m["text"]]
     p = info["plan"]
     lines += ["", f"what optimize() would do here (for {p['subject']})"]
     if "error" in p:

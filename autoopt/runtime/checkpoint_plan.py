@@ -21,7 +21,9 @@ residual stream ends in an add, which saves nothing); otherwise it overcounts, n
 undercounts. The fewest blocks (largest savings first) are fully checkpointed until the step
 fits; then, last first, each chosen block that still fits with selective checkpointing (less
 recompute) is switched to it. If checkpointing every block is not enough, every block is
-checkpointed and the report says by how much the step still exceeds the budget.
+checkpointed and the report says by how much the step still exceeds the budget. The plan goes
+into the report's checkpoint row and its memory section (`memory.record_plan`), and is printed
+when `verbose`.
 
 What is counted is what `model.forward` saves; a loss computed outside it saves its own inputs
 (logits) on top.
@@ -29,6 +31,7 @@ What is counted is what `model.forward` saves; a loss computed outside it saves 
 
 from __future__ import annotations
 
+import sys
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -50,6 +53,7 @@ from autoopt.runtime.context import Forward
 from autoopt.runtime.memory import (
     StepMemory,
     format_bytes,
+    record_plan,
     resident_bytes,
     resolve_budget,
     saved_tensor_bytes,
@@ -77,6 +81,7 @@ class CheckpointPlan:
     before: StepMemory
     after: StepMemory
     modes: dict[str, Mode]  # block name -> mode, in module order
+    costs: dict[str, BlockCost]  # block name -> what it saves, for the blocks measured
 
     @property
     def excess(self) -> int:
@@ -154,12 +159,14 @@ class Planner:
         budget_option: int | str | None,
         state: StepMemory,
         report: Report,
+        verbose: bool = False,
     ) -> None:
         self.root = root
         self.blocks = blocks
         self.budget_option = budget_option
-        self.state = state  # parameters, gradients and optimizer state of a step
+        self.state = state  # parameters, gradients and optimizer state when optimize() ran
         self.report = report
+        self.verbose = verbose  # print the decision and the memory section when it is made
         self.measuring = False
         self.plan: CheckpointPlan | None = None
         self.decided = False
@@ -189,10 +196,11 @@ class Planner:
             if state.name in self._costs
         ]
         costs = [cost for _, cost in measured]
-        base = self.state.state + all_full
+        step = self._state()
+        base = step.state + all_full
         modes = choose_modes(costs, base, budget)
-        for (state, _cost), mode in zip(measured, modes, strict=True):
-            state.mode = mode
+        for (block, _cost), mode in zip(measured, modes, strict=True):
+            block.mode = mode
         extra = {Mode.PLAIN: lambda c: c.plain, Mode.SELECTIVE: lambda c: c.selective}
         before = all_full + sum(c.plain - c.full for c in costs)
         after = all_full + sum(
@@ -200,16 +208,30 @@ class Planner:
         )
         self.plan = CheckpointPlan(
             budget,
-            self.state.with_activations(before),
-            self.state.with_activations(after),
-            {state.name: state.mode for _, state in self.blocks},
+            step.with_activations(before),
+            step.with_activations(after),
+            {block.name: block.mode for _, block in self.blocks},
+            {block.name: cost for block, cost in measured},
         )
+        record_plan(self.report, self.plan.before, self.plan.after, budget)
         line = self.plan.render() + " (measured one block at a time on the first training batch)"
         unmeasured = len(self.blocks) - len(measured)
         if unmeasured:
             line += f"; {unmeasured} block(s) did not run in that forward and stay plain"
         applied = any(m is not Mode.PLAIN for m in modes)
         self._record(PassResult.applied(NAME, line) if applied else PassResult.skipped(NAME, line))
+        if self.verbose and self.report.memory is not None:
+            section = "\n".join(self.report.memory.render())
+            print(f"autoopt: checkpoint: {line}\n{section}", file=sys.stderr)
+
+    def _state(self) -> StepMemory:
+        """Parameter, gradient and optimizer-state bytes of a step, as the passes after this one
+        left them: FSDP shards after `optimize()`'s checkpoint pass and records its per-rank
+        bytes in the report (not counted here: inside this forward the root's parameters are
+        all-gathered)."""
+        if self.report.memory is not None:
+            return self.report.memory.after
+        return self.state
 
     def _measure(self, forward: Forward, args: tuple[Any, ...], kwargs: dict[str, Any]) -> int:
         """Bytes saved by the forward with every block fully checkpointed; fills `_costs`."""

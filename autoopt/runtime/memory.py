@@ -4,8 +4,9 @@ A budget is what one training step of the model may hold on its device: paramete
 optimizer state and the activations saved for backward. `optimize(memory_budget=...)` takes
 "auto" (the device's free memory on CUDA, no limit elsewhere), None (no limit), an int of bytes
 or a string such as "2GiB" or "800MB". The passes that trade time for memory (checkpoint,
-accumulate, distributed) resolve it with `resolve_budget` and record what they planned in
-`Context.memory`.
+accumulate, distributed) resolve it with `resolve_budget`, record what they planned in
+`Context.memory`, and add their before/after bytes to the report's memory section
+(`record_plan`, `MemoryPlan`).
 """
 
 from __future__ import annotations
@@ -13,12 +14,15 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable
 from contextvars import ContextVar
-from dataclasses import dataclass, replace
-from typing import Any
+from dataclasses import asdict, dataclass, replace
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 from torch.distributed.tensor import DTensor
+
+if TYPE_CHECKING:
+    from autoopt.runtime.report import Report
 
 AUTO = "auto"
 
@@ -145,6 +149,60 @@ class StepMemory:
         if self.activations is not None:
             parts.append(f"activations {format_bytes(self.activations)}")
         return ", ".join(parts) + f" = {format_bytes(self.total)}"
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    """What one step holds on one rank before autoopt's memory passes (eager, unsharded) and
+    after them (checkpointed, sharded), and the budget they planned for (None: no limit).
+    Each pass changes its own kinds: FSDP the state bytes, checkpointing the activations."""
+
+    before: StepMemory
+    after: StepMemory
+    budget: int | None
+
+    def combine(self, before: StepMemory, after: StepMemory, budget: int | None) -> MemoryPlan:
+        """This plan followed by a later pass's: `before` stays the earliest bytes (activations
+        filled in when only the later pass measured them), `after` is the later pass's
+        (activations kept when only this one measured them), the budget the latest known."""
+        first = self.before
+        if first.activations is None and before.activations is not None:
+            first = first.with_activations(before.activations)
+        last = after
+        if last.activations is None and self.after.activations is not None:
+            last = last.with_activations(self.after.activations)
+        return MemoryPlan(first, last, budget if budget is not None else self.budget)
+
+    def render(self) -> list[str]:
+        """The report's memory section: a heading, then the step before and after."""
+        budget = "no budget" if self.budget is None else f"budget {format_bytes(self.budget)}"
+        return [
+            f"memory per rank ({budget})",
+            f"  before  {self.before.render()}",
+            f"  after   {self.after.render()}",
+        ]
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data, in bytes."""
+        return {
+            "budget": self.budget,
+            "before": asdict(self.before) | {"total": self.before.total},
+            "after": asdict(self.after) | {"total": self.after.total},
+        }
+
+
+def record_plan(
+    report: Report, before: StepMemory, after: StepMemory, budget: int | None
+) -> MemoryPlan:
+    """Add one pass's before/after bytes of a step to `report.memory` (the memory section that
+    `autoopt.report(model)` prints) and return the combined plan."""
+    plan = (
+        MemoryPlan(before, after, budget)
+        if report.memory is None
+        else report.memory.combine(before, after, budget)
+    )
+    report.memory = plan
+    return plan
 
 
 def state_memory(model: nn.Module, optimizer: torch.optim.Optimizer | None) -> StepMemory:

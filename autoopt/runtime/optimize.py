@@ -46,7 +46,12 @@ def optimize(
         change to the loop; bf16 needs none.
       compile: "auto" | True | False | "jit" (TorchScript). Falls back to eager on failure.
       channels_last: "auto" | True | False, for convolutional models.
-      checkpoint: "auto" | False | int segments, for deep nn.Sequential stacks.
+      checkpoint: "auto" | False | int segments. "auto" acts only under a memory budget (an
+        explicit memory_budget, or "auto" on CUDA): at the first training forward it measures
+        what each block of the model's repeated block stacks saves for backward and checkpoints
+        the fewest blocks (selectively where that is enough) that bring the step under it;
+        `autoopt.report(model).memory` then shows the step before and after. An int N runs
+        every nn.Sequential of 8+ layers as N checkpointed segments.
       distributed: "auto" | True | False | "ddp" | "fsdp"; under torchrun wraps in DDP, or shards
         in place with FSDP2 ("fsdp", or "auto" when parameters + gradients + optimizer state
         exceed memory_budget); the loader gets a DistributedSampler either way.

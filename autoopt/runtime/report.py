@@ -6,7 +6,10 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from autoopt.runtime.memory import MemoryPlan
 
 
 class Status(str, Enum):
@@ -66,9 +69,12 @@ class PassResult:
 @dataclass
 class Report:
     """All pass results, in the order the passes ran. Entries may change after `optimize()`
-    returns: a pass that fails lazily (compile at the first forward) records it here."""
+    returns: a pass that fails lazily (compile at the first forward) records it here, and
+    `memory` is filled in by the first training step when checkpointing plans under a budget."""
 
     results: list[PassResult] = field(default_factory=list)
+    # A step's bytes per rank before and after the memory passes (None: none of them planned).
+    memory: MemoryPlan | None = None
 
     def add(self, result: PassResult) -> PassResult:
         self.results.append(result)
@@ -127,4 +133,6 @@ class Report:
         for result, line in zip(self.results, body, strict=True):
             lines.append(line)
             lines += [f"{'':<{w0}}  {'':<{w1}}  - {e}" for e in result.events]
+        if self.memory is not None:
+            lines += ["", *self.memory.render()]
         return "autoopt report\n" + "\n".join(lines)

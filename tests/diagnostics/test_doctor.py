@@ -9,9 +9,11 @@ import pytest
 import torch
 from click.testing import CliRunner
 
+import autoopt
 from autoopt.cli import main
 from autoopt.diagnostics import doctor
 from autoopt.runtime import hardware
+from autoopt.runtime.memory import format_bytes
 
 
 @pytest.fixture(scope="module")
@@ -151,3 +153,82 @@ def test_doctor_says_how_to_see_graph_breaks_without_an_input(tmp_path, monkeypa
     result = CliRunner().invoke(main, ["doctor", "--model", "plain:build"])
     assert result.exit_code == 0, result.output
     assert "pass --input MODULE:ATTR" in result.output
+
+
+_GPT_MODULE = (
+    "import torch\n"
+    "from torch import nn\n"
+    "class Block(nn.Module):\n"
+    "    def __init__(self):\n"
+    "        super().__init__()\n"
+    "        self.norm = nn.LayerNorm(16)\n"
+    "        self.mlp = nn.Sequential(nn.Linear(16, 64), nn.GELU(), nn.Linear(64, 16))\n"
+    "    def forward(self, x):\n"
+    "        return x + self.mlp(self.norm(x))\n"
+    "class Net(nn.Module):\n"
+    "    def __init__(self):\n"
+    "        super().__init__()\n"
+    "        torch.manual_seed(0)\n"
+    "        self.blocks = nn.ModuleList(Block() for _ in range(4))\n"
+    "        self.head = nn.Linear(16, 1)\n"
+    "    def forward(self, x):\n"
+    "        for block in self.blocks:\n"
+    "            x = block(x)\n"
+    "        return self.head(x)\n"
+    "def example():\n"
+    "    return torch.randn(8, 32, 16, generator=torch.Generator().manual_seed(0))\n"
+)
+
+
+def test_doctor_shows_the_memory_plan_under_a_budget(tmp_path, monkeypatch):
+    (tmp_path / "blocks.py").write_text(_GPT_MODULE)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    from blocks import Net, example
+
+    model, x = Net(), example()
+    size = sum(p.numel() * 4 for p in model.parameters())
+    # A budget that leaves activations room for about half of what eager saves.
+    explained = autoopt.explain_memory(model, x, memory_budget=None)
+    eager = explained.memory.before.activations
+    budget = 4 * size + eager // 2
+    args = ["doctor", "--model", "blocks:Net", "--input", "blocks:example"]
+    result = CliRunner().invoke(main, [*args, "--memory-budget", str(budget), "--json"])
+    assert result.exit_code == 0, result.output
+    memory = json.loads(result.output)["memory"]
+    assert memory["budget"] == budget and memory["optimizer"] == "AdamW (assumed)"
+    assert (
+        memory["before"]["parameters"] == size and memory["before"]["optimizer_state"] == 2 * size
+    )
+    assert memory["before"]["activations"] == eager
+    assert memory["after"]["total"] <= budget < memory["before"]["total"]
+    blocks = memory["blocks"]
+    assert [b["name"] for b in blocks] == [f"blocks.{i}" for i in range(4)]
+    # A full checkpoint keeps the block's input; the first one's is the data, counted outside.
+    assert [b["full"] for b in blocks] == [0] + [x.numel() * 4] * 3
+    assert any(b["mode"] != "plain" for b in blocks) and any(b["mode"] == "plain" for b in blocks)
+    # The same plan as explain_memory, and as the text prints it.
+    assert memory == {
+        **autoopt.explain_memory(model, x, memory_budget=budget).to_dict(),
+        "text": memory["text"],
+    }
+    # optimize()'s own plan in the same run is made for the same budget.
+    passes = {p["pass"]: p for p in json.loads(result.output)["plan"]["passes"]}
+    assert f"to fit {format_bytes(budget)}" in passes["checkpoint"]["detail"]
+    text = CliRunner().invoke(main, [*args, "--memory-budget", str(budget)]).output
+    assert "memory plan of one training step" in text
+    assert f"memory per rank (budget {format_bytes(budget)})" in text
+    assert all(f"  {line}" in text for line in memory["text"])
+
+
+def test_doctor_memory_plan_needs_an_input_and_a_valid_budget(tmp_path, monkeypatch):
+    (tmp_path / "blocks.py").write_text(_GPT_MODULE)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    result = CliRunner().invoke(main, ["doctor", "--model", "blocks:Net"])
+    assert result.exit_code == 0, result.output
+    assert "to see the memory plan" in result.output
+    bad = CliRunner().invoke(
+        main, ["doctor", "--model", "blocks:Net", "--memory-budget", "2 parsecs"]
+    )
+    assert bad.exit_code != 0 and "'2GiB'" in bad.output

@@ -7,7 +7,8 @@ writes what it saw to OUT/rank<R>.json (and rank 0's full state dicts to OUT/*.p
 * "amp": amp="bf16" under FSDP next to torch's own fully_shard + MixedPrecisionPolicy loop;
 * "auto": distributed="auto" with a memory budget below / above the model's state;
 * "accumulate": accumulate=2 under FSDP with SGD;
-* "checkpoint": checkpoint=2 on an nn.Sequential under FSDP.
+* "checkpoint": checkpoint=2 on an nn.Sequential under FSDP;
+* "plan": checkpoint="auto" under a memory budget, under FSDP: the report's memory section.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.utils.data import DataLoader, TensorDataset
 
 import autoopt
+from autoopt.runtime.checkpoint_plan import memory_plan
 from autoopt.runtime.memory import state_memory
 
 SAMPLES = 32
@@ -220,6 +222,35 @@ def checkpoint_phase() -> dict[str, Any]:
     }
 
 
+def plan_phase() -> dict[str, Any]:
+    """checkpoint="auto" with a budget no plan meets (every block checkpointed) under FSDP."""
+    model = make_model()
+    opt = make_optimizer(model)
+    model, loader, opt = autoopt.optimize(
+        model,
+        _loader(2),
+        opt,
+        distributed="fsdp",
+        checkpoint="auto",
+        memory_budget=1,
+        amp=False,
+        verbose=False,
+    )
+    _train(model, loader, opt)
+    planned = memory_plan(model)
+    assert planned is not None
+    memory = autoopt.report(model).memory
+    assert memory is not None
+    return {
+        "state": {k: v.tolist() for k, v in autoopt.full_state_dict(model).items()},
+        "report": autoopt.report(model).to_dict(),
+        "memory": memory.to_dict(),
+        "planned_parameters": planned.after.parameters,
+        "param_bytes": state_memory(model, opt).parameters,
+        "full_param_bytes": state_memory(make_model(), None).parameters,
+    }
+
+
 def make_deep() -> nn.Sequential:
     torch.manual_seed(0)
     return nn.Sequential(
@@ -252,6 +283,7 @@ def main(out: Path) -> None:
     result["auto"] = auto_phase()
     result["accumulate"] = accumulate_phase()
     result["checkpoint"] = checkpoint_phase()
+    result["plan"] = plan_phase()
     dist.barrier()
     (out / f"rank{rank}.json").write_text(json.dumps(result))
     dist.destroy_process_group()

@@ -221,6 +221,29 @@ def test_checkpointing_under_fsdp_keeps_the_one_process_result(
     assert "9 shard units (8 blocks + the root)" in report["distributed"]["detail"]
 
 
+@pytest.mark.slow
+def test_checkpoint_auto_under_fsdp_plans_with_the_sharded_state(
+    run: tuple[Path, list[dict[str, Any]]],
+) -> None:
+    _out, results = run
+    model, _, _ = _one_process(worker.STEPS)
+    for name, value in model.state_dict().items():
+        saved = torch.tensor(results[0]["plan"]["state"][name])
+        torch.testing.assert_close(saved, value, rtol=1e-5, atol=1e-6)
+    for result in results:
+        planned = result["plan"]
+        memory = planned["memory"]
+        assert memory["budget"] == 1
+        assert memory["before"]["parameters"] == planned["full_param_bytes"]  # unsharded
+        # The checkpoint plan counted this rank's shard, as the memory section's "after" does.
+        assert memory["after"]["parameters"] == planned["param_bytes"]
+        assert planned["planned_parameters"] == planned["param_bytes"]
+        assert 0 < memory["after"]["activations"] < memory["before"]["activations"]
+        report = {e["pass"]: e for e in planned["report"]}
+        assert report["checkpoint"]["status"] == "applied"
+        assert "still exceeds the budget" in report["checkpoint"]["detail"]
+
+
 # ---- decisions, in-process --------------------------------------------------------------------
 
 

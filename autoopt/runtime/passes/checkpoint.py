@@ -117,7 +117,8 @@ def run(ctx: Context) -> PassResult | None:
         for name, _container, stack in _block_stacks(ctx.model)
         for index, block in enumerate(stack)
     ]
-    planner = Planner(ctx.model, blocks, budget, ctx.memory, ctx.report)
+    verbose = ctx.options.verbose and (ctx.dist is None or ctx.dist.rank == 0)
+    planner = Planner(ctx.model, blocks, budget, ctx.memory, ctx.report, verbose)
     for block, state in blocks:
         state.planner = planner
         layer = functools.partial(BlockCheckpoint, block=block, state=state)

@@ -48,7 +48,14 @@ from torch.nn.parallel import DistributedDataParallel
 
 from autoopt.runtime import fsdp, root_scaling
 from autoopt.runtime.context import Context, DistState
-from autoopt.runtime.memory import StepMemory, format_bytes, resolve_budget, state_memory
+from autoopt.runtime.memory import (
+    StepMemory,
+    format_bytes,
+    record_plan,
+    resident_bytes,
+    resolve_budget,
+    state_memory,
+)
 from autoopt.runtime.passes.accumulate import Accumulator
 from autoopt.runtime.report import PassResult
 
@@ -247,7 +254,8 @@ def _wrap_in_ddp(ctx: Context) -> None:
 
 def _shard_with_fsdp(ctx: Context) -> None:
     """Finalizer: FSDP2 `fully_shard` on each repeated block and the root, in place; the
-    optimizer is pointed at the sharded parameters and `ctx.memory` holds what a rank keeps."""
+    optimizer is pointed at the sharded parameters, `ctx.memory` holds what a rank keeps and the
+    report's memory section the state bytes per rank before and after sharding."""
     assert ctx.dist is not None and ctx.device is not None
     model: nn.Module = ctx.model
     if not any(p.requires_grad for p in model.parameters()):
@@ -256,12 +264,15 @@ def _shard_with_fsdp(ctx: Context) -> None:
         )
         return
     before = state_memory(model, ctx.optimizer)
+    held = resident_bytes(model, ctx.optimizer, ctx.device)
+    budget = resolve_budget(ctx.options.memory_budget, ctx.device, held=held)
     mesh = init_device_mesh(ctx.device.type, (ctx.dist.world_size,))
     units = fsdp.shard(model, ctx.optimizer, mesh, ctx.amp_dtype)
     after = state_memory(model, ctx.optimizer)
     if ctx.memory is not None and ctx.memory.activations is not None:
         after = after.with_activations(ctx.memory.activations)
     ctx.memory = after
+    record_plan(ctx.report, before, after, budget)
     accumulation = ""
     if isinstance(acc := ctx.extras.get("accumulate"), Accumulator):
         # The 1/N seeding and clip gating find the model by its parameters: these are new now.
