@@ -180,6 +180,42 @@ class ChannelsLast(Rule):
                 g_loss.backward()
             """,
         ),
+        Invalid(  # built in an if/else, placed two `if`s deep after it (pytorch/examples imagenet)
+            """
+            import torch
+            import torchvision.models as models
+            if pretrained:
+                model = models.__dict__[arch](pretrained=True)
+            else:
+                model = models.__dict__[arch]()
+            if not use_accel:
+                print("slow")
+            elif device.type == "cuda":
+                if distributed:
+                    model.cuda()
+                    model = torch.nn.parallel.DistributedDataParallel(model)
+            for x, y in loader:
+                loss_fn(model(x.cuda()), y.cuda()).backward()
+            """,
+            line=11,
+            fixed="""
+            import torch
+            import torchvision.models as models
+            if pretrained:
+                model = models.__dict__[arch](pretrained=True)
+            else:
+                model = models.__dict__[arch]()
+            if not use_accel:
+                print("slow")
+            elif device.type == "cuda":
+                if distributed:
+                    model.cuda()
+                    model = model.to(memory_format=torch.channels_last)
+                    model = torch.nn.parallel.DistributedDataParallel(model)
+            for x, y in loader:
+                loss_fn(model(x.cuda()), y.cuda()).backward()
+            """,
+        ),
         Invalid(  # the device from torch.accelerator, passed into train() (pytorch/examples mnist)
             """
             import torch
@@ -292,10 +328,13 @@ class ChannelsLast(Rule):
         if "channels_last" in self.context.source or not self.facts.device.gpu_path:
             return
         fit, flattening = self._fit_classes(node)
+        reported: set[int] = set()
         for name, built, flattens in self._models(node, fit, flattening):
             placement = self._placement(name, built)
-            if placement is None:
+            # a model built in both branches of an `if` is placed once: report it once
+            if placement is None or id(placement) in reported:
                 continue
+            reported.add(id(placement))
             if flattens:
                 self.report(
                     placement,
@@ -367,21 +406,53 @@ class ChannelsLast(Rule):
     def _placement(self, name: str, built: cst.Assign) -> cst.SimpleStatementLine | None:
         """The statement that moves the model to the device: its own assignment
         (`Net().to(device)`) or a later `model.to(device)` / `model = model.cuda()` in the
-        same block, also inside an `if` there (the legacy `if cuda: generator.cuda()`)."""
+        same function, also inside `if`s there, however nested (the legacy
+        `if cuda: generator.cuda()`, imagenet's `if device.type == 'cuda': if args.gpu ...:`),
+        and after the `if`/`else` the model is built in."""
         stmt = block_statement(built, self.parent)
         if not isinstance(stmt, cst.SimpleStatementLine):
             return None
         if self._placed_call(built.value) is not None:
             return stmt
-        block = self.parent(stmt)
-        body = list(getattr(block, "body", ()))
-        later = body[next(i for i, s in enumerate(body) if s is stmt) + 1 :]
-        for other in later:
-            inner = other.body.body if isinstance(other, cst.If) else [other]
-            for line in inner:
-                if isinstance(line, cst.SimpleStatementLine) and self._places(line, name):
-                    return line
+        current: cst.BaseStatement | None = stmt
+        while current is not None:
+            body = list(getattr(self.parent(current), "body", ()))
+            for other in body[next(i for i, s in enumerate(body) if s is current) + 1 :]:
+                found = self._placing_line(other, name)
+                if found is not None:
+                    return found
+            current = self._enclosing_if(current)
         return None
+
+    def _placing_line(self, stmt: cst.CSTNode, name: str) -> cst.SimpleStatementLine | None:
+        """The first line of `stmt` (a line, or an `if` with its `elif`/`else` branches) that
+        places `name` on the device."""
+        if isinstance(stmt, cst.SimpleStatementLine):
+            return stmt if self._places(stmt, name) else None
+        if isinstance(stmt, cst.Else):
+            return self._placing_line(stmt.body, name)
+        if isinstance(stmt, cst.IndentedBlock):
+            for line in stmt.body:
+                found = self._placing_line(line, name)
+                if found is not None:
+                    return found
+            return None
+        if isinstance(stmt, cst.If):
+            found = self._placing_line(stmt.body, name)
+            if found is None and stmt.orelse is not None:
+                found = self._placing_line(stmt.orelse, name)
+            return found
+        return None
+
+    def _enclosing_if(self, stmt: cst.BaseStatement) -> cst.BaseStatement | None:
+        """The whole `if` statement whose branch holds `stmt` directly (None when `stmt` is in a
+        loop, a `with`, a function body or the module: the search does not leave those)."""
+        owner = self.parent(self.parent(stmt))  # the block's owner
+        if isinstance(owner, cst.Else):
+            owner = self.parent(owner)
+        if not isinstance(owner, cst.If):
+            return None
+        return block_statement(owner, self.parent)
 
     def _places(self, line: cst.SimpleStatementLine, name: str) -> bool:
         """`name.to(device)`, `name.cuda()` or `name = name.to(device)`."""
