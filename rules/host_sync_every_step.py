@@ -29,7 +29,10 @@ class HostSyncEveryStep(Rule):
 
     ## When not to
     - Under a logging condition: inside an `if` whose test uses `%` or `==`
-      (`if step % 100 == 0:`, `if i == 0:`) — logging every N steps is fine.
+      (`if step % 100 == 0:`, `if i == 0:`) — logging every N steps is fine. An `if` that
+      runs a training step itself (`.backward()` in its body: a GAN's generator step
+      `if i % n_critic == 0:`) is a step schedule, not a logging condition: the sync there
+      is paid on every step it runs.
     - `.append(loss.item())`: a per-step history the author keeps on purpose.
     - A running metric kept on the device (`total += loss.detach()`, `.item()` when logging).
       AO402 asks for `total += loss.item()` where the total would hold the graph; that form is
@@ -130,6 +133,20 @@ class HostSyncEveryStep(Rule):
             """,
             line=4,
             message_contains="accumulate loss.detach()",
+        ),
+        Invalid(  # the generator's step every n_critic batches, printed each time (wgan_gp)
+            """
+            for i, (imgs, _) in enumerate(dataloader):
+                d_loss = critic_loss(imgs)
+                d_loss.backward()
+                optimizer_D.step()
+                if i % n_critic == 0:
+                    g_loss = generator_loss()
+                    g_loss.backward()
+                    optimizer_G.step()
+                    print("[D loss: %f] [G loss: %f]" % (d_loss.item(), g_loss.item()))
+            """,
+            line=9,
         ),
         # The backward runs in a step helper; the meter update stays in the batch loop (timm).
         Invalid(
@@ -253,7 +270,12 @@ class HostSyncEveryStep(Rule):
         for anc in self.context.facts.ancestors(node):
             if anc is loop:
                 break
-            if isinstance(anc, cst.If) and child is not anc.test and _logging_test(anc.test):
+            if (
+                isinstance(anc, cst.If)
+                and child is not anc.test
+                and _logging_test(anc.test)
+                and not self._runs_a_step(anc)
+            ):
                 return "logged"
             if isinstance(anc, cst.Call) and method_name(anc) == "append" and child is not anc.func:
                 return "logged"
@@ -263,6 +285,12 @@ class HostSyncEveryStep(Rule):
                 kept = kept or "accumulated"
             child = anc
         return kept
+
+    def _runs_a_step(self, branch: cst.If) -> bool:
+        """The `if` calls `.backward()` in its body: a step schedule (a GAN's generator step
+        every `n_critic` batches), not a logging condition."""
+        facts = self.context.facts
+        return any(any(a is branch.body for a in facts.ancestors(b)) for b in facts.backward_calls)
 
     def _inside_sync(self, node: cst.Call) -> bool:
         parent = self.parent(node)
