@@ -7,6 +7,7 @@ import libcst as cst
 from autoopt.lint.calls import arg, with_keyword
 from autoopt.lint.device import GPU_MARKERS
 from autoopt.lint.edits import block_statement, statement_line
+from autoopt.lint.handled import LIBRARY_TRAINER_MARKERS
 from autoopt.lint.nodes import calls_in, method_name, string_value, walk
 from autoopt.lint.project_facts import local_definition
 from autoopt.lint.rule import Fix, FixSafety, Invalid, Rule, Valid
@@ -66,7 +67,7 @@ class ChannelsLast(Rule):
     fix_reason = "a .view() on NHWC activations (or a non-4-D input) raises after the change"
     covered_by_optimize = True  # autoopt.optimize() applies it at run time
     triggers = ("Conv2d", "conv2d", "models", "create_model", "from ")  # `from models import Net`
-    requires = (GPU_MARKERS, ".backward(")
+    requires = (GPU_MARKERS, (".backward(", *LIBRARY_TRAINER_MARKERS))
 
     VALID = [
         Valid(  # CPU-only tutorial: no device path
@@ -116,6 +117,32 @@ class ChannelsLast(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # the loop is ignite's: create_supervised_trainer (ignite's mnist example)
+            """
+            import torch
+            from torch import nn
+            from ignite.engine import create_supervised_trainer
+            model = nn.Sequential(nn.Conv2d(1, 8, 3), nn.Flatten(), nn.LazyLinear(10))
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+            model.to(device)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+            trainer = create_supervised_trainer(model, optimizer, nn.NLLLoss(), device=device)
+            trainer.run(train_loader, max_epochs=10)
+            """,
+            line=6,
+            fixed="""
+            import torch
+            from torch import nn
+            from ignite.engine import create_supervised_trainer
+            model = nn.Sequential(nn.Conv2d(1, 8, 3), nn.Flatten(), nn.LazyLinear(10))
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+            model.to(device)
+            model = model.to(memory_format=torch.channels_last)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+            trainer = create_supervised_trainer(model, optimizer, nn.NLLLoss(), device=device)
+            trainer.run(train_loader, max_epochs=10)
+            """,
+        ),
         # Flattens with .view(): reported, the fix declined (it would raise).
         Invalid(
             """

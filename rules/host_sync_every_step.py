@@ -5,6 +5,7 @@ from __future__ import annotations
 import libcst as cst
 
 from autoopt.lint.facts import local_callee
+from autoopt.lint.handled import engine_step_functions
 from autoopt.lint.nodes import method_name, walk
 from autoopt.lint.rule import Invalid, Rule, Valid
 
@@ -15,7 +16,8 @@ class HostSyncEveryStep(Rule):
     """
     ## What it does
     Flags, inside the step loop of training (the innermost loop that calls `backward()`, or a
-    step function such as `_run_batch` called from a batch loop), calls that copy a tensor to
+    step function such as `_run_batch` called from a batch loop or run by ignite's
+    `Engine(train_step)`), calls that copy a tensor to
     the host on every step: `.item()`, `.cpu()`, `.tolist()`, and `print(loss)` of the tensor
     that is back-propagated; also `total += loss.item()` and `meter.update(loss.item())`, a
     running metric read on the host every step.
@@ -53,6 +55,18 @@ class HostSyncEveryStep(Rule):
     requires = (".backward(",)
 
     VALID = [
+        Valid(  # an evaluation step run by an Engine: no backward, not a training step
+            """
+            from ignite.engine import Engine
+            def eval_step(engine, batch):
+                x, y = batch
+                return {"loss": criterion(model(x), y).item()}
+            def train_step(engine, batch):
+                loss = criterion(model(batch[0]), batch[1])
+                loss.backward()
+            evaluator = Engine(eval_step)
+            """
+        ),
         Valid(
             """
             for step, (x, y) in enumerate(loader):
@@ -111,6 +125,19 @@ class HostSyncEveryStep(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # the step function ignite's Engine runs once per batch (ignite's cifar10)
+            """
+            from ignite.engine import Engine
+            def train_step(engine, batch):
+                x, y = batch
+                loss = criterion(model(x), y)
+                loss.backward()
+                optimizer.step()
+                return {"batch loss": loss.item()}
+            trainer = Engine(train_step)
+            """,
+            line=7,
+        ),
         # A running metric: `.item()` every step (AO402's fix writes this form; it is correct,
         # this rule says how to also avoid the sync).
         Invalid(
@@ -246,7 +273,8 @@ class HostSyncEveryStep(Rule):
         loops = facts.enclosing_loops(node)
         if not loops:
             scope = facts.enclosing_scope(node)
-            return scope if any(scope is f for f in facts.step_functions) else None
+            steps = [*facts.step_functions, *engine_step_functions(self)]
+            return scope if any(scope is f for f in steps) else None
         if not loops or not facts.is_training_loop(loops[0]):
             return None
         loop = loops[0]

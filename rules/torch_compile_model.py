@@ -8,7 +8,12 @@ import libcst as cst
 
 from autoopt.lint.calls import arg
 from autoopt.lint.edits import statement_line
-from autoopt.lint.handled import is_hogwild, uses_accelerate
+from autoopt.lint.handled import (
+    LIBRARY_TRAINER_MARKERS,
+    is_hogwild,
+    library_trainer_calls,
+    uses_accelerate,
+)
 from autoopt.lint.nodes import assignments, contains, is_name, method_name, names_in, walk
 from autoopt.lint.rule import Fix, FixSafety, Invalid, Rule, Valid
 
@@ -27,7 +32,8 @@ class TorchCompileModel(Rule):
     ## What it does
     Flags a model that is trained (an optimizer is built from `model.parameters()`, from
     parameter groups a helper makes of the model, or by `model.configure_optimizers(...)`, and
-    the file has a loop calling `backward()`) without `torch.compile`, and inserts `model.compile()` right
+    the file has a loop calling `backward()` or hands model and optimizer to ignite's
+    `create_supervised_trainer`) without `torch.compile`, and inserts `model.compile()` right
     after the model is built and placed (after its last assignment, `.to(...)` or `.cuda()`).
 
     ## Why
@@ -68,8 +74,9 @@ class TorchCompileModel(Rule):
         " eager within floating-point reordering"
     )
     covered_by_optimize = True  # autoopt.optimize() applies it at run time
-    triggers = (".backward(",)
+    triggers = (".backward(", *LIBRARY_TRAINER_MARKERS)
     applies_to_versions = ((2, 0), None)
+    _trainers: list[cst.Call]  # library trainer calls of the file (set per visit)
 
     VALID = [
         Valid(  # the user's own compile method (Keras style)
@@ -148,6 +155,32 @@ class TorchCompileModel(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # the loop is ignite's: create_supervised_trainer (ignite's mnist example)
+            """
+            import torch
+            from torch import nn
+            from ignite.engine import create_supervised_trainer
+            def run(loader, device):
+                model = Net()
+                model.to(device)
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+                trainer = create_supervised_trainer(model, optimizer, nn.NLLLoss(), device=device)
+                trainer.run(loader, max_epochs=10)
+            """,
+            line=6,
+            fixed="""
+            import torch
+            from torch import nn
+            from ignite.engine import create_supervised_trainer
+            def run(loader, device):
+                model = Net()
+                model.to(device)
+                model.compile()
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+                trainer = create_supervised_trainer(model, optimizer, nn.NLLLoss(), device=device)
+                trainer.run(loader, max_epochs=10)
+            """,
+        ),
         # Chosen in an if/else, trained by a function the epoch loop calls, reloaded after
         # training to test the best checkpoint (pytorch/examples word_language_model).
         Invalid(
@@ -335,7 +368,8 @@ class TorchCompileModel(Rule):
     ]
 
     def visit_Module(self, node: cst.Module) -> None:
-        if not self.facts.training_loops or self._shadowed_or_scripted(node):
+        self._trainers = library_trainer_calls(self)  # ignite runs the loop for the file
+        if not (self.facts.training_loops or self._trainers) or self._shadowed_or_scripted(node):
             return
         if uses_accelerate(self) or is_hogwild(self):
             return  # Accelerate compiles (`dynamo_backend`); Hogwild shares one eager model
@@ -386,7 +420,8 @@ class TorchCompileModel(Rule):
         )
 
     def _has_training_loop(self, stmt: cst.BaseStatement) -> bool:
-        return any(contains(stmt, loop) for loop in self.facts.training_loops)
+        """`stmt` holds a training loop, or builds a library trainer that runs one."""
+        return any(contains(stmt, loop) for loop in [*self.facts.training_loops, *self._trainers])
 
     def _shadowed_or_scripted(self, module: cst.Module) -> bool:
         """A user-defined `compile` (function, method, import, variable), or TorchScript /
