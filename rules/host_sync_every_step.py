@@ -6,7 +6,7 @@ import libcst as cst
 
 from autoopt.lint.facts import local_callee
 from autoopt.lint.handled import engine_step_functions
-from autoopt.lint.nodes import method_name, walk
+from autoopt.lint.nodes import calls_in, method_name, names_in, walk
 from autoopt.lint.rule import Invalid, Rule, Valid
 
 _SYNC_METHODS = ("item", "cpu", "tolist")
@@ -17,7 +17,8 @@ class HostSyncEveryStep(Rule):
     ## What it does
     Flags, inside the step loop of training (the innermost loop that calls `backward()`, or a
     step function such as `_run_batch` called from a batch loop or run by ignite's
-    `Engine(train_step)`), calls that copy a tensor to
+    `Engine(train_step)`, or a loop that hands its loss and optimizer to a callable running
+    backward and step, timm's `loss_scaler(loss, optimizer, ...)`), calls that copy a tensor to
     the host on every step: `.item()`, `.cpu()`, `.tolist()`, and `print(loss)` of the tensor
     that is back-propagated; also `total += loss.item()` and `meter.update(loss.item())`, a
     running metric read on the host every step.
@@ -52,7 +53,8 @@ class HostSyncEveryStep(Rule):
     message = "host-device sync on every training step; log every N steps instead"
     fix_reason = "whether a value is needed on the host every step is the user's call"
     triggers = (".item(", ".cpu(", ".tolist(", "print(")
-    requires = (".backward(",)
+    # `zero_grad(`: a loop whose backward runs in a callable it hands loss and optimizer to
+    requires = ((".backward(", "zero_grad("),)
 
     VALID = [
         Valid(  # an evaluation step run by an Engine: no backward, not a training step
@@ -125,6 +127,18 @@ class HostSyncEveryStep(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # backward and step inside timm's NativeScaler: loss_scaler(loss, optimizer) (MAE)
+            """
+            def train_one_epoch(model, data_loader, optimizer, loss_scaler):
+                optimizer.zero_grad()
+                for samples, _ in data_loader:
+                    loss = model(samples)
+                    loss_value = loss.item()
+                    loss_scaler(loss, optimizer, parameters=model.parameters())
+                    optimizer.zero_grad()
+            """,
+            line=5,
+        ),
         Invalid(  # the step function ignite's Engine runs once per batch (ignite's cifar10)
             """
             from ignite.engine import Engine
@@ -275,9 +289,9 @@ class HostSyncEveryStep(Rule):
             scope = facts.enclosing_scope(node)
             steps = [*facts.step_functions, *engine_step_functions(self)]
             return scope if any(scope is f for f in steps) else None
-        if not loops or not facts.is_training_loop(loops[0]):
-            return None
         loop = loops[0]
+        if not facts.is_training_loop(loop):
+            return loop if self._delegated_step(loop) else None
         # the loop's own step: backward() itself or a call to a step function (`_backward(loss)`)
         steps = {f.name.value for f in facts.step_functions}
         own_backward = any(
@@ -288,6 +302,36 @@ class HostSyncEveryStep(Rule):
             ]
         )
         return loop if own_backward else None
+
+    def _delegated_step(self, loop: cst.CSTNode) -> bool:
+        """`loop` hands its loss and its optimizer to a callable that runs the backward and the
+        step: timm's NativeScaler idiom `loss_scaler(loss, optimizer, parameters=...)` (DeiT,
+        MAE, BEiT, ConvNeXt), in files with no `.backward()` of their own. The optimizer: a
+        name whose `.zero_grad()` the loop's function calls; the loss: a name bound in the loop."""
+        optimizers = {
+            c.func.value.value
+            for c in calls_in(self.context.facts.enclosing_scope(loop), into_scopes=False)
+            if isinstance(c.func, cst.Attribute)
+            and c.func.attr.value == "zero_grad"
+            and isinstance(c.func.value, cst.Name)
+        }
+        bound: set[str] = set()
+        for n in walk(loop, into_scopes=False):
+            if isinstance(n, cst.Assign):
+                for t in n.targets:
+                    bound |= names_in(t.target)
+        for call in calls_in(loop, into_scopes=False):
+            positional = [a.value for a in call.args if a.keyword is None and not a.star]
+            if isinstance(call.func, cst.Name) and len(positional) >= 2:
+                loss, optimizer = positional[:2]
+                if (
+                    isinstance(loss, cst.Name)
+                    and loss.value in bound
+                    and isinstance(optimizer, cst.Name)
+                    and optimizer.value in optimizers
+                ):
+                    return True
+        return False
 
     def _kept_on_host(self, node: cst.Call, loop: cst.CSTNode) -> str | None:
         """ "logged": under a condition true on some steps only, or appended to a list;
