@@ -207,6 +207,36 @@ class ChannelsLast(Rule):
                 g_loss.backward()
             """,
         ),
+        Invalid(  # built under a `with` and an `elif`, placed after the `with` (yolov5 classify)
+            """
+            import torch
+            import torchvision
+            device = torch.device("cuda")
+            with torch_distributed_zero_first(rank):
+                if path.endswith(".pt"):
+                    model = attempt_load(path)
+                elif name in torchvision.models.__dict__:
+                    model = torchvision.models.__dict__[name]()
+            model = model.to(device)
+            for x, y in loader:
+                loss_fn(model(x.to(device)), y.to(device)).backward()
+            """,
+            line=9,
+            fixed="""
+            import torch
+            import torchvision
+            device = torch.device("cuda")
+            with torch_distributed_zero_first(rank):
+                if path.endswith(".pt"):
+                    model = attempt_load(path)
+                elif name in torchvision.models.__dict__:
+                    model = torchvision.models.__dict__[name]()
+            model = model.to(device)
+            model = model.to(memory_format=torch.channels_last)
+            for x, y in loader:
+                loss_fn(model(x.to(device, memory_format=torch.channels_last)), y.to(device)).backward()
+            """,
+        ),
         Invalid(  # built in an if/else, placed two `if`s deep after it (pytorch/examples imagenet)
             """
             import torch
@@ -435,7 +465,7 @@ class ChannelsLast(Rule):
         (`Net().to(device)`) or a later `model.to(device)` / `model = model.cuda()` in the
         same function, also inside `if`s there, however nested (the legacy
         `if cuda: generator.cuda()`, imagenet's `if device.type == 'cuda': if args.gpu ...:`),
-        and after the `if`/`else` the model is built in."""
+        and after the `if`/`else` or `with` block the model is built in."""
         stmt = block_statement(built, self.parent)
         if not isinstance(stmt, cst.SimpleStatementLine):
             return None
@@ -472,12 +502,12 @@ class ChannelsLast(Rule):
         return None
 
     def _enclosing_if(self, stmt: cst.BaseStatement) -> cst.BaseStatement | None:
-        """The whole `if` statement whose branch holds `stmt` directly (None when `stmt` is in a
-        loop, a `with`, a function body or the module: the search does not leave those)."""
+        """The whole `if` (or `with`) statement whose block holds `stmt` directly (None when
+        `stmt` is in a loop, a function body or the module: the search does not leave those)."""
         owner = self.parent(self.parent(stmt))  # the block's owner
         if isinstance(owner, cst.Else):
             owner = self.parent(owner)
-        if not isinstance(owner, cst.If):
+        if not isinstance(owner, cst.If | cst.With):
             return None
         return block_statement(owner, self.parent)
 

@@ -112,6 +112,15 @@ def summarize(path: Path, data: bytes) -> ModuleSummary:
                     summary.conv2d.add(stmt.name)
             target = summary.classes if isinstance(stmt, ast.ClassDef) else summary.functions
             target[stmt.name] = used
+        elif (  # an alias kept for compatibility: `Model = DetectionModel` (yolov5)
+            isinstance(stmt, ast.Assign)
+            and len(stmt.targets) == 1
+            and isinstance(stmt.targets[0], ast.Name)
+            and isinstance(stmt.value, ast.Name)
+        ):
+            original = stmt.value.id
+            target = summary.functions if original in summary.functions else summary.classes
+            target[stmt.targets[0].id] = {original}
     _close_within(summary)
     return summary
 

@@ -96,6 +96,16 @@ def test_star_import_of_a_package_that_re_exports(tmp_path: Path) -> None:
     assert _codes(tmp_path, "main.py") == ["AO601", "AO606"]
 
 
+def test_a_module_level_alias_of_a_conv_class(tmp_path: Path) -> None:
+    """yolov5: models/yolo.py keeps `Model = DetectionModel`; train.py imports `Model`."""
+    aliased = CONV_MODELS + "\nResNet18Model = ResNet18\n"
+    main = MAIN.format(imports="from models import ResNet18Model").replace(
+        "net = ResNet18()", "net = ResNet18Model()"
+    )
+    _write(tmp_path, {"models.py": aliased, "main.py": main})
+    assert _codes(tmp_path, "main.py") == ["AO601", "AO606"]
+
+
 def test_a_local_mlp_is_not_convolutional(tmp_path: Path) -> None:
     _write(
         tmp_path,
