@@ -15,6 +15,7 @@ from autoopt.lint.handled import (
     uses_accelerate,
 )
 from autoopt.lint.nodes import assignments, contains, is_name, method_name, names_in, walk
+from autoopt.lint.project_facts import local_definition
 from autoopt.lint.rule import Fix, FixSafety, Invalid, Rule, Valid
 
 _SCRIPTED = (
@@ -31,7 +32,9 @@ class TorchCompileModel(Rule):
     """
     ## What it does
     Flags a model that is trained (an optimizer is built from `model.parameters()`, from
-    parameter groups a helper makes of the model, or by `model.configure_optimizers(...)`, and
+    parameter groups a helper makes of the model, by `model.configure_optimizers(...)`, or by a
+    function of the project that builds a torch.optim optimizer, `smart_optimizer(model, ...)`,
+    read without importing it; and
     the file has a loop calling `backward()` or hands model and optimizer to ignite's
     `create_supervised_trainer`) without `torch.compile`, and inserts `model.compile()` right
     after the model is built and placed (after its last assignment, `.to(...)` or `.cuda()`).
@@ -474,12 +477,30 @@ class TorchCompileModel(Rule):
                     found.append((n, n.func.value.value))
                 continue
             if not any(_is_optimizer(q) for q in self.qualified_names(n.func)):
+                model = self._handed_to_optimizer_builder(n)
+                if model is not None:
+                    found.append((n, model))
                 continue
             params = arg(n, "params", 0)
             model = self._parameters_owner(n, params.value) if params is not None else None
             if model is not None:
                 found.append((n, model))
         return found
+
+    def _handed_to_optimizer_builder(self, call: cst.Call) -> str | None:
+        """`smart_optimizer(model, ...)`: the model handed first to a function of the project
+        that builds a torch.optim optimizer (read without importing it)."""
+        first = call.args[0] if call.args else None
+        if (
+            not isinstance(call.func, cst.Name)
+            or first is None
+            or first.keyword is not None
+            or not isinstance(first.value, cst.Name)
+            or not isinstance(self.parent(call), cst.Assign)
+        ):
+            return None
+        found = local_definition(self, call.func.value)
+        return first.value.value if found is not None and found.optimizer else None
 
     def _parameters_owner(self, opt_call: cst.Call, expr: cst.BaseExpression) -> str | None:
         """`model.parameters()` -> "model" (a plain name only); a name bound in the optimizer's
