@@ -27,7 +27,11 @@ class ChannelsLast(Rule):
     ## What it does
     Flags a model built from `Conv2d` layers (a class of the file or of another module of the
     project, an `nn.Sequential`, a torchvision or timm CNN) that is moved to the device in a
-    script with a GPU path and no `channels_last` anywhere.
+    script with a GPU path and no `channels_last` anywhere. The placement may come later in
+    the same function, inside `if`s however nested and after the `if`/`else` or `with` block
+    the model is built in (`if pretrained: model = ... else: model = ...` then
+    `elif device.type == "cuda": if distributed: model.cuda()`). A model trained by ignite's
+    `create_supervised_trainer` counts as trained.
 
     ## Why
     cuDNN's fastest convolution kernels, and Tensor Cores under AMP, work on NHWC

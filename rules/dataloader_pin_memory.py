@@ -18,7 +18,8 @@ class DataLoaderPinMemory(Rule):
     ## What it does
     Flags a `torch.utils.data.DataLoader` without `pin_memory` in a script that moves its batches
     to the GPU (`batch.to(device)`, `.cuda()`, the legacy `imgs.type(torch.cuda.FloatTensor)`
-    inside the loop over the loader). The device may come from CUDA, `torch.accelerator`, a
+    inside the loop over the loader, or ignite's `create_supervised_trainer(..., device=device)`,
+    which copies every batch itself). The device may come from CUDA, `torch.accelerator`, a
     `--device` flag or a `device` parameter (see `autoopt.lint.device`).
 
     ## Why
