@@ -6,8 +6,14 @@ from __future__ import annotations
 
 import libcst as cst
 
+from autoopt.lint.calls import arg
 from autoopt.lint.fixes.autocast import AutocastPlan, innermost_training_loops
-from autoopt.lint.handled import is_hogwild, library_handles_precision
+from autoopt.lint.handled import (
+    LIBRARY_TRAINER_MARKERS,
+    is_hogwild,
+    library_handles_precision,
+    library_trainer_calls,
+)
 from autoopt.lint.rule import FixSafety, Invalid, Rule, Valid
 
 _AMP_WORDS = ("autocast", "GradScaler")
@@ -46,6 +52,10 @@ class AmpAutocast(Rule):
     argument or `accelerate launch --mixed_precision`), Lightning `Trainer(precision=...)` /
     `Fabric(precision=...)`; nor in Hogwild training (`model.share_memory()` with CPU worker
     processes, also the module such a script starts).
+
+    **ignite.** A `create_supervised_trainer(model, optimizer, loss_fn, ...)` without
+    `amp_mode=` in a script with a GPU path trains in float32 too: it is reported without a
+    fix (pass `amp_mode="amp", scaler=True`).
     """
 
     code = "AO201"
@@ -54,9 +64,20 @@ class AmpAutocast(Rule):
     fix_safety = FixSafety.UNSAFE
     fix_reason = "mixed precision changes the numerics of training"
     covered_by_optimize = True  # autoopt.optimize() applies it at run time
-    triggers = (".backward(",)
+    triggers = (".backward(", *LIBRARY_TRAINER_MARKERS)
 
     VALID = [
+        Valid(  # ignite's trainer already in mixed precision
+            """
+            import torch
+            from ignite.engine import create_supervised_trainer
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+            trainer = create_supervised_trainer(
+                model, optimizer, loss_fn, device=device, amp_mode="amp", scaler=True
+            )
+            trainer.run(loader, max_epochs=10)
+            """
+        ),
         Valid(  # Accelerate decides the precision (argument or launch config)
             """
             import torch
@@ -130,6 +151,17 @@ class AmpAutocast(Rule):
     ]
 
     INVALID = [
+        Invalid(  # the loop is ignite's: reported at the trainer, no fix
+            """
+            import torch
+            from ignite.engine import create_supervised_trainer
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+            trainer = create_supervised_trainer(model, optimizer, loss_fn, device=device)
+            trainer.run(loader, max_epochs=10)
+            """,
+            line=4,
+            message_contains='amp_mode="amp"',
+        ),
         # A CPU-only script (no CUDA anywhere: bf16) with a device variable, forward spread over
         # several statements.
         Invalid(
@@ -451,6 +483,14 @@ class AmpAutocast(Rule):
             return
         if library_handles_precision(self):
             return
+        if self.facts.device.gpu_path:
+            for trainer in library_trainer_calls(self):
+                if arg(trainer, "amp_mode") is None:
+                    self.report(
+                        trainer,
+                        f'{self.message} (not fixed: pass amp_mode="amp", scaler=True to '
+                        "ignite's create_supervised_trainer)",
+                    )
         loops = innermost_training_loops(self)
         step_functions = self.facts.step_functions
         if (loops or step_functions) and is_hogwild(self):

@@ -7,6 +7,7 @@ import libcst as cst
 from autoopt.lint.calls import arg, with_keyword
 from autoopt.lint.device import GPU_MARKERS
 from autoopt.lint.edits import block_statement, statement_line
+from autoopt.lint.handled import LIBRARY_TRAINER_MARKERS
 from autoopt.lint.nodes import calls_in, method_name, string_value, walk
 from autoopt.lint.project_facts import local_definition
 from autoopt.lint.rule import Fix, FixSafety, Invalid, Rule, Valid
@@ -26,7 +27,11 @@ class ChannelsLast(Rule):
     ## What it does
     Flags a model built from `Conv2d` layers (a class of the file or of another module of the
     project, an `nn.Sequential`, a torchvision or timm CNN) that is moved to the device in a
-    script with a GPU path and no `channels_last` anywhere.
+    script with a GPU path and no `channels_last` anywhere. The placement may come later in
+    the same function, inside `if`s however nested and after the `if`/`else` or `with` block
+    the model is built in (`if pretrained: model = ... else: model = ...` then
+    `elif device.type == "cuda": if distributed: model.cuda()`). A model trained by ignite's
+    `create_supervised_trainer` counts as trained.
 
     ## Why
     cuDNN's fastest convolution kernels, and Tensor Cores under AMP, work on NHWC
@@ -66,7 +71,7 @@ class ChannelsLast(Rule):
     fix_reason = "a .view() on NHWC activations (or a non-4-D input) raises after the change"
     covered_by_optimize = True  # autoopt.optimize() applies it at run time
     triggers = ("Conv2d", "conv2d", "models", "create_model", "from ")  # `from models import Net`
-    requires = (GPU_MARKERS, ".backward(")
+    requires = (GPU_MARKERS, (".backward(", *LIBRARY_TRAINER_MARKERS))
 
     VALID = [
         Valid(  # CPU-only tutorial: no device path
@@ -116,6 +121,32 @@ class ChannelsLast(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # the loop is ignite's: create_supervised_trainer (ignite's mnist example)
+            """
+            import torch
+            from torch import nn
+            from ignite.engine import create_supervised_trainer
+            model = nn.Sequential(nn.Conv2d(1, 8, 3), nn.Flatten(), nn.LazyLinear(10))
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+            model.to(device)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+            trainer = create_supervised_trainer(model, optimizer, nn.NLLLoss(), device=device)
+            trainer.run(train_loader, max_epochs=10)
+            """,
+            line=6,
+            fixed="""
+            import torch
+            from torch import nn
+            from ignite.engine import create_supervised_trainer
+            model = nn.Sequential(nn.Conv2d(1, 8, 3), nn.Flatten(), nn.LazyLinear(10))
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+            model.to(device)
+            model = model.to(memory_format=torch.channels_last)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+            trainer = create_supervised_trainer(model, optimizer, nn.NLLLoss(), device=device)
+            trainer.run(train_loader, max_epochs=10)
+            """,
+        ),
         # Flattens with .view(): reported, the fix declined (it would raise).
         Invalid(
             """
@@ -178,6 +209,72 @@ class ChannelsLast(Rule):
             for i, (imgs, _) in enumerate(dataloader):
                 g_loss = adversarial_loss(discriminator(generator(z)), valid)
                 g_loss.backward()
+            """,
+        ),
+        Invalid(  # built under a `with` and an `elif`, placed after the `with` (yolov5 classify)
+            """
+            import torch
+            import torchvision
+            device = torch.device("cuda")
+            with torch_distributed_zero_first(rank):
+                if path.endswith(".pt"):
+                    model = attempt_load(path)
+                elif name in torchvision.models.__dict__:
+                    model = torchvision.models.__dict__[name]()
+            model = model.to(device)
+            for x, y in loader:
+                loss_fn(model(x.to(device)), y.to(device)).backward()
+            """,
+            line=9,
+            fixed="""
+            import torch
+            import torchvision
+            device = torch.device("cuda")
+            with torch_distributed_zero_first(rank):
+                if path.endswith(".pt"):
+                    model = attempt_load(path)
+                elif name in torchvision.models.__dict__:
+                    model = torchvision.models.__dict__[name]()
+            model = model.to(device)
+            model = model.to(memory_format=torch.channels_last)
+            for x, y in loader:
+                loss_fn(model(x.to(device, memory_format=torch.channels_last)), y.to(device)).backward()
+            """,
+        ),
+        Invalid(  # built in an if/else, placed two `if`s deep after it (pytorch/examples imagenet)
+            """
+            import torch
+            import torchvision.models as models
+            if pretrained:
+                model = models.__dict__[arch](pretrained=True)
+            else:
+                model = models.__dict__[arch]()
+            if not use_accel:
+                print("slow")
+            elif device.type == "cuda":
+                if distributed:
+                    model.cuda()
+                    model = torch.nn.parallel.DistributedDataParallel(model)
+            for x, y in loader:
+                loss_fn(model(x.cuda()), y.cuda()).backward()
+            """,
+            line=11,
+            fixed="""
+            import torch
+            import torchvision.models as models
+            if pretrained:
+                model = models.__dict__[arch](pretrained=True)
+            else:
+                model = models.__dict__[arch]()
+            if not use_accel:
+                print("slow")
+            elif device.type == "cuda":
+                if distributed:
+                    model.cuda()
+                    model = model.to(memory_format=torch.channels_last)
+                    model = torch.nn.parallel.DistributedDataParallel(model)
+            for x, y in loader:
+                loss_fn(model(x.cuda()), y.cuda()).backward()
             """,
         ),
         Invalid(  # the device from torch.accelerator, passed into train() (pytorch/examples mnist)
@@ -292,10 +389,13 @@ class ChannelsLast(Rule):
         if "channels_last" in self.context.source or not self.facts.device.gpu_path:
             return
         fit, flattening = self._fit_classes(node)
+        reported: set[int] = set()
         for name, built, flattens in self._models(node, fit, flattening):
             placement = self._placement(name, built)
-            if placement is None:
+            # a model built in both branches of an `if` is placed once: report it once
+            if placement is None or id(placement) in reported:
                 continue
+            reported.add(id(placement))
             if flattens:
                 self.report(
                     placement,
@@ -367,21 +467,53 @@ class ChannelsLast(Rule):
     def _placement(self, name: str, built: cst.Assign) -> cst.SimpleStatementLine | None:
         """The statement that moves the model to the device: its own assignment
         (`Net().to(device)`) or a later `model.to(device)` / `model = model.cuda()` in the
-        same block, also inside an `if` there (the legacy `if cuda: generator.cuda()`)."""
+        same function, also inside `if`s there, however nested (the legacy
+        `if cuda: generator.cuda()`, imagenet's `if device.type == 'cuda': if args.gpu ...:`),
+        and after the `if`/`else` or `with` block the model is built in."""
         stmt = block_statement(built, self.parent)
         if not isinstance(stmt, cst.SimpleStatementLine):
             return None
         if self._placed_call(built.value) is not None:
             return stmt
-        block = self.parent(stmt)
-        body = list(getattr(block, "body", ()))
-        later = body[next(i for i, s in enumerate(body) if s is stmt) + 1 :]
-        for other in later:
-            inner = other.body.body if isinstance(other, cst.If) else [other]
-            for line in inner:
-                if isinstance(line, cst.SimpleStatementLine) and self._places(line, name):
-                    return line
+        current: cst.BaseStatement | None = stmt
+        while current is not None:
+            body = list(getattr(self.parent(current), "body", ()))
+            for other in body[next(i for i, s in enumerate(body) if s is current) + 1 :]:
+                found = self._placing_line(other, name)
+                if found is not None:
+                    return found
+            current = self._enclosing_if(current)
         return None
+
+    def _placing_line(self, stmt: cst.CSTNode, name: str) -> cst.SimpleStatementLine | None:
+        """The first line of `stmt` (a line, or an `if` with its `elif`/`else` branches) that
+        places `name` on the device."""
+        if isinstance(stmt, cst.SimpleStatementLine):
+            return stmt if self._places(stmt, name) else None
+        if isinstance(stmt, cst.Else):
+            return self._placing_line(stmt.body, name)
+        if isinstance(stmt, cst.IndentedBlock):
+            for line in stmt.body:
+                found = self._placing_line(line, name)
+                if found is not None:
+                    return found
+            return None
+        if isinstance(stmt, cst.If):
+            found = self._placing_line(stmt.body, name)
+            if found is None and stmt.orelse is not None:
+                found = self._placing_line(stmt.orelse, name)
+            return found
+        return None
+
+    def _enclosing_if(self, stmt: cst.BaseStatement) -> cst.BaseStatement | None:
+        """The whole `if` (or `with`) statement whose block holds `stmt` directly (None when
+        `stmt` is in a loop, a function body or the module: the search does not leave those)."""
+        owner = self.parent(self.parent(stmt))  # the block's owner
+        if isinstance(owner, cst.Else):
+            owner = self.parent(owner)
+        if not isinstance(owner, cst.If | cst.With):
+            return None
+        return block_statement(owner, self.parent)
 
     def _places(self, line: cst.SimpleStatementLine, name: str) -> bool:
         """`name.to(device)`, `name.cuda()` or `name = name.to(device)`."""

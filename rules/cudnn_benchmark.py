@@ -6,9 +6,14 @@ import libcst as cst
 
 from autoopt.lint.device import GPU_MARKERS
 from autoopt.lint.edits import insert_after_imports, statement_line
+from autoopt.lint.nodes import is_true, walk
 from autoopt.lint.project_facts import local_definition
 from autoopt.lint.rule import FileContext, Fix, FixSafety, Invalid, Rule, Valid
 from autoopt.lint.torch_api import is_conv_call, is_conv_zoo_model, torch_imports
+
+_BENCHMARK = "torch.backends.cudnn.benchmark"
+_DETERMINISTIC = "torch.backends.cudnn.deterministic"
+_USE_DETERMINISTIC = "torch.use_deterministic_algorithms"
 
 
 class CudnnBenchmark(Rule):
@@ -30,9 +35,13 @@ class CudnnBenchmark(Rule):
     ## When not to
     - Determinism is requested (`cudnn.deterministic = True`,
       `torch.use_deterministic_algorithms(True)`): benchmarking may pick a different algorithm
-      per run, so the rule stays quiet (AO802 reports scripts that set both).
+      per run, so the rule stays quiet (AO802 reports scripts that set both). Determinism
+      asked for only in one `if` (`if args.seed is not None: cudnn.deterministic = True;
+      cudnn.benchmark = False`, with no `else`) leaves the default run with neither: that is
+      flagged, and the fix sets the flag in a new `else:` of that `if`.
     - The script has no GPU path (cuDNN is not used on CPU): not flagged.
-    - The script already sets the flag, either way (`benchmark = False` is a choice).
+    - The script already sets the flag, either way (`benchmark = False` is a choice), outside
+      such a determinism branch.
     - A library module that only defines layers (no training loop, no `__main__` block) is not
       flagged: setting a global flag at import would surprise its importers.
     - Input shapes that change every step (variable-length sequences for `Conv1d`, multi-scale
@@ -40,8 +49,8 @@ class CudnnBenchmark(Rule):
       with `# noqa: AO601` in such scripts.
 
     ## Fix (safe)
-    Adds `torch.backends.cudnn.benchmark = True` right after the import header, adding
-    `import torch` if the file lacks it. Only the choice of convolution algorithm changes;
+    Adds `torch.backends.cudnn.benchmark = True` right after the import header (or in the
+    `else:` of the determinism branch), adding `import torch` if the file lacks it. Only the choice of convolution algorithm changes;
     results agree to floating-point tolerance.
     """
 
@@ -115,8 +124,52 @@ class CudnnBenchmark(Rule):
                 model(x.cuda()).sum().backward()
             """
         ),
+        Valid(  # benchmark turned off outside the determinism branch: the author's choice
+            """
+            import torch
+            import torch.backends.cudnn as cudnn
+            from torch import nn
+            if seed:
+                cudnn.deterministic = True
+            cudnn.benchmark = False
+            model = nn.Conv2d(3, 8, 3).cuda()
+            for x in loader:
+                model(x.cuda()).sum().backward()
+            """
+        ),
     ]
     INVALID = [
+        Invalid(  # determinism only under --seed; the default run never sets it (imagenet)
+            """
+            import torch
+            import torch.backends.cudnn as cudnn
+            import torchvision.models as models
+            def main(args):
+                if args.seed is not None:
+                    torch.manual_seed(args.seed)
+                    cudnn.deterministic = True
+                    cudnn.benchmark = False
+                model = models.resnet18().cuda()
+                for x, y in loader:
+                    loss_fn(model(x.cuda()), y.cuda()).backward()
+            """,
+            line=9,
+            fixed="""
+            import torch
+            import torch.backends.cudnn as cudnn
+            import torchvision.models as models
+            def main(args):
+                if args.seed is not None:
+                    torch.manual_seed(args.seed)
+                    cudnn.deterministic = True
+                    cudnn.benchmark = False
+                else:
+                    torch.backends.cudnn.benchmark = True
+                model = models.resnet18().cuda()
+                for x, y in loader:
+                    loss_fn(model(x.cuda()), y.cuda()).backward()
+            """,
+        ),
         Invalid(  # a timm CNN on the torch.accelerator device
             """
             import timm
@@ -186,14 +239,53 @@ class CudnnBenchmark(Rule):
         self._done = False
         source = self.context.source
         facts = self.context.facts
+        # the `if` that alone asks for determinism (and may turn benchmarking off)
+        self._determinism_branch: cst.If | None = None
         self._eligible = (
-            "cudnn.benchmark" not in source
-            and "cudnn.flags(" not in source
+            "cudnn.flags(" not in source
             and facts.device.gpu_path
-            and not facts.requests_determinism
             # a script: it trains or has a main block (never a library's import side effect)
             and (bool(facts.training_loops) or "__main__" in source)
         )
+        self._has_settings = "cudnn.benchmark" in source or facts.requests_determinism
+
+    def visit_Module(self, node: cst.Module) -> None:
+        # names resolve through the imports only once the visit starts
+        if self._eligible and self._has_settings:
+            self._determinism_branch = self._only_determinism_branch()
+            self._eligible = self._determinism_branch is not None
+
+    def _only_determinism_branch(self) -> cst.If | None:
+        """The `if` (without `else`) whose body holds every setting of `cudnn.benchmark`,
+        `cudnn.deterministic` and `use_deterministic_algorithms` in the file, one of them a
+        request for determinism; None if there is no such `if`."""
+        settings: list[cst.CSTNode] = []
+        requests = False
+        for n in walk(self.context.module):
+            if isinstance(n, cst.Assign):
+                for t in n.targets:
+                    if self.refers_to(t.target, _BENCHMARK, _DETERMINISTIC):
+                        settings.append(n)
+                        requests |= self.refers_to(t.target, _DETERMINISTIC) and is_true(n.value)
+            elif isinstance(n, cst.Call) and self.is_call_to(n, _USE_DETERMINISTIC):
+                settings.append(n)
+                requests |= bool(n.args) and is_true(n.args[0].value)
+        branches = {id(b): b for b in map(self._branch_of, settings)}
+        if not requests or len(branches) != 1:
+            return None
+        (branch,) = branches.values()
+        return branch
+
+    def _branch_of(self, node: cst.CSTNode) -> cst.If | None:
+        """The innermost `if` with no `else` whose body holds `node`."""
+        facts = self.context.facts
+        below: cst.CSTNode = node
+        for anc in facts.ancestors(node):
+            if isinstance(anc, cst.If):
+                in_body = below is anc.body
+                return anc if in_body and anc.orelse is None else None
+            below = anc
+        return None
 
     def _local_conv(self, node: cst.Call) -> bool:
         """A convolutional model imported from the user's project (`from models import Net`)."""
@@ -211,11 +303,19 @@ class CudnnBenchmark(Rule):
             return
         self._done = True  # one finding per file: the fix is one line for the whole script
         new = statement_line("torch.backends.cudnn.benchmark = True")
+        branch = self._determinism_branch
+        if branch is None:
+            replacements = insert_after_imports(self.context.module, new)
+            where = "after the imports"
+        else:  # only when determinism is not asked for
+            else_ = cst.Else(body=cst.IndentedBlock(body=[new]))
+            replacements = {branch: branch.with_changes(orelse=else_)}
+            where = "when determinism is not requested"
         self.report(
             node,
             fix=Fix(
-                replacements=insert_after_imports(self.context.module, new),
-                description="set torch.backends.cudnn.benchmark = True after the imports",
+                replacements=replacements,
+                description=f"set torch.backends.cudnn.benchmark = True {where}",
                 add_imports=torch_imports(self.context.module),
             ),
         )

@@ -6,7 +6,7 @@ import libcst as cst
 
 from autoopt.lint.calls import assigned_name, call_options, with_keyword
 from autoopt.lint.device import GPU_MARKERS
-from autoopt.lint.handled import library_places_batches
+from autoopt.lint.handled import library_moves_batches, library_places_batches
 from autoopt.lint.loops import batch_transfers, data_loops, loops_over
 from autoopt.lint.nodes import is_name
 from autoopt.lint.rule import Fix, FixSafety, Invalid, Rule, Valid
@@ -18,7 +18,8 @@ class DataLoaderPinMemory(Rule):
     ## What it does
     Flags a `torch.utils.data.DataLoader` without `pin_memory` in a script that moves its batches
     to the GPU (`batch.to(device)`, `.cuda()`, the legacy `imgs.type(torch.cuda.FloatTensor)`
-    inside the loop over the loader). The device may come from CUDA, `torch.accelerator`, a
+    inside the loop over the loader, or ignite's `create_supervised_trainer(..., device=device)`,
+    which copies every batch itself). The device may come from CUDA, `torch.accelerator`, a
     `--device` flag or a `device` parameter (see `autoopt.lint.device`).
 
     ## Why
@@ -56,6 +57,18 @@ class DataLoaderPinMemory(Rule):
     requires = (GPU_MARKERS,)
 
     VALID = [
+        Valid(  # ignite's trainer with no device: the batches stay on the host
+            """
+            import torch
+            from torch.utils.data import DataLoader
+            from ignite.engine import create_supervised_trainer
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+            def get_loader(ds):
+                return DataLoader(ds, batch_size=64)
+            trainer = create_supervised_trainer(model, optimizer, loss_fn)
+            trainer.run(get_loader(ds), max_epochs=10)
+            """
+        ),
         Valid(  # CPU-only script
             """
             import torch
@@ -147,6 +160,29 @@ class DataLoaderPinMemory(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # ignite's trainer copies the batches to the device (ignite's mnist example)
+            """
+            import torch
+            from torch.utils.data import DataLoader
+            from ignite.engine import create_supervised_trainer
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+            def get_loader(ds):
+                return DataLoader(ds, batch_size=64)
+            trainer = create_supervised_trainer(model, optimizer, loss_fn, device=device)
+            trainer.run(get_loader(ds), max_epochs=10)
+            """,
+            line=6,
+            fixed="""
+            import torch
+            from torch.utils.data import DataLoader
+            from ignite.engine import create_supervised_trainer
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+            def get_loader(ds):
+                return DataLoader(ds, batch_size=64, pin_memory=True)
+            trainer = create_supervised_trainer(model, optimizer, loss_fn, device=device)
+            trainer.run(get_loader(ds), max_epochs=10)
+            """,
+        ),
         Invalid(  # legacy CUDA idioms (PyTorch-GAN)
             """
             import torch
@@ -272,6 +308,8 @@ class DataLoaderPinMemory(Rule):
         name = assigned_name(self, call)
         loops = loops_over(self, name) if name else []
         if not loops:
+            if library_moves_batches(self):  # ignite's create_supervised_trainer(device=...)
+                return True
             loops = data_loops(self)
         return any(batch_transfers(self, loop) for loop in loops)
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import libcst as cst
 
 from autoopt.lint.facts import local_callee
-from autoopt.lint.nodes import method_name, walk
+from autoopt.lint.handled import engine_step_functions
+from autoopt.lint.nodes import calls_in, method_name, names_in, walk
 from autoopt.lint.rule import Invalid, Rule, Valid
 
 _SYNC_METHODS = ("item", "cpu", "tolist")
@@ -15,7 +16,9 @@ class HostSyncEveryStep(Rule):
     """
     ## What it does
     Flags, inside the step loop of training (the innermost loop that calls `backward()`, or a
-    step function such as `_run_batch` called from a batch loop), calls that copy a tensor to
+    step function such as `_run_batch` called from a batch loop or run by ignite's
+    `Engine(train_step)`, or a loop that hands its loss and optimizer to a callable running
+    backward and step, timm's `loss_scaler(loss, optimizer, ...)`), calls that copy a tensor to
     the host on every step: `.item()`, `.cpu()`, `.tolist()`, and `print(loss)` of the tensor
     that is back-propagated; also `total += loss.item()` and `meter.update(loss.item())`, a
     running metric read on the host every step.
@@ -29,7 +32,10 @@ class HostSyncEveryStep(Rule):
 
     ## When not to
     - Under a logging condition: inside an `if` whose test uses `%` or `==`
-      (`if step % 100 == 0:`, `if i == 0:`) — logging every N steps is fine.
+      (`if step % 100 == 0:`, `if i == 0:`) — logging every N steps is fine. An `if` that
+      runs a training step itself (`.backward()` in its body: a GAN's generator step
+      `if i % n_critic == 0:`) is a step schedule, not a logging condition: the sync there
+      is paid on every step it runs.
     - `.append(loss.item())`: a per-step history the author keeps on purpose.
     - A running metric kept on the device (`total += loss.detach()`, `.item()` when logging).
       AO402 asks for `total += loss.item()` where the total would hold the graph; that form is
@@ -47,9 +53,22 @@ class HostSyncEveryStep(Rule):
     message = "host-device sync on every training step; log every N steps instead"
     fix_reason = "whether a value is needed on the host every step is the user's call"
     triggers = (".item(", ".cpu(", ".tolist(", "print(")
-    requires = (".backward(",)
+    # `zero_grad(`: a loop whose backward runs in a callable it hands loss and optimizer to
+    requires = ((".backward(", "zero_grad("),)
 
     VALID = [
+        Valid(  # an evaluation step run by an Engine: no backward, not a training step
+            """
+            from ignite.engine import Engine
+            def eval_step(engine, batch):
+                x, y = batch
+                return {"loss": criterion(model(x), y).item()}
+            def train_step(engine, batch):
+                loss = criterion(model(batch[0]), batch[1])
+                loss.backward()
+            evaluator = Engine(eval_step)
+            """
+        ),
         Valid(
             """
             for step, (x, y) in enumerate(loader):
@@ -108,6 +127,31 @@ class HostSyncEveryStep(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # backward and step inside timm's NativeScaler: loss_scaler(loss, optimizer) (MAE)
+            """
+            def train_one_epoch(model, data_loader, optimizer, loss_scaler):
+                optimizer.zero_grad()
+                for samples, _ in data_loader:
+                    loss = model(samples)
+                    loss_value = loss.item()
+                    loss_scaler(loss, optimizer, parameters=model.parameters())
+                    optimizer.zero_grad()
+            """,
+            line=5,
+        ),
+        Invalid(  # the step function ignite's Engine runs once per batch (ignite's cifar10)
+            """
+            from ignite.engine import Engine
+            def train_step(engine, batch):
+                x, y = batch
+                loss = criterion(model(x), y)
+                loss.backward()
+                optimizer.step()
+                return {"batch loss": loss.item()}
+            trainer = Engine(train_step)
+            """,
+            line=7,
+        ),
         # A running metric: `.item()` every step (AO402's fix writes this form; it is correct,
         # this rule says how to also avoid the sync).
         Invalid(
@@ -130,6 +174,20 @@ class HostSyncEveryStep(Rule):
             """,
             line=4,
             message_contains="accumulate loss.detach()",
+        ),
+        Invalid(  # the generator's step every n_critic batches, printed each time (wgan_gp)
+            """
+            for i, (imgs, _) in enumerate(dataloader):
+                d_loss = critic_loss(imgs)
+                d_loss.backward()
+                optimizer_D.step()
+                if i % n_critic == 0:
+                    g_loss = generator_loss()
+                    g_loss.backward()
+                    optimizer_G.step()
+                    print("[D loss: %f] [G loss: %f]" % (d_loss.item(), g_loss.item()))
+            """,
+            line=9,
         ),
         # The backward runs in a step helper; the meter update stays in the batch loop (timm).
         Invalid(
@@ -229,10 +287,11 @@ class HostSyncEveryStep(Rule):
         loops = facts.enclosing_loops(node)
         if not loops:
             scope = facts.enclosing_scope(node)
-            return scope if any(scope is f for f in facts.step_functions) else None
-        if not loops or not facts.is_training_loop(loops[0]):
-            return None
+            steps = [*facts.step_functions, *engine_step_functions(self)]
+            return scope if any(scope is f for f in steps) else None
         loop = loops[0]
+        if not facts.is_training_loop(loop):
+            return loop if self._delegated_step(loop) else None
         # the loop's own step: backward() itself or a call to a step function (`_backward(loss)`)
         steps = {f.name.value for f in facts.step_functions}
         own_backward = any(
@@ -244,6 +303,36 @@ class HostSyncEveryStep(Rule):
         )
         return loop if own_backward else None
 
+    def _delegated_step(self, loop: cst.CSTNode) -> bool:
+        """`loop` hands its loss and its optimizer to a callable that runs the backward and the
+        step: timm's NativeScaler idiom `loss_scaler(loss, optimizer, parameters=...)` (DeiT,
+        MAE, BEiT, ConvNeXt), in files with no `.backward()` of their own. The optimizer: a
+        name whose `.zero_grad()` the loop's function calls; the loss: a name bound in the loop."""
+        optimizers = {
+            c.func.value.value
+            for c in calls_in(self.context.facts.enclosing_scope(loop), into_scopes=False)
+            if isinstance(c.func, cst.Attribute)
+            and c.func.attr.value == "zero_grad"
+            and isinstance(c.func.value, cst.Name)
+        }
+        bound: set[str] = set()
+        for n in walk(loop, into_scopes=False):
+            if isinstance(n, cst.Assign):
+                for t in n.targets:
+                    bound |= names_in(t.target)
+        for call in calls_in(loop, into_scopes=False):
+            positional = [a.value for a in call.args if a.keyword is None and not a.star]
+            if isinstance(call.func, cst.Name) and len(positional) >= 2:
+                loss, optimizer = positional[:2]
+                if (
+                    isinstance(loss, cst.Name)
+                    and loss.value in bound
+                    and isinstance(optimizer, cst.Name)
+                    and optimizer.value in optimizers
+                ):
+                    return True
+        return False
+
     def _kept_on_host(self, node: cst.Call, loop: cst.CSTNode) -> str | None:
         """ "logged": under a condition true on some steps only, or appended to a list;
         "accumulated": added to a running metric (`total += loss.item()`, AO402's fix form, or a
@@ -253,7 +342,12 @@ class HostSyncEveryStep(Rule):
         for anc in self.context.facts.ancestors(node):
             if anc is loop:
                 break
-            if isinstance(anc, cst.If) and child is not anc.test and _logging_test(anc.test):
+            if (
+                isinstance(anc, cst.If)
+                and child is not anc.test
+                and _logging_test(anc.test)
+                and not self._runs_a_step(anc)
+            ):
                 return "logged"
             if isinstance(anc, cst.Call) and method_name(anc) == "append" and child is not anc.func:
                 return "logged"
@@ -263,6 +357,12 @@ class HostSyncEveryStep(Rule):
                 kept = kept or "accumulated"
             child = anc
         return kept
+
+    def _runs_a_step(self, branch: cst.If) -> bool:
+        """The `if` calls `.backward()` in its body: a step schedule (a GAN's generator step
+        every `n_critic` batches), not a logging condition."""
+        facts = self.context.facts
+        return any(any(a is branch.body for a in facts.ancestors(b)) for b in facts.backward_calls)
 
     def _inside_sync(self, node: cst.Call) -> bool:
         parent = self.parent(node)

@@ -21,8 +21,9 @@ _HOST_FUNCS = {"print", "float", "int", "bool", "list"}
 class ToDeviceNonBlocking(Rule):
     """
     ## What it does
-    Flags `batch.to(device)` inside the loop over a DataLoader when it does not pass
-    `non_blocking=True`, and the legacy form of the same copy, `imgs.type(Tensor)` with
+    Flags `batch.to(device)` inside the loop over a DataLoader (also a training `while` loop
+    that pulls batches with `next(data_iter)`, and a comprehension over the batch) when it
+    does not pass `non_blocking=True`, and the legacy form of the same copy, `imgs.type(Tensor)` with
     `Tensor = torch.cuda.FloatTensor if cuda else torch.FloatTensor`.
 
     ## Why
@@ -185,6 +186,35 @@ class ToDeviceNonBlocking(Rule):
                 imgs = imgs.to(device, non_blocking=True).float() / 255
                 loss = compute_loss(model(imgs), targets.to(device, non_blocking=True))
                 loss.backward()
+            """,
+        ),
+        Invalid(  # batches pulled with next() in a `while` loop, copied in a comprehension (minGPT)
+            """
+            import torch
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+            data_iter = iter(train_loader)
+            while True:
+                try:
+                    batch = next(data_iter)
+                except StopIteration:
+                    data_iter = iter(train_loader)
+                    batch = next(data_iter)
+                x, y = [t.to(device) for t in batch]
+                model(x, y).backward()
+            """,
+            line=10,
+            fixed="""
+            import torch
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+            data_iter = iter(train_loader)
+            while True:
+                try:
+                    batch = next(data_iter)
+                except StopIteration:
+                    data_iter = iter(train_loader)
+                    batch = next(data_iter)
+                x, y = [t.to(device, non_blocking=True) for t in batch]
+                model(x, y).backward()
             """,
         ),
         Invalid(  # the legacy typed-tensor copy (PyTorch-GAN)

@@ -8,8 +8,14 @@ import libcst as cst
 
 from autoopt.lint.calls import arg
 from autoopt.lint.edits import statement_line
-from autoopt.lint.handled import is_hogwild, uses_accelerate
+from autoopt.lint.handled import (
+    LIBRARY_TRAINER_MARKERS,
+    is_hogwild,
+    library_trainer_calls,
+    uses_accelerate,
+)
 from autoopt.lint.nodes import assignments, contains, is_name, method_name, names_in, walk
+from autoopt.lint.project_facts import local_definition
 from autoopt.lint.rule import Fix, FixSafety, Invalid, Rule, Valid
 
 _SCRIPTED = (
@@ -26,8 +32,11 @@ class TorchCompileModel(Rule):
     """
     ## What it does
     Flags a model that is trained (an optimizer is built from `model.parameters()`, from
-    parameter groups a helper makes of the model, or by `model.configure_optimizers(...)`, and
-    the file has a loop calling `backward()`) without `torch.compile`, and inserts `model.compile()` right
+    parameter groups a helper makes of the model, by `model.configure_optimizers(...)`, or by a
+    function of the project that builds a torch.optim optimizer, `smart_optimizer(model, ...)`,
+    read without importing it; and
+    the file has a loop calling `backward()` or hands model and optimizer to ignite's
+    `create_supervised_trainer`) without `torch.compile`, and inserts `model.compile()` right
     after the model is built and placed (after its last assignment, `.to(...)` or `.cuda()`).
 
     ## Why
@@ -68,8 +77,9 @@ class TorchCompileModel(Rule):
         " eager within floating-point reordering"
     )
     covered_by_optimize = True  # autoopt.optimize() applies it at run time
-    triggers = (".backward(",)
+    triggers = (".backward(", *LIBRARY_TRAINER_MARKERS)
     applies_to_versions = ((2, 0), None)
+    _trainers: list[cst.Call]  # library trainer calls of the file (set per visit)
 
     VALID = [
         Valid(  # the user's own compile method (Keras style)
@@ -148,6 +158,32 @@ class TorchCompileModel(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # the loop is ignite's: create_supervised_trainer (ignite's mnist example)
+            """
+            import torch
+            from torch import nn
+            from ignite.engine import create_supervised_trainer
+            def run(loader, device):
+                model = Net()
+                model.to(device)
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+                trainer = create_supervised_trainer(model, optimizer, nn.NLLLoss(), device=device)
+                trainer.run(loader, max_epochs=10)
+            """,
+            line=6,
+            fixed="""
+            import torch
+            from torch import nn
+            from ignite.engine import create_supervised_trainer
+            def run(loader, device):
+                model = Net()
+                model.to(device)
+                model.compile()
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+                trainer = create_supervised_trainer(model, optimizer, nn.NLLLoss(), device=device)
+                trainer.run(loader, max_epochs=10)
+            """,
+        ),
         # Chosen in an if/else, trained by a function the epoch loop calls, reloaded after
         # training to test the best checkpoint (pytorch/examples word_language_model).
         Invalid(
@@ -335,7 +371,8 @@ class TorchCompileModel(Rule):
     ]
 
     def visit_Module(self, node: cst.Module) -> None:
-        if not self.facts.training_loops or self._shadowed_or_scripted(node):
+        self._trainers = library_trainer_calls(self)  # ignite runs the loop for the file
+        if not (self.facts.training_loops or self._trainers) or self._shadowed_or_scripted(node):
             return
         if uses_accelerate(self) or is_hogwild(self):
             return  # Accelerate compiles (`dynamo_backend`); Hogwild shares one eager model
@@ -386,7 +423,8 @@ class TorchCompileModel(Rule):
         )
 
     def _has_training_loop(self, stmt: cst.BaseStatement) -> bool:
-        return any(contains(stmt, loop) for loop in self.facts.training_loops)
+        """`stmt` holds a training loop, or builds a library trainer that runs one."""
+        return any(contains(stmt, loop) for loop in [*self.facts.training_loops, *self._trainers])
 
     def _shadowed_or_scripted(self, module: cst.Module) -> bool:
         """A user-defined `compile` (function, method, import, variable), or TorchScript /
@@ -439,12 +477,30 @@ class TorchCompileModel(Rule):
                     found.append((n, n.func.value.value))
                 continue
             if not any(_is_optimizer(q) for q in self.qualified_names(n.func)):
+                model = self._handed_to_optimizer_builder(n)
+                if model is not None:
+                    found.append((n, model))
                 continue
             params = arg(n, "params", 0)
             model = self._parameters_owner(n, params.value) if params is not None else None
             if model is not None:
                 found.append((n, model))
         return found
+
+    def _handed_to_optimizer_builder(self, call: cst.Call) -> str | None:
+        """`smart_optimizer(model, ...)`: the model handed first to a function of the project
+        that builds a torch.optim optimizer (read without importing it)."""
+        first = call.args[0] if call.args else None
+        if (
+            not isinstance(call.func, cst.Name)
+            or first is None
+            or first.keyword is not None
+            or not isinstance(first.value, cst.Name)
+            or not isinstance(self.parent(call), cst.Assign)
+        ):
+            return None
+        found = local_definition(self, call.func.value)
+        return first.value.value if found is not None and found.optimizer else None
 
     def _parameters_owner(self, opt_call: cst.Call, expr: cst.BaseExpression) -> str | None:
         """`model.parameters()` -> "model" (a plain name only); a name bound in the optimizer's

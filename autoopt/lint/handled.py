@@ -9,13 +9,20 @@
   CPU worker, as in pytorch/examples mnist_hogwild): the processes update one shared model on
   the CPU, so GPU copies, mixed precision and torch.compile are not what this design is about.
   A module whose functions such a script starts (`from train import train`) counts too.
+- PyTorch-Ignite: `create_supervised_trainer(model, optimizer, loss_fn, device=...)` runs the
+  training loop (forward, backward, step) and copies every batch to `device`; `Engine(step)`
+  calls the file's `step(engine, batch)` once per batch. Such files train with no loop or
+  `.backward()` of their own in sight.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from autoopt.lint.nodes import calls_in
+import libcst as cst
+
+from autoopt.lint.calls import arg
+from autoopt.lint.nodes import calls_in, is_name
 from autoopt.lint.project_facts import sibling_importers_text
 from autoopt.lint.rule import Rule
 
@@ -28,6 +35,14 @@ LIGHTNING = (
     "lightning.fabric.Fabric",
     "lightning_fabric.Fabric",
 )
+
+IGNITE_SUPERVISED_TRAINER = (
+    "ignite.engine.create_supervised_trainer",
+    "ignite.engine.engine.create_supervised_trainer",
+)
+IGNITE_ENGINE = ("ignite.engine.Engine", "ignite.engine.engine.Engine")
+# Text of a file whose training loop a library runs (a rule's `requires` beside ".backward(").
+LIBRARY_TRAINER_MARKERS = ("create_supervised_trainer(",)
 
 
 def _constructs(rule: Rule, names: tuple[str, ...], keyword: str | None = None) -> bool:
@@ -72,3 +87,39 @@ def is_hogwild(rule: Rule) -> bool:
 
 def _hogwild_text(source: str) -> bool:
     return ".share_memory()" in source and "Process(" in source
+
+
+def library_trainer_calls(rule: Rule) -> list[cst.Call]:
+    """Calls that hand the model and optimizer to a library that runs the whole training loop:
+    ignite's `create_supervised_trainer(model, optimizer, loss_fn, ...)`."""
+    if not any(m in rule.context.source for m in LIBRARY_TRAINER_MARKERS):
+        return []
+    return [
+        c for c in calls_in(rule.context.module) if rule.is_call_to(c, *IGNITE_SUPERVISED_TRAINER)
+    ]
+
+
+def library_moves_batches(rule: Rule) -> bool:
+    """A library trainer copies the batches to a device: `create_supervised_trainer(...,
+    device=device)` (without `device` its batches stay where the loader puts them)."""
+    devices = (arg(c, "device", 3) for c in library_trainer_calls(rule))
+    return any(d is not None and not is_name(d.value, "None") for d in devices)
+
+
+def engine_step_functions(rule: Rule) -> list[cst.FunctionDef]:
+    """Functions of the file that an ignite `Engine(step)` runs once per batch and that call
+    `.backward()` (a training step, not an evaluation step)."""
+    if "Engine(" not in rule.context.source:
+        return []
+    stepped = {
+        c.args[0].value.value
+        for c in calls_in(rule.context.module)
+        if rule.is_call_to(c, *IGNITE_ENGINE) and c.args and isinstance(c.args[0].value, cst.Name)
+    }
+    facts = rule.facts
+    found: dict[int, cst.FunctionDef] = {}
+    for call in facts.backward_calls:
+        scope = facts.enclosing_scope(call)
+        if isinstance(scope, cst.FunctionDef) and scope.name.value in stepped:
+            found.setdefault(id(scope), scope)
+    return list(found.values())

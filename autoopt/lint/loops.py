@@ -32,22 +32,41 @@ def loader_names(rule: Rule) -> set[str]:
     return out
 
 
-def batch_names(loop: cst.For) -> set[str]:
-    """Names that hold (parts of) the batch in `loop`: the loop's targets, and names unpacked or
-    indexed from them in the loop body (`inputs, labels = data`, `x = batch["x"]`)."""
-    names = names_in(loop.target)
+def batch_names(loop: cst.For | cst.While) -> set[str]:
+    """Names that hold (parts of) the batch in `loop`: the loop's targets (in a `while` loop,
+    names bound to `next(...)`: `batch = next(data_iter)`), and names unpacked, indexed or
+    iterated from them in the loop body (`inputs, labels = data`, `x = batch["x"]`,
+    `[t.to(device) for t in batch]`)."""
+    if isinstance(loop, cst.For):
+        names = names_in(loop.target)
+    else:
+        names = {
+            n
+            for node in walk(loop.body, into_scopes=False)
+            if isinstance(node, cst.Assign) and _is_next_call(node.value)
+            for t in node.targets
+            for n in names_in(t.target)
+        }
     changed = True
     while changed:  # a few rounds: `data = batch; x, y = data`
         changed = False
         for node in walk(loop.body, into_scopes=False):
-            if not isinstance(node, cst.Assign) or not _is_batch_expr(node.value, names):
+            if isinstance(node, cst.Assign) and _is_batch_expr(node.value, names):
+                new = set().union(*(names_in(t.target) for t in node.targets)) - names
+            elif isinstance(node, cst.CompFor) and _is_batch_expr(node.iter, names):
+                new = names_in(node.target) - names
+            else:
                 continue
-            for t in node.targets:
-                new = names_in(t.target) - names
-                if new:
-                    names |= new
-                    changed = True
+            if new:
+                names |= new
+                changed = True
     return names
+
+
+def _is_next_call(expr: cst.BaseExpression) -> bool:
+    return (
+        isinstance(expr, cst.Call) and isinstance(expr.func, cst.Name) and expr.func.value == "next"
+    )
 
 
 def _is_batch_expr(expr: cst.BaseExpression, names: set[str]) -> bool:
@@ -101,23 +120,29 @@ def to_destination(rule: Rule, call: cst.Call) -> str | None:
     return None
 
 
-def data_loops(rule: Rule) -> list[cst.For]:
-    """`for` loops that iterate batches: training loops, evaluation loops, and loops over a name
-    bound to a DataLoader."""
+def data_loops(rule: Rule) -> list[cst.For | cst.While]:
+    """Loops that iterate batches: training loops (also `while` loops that pull batches with
+    `next(it)`), evaluation loops, and `for` loops over a name bound to a DataLoader."""
     loaders = loader_names(rule)
     facts = rule.facts
-    out = []
+    out: list[cst.For | cst.While] = []
     for node in walk(rule.context.module):
-        if isinstance(node, cst.For) and (
-            facts.is_training_loop(node)
-            or facts.is_eval_loop(node)
-            or bool(names_in(node.iter) & loaders)
-        ):
+        if isinstance(node, cst.While):
+            batches = facts.is_training_loop(node)
+        elif isinstance(node, cst.For):
+            batches = (
+                facts.is_training_loop(node)
+                or facts.is_eval_loop(node)
+                or bool(names_in(node.iter) & loaders)
+            )
+        else:
+            continue
+        if batches:
             out.append(node)
     return out
 
 
-def batch_transfers(rule: Rule, loop: cst.For) -> list[cst.Call]:
+def batch_transfers(rule: Rule, loop: cst.For | cst.While) -> list[cst.Call]:
     """`<batch>.to(<device>)`, `<batch>.cuda()` and the legacy `<batch>.type(Tensor)` (with
     `Tensor = torch.cuda.FloatTensor if cuda else ...`) calls in `loop` whose receiver comes from
     the batch the loop iterates, also through host-side methods (`x.reshape(n, -1).to(device)`);

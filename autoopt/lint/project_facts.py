@@ -45,6 +45,11 @@ _CONV_LEAVES = _CONV2D_LEAVES | frozenset(
     for dim in (1, 3)
 )
 _CONV_FUNCTION_LEAVES = frozenset({"conv1d", "conv2d", "conv3d", "conv_transpose2d"})
+# torch.optim's optimizer classes (`torch.optim.SGD(...)`, `optim.AdamW(...)`)
+_OPTIMIZER_LEAVES = frozenset(
+    {"SGD", "Adam", "AdamW", "Adamax", "Adagrad", "Adadelta", "RMSprop", "Rprop", "NAdam",
+     "RAdam", "ASGD", "LBFGS", "SparseAdam", "Adafactor"}
+)  # fmt: skip
 
 
 # ----- one module's summary ----------------------------------------------------------------------
@@ -59,6 +64,7 @@ class ModuleSummary:
     conv: set[str] = field(default_factory=set)  # classes/functions with convolution layers
     conv2d: set[str] = field(default_factory=set)  # ... with 2-D convolutions
     views: set[str] = field(default_factory=set)  # ... that flatten with `.view(n, -1)`
+    optimizers: set[str] = field(default_factory=set)  # functions that build a torch.optim one
     # bound name -> (module, imported name, relative level)
     imports: dict[str, tuple[str, str, int]] = field(default_factory=dict)
     star_imports: list[tuple[str, int]] = field(default_factory=list)  # (module, level)
@@ -107,11 +113,22 @@ def summarize(path: Path, data: bytes) -> ModuleSummary:
                     summary.conv2d.add(stmt.name)
                 if leaf == "view" and isinstance(node.func, ast.Attribute) and _flattens(node):
                     summary.views.add(stmt.name)
+                if leaf in _OPTIMIZER_LEAVES and isinstance(stmt, ast.FunctionDef):
+                    summary.optimizers.add(stmt.name)
                 if _zoo_model(node, leaf):
                     summary.conv.add(stmt.name)
                     summary.conv2d.add(stmt.name)
             target = summary.classes if isinstance(stmt, ast.ClassDef) else summary.functions
             target[stmt.name] = used
+        elif (  # an alias kept for compatibility: `Model = DetectionModel` (yolov5)
+            isinstance(stmt, ast.Assign)
+            and len(stmt.targets) == 1
+            and isinstance(stmt.targets[0], ast.Name)
+            and isinstance(stmt.value, ast.Name)
+        ):
+            original = stmt.value.id
+            target = summary.functions if original in summary.functions else summary.classes
+            target[stmt.targets[0].id] = {original}
     _close_within(summary)
     return summary
 
@@ -315,6 +332,7 @@ class LocalDefinition:
     conv: bool  # built from convolution layers (any dimension)
     conv2d: bool  # built from 2-D convolutions
     views: bool  # its code flattens with `.view(n, -1)` (see AO606)
+    optimizer: bool  # a function that builds a torch.optim optimizer (yolov5's smart_optimizer)
 
 
 def local_definition(rule: Rule, name: str) -> LocalDefinition | None:
@@ -331,6 +349,7 @@ def local_definition(rule: Rule, name: str) -> LocalDefinition | None:
                 conv=bool(closure & {"conv"}),
                 conv2d=bool(closure & {"conv2d"}),
                 views=bool(closure & {"views"}),
+                optimizer=defined in summary.optimizers,
             )
     return None
 

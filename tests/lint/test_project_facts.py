@@ -60,9 +60,11 @@ for inputs, targets in trainloader:
 """
 
 
-def _codes(root: Path, path: str, *, cache: bool = False) -> list[str]:
+def _codes(
+    root: Path, path: str, *, cache: bool = False, select: tuple[str, ...] = ("AO601", "AO606")
+) -> list[str]:
     os.chdir(root)
-    options = Options(select=("AO601", "AO606"), no_cache=not cache)
+    options = Options(select=select, no_cache=not cache)
     report = run_lint(load_project([root / path], options), jobs=1)
     return sorted(d.code for p, d in report.diagnostics)
 
@@ -94,6 +96,55 @@ def test_star_import_of_a_package_that_re_exports(tmp_path: Path) -> None:
         },
     )
     assert _codes(tmp_path, "main.py") == ["AO601", "AO606"]
+
+
+def test_a_module_level_alias_of_a_conv_class(tmp_path: Path) -> None:
+    """yolov5: models/yolo.py keeps `Model = DetectionModel`; train.py imports `Model`."""
+    aliased = CONV_MODELS + "\nResNet18Model = ResNet18\n"
+    main = MAIN.format(imports="from models import ResNet18Model").replace(
+        "net = ResNet18()", "net = ResNet18Model()"
+    )
+    _write(tmp_path, {"models.py": aliased, "main.py": main})
+    assert _codes(tmp_path, "main.py") == ["AO601", "AO606"]
+
+
+OPTIMIZER_HELPERS = """
+import torch
+
+def smart_optimizer(model, name="SGD", lr=0.01):
+    groups = [p for p in model.parameters() if p.requires_grad]
+    if name == "Adam":
+        return torch.optim.Adam(groups, lr=lr)
+    return torch.optim.SGD(groups, lr=lr, momentum=0.9)
+
+def count_parameters(model, trainable=True):
+    return sum(p.numel() for p in model.parameters() if p.requires_grad or not trainable)
+"""
+
+TRAIN_WITH_HELPER = """
+import torch
+from utils import {helper}
+
+model = Net().to("cuda")
+optimizer = {helper}(model)
+for x, y in loader:
+    loss_fn(model(x), y).backward()
+"""
+
+
+@pytest.mark.parametrize(
+    ("helper", "expected"), [("smart_optimizer", ["AO301"]), ("count_parameters", [])]
+)
+def test_an_optimizer_built_by_a_project_function(
+    tmp_path: Path, helper: str, expected: list[str]
+) -> None:
+    """yolov5: `optimizer = smart_optimizer(model, ...)` from utils/torch_utils.py trains the
+    model (AO301); a helper that builds no optimizer says nothing."""
+    _write(
+        tmp_path,
+        {"utils.py": OPTIMIZER_HELPERS, "main.py": TRAIN_WITH_HELPER.format(helper=helper)},
+    )
+    assert _codes(tmp_path, "main.py", select=("AO301",)) == expected
 
 
 def test_a_local_mlp_is_not_convolutional(tmp_path: Path) -> None:
