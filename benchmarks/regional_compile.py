@@ -8,11 +8,22 @@ d=128, 4 heads, seq 64, vocab 512, batch 8), trained with AdamW on the CPU in fp
 (`block.compile()` on each of the 12 blocks), with inductor, in a fresh subprocess with an empty
 `TORCHINDUCTOR_CACHE_DIR`, so every compile is cold. Eager runs the same way, uncompiled.
 
-* cold: wall time of the first training step (forward, backward, optimizer step), which holds
-  dynamo's capture and inductor's forward and backward compiles;
-* step: median of the timed steps after `--warmup` steps.
+Both figures are CPU time, so that load from other processes on a shared machine does not count:
+the process's own user+system time plus that of its finished children. Inductor compiles C++
+kernels with `g++` subprocesses from a pool of worker processes; the pool's workers live on, so
+their time would be lost: each run sets `TORCHINDUCTOR_COMPILE_THREADS=1` (compiles in the
+process, each `g++` a waited-for child) and one torch thread (`--threads`), so CPU time is the
+work done, not threads spinning. Wall time is reported beside it.
 
-Usage: `python benchmarks/regional_compile.py [--blocks 12] [--steps 20] [--warmup 3] [--json]`.
+* cold: CPU time of the first training step (forward, backward, optimizer step), which holds
+  dynamo's capture and inductor's forward and backward compiles;
+* step: median CPU time of the timed steps after `--warmup` steps.
+
+The ways run interleaved (eager, whole, regional, eager, whole, ...) `--repeats` times; each
+figure is the median over the repeats.
+
+Usage: `python -m benchmarks.regional_compile [--blocks 12] [--steps 20] [--warmup 3]
+[--repeats 2] [--threads 1] [--json]`.
 """
 
 from __future__ import annotations
@@ -20,6 +31,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -71,14 +84,22 @@ def build_gpt(blocks: int, d: int = 128, heads: int = 4, seq: int = 64, vocab: i
     return GPT()
 
 
-def measure(way: str, blocks: int, steps: int, warmup: int) -> dict[str, Any]:
-    """Train in this process; cold = first step, step = median of the timed steps (ms)."""
+def cpu_s() -> float:
+    """CPU seconds (user + system) of this process and of its finished, waited-for children."""
+    usage = [resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
+    return sum(u.ru_utime + u.ru_stime for u in usage)
+
+
+def measure(way: str, blocks: int, steps: int, warmup: int, threads: int) -> dict[str, Any]:
+    """Train in this process; cold = the first step, step = median of the timed steps; CPU
+    and wall time in ms."""
     import torch
     from torch.nn import functional as F
 
     import autoopt
     from autoopt.runtime.passes import compile as compile_pass
 
+    torch.set_num_threads(threads)
     torch.manual_seed(0)
     model = build_gpt(blocks)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
@@ -90,35 +111,43 @@ def measure(way: str, blocks: int, steps: int, warmup: int) -> dict[str, Any]:
     tokens = torch.randint(0, 512, (8, 65))
     x, y = tokens[:, :-1], tokens[:, 1:]
 
-    def step() -> float:
-        start = time.perf_counter()
+    def step() -> tuple[float, float]:
+        cpu, wall = cpu_s(), time.perf_counter()
         loss = F.cross_entropy(model(x).flatten(0, 1), y.flatten())
         loss.backward()
         optimizer.step()
         optimizer.zero_grad()
-        return (time.perf_counter() - start) * 1e3
+        return (cpu_s() - cpu) * 1e3, (time.perf_counter() - wall) * 1e3
 
-    cold = step()
+    cold_cpu, cold_wall = step()
     for _ in range(warmup):
         step()
-    times = sorted(step() for _ in range(steps))
+    timed = [step() for _ in range(steps)]
     result = autoopt.report(model)["compile"]
     return {
         "way": way,
-        "cold_ms": cold,
-        "step_ms": times[len(times) // 2],
+        "cold_cpu_ms": cold_cpu,
+        "cold_wall_ms": cold_wall,
+        "step_cpu_ms": statistics.median(cpu for cpu, _ in timed),
+        "step_wall_ms": statistics.median(wall for _, wall in timed),
         "compile": f"{result.status.value}: {result.detail}",
         "events": [str(e) for e in result.events],
     }
 
 
-def run_isolated(way: str, blocks: int, steps: int, warmup: int) -> dict[str, Any]:
-    """`measure` in a fresh interpreter with an empty inductor cache (a cold compile)."""
+def run_isolated(way: str, blocks: int, steps: int, warmup: int, threads: int) -> dict[str, Any]:
+    """`measure` in a fresh interpreter with an empty inductor cache (a cold compile) that
+    compiles in its own process (see the module's docstring)."""
     with tempfile.TemporaryDirectory() as cache:
-        env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": cache}
+        env = {
+            **os.environ,
+            "TORCHINDUCTOR_CACHE_DIR": cache,
+            "TORCHINDUCTOR_COMPILE_THREADS": "1",
+            "OMP_NUM_THREADS": str(threads),
+        }
         code = (
             "import json, benchmarks.regional_compile as b; "
-            f"print(json.dumps(b.measure({way!r}, {blocks}, {steps}, {warmup})))"
+            f"print(json.dumps(b.measure({way!r}, {blocks}, {steps}, {warmup}, {threads})))"
         )
         out = subprocess.run(
             [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
@@ -126,18 +155,35 @@ def run_isolated(way: str, blocks: int, steps: int, warmup: int) -> dict[str, An
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def table(results: list[dict[str, Any]]) -> str:
-    whole = next(r for r in results if r["way"] == "whole")
-    eager = next(r for r in results if r["way"] == "eager")
+def summarise(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per way: the median of each figure over its repeats, and the repeats."""
+    rows = []
+    for way in WAYS:
+        mine = [r for r in runs if r["way"] == way]
+        row: dict[str, Any] = {"way": way, "repeats": len(mine), "compile": mine[-1]["compile"]}
+        for key in ("cold_cpu_ms", "cold_wall_ms", "step_cpu_ms", "step_wall_ms"):
+            row[key] = statistics.median(r[key] for r in mine)
+            row[f"{key}_all"] = [round(r[key], 1) for r in mine]
+        rows.append(row)
+    return rows
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    """The rows as Markdown; ratios are CPU time over CPU time."""
+    whole = next(r for r in rows if r["way"] == "whole")
+    eager = next(r for r in rows if r["way"] == "eager")
     lines = [
-        "| way | cold first step (ms) | vs whole | steady step (ms) | vs whole | vs eager |",
-        "|---|---|---|---|---|---|",
+        "| way | cold first step, CPU s | (wall s) | vs whole | steady step, CPU ms | (wall ms) "
+        "| vs whole | vs eager |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    for r in results:
+    for r in rows:
         lines.append(
-            f"| {r['way']} | {r['cold_ms']:.0f} | {r['cold_ms'] / whole['cold_ms']:.2f}x "
-            f"| {r['step_ms']:.2f} | {r['step_ms'] / whole['step_ms']:.2f}x "
-            f"| {r['step_ms'] / eager['step_ms']:.2f}x |"
+            f"| {r['way']} | {r['cold_cpu_ms'] / 1e3:.1f} | {r['cold_wall_ms'] / 1e3:.1f} "
+            f"| {r['cold_cpu_ms'] / whole['cold_cpu_ms']:.2f}x "
+            f"| {r['step_cpu_ms']:.1f} | {r['step_wall_ms']:.1f} "
+            f"| {r['step_cpu_ms'] / whole['step_cpu_ms']:.2f}x "
+            f"| {r['step_cpu_ms'] / eager['step_cpu_ms']:.2f}x |"
         )
     return "\n".join(lines)
 
@@ -147,15 +193,20 @@ def main() -> None:
     parser.add_argument("--blocks", type=int, default=12)
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=2, help="runs of each way, interleaved")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads per run")
     parser.add_argument("--json", action="store_true", help="print the raw results as JSON")
     args = parser.parse_args()
-    results = []
-    for way in WAYS:
-        print(f"running {way} ...", file=sys.stderr)
-        results.append(run_isolated(way, args.blocks, args.steps, args.warmup))
-    print(json.dumps(results, indent=1) if args.json else table(results))
-    for r in results:
-        print(f"{r['way']}: compile {r['compile']}", file=sys.stderr)
+    runs = []
+    for r in range(args.repeats):
+        for way in WAYS:
+            print(f"[{r + 1}/{args.repeats}] {way} ...", file=sys.stderr, flush=True)
+            runs.append(run_isolated(way, args.blocks, args.steps, args.warmup, args.threads))
+            print(json.dumps(runs[-1]), file=sys.stderr, flush=True)  # survives an interrupt
+    rows = summarise(runs)
+    print(json.dumps({"rows": rows, "runs": runs}, indent=1) if args.json else table(rows))
+    for row in rows:
+        print(f"{row['way']}: compile {row['compile']}", file=sys.stderr)
 
 
 if __name__ == "__main__":

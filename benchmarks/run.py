@@ -40,6 +40,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--isolate", action="store_true", help="each configuration alone")
+    parser.add_argument("--clock", choices=["wall", "cpu"], default="wall")
+    parser.add_argument("--threads", type=int, help="torch intra-op threads")
     parser.add_argument("--merge", nargs="+", type=Path, help="merge these result files")
     parser.add_argument("--json", type=Path)
     parser.add_argument("--markdown", type=Path)
@@ -54,6 +56,8 @@ def main(argv: list[str] | None = None) -> None:
             repeats=args.repeats,
             warmup=args.warmup,
             isolate=args.isolate,
+            clock=args.clock,
+            threads=args.threads,
             progress=bench.progress_line,
         )
     table = bench.markdown(results)

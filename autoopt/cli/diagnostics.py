@@ -78,6 +78,19 @@ def doctor(
     help="Run each configuration alone in its own process (clean memory figures and compiler "
     "caches) instead of interleaving the timed blocks of a workload's configurations in one.",
 )
+@click.option(
+    "--clock",
+    type=click.Choice(["wall", "cpu"]),
+    default="wall",
+    show_default=True,
+    help="Time the steps by the wall clock, or by the process's CPU time (CPU only: does not "
+    "grow with other jobs' load on a shared machine; use with --threads 1).",
+)
+@click.option(
+    "--threads",
+    type=click.IntRange(min=1),
+    help="torch intra-op threads (default: torch's own choice).",
+)
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Write results here.")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), help="Write a PNG chart.")
 @click.option(
@@ -91,6 +104,8 @@ def bench(
     repeats: int,
     warmup: int,
     isolate: bool,
+    clock: str,
+    threads: int | None,
     json_path: str | None,
     plot_path: str | None,
     md_path: str | None,
@@ -124,6 +139,8 @@ def bench(
         repeats=repeats,
         warmup=warmup,
         isolate=isolate,
+        clock=clock,
+        threads=threads,
     )
     if sys.stderr.isatty():
         with click.progressbar(

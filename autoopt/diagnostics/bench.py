@@ -57,7 +57,12 @@ def markdown(results: dict[str, Any]) -> str:
         f"device {m['device']}, torch {m['torch']}; measured matmul peak "
         f"{peak['fp32']} GFLOP/s fp32, {peak['bf16']} GFLOP/s bf16; "
         f"load average {m.get('load_avg_start')} -> {m.get('load_avg_end')}. "
-        f"{s['warmup']} warm-up + {s['repeats']} x {s['steps']} timed steps per configuration"
+        f"{s['warmup']} warm-up + {s['repeats']} x {s['steps']} timed steps per configuration, "
+        + (
+            "timed by the process's CPU time"
+            if s.get("clock") == "cpu"
+            else "timed by the wall clock"
+        )
         + (
             ", each in its own process."
             if s.get("isolate")

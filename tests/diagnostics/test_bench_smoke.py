@@ -85,7 +85,13 @@ def results(tmp_path, monkeypatch):
 
 def test_every_configuration_has_a_number_or_a_reason(results):
     assert results["schema"] == harness.SCHEMA
-    assert results["settings"] == {"steps": 2, "repeats": 1, "warmup": 1, "isolate": False}
+    assert results["settings"] == {
+        "steps": 2,
+        "repeats": 1,
+        "warmup": 1,
+        "isolate": False,
+        "clock": "wall",
+    }
     peers = {"accelerate-fp32", "accelerate-fp32+compile", "fabric-fp32", "fabric-bf16"}
     assert peers <= set(harness.config_names(TINY))  # fp32 peers, not only bf16 ones
     assert results["machine"]["peak_gflops"]["best"] > 0
@@ -139,3 +145,30 @@ def test_the_best_peer_is_the_fastest_of_all_peer_configurations() -> None:
     summary = harness.summarise(TINY, rows, flops=0, peak_gflops=1.0)
     assert summary["best_peer"] == "accelerate-fp32" and summary["oracle"] == "eager"
     assert rows[2]["vs_best_peer"] == round(9.0 / 9.5, 3)
+
+
+def test_the_cpu_clock_times_the_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
+    ticks = iter(range(1000))
+    monkeypatch.setitem(harness.CLOCKS, "cpu", lambda: next(ticks) * 0.004)  # 4 ms a read
+    eager = harness.Config("eager", "baseline")
+    row = harness.run_config(TINY, eager, steps=2, repeats=3, warmup=0, clock="cpu")
+    # One read before and one after each block of 2 steps: 4 ms / 2 steps, every block.
+    assert row["repeats_ms"] == [2.0, 2.0, 2.0], row
+
+
+def test_the_cpu_clock_is_refused_for_an_unknown_name() -> None:
+    with pytest.raises(ValueError, match="unknown clock"):
+        harness.run_suite(["mlp"], clock="gpu")
+
+
+def test_bench_cli_passes_clock_and_threads(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen = {}
+
+    def fake_suite(*args, **kwargs):
+        seen.update(kwargs)
+        raise SystemExit(0)
+
+    monkeypatch.setattr(harness, "run_suite", fake_suite)
+    result = CliRunner().invoke(main, ["bench", "--clock", "cpu", "--threads", "1"])
+    assert result.exit_code == 0, result.output
+    assert seen["clock"] == "cpu" and seen["threads"] == 1

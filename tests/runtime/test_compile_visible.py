@@ -176,6 +176,7 @@ def test_regional_compile_compiles_one_block_graph_and_matches_eager_gradients(
 ) -> None:
     calls: list[int] = []
     monkeypatch.setattr(compile_pass, "BACKEND", counting_backend(calls))
+    monkeypatch.setattr(compile_pass, "REGIONAL", True)  # on CPU the rule compiles it whole
     torch.manual_seed(0)
     reference = TinyGPT()
     model = compiled(copy.deepcopy(reference))
@@ -200,7 +201,23 @@ def test_regional_off_compiles_the_whole_forward(monkeypatch: pytest.MonkeyPatch
     assert all(b._compiled_call_impl is None for b in model.blocks)
 
 
-def test_a_copy_of_a_regionally_compiled_model_runs_its_own_blocks() -> None:
+def test_the_rule_compiles_blocks_regionally_on_cuda_and_the_whole_forward_on_cpu() -> None:
+    model = TinyGPT()
+    blocks, why = compile_pass.choose_regions(model, None, torch.device("cuda"))
+    assert blocks == list(model.blocks) and why.startswith("regional")
+    blocks, why = compile_pass.choose_regions(model, None, torch.device("cpu"))
+    assert blocks == [] and why.startswith("whole forward on cpu")
+    assert "REGIONAL=True forces it" in why
+    compiled_on_cpu = compiled(TinyGPT())
+    compiled_on_cpu(torch.randint(0, 11, (2, 5)))
+    assert "whole forward on cpu" in autoopt.report(compiled_on_cpu)["compile"].detail
+    assert all(b._compiled_call_impl is None for b in compiled_on_cpu.blocks)
+
+
+def test_a_copy_of_a_regionally_compiled_model_runs_its_own_blocks(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(compile_pass, "REGIONAL", True)
     torch.manual_seed(0)
     model = compiled(TinyGPT())
     tokens = torch.randint(0, 11, (2, 5))
@@ -221,9 +238,11 @@ def _eager(model: TinyGPT, tokens: torch.Tensor) -> torch.Tensor:
 
 def test_regional_failure_falls_back_to_the_eager_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(compile_pass, "BACKEND", failing_backend)
+    monkeypatch.setattr(compile_pass, "REGIONAL", True)
     torch.manual_seed(0)
     reference = TinyGPT()
     model = compiled(copy.deepcopy(reference))
+    assert "regional" in autoopt.report(model)["compile"].detail
     tokens = torch.randint(0, 11, (2, 5))
     with pytest.warns(UserWarning, match="falling back to the eager forward"):
         out = model(tokens)

@@ -8,11 +8,14 @@ inside the graph; loss-scale hooks and device moves stay outside.
 costs seconds (figures in docs/benchmarks/cpu.md), so it is skipped there; `tune=True` measures
 it, `compile=True` forces it.
 
-Regional compile: a model made of repeated blocks (an `nn.ModuleList`/`nn.Sequential` of two or
-more modules of one class, each with submodules: transformer layers) gets `block.compile()` on
-each block instead of one graph of the whole forward. The blocks share one code object, so dynamo
-compiles the first and reuses it for the others; the glue around them runs eager. The rule and
-its figures: docs/benchmarks/compile.md. `REGIONAL` forces it either way.
+Regional compile: on CUDA, a model made of repeated blocks (an `nn.ModuleList`/`nn.Sequential` of
+two or more modules of one class, each with submodules: transformer layers) gets
+`block.compile()` on each block instead of one graph of the whole forward. The blocks share one
+code object, so dynamo compiles the first and reuses it for the others; the glue around them
+runs eager. On CPU the whole forward is compiled: there regional compile halved the cold
+compile, but its steps were slower than whole-model compile's and no faster than eager's (the
+glue runs eager, no fusion crosses a block boundary); figures in docs/benchmarks/compile.md.
+`REGIONAL` forces either way.
 
 What dynamo met (graph breaks, recompiles, compile errors, each at the user's file:line) goes into
 this pass's report entry as events, read at the first call and at recompiles
@@ -51,7 +54,8 @@ NAME = "compile"
 # backend or mode, e.g. `autoopt.runtime.passes.compile.BACKEND = "aot_eager"`.
 BACKEND: str | Callable[..., Any] = "inductor"
 COMPILE_OPTIONS: dict[str, Any] = {}
-# Regional compile: None picks by the rule (repeated blocks -> regional), True/False force it.
+# Regional compile: None picks by the rule (repeated blocks on CUDA -> regional), True/False
+# force it.
 REGIONAL: bool | None = None
 
 
@@ -82,7 +86,7 @@ def run(ctx: Context) -> PassResult:
     if how == "jit":
         ctx.base_forward = JitForward(ctx.model, ctx.report)
         return PassResult.applied(NAME, why)
-    regions, regional_why = choose_regions(ctx.model, REGIONAL)
+    regions, regional_why = choose_regions(ctx.model, REGIONAL, ctx.device)
     verbose = ctx.options.verbose and (ctx.dist is None or ctx.dist.rank == 0)
     entered = type(regions[0] if regions else ctx.model).forward
     layer = functools.partial(
@@ -112,7 +116,9 @@ def repeated_blocks(model: nn.Module) -> tuple[str, list[nn.Module]] | None:
     return None
 
 
-def choose_regions(model: nn.Module, regional: bool | None) -> tuple[list[nn.Module], str]:
+def choose_regions(
+    model: nn.Module, regional: bool | None, device: torch.device | None = None
+) -> tuple[list[nn.Module], str]:
     """The blocks to compile one by one (empty: compile the whole forward), and why."""
     found = repeated_blocks(model)
     if regional is False:
@@ -122,6 +128,13 @@ def choose_regions(model: nn.Module, regional: bool | None) -> tuple[list[nn.Mod
             return [], "whole forward (REGIONAL=True, but no repeated blocks found)"
         return [], "whole forward (no repeated blocks)"
     name, blocks = found
+    device_type = device.type if device is not None else "cpu"
+    if regional is None and device_type != "cuda":
+        return [], (
+            f"whole forward on {device_type}: regional compile of the {len(blocks)} "
+            f"{type(blocks[0]).__name__} blocks of {name} compiles faster but steps slower "
+            "there (REGIONAL=True forces it)"
+        )
     return blocks, (
         f"regional: each of the {len(blocks)} {type(blocks[0]).__name__} blocks of {name} "
         "compiled on its own, one shared graph; the rest runs eager"
