@@ -43,8 +43,9 @@ class TorchCompileModel(Rule):
     `torch.compile` traces the model into graphs and generates fused kernels (Triton on GPU, C++
     on CPU), removing Python overhead and most elementwise memory traffic. PyTorch reports
     1.3-2x training speed-ups across its HuggingFace, TIMM and TorchBench suites on A100 (seed
-    001). It is not always a win: on the project's CPU machines it makes a small transformer 17%
-    slower, and the first steps pay the compilation time — measure with `autoopt bench`.
+    001). It is not always a win: on CPU the gain depends on the model and the machine
+    (docs/benchmarks/cpu.md has one machine's figures per workload), and the first steps pay the
+    compilation time — measure with `autoopt bench`.
 
     ## When not to
     - A function or method named `compile` in the file (a Keras-style `model.compile(...)`
