@@ -24,7 +24,12 @@ from torch._dynamo import utils as dynamo_utils
 
 from autoopt.runtime.report import Event
 
-_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
+# Frames in torch or in autoopt's own runtime (the forward chain dynamo enters through) are not
+# the user's: events there are reported at the user's code instead.
+_INTERNAL_DIRS = (
+    os.path.dirname(torch.__file__) + os.sep,
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep,
+)
 
 
 def _frames() -> int:
@@ -80,7 +85,8 @@ class CompileWatch:
 
 def events_since(mark: _Mark, origin: Where = ("?", 0)) -> list[Event]:
     """Graph breaks, then recompiles and compile errors, recorded after `mark`. A frame of
-    torch's own (the wrapper dynamo entered the region through) is reported at `origin`."""
+    torch's or autoopt's own (the wrapper dynamo entered the region through) is reported at
+    `origin`."""
     reasons = dynamo_utils.graph_break_reasons
     start = mark.breaks if len(reasons) >= mark.breaks else 0  # 0: torch._dynamo.reset() ran
     events = [_graph_break(reason) for reason in reasons[start:]]
@@ -103,31 +109,31 @@ def _graph_break(reason: Any) -> Event:
 
 
 def _user_frame(stack: list[Any]) -> Any:
-    """The innermost frame outside torch (where the user's code called into what broke)."""
+    """The innermost frame outside torch and autoopt (where the user's code called into what broke)."""
     for frame in reversed(stack):
-        if not _in_torch(frame.filename):
+        if not _internal(frame.filename):
             return frame
     return stack[-1] if stack else None
 
 
 def _metrics_events(m: Any, origin: Where) -> list[Event]:
     frame = (m.co_filename or "?", m.co_firstlineno or 0)
-    if _in_torch(frame[0]):
+    if _internal(frame[0]):
         frame = origin
     events = []
     if m.recompile_reason:
         events.append(Event("recompile", *frame, _first_line(m.recompile_reason)))
     if m.fail_type:
         failed_at = (m.fail_user_frame_filename, m.fail_user_frame_lineno)
-        if failed_at[0] and failed_at[1] and not _in_torch(failed_at[0]):
+        if failed_at[0] and failed_at[1] and not _internal(failed_at[0]):
             frame = failed_at
         reason = f"{m.fail_type}: {_short(m.fail_reason or '')}"
         events.append(Event("compile error", *frame, reason))
     return events
 
 
-def _in_torch(filename: str) -> bool:
-    return filename.startswith(_TORCH_DIR)
+def _internal(filename: str) -> bool:
+    return filename.startswith(_INTERNAL_DIRS)
 
 
 def _first_line(text: str) -> str:

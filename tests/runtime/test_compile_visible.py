@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 import autoopt
-from autoopt.runtime import compile_log
+from autoopt.runtime import compile_log, forward
 from autoopt.runtime.passes import compile as compile_pass
 from autoopt.runtime.report import Event
 
@@ -81,6 +81,18 @@ def test_a_recompile_is_reported_with_its_reason(monkeypatch: pytest.MonkeyPatch
     assert (
         "size mismatch" in recompiles[0].reason and "expected 4, actual 8" in recompiles[0].reason
     )
+
+
+def test_a_recompile_entered_through_autoopts_forward_chain_is_reported_at_the_users_code() -> None:
+    class Metrics:  # the fields of torch's CompilationMetrics that the events read
+        co_filename = inspect.getsourcefile(forward)
+        co_firstlineno = 28
+        recompile_reason = "tensor 'x' size mismatch at index 0"
+        fail_type = None
+
+    origin = ("train.py", 12)
+    [event] = compile_log._metrics_events(Metrics(), origin)
+    assert (event.kind, event.filename, event.lineno) == ("recompile", "train.py", 12)
 
 
 def test_records_are_read_only_when_dynamo_compiled(monkeypatch: pytest.MonkeyPatch) -> None:
