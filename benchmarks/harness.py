@@ -5,7 +5,8 @@ channels-last, torch.compile, activation checkpointing), `autoopt.optimize()` wi
 `optimize(tune=True)`, or a peer (Accelerate, Lightning Fabric) set up as its docs say, in its
 bf16 and its fp32 configurations. Each one trains a fresh copy of the same seeded model on the
 same seeded batches with AdamW: `warmup` steps first (timed apart: that is where compilation
-happens), then `repeats` blocks of `steps` steps. By default the blocks of all configurations of
+happens; by default `SETTLE_STEPS`, the steps `optimize()`'s on-the-spot optimizer-step timing
+takes, so that its blocks time the plan it settled on), then `repeats` blocks of `steps` steps. By default the blocks of all configurations of
 a workload run interleaved in one process (see `run_suite`); the step time is the median block.
 A block is timed by the wall clock, or with `clock="cpu"` by the process's CPU time: on a CPU
 shared with other jobs that figure does not grow with their load, as long as torch runs one
@@ -48,8 +49,13 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint_sequential
 from torch.utils.flop_counter import FlopCounterMode
 
+from autoopt.runtime.passes import backends
 from benchmarks import peers
 from benchmarks.workloads import WORKLOADS, Workload, checkpoint_segments
+
+# The first step, then ROUNDS turns of each candidate step (fused, foreach, the default):
+# `optimize()`'s optimizer-step timing on CPU has decided by then (see backends.StepTiming).
+SETTLE_STEPS = 1 + backends.ROUNDS * 3
 
 SCHEMA = 1
 ROOT = Path(__file__).resolve().parent.parent
@@ -427,7 +433,7 @@ def run_suite(
     configs: list[str] | None = None,
     steps: int = 10,
     repeats: int = 3,
-    warmup: int = 3,
+    warmup: int = SETTLE_STEPS,
     isolate: bool = False,
     clock: str = "wall",
     threads: int | None = None,
@@ -672,7 +678,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--one", nargs=2, metavar=("WORKLOAD", "CONFIG"), required=True)
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--warmup", type=int, default=SETTLE_STEPS)
     parser.add_argument("--clock", choices=list(CLOCKS), default="wall")
     parser.add_argument("--threads", type=int, help="torch intra-op threads")
     args = parser.parse_args(argv)

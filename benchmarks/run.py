@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from autoopt.diagnostics import bench
-from benchmarks.harness import run_suite
+from benchmarks.harness import SETTLE_STEPS, run_suite
 
 
 def merge(paths: list[Path]) -> dict[str, Any]:
@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--workload", action="append", help="repeatable; default: all")
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--warmup", type=int, default=SETTLE_STEPS)
     parser.add_argument("--isolate", action="store_true", help="each configuration alone")
     parser.add_argument("--clock", choices=["wall", "cpu"], default="wall")
     parser.add_argument("--threads", type=int, help="torch intra-op threads")

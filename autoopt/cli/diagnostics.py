@@ -70,7 +70,12 @@ def doctor(
 )
 @click.option("--steps", default=10, show_default=True, help="Timed steps per repeat.")
 @click.option("--repeats", default=3, show_default=True, help="Timed blocks per configuration.")
-@click.option("--warmup", default=3, show_default=True, help="Untimed warm-up steps.")
+@click.option(
+    "--warmup",
+    default=10,
+    show_default=True,
+    help="Untimed warm-up steps (10: the steps optimize()'s optimizer-step timing takes).",
+)
 @click.option(
     "--isolate/--no-isolate",
     default=False,
