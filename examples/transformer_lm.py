@@ -57,7 +57,8 @@ def train(use_autoopt: bool, steps: int, batch_size: int, verbose: bool = True) 
         model, loader, optimizer = autoopt.optimize(model, loader, optimizer, verbose=verbose)
     loss_fn = nn.CrossEntropyLoss()
 
-    losses, warmup, step, start = [], 3, 0, 0.0
+    # 10 warm-up steps: optimize() times its optimizer step over the first 10 on CPU.
+    losses, warmup, step, start = [], 10, 0, 0.0
     model.train()
     while step < steps + warmup:
         for x, y in loader:  # the user's loop, unchanged
