@@ -18,7 +18,10 @@ if TYPE_CHECKING:
 
 # Nodes whose bodies run at another time than the code around them.
 SCOPE_NODES = (cst.FunctionDef, cst.ClassDef, cst.Lambda)
-_SCOPE_TYPES = frozenset(SCOPE_NODES)  # exact types: cheaper than isinstance on libcst's ABCs
+# Exact types: `type(n) in S` / `type(n) is C` is a hash lookup or a pointer test, while an
+# `isinstance` against libcst's node classes (ABCs) that fails is slow, and walks test every
+# node. The same answer: no concrete libcst node class has subclasses.
+_SCOPE_TYPES = frozenset(SCOPE_NODES)
 
 
 # ----- walking --------------------------------------------------------------------------------
@@ -55,26 +58,34 @@ def children(node: cst.CSTNode) -> list[cst.CSTNode]:
     rebuilding the node as `CSTNode.children` does: three times faster, and every walk of
     every rule pays it."""
     out: list[cst.CSTNode] = []
+    node_types = _NODE_TYPES
     for name in _FIELD_ORDER.get(type(node)) or _field_order(node):
         value = getattr(node, name)
         kind = type(value)
         if kind is tuple or kind is list:
-            out.extend(v for v in value if _is_node(type(v)))
-        elif _is_node(kind):
+            for v in value:
+                if type(v) in node_types or _is_node(type(v)):
+                    out.append(v)
+        elif kind in node_types or _is_node(kind):
             out.append(value)
     return out
 
 
-_NODE_TYPES: dict[type, bool] = {}
+# Classes seen in a tree that are node classes (a set: a failed `issubclass` against libcst's
+# ABC is slow enough to show in every walk), and those that are not.
+_NODE_TYPES: set[type] = set()
+_OTHER_TYPES: set[type] = set()
 
 
 def _is_node(kind: type) -> bool:
-    """`issubclass(kind, cst.CSTNode)`, remembered: node classes are ABCs, whose checks are
-    slow enough to show in every walk."""
-    known = _NODE_TYPES.get(kind)
-    if known is None:
-        known = _NODE_TYPES[kind] = issubclass(kind, cst.CSTNode)
-    return known
+    """`issubclass(kind, cst.CSTNode)`, remembered in `_NODE_TYPES` / `_OTHER_TYPES`."""
+    if kind in _OTHER_TYPES:
+        return False
+    if issubclass(kind, cst.CSTNode):
+        _NODE_TYPES.add(kind)
+        return True
+    _OTHER_TYPES.add(kind)
+    return False
 
 
 class Preorder:
@@ -148,14 +159,14 @@ def _descend(node: cst.CSTNode, into_scopes: bool) -> Iterator[cst.CSTNode]:
     while stack:
         cur = stack.pop()
         yield cur
-        if not into_scopes and cur is not node and isinstance(cur, SCOPE_NODES):
+        if not into_scopes and cur is not node and type(cur) in _SCOPE_TYPES:
             continue
         stack.extend(reversed(children(cur)))
 
 
 def calls_in(node: cst.CSTNode, *, into_scopes: bool = True) -> Iterator[cst.Call]:
     """Every call under `node` (see `walk`)."""
-    return (n for n in walk(node, into_scopes=into_scopes) if isinstance(n, cst.Call))
+    return (n for n in walk(node, into_scopes=into_scopes) if type(n) is cst.Call)
 
 
 def contains(outer: cst.CSTNode, inner: cst.CSTNode) -> bool:
@@ -192,7 +203,7 @@ def dotted(expr: cst.CSTNode | None) -> str | None:
 
 def names_in(node: cst.CSTNode) -> set[str]:
     """Every plain name read or written in `node`."""
-    return {n.value for n in walk(node) if isinstance(n, cst.Name)}
+    return {n.value for n in walk(node) if type(n) is cst.Name}
 
 
 def root_name(expr: cst.BaseExpression) -> str | None:
@@ -216,7 +227,7 @@ def assignments(node: cst.CSTNode) -> Iterator[tuple[str, cst.BaseExpression, cs
     """`(target text, value, assign)` for every single-target-per-`=` assignment under `node`
     (not descending into nested functions/classes)."""
     for n in walk(node, into_scopes=False):
-        if isinstance(n, cst.Assign):
+        if type(n) is cst.Assign:
             for target in n.targets:
                 name = dotted(target.target)
                 if name is not None:
