@@ -44,11 +44,13 @@ EVAL_MARKERS = (
 class FileFacts:
     """Lazily computed facts; each property walks the tree at most once."""
 
-    def __init__(self, wrapper: MetadataWrapper) -> None:
+    def __init__(self, wrapper: MetadataWrapper, source: str | None = None) -> None:
+        """`source`: the text the module was parsed from, if known (else generated on demand;
+        libcst round-trips, so the two are equal, and generating costs about a parse)."""
         self.module = wrapper.module
         self._parents = metadata.install(wrapper)
         self._qnames = wrapper.resolve(QualifiedNameProvider)
-        self._source: str | None = None
+        self._source = source
 
     # ----- tree navigation --------------------------------------------------------------------
     def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:

@@ -118,6 +118,14 @@ class Preorder:
             if end[i] > end[up]:
                 end[up] = end[i]
 
+    def ancestors(self, node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+        """The parents of `node` (a node of this tree), innermost first, up to the root."""
+        parents = self.parents
+        up = parents.get(id(node))
+        while up is not None:
+            yield up
+            up = parents.get(id(up))
+
     def walk(self, node: cst.CSTNode, into_scopes: bool) -> Iterator[cst.CSTNode]:
         start = self.rank[id(node)]
         stop = self.end[start]
@@ -143,6 +151,12 @@ def index_tree(root: cst.CSTNode) -> Preorder:
     global _current
     _current = Preorder(root)
     return _current
+
+
+def indexed_tree(root: cst.CSTNode) -> Preorder | None:
+    """The index of `root`'s tree if it is the one indexed last (see `index_tree`), else None."""
+    tree = _current
+    return tree if tree is not None and tree.nodes[0] is root else None
 
 
 def walk(node: cst.CSTNode, *, into_scopes: bool = True) -> Iterator[cst.CSTNode]:
