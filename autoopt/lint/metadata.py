@@ -17,7 +17,6 @@ import builtins
 import re
 from bisect import bisect_right
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import libcst as cst
@@ -449,24 +448,43 @@ class _OffsetState(CodegenState):
         if id(node) not in self.spans:
             self.spans[id(node)] = (start, self.offset)
 
-    @contextmanager
     def record_syntactic_position(
         self,
         node: cst.CSTNode,
         *,
         start_node: cst.CSTNode | None = None,
         end_node: cst.CSTNode | None = None,
-    ) -> Iterator[None]:
-        start = self.offset
-        try:
-            yield
-        finally:
-            end = self.offset
-            if start_node is not None:
-                start = self.spans[id(start_node)][0]
-            if end_node is not None:
-                end = self.spans[id(end_node)][1]
-            self.spans[id(node)] = (start, end)
+    ) -> _SyntacticSpan:
+        return _SyntacticSpan(self, node, start_node, end_node)
+
+
+class _SyntacticSpan:
+    """Notes `node`'s span around the code generated inside it (`start_node`/`end_node`:
+    take the start/end of those nodes instead). A plain class: a generator-based context
+    manager costs several times more, and code generation enters one per statement and
+    expression."""
+
+    __slots__ = ("state", "node", "start_node", "end_node", "start")
+
+    def __init__(
+        self,
+        state: _OffsetState,
+        node: cst.CSTNode,
+        start_node: cst.CSTNode | None,
+        end_node: cst.CSTNode | None,
+    ) -> None:
+        self.state, self.node = state, node
+        self.start_node, self.end_node = start_node, end_node
+        self.start = 0
+
+    def __enter__(self) -> None:
+        self.start = self.state.offset
+
+    def __exit__(self, *exc: object) -> None:
+        spans = self.state.spans
+        start = self.start if self.start_node is None else spans[id(self.start_node)][0]
+        end = self.state.offset if self.end_node is None else spans[id(self.end_node)][1]
+        spans[id(self.node)] = (start, end)
 
 
 class Positions(Mapping[cst.CSTNode, CodeRange]):
