@@ -9,13 +9,15 @@ import dataclasses
 from bisect import bisect_left
 from collections.abc import Callable, Iterator
 from operator import attrgetter
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import libcst as cst
 from libcst.metadata import PositionProvider
 
 if TYPE_CHECKING:
     from autoopt.lint.rule import Rule
+
+_N = TypeVar("_N", bound=cst.CSTNode)
 
 # Nodes whose bodies run at another time than the code around them.
 SCOPE_NODES = (cst.FunctionDef, cst.ClassDef, cst.Lambda)
@@ -223,12 +225,21 @@ def _descend(node: cst.CSTNode, into_scopes: bool) -> Iterator[cst.CSTNode]:
         stack.extend(reversed(children(cur)))
 
 
+def nodes_of_type(node: cst.CSTNode, kind: type[_N]) -> list[_N]:
+    """Every node of class `kind` (a concrete node class) in `node`'s subtree, `node` included,
+    in source order: `[n for n in walk(node) if isinstance(n, kind)]`, read off the index for
+    a node of the indexed tree."""
+    tree = _current
+    if tree is not None and id(node) in tree.rank:
+        return tree.of_type(node, kind)  # type: ignore[return-value]
+    return [n for n in _descend(node, True) if type(n) is kind]  # type: ignore[misc]
+
+
 def calls_in(node: cst.CSTNode, *, into_scopes: bool = True) -> Iterator[cst.Call]:
     """Every call under `node` (see `walk`)."""
-    tree = _current
-    if into_scopes and tree is not None and id(node) in tree.rank:
-        return iter(tree.of_type(node, cst.Call))  # type: ignore[arg-type]
-    return (n for n in walk(node, into_scopes=into_scopes) if type(n) is cst.Call)
+    if into_scopes:
+        return iter(nodes_of_type(node, cst.Call))
+    return (n for n in walk(node, into_scopes=False) if type(n) is cst.Call)
 
 
 def contains(outer: cst.CSTNode, inner: cst.CSTNode) -> bool:
@@ -265,10 +276,7 @@ def dotted(expr: cst.CSTNode | None) -> str | None:
 
 def names_in(node: cst.CSTNode) -> set[str]:
     """Every plain name read or written in `node`."""
-    tree = _current
-    if tree is not None and id(node) in tree.rank:
-        return {n.value for n in tree.of_type(node, cst.Name)}  # type: ignore[attr-defined]
-    return {n.value for n in walk(node) if type(n) is cst.Name}
+    return {n.value for n in nodes_of_type(node, cst.Name)}
 
 
 def root_name(expr: cst.BaseExpression) -> str | None:
