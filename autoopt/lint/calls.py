@@ -142,7 +142,8 @@ def _resolve_literal_dict(
     found: list[dict[str, cst.BaseExpression] | None] = []
     grown: dict[str, cst.BaseExpression] = {}
     for node in walk(scope, into_scopes=False):
-        if isinstance(node, cst.Assign):
+        kind = type(node)  # exact types: this runs for every node of the scope
+        if kind is cst.Assign:
             for t in node.targets:
                 if is_name(t.target, name):
                     found.append(_literal_dict(node.value))
@@ -153,13 +154,13 @@ def _resolve_literal_dict(
                     grown[key] = node.value
                 elif name in names_in(t.target):
                     return None
-        elif isinstance(node, cst.AugAssign | cst.AnnAssign) and (name in names_in(node.target)):
+        elif (kind is cst.AugAssign or kind is cst.AnnAssign) and name in names_in(node.target):
             if isinstance(node, cst.AnnAssign) and is_name(node.target, name) and node.value:
                 found.append(_literal_dict(node.value))
             else:
                 return None
         elif (
-            isinstance(node, cst.Call)
+            kind is cst.Call
             and isinstance(node.func, cst.Attribute)
             and is_name(node.func.value, name)
         ):
@@ -169,20 +170,24 @@ def _resolve_literal_dict(
             if added is None:
                 return None  # kw.pop(...), kw.setdefault(...), an update we cannot read
             grown.update(added)
-        elif name in names_in(_bound_target(node)):
+        elif (target := _bound_target(node)) is not None and name in names_in(target):
             return None  # `with ... as kw`, `for kw in`, `(kw := ...)`, `del kw`
     if len(found) != 1 or found[0] is None:
         return None
     return {**found[0], **grown}
 
 
-def _bound_target(node: cst.CSTNode) -> cst.CSTNode:
-    """What a `with ... as`, `for`, walrus or `del` binds (an empty node for anything else)."""
-    if isinstance(node, cst.AsName):
-        return node.name
-    if isinstance(node, cst.For | cst.NamedExpr | cst.Del):
-        return node.target
-    return cst.Pass()
+_TARGET_BINDERS = frozenset((cst.For, cst.NamedExpr, cst.Del))
+
+
+def _bound_target(node: cst.CSTNode) -> cst.CSTNode | None:
+    """What a `with ... as`, `for`, walrus or `del` binds (None for anything else)."""
+    kind = type(node)
+    if kind is cst.AsName:
+        return node.name  # type: ignore[attr-defined]
+    if kind in _TARGET_BINDERS:
+        return node.target  # type: ignore[attr-defined]
+    return None
 
 
 def _update_argument(

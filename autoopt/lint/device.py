@@ -55,23 +55,24 @@ def device_facts(facts: FileFacts) -> DeviceFacts:
     cpu_only_binding = None  # True while every `device = ...` seen is a CPU literal
     tensor_types: set[str] = set()
     for node in walk(facts.module):
-        if isinstance(node, cst.Attribute) and node.attr.value in _GPU_NAMES:
+        kind = type(node)  # exact types: see nodes.py
+        if kind is cst.Attribute and node.attr.value in _GPU_NAMES:
             why = why or f"`.{node.attr.value}`"
-        elif isinstance(node, cst.Name) and node.value in _GPU_NAMES and _is_code_name(facts, node):
+        elif kind is cst.Name and node.value in _GPU_NAMES and _is_code_name(facts, node):
             why = why or f"`{node.value}`"
-        elif isinstance(node, cst.SimpleString):
+        elif kind is cst.SimpleString:
             text = string_value(node)
             if text is not None and _GPU_STRING.match(text):
                 why = why or f'"{text}" device'
             elif text is not None and _DEVICE_FLAG.match(text):
                 why = why or f"a `{text}` flag"
-        elif isinstance(node, cst.FormattedString) and node.parts:
+        elif kind is cst.FormattedString and node.parts:
             first = node.parts[0]
             if isinstance(first, cst.FormattedStringText) and first.value.startswith("cuda"):
                 why = why or "an f-string cuda device"
-        elif isinstance(node, cst.Param) and node.name.value in _DEVICE_PARAMS:
+        elif kind is cst.Param and node.name.value in _DEVICE_PARAMS:
             params = True
-        elif isinstance(node, cst.Assign):
+        elif kind is cst.Assign:
             for target in node.targets:
                 name = dotted(target.target)
                 if name in _DEVICE_PARAMS or (name or "").endswith(".device"):

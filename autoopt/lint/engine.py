@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import re
 import traceback
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -14,6 +14,7 @@ import libcst as cst
 from libcst.metadata import ExpressionContextProvider, PositionProvider, ScopeProvider
 
 from autoopt.lint import metadata
+from autoopt.lint.nodes import Preorder
 from autoopt.lint.rule import FileContext, Finding, Rule
 
 
@@ -67,7 +68,7 @@ def run_rules(
     if not rules:
         return Analysis(module, [])
     wrapper = cst.MetadataWrapper(module, unsafe_skip_copy=True)
-    metadata.install(wrapper)
+    parents = metadata.install(wrapper)
     _defer_metadata(wrapper, rules)
     context = FileContext(Path(path), source, module, wrapper, target_version)
     visitors: list[Rule] = []
@@ -77,7 +78,7 @@ def run_rules(
             visitors.append(rule(context))
         except Exception as exc:
             crashes.append(RuleCrash(rule.code, rule.name, _describe(exc)))
-    wrapper.visit_batched(visitors)
+    _visit_batched(wrapper, parents.tree, visitors)
     findings: list[Finding] = []
     for visitor in visitors:
         if visitor.crash is None:
@@ -86,6 +87,47 @@ def run_rules(
             crashes.append(_crash_of(visitor, wrapper))
     findings.sort(key=lambda f: (f.line, f.column, f.code))
     return Analysis(module, findings, crashes)
+
+
+def _visit_batched(wrapper: cst.MetadataWrapper, tree: Preorder, visitors: list[Rule]) -> None:
+    """What `wrapper.visit_batched(visitors)` does, read off the tree's preorder: each node's
+    `visit_<Node>` methods in source order, its `leave_<Node>` methods after its last
+    descendant's, every visitor in turn. libcst's traversal rebuilds every node it passes
+    (validating each), which cost more than all the rules together. Rules with attribute
+    visitors (`visit_<Node>_<field>`) get libcst's traversal."""
+    methods: dict[str, list[Callable[[cst.CSTNode], None]]] = {}
+    for visitor in visitors:
+        for name, method in visitor.get_visitors().items():
+            methods.setdefault(name, []).append(method)
+    if any("_" in name.split("_", 1)[1] for name in methods):
+        wrapper.visit_batched(visitors)
+        return
+    no_methods: list[Callable[[cst.CSTNode], None]] = []
+    visits: dict[type, list[Callable[[cst.CSTNode], None]]] = {}
+    leaves: dict[type, list[Callable[[cst.CSTNode], None]]] = {}
+    nodes, end = tree.nodes, tree.end
+    pending: list[int] = []  # ranks of the open nodes with leave methods, innermost last
+    with contextlib.ExitStack() as stack:
+        for visitor in visitors:
+            stack.enter_context(visitor.resolve(wrapper))
+        for rank, node in enumerate(nodes):
+            while pending and end[pending[-1]] <= rank:
+                done = nodes[pending.pop()]
+                for method in leaves[type(done)]:
+                    method(done)
+            kind = type(node)
+            on_visit = visits.get(kind)
+            if on_visit is None:
+                on_visit = visits[kind] = methods.get(f"visit_{kind.__name__}", no_methods)
+                leaves[kind] = methods.get(f"leave_{kind.__name__}", no_methods)
+            for method in on_visit:
+                method(node)
+            if leaves[kind]:
+                pending.append(rank)
+        while pending:
+            done = nodes[pending.pop()]
+            for method in leaves[type(done)]:
+                method(done)
 
 
 def _describe(exc: BaseException) -> str:

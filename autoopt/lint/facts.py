@@ -17,7 +17,7 @@ from libcst.metadata.base_provider import LazyValue
 
 from autoopt.lint import metadata
 from autoopt.lint.device import DeviceFacts, device_facts
-from autoopt.lint.nodes import calls_in, walk
+from autoopt.lint.nodes import calls_in, nodes_of_type
 
 Loop = cst.For | cst.While
 Scope = cst.FunctionDef | cst.Module
@@ -44,11 +44,13 @@ EVAL_MARKERS = (
 class FileFacts:
     """Lazily computed facts; each property walks the tree at most once."""
 
-    def __init__(self, wrapper: MetadataWrapper) -> None:
+    def __init__(self, wrapper: MetadataWrapper, source: str | None = None) -> None:
+        """`source`: the text the module was parsed from, if known (else generated on demand;
+        libcst round-trips, so the two are equal, and generating costs about a parse)."""
         self.module = wrapper.module
         self._parents = metadata.install(wrapper)
         self._qnames = wrapper.resolve(QualifiedNameProvider)
-        self._source: str | None = None
+        self._source = source
 
     # ----- tree navigation --------------------------------------------------------------------
     def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
@@ -116,9 +118,8 @@ class FileFacts:
         """Names of this file's functions and methods that call `.backward()`, directly or through
         other functions of this file (at most `_HELPER_DEPTH` calls deep)."""
         defs: dict[str, list[cst.FunctionDef]] = {}
-        for node in walk(self.module):
-            if isinstance(node, cst.FunctionDef):
-                defs.setdefault(node.name.value, []).append(node)
+        for node in nodes_of_type(self.module, cst.FunctionDef):
+            defs.setdefault(node.name.value, []).append(node)
         found = {self.enclosing_scope(c) for c in self.backward_calls}
         names = {f.name.value for f in found if isinstance(f, cst.FunctionDef)}
         for _ in range(_HELPER_DEPTH):
@@ -183,7 +184,7 @@ class FileFacts:
         return [
             c
             for c in list(calls_in(self.module))
-            if m.matches(c, m.Call(func=m.Attribute(attr=m.Name("eval")), args=[]))
+            if not c.args and isinstance(c.func, cst.Attribute) and c.func.attr.value == "eval"
         ]
 
     def is_eval_loop(self, loop: cst.CSTNode) -> bool:
@@ -284,6 +285,11 @@ def local_callee(call: cst.Call) -> str | None:
     func = call.func
     if isinstance(func, cst.Name):
         return func.value
-    if isinstance(func, cst.Attribute) and m.matches(func.value, m.Name("self") | m.Name("cls")):
+    # (plain tests, not libcst matchers: this runs for every call of a file, several times)
+    if (
+        isinstance(func, cst.Attribute)
+        and isinstance(func.value, cst.Name)
+        and func.value.value in ("self", "cls")
+    ):
         return func.attr.value
     return None

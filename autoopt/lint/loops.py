@@ -13,6 +13,7 @@ from autoopt.lint.nodes import (
     int_literal,
     method_name,
     names_in,
+    nodes_of_type,
     root_name,
     string_value,
     walk,
@@ -24,8 +25,8 @@ from autoopt.lint.torch_api import DATALOADER
 def loader_names(rule: Rule) -> set[str]:
     """Names bound to a `torch.utils.data.DataLoader(...)` anywhere in the file."""
     out: set[str] = set()
-    for node in walk(rule.context.module):
-        if isinstance(node, cst.Assign) and rule.is_call_to(node.value, *DATALOADER):
+    for node in nodes_of_type(rule.context.module, cst.Assign):
+        if rule.is_call_to(node.value, *DATALOADER):
             for t in node.targets:
                 if isinstance(t.target, cst.Name):
                     out.add(t.target.value)
@@ -126,17 +127,15 @@ def data_loops(rule: Rule) -> list[cst.For | cst.While]:
     loaders = loader_names(rule)
     facts = rule.facts
     out: list[cst.For | cst.While] = []
-    for node in walk(rule.context.module):
-        if isinstance(node, cst.While):
+    for node in nodes_of_type(rule.context.module, (cst.For, cst.While)):
+        if type(node) is cst.While:
             batches = facts.is_training_loop(node)
-        elif isinstance(node, cst.For):
+        else:
             batches = (
                 facts.is_training_loop(node)
                 or facts.is_eval_loop(node)
                 or bool(names_in(node.iter) & loaders)
             )
-        else:
-            continue
         if batches:
             out.append(node)
     return out
@@ -179,9 +178,7 @@ def _to_cuda_type(rule: Rule, call: cst.Call) -> bool:
 
 def loops_over(rule: Rule, name: str) -> list[cst.For]:
     """`for` loops whose iterable mentions `name` (`loader`, `enumerate(loader)`, `tqdm(loader)`)."""
-    return [
-        n for n in walk(rule.context.module) if isinstance(n, cst.For) and name in names_in(n.iter)
-    ]
+    return [n for n in nodes_of_type(rule.context.module, cst.For) if name in names_in(n.iter)]
 
 
 def names_device(rule: Rule, expr: cst.BaseExpression) -> bool:

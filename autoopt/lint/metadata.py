@@ -17,7 +17,6 @@ import builtins
 import re
 from bisect import bisect_right
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import libcst as cst
@@ -36,24 +35,30 @@ from libcst.metadata import (
 
 from autoopt.lint.nodes import index_tree, walk
 
-_COMPREHENSIONS = (cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
-_FUNCTIONS = (cst.FunctionDef, cst.Lambda)
+# Node classes as sets of exact types: `type(n) in S` is a hash lookup, while `isinstance`
+# against libcst's classes (ABCs) is slow when it fails, and these checks run on every node.
+# (No concrete libcst node class has subclasses.)
+_COMPREHENSIONS = frozenset((cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp))
+_FUNCTIONS = frozenset((cst.FunctionDef, cst.Lambda))
+_NOT_IN_SCOPE = frozenset((cst.Import, cst.ImportFrom, cst.Global, cst.Nonlocal))
 # Statements after which the names they bind are visible to later reads in the same scope.
-_BINDERS = (
-    cst.Import,
-    cst.ImportFrom,
-    cst.Assign,
-    cst.AnnAssign,
-    cst.AugAssign,
-    cst.NamedExpr,
-    cst.For,
-    cst.CompFor,
-    cst.AsName,
-    cst.FunctionDef,
-    cst.ClassDef,
-    cst.Param,
-    cst.Global,
-    cst.Nonlocal,
+_BINDERS = frozenset(
+    (
+        cst.Import,
+        cst.ImportFrom,
+        cst.Assign,
+        cst.AnnAssign,
+        cst.AugAssign,
+        cst.NamedExpr,
+        cst.For,
+        cst.CompFor,
+        cst.AsName,
+        cst.FunctionDef,
+        cst.ClassDef,
+        cst.Param,
+        cst.Global,
+        cst.Nonlocal,
+    )
 )
 
 
@@ -63,7 +68,7 @@ class ParentMap(Mapping[cst.CSTNode, cst.CSTNode]):
 
     def __init__(self, module: cst.Module) -> None:
         self.module = module
-        tree = index_tree(module)
+        tree = self.tree = index_tree(module)
         self._parents = tree.parents
         self.nodes = tree.nodes
         self.order = tree.rank  # id(node) -> rank in source order
@@ -183,7 +188,8 @@ class QualifiedNames(Mapping[cst.CSTNode, set[QualifiedName]]):
         found = self._cache.get(id(node))
         if found is None:
             if not self._bound:
-                self._bind_all([n for n in self._parents.nodes if isinstance(n, _BINDERS)])
+                binders = _BINDERS
+                self._bind_all([n for n in self._parents.nodes if type(n) in binders])
                 self._bound = True
             found = self._cache[id(node)] = self._resolve(node)
         return found
@@ -213,7 +219,7 @@ class QualifiedNames(Mapping[cst.CSTNode, set[QualifiedName]]):
             if isinstance(node, cst.ClassDef):
                 prefix = ".".join(filter(None, [parent.prefix, node.name.value]))
                 scope = _Scope(node, parent, prefix, is_class=True)
-            elif isinstance(node, _FUNCTIONS):
+            elif type(node) in _FUNCTIONS:
                 name = node.name.value if isinstance(node, cst.FunctionDef) else None
                 scope = _Scope(
                     node, parent, ".".join(filter(None, [parent.prefix, name, "<locals>"]))
@@ -228,36 +234,42 @@ class QualifiedNames(Mapping[cst.CSTNode, set[QualifiedName]]):
     def _scope_of(self, node: cst.CSTNode) -> _Scope | None:
         """The scope `node` is evaluated in; None where libcst gives none (the `attr` of an
         attribute, a keyword's name, the inside of an import or `global` statement)."""
-        parents = self._parents
-        child, parent = node, parents.get(node)
-        if isinstance(parent, cst.Attribute) and child is parent.attr:
+        parents = self._parents._parents  # by id(node)
+        child, parent = node, parents.get(id(node))
+        kind = type(parent)
+        if kind is cst.Attribute and child is parent.attr:  # type: ignore[union-attr]
             return None
-        if isinstance(parent, cst.Arg) and child is parent.keyword:
+        if kind is cst.Arg and child is parent.keyword:  # type: ignore[union-attr]
             return None
         # Parameter defaults and annotations, and the first iterable of a comprehension, are
         # evaluated outside the function / comprehension they belong to.
         leave_function = leave_comprehension = False
         while parent is not None:
-            if isinstance(parent, cst.Import | cst.ImportFrom | cst.Global | cst.Nonlocal):
+            kind = type(parent)
+            if kind in _NOT_IN_SCOPE:
                 return None
-            if isinstance(parent, cst.Param) and child is not parent.name:
-                leave_function = True
-            elif isinstance(parent, cst.CompFor) and child is parent.iter:
-                comp = parents.get(parent)
-                leave_comprehension = isinstance(comp, _COMPREHENSIONS) and comp.for_in is parent
-            elif isinstance(parent, _FUNCTIONS) and (
-                child is parent.params or child is parent.body
-            ):
-                if not leave_function:
+            if kind is cst.Param:
+                if child is not parent.name:
+                    leave_function = True
+            elif kind is cst.CompFor:
+                if child is parent.iter:
+                    comp = parents.get(id(parent))
+                    leave_comprehension = (
+                        type(comp) in _COMPREHENSIONS and comp.for_in is parent  # type: ignore[union-attr]
+                    )
+            elif kind in _FUNCTIONS:
+                if child is parent.params or child is parent.body:
+                    if not leave_function:
+                        return self._scope_node(parent)
+                    leave_function = False
+            elif kind is cst.ClassDef:
+                if child is parent.body:
                     return self._scope_node(parent)
-                leave_function = False
-            elif isinstance(parent, cst.ClassDef) and child is parent.body:
-                return self._scope_node(parent)
-            elif isinstance(parent, _COMPREHENSIONS):
+            elif kind in _COMPREHENSIONS:
                 if child is not parent.for_in or not leave_comprehension:
                     return self._scope_node(parent)
                 leave_comprehension = False
-            child, parent = parent, parents.get(parent)
+            child, parent = parent, parents.get(id(parent))
         return self._scope_node(self._parents.module)
 
     # -- bindings
@@ -293,7 +305,7 @@ class QualifiedNames(Mapping[cst.CSTNode, set[QualifiedName]]):
             elif isinstance(node, cst.For):
                 self._bind_targets(node.target, node.target)
             elif isinstance(node, cst.CompFor):
-                first = isinstance(self._parents.get(node), _COMPREHENSIONS)
+                first = type(self._parents.get(node)) in _COMPREHENSIONS
                 self._bind_targets(node.target, None if first else node, in_order=False)
             elif isinstance(node, cst.Assign):
                 for target in node.targets:
@@ -436,24 +448,43 @@ class _OffsetState(CodegenState):
         if id(node) not in self.spans:
             self.spans[id(node)] = (start, self.offset)
 
-    @contextmanager
     def record_syntactic_position(
         self,
         node: cst.CSTNode,
         *,
         start_node: cst.CSTNode | None = None,
         end_node: cst.CSTNode | None = None,
-    ) -> Iterator[None]:
-        start = self.offset
-        try:
-            yield
-        finally:
-            end = self.offset
-            if start_node is not None:
-                start = self.spans[id(start_node)][0]
-            if end_node is not None:
-                end = self.spans[id(end_node)][1]
-            self.spans[id(node)] = (start, end)
+    ) -> _SyntacticSpan:
+        return _SyntacticSpan(self, node, start_node, end_node)
+
+
+class _SyntacticSpan:
+    """Notes `node`'s span around the code generated inside it (`start_node`/`end_node`:
+    take the start/end of those nodes instead). A plain class: a generator-based context
+    manager costs several times more, and code generation enters one per statement and
+    expression."""
+
+    __slots__ = ("state", "node", "start_node", "end_node", "start")
+
+    def __init__(
+        self,
+        state: _OffsetState,
+        node: cst.CSTNode,
+        start_node: cst.CSTNode | None,
+        end_node: cst.CSTNode | None,
+    ) -> None:
+        self.state, self.node = state, node
+        self.start_node, self.end_node = start_node, end_node
+        self.start = 0
+
+    def __enter__(self) -> None:
+        self.start = self.state.offset
+
+    def __exit__(self, *exc: object) -> None:
+        spans = self.state.spans
+        start = self.start if self.start_node is None else spans[id(self.start_node)][0]
+        end = self.state.offset if self.end_node is None else spans[id(self.end_node)][1]
+        spans[id(self.node)] = (start, end)
 
 
 class Positions(Mapping[cst.CSTNode, CodeRange]):

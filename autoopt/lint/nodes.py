@@ -6,9 +6,10 @@ rules, facts and fixes all share these instead of keeping their own copies."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
-from itertools import repeat
-from typing import TYPE_CHECKING
+from bisect import bisect_left
+from collections.abc import Callable, Iterator
+from operator import attrgetter
+from typing import TYPE_CHECKING, TypeVar
 
 import libcst as cst
 from libcst.metadata import PositionProvider
@@ -16,9 +17,14 @@ from libcst.metadata import PositionProvider
 if TYPE_CHECKING:
     from autoopt.lint.rule import Rule
 
+_N = TypeVar("_N", bound=cst.CSTNode)
+
 # Nodes whose bodies run at another time than the code around them.
 SCOPE_NODES = (cst.FunctionDef, cst.ClassDef, cst.Lambda)
-_SCOPE_TYPES = frozenset(SCOPE_NODES)  # exact types: cheaper than isinstance on libcst's ABCs
+# Exact types: `type(n) in S` / `type(n) is C` is a hash lookup or a pointer test, while an
+# `isinstance` against libcst's node classes (ABCs) that fails is slow, and walks test every
+# node. The same answer: no concrete libcst node class has subclasses.
+_SCOPE_TYPES = frozenset(SCOPE_NODES)
 
 
 # ----- walking --------------------------------------------------------------------------------
@@ -50,31 +56,56 @@ def _field_order(node: cst.CSTNode) -> tuple[str, ...]:
     return order
 
 
+# Per node class, its fields' values in source order in one call (a tuple, even for one field).
+_FIELD_GETTERS: dict[type[cst.CSTNode], Callable[[cst.CSTNode], tuple[object, ...]]] = {}
+
+
+def _field_getter(node: cst.CSTNode) -> Callable[[cst.CSTNode], tuple[object, ...]]:
+    fields = _FIELD_ORDER.get(type(node)) or _field_order(node)
+    if len(fields) == 1:
+        one = attrgetter(fields[0])
+        getter: Callable[[cst.CSTNode], tuple[object, ...]] = lambda n: (one(n),)  # noqa: E731
+    elif fields:
+        getter = attrgetter(*fields)  # type: ignore[assignment]
+    else:
+        getter = lambda n: ()  # noqa: E731
+    _FIELD_GETTERS[type(node)] = getter
+    return getter
+
+
 def children(node: cst.CSTNode) -> list[cst.CSTNode]:
     """`node.children` (its direct children in source order), read from the fields instead of
     rebuilding the node as `CSTNode.children` does: three times faster, and every walk of
     every rule pays it."""
     out: list[cst.CSTNode] = []
-    for name in _FIELD_ORDER.get(type(node)) or _field_order(node):
-        value = getattr(node, name)
+    node_types = _NODE_TYPES
+    getter = _FIELD_GETTERS.get(type(node)) or _field_getter(node)
+    for value in getter(node):
         kind = type(value)
         if kind is tuple or kind is list:
-            out.extend(v for v in value if _is_node(type(v)))
-        elif _is_node(kind):
+            for v in value:
+                if type(v) in node_types or _is_node(type(v)):
+                    out.append(v)
+        elif kind in node_types or _is_node(kind):
             out.append(value)
     return out
 
 
-_NODE_TYPES: dict[type, bool] = {}
+# Classes seen in a tree that are node classes (a set: a failed `issubclass` against libcst's
+# ABC is slow enough to show in every walk), and those that are not.
+_NODE_TYPES: set[type] = set()
+_OTHER_TYPES: set[type] = set()
 
 
 def _is_node(kind: type) -> bool:
-    """`issubclass(kind, cst.CSTNode)`, remembered: node classes are ABCs, whose checks are
-    slow enough to show in every walk."""
-    known = _NODE_TYPES.get(kind)
-    if known is None:
-        known = _NODE_TYPES[kind] = issubclass(kind, cst.CSTNode)
-    return known
+    """`issubclass(kind, cst.CSTNode)`, remembered in `_NODE_TYPES` / `_OTHER_TYPES`."""
+    if kind in _OTHER_TYPES:
+        return False
+    if issubclass(kind, cst.CSTNode):
+        _NODE_TYPES.add(kind)
+        return True
+    _OTHER_TYPES.add(kind)
+    return False
 
 
 class Preorder:
@@ -83,43 +114,81 @@ class Preorder:
     node's own `__hash__` is a Python call); `nodes` keeps every node alive, so ids stay unique."""
 
     def __init__(self, root: cst.CSTNode) -> None:
-        self.nodes: list[cst.CSTNode] = []
-        self.rank: dict[int, int] = {}
-        self.parents: dict[int, cst.CSTNode] = {}
+        nodes: list[cst.CSTNode] = []
         parent_rank: list[int] = []
         stack: list[tuple[cst.CSTNode, int]] = [(root, -1)]
-        nodes, rank, parents = self.nodes, self.rank, self.parents
+        pop, push, add, add_parent = stack.pop, stack.append, nodes.append, parent_rank.append
+        getters, node_types = _FIELD_GETTERS, _NODE_TYPES
         while stack:
-            node, up = stack.pop()
+            node, up = pop()
             here = len(nodes)
-            rank[id(node)] = here
-            nodes.append(node)
-            parent_rank.append(up)
-            kids = children(node)
-            if kids:
-                parents.update(dict.fromkeys(map(id, kids), node))
-                stack.extend(zip(reversed(kids), repeat(here)))
+            add(node)
+            add_parent(up)
+            getter = getters.get(type(node)) or _field_getter(node)
+            # children(node), inlined (this loop runs for every node of every file), pushed
+            # last child first so that the first is visited next
+            kids: list[cst.CSTNode] = []
+            for value in getter(node):
+                kind = type(value)
+                if kind is tuple or kind is list:
+                    for v in value:
+                        if type(v) in node_types or _is_node(type(v)):
+                            kids.append(v)
+                elif kind in node_types or _is_node(kind):
+                    kids.append(value)
+            for kid in reversed(kids):
+                push((kid, here))
+        self.nodes = nodes
+        self.rank: dict[int, int] = dict(zip(map(id, nodes), range(len(nodes)), strict=True))
+        self.parents: dict[int, cst.CSTNode] = dict(
+            zip(map(id, nodes[1:]), map(nodes.__getitem__, parent_rank[1:]), strict=True)
+        )
         # end[i]: the rank just after node i's last descendant (descendants come after it).
-        self.end = list(range(1, len(nodes) + 1))
-        end = self.end
+        self._ranks_of_type: dict[type | tuple[type, ...], list[int]] = {}
+        self.end = end = list(range(1, len(nodes) + 1))
         for i in range(len(nodes) - 1, 0, -1):
             up = parent_rank[i]
             if end[i] > end[up]:
                 end[up] = end[i]
 
+    def ancestors(self, node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+        """The parents of `node` (a node of this tree), innermost first, up to the root."""
+        parents = self.parents
+        up = parents.get(id(node))
+        while up is not None:
+            yield up
+            up = parents.get(id(up))
+
     def walk(self, node: cst.CSTNode, into_scopes: bool) -> Iterator[cst.CSTNode]:
         start = self.rank[id(node)]
         stop = self.end[start]
-        nodes = self.nodes
         if into_scopes:
-            yield from nodes[start:stop]
-            return
-        yield node
+            return iter(self.nodes[start:stop])  # a list's iterator: no Python frame per node
+        return self._walk_outside_scopes(start, stop)
+
+    def _walk_outside_scopes(self, start: int, stop: int) -> Iterator[cst.CSTNode]:
+        nodes, end = self.nodes, self.end
+        yield nodes[start]
         i = start + 1
         while i < stop:
             cur = nodes[i]
             yield cur
-            i = self.end[i] if type(cur) in _SCOPE_TYPES else i + 1
+            i = end[i] if type(cur) in _SCOPE_TYPES else i + 1
+
+    def of_type(
+        self, node: cst.CSTNode, kind: type[cst.CSTNode] | tuple[type[cst.CSTNode], ...]
+    ) -> list[cst.CSTNode]:
+        """The nodes of class `kind` (or of any class of a tuple) in `node`'s subtree, in
+        source order (from a list of ranks per question, made on its first asking)."""
+        ranks = self._ranks_of_type.get(kind)
+        if ranks is None:
+            kinds = kind if isinstance(kind, tuple) else (kind,)
+            ranks = self._ranks_of_type[kind] = [
+                i for i, n in enumerate(self.nodes) if type(n) in kinds
+            ]
+        start = self.rank[id(node)]
+        found = ranks[bisect_left(ranks, start) : bisect_left(ranks, self.end[start])]
+        return list(map(self.nodes.__getitem__, found))
 
 
 # The tree being analysed (see `index_tree`): walks of its nodes read its preorder.
@@ -132,6 +201,12 @@ def index_tree(root: cst.CSTNode) -> Preorder:
     global _current
     _current = Preorder(root)
     return _current
+
+
+def indexed_tree(root: cst.CSTNode) -> Preorder | None:
+    """The index of `root`'s tree if it is the one indexed last (see `index_tree`), else None."""
+    tree = _current
+    return tree if tree is not None and tree.nodes[0] is root else None
 
 
 def walk(node: cst.CSTNode, *, into_scopes: bool = True) -> Iterator[cst.CSTNode]:
@@ -148,14 +223,27 @@ def _descend(node: cst.CSTNode, into_scopes: bool) -> Iterator[cst.CSTNode]:
     while stack:
         cur = stack.pop()
         yield cur
-        if not into_scopes and cur is not node and isinstance(cur, SCOPE_NODES):
+        if not into_scopes and cur is not node and type(cur) in _SCOPE_TYPES:
             continue
         stack.extend(reversed(children(cur)))
 
 
+def nodes_of_type(node: cst.CSTNode, kind: type[_N] | tuple[type[_N], ...]) -> list[_N]:
+    """Every node of class `kind` (a concrete node class, or a tuple of them) in `node`'s
+    subtree, `node` included, in source order: `[n for n in walk(node) if isinstance(n, kind)]`,
+    read off the index for a node of the indexed tree."""
+    tree = _current
+    if tree is not None and id(node) in tree.rank:
+        return tree.of_type(node, kind)  # type: ignore[return-value]
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    return [n for n in _descend(node, True) if type(n) in kinds]  # type: ignore[misc]
+
+
 def calls_in(node: cst.CSTNode, *, into_scopes: bool = True) -> Iterator[cst.Call]:
     """Every call under `node` (see `walk`)."""
-    return (n for n in walk(node, into_scopes=into_scopes) if isinstance(n, cst.Call))
+    if into_scopes:
+        return iter(nodes_of_type(node, cst.Call))
+    return (n for n in walk(node, into_scopes=False) if type(n) is cst.Call)
 
 
 def contains(outer: cst.CSTNode, inner: cst.CSTNode) -> bool:
@@ -192,7 +280,7 @@ def dotted(expr: cst.CSTNode | None) -> str | None:
 
 def names_in(node: cst.CSTNode) -> set[str]:
     """Every plain name read or written in `node`."""
-    return {n.value for n in walk(node) if isinstance(n, cst.Name)}
+    return {n.value for n in nodes_of_type(node, cst.Name)}
 
 
 def root_name(expr: cst.BaseExpression) -> str | None:
@@ -216,7 +304,7 @@ def assignments(node: cst.CSTNode) -> Iterator[tuple[str, cst.BaseExpression, cs
     """`(target text, value, assign)` for every single-target-per-`=` assignment under `node`
     (not descending into nested functions/classes)."""
     for n in walk(node, into_scopes=False):
-        if isinstance(n, cst.Assign):
+        if type(n) is cst.Assign:
             for target in n.targets:
                 name = dotted(target.target)
                 if name is not None:

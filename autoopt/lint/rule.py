@@ -131,7 +131,7 @@ class FileContext:
         if self._facts is None:
             from autoopt.lint.facts import FileFacts
 
-            self._facts = FileFacts(self.wrapper)
+            self._facts = FileFacts(self.wrapper, self.source)
         return self._facts
 
 

@@ -284,3 +284,65 @@ def test_never_executes_linted_code(tmp_path: Path) -> None:
         "evil.py",
         "nb.ipynb",
     ]
+
+
+# Every kind of nesting the visit order depends on: decorators, parameters with defaults and
+# annotations, comprehensions, f-strings, match patterns, `except*`, chained comparisons.
+_VISIT_ORDER_SOURCE = """
+import torch
+from torch import nn as tnn
+@dec(1)
+class M(tnn.Module, metaclass=Meta):
+    x: int = 1 < 2 <= 3 is not 4 not in 5
+    def __init__(self, *a, b: "int" = 1, **k) -> None:
+        super().__init__(); self.l = tnn.Linear(2, 3)
+    async def f(self, x, /, y=3, *, z):
+        return [v async for v in x if v] + {k: v for k, v in y} @ x[1:2, ...]
+def g(a, b, c):
+    global z
+    with torch.no_grad() as q, open(f"{a!r:>{b}} x") as r:
+        lambda x, *y: (yield from x)
+    match a:
+        case [1, *rest] | {"k": v, **kw} if v: pass
+        case M(x=1): pass
+    try: pass
+    except* ValueError as e: raise e from None
+    finally: del a
+    for i in range(3): continue
+    else: b += 1; assert a, "m"; print(*a, **b)
+"""
+
+
+class _Recorder(cst.BatchableCSTVisitor):
+    """Notes every visit and leave, of every node class."""
+
+    def __init__(self, log: list[tuple[str, int]], attributes: bool = False) -> None:
+        super().__init__()
+        self.log = log
+        self.attributes = attributes
+
+    def get_visitors(self):  # type: ignore[no-untyped-def]
+        out = {}
+        for name in dir(cst):
+            kind = getattr(cst, name)
+            if isinstance(kind, type) and issubclass(kind, cst.CSTNode):
+                out[f"visit_{name}"] = lambda node: self.log.append(("visit", id(node)))
+                out[f"leave_{name}"] = lambda node: self.log.append(("leave", id(node)))
+        if self.attributes:
+            out["visit_Call_func"] = lambda node: self.log.append(("visit func", id(node)))
+        return out
+
+
+@pytest.mark.parametrize("attributes", [False, True])
+def test_rules_are_visited_in_libcsts_order(attributes: bool) -> None:
+    """The engine's own batched visit (off the tree's preorder) calls the same methods on the
+    same nodes in the same order as libcst's traversal; attribute visitors get libcst's."""
+    module = cst.parse_module(_VISIT_ORDER_SOURCE)
+    expected: list[tuple[str, int]] = []
+    cst.visit_batched(module, [_Recorder(expected, attributes)])
+    wrapper = cst.MetadataWrapper(module, unsafe_skip_copy=True)
+    parents = metadata.install(wrapper)
+    got: list[tuple[str, int]] = []
+    engine._visit_batched(wrapper, parents.tree, [_Recorder(got, attributes)])
+    assert got == expected
+    assert sum(kind == "visit" for kind, _ in got) == len(parents.nodes)

@@ -14,7 +14,7 @@ import libcst.matchers as m
 from libcst.codemod.visitors import ImportItem
 
 from autoopt.lint.edits import block_statement
-from autoopt.lint.nodes import calls_in, code_of, walk
+from autoopt.lint.nodes import calls_in, code_of, names_in, nodes_of_type, walk
 from autoopt.lint.rule import Fix, Rule
 
 _BCE = {
@@ -87,16 +87,15 @@ class AutocastPlan:
         """Fill `self.edits`; return the reason to decline, or None."""
         module = self.facts.module
         # -- things autocast/GradScaler cannot take
-        for call in walk(module):
-            if isinstance(call, cst.Call):
-                names = self.rule.qualified_names(call.func)
-                if names & _BCE:
-                    return (
-                        "BCELoss/binary_cross_entropy on probabilities is rejected by autocast; "
-                        "use BCEWithLogitsLoss on logits first"
-                    )
-                if "torch.autograd.grad" in names:
-                    return "double backward (torch.autograd.grad, e.g. a gradient penalty)"
+        for call in nodes_of_type(module, cst.Call):
+            names = self.rule.qualified_names(call.func)
+            if names & _BCE:
+                return (
+                    "BCELoss/binary_cross_entropy on probabilities is rejected by autocast; "
+                    "use BCEWithLogitsLoss on logits first"
+                )
+            if "torch.autograd.grad" in names:
+                return "double backward (torch.autograd.grad, e.g. a gradient penalty)"
         for call in self.backward_calls:
             if not isinstance(call.func, cst.Attribute) or any(
                 n.startswith("torch.") for n in self.rule.qualified_names(call.func)
@@ -144,7 +143,8 @@ class AutocastPlan:
         """Expressions (as code) that hold an optimizer -> "lbfgs" or "other"."""
         found: dict[str, str] = {}
         for node in walk(self.facts.module):
-            if isinstance(node, cst.Assign) and isinstance(node.value, cst.Call):
+            kind = type(node)  # exact types: this tests every node of the file
+            if kind is cst.Assign and isinstance(node.value, cst.Call):
                 names = self.rule.qualified_names(node.value.func)
                 opt = {
                     n
@@ -155,14 +155,16 @@ class AutocastPlan:
                     kind = "lbfgs" if any(n.endswith("LBFGS") for n in opt) else "other"
                     for target in node.targets:
                         found[code_of(target.target)] = kind
-            elif isinstance(node, cst.Call) and m.matches(
-                node.func, m.Attribute(attr=m.Name("zero_grad"))
+            elif (
+                kind is cst.Call
+                and isinstance(node.func, cst.Attribute)
+                and node.func.attr.value == "zero_grad"
             ):
                 found.setdefault(code_of(node.func.value), "other")  # type: ignore[attr-defined]
         return found
 
     def _choose_names(self) -> None:
-        used = {n.value for n in walk(self.facts.module) if isinstance(n, cst.Name)}
+        used = names_in(self.facts.module)
         self.scaler = next(
             n for n in ("scaler", "grad_scaler", "amp_scaler", "amp_grad_scaler") if n not in used
         )
@@ -201,8 +203,8 @@ class AutocastPlan:
         """Names (and attribute chains) assigned outside the loop -> their assigned values."""
         out: dict[str, list[cst.BaseExpression]] = {}
         loop_nodes = {id(n) for n in walk(self.loop, into_scopes=False)}
-        for node in walk(self.facts.module):
-            if isinstance(node, cst.Assign) and id(node) not in loop_nodes:
+        for node in nodes_of_type(self.facts.module, cst.Assign):
+            if id(node) not in loop_nodes:
                 for target in node.targets:
                     if isinstance(target.target, cst.Name | cst.Attribute):
                         out.setdefault(code_of(target.target), []).append(node.value)
@@ -264,7 +266,7 @@ class AutocastPlan:
             and stmt.body[0].value is call
         ):
             return "could not find the forward/loss statements before backward()"
-        used = {n.value for n in walk(self.facts.module) if isinstance(n, cst.Name)}
+        used = names_in(self.facts.module)
         loss = next(n for n in ("loss", "amp_loss", "autocast_loss") if n not in used)
         assign = cst.SimpleStatementLine(
             [cst.Assign([cst.AssignTarget(cst.Name(loss))], bare)],
