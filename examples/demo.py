@@ -37,6 +37,8 @@ def main() -> None:
         eager = example.train(False, steps, 64 if name == "cnn" else 32)
         print(f"\n[{name}] autoopt report:")
         fast = example.train(True, steps, 64 if name == "cnn" else 32)
+        for pass_name, detail in fast["decided"].items():
+            print(f"[{name}] after the first steps, {pass_name}: {detail}")
         print(
             f"[{name}] eager {eager['steps_per_s']:.2f} steps/s, "
             f"autoopt {fast['steps_per_s']:.2f} steps/s -> "

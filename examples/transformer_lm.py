@@ -48,7 +48,8 @@ def synthetic_tokens(n: int, seed: int = 0) -> TensorDataset:
 
 
 def train(use_autoopt: bool, steps: int, batch_size: int, verbose: bool = True) -> dict:
-    """Train for `steps` batches; returns steps/s (warm-up excluded) and first/last loss."""
+    """Train for `steps` batches; returns steps/s (warm-up excluded), first/last loss and, with
+    autoopt, the decisions it took on the first steps (report lines of backends, channels_last)."""
     torch.manual_seed(0)
     model = TinyTransformerLM()
     loader = DataLoader(synthetic_tokens(batch_size * 16), batch_size=batch_size, shuffle=True)
@@ -75,7 +76,11 @@ def train(use_autoopt: bool, steps: int, batch_size: int, verbose: bool = True) 
             if step == steps + warmup:
                 break
     elapsed = time.perf_counter() - start
-    return {"steps_per_s": steps / elapsed, "first_loss": losses[0], "last_loss": losses[-1]}
+    result = {"steps_per_s": steps / elapsed, "first_loss": losses[0], "last_loss": losses[-1]}
+    if use_autoopt:
+        report = autoopt.report(model)
+        result["decided"] = {p: report[p].detail for p in ("backends", "channels_last")}
+    return result
 
 
 def main() -> None:
