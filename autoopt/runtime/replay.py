@@ -4,6 +4,9 @@ are put back first."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable, Iterator
+
 import torch
 from torch import nn
 
@@ -32,3 +35,38 @@ class Replay:
         torch.set_rng_state(self.cpu_rng)
         if self.cuda_rng is not None:
             torch.cuda.set_rng_state_all(self.cuda_rng)
+
+
+@contextlib.contextmanager
+def trial_forwards(module: nn.Module) -> Iterator[None]:
+    """Forwards run inside are trials: eval mode, no gradients, and afterwards the buffers, RNG
+    states and train/eval modes are as they were before."""
+    replay = Replay(module)
+    modes = [(m, m.training) for m in module.modules()]
+    module.eval()
+    try:
+        with torch.no_grad():
+            yield
+    finally:
+        for m, training in modes:
+            m.training = training
+        replay.restore()
+
+
+def time_forwards(
+    module: nn.Module,
+    candidates: dict[str, Callable[[], object]],
+    rounds: int,
+    clock: Callable[[], float],
+) -> dict[str, list[float]]:
+    """Time each candidate forward of `module` as a trial (`trial_forwards`), in turns: one
+    untimed warm-up turn, then `rounds` timed ones. Exceptions propagate."""
+    times: dict[str, list[float]] = {name: [] for name in candidates}
+    with trial_forwards(module):
+        for turn in range(1 + rounds):
+            for name, run in candidates.items():
+                start = clock()
+                run()
+                if turn:
+                    times[name].append(clock() - start)
+    return times

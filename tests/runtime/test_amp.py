@@ -160,3 +160,64 @@ def test_torch_load_in_a_fresh_process(tmp_path: Path) -> None:
         [sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=120
     )
     assert done.stdout.strip() == "ok", done.stderr
+
+
+class Timed(nn.Module):
+    """Records whether each forward ran under autocast and advances a simulated clock by the
+    cost given for that precision; BatchNorm shows whether trial forwards leave buffers alone."""
+
+    def __init__(self, bf16_cost: float, fp32_cost: float) -> None:
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+        self.bn = nn.BatchNorm1d(8)
+        self.costs = {True: bf16_cost, False: fp32_cost}
+        self.now = 0.0
+        self.autocast_seen: list[bool] = []
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        on = torch.is_autocast_enabled("cpu")
+        self.autocast_seen.append(on)
+        self.now += self.costs[on]
+        return self.bn(self.lin(x))
+
+
+def _first_forward(
+    monkeypatch: pytest.MonkeyPatch, model: Timed, **options: object
+) -> tuple[Timed, torch.Tensor]:
+    monkeypatch.setattr(hardware, "cpu_supports_bf16", lambda: True)
+    monkeypatch.setattr(amp, "CLOCK", lambda: model.now)
+    optimized = autoopt.optimize(model, device="cpu", compile=False, verbose=False, **options)
+    torch.manual_seed(0)
+    return optimized, optimized(torch.randn(16, 8))
+
+
+def test_auto_on_cpu_drops_bf16_when_fp32_measures_faster(monkeypatch: pytest.MonkeyPatch) -> None:
+    model, out = _first_forward(monkeypatch, Timed(bf16_cost=2.0, fp32_cost=1.0))
+    result = autoopt.report(model)["amp"]
+    assert result.status.value == "skipped"
+    assert "fp32 is faster than bf16 autocast here" in result.detail
+    assert "bf16 2e+03 ms (2x), fp32 1e+03 ms (2x)" in result.detail
+    # Trials: a warm-up and ROUNDS timed forwards each way, then the real forward in fp32.
+    assert model.autocast_seen == [True, False] * (1 + amp.ROUNDS) + [False]
+    # The trials left no trace: the running statistics are those of the one real forward.
+    assert int(model.bn.num_batches_tracked) == 1
+    reference = nn.BatchNorm1d(8)
+    torch.manual_seed(0)
+    with torch.no_grad():
+        reference(model.lin(torch.randn(16, 8)))
+    torch.testing.assert_close(model.bn.running_mean, reference.running_mean)
+    assert model(torch.randn(4, 8)).dtype == torch.float32 and model.autocast_seen[-1] is False
+
+
+def test_auto_on_cpu_keeps_bf16_when_it_measures_faster(monkeypatch: pytest.MonkeyPatch) -> None:
+    model, _ = _first_forward(monkeypatch, Timed(bf16_cost=1.0, fp32_cost=3.0))
+    result = autoopt.report(model)["amp"]
+    assert result.status.value == "applied"
+    assert "measured at the first forward: bf16 1e+03 ms (2x), fp32 3e+03 ms (2x)" in result.detail
+    assert model.autocast_seen[-1] is True
+
+
+def test_an_explicit_bf16_is_not_measured(monkeypatch: pytest.MonkeyPatch) -> None:
+    model, _ = _first_forward(monkeypatch, Timed(bf16_cost=2.0, fp32_cost=1.0), amp="bf16")
+    assert model.autocast_seen == [True]
+    assert "measured" not in autoopt.report(model)["amp"].detail

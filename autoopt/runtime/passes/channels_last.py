@@ -37,7 +37,7 @@ from autoopt.runtime.batch import map_tensors
 from autoopt.runtime.context import Context, Forward, ForwardLayer, Stage
 from autoopt.runtime.errors import error_summary
 from autoopt.runtime.passes import compile as compile_pass
-from autoopt.runtime.replay import Replay
+from autoopt.runtime.replay import Replay, time_forwards
 from autoopt.runtime.report import PassResult, Report
 
 NAME = "channels_last"
@@ -140,26 +140,20 @@ class _State:
         """Time the forward on this batch in both layouts (no gradients, eval mode) and keep the
         faster; everything the runs changed (buffers, RNG states, train/eval) is put back."""
         self.measure = False
-        replay = Replay(self.model)
-        modes = [(m, m.training) for m in self.model.modules()]
-        times: dict[str, list[float]] = {"channels_last": [], "contiguous": []}
-        self.model.eval()
+
+        def in_layout(channels_last: bool) -> Callable[[], Any]:
+            def run() -> Any:
+                self.set_layout(channels_last)
+                return forward(*args, **kwargs)
+
+            return run
+
+        candidates = {"channels_last": in_layout(True), "contiguous": in_layout(False)}
         try:
-            with torch.no_grad():
-                for turn in range(1 + ROUNDS):  # turn 0 warms each layout up
-                    for layout in times:
-                        self.set_layout(layout == "channels_last")
-                        start = self.clock()
-                        forward(*args, **kwargs)
-                        if turn:
-                            times[layout].append(self.clock() - start)
+            times = time_forwards(self.model, candidates, ROUNDS, self.clock)
         except Exception:  # noqa: BLE001 - the real forward below meets (and handles) it
             self.set_layout(True)
             return
-        finally:
-            for module, training in modes:
-                module.training = training
-            replay.restore()
         winner = timing.fastest(times)
         measured = f"measured at the first forward: {timing.summary(times)}"
         self.set_layout(winner == "channels_last")
