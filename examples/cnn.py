@@ -43,7 +43,8 @@ def synthetic_cifar(n: int, seed: int = 0) -> TensorDataset:
 
 def train(use_autoopt: bool, steps: int, batch_size: int, verbose: bool = True) -> dict:
     """Train for `steps` batches; returns steps/s (warm-up excluded), first/last loss and, with
-    autoopt, the decisions it took on the first steps (report lines of backends, channels_last)."""
+    autoopt, the decisions it took on the first steps (report lines of backends, channels_last,
+    amp)."""
     torch.manual_seed(0)
     model = SmallCNN()
     loader = DataLoader(synthetic_cifar(batch_size * 16), batch_size=batch_size, shuffle=True)
@@ -72,7 +73,7 @@ def train(use_autoopt: bool, steps: int, batch_size: int, verbose: bool = True) 
     result = {"steps_per_s": steps / elapsed, "first_loss": losses[0], "last_loss": losses[-1]}
     if use_autoopt:
         report = autoopt.report(model)
-        result["decided"] = {p: report[p].detail for p in ("backends", "channels_last")}
+        result["decided"] = {p: report[p].detail for p in ("backends", "channels_last", "amp")}
     return result
 
 

@@ -44,7 +44,7 @@ def optimize(
       device: "auto" (CUDA if available, else CPU) or any torch device.
       amp: "auto" | "bf16" | "fp16" | False. fp16 uses dynamic loss scaling that needs no
         change to the loop; bf16 needs none. "auto" on CPU keeps bf16 only if the first
-        forward measures faster with it.
+        batch's forward and backward measure faster with it.
       compile: "auto" | True | False | "jit" (TorchScript). Falls back to eager on failure.
       channels_last: "auto" | True | False, for convolutional models.
       checkpoint: "auto" | False | int segments. "auto" acts only under a memory budget (an

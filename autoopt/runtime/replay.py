@@ -10,6 +10,8 @@ from collections.abc import Callable, Iterator
 import torch
 from torch import nn
 
+from autoopt.runtime.batch import map_tensors
+
 
 class Replay:
     """A module's buffers and the RNG states, taken before a forward, to restore before rerun."""
@@ -38,14 +40,16 @@ class Replay:
 
 
 @contextlib.contextmanager
-def trial_forwards(module: nn.Module) -> Iterator[None]:
-    """Forwards run inside are trials: eval mode, no gradients, and afterwards the buffers, RNG
-    states and train/eval modes are as they were before."""
+def trial_forwards(module: nn.Module, backward: bool = False) -> Iterator[None]:
+    """Forwards run inside are trials: afterwards the buffers, RNG states and train/eval modes
+    are as they were before. Without `backward` they run in eval mode without gradients; with
+    it in the module's own mode, gradients on (see `time_forwards`)."""
     replay = Replay(module)
     modes = [(m, m.training) for m in module.modules()]
-    module.eval()
+    if not backward:
+        module.eval()
     try:
-        with torch.no_grad():
+        with torch.set_grad_enabled(backward):
             yield
     finally:
         for m, training in modes:
@@ -58,15 +62,29 @@ def time_forwards(
     candidates: dict[str, Callable[[], object]],
     rounds: int,
     clock: Callable[[], float],
+    backward: bool = False,
 ) -> dict[str, list[float]]:
     """Time each candidate forward of `module` as a trial (`trial_forwards`), in turns: one
-    untimed warm-up turn, then `rounds` timed ones. Exceptions propagate."""
+    untimed warm-up turn, then `rounds` timed ones. `backward`: each timing includes the
+    backward of the sum of the floating outputs, by `torch.autograd.grad`, so no `.grad` is
+    touched. Exceptions propagate."""
+    params = [p for p in module.parameters() if p.requires_grad]
     times: dict[str, list[float]] = {name: [] for name in candidates}
-    with trial_forwards(module):
+    with trial_forwards(module, backward):
         for turn in range(1 + rounds):
             for name, run in candidates.items():
                 start = clock()
-                run()
+                out = run()
+                if backward:
+                    _grad_of_sum(out, params)
                 if turn:
                     times[name].append(clock() - start)
     return times
+
+
+def _grad_of_sum(out: object, params: list[torch.Tensor]) -> None:
+    found: list[torch.Tensor] = []
+    map_tensors(out, lambda t: found.append(t) or t)
+    losses = [t.float().sum() for t in found if t.is_floating_point() and t.requires_grad]
+    if losses and params:
+        torch.autograd.grad(sum(losses), params, allow_unused=True)

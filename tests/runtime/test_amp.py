@@ -199,7 +199,9 @@ def test_auto_on_cpu_drops_bf16_when_fp32_measures_faster(monkeypatch: pytest.Mo
     assert "bf16 2e+03 ms (2x), fp32 1e+03 ms (2x)" in result.detail
     # Trials: a warm-up and ROUNDS timed forwards each way, then the real forward in fp32.
     assert model.autocast_seen == [True, False] * (1 + amp.ROUNDS) + [False]
-    # The trials left no trace: the running statistics are those of the one real forward.
+    # The trials (forward and backward) left no trace: no gradient, and the running statistics
+    # are those of the one real forward.
+    assert all(p.grad is None for p in model.parameters())
     assert int(model.bn.num_batches_tracked) == 1
     reference = nn.BatchNorm1d(8)
     torch.manual_seed(0)
@@ -213,7 +215,10 @@ def test_auto_on_cpu_keeps_bf16_when_it_measures_faster(monkeypatch: pytest.Monk
     model, _ = _first_forward(monkeypatch, Timed(bf16_cost=1.0, fp32_cost=3.0))
     result = autoopt.report(model)["amp"]
     assert result.status.value == "applied"
-    assert "measured at the first forward: bf16 1e+03 ms (2x), fp32 3e+03 ms (2x)" in result.detail
+    assert (
+        "forward and backward on the first batch: bf16 1e+03 ms (2x), fp32 3e+03 ms (2x)"
+        in result.detail
+    )
     assert model.autocast_seen[-1] is True
 
 

@@ -4,9 +4,10 @@
 CPU with AVX512-BF16/AMX; figures in docs/benchmarks/cpu.md), else fp16 on CUDA, else nothing:
 fp16 autocast on a CPU without native half math is slower than fp32. On CPU native bf16 is not
 enough: for a small model the casts cost more than the bf16 math saves (a 2-layer transformer
-LM here ran 0.8x of eager under bf16 autocast), so there "auto" times the first forward with and
-without autocast as trials (`replay.time_forwards`: no gradients, eval mode, buffers and RNG
-put back) and keeps the faster. A compiled forward is not measured (that would compile it
+LM here ran 0.8x of eager under bf16 autocast), so there "auto" times the first forward and its
+backward with and without autocast as trials (`replay.time_forwards`: gradients by
+`autograd.grad`, so no `.grad` changes; buffers and RNG put back) and keeps the faster. Not
+under DDP/FSDP (ranks could choose differently). A compiled forward is not measured (that would compile it
 twice more); `tune=True` measures the whole step.
 Explicit "bf16"/"fp16" are honoured on any device autocast supports (fp16 on CPU is how the
 fp16 path is tested without a GPU). fp16 adds dynamic loss scaling at the root of every backward
@@ -76,7 +77,8 @@ def run(ctx: Context) -> PassResult:
     if dtype is not torch.float16:
         result = PassResult.applied(NAME, f"{name} autocast: {why}")
         compiled, _ = compile_pass.choose(ctx.options.compile, device)
-        if ctx.options.amp == "auto" and device.type == "cpu" and compiled is None:
+        measure = ctx.options.amp == "auto" and device.type == "cpu" and ctx.dist is None
+        if measure and compiled is None:
             result = PassResult.applied(
                 NAME,
                 f"{result.detail}; on CPU: kept only if measured faster than fp32 at the "
@@ -190,7 +192,9 @@ class AutocastLayer:
 
 @dataclass
 class FirstForwardTrial:
-    """Whether bf16 autocast pays on this CPU for this model, timed on the first batch."""
+    """Whether bf16 autocast pays on this CPU for this model: forward and backward timed on the
+    first batch. (The forward alone misleads: a small LM's forward was faster in bf16 while its
+    training step was 0.75x of fp32's.)"""
 
     model: torch.nn.Module
     report: Report
@@ -199,17 +203,18 @@ class FirstForwardTrial:
     def decide(
         self, layer: AutocastLayer, forward: Forward, args: tuple[Any, ...], kwargs: dict
     ) -> bool:
-        """Time `forward` with and without autocast (trials) and report; True: keep autocast.
+        """Time `forward` and its backward with and without autocast (trials) and report; True:
+        keep autocast.
         A trial that raises keeps autocast: the real forward meets the error."""
         candidates = {
             "bf16": lambda: layer.autocast(forward, *args, **kwargs),
             "fp32": lambda: forward(*args, **kwargs),
         }
         try:
-            times = time_forwards(self.model, candidates, ROUNDS, CLOCK)
+            times = time_forwards(self.model, candidates, ROUNDS, CLOCK, backward=True)
         except Exception:  # noqa: BLE001
             return True
-        measured = f"measured at the first forward: {timing.summary(times)}"
+        measured = f"forward and backward on the first batch: {timing.summary(times)}"
         if timing.fastest(times) == "bf16":
             self.report.replace(PassResult.applied(NAME, f"{self.result.detail}; {measured}"))
             return True
