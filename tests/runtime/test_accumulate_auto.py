@@ -5,11 +5,6 @@ once per batch, and the pass stands down (warning + report line) where it cannot
 from __future__ import annotations
 
 import copy
-import importlib.util
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +20,7 @@ from autoopt.runtime.memory import format_bytes, saved_tensor_bytes, state_memor
 from autoopt.runtime.micro_batches import choose_parts, part_sizes
 from autoopt.runtime.report import Status
 from tests.runtime.checkpoint_models import GPT
+from tests.runtime.torchrun import load_worker, run_two_processes
 
 OFF = {"amp": False, "compile": False, "channels_last": False}
 SAMPLES, BATCH, PART = 232, 64, 16  # batches 64, 64, 64, 40
@@ -305,21 +301,8 @@ def test_choose_parts_takes_the_fewest_that_fit() -> None:
 
 @pytest.mark.slow
 def test_ddp_two_processes_equal_one_process_on_the_global_batch(tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
-    env["OMP_NUM_THREADS"] = "1"
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc_per_node=2",
-        str(WORKER),
-        str(tmp_path),
-    ]
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    r0, r1 = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2))
-    worker = _worker_module()
+    r0, r1 = run_two_processes(WORKER, tmp_path, timeout=180)
+    worker = load_worker(WORKER)
     assert r0["final"] == r1["final"]
     assert r0["rows"] == r1["rows"] == worker.EXPECTED_ROWS
     assert r0["syncs"] == r1["syncs"] == worker.SAMPLES // (2 * worker.BATCH)  # one per batch
@@ -336,11 +319,3 @@ def test_ddp_two_processes_equal_one_process_on_the_global_batch(tmp_path: Path)
         opt.step()
     for name, value in model.state_dict().items():
         torch.testing.assert_close(torch.tensor(r0["final"][name]), value, atol=1e-6, rtol=1e-5)
-
-
-def _worker_module() -> Any:
-    spec = importlib.util.spec_from_file_location("accumulate_auto_worker", WORKER)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module

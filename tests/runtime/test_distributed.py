@@ -2,11 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -21,42 +16,14 @@ from autoopt.runtime.passes import distributed
 from autoopt.runtime.passes.distributed import AutooptDDP, DistributedSetupError
 from autoopt.runtime.report import Status
 
+from .torchrun import TORCHRUN_ENV, load_worker, run_two_processes
+
 WORKER = Path(__file__).with_name("ddp_worker.py")
-TORCHRUN_ENV = (
-    "RANK",
-    "WORLD_SIZE",
-    "LOCAL_RANK",
-    "LOCAL_WORLD_SIZE",
-    "MASTER_ADDR",
-    "MASTER_PORT",
-)
-
-
-def _worker_module() -> Any:
-    spec = importlib.util.spec_from_file_location("ddp_worker", WORKER)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture(scope="module")
 def ddp_results(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
-    out = tmp_path_factory.mktemp("ddp")
-    env = {k: v for k, v in os.environ.items() if k not in TORCHRUN_ENV}
-    env["OMP_NUM_THREADS"] = "1"
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",  # a free port picked by torchrun itself
-        "--nproc_per_node=2",
-        str(WORKER),
-        str(out),
-    ]
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
+    return run_two_processes(WORKER, tmp_path_factory.mktemp("ddp"), timeout=180)
 
 
 @pytest.fixture
@@ -112,7 +79,7 @@ def test_parameters_are_identical_on_both_ranks(ddp_results: list[dict[str, Any]
 def test_each_rank_sees_a_disjoint_half_and_epochs_reshuffle(
     ddp_results: list[dict[str, Any]],
 ) -> None:
-    samples = _worker_module().SAMPLES
+    samples = load_worker(WORKER).SAMPLES
     r0, r1 = (r["plain"]["seen"] for r in ddp_results)
     for epoch in range(2):
         a, b = set(r0[epoch]), set(r1[epoch])
@@ -132,7 +99,7 @@ def test_state_dict_keys_have_no_module_prefix(ddp_results: list[dict[str, Any]]
 def test_accumulate_syncs_once_per_step_and_matches_the_big_batch_step(
     ddp_results: list[dict[str, Any]],
 ) -> None:
-    worker = _worker_module()
+    worker = load_worker(WORKER)
     r0, r1 = (r["accumulate"] for r in ddp_results)
     per_rank_batches = worker.SAMPLES // 2 // worker.BATCH
     assert r0["syncs"] == r1["syncs"] == per_rank_batches // 2  # one all-reduce per step

@@ -4,11 +4,6 @@ global batch, full state dicts, resume, bf16 against torch's own FSDP2 loop; and
 
 from __future__ import annotations
 
-import importlib.util
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -25,45 +20,18 @@ from autoopt.runtime.passes import amp, distributed
 from autoopt.runtime.passes.distributed import DistributedSetupError, choose_strategy
 from autoopt.runtime.report import Status
 
+from .torchrun import TORCHRUN_ENV, load_worker, run_two_processes
+
 WORKER = Path(__file__).with_name("fsdp_worker.py")
-TORCHRUN_ENV = (
-    "RANK",
-    "WORLD_SIZE",
-    "LOCAL_RANK",
-    "LOCAL_WORLD_SIZE",
-    "MASTER_ADDR",
-    "MASTER_PORT",
-)
 
 
-def _worker_module() -> Any:
-    spec = importlib.util.spec_from_file_location("fsdp_worker", WORKER)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-worker = _worker_module()
+worker = load_worker(WORKER)
 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[dict[str, Any]]]:
     out = tmp_path_factory.mktemp("fsdp")
-    env = {k: v for k, v in os.environ.items() if k not in TORCHRUN_ENV}
-    env["OMP_NUM_THREADS"] = "1"
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc_per_node=2",
-        str(WORKER),
-        str(out),
-    ]
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return out, [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
+    return out, run_two_processes(WORKER, out)
 
 
 def _one_process(steps: int) -> tuple[nn.Module, list[float], torch.optim.Optimizer]:
