@@ -46,9 +46,15 @@ class Registration:
     what its backward passes need (a loss scaler, an accumulation count)."""
 
     model: weakref.ref[torch.nn.Module]
-    param_ids: frozenset[int]
+    # id -> the tensor, weakly: an id alone would match an unrelated tensor that reuses the
+    # address of a dead one (FSDP2's freed all-gathered copies, a discarded model's parameters).
+    params: dict[int, weakref.ref[torch.Tensor]]
     scaler: LossScaler | None = None
     accumulator: Accumulator | None = None
+
+    def owns_any(self, tensors: Iterable[torch.Tensor]) -> bool:
+        """Whether any of `tensors` is one of this model's parameters."""
+        return any((ref := self.params.get(id(t))) is not None and ref() is t for t in tensors)
 
     def scaling(self) -> LossScaler | None:
         """The loss scaler while it is in charge (not stood down for the user's own AMP)."""
@@ -77,7 +83,7 @@ def register(
             reg.scaler = scaler or reg.scaler
             reg.accumulator = accumulator or reg.accumulator
             return reg
-    reg = Registration(weakref.ref(model), frozenset(id(p) for p in model.parameters()))
+    reg = Registration(weakref.ref(model), _weak(model.parameters()))
     reg.scaler, reg.accumulator = scaler, accumulator
     _registered.append(reg)
     torch.autograd._engine_run_backward = _engine_run_backward
@@ -89,7 +95,7 @@ def add_params(model: torch.nn.Module, params: Iterable[torch.Tensor]) -> None:
     sharded ones after registration, and autograd's leaves are its all-gathered copies."""
     for reg in _live():
         if reg.model() is model:
-            reg.param_ids = reg.param_ids | {id(p) for p in params}
+            reg.params = {**reg.params, **_weak(params)}
 
 
 def unregister(model: torch.nn.Module) -> None:
@@ -106,8 +112,12 @@ def registrations_of(tensors: Iterable[Any]) -> list[Registration]:
 
 def registration_of_params(params: Iterable[torch.Tensor]) -> list[Registration]:
     """The live registrations owning any of `params`."""
-    ids = {id(p) for p in params}
-    return [reg for reg in _live() if reg.param_ids & ids]
+    params = list(params)
+    return [reg for reg in _live() if reg.owns_any(params)]
+
+
+def _weak(params: Iterable[torch.Tensor]) -> dict[int, weakref.ref[torch.Tensor]]:
+    return {id(p): weakref.ref(p) for p in params}
 
 
 def _live() -> list[Registration]:
@@ -147,8 +157,8 @@ def _involved(leaves: list[Any]) -> list[Registration]:
     live = _live()
     if not live:
         return []
-    ids = {id(node.variable) for node in leaves}
-    return [reg for reg in live if reg.param_ids & ids]
+    variables = [node.variable for node in leaves]
+    return [reg for reg in live if reg.owns_any(variables)]
 
 
 def _seed_scale(regs: list[Registration]) -> torch.Tensor | None:

@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 import autoopt
+from autoopt.runtime import root_scaling
 from autoopt.runtime.context import Context
 from autoopt.runtime.options import Options
 from autoopt.runtime.passes import accumulate
@@ -122,6 +123,29 @@ def test_only_backwards_that_reach_the_model_are_seeded_with_one_over_n() -> Non
     w = next(model.parameters())
     (w.sum() * 2).backward()  # a term built from a parameter, not from the outputs
     torch.testing.assert_close(w.grad, torch.full_like(w, 0.5))
+
+
+def test_a_tensor_at_a_dead_parameters_address_is_not_the_models() -> None:
+    """A registration remembers tensors it was told are the model's (FSDP2's all-gathered
+    copies are added later). Once one is freed, a new leaf CPython puts at the same address
+    must not be taken for it (it was: the next model trained under FSDP got the 1/N seed)."""
+    model = _net()
+    opt = _sgd(model)
+    model, opt = autoopt.optimize(model, optimizer=opt, accumulate=4, verbose=False, **OFF)
+    transient = torch.zeros(3, requires_grad=True)
+    root_scaling.add_params(model, [transient])
+    address = id(transient)
+    del transient
+    reused = None
+    for _ in range(1000):  # CPython reuses a freed object's address for the next of its size
+        leaf = torch.zeros(3, requires_grad=True)
+        if id(leaf) == address:
+            reused = leaf
+            break
+    if reused is None:
+        pytest.skip("no tensor landed at the freed address")
+    (reused * 2).sum().backward()
+    torch.testing.assert_close(reused.grad, torch.full((3,), 2.0))  # not 2/4
 
 
 def test_accumulate_one_and_missing_optimizer_are_skipped() -> None:
