@@ -37,6 +37,7 @@ from torch.utils.checkpoint import (
 
 from autoopt.runtime.context import Forward
 from autoopt.runtime.memory import count_saved
+from autoopt.runtime.replay import in_trial
 
 if TYPE_CHECKING:
     from autoopt.runtime.checkpoint_plan import Planner
@@ -113,7 +114,7 @@ class BlockCheckpoint:
         if not (torch.is_grad_enabled() and self.block.training):
             return self.forward(*args, **kwargs)
         planner = self.state.planner
-        if planner is not None and planner.measuring:
+        if planner is not None and planner.measuring and not in_trial():
             return planner.measure(self.state, self.forward, self.block, args, kwargs)
         return run_block(self.forward, self.block, self.state.mode, args, kwargs)
 

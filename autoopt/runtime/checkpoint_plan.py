@@ -58,6 +58,7 @@ from autoopt.runtime.memory import (
     resolve_budget,
     saved_tensor_bytes,
 )
+from autoopt.runtime.replay import in_trial
 from autoopt.runtime.report import PassResult, Report
 
 NAME = "checkpoint"
@@ -296,7 +297,12 @@ class PlanOnFirstForward:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         planner = self.planner
-        if not planner.decided and torch.is_grad_enabled() and planner.root.training:
+        if (
+            not planner.decided
+            and torch.is_grad_enabled()
+            and planner.root.training
+            and not in_trial()
+        ):
             planner.decide(self.forward, args, kwargs)
         return self.forward(*args, **kwargs)
 

@@ -39,22 +39,45 @@ class Replay:
             torch.cuda.set_rng_state_all(self.cuda_rng)
 
 
+_open_trials = 0  # trial_forwards contexts entered and not yet left
+
+
+def in_trial() -> bool:
+    """Whether a forward now is a trial (`trial_forwards`): layers that measure or decide at
+    the first real forward let it through as it is."""
+    return _open_trials > 0
+
+
 @contextlib.contextmanager
 def trial_forwards(module: nn.Module, backward: bool = False) -> Iterator[None]:
     """Forwards run inside are trials: afterwards the buffers, RNG states and train/eval modes
     are as they were before. Without `backward` they run in eval mode without gradients; with
-    it in the module's own mode, gradients on (see `time_forwards`)."""
+    it in the module's own mode, gradients on (see `time_forwards`). What the trials save for
+    backward is hidden from an enclosing `saved_tensors_hooks` (a memory measurement around the
+    first forward must not count them)."""
+    global _open_trials
     replay = Replay(module)
     modes = [(m, m.training) for m in module.modules()]
     if not backward:
         module.eval()
+    _open_trials += 1
     try:
-        with torch.set_grad_enabled(backward):
+        with torch.set_grad_enabled(backward), _unhooked_saves():
             yield
     finally:
+        _open_trials -= 1
         for m, training in modes:
             m.training = training
         replay.restore()
+
+
+def _unhooked_saves() -> contextlib.AbstractContextManager[None]:
+    """Saved tensors kept as they are: the innermost hooks are the ones autograd calls."""
+    return torch.autograd.graph.saved_tensors_hooks(_same, _same)
+
+
+def _same(t: torch.Tensor) -> torch.Tensor:
+    return t
 
 
 def time_forwards(

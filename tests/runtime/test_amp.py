@@ -226,3 +226,37 @@ def test_an_explicit_bf16_is_not_measured(monkeypatch: pytest.MonkeyPatch) -> No
     model, _ = _first_forward(monkeypatch, Timed(bf16_cost=2.0, fp32_cost=1.0), amp="bf16")
     assert model.autocast_seen == [True]
     assert "measured" not in autoopt.report(model)["amp"].detail
+
+
+class TimedStack(nn.Module):
+    """Two same-kind blocks (a stack checkpoint='auto' plans for) on a simulated clock shared by
+    copies (explain_memory works on one): fp32 measures faster."""
+
+    now = 0.0
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.blocks = nn.ModuleList(
+            nn.Sequential(nn.Linear(8, 32), nn.GELU(), nn.Linear(32, 8)) for _ in range(2)
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        TimedStack.now += 2.0 if torch.is_autocast_enabled("cpu") else 1.0
+        for block in self.blocks:
+            x = x + block(x)
+        return x
+
+
+def test_the_trials_are_not_counted_in_the_memory_plan(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The amp trial runs inside the first training forward, where checkpoint='auto' measures
+    # what the forward saves: its forwards must count neither in the total nor per block.
+    x = torch.randn(16, 8)
+    plain = autoopt.explain_memory(TimedStack(), x, memory_budget=None, amp=False)
+    monkeypatch.setattr(TimedStack, "now", 0.0)
+    monkeypatch.setattr(hardware, "cpu_supports_bf16", lambda: True)
+    monkeypatch.setattr(amp, "CLOCK", lambda: TimedStack.now)
+    measured = autoopt.explain_memory(TimedStack(), x, memory_budget=None)
+    assert TimedStack.now == 2 * (1 + amp.ROUNDS) * 1.5 + 1  # the trials ran, then fp32
+    assert len(measured.blocks) == 2
+    assert measured.memory.before.activations == plain.memory.before.activations > 0
+    assert [b.cost for b in measured.blocks] == [b.cost for b in plain.blocks]
