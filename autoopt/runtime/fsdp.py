@@ -34,6 +34,7 @@ from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor, distribute_tensor
 
 from autoopt.runtime.block_stacks import find_block_stacks
+from autoopt.runtime.optimizer_state import repoint
 
 
 def shard_blocks(model: nn.Module) -> list[nn.Module]:
@@ -92,7 +93,9 @@ def shard(
     fully_shard(model, mesh=mesh, mp_policy=mixed_precision(dtype, root=True))
     if optimizer is not None:
         after = dict(model.named_parameters(remove_duplicate=False))
-        _repoint(optimizer, {id(old): after[name] for name, old in before.items()})
+        repoint(
+            optimizer, {id(old): after[name] for name, old in before.items()}, _shard_state_like
+        )
     return [*blocks, model]
 
 
@@ -115,28 +118,12 @@ def _broadcast_from_rank0(model: nn.Module) -> None:
             dist.broadcast(tensor.data, src=0)
 
 
-def _repoint(optimizer: torch.optim.Optimizer, sharded: dict[int, nn.Parameter]) -> None:
-    """Param groups hold the sharded parameters; existing state is sharded like them."""
-    for group in optimizer.param_groups:
-        group["params"] = [sharded.get(id(p), p) for p in group["params"]]
-    for old in list(optimizer.state):
-        new = sharded.get(id(old))
-        if new is None:
-            continue
-        state = optimizer.state.pop(old)
-        optimizer.state[new] = {
-            key: _shard_like(value, new) if _param_shaped(value, old) else value
-            for key, value in state.items()
-        }
-
-
-def _param_shaped(value: Any, param: torch.Tensor) -> bool:
-    return isinstance(value, torch.Tensor) and value.shape == param.shape and value.dim() > 0
-
-
-def _shard_like(value: torch.Tensor, param: nn.Parameter) -> torch.Tensor:
-    assert isinstance(param.data, DTensor)
-    return distribute_tensor(value.detach(), param.data.device_mesh, param.data.placements)
+def _shard_state_like(old: torch.Tensor, new: torch.Tensor, value: Any) -> Any:
+    """A parameter-shaped state value (Adam's moments) sharded like the sharded parameter."""
+    if not (isinstance(value, torch.Tensor) and value.shape == old.shape and value.dim() > 0):
+        return value
+    assert isinstance(new.data, DTensor)
+    return distribute_tensor(value.detach(), new.data.device_mesh, new.data.placements)
 
 
 _FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)

@@ -8,6 +8,7 @@ state out like its parameters. All through torch's optimizer state-dict hooks.""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -75,3 +76,23 @@ def keep_state_contiguous(optimizer: torch.optim.Optimizer) -> None:
     """Save state contiguous; load it in the layout of the (channels-last) parameters."""
     optimizer.register_state_dict_post_hook(contiguous_state)
     optimizer.register_load_state_dict_post_hook(state_like_params)
+
+
+def repoint(
+    optimizer: torch.optim.Optimizer,
+    new: dict[int, torch.Tensor],
+    convert: Callable[[torch.Tensor, torch.Tensor, Any], Any] | None = None,
+) -> None:
+    """Point the optimizer at replaced parameters: `new` maps the id of each old parameter (still
+    alive) to its replacement; param groups and existing state follow, each state value passed
+    through `convert(old, new, value)` when given (e.g. to shard it like the new parameter)."""
+    for group in optimizer.param_groups:
+        group["params"] = [new.get(id(p), p) for p in group["params"]]
+    for old in list(optimizer.state):
+        replacement = new.get(id(old))
+        if replacement is None:
+            continue
+        state = optimizer.state.pop(old)
+        if convert is not None:
+            state = {key: convert(old, replacement, value) for key, value in state.items()}
+        optimizer.state[replacement] = state

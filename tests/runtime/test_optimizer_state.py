@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 import autoopt
+from autoopt.runtime.optimizer_state import repoint
 
 from .models import SmallCNN, batches, cnn_data
 
@@ -89,3 +90,25 @@ def test_resume_across_plain_and_optimized_equals_an_uninterrupted_run(
     if then == "optimized":  # the state is laid out like the (channels-last) parameters
         state = resumed_opt.state[resumed.features[0].weight]["exp_avg"]
         assert state.stride() == resumed.features[0].weight.stride()
+
+
+def test_repoint_moves_groups_and_state_to_the_replacement_parameters() -> None:
+    model = nn.Linear(3, 2)
+    opt = torch.optim.Adam(model.parameters(), lr=0.1)
+    model(torch.ones(1, 3)).sum().backward()
+    opt.step()
+    weight, bias = model.weight, model.bias
+    moments = opt.state[weight]["exp_avg"].clone()
+    new_weight = nn.Parameter(weight.detach().clone())
+    converted = []
+
+    def convert(old: torch.Tensor, new: torch.Tensor, value: Any) -> Any:
+        converted.append((old is weight, new is new_weight))
+        return value * 2 if isinstance(value, torch.Tensor) and value.dim() else value
+
+    repoint(opt, {id(weight): new_weight}, convert)
+    params = opt.param_groups[0]["params"]
+    assert len(params) == 2 and params[0] is new_weight and params[1] is bias
+    assert weight not in opt.state and bias in opt.state
+    torch.testing.assert_close(opt.state[new_weight]["exp_avg"], moments * 2)
+    assert converted and all(pair == (True, True) for pair in converted)

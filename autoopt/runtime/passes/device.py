@@ -17,6 +17,7 @@ import torch
 
 from autoopt.runtime.batch import map_tensors
 from autoopt.runtime.context import Context, Forward, ForwardLayer, Stage
+from autoopt.runtime.optimizer_state import repoint
 from autoopt.runtime.report import PassResult
 
 NAME = "device"
@@ -84,17 +85,9 @@ def move_model(
         after = dict(model.named_parameters(remove_duplicate=False))
         renamed = {id(old): after[name] for name, old in before.items() if after[name] is not old}
         if renamed:
-            _repoint(optimizer, renamed)
+            repoint(optimizer, renamed)
         _move_optimizer_state(optimizer, device)
     return True
-
-
-def _repoint(optimizer: torch.optim.Optimizer, new: dict[int, torch.nn.Parameter]) -> None:
-    for group in optimizer.param_groups:
-        group["params"] = [new.get(id(p), p) for p in group["params"]]
-    for old in list(optimizer.state):
-        if id(old) in new:
-            optimizer.state[new[id(old)]] = optimizer.state.pop(old)
 
 
 def _move_optimizer_state(optimizer: torch.optim.Optimizer, device: torch.device) -> None:
