@@ -27,6 +27,7 @@ import platform
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -89,19 +90,11 @@ def compile_events(model: nn.Module, example: Any = None) -> dict[str, Any]:
     causes); `skipped` says why when there is no example input."""
     from autoopt.runtime.compile_log import explain_compile
 
-    if example is None:
-        example = getattr(model, "example_input_array", None)
-    if example is None:
-        return {
-            "skipped": "no example input: pass --input MODULE:ATTR (or set the model's "
-            "example_input_array) to see graph breaks and recompiles"
-        }
-    try:
-        with contextlib.redirect_stderr(io.StringIO()):  # torch logs its own break warnings
-            events = explain_compile(model, example, example)
-    except Exception as err:  # the forward itself failed on the example: say so
-        return {"skipped": f"the forward failed on the example input: {type(err).__name__}: {err}"}
-    return {"events": [e.to_dict() for e in events], "text": [str(e) for e in events]}
+    def section(example: Any) -> dict[str, Any]:
+        events = explain_compile(model, example, example)
+        return {"events": [e.to_dict() for e in events], "text": [str(e) for e in events]}
+
+    return _on_example(model, example, "graph breaks and recompiles", section)
 
 
 def memory_section(
@@ -111,19 +104,31 @@ def memory_section(
     state assumed); `skipped` says why when there is no example input or the forward failed."""
     from autoopt.runtime.memory_explain import explain_memory
 
+    def section(example: Any) -> dict[str, Any]:
+        explained = explain_memory(model, example, memory_budget=memory_budget)
+        return {**explained.to_dict(), "text": explained.render()}
+
+    return _on_example(model, example, "the memory plan", section)
+
+
+def _on_example(
+    model: nn.Module, example: Any, what: str, section: Callable[[Any], dict[str, Any]]
+) -> dict[str, Any]:
+    """`section(example)` with torch's and the passes' warnings silenced (the section says it
+    all); the example defaults to the model's `example_input_array`. `skipped` says why when
+    there is none or the forward failed on it."""
     if example is None:
         example = getattr(model, "example_input_array", None)
     if example is None:
         return {
             "skipped": "no example input: pass --input MODULE:ATTR (or set the model's "
-            "example_input_array) to see the memory plan"
+            f"example_input_array) to see {what}"
         }
     try:
-        with contextlib.redirect_stderr(io.StringIO()):  # passes warn; the plan says it all
-            explained = explain_memory(model, example, memory_budget=memory_budget)
+        with contextlib.redirect_stderr(io.StringIO()):
+            return section(example)
     except Exception as err:  # the forward itself failed on the example: say so
         return {"skipped": f"the forward failed on the example input: {type(err).__name__}: {err}"}
-    return {**explained.to_dict(), "text": explained.render()}
 
 
 def _torch_info() -> dict[str, Any]:

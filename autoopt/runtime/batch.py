@@ -38,17 +38,16 @@ def map_tensors(
     return obj if other is None else other(obj)
 
 
+def tensors_in(obj: Any) -> list[torch.Tensor]:
+    """Every tensor inside `obj`, in order."""
+    found: list[torch.Tensor] = []
+    map_tensors(obj, lambda t: found.append(t) or t)
+    return found
+
+
 def any_tensor(obj: Any, predicate: Callable[[torch.Tensor], bool]) -> bool:
     """True if some tensor inside `obj` satisfies `predicate`."""
-    found = False
-
-    def check(t: torch.Tensor) -> torch.Tensor:
-        nonlocal found
-        found = found or predicate(t)
-        return t
-
-    map_tensors(obj, check)
-    return found
+    return any(predicate(t) for t in tensors_in(obj))
 
 
 def to_device(obj: Any, device: torch.device | str | None, non_blocking: bool = False) -> Any:

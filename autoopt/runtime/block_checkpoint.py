@@ -138,11 +138,7 @@ def run_block(
 def context_fn(block: nn.Module, mode: Mode) -> Callable[[], tuple[Any, Any]]:
     """The checkpoint's (forward, recompute) contexts for `block` in `mode`. Plain dispatch
     modes (what torch.compile accepts) unless batch norms need their statistics restored."""
-    norms = [
-        m
-        for m in block.modules()
-        if isinstance(m, _BatchNorm) and m.track_running_stats and m.training
-    ]
+    norms = training_norms([block])
     if mode is Mode.SELECTIVE:
         if not norms:
             return _Selective()
@@ -173,6 +169,16 @@ def _both(first: Any, second: Any) -> Iterator[None]:
     """Enter `first`, then `second`; leave in reverse."""
     with first, second:
         yield
+
+
+def training_norms(modules: list[nn.Module]) -> list[_BatchNorm]:
+    """The batch norms inside `modules` that update running statistics in this forward."""
+    return [
+        m
+        for top in modules
+        for m in top.modules()
+        if isinstance(m, _BatchNorm) and m.track_running_stats and m.training
+    ]
 
 
 @contextlib.contextmanager

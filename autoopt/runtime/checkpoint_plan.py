@@ -40,16 +40,15 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.nn.modules.batchnorm import _BatchNorm
 
-from autoopt.runtime.batch import map_tensors
+from autoopt.runtime.batch import map_tensors, tensors_in
 from autoopt.runtime.block_checkpoint import (
     BlockState,
     Mode,
-    keep_running_stats,
     run_block,
 )
 from autoopt.runtime.context import Forward
+from autoopt.runtime.hardware import module_device
 from autoopt.runtime.memory import (
     StepMemory,
     format_bytes,
@@ -58,7 +57,7 @@ from autoopt.runtime.memory import (
     resolve_budget,
     saved_tensor_bytes,
 )
-from autoopt.runtime.replay import in_trial
+from autoopt.runtime.replay import Replay, in_trial
 from autoopt.runtime.report import PassResult, Report
 
 NAME = "checkpoint"
@@ -176,7 +175,7 @@ class Planner:
     def decide(self, forward: Forward, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         """Measure on this batch, set every block's mode and record the plan in the report."""
         self.decided = True
-        device = _device_of(self.root)
+        device = module_device(self.root)
         held = resident_bytes(self.root, None, device)
         budget = resolve_budget(self.budget_option, device, held=held)
         if budget is None:
@@ -272,7 +271,7 @@ class Planner:
         """One block inside the measuring forward: its three costs, then its output, checkpointed."""
         fresh_args, fresh_kwargs = map_tensors((args, kwargs), _fresh)
         # Inputs that need no grad (masks, data) are the caller's, counted once outside the block.
-        outside = [t for t in _tensors((args, kwargs)) if not t.requires_grad]
+        outside = [t for t in tensors_in((args, kwargs)) if not t.requires_grad]
 
         def cost(mode: Mode) -> int:
             return saved_tensor_bytes(
@@ -330,14 +329,13 @@ def memory_plan(model: nn.Module) -> CheckpointPlan | None:
 def measure_saved(
     root: nn.Module, forward: Forward, args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> int:
-    """`saved_tensor_bytes` of `forward(*args, **kwargs)` as a side trip: the RNG state and the
-    batch-norm statistics of `root` are put back afterwards, the graph is freed."""
-    norms = [m for m in root.modules() if isinstance(m, _BatchNorm) and m.training]
-    devices = sorted(
-        {t.device.index or 0 for t in _tensors((args, kwargs)) if t.device.type == "cuda"}
-    )
-    with torch.random.fork_rng(devices=devices), keep_running_stats(norms):
+    """`saved_tensor_bytes` of `forward(*args, **kwargs)` as a side trip: the RNG states and the
+    buffers of `root` (batch-norm statistics) are put back afterwards, the graph is freed."""
+    replay = Replay(root)
+    try:
         return saved_tensor_bytes(lambda: forward(*args, **kwargs))
+    finally:
+        replay.restore()
 
 
 def _fresh(t: torch.Tensor) -> torch.Tensor:
@@ -345,15 +343,3 @@ def _fresh(t: torch.Tensor) -> torch.Tensor:
     if not t.requires_grad:
         return t
     return t.detach().requires_grad_(True).clone()
-
-
-def _tensors(obj: Any) -> list[torch.Tensor]:
-    found: list[torch.Tensor] = []
-    map_tensors(obj, lambda t: found.append(t) or t)
-    return found
-
-
-def _device_of(module: nn.Module) -> torch.device:
-    for tensor in (*module.parameters(), *module.buffers()):
-        return tensor.device
-    return torch.device("cpu")

@@ -88,3 +88,10 @@ def signature(device: torch.device) -> dict[str, Any]:
         sig["cpu"] = cpu_model()
         sig["features"] = cpu_features()
     return sig
+
+
+def module_device(module: torch.nn.Module) -> torch.device:
+    """Where `module` lives: its first parameter's (else buffer's) device; CPU when it has none."""
+    for tensor in (*module.parameters(), *module.buffers()):
+        return tensor.device
+    return torch.device("cpu")

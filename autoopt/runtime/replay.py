@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 import torch
 from torch import nn
 
-from autoopt.runtime.batch import map_tensors
+from autoopt.runtime.batch import tensors_in
 
 
 class Replay:
@@ -106,8 +106,6 @@ def time_forwards(
 
 
 def _grad_of_sum(out: object, params: list[torch.Tensor]) -> None:
-    found: list[torch.Tensor] = []
-    map_tensors(out, lambda t: found.append(t) or t)
-    losses = [t.float().sum() for t in found if t.is_floating_point() and t.requires_grad]
+    losses = [t.float().sum() for t in tensors_in(out) if t.is_floating_point() and t.requires_grad]
     if losses and params:
         torch.autograd.grad(sum(losses), params, allow_unused=True)

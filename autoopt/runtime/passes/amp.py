@@ -61,7 +61,7 @@ def choose(
 
 def run(ctx: Context) -> PassResult:
     """Register the autocast layer and, for fp16, loss scaling at the root of each backward."""
-    device = ctx.device if ctx.device is not None else _model_device(ctx.model)
+    device = ctx.device if ctx.device is not None else hardware.module_device(ctx.model)
     dtype, why = choose(ctx.model, device, ctx.options.amp)
     if dtype is None:
         return PassResult.skipped(NAME, why)
@@ -142,11 +142,6 @@ def _auto(model: torch.nn.Module, device: torch.device) -> tuple[torch.dtype | N
             "fp32; pass amp='bf16' to force it"
         )
     return None, f"no automatic choice for device type {device.type!r}; pass amp='bf16'/'fp16'"
-
-
-def _model_device(model: torch.nn.Module) -> torch.device:
-    param = next(model.parameters(), None)
-    return param.device if param is not None else torch.device("cpu")
 
 
 @dataclass

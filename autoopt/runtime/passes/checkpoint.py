@@ -29,15 +29,20 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.nn.modules.batchnorm import _BatchNorm
 from torch.utils.checkpoint import checkpoint
 
 from autoopt.runtime.block_checkpoint import STATE_ATTR as BLOCK_STATE_ATTR
-from autoopt.runtime.block_checkpoint import BlockCheckpoint, BlockState, keep_running_stats
+from autoopt.runtime.block_checkpoint import (
+    BlockCheckpoint,
+    BlockState,
+    keep_running_stats,
+    training_norms,
+)
 from autoopt.runtime.block_stacks import find_block_stacks
 from autoopt.runtime.checkpoint_plan import PLANNER_ATTR, Planner, PlanOnFirstForward
 from autoopt.runtime.context import Context, Forward, ForwardLayer, Stage
 from autoopt.runtime.forward import compose_forward
+from autoopt.runtime.hardware import module_device
 from autoopt.runtime.memory import AUTO, format_bytes, state_memory
 from autoopt.runtime.report import PassResult
 
@@ -91,7 +96,7 @@ def choose(
     names = ", ".join(f"{n or '<model>'} ({len(b)} x {type(b[0]).__name__})" for n, _c, b in blocks)
     if budget is None:
         return None, f"memory_budget=None: no limit to plan for ({names})"
-    device = device if device is not None else _module_device(model)
+    device = device if device is not None else module_device(model)
     if budget == AUTO and device.type != "cuda":
         return None, (
             f"auto on {device.type}: memory_budget='auto' sets no limit off CUDA ({names}); "
@@ -209,18 +214,7 @@ class _Segment:
 
 
 def _context_fn(segment: list[nn.Module]) -> Callable[[], tuple[Any, Any]]:
-    norms = [
-        m
-        for top in segment
-        for m in top.modules()
-        if isinstance(m, _BatchNorm) and m.track_running_stats and m.training
-    ]
+    norms = training_norms(segment)
     if not norms:
         return lambda: (contextlib.nullcontext(), contextlib.nullcontext())
     return lambda: (contextlib.nullcontext(), keep_running_stats(norms))
-
-
-def _module_device(module: nn.Module) -> torch.device:
-    for tensor in (*module.parameters(), *module.buffers()):
-        return tensor.device
-    return torch.device("cpu")

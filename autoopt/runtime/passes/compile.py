@@ -41,7 +41,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from autoopt.runtime.batch import map_tensors
+from autoopt.runtime.batch import map_tensors, tensors_in
 from autoopt.runtime.compile_log import CompileWatch, Where, code_origin
 from autoopt.runtime.context import Context, Forward, ForwardLayer, Stage
 from autoopt.runtime.errors import error_summary
@@ -368,9 +368,7 @@ class JitForward:
 
 
 def _shapes(args: tuple[Any, ...]) -> list[tuple[int, ...]]:
-    shapes: list[tuple[int, ...]] = []
-    map_tensors(args, lambda t: shapes.append(tuple(t.shape)) or t)
-    return shapes
+    return [tuple(t.shape) for t in tensors_in(args)]
 
 
 @contextlib.contextmanager

@@ -11,7 +11,7 @@ from typing import Any
 import torch
 from torch.nn import functional as F
 
-from autoopt.runtime.batch import map_tensors
+from autoopt.runtime.batch import tensors_in
 
 LossFn = Callable[[Any, Any], torch.Tensor]
 
@@ -55,12 +55,4 @@ def target_of(batch: Any) -> Any:
 
 def floating_tensors(outputs: Any) -> list[torch.Tensor]:
     """The floating-point tensors inside `outputs`, in order."""
-    found: list[torch.Tensor] = []
-
-    def collect(t: torch.Tensor) -> torch.Tensor:
-        if t.is_floating_point():
-            found.append(t)
-        return t
-
-    map_tensors(outputs, collect)
-    return found
+    return [t for t in tensors_in(outputs) if t.is_floating_point()]

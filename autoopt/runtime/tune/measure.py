@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from autoopt.runtime import hardware
-from autoopt.runtime.batch import map_tensors
+from autoopt.runtime.batch import tensors_in
 from autoopt.runtime.errors import error_summary
 from autoopt.runtime.options import Options
 from autoopt.runtime.tune import apply
@@ -256,13 +256,7 @@ def disable_dropout(model: nn.Module) -> None:
 
 
 def _sync(batch: Any) -> None:
-    devices = {t.device for t in _all_tensors(batch)}
+    devices = {t.device for t in tensors_in(batch)}
     for device in devices:
         if device.type == "cuda":
             torch.cuda.synchronize(device)
-
-
-def _all_tensors(obj: Any) -> list[torch.Tensor]:
-    found: list[torch.Tensor] = []
-    map_tensors(obj, lambda t: found.append(t) or t)
-    return found
