@@ -39,11 +39,30 @@ class _Mover:
         return batch
 
 
-class DeviceLoader:
-    """Iterates the wrapped loader, yielding batches moved to `device` and transformed.
+class LoaderProxy:
+    """Stands in for the loader in `_loader`: `len()` and the attributes a subclass does not
+    define (`loader.dataset`, `loader.batch_size`, `loader.sampler`) are the wrapped loader's."""
 
-    Attribute lookups that the wrapper does not define fall through to the wrapped loader, so
-    `loader.dataset`, `loader.batch_size` and `loader.sampler` work as before.
+    _loader: Any
+
+    @property
+    def loader(self) -> Any:
+        """The wrapped loader."""
+        return self._loader
+
+    def __len__(self) -> int:
+        return len(self._loader)
+
+    def __getattr__(self, name: str) -> Any:
+        # Only called when normal lookup fails; guard against recursion before __init__ ran.
+        loader = self.__dict__.get("_loader")
+        if loader is None:
+            raise AttributeError(name)
+        return getattr(loader, name)
+
+
+class DeviceLoader(LoaderProxy):
+    """Iterates the wrapped loader, yielding batches moved to `device` and transformed.
 
     `epoch_sampler`: a DistributedSampler autoopt created; the n-th pass calls its
     `set_epoch(n)` (n = 0, 1, ...) until the user calls `set_epoch` on it themselves.
@@ -70,12 +89,7 @@ class DeviceLoader:
         self._epoch_set = epoch_sampler.epoch if epoch_sampler is not None else 0
         self._draw_base_seed = draw_base_seed
         self._epoch = 0
-        self.rebuilt = rebuilt
-
-    @property
-    def loader(self) -> Any:
-        """The loader being iterated (the rebuilt DataLoader, or the user's own object)."""
-        return self._loader
+        self.rebuilt = rebuilt  # `loader` is then the rebuilt DataLoader, not the user's
 
     @property
     def epoch(self) -> int:
@@ -96,16 +110,6 @@ class DeviceLoader:
             torch.empty((), dtype=torch.int64).random_(generator=self._loader.generator)
         self._epoch += 1
         return map(self._move, iter(self._loader))
-
-    def __len__(self) -> int:
-        return len(self._loader)
-
-    def __getattr__(self, name: str) -> Any:
-        # Only called when normal lookup fails; guard against recursion before __init__ ran.
-        loader = self.__dict__.get("_loader")
-        if loader is None:
-            raise AttributeError(name)
-        return getattr(loader, name)
 
     def __repr__(self) -> str:
         how = "rebuilt" if self.rebuilt else "wrapped"

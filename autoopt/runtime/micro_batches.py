@@ -46,6 +46,7 @@ from torch import nn
 from autoopt.runtime.batch import any_tensor, batch_rows, map_tensors, split_rows
 from autoopt.runtime.checkpoint_plan import PLANNER_ATTR, Planner, measure_saved
 from autoopt.runtime.context import DistState, Forward
+from autoopt.runtime.device_loader import LoaderProxy
 from autoopt.runtime.memory import StepMemory, format_bytes, resident_bytes, resolve_budget
 from autoopt.runtime.report import PassResult, Report
 
@@ -324,7 +325,7 @@ class DecideOnFirstForward:
         return self.forward(*args, **kwargs)
 
 
-class MicroBatchLoader:
+class MicroBatchLoader(LoaderProxy):
     """What `optimize()` returns as the loader under `accumulate="auto"`: the micro-batches of
     each batch of the loader it wraps. `len()` counts batches (optimizer steps), as the user's
     loader does; other attributes fall through to the wrapped loader."""
@@ -333,23 +334,9 @@ class MicroBatchLoader:
         self._loader = loader
         self._batcher = batcher
 
-    @property
-    def loader(self) -> Any:
-        """The loader whose batches are split."""
-        return self._loader
-
     def __iter__(self) -> Iterator[Any]:
         for batch in self._loader:
             yield from self._batcher.parts(batch)
-
-    def __len__(self) -> int:
-        return len(self._loader)
-
-    def __getattr__(self, name: str) -> Any:
-        loader = self.__dict__.get("_loader")
-        if loader is None:
-            raise AttributeError(name)
-        return getattr(loader, name)
 
     def __repr__(self) -> str:
         return f"MicroBatchLoader({self._loader!r})"

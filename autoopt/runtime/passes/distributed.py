@@ -239,14 +239,20 @@ def _int(env: Mapping[str, str], name: str) -> int:
         raise DistributedSetupError(f"{name}={value!r} is not an integer") from None
 
 
+def _trainable(ctx: Context, wrapper: str) -> bool:
+    """Whether the model has trainable parameters; if not, the report says `wrapper` stood down."""
+    if any(p.requires_grad for p in ctx.model.parameters()):
+        return True
+    message = f"the model has no trainable parameters; {wrapper} not applied"
+    ctx.report.replace(PassResult.skipped(NAME, message))
+    return False
+
+
 def _wrap_in_ddp(ctx: Context) -> None:
     """Finalizer: wrap the (patched) model in AutooptDDP; it becomes what optimize() returns."""
     assert ctx.dist is not None and ctx.device is not None
     model: nn.Module = ctx.model
-    if not any(p.requires_grad for p in model.parameters()):
-        ctx.report.replace(
-            PassResult.skipped(NAME, "the model has no trainable parameters; DDP not applied")
-        )
+    if not _trainable(ctx, "DDP"):
         return
     device_ids = [ctx.device.index] if ctx.device.type == "cuda" else None
     ctx.returned_model = AutooptDDP(model, device_ids=device_ids)
@@ -258,10 +264,7 @@ def _shard_with_fsdp(ctx: Context) -> None:
     report's memory section the state bytes per rank before and after sharding."""
     assert ctx.dist is not None and ctx.device is not None
     model: nn.Module = ctx.model
-    if not any(p.requires_grad for p in model.parameters()):
-        ctx.report.replace(
-            PassResult.skipped(NAME, "the model has no trainable parameters; FSDP2 not applied")
-        )
+    if not _trainable(ctx, "FSDP2"):
         return
     before = state_memory(model, ctx.optimizer)
     held = resident_bytes(model, ctx.optimizer, ctx.device)
