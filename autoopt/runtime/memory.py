@@ -11,8 +11,9 @@ accumulate, distributed) resolve it with `resolve_budget`, record what they plan
 
 from __future__ import annotations
 
+import contextlib
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from contextvars import ContextVar
 from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any
@@ -229,9 +230,7 @@ def optimizer_state_bytes(optimizer: torch.optim.Optimizer | None) -> int:
             if isinstance(t, torch.Tensor) and t.dim() > 0  # scalar `step` counters are noise
         ]
         return sum(_nbytes(t) for t in tensors)
-    per_element = next(
-        (count for cls, count in _STATE_TENSORS.items() if type(optimizer) is cls), None
-    )
+    per_element = _STATE_TENSORS.get(type(optimizer))
     if per_element is None:
         return 0
     return sum(
@@ -297,6 +296,23 @@ def saved_tensor_bytes(fn: Callable[[], Any], exclude: Iterable[torch.Tensor] = 
     finally:
         _TALLY.reset(token)
     return tally.total
+
+
+@contextlib.contextmanager
+def not_counted() -> Iterator[None]:
+    """What runs inside (trial forwards) is invisible to an enclosing `saved_tensor_bytes`:
+    autograd's saves go through identity hooks (the innermost hooks are the ones called) and
+    `count_saved` finds no tally."""
+    token = _TALLY.set(None)
+    try:
+        with torch.autograd.graph.saved_tensors_hooks(_same, _same):
+            yield
+    finally:
+        _TALLY.reset(token)
+
+
+def _same(t: torch.Tensor) -> torch.Tensor:
+    return t
 
 
 def _packer(tally: _SavedTally) -> Callable[[torch.Tensor], torch.Tensor]:

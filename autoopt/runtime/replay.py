@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from autoopt.runtime.batch import tensors_in
+from autoopt.runtime.memory import not_counted
 
 
 class Replay:
@@ -53,8 +54,7 @@ def trial_forwards(module: nn.Module, backward: bool = False) -> Iterator[None]:
     """Forwards run inside are trials: afterwards the buffers, RNG states and train/eval modes
     are as they were before. Without `backward` they run in eval mode without gradients; with
     it in the module's own mode, gradients on (see `time_forwards`). What the trials save for
-    backward is hidden from an enclosing `saved_tensors_hooks` (a memory measurement around the
-    first forward must not count them)."""
+    backward is not counted by a memory measurement around them (`memory.not_counted`)."""
     global _open_trials
     replay = Replay(module)
     modes = [(m, m.training) for m in module.modules()]
@@ -62,22 +62,13 @@ def trial_forwards(module: nn.Module, backward: bool = False) -> Iterator[None]:
         module.eval()
     _open_trials += 1
     try:
-        with torch.set_grad_enabled(backward), _unhooked_saves():
+        with torch.set_grad_enabled(backward), not_counted():
             yield
     finally:
         _open_trials -= 1
         for m, training in modes:
             m.training = training
         replay.restore()
-
-
-def _unhooked_saves() -> contextlib.AbstractContextManager[None]:
-    """Saved tensors kept as they are: the innermost hooks are the ones autograd calls."""
-    return torch.autograd.graph.saved_tensors_hooks(_same, _same)
-
-
-def _same(t: torch.Tensor) -> torch.Tensor:
-    return t
 
 
 def time_forwards(
