@@ -95,6 +95,11 @@ def resolve_budget(
     return None
 
 
+def describe_budget(option: int | str) -> str:
+    """A limit for the report: "the free CUDA memory" for "auto", else its size."""
+    return "the free CUDA memory" if option == AUTO else format_bytes(int(option))
+
+
 def resident_bytes(
     model: nn.Module, optimizer: torch.optim.Optimizer | None, device: torch.device
 ) -> int:

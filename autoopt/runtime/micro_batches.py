@@ -47,6 +47,7 @@ from autoopt.runtime.batch import any_tensor, batch_rows, map_tensors, split_row
 from autoopt.runtime.checkpoint_plan import PLANNER_ATTR, Planner, measure_saved
 from autoopt.runtime.context import DistState, Forward
 from autoopt.runtime.device_loader import LoaderProxy
+from autoopt.runtime.hardware import module_device
 from autoopt.runtime.memory import StepMemory, format_bytes, resident_bytes, resolve_budget
 from autoopt.runtime.report import PassResult, Report
 
@@ -214,10 +215,7 @@ class MicroBatcher:
                 f"the model's inputs have no dimension of the first micro-batch's {probe} rows"
             )
             return
-        device = next(
-            (t.device for t in (*self.root.parameters(), *self.root.buffers())),
-            torch.device("cpu"),
-        )
+        device = module_device(self.root)
         budget = resolve_budget(
             self.budget_option, device, held=resident_bytes(self.root, None, device)
         )

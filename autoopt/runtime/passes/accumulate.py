@@ -48,7 +48,7 @@ from torch.optim.lr_scheduler import LRScheduler, ReduceLROnPlateau
 
 from autoopt.runtime import micro_batches, root_scaling
 from autoopt.runtime.context import Context, ForwardLayer, Stage, StepLayer
-from autoopt.runtime.memory import AUTO, format_bytes, state_memory
+from autoopt.runtime.memory import AUTO, describe_budget, state_memory
 from autoopt.runtime.report import PassResult
 from autoopt.runtime.user_amp import unwatch_grad_scalers, watch_grad_scalers
 
@@ -205,11 +205,8 @@ def _run_auto(ctx: Context) -> PassResult:
     layer = functools.partial(micro_batches.DecideOnFirstForward, batcher=batcher)
     ctx.forward_layers.append(ForwardLayer(NAME, Stage.OUTER, layer))
     ctx.finalizers.append(functools.partial(_split_batches, batcher=batcher))
-    limit = (
-        "the free CUDA memory"
-        if ctx.options.memory_budget == AUTO
-        else format_bytes(int(ctx.options.memory_budget))  # type: ignore[arg-type]
-    )
+    assert ctx.options.memory_budget is not None  # choose_auto stood down on None
+    limit = describe_budget(ctx.options.memory_budget)
     return PassResult.skipped(
         NAME, f"auto: micro-batches chosen at the first training batch to fit {limit}"
     )

@@ -43,7 +43,7 @@ from autoopt.runtime.checkpoint_plan import PLANNER_ATTR, Planner, PlanOnFirstFo
 from autoopt.runtime.context import Context, Forward, ForwardLayer, Stage
 from autoopt.runtime.forward import compose_forward
 from autoopt.runtime.hardware import module_device
-from autoopt.runtime.memory import AUTO, format_bytes, state_memory
+from autoopt.runtime.memory import AUTO, describe_budget, state_memory
 from autoopt.runtime.report import PassResult
 
 NAME = "checkpoint"
@@ -102,7 +102,7 @@ def choose(
             f"auto on {device.type}: memory_budget='auto' sets no limit off CUDA ({names}); "
             "pass memory_budget=<bytes> to plan checkpointing under it"
         )
-    limit = "the free CUDA memory" if budget == AUTO else format_bytes(int(budget))
+    limit = describe_budget(budget)
     return LAZY, f"auto: {names}; blocks chosen at the first training forward to fit {limit}"
 
 
