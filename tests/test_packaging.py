@@ -20,53 +20,102 @@ def test_editable_install_maps_rules_folder() -> None:
     assert Path(autoopt.rules.__file__).resolve() == ROOT / "rules" / "__init__.py"
 
 
-@pytest.mark.slow
-def test_wheel_contains_rules_and_imports_them(tmp_path: Path) -> None:
-    # Build from a copy: an in-tree build would leave build/ and *.egg-info in the checkout.
-    source = tmp_path / "src"
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The wheel a user would install, built from a copy of the checkout (an in-tree build would
+    leave build/ and *.egg-info behind)."""
+    tmp = tmp_path_factory.mktemp("wheel")
+    source = tmp / "src"
     shutil.copytree(
         ROOT,
         source,
         ignore=shutil.ignore_patterns(".*", "build", "*.egg-info", "__pycache__", "benchmarks"),
     )
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(tmp_path), str(source)],
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(tmp), str(source)],
         check=True,
         capture_output=True,
     )
-    (wheel,) = tmp_path.glob("autoopt-*.whl")
-    names = zipfile.ZipFile(wheel).namelist()
-    rule_files = sorted(p.name for p in (ROOT / "rules").glob("*.py"))
-    for name in rule_files:
-        assert f"autoopt/rules/{name}" in names
-    assert not any(n.startswith("rules/") for n in names), "rules/ must not ship as a top-level pkg"
+    (built,) = tmp.glob("autoopt-*.whl")
+    return built
 
-    target = tmp_path / "site"
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "install",
-            "-q",
-            "--no-deps",
-            "--target",
-            str(target),
-            str(wheel),
-        ],
-        check=True,
-        capture_output=True,
-    )
-    env = {**os.environ, "PYTHONPATH": str(target)}
-    out = subprocess.run(
-        [sys.executable, "-c", "import autoopt.rules; print(autoopt.rules.__file__)"],
-        check=True,
+
+def _source_modules() -> set[str]:
+    """Every module of the source tree, as the path it must have inside the wheel."""
+    modules = {p.relative_to(ROOT).as_posix() for p in (ROOT / "autoopt").rglob("*.py")}
+    modules |= {
+        f"autoopt/rules/{p.relative_to(ROOT / 'rules').as_posix()}"
+        for p in (ROOT / "rules").rglob("*.py")
+    }
+    return {m for m in modules if "__pycache__" not in m}
+
+
+@pytest.mark.slow
+def test_wheel_contains_every_module(wheel: Path) -> None:
+    names = set(zipfile.ZipFile(wheel).namelist())
+    missing = sorted(_source_modules() - names)
+    assert not missing, f"modules missing from the wheel: {missing}"
+    assert not any(n.startswith(("rules/", "tests/", "benchmarks/")) for n in names)
+
+
+@pytest.mark.slow
+def test_wheel_works_in_a_fresh_environment(wheel: Path, tmp_path: Path) -> None:
+    """What `pip install autoopt` gives a user: a new virtual environment outside the checkout,
+    the wheel and its declared dependencies (torch pinned to the local CPU build), then the CLI,
+    a lint with a finding, and optimize() with tune=True, all run from outside the checkout."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, capture_output=True)
+    python = venv / "bin" / "python"
+    constraints = ROOT / "constraints-cpu.txt"
+    install = subprocess.run(
+        [str(python), "-m", "pip", "install", "-q", "-c", str(constraints), str(wheel)],
         capture_output=True,
         text=True,
-        env=env,
-        cwd=tmp_path,
-    ).stdout.strip()
-    assert Path(out).is_relative_to(target)
+    )
+    assert install.returncode == 0, install.stderr[-3000:]
+    work = tmp_path / "user"
+    work.mkdir()
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["AUTOOPT_CACHE_DIR"] = str(tmp_path / "cache")
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(args, capture_output=True, text=True, cwd=work, env=env)
+
+    version = run(str(venv / "bin" / "autoopt"), "--version")
+    assert version.returncode == 0, version.stderr
+    assert "0.1.0" in version.stdout
+
+    script = work / "train.py"
+    script.write_text(
+        "import torch\n"
+        "from torch.utils.data import DataLoader\n"
+        "loader = DataLoader(list(range(8)), batch_size=2)\n"
+    )
+    lint = run(str(venv / "bin" / "autoopt"), "lint", "--select", "AO101", "train.py")
+    assert lint.returncode == 1, lint.stdout + lint.stderr
+    assert "AO101" in lint.stdout
+
+    program = (
+        "import torch, autoopt, pathlib\n"
+        f"assert pathlib.Path(autoopt.__file__).is_relative_to(pathlib.Path({str(venv)!r}))\n"
+        "torch.manual_seed(0)\n"
+        "model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), "
+        "torch.nn.Linear(16, 2))\n"
+        "data = torch.utils.data.TensorDataset(torch.randn(32, 8), torch.randint(0, 2, (32,)))\n"
+        "loader = torch.utils.data.DataLoader(data, batch_size=8)\n"
+        "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "model, loader, optimizer = autoopt.optimize(model, loader, optimizer, tune=True, "
+        "verbose=False)\n"
+        "for x, y in loader:\n"
+        "    optimizer.zero_grad()\n"
+        "    loss = torch.nn.functional.cross_entropy(model(x), y)\n"
+        "    loss.backward()\n"
+        "    optimizer.step()\n"
+        "print('trained', float(loss))\n"
+    )
+    trained = run(str(python), "-c", program)
+    assert trained.returncode == 0, trained.stdout + trained.stderr[-3000:]
+    assert "trained" in trained.stdout
 
 
 def test_lint_cli_does_not_import_torch() -> None:
