@@ -57,3 +57,7 @@ def __getattr__(name: str) -> Any:
         globals()[name] = value
         return value
     raise AttributeError(f"module 'autoopt' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

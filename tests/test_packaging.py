@@ -131,3 +131,36 @@ def test_public_api_resolves_lazily() -> None:
     assert autoopt.optimize is optimize
     with pytest.raises(AttributeError):
         autoopt.no_such_name  # noqa: B018
+
+
+def test_version_and_help_import_neither_libcst_nor_torch() -> None:
+    # `autoopt --version`/`--help` start in a fraction of a second: subcommands load on use.
+    code = (
+        "import sys\n"
+        "from autoopt.cli import main\n"
+        "for args in (['--version'], ['--help']):\n"
+        "    try:\n"
+        "        main(args)\n"
+        "    except SystemExit as exit:\n"
+        "        assert exit.code == 0, exit.code\n"
+        "heavy = [m for m in ('libcst', 'torch') if m in sys.modules]\n"
+        "assert not heavy, heavy\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
+
+
+def test_every_listed_subcommand_loads() -> None:
+    from click.testing import CliRunner
+
+    from autoopt.cli import SUBCOMMANDS, main
+
+    for name in SUBCOMMANDS:
+        result = CliRunner().invoke(main, [name, "--help"])
+        assert result.exit_code == 0, (name, result.output)
+        assert f"Usage: main {name}" in result.output or f" {name} " in result.output
+
+
+def test_dir_shows_the_public_api() -> None:
+    import autoopt
+
+    assert dir(autoopt) == sorted(autoopt.__all__)

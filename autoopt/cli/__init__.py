@@ -1,20 +1,47 @@
-"""The `autoopt` command: one click group, its subcommands in the modules beside this one."""
+"""The `autoopt` command: one click group, its subcommands in the modules beside this one.
+
+Subcommands are imported when they run, not at start-up: `lint` pulls in libcst and `bench`
+torch, which would make `autoopt --version` and `autoopt --help` take most of a second.
+"""
 
 from __future__ import annotations
+
+import importlib
 
 import click
 
 from autoopt import __version__
-from autoopt.cli.diagnostics import COMMANDS as DIAGNOSTICS_COMMANDS
-from autoopt.cli.lint import COMMANDS as LINT_COMMANDS
-from autoopt.cli.rewrite import COMMANDS as REWRITE_COMMANDS
+
+# name -> (module, one-line help shown by `autoopt --help` without importing the module)
+SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "lint": ("autoopt.cli.lint", "Find missing PyTorch optimizations in files or folders."),
+    "rewrite": ("autoopt.cli.rewrite", "Rewrite training scripts to adopt the tricks."),
+    "rules": ("autoopt.cli.lint", "List every rule: code, name, fix availability, message."),
+    "explain": ("autoopt.cli.lint", "Print the documentation of one rule (AO201)."),
+    "doctor": ("autoopt.cli.diagnostics", "Report torch, devices, CPU features; diagnose a model."),
+    "bench": ("autoopt.cli.diagnostics", "Benchmark eager, each trick and optimize()."),
+}
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class LazyGroup(click.Group):
+    """A group whose subcommands are imported on first use (click's documented lazy pattern)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(SUBCOMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in SUBCOMMANDS:
+            return None
+        module = importlib.import_module(SUBCOMMANDS[cmd_name][0])
+        return next(c for c in module.COMMANDS if c.name == cmd_name)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = [(name, SUBCOMMANDS[name][1]) for name in self.list_commands(ctx)]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="autoopt")
 def main() -> None:
     """Make PyTorch training fast: lint and rewrite training scripts, diagnose the machine."""
-
-
-for _command in (*LINT_COMMANDS, *REWRITE_COMMANDS, *DIAGNOSTICS_COMMANDS):
-    main.add_command(_command)
