@@ -23,10 +23,11 @@ from autoopt.cli.options import (
 )
 from autoopt.cli.output import render
 from autoopt.lint.config import OUTPUT_FORMATS, ConfigError, Options, resolve_settings
+from autoopt.lint.discovery import SUFFIXES, is_notebook
 from autoopt.lint.explain import render_explain, render_rules
-from autoopt.lint.project import load_project, registry_for
+from autoopt.lint.project import Project, load_project, registry_for
 from autoopt.lint.registry import Registry, RuleError
-from autoopt.lint.runner import Progress, run_lint
+from autoopt.lint.runner import LintReport, Progress, lint_bytes, run_lint
 
 PROGRESS_MIN_FILES = 100  # below this a progress bar is noise
 
@@ -72,7 +73,34 @@ def progress_bar(n_files: int, quiet: bool) -> Iterator[Progress | None]:
     default=None,
     help="Worker processes (default: one per CPU).",
 )
+@click.option("--fix", is_flag=True, help="Apply the fixes (the same engine as `autoopt rewrite`).")
+@click.option(
+    "--diff", is_flag=True, help="Print the fixes as a diff; write nothing; exit 1 if any."
+)
+@click.option(
+    "--show-fixes", is_flag=True, help="After the findings, list the fixes by rule and safety."
+)
+@click.option(
+    "--extend-exclude",
+    multiple=True,
+    metavar="PATTERNS",
+    help="More gitignore-style patterns to exclude, on top of the configured ones.",
+)
+@click.option(
+    "--output-file",
+    "-o",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write the findings to this file instead of standard output.",
+)
+@click.option(
+    "--stdin-filename",
+    metavar="PATH",
+    help="With `-` as the path: the name the code read from standard input is reported under "
+    "(and the config and per-file-ignores that apply to it).",
+)
+@click.pass_context
 def lint(
+    ctx: click.Context,
     paths: tuple[Path, ...],
     select: tuple[str, ...],
     ignore: tuple[str, ...],
@@ -88,8 +116,38 @@ def lint(
     unsafe_fixes: bool | None,
     quiet: bool,
     jobs: int | None,
+    fix: bool,
+    diff: bool,
+    show_fixes: bool,
+    extend_exclude: tuple[str, ...],
+    output_file: Path | None,
+    stdin_filename: str | None,
 ) -> None:
-    """Find missing PyTorch optimizations in PATHS (files or folders; default: .)."""
+    """Find missing PyTorch optimizations in PATHS (files or folders; default: .; `-` reads
+    standard input)."""
+    if fix or diff:
+        if STDIN in paths:
+            fail("--fix/--diff do not take standard input; name the files")
+        from autoopt.cli.rewrite import rewrite
+
+        ctx.invoke(
+            rewrite,
+            paths=paths,
+            diff=diff,
+            check=False,
+            unsafe_fixes=unsafe_fixes,
+            wrap=False,
+            select=select,
+            ignore=ignore,
+            extend_select=extend_select,
+            target_version=target_version,
+            config_file=config_file,
+            force_exclude=force_exclude,
+            allow_project_rules=allow_project_rules,
+        )
+        return
+    if STDIN in paths and len(paths) > 1:
+        fail("`-` (standard input) cannot be mixed with other paths")
     options = build_options(
         select,
         ignore,
@@ -102,16 +160,23 @@ def lint(
         output_format=output_format,
         exit_zero=exit_zero,
         unsafe_fixes=unsafe_fixes,
+        extend_exclude=extend_exclude,
     )
+    from_stdin = paths == (STDIN,)
+    where = [stdin_filename or "."] if from_stdin else list(paths) or ["."]
     try:
-        project = load_project(list(paths) or ["."], options)
+        project = load_project([] if from_stdin else where, options, config_from=where)
     except (ConfigError, RuleError) as exc:
         fail(str(exc))
         return
     warn_skipped_rules(project.settings)
     settings = project.settings
-    with progress_bar(len(project.files), quiet) as progress:
-        report = run_lint(project, jobs=jobs, progress=progress)
+    if from_stdin:
+        report = lint_stdin(project, stdin_filename)
+    else:
+        _warn_unlintable(project, paths, quiet)
+        with progress_bar(len(project.files), quiet) as progress:
+            report = run_lint(project, jobs=jobs, progress=progress)
     text = render(
         report,
         settings.output_format,
@@ -120,8 +185,60 @@ def lint(
         unsafe_fixes=settings.unsafe_fixes,
         root=settings.project_root,
     )
-    click.echo(text, nl=False, color=color_setting())
+    if show_fixes:
+        text += fixes_summary(report)
+    if output_file is not None:
+        try:
+            output_file.write_text(click.unstyle(text), encoding="utf-8")
+        except OSError as exc:
+            fail(f"cannot write {output_file}: {exc.strerror or exc}")
+    else:
+        click.echo(text, nl=False, color=color_setting())
     sys.exit(report.exit_code(settings.exit_zero))
+
+
+STDIN = Path("-")
+
+
+def lint_stdin(project: Project, filename: str | None) -> LintReport:
+    """Lint the code on standard input, reported as `filename` (or `-`)."""
+    shown = filename or "-"
+    rules = project.rules_for(shown) if filename else project.rules
+    result = lint_bytes(
+        sys.stdin.buffer.read(),
+        shown,
+        rules,
+        project.settings.target_version,
+        notebook=is_notebook(shown),
+        display=shown,
+    )
+    return LintReport(results=[result], rules=list(project.rules), files_checked=1)
+
+
+def _warn_unlintable(project: Project, paths: tuple[Path, ...], quiet: bool) -> None:
+    """Ruff's warnings: nothing to lint under the paths; a file named that is not Python."""
+    if not project.files and not project.discovered.errors and not quiet:
+        where = ", ".join(str(p) for p in paths) or "."
+        click.echo(f"autoopt: warning: No Python files found under {where}", err=True)
+    for path in paths:
+        if path.is_file() and path.suffix and path.suffix not in SUFFIXES:
+            fail(
+                f"{path}: not a Python file ({path.suffix}); autoopt lints "
+                f"{', '.join(SUFFIXES)} files and extension-less scripts"
+            )
+
+
+def fixes_summary(report: LintReport) -> str:
+    """`--show-fixes`: each fix `--fix` would make (and the unsafe ones), with its safety."""
+    lines = [
+        f"  {path}:{diag.line}:{diag.column}: {diag.code} ({diag.fix_safety}) {diag.fix_message}"
+        for path, diag in report.diagnostics
+        if diag.fix_safety != "none"
+    ]
+    if not lines:
+        return "No fixes available.\n"
+    head = "Fixes (`autoopt lint --fix` applies the safe ones; add --unsafe-fixes for the rest):"
+    return "\n".join([head, *lines]) + "\n"
 
 
 def _registry(config_file: Path | None, allow_project_rules: bool | None) -> Registry:

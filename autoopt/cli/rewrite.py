@@ -2,7 +2,7 @@
 
 Files are edited in place through a temp file in the same folder and `os.replace`, keeping the
 file's permissions, so a crash never leaves a half-written script. `--diff` prints a unified diff
-and writes nothing; `--check` writes nothing and exits 1 if anything would change. A file that
+and writes nothing; `--check` writes nothing; both exit 1 if anything would change (Ruff). A file that
 cannot be read or parsed is reported and left alone while the others are processed (exit 2); a
 rule that crashes (or whose fix fails) on a file is skipped there, the file still gets the other
 rules' fixes, and the summary names it (exit 2). A file is read with its PEP 263 cookie or BOM
@@ -57,7 +57,11 @@ class _Summary:
 
 @click.command("rewrite")
 @click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
-@click.option("--diff", is_flag=True, help="Print a unified diff of the changes; write nothing.")
+@click.option(
+    "--diff",
+    is_flag=True,
+    help="Print a unified diff of the changes; write nothing; exit 1 if any.",
+)
 @click.option(
     "--check", is_flag=True, help="Write nothing; exit 1 if any file would change (for CI)."
 )
@@ -118,7 +122,7 @@ def rewrite(
     _print_summary(summary, wrap=wrap, write=write)
     if summary.errors:
         raise SystemExit(2)
-    if check and summary.changed:
+    if (check or diff) and summary.changed:  # Ruff's convention: 1 when it would change
         raise SystemExit(1)
 
 

@@ -14,6 +14,7 @@ linted paths (or the file given with `--config`). Keys are the command-line opti
     unsafe-fixes = false              # rewrite: also apply fixes that may change behaviour
     force-exclude = false             # apply `exclude` to files named on the command line too
     exclude = ["legacy/", "*_old.py"] # gitignore-style, on top of the default excludes
+    extend-exclude = ["vendored/"]    # more of the same (also --extend-exclude on the CLI)
     per-file-ignores = { "tests/*" = ["AO1"] }
     extra-rules = ["tools/autoopt_rules"]
 
@@ -48,7 +49,7 @@ OUTPUT_FORMATS = ("text", "json", "sarif", "github")
 # Set to 1 to load the `extra-rules` a project's config names (they are that project's code).
 ALLOW_PROJECT_RULES_ENV = "AUTOOPT_ALLOW_PROJECT_RULES"
 
-_LIST_KEYS = ("select", "ignore", "extend-select", "exclude", "extra-rules")
+_LIST_KEYS = ("select", "ignore", "extend-select", "exclude", "extend-exclude", "extra-rules")
 _BOOL_KEYS = ("exit-zero", "unsafe-fixes", "force-exclude")
 _STR_KEYS = ("target-version", "output-format")
 KNOWN_KEYS = (*_LIST_KEYS, *_BOOL_KEYS, *_STR_KEYS, "per-file-ignores")
@@ -83,6 +84,7 @@ class Options:
     exit_zero: bool | None = None
     unsafe_fixes: bool | None = None
     force_exclude: bool | None = None
+    extend_exclude: tuple[str, ...] = ()
     config: Path | None = None
     no_cache: bool = False
     # Load `extra-rules` named by the config (code from the linted project). None: the
@@ -104,6 +106,7 @@ class FileConfig:
     unsafe_fixes: bool | None = None
     force_exclude: bool | None = None
     exclude: tuple[str, ...] = ()
+    extend_exclude: tuple[str, ...] = ()
     per_file_ignores: tuple[tuple[str, tuple[str, ...]], ...] = ()
     extra_rules: tuple[Path, ...] = ()
 
@@ -160,8 +163,11 @@ def _table_of(path: Path, data: dict[str, Any], explicit: bool) -> dict[str, Any
 
 
 def _string_list(value: Any, key: str, where: str) -> tuple[str, ...]:
-    if isinstance(value, str):  # a lone string is a common slip; accept it as one item
-        value = [value]
+    if isinstance(value, str):  # a lone string is a common slip: say how to write it
+        raise ConfigError(
+            f"{where}: `{key}` must be a list of strings, got the string {value!r} "
+            f"(write {key} = [{value!r}])".replace("'", '"')
+        )
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise ConfigError(f"{where}: `{key}` must be a list of strings, got {value!r}")
     return tuple(value)
@@ -181,6 +187,8 @@ def parse_table(table: dict[str, Any], path: Path | None) -> FileConfig:
         attr = key.replace("-", "_")
         if key in ("select", "ignore", "extend-select", "exclude"):
             setattr(config, attr, _string_list(value, key, where))
+        elif key == "extend-exclude":
+            config.extend_exclude = _string_list(value, key, where)
         elif key == "extra-rules":
             config.extra_rules = tuple(
                 (folder / p).resolve() for p in _string_list(value, key, where)
@@ -299,7 +307,7 @@ def resolve_settings(paths: Sequence[Path | str], options: Options | None = None
         exit_zero=pick(options.exit_zero, config.exit_zero),
         unsafe_fixes=pick(options.unsafe_fixes, config.unsafe_fixes),
         force_exclude=pick(options.force_exclude, config.force_exclude),
-        exclude=config.exclude,
+        exclude=config.exclude + config.extend_exclude + options.extend_exclude,
         per_file_ignores=config.per_file_ignores,
         extra_rules=config.extra_rules if allowed else (),
         skipped_extra_rules=() if allowed else config.extra_rules,

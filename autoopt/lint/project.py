@@ -91,16 +91,22 @@ def load_project(
     paths: Sequence[Path | str],
     options: Options | None = None,
     registry: Registry | None = None,
+    *,
+    config_from: Sequence[Path | str] | None = None,
 ) -> Project:
     """Resolve config + options, load and select rules, and discover the files under `paths`.
-    Raises `ConfigError` or `RuleError` (both: exit code 2)."""
-    paths = list(paths) or ["."]
-    settings = resolve_settings(paths, options)
+    The config is the one that applies to `config_from` (default: `paths`; standard input has no
+    files to discover but a name to find its config by). Raises `ConfigError` or `RuleError`
+    (both: exit code 2)."""
+    paths = list(paths) if config_from is not None else list(paths) or ["."]
+    settings = resolve_settings(list(config_from) if config_from else paths, options)
     registry = registry if registry is not None else registry_for(settings)
     rules = registry.select(settings.layers)
     codes = list(registry.rules)
     per_file = PerFileIgnores.build(settings.project_root, settings.per_file_ignores, codes)
-    discovered = discover(
-        paths, settings.project_root, settings.exclude, force_exclude=settings.force_exclude
+    discovered = (
+        discover(paths, settings.project_root, settings.exclude, settings.force_exclude)
+        if paths
+        else Discovered()
     )
     return Project(settings, registry, rules, discovered, per_file)

@@ -63,7 +63,9 @@ extra-rules = ["my_rules"]
     ("body", "words"),
     [
         ("selectt = []", "unknown key `selectt`; did you mean `select`?"),
-        ('select = "AO1"\nignore = [1]', "`ignore` must be a list of strings"),
+        ("ignore = [1]", "`ignore` must be a list of strings"),
+        ('select = "AO1"', 'got the string "AO1" (write select = ["AO1"])'),
+        ('extend-exclude = "x"', "`extend-exclude` must be a list of strings"),
         ("exit-zero = 1", "`exit-zero` must be true or false"),
         ("target-version = 2.0", 'expected a version string like "2.0"'),
         ('target-version = "two"', "is not a torch version"),

@@ -1,0 +1,108 @@
+"""The Ruff conventions a Ruff user tries first: lint --fix/--diff/--show-fixes, standard input
+with --stdin-filename, --output-file, --extend-exclude, "No Python files found", a named file
+that is not Python, and the exit codes that go with them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from autoopt.cli import main
+
+SCRIPT = """\
+import torch
+from torch.utils.data import DataLoader
+
+loader = DataLoader(list(range(8)), batch_size=2)
+model = torch.nn.Linear(2, 2)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for x in loader:
+    optimizer.zero_grad(set_to_none=False)
+    model(x.float().view(-1, 1).repeat(1, 2)).sum().backward()
+    optimizer.step()
+"""
+
+
+@pytest.fixture
+def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    (tmp_path / "pyproject.toml").write_text("[tool.autoopt]\n")
+    (tmp_path / "train.py").write_text(SCRIPT)
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def lint(*args: str, stdin: str | None = None) -> tuple[int, str, str]:
+    result = CliRunner().invoke(main, ["lint", "--no-cache", *args], input=stdin)
+    return result.exit_code, result.stdout, result.stderr
+
+
+def test_stdin_is_linted_under_its_filename(project: Path) -> None:
+    code, out, _ = lint("-", "--stdin-filename", "train.py", "--select", "AO406", stdin=SCRIPT)
+    assert code == 1
+    assert out.startswith("train.py:8:")
+    assert "AO406" in out
+    code, out, _ = lint("-", "--select", "AO406", stdin="import torch\n")
+    assert code == 0, out
+
+
+def test_stdin_follows_the_config_of_its_filename(project: Path) -> None:
+    (project / "pyproject.toml").write_text(
+        '[tool.autoopt]\nselect = ["AO4"]\n[tool.autoopt.per-file-ignores]\n"train*" = ["AO406"]\n'
+    )
+    code, out, _ = lint("-", "--stdin-filename", "train.py", stdin=SCRIPT)
+    assert code == 0 and "AO406" not in out, out
+    code, out, _ = lint("-", "--stdin-filename", "other.py", stdin=SCRIPT)
+    assert code == 1 and "AO406" in out, out
+
+
+def test_fix_applies_the_safe_fixes_and_diff_exits_1(project: Path) -> None:
+    code, out, _ = lint("--diff", "--select", "AO406", "train.py")
+    assert code == 1
+    assert "-    optimizer.zero_grad(set_to_none=False)" in out
+    assert (project / "train.py").read_text() == SCRIPT
+    code, _, _ = lint("--fix", "--select", "AO406", "train.py")
+    assert code == 0
+    assert "zero_grad()" in (project / "train.py").read_text()
+    code, out, _ = lint("--diff", "--select", "AO406", "train.py")
+    assert code == 0 and out == ""
+
+
+def test_show_fixes_lists_each_fix_with_its_safety(project: Path) -> None:
+    code, out, _ = lint("--select", "AO406,AO101", "--show-fixes", "train.py")
+    assert code == 1
+    fixes = out.split("Fixes (")[1]
+    assert "AO406 (" in fixes and "AO101 (unsafe)" in fixes
+
+
+def test_output_file_gets_the_findings(project: Path) -> None:
+    code, out, _ = lint("--select", "AO406", "-o", "report.txt", "train.py")
+    assert code == 1 and out == ""
+    assert "train.py:8:" in (project / "report.txt").read_text()
+
+
+def test_extend_exclude_on_the_command_line_and_in_config(project: Path) -> None:
+    (project / "vendored").mkdir()
+    (project / "vendored" / "other.py").write_text(SCRIPT)
+    code, out, _ = lint("--select", "AO406", ".")
+    assert "vendored" in out
+    code, out, _ = lint("--select", "AO406", "--extend-exclude", "vendored/", ".")
+    assert "vendored" not in out and "train.py" in out
+    (project / "pyproject.toml").write_text('[tool.autoopt]\nextend-exclude = ["vendored/"]\n')
+    code, out, _ = lint("--select", "AO406", ".")
+    assert "vendored" not in out and "train.py" in out
+
+
+def test_no_python_files_is_a_warning(project: Path) -> None:
+    (project / "empty").mkdir()
+    code, _, err = lint("empty")
+    assert code == 0
+    assert "No Python files found under empty" in err
+
+
+def test_a_named_file_that_is_not_python_is_an_error(project: Path) -> None:
+    (project / "data.json").write_text("{}")
+    code, _, err = lint("data.json")
+    assert code == 2
+    assert "not a Python file (.json)" in err
