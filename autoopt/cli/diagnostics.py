@@ -46,8 +46,22 @@ def doctor(
         budget = None if memory_budget.lower() == "none" else parse_budget(memory_budget)
     except ValueError as err:
         raise click.BadParameter(str(err), param_hint="--memory-budget") from err
+    model = example = None
+    # Load what the specs name before any measurement: a typo is a usage error (exit 2) at once.
+    for hint, spec in (("--model", model_spec), ("--input", input_spec)):
+        if spec is None:
+            continue
+        try:
+            if hint == "--model":
+                model = doctor_module.load_model(spec)
+            else:
+                example = doctor_module.load_object(spec)
+        except (ImportError, AttributeError, ValueError, TypeError) as err:
+            raise click.BadParameter(f"{spec}: {err}", param_hint=hint) from err
+    if model is not None:
+        click.echo("doctor: measuring the model (compile events, memory plan)...", err=True)
     try:
-        info = doctor_module.collect(model_spec, input_spec, budget)
+        info = doctor_module.collect(model_spec, input_spec, budget, model=model, example=example)
     except (ImportError, AttributeError, ValueError, TypeError) as err:
         raise click.ClickException(f"--model {model_spec}: {err}") from err
     click.echo(json.dumps(info, indent=2) if as_json else doctor_module.render(info))
@@ -133,6 +147,14 @@ def bench(
         raise click.BadParameter(
             f"{', '.join(unknown)}; choose from {', '.join(harness.WORKLOADS)}",
             param_hint="--workload",
+        )
+    chosen = [harness.WORKLOADS[w] for w in workloads] or list(harness.WORKLOADS.values())
+    known = {name for w in chosen for name in harness.config_names(w)}
+    unknown = [c for c in configs if c not in known]
+    if unknown:
+        raise click.BadParameter(
+            f"{', '.join(unknown)}; choose from {', '.join(sorted(known))} (`autoopt bench --list`)",
+            param_hint="--config",
         )
     if steps < 1 or repeats < 1 or warmup < 0:
         raise click.BadParameter("--steps and --repeats must be >= 1, --warmup >= 0")

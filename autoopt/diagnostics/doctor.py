@@ -59,8 +59,12 @@ def collect(
     model_spec: str | None = None,
     input_spec: str | None = None,
     memory_budget: int | str | None = "auto",
+    *,
+    model: nn.Module | None = None,
+    example: Any = None,
 ) -> dict[str, Any]:
-    """Everything doctor reports, as plain data (what `--json` prints)."""
+    """Everything doctor reports, as plain data (what `--json` prints). `model`/`example`:
+    already loaded from the specs (the CLI loads them first, to fail fast on a bad spec)."""
     from autoopt import __version__
 
     info: dict[str, Any] = {
@@ -73,11 +77,12 @@ def collect(
         "nvidia_smi": _nvidia_smi(),
         "env": {name: os.environ.get(name) for name in ENV_VARS},
     }
-    model = None
     if model_spec is not None:
-        model = load_model(model_spec)
+        if model is None:
+            model = load_model(model_spec)
         info["model"] = summarize_model(model, model_spec)
-        example = load_object(input_spec) if input_spec else None
+        if example is None and input_spec:
+            example = load_object(input_spec)
         info["compile"] = compile_events(model, example)
         info["memory"] = memory_section(model, example, memory_budget)
     info["plan"] = plan(model, memory_budget)
