@@ -58,7 +58,7 @@ def doctor(
                 example = doctor_module.load_object(spec)
         except (ImportError, AttributeError, ValueError, TypeError) as err:
             raise click.BadParameter(f"{spec}: {err}", param_hint=hint) from err
-    if model is not None:
+    if model is not None and not as_json:
         click.echo("doctor: measuring the model (compile events, memory plan)...", err=True)
     try:
         info = doctor_module.collect(model_spec, input_spec, budget, model=model, example=example)
