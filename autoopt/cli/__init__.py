@@ -20,6 +20,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "explain": ("autoopt.cli.lint", "Print the documentation of one rule (AO201)."),
     "doctor": ("autoopt.cli.diagnostics", "Report torch, devices, CPU features; diagnose a model."),
     "bench": ("autoopt.cli.diagnostics", "Benchmark eager, each trick and optimize()."),
+    "selftest": ("autoopt.cli.diagnostics", "Prove each pass here against torch's own loop."),
 }
 
 

@@ -199,4 +199,25 @@ def bench(
         click.echo(f"wrote {plot_path}", err=True)
 
 
-COMMANDS: list[click.Command] = [doctor, bench]
+@click.command()
+@click.option("--quick", is_flag=True, help="Small models, few steps, no compile on CPU (CI).")
+@click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
+@click.option("--device", default=None, help="Device to test (default: cuda if present, else cpu).")
+def selftest(quick: bool, as_json: bool, device: str | None) -> None:
+    """Prove each pass on this machine against the same loop written with torch's own tools."""
+    from autoopt.diagnostics import selftest as selftest_module
+
+    try:
+        where = selftest_module.describe_device(device)
+    except (RuntimeError, AssertionError) as err:
+        raise click.BadParameter(str(err), param_hint="--device") from err
+    click.echo(f"selftest: {where}; {'quick' if quick else 'full'} mode ...", err=True)
+    rows = selftest_module.run_checks(quick=quick, device=device)
+    if as_json:
+        click.echo(json.dumps({"device": where, "checks": selftest_module.to_json(rows)}, indent=2))
+    else:
+        click.echo(selftest_module.render(rows, where), nl=False)
+    sys.exit(1 if any(r.failed for r in rows) else 0)
+
+
+COMMANDS: list[click.Command] = [doctor, bench, selftest]

@@ -1,0 +1,586 @@
+"""`autoopt selftest`: every pass that applies on this machine, proved against the same loop
+written with torch's own tools, and timed beside it.
+
+Each check trains a small representative model (a CNN with BatchNorm, a stack of transformer
+blocks, an LSTM) for a few steps twice from the same weights and batches: once through
+`optimize()` with only the pass under test enabled, once by hand (`torch.autocast` +
+`torch.amp.GradScaler`, `model.to(memory_format=torch.channels_last)`, `torch.compile`,
+`torch.utils.checkpoint`, accumulation by hand). It compares the losses and the trained
+parameters with a tolerance for the dtype, checks the pass's invariants (fp16: a step with an
+injected inf is skipped and the scale halves, as GradScaler's; the loader's batches are the
+user's, pinned on CUDA; the memory plan's peak against `torch.cuda.max_memory_allocated`), and
+times both in interleaved blocks (CUDA events on a GPU). Exit 1 on any mismatch.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+# Relative tolerances on the losses and on the trained parameters, by the dtype the pass computes
+# in. fp32 passes reorder no arithmetic beyond the optimizer's fused kernels (~1e-7 per step).
+TOLERANCE = {"fp32": 1e-4, "bf16": 3e-2, "fp16": 1e-2}
+
+
+@dataclass
+class Row:
+    """One line of the selftest table."""
+
+    check: str
+    status: str  # "ok" | "mismatch" | "skipped" | "error"
+    applied: str  # what optimize() reported, or why the check does not apply here
+    max_diff: float | None = None
+    tolerance: float | None = None
+    speedup: float | None = None  # by-hand time / optimize() time, same steps
+    note: str = ""
+
+    @property
+    def failed(self) -> bool:
+        return self.status in ("mismatch", "error")
+
+
+# --- models and data ---------------------------------------------------------------------------
+
+
+class Block(nn.Module):
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(width)
+        self.attn = nn.MultiheadAttention(width, 4, batch_first=True)
+        self.mlp = nn.Sequential(
+            nn.Linear(width, 4 * width), nn.GELU(), nn.Linear(4 * width, width)
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.norm(x)
+        x = x + self.attn(h, h, h, need_weights=False)[0]
+        return x + self.mlp(x)
+
+
+class TinyLM(nn.Module):
+    """A transformer block stack in an nn.ModuleList: what the checkpoint planner looks for."""
+
+    def __init__(self, vocab: int = 64, width: int = 64, depth: int = 4) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(vocab, width)
+        self.blocks = nn.ModuleList(Block(width) for _ in range(depth))
+        self.head = nn.Linear(width, vocab)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        x = self.embed(tokens)
+        for block in self.blocks:
+            x = block(x)
+        return self.head(x).flatten(0, 1)
+
+
+class TinyLSTM(nn.Module):
+    def __init__(self, vocab: int = 64, width: int = 64) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(vocab, width)
+        self.lstm = nn.LSTM(width, width, num_layers=2, batch_first=True)
+        self.head = nn.Linear(width, vocab)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.head(self.lstm(self.embed(tokens))[0]).flatten(0, 1)
+
+
+def tiny_cnn(classes: int = 10) -> nn.Module:
+    def stage(cin: int, cout: int) -> list[nn.Module]:
+        return [nn.Conv2d(cin, cout, 3, padding=1, bias=False), nn.BatchNorm2d(cout), nn.ReLU()]
+
+    return nn.Sequential(
+        *stage(3, 16), *stage(16, 32), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(32, classes)
+    )
+
+
+@dataclass
+class Workload:
+    name: str
+    build: Callable[[], nn.Module]
+    batches: list[tuple[torch.Tensor, torch.Tensor]]
+
+
+def workloads(quick: bool, seed: int = 0) -> dict[str, Workload]:
+    """The three models with their batches (CPU tensors; the loops move them)."""
+    g = torch.Generator().manual_seed(seed)
+    n, side, seq = (4, 16, 16) if quick else (8, 32, 64)
+    steps = 4 if quick else 8
+
+    def images() -> list[tuple[torch.Tensor, torch.Tensor]]:
+        return [
+            (torch.randn(n, 3, side, side, generator=g), torch.randint(0, 10, (n,), generator=g))
+            for _ in range(steps)
+        ]
+
+    def tokens() -> list[tuple[torch.Tensor, torch.Tensor]]:
+        out = []
+        for _ in range(steps):
+            t = torch.randint(0, 64, (n, seq + 1), generator=g)
+            out.append((t[:, :-1], t[:, 1:].flatten()))
+        return out
+
+    return {
+        "cnn": Workload("cnn", tiny_cnn, images()),
+        "transformer": Workload("transformer", TinyLM, tokens()),
+        "lstm": Workload("lstm", TinyLSTM, tokens()),
+    }
+
+
+# --- the loops -----------------------------------------------------------------------------------
+
+
+@dataclass
+class ByHand:
+    """How the reference loop differs from plain torch: each field is torch's own tool."""
+
+    autocast: torch.dtype | None = None
+    scaler: bool = False
+    channels_last: bool = False
+    compile: bool = False
+    checkpoint: bool = False
+    accumulate: int = 1
+
+
+def _seeded(build: Callable[[], nn.Module], device: torch.device) -> nn.Module:
+    torch.manual_seed(0)
+    return build().to(device)
+
+
+def _checkpointed(model: nn.Module) -> None:
+    """Each block of `model.blocks` through torch.utils.checkpoint (non-reentrant)."""
+    from torch.utils.checkpoint import checkpoint
+
+    for block in model.blocks:
+        forward = block.forward
+        block.forward = lambda x, f=forward: checkpoint(f, x, use_reentrant=False)
+
+
+Step = Callable[[torch.Tensor, torch.Tensor], float]
+
+
+def _optimizer(model: nn.Module) -> torch.optim.Optimizer:
+    # SGD with momentum: linear in the gradients, so a rounding difference stays a rounding
+    # difference (Adam's first steps turn a 1e-9 gradient into a full lr-sized update).
+    return torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+
+
+def by_hand(
+    build: Callable[[], nn.Module], device: torch.device, how: ByHand
+) -> tuple[nn.Module, Step]:
+    """The loop a user writes with torch's tools: the model and one training step."""
+    model = _seeded(build, device)
+    if how.channels_last:
+        model = model.to(memory_format=torch.channels_last)
+    if how.checkpoint:
+        _checkpointed(model)
+    optimizer = _optimizer(model)
+    forward = torch.compile(model) if how.compile else model
+    scaler = torch.amp.GradScaler(device.type) if how.scaler else None
+    calls = 0
+
+    def step(x: torch.Tensor, y: torch.Tensor) -> float:
+        nonlocal calls
+        x, y = x.to(device), y.to(device)
+        if how.channels_last and x.dim() == 4:
+            x = x.contiguous(memory_format=torch.channels_last)
+        autocast: AbstractContextManager[Any] = (
+            torch.autocast(device.type, dtype=how.autocast) if how.autocast else nullcontext()
+        )
+        with autocast:
+            loss = F.cross_entropy(forward(x), y)
+        scaled = loss / how.accumulate
+        (scaler.scale(scaled) if scaler else scaled).backward()
+        calls += 1
+        if calls % how.accumulate == 0:
+            if scaler:
+                scaler.step(optimizer)
+                scaler.update()
+            else:
+                optimizer.step()
+            optimizer.zero_grad()
+        return loss.detach().item()
+
+    return model, step
+
+
+def optimized(
+    build: Callable[[], nn.Module],
+    device: torch.device,
+    options: dict[str, Any],
+    *,
+    accumulate: int = 1,
+) -> tuple[nn.Module, Step]:
+    """The plain loop, unchanged, after `optimize()`: the model and one training step."""
+    import autoopt
+
+    model = _seeded(build, device)
+    optimizer = _optimizer(model)
+    model, optimizer = autoopt.optimize(
+        model, None, optimizer, device=device, verbose=False, **_isolated(options, accumulate)
+    )
+
+    def step(x: torch.Tensor, y: torch.Tensor) -> float:
+        x, y = x.to(device), y.to(device)
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        return loss.detach().item()
+
+    return model, step
+
+
+def train(step: Step, batches: list[tuple[torch.Tensor, torch.Tensor]]) -> list[float]:
+    return [step(x, y) for x, y in batches]
+
+
+def _isolated(options: dict[str, Any], accumulate: int) -> dict[str, Any]:
+    """Only the pass under test: every other "auto" choice is turned off."""
+    off = {"amp": False, "compile": False, "channels_last": False, "checkpoint": False}
+    return {**off, "memory_budget": None, "accumulate": accumulate, **options}
+
+
+def max_relative_diff(
+    a: nn.Module, b: nn.Module, losses_a: list[float], losses_b: list[float]
+) -> float:
+    """The largest difference between two runs: per loss, and per parameter tensor (by norm)."""
+    import autoopt
+
+    worst = max(abs(x - y) / max(abs(y), 1e-12) for x, y in zip(losses_a, losses_b, strict=True))
+    params_b = dict(autoopt.unwrap(b).named_parameters())
+    for name, p in autoopt.unwrap(a).named_parameters():
+        q = params_b[name].detach().float()
+        diff = (p.detach().float() - q).norm() / q.norm().clamp_min(1e-12)
+        worst = max(worst, float(diff))
+    return worst
+
+
+# --- timing --------------------------------------------------------------------------------------
+
+
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def interleaved_speedup(
+    reference: Callable[[], Any], candidate: Callable[[], Any], device: torch.device, blocks: int
+) -> float:
+    """Median time of `reference` over median time of `candidate`, timed in alternating blocks
+    after one warm-up call each (so load on the machine falls on both alike)."""
+    times: dict[str, list[float]] = {"ref": [], "cand": []}
+    reference()
+    candidate()
+    for _ in range(blocks):
+        for key, fn in (("ref", reference), ("cand", candidate)):
+            _synchronize(device)
+            if device.type == "cuda":
+                start, end = (
+                    torch.cuda.Event(enable_timing=True),
+                    torch.cuda.Event(enable_timing=True),
+                )
+                start.record()
+                fn()
+                end.record()
+                end.synchronize()
+                times[key].append(start.elapsed_time(end) / 1000)
+            else:
+                began = time.perf_counter()
+                fn()
+                times[key].append(time.perf_counter() - began)
+    return statistics.median(times["ref"]) / statistics.median(times["cand"])
+
+
+# --- the checks ----------------------------------------------------------------------------------
+
+
+@dataclass
+class Setting:
+    """Where the selftest runs: device, what it supports, how thorough."""
+
+    device: torch.device
+    quick: bool
+    bf16: bool
+    distributed: bool
+
+    @property
+    def blocks(self) -> int:
+        return 2 if self.quick else 5
+
+
+def _pass_status(model: nn.Module, name: str) -> tuple[bool, str]:
+    import autoopt
+
+    result = autoopt.report(model)[name]
+    return result.status.value == "applied", f"{result.status.value}: {result.detail}"
+
+
+def compare(
+    setting: Setting,
+    check: str,
+    work: Workload,
+    pass_name: str,
+    options: dict[str, Any],
+    how: ByHand,
+    dtype: str,
+    *,
+    accumulate: int = 1,
+) -> Row:
+    """Train `work` through optimize(options) and by hand, compare, time; one table row."""
+    device = setting.device
+    model, step = optimized(work.build, device, options, accumulate=accumulate)
+    losses = train(step, work.batches)
+    applied, detail = _pass_status(model, pass_name)
+    if not applied:
+        return Row(check, "mismatch", detail, note="optimize() did not apply the pass asked for")
+    reference, ref_step = by_hand(work.build, device, how)
+    ref_losses = train(ref_step, work.batches)
+    diff = max_relative_diff(model, reference, losses, ref_losses)
+    tolerance = TOLERANCE[dtype]
+    speedup = interleaved_speedup(
+        lambda: train(ref_step, work.batches),
+        lambda: train(step, work.batches),
+        device,
+        setting.blocks,
+    )
+    status = "ok" if diff <= tolerance else "mismatch"
+    note = f"{work.name}, {len(work.batches)} steps"
+    return Row(check, status, detail, diff, tolerance, speedup, note)
+
+
+def check_fp16_scaling(setting: Setting, work: Workload) -> Row:
+    """fp16 loss scaling against GradScaler, then an injected inf: the step is skipped (parameters
+    untouched) and the scale halves, exactly as GradScaler does."""
+    from autoopt.runtime.loss_scaling import scaler_of
+
+    row = compare(
+        setting,
+        "amp fp16 + loss scaling",
+        work,
+        "amp",
+        {"amp": "fp16"},
+        ByHand(torch.float16, scaler=True),
+        "fp16",
+    )
+    if row.failed:
+        return row
+    import autoopt
+
+    device = setting.device
+    model = _seeded(work.build, device)
+    optimizer = _optimizer(model)
+    model, optimizer = autoopt.optimize(
+        model, None, optimizer, device=device, verbose=False, **_isolated({"amp": "fp16"}, 1)
+    )
+    x, y = (t.to(device) for t in work.batches[0])
+    scaler = scaler_of(autoopt.unwrap(model))
+    before_scale = scaler.scale
+    F.cross_entropy(model(x), y).backward()
+    next(iter(autoopt.unwrap(model).parameters())).grad.fill_(float("inf"))
+    params = [p.detach().clone() for p in autoopt.unwrap(model).parameters()]
+    optimizer.step()
+    untouched = all(
+        torch.equal(a, p) for a, p in zip(params, autoopt.unwrap(model).parameters(), strict=True)
+    )
+    halved = scaler.scale == before_scale * 0.5
+    if not (untouched and halved):
+        row.status = "mismatch"
+        row.note = f"injected inf: step skipped={untouched}, scale {before_scale} -> {scaler.scale}"
+    else:
+        row.note += "; injected inf: step skipped, scale halved"
+    return row
+
+
+def check_loader(setting: Setting, work: Workload) -> Row:
+    """The loader optimize() returns yields the user's batches, in order, on the device; on CUDA
+    from pinned memory."""
+    import autoopt
+
+    device = setting.device
+    data = torch.utils.data.TensorDataset(
+        torch.cat([x for x, _ in work.batches]),
+        torch.cat([y.view(len(x), -1)[:, 0] for x, y in work.batches]),
+    )
+    loader = torch.utils.data.DataLoader(data, batch_size=len(work.batches[0][0]), shuffle=False)
+    model = _seeded(work.build, device)
+    model, new_loader = autoopt.optimize(
+        model, loader, device=device, verbose=False, **_isolated({}, 1)
+    )
+    applied, detail = _pass_status(model, "loader")
+    ours = list(new_loader)
+    same = len(ours) == len(loader) and all(
+        a.device.type == device.type and torch.equal(a.cpu(), b)
+        for got, want in zip(ours, loader, strict=False)
+        for a, b in zip(got, want, strict=True)
+    )
+    note = f"{len(ours)} batches, same order and values, on {device.type}"
+    if device.type == "cuda":
+        pinned = bool(getattr(getattr(new_loader, "loader", None), "pin_memory", False))
+        note += f"; pinned: {pinned}"
+        same = same and pinned
+    return Row("loader", "ok" if same and applied else "mismatch", detail, note=note)
+
+
+def check_memory_plan(setting: Setting, work: Workload) -> Row:
+    """checkpoint under a memory budget against torch.utils.checkpoint by hand (exact gradients);
+    on CUDA the planned step against torch.cuda.max_memory_allocated."""
+    row = compare(
+        setting,
+        "checkpoint (memory budget)",
+        work,
+        "checkpoint",
+        {"checkpoint": "auto", "memory_budget": 1},
+        ByHand(checkpoint=True),
+        "fp32",
+    )
+    if setting.device.type != "cuda" or row.failed:
+        return row
+    import autoopt
+
+    torch.cuda.reset_peak_memory_stats(setting.device)
+    model, step = optimized(work.build, setting.device, {"checkpoint": "auto", "memory_budget": 1})
+    train(step, work.batches[:2])
+    plan = autoopt.report(model).memory
+    measured = torch.cuda.max_memory_allocated(setting.device)
+    if plan is not None:
+        planned = plan.after.total
+        off = abs(planned - measured) / measured
+        row.note += f"; planned peak {planned / 2**20:.1f} MiB, measured {measured / 2**20:.1f} MiB ({off:.0%})"
+        if off > 0.10:
+            row.status = "mismatch"
+    return row
+
+
+def run_checks(quick: bool = False, device: str | None = None) -> list[Row]:
+    """Every check that applies here, in order; a check that raises is an `error` row."""
+    from autoopt.runtime import hardware
+
+    dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    bf16 = hardware.cuda_supports_bf16(dev) if dev.type == "cuda" else hardware.cpu_supports_bf16()
+    setting = Setting(dev, quick, bf16, int(os.environ.get("WORLD_SIZE", "1")) > 1)
+    work = workloads(quick)
+    checks: list[tuple[str, Callable[[], Row]]] = [
+        ("loader", lambda: check_loader(setting, work["cnn"])),
+        (
+            "channels_last",
+            lambda: compare(
+                setting,
+                "channels_last",
+                work["cnn"],
+                "channels_last",
+                {"channels_last": True},
+                ByHand(channels_last=True),
+                "fp32",
+            ),
+        ),
+        (
+            "amp bf16",
+            lambda: (
+                compare(
+                    setting,
+                    "amp bf16",
+                    work["transformer"],
+                    "amp",
+                    {"amp": "bf16"},
+                    ByHand(torch.bfloat16),
+                    "bf16",
+                )
+                if bf16
+                else Row("amp bf16", "skipped", f"no native bf16 on {dev.type}")
+            ),
+        ),
+        ("amp fp16 + loss scaling", lambda: check_fp16_scaling(setting, work["transformer"])),
+        (
+            "accumulate",
+            lambda: compare(
+                setting,
+                "accumulate",
+                work["lstm"],
+                "accumulate",
+                {},
+                ByHand(accumulate=2),
+                "fp32",
+                accumulate=2,
+            ),
+        ),
+        ("checkpoint (memory budget)", lambda: check_memory_plan(setting, work["transformer"])),
+        (
+            "compile",
+            lambda: (
+                Row(
+                    "compile",
+                    "skipped",
+                    "--quick on CPU: a cold compile takes tens of seconds; run without --quick",
+                )
+                if quick and dev.type == "cpu"
+                else compare(
+                    setting,
+                    "compile",
+                    work["cnn"],
+                    "compile",
+                    {"compile": True},
+                    ByHand(compile=True),
+                    "fp32",
+                )
+            ),
+        ),
+        (
+            "distributed",
+            lambda: Row(
+                "distributed", "skipped", "single process: run under torchrun --nproc_per_node=N"
+            ),
+        ),
+    ]
+    rows = []
+    for name, check in checks:
+        try:
+            rows.append(check())
+        except Exception as exc:  # a broken pass is a finding of the selftest, not its crash
+            rows.append(Row(name, "error", f"{type(exc).__name__}: {exc}"[:300]))
+    return rows
+
+
+def render(rows: list[Row], device: str) -> str:
+    """The table a person reads."""
+    head = ("check", "result", "max diff (tol)", "speed-up", "optimize() says / note")
+    body = []
+    for r in rows:
+        diff = "" if r.max_diff is None else f"{r.max_diff:.1e} ({r.tolerance:.0e})"
+        speed = "" if r.speedup is None else f"{r.speedup:.2f}x"
+        body.append(
+            (r.check, r.status, diff, speed, f"{r.applied[:70]}{'; ' + r.note if r.note else ''}")
+        )
+    widths = [max(len(str(line[i])) for line in [head, *body]) for i in range(4)]
+
+    def line(cells: tuple[str, ...]) -> str:
+        return (
+            "  ".join(f"{c:<{w}}" for c, w in zip(cells[:4], widths, strict=True)) + "  " + cells[4]
+        )
+
+    failed = sum(r.failed for r in rows)
+    verdict = "all checks passed" if not failed else f"{failed} check(s) FAILED"
+    return (
+        "\n".join([f"autoopt selftest on {device}", line(head), *map(line, body), verdict]) + "\n"
+    )
+
+
+def to_json(rows: list[Row]) -> list[dict[str, Any]]:
+    return [asdict(r) for r in rows]
+
+
+def describe_device(device: str | None) -> str:
+    dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    if dev.type == "cuda":
+        return f"{torch.cuda.get_device_name(dev)} (torch {torch.__version__})"
+    from autoopt.runtime.hardware import cpu_model
+
+    return f"CPU: {cpu_model()} (torch {torch.__version__})"
