@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 import torch
 from torch import nn
 
-from autoopt.runtime import pipeline
+from autoopt.runtime import pipeline, voice
 from autoopt.runtime import tune as tuning
 from autoopt.runtime.options import Options
 from autoopt.runtime.report import PassResult, Report
@@ -63,9 +62,18 @@ def optimize(
         | a size such as "2GiB" or "800MB": what one training step may hold on the device.
       deterministic: seed-independent determinism flags instead of speed flags.
       tune: time candidate plans on real batches and keep the fastest that agrees with fp32.
-      verbose: print the report (to stderr, rank 0 only).
+      verbose: log the report, and each decision made on the first steps, at INFO on the
+        `autoopt` logger (rank 0 only; printed to stderr when logging is not configured);
+        False logs them at DEBUG.
+
+    Environment: AUTOOPT_DISABLE=1 returns the arguments untouched; AUTOOPT_OPTIONS="amp=False,
+    compile=True" overrides these options without editing code (the report lists them).
     """
-    options = Options(
+    if voice.disabled():
+        voice.say(f"autoopt: {voice.DISABLE_ENV} is set: optimize() changed nothing", verbose)
+        given = [model] + [obj for obj in (loader, optimizer) if obj is not None]
+        return given[0] if len(given) == 1 else tuple(given)
+    settings = dict(
         device=device,
         amp=amp,
         compile=compile,
@@ -78,6 +86,9 @@ def optimize(
         tune=tune,
         verbose=verbose,
     )
+    forced = voice.overrides(list(settings))
+    options = Options(**{**settings, **forced})
+    verbose, tune = options.verbose, options.tune
     pipeline.validate(model, loader, optimizer)  # before tune touches anything
     tuned: PassResult | None = None
     if tune:
@@ -88,8 +99,11 @@ def optimize(
         options, tuned = decision.options, decision.result
     ctx = pipeline.prepare(model, loader, optimizer, options, first=tuned)
     returned = ctx.returned_model if ctx.returned_model is not None else model
-    if verbose and (ctx.dist is None or ctx.dist.rank == 0):
-        print(ctx.report, file=sys.stderr)
+    ctx.report.overrides = forced
+    ctx.report.verbose = verbose
+    if ctx.dist is None or ctx.dist.rank == 0:
+        voice.say(str(ctx.report), verbose)
+    ctx.report.published = True
     given = [returned] + [obj for obj in (ctx.loader, optimizer) if obj is not None]
     if loader is None and ctx.loader is not None:  # a pass never invents a loader
         given.remove(ctx.loader)

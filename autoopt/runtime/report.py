@@ -52,6 +52,8 @@ class PassResult:
     detail: str
     fallback: str | None = None  # for FAILED: what autoopt did instead
     events: list[Event] = field(default_factory=list)
+    # What the pass measured, by name, in seconds or bytes (e.g. {"bf16_s": 0.036}), for loggers.
+    figures: dict[str, float] = field(default_factory=dict)
 
     @classmethod
     def applied(cls, name: str, detail: str) -> PassResult:
@@ -75,6 +77,11 @@ class Report:
     results: list[PassResult] = field(default_factory=list)
     # A step's bytes per rank before and after the memory passes (None: none of them planned).
     memory: MemoryPlan | None = None
+    # Set once optimize() has shown the report: a later decision is then said when it is made.
+    published: bool = False
+    verbose: bool = True
+    # Options the AUTOOPT_OPTIONS environment variable set over the call's.
+    overrides: dict[str, Any] = field(default_factory=dict)
 
     def add(self, result: PassResult) -> PassResult:
         self.results.append(result)
@@ -94,8 +101,13 @@ class Report:
         for i, old in enumerate(self.results):
             if old.name == result.name:
                 self.results[i] = result
-                return
-        self.results.append(result)
+                break
+        else:
+            self.results.append(result)
+        if self.published:
+            from autoopt.runtime.voice import say
+
+            say(f"autoopt: {result.name} {result.status.value}: {_detail(result)}", self.verbose)
 
     def note(self, name: str, events: list[Event]) -> list[Event]:
         """Add events to the entry of pass `name`, each once; returns the new ones."""
@@ -108,24 +120,28 @@ class Report:
         return [r.name for r in self.results if r.status is Status.APPLIED]
 
     def to_dict(self) -> list[dict[str, Any]]:
-        rows: list[dict[str, Any]] = []
-        for r in self.results:
-            row: dict[str, Any] = {
+        """One dict per pass with fixed keys, for loggers (TensorBoard, W&B, Lightning's):
+        `pass`, `status` (applied/skipped/failed), `applied` (bool), `reason` (why skipped or
+        what failed; None when applied), `detail`, `fallback`, `figures` (what it measured) and
+        `events` (graph breaks, recompiles)."""
+        return [
+            {
                 "pass": r.name,
                 "status": r.status.value,
+                "applied": r.status is Status.APPLIED,
+                "reason": None if r.status is Status.APPLIED else r.detail,
                 "detail": r.detail,
                 "fallback": r.fallback,
+                "figures": dict(r.figures),
+                "events": [e.to_dict() for e in r.events],
             }
-            if r.events:
-                row["events"] = [e.to_dict() for e in r.events]
-            rows.append(row)
-        return rows
+            for r in self.results
+        ]
 
     def __str__(self) -> str:
         rows = [("pass", "status", "detail")]
         for r in self.results:
-            detail = r.detail if r.fallback is None else f"{r.detail} -> {r.fallback}"
-            rows.append((r.name, r.status.value, detail))
+            rows.append((r.name, r.status.value, _detail(r)))
         w0 = max(len(r[0]) for r in rows)
         w1 = max(len(r[1]) for r in rows)
         head, *body = [f"{a:<{w0}}  {b:<{w1}}  {c}" for a, b, c in rows]
@@ -135,4 +151,11 @@ class Report:
             lines += [f"{'':<{w0}}  {'':<{w1}}  - {e}" for e in result.events]
         if self.memory is not None:
             lines += ["", *self.memory.render()]
+        if self.overrides:
+            shown = ", ".join(f"{k}={v!r}" for k, v in self.overrides.items())
+            lines += ["", f"options set by AUTOOPT_OPTIONS: {shown}"]
         return "autoopt report\n" + "\n".join(lines)
+
+
+def _detail(result: PassResult) -> str:
+    return result.detail if result.fallback is None else f"{result.detail} -> {result.fallback}"
