@@ -80,8 +80,21 @@ def run_rules(
             crashes.append(RuleCrash(rule.code, rule.name, _describe(exc)))
     _visit_batched(wrapper, parents.tree, visitors)
     findings: list[Finding] = []
+    last = [v for v in visitors if getattr(v, "runs_after_other_rules", False)]
     for visitor in visitors:
+        if visitor in last:
+            continue
         if visitor.crash is None:
+            findings.extend(visitor.findings)
+        else:
+            crashes.append(_crash_of(visitor, wrapper))
+    for visitor in last:  # AO001: judges the other rules' findings, before suppression
+        if visitor.crash is None:
+            try:
+                visitor.after_other_rules(list(findings), [v.code for v in visitors])
+            except Exception as exc:
+                crashes.append(RuleCrash(visitor.code, visitor.name, _describe(exc)))
+                continue
             findings.extend(visitor.findings)
         else:
             crashes.append(_crash_of(visitor, wrapper))
@@ -164,7 +177,9 @@ def active_rules(
     return [
         r
         for r in candidates
-        if _text_matches(r, code) and not (optimized and r.covered_by_optimize)
+        # AO001 reads the comments themselves: its trigger was matched on the raw text above.
+        if (_text_matches(r, code) or getattr(r, "runs_after_other_rules", False))
+        and not (optimized and r.covered_by_optimize)
     ]
 
 
