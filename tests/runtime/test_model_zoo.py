@@ -37,7 +37,7 @@ transformers = pytest.importorskip("transformers")
 STEPS = 3
 LR = 1e-3
 # Relative errors allowed (gradient vector, loss, parameter update) per computation dtype.
-TOL = {"fp32": 1e-4, "bf16": 1e-3, "compiled fp32": 1e-3}
+TOL = {"fp32": 1e-4, "bf16": 1e-3, "fp16": 1e-3, "compiled fp32": 1e-3}
 VOCAB, CLASSES = 64, 3
 Batch = dict[str, torch.Tensor]
 
@@ -233,3 +233,42 @@ def test_tune_trains_like_eager(tmp_path, monkeypatch) -> None:
 def test_compile_trains_like_eager() -> None:
     report = _compare("gpt2 without dropout", "compiled fp32", amp=False, compile=True)
     assert report["compile"].status.value == "applied", report["compile"].detail
+
+
+@pytest.mark.slow
+def test_fp16_with_the_models_own_reentrant_checkpointing_matches_gradscaler() -> None:
+    """GPT-2's own `gradient_checkpointing_enable(use_reentrant=True)` under amp="fp16", against
+    `torch.autocast(fp16)` + `torch.amp.GradScaler`: every parameter's gradient, the embeddings
+    before both checkpointed blocks included (a second unscaling there is a factor 65536)."""
+    torch.manual_seed(0)
+    model = _gpt2()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # renamed in later transformers; this name still works
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": True})
+    eager = copy.deepcopy(model)
+    opt = torch.optim.AdamW(model.parameters(), lr=LR)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model, opt = autoopt.optimize(
+            model, optimizer=opt, verbose=False, amp="fp16", compile=False
+        )
+    eager_opt = torch.optim.AdamW(eager.parameters(), lr=LR)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**16)
+    for step in range(STEPS):
+        batch = _batch("gpt2", step)
+        torch.manual_seed(step)
+        model(**batch).loss.backward()
+        torch.manual_seed(step)
+        with torch.autocast("cpu", torch.float16):
+            loss = eager(**batch).loss
+        scaler.scale(loss).backward()
+        scaler.unscale_(eager_opt)
+        ours = autoopt.unwrap(model).named_parameters()
+        for (key, p), q in zip(ours, eager.parameters(), strict=True):
+            err = _relative(p.grad.double(), q.grad.double())
+            assert err <= TOL["fp16"], f"step {step}, {key}: gradient off by {err:.3g}"
+        opt.step()
+        opt.zero_grad()
+        scaler.step(eager_opt)
+        scaler.update()
+        eager_opt.zero_grad()
