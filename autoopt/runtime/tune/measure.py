@@ -263,7 +263,7 @@ def disable_dropout(model: nn.Module) -> None:
         if isinstance(module, nn.modules.dropout._DropoutNd):
             module.p = 0.0
             continue
-        for name, value in vars(module).items():
+        for name, value in list(vars(module).items()):
             if "drop" in name.lower() and type(value) is float and 0.0 < value <= 1.0:
                 setattr(module, name, 0.0)
 
