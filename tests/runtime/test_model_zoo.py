@@ -1,7 +1,10 @@
 """Real architectures from `transformers` (small configs, random init, no downloads) trained a few
 steps through `optimize()`, against the same loop in plain torch from the same weights and seeds:
 with the defaults, and with each option (`amp="bf16"` against `torch.autocast(bf16)`,
-`compile=True`, `tune=True`, `channels_last=True`).
+`compile=True`, `tune=True`, `channels_last=True`), and GPT-2's own reentrant gradient
+checkpointing under `amp="fp16"` against `torch.autocast(fp16)` + `torch.amp.GradScaler`.
+Models: GPT-2, BERT, Llama, T5, ViT, ResNet, ConvNeXt (no torchvision/timm: their CPU wheels do
+not load beside this torch).
 
 Dropout stays on as configured (0.1 in most of these): the trials `optimize()` runs at the first
 step must leave the RNG as it was, or the dropout masks, and so the losses, differ. The loss is
@@ -91,6 +94,14 @@ def _resnet() -> nn.Module:
     return transformers.ResNetForImageClassification(config)
 
 
+def _convnext() -> nn.Module:
+    config = transformers.ConvNextConfig(
+        num_stages=2, hidden_sizes=[8, 16], depths=[1, 1], num_labels=CLASSES,
+        drop_path_rate=0.1,  # stochastic depth: random in training, like dropout
+    )  # fmt: skip
+    return transformers.ConvNextForImageClassification(config)
+
+
 def _tokens(gen: torch.Generator, length: int = 12) -> torch.Tensor:
     return torch.randint(0, VOCAB, (4, length), generator=gen)
 
@@ -127,6 +138,7 @@ ZOO: dict[str, tuple[Callable[[], nn.Module], Callable[[torch.Generator], Batch]
     "t5": (_t5, _seq2seq),
     "vit": (_vit, _images(16)),
     "resnet": (_resnet, _images(32)),
+    "convnext": (_convnext, _images(32)),
 }
 
 
@@ -215,8 +227,9 @@ def test_bf16_trains_like_torch_autocast(name: str) -> None:
 
 
 @pytest.mark.slow
-def test_channels_last_trains_like_eager() -> None:
-    report = _compare("resnet", "fp32", amp=False, channels_last=True)
+@pytest.mark.parametrize("name", ["resnet", "convnext"])
+def test_channels_last_trains_like_eager(name: str) -> None:
+    report = _compare(name, "fp32", amp=False, channels_last=True)
     assert report["channels_last"].status.value == "applied", report["channels_last"].detail
 
 
