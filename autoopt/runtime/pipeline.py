@@ -31,6 +31,15 @@ def validate(model: Any, loader: Any, optimizer: Any) -> None:
         raise ValueError(
             "optimize() was already applied to this model; call it once, on the plain model"
         )
+    # Patched twice, a forward would autocast inside autocast and a step chain would call itself.
+    inner = next((name for name, m in model.named_modules() if hasattr(m, APPLIED_ATTR)), None)
+    if inner is not None:
+        raise ValueError(
+            f"optimize() was already applied to the submodule {inner!r} of this model, and "
+            "patched it in place; call optimize() once per module: either optimize the parts "
+            "separately and train them as they are, or build the container from plain modules "
+            "(not ones optimize() returned) and optimize only the container"
+        )
     # Not `iter(loader)`: on a DataLoader with workers that would start the worker processes.
     if loader is not None and not (hasattr(loader, "__iter__") or hasattr(loader, "__getitem__")):
         raise TypeError(
@@ -42,6 +51,13 @@ def validate(model: Any, loader: Any, optimizer: Any) -> None:
     if not isinstance(optimizer, torch.optim.Optimizer):
         raise TypeError(
             f"optimize(optimizer=...) needs a torch.optim.Optimizer, got {type(optimizer).__name__}"
+        )
+    if forward._STEP_CHAIN in optimizer.__dict__:  # what compose_step installs
+        raise ValueError(
+            "this optimizer was already given to optimize(), which patched its step() in place; "
+            "give each optimizer to optimize() once: build a new optimizer over this model's "
+            "parameters (e.g. type(optimizer)(model.parameters(), **optimizer.defaults)), or "
+            "optimize once a model holding every module the optimizer trains"
         )
     model_params = {id(p) for p in model.parameters()}
     foreign = [

@@ -21,12 +21,19 @@ registered model's parameters (found by walking the graph from its roots):
 
 A graph that touches no registered parameter runs untouched. A backward that the engine starts
 inside another one (reentrant checkpointing) is not seeded again; its leaves are unscaled with the
-outer backward's scale. Hooks the user put on intermediate tensors see scaled gradients, as under
-`GradScaler`.
+outer backward's scale, except the ones whose gradient the caller hands back into the outer graph:
+torch's `CheckpointFunction` re-runs its function on detached copies of its inputs and returns
+their `.grad` as the gradient of the inputs, which must stay scaled (unscaled there, every layer
+before a checkpoint would be divided by the scale once more per checkpoint). For torch's
+checkpoint those copies are known exactly (its `detached_inputs`); for any other reentrant caller,
+a leaf that is not a parameter cannot be told from a copy, so it is left scaled and fp16 stands
+down with a warning and a report line. Hooks the user put on intermediate tensors see scaled
+gradients, as under `GradScaler`.
 """
 
 from __future__ import annotations
 
+import sys
 import weakref
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -34,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.autograd
+import torch.utils.checkpoint
 
 if TYPE_CHECKING:
     from autoopt.runtime.loss_scaling import LossScaler
@@ -200,7 +208,8 @@ def _engine_run_backward(
     if torch._C._current_graph_task_id() != -1:  # reentrant: the outer call seeded it already
         if not (_outer_inv_scale and accumulate_grad):
             return _original_engine_run_backward(t_outputs, grads, *args, **kwargs)
-        with _unscaled_leaves(leaves, _outer_inv_scale[-1]):
+        real = _real_leaves(leaves, regs)
+        with _unscaled_leaves(real, _outer_inv_scale[-1]):
             return _original_engine_run_backward(t_outputs, grads, *args, **kwargs)
     scale = _seed_scale(regs)
     fraction = _accumulation(regs) if accumulate_grad else (1, 1)
@@ -219,6 +228,45 @@ def _engine_run_backward(
             return _original_engine_run_backward(t_outputs, grads, *args, **kwargs)
     finally:
         _outer_inv_scale.pop()
+
+
+# The frames between `_engine_run_backward` and the code that started a reentrant backward.
+_AUTOGRAD_ENTRIES = {torch.autograd.backward.__code__, torch.Tensor.backward.__code__}
+_CHECKPOINT_BACKWARD = torch.utils.checkpoint.CheckpointFunction.backward.__code__
+
+
+def _real_leaves(leaves: list[Any], regs: list[Registration]) -> list[Any]:
+    """The leaves of a reentrant backward whose gradients stay where they accumulate: not the
+    ones its caller hands back into the outer graph (those must stay scaled, since the outer
+    backward unscales where they end up)."""
+    handed_back = _checkpoint_inputs()
+    if handed_back is not None:
+        ids = {id(t) for t in handed_back}
+        return [node for node in leaves if id(node.variable) not in ids]
+    real = [node for node in leaves if any(reg.owns_any([node.variable]) for reg in regs)]
+    if len(real) < len(leaves):
+        for reg in regs:
+            if (scaler := reg.scaling()) is not None:
+                scaler.user_amp.stand_down(
+                    "a backward ran inside another backward (a reentrant autograd.Function "
+                    "other than torch.utils.checkpoint) with leaves that are not parameters: "
+                    "autoopt cannot tell whether their gradients are handed back (to stay "
+                    "scaled) or kept (to be unscaled); this step left them scaled",
+                    own=False,
+                )
+    return real
+
+
+def _checkpoint_inputs() -> list[Any] | None:
+    """The detached inputs of torch's reentrant `CheckpointFunction.backward`, when that is what
+    started the backward in progress (read from its frame); None for any other caller."""
+    frame = sys._getframe(1)
+    while frame is not None and (frame.f_globals is globals() or frame.f_code in _AUTOGRAD_ENTRIES):
+        frame = frame.f_back
+    if frame is None or frame.f_code is not _CHECKPOINT_BACKWARD:
+        return None
+    inputs = frame.f_locals.get("detached_inputs")
+    return list(inputs) if isinstance(inputs, tuple | list) else None
 
 
 def _seed(grad: torch.Tensor | None, scale: torch.Tensor | None, fraction: tuple[int, int]) -> Any:

@@ -30,8 +30,9 @@ class UserAmp:
         self.pass_name = pass_name
         self.reason: str | None = None
 
-    def stand_down(self, reason: str) -> None:
-        """Stop autocasting and scaling this model from now on; warn once and say why."""
+    def stand_down(self, reason: str, own: bool = True) -> None:
+        """Stop autocasting and scaling this model from now on; warn once and say why. `own`:
+        for the user's own AMP (else for a case autoopt's AMP cannot verify)."""
         if self.reason is not None:
             return
         self.reason = reason
@@ -40,9 +41,8 @@ class UserAmp:
             stacklevel=3,
         )
         if self.report is not None:
-            self.report.replace(
-                PassResult.skipped(self.pass_name, f"stood down for the user's own AMP: {reason}")
-            )
+            why = "stood down for the user's own AMP" if own else "stood down"
+            self.report.replace(PassResult.skipped(self.pass_name, f"{why}: {reason}"))
 
 
 def watch_grad_scalers() -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import random
+import warnings
 
 import pytest
 import torch
@@ -81,16 +82,17 @@ class CorruptPlan(tune.Plan):
 
 def test_rejects_a_plan_whose_outputs_diverge():
     model = _model()
-    decision = tune.choose(
-        model,
-        _batches(),
-        None,
-        OPTIONS,
-        candidates=[tune.Plan(), CorruptPlan()],
-        cache=False,
-        steps=2,
-        warmup=1,
-    )
+    with pytest.warns(UserWarning, match="largest: corrupt by 0.5"):
+        decision = tune.choose(
+            model,
+            _batches(),
+            None,
+            OPTIONS,
+            candidates=[tune.Plan(), CorruptPlan()],
+            cache=False,
+            steps=2,
+            warmup=1,
+        )
     by_plan = {m.plan: m for m in decision.measurements}
     assert by_plan["corrupt"].status.startswith("rejected: differs from fp32 eager")
     assert by_plan["corrupt"].output_error == pytest.approx(0.5, rel=1e-3)
@@ -343,3 +345,106 @@ def test_a_plan_faster_by_median_but_not_step_for_step_keeps_the_default() -> No
     clear = Measurement("fp32", 9.0, steps_ms=[9.0, 10.0, 16.0, 16.0, 8.0])
     picked = pick([(default, base), (other, clear)], default)
     assert picked is not None and picked[0] == other
+
+
+def _t5() -> nn.Module:
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    config = transformers.T5Config(
+        vocab_size=64, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_decoder_layers=2,
+        num_heads=4, dropout_rate=0.1, decoder_start_token_id=0, pad_token_id=0,
+    )  # fmt: skip
+    return transformers.T5ForConditionalGeneration(config)
+
+
+def _t5_batches() -> list[dict[str, torch.Tensor]]:
+    g = torch.Generator().manual_seed(1)
+    return [
+        {
+            "input_ids": torch.randint(1, 64, (4, 12), generator=g),
+            "labels": torch.randint(1, 64, (4, 8), generator=g),
+        }
+        for _ in range(2)
+    ]
+
+
+def test_a_plan_is_accepted_on_t5_whose_attention_dropout_is_a_float() -> None:
+    """transformers' T5 attention calls `F.dropout(p=self.dropout)` with a float attribute: left
+    on, two eager runs disagreed by 0.3 and every plan was rejected."""
+    model = _t5()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "rejected every plan" warning
+        decision = tune.choose(
+            model, _t5_batches(), opt, OPTIONS, candidates=[tune.Plan(), tune.Plan(amp="bf16")],
+            cache=False, steps=1, warmup=1,
+        )  # fmt: skip
+    by_plan = {m.plan: m for m in decision.measurements}
+    assert by_plan["bf16"].ok, by_plan["bf16"].status
+    assert max(by_plan["bf16"].output_error, by_plan["bf16"].loss_error) < 0.02
+
+
+def test_disable_dropout_switches_off_t5s_functional_dropout() -> None:
+    model = _t5().train()
+    measure.disable_dropout(model)
+    batch = _t5_batches()[0]
+    torch.manual_seed(1)
+    first = model(**batch).logits
+    torch.manual_seed(2)
+    assert torch.equal(first, model(**batch).logits)
+
+
+class Noisy(nn.Module):
+    """Noise injection in training mode (no dropout anywhere): only the same RNG state makes two
+    runs agree."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(16, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.lin(x + torch.randn_like(x) if self.training else x)
+
+
+class SamePlan(tune.Plan):
+    """Eager fp32 again under another name: any difference from the reference is randomness."""
+
+    @property
+    def label(self) -> str:
+        return "same"
+
+
+def test_candidates_are_compared_on_the_same_rng_stream() -> None:
+    torch.manual_seed(0)
+    decision = tune.choose(
+        Noisy(), _batches(), None, OPTIONS, candidates=[tune.Plan(), SamePlan()],
+        cache=False, steps=1, warmup=1,
+    )  # fmt: skip
+    same = next(m for m in decision.measurements if m.plan == "same")
+    assert same.ok and same.output_error == 0 and same.loss_error == 0, same.status
+
+
+_CALLS = [0]
+
+
+class Drifting(nn.Module):
+    """State outside torch's RNG that changes at every call: no two runs agree."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(16, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        _CALLS[0] += 1
+        return self.lin(x) * _CALLS[0]
+
+
+def test_rejecting_every_plan_for_disagreement_warns_and_names_the_largest() -> None:
+    torch.manual_seed(0)
+    with pytest.warns(UserWarning, match=r"tune rejected every plan .*largest: same by"):
+        decision = tune.choose(
+            Drifting(), _batches(), None, OPTIONS, candidates=[tune.Plan(), SamePlan()],
+            cache=False, steps=1, warmup=1,
+        )  # fmt: skip
+    assert decision.plan == tune.Plan()
+    assert "tune rejected every plan" in decision.result.detail

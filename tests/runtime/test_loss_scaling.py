@@ -168,3 +168,30 @@ def test_the_unchanged_loop_trains_in_fp16() -> None:
             losses.append(loss.item())
     assert sum(losses[-4:]) < 0.8 * sum(losses[:4])
     assert scaler_of(model).skipped_steps == 0
+
+
+@pytest.mark.parametrize("group", [0, 1, 2])
+def test_a_non_finite_gradient_in_any_param_group_skips_the_step(group: int) -> None:
+    """Three param groups; an inf in one group's gradient only (an overflow confined to a layer)
+    must skip the whole step and back off, whichever group holds it."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 32), nn.ReLU())
+    model.append(nn.Linear(32, 4))
+    layers = [model[0], model[2], model[4]]
+    optimizer = torch.optim.SGD(
+        [{"params": layer.parameters(), "lr": 0.1 * (i + 1)} for i, layer in enumerate(layers)],
+        lr=0.1,
+    )
+    model, optimizer = autoopt.optimize(
+        model, optimizer=optimizer, amp="fp16", compile=False, verbose=False
+    )
+    x, y = mlp_data(8)
+    before = [p.detach().clone() for p in model.parameters()]
+    loss_fn(model(x), y).backward()
+    with torch.no_grad():
+        layers[group].weight.grad[0, 0] = float("inf")
+    optimizer.step()
+    scaler = scaler_of(model)
+    assert all(torch.equal(p, b) for p, b in zip(model.parameters(), before, strict=True))
+    assert scaler.skipped_steps == 1 and scaler.steps == 0
+    assert scaler.scale == 2.0**15

@@ -23,8 +23,12 @@ How a candidate is measured:
   of the parameters); the passes of `optimize()` are applied to the copy with the candidate's
   options. The user's model, optimizer state, BatchNorm statistics and the RNG states are left
   exactly as they were. The copies are freed after each candidate (peak memory: one extra copy).
-- Dropout is switched off in the copies, so that a forward is deterministic and the outputs of a
-  candidate can be compared with eager fp32's on the same batch.
+- Dropout of every kind is switched off in the copies (dropout modules, and the float
+  probabilities modules pass to a functional op, such as transformers' T5 attention's
+  `self.dropout`), and every candidate's compared first step starts from the same torch RNG
+  state, so that the outputs of a candidate can be compared with eager fp32's on the same batch.
+  When every plan is rejected for disagreeing with eager fp32, tune warns and says so in the
+  report, naming the largest difference.
 - Batches: a few (`batches`, default 4) are drawn from a fresh iterator over the user's loader,
   then cycled. A re-iterable loader (a DataLoader, a list) is not consumed; the draw happens with
   the torch (CPU, CUDA), Python and numpy RNGs and the loader's own generators saved and restored,

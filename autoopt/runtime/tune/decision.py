@@ -6,6 +6,7 @@ import dataclasses
 import datetime as _dt
 import math
 import statistics
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,7 +20,7 @@ from autoopt.runtime.report import PassResult
 from autoopt.runtime.tune import cache as disk_cache
 from autoopt.runtime.tune.batches import draw
 from autoopt.runtime.tune.loss import LossFn
-from autoopt.runtime.tune.measure import Measurement, measure_all
+from autoopt.runtime.tune.measure import DIFFERS, Measurement, measure_all
 from autoopt.runtime.tune.plans import (
     REFERENCE,
     Plan,
@@ -110,11 +111,19 @@ def choose(
         model, optimizer, options, plans, drawn, loss_fn, warmup, steps, rtol, default
     )
     chosen = pick(accepted, default)
+    disagreement = all_disagree(measurements)
+    if disagreement:
+        warnings.warn(f"autoopt: {disagreement}", stacklevel=3)
     if chosen is None:
         errors = "; ".join(f"{m.plan}: {m.status}" for m in measurements)
         return Decision(
             options,
-            PassResult.failed(NAME, f"no candidate could be measured ({errors})", "the defaults"),
+            PassResult.failed(
+                NAME,
+                f"no candidate could be measured ({errors})"
+                + (f"\n{disagreement}" if disagreement else ""),
+                "the defaults",
+            ),
             measurements=measurements,
         )
     eager = next((m for m in measurements if m.plan == REFERENCE.label and m.ok), None)
@@ -125,6 +134,8 @@ def choose(
         f"{chosen[0].label}{speedup}; measured {len(plans)} plan(s) on {len(drawn)} batch(es), "
         f"{warmup} warm-up + {steps} timed step(s) each\n" + table(measurements, chosen[0])
     )
+    if disagreement:
+        detail += f"\n{disagreement}"
     if path is not None:
         disk_cache.write(
             path,
@@ -141,6 +152,23 @@ def choose(
         chosen[0],
         measurements,
         cache_path=path,
+    )
+
+
+def all_disagree(measurements: list[Measurement]) -> str:
+    """The sentence to warn with when every candidate other than eager fp32 was rejected for
+    results that differ from it (naming the largest difference), else ""."""
+    others = [m for m in measurements if m.plan != REFERENCE.label]
+    if not others or not all(m.status.startswith(DIFFERS) for m in others):
+        return ""
+    worst = max(others, key=lambda m: max(m.output_error or 0.0, m.loss_error or 0.0))
+    error = max(worst.output_error or 0.0, worst.loss_error or 0.0)
+    return (
+        f"tune rejected every plan because its results differ from fp32 eager on the same batch "
+        f"(largest: {worst.plan} by {error:.3g}); dropout was off and every candidate started "
+        "from the same RNG state, so either the plans change this model's results beyond the "
+        "tolerance or its forward is not repeatable (randomness outside torch's RNG, state that "
+        "changes at each call); no plan other than fp32 eager could be verified"
     )
 
 

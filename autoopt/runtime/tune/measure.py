@@ -24,6 +24,10 @@ from autoopt.runtime.tune.batches import rng_preserved
 from autoopt.runtime.tune.loss import LossFn, floating_tensors, infer_loss, model_inputs, target_of
 from autoopt.runtime.tune.plans import REFERENCE, Plan
 
+DIFFERS = "rejected: differs from fp32 eager"  # the status of a plan whose results disagree
+# The torch seed every candidate's compared first step starts from.
+COMPARE_SEED = 0
+
 
 @dataclass
 class Measurement:
@@ -133,7 +137,10 @@ class _Trial:
             self.model.train()
             self.sync_on = device_batches[0]
             self.batches = itertools.cycle(device_batches)
-            # The first step's forward (before any update) is the one compared with fp32 eager.
+            # The first step's forward (before any update) is the one compared with fp32 eager,
+            # every candidate from the same RNG state: randomness left on (a dropout that is not
+            # a module or a float attribute) draws the same numbers in eager candidates.
+            torch.manual_seed(COMPARE_SEED)
             for i in range(max(warmup, 1)):
                 self._step(keep=i == 0)
             self.result.warmup_s = round(time.perf_counter() - start, 3)
@@ -175,7 +182,7 @@ class _Trial:
             m.loss_error = round(abs(self.losses[0] - ref_loss) / max(abs(ref_loss), 1e-6), 6)
             worst = max(m.output_error, m.loss_error)
             if not math.isfinite(worst) or worst > rtol:
-                m.status = f"rejected: differs from fp32 eager by {worst:.3g} > {rtol:g}"
+                m.status = f"{DIFFERS} by {worst:.3g} > {rtol:g}"
 
     def _step(self, keep: bool = False) -> None:
         loss = train_step(
@@ -248,11 +255,17 @@ def relative_error(outputs: list[torch.Tensor], reference: list[torch.Tensor]) -
 
 
 def disable_dropout(model: nn.Module) -> None:
+    """Switch off dropout of every kind that training mode turns on: dropout modules, and the
+    float probabilities modules hand to a functional op at each call (`nn.MultiheadAttention`'s
+    `dropout`, transformers' T5 `self.dropout`, Llama's `attention_dropout`, a `drop_prob` of
+    stochastic depth, a `layerdrop`): any float attribute named `*drop*` between 0 and 1."""
     for module in model.modules():
         if isinstance(module, nn.modules.dropout._DropoutNd):
             module.p = 0.0
-        elif isinstance(module, nn.MultiheadAttention | nn.RNNBase):
-            module.dropout = 0.0  # the float attribute these modules pass to the functional op
+            continue
+        for name, value in list(vars(module).items()):
+            if "drop" in name.lower() and type(value) is float and 0.0 < value <= 1.0:
+                setattr(module, name, 0.0)
 
 
 def _sync(batch: Any) -> None:
