@@ -208,6 +208,7 @@ class AmpAutocast(Rule):
                 scaler.step(optimizer)
                 scaler.update()
             """,
+            unsafe=True,
         ),
         # Epoch loop around the batch loop; clipping; the loss computed in a helper; no device
         # variable but CUDA in use; `import torch` is added.
@@ -259,6 +260,7 @@ class AmpAutocast(Rule):
                         scaler.step(opt)
                         scaler.update()
             """,
+            unsafe=True,
         ),
         # Gradient accumulation: step, update (and clipping) stay under the `if`.
         Invalid(
@@ -296,6 +298,7 @@ class AmpAutocast(Rule):
                     scaler.update()
                     optimizer.zero_grad()
             """,
+            unsafe=True,
         ),
         # A GAN: two optimizers, two backward calls, one scaler and one update per iteration.
         Invalid(
@@ -341,6 +344,7 @@ class AmpAutocast(Rule):
                 scaler.step(opt_g)
                 scaler.update()
             """,
+            unsafe=True,
         ),
         # A CPU-only script (no CUDA anywhere, no device variable); `scaler` is taken.
         Invalid(
@@ -370,6 +374,7 @@ class AmpAutocast(Rule):
                 grad_scaler.step(opt)
                 grad_scaler.update()
             """,
+            unsafe=True,
         ),
         # Declines: no optimizer object (manual update).
         Invalid(

@@ -132,6 +132,7 @@ class DataLoaderNumWorkers(Rule):
             train_kwargs.update({"shuffle": True})
             train_loader = torch.utils.data.DataLoader(dataset1, **train_kwargs, num_workers=4)
             """,
+            unsafe=True,
         ),
         Invalid(
             """
@@ -143,6 +144,7 @@ class DataLoaderNumWorkers(Rule):
             import torch
             loader = torch.utils.data.DataLoader(ds, batch_size=32, shuffle=True, num_workers=4)
             """,
+            unsafe=True,
         ),
         Invalid(
             """
@@ -174,6 +176,7 @@ class DataLoaderNumWorkers(Rule):
                     num_workers=4,
                 )
             """,
+            unsafe=True,
         ),
         Invalid(
             """
@@ -186,6 +189,7 @@ class DataLoaderNumWorkers(Rule):
             from torch.utils.data import DataLoader
             loader = DataLoader(ds, 32, True, num_workers=4)
             """,
+            unsafe=True,
         ),
     ]
 

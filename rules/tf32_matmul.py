@@ -111,6 +111,7 @@ class TF32Matmul(Rule):
             for x in loader:
                 model(x.to(device)).sum().backward()
             """,
+            unsafe=True,
         ),
         Invalid(
             """
@@ -129,6 +130,7 @@ class TF32Matmul(Rule):
             while True:
                 net(batch()).sum().backward()
             """,
+            unsafe=True,
         ),
     ]
 
