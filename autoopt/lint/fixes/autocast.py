@@ -14,6 +14,7 @@ import libcst.matchers as m
 from libcst.codemod.visitors import ImportItem
 
 from autoopt.lint.edits import block_statement
+from autoopt.lint.fixes.preconditions import double_backward
 from autoopt.lint.nodes import calls_in, code_of, names_in, nodes_of_type, walk
 from autoopt.lint.rule import Fix, Rule
 
@@ -94,20 +95,14 @@ class AutocastPlan:
                     "BCELoss/binary_cross_entropy on probabilities is rejected by autocast; "
                     "use BCEWithLogitsLoss on logits first"
                 )
-            if "torch.autograd.grad" in names:
-                return "double backward (torch.autograd.grad, e.g. a gradient penalty)"
+        twice = double_backward(self.rule)
+        if twice is not None:
+            return twice
         for call in self.backward_calls:
             if not isinstance(call.func, cst.Attribute) or any(
                 n.startswith("torch.") for n in self.rule.qualified_names(call.func)
             ):
                 return "custom backward call (not loss.backward())"
-            if any(
-                a.keyword is not None
-                and a.keyword.value == "create_graph"
-                and not m.matches(a.value, m.Name("False"))
-                for a in call.args
-            ):
-                return "double backward (create_graph=True)"
         optimizers = self._optimizers()
         steps: list[tuple[cst.Call, str]] = []
         for call in calls_in(self.loop, into_scopes=False):
