@@ -143,7 +143,9 @@ def fix_source(
             break
         if unbound is None:
             unbound = unbound_names(current)
-        check = _Check(current, findings, unbound, active, target_version, path, finding_filter)
+        check = _Check(
+            current, findings, unbound, active, target_version, path, finding_filter, unsafe
+        )
         verdict = check(new_source)
         if not verdict.ok:
             new_source, chosen, verdict = _keep_verified(analysis.module, chosen, check, result)
@@ -178,6 +180,7 @@ class _Check:
     target_version: tuple[int, int] | None
     path: Path | str
     finding_filter: FindingFilter | None
+    unsafe: bool
 
     def __call__(self, after: str) -> Verdict:
         return verify_edit(
@@ -189,6 +192,7 @@ class _Check:
             target_version=self.target_version,
             path=self.path,
             finding_filter=self.finding_filter,
+            fixed_later=lambda finding: _fix_allowed(finding, self.unsafe),
         )
 
 
