@@ -87,9 +87,10 @@ class Finding:
 
 @dataclass(frozen=True)
 class Valid:
-    """Example code the rule must not flag."""
+    """Example code the rule must not flag (for torch `target_version`, when set)."""
 
     code: str
+    target_version: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "code", textwrap.dedent(self.code).lstrip("\n"))

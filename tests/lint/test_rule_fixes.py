@@ -119,7 +119,8 @@ def test_invalid_example_without_fixed_text_is_left_alone(
 
 @pytest.mark.parametrize(("rule", "example"), VALID_CASES)
 def test_valid_example_is_unchanged(rule: type[Rule], example: Valid) -> None:
-    result = fix_source(example.code, [rule], unsafe=True)
+    version = _version(example.target_version)
+    result = fix_source(example.code, [rule], unsafe=True, target_version=version)
     assert not result.skipped, result.skipped
     assert result.source == example.code
     assert not result.applied

@@ -6,8 +6,9 @@ assumption, else it is offered as unsafe (or declined) with the reason from here
 - `batch_of_tensors`: the loop's batch comes from a torch `DataLoader` of this file with the
   default collate, so what is unpacked from it is a tensor (or a container of them), never the
   project's own batch class, whose `.to()` may not take `non_blocking` (AO103).
-- `runtime_cuda_test`: how the script itself decides CUDA at run time, for fixes whose value
-  depends on the device (AO102's `pin_memory`).
+- `device_is_cuda` / `runtime_cuda_test`: how the script itself decides CUDA at run time, for
+  fixes whose value depends on the device (AO102's `pin_memory`: torch warns on every CPU run
+  when a loader pins without an accelerator).
 """
 
 from __future__ import annotations
@@ -95,6 +96,26 @@ def _default_collate(rule: Rule, call: cst.Call) -> bool:
         or is_name(given.value, "None")
         or rule.refers_to(given.value, *_DEFAULT_COLLATE)
     )
+
+
+def device_is_cuda(rule: Rule, at: cst.CSTNode) -> tuple[str, tuple[ImportItem, ...]] | None:
+    """The script's own test of "this run is on CUDA", usable at `at`: `device.type == "cuda"`
+    where a `device` is bound before `at` in its function or at module level, else
+    `runtime_cuda_test`; None when the script always uses CUDA."""
+    test = runtime_cuda_test(rule)
+    if test is None or "accelerator" in test[0]:
+        return test  # torch.accelerator scripts: the device may be mps/xpu, not only cuda
+    facts = rule.facts
+    scope = facts.enclosing_scope(at)
+    for node in nodes_of_type(rule.context.module, cst.Assign):
+        if facts.enclosing_scope(node) not in (scope, facts.module) or not facts.before(node, at):
+            continue
+        if any(is_name(t.target, "device") for t in node.targets):
+            if isinstance(node.value, cst.Call) and rule.refers_to(node.value.func, "torch.device"):
+                return 'device.type == "cuda"', ()
+            torch, imports = torch_name(rule)
+            return f'{torch}.device(device).type == "cuda"', imports
+    return test
 
 
 def runtime_cuda_test(rule: Rule) -> tuple[str, tuple[ImportItem, ...]] | None:
