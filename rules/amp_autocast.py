@@ -42,9 +42,12 @@ class AmpAutocast(Rule):
     accumulation keeps its `if`: the step and the update stay under it.
 
     **When not to apply.** The fix declines, saying why, when the loop has no optimizer object
-    to route through a scaler (manual updates), uses an LBFGS closure (`step(closure)`), takes a
-    double backward (`create_graph=True`, `torch.autograd.grad`, e.g. a gradient penalty: it needs
-    the scaled-gradient recipe by hand), or uses `BCELoss`/`binary_cross_entropy` on
+    to route through a scaler (manual updates), uses an LBFGS closure (`step(closure)`), already
+    runs another mixed-precision system (apex amp, a hand-written loss scale, models cast to
+    `.half()`/`.bfloat16()`, see `autoopt.lint.precision`), reads tensors with `.numpy()` (which
+    fails on bf16 outputs), takes a double backward (`create_graph=True`,
+    `torch.autograd.grad`, e.g. a gradient penalty: it needs the scaled-gradient recipe by
+    hand), or uses `BCELoss`/`binary_cross_entropy` on
     probabilities, which autocast rejects (switch to `BCEWithLogitsLoss` first). Numerically
     delicate code (large reductions, custom losses in fp16) should be checked after the change;
     the runtime `autoopt.optimize()` does this without editing the loop. Not flagged where a
@@ -151,6 +154,77 @@ class AmpAutocast(Rule):
     ]
 
     INVALID = [
+        Invalid(  # the loop's device is `args.device` (a `device` of another function is not)
+            """
+            import torch
+            def train(args, model, loader, optimizer):
+                for x, y in loader:
+                    x, y = x.to(args.device), y.to(args.device)
+                    optimizer.zero_grad()
+                    loss = criterion(model(x), y)
+                    loss.backward()
+                    optimizer.step()
+            def main():
+                device = torch.device("cuda")
+            """,
+            line=3,
+            fixed="""
+            import torch
+            def train(args, model, loader, optimizer):
+                amp_dtype = torch.bfloat16 if torch.device(args.device).type == "cpu" or torch.cuda.is_bf16_supported() else torch.float16
+                scaler = torch.amp.GradScaler(torch.device(args.device).type, enabled=amp_dtype == torch.float16)
+                for x, y in loader:
+                    x, y = x.to(args.device), y.to(args.device)
+                    optimizer.zero_grad()
+                    with torch.autocast(device_type=torch.device(args.device).type, dtype=amp_dtype):
+                        loss = criterion(model(x), y)
+                    scaler.scale(loss).backward()
+                    scaler.step(optimizer)
+                    scaler.update()
+            def main():
+                device = torch.device("cuda")
+            """,
+            unsafe=True,
+        ),
+        Invalid(  # apex amp already scales the loss: a second scaler would be wrong
+            """
+            import torch
+            from apex import amp
+            model, optimizer = amp.initialize(model.cuda(), optimizer, opt_level="O1")
+            for x, y in loader:
+                loss = criterion(model(x.cuda()), y.cuda())
+                with amp.scale_loss(loss, optimizer) as scaled_loss:
+                    scaled_loss.backward()
+                optimizer.step()
+            """,
+            line=4,
+            message_contains="apex amp",
+        ),
+        Invalid(  # hand-written fp16: the model is cast to half
+            """
+            import torch
+            model = Net().cuda().half()
+            for x, y in loader:
+                loss = criterion(model(x.cuda().half()), y.cuda())
+                loss.backward()
+                optimizer.step()
+            """,
+            line=3,
+            message_contains="half precision",
+        ),
+        Invalid(  # a CPU GAN that reads its samples with .numpy(): bf16 outputs would fail
+            """
+            import torch
+            for real in loader:
+                fake = G(torch.randn(64, 100))
+                loss = criterion(D(fake), ones)
+                loss.backward()
+                opt_g.step()
+                samples = fake.detach().numpy()
+            """,
+            line=2,
+            message_contains=".numpy()",
+        ),
         Invalid(  # the loop is ignite's: reported at the trainer, no fix
             """
             import torch
@@ -208,6 +282,7 @@ class AmpAutocast(Rule):
                 scaler.step(optimizer)
                 scaler.update()
             """,
+            unsafe=True,
         ),
         # Epoch loop around the batch loop; clipping; the loss computed in a helper; no device
         # variable but CUDA in use; `import torch` is added.
@@ -259,6 +334,7 @@ class AmpAutocast(Rule):
                         scaler.step(opt)
                         scaler.update()
             """,
+            unsafe=True,
         ),
         # Gradient accumulation: step, update (and clipping) stay under the `if`.
         Invalid(
@@ -296,6 +372,7 @@ class AmpAutocast(Rule):
                     scaler.update()
                     optimizer.zero_grad()
             """,
+            unsafe=True,
         ),
         # A GAN: two optimizers, two backward calls, one scaler and one update per iteration.
         Invalid(
@@ -341,6 +418,7 @@ class AmpAutocast(Rule):
                 scaler.step(opt_g)
                 scaler.update()
             """,
+            unsafe=True,
         ),
         # A CPU-only script (no CUDA anywhere, no device variable); `scaler` is taken.
         Invalid(
@@ -370,6 +448,7 @@ class AmpAutocast(Rule):
                 grad_scaler.step(opt)
                 grad_scaler.update()
             """,
+            unsafe=True,
         ),
         # Declines: no optimizer object (manual update).
         Invalid(

@@ -108,6 +108,7 @@ class AutogradDebugMode(Rule):
             for x in loader:
                 model(x).sum().backward()
             """,
+            unsafe=True,
         ),
         Invalid(  # the main guard is not a debug flag
             """
@@ -128,6 +129,7 @@ class AutogradDebugMode(Rule):
                 for x in loader:
                     model(x).sum().backward()
             """,
+            unsafe=True,
         ),
         Invalid(
             """
@@ -148,6 +150,7 @@ class AutogradDebugMode(Rule):
                     loss = model(x).sum()
                     loss.backward()
             """,
+            unsafe=True,
         ),
         Invalid(
             """

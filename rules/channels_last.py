@@ -146,6 +146,7 @@ class ChannelsLast(Rule):
             trainer = create_supervised_trainer(model, optimizer, nn.NLLLoss(), device=device)
             trainer.run(train_loader, max_epochs=10)
             """,
+            unsafe=True,
         ),
         # Flattens with .view(): reported, the fix declined (it would raise).
         Invalid(
@@ -210,6 +211,7 @@ class ChannelsLast(Rule):
                 g_loss = adversarial_loss(discriminator(generator(z)), valid)
                 g_loss.backward()
             """,
+            unsafe=True,
         ),
         Invalid(  # built under a `with` and an `elif`, placed after the `with` (yolov5 classify)
             """
@@ -240,6 +242,7 @@ class ChannelsLast(Rule):
             for x, y in loader:
                 loss_fn(model(x.to(device, memory_format=torch.channels_last)), y.to(device)).backward()
             """,
+            unsafe=True,
         ),
         Invalid(  # built in an if/else, placed two `if`s deep after it (pytorch/examples imagenet)
             """
@@ -276,6 +279,7 @@ class ChannelsLast(Rule):
             for x, y in loader:
                 loss_fn(model(x.cuda()), y.cuda()).backward()
             """,
+            unsafe=True,
         ),
         Invalid(  # the device from torch.accelerator, passed into train() (pytorch/examples mnist)
             """
@@ -320,6 +324,7 @@ class ChannelsLast(Rule):
                 model = model.to(memory_format=torch.channels_last)
                 train(model, device, train_loader)
             """,
+            unsafe=True,
         ),
         Invalid(
             """
@@ -362,6 +367,7 @@ class ChannelsLast(Rule):
                 loss = nn.functional.cross_entropy(model(x), y)
                 loss.backward()
             """,
+            unsafe=True,
         ),
         Invalid(
             """
@@ -382,6 +388,7 @@ class ChannelsLast(Rule):
             for x, y in loader:
                 loss_fn(net(x.cuda()), y.cuda()).backward()
             """,
+            unsafe=True,
         ),
     ]
 

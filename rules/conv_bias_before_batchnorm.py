@@ -106,6 +106,7 @@ class ConvBiasBeforeBatchNorm(Rule):
                 nn.ReLU(),
             )
             """,
+            unsafe=True,
         ),
         Invalid(
             """
@@ -139,6 +140,7 @@ class ConvBiasBeforeBatchNorm(Rule):
                     x = self.bn2(x)
                     return x
             """,
+            unsafe=True,
         ),
     ]
 

@@ -94,6 +94,7 @@ class CudaVisibleDevicesLate(Rule):
             device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
             print(device)
             """,
+            unsafe=True,
         ),
         Invalid(
             """

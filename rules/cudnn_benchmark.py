@@ -305,7 +305,7 @@ class CudnnBenchmark(Rule):
         new = statement_line("torch.backends.cudnn.benchmark = True")
         branch = self._determinism_branch
         if branch is None:
-            replacements = insert_after_imports(self.context.module, new)
+            replacements = insert_after_imports(self.context.module, new, needs=("torch",))
             where = "after the imports"
         else:  # only when determinism is not asked for
             else_ = cst.Else(body=cst.IndentedBlock(body=[new]))

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import libcst as cst
+from libcst.codemod.visitors import ImportItem
 
 from autoopt.lint.calls import arg, call_options, with_keyword
+from autoopt.lint.fixes.preconditions import device_is_cuda
 from autoopt.lint.nodes import int_literal, is_name, string_value, walk
 from autoopt.lint.rule import Fix, FixSafety, Invalid, Rule, Valid
 from autoopt.lint.torch_api import DATALOADER
@@ -13,7 +15,14 @@ _ITERABLE_DATASET = (
     "torch.utils.data.IterableDataset",
     "torch.utils.data.dataset.IterableDataset",
 )
-_WORKERS = 4  # what the fix writes; a readable constant the user tunes (see the docs)
+# The runtime's worker rule (autoopt.runtime.passes.loader), as the fix writes it.
+_CUDA_WORKERS = 8
+_CPU_WORKERS = 4
+_CPUS = "(os.cpu_count() or 1)"
+_TENSOR_DATASET = (
+    "torch.utils.data.TensorDataset",
+    "torch.utils.data.dataset.TensorDataset",
+)
 
 
 class DataLoaderNumWorkers(Rule):
@@ -27,8 +36,7 @@ class DataLoaderNumWorkers(Rule):
     one at a time, while the GPU (or the CPU's compute threads) waits. Worker processes prepare
     the next batches in parallel with the step; on image pipelines 4 workers commonly take the
     input side off the critical path (seeds 001, 002). The runtime (`autoopt.optimize`) picks the
-    count from the CPU count; the rewrite writes `num_workers=4`, a constant to tune (roughly the
-    number of CPU cores per GPU; more than that only adds memory and start-up time).
+    count from the CPU count, and the rewrite writes the same rule as an expression.
 
     ## When not to
     - The options come through `**kwargs` that the rule cannot read: the value may well be set
@@ -43,7 +51,13 @@ class DataLoaderNumWorkers(Rule):
       sample would be seen `num_workers` times. Not flagged.
 
     ## Fix (unsafe)
-    Adds (or replaces the 0 with) `num_workers=4`. It is unsafe because worker processes change
+    Adds (or replaces the 0 with) the runtime's own choice (`autoopt.optimize`'s loader pass),
+    computed where the script runs: `min(8, (os.cpu_count() or 1) - 1)` on CUDA (one core kept
+    for the training process), `min(4, (os.cpu_count() or 1) // 8)` on CPU (none below 8
+    cores: workers would compete with the training's own threads), chosen by the script's own
+    device test where it decides at run time. An in-memory `TensorDataset` is not flagged:
+    indexing resident tensors is cheaper than a worker's IPC, so the runtime keeps 0 there too.
+    It is unsafe because worker processes change
     how the script runs: the dataset, `collate_fn` and `worker_init_fn` must be picklable
     (lambdas are not) where workers are spawned (Windows, macOS), the script's top level then
     runs again in every worker unless it is under `if __name__ == "__main__":`, and per-worker
@@ -62,6 +76,14 @@ class DataLoaderNumWorkers(Rule):
     triggers = ("DataLoader",)
 
     VALID = [
+        Valid(  # an in-memory TensorDataset: the runtime keeps 0 workers (IPC would cost more)
+            """
+            import torch
+            from torch.utils.data import DataLoader, TensorDataset
+            ds = TensorDataset(torch.randn(512, 8), torch.randn(512, 1))
+            loader = DataLoader(ds, batch_size=32, shuffle=True)
+            """
+        ),
         Valid(  # workers set on the accelerator branch of a conditional dict (pytorch/examples vae)
             """
             import torch
@@ -118,6 +140,30 @@ class DataLoaderNumWorkers(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # the device is chosen at run time: the runtime's CUDA or CPU rule, as it runs
+            """
+            import torch
+            from torch.utils.data import DataLoader
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            if __name__ == "__main__":
+                loader = DataLoader(ds, batch_size=32)
+                for x, y in loader:
+                    model(x.to(device)).sum().backward()
+            """,
+            line=5,
+            fixed="""
+            import torch
+            from torch.utils.data import DataLoader
+            import os
+
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            if __name__ == "__main__":
+                loader = DataLoader(ds, batch_size=32, num_workers=min(8, (os.cpu_count() or 1) - 1) if device.type == "cuda" else min(4, (os.cpu_count() or 1) // 8))
+                for x, y in loader:
+                    model(x.to(device)).sum().backward()
+            """,
+            unsafe=True,
+        ),
         Invalid(  # kwargs grown with .update() that never set num_workers
             """
             import torch
@@ -128,10 +174,13 @@ class DataLoaderNumWorkers(Rule):
             line=4,
             fixed="""
             import torch
+            import os
+
             train_kwargs = {"batch_size": 64}
             train_kwargs.update({"shuffle": True})
-            train_loader = torch.utils.data.DataLoader(dataset1, **train_kwargs, num_workers=4)
+            train_loader = torch.utils.data.DataLoader(dataset1, **train_kwargs, num_workers=min(4, (os.cpu_count() or 1) // 8))
             """,
+            unsafe=True,
         ),
         Invalid(
             """
@@ -141,8 +190,11 @@ class DataLoaderNumWorkers(Rule):
             line=2,
             fixed="""
             import torch
-            loader = torch.utils.data.DataLoader(ds, batch_size=32, shuffle=True, num_workers=4)
+            import os
+
+            loader = torch.utils.data.DataLoader(ds, batch_size=32, shuffle=True, num_workers=min(4, (os.cpu_count() or 1) // 8))
             """,
+            unsafe=True,
         ),
         Invalid(
             """
@@ -167,13 +219,16 @@ class DataLoaderNumWorkers(Rule):
             line=3,
             fixed="""
             from torch.utils.data import DataLoader
+            import os
+
             def main():
                 loader = DataLoader(
                     ds,
                     batch_size=64,
-                    num_workers=4,
+                    num_workers=min(4, (os.cpu_count() or 1) // 8),
                 )
             """,
+            unsafe=True,
         ),
         Invalid(
             """
@@ -184,8 +239,11 @@ class DataLoaderNumWorkers(Rule):
             message_contains="__main__",
             fixed="""
             from torch.utils.data import DataLoader
-            loader = DataLoader(ds, 32, True, num_workers=4)
+            import os
+
+            loader = DataLoader(ds, 32, True, num_workers=min(4, (os.cpu_count() or 1) // 8))
             """,
+            unsafe=True,
         ),
     ]
 
@@ -199,7 +257,8 @@ class DataLoaderNumWorkers(Rule):
                 return  # `**kwargs` we cannot read may set it
         elif int_literal(workers) != 0:
             return
-        if self._unsharded_iterable_dataset(options.values.get("dataset") or _first_arg(node)):
+        dataset = options.values.get("dataset") or _first_arg(node)
+        if self._unsharded_iterable_dataset(dataset) or self._in_memory(dataset):
             return
         message = self.message
         if self._unguarded_module_level(node):
@@ -211,20 +270,45 @@ class DataLoaderNumWorkers(Rule):
         if workers is not None and explicit is None:
             self.report(node, message)  # the 0 sits in a **dict: say so, leave it to the user
             return
+        workers_expr, imports = self._workers(node)
+        value = cst.parse_expression(workers_expr)
         if explicit is not None and explicit.keyword is None:
             new_call = node.with_changes(
-                args=[
-                    a.with_changes(value=cst.Integer(str(_WORKERS))) if a is explicit else a
-                    for a in node.args
-                ]
+                args=[a.with_changes(value=value) if a is explicit else a for a in node.args]
             )
         else:
-            new_call = with_keyword(node, "num_workers", cst.Integer(str(_WORKERS)))
+            new_call = with_keyword(node, "num_workers", value)
         self.report(
             node,
             message,
-            fix=Fix(replacements={node: new_call}, description=f"num_workers={_WORKERS}"),
+            fix=Fix(
+                replacements={node: new_call},
+                description=f"num_workers={workers_expr}",
+                add_imports=(ImportItem("os"), *imports),
+            ),
         )
+
+    def _workers(self, node: cst.Call) -> tuple[str, tuple[ImportItem, ...]]:
+        """The runtime's worker count (`autoopt.runtime.passes.loader.choose_workers`), written
+        as the script's own expression: one core kept for the training process on CUDA, one
+        worker per 8 cores on CPU (none below 8: workers would compete with the training's
+        threads), decided as the script decides its device."""
+        cuda = f"min({_CUDA_WORKERS}, {_CPUS} - 1)"
+        cpu = f"min({_CPU_WORKERS}, {_CPUS} // 8)"
+        if not self.facts.device.gpu_path:
+            return cpu, ()
+        test = device_is_cuda(self, node)
+        if test is None:
+            return cuda, ()
+        return f"{cuda} if {test[0]} else {cpu}", test[1]
+
+    def _in_memory(self, dataset: cst.BaseExpression | None) -> bool:
+        """A `TensorDataset`: indexing resident tensors is cheaper than a worker's IPC, so the
+        runtime keeps 0 workers for it, and so does the rule."""
+        if dataset is None:
+            return False
+        call = dataset if isinstance(dataset, cst.Call) else self._assigned_call(dataset)
+        return call is not None and self.refers_to(call.func, *_TENSOR_DATASET)
 
     def _unsharded_iterable_dataset(self, dataset: cst.BaseExpression | None) -> bool:
         """The dataset is an instance of a file-local IterableDataset subclass that never asks

@@ -6,6 +6,7 @@ import libcst as cst
 
 from autoopt.lint.calls import assigned_name, call_options, with_keyword
 from autoopt.lint.device import GPU_MARKERS
+from autoopt.lint.fixes.preconditions import device_is_cuda
 from autoopt.lint.handled import library_moves_batches, library_places_batches
 from autoopt.lint.loops import batch_transfers, data_loops, loops_over
 from autoopt.lint.nodes import is_name
@@ -43,8 +44,12 @@ class DataLoaderPinMemory(Rule):
       `persistent_workers=True`: with `--target-version` below 1.8 such a loader is left alone.
 
     ## Fix (safe)
-    Adds `pin_memory=True`. Batches hold the same values; only where they live on the host
-    changes.
+    Adds `pin_memory=True` where the script always trains on CUDA, and otherwise the script's
+    own device test, as the runtime pins only CUDA runs: `pin_memory=device.type == "cuda"`
+    where a `device` is bound before the loader, else `pin_memory=torch.cuda.is_available()`
+    (`torch.accelerator.is_available()` in scripts that use `torch.accelerator`), so a CPU run
+    neither pins nor gets torch's warning. Batches hold the same values; only where they live
+    on the host changes.
     """
 
     code = "AO102"
@@ -57,6 +62,16 @@ class DataLoaderPinMemory(Rule):
     requires = (GPU_MARKERS,)
 
     VALID = [
+        Valid(  # torch < 1.8 crashed with pin_memory + persistent_workers: left alone
+            """
+            import torch
+            from torch.utils.data import DataLoader
+            loader = DataLoader(ds, batch_size=32, num_workers=4, persistent_workers=True)
+            for x, y in loader:
+                model(x.cuda()).sum().backward()
+            """,
+            target_version="1.7",
+        ),
         Valid(  # ignite's trainer with no device: the batches stay on the host
             """
             import torch
@@ -160,6 +175,24 @@ class DataLoaderPinMemory(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # torch < 1.8 without persistent_workers: pinning alone is fine
+            """
+            import torch
+            from torch.utils.data import DataLoader
+            loader = DataLoader(ds, batch_size=32, num_workers=4)
+            for x, y in loader:
+                model(x.cuda()).sum().backward()
+            """,
+            line=3,
+            target_version="1.7",
+            fixed="""
+            import torch
+            from torch.utils.data import DataLoader
+            loader = DataLoader(ds, batch_size=32, num_workers=4, pin_memory=True)
+            for x, y in loader:
+                model(x.cuda()).sum().backward()
+            """,
+        ),
         Invalid(  # ignite's trainer copies the batches to the device (ignite's mnist example)
             """
             import torch
@@ -178,7 +211,7 @@ class DataLoaderPinMemory(Rule):
             from ignite.engine import create_supervised_trainer
             device = "cuda" if torch.cuda.is_available() else "cpu"
             def get_loader(ds):
-                return DataLoader(ds, batch_size=64, pin_memory=True)
+                return DataLoader(ds, batch_size=64, pin_memory=torch.device(device).type == "cuda")
             trainer = create_supervised_trainer(model, optimizer, loss_fn, device=device)
             trainer.run(get_loader(ds), max_epochs=10)
             """,
@@ -202,7 +235,7 @@ class DataLoaderPinMemory(Rule):
             from torch.utils.data import DataLoader
             cuda = True if torch.cuda.is_available() else False
             Tensor = torch.cuda.FloatTensor if cuda else torch.FloatTensor
-            dataloader = DataLoader(dataset, batch_size=64, shuffle=True, pin_memory=True)
+            dataloader = DataLoader(dataset, batch_size=64, shuffle=True, pin_memory=torch.cuda.is_available())
             for epoch in range(200):
                 for i, (imgs, _) in enumerate(dataloader):
                     real_imgs = Variable(imgs.type(Tensor))
@@ -231,7 +264,7 @@ class DataLoaderPinMemory(Rule):
                 train_kwargs = {"batch_size": args.batch_size}
                 if torch.accelerator.is_available():
                     train_kwargs.update({"num_workers": 1, "shuffle": True})
-                train_loader = torch.utils.data.DataLoader(dataset1, **train_kwargs, pin_memory=True)
+                train_loader = torch.utils.data.DataLoader(dataset1, **train_kwargs, pin_memory=torch.accelerator.is_available())
                 for data, target in train_loader:
                     data = data.to(device)
                     model(data).sum().backward()
@@ -253,7 +286,7 @@ class DataLoaderPinMemory(Rule):
             import torch
             from torch.utils.data import DataLoader
             device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-            loader = DataLoader(ds, batch_size=32, shuffle=True, pin_memory=True)
+            loader = DataLoader(ds, batch_size=32, shuffle=True, pin_memory=device.type == "cuda")
             for inputs, labels in loader:
                 inputs, labels = inputs.to(device), labels.to(device)
                 loss = criterion(model(inputs), labels)
@@ -299,8 +332,19 @@ class DataLoaderPinMemory(Rule):
             return  # pin_memory + persistent_workers crashed before torch 1.8
         if not self._moves_batches_to_device(node):
             return
-        new_call = with_keyword(node, "pin_memory", cst.Name("True"))
-        self.report(node, fix=Fix(replacements={node: new_call}, description="pin_memory=True"))
+        # Pin only on runs that use CUDA, decided as the script decides its device: torch warns
+        # on every CPU run of a loader that pins without an accelerator.
+        cuda = device_is_cuda(self, node)
+        value, imports = ("True", ()) if cuda is None else cuda
+        new_call = with_keyword(node, "pin_memory", cst.parse_expression(value))
+        self.report(
+            node,
+            fix=Fix(
+                replacements={node: new_call},
+                description=f"pin_memory={value}",
+                add_imports=imports,
+            ),
+        )
 
     def _moves_batches_to_device(self, call: cst.Call) -> bool:
         """The loops over this loader move their batches to a device; when the loader's loops

@@ -102,6 +102,7 @@ class DdpAccumulationNoSync(Rule):
                     opt.step()
                     opt.zero_grad()
             """,
+            unsafe=True,
         ),
         Invalid(  # the forward is in another function: report only
             """

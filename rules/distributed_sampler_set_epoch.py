@@ -6,7 +6,7 @@ import libcst as cst
 
 from autoopt.lint.calls import arg, has_star_kwargs
 from autoopt.lint.edits import statement_line
-from autoopt.lint.nodes import calls_in, dotted, method_name, walk
+from autoopt.lint.nodes import calls_in, code_of, dotted, method_name, names_in, nodes_of_type, walk
 from autoopt.lint.rule import Fix, FixSafety, Invalid, Rule, Valid
 
 _SAMPLER = (
@@ -39,7 +39,10 @@ class DistributedSamplerSetEpoch(Rule):
     script's own names (`loader.sampler` when the sampler was created inline in the
     `DataLoader` call). It declines (report only) when the epoch loop has no plain loop
     variable (`for _ in ...`, tuples, `while`). Behaviour changes only in the way intended:
-    each epoch gets its own permutation, identical across ranks.
+    each epoch gets its own permutation, identical across ranks. Where the sampler is created
+    on one path only (under `if args.distributed:`, None or a `RandomSampler` otherwise), the
+    call goes under `if isinstance(sampler, DistributedSampler):`, so single-process runs never
+    call it on None.
     """
 
     code = "AO503"
@@ -91,6 +94,35 @@ class DistributedSamplerSetEpoch(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # created only when distributed: None in single-process runs, so guarded
+            """
+            import torch
+            from torch.utils.data import DataLoader
+            if args.distributed:
+                val_sampler = torch.utils.data.distributed.DistributedSampler(val_ds)
+            else:
+                val_sampler = None
+            val_loader = DataLoader(val_ds, batch_size=64, sampler=val_sampler)
+            for epoch in range(args.epochs):
+                for x, y in val_loader:
+                    evaluate(model, x, y)
+            """,
+            line=4,
+            fixed="""
+            import torch
+            from torch.utils.data import DataLoader
+            if args.distributed:
+                val_sampler = torch.utils.data.distributed.DistributedSampler(val_ds)
+            else:
+                val_sampler = None
+            val_loader = DataLoader(val_ds, batch_size=64, sampler=val_sampler)
+            for epoch in range(args.epochs):
+                if isinstance(val_sampler, torch.utils.data.distributed.DistributedSampler):
+                    val_sampler.set_epoch(epoch)
+                for x, y in val_loader:
+                    evaluate(model, x, y)
+            """,
+        ),
         Invalid(
             """
             from torch.utils.data import DataLoader
@@ -160,7 +192,12 @@ class DistributedSamplerSetEpoch(Rule):
                 continue
             # the sampler's own name, or `loader.sampler` when it was created inline
             handle = handles[0] or f"{loader}.sampler"
-            self._report(node, epoch_loop, handle)
+            guard = None
+            if self._conditional(handles[0] or loader):
+                # Created on one path only (`if args.distributed:`; None or a RandomSampler
+                # otherwise): call set_epoch only where it is this sampler.
+                guard = f"isinstance({handle}, {code_of(node.func)})"
+            self._report(node, epoch_loop, handle, guard)
             return
 
     # ----- finding the names ------------------------------------------------------------------
@@ -188,6 +225,23 @@ class DistributedSamplerSetEpoch(Rule):
                     return ["", f"{target}.sampler"], [target]
         return [], []
 
+    def _conditional(self, name: str) -> bool:
+        """`name` is bound more than once, or its binding sits under an `if`/`try`/loop/`with`
+        of its function: on some path it may be something else (None) or unbound."""
+        bindings = [
+            a
+            for a in nodes_of_type(self.context.module, cst.Assign)
+            if any(name in names_in(t.target) for t in a.targets)
+        ]
+        if len(bindings) != 1:
+            return True
+        for anc in self.facts.ancestors(bindings[0]):
+            if isinstance(anc, cst.FunctionDef | cst.Module):
+                return False
+            if isinstance(anc, cst.If | cst.Try | cst.For | cst.While | cst.With):
+                return True
+        return False
+
     def _has_set_epoch(self, handles: list[str]) -> bool:
         wanted = {h for h in handles if h}
         return any(
@@ -213,7 +267,7 @@ class DistributedSamplerSetEpoch(Rule):
         return best
 
     # ----- reporting ----------------------------------------------------------------------------
-    def _report(self, node: cst.Call, loop: cst.For, handle: str) -> None:
+    def _report(self, node: cst.Call, loop: cst.For, handle: str, guard: str | None) -> None:
         target = loop.target
         body = loop.body
         if (
@@ -229,7 +283,10 @@ class DistributedSamplerSetEpoch(Rule):
             )
             return
         first = body.body[0]
-        new = statement_line(f"{handle}.set_epoch({target.value})")
+        call = f"{handle}.set_epoch({target.value})"
+        new: cst.BaseStatement = statement_line(call)
+        if guard is not None:
+            new = cst.parse_statement(f"if {guard}:\n    {call}\n")
         self.report(
             node,
             fix=Fix(

@@ -98,6 +98,7 @@ class EmptyCacheInLoop(Rule):
                 optimizer.step()
                 print(loss.item())
             """,
+            unsafe=True,
         ),
         Invalid(
             """
@@ -115,6 +116,7 @@ class EmptyCacheInLoop(Rule):
                 for x in loader:
                     out = model(x)
             """,
+            unsafe=True,
         ),
     ]
 

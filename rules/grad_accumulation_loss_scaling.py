@@ -155,13 +155,19 @@ class GradAccumulationLossScaling(Rule):
         return False
 
     def _step_interval(self, loop: cst.CSTNode) -> cst.BaseExpression | None:
-        """N when an optimizer `step` in `loop` runs under an `if ... % N ...` condition."""
-        for n in walk(loop, into_scopes=False):
-            if not isinstance(n, cst.Call) or method_name(n) != "step":
-                continue
-            assert isinstance(n.func, cst.Attribute)
-            if "sched" in code_of(n.func.value).lower():
-                continue
+        """N when an optimizer `step` in `loop` runs under an `if ... % N ...` condition, and no
+        other optimizer steps on every iteration (a GAN whose critic steps each iteration and
+        whose generator steps every N: which loss feeds which step is not known, so silent)."""
+        steps = [
+            n
+            for n in walk(loop, into_scopes=False)
+            if isinstance(n, cst.Call)
+            and method_name(n) == "step"
+            and "sched" not in code_of(n.func.value).lower()  # type: ignore[attr-defined]
+        ]
+        if any(not self._conditional_within(n, loop) for n in steps):
+            return None
+        for n in steps:
             for anc in self.facts.ancestors(n):
                 if anc is loop:
                     break

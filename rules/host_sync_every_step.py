@@ -38,9 +38,7 @@ class HostSyncEveryStep(Rule):
       is paid on every step it runs.
     - `.append(loss.item())`: a per-step history the author keeps on purpose.
     - A running metric kept on the device (`total += loss.detach()`, `.item()` when logging).
-      AO402 asks for `total += loss.item()` where the total would hold the graph; that form is
-      correct and this rule then says how to also avoid its sync (it offers no fix, so the two
-      never rewrite each other).
+      AO402's fix writes that form (`total += loss.detach()`), so the two never disagree.
     - Once per epoch (in the epoch loop, after the step loop), in evaluation loops, and in
       nested helper functions.
 
@@ -152,8 +150,7 @@ class HostSyncEveryStep(Rule):
             """,
             line=7,
         ),
-        # A running metric: `.item()` every step (AO402's fix writes this form; it is correct,
-        # this rule says how to also avoid the sync).
+        # A running metric: `.item()` every step (AO402's fix writes `.detach()` instead).
         Invalid(
             """
             total = 0.0
@@ -335,7 +332,7 @@ class HostSyncEveryStep(Rule):
 
     def _kept_on_host(self, node: cst.Call, loop: cst.CSTNode) -> str | None:
         """ "logged": under a condition true on some steps only, or appended to a list;
-        "accumulated": added to a running metric (`total += loss.item()`, AO402's fix form, or a
+        "accumulated": added to a running metric (`total += loss.item()`, or a
         meter's `.update(loss.item())`); None: used right away."""
         child: cst.CSTNode = node
         kept = None

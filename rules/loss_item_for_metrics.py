@@ -23,6 +23,8 @@ _LOG_METHODS = {
     "format",
 }
 _NOT_GRAPH = {"item", "detach", "tolist", "cpu", "numpy"}
+# Loggers that read a 0-dim tensor as they read a float.
+_TAKES_TENSOR = {"add_scalar", "add_scalars"}
 
 
 class LossItemForMetrics(Rule):
@@ -46,16 +48,19 @@ class LossItemForMetrics(Rule):
       metric.
 
     ## Fix (safe)
-    `total += loss.item()`. The printed number is the same; `.item()` waits for the step's
-    kernels to finish (one host sync per step), which is usually hidden by the next step's data
-    loading. To avoid even that, accumulate `loss.detach()` and call `.item()` when logging.
+    `total += loss.detach()`: the total keeps the same value without the graph, and stays on
+    the device, so there is no host sync per step either (`total += loss.item()` would be one,
+    which AO702 reports). Safe where every read of the total formats it with a format spec
+    (`f"{total / n:.3f}"`) or hands it to `add_scalar`, which treat a 0-dim tensor as a
+    float; elsewhere it is unsafe: the total becomes a tensor (`print(total)` shows
+    `tensor(...)`), so call `.item()` where it is logged.
     """
 
     code = "AO402"
     name = "loss-item-for-metrics"
-    message = "running metric accumulates the loss tensor (and its graph); add loss.item()"
+    message = "running metric accumulates the loss tensor (and its graph); add loss.detach()"
     fix_safety = FixSafety.SAFE
-    fix_reason = "the metric gets the same value as a Python float instead of a graph tensor"
+    fix_reason = "the metric gets the same value without the graph, formatted as before"
     triggers = ("+=",)
     requires = (".backward(",)
 
@@ -104,6 +109,27 @@ class LossItemForMetrics(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # printed as it is: a tensor total would print as tensor(...), so unsafe
+            """
+            total = 0.0
+            for x, y in loader:
+                loss = criterion(model(x), y)
+                loss.backward()
+                total += loss
+            print("loss", total)
+            """,
+            line=5,
+            message_contains="becomes a 0-dim tensor",
+            fixed="""
+            total = 0.0
+            for x, y in loader:
+                loss = criterion(model(x), y)
+                loss.backward()
+                total += loss.detach()
+            print("loss", total)
+            """,
+            unsafe=True,
+        ),
         Invalid(
             """
             for epoch in range(3):
@@ -125,7 +151,7 @@ class LossItemForMetrics(Rule):
                     loss = criterion(model(x), y)
                     loss.backward()
                     optimizer.step()
-                    running_loss += loss.item()
+                    running_loss += loss.detach()
                 print(f"epoch {epoch}: {running_loss / len(loader):.3f}")
             """,
         ),
@@ -146,7 +172,7 @@ class LossItemForMetrics(Rule):
                 for x, y in loader:
                     loss = model(x, y)
                     scaler.scale(loss).backward()
-                    epoch_loss += batch_size * loss.item()
+                    epoch_loss += batch_size * loss.detach()
                 writer.add_scalar("loss", epoch_loss / len(loader.dataset))
             """,
         ),
@@ -167,8 +193,47 @@ class LossItemForMetrics(Rule):
         scope = self.facts.enclosing_scope(node)
         if self._stays_tensor(scope, total) or not self._is_metric(scope, node, total):
             return
-        item = cst.Call(func=cst.Attribute(value=loss, attr=cst.Name("item")))
-        self.report(node, fix=Fix(replacements={loss: item}, description="loss.item()"))
+        # `.detach()`, not `.item()`: the total stays on the device with no host sync per step
+        # (`.item()` there is what AO702 flags; fixes and lint reach one fixed point).
+        detached = cst.Call(func=cst.Attribute(value=loss, attr=cst.Name("detach")))
+        unsafe = self._read_as_float(scope, total)
+        self.report(
+            node,
+            self.message if unsafe is None else f"{self.message}; unsafe fix: {unsafe}",
+            fix=Fix(
+                replacements={loss: detached},
+                description="loss.detach()",
+                safety=None if unsafe is None else FixSafety.UNSAFE,
+            ),
+        )
+
+    def _read_as_float(self, scope: cst.CSTNode, total: str) -> str | None:
+        """Why a 0-dim tensor total would read differently from a float (None: every read
+        formats it with a format spec, `f"{total / n:.3f}"`, or hands it to `add_scalar`,
+        which take a tensor as they take a float)."""
+        for n in walk(scope, into_scopes=False):
+            if not (isinstance(n, cst.Name) and n.value == total) or self._stored(n):
+                continue
+            if not self._formatted(n):
+                return (
+                    f"`{total}` becomes a 0-dim tensor on the loss's device where it is read "
+                    "(printed as tensor(...), not a Python float)"
+                )
+        return None
+
+    def _stored(self, name: cst.Name) -> bool:
+        parent = self.parent(name)
+        return isinstance(parent, cst.AssignTarget | cst.AugAssign) and parent.target is name
+
+    def _formatted(self, name: cst.Name) -> bool:
+        for anc in self.facts.ancestors(name):
+            if isinstance(anc, cst.BaseStatement):
+                return False
+            if isinstance(anc, cst.FormattedStringExpression):
+                return anc.format_spec is not None
+            if isinstance(anc, cst.Call) and method_name(anc) in _TAKES_TENSOR:
+                return not contains(anc.func, name)
+        return False
 
     def _is_graph_loss(self, loop: cst.CSTNode, loss: str) -> bool:
         """`loss` is assigned in the loop, not as a float or detached value, and backward() is

@@ -105,6 +105,7 @@ class ManualAttention(Rule):
             def attend(q, k, v):
                 return torch.nn.functional.scaled_dot_product_attention(q, k, v)
             """,
+            unsafe=True,
         ),
         Invalid(
             """
@@ -124,6 +125,7 @@ class ManualAttention(Rule):
             y = torch.matmul(w, v)
             out = F.scaled_dot_product_attention(q, k, v)
             """,
+            unsafe=True,
         ),
         Invalid(  # nanoGPT's form: mask and dropout, over statements (report only)
             """

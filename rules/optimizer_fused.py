@@ -100,6 +100,7 @@ class OptimizerFused(Rule):
             for x in loader:
                 model(x.to(device)).sum().backward()
             """,
+            unsafe=True,
         ),
         Invalid(  # before torch 2.4 fused needs CUDA parameters: report only
             """

@@ -117,6 +117,7 @@ class TensorCreatedOnHost(Rule):
             from torch import randn
             noise = randn(b, 8, device=dev, dtype=torch.half)
             """,
+            unsafe=True,
         ),
         Invalid(  # requires_grad=True: the fixed tensor is a leaf with a .grad (unsafe)
             """
@@ -128,6 +129,7 @@ class TensorCreatedOnHost(Rule):
             import torch
             w = torch.zeros(3, requires_grad=True, device="cuda:0")
             """,
+            unsafe=True,
         ),
     ]
 

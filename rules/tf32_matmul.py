@@ -92,6 +92,31 @@ class TF32Matmul(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # `import torch` below a function: the line goes after it, not above it
+            """
+            import argparse
+            def parse():
+                return argparse.ArgumentParser().parse_args()
+            import torch
+            import torchvision
+            model = torchvision.models.resnet18().cuda()
+            for x, y in loader:
+                model(x.cuda()).sum().backward()
+            """,
+            line=7,
+            fixed="""
+            import argparse
+            def parse():
+                return argparse.ArgumentParser().parse_args()
+            import torch
+            import torchvision
+            torch.set_float32_matmul_precision("high")
+            model = torchvision.models.resnet18().cuda()
+            for x, y in loader:
+                model(x.cuda()).sum().backward()
+            """,
+            unsafe=True,
+        ),
         Invalid(
             """
             import torch
@@ -111,6 +136,7 @@ class TF32Matmul(Rule):
             for x in loader:
                 model(x.to(device)).sum().backward()
             """,
+            unsafe=True,
         ),
         Invalid(
             """
@@ -129,6 +155,7 @@ class TF32Matmul(Rule):
             while True:
                 net(batch()).sum().backward()
             """,
+            unsafe=True,
         ),
     ]
 
@@ -147,7 +174,7 @@ class TF32Matmul(Rule):
         self.report(
             facts.training_loops[0],
             fix=Fix(
-                replacements=insert_after_imports(node, new),
+                replacements=insert_after_imports(node, new, needs=("torch",)),
                 description='torch.set_float32_matmul_precision("high") after the imports',
                 add_imports=torch_imports(node),
             ),

@@ -8,6 +8,7 @@ from autoopt.lint.calls import arg, with_keyword
 from autoopt.lint.device import GPU_MARKERS
 from autoopt.lint.edits import enclosing_statement
 from autoopt.lint.facts import EVAL_MARKERS
+from autoopt.lint.fixes.preconditions import batch_of_tensors
 from autoopt.lint.handled import is_hogwild, library_places_batches
 from autoopt.lint.loops import batch_transfers, data_loops
 from autoopt.lint.nodes import code_of, method_name, names_in, root_name, walk
@@ -16,6 +17,10 @@ from autoopt.lint.rule import Fix, FixSafety, Invalid, Rule, Valid
 # Reading a tensor on the host: the copy has to be finished right there anyway.
 _HOST_READS = {"item", "tolist", "numpy", "cpu"}
 _HOST_FUNCS = {"print", "float", "int", "bool", "list"}
+_UNPROVEN = (
+    "the batch does not come from a DataLoader of this file with the default collate, so it "
+    "may be the project's own batch class, whose .to() may not take non_blocking"
+)
 
 
 class ToDeviceNonBlocking(Rule):
@@ -53,7 +58,11 @@ class ToDeviceNonBlocking(Rule):
 
     ## Fix (safe)
     Adds `non_blocking=True` (`Tensor.type` takes it too). CUDA orders the copy before every
-    later use on the same stream.
+    later use on the same stream. Safe where the batch is proven to hold tensors: the loop
+    iterates a `torch.utils.data.DataLoader` built in the file with the default collate.
+    Elsewhere (a loader passed in, a custom `collate_fn`) the batch may be the project's own
+    class (DETR's `NestedTensor`), whose `.to()` may not take `non_blocking`: the fix is then
+    unsafe.
     """
 
     code = "AO103"
@@ -167,6 +176,52 @@ class ToDeviceNonBlocking(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # a DataLoader of this file, default collate: tensors, so the fix is safe
+            """
+            import torch
+            from torch.utils.data import DataLoader
+            device = torch.device("cuda")
+            loader = DataLoader(ds, batch_size=32, shuffle=True)
+            for x, y in loader:
+                x, y = x.to(device), y.to(device)
+                loss_fn(model(x), y).backward()
+            """,
+            line=6,
+            fixed="""
+            import torch
+            from torch.utils.data import DataLoader
+            device = torch.device("cuda")
+            loader = DataLoader(ds, batch_size=32, shuffle=True)
+            for x, y in loader:
+                x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+                loss_fn(model(x), y).backward()
+            """,
+        ),
+        Invalid(  # DETR: a custom collate_fn yields the project's NestedTensor (unsafe fix)
+            """
+            import torch
+            from torch.utils.data import DataLoader
+            device = torch.device("cuda")
+            data_loader = DataLoader(dataset_train, batch_size=2, collate_fn=utils.collate_fn)
+            for samples, targets in data_loader:
+                samples = samples.to(device)
+                loss = criterion(model(samples), targets)
+                loss.backward()
+            """,
+            line=6,
+            message_contains="own batch class",
+            fixed="""
+            import torch
+            from torch.utils.data import DataLoader
+            device = torch.device("cuda")
+            data_loader = DataLoader(dataset_train, batch_size=2, collate_fn=utils.collate_fn)
+            for samples, targets in data_loader:
+                samples = samples.to(device, non_blocking=True)
+                loss = criterion(model(samples), targets)
+                loss.backward()
+            """,
+            unsafe=True,
+        ),
         # Every copy of the loop in one fix, reported once.
         Invalid(
             """
@@ -187,6 +242,7 @@ class ToDeviceNonBlocking(Rule):
                 loss = compute_loss(model(imgs), targets.to(device, non_blocking=True))
                 loss.backward()
             """,
+            unsafe=True,
         ),
         Invalid(  # batches pulled with next() in a `while` loop, copied in a comprehension (minGPT)
             """
@@ -216,6 +272,7 @@ class ToDeviceNonBlocking(Rule):
                 x, y = [t.to(device, non_blocking=True) for t in batch]
                 model(x, y).backward()
             """,
+            unsafe=True,
         ),
         Invalid(  # the legacy typed-tensor copy (PyTorch-GAN)
             """
@@ -237,6 +294,7 @@ class ToDeviceNonBlocking(Rule):
                 loss = adversarial_loss(discriminator(real_imgs), valid)
                 loss.backward()
             """,
+            unsafe=True,
         ),
         Invalid(  # a batch reshaped on the host, then copied (yunjey/pytorch-tutorial GAN)
             """
@@ -256,6 +314,7 @@ class ToDeviceNonBlocking(Rule):
                 d_loss = criterion(D(images), real_labels)
                 d_loss.backward()
             """,
+            unsafe=True,
         ),
         Invalid(  # the device chosen by torch.accelerator and passed in as a parameter
             """
@@ -279,6 +338,7 @@ class ToDeviceNonBlocking(Rule):
             def main():
                 device = torch.accelerator.current_accelerator()
             """,
+            unsafe=True,
         ),
         Invalid(
             """
@@ -300,6 +360,7 @@ class ToDeviceNonBlocking(Rule):
                     loss = criterion(model(inputs), labels)
                     loss.backward()
             """,
+            unsafe=True,
         ),
         Invalid(
             """
@@ -317,6 +378,7 @@ class ToDeviceNonBlocking(Rule):
                 for i, batch in enumerate(loader):
                     out = model(batch["x"].to("cuda", non_blocking=True))
             """,
+            unsafe=True,
         ),
     ]
 
@@ -326,21 +388,25 @@ class ToDeviceNonBlocking(Rule):
         groups = self._blocking_transfers()
         if groups and is_hogwild(self):
             return
-        for calls in groups:
+        for loop, calls in groups:
             # One fix for all of a loop's copies: applied whole or (when another rule's fix
             # overlaps one copy) not at all this pass, so a rewrite never leaves the loop half
             # done, which the next pass would take for the author's choice.
+            proven = batch_of_tensors(self, loop)
             fix = Fix(
                 replacements={c: with_keyword(c, "non_blocking", cst.Name("True")) for c in calls},
                 description="non_blocking=True",
+                safety=None if proven else FixSafety.UNSAFE,
             )
             more = f" ({len(calls)} copies in this loop)" if len(calls) > 1 else ""
+            if not proven:
+                more += f"; unsafe fix: {_UNPROVEN}"
             self.report(calls[0], self.message + more, fix=fix)
 
-    def _blocking_transfers(self) -> list[list[cst.Call]]:
+    def _blocking_transfers(self) -> list[tuple[cst.For | cst.While, list[cst.Call]]]:
         """Per batch loop, the copies of batches to the device that do not pass `non_blocking`;
         none for a loop where some copy already passes it (the author chose which overlap)."""
-        groups: list[list[cst.Call]] = []
+        groups: list[tuple[cst.For | cst.While, list[cst.Call]]] = []
         seen: set[int] = set()
         for loop in data_loops(self):
             copies = [c for c in batch_transfers(self, loop) if id(c) not in seen]
@@ -353,7 +419,7 @@ class ToDeviceNonBlocking(Rule):
                 c for c in transfers if not self._read_on_host(c) and not self._prefetch_off(c)
             ]
             if found:
-                groups.append(found)
+                groups.append((loop, found))
         return groups
 
     def _prefetch_off(self, call: cst.Call) -> bool:

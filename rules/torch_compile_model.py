@@ -8,6 +8,7 @@ import libcst as cst
 
 from autoopt.lint.calls import arg
 from autoopt.lint.edits import statement_line
+from autoopt.lint.fixes.preconditions import double_backward
 from autoopt.lint.handled import (
     LIBRARY_TRAINER_MARKERS,
     is_hogwild,
@@ -66,7 +67,9 @@ class TorchCompileModel(Rule):
     Inserts `model.compile()`: the in-place form compiles the module's forward without wrapping
     it, so `state_dict()` keys stay the same (no `_orig_mod.` prefix) and checkpoints load into a
     plain model; the optimizer keeps the same parameters. With `--target-version` below 2.2,
-    where `nn.Module.compile` does not exist, the rule reports without a fix.
+    where `nn.Module.compile` does not exist, the rule reports without a fix, and so it does in
+    a script that differentiates through a gradient (`torch.autograd.grad(create_graph=True)`,
+    a WGAN-GP gradient penalty): torch.compile's aot_autograd does not support double backward.
     """
 
     code = "AO301"
@@ -159,6 +162,22 @@ class TorchCompileModel(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # WGAN-GP: a gradient penalty differentiates through the critic (no fix)
+            """
+            import torch
+            D = Discriminator().cuda()
+            opt_d = torch.optim.Adam(D.parameters(), lr=1e-4)
+            for real in loader:
+                real.requires_grad_(True)
+                score = D(real)
+                grad, = torch.autograd.grad(score.sum(), real, create_graph=True)
+                loss = -score.mean() + ((grad.norm(2, dim=1) - 1) ** 2).mean()
+                loss.backward()
+                opt_d.step()
+            """,
+            line=2,
+            message_contains="double backward",
+        ),
         Invalid(  # the loop is ignite's: create_supervised_trainer (ignite's mnist example)
             """
             import torch
@@ -413,6 +432,14 @@ class TorchCompileModel(Rule):
                 anchor,
                 f"{self.message} (not fixed: in-place `{model}.compile()` needs torch 2.2; "
                 "`torch.compile(model)` would prefix state_dict keys with `_orig_mod.`)",
+            )
+            return
+        twice = double_backward(self)
+        if twice is not None:
+            self.report(
+                anchor,
+                f"model `{model}` is trained without torch.compile (not fixed: the script runs a "
+                f"{twice}, which torch.compile's aot_autograd does not support)",
             )
             return
         new = cst.FlattenSentinel([anchor, statement_line(f"{model}.compile()")])

@@ -81,6 +81,7 @@ class TorchLoadWeightsOnly(Rule):
             import torch
             state = torch.load(args.resume, map_location="cpu", weights_only=True)
             """,
+            unsafe=True,
         ),
         Invalid(
             """
@@ -94,6 +95,7 @@ class TorchLoadWeightsOnly(Rule):
             from torch import load
             state = load(f"runs/{name}/last.pt", weights_only=True)
             """,
+            unsafe=True,
         ),
     ]
 

@@ -98,6 +98,7 @@ class ZeroGradSetToNone(Rule):
                 model(x).sum().backward()
                 norms = [p.grad.norm() for p in model.parameters()]
             """,
+            unsafe=True,
         ),
         Invalid(
             """
@@ -113,6 +114,7 @@ class ZeroGradSetToNone(Rule):
                 optimizer.zero_grad(set_to_none=True)
                 model(x).sum().backward()
             """,
+            unsafe=True,
         ),
     ]
 

@@ -5,7 +5,9 @@ file's permissions, so a crash never leaves a half-written script. `--diff` prin
 and writes nothing; `--check` writes nothing; both exit 1 if anything would change (Ruff). A file that
 cannot be read or parsed is reported and left alone while the others are processed (exit 2); a
 rule that crashes (or whose fix fails) on a file is skipped there, the file still gets the other
-rules' fixes, and the summary names it (exit 2). A file is read with its PEP 263 cookie or BOM
+rules' fixes, and the summary names it (exit 2). Every edit, `--wrap`'s too, is verified before
+it is written (`autoopt.lint.verify`); one that fails is left out and the summary names the fix,
+the file and why ("not applied: ..."). A file is read with its PEP 263 cookie or BOM
 and written back in the same encoding.
 The summary (files rewritten, fixes per code, declined fixes with their reasons, unsafe fixes
 available) goes to stderr; diffs go to stdout.
@@ -19,7 +21,7 @@ import stat
 import tempfile
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import click
@@ -39,7 +41,10 @@ from autoopt.lint.registry import RuleError
 from autoopt.lint.rewrite import RewriteError, fix_source
 from autoopt.lint.rule import Finding, FixSafety, Rule
 from autoopt.lint.suppress import filter_findings
-from autoopt.lint.wrap import WrapTally, wrap_source
+from autoopt.lint.verify import verify_edit
+from autoopt.lint.wrap import WrapResult, WrapTally, wrap_source
+
+WRAP_UNVERIFIED = "the inserted call failed verification"
 
 
 @dataclass
@@ -52,6 +57,8 @@ class _Summary:
     unsafe: Counter[str] = field(default_factory=Counter)
     errors: list[tuple[str, str]] = field(default_factory=list)
     skipped: list[tuple[str, str]] = field(default_factory=list)
+    # Edits that failed verification and were not written: (file[:line], what, why).
+    rejected: list[tuple[str, str, str]] = field(default_factory=list)
     wrap: WrapTally = field(default_factory=WrapTally)
 
 
@@ -148,7 +155,7 @@ def _rewrite_file(
     source = decoded.text
     try:
         if wrap:
-            wrapped = wrap_source(source, path=path)
+            wrapped = _verified_wrap(source, path, shown, rules, settings, summary)
             new = wrapped.source
             summary.wrap.add(wrapped)
             if wrapped.declined:
@@ -168,6 +175,10 @@ def _rewrite_file(
             fixable = {r.code for r in rules if r.fix_safety is not FixSafety.NONE}
             summary.declined.extend((shown, f) for f in result.declined if f.code in fixable)
             summary.unsafe.update(f.code for f in result.unsafe_available)
+            summary.rejected.extend(
+                (f"{shown}:{r.line}", f"{r.code} {r.description}", r.reason)
+                for r in result.rejected
+            )
             # A rule that crashed or whose fix failed: the file gets the other fixes; exit 2.
             summary.errors.extend(
                 (shown, f"{s.code} fix skipped: {s.reason}") for s in result.skipped
@@ -214,6 +225,40 @@ def _rewrite_file(
             summary.errors.append((shown, f"cannot write: {exc.strerror or exc}"))
 
 
+def _verified_wrap(
+    source: str,
+    path: Path,
+    shown: str,
+    rules: Sequence[type[Rule]],
+    settings: Settings,
+    summary: _Summary,
+) -> WrapResult:
+    """`wrap_source`, with its edit verified as every fix's is (`autoopt.lint.verify`): an
+    insertion that would break the script is not written and counts as declined, with why."""
+    wrapped = wrap_source(source, path=path)
+    if not wrapped.changed:
+        return wrapped
+    verdict = verify_edit(
+        source,
+        wrapped.source,
+        rules=rules,
+        target_version=settings.target_version,
+        path=shown,
+        finding_filter=filter_findings,
+    )
+    if verdict.ok:
+        return wrapped
+    summary.rejected.append((shown, "--wrap " + "; ".join(wrapped.inserted), verdict.reason()))
+    return replace(
+        wrapped,
+        source=source,
+        declined=True,
+        reason=WRAP_UNVERIFIED,
+        message=f"--wrap declined: the inserted call failed verification ({verdict.reason()})",
+        inserted=(),
+    )
+
+
 def atomic_write(path: Path, data: bytes) -> None:
     """Replace `path`'s content with `data` via a temp file in the same folder and `os.replace`
     (never half-written), keeping its permission bits. A symlink's target is the file written."""
@@ -245,6 +290,8 @@ def _print_summary(summary: _Summary, *, wrap: bool, write: bool) -> None:
         err(f"error: {where}: {reason}")
     for where, reason in summary.skipped:
         err(f"skipped: {where}: {reason}")
+    for where, what, reason in summary.rejected:
+        err(f"not applied: {where}: {what}: the edit failed verification: {reason}")
     for where, item in summary.declined:
         if isinstance(item, str):
             err(f"declined: {where}: {item}")

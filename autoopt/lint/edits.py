@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import libcst as cst
 
-from autoopt.lint.nodes import dotted
+from autoopt.lint.nodes import code_of, dotted, walk
 
 ParentOf = Callable[[cst.CSTNode], "cst.CSTNode | None"]
 
@@ -81,12 +81,39 @@ def _import_anchor(module: cst.Module) -> cst.SimpleStatementLine | None:
     return anchor
 
 
+def _binds_by_import(stmt: cst.CSTNode, names: tuple[str, ...]) -> bool:
+    """`stmt` (a top-level statement, maybe a `try`/`if` around imports) imports one of `names`
+    (`import torch`, `import torch.nn`, `from x import torch`)."""
+    for node in walk(stmt, into_scopes=False):
+        if isinstance(node, cst.Import):
+            bound = {
+                (code_of(a.asname.name) if a.asname else code_of(a.name)).split(".")[0]
+                for a in node.names
+            }
+        elif isinstance(node, cst.ImportFrom) and not isinstance(node.names, cst.ImportStar):
+            bound = {code_of(a.asname.name) if a.asname else code_of(a.name) for a in node.names}
+        else:
+            continue
+        if bound & set(names):
+            return True
+    return False
+
+
 def insert_after_imports(
-    module: cst.Module, new: cst.SimpleStatementLine
+    module: cst.Module, new: cst.SimpleStatementLine, needs: tuple[str, ...] = ()
 ) -> dict[cst.CSTNode, cst.FlattenSentinel[cst.BaseStatement]]:
     """A replacement that puts `new` right after the import header (or, with no imports, after
-    the docstring and `__future__` imports)."""
-    anchor = _import_anchor(module)
+    the docstring and `__future__` imports), and in any case after the last top-level statement
+    that imports one of the names in `needs` (`("torch",)` for a line that calls torch: an
+    `import torch` below a function or inside `try:` is not part of the header)."""
+    anchor: cst.BaseStatement | None = _import_anchor(module)
+    if needs:
+        binding = [s for s in module.body if _binds_by_import(s, needs)]
+        if binding and (anchor is None or _index(module, binding[-1]) > _index(module, anchor)):
+            at = _index(module, binding[-1])
+            while at + 1 < len(module.body) and _is_import_line(module.body[at + 1]):
+                at += 1  # ... and after the imports that follow it
+            anchor = module.body[at]
     if anchor is not None:
         return {anchor: cst.FlattenSentinel([anchor, new])}
     for stmt in module.body:
@@ -101,6 +128,10 @@ def insert_after_imports(
             }
     last = module.body[-1]
     return {last: cst.FlattenSentinel([last, new])}
+
+
+def _index(module: cst.Module, stmt: cst.CSTNode) -> int:
+    return next(i for i, s in enumerate(module.body) if s is stmt)
 
 
 def remove_statement(

@@ -6,7 +6,9 @@ pass, re-derived from the new tree), swap every original node for its replacemen
 transform, then let libcst add the imports the fixes need and remove the ones they made unused.
 Passes repeat until no fix applies; a cycle or a runaway is a `RewriteError`, not a hang.
 A rule that crashes, or whose fix cannot be applied or breaks the syntax, is skipped for this
-file (`FixResult.skipped`) and the other rules' fixes are still applied.
+file (`FixResult.skipped`) and the other rules' fixes are still applied. Each pass's edit is
+verified before it is kept (`autoopt.lint.verify`: it parses, binds every name it uses, adds no
+finding of any rule); a fix whose edit fails is dropped alone (`FixResult.rejected`).
 
 Everything outside the replaced nodes keeps its bytes: libcst round-trips the rest of the tree.
 """
@@ -14,7 +16,7 @@ Everything outside the replaced nodes keeps its bytes: libcst round-trips the re
 from __future__ import annotations
 
 import ast
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,15 +24,15 @@ import libcst as cst
 from libcst.codemod import CodemodContext
 from libcst.codemod.visitors import AddImportsVisitor, RemoveImportsVisitor
 
-from autoopt.lint.engine import active_rules, analyze
-from autoopt.lint.nodes import indexed_tree, walk
+from autoopt.lint.engine import Analysis, active_rules, analyze
+from autoopt.lint.nodes import code_of, indexed_tree, walk
 from autoopt.lint.rule import Finding, Fix, FixSafety, Rule
 from autoopt.lint.runner import check_syntax
+from autoopt.lint.verify import FindingFilter, Names, Verdict, unbound_names, verify_edit
 
 MAX_PASSES = 10  # a rule set needing more than this is broken (or oscillating)
 
 Replacement = cst.CSTNode | cst.RemovalSentinel | cst.FlattenSentinel
-FindingFilter = Callable[[Sequence[Finding], str], Sequence[Finding]]
 
 
 class RewriteError(RuntimeError):
@@ -44,6 +46,17 @@ class AppliedFix:
     code: str
     description: str
     line: int
+
+
+@dataclass(frozen=True)
+class RejectedFix:
+    """A fix whose edit failed verification (`autoopt.lint.verify`) and was not applied: the
+    file keeps the other fixes. `reason` says what the edit would have broken."""
+
+    code: str
+    description: str
+    line: int
+    reason: str
 
 
 @dataclass(frozen=True)
@@ -67,6 +80,8 @@ class FixResult:
     # Findings of the final pass whose fix is unsafe and was not applied (unsafe=False).
     unsafe_available: list[Finding] = field(default_factory=list)
     skipped: list[SkippedFix] = field(default_factory=list)
+    rejected: list[RejectedFix] = field(default_factory=list)
+    rejected_findings: list[Finding] = field(default_factory=list, repr=False)
     passes: int = 0
 
     @property
@@ -87,8 +102,10 @@ def fix_source(
     """Apply the fixes of `rules` to `source` until nothing changes.
 
     `unsafe` also applies fixes labelled unsafe. `finding_filter(findings, source)` may drop
-    findings before fixing (suppressions such as `# noqa`). Raises `libcst.ParserSyntaxError` if
-    the source cannot be parsed, `RewriteError` if the fixes do not converge.
+    findings before fixing (suppressions such as `# noqa`). Every pass's edit is verified
+    (`autoopt.lint.verify`) before it is kept; a fix whose edit fails is left out (the others
+    are kept) and listed in `FixResult.rejected`. Raises `libcst.ParserSyntaxError` if the
+    source cannot be parsed, `RewriteError` if the fixes do not converge.
     """
     result = FixResult(source=source, original=source)
     if not active_rules(rules, source, target_version) and check_syntax(source, str(path)) is None:
@@ -99,25 +116,42 @@ def fix_source(
     seen = {source}
     current = source
     active = list(rules)
+    rejected: set[tuple[str, str]] = set()  # fixes that failed verification: never retried
+    analysis: Analysis | None = None  # of `current`, when the last verification computed it
+    unbound: Names | None = None
     for n_pass in range(1, max_passes + 1):
         result.passes = n_pass
-        analysis = analyze(current, path, active, target_version)
+        if analysis is None:
+            analysis = analyze(current, path, active, target_version)
         _skip(result, active, [(c.code, c.describe()) for c in analysis.crashes])
         findings = list(analysis.findings)
         if finding_filter is not None:
             findings = list(finding_filter(findings, current))
-        chosen = _choose_fixes(findings, unsafe)
+        candidates = [f for f in findings if not rejected or _fix_key(f) not in rejected]
+        chosen = _choose_fixes(candidates, unsafe)
         if not chosen:
-            _record_leftovers(result, findings, unsafe)
+            _record_leftovers(result, findings, unsafe, rejected)
             break
         new_source, chosen, failed = _apply_contained(analysis.module, chosen, current)
         _skip(result, active, failed)
         if failed and not chosen:
+            analysis = None
             continue  # re-derive this pass's other fixes without the failed rules
         if new_source == current:
             # The fixes were no-ops: applying them again would loop forever.
-            _record_leftovers(result, findings, unsafe)
+            _record_leftovers(result, findings, unsafe, rejected)
             break
+        if unbound is None:
+            unbound = unbound_names(current)
+        check = _Check(
+            current, findings, unbound, active, target_version, path, finding_filter, unsafe
+        )
+        verdict = check(new_source)
+        if not verdict.ok:
+            new_source, chosen, verdict = _keep_verified(analysis.module, chosen, check, result)
+            rejected |= {_fix_key(r) for r in result.rejected_findings}
+            if not chosen:
+                continue  # the same analysis: the rejected fixes are left out next time
         if new_source in seen:
             codes = ", ".join(sorted({f.code for f, _ in chosen}))
             raise RewriteError(
@@ -128,10 +162,71 @@ def fix_source(
             AppliedFix(f.code, fix.description or f.message, f.line) for f, fix in chosen
         )
         current = new_source
+        analysis, unbound = verdict.analysis, verdict.unbound
     else:
         raise RewriteError(f"{path}: no fixed point after {max_passes} passes of fixes")
     result.source = current
     return result
+
+
+@dataclass
+class _Check:
+    """`verify_edit` of one pass's text, with what the pass already knows about it."""
+
+    before: str
+    findings: list[Finding]
+    unbound: Names | None
+    rules: Sequence[type[Rule]]
+    target_version: tuple[int, int] | None
+    path: Path | str
+    finding_filter: FindingFilter | None
+    unsafe: bool
+
+    def __call__(self, after: str) -> Verdict:
+        return verify_edit(
+            self.before,
+            after,
+            rules=self.rules,
+            before_findings=self.findings,
+            before_unbound=self.unbound,
+            target_version=self.target_version,
+            path=self.path,
+            finding_filter=self.finding_filter,
+            fixed_later=lambda finding: _fix_allowed(finding, self.unsafe),
+        )
+
+
+def _keep_verified(
+    module: cst.Module, chosen: list[tuple[Finding, Fix]], check: _Check, result: FixResult
+) -> tuple[str, list[tuple[Finding, Fix]], Verdict]:
+    """The pass's edit failed verification: add its fixes one at a time, keeping each whose
+    edit (with those kept before it) still verifies; the others go to `result.rejected`."""
+    kept: list[tuple[Finding, Fix]] = []
+    new_source, verdict = check.before, Verdict()
+    for finding, fix in chosen:
+        candidate = apply_fixes(module, [f for _, f in kept] + [fix]).code
+        attempt = check(candidate)
+        if attempt.ok:
+            kept.append((finding, fix))
+            new_source, verdict = candidate, attempt
+        else:
+            result.rejected.append(
+                RejectedFix(
+                    finding.code,
+                    fix.description or finding.message,
+                    finding.line,
+                    attempt.reason(),
+                )
+            )
+            result.rejected_findings.append(finding)
+    return new_source, kept, verdict
+
+
+def _fix_key(finding: Finding) -> tuple[str, str]:
+    """A fix, recognisable in a later pass (where its nodes and lines are new ones)."""
+    fix = finding.fix
+    node = code_of(finding.node) if finding.node is not None else str(finding.line)
+    return finding.code, f"{fix.description if fix else ''}|{node}"
 
 
 def _skip(result: FixResult, active: list[type[Rule]], failed: Sequence[tuple[str, str]]) -> None:
@@ -215,8 +310,15 @@ def _choose_fixes(findings: Sequence[Finding], unsafe: bool) -> list[tuple[Findi
     return chosen
 
 
-def _record_leftovers(result: FixResult, findings: Sequence[Finding], unsafe: bool) -> None:
+def _record_leftovers(
+    result: FixResult,
+    findings: Sequence[Finding],
+    unsafe: bool,
+    rejected: set[tuple[str, str]],
+) -> None:
     for finding in findings:
+        if finding.fix is not None and rejected and _fix_key(finding) in rejected:
+            continue  # in `result.rejected`, with the reason its edit was not kept
         if finding.fix is None:
             result.declined.append(finding)
         elif finding.fix_safety is FixSafety.UNSAFE and not unsafe:

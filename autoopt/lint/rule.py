@@ -87,9 +87,10 @@ class Finding:
 
 @dataclass(frozen=True)
 class Valid:
-    """Example code the rule must not flag."""
+    """Example code the rule must not flag (for torch `target_version`, when set)."""
 
     code: str
+    target_version: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "code", textwrap.dedent(self.code).lstrip("\n"))
@@ -99,13 +100,16 @@ class Valid:
 class Invalid:
     """Example code the rule must flag at `line` (1-based, after dedent). `fixed` is the whole
     file after the rule's fix (None: the rule offers no fix here, e.g. it declines). `unsafe`
-    examples are fixed only with --unsafe-fixes. `target_version` sets the torch version."""
+    examples are fixed only with --unsafe-fixes (the tests check both ways: a safe example's fix
+    applies without the flag, an unsafe one's only with it). `target_version` sets the torch
+    version."""
 
     code: str
     line: int
     fixed: str | None = None
     message_contains: str | None = None
     target_version: str | None = None
+    unsafe: bool = False
     config_uses_cuda: bool | None = None  # reserved; leave None
 
     def __post_init__(self) -> None:

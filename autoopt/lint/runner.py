@@ -38,7 +38,7 @@ from autoopt.lint.encoding import SourceDecodeError, decode_source
 from autoopt.lint.notebook import NotebookError, NotebookSource, notebook_source
 from autoopt.lint.project import Project
 from autoopt.lint.results import Diagnostic, FileError, FileResult
-from autoopt.lint.rule import Rule
+from autoopt.lint.rule import FixSafety, Rule
 
 # Below this many files to analyse, starting worker processes costs more than it saves.
 MIN_PARALLEL_FILES = 16
@@ -106,8 +106,9 @@ def _relocate(diag: Diagnostic, nb: NotebookSource) -> Diagnostic:
         diag.column,
         end_line,
         end_column,
-        diag.fix_safety,
-        diag.fix_message,
+        # `autoopt rewrite` does not edit notebooks: nothing in one is shown as fixable
+        FixSafety.NONE.value,
+        "",
         cell,
     )
 

@@ -20,7 +20,7 @@ def main():
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     x = torch.randn(16 * args.steps, 32)
     y = x @ torch.randn(32, 1) + 0.1 * torch.randn(16 * args.steps, 1)
-    loader = DataLoader(TensorDataset(x, y), batch_size=16, shuffle=True, num_workers=4, pin_memory=True, persistent_workers=True)
+    loader = DataLoader(TensorDataset(x, y), batch_size=16, shuffle=True, pin_memory=device.type == "cuda")
     model = nn.Sequential(nn.Linear(32, 128), nn.GELU(), nn.Linear(128, 1)).to(device)
     model.compile()
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3, fused=True)

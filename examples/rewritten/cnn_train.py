@@ -6,6 +6,8 @@ import argparse
 import torch
 import torch.nn as nn
 from torch.utils.data import DataLoader, TensorDataset
+import os
+
 torch.backends.cudnn.benchmark = True
 
 
@@ -38,8 +40,8 @@ def main():
 
     torch.manual_seed(0)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    train_loader = DataLoader(make_data(64 * args.steps, 0), batch_size=64, shuffle=True, num_workers=4, pin_memory=True, persistent_workers=True)
-    val_loader = DataLoader(make_data(256, 1), batch_size=128, num_workers=4, pin_memory=True, persistent_workers=True)
+    train_loader = DataLoader(make_data(64 * args.steps, 0), batch_size=64, shuffle=True, num_workers=min(8, (os.cpu_count() or 1) - 1) if device.type == "cuda" else min(4, (os.cpu_count() or 1) // 8), pin_memory=device.type == "cuda")
+    val_loader = DataLoader(make_data(256, 1), batch_size=128, num_workers=min(8, (os.cpu_count() or 1) - 1) if device.type == "cuda" else min(4, (os.cpu_count() or 1) // 8), pin_memory=device.type == "cuda")
 
     model = Net().to(device)
     model = model.to(memory_format=torch.channels_last)
@@ -62,7 +64,7 @@ def main():
             scaler.scale(loss).backward()
             scaler.step(optimizer)
             scaler.update()
-            running_loss += loss.item()
+            running_loss += loss.detach()
         print(f"epoch {epoch} loss {running_loss / len(train_loader):.4f}")
 
         model.eval()

@@ -32,7 +32,7 @@ def main():
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     x = torch.randn(32 * args.steps, 20)
     y = (x[:, :5].sum(1) > 0).long()
-    loader = DataLoader(TensorDataset(x, y), batch_size=32, shuffle=True, num_workers=4, pin_memory=True, persistent_workers=True)
+    loader = DataLoader(TensorDataset(x, y), batch_size=32, shuffle=True, pin_memory=device.type == "cuda")
     model = nn.Sequential(nn.Linear(20, 64), nn.ReLU(), nn.Linear(64, 2)).to(device)
     model.compile()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, fused=True)

@@ -5,6 +5,8 @@ import argparse
 import torch
 import torch.nn as nn
 from torch.utils.data import DataLoader, TensorDataset
+import os
+
 torch.set_float32_matmul_precision("high")
 
 
@@ -22,7 +24,7 @@ def main():
 
     torch.manual_seed(0)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    loader = DataLoader(make_real(64 * args.steps), batch_size=64, shuffle=True, num_workers=4, pin_memory=True, persistent_workers=True)
+    loader = DataLoader(make_real(64 * args.steps), batch_size=64, shuffle=True, num_workers=min(8, (os.cpu_count() or 1) - 1) if device.type == "cuda" else min(4, (os.cpu_count() or 1) // 8), pin_memory=device.type == "cuda")
     generator = nn.Sequential(nn.Linear(8, 64), nn.ReLU(), nn.Linear(64, 2)).to(device)
     generator.compile()
     discriminator = nn.Sequential(nn.Linear(2, 64), nn.LeakyReLU(0.2), nn.Linear(64, 1)).to(device)

@@ -5,6 +5,8 @@ import argparse
 import torch
 import torch.nn as nn
 from torch.utils.data import DataLoader, TensorDataset
+import os
+
 torch.set_float32_matmul_precision("high")
 
 VOCAB, SEQ = 128, 32
@@ -40,7 +42,7 @@ def main():
 
     torch.manual_seed(0)
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    loader = DataLoader(make_tokens(32 * args.steps), batch_size=32, shuffle=True, num_workers=4, pin_memory=True, persistent_workers=True)
+    loader = DataLoader(make_tokens(32 * args.steps), batch_size=32, shuffle=True, num_workers=min(8, (os.cpu_count() or 1) - 1) if torch.device(device).type == "cuda" else min(4, (os.cpu_count() or 1) // 8), pin_memory=torch.device(device).type == "cuda")
     model = LM().to(device)
     model.compile()
     optimizer = torch.optim.AdamW(model.parameters(), lr=2e-3, fused=True)
@@ -62,7 +64,7 @@ def main():
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             scaler.step(optimizer)
             scaler.update()
-            total += loss.item()
+            total += loss.detach()
         print(f"epoch {epoch} loss {total / len(loader):.4f}")
 
 

@@ -12,7 +12,7 @@ import libcst as cst
 import pytest
 
 from autoopt.lint.rewrite import fix_source
-from autoopt.lint.rule import Invalid, Rule, Valid
+from autoopt.lint.rule import FixSafety, Invalid, Rule, Valid
 
 
 def _all_rules() -> list[type[Rule]]:
@@ -72,20 +72,35 @@ def test_invalid_example_is_fixed(rule: type[Rule], example: Invalid) -> None:
     assert not result.skipped, result.skipped  # a crash is contained, but still a bug
     assert result.source == example.fixed
     cst.parse_module(result.source)  # the output parses
-    again = fix_source(result.source, [rule], unsafe=True, target_version=version)
-    assert again.source == result.source, "a second pass changed the fixed code"
-    assert not again.applied
+    # One pass of the rule's fixes reaches the fixed point (pass 2 finds nothing to fix, else
+    # RewriteError): a second fix_source call would be a no-op by construction.
+    once = fix_source(example.code, [rule], unsafe=True, target_version=version, max_passes=2)
+    assert once.source == example.fixed
 
 
 @pytest.mark.parametrize(("rule", "example"), FIXED_CASES)
 def test_fixed_example_matches_declared_safety(rule: type[Rule], example: Invalid) -> None:
-    """Without --unsafe-fixes an unsafe rule's example is left alone (unless one of its fixes
-    is marked safe, in which case the rule's default must not be UNSAFE-only)."""
+    """Exactly as the example declares: a safe example (the default) is fixed by a plain
+    `rewrite`; an `unsafe=True` one is left alone and its fix offered for --unsafe-fixes (which
+    `test_invalid_example_is_fixed` applies)."""
     version = _version(example.target_version)
     result = fix_source(example.code, [rule], unsafe=False, target_version=version)
-    assert result.source in (example.code, example.fixed)
-    if result.source == example.code:
-        assert result.unsafe_available, "fix neither applied nor offered as unsafe"
+    if example.unsafe:
+        assert result.source == example.code, "an unsafe fix was applied without --unsafe-fixes"
+        assert result.unsafe_available, "the unsafe fix is not offered"
+        assert all(f.fix_safety is FixSafety.UNSAFE for f in result.unsafe_available)
+    else:
+        assert result.source == example.fixed, "a safe fix was not applied by default"
+        assert not result.unsafe_available
+
+
+def test_examples_of_unsafe_rules_are_marked_unsafe() -> None:
+    """A rule whose fixes are unsafe by default has no example claiming a safe fix unless one of
+    its fixes is marked safe on purpose (flipping `fix_safety` then fails the examples)."""
+    for rule in RULES:
+        if rule.fix_safety is FixSafety.UNSAFE:
+            fixed = [ex for ex in rule.INVALID if ex.fixed is not None]
+            assert not fixed or any(ex.unsafe for ex in fixed), rule.code
 
 
 @pytest.mark.parametrize(("rule", "example"), NOFIX_CASES)
@@ -104,7 +119,8 @@ def test_invalid_example_without_fixed_text_is_left_alone(
 
 @pytest.mark.parametrize(("rule", "example"), VALID_CASES)
 def test_valid_example_is_unchanged(rule: type[Rule], example: Valid) -> None:
-    result = fix_source(example.code, [rule], unsafe=True)
+    version = _version(example.target_version)
+    result = fix_source(example.code, [rule], unsafe=True, target_version=version)
     assert not result.skipped, result.skipped
     assert result.source == example.code
     assert not result.applied

@@ -14,7 +14,9 @@ import libcst.matchers as m
 from libcst.codemod.visitors import ImportItem
 
 from autoopt.lint.edits import block_statement
-from autoopt.lint.nodes import calls_in, code_of, names_in, nodes_of_type, walk
+from autoopt.lint.fixes.preconditions import double_backward
+from autoopt.lint.nodes import calls_in, code_of, method_name, names_in, nodes_of_type, walk
+from autoopt.lint.precision import other_precision_system
 from autoopt.lint.rule import Fix, Rule
 
 _BCE = {
@@ -86,7 +88,16 @@ class AutocastPlan:
     def build(self) -> str | None:
         """Fill `self.edits`; return the reason to decline, or None."""
         module = self.facts.module
+        other = other_precision_system(module, self.facts.source)
+        if other is not None:  # a second loss scaler / casts fighting casts
+            return f"the script already trains in reduced precision: {other}"
         # -- things autocast/GradScaler cannot take
+        scope = self.facts.enclosing_scope(self.loop)
+        if any(method_name(c) == "numpy" for c in calls_in(scope)):
+            return (
+                "the script reads tensors with .numpy(), which fails on the bfloat16 outputs "
+                "autocast gives (on CPU always, on CUDA where bf16 is supported)"
+            )
         for call in nodes_of_type(module, cst.Call):
             names = self.rule.qualified_names(call.func)
             if names & _BCE:
@@ -94,20 +105,14 @@ class AutocastPlan:
                     "BCELoss/binary_cross_entropy on probabilities is rejected by autocast; "
                     "use BCEWithLogitsLoss on logits first"
                 )
-            if "torch.autograd.grad" in names:
-                return "double backward (torch.autograd.grad, e.g. a gradient penalty)"
+        twice = double_backward(self.rule)
+        if twice is not None:
+            return twice
         for call in self.backward_calls:
             if not isinstance(call.func, cst.Attribute) or any(
                 n.startswith("torch.") for n in self.rule.qualified_names(call.func)
             ):
                 return "custom backward call (not loss.backward())"
-            if any(
-                a.keyword is not None
-                and a.keyword.value == "create_graph"
-                and not m.matches(a.value, m.Name("False"))
-                for a in call.args
-            ):
-                return "double backward (create_graph=True)"
         optimizers = self._optimizers()
         steps: list[tuple[cst.Call, str]] = []
         for call in calls_in(self.loop, into_scopes=False):
@@ -186,6 +191,11 @@ class AutocastPlan:
         assigned = self._assignments()
         params = self._params()
         for name in [*candidates, "device"]:
+            root = name.split(".")[0]
+            if "." in name and name not in assigned and (root in params or root in assigned):
+                # `args.device`: the script's own expression, bound where the loop runs
+                self.device_type = f"torch.device({name}).type"
+                return
             if name not in assigned and name not in params:
                 continue
             values = assigned.get(name, [])
@@ -200,11 +210,16 @@ class AutocastPlan:
         self.device_type = '"cuda"' if self.facts.uses_cuda else '"cpu"'
 
     def _assignments(self) -> dict[str, list[cst.BaseExpression]]:
-        """Names (and attribute chains) assigned outside the loop -> their assigned values."""
+        """Names (and attribute chains) assigned outside the loop, in its function or at module
+        level (where the loop can see them) -> their assigned values."""
         out: dict[str, list[cst.BaseExpression]] = {}
         loop_nodes = {id(n) for n in walk(self.loop, into_scopes=False)}
+        scope = self.facts.enclosing_scope(self.loop)
         for node in nodes_of_type(self.facts.module, cst.Assign):
-            if id(node) not in loop_nodes:
+            if id(node) not in loop_nodes and self.facts.enclosing_scope(node) in (
+                scope,
+                self.facts.module,
+            ):
                 for target in node.targets:
                     if isinstance(target.target, cst.Name | cst.Attribute):
                         out.setdefault(code_of(target.target), []).append(node.value)
