@@ -273,3 +273,20 @@ def test_batchnorm_note_says_statistics_are_per_rank() -> None:
     synced = nn.SyncBatchNorm.convert_sync_batchnorm(model)
     assert distributed.batchnorm_note(synced, "ddp", torch.device("cuda", 0)) == ""
     assert distributed.batchnorm_note(nn.Linear(2, 2), "ddp", torch.device("cpu")) == ""
+
+
+def test_unmeasured_note_names_what_torchrun_takes_without_timing() -> None:
+    from autoopt.runtime.context import DistState
+
+    ctx = Context(Options(amp="auto"), nn.Linear(2, 2), None, None)
+    ctx.device = torch.device("cpu")
+    ctx.dist = DistState(rank=0, world_size=2, local_rank=0, backend="gloo", strategy="ddp")
+    ctx.amp_dtype = torch.bfloat16
+    assert distributed.unmeasured_note(ctx, step_untimed=True) == (
+        "not measured under torchrun, taken as chosen: bf16 from the CPU's features (not timed "
+        "against fp32) and the optimizer step implementation (not timed against the default)"
+    )
+    ctx.options = Options(amp="bf16")  # asked for: nothing to time
+    assert distributed.unmeasured_note(ctx, step_untimed=False) == ""
+    ctx.device = torch.device("cuda", 0)  # a single process does not time these on CUDA either
+    assert distributed.unmeasured_note(ctx, step_untimed=True) == ""

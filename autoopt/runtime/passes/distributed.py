@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import functools
 import os
 from collections.abc import Mapping
 from typing import Any
@@ -160,10 +161,17 @@ def run(ctx: Context) -> PassResult | None:
     where = (
         f"over {state.world_size} processes, rank {state.rank} on {device} ({state.backend}, {how})"
     )
+    # Decided now, before the backends pass installs its choice on the optimizer's groups.
+    step_untimed = (
+        ctx.optimizer is not None
+        and device.type == "cpu"
+        and backends.choose_optimizer(ctx.optimizer, device, state.strategy == "fsdp")[0]
+        is not None
+    )
     if state.strategy == "ddp":
-        ctx.finalizers.append(_wrap_in_ddp)
+        ctx.finalizers.append(functools.partial(_wrap_in_ddp, step_untimed=step_untimed))
         return PassResult.applied(NAME, f"DDP {where}; {why}")
-    ctx.finalizers.append(_shard_with_fsdp)
+    ctx.finalizers.append(functools.partial(_shard_with_fsdp, step_untimed=step_untimed))
     off = [name for name in ("compile", "channels_last") if getattr(ctx.options, name) is not False]
     if off:
         ctx.options = dataclasses.replace(ctx.options, **dict.fromkeys(off, False))
@@ -268,7 +276,7 @@ def _trainable(ctx: Context, wrapper: str) -> bool:
     return False
 
 
-def _wrap_in_ddp(ctx: Context) -> None:
+def _wrap_in_ddp(ctx: Context, step_untimed: bool) -> None:
     """Finalizer: wrap the (patched) model in AutooptDDP; it becomes what optimize() returns."""
     assert ctx.dist is not None and ctx.device is not None
     model: nn.Module = ctx.model
@@ -276,10 +284,10 @@ def _wrap_in_ddp(ctx: Context) -> None:
         return
     device_ids = [ctx.device.index] if ctx.device.type == "cuda" else None
     ctx.returned_model = AutooptDDP(model, device_ids=device_ids)
-    _add_notes(ctx, ctx.report[NAME].detail)
+    _add_notes(ctx, ctx.report[NAME].detail, step_untimed)
 
 
-def _shard_with_fsdp(ctx: Context) -> None:
+def _shard_with_fsdp(ctx: Context, step_untimed: bool) -> None:
     """Finalizer: FSDP2 `fully_shard` on each repeated block and the root, in place; the
     optimizer is pointed at the sharded parameters, `ctx.memory` holds what a rank keeps and the
     report's memory section the state bytes per rank before and after sharding."""
@@ -315,17 +323,19 @@ def _shard_with_fsdp(ctx: Context) -> None:
         ctx,
         f"{detail}; {len(units)} shard units ({parts} + the root){precision}; "
         f"per rank before: {before.render()}; after: {after.render()}{accumulation}",
+        step_untimed,
     )
 
 
-def _add_notes(ctx: Context, detail: str) -> None:
+def _add_notes(ctx: Context, detail: str, step_untimed: bool) -> None:
     """The distributed line with what a reader of a single-process report would assume:
-    BatchNorm statistics are per rank, and which choices were not measured under torchrun."""
+    BatchNorm statistics are per rank, and which choices were not measured under torchrun
+    (`step_untimed`: a single process would have timed the optimizer step)."""
     assert ctx.dist is not None and ctx.device is not None
     notes = [detail]
     if bn := batchnorm_note(ctx.model, ctx.dist.strategy, ctx.device):
         notes.append(bn)
-    if unmeasured := unmeasured_note(ctx):
+    if unmeasured := unmeasured_note(ctx, step_untimed):
         notes.append(unmeasured)
     ctx.report.replace(PassResult.applied(NAME, "; ".join(notes)))
 
@@ -356,20 +366,18 @@ def batchnorm_note(model: nn.Module, strategy: str, device: torch.device) -> str
     )
 
 
-def unmeasured_note(ctx: Context) -> str:
+def unmeasured_note(ctx: Context, step_untimed: bool) -> str:
     """The choices a single process measures on the CPU that torchrun takes without measuring
-    (each rank could time differently and so choose differently), or ""."""
+    (each rank could time differently and so choose differently), or ""; `step_untimed`: the
+    backends pass chose a step implementation that a single process would have timed."""
     assert ctx.device is not None
     if ctx.device.type != "cpu":
         return ""
     taken = []
     if ctx.amp_dtype is torch.bfloat16 and ctx.options.amp == "auto":
         taken.append("bf16 from the CPU's features (not timed against fp32)")
-    sharded = ctx.dist is not None and ctx.dist.strategy == "fsdp"
-    if ctx.optimizer is not None:
-        impl, _ = backends.choose_optimizer(ctx.optimizer, ctx.device, sharded)
-        if impl is not None:
-            taken.append("the optimizer step implementation (not timed against the default)")
+    if step_untimed:
+        taken.append("the optimizer step implementation (not timed against the default)")
     if not taken:
         return ""
     return f"not measured under torchrun, taken as chosen: {' and '.join(taken)}"
