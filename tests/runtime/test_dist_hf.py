@@ -55,8 +55,7 @@ def test_gpt2_trains_as_torchs_own_loop_and_one_process(
         phase = result[strategy]
         torch.testing.assert_close(phase["ours"], phase["theirs"], rtol=1e-6, atol=0)
         torch.testing.assert_close(phase["ours"], expected, rtol=1e-5, atol=0)
-    # Parameters agree with torch's loop up to AdamW's amplification of gradient noise near 0.
-    assert results[0][strategy]["state_diff"] < 1e-4
+    assert results[0][strategy]["state_diff"] < 1e-5  # parameters, as `worker.comparable`
     name = {"ddp": "DDP", "fsdp": "FSDP2"}[strategy]
     detail = _report(results[0][strategy])["distributed"]
     assert detail.startswith(f"{name} over 2 processes")
@@ -74,8 +73,8 @@ def test_full_state_dicts_resume_into_plain_torch_as_an_uninterrupted_run(
     resumed = results[0][strategy]["resumed"]
     # AdamW's moments and step counts came back too, else the continued losses would differ.
     torch.testing.assert_close(resumed["losses"], losses[worker.STEPS :], rtol=1e-5, atol=0)
-    for name, value in state.items():
-        torch.testing.assert_close(torch.tensor(resumed["state"][name]), value, rtol=0, atol=2e-4)
+    saved = {name: torch.tensor(value) for name, value in resumed["state"].items()}
+    assert worker.max_diff(saved, state) < 1e-5
 
 
 def test_bf16_fsdp_on_a_batchnorm_cnn_keeps_the_norms_fp32_as_torchs_own_loop(
