@@ -60,11 +60,12 @@ def shard_blocks(model: nn.Module) -> list[nn.Module]:
 def fp32_norms(model: nn.Module) -> list[nn.Module]:
     """The layers with running statistics and parameters (BatchNorm, affine InstanceNorm with
     tracked statistics) that share no parameter with the rest of the model: under bf16 they are
-    shard units of their own that stay fp32."""
+    shard units of their own that stay fp32. Not the root itself: it is the last unit anyway."""
     return [
         m
         for m in model.modules()
-        if isinstance(m, _NormBase)
+        if m is not model
+        and isinstance(m, _NormBase)
         and m.track_running_stats
         and next(m.parameters(), None) is not None
         and not _shares_parameters(model, m)
