@@ -312,11 +312,9 @@ def _shard_with_fsdp(ctx: Context, step_untimed: bool) -> None:
         model.register_forward_pre_hook(ReduceOnLastMicroStep(acc), prepend=True)
         accumulation = "; gradients reduce-scattered on the last micro-batch only"
     norms = sum(isinstance(u, _NormBase) for u in units)
-    parts = (
-        f"{len(units) - 1 - norms} blocks + {norms} BatchNorm layers in fp32"
-        if norms
-        else (f"{len(units) - 1} blocks")
-    )
+    parts = f"{len(units) - 1 - norms} blocks"
+    if norms:
+        parts += f" + {norms} BatchNorm layers in fp32"
     precision = "" if ctx.amp_dtype is None else ", parameters all-gathered in bf16"
     detail = ctx.report[NAME].detail
     _add_notes(
