@@ -9,10 +9,16 @@ parameters at a time and its 1/world_size shard of all parameters, gradients and
 optimizer built before it holds parameters the model no longer trains: `shard()` points the
 optimizer's param groups (and any state it has) at the sharded parameters, by name.
 
+Mixed precision: bf16 parameters for every unit, except BatchNorm-style layers (running
+statistics): those become their own units in fp32, as under autocast, since bf16 weights next to
+fp32 running statistics fail in the first forward (and statistics kept in bf16 would drift).
+
 Saving: `full_state_dict(model)` gathers a plain state dict with the original keys on rank 0
 (empty on the other ranks), loadable into the unsharded model; `load_full_state_dict` loads one
 into a sharded or plain model. Both are torch's `torch.distributed.checkpoint.state_dict`
-functions with full-state-dict options, and work on plain and DDP models too.
+functions with full-state-dict options, given the user's module: a DDP wrapper (autoopt's or
+torch's) is looked through, since torch's helpers expect its `module.` prefix, which autoopt's
+wrapper leaves out of its state dict.
 """
 
 from __future__ import annotations
@@ -32,6 +38,8 @@ from torch.distributed.checkpoint.state_dict import (
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor, distribute_tensor
+from torch.nn.modules.batchnorm import _NormBase
+from torch.nn.parallel import DistributedDataParallel
 
 from autoopt.runtime.block_stacks import find_block_stacks
 from autoopt.runtime.optimizer_state import repoint
@@ -46,6 +54,21 @@ def shard_blocks(model: nn.Module) -> list[nn.Module]:
         b
         for b in blocks
         if next(b.parameters(), None) is not None and not _shares_parameters(model, b)
+    ]
+
+
+def fp32_norms(model: nn.Module) -> list[nn.Module]:
+    """The layers with running statistics and parameters (BatchNorm, affine InstanceNorm with
+    tracked statistics) that share no parameter with the rest of the model: under bf16 they are
+    shard units of their own that stay fp32. Not the root itself: it is the last unit anyway."""
+    return [
+        m
+        for m in model.modules()
+        if m is not model
+        and isinstance(m, _NormBase)
+        and m.track_running_stats
+        and next(m.parameters(), None) is not None
+        and not _shares_parameters(model, m)
     ]
 
 
@@ -81,13 +104,19 @@ def shard(
     mesh: DeviceMesh,
     dtype: torch.dtype | None = None,
 ) -> list[nn.Module]:
-    """`fully_shard` each block of `shard_blocks(model)`, then the root; returns the shard units.
+    """`fully_shard` each block of `shard_blocks(model)`, then the root; returns the shard units
+    (norm units first, then blocks, the root last). Under a `dtype`, each of `fp32_norms(model)`
+    is first made a unit of its own with no mixed precision: its input comes in `dtype` and is
+    normalised with fp32 weights and statistics, as autocast does.
 
     Rank 0's parameters and buffers are broadcast first (what DDP does at its construction), so
     every rank starts from the same model. `optimizer` is pointed at the sharded parameters."""
     _broadcast_from_rank0(model)
     before = dict(model.named_parameters(remove_duplicate=False))
-    blocks = shard_blocks(model)
+    norms = fp32_norms(model) if dtype is not None else []
+    for norm in norms:
+        fully_shard(norm, mesh=mesh, mp_policy=mixed_precision(None, root=False))
+    blocks = [b for b in shard_blocks(model) if not any(b is n for n in norms)]
     for block in blocks:
         fully_shard(block, mesh=mesh, mp_policy=mixed_precision(dtype, root=False))
     fully_shard(model, mesh=mesh, mp_policy=mixed_precision(dtype, root=True))
@@ -96,7 +125,7 @@ def shard(
         repoint(
             optimizer, {id(old): after[name] for name, old in before.items()}, _shard_state_like
         )
-    return [*blocks, model]
+    return [*norms, *blocks, model]
 
 
 def unsharded_parameters(units: list[nn.Module]) -> list[nn.Parameter]:
@@ -131,32 +160,55 @@ _FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)
 
 def full_state_dict(model: nn.Module) -> dict[str, Any]:
     """The model's full, plain state dict (CPU tensors, the original keys) on rank 0, and `{}` on
-    the other ranks; of an FSDP2-sharded, DDP or plain model alike. Collective under torchrun:
-    every rank must call it. `torch.save` it on rank 0; it loads into the plain model."""
-    return get_model_state_dict(model, options=_FULL)
+    the other ranks; of an FSDP2-sharded, DDP or plain model alike. Collective for a sharded or
+    DDP model under torchrun: every rank must call it. `torch.save` it on rank 0; it loads into
+    the plain model."""
+    return get_model_state_dict(_user_module(model), options=_FULL)
 
 
 def load_full_state_dict(model: nn.Module, state_dict: dict[str, Any]) -> None:
     """Load a full, plain state dict (what `full_state_dict` or a plain model's `state_dict()`
-    gives) into `model`, sharded or not. Under torchrun rank 0's copy is broadcast: the other
-    ranks may pass `{}`. Collective: every rank must call it."""
-    set_model_state_dict(model, state_dict, options=_load_options())
+    gives) into `model`. Into a sharded or DDP model under torchrun rank 0's copy is broadcast
+    (collective: every rank calls it, the other ranks may pass `{}`); into a plain model it is a
+    local load, so rank 0 alone can resume a plain copy."""
+    set_model_state_dict(_user_module(model), state_dict, options=_load_options(model))
 
 
 def full_optimizer_state_dict(model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
     """The optimizer's full state dict on rank 0 (`{}` elsewhere), keyed by parameter name
-    instead of index; `load_full_optimizer_state_dict` loads it back. Collective."""
-    return get_optimizer_state_dict(model, optimizer, options=_FULL)
+    instead of index; `load_full_optimizer_state_dict` loads it back. Collective, as
+    `full_state_dict`."""
+    return get_optimizer_state_dict(_user_module(model), optimizer, options=_FULL)
 
 
 def load_full_optimizer_state_dict(
     model: nn.Module, optimizer: torch.optim.Optimizer, state_dict: dict[str, Any]
 ) -> None:
-    """Load what `full_optimizer_state_dict` gave into `optimizer` (of `model`, sharded or not);
-    rank 0's copy is broadcast under torchrun. Collective."""
-    set_optimizer_state_dict(model, optimizer, state_dict, options=_load_options())
+    """Load what `full_optimizer_state_dict` gave into `optimizer` (of `model`); broadcast from
+    rank 0 and collective for a sharded or DDP model, local for a plain one, as
+    `load_full_state_dict`."""
+    set_optimizer_state_dict(
+        _user_module(model), optimizer, state_dict, options=_load_options(model)
+    )
 
 
-def _load_options() -> StateDictOptions:
-    distributed = dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+def _user_module(model: nn.Module) -> nn.Module:
+    """The module inside a DDP wrapper (it holds the same, replicated parameters), else `model`.
+    torch's helpers would look for the `module.` prefix in the state dict of autoopt's wrapper,
+    whose keys are the user's."""
+    return model.module if isinstance(model, DistributedDataParallel) else model
+
+
+def _load_options(model: nn.Module) -> StateDictOptions:
+    """Broadcast rank 0's copy only into a model that every rank holds a part or replica of
+    (FSDP2 or DDP): a broadcast into a plain model would wait for ranks that never call it."""
+    distributed = (
+        dist.is_available()
+        and dist.is_initialized()
+        and dist.get_world_size() > 1
+        and (
+            isinstance(model, DistributedDataParallel)
+            or any(isinstance(m, FSDPModule) for m in model.modules())
+        )
+    )
     return StateDictOptions(full_state_dict=True, broadcast_from_rank0=distributed)

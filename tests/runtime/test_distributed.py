@@ -212,3 +212,81 @@ def test_ddp_wrapper_looks_like_the_inner_module(single_group: None) -> None:
     assert wrapped(torch.ones(1, 3)).shape == (1, 2)
     with pytest.raises(AttributeError):
         _ = wrapped.does_not_exist
+
+
+def test_ddp_wrapper_frees_its_reducer_before_its_process_group(single_group: None) -> None:
+    # torch's Reducer lets go of the group with the GIL held; were it the last holder, gloo's
+    # destructor could wait forever on a worker thread that needs the GIL (issue 24's hang).
+    wrapped = AutooptDDP(nn.Linear(2, 2))
+    assert {"reducer", "logger", "process_group"} <= set(vars(wrapped))
+    wrapped.__del__()
+    assert "reducer" not in vars(wrapped) and "logger" not in vars(wrapped)
+    assert vars(wrapped)["process_group"] is not None  # released later, without the GIL
+
+
+class Normed(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = nn.Linear(3, 4)
+        self.bn = nn.BatchNorm1d(4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.bn(self.body(x))
+
+
+def test_full_state_dicts_of_a_ddp_model_have_the_users_keys_and_load_back(
+    single_group: None,
+) -> None:
+    import autoopt
+
+    torch.manual_seed(0)
+    inner = Normed()
+    wrapped = AutooptDDP(inner)
+    opt = torch.optim.AdamW(wrapped.parameters(), lr=0.1)
+    wrapped(torch.randn(8, 3)).pow(2).mean().backward()
+    opt.step()
+    saved = autoopt.full_state_dict(wrapped)
+    assert list(saved) == list(inner.state_dict())  # no `module.` either way
+    assert all(torch.equal(saved[k], v) for k, v in inner.state_dict().items())
+    saved_opt = autoopt.full_optimizer_state_dict(wrapped, opt)
+    assert set(saved_opt["state"]) == {"body.weight", "body.bias", "bn.weight", "bn.bias"}
+
+    torch.manual_seed(1)
+    other = AutooptDDP(Normed())
+    other_opt = torch.optim.AdamW(other.parameters(), lr=0.1)
+    autoopt.load_full_state_dict(other, saved)
+    autoopt.load_full_optimizer_state_dict(other, other_opt, saved_opt)
+    assert all(torch.equal(other.state_dict()[k], v) for k, v in saved.items())
+    theirs = other_opt.state_dict()["state"]
+    for index, state in opt.state_dict()["state"].items():
+        assert all(torch.equal(theirs[index][k], v) for k, v in state.items())
+
+
+def test_batchnorm_note_says_statistics_are_per_rank() -> None:
+    model = nn.Sequential(nn.Linear(2, 4), nn.BatchNorm1d(4), nn.BatchNorm1d(4))
+    ddp = distributed.batchnorm_note(model, "ddp", torch.device("cpu"))
+    assert ddp.startswith("2 BatchNorm layers normalise each rank's batch over its own samples")
+    assert "DDP copies rank 0's running statistics" in ddp and "needs a GPU" in ddp
+    fsdp = distributed.batchnorm_note(model, "fsdp", torch.device("cuda", 0))
+    assert "each rank keeps its own running statistics" in fsdp
+    assert "torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)" in fsdp
+    synced = nn.SyncBatchNorm.convert_sync_batchnorm(model)
+    assert distributed.batchnorm_note(synced, "ddp", torch.device("cuda", 0)) == ""
+    assert distributed.batchnorm_note(nn.Linear(2, 2), "ddp", torch.device("cpu")) == ""
+
+
+def test_unmeasured_note_names_what_torchrun_takes_without_timing() -> None:
+    from autoopt.runtime.context import DistState
+
+    ctx = Context(Options(amp="auto"), nn.Linear(2, 2), None, None)
+    ctx.device = torch.device("cpu")
+    ctx.dist = DistState(rank=0, world_size=2, local_rank=0, backend="gloo", strategy="ddp")
+    ctx.amp_dtype = torch.bfloat16
+    assert distributed.unmeasured_note(ctx, step_untimed=True) == (
+        "not measured under torchrun, taken as chosen: bf16 from the CPU's features (not timed "
+        "against fp32) and the optimizer step implementation (not timed against the default)"
+    )
+    ctx.options = Options(amp="bf16")  # asked for: nothing to time
+    assert distributed.unmeasured_note(ctx, step_untimed=False) == ""
+    ctx.device = torch.device("cuda", 0)  # a single process does not time these on CUDA either
+    assert distributed.unmeasured_note(ctx, step_untimed=True) == ""

@@ -292,3 +292,18 @@ def test_full_state_dict_of_a_plain_model_is_its_state_dict() -> None:
     assert all(
         torch.equal(a, b) for a, b in zip(other.parameters(), model.parameters(), strict=True)
     )
+
+
+def test_fp32_norms_are_the_norm_layers_with_running_statistics_and_weights() -> None:
+    from autoopt.runtime.fsdp import fp32_norms
+
+    model = nn.Sequential(
+        nn.Conv2d(3, 4, 1),
+        nn.BatchNorm2d(4),
+        nn.BatchNorm2d(4, affine=False),  # no weights to cast
+        nn.InstanceNorm2d(4, affine=True, track_running_stats=True),
+        nn.InstanceNorm2d(4, affine=True),  # no running statistics: bf16 is fine
+        nn.GroupNorm(2, 4),
+        nn.SyncBatchNorm(4),
+    )
+    assert fp32_norms(model) == [model[1], model[3], model[6]]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -33,9 +34,13 @@ def load_worker(path: Path) -> ModuleType:
 
 
 def run_two_processes(worker: Path, out: Path, timeout: int = 300) -> list[dict[str, Any]]:
-    """`torchrun --standalone --nproc_per_node=2 worker out`; the two ranks' JSON results."""
+    """`torchrun --standalone --nproc_per_node=2 worker out`; the two ranks' JSON results.
+
+    Past `timeout` the ranks get SIGABRT, so each prints its Python stacks (faulthandler) into
+    the failure message, and the launcher SIGTERM: none is left running."""
     env = {k: v for k, v in os.environ.items() if k not in TORCHRUN_ENV}
     env["OMP_NUM_THREADS"] = "1"
+    env["PYTHONFAULTHANDLER"] = "1"
     cmd = [
         sys.executable,
         "-m",
@@ -45,6 +50,33 @@ def run_two_processes(worker: Path, out: Path, timeout: int = 300) -> list[dict[
         str(worker),
         str(out),
     ]
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    with subprocess.Popen(
+        cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    ) as proc:
+        try:
+            stdout, stderr = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            # The ranks run in sessions of their own (torchrun's choice): signal them by pid.
+            for rank in _children(proc.pid):
+                os.kill(rank, signal.SIGABRT)
+            proc.terminate()
+            stdout, stderr = proc.communicate()
+            raise AssertionError(
+                f"torchrun did not finish in {timeout} s; stacks:\n{stderr[-12000:]}"
+            ) from None
+    assert proc.returncode == 0, stdout[-3000:] + stderr[-3000:]
     return [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
+
+
+def _children(pid: int) -> list[int]:
+    """The process ids whose parent is `pid` (Linux /proc; empty elsewhere)."""
+    found = []
+    for entry in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            # The fields after the command's closing parenthesis: state, then the parent's id.
+            fields = entry.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(entry.parent.name))
+    return found

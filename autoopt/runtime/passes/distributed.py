@@ -19,12 +19,18 @@ place, then either
 * wraps the model in `AutooptDDP`: a `DistributedDataParallel` whose `state_dict()` and
   `load_state_dict()` use the inner module's keys (no `module.` prefix) and whose unknown
   attributes are looked up on the inner module, so `model.my_head` or `model.config` keep
-  working; or
+  working, and which frees torch's Reducer before its own handle on the process group (else a
+  gloo teardown can hang, see `AutooptDDP.__del__`); or
 * shards it in place with FSDP2 (`autoopt.runtime.fsdp`): each repeated block and the root
   become shard units, the optimizer is pointed at the sharded parameters, amp's dtype becomes
   FSDP's `MixedPrecisionPolicy`, and `ctx.memory` holds the per-rank bytes after sharding.
   `torch.compile` and channels-last stand down under FSDP (this pass turns them off, and says
   so): neither is verified with FSDP2's all-gather hooks here.
+
+The report line also says what a single-process report would leave unsaid: BatchNorm layers
+normalise over each rank's own samples (`batchnorm_note`; SyncBatchNorm is suggested, never
+applied), and which choices a single process measures on the CPU were taken unmeasured
+(`unmeasured_note`).
 
 Any disagreement between the environment and reality (a missing or malformed variable, a rank
 outside the world, an existing process group of another size or rank, a LOCAL_RANK without a
@@ -35,6 +41,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import functools
 import os
 from collections.abc import Mapping
 from typing import Any
@@ -44,6 +51,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import FSDPModule
+from torch.nn.modules.batchnorm import _BatchNorm, _NormBase
 from torch.nn.parallel import DistributedDataParallel
 
 from autoopt.runtime import fsdp, root_scaling
@@ -56,6 +64,7 @@ from autoopt.runtime.memory import (
     resolve_budget,
     state_memory,
 )
+from autoopt.runtime.passes import backends
 from autoopt.runtime.passes.accumulate import Accumulator
 from autoopt.runtime.report import PassResult
 
@@ -80,6 +89,18 @@ class AutooptDDP(DistributedDataParallel):
     ) -> Any:
         """Load a plain (un-prefixed) state dict into the inner module."""
         return self.module.load_state_dict(state_dict, strict=strict, assign=assign)
+
+    def __del__(self) -> None:
+        # torch's Reducer lets go of the process group with the GIL held. When it is the last
+        # holder (a script that calls destroy_process_group() and then drops the model), gloo's
+        # destructor joins its worker threads while one of them waits for the GIL to free a
+        # finished all-reduce (its work captured the backward's Python state): a hang at exit,
+        # one run in a few under load. Free the reducer (and the logger that holds it) first,
+        # while `self.process_group` still holds the group: that Python handle releases the GIL
+        # when it lets go.
+        state = vars(self)
+        state.pop("logger", None)
+        state.pop("reducer", None)
 
     def __getattr__(self, name: str) -> Any:
         try:
@@ -140,10 +161,17 @@ def run(ctx: Context) -> PassResult | None:
     where = (
         f"over {state.world_size} processes, rank {state.rank} on {device} ({state.backend}, {how})"
     )
+    # Decided now, before the backends pass installs its choice on the optimizer's groups.
+    step_untimed = (
+        ctx.optimizer is not None
+        and device.type == "cpu"
+        and backends.choose_optimizer(ctx.optimizer, device, state.strategy == "fsdp")[0]
+        is not None
+    )
     if state.strategy == "ddp":
-        ctx.finalizers.append(_wrap_in_ddp)
+        ctx.finalizers.append(functools.partial(_wrap_in_ddp, step_untimed=step_untimed))
         return PassResult.applied(NAME, f"DDP {where}; {why}")
-    ctx.finalizers.append(_shard_with_fsdp)
+    ctx.finalizers.append(functools.partial(_shard_with_fsdp, step_untimed=step_untimed))
     off = [name for name in ("compile", "channels_last") if getattr(ctx.options, name) is not False]
     if off:
         ctx.options = dataclasses.replace(ctx.options, **dict.fromkeys(off, False))
@@ -248,7 +276,7 @@ def _trainable(ctx: Context, wrapper: str) -> bool:
     return False
 
 
-def _wrap_in_ddp(ctx: Context) -> None:
+def _wrap_in_ddp(ctx: Context, step_untimed: bool) -> None:
     """Finalizer: wrap the (patched) model in AutooptDDP; it becomes what optimize() returns."""
     assert ctx.dist is not None and ctx.device is not None
     model: nn.Module = ctx.model
@@ -256,9 +284,10 @@ def _wrap_in_ddp(ctx: Context) -> None:
         return
     device_ids = [ctx.device.index] if ctx.device.type == "cuda" else None
     ctx.returned_model = AutooptDDP(model, device_ids=device_ids)
+    _add_notes(ctx, ctx.report[NAME].detail, step_untimed)
 
 
-def _shard_with_fsdp(ctx: Context) -> None:
+def _shard_with_fsdp(ctx: Context, step_untimed: bool) -> None:
     """Finalizer: FSDP2 `fully_shard` on each repeated block and the root, in place; the
     optimizer is pointed at the sharded parameters, `ctx.memory` holds what a rank keeps and the
     report's memory section the state bytes per rank before and after sharding."""
@@ -282,15 +311,74 @@ def _shard_with_fsdp(ctx: Context) -> None:
         root_scaling.add_params(model, [*model.parameters(), *fsdp.unsharded_parameters(units)])
         model.register_forward_pre_hook(ReduceOnLastMicroStep(acc), prepend=True)
         accumulation = "; gradients reduce-scattered on the last micro-batch only"
+    norms = sum(isinstance(u, _NormBase) for u in units)
+    parts = f"{len(units) - 1 - norms} blocks"
+    if norms:
+        parts += f" + {norms} BatchNorm layers in fp32"
     precision = "" if ctx.amp_dtype is None else ", parameters all-gathered in bf16"
     detail = ctx.report[NAME].detail
-    ctx.report.replace(
-        PassResult.applied(
-            NAME,
-            f"{detail}; {len(units)} shard units ({len(units) - 1} blocks + the root){precision}; "
-            f"per rank before: {before.render()}; after: {after.render()}{accumulation}",
-        )
+    _add_notes(
+        ctx,
+        f"{detail}; {len(units)} shard units ({parts} + the root){precision}; "
+        f"per rank before: {before.render()}; after: {after.render()}{accumulation}",
+        step_untimed,
     )
+
+
+def _add_notes(ctx: Context, detail: str, step_untimed: bool) -> None:
+    """The distributed line with what a reader of a single-process report would assume:
+    BatchNorm statistics are per rank, and which choices were not measured under torchrun
+    (`step_untimed`: a single process would have timed the optimizer step)."""
+    assert ctx.dist is not None and ctx.device is not None
+    notes = [detail]
+    if bn := batchnorm_note(ctx.model, ctx.dist.strategy, ctx.device):
+        notes.append(bn)
+    if unmeasured := unmeasured_note(ctx, step_untimed):
+        notes.append(unmeasured)
+    ctx.report.replace(PassResult.applied(NAME, "; ".join(notes)))
+
+
+def batchnorm_note(model: nn.Module, strategy: str, device: torch.device) -> str:
+    """What BatchNorm layers (not SyncBatchNorm) compute under `strategy`, or "" if none."""
+    layers = [
+        m
+        for m in model.modules()
+        if isinstance(m, _BatchNorm) and not isinstance(m, nn.SyncBatchNorm)
+    ]
+    if not layers:
+        return ""
+    running = (
+        "DDP copies rank 0's running statistics to the others at each forward"
+        if strategy == "ddp"
+        else "each rank keeps its own running statistics and full_state_dict saves rank 0's"
+    )
+    sync = (
+        "for statistics over the global batch convert them before optimize() with "
+        "torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)"
+        if device.type == "cuda"
+        else "SyncBatchNorm, which would normalise over the global batch, needs a GPU"
+    )
+    return (
+        f"{len(layers)} BatchNorm layers normalise each rank's batch over its own samples "
+        f"(per-rank statistics, not the global batch's; {running}); {sync}"
+    )
+
+
+def unmeasured_note(ctx: Context, step_untimed: bool) -> str:
+    """The choices a single process measures on the CPU that torchrun takes without measuring
+    (each rank could time differently and so choose differently), or ""; `step_untimed`: the
+    backends pass chose a step implementation that a single process would have timed."""
+    assert ctx.device is not None
+    if ctx.device.type != "cpu":
+        return ""
+    taken = []
+    if ctx.amp_dtype is torch.bfloat16 and ctx.options.amp == "auto":
+        taken.append("bf16 from the CPU's features (not timed against fp32)")
+    if step_untimed:
+        taken.append("the optimizer step implementation (not timed against the default)")
+    if not taken:
+        return ""
+    return f"not measured under torchrun, taken as chosen: {' and '.join(taken)}"
 
 
 @dataclasses.dataclass
