@@ -254,7 +254,7 @@ class FileFacts:
     def device(self) -> DeviceFacts:
         """Whether the script has a GPU path (CUDA, torch.accelerator, a device flag or a device
         parameter; see `autoopt.lint.device`): the gate of every rule about a CUDA trick."""
-        return device_facts(self)
+        return device_facts(self.module, self.parent)
 
     @functools.cached_property
     def requests_determinism(self) -> bool:

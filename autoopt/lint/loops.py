@@ -173,7 +173,7 @@ def _through_methods(expr: cst.BaseExpression) -> cst.BaseExpression:
 
 def _to_cuda_type(rule: Rule, call: cst.Call) -> bool:
     dest = arg(call, "dtype", 0)
-    return dest is not None and is_cuda_tensor_type(rule.facts, dest.value)
+    return dest is not None and is_cuda_tensor_type(rule.facts.device, dest.value)
 
 
 def loops_over(rule: Rule, name: str) -> list[cst.For]:
