@@ -9,6 +9,7 @@ the helper that steps it back to the function that creates it.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -72,6 +73,29 @@ class SourceFile:
 
     def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
         return self.parents.get(id(node))
+
+    @functools.cached_property
+    def bound_names(self) -> frozenset[str]:
+        """Every plain name the file binds anywhere (assignment, loop or `with` target,
+        parameter, definition, import): a name outside it comes from elsewhere (`import *`)."""
+        names = set(self.imports)
+        packing = (cst.Tuple, cst.List, cst.Element, cst.StarredElement)
+        for node in self.nodes:
+            if not isinstance(node, cst.Name):
+                continue
+            child, holder = node, self.parent(node)
+            while isinstance(holder, packing):  # `a, (b, c) = ...`
+                child, holder = holder, self.parent(holder)
+            if isinstance(holder, cst.AssignTarget | cst.AsName | cst.Param) or (
+                isinstance(holder, cst.For | cst.CompFor | cst.AnnAssign | cst.AugAssign)
+                and holder.target is child
+                or isinstance(holder, cst.NamedExpr)
+                and holder.target is child
+                or isinstance(holder, cst.FunctionDef | cst.ClassDef)
+                and holder.name is child
+            ):
+                names.add(node.value)
+        return frozenset(names)
 
     def ancestors(self, node: cst.CSTNode) -> Iterator[cst.CSTNode]:
         cur = self.parent(node)
@@ -228,7 +252,8 @@ class CodeBase:
             return Func(source, source.functions[name])
         return (source, source.classes[name]) if name in source.classes else None
 
-    def _class(self, file: SourceFile, name: str) -> tuple[SourceFile, cst.ClassDef] | None:
+    def local_class(self, file: SourceFile, name: str) -> tuple[SourceFile, cst.ClassDef] | None:
+        """The class `name` of `file`, or imported into it from a local module."""
         if name in file.classes:
             return file, file.classes[name]
         found = self._imported(file.imports[name]) if name in file.imports else None
@@ -258,7 +283,7 @@ class CodeBase:
                 found = self._imported(file.imports[name])
                 if isinstance(found, Func):
                     return found
-            owner = self._class(file, name)
+            owner = self.local_class(file, name)
             return self.method(*owner, "__init__") if owner else None
         if not isinstance(func, cst.Attribute):
             return None
@@ -287,7 +312,7 @@ class CodeBase:
                 and isinstance(node.value, cst.Call)
                 and isinstance(node.value.func, cst.Name)
             ):
-                return self._class(file, node.value.func.value)
+                return self.local_class(file, node.value.func.value)
         return None
 
     def callers(self, func: Func) -> list[tuple[Func, cst.Call]]:

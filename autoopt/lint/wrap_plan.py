@@ -31,6 +31,8 @@ from pathlib import Path
 
 import libcst as cst
 
+from autoopt.lint.device import device_facts
+from autoopt.lint.facts import other_precision_system
 from autoopt.lint.nodes import code_of
 from autoopt.lint.wrap_code import CodeBase, Func, SourceFile
 
@@ -50,6 +52,13 @@ _ITER_WRAPPERS = {"enumerate", "tqdm", "iter", "progress", "track", "zip", "log_
 _MODEL_METHODS = {"parameters", "named_parameters", "train", "eval", "state_dict", "to", "cuda"}
 _MODEL_WORDS = ("model", "net", "generator", "discriminator", "encoder", "decoder")
 _MAX_DEPTH = 6
+# How many calls below a function that does the backward a helper may step the optimizer
+# (`train_step()` -> `self._apply_gradients()` -> `self.optimizer.step()`).
+_STEP_HELPER_DEPTH = 2
+# Iterables of step numbers, never loaders (`for step in trange(n)`, `tqdm(range(n))`).
+_STEP_NUMBERS = {"range", "trange", "count", "itertools.count"}
+# Calls that read a loader or model without keeping it (`len(loader)` for a schedule).
+_NO_CAPTURE = {"len", "print", "isinstance", "id", "type", "str", "repr", "deepcopy", "copy"}
 _NOT_PLACED = "not a placement"  # `.to(dtype)`, `.to(memory_format=...)`
 
 
@@ -124,6 +133,8 @@ class _Planner:
     def __init__(self, code: CodeBase) -> None:
         self.code = code
         self.script = code.script
+        self._collections: set[str] = set()  # stepped as `for opt in <expr>: opt.step()`
+        self._optimizers: set[str] = set()  # every expression found stepped
 
     # ----- the whole analysis -----------------------------------------------------------------
     def plan(self) -> Plan | Decline:
@@ -136,12 +147,20 @@ class _Planner:
         for func in trainers:
             if func.file is not self.script and (conflict := self._conflict(func.file)):
                 return conflict
-        uses = [use for func in trainers for use in self._optimizer_uses(func)]
+        uses = [use for func in self._stepping(trainers) for use in self._optimizer_uses(func)]
         if not uses:
             return Decline("no optimizer", "no optimizer is stepped where .backward() runs")
         origins: dict[tuple[int, str], _Origin] = {}
         for func, expr, node in uses:
             found = self._origins(func, expr, node, 0)
+            if found and expr in self._collections:
+                found = self._members(found)
+                if not found:
+                    return Decline(
+                        "optimizers kept in a collection",
+                        f"the optimizers stepped through `{expr}` are not named where it is "
+                        "built: no optimizer to hand to optimize()",
+                    )
             if not found:
                 return Decline(
                     "optimizer not created in this file",
@@ -196,6 +215,12 @@ class _Planner:
                 "Hogwild",
                 "Hogwild training (a model in shared memory stepped by several processes)",
             )
+        if why := other_precision_system(file.module, source):
+            return Decline(
+                "another mixed-precision system",
+                f"the script already runs its own reduced precision: {why}; optimize()'s AMP "
+                "would stack a second one on it",
+            )
         return None
 
     def _options(self, trainers: list[Func]) -> dict[str, str]:
@@ -230,6 +255,21 @@ class _Planner:
             todo += [t for c in func.calls() if (t := self.code.resolve(func.file, c))]
         return list(found)
 
+    def _stepping(self, trainers: list[Func]) -> list[Func]:
+        """The training functions and the helpers they call, where an optimizer may be stepped
+        apart from the backward (`self._apply_gradients()` after `loss.backward()`)."""
+        found: dict[Func, None] = dict.fromkeys(trainers)
+        layer = list(trainers)
+        for _ in range(_STEP_HELPER_DEPTH):
+            layer = [
+                t
+                for f in layer
+                for c in f.calls()
+                if (t := self.code.resolve(f.file, c)) is not None and t not in found
+            ]
+            found.update(dict.fromkeys(layer))
+        return list(found)
+
     def _defs(self) -> list[cst.FunctionDef]:
         """The script's functions and methods (not nested ones)."""
         out = list(self.script.functions.values())
@@ -246,7 +286,13 @@ class _Planner:
             if not isinstance(call.func, cst.Attribute):
                 continue
             attr, receiver = call.func.attr.value, call.func.value
-            if attr == "step" and not call.args and _is_object(receiver):
+            if isinstance(receiver, cst.Name) and (source := _loop_source(func, receiver, call)):
+                receiver = source  # `for opt in optimizers: opt.step()`
+                self._collections.add(code_of(source))
+            if attr != "step" and _is_object(receiver) and self._wrapper_of(call):
+                # `optimizer.step_and_update_lr()` of a class wrapping the optimizer
+                stepped.setdefault(code_of(receiver), call)
+            elif attr == "step" and not call.args and _is_object(receiver):
                 stepped.setdefault(code_of(receiver), call)
             elif attr == "zero_grad" and _is_object(receiver):
                 zeroed.add(code_of(receiver))
@@ -266,7 +312,51 @@ class _Planner:
                 continue
             if expr in zeroed or expr in scaled or "opt" in word:
                 uses.append((func, expr, node))
+                self._optimizers.add(expr)
         return uses
+
+    def _wrapper_of(self, call: cst.Call) -> str | None:
+        """The local class with a method of `call`'s name that steps an optimizer the class
+        holds (ScheduledOptim's `step_and_update_lr()` -> `self._optimizer.step()`)."""
+        func = call.func
+        assert isinstance(func, cst.Attribute)
+        name = func.attr.value
+        for file in self.code.files():
+            for cls in file.classes.values():
+                if _is_wrapper_class(file, cls) and name in _stepping_methods(file, cls):
+                    return cls.name.value
+        return None
+
+    def _wrapper_class(self, home: Func, opt: _Origin) -> str | None:
+        """The local class `opt` is an instance of, when it wraps an optimizer (then it is no
+        optimizer optimize() can take)."""
+        for assign in opt.assigns:
+            value = _bound(assign, opt.expr)
+            if isinstance(value, cst.Call) and isinstance(value.func, cst.Name):
+                found = self.code.local_class(home.file, value.func.value)
+                if found is not None and _is_wrapper_class(*found) and _stepping_methods(*found):
+                    return value.func.value
+        return None
+
+    def _members(self, found: list[_Origin]) -> list[_Origin]:
+        """The optimizers a collection holds (`optimizers = [opt_g, opt_d]`), each followed to
+        where it is created; [] when any element is not a plain name there."""
+        out: list[_Origin] = []
+        for origin in found:
+            for assign in origin.assigns:
+                value = _bound(assign, origin.expr)
+                if not isinstance(value, cst.List | cst.Tuple) or not value.elements:
+                    return []
+                for element in value.elements:
+                    if not _is_object(element.value):
+                        return []
+                    expr = code_of(element.value)
+                    members = self._origins(origin.func, expr, origin.entry, 1)
+                    if not members:
+                        return []
+                    self._optimizers.add(expr)
+                    out += members
+        return out
 
     # ----- following objects back to where they are created -------------------------------
     def _origins(
@@ -312,10 +402,13 @@ class _Planner:
     def _place(self, home: Func, optimizers: list[_Origin], trainers: list[Func]) -> Plan | Decline:
         pairs: list[Pair] = []
         shared: list[str] = []  # models stepped only by an optimizer over several models
+        alone: list[str] = []  # models whose optimizer optimize() cannot take (a wrapper)
+        forced: dict[str, str] = {}
         for opt in optimizers:
             models = {m for a in opt.assigns for m in self._models(home, _bound(a, opt.expr))}
             if not models:
                 models = self._models_beside(home, opt)
+            models -= self._optimizers  # optimize() takes the module first, never an optimizer
             if not models:
                 return Decline(
                     "cannot tell the model",
@@ -333,8 +426,12 @@ class _Planner:
                         f"the model `{model}` is a parameter of {home.name}(), which nothing "
                         "here calls: wrap the script that builds the model",
                     )
-            if len(models) > 1:
+            if wrapper := self._wrapper_class(home, opt):
+                alone += sorted(models)
+                forced["amp"] = f"the optimizer is wrapped in {wrapper}"
+            elif len(models) > 1:
                 shared += sorted(models)
+                forced["amp"] = "an optimizer spans several models"
             else:
                 pairs.append(Pair(models.pop(), opt.expr))
         if len({p.model for p in pairs}) != len(pairs):
@@ -343,11 +440,10 @@ class _Planner:
                 f"{len(pairs)} optimizers step the same model; optimize() takes one per model",
             )
         paired = {p.model for p in pairs}
-        pairs += [Pair(m, None) for m in dict.fromkeys(shared) if m not in paired]
+        pairs += [Pair(m, None) for m in dict.fromkeys(shared + alone) if m not in paired]
         # optimize() only accepts an optimizer over its own model's parameters, and fp16 loss
         # scaling lives in the optimizer's step: without the optimizer, mixed precision would
         # step on unscaled (or non-finite) gradients. So every call of such a script is fp32.
-        forced = {"amp": "an optimizer spans several models"} if shared else {}
         loader = self._loader(home, trainers)
         placed = self._anchor(home, optimizers, loader, pairs, trainers, forced)
         if isinstance(placed, Decline) and loader is not None:
@@ -355,10 +451,68 @@ class _Planner:
             # the loader, right after the optimizer, still comes before that wrap.
             pairs[0].loader = None
             placed = self._anchor(home, optimizers, None, pairs, trainers, forced)
-        if isinstance(placed, Plan):
-            for pair in pairs:
-                pair.device = self._device(home, pair.model, placed.anchor)
+        if isinstance(placed, Plan) and pairs[0].loader and not self._intact(home, placed):
+            # The loader is not bound where the call goes on every path, or something built
+            # before it (`looper = cycle(loader)`) keeps the original: the call goes without it.
+            pairs[0].loader = None
+            placed = self._anchor(home, optimizers, None, pairs, trainers, forced)
+        if not isinstance(placed, Plan):
+            return placed
+        for pair in pairs:
+            if not self._defined(home, pair.model, placed.anchor):
+                return Decline(
+                    "model not bound at the call",
+                    f"the model `{pair.model}` is not bound on every path where the call goes",
+                )
+            for target, alias in self._captures(home, pair.model, placed.anchor):
+                if alias and target.startswith("self."):
+                    pair.model = target  # `self.model = model`: the loop trains self.model
+                elif self._called_in(trainers, target):
+                    return Decline(
+                        "model trained through another object",
+                        f"the loop trains `{pair.model}` through `{target}`, built from it before "
+                        "the optimizer exists: optimize() would not reach the model it calls",
+                    )
+            pair.device = self._device(home, pair.model, placed.anchor)
         return placed
+
+    def _intact(self, home: Func, plan: Plan) -> bool:
+        """The plan's loader is bound where the call goes, and nothing built before it from the
+        loader (a generator, an iterator) would keep iterating the original."""
+        loader = plan.pairs[0].loader
+        assert loader is not None
+        if not self._defined(home, loader, plan.anchor):
+            return False
+        return not self._captures(home, loader, plan.anchor)
+
+    def _captures(self, home: Func, expr: str, anchor: cst.CSTNode) -> list[tuple[str, bool]]:
+        """(target, is a plain alias) for each statement of `home` before `anchor` that keeps
+        the object `expr` in another name: `looper = cycle(loader)`, `self.model = model`,
+        `trainer = Diffusion(model)`. Reads that keep nothing (`len(loader)`, `model.parameters()`)
+        and a re-binding of `expr` itself do not count."""
+        file = home.file
+        found: list[tuple[str, bool]] = []
+        for node in home.statements():
+            if not isinstance(node, cst.Assign) or not _by(file, node, anchor):
+                continue
+            targets = [code_of(t) for t in _targets(node)]
+            if expr in targets:
+                continue
+            alias = code_of(node.value) == expr
+            kept = alias or any(
+                isinstance(call, cst.Call)
+                and code_of(call.func).rsplit(".", 1)[-1] not in _NO_CAPTURE
+                and any(code_of(a.value) == expr for a in call.args)
+                for call in [node.value, *file.inside(node.value)]
+            )
+            if kept:
+                found += [(t, alias) for t in targets]
+        return found
+
+    @staticmethod
+    def _called_in(trainers: list[Func], target: str) -> bool:
+        """`target(...)` is called in a training function (the forward the loop runs)."""
+        return any(code_of(c.func) == target for f in trainers for c in f.calls())
 
     def _anchor(
         self,
@@ -403,6 +557,8 @@ class _Planner:
         only conditionally, or with a device not yet defined there."""
         file = home.file
         found: list[str | None] = []
+        guarded: list[str | None] = []  # `if args.gpu: model.cuda()`, as the script's choice
+        placed = False
         for call in home.calls():
             func = call.func
             if not (isinstance(func, cst.Attribute) and func.attr.value in ("to", "cuda")):
@@ -413,12 +569,28 @@ class _Planner:
             )
             if code_of(func.value) != model and not assigned:
                 continue
-            # Only a placement that runs whenever the inserted call does counts.
-            if not any(b is _common_block(file, [call]) for b in _blocks(file, anchor)):
+            if (device := _device_of(call)) is _NOT_PLACED:
                 continue
-            if (device := _device_of(call)) is not _NOT_PLACED:
+            placed = True
+            # A placement that runs whenever the inserted call does is where the model stays;
+            # one under `if <flag>:` (no else) is the flag's choice, else the CPU.
+            flag = _guard(file, call, anchor)
+            if flag is not None:
+                guarded.append(f'{device} if {flag} else "cpu"' if device is not None else None)
+            elif any(b is _common_block(file, [call]) for b in _blocks(file, anchor)):
                 found.append(device)
-        device = found[-1] if found else None  # the last placement is where the model stays
+            else:
+                guarded.append(None)
+        if found:
+            device = found[-1]  # the last placement is where the model stays
+        elif len(set(guarded)) == 1:
+            device = guarded[0]
+        elif not placed and not any(
+            device_facts(f.module, f.parent).gpu_path for f in self.code.files()
+        ):
+            return '"cpu"'  # a CPU-only script: its own code expects CPU tensors
+        else:
+            device = None
         if device is None or not self._defined(home, device, anchor):
             return None
         return device
@@ -436,8 +608,10 @@ class _Planner:
         for name in reads:
             if name in given or name in file.imports or hasattr(builtins, name):
                 continue
+            if name not in file.bound_names:
+                continue  # bound nowhere in the file: it comes from elsewhere (`import *`)
             if any(
-                file.before(a, anchor)
+                _by(file, a, anchor)
                 and any(
                     b is _common_block(file, [a]) or b is _if_block(file, a, name) for b in blocks
                 )
@@ -561,10 +735,31 @@ class _Planner:
                             value = _bound(a, arg.value)
                             if isinstance(value, cst.Call) and code_of(value.func) == "iter":
                                 exprs.append(_unwrap_iter(value))
+                            elif isinstance(value, cst.Call) and self._regenerates(func, value):
+                                # `looper = cycle(loader)`: a generator re-iterating the loader
+                                exprs.append(value.args[0].value)
             depth = len(list(func.file.ancestors(node)))
             found += [(code_of(e), node, depth) for e in exprs if _is_object(e)]
         found.sort(key=lambda t: -t[2])
         return [(e, n) for e, n, _ in found]
+
+    def _regenerates(self, func: Func, call: cst.Call) -> bool:
+        """`call` runs a local generator function that iterates its first argument
+        (`def cycle(dl): while True: yield from dl`)."""
+        target = self.code.resolve(func.file, call)
+        if target is None or not call.args or call.args[0].keyword is not None:
+            return False
+        params = target.params()
+        if not params:
+            return False
+        first = params[0]
+        iterates = False
+        for node in target.statements():
+            if isinstance(node, cst.For) and code_of(_unwrap_iter(node.iter)) == first:
+                iterates = True
+            elif isinstance(node, cst.From) and code_of(_unwrap_iter(node.item)) == first:
+                iterates = True  # `yield from dl`
+        return iterates and any(isinstance(n, cst.Yield) for n in target.statements())
 
     def _drawn_from(self, func: Func, iterated: cst.BaseExpression) -> cst.BaseExpression:
         """What a for loop over `iterated` draws from, through `enumerate`/`tqdm` wrappers."""
@@ -659,12 +854,72 @@ def _bound_value(assign: cst.CSTNode, expr: str) -> str | None:
     return value.value if isinstance(value, cst.Name) else None
 
 
+def _loop_source(func: Func, name: cst.Name, use: cst.CSTNode) -> cst.BaseExpression | None:
+    """What `name` iterates when it is the target of a `for` around `use` in `func` over a
+    plain name or `self.attr` (`for opt in optimizers:`)."""
+    for anc in func.file.ancestors(use):
+        if anc is func.node:
+            return None
+        if (
+            isinstance(anc, cst.For)
+            and isinstance(anc.target, cst.Name)
+            and anc.target.value == name.value
+            and _is_object(anc.iter)
+        ):
+            return anc.iter
+    return None
+
+
+def _is_wrapper_class(file: SourceFile, cls: cst.ClassDef) -> bool:
+    """A plain class (not a torch Optimizer subclass, not a module) that may hold an optimizer."""
+    bases = {code_of(b.value).rsplit(".", 1)[-1] for b in cls.bases}
+    return not bases & {"Optimizer", "Module"}
+
+
+def _stepping_methods(file: SourceFile, cls: cst.ClassDef) -> set[str]:
+    """Methods of `cls` that step an optimizer it holds (`self._optimizer.step()`), directly or
+    through another of its methods (`step_and_update_lr()` -> `self._step()`)."""
+    methods = _methods(file, cls)
+    stepping: set[str] = set()
+    for method in methods:
+        for call in method.calls():
+            func = call.func
+            if (
+                isinstance(func, cst.Attribute)
+                and func.attr.value == "step"
+                and isinstance(func.value, cst.Attribute)
+                and _is_self(func.value.value)
+                and not any(w in func.value.attr.value.lower() for w in ("sched", "scaler"))
+            ):
+                stepping.add(method.name)
+    changed = True
+    while changed:
+        changed = False
+        for method in methods:
+            if method.name in stepping:
+                continue
+            for call in method.calls():
+                func = call.func
+                if (
+                    isinstance(func, cst.Attribute)
+                    and _is_self(func.value)
+                    and func.attr.value in stepping
+                ):
+                    stepping.add(method.name)
+                    changed = True
+                    break
+    return stepping
+
+
 def _methods(file: SourceFile, cls: cst.ClassDef) -> list[Func]:
     return [Func(file, s) for s in cls.body.body if isinstance(s, cst.FunctionDef)]
 
 
 def _model_like(func: Func, name: str) -> bool:
-    """`name` is used like a model in `func` (`.parameters()`, `.train()`...) or named like one."""
+    """`name` is used like a model in `func` (`.parameters()`, `.train()`...) or named like one;
+    never an optimizer (which has a `.state_dict()` too)."""
+    if "optim" in name.lower():
+        return False
     if any(w in name.lower() for w in _MODEL_WORDS):
         return True
     return any(
@@ -743,6 +998,36 @@ def _device_of(call: cst.Call) -> str | None:
     if "dtype" in text.lower() or (text.startswith("torch.") and "device" not in text):
         return _NOT_PLACED  # model.to(ptdtype), model.to(torch.bfloat16)
     return text
+
+
+def _by(file: SourceFile, node: cst.CSTNode, anchor: cst.CSTNode) -> bool:
+    """`node` has run once the statement `anchor` has: it comes before it or is part of it."""
+    return file.order[id(node)] <= file.end[id(anchor)]
+
+
+def _guard(file: SourceFile, call: cst.Call, anchor: cst.CSTNode) -> str | None:
+    """The condition under which `call` alone runs: the test of the `if` (without `else`) or
+    of the `x if cond else y` holding it, when that `if` runs whenever `anchor` does."""
+    for anc in file.ancestors(call):
+        if isinstance(anc, cst.IfExp):
+            if any(n is call for n in [anc.body, *file.inside(anc.body)]):
+                holder: cst.CSTNode = anc
+                break
+            return None
+        if isinstance(anc, cst.If):
+            if anc.orelse is not None or not any(
+                n is call for n in [anc.body, *file.inside(anc.body)]
+            ):
+                return None
+            holder = anc
+            break
+        if isinstance(anc, cst.BaseCompoundStatement | cst.FunctionDef):
+            return None
+    else:
+        return None
+    if not any(b is _common_block(file, [holder]) for b in _blocks(file, anchor)):
+        return None
+    return code_of(holder.test)  # type: ignore[attr-defined]
 
 
 def _read_names(expr: cst.BaseExpression) -> list[cst.Name]:
