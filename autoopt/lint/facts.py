@@ -219,17 +219,33 @@ class FileFacts:
         ]
 
     # ----- gradient mode -----------------------------------------------------------------------
-    def in_no_grad(self, node: cst.CSTNode) -> bool:
-        """Inside `with torch.no_grad()/inference_mode()/set_grad_enabled(False)`, or in a function
-        decorated with no_grad/inference_mode."""
+    def in_no_grad(self, node: cst.CSTNode, _depth: int = 0) -> bool:
+        """Inside `with torch.no_grad()/inference_mode()/set_grad_enabled(False)`, in a function
+        decorated with no_grad/inference_mode, or in a function of this file that is only ever
+        called from such places (`with torch.no_grad(): evaluate(model, loader)`)."""
         for anc in self.ancestors(node):
             if isinstance(anc, cst.With) and any(self._is_no_grad(i.item) for i in anc.items):
                 return True
-            if isinstance(anc, cst.FunctionDef) and any(
-                self._is_no_grad(d.decorator) for d in anc.decorators
-            ):
-                return True
+            if isinstance(anc, cst.FunctionDef):
+                if any(self._is_no_grad(d.decorator) for d in anc.decorators):
+                    return True
+                if _depth < _HELPER_DEPTH and self._only_called_in_no_grad(anc, _depth):
+                    return True
         return False
+
+    def _only_called_in_no_grad(self, func: cst.FunctionDef, depth: int) -> bool:
+        calls = self._local_calls.get(func.name.value, [])
+        return bool(calls) and all(self.in_no_grad(c, depth + 1) for c in calls)
+
+    @functools.cached_property
+    def _local_calls(self) -> dict[str, list[cst.Call]]:
+        """Calls that may run a function or method of this file, by its name."""
+        found: dict[str, list[cst.Call]] = {}
+        for call in calls_in(self.module):
+            name = local_callee(call)
+            if name is not None:
+                found.setdefault(name, []).append(call)
+        return found
 
     def _is_no_grad(self, expr: cst.BaseExpression) -> bool:
         target = expr.func if isinstance(expr, cst.Call) else expr

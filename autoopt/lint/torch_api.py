@@ -115,8 +115,12 @@ def conv_classes(
     through other such classes of the file (a `ResNet` made of `Block`s)."""
     classes = {s.name.value: s for s in module.body if isinstance(s, cst.ClassDef)}
     found: dict[str, cst.ClassDef] = {}
+    zoo = bool(kinds & CONV2D)  # torchvision/timm CNNs are 2D
     for name, cls in classes.items():
-        if any(is_conv_call(rule, c, kinds) for c in calls_in(cls)):
+        if any(
+            is_conv_call(rule, c, kinds) or (zoo and is_conv_zoo_model(rule, c))
+            for c in calls_in(cls)
+        ):  # a conv layer, or a torchvision CNN built inside the class (a backbone)
             found[name] = cls
     changed = True
     while changed:  # close over "uses a conv class"

@@ -515,3 +515,21 @@ def test_a_device_held_by_the_trainer_object_is_used() -> None:
         "self.model, self.loader, self.optimizer = autoopt.optimize(self.model, self.loader, "
         "self.optimizer, device=self.device)"
     ]
+
+
+def test_an_optimizer_is_never_passed_as_a_model() -> None:
+    """`opt = restore(opt)` re-binds the optimizer through a helper, and `opt.state_dict()`
+    makes it look like a module: optimize() must still get only the models."""
+    code = """
+        import torch
+        params = list(enc.parameters()) + list(dec.parameters())
+        opt = torch.optim.Adam(params)
+        opt = restore(opt)
+        for x in loader:
+            dec(enc(x)).sum().backward()
+            opt.step()
+        torch.save(opt.state_dict(), "opt.pt")
+        """
+    lines = inserted(code)
+    assert [line.split(" = ")[0] for line in lines] == ["dec, loader", "enc"]
+    assert not any("optimize(opt" in line for line in lines)
