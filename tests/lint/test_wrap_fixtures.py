@@ -208,8 +208,7 @@ WRAPPED = {
     "scheduled_optim.py": [
         ("from torch.utils.data import DataLoader, TensorDataset", IMPORT),
         (
-            "optimizer = ScheduledOptim(torch.optim.Adam(transformer.parameters(), "
-            "betas=(0.9, 0.98)), 0.1, 4)",
+            ")",  # the end of `optimizer = ScheduledOptim(torch.optim.Adam(...), 0.1, 4)`
             "    transformer, training_data = autoopt.optimize(transformer, training_data, "
             'device="cpu", amp=False)  # autoopt: amp=False (the optimizer is wrapped in '
             "ScheduledOptim)",
