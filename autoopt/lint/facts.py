@@ -343,6 +343,7 @@ def other_precision_system(module: cst.Module, source: str | None = None) -> str
         return None
     modules: set[str] = set()  # receivers the file treats as nn.Modules
     casts: list[tuple[str, str]] = []  # (receiver, cast code)
+    undone: set[int] = set()  # `model.half().float()`: cast back at once (yolov5's anchors)
     for node in walk(module):
         kind = type(node)
         if kind is cst.Call:
@@ -360,7 +361,9 @@ def other_precision_system(module: cst.Module, source: str | None = None) -> str
             attr = func.attr.value
             if attr in _MODULE_METHODS and not node.args:
                 modules.add(receiver)
-            elif attr in _HALF_CASTS and not node.args:
+            elif attr == "float" and isinstance(func.value, cst.Call):
+                undone.add(id(func.value))
+            elif attr in _HALF_CASTS and not node.args and id(node) not in undone:
                 casts.append((receiver, f"{receiver}.{attr}()"))
             elif attr == "to" and any((dotted(a.value) or "") in _HALF_DTYPES for a in node.args):
                 casts.append((receiver, code_of(node)))

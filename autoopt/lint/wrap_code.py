@@ -19,6 +19,7 @@ import libcst as cst
 from autoopt.lint.nodes import code_of
 
 Scope = cst.FunctionDef | cst.Module
+_PACKING = (cst.Tuple, cst.List, cst.Element, cst.StarredElement)
 # How far up from the script's folder a package import (`from mingpt.trainer import Trainer`)
 # may be found.
 _PARENT_LEVELS = 2
@@ -79,23 +80,32 @@ class SourceFile:
         """Every plain name the file binds anywhere (assignment, loop or `with` target,
         parameter, definition, import): a name outside it comes from elsewhere (`import *`)."""
         names = set(self.imports)
-        packing = (cst.Tuple, cst.List, cst.Element, cst.StarredElement)
-        for node in self.nodes:
-            if not isinstance(node, cst.Name):
-                continue
-            child, holder = node, self.parent(node)
-            while isinstance(holder, packing):  # `a, (b, c) = ...`
-                child, holder = holder, self.parent(holder)
-            if isinstance(holder, cst.AssignTarget | cst.AsName | cst.Param) or (
-                isinstance(holder, cst.For | cst.CompFor | cst.AnnAssign | cst.AugAssign)
-                and holder.target is child
-                or isinstance(holder, cst.NamedExpr)
-                and holder.target is child
-                or isinstance(holder, cst.FunctionDef | cst.ClassDef)
-                and holder.name is child
-            ):
-                names.add(node.value)
+        names |= {n.value for n in self.nodes if isinstance(n, cst.Name) and self.binds(n)}
         return frozenset(names)
+
+    def reads(self, name: cst.Name) -> bool:
+        """`name` is read as a variable here (not bound, not an attribute or keyword name)."""
+        holder = self.parent(name)
+        if isinstance(holder, cst.Attribute) and holder.attr is name:
+            return False
+        if isinstance(holder, cst.Arg) and holder.keyword is name:
+            return False
+        return not self.binds(name)
+
+    def binds(self, name: cst.Name) -> bool:
+        """`name` is bound here (a target, parameter or definition), not read."""
+        child, holder = name, self.parent(name)
+        while isinstance(holder, _PACKING):  # `a, (b, c) = ...`
+            child, holder = holder, self.parent(holder)
+        if isinstance(holder, cst.AssignTarget | cst.AsName | cst.Param):
+            return True
+        if isinstance(holder, cst.For | cst.CompFor | cst.AnnAssign | cst.AugAssign):
+            return holder.target is child
+        if isinstance(holder, cst.NamedExpr):
+            return holder.target is child
+        if isinstance(holder, cst.FunctionDef | cst.ClassDef):
+            return holder.name is child
+        return False
 
     def ancestors(self, node: cst.CSTNode) -> Iterator[cst.CSTNode]:
         cur = self.parent(node)

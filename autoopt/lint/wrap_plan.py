@@ -58,7 +58,10 @@ _STEP_HELPER_DEPTH = 2
 # Iterables of step numbers, never loaders (`for step in trange(n)`, `tqdm(range(n))`).
 _STEP_NUMBERS = {"range", "trange", "count", "itertools.count"}
 # Calls that read a loader or model without keeping it (`len(loader)` for a schedule).
-_NO_CAPTURE = {"len", "print", "isinstance", "id", "type", "str", "repr", "deepcopy", "copy"}
+_NO_CAPTURE = {
+    *("len", "print", "isinstance", "id", "type", "str", "repr", "deepcopy", "copy"),
+    "next",  # `images, labels = next(iter(loader))`: the iterator is used up at once
+}
 _NOT_PLACED = "not a placement"  # `.to(dtype)`, `.to(memory_format=...)`
 
 
@@ -138,7 +141,7 @@ class _Planner:
 
     # ----- the whole analysis -----------------------------------------------------------------
     def plan(self) -> Plan | Decline:
-        conflict = self._conflict(self.script)
+        conflict = self._conflict(self.script) or self._own_precision(self.script)
         if conflict:
             return conflict
         trainers = self._training_functions()
@@ -150,6 +153,9 @@ class _Planner:
         uses = [use for func in self._stepping(trainers) for use in self._optimizer_uses(func)]
         if not uses:
             return Decline("no optimizer", "no optimizer is stepped where .backward() runs")
+        for file in {id(f.file): f.file for f, _, _ in uses}.values():
+            if file is not self.script and (conflict := self._own_precision(file)):
+                return conflict
         origins: dict[tuple[int, str], _Origin] = {}
         for func, expr, node in uses:
             found = self._origins(func, expr, node, 0)
@@ -215,7 +221,13 @@ class _Planner:
                 "Hogwild",
                 "Hogwild training (a model in shared memory stepped by several processes)",
             )
-        if why := other_precision_system(file.module, source):
+        return None
+
+    @staticmethod
+    def _own_precision(file: SourceFile) -> Decline | None:
+        """A decline when `file` (the script, or where its optimizer is stepped) already runs
+        another mixed-precision system (apex amp, a half model, loss scaling by hand)."""
+        if why := other_precision_system(file.module, file.module.code):
             return Decline(
                 "another mixed-precision system",
                 f"the script already runs its own reduced precision: {why}; optimize()'s AMP "
@@ -499,13 +511,7 @@ class _Planner:
             if expr in targets:
                 continue
             alias = code_of(node.value) == expr
-            kept = alias or any(
-                isinstance(call, cst.Call)
-                and code_of(call.func).rsplit(".", 1)[-1] not in _NO_CAPTURE
-                and any(code_of(a.value) == expr for a in call.args)
-                for call in [node.value, *file.inside(node.value)]
-            )
-            if kept:
+            if alias or _keeps(node.value, expr):
                 found += [(t, alias) for t in targets]
         return found
 
@@ -610,6 +616,8 @@ class _Planner:
                 continue
             if name not in file.bound_names:
                 continue  # bound nowhere in the file: it comes from elsewhere (`import *`)
+            if _read_before(home, name, anchor, blocks):
+                continue  # read on every path before the call: bound there, or it had failed
             if any(
                 _by(file, a, anchor)
                 and any(
@@ -998,6 +1006,30 @@ def _device_of(call: cst.Call) -> str | None:
     if "dtype" in text.lower() or (text.startswith("torch.") and "device" not in text):
         return _NOT_PLACED  # model.to(ptdtype), model.to(torch.bfloat16)
     return text
+
+
+def _read_before(home: Func, name: str, anchor: cst.CSTNode, blocks: list[cst.CSTNode]) -> bool:
+    """`name` is read by a statement that runs whenever `anchor` does, before it (nanoGPT's
+    `model.to(device)` after an if/elif chain that builds the model)."""
+    file = home.file
+    return any(
+        isinstance(n, cst.Name)
+        and n.value == name
+        and _by(file, n, anchor)
+        and file.reads(n)
+        and any(b is _common_block(file, [n]) for b in blocks)
+        for n in home.statements()
+    )
+
+
+def _keeps(value: cst.BaseExpression, expr: str) -> bool:
+    """The object built by `value` holds `expr`: `cycle(loader)`, `tqdm(enumerate(loader))`,
+    `Wrapper(model=model)`; not `len(loader)`, `next(iter(loader))` or `model.parameters()`."""
+    if not isinstance(value, cst.Call):
+        return False
+    if code_of(value.func).rsplit(".", 1)[-1] in _NO_CAPTURE:
+        return False
+    return any(code_of(a.value) == expr or _keeps(a.value, expr) for a in value.args)
 
 
 def _by(file: SourceFile, node: cst.CSTNode, anchor: cst.CSTNode) -> bool:

@@ -44,6 +44,8 @@ def test_finds_the_scripts_own_precision_scheme(code: str, why: str) -> None:
         "scaler = torch.amp.GradScaler()\nscaler.scale(loss).backward()\n",
         # inputs cast to half, a model placed on a device, a dtype variable for autocast
         "x = x.half()\nmodel.to(device)\nptdtype = torch.float16\n",
+        # a cast undone at once (yolov5 rounds its anchors through fp16)
+        "model = Model()\nmodel.half().float()\n",
         # a loss weighted by a factor that is no loss scale
         "for x in loader:\n    (loss * weight).backward()\n",
         # `amp.initialize` of something that is not apex
