@@ -366,8 +366,8 @@ def test_the_call_keeps_the_scripts_own_device(placement: str, device: str) -> N
     "placement",
     [
         "model = Net()\nmodel.cuda(args.gpu)",  # not expressible as device=
-        # bound on one path only: `device` may not exist at the call
-        "if use_accel:\n    device = 'cuda'\nmodel = Net().to(device)",
+        # placed on one path only (the other keeps the model where it is built)
+        "if use_accel:\n    device = 'cuda'\n    model = Net().to(device)\nelse:\n    model = Net()",
         # never placed, in a script with a GPU path elsewhere: optimize() picks, as torch would
         "model = Net()\ntorch.cuda.manual_seed(0)",
     ],
@@ -533,3 +533,40 @@ def test_an_optimizer_is_never_passed_as_a_model() -> None:
     lines = inserted(code)
     assert [line.split(" = ")[0] for line in lines] == ["dec, loader", "enc"]
     assert not any("optimize(opt" in line for line in lines)
+
+
+def test_a_model_built_in_an_if_elif_chain_and_read_after_it_is_bound() -> None:
+    """nanoGPT: `model` is built in if/elif branches without an else, then `model.to(device)`
+    runs on every path: wherever the call goes after that read, the model exists."""
+    code = """
+        import torch
+        device = "cuda"
+        if init_from == "scratch":
+            model = GPT(conf)
+        elif init_from == "resume":
+            model = load(ckpt)
+        model.to(device)
+        optimizer = torch.optim.AdamW(model.parameters())
+        for x in loader:
+            model(x).sum().backward()
+            optimizer.step()
+        """
+    assert inserted(code) == [
+        "model, loader, optimizer = autoopt.optimize(model, loader, optimizer, device=device)"
+    ]
+
+
+def test_a_batch_drawn_once_before_the_call_keeps_the_loader() -> None:
+    """`next(iter(loader))` (a batch to log) uses its iterator up at once: the loader is still
+    the one the loop iterates, and goes to optimize()."""
+    code = """
+        import torch
+        model = Net()
+        loader = DataLoader(ds)
+        images, labels = next(iter(loader))
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for x, y in loader:
+            model(x).sum().backward()
+            optimizer.step()
+        """
+    assert inserted(code)[0].startswith("model, loader, optimizer = ")
