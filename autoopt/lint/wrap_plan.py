@@ -138,6 +138,7 @@ class _Planner:
         self.script = code.script
         self._collections: set[str] = set()  # stepped as `for opt in <expr>: opt.step()`
         self._optimizers: set[str] = set()  # every expression found stepped
+        self._stepping_cache: dict[int, set[str]] = {}
 
     # ----- the whole analysis -----------------------------------------------------------------
     def plan(self) -> Plan | Decline:
@@ -335,9 +336,16 @@ class _Planner:
         name = func.attr.value
         for file in self.code.files():
             for cls in file.classes.values():
-                if _is_wrapper_class(file, cls) and name in _stepping_methods(file, cls):
+                if name in self._steppers(file, cls):
                     return cls.name.value
         return None
+
+    def _steppers(self, file: SourceFile, cls: cst.ClassDef) -> set[str]:
+        """The stepping methods of `cls` when it is a plain class wrapping an optimizer."""
+        if id(cls) not in self._stepping_cache:
+            wraps = _is_wrapper_class(file, cls)
+            self._stepping_cache[id(cls)] = _stepping_methods(file, cls) if wraps else set()
+        return self._stepping_cache[id(cls)]
 
     def _wrapper_class(self, home: Func, opt: _Origin) -> str | None:
         """The local class `opt` is an instance of, when it wraps an optimizer (then it is no
@@ -346,7 +354,7 @@ class _Planner:
             value = _bound(assign, opt.expr)
             if isinstance(value, cst.Call) and isinstance(value.func, cst.Name):
                 found = self.code.local_class(home.file, value.func.value)
-                if found is not None and _is_wrapper_class(*found) and _stepping_methods(*found):
+                if found is not None and self._steppers(*found):
                     return value.func.value
         return None
 
