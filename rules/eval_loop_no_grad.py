@@ -109,6 +109,15 @@ class EvalLoopNoGrad(Rule):
                 assert out.shape == (1, 10)
             """
         ),
+        Valid(  # autograd switched off for the rest of the script
+            """
+            import torch
+            torch.set_grad_enabled(False)
+            model.eval()
+            for x, y in test_loader:
+                print(model(x).argmax(1) == y)
+            """
+        ),
         Valid(  # the evaluation function is only ever called under no_grad
             """
             import torch

@@ -223,6 +223,8 @@ class FileFacts:
         """Inside `with torch.no_grad()/inference_mode()/set_grad_enabled(False)`, in a function
         decorated with no_grad/inference_mode, or in a function of this file that is only ever
         called from such places (`with torch.no_grad(): evaluate(model, loader)`)."""
+        if self._grad_switched_off_before(node):
+            return True
         for anc in self.ancestors(node):
             if isinstance(anc, cst.With) and any(self._is_no_grad(i.item) for i in anc.items):
                 return True
@@ -232,6 +234,33 @@ class FileFacts:
                 if _depth < _HELPER_DEPTH and self._only_called_in_no_grad(anc, _depth):
                     return True
         return False
+
+    def _grad_switched_off_before(self, node: cst.CSTNode) -> bool:
+        """A `torch.set_grad_enabled(False)` statement runs earlier in `node`'s function (an
+        evaluation script that switches autograd off once), and no `(True)` after it."""
+        scope = self.enclosing_scope(node)
+        last = None
+        for call, enabled in self._grad_switches:
+            if self.enclosing_scope(call) is scope and self.before(call, node):
+                last = enabled
+        return last is False
+
+    @functools.cached_property
+    def _grad_switches(self) -> list[tuple[cst.Call, bool]]:
+        """`torch.set_grad_enabled(<bool>)` calls that are statements of their own."""
+        if "set_grad_enabled" not in self.source:
+            return []
+        found = []
+        for call in calls_in(self.module):
+            holder = self.parent(call)
+            if not isinstance(holder, cst.Expr) or not call.args:
+                continue
+            names = self.qualified_names(call.func)
+            if names & {"torch.set_grad_enabled", "torch.autograd.set_grad_enabled"}:
+                flag = call.args[0].value
+                if m.matches(flag, m.Name("False") | m.Name("True")):
+                    found.append((call, m.matches(flag, m.Name("True"))))
+        return found
 
     def _only_called_in_no_grad(self, func: cst.FunctionDef, depth: int) -> bool:
         calls = self._local_calls.get(func.name.value, [])
