@@ -4,7 +4,11 @@ The analysis starts from what training does, not from where things are written:
 
 1. An optimizer is whatever the training code steps: `X.step()` next to `X.zero_grad()`, or
    `scaler.step(X)`, in a function that (itself or through its helpers, also in local modules)
-   calls `.backward()`. So factories (`model.configure_optimizers()`, `smart_optimizer()`) count.
+   calls `.backward()`, or in a helper such a function calls (`self._apply_gradients()`). So
+   factories (`model.configure_optimizers()`, `smart_optimizer()`) count, and so do
+   `for opt in optimizers: opt.step()` (each optimizer the list names) and a plain class wrapping
+   an optimizer (`optimizer.step_and_update_lr()`): its model gets a call without it (fp32).
+   optimize() is never handed an optimizer as a model.
 2. From each use, the object is followed back through parameters, callers and `self.` attributes
    to the statement that creates it: the function holding that statement is where the call goes
    (`main()` that builds the optimizer and calls `train()` later). Assignments of one name in
@@ -13,14 +17,20 @@ The analysis starts from what training does, not from where things are written:
    `configure_optimizers`, or the model passed to a factory); several optimizers over several
    models get one call each (a GAN). A model stepped by an optimizer over several models gets a
    call without it, and then every call is fp32 (`amp=False`: loss scaling needs the optimizer).
-   The loader is what the training loop iterates (`for`, or `next()` on `iter(loader)`), followed
-   the same way; none (batches from `get_batch`) means a call without loader.
+   The loader is what the training loop iterates (`for`, or `next()` on `iter(loader)` or on a
+   local generator that re-iterates it), followed the same way; never a progress bar or range of
+   step numbers. A loader not bound where the call goes, or already kept by something built
+   before it (`looper = cycle(loader)`), is left out: none means a call without loader.
 4. The call goes after the optimizer, the model and the loader exist, before the statement that
    starts training, with `device=` where the script itself puts the model (`model.to(device)`),
-   when that expression is defined there. What the script already does itself turns the
+   when that expression is defined there; under a flag (`if args.gpu: model.cuda()`) the flag's
+   own choice (`device="cuda" if args.gpu else "cpu"`); a script with no GPU path at all gets
+   `device="cpu"`. What the script already does itself turns the
    overlapping option off with a comment (its own autocast/GradScaler, torch.compile, DDP wrap);
-   Accelerate, Lightning and Hogwild scripts are declined, as is anything the analysis cannot
-   prove.
+   Accelerate, Lightning and Hogwild scripts are declined, so are scripts running another
+   mixed-precision system (`facts.other_precision_system`: apex amp, a half model, loss scaling
+   by hand), a model the loop trains through an object built from it before the optimizer, and
+   anything the analysis cannot prove.
 """
 
 from __future__ import annotations
@@ -786,6 +796,8 @@ class _Planner:
                 value = _bound(a, expr.value)
                 if isinstance(value, cst.Call) and _is_wrapper(value.func):
                     expr = _unwrap_iter(value)
+                elif isinstance(value, cst.Call) and _counts_steps(value):
+                    return value  # `pbar = trange(n)`: step numbers, not batches
         return expr
 
     def _wrapped_before(self, home: Func, anchor: cst.CSTNode) -> str | None:
@@ -822,6 +834,11 @@ def _is_object(node: cst.BaseExpression) -> bool:
 def _is_wrapper(func: cst.BaseExpression) -> bool:
     text = code_of(func)
     return text in _ITER_WRAPPERS or text.split(".")[-1] in _ITER_WRAPPERS
+
+
+def _counts_steps(call: cst.Call) -> bool:
+    """`range(n)`, `trange(n)`, `itertools.count()`: an iterable of step numbers."""
+    return code_of(call.func) in _STEP_NUMBERS or code_of(call.func).endswith(".trange")
 
 
 def _unwrap_iter(expr: cst.BaseExpression) -> cst.BaseExpression:

@@ -570,3 +570,22 @@ def test_a_batch_drawn_once_before_the_call_keeps_the_loader() -> None:
             optimizer.step()
         """
     assert inserted(code)[0].startswith("model, loader, optimizer = ")
+
+
+@pytest.mark.parametrize(
+    "bar", ["pbar = trange(steps)", "pbar = tqdm.trange(steps)", "pbar = tqdm(range(steps))"]
+)
+def test_a_progress_bar_over_step_numbers_is_no_loader(bar: str) -> None:
+    """The loop iterates step numbers; batches come from `get_batch()`: no loader to pass."""
+    code = f"""
+        import torch
+        model = Net()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        {bar}
+        for step in pbar:
+            model(get_batch()).sum().backward()
+            optimizer.step()
+        """
+    assert inserted(code) == [
+        'model, optimizer = autoopt.optimize(model, optimizer=optimizer, device="cpu")'
+    ]
