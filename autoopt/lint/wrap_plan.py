@@ -45,6 +45,33 @@ from autoopt.lint.device import device_facts
 from autoopt.lint.facts import other_precision_system
 from autoopt.lint.nodes import code_of
 from autoopt.lint.wrap_code import CodeBase, Func, SourceFile
+from autoopt.lint.wrap_tree import (
+    NOT_PLACED,
+    assign_targets,
+    assignments_of,
+    blocks_holding,
+    bound_name,
+    bound_to,
+    child_of,
+    common_block,
+    counts_steps,
+    device_of,
+    guard_of,
+    if_block,
+    is_iter_wrapper,
+    is_object,
+    is_plain_class,
+    is_self,
+    keeps,
+    loop_source,
+    methods_of,
+    model_like,
+    read_before,
+    read_names,
+    runs_by,
+    stepping_methods,
+    unwrap_iter,
+)
 
 _OPTIMIZE = {"autoopt.optimize", "autoopt.runtime.optimize", "autoopt.runtime.optimize.optimize"}
 _AMP = ("autocast", "GradScaler")
@@ -57,22 +84,10 @@ _PARALLEL = {
     "fully_shard",
     "parallelize_module",
 }
-# Calls a loop may wrap its loader in: `for i, b in enumerate(tqdm(loader))`.
-_ITER_WRAPPERS = {"enumerate", "tqdm", "iter", "progress", "track", "zip", "log_every"}
-_MODEL_METHODS = {"parameters", "named_parameters", "train", "eval", "state_dict", "to", "cuda"}
-_MODEL_WORDS = ("model", "net", "generator", "discriminator", "encoder", "decoder")
 _MAX_DEPTH = 6
 # How many calls below a function that does the backward a helper may step the optimizer
 # (`train_step()` -> `self._apply_gradients()` -> `self.optimizer.step()`).
 _STEP_HELPER_DEPTH = 2
-# Iterables of step numbers, never loaders (`for step in trange(n)`, `tqdm(range(n))`).
-_STEP_NUMBERS = {"range", "trange", "count", "itertools.count"}
-# Calls that read a loader or model without keeping it (`len(loader)` for a schedule).
-_NO_CAPTURE = {
-    *("len", "print", "isinstance", "id", "type", "str", "repr", "deepcopy", "copy"),
-    "next",  # `images, labels = next(iter(loader))`: the iterator is used up at once
-}
-_NOT_PLACED = "not a placement"  # `.to(dtype)`, `.to(memory_format=...)`
 
 
 @dataclass
@@ -309,21 +324,21 @@ class _Planner:
             if not isinstance(call.func, cst.Attribute):
                 continue
             attr, receiver = call.func.attr.value, call.func.value
-            if isinstance(receiver, cst.Name) and (source := _loop_source(func, receiver, call)):
+            if isinstance(receiver, cst.Name) and (source := loop_source(func, receiver, call)):
                 receiver = source  # `for opt in optimizers: opt.step()`
                 self._collections.add(code_of(source))
-            if attr != "step" and _is_object(receiver) and self._wrapper_of(call):
+            if attr != "step" and is_object(receiver) and self._wrapper_of(call):
                 # `optimizer.step_and_update_lr()` of a class wrapping the optimizer
                 stepped.setdefault(code_of(receiver), call)
-            elif attr == "step" and not call.args and _is_object(receiver):
+            elif attr == "step" and not call.args and is_object(receiver):
                 stepped.setdefault(code_of(receiver), call)
-            elif attr == "zero_grad" and _is_object(receiver):
+            elif attr == "zero_grad" and is_object(receiver):
                 zeroed.add(code_of(receiver))
             elif (
                 attr == "step"
                 and call.args
                 and "scaler" in code_of(receiver).lower()
-                and _is_object(call.args[0].value)
+                and is_object(call.args[0].value)
             ):
                 expr = code_of(call.args[0].value)  # scaler.step(optimizer)
                 scaled.add(expr)
@@ -353,15 +368,15 @@ class _Planner:
     def _steppers(self, file: SourceFile, cls: cst.ClassDef) -> set[str]:
         """The stepping methods of `cls` when it is a plain class wrapping an optimizer."""
         if id(cls) not in self._stepping_cache:
-            wraps = _is_wrapper_class(file, cls)
-            self._stepping_cache[id(cls)] = _stepping_methods(file, cls) if wraps else set()
+            wraps = is_plain_class(file, cls)
+            self._stepping_cache[id(cls)] = stepping_methods(file, cls) if wraps else set()
         return self._stepping_cache[id(cls)]
 
     def _wrapper_class(self, home: Func, opt: _Origin) -> str | None:
         """The local class `opt` is an instance of, when it wraps an optimizer (then it is no
         optimizer optimize() can take)."""
         for assign in opt.assigns:
-            value = _bound(assign, opt.expr)
+            value = bound_to(assign, opt.expr)
             if isinstance(value, cst.Call) and isinstance(value.func, cst.Name):
                 found = self.code.local_class(home.file, value.func.value)
                 if found is not None and self._steppers(*found):
@@ -374,11 +389,11 @@ class _Planner:
         out: list[_Origin] = []
         for origin in found:
             for assign in origin.assigns:
-                value = _bound(assign, origin.expr)
+                value = bound_to(assign, origin.expr)
                 if not isinstance(value, cst.List | cst.Tuple) or not value.elements:
                     return []
                 for element in value.elements:
-                    if not _is_object(element.value):
+                    if not is_object(element.value):
                         return []
                     expr = code_of(element.value)
                     members = self._origins(origin.func, expr, origin.entry, 1)
@@ -395,16 +410,16 @@ class _Planner:
         """Where the object `expr` (used in `func` at `entry`) is created."""
         if depth > _MAX_DEPTH:
             return []
-        assigns = _assignments(func, expr)
+        assigns = assignments_of(func, expr)
         if assigns:
             return [_Origin(func, expr, assigns, entry)]
         found: list[_Origin] = []
         if expr.startswith("self.") and func.cls is not None:
-            for method in _methods(func.file, func.cls):
-                binds = _assignments(method, expr)
+            for method in methods_of(func.file, func.cls):
+                binds = assignments_of(method, expr)
                 if not binds:
                     continue
-                sources = {_bound_value(b, expr) for b in binds}
+                sources = {bound_name(b, expr) for b in binds}
                 param = next(iter(sources)) if len(sources) == 1 else None
                 if param in method.params():
                     found += self._through_callers(method, param, depth)  # type: ignore[arg-type]
@@ -416,7 +431,7 @@ class _Planner:
             return self._through_callers(func, expr, depth)
         if isinstance(func.node, cst.FunctionDef):  # a global of the module
             top = self.code.top(func.file)
-            if _assignments(top, expr):
+            if assignments_of(top, expr):
                 return self._origins(top, expr, None, depth + 1)
         return []
 
@@ -424,7 +439,7 @@ class _Planner:
         found: list[_Origin] = []
         for caller, call in self.code.callers(func):
             arg = self.code.argument(call, func, param)
-            if arg is not None and _is_object(arg):
+            if arg is not None and is_object(arg):
                 found += self._origins(caller, code_of(arg), call, depth + 1)
         return found
 
@@ -435,7 +450,7 @@ class _Planner:
         alone: list[str] = []  # models whose optimizer optimize() cannot take (a wrapper)
         forced: dict[str, str] = {}
         for opt in optimizers:
-            models = {m for a in opt.assigns for m in self._models(home, _bound(a, opt.expr))}
+            models = {m for a in opt.assigns for m in self._models(home, bound_to(a, opt.expr))}
             if not models:
                 models = self._models_beside(home, opt)
             models -= self._optimizers  # optimize() takes the module first, never an optimizer
@@ -523,13 +538,13 @@ class _Planner:
         file = home.file
         found: list[tuple[str, bool]] = []
         for node in home.statements():
-            if not isinstance(node, cst.Assign) or not _by(file, node, anchor):
+            if not isinstance(node, cst.Assign) or not runs_by(file, node, anchor):
                 continue
-            targets = [code_of(t) for t in _targets(node)]
+            targets = [code_of(t) for t in assign_targets(node)]
             if expr in targets:
                 continue
             alias = code_of(node.value) == expr
-            if alias or _keeps(node.value, expr):
+            if alias or keeps(node.value, expr):
                 found += [(t, alias) for t in targets]
         return found
 
@@ -556,12 +571,12 @@ class _Planner:
         if loader is not None:
             pairs[0].loader = loader[0]
             relevant += loader[1]
-        block = _common_block(file, relevant + entries)
+        block = common_block(file, relevant + entries)
         if block is None:
             return Decline("placement", "the optimizer and the loop are in unrelated blocks")
-        tops = [_child_of(file, block, n) for n in relevant]
+        tops = [child_of(file, block, n) for n in relevant]
         anchor = max(tops, key=lambda n: file.order[id(n)])
-        late = any(not file.before(anchor, _child_of(file, block, e)) for e in entries)
+        late = any(not file.before(anchor, child_of(file, block, e)) for e in entries)
         if late or self._in_training_loop(home, anchor):
             return Decline(
                 "optimizer created inside the loop",
@@ -589,19 +604,19 @@ class _Planner:
                 continue
             holder = file.parent(call)
             assigned = isinstance(holder, cst.Assign) and any(
-                code_of(t) == model and holder.value is call for t in _targets(holder)
+                code_of(t) == model and holder.value is call for t in assign_targets(holder)
             )
             if code_of(func.value) != model and not assigned:
                 continue
-            if (device := _device_of(call)) is _NOT_PLACED:
+            if (device := device_of(call)) is NOT_PLACED:
                 continue
             placed = True
             # A placement that runs whenever the inserted call does is where the model stays;
             # one under `if <flag>:` (no else) is the flag's choice, else the CPU.
-            flag = _guard(file, call, anchor)
+            flag = guard_of(file, call, anchor)
             if flag is not None:
                 guarded.append(f'{device} if {flag} else "cpu"' if device is not None else None)
-            elif any(b is _common_block(file, [call]) for b in _blocks(file, anchor)):
+            elif any(b is common_block(file, [call]) for b in blocks_holding(file, anchor)):
                 found.append(device)
             else:
                 guarded.append(None)
@@ -625,8 +640,8 @@ class _Planner:
         `anchor` in a block that holds it (not a later loop's variable)."""
         file = home.file
         tree = cst.parse_expression(expr)
-        reads = [n.value for n in _read_names(tree)]
-        blocks = _blocks(file, anchor)
+        reads = [n.value for n in read_names(tree)]
+        blocks = blocks_holding(file, anchor)
         top = self.code.top(file)
         given = {*home.params(), *(("self", "cls") if home.cls is not None else ())}
         for name in reads:
@@ -634,20 +649,20 @@ class _Planner:
                 continue
             if name not in file.bound_names:
                 continue  # bound nowhere in the file: it comes from elsewhere (`import *`)
-            if _read_before(home, name, anchor, blocks):
+            if read_before(home, name, anchor, blocks):
                 continue  # read on every path before the call: bound there, or it had failed
             if any(
-                _by(file, a, anchor)
+                runs_by(file, a, anchor)
                 and any(
-                    b is _common_block(file, [a]) or b is _if_block(file, a, name) for b in blocks
+                    b is common_block(file, [a]) or b is if_block(file, a, name) for b in blocks
                 )
-                for a in _assignments(home, name)
+                for a in assignments_of(home, name)
             ):
                 continue
             if home != top and any(
                 isinstance(file.parent(a), cst.SimpleStatementLine)
                 and file.parent(file.parent(a)) is file.module
-                for a in _assignments(top, name)
+                for a in assignments_of(top, name)
             ):
                 continue  # a module global, set before any function runs
             return False
@@ -679,21 +694,21 @@ class _Planner:
                 "configure_optimizers",
             ):
                 root = func.value
-                while isinstance(root, cst.Attribute) and not _is_self(root.value):
+                while isinstance(root, cst.Attribute) and not is_self(root.value):
                     root = root.value  # model.backbone.parameters() -> model
-                if _is_object(root):
+                if is_object(root):
                     roots.add(code_of(root))
             for arg in node.args:
                 if isinstance(arg.value, cst.Name):
                     name = arg.value.value
-                    if _model_like(home, name):
+                    if model_like(home, name):
                         factories.add(name)
-                    elif assigns := _assignments(home, name):
+                    elif assigns := assignments_of(home, name):
                         for a in assigns:
-                            factories |= self._models(home, _bound(a, name), depth + 1)
-        if isinstance(value, cst.Name) and (assigns := _assignments(home, value.value)):
+                            factories |= self._models(home, bound_to(a, name), depth + 1)
+        if isinstance(value, cst.Name) and (assigns := assignments_of(home, value.value)):
             for a in assigns:
-                roots |= self._models(home, _bound(a, value.value), depth + 1)
+                roots |= self._models(home, bound_to(a, value.value), depth + 1)
         return roots or factories
 
     def _models_beside(self, home: Func, opt: _Origin) -> set[str]:
@@ -704,7 +719,7 @@ class _Planner:
         return {
             a.value.value
             for a in opt.entry.args
-            if isinstance(a.value, cst.Name) and _model_like(home, a.value.value)
+            if isinstance(a.value, cst.Name) and model_like(home, a.value.value)
         }
 
     def _loader(self, home: Func, trainers: list[Func]) -> tuple[str, list[cst.CSTNode]] | None:
@@ -714,7 +729,7 @@ class _Planner:
             for expr, _loop in self._iterated(func):
                 here = self._reaches(func, expr, home, 0)
                 if here is not None:
-                    return here, _assignments(home, here)
+                    return here, assignments_of(home, here)
         return None
 
     def _reaches(self, func: Func, expr: str, home: Func, depth: int) -> str | None:
@@ -726,16 +741,16 @@ class _Planner:
         if expr.startswith("self.") and func.cls is not None:
             if home.cls is func.cls:
                 return expr
-            for method in _methods(func.file, func.cls):
-                for bind in _assignments(method, expr):
-                    param = _bound_value(bind, expr)
+            for method in methods_of(func.file, func.cls):
+                for bind in assignments_of(method, expr):
+                    param = bound_name(bind, expr)
                     if param in method.params():
                         return self._reaches(method, param, home, depth + 1)  # type: ignore[arg-type]
             return None
         if expr in func.params():
             for caller, call in self.code.callers(func):
                 arg = self.code.argument(call, func, expr)
-                if arg is not None and _is_object(arg):
+                if arg is not None and is_object(arg):
                     found = self._reaches(caller, code_of(arg), home, depth + 1)
                     if found is not None:
                         return found
@@ -757,15 +772,15 @@ class _Planner:
                 if code_of(call.func) == "next" and call.args:
                     arg = call.args[0].value
                     if isinstance(arg, cst.Name):
-                        for a in _assignments(func, arg.value):
-                            value = _bound(a, arg.value)
+                        for a in assignments_of(func, arg.value):
+                            value = bound_to(a, arg.value)
                             if isinstance(value, cst.Call) and code_of(value.func) == "iter":
-                                exprs.append(_unwrap_iter(value))
+                                exprs.append(unwrap_iter(value))
                             elif isinstance(value, cst.Call) and self._regenerates(func, value):
                                 # `looper = cycle(loader)`: a generator re-iterating the loader
                                 exprs.append(value.args[0].value)
             depth = len(list(func.file.ancestors(node)))
-            found += [(code_of(e), node, depth) for e in exprs if _is_object(e)]
+            found += [(code_of(e), node, depth) for e in exprs if is_object(e)]
         found.sort(key=lambda t: -t[2])
         return [(e, n) for e, n, _ in found]
 
@@ -781,22 +796,22 @@ class _Planner:
         first = params[0]
         iterates = False
         for node in target.statements():
-            if isinstance(node, cst.For) and code_of(_unwrap_iter(node.iter)) == first:
+            if isinstance(node, cst.For) and code_of(unwrap_iter(node.iter)) == first:
                 iterates = True
-            elif isinstance(node, cst.From) and code_of(_unwrap_iter(node.item)) == first:
+            elif isinstance(node, cst.From) and code_of(unwrap_iter(node.item)) == first:
                 iterates = True  # `yield from dl`
         return iterates and any(isinstance(n, cst.Yield) for n in target.statements())
 
     def _drawn_from(self, func: Func, iterated: cst.BaseExpression) -> cst.BaseExpression:
         """What a for loop over `iterated` draws from, through `enumerate`/`tqdm` wrappers."""
-        expr = _unwrap_iter(iterated)
+        expr = unwrap_iter(iterated)
         if isinstance(expr, cst.Name) and expr.value not in func.params():
             # `pbar = tqdm(enumerate(loader))` then `for ... in pbar`
-            for a in _assignments(func, expr.value):
-                value = _bound(a, expr.value)
-                if isinstance(value, cst.Call) and _is_wrapper(value.func):
-                    expr = _unwrap_iter(value)
-                elif isinstance(value, cst.Call) and _counts_steps(value):
+            for a in assignments_of(func, expr.value):
+                value = bound_to(a, expr.value)
+                if isinstance(value, cst.Call) and is_iter_wrapper(value.func):
+                    expr = unwrap_iter(value)
+                elif isinstance(value, cst.Call) and counts_steps(value):
                     return value  # `pbar = trange(n)`: step numbers, not batches
         return expr
 
@@ -817,302 +832,3 @@ class _Planner:
             ):
                 return f"{target.name}() wraps the model in DDP before the optimizer exists"
         return None
-
-
-# ----- small tree helpers ------------------------------------------------------------------------
-def _is_self(node: cst.BaseExpression) -> bool:
-    return isinstance(node, cst.Name) and node.value == "self"
-
-
-def _is_object(node: cst.BaseExpression) -> bool:
-    """A plain name or `self.attr`: something the inserted line can assign to."""
-    if isinstance(node, cst.Name):
-        return True
-    return isinstance(node, cst.Attribute) and _is_self(node.value)
-
-
-def _is_wrapper(func: cst.BaseExpression) -> bool:
-    text = code_of(func)
-    return text in _ITER_WRAPPERS or text.split(".")[-1] in _ITER_WRAPPERS
-
-
-def _counts_steps(call: cst.Call) -> bool:
-    """`range(n)`, `trange(n)`, `itertools.count()`: an iterable of step numbers."""
-    return code_of(call.func) in _STEP_NUMBERS or code_of(call.func).endswith(".trange")
-
-
-def _unwrap_iter(expr: cst.BaseExpression) -> cst.BaseExpression:
-    while isinstance(expr, cst.Call) and expr.args and _is_wrapper(expr.func):
-        expr = expr.args[0].value
-    return expr
-
-
-def _targets(node: cst.CSTNode) -> list[cst.BaseExpression]:
-    if isinstance(node, cst.Assign):
-        out: list[cst.BaseExpression] = []
-        for t in node.targets:
-            target = t.target
-            out += [e.value for e in target.elements] if isinstance(target, cst.Tuple) else [target]
-        return out
-    if isinstance(node, cst.AnnAssign):
-        return [node.target]
-    return []
-
-
-def _assignments(func: Func, expr: str) -> list[cst.CSTNode]:
-    """Statements of `func` binding `expr` (`x = ...`, `a, x = ...`, `x: T = ...`)."""
-    return [
-        n
-        for n in func.statements()
-        if isinstance(n, cst.Assign | cst.AnnAssign)
-        and getattr(n, "value", None) is not None
-        and any(code_of(t) == expr for t in _targets(n))
-    ]
-
-
-def _bound(assign: cst.CSTNode, expr: str) -> cst.BaseExpression | None:
-    """The value `assign` gives `expr` (the matching element when both sides are tuples)."""
-    value = getattr(assign, "value", None)
-    if isinstance(assign, cst.Assign) and isinstance(value, cst.Tuple):
-        target = assign.targets[0].target
-        if isinstance(target, cst.Tuple) and len(target.elements) == len(value.elements):
-            for t, v in zip(target.elements, value.elements, strict=True):
-                if code_of(t.value) == expr:
-                    return v.value
-    return value
-
-
-def _bound_value(assign: cst.CSTNode, expr: str) -> str | None:
-    value = _bound(assign, expr)
-    return value.value if isinstance(value, cst.Name) else None
-
-
-def _loop_source(func: Func, name: cst.Name, use: cst.CSTNode) -> cst.BaseExpression | None:
-    """What `name` iterates when it is the target of a `for` around `use` in `func` over a
-    plain name or `self.attr` (`for opt in optimizers:`)."""
-    for anc in func.file.ancestors(use):
-        if anc is func.node:
-            return None
-        if (
-            isinstance(anc, cst.For)
-            and isinstance(anc.target, cst.Name)
-            and anc.target.value == name.value
-            and _is_object(anc.iter)
-        ):
-            return anc.iter
-    return None
-
-
-def _is_wrapper_class(file: SourceFile, cls: cst.ClassDef) -> bool:
-    """A plain class (not a torch Optimizer subclass, not a module) that may hold an optimizer."""
-    bases = {code_of(b.value).rsplit(".", 1)[-1] for b in cls.bases}
-    return not bases & {"Optimizer", "Module"}
-
-
-def _stepping_methods(file: SourceFile, cls: cst.ClassDef) -> set[str]:
-    """Methods of `cls` that step an optimizer it holds (`self._optimizer.step()`), directly or
-    through another of its methods (`step_and_update_lr()` -> `self._step()`)."""
-    methods = _methods(file, cls)
-    stepping: set[str] = set()
-    for method in methods:
-        for call in method.calls():
-            func = call.func
-            if (
-                isinstance(func, cst.Attribute)
-                and func.attr.value == "step"
-                and isinstance(func.value, cst.Attribute)
-                and _is_self(func.value.value)
-                and not any(w in func.value.attr.value.lower() for w in ("sched", "scaler"))
-            ):
-                stepping.add(method.name)
-    changed = True
-    while changed:
-        changed = False
-        for method in methods:
-            if method.name in stepping:
-                continue
-            for call in method.calls():
-                func = call.func
-                if (
-                    isinstance(func, cst.Attribute)
-                    and _is_self(func.value)
-                    and func.attr.value in stepping
-                ):
-                    stepping.add(method.name)
-                    changed = True
-                    break
-    return stepping
-
-
-def _methods(file: SourceFile, cls: cst.ClassDef) -> list[Func]:
-    return [Func(file, s) for s in cls.body.body if isinstance(s, cst.FunctionDef)]
-
-
-def _model_like(func: Func, name: str) -> bool:
-    """`name` is used like a model in `func` (`.parameters()`, `.train()`...) or named like one;
-    never an optimizer (which has a `.state_dict()` too)."""
-    if "optim" in name.lower():
-        return False
-    if any(w in name.lower() for w in _MODEL_WORDS):
-        return True
-    return any(
-        isinstance(n, cst.Attribute)
-        and isinstance(n.value, cst.Name)
-        and n.value.value == name
-        and n.attr.value in _MODEL_METHODS
-        for n in func.statements()
-    )
-
-
-def _common_block(file: SourceFile, nodes: list[cst.CSTNode]) -> cst.CSTNode | None:
-    """The innermost statement block (indented block or module) holding every node."""
-    chains = [
-        [a for a in file.ancestors(n) if isinstance(a, cst.IndentedBlock | cst.Module)]
-        for n in nodes
-    ]
-    if not chains:
-        return None
-    for block in chains[0]:
-        if all(any(block is b for b in chain) for chain in chains[1:]):
-            return block
-    return None
-
-
-def _blocks(file: SourceFile, node: cst.CSTNode) -> list[cst.CSTNode]:
-    """The statement blocks holding `node`, innermost first."""
-    return [a for a in file.ancestors(node) if isinstance(a, cst.IndentedBlock | cst.Module)]
-
-
-def _if_block(file: SourceFile, assign: cst.CSTNode, name: str) -> cst.CSTNode | None:
-    """The block holding the `if` whose every branch (else included) binds `name`, when
-    `assign` is one of them (`if use_accel: device = ... else: device = torch.device("cpu")`)."""
-    branch = _common_block(file, [assign])
-    node = file.parent(branch) if branch is not None else None
-    if not isinstance(node, cst.If):
-        return None
-    while isinstance(file.parent(node), cst.If) and file.parent(node).orelse is node:
-        node = file.parent(node)  # the head of an if/elif chain
-    head: cst.If = node  # type: ignore[assignment]
-    branches: list[cst.BaseSuite] = []
-    cur: cst.If | cst.Else | None = head
-    while isinstance(cur, cst.If):
-        branches.append(cur.body)
-        cur = cur.orelse
-    if cur is None:
-        return None  # no else: some paths leave `name` unbound
-    branches.append(cur.body)
-
-    def binds(suite: cst.BaseSuite) -> bool:
-        return any(
-            isinstance(s, cst.SimpleStatementLine)
-            and any(
-                isinstance(a, cst.Assign) and name in (code_of(t) for t in _targets(a))
-                for a in s.body
-            )
-            for s in getattr(suite, "body", ())
-        )
-
-    return _common_block(file, [head]) if all(binds(b) for b in branches) else None
-
-
-def _device_of(call: cst.Call) -> str | None:
-    """The device a `.to(...)`/`.cuda()` call moves to, as code; None when it cannot be written
-    as optimize()'s `device=` (`.cuda(args.gpu)`), `_NOT_PLACED` for a dtype or format change."""
-    func = call.func
-    assert isinstance(func, cst.Attribute)
-    if func.attr.value == "cuda":
-        return None if call.args else '"cuda"'
-    keyword = {a.keyword.value: a.value for a in call.args if a.keyword is not None}
-    positional = [a.value for a in call.args if a.keyword is None and not a.star]
-    target = keyword.get("device", positional[0] if positional else None)
-    if target is None:
-        return _NOT_PLACED
-    text = code_of(target)
-    if "dtype" in text.lower() or (text.startswith("torch.") and "device" not in text):
-        return _NOT_PLACED  # model.to(ptdtype), model.to(torch.bfloat16)
-    return text
-
-
-def _read_before(home: Func, name: str, anchor: cst.CSTNode, blocks: list[cst.CSTNode]) -> bool:
-    """`name` is read by a statement that runs whenever `anchor` does, before it (nanoGPT's
-    `model.to(device)` after an if/elif chain that builds the model)."""
-    file = home.file
-    return any(
-        isinstance(n, cst.Name)
-        and n.value == name
-        and _by(file, n, anchor)
-        and file.reads(n)
-        and any(b is _common_block(file, [n]) for b in blocks)
-        for n in home.statements()
-    )
-
-
-def _keeps(value: cst.BaseExpression, expr: str) -> bool:
-    """The object built by `value` holds `expr`: `cycle(loader)`, `tqdm(enumerate(loader))`,
-    `Wrapper(model=model)`; not `len(loader)`, `next(iter(loader))` or `model.parameters()`."""
-    if not isinstance(value, cst.Call):
-        return False
-    if code_of(value.func).rsplit(".", 1)[-1] in _NO_CAPTURE:
-        return False
-    return any(code_of(a.value) == expr or _keeps(a.value, expr) for a in value.args)
-
-
-def _by(file: SourceFile, node: cst.CSTNode, anchor: cst.CSTNode) -> bool:
-    """`node` has run once the statement `anchor` has: it comes before it or is part of it."""
-    return file.order[id(node)] <= file.end[id(anchor)]
-
-
-def _guard(file: SourceFile, call: cst.Call, anchor: cst.CSTNode) -> str | None:
-    """The condition under which `call` alone runs: the test of the `if` (without `else`) or
-    of the `x if cond else y` holding it, when that `if` runs whenever `anchor` does."""
-    for anc in file.ancestors(call):
-        if isinstance(anc, cst.IfExp):
-            if any(n is call for n in [anc.body, *file.inside(anc.body)]):
-                holder: cst.CSTNode = anc
-                break
-            return None
-        if isinstance(anc, cst.If):
-            if anc.orelse is not None or not any(
-                n is call for n in [anc.body, *file.inside(anc.body)]
-            ):
-                return None
-            holder = anc
-            break
-        if isinstance(anc, cst.BaseCompoundStatement | cst.FunctionDef):
-            return None
-    else:
-        return None
-    if not any(b is _common_block(file, [holder]) for b in _blocks(file, anchor)):
-        return None
-    return code_of(holder.test)  # type: ignore[attr-defined]
-
-
-def _read_names(expr: cst.BaseExpression) -> list[cst.Name]:
-    """The names `expr` reads (not attribute names or keyword names)."""
-
-    class Reads(cst.CSTVisitor):
-        def __init__(self) -> None:
-            self.names: list[cst.Name] = []
-
-        def visit_Name(self, node: cst.Name) -> None:
-            self.names.append(node)
-
-        def visit_Attribute(self, node: cst.Attribute) -> bool:
-            node.value.visit(self)
-            return False
-
-        def visit_Arg(self, node: cst.Arg) -> bool:
-            node.value.visit(self)
-            return False
-
-    reads = Reads()
-    expr.visit(reads)
-    return reads.names
-
-
-def _child_of(file: SourceFile, block: cst.CSTNode, node: cst.CSTNode) -> cst.CSTNode:
-    """The statement of `block` that holds `node`."""
-    cur = node
-    while file.parent(cur) is not block:
-        cur = file.parent(cur)  # type: ignore[assignment]
-    return cur
