@@ -167,7 +167,7 @@ class _Planner:
 
     # ----- the whole analysis -----------------------------------------------------------------
     def plan(self) -> Plan | Decline:
-        conflict = self._conflict(self.script) or self._own_precision(self.script)
+        conflict = self._conflict(self.script)
         if conflict:
             return conflict
         trainers = self._training_functions()
@@ -179,8 +179,11 @@ class _Planner:
         uses = [use for func in self._stepping(trainers) for use in self._optimizer_uses(func)]
         if not uses:
             return Decline("no optimizer", "no optimizer is stepped where .backward() runs")
-        for file in {id(f.file): f.file for f, _, _ in uses}.values():
-            if file is not self.script and (conflict := self._own_precision(file)):
+        # Only a script that trains and steps an optimizer is declined for its own precision
+        # scheme (an export or validation script that casts a model to half has no loop).
+        stepping = {id(self.script): self.script} | {id(f.file): f.file for f, _, _ in uses}
+        for file in stepping.values():
+            if conflict := self._own_precision(file):
                 return conflict
         origins: dict[tuple[int, str], _Origin] = {}
         for func, expr, node in uses:

@@ -267,8 +267,12 @@ def runs_by(file: SourceFile, node: cst.CSTNode, anchor: cst.CSTNode) -> bool:
 
 def guard_of(file: SourceFile, call: cst.Call, anchor: cst.CSTNode) -> str | None:
     """The condition under which `call` alone runs: the test of the `if` (without `else`) or
-    of the `x if cond else y` holding it, when that `if` runs whenever `anchor` does."""
+    of the `x if cond else y` holding it, when that `if` runs whenever `anchor` does. None when
+    the call runs whenever `anchor` does (an `if __name__ == "__main__":` holding both)."""
+    around = blocks_holding(file, anchor)
     for anc in file.ancestors(call):
+        if any(anc is b for b in around):
+            return None
         if isinstance(anc, cst.IfExp):
             if any(n is call for n in [anc.body, *file.inside(anc.body)]):
                 holder: cst.CSTNode = anc
@@ -285,7 +289,7 @@ def guard_of(file: SourceFile, call: cst.Call, anchor: cst.CSTNode) -> str | Non
             return None
     else:
         return None
-    if not any(b is common_block(file, [holder]) for b in blocks_holding(file, anchor)):
+    if not any(b is common_block(file, [holder]) for b in around):
         return None
     return code_of(holder.test)  # type: ignore[attr-defined]
 

@@ -589,3 +589,21 @@ def test_a_progress_bar_over_step_numbers_is_no_loader(bar: str) -> None:
     assert inserted(code) == [
         'model, optimizer = autoopt.optimize(model, optimizer=optimizer, device="cpu")'
     ]
+
+
+def test_a_placement_beside_the_call_under_main_is_not_a_flag() -> None:
+    """pytorch/examples gat: everything under `if __name__ == "__main__":`; the model is placed
+    there whenever the call runs, so the device is the script's, not `... if __name__ ...`."""
+    code = """
+        import torch
+        if __name__ == "__main__":
+            device = torch.device("cuda")
+            net = Net().to(device)
+            optimizer = torch.optim.Adam(net.parameters())
+            for x in loader:
+                net(x).sum().backward()
+                optimizer.step()
+        """
+    assert inserted(code) == [
+        "net, loader, optimizer = autoopt.optimize(net, loader, optimizer, device=device)"
+    ]
