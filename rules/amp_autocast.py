@@ -108,6 +108,29 @@ class AmpAutocast(Rule):
                     mp.Process(target=train, args=(model, loader, optimizer)).start()
             """
         ),
+        Valid(  # apex amp already runs the loop in mixed precision
+            """
+            import torch
+            from apex import amp
+            model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+            for x, y in loader:
+                loss = loss_fn(model(x), y)
+                with amp.scale_loss(loss, optimizer) as scaled_loss:
+                    scaled_loss.backward()
+                optimizer.step()
+            """
+        ),
+        Valid(  # the model is cast to half: fp16 training by hand, with a dynamic loss scale
+            """
+            import torch
+            model = Net().cuda().half()
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for x, y in loader:
+                loss = loss_fn(model(x.half()), y)
+                (loss * loss_scale).backward()
+                optimizer.step()
+            """
+        ),
         Valid(
             """
             import torch
@@ -560,8 +583,8 @@ class AmpAutocast(Rule):
         source = self.context.source
         if "torch" not in source or any(w in source for w in _AMP_WORDS):
             return
-        if library_handles_precision(self):
-            return
+        if library_handles_precision(self) or self.facts.other_precision:
+            return  # the script's own precision scheme (apex amp, .half() model, loss scaling)
         if self.facts.device.gpu_path:
             for trainer in library_trainer_calls(self):
                 if arg(trainer, "amp_mode") is None:

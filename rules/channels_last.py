@@ -121,6 +121,122 @@ class ChannelsLast(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # a torchvision CNN built inside the user's own class (a backbone)
+            """
+            import torch
+            import torchvision
+
+
+            class Siamese(torch.nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.backbone = torchvision.models.resnet18(weights=None)
+
+                def forward(self, x):
+                    return self.backbone(x)
+
+
+            device = torch.device("cuda")
+            model = Siamese().to(device)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for x, y in loader:
+                loss = model(x.to(device)).sum()
+                loss.backward()
+                optimizer.step()
+            """,
+            line=15,
+            fixed="""
+            import torch
+            import torchvision
+
+
+            class Siamese(torch.nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.backbone = torchvision.models.resnet18(weights=None)
+
+                def forward(self, x):
+                    return self.backbone(x)
+
+
+            device = torch.device("cuda")
+            model = Siamese().to(device)
+            model = model.to(memory_format=torch.channels_last)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for x, y in loader:
+                loss = model(x.to(device, memory_format=torch.channels_last)).sum()
+                loss.backward()
+                optimizer.step()
+            """,
+        ),
+        Invalid(  # a conv model passed into a wrapper model (DDPM(eps_model=UNet()))
+            """
+            import torch
+            from torch import nn
+
+
+            class UNet(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.conv = nn.Conv2d(3, 3, 3, padding=1)
+
+                def forward(self, x, t):
+                    return self.conv(x)
+
+
+            class DDPM(nn.Module):
+                def __init__(self, eps_model, n_steps):
+                    super().__init__()
+                    self.eps_model = eps_model
+                    self.n_steps = n_steps
+
+                def forward(self, x):
+                    return (self.eps_model(x, self.n_steps) - x).pow(2).mean()
+
+
+            device = torch.device("cuda")
+            ddpm = DDPM(eps_model=UNet(), n_steps=1000).to(device)
+            optimizer = torch.optim.Adam(ddpm.parameters(), lr=2e-4)
+            for x in loader:
+                loss = ddpm(x.to(device))
+                loss.backward()
+                optimizer.step()
+            """,
+            line=25,
+            fixed="""
+            import torch
+            from torch import nn
+
+
+            class UNet(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.conv = nn.Conv2d(3, 3, 3, padding=1)
+
+                def forward(self, x, t):
+                    return self.conv(x)
+
+
+            class DDPM(nn.Module):
+                def __init__(self, eps_model, n_steps):
+                    super().__init__()
+                    self.eps_model = eps_model
+                    self.n_steps = n_steps
+
+                def forward(self, x):
+                    return (self.eps_model(x, self.n_steps) - x).pow(2).mean()
+
+
+            device = torch.device("cuda")
+            ddpm = DDPM(eps_model=UNet(), n_steps=1000).to(device)
+            ddpm = ddpm.to(memory_format=torch.channels_last)
+            optimizer = torch.optim.Adam(ddpm.parameters(), lr=2e-4)
+            for x in loader:
+                loss = ddpm(x.to(device, memory_format=torch.channels_last))
+                loss.backward()
+                optimizer.step()
+            """,
+        ),
         Invalid(  # the loop is ignite's: create_supervised_trainer (ignite's mnist example)
             """
             import torch
@@ -446,9 +562,32 @@ class ChannelsLast(Rule):
                 continue
             base = _strip_placement(n.value)
             kind = self._conv_model(base, fit, flattening) if isinstance(base, cst.Call) else None
+            if kind is None and isinstance(base, cst.Call):
+                others = [f for f in found if f[0] != target.value]  # not `model = DDP(model)`
+                kind = self._wrapped_conv_model(base, fit, flattening, others)
             if kind is not None:
                 found.append((target.value, n, kind == "flattens"))
         return found
+
+    def _wrapped_conv_model(
+        self,
+        call: cst.Call,
+        fit: set[str],
+        flattening: set[str],
+        found: list[tuple[str, cst.Assign, bool]],
+    ) -> str | None:
+        """A model built around a conv model passed in (`DDPM(eps_model=UNet(...))`, or a
+        name bound to one above): what the inner model is."""
+        named = {name: "flattens" if flat else "fit" for name, _, flat in found}
+        for a in call.args:
+            value = _strip_placement(a.value)
+            if isinstance(value, cst.Name) and value.value in named:
+                return named[value.value]
+            if isinstance(value, cst.Call):
+                kind = self._conv_model(value, fit, flattening)
+                if kind is not None:
+                    return kind
+        return None
 
     def _conv_model(self, call: cst.Call, fit: set[str], flattening: set[str]) -> str | None:
         """ "fit" for a Conv2d model, "flattens" for one that flattens with `.view()`."""

@@ -109,6 +109,30 @@ class EvalLoopNoGrad(Rule):
                 assert out.shape == (1, 10)
             """
         ),
+        Valid(  # autograd switched off for the rest of the script
+            """
+            import torch
+            torch.set_grad_enabled(False)
+            model.eval()
+            for x, y in test_loader:
+                print(model(x).argmax(1) == y)
+            """
+        ),
+        Valid(  # the evaluation function is only ever called under no_grad
+            """
+            import torch
+
+            def evaluate(model, loader):
+                model.eval()
+                correct = 0
+                for x, y in loader:
+                    correct += (model(x).argmax(1) == y).sum()
+                return correct
+
+            with torch.no_grad():
+                print(evaluate(model, val_loader))
+            """
+        ),
         Valid(  # the model call is under no_grad inside the loop (HF Accelerate examples)
             """
             import torch

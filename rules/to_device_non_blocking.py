@@ -26,8 +26,9 @@ _UNPROVEN = (
 class ToDeviceNonBlocking(Rule):
     """
     ## What it does
-    Flags `batch.to(device)` inside the loop over a DataLoader (also a training `while` loop
-    that pulls batches with `next(data_iter)`, and a comprehension over the batch) when it
+    Flags `batch.to(device)` and `batch.cuda()` inside the loop over a DataLoader (also a
+    training loop that pulls batches with `next(data_iter)`, from a generator that re-iterates
+    the loader too, and a comprehension over the batch) when it
     does not pass `non_blocking=True`, and the legacy form of the same copy, `imgs.type(Tensor)` with
     `Tensor = torch.cuda.FloatTensor if cuda else torch.FloatTensor`.
 
@@ -71,7 +72,7 @@ class ToDeviceNonBlocking(Rule):
     fix_safety = FixSafety.SAFE
     fix_reason = "the stream orders the asynchronous copy before every kernel that reads it"
     covered_by_optimize = True  # autoopt.optimize() applies it at run time
-    triggers = (".to(", ".type(")
+    triggers = (".to(", ".type(", ".cuda(")
     # CUDA-only, and only in batch loops (loops.data_loops): training loops, evaluation
     # loops (AO403's markers) or loops over a DataLoader.
     requires = (GPU_MARKERS, (".backward(", "DataLoader", *EVAL_MARKERS))
@@ -219,6 +220,84 @@ class ToDeviceNonBlocking(Rule):
                 samples = samples.to(device, non_blocking=True)
                 loss = criterion(model(samples), targets)
                 loss.backward()
+            """,
+            unsafe=True,
+        ),
+        Invalid(  # `.cuda()` on each batch
+            """
+            import torch
+            for images, labels in loader:
+                images = images.cuda()
+                labels = labels.cuda()
+                loss = criterion(model(images), labels)
+                loss.backward()
+                optimizer.step()
+            """,
+            line=3,
+            fixed="""
+            import torch
+            for images, labels in loader:
+                images = images.cuda(non_blocking=True)
+                labels = labels.cuda(non_blocking=True)
+                loss = criterion(model(images), labels)
+                loss.backward()
+                optimizer.step()
+            """,
+            unsafe=True,
+        ),
+        Invalid(  # a batch bound from next() in a loop over step numbers
+            """
+            import torch
+            device = torch.device("cuda")
+            data_iter = iter(loader)
+            for step in range(1000):
+                x = next(data_iter)
+                x = x.to(device)
+                model(x).sum().backward()
+            """,
+            line=6,
+            fixed="""
+            import torch
+            device = torch.device("cuda")
+            data_iter = iter(loader)
+            for step in range(1000):
+                x = next(data_iter)
+                x = x.to(device, non_blocking=True)
+                model(x).sum().backward()
+            """,
+            unsafe=True,
+        ),
+        Invalid(  # batches drawn with next() from a generator that re-iterates the loader
+            """
+            import torch
+
+            def cycle(dl):
+                while True:
+                    yield from dl
+
+            device = torch.device("cuda")
+            looper = cycle(loader)
+            for step in range(1000):
+                x = next(looper).to(device)
+                loss = model(x).sum()
+                loss.backward()
+                optimizer.step()
+            """,
+            line=10,
+            fixed="""
+            import torch
+
+            def cycle(dl):
+                while True:
+                    yield from dl
+
+            device = torch.device("cuda")
+            looper = cycle(loader)
+            for step in range(1000):
+                x = next(looper).to(device, non_blocking=True)
+                loss = model(x).sum()
+                loss.backward()
+                optimizer.step()
             """,
             unsafe=True,
         ),
@@ -414,7 +493,7 @@ class ToDeviceNonBlocking(Rule):
             # `.cuda(gpu, non_blocking=True)` counts as the author's choice too
             if any(arg(c, "non_blocking") is not None for c in copies):
                 continue
-            transfers = [c for c in copies if method_name(c) in ("to", "type")]
+            transfers = [c for c in copies if method_name(c) in ("to", "type", "cuda")]
             found = [
                 c for c in transfers if not self._read_on_host(c) and not self._prefetch_off(c)
             ]

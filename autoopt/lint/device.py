@@ -18,15 +18,14 @@ A CPU-only tutorial (no device at all, or `device = "cpu"`) has no GPU path.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import libcst as cst
 
 from autoopt.lint.nodes import dotted, string_value, walk
 
-if TYPE_CHECKING:
-    from autoopt.lint.facts import FileFacts
+Parent = Callable[[cst.CSTNode], "cst.CSTNode | None"]
 
 # Pre-filter text for rules about GPU tricks: a file with a GPU path contains one of these.
 GPU_MARKERS = ("cuda", "accelerator", "device", "gpu", "mps", "xpu")
@@ -48,17 +47,18 @@ class DeviceFacts:
     tensor_type_names: frozenset[str]  # names bound to `torch.cuda.XTensor` (legacy `Tensor`)
 
 
-def device_facts(facts: FileFacts) -> DeviceFacts:
-    """The device facts of a file (computed once per file through `FileFacts.device`)."""
+def device_facts(module: cst.Module, parent: Parent) -> DeviceFacts:
+    """The device facts of `module` (computed once per file through `FileFacts.device`);
+    `parent` maps a node to its parent."""
     why = ""
     params = False
     cpu_only_binding = None  # True while every `device = ...` seen is a CPU literal
     tensor_types: set[str] = set()
-    for node in walk(facts.module):
+    for node in walk(module):
         kind = type(node)  # exact types: see nodes.py
         if kind is cst.Attribute and node.attr.value in _GPU_NAMES:
             why = why or f"`.{node.attr.value}`"
-        elif kind is cst.Name and node.value in _GPU_NAMES and _is_code_name(facts, node):
+        elif kind is cst.Name and node.value in _GPU_NAMES and _is_code_name(parent, node):
             why = why or f"`{node.value}`"
         elif kind is cst.SimpleString:
             text = string_value(node)
@@ -85,10 +85,10 @@ def device_facts(facts: FileFacts) -> DeviceFacts:
     return DeviceFacts(bool(why), why, frozenset(tensor_types))
 
 
-def _is_code_name(facts: FileFacts, node: cst.Name) -> bool:
+def _is_code_name(parent: Parent, node: cst.Name) -> bool:
     """A name in code, not the keyword of an argument (`Trainer(accelerator="cpu")`)."""
-    parent = facts.parent(node)
-    return not (isinstance(parent, cst.Arg) and parent.keyword is node)
+    holder = parent(node)
+    return not (isinstance(holder, cst.Arg) and holder.keyword is node)
 
 
 def _is_cpu(expr: cst.BaseExpression) -> bool:
@@ -106,9 +106,9 @@ def _is_cuda_tensor_type(expr: cst.BaseExpression) -> bool:
     return bool(_CUDA_TENSOR_TYPE.match(dotted(expr) or ""))
 
 
-def is_cuda_tensor_type(facts: FileFacts, expr: cst.BaseExpression) -> bool:
+def is_cuda_tensor_type(device: DeviceFacts, expr: cst.BaseExpression) -> bool:
     """`expr` names a CUDA tensor type: `torch.cuda.FloatTensor` or a name bound to one (the
     legacy `Tensor = torch.cuda.FloatTensor if cuda else torch.FloatTensor`)."""
-    if isinstance(expr, cst.Name) and expr.value in facts.device.tensor_type_names:
+    if isinstance(expr, cst.Name) and expr.value in device.tensor_type_names:
         return True
     return _is_cuda_tensor_type(expr)

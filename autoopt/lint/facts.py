@@ -17,7 +17,7 @@ from libcst.metadata.base_provider import LazyValue
 
 from autoopt.lint import metadata
 from autoopt.lint.device import DeviceFacts, device_facts
-from autoopt.lint.nodes import calls_in, nodes_of_type
+from autoopt.lint.nodes import calls_in, code_of, dotted, nodes_of_type, walk
 
 Loop = cst.For | cst.While
 Scope = cst.FunctionDef | cst.Module
@@ -219,17 +219,62 @@ class FileFacts:
         ]
 
     # ----- gradient mode -----------------------------------------------------------------------
-    def in_no_grad(self, node: cst.CSTNode) -> bool:
-        """Inside `with torch.no_grad()/inference_mode()/set_grad_enabled(False)`, or in a function
-        decorated with no_grad/inference_mode."""
+    def in_no_grad(self, node: cst.CSTNode, _depth: int = 0) -> bool:
+        """Inside `with torch.no_grad()/inference_mode()/set_grad_enabled(False)`, in a function
+        decorated with no_grad/inference_mode, or in a function of this file that is only ever
+        called from such places (`with torch.no_grad(): evaluate(model, loader)`)."""
+        if self._grad_switched_off_before(node):
+            return True
         for anc in self.ancestors(node):
             if isinstance(anc, cst.With) and any(self._is_no_grad(i.item) for i in anc.items):
                 return True
-            if isinstance(anc, cst.FunctionDef) and any(
-                self._is_no_grad(d.decorator) for d in anc.decorators
-            ):
-                return True
+            if isinstance(anc, cst.FunctionDef):
+                if any(self._is_no_grad(d.decorator) for d in anc.decorators):
+                    return True
+                if _depth < _HELPER_DEPTH and self._only_called_in_no_grad(anc, _depth):
+                    return True
         return False
+
+    def _grad_switched_off_before(self, node: cst.CSTNode) -> bool:
+        """A `torch.set_grad_enabled(False)` statement runs earlier in `node`'s function (an
+        evaluation script that switches autograd off once), and no `(True)` after it."""
+        scope = self.enclosing_scope(node)
+        last = None
+        for call, enabled in self._grad_switches:
+            if self.enclosing_scope(call) is scope and self.before(call, node):
+                last = enabled
+        return last is False
+
+    @functools.cached_property
+    def _grad_switches(self) -> list[tuple[cst.Call, bool]]:
+        """`torch.set_grad_enabled(<bool>)` calls that are statements of their own."""
+        if "set_grad_enabled" not in self.source:
+            return []
+        found = []
+        for call in calls_in(self.module):
+            holder = self.parent(call)
+            if not isinstance(holder, cst.Expr) or not call.args:
+                continue
+            names = self.qualified_names(call.func)
+            if names & {"torch.set_grad_enabled", "torch.autograd.set_grad_enabled"}:
+                flag = call.args[0].value
+                if m.matches(flag, m.Name("False") | m.Name("True")):
+                    found.append((call, m.matches(flag, m.Name("True"))))
+        return found
+
+    def _only_called_in_no_grad(self, func: cst.FunctionDef, depth: int) -> bool:
+        calls = self._local_calls.get(func.name.value, [])
+        return bool(calls) and all(self.in_no_grad(c, depth + 1) for c in calls)
+
+    @functools.cached_property
+    def _local_calls(self) -> dict[str, list[cst.Call]]:
+        """Calls that may run a function or method of this file, by its name."""
+        found: dict[str, list[cst.Call]] = {}
+        for call in calls_in(self.module):
+            name = local_callee(call)
+            if name is not None:
+                found.setdefault(name, []).append(call)
+        return found
 
     def _is_no_grad(self, expr: cst.BaseExpression) -> bool:
         target = expr.func if isinstance(expr, cst.Call) else expr
@@ -245,6 +290,12 @@ class FileFacts:
 
     # ----- whole-file facts ------------------------------------------------------------------
     @functools.cached_property
+    def other_precision(self) -> str | None:
+        """The mixed-precision scheme the script runs other than torch's autocast/GradScaler
+        (apex amp, a model cast to half/bf16, hand-written loss scaling), or None."""
+        return other_precision_system(self.module, self.source)
+
+    @functools.cached_property
     def uses_cuda(self) -> bool:
         """The script runs (or can run) on CUDA: `.cuda()`, a "cuda" device string, torch.cuda."""
         s = self.source
@@ -254,7 +305,7 @@ class FileFacts:
     def device(self) -> DeviceFacts:
         """Whether the script has a GPU path (CUDA, torch.accelerator, a device flag or a device
         parameter; see `autoopt.lint.device`): the gate of every rule about a CUDA trick."""
-        return device_facts(self)
+        return device_facts(self.module, self.parent)
 
     @functools.cached_property
     def requests_determinism(self) -> bool:
@@ -293,3 +344,84 @@ def local_callee(call: cst.Call) -> str | None:
     ):
         return func.attr.value
     return None
+
+
+# ----- another mixed-precision system ------------------------------------------------------------
+# Text every file running one of them contains: the cheap pre-filter of the walk below.
+_PRECISION_MARKERS = ("apex", ".half()", ".bfloat16()", "float16", ".half)", "scale", "master_")
+_HALF_DTYPES = {"torch.float16", "torch.half", "torch.bfloat16"}
+_HALF_CASTS = {"half", "bfloat16"}
+# Where a module's own methods show that a receiver is an nn.Module.
+_MODULE_METHODS = {"parameters", "named_parameters", "train", "eval", "state_dict", "modules"}
+# Loss-scaling / master-weight classes of apex, Megatron and fairseq: fp16 run by hand.
+_FP16_CLASSES = ("FP16_Optimizer", "FP16Optimizer", "DynamicLossScaler", "MemoryEfficientFP16")
+_MASTER_NAMES = ("master_params", "master_weights", "master_param", "fp32_params")
+
+
+def other_precision_system(module: cst.Module, source: str | None = None) -> str | None:
+    """Why `module` already trains in reduced precision without torch.autocast/GradScaler, or
+    None: apex amp (`amp.initialize`, `amp.scale_loss`), a model cast to half or bfloat16
+    (`model.half()`, `Net().to(torch.bfloat16)`), fp16 optimizers and loss scalers of apex,
+    Megatron or fairseq, or loss scaling and fp32 master weights written by hand
+    (`(loss * loss_scale).backward()`, `master_params = ...`).
+
+    One answer for every rule and for `--wrap`: such a script is left to its own scheme (autocast
+    stacked on it, or a second loss scaler, is wrong)."""
+    text = source if source is not None else module.code
+    if not any(marker in text for marker in _PRECISION_MARKERS):
+        return None
+    modules: set[str] = set()  # receivers the file treats as nn.Modules
+    casts: list[tuple[str, str]] = []  # (receiver, cast code)
+    undone: set[int] = set()  # `model.half().float()`: cast back at once (yolov5's anchors)
+    for node in walk(module):
+        kind = type(node)
+        if kind is cst.Call:
+            func = node.func
+            name = dotted(func) or ""
+            last = name.rsplit(".", 1)[-1]
+            apex = "apex" in text and "amp" in name.split(".")[:-1]
+            if apex and last in ("initialize", "scale_loss"):
+                return f"apex amp (`{name}`)"
+            if last in _FP16_CLASSES:
+                return f"an fp16 optimizer/loss scaler (`{last}`)"
+            if not isinstance(func, cst.Attribute):
+                continue
+            receiver = code_of(func.value)
+            attr = func.attr.value
+            if attr in _MODULE_METHODS and not node.args:
+                modules.add(receiver)
+            elif attr == "float" and isinstance(func.value, cst.Call):
+                undone.add(id(func.value))
+            elif attr in _HALF_CASTS and not node.args and id(node) not in undone:
+                casts.append((receiver, f"{receiver}.{attr}()"))
+            elif attr == "to" and any((dotted(a.value) or "") in _HALF_DTYPES for a in node.args):
+                casts.append((receiver, code_of(node)))
+            elif attr == "backward" and _scaled_by_hand(func.value):
+                return f"hand-written loss scaling (`{code_of(func.value)}.backward()`)"
+        elif kind is cst.Assign:
+            for target in node.targets:
+                name = dotted(target.target) or ""
+                if name.rsplit(".", 1)[-1] in _MASTER_NAMES:
+                    return f"hand-written fp32 master weights (`{name}`)"
+                if isinstance(node.value, cst.Call) and _is_constructor(node.value):
+                    modules.add(name)  # `model = Net(...)`: a module when it is cast below
+    for receiver, cast in casts:
+        head = receiver.split("(", 1)[0].rsplit(".", 1)[-1]
+        if receiver in modules or (receiver.endswith(")") and head[:1].isupper()):
+            return f"the model is cast to reduced precision (`{cast}`)"
+    return None
+
+
+def _is_constructor(call: cst.Call) -> bool:
+    """`Net(...)`, `models.resnet18(...)`-style calls are not told apart: only a class name."""
+    name = dotted(call.func) or ""
+    return name.rsplit(".", 1)[-1][:1].isupper()
+
+
+def _scaled_by_hand(expr: cst.BaseExpression) -> bool:
+    """`loss * loss_scale` / `(scale * loss)`: a product with a factor named like a scale."""
+    while isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute):
+        expr = expr.func.value  # `(loss * scale).float()`
+    if not isinstance(expr, cst.BinaryOperation) or not isinstance(expr.operator, cst.Multiply):
+        return False
+    return any("scale" in code_of(side).lower() for side in (expr.left, expr.right))

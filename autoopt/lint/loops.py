@@ -34,20 +34,21 @@ def loader_names(rule: Rule) -> set[str]:
 
 
 def batch_names(loop: cst.For | cst.While) -> set[str]:
-    """Names that hold (parts of) the batch in `loop`: the loop's targets (in a `while` loop,
-    names bound to `next(...)`: `batch = next(data_iter)`), and names unpacked, indexed or
+    """Names that hold (parts of) the batch in `loop`: the loop's targets, names bound to
+    `next(...)` (`batch = next(data_iter)`), and names unpacked, indexed or
     iterated from them in the loop body (`inputs, labels = data`, `x = batch["x"]`,
     `[t.to(device) for t in batch]`)."""
+    # `x = next(looper)` also in a `for step in range(n):` loop: batches drawn from a generator
+    # that re-iterates the loader (`looper = cycle(loader)`).
+    names = {
+        n
+        for node in walk(loop.body, into_scopes=False)
+        if isinstance(node, cst.Assign) and _is_next_call(node.value)
+        for t in node.targets
+        for n in names_in(t.target)
+    }
     if isinstance(loop, cst.For):
-        names = names_in(loop.target)
-    else:
-        names = {
-            n
-            for node in walk(loop.body, into_scopes=False)
-            if isinstance(node, cst.Assign) and _is_next_call(node.value)
-            for t in node.targets
-            for n in names_in(t.target)
-        }
+        names |= names_in(loop.target)
     changed = True
     while changed:  # a few rounds: `data = batch; x, y = data`
         changed = False
@@ -153,7 +154,8 @@ def batch_transfers(rule: Rule, loop: cst.For | cst.While) -> list[cst.Call]:
         if method not in ("to", "cuda", "type"):
             continue
         assert isinstance(call.func, cst.Attribute)
-        if root_name(_through_methods(call.func.value)) not in names:
+        moved = _through_methods(call.func.value)
+        if root_name(moved) not in names and not _is_next_call(moved):  # `next(dl).to(device)`
             continue
         if (
             method == "cuda"
@@ -173,7 +175,7 @@ def _through_methods(expr: cst.BaseExpression) -> cst.BaseExpression:
 
 def _to_cuda_type(rule: Rule, call: cst.Call) -> bool:
     dest = arg(call, "dtype", 0)
-    return dest is not None and is_cuda_tensor_type(rule.facts, dest.value)
+    return dest is not None and is_cuda_tensor_type(rule.facts.device, dest.value)
 
 
 def loops_over(rule: Rule, name: str) -> list[cst.For]:

@@ -9,13 +9,10 @@ import dataclasses
 from bisect import bisect_left
 from collections.abc import Callable, Iterator
 from operator import attrgetter
-from typing import TYPE_CHECKING, TypeVar
+from typing import TypeVar
 
 import libcst as cst
 from libcst.metadata import PositionProvider
-
-if TYPE_CHECKING:
-    from autoopt.lint.rule import Rule
 
 _N = TypeVar("_N", bound=cst.CSTNode)
 
@@ -251,13 +248,14 @@ def contains(outer: cst.CSTNode, inner: cst.CSTNode) -> bool:
     return any(n is inner for n in walk(outer))
 
 
-def position(rule: Rule, node: cst.CSTNode) -> tuple[int, int]:
-    """(line, column) where `node` starts, for ordering nodes in source order."""
+def position(rule: cst.MetadataDependent, node: cst.CSTNode) -> tuple[int, int]:
+    """(line, column) where `node` starts, for ordering nodes in source order (`rule`: a rule,
+    or any visitor that resolved `PositionProvider`)."""
     pos = rule.get_metadata(PositionProvider, node)
     return pos.start.line, pos.start.column
 
 
-def before(rule: Rule, a: cst.CSTNode, b: cst.CSTNode) -> bool:
+def before(rule: cst.MetadataDependent, a: cst.CSTNode, b: cst.CSTNode) -> bool:
     """`a` starts before `b` in the file."""
     return position(rule, a) < position(rule, b)
 

@@ -108,6 +108,16 @@ def is_conv_zoo_model(rule: Rule, call: cst.Call) -> bool:
     return False
 
 
+def _zoo_named(call: cst.Call) -> bool:
+    """A cheap test before resolving names: `resnet18(...)`, `create_model(...)`,
+    `models.__dict__[arch](...)`."""
+    func = call.func
+    if isinstance(func, cst.Subscript):
+        return True
+    leaf = func.attr.value if isinstance(func, cst.Attribute) else getattr(func, "value", "")
+    return isinstance(leaf, str) and (leaf in ("create_model", "get_model") or is_conv_family(leaf))
+
+
 def conv_classes(
     rule: Rule, module: cst.Module, kinds: frozenset[str] = CONV_LAYERS | CONV_FUNCTIONS
 ) -> dict[str, cst.ClassDef]:
@@ -115,8 +125,12 @@ def conv_classes(
     through other such classes of the file (a `ResNet` made of `Block`s)."""
     classes = {s.name.value: s for s in module.body if isinstance(s, cst.ClassDef)}
     found: dict[str, cst.ClassDef] = {}
+    zoo = bool(kinds & CONV2D)  # torchvision/timm CNNs are 2D
     for name, cls in classes.items():
-        if any(is_conv_call(rule, c, kinds) for c in calls_in(cls)):
+        if any(
+            is_conv_call(rule, c, kinds) or (zoo and _zoo_named(c) and is_conv_zoo_model(rule, c))
+            for c in calls_in(cls)
+        ):  # a conv layer, or a torchvision CNN built inside the class (a backbone)
             found[name] = cls
     changed = True
     while changed:  # close over "uses a conv class"

@@ -9,6 +9,7 @@ the helper that steps it back to the function that creates it.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,6 +19,7 @@ import libcst as cst
 from autoopt.lint.nodes import code_of
 
 Scope = cst.FunctionDef | cst.Module
+_PACKING = (cst.Tuple, cst.List, cst.Element, cst.StarredElement)
 # How far up from the script's folder a package import (`from mingpt.trainer import Trainer`)
 # may be found.
 _PARENT_LEVELS = 2
@@ -72,6 +74,38 @@ class SourceFile:
 
     def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
         return self.parents.get(id(node))
+
+    @functools.cached_property
+    def bound_names(self) -> frozenset[str]:
+        """Every plain name the file binds anywhere (assignment, loop or `with` target,
+        parameter, definition, import): a name outside it comes from elsewhere (`import *`)."""
+        names = set(self.imports)
+        names |= {n.value for n in self.nodes if isinstance(n, cst.Name) and self.binds(n)}
+        return frozenset(names)
+
+    def reads(self, name: cst.Name) -> bool:
+        """`name` is read as a variable here (not bound, not an attribute or keyword name)."""
+        holder = self.parent(name)
+        if isinstance(holder, cst.Attribute) and holder.attr is name:
+            return False
+        if isinstance(holder, cst.Arg) and holder.keyword is name:
+            return False
+        return not self.binds(name)
+
+    def binds(self, name: cst.Name) -> bool:
+        """`name` is bound here (a target, parameter or definition), not read."""
+        child, holder = name, self.parent(name)
+        while isinstance(holder, _PACKING):  # `a, (b, c) = ...`
+            child, holder = holder, self.parent(holder)
+        if isinstance(holder, cst.AssignTarget | cst.AsName | cst.Param):
+            return True
+        if isinstance(holder, cst.For | cst.CompFor | cst.AnnAssign | cst.AugAssign):
+            return holder.target is child
+        if isinstance(holder, cst.NamedExpr):
+            return holder.target is child
+        if isinstance(holder, cst.FunctionDef | cst.ClassDef):
+            return holder.name is child
+        return False
 
     def ancestors(self, node: cst.CSTNode) -> Iterator[cst.CSTNode]:
         cur = self.parent(node)
@@ -228,7 +262,8 @@ class CodeBase:
             return Func(source, source.functions[name])
         return (source, source.classes[name]) if name in source.classes else None
 
-    def _class(self, file: SourceFile, name: str) -> tuple[SourceFile, cst.ClassDef] | None:
+    def local_class(self, file: SourceFile, name: str) -> tuple[SourceFile, cst.ClassDef] | None:
+        """The class `name` of `file`, or imported into it from a local module."""
         if name in file.classes:
             return file, file.classes[name]
         found = self._imported(file.imports[name]) if name in file.imports else None
@@ -258,7 +293,7 @@ class CodeBase:
                 found = self._imported(file.imports[name])
                 if isinstance(found, Func):
                     return found
-            owner = self._class(file, name)
+            owner = self.local_class(file, name)
             return self.method(*owner, "__init__") if owner else None
         if not isinstance(func, cst.Attribute):
             return None
@@ -287,7 +322,7 @@ class CodeBase:
                 and isinstance(node.value, cst.Call)
                 and isinstance(node.value.func, cst.Name)
             ):
-                return self._class(file, node.value.func.value)
+                return self.local_class(file, node.value.func.value)
         return None
 
     def callers(self, func: Func) -> list[tuple[Func, cst.Call]]:

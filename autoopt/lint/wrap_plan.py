@@ -4,7 +4,11 @@ The analysis starts from what training does, not from where things are written:
 
 1. An optimizer is whatever the training code steps: `X.step()` next to `X.zero_grad()`, or
    `scaler.step(X)`, in a function that (itself or through its helpers, also in local modules)
-   calls `.backward()`. So factories (`model.configure_optimizers()`, `smart_optimizer()`) count.
+   calls `.backward()`, or in a helper such a function calls (`self._apply_gradients()`). So
+   factories (`model.configure_optimizers()`, `smart_optimizer()`) count, and so do
+   `for opt in optimizers: opt.step()` (each optimizer the list names) and a plain class wrapping
+   an optimizer (`optimizer.step_and_update_lr()`): its model gets a call without it (fp32).
+   optimize() is never handed an optimizer as a model.
 2. From each use, the object is followed back through parameters, callers and `self.` attributes
    to the statement that creates it: the function holding that statement is where the call goes
    (`main()` that builds the optimizer and calls `train()` later). Assignments of one name in
@@ -13,14 +17,20 @@ The analysis starts from what training does, not from where things are written:
    `configure_optimizers`, or the model passed to a factory); several optimizers over several
    models get one call each (a GAN). A model stepped by an optimizer over several models gets a
    call without it, and then every call is fp32 (`amp=False`: loss scaling needs the optimizer).
-   The loader is what the training loop iterates (`for`, or `next()` on `iter(loader)`), followed
-   the same way; none (batches from `get_batch`) means a call without loader.
+   The loader is what the training loop iterates (`for`, or `next()` on `iter(loader)` or on a
+   local generator that re-iterates it), followed the same way; never a progress bar or range of
+   step numbers. A loader not bound where the call goes, or already kept by something built
+   before it (`looper = cycle(loader)`), is left out: none means a call without loader.
 4. The call goes after the optimizer, the model and the loader exist, before the statement that
    starts training, with `device=` where the script itself puts the model (`model.to(device)`),
-   when that expression is defined there. What the script already does itself turns the
+   when that expression is defined there; under a flag (`if args.gpu: model.cuda()`) the flag's
+   own choice (`device="cuda" if args.gpu else "cpu"`); a script with no GPU path at all gets
+   `device="cpu"`. What the script already does itself turns the
    overlapping option off with a comment (its own autocast/GradScaler, torch.compile, DDP wrap);
-   Accelerate, Lightning and Hogwild scripts are declined, as is anything the analysis cannot
-   prove.
+   Accelerate, Lightning and Hogwild scripts are declined, so are scripts running another
+   mixed-precision system (`facts.other_precision_system`: apex amp, a half model, loss scaling
+   by hand), a model the loop trains through an object built from it before the optimizer, and
+   anything the analysis cannot prove.
 """
 
 from __future__ import annotations
@@ -31,8 +41,37 @@ from pathlib import Path
 
 import libcst as cst
 
+from autoopt.lint.device import device_facts
+from autoopt.lint.facts import other_precision_system
 from autoopt.lint.nodes import code_of
 from autoopt.lint.wrap_code import CodeBase, Func, SourceFile
+from autoopt.lint.wrap_tree import (
+    NOT_PLACED,
+    assign_targets,
+    assignments_of,
+    blocks_holding,
+    bound_name,
+    bound_to,
+    child_of,
+    common_block,
+    counts_steps,
+    device_of,
+    guard_of,
+    if_block,
+    is_iter_wrapper,
+    is_object,
+    is_plain_class,
+    is_self,
+    keeps,
+    loop_source,
+    methods_of,
+    model_like,
+    read_before,
+    read_names,
+    runs_by,
+    stepping_methods,
+    unwrap_iter,
+)
 
 _OPTIMIZE = {"autoopt.optimize", "autoopt.runtime.optimize", "autoopt.runtime.optimize.optimize"}
 _AMP = ("autocast", "GradScaler")
@@ -45,12 +84,10 @@ _PARALLEL = {
     "fully_shard",
     "parallelize_module",
 }
-# Calls a loop may wrap its loader in: `for i, b in enumerate(tqdm(loader))`.
-_ITER_WRAPPERS = {"enumerate", "tqdm", "iter", "progress", "track", "zip", "log_every"}
-_MODEL_METHODS = {"parameters", "named_parameters", "train", "eval", "state_dict", "to", "cuda"}
-_MODEL_WORDS = ("model", "net", "generator", "discriminator", "encoder", "decoder")
 _MAX_DEPTH = 6
-_NOT_PLACED = "not a placement"  # `.to(dtype)`, `.to(memory_format=...)`
+# How many calls below a function that does the backward a helper may step the optimizer
+# (`train_step()` -> `self._apply_gradients()` -> `self.optimizer.step()`).
+_STEP_HELPER_DEPTH = 2
 
 
 @dataclass
@@ -124,6 +161,9 @@ class _Planner:
     def __init__(self, code: CodeBase) -> None:
         self.code = code
         self.script = code.script
+        self._collections: set[str] = set()  # stepped as `for opt in <expr>: opt.step()`
+        self._optimizers: set[str] = set()  # every expression found stepped
+        self._stepping_cache: dict[int, set[str]] = {}
 
     # ----- the whole analysis -----------------------------------------------------------------
     def plan(self) -> Plan | Decline:
@@ -136,12 +176,26 @@ class _Planner:
         for func in trainers:
             if func.file is not self.script and (conflict := self._conflict(func.file)):
                 return conflict
-        uses = [use for func in trainers for use in self._optimizer_uses(func)]
+        uses = [use for func in self._stepping(trainers) for use in self._optimizer_uses(func)]
         if not uses:
             return Decline("no optimizer", "no optimizer is stepped where .backward() runs")
+        # Only a script that trains and steps an optimizer is declined for its own precision
+        # scheme (an export or validation script that casts a model to half has no loop).
+        stepping = {id(self.script): self.script} | {id(f.file): f.file for f, _, _ in uses}
+        for file in stepping.values():
+            if conflict := self._own_precision(file):
+                return conflict
         origins: dict[tuple[int, str], _Origin] = {}
         for func, expr, node in uses:
             found = self._origins(func, expr, node, 0)
+            if found and expr in self._collections:
+                found = self._members(found)
+                if not found:
+                    return Decline(
+                        "optimizers kept in a collection",
+                        f"the optimizers stepped through `{expr}` are not named where it is "
+                        "built: no optimizer to hand to optimize()",
+                    )
             if not found:
                 return Decline(
                     "optimizer not created in this file",
@@ -198,6 +252,18 @@ class _Planner:
             )
         return None
 
+    @staticmethod
+    def _own_precision(file: SourceFile) -> Decline | None:
+        """A decline when `file` (the script, or where its optimizer is stepped) already runs
+        another mixed-precision system (apex amp, a half model, loss scaling by hand)."""
+        if why := other_precision_system(file.module, file.module.code):
+            return Decline(
+                "another mixed-precision system",
+                f"the script already runs its own reduced precision: {why}; optimize()'s AMP "
+                "would stack a second one on it",
+            )
+        return None
+
     def _options(self, trainers: list[Func]) -> dict[str, str]:
         """The options the script's own code already covers, each with the reason."""
         files = {id(self.script): self.script} | {id(f.file): f.file for f in trainers}
@@ -230,6 +296,21 @@ class _Planner:
             todo += [t for c in func.calls() if (t := self.code.resolve(func.file, c))]
         return list(found)
 
+    def _stepping(self, trainers: list[Func]) -> list[Func]:
+        """The training functions and the helpers they call, where an optimizer may be stepped
+        apart from the backward (`self._apply_gradients()` after `loss.backward()`)."""
+        found: dict[Func, None] = dict.fromkeys(trainers)
+        layer = list(trainers)
+        for _ in range(_STEP_HELPER_DEPTH):
+            layer = [
+                t
+                for f in layer
+                for c in f.calls()
+                if (t := self.code.resolve(f.file, c)) is not None and t not in found
+            ]
+            found.update(dict.fromkeys(layer))
+        return list(found)
+
     def _defs(self) -> list[cst.FunctionDef]:
         """The script's functions and methods (not nested ones)."""
         out = list(self.script.functions.values())
@@ -246,15 +327,21 @@ class _Planner:
             if not isinstance(call.func, cst.Attribute):
                 continue
             attr, receiver = call.func.attr.value, call.func.value
-            if attr == "step" and not call.args and _is_object(receiver):
+            if isinstance(receiver, cst.Name) and (source := loop_source(func, receiver, call)):
+                receiver = source  # `for opt in optimizers: opt.step()`
+                self._collections.add(code_of(source))
+            if attr != "step" and is_object(receiver) and self._wrapper_of(call):
+                # `optimizer.step_and_update_lr()` of a class wrapping the optimizer
                 stepped.setdefault(code_of(receiver), call)
-            elif attr == "zero_grad" and _is_object(receiver):
+            elif attr == "step" and not call.args and is_object(receiver):
+                stepped.setdefault(code_of(receiver), call)
+            elif attr == "zero_grad" and is_object(receiver):
                 zeroed.add(code_of(receiver))
             elif (
                 attr == "step"
                 and call.args
                 and "scaler" in code_of(receiver).lower()
-                and _is_object(call.args[0].value)
+                and is_object(call.args[0].value)
             ):
                 expr = code_of(call.args[0].value)  # scaler.step(optimizer)
                 scaled.add(expr)
@@ -266,7 +353,58 @@ class _Planner:
                 continue
             if expr in zeroed or expr in scaled or "opt" in word:
                 uses.append((func, expr, node))
+                self._optimizers.add(expr)
         return uses
+
+    def _wrapper_of(self, call: cst.Call) -> str | None:
+        """The local class with a method of `call`'s name that steps an optimizer the class
+        holds (ScheduledOptim's `step_and_update_lr()` -> `self._optimizer.step()`)."""
+        func = call.func
+        assert isinstance(func, cst.Attribute)
+        name = func.attr.value
+        for file in self.code.files():
+            for cls in file.classes.values():
+                if name in self._steppers(file, cls):
+                    return cls.name.value
+        return None
+
+    def _steppers(self, file: SourceFile, cls: cst.ClassDef) -> set[str]:
+        """The stepping methods of `cls` when it is a plain class wrapping an optimizer."""
+        if id(cls) not in self._stepping_cache:
+            wraps = is_plain_class(file, cls)
+            self._stepping_cache[id(cls)] = stepping_methods(file, cls) if wraps else set()
+        return self._stepping_cache[id(cls)]
+
+    def _wrapper_class(self, home: Func, opt: _Origin) -> str | None:
+        """The local class `opt` is an instance of, when it wraps an optimizer (then it is no
+        optimizer optimize() can take)."""
+        for assign in opt.assigns:
+            value = bound_to(assign, opt.expr)
+            if isinstance(value, cst.Call) and isinstance(value.func, cst.Name):
+                found = self.code.local_class(home.file, value.func.value)
+                if found is not None and self._steppers(*found):
+                    return value.func.value
+        return None
+
+    def _members(self, found: list[_Origin]) -> list[_Origin]:
+        """The optimizers a collection holds (`optimizers = [opt_g, opt_d]`), each followed to
+        where it is created; [] when any element is not a plain name there."""
+        out: list[_Origin] = []
+        for origin in found:
+            for assign in origin.assigns:
+                value = bound_to(assign, origin.expr)
+                if not isinstance(value, cst.List | cst.Tuple) or not value.elements:
+                    return []
+                for element in value.elements:
+                    if not is_object(element.value):
+                        return []
+                    expr = code_of(element.value)
+                    members = self._origins(origin.func, expr, origin.entry, 1)
+                    if not members:
+                        return []
+                    self._optimizers.add(expr)
+                    out += members
+        return out
 
     # ----- following objects back to where they are created -------------------------------
     def _origins(
@@ -275,16 +413,16 @@ class _Planner:
         """Where the object `expr` (used in `func` at `entry`) is created."""
         if depth > _MAX_DEPTH:
             return []
-        assigns = _assignments(func, expr)
+        assigns = assignments_of(func, expr)
         if assigns:
             return [_Origin(func, expr, assigns, entry)]
         found: list[_Origin] = []
         if expr.startswith("self.") and func.cls is not None:
-            for method in _methods(func.file, func.cls):
-                binds = _assignments(method, expr)
+            for method in methods_of(func.file, func.cls):
+                binds = assignments_of(method, expr)
                 if not binds:
                     continue
-                sources = {_bound_value(b, expr) for b in binds}
+                sources = {bound_name(b, expr) for b in binds}
                 param = next(iter(sources)) if len(sources) == 1 else None
                 if param in method.params():
                     found += self._through_callers(method, param, depth)  # type: ignore[arg-type]
@@ -296,7 +434,7 @@ class _Planner:
             return self._through_callers(func, expr, depth)
         if isinstance(func.node, cst.FunctionDef):  # a global of the module
             top = self.code.top(func.file)
-            if _assignments(top, expr):
+            if assignments_of(top, expr):
                 return self._origins(top, expr, None, depth + 1)
         return []
 
@@ -304,7 +442,7 @@ class _Planner:
         found: list[_Origin] = []
         for caller, call in self.code.callers(func):
             arg = self.code.argument(call, func, param)
-            if arg is not None and _is_object(arg):
+            if arg is not None and is_object(arg):
                 found += self._origins(caller, code_of(arg), call, depth + 1)
         return found
 
@@ -312,10 +450,13 @@ class _Planner:
     def _place(self, home: Func, optimizers: list[_Origin], trainers: list[Func]) -> Plan | Decline:
         pairs: list[Pair] = []
         shared: list[str] = []  # models stepped only by an optimizer over several models
+        alone: list[str] = []  # models whose optimizer optimize() cannot take (a wrapper)
+        forced: dict[str, str] = {}
         for opt in optimizers:
-            models = {m for a in opt.assigns for m in self._models(home, _bound(a, opt.expr))}
+            models = {m for a in opt.assigns for m in self._models(home, bound_to(a, opt.expr))}
             if not models:
                 models = self._models_beside(home, opt)
+            models -= self._optimizers  # optimize() takes the module first, never an optimizer
             if not models:
                 return Decline(
                     "cannot tell the model",
@@ -333,8 +474,12 @@ class _Planner:
                         f"the model `{model}` is a parameter of {home.name}(), which nothing "
                         "here calls: wrap the script that builds the model",
                     )
-            if len(models) > 1:
+            if wrapper := self._wrapper_class(home, opt):
+                alone += sorted(models)
+                forced["amp"] = f"the optimizer is wrapped in {wrapper}"
+            elif len(models) > 1:
                 shared += sorted(models)
+                forced["amp"] = "an optimizer spans several models"
             else:
                 pairs.append(Pair(models.pop(), opt.expr))
         if len({p.model for p in pairs}) != len(pairs):
@@ -343,11 +488,10 @@ class _Planner:
                 f"{len(pairs)} optimizers step the same model; optimize() takes one per model",
             )
         paired = {p.model for p in pairs}
-        pairs += [Pair(m, None) for m in dict.fromkeys(shared) if m not in paired]
+        pairs += [Pair(m, None) for m in dict.fromkeys(shared + alone) if m not in paired]
         # optimize() only accepts an optimizer over its own model's parameters, and fp16 loss
         # scaling lives in the optimizer's step: without the optimizer, mixed precision would
         # step on unscaled (or non-finite) gradients. So every call of such a script is fp32.
-        forced = {"amp": "an optimizer spans several models"} if shared else {}
         loader = self._loader(home, trainers)
         placed = self._anchor(home, optimizers, loader, pairs, trainers, forced)
         if isinstance(placed, Decline) and loader is not None:
@@ -355,10 +499,62 @@ class _Planner:
             # the loader, right after the optimizer, still comes before that wrap.
             pairs[0].loader = None
             placed = self._anchor(home, optimizers, None, pairs, trainers, forced)
-        if isinstance(placed, Plan):
-            for pair in pairs:
-                pair.device = self._device(home, pair.model, placed.anchor)
+        if isinstance(placed, Plan) and pairs[0].loader and not self._intact(home, placed):
+            # The loader is not bound where the call goes on every path, or something built
+            # before it (`looper = cycle(loader)`) keeps the original: the call goes without it.
+            pairs[0].loader = None
+            placed = self._anchor(home, optimizers, None, pairs, trainers, forced)
+        if not isinstance(placed, Plan):
+            return placed
+        for pair in pairs:
+            if not self._defined(home, pair.model, placed.anchor):
+                return Decline(
+                    "model not bound at the call",
+                    f"the model `{pair.model}` is not bound on every path where the call goes",
+                )
+            for target, alias in self._captures(home, pair.model, placed.anchor):
+                if alias and target.startswith("self."):
+                    pair.model = target  # `self.model = model`: the loop trains self.model
+                elif self._called_in(trainers, target):
+                    return Decline(
+                        "model trained through another object",
+                        f"the loop trains `{pair.model}` through `{target}`, built from it before "
+                        "the optimizer exists: optimize() would not reach the model it calls",
+                    )
+            pair.device = self._device(home, pair.model, placed.anchor)
         return placed
+
+    def _intact(self, home: Func, plan: Plan) -> bool:
+        """The plan's loader is bound where the call goes, and nothing built before it from the
+        loader (a generator, an iterator) would keep iterating the original."""
+        loader = plan.pairs[0].loader
+        assert loader is not None
+        if not self._defined(home, loader, plan.anchor):
+            return False
+        return not self._captures(home, loader, plan.anchor)
+
+    def _captures(self, home: Func, expr: str, anchor: cst.CSTNode) -> list[tuple[str, bool]]:
+        """(target, is a plain alias) for each statement of `home` before `anchor` that keeps
+        the object `expr` in another name: `looper = cycle(loader)`, `self.model = model`,
+        `trainer = Diffusion(model)`. Reads that keep nothing (`len(loader)`, `model.parameters()`)
+        and a re-binding of `expr` itself do not count."""
+        file = home.file
+        found: list[tuple[str, bool]] = []
+        for node in home.statements():
+            if not isinstance(node, cst.Assign) or not runs_by(file, node, anchor):
+                continue
+            targets = [code_of(t) for t in assign_targets(node)]
+            if expr in targets:
+                continue
+            alias = code_of(node.value) == expr
+            if alias or keeps(node.value, expr):
+                found += [(t, alias) for t in targets]
+        return found
+
+    @staticmethod
+    def _called_in(trainers: list[Func], target: str) -> bool:
+        """`target(...)` is called in a training function (the forward the loop runs)."""
+        return any(code_of(c.func) == target for f in trainers for c in f.calls())
 
     def _anchor(
         self,
@@ -378,12 +574,12 @@ class _Planner:
         if loader is not None:
             pairs[0].loader = loader[0]
             relevant += loader[1]
-        block = _common_block(file, relevant + entries)
+        block = common_block(file, relevant + entries)
         if block is None:
             return Decline("placement", "the optimizer and the loop are in unrelated blocks")
-        tops = [_child_of(file, block, n) for n in relevant]
+        tops = [child_of(file, block, n) for n in relevant]
         anchor = max(tops, key=lambda n: file.order[id(n)])
-        late = any(not file.before(anchor, _child_of(file, block, e)) for e in entries)
+        late = any(not file.before(anchor, child_of(file, block, e)) for e in entries)
         if late or self._in_training_loop(home, anchor):
             return Decline(
                 "optimizer created inside the loop",
@@ -403,22 +599,40 @@ class _Planner:
         only conditionally, or with a device not yet defined there."""
         file = home.file
         found: list[str | None] = []
+        guarded: list[str | None] = []  # `if args.gpu: model.cuda()`, as the script's choice
+        placed = False
         for call in home.calls():
             func = call.func
             if not (isinstance(func, cst.Attribute) and func.attr.value in ("to", "cuda")):
                 continue
             holder = file.parent(call)
             assigned = isinstance(holder, cst.Assign) and any(
-                code_of(t) == model and holder.value is call for t in _targets(holder)
+                code_of(t) == model and holder.value is call for t in assign_targets(holder)
             )
             if code_of(func.value) != model and not assigned:
                 continue
-            # Only a placement that runs whenever the inserted call does counts.
-            if not any(b is _common_block(file, [call]) for b in _blocks(file, anchor)):
+            if (device := device_of(call)) is NOT_PLACED:
                 continue
-            if (device := _device_of(call)) is not _NOT_PLACED:
+            placed = True
+            # A placement that runs whenever the inserted call does is where the model stays;
+            # one under `if <flag>:` (no else) is the flag's choice, else the CPU.
+            flag = guard_of(file, call, anchor)
+            if flag is not None:
+                guarded.append(f'{device} if {flag} else "cpu"' if device is not None else None)
+            elif any(b is common_block(file, [call]) for b in blocks_holding(file, anchor)):
                 found.append(device)
-        device = found[-1] if found else None  # the last placement is where the model stays
+            else:
+                guarded.append(None)
+        if found:
+            device = found[-1]  # the last placement is where the model stays
+        elif len(set(guarded)) == 1:
+            device = guarded[0]
+        elif not placed and not any(
+            device_facts(f.module, f.parent).gpu_path for f in self.code.files()
+        ):
+            return '"cpu"'  # a CPU-only script: its own code expects CPU tensors
+        else:
+            device = None
         if device is None or not self._defined(home, device, anchor):
             return None
         return device
@@ -429,25 +643,29 @@ class _Planner:
         `anchor` in a block that holds it (not a later loop's variable)."""
         file = home.file
         tree = cst.parse_expression(expr)
-        reads = [n.value for n in _read_names(tree)]
-        blocks = _blocks(file, anchor)
+        reads = [n.value for n in read_names(tree)]
+        blocks = blocks_holding(file, anchor)
         top = self.code.top(file)
         given = {*home.params(), *(("self", "cls") if home.cls is not None else ())}
         for name in reads:
             if name in given or name in file.imports or hasattr(builtins, name):
                 continue
+            if name not in file.bound_names:
+                continue  # bound nowhere in the file: it comes from elsewhere (`import *`)
+            if read_before(home, name, anchor, blocks):
+                continue  # read on every path before the call: bound there, or it had failed
             if any(
-                file.before(a, anchor)
+                runs_by(file, a, anchor)
                 and any(
-                    b is _common_block(file, [a]) or b is _if_block(file, a, name) for b in blocks
+                    b is common_block(file, [a]) or b is if_block(file, a, name) for b in blocks
                 )
-                for a in _assignments(home, name)
+                for a in assignments_of(home, name)
             ):
                 continue
             if home != top and any(
                 isinstance(file.parent(a), cst.SimpleStatementLine)
                 and file.parent(file.parent(a)) is file.module
-                for a in _assignments(top, name)
+                for a in assignments_of(top, name)
             ):
                 continue  # a module global, set before any function runs
             return False
@@ -479,21 +697,21 @@ class _Planner:
                 "configure_optimizers",
             ):
                 root = func.value
-                while isinstance(root, cst.Attribute) and not _is_self(root.value):
+                while isinstance(root, cst.Attribute) and not is_self(root.value):
                     root = root.value  # model.backbone.parameters() -> model
-                if _is_object(root):
+                if is_object(root):
                     roots.add(code_of(root))
             for arg in node.args:
                 if isinstance(arg.value, cst.Name):
                     name = arg.value.value
-                    if _model_like(home, name):
+                    if model_like(home, name):
                         factories.add(name)
-                    elif assigns := _assignments(home, name):
+                    elif assigns := assignments_of(home, name):
                         for a in assigns:
-                            factories |= self._models(home, _bound(a, name), depth + 1)
-        if isinstance(value, cst.Name) and (assigns := _assignments(home, value.value)):
+                            factories |= self._models(home, bound_to(a, name), depth + 1)
+        if isinstance(value, cst.Name) and (assigns := assignments_of(home, value.value)):
             for a in assigns:
-                roots |= self._models(home, _bound(a, value.value), depth + 1)
+                roots |= self._models(home, bound_to(a, value.value), depth + 1)
         return roots or factories
 
     def _models_beside(self, home: Func, opt: _Origin) -> set[str]:
@@ -504,7 +722,7 @@ class _Planner:
         return {
             a.value.value
             for a in opt.entry.args
-            if isinstance(a.value, cst.Name) and _model_like(home, a.value.value)
+            if isinstance(a.value, cst.Name) and model_like(home, a.value.value)
         }
 
     def _loader(self, home: Func, trainers: list[Func]) -> tuple[str, list[cst.CSTNode]] | None:
@@ -514,7 +732,7 @@ class _Planner:
             for expr, _loop in self._iterated(func):
                 here = self._reaches(func, expr, home, 0)
                 if here is not None:
-                    return here, _assignments(home, here)
+                    return here, assignments_of(home, here)
         return None
 
     def _reaches(self, func: Func, expr: str, home: Func, depth: int) -> str | None:
@@ -526,16 +744,16 @@ class _Planner:
         if expr.startswith("self.") and func.cls is not None:
             if home.cls is func.cls:
                 return expr
-            for method in _methods(func.file, func.cls):
-                for bind in _assignments(method, expr):
-                    param = _bound_value(bind, expr)
+            for method in methods_of(func.file, func.cls):
+                for bind in assignments_of(method, expr):
+                    param = bound_name(bind, expr)
                     if param in method.params():
                         return self._reaches(method, param, home, depth + 1)  # type: ignore[arg-type]
             return None
         if expr in func.params():
             for caller, call in self.code.callers(func):
                 arg = self.code.argument(call, func, expr)
-                if arg is not None and _is_object(arg):
+                if arg is not None and is_object(arg):
                     found = self._reaches(caller, code_of(arg), home, depth + 1)
                     if found is not None:
                         return found
@@ -557,24 +775,47 @@ class _Planner:
                 if code_of(call.func) == "next" and call.args:
                     arg = call.args[0].value
                     if isinstance(arg, cst.Name):
-                        for a in _assignments(func, arg.value):
-                            value = _bound(a, arg.value)
+                        for a in assignments_of(func, arg.value):
+                            value = bound_to(a, arg.value)
                             if isinstance(value, cst.Call) and code_of(value.func) == "iter":
-                                exprs.append(_unwrap_iter(value))
+                                exprs.append(unwrap_iter(value))
+                            elif isinstance(value, cst.Call) and self._regenerates(func, value):
+                                # `looper = cycle(loader)`: a generator re-iterating the loader
+                                exprs.append(value.args[0].value)
             depth = len(list(func.file.ancestors(node)))
-            found += [(code_of(e), node, depth) for e in exprs if _is_object(e)]
+            found += [(code_of(e), node, depth) for e in exprs if is_object(e)]
         found.sort(key=lambda t: -t[2])
         return [(e, n) for e, n, _ in found]
 
+    def _regenerates(self, func: Func, call: cst.Call) -> bool:
+        """`call` runs a local generator function that iterates its first argument
+        (`def cycle(dl): while True: yield from dl`)."""
+        target = self.code.resolve(func.file, call)
+        if target is None or not call.args or call.args[0].keyword is not None:
+            return False
+        params = target.params()
+        if not params:
+            return False
+        first = params[0]
+        iterates = False
+        for node in target.statements():
+            if isinstance(node, cst.For) and code_of(unwrap_iter(node.iter)) == first:
+                iterates = True
+            elif isinstance(node, cst.From) and code_of(unwrap_iter(node.item)) == first:
+                iterates = True  # `yield from dl`
+        return iterates and any(isinstance(n, cst.Yield) for n in target.statements())
+
     def _drawn_from(self, func: Func, iterated: cst.BaseExpression) -> cst.BaseExpression:
         """What a for loop over `iterated` draws from, through `enumerate`/`tqdm` wrappers."""
-        expr = _unwrap_iter(iterated)
+        expr = unwrap_iter(iterated)
         if isinstance(expr, cst.Name) and expr.value not in func.params():
             # `pbar = tqdm(enumerate(loader))` then `for ... in pbar`
-            for a in _assignments(func, expr.value):
-                value = _bound(a, expr.value)
-                if isinstance(value, cst.Call) and _is_wrapper(value.func):
-                    expr = _unwrap_iter(value)
+            for a in assignments_of(func, expr.value):
+                value = bound_to(a, expr.value)
+                if isinstance(value, cst.Call) and is_iter_wrapper(value.func):
+                    expr = unwrap_iter(value)
+                elif isinstance(value, cst.Call) and counts_steps(value):
+                    return value  # `pbar = trange(n)`: step numbers, not batches
         return expr
 
     def _wrapped_before(self, home: Func, anchor: cst.CSTNode) -> str | None:
@@ -594,183 +835,3 @@ class _Planner:
             ):
                 return f"{target.name}() wraps the model in DDP before the optimizer exists"
         return None
-
-
-# ----- small tree helpers ------------------------------------------------------------------------
-def _is_self(node: cst.BaseExpression) -> bool:
-    return isinstance(node, cst.Name) and node.value == "self"
-
-
-def _is_object(node: cst.BaseExpression) -> bool:
-    """A plain name or `self.attr`: something the inserted line can assign to."""
-    if isinstance(node, cst.Name):
-        return True
-    return isinstance(node, cst.Attribute) and _is_self(node.value)
-
-
-def _is_wrapper(func: cst.BaseExpression) -> bool:
-    text = code_of(func)
-    return text in _ITER_WRAPPERS or text.split(".")[-1] in _ITER_WRAPPERS
-
-
-def _unwrap_iter(expr: cst.BaseExpression) -> cst.BaseExpression:
-    while isinstance(expr, cst.Call) and expr.args and _is_wrapper(expr.func):
-        expr = expr.args[0].value
-    return expr
-
-
-def _targets(node: cst.CSTNode) -> list[cst.BaseExpression]:
-    if isinstance(node, cst.Assign):
-        out: list[cst.BaseExpression] = []
-        for t in node.targets:
-            target = t.target
-            out += [e.value for e in target.elements] if isinstance(target, cst.Tuple) else [target]
-        return out
-    if isinstance(node, cst.AnnAssign):
-        return [node.target]
-    return []
-
-
-def _assignments(func: Func, expr: str) -> list[cst.CSTNode]:
-    """Statements of `func` binding `expr` (`x = ...`, `a, x = ...`, `x: T = ...`)."""
-    return [
-        n
-        for n in func.statements()
-        if isinstance(n, cst.Assign | cst.AnnAssign)
-        and getattr(n, "value", None) is not None
-        and any(code_of(t) == expr for t in _targets(n))
-    ]
-
-
-def _bound(assign: cst.CSTNode, expr: str) -> cst.BaseExpression | None:
-    """The value `assign` gives `expr` (the matching element when both sides are tuples)."""
-    value = getattr(assign, "value", None)
-    if isinstance(assign, cst.Assign) and isinstance(value, cst.Tuple):
-        target = assign.targets[0].target
-        if isinstance(target, cst.Tuple) and len(target.elements) == len(value.elements):
-            for t, v in zip(target.elements, value.elements, strict=True):
-                if code_of(t.value) == expr:
-                    return v.value
-    return value
-
-
-def _bound_value(assign: cst.CSTNode, expr: str) -> str | None:
-    value = _bound(assign, expr)
-    return value.value if isinstance(value, cst.Name) else None
-
-
-def _methods(file: SourceFile, cls: cst.ClassDef) -> list[Func]:
-    return [Func(file, s) for s in cls.body.body if isinstance(s, cst.FunctionDef)]
-
-
-def _model_like(func: Func, name: str) -> bool:
-    """`name` is used like a model in `func` (`.parameters()`, `.train()`...) or named like one."""
-    if any(w in name.lower() for w in _MODEL_WORDS):
-        return True
-    return any(
-        isinstance(n, cst.Attribute)
-        and isinstance(n.value, cst.Name)
-        and n.value.value == name
-        and n.attr.value in _MODEL_METHODS
-        for n in func.statements()
-    )
-
-
-def _common_block(file: SourceFile, nodes: list[cst.CSTNode]) -> cst.CSTNode | None:
-    """The innermost statement block (indented block or module) holding every node."""
-    chains = [
-        [a for a in file.ancestors(n) if isinstance(a, cst.IndentedBlock | cst.Module)]
-        for n in nodes
-    ]
-    if not chains:
-        return None
-    for block in chains[0]:
-        if all(any(block is b for b in chain) for chain in chains[1:]):
-            return block
-    return None
-
-
-def _blocks(file: SourceFile, node: cst.CSTNode) -> list[cst.CSTNode]:
-    """The statement blocks holding `node`, innermost first."""
-    return [a for a in file.ancestors(node) if isinstance(a, cst.IndentedBlock | cst.Module)]
-
-
-def _if_block(file: SourceFile, assign: cst.CSTNode, name: str) -> cst.CSTNode | None:
-    """The block holding the `if` whose every branch (else included) binds `name`, when
-    `assign` is one of them (`if use_accel: device = ... else: device = torch.device("cpu")`)."""
-    branch = _common_block(file, [assign])
-    node = file.parent(branch) if branch is not None else None
-    if not isinstance(node, cst.If):
-        return None
-    while isinstance(file.parent(node), cst.If) and file.parent(node).orelse is node:
-        node = file.parent(node)  # the head of an if/elif chain
-    head: cst.If = node  # type: ignore[assignment]
-    branches: list[cst.BaseSuite] = []
-    cur: cst.If | cst.Else | None = head
-    while isinstance(cur, cst.If):
-        branches.append(cur.body)
-        cur = cur.orelse
-    if cur is None:
-        return None  # no else: some paths leave `name` unbound
-    branches.append(cur.body)
-
-    def binds(suite: cst.BaseSuite) -> bool:
-        return any(
-            isinstance(s, cst.SimpleStatementLine)
-            and any(
-                isinstance(a, cst.Assign) and name in (code_of(t) for t in _targets(a))
-                for a in s.body
-            )
-            for s in getattr(suite, "body", ())
-        )
-
-    return _common_block(file, [head]) if all(binds(b) for b in branches) else None
-
-
-def _device_of(call: cst.Call) -> str | None:
-    """The device a `.to(...)`/`.cuda()` call moves to, as code; None when it cannot be written
-    as optimize()'s `device=` (`.cuda(args.gpu)`), `_NOT_PLACED` for a dtype or format change."""
-    func = call.func
-    assert isinstance(func, cst.Attribute)
-    if func.attr.value == "cuda":
-        return None if call.args else '"cuda"'
-    keyword = {a.keyword.value: a.value for a in call.args if a.keyword is not None}
-    positional = [a.value for a in call.args if a.keyword is None and not a.star]
-    target = keyword.get("device", positional[0] if positional else None)
-    if target is None:
-        return _NOT_PLACED
-    text = code_of(target)
-    if "dtype" in text.lower() or (text.startswith("torch.") and "device" not in text):
-        return _NOT_PLACED  # model.to(ptdtype), model.to(torch.bfloat16)
-    return text
-
-
-def _read_names(expr: cst.BaseExpression) -> list[cst.Name]:
-    """The names `expr` reads (not attribute names or keyword names)."""
-
-    class Reads(cst.CSTVisitor):
-        def __init__(self) -> None:
-            self.names: list[cst.Name] = []
-
-        def visit_Name(self, node: cst.Name) -> None:
-            self.names.append(node)
-
-        def visit_Attribute(self, node: cst.Attribute) -> bool:
-            node.value.visit(self)
-            return False
-
-        def visit_Arg(self, node: cst.Arg) -> bool:
-            node.value.visit(self)
-            return False
-
-    reads = Reads()
-    expr.visit(reads)
-    return reads.names
-
-
-def _child_of(file: SourceFile, block: cst.CSTNode, node: cst.CSTNode) -> cst.CSTNode:
-    """The statement of `block` that holds `node`."""
-    cur = node
-    while file.parent(cur) is not block:
-        cur = file.parent(cur)  # type: ignore[assignment]
-    return cur

@@ -35,11 +35,11 @@ def test_inserts_after_the_optimizer_with_the_scripts_names() -> None:
     result = wrap_source(SCRIPT)
     expected = SCRIPT.replace("DataLoader\n", "DataLoader\nimport autoopt\n", 1).replace(
         "lr=1e-3)\n",
-        "lr=1e-3)\nnet, train_loader, opt = autoopt.optimize(net, train_loader, opt)\n",
+        'lr=1e-3)\nnet, train_loader, opt = autoopt.optimize(net, train_loader, opt, device="cpu")\n',
     )
     assert result.source == expected
     assert not result.declined and result.changed
-    assert "autoopt.optimize(net, train_loader, opt)" in result.message
+    assert "autoopt.optimize(net, train_loader, opt, device=" in result.message
 
 
 def test_is_idempotent() -> None:
@@ -70,7 +70,8 @@ def test_loader_created_after_optimizer_moves_the_insertion_point() -> None:
     result = wrap_source(code)
     assert result.source == code.replace(
         "DataLoader(ds)\n",
-        "DataLoader(ds)\n    model, loader, optimizer = autoopt.optimize(model, loader, optimizer)\n",
+        "DataLoader(ds)\n    model, loader, optimizer = autoopt.optimize(model, loader, optimizer, "
+        'device="cpu")\n',
     )
     cst.parse_module(result.source)
 
@@ -92,7 +93,7 @@ def test_loader_passed_as_parameter_and_self_attributes() -> None:
     assert (
         "        self.opt = torch.optim.Adam(self.model.parameters())\n"
         "        self.model, train_loader, self.opt = autoopt.optimize("
-        "self.model, train_loader, self.opt)\n"
+        'self.model, train_loader, self.opt, device="cpu")\n'
     ) in result.source
     assert result.source.startswith("import torch\nimport autoopt\n")
 
@@ -168,7 +169,9 @@ def test_an_optimizer_never_stepped_is_not_wrapped() -> None:
             opt_d.step()
         """
     )
-    assert wrap_source(code).inserted == ("D, loader, opt_d = autoopt.optimize(D, loader, opt_d)",)
+    assert wrap_source(code).inserted == (
+        'D, loader, opt_d = autoopt.optimize(D, loader, opt_d, device="cpu")',
+    )
 
 
 def test_scheduler_steps_are_not_optimizers() -> None:
@@ -185,7 +188,7 @@ def test_scheduler_steps_are_not_optimizers() -> None:
         """
     )
     assert wrap_source(code).inserted == (
-        "model, loader, opt = autoopt.optimize(model, loader, opt)",
+        'model, loader, opt = autoopt.optimize(model, loader, opt, device="cpu")',
     )
 
 
@@ -313,7 +316,7 @@ def test_env_step_with_an_argument_is_not_an_optimizer() -> None:
         """
     )
     assert wrap_source(code).inserted == (
-        "policy, optimizer = autoopt.optimize(policy, optimizer=optimizer)",
+        'policy, optimizer = autoopt.optimize(policy, optimizer=optimizer, device="cpu")',
     )
 
 
@@ -362,12 +365,11 @@ def test_the_call_keeps_the_scripts_own_device(placement: str, device: str) -> N
 @pytest.mark.parametrize(
     "placement",
     [
-        "model = Net()",  # never placed: optimize() picks
-        "model = Net()\nif use_cuda:\n    model.cuda()",  # only sometimes placed
-        "model = Net()\nmodel.to(torch.float16)",  # a dtype, not a device
         "model = Net()\nmodel.cuda(args.gpu)",  # not expressible as device=
-        # bound on one path only: `device` may not exist at the call
-        "if use_accel:\n    device = 'cuda'\nmodel = Net().to(device)",
+        # placed on one path only (the other keeps the model where it is built)
+        "if use_accel:\n    device = 'cuda'\n    model = Net().to(device)\nelse:\n    model = Net()",
+        # never placed, in a script with a GPU path elsewhere: optimize() picks, as torch would
+        "model = Net()\ntorch.cuda.manual_seed(0)",
     ],
 )
 def test_the_device_is_left_to_optimize_when_the_script_does_not_fix_one(
@@ -382,6 +384,34 @@ def test_the_device_is_left_to_optimize_when_the_script_does_not_fix_one(
             opt.step()
         """
     assert inserted(code) == ["model, loader, opt = autoopt.optimize(model, loader, opt)"]
+
+
+@pytest.mark.parametrize(
+    ("placement", "device"),
+    [
+        # A CPU-only script (nothing about a GPU anywhere): its own code expects CPU tensors.
+        ("model = Net()", '"cpu"'),
+        # The GPU only behind a flag: the script's own choice, CPU otherwise.
+        ("model = Net()\nif use_cuda:\n    model.cuda()", '"cuda" if use_cuda else "cpu"'),
+        ("model = Net()\nif args.cuda:\n    model.to(dev)", 'dev if args.cuda else "cpu"'),
+        (
+            "model = Net()\nmodel = model.cuda() if args.gpu else model",
+            '"cuda" if args.gpu else "cpu"',
+        ),
+    ],
+)
+def test_a_cpu_only_or_flag_gated_script_keeps_its_device(placement: str, device: str) -> None:
+    code = f"""
+        import torch
+        {textwrap.indent(placement, "        ").lstrip()}
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for x in loader:
+            model(x).sum().backward()
+            opt.step()
+        """
+    assert inserted(code) == [
+        f"model, loader, opt = autoopt.optimize(model, loader, opt, device={device})"
+    ]
 
 
 def test_a_device_not_yet_defined_at_the_insertion_point_is_not_used() -> None:
@@ -438,7 +468,8 @@ def test_a_loader_drawn_with_iter_and_next_is_passed() -> None:
         run(Net(), data)
         """
     assert inserted(code) == [
-        "model, train_loader, optimizer = autoopt.optimize(model, train_loader, optimizer)"
+        "model, train_loader, optimizer = autoopt.optimize(model, train_loader, optimizer, "
+        'device="cpu")'
     ]
 
 
@@ -463,9 +494,9 @@ def test_one_optimizer_over_several_models_wraps_each_model_in_fp32() -> None:
     why = "  # autoopt: amp=False (an optimizer spans several models)"
     assert inserted(code) == [
         "D_A, dataloader, optimizer_D_A = autoopt.optimize(D_A, dataloader, optimizer_D_A, "
-        "amp=False)" + why,
-        "G_AB = autoopt.optimize(G_AB, amp=False)" + why,
-        "G_BA = autoopt.optimize(G_BA, amp=False)" + why,
+        'device="cpu", amp=False)' + why,
+        'G_AB = autoopt.optimize(G_AB, device="cpu", amp=False)' + why,
+        'G_BA = autoopt.optimize(G_BA, device="cpu", amp=False)' + why,
     ]
 
 
@@ -483,4 +514,96 @@ def test_a_device_held_by_the_trainer_object_is_used() -> None:
     assert inserted(code) == [
         "self.model, self.loader, self.optimizer = autoopt.optimize(self.model, self.loader, "
         "self.optimizer, device=self.device)"
+    ]
+
+
+def test_an_optimizer_is_never_passed_as_a_model() -> None:
+    """`opt = restore(opt)` re-binds the optimizer through a helper, and `opt.state_dict()`
+    makes it look like a module: optimize() must still get only the models."""
+    code = """
+        import torch
+        params = list(enc.parameters()) + list(dec.parameters())
+        opt = torch.optim.Adam(params)
+        opt = restore(opt)
+        for x in loader:
+            dec(enc(x)).sum().backward()
+            opt.step()
+        torch.save(opt.state_dict(), "opt.pt")
+        """
+    lines = inserted(code)
+    assert [line.split(" = ")[0] for line in lines] == ["dec, loader", "enc"]
+    assert not any("optimize(opt" in line for line in lines)
+
+
+def test_a_model_built_in_an_if_elif_chain_and_read_after_it_is_bound() -> None:
+    """nanoGPT: `model` is built in if/elif branches without an else, then `model.to(device)`
+    runs on every path: wherever the call goes after that read, the model exists."""
+    code = """
+        import torch
+        device = "cuda"
+        if init_from == "scratch":
+            model = GPT(conf)
+        elif init_from == "resume":
+            model = load(ckpt)
+        model.to(device)
+        optimizer = torch.optim.AdamW(model.parameters())
+        for x in loader:
+            model(x).sum().backward()
+            optimizer.step()
+        """
+    assert inserted(code) == [
+        "model, loader, optimizer = autoopt.optimize(model, loader, optimizer, device=device)"
+    ]
+
+
+def test_a_batch_drawn_once_before_the_call_keeps_the_loader() -> None:
+    """`next(iter(loader))` (a batch to log) uses its iterator up at once: the loader is still
+    the one the loop iterates, and goes to optimize()."""
+    code = """
+        import torch
+        model = Net()
+        loader = DataLoader(ds)
+        images, labels = next(iter(loader))
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for x, y in loader:
+            model(x).sum().backward()
+            optimizer.step()
+        """
+    assert inserted(code)[0].startswith("model, loader, optimizer = ")
+
+
+@pytest.mark.parametrize(
+    "bar", ["pbar = trange(steps)", "pbar = tqdm.trange(steps)", "pbar = tqdm(range(steps))"]
+)
+def test_a_progress_bar_over_step_numbers_is_no_loader(bar: str) -> None:
+    """The loop iterates step numbers; batches come from `get_batch()`: no loader to pass."""
+    code = f"""
+        import torch
+        model = Net()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        {bar}
+        for step in pbar:
+            model(get_batch()).sum().backward()
+            optimizer.step()
+        """
+    assert inserted(code) == [
+        'model, optimizer = autoopt.optimize(model, optimizer=optimizer, device="cpu")'
+    ]
+
+
+def test_a_placement_beside_the_call_under_main_is_not_a_flag() -> None:
+    """pytorch/examples gat: everything under `if __name__ == "__main__":`; the model is placed
+    there whenever the call runs, so the device is the script's, not `... if __name__ ...`."""
+    code = """
+        import torch
+        if __name__ == "__main__":
+            device = torch.device("cuda")
+            net = Net().to(device)
+            optimizer = torch.optim.Adam(net.parameters())
+            for x in loader:
+                net(x).sum().backward()
+                optimizer.step()
+        """
+    assert inserted(code) == [
+        "net, loader, optimizer = autoopt.optimize(net, loader, optimizer, device=device)"
     ]

@@ -34,22 +34,23 @@ WRAPPED = {
         ("from torch.utils.data import DataLoader, TensorDataset", IMPORT),
         (
             "train_loader = DataLoader(data, batch_size=16)",
-            "    model, train_loader, optimizer = autoopt.optimize(model, train_loader, optimizer)",
+            "    model, train_loader, optimizer = autoopt.optimize(model, train_loader, optimizer, "
+            'device="cpu")',
         ),
     ],
     "factory_optimizer.py": [
         ("from torch.utils.data import DataLoader", IMPORT),
         (
             "loader = DataLoader(list(torch.randn(32, 8)), batch_size=8)",
-            "model, loader, optimizer = autoopt.optimize(model, loader, optimizer, amp=False)"
-            "  # autoopt: amp=False (own autocast/GradScaler)",
+            'model, loader, optimizer = autoopt.optimize(model, loader, optimizer, device="cpu", '
+            "amp=False)  # autoopt: amp=False (own autocast/GradScaler)",
         ),
     ],
     "optimizer_choice.py": [
         ("from torch.utils.data import DataLoader", IMPORT),
         (
             "loader = DataLoader(torch.randn(16, 4), batch_size=4)",
-            "net, loader, opt = autoopt.optimize(net, loader, opt)",
+            'net, loader, opt = autoopt.optimize(net, loader, opt, device="cpu")',
         ),
     ],
     "gan.py": [
@@ -57,40 +58,43 @@ WRAPPED = {
         (
             "dataloader = DataLoader(TensorDataset(torch.randn(64, 8)), batch_size=16)",
             "generator, dataloader, optimizer_G = autoopt.optimize(generator, dataloader, "
-            "optimizer_G)",
+            'optimizer_G, device="cpu")',
         ),
         (
             "dataloader = DataLoader(TensorDataset(torch.randn(64, 8)), batch_size=16)",
-            "discriminator, optimizer_D = autoopt.optimize(discriminator, optimizer=optimizer_D)",
+            "discriminator, optimizer_D = autoopt.optimize(discriminator, optimizer=optimizer_D, "
+            'device="cpu")',
         ),
     ],
     "helper_module/train.py": [
         ("from torch.utils.data import DataLoader, TensorDataset", IMPORT),
         (
             "data_loader = DataLoader(data, batch_size=12)",
-            "    model, data_loader, optimizer = autoopt.optimize(model, data_loader, optimizer)",
+            "    model, data_loader, optimizer = autoopt.optimize(model, data_loader, optimizer, "
+            'device="cpu")',
         ),
     ],
     "get_batch.py": [
         ("import torch", IMPORT),
         (
             "optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)",
-            "model, optimizer = autoopt.optimize(model, optimizer=optimizer)",
+            'model, optimizer = autoopt.optimize(model, optimizer=optimizer, device="cpu")',
         ),
     ],
     "trainer_class.py": [
         ("from torch.utils.data import DataLoader, TensorDataset", IMPORT),
         (
             "train_data = DataLoader(dataset, batch_size=8)",
-            "    model, train_data, optimizer = autoopt.optimize(model, train_data, optimizer)",
+            "    model, train_data, optimizer = autoopt.optimize(model, train_data, optimizer, "
+            'device="cpu")',
         ),
     ],
     "own_amp.py": [
         ("from torch.utils.data import DataLoader", IMPORT),
         (
             "loader = DataLoader(torch.randn(32, 8), batch_size=8)",
-            "model, loader, optimizer = autoopt.optimize(model, loader, optimizer, amp=False)"
-            "  # autoopt: amp=False (own autocast/GradScaler)",
+            'model, loader, optimizer = autoopt.optimize(model, loader, optimizer, device="cpu", '
+            "amp=False)  # autoopt: amp=False (own autocast/GradScaler)",
         ),
     ],
     "own_ddp.py": [
@@ -98,7 +102,8 @@ WRAPPED = {
         (
             "loader = torch.utils.data.DataLoader(torch.randn(32, 8), batch_size=8)",
             "    model, loader, optimizer = autoopt.optimize(model, loader, optimizer, "
-            "distributed=False)  # autoopt: distributed=False (own DDP/FSDP/DataParallel wrap)",
+            'device="cpu", distributed=False)'
+            "  # autoopt: distributed=False (own DDP/FSDP/DataParallel wrap)",
         ),
     ],
     "compiled.py": [
@@ -106,7 +111,8 @@ WRAPPED = {
         (
             "loader = torch.utils.data.DataLoader(torch.randn(32, 8), batch_size=8)",
             "model, loader, optimizer = autoopt.optimize(model, loader, optimizer, "
-            "compile=False)  # autoopt: compile=False (own torch.compile)",
+            'device="cpu", compile=False)'
+            "  # autoopt: compile=False (own torch.compile)",
         ),
     ],
     "mnist_device.py": [
@@ -137,7 +143,7 @@ WRAPPED = {
         (
             "train_loader = DataLoader(self.dataset, batch_size=8, shuffle=True)",
             "        model, train_loader, self.optimizer = autoopt.optimize(model, train_loader, "
-            "self.optimizer)",
+            'self.optimizer, device="cpu")',
         ),
     ],
     "shared_optimizer.py": [
@@ -150,15 +156,93 @@ WRAPPED = {
             )
             for line in (
                 "D_A, dataloader, optimizer_D_A = autoopt.optimize(D_A, dataloader, "
-                "optimizer_D_A, amp=False)",
-                "G_AB = autoopt.optimize(G_AB, amp=False)",
-                "G_BA = autoopt.optimize(G_BA, amp=False)",
+                'optimizer_D_A, device="cpu", amp=False)',
+                'G_AB = autoopt.optimize(G_AB, device="cpu", amp=False)',
+                'G_BA = autoopt.optimize(G_BA, device="cpu", amp=False)',
+            )
+        ],
+    ],
+    # The loop iterates a progress bar over step numbers; batches come from a generator that
+    # captured the loader before the optimizer: the call goes without a loader.
+    "step_progress_bar.py": [
+        ("from tqdm import trange", IMPORT),
+        (
+            "optim = torch.optim.Adam(net_model.parameters(), lr=1e-3)",
+            '    net_model, optim = autoopt.optimize(net_model, optimizer=optim, device="cpu")',
+        ),
+    ],
+    "cycle_loader.py": [
+        ("from torch.utils.data import DataLoader", IMPORT),
+        (
+            "loader = DataLoader(torch.randn(32, 8), batch_size=8)",
+            'model, loader, optimizer = autoopt.optimize(model, loader, optimizer, device="cpu")',
+        ),
+    ],
+    "cpu_only.py": [
+        ("from torch.utils.data import DataLoader, TensorDataset", IMPORT),
+        (
+            "loader = DataLoader(TensorDataset(torch.randn(24, 4)), batch_size=8)",
+            'net, loader, optimizer = autoopt.optimize(net, loader, optimizer, device="cpu")',
+        ),
+    ],
+    "gpu_flag.py": [
+        ("from torch.utils.data import DataLoader, TensorDataset", IMPORT),
+        (
+            "loader = DataLoader(TensorDataset(torch.randn(24, 4), torch.randint(0, 2, (24,))), "
+            "batch_size=8)",
+            "model, loader, optimizer = autoopt.optimize(model, loader, optimizer, "
+            'device="cuda" if args.gpu else "cpu")',
+        ),
+    ],
+    "optimizer_list.py": [
+        ("from torch.utils.data import DataLoader, TensorDataset", IMPORT),
+        (
+            "loader = DataLoader(TensorDataset(torch.randn(32, 8)), batch_size=8)",
+            'encoder, loader, opt_enc = autoopt.optimize(encoder, loader, opt_enc, device="cpu")',
+        ),
+        (
+            "loader = DataLoader(TensorDataset(torch.randn(32, 8)), batch_size=8)",
+            'decoder, opt_dec = autoopt.optimize(decoder, optimizer=opt_dec, device="cpu")',
+        ),
+    ],
+    "scheduled_optim.py": [
+        ("from torch.utils.data import DataLoader, TensorDataset", IMPORT),
+        (
+            ")",  # the end of `optimizer = ScheduledOptim(torch.optim.Adam(...), 0.1, 4)`
+            "    transformer, training_data = autoopt.optimize(transformer, training_data, "
+            'device="cpu", amp=False)  # autoopt: amp=False (the optimizer is wrapped in '
+            "ScheduledOptim)",
+        ),
+    ],
+    "step_helper.py": [
+        ("from torch.utils.data import DataLoader, TensorDataset", IMPORT),
+        (
+            "self.optimizer = torch.optim.SGD(model.parameters(), lr=lr)",
+            "        self.model, self.loader, self.optimizer = autoopt.optimize(self.model, "
+            'self.loader, self.optimizer, device="cpu")',
+        ),
+    ],
+    "restored_optimizer.py": [
+        ("from torch.utils.data import DataLoader, TensorDataset", IMPORT),
+        *[
+            ("loader = DataLoader(TensorDataset(torch.randn(32, 8)), batch_size=8)", line)
+            for line in (
+                'decoder, loader = autoopt.optimize(decoder, loader, device="cpu", amp=False)'
+                "  # autoopt: amp=False (an optimizer spans several models)",
+                'encoder = autoopt.optimize(encoder, device="cpu", amp=False)'
+                "  # autoopt: amp=False (an optimizer spans several models)",
             )
         ],
     ],
 }
 
 DECLINED = {
+    "apex_amp.py": ("another mixed-precision system", "apex amp (`amp.initialize`)"),
+    "fp16_master_weights.py": ("another mixed-precision system", "fp32 master weights"),
+    "model_in_wrapper.py": (
+        "model trained through another object",
+        "the loop trains `net_model` through `trainer`",
+    ),
     "accelerate_script.py": ("already uses Accelerate", "accelerator.prepare"),
     "hogwild.py": ("Hogwild", "shared memory"),
     "ddp_before_optimizer.py": (

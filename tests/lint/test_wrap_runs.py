@@ -56,6 +56,10 @@ def run(script: Path) -> list[str]:
         "args_device.py",
         "iter_next.py",
         "shared_optimizer.py",
+        "step_progress_bar.py",
+        "cpu_only.py",
+        "scheduled_optim.py",
+        "step_helper.py",
     ],
 )
 def test_wrapped_script_trains_with_the_same_fp32_losses(name: str, tmp_path: Path) -> None:
