@@ -70,6 +70,28 @@ class AmpAutocast(Rule):
     triggers = (".backward(", *LIBRARY_TRAINER_MARKERS)
 
     VALID = [
+        Valid(  # apex amp already runs the loop in mixed precision: silent (not a second scaler)
+            """
+            import torch
+            from apex import amp
+            model, optimizer = amp.initialize(model.cuda(), optimizer, opt_level="O1")
+            for x, y in loader:
+                loss = criterion(model(x.cuda()), y.cuda())
+                with amp.scale_loss(loss, optimizer) as scaled_loss:
+                    scaled_loss.backward()
+                optimizer.step()
+            """
+        ),
+        Valid(  # hand-written fp16: the model is cast to half
+            """
+            import torch
+            model = Net().cuda().half()
+            for x, y in loader:
+                loss = criterion(model(x.cuda().half()), y.cuda())
+                loss.backward()
+                optimizer.step()
+            """
+        ),
         Valid(  # ignite's trainer already in mixed precision
             """
             import torch
@@ -208,32 +230,6 @@ class AmpAutocast(Rule):
                 device = torch.device("cuda")
             """,
             unsafe=True,
-        ),
-        Invalid(  # apex amp already scales the loss: a second scaler would be wrong
-            """
-            import torch
-            from apex import amp
-            model, optimizer = amp.initialize(model.cuda(), optimizer, opt_level="O1")
-            for x, y in loader:
-                loss = criterion(model(x.cuda()), y.cuda())
-                with amp.scale_loss(loss, optimizer) as scaled_loss:
-                    scaled_loss.backward()
-                optimizer.step()
-            """,
-            line=4,
-            message_contains="apex amp",
-        ),
-        Invalid(  # hand-written fp16: the model is cast to half
-            """
-            import torch
-            model = Net().cuda().half()
-            for x, y in loader:
-                loss = criterion(model(x.cuda().half()), y.cuda())
-                loss.backward()
-                optimizer.step()
-            """,
-            line=3,
-            message_contains="half precision",
         ),
         Invalid(  # a CPU GAN that reads its samples with .numpy(): bf16 outputs would fail
             """

@@ -168,6 +168,7 @@ class ChannelsLast(Rule):
                 loss.backward()
                 optimizer.step()
             """,
+            unsafe=True,
         ),
         Invalid(  # a conv model passed into a wrapper model (DDPM(eps_model=UNet()))
             """
@@ -236,6 +237,7 @@ class ChannelsLast(Rule):
                 loss.backward()
                 optimizer.step()
             """,
+            unsafe=True,
         ),
         Invalid(  # the loop is ignite's: create_supervised_trainer (ignite's mnist example)
             """

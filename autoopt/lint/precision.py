@@ -23,61 +23,84 @@ from autoopt.lint.nodes import code_of, dotted, string_value, walk
 if TYPE_CHECKING:
     from autoopt.lint.rule import Rule
 
-# Text one of the systems below needs: files without any are not walked.
-_MARKERS = ("apex", "amp.", "half", "bfloat16", "float16", "loss_scale", "scale_loss", "Half")
-_HALF_METHODS = frozenset({"half", "bfloat16"})
-_HALF_DTYPES = frozenset(
-    {"torch.float16", "torch.half", "torch.bfloat16", "float16", "half", "bfloat16"}
-)
-_HALF_TENSOR_TYPES = ("HalfTensor", "BFloat16Tensor")
-# Names a hand-written loss-scaling scheme keeps its scale (or master weights) in.
-_SCALING_NAMES = ("loss_scale", "scale_loss", "dynamic_loss_scale", "master_params")
-_APEX_AMP_CALLS = frozenset({"initialize", "scale_loss", "master_params"})
+# Text every file running one of them contains: the cheap pre-filter of the walk below.
+_PRECISION_MARKERS = ("apex", ".half()", ".bfloat16()", "float16", ".half)", "scale", "master_")
+_HALF_DTYPES = {"torch.float16", "torch.half", "torch.bfloat16"}
+_HALF_CASTS = {"half", "bfloat16"}
+# Where a module's own methods show that a receiver is an nn.Module.
+_MODULE_METHODS = {"parameters", "named_parameters", "train", "eval", "state_dict", "modules"}
+# Loss-scaling / master-weight classes of apex, Megatron and fairseq: fp16 run by hand.
+_FP16_CLASSES = ("FP16_Optimizer", "FP16Optimizer", "DynamicLossScaler", "MemoryEfficientFP16")
+_MASTER_NAMES = ("master_params", "master_weights", "master_param", "fp32_params")
 
 
 def other_precision_system(module: cst.Module, source: str | None = None) -> str | None:
-    """What already runs this script in reduced precision ("apex amp (amp.initialize)", "a
-    hand-written loss scale (loss_scale)", "the script casts to half precision (.half())"), or
-    None. `source` (the module's text, when the caller has it) lets most files skip the walk."""
+    """Why `module` already trains in reduced precision without torch.autocast/GradScaler, or
+    None: apex amp (`amp.initialize`, `amp.scale_loss`), a model cast to half or bfloat16
+    (`model.half()`, `Net().to(torch.bfloat16)`), fp16 optimizers and loss scalers of apex,
+    Megatron or fairseq, or loss scaling and fp32 master weights written by hand
+    (`(loss * loss_scale).backward()`, `master_params = ...`).
+
+    One answer for every rule and for `--wrap`: such a script is left to its own scheme (autocast
+    stacked on it, or a second loss scaler, is wrong)."""
     text = source if source is not None else module.code
-    if not any(marker in text for marker in _MARKERS):
+    if not any(marker in text for marker in _PRECISION_MARKERS):
         return None
-    apex = "apex" in text
+    modules: set[str] = set()  # receivers the file treats as nn.Modules
+    casts: list[tuple[str, str]] = []  # (receiver, cast code)
+    undone: set[int] = set()  # `model.half().float()`: cast back at once (yolov5's anchors)
     for node in walk(module):
         kind = type(node)
-        if kind is cst.ImportFrom and apex:
-            if (dotted(node.module) or "").startswith("apex"):
-                names = node.names
-                if not isinstance(names, cst.ImportStar) and any(
-                    code_of(a.name) in ("amp", "fp16_utils") for a in names
-                ):
-                    return "apex amp (from apex import amp)"
-        elif kind is cst.Call:
-            found = _precision_call(node, apex)
-            if found is not None:
-                return found
-        elif kind is cst.Name and any(word in node.value for word in _SCALING_NAMES):
-            return f"a hand-written loss scale ({node.value})"
-    return None
-
-
-def _precision_call(call: cst.Call, apex: bool) -> str | None:
-    func = call.func
-    if not isinstance(func, cst.Attribute):
-        return None
-    method = func.attr.value
-    if apex and method in _APEX_AMP_CALLS and (dotted(func.value) or "").endswith("amp"):
-        return f"apex amp (amp.{method})"
-    if method in _HALF_METHODS and not call.args:
-        return f"the script casts to half precision (.{method}())"
-    if method in ("to", "type"):
-        for a in call.args:
-            if a.keyword is not None and a.keyword.value != "dtype":
+        if kind is cst.Call:
+            func = node.func
+            name = dotted(func) or ""
+            last = name.rsplit(".", 1)[-1]
+            apex = "apex" in text and "amp" in name.split(".")[:-1]
+            if apex and last in ("initialize", "scale_loss"):
+                return f"apex amp (`{name}`)"
+            if last in _FP16_CLASSES:
+                return f"an fp16 optimizer/loss scaler (`{last}`)"
+            if not isinstance(func, cst.Attribute):
                 continue
-            name = dotted(a.value) or ""
-            if name in _HALF_DTYPES or name.endswith(_HALF_TENSOR_TYPES):
-                return f"the script casts to half precision (.{method}({name}))"
+            receiver = code_of(func.value)
+            attr = func.attr.value
+            if attr in _MODULE_METHODS and not node.args:
+                modules.add(receiver)
+            elif attr == "float" and isinstance(func.value, cst.Call):
+                undone.add(id(func.value))
+            elif attr in _HALF_CASTS and not node.args and id(node) not in undone:
+                casts.append((receiver, f"{receiver}.{attr}()"))
+            elif attr == "to" and any((dotted(a.value) or "") in _HALF_DTYPES for a in node.args):
+                casts.append((receiver, code_of(node)))
+            elif attr == "backward" and _scaled_by_hand(func.value):
+                return f"hand-written loss scaling (`{code_of(func.value)}.backward()`)"
+        elif kind is cst.Assign:
+            for target in node.targets:
+                name = dotted(target.target) or ""
+                if name.rsplit(".", 1)[-1] in _MASTER_NAMES:
+                    return f"hand-written fp32 master weights (`{name}`)"
+                if isinstance(node.value, cst.Call) and _is_constructor(node.value):
+                    modules.add(name)  # `model = Net(...)`: a module when it is cast below
+    for receiver, cast in casts:
+        head = receiver.split("(", 1)[0].rsplit(".", 1)[-1]
+        if receiver in modules or (receiver.endswith(")") and head[:1].isupper()):
+            return f"the model is cast to reduced precision (`{cast}`)"
     return None
+
+
+def _is_constructor(call: cst.Call) -> bool:
+    """`Net(...)`, `models.resnet18(...)`-style calls are not told apart: only a class name."""
+    name = dotted(call.func) or ""
+    return name.rsplit(".", 1)[-1][:1].isupper()
+
+
+def _scaled_by_hand(expr: cst.BaseExpression) -> bool:
+    """`loss * loss_scale` / `(scale * loss)`: a product with a factor named like a scale."""
+    while isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute):
+        expr = expr.func.value  # `(loss * scale).float()`
+    if not isinstance(expr, cst.BinaryOperation) or not isinstance(expr.operator, cst.Multiply):
+        return False
+    return any("scale" in code_of(side).lower() for side in (expr.left, expr.right))
 
 
 # ----- torch's own AMP calls (AO204, AO205) ---------------------------------------------------

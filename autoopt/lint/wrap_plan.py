@@ -28,7 +28,7 @@ The analysis starts from what training does, not from where things are written:
    `device="cpu"`. What the script already does itself turns the
    overlapping option off with a comment (its own autocast/GradScaler, torch.compile, DDP wrap);
    Accelerate, Lightning and Hogwild scripts are declined, so are scripts running another
-   mixed-precision system (`facts.other_precision_system`: apex amp, a half model, loss scaling
+   mixed-precision system (`precision.other_precision_system`: apex amp, a half model, loss scaling
    by hand), a model the loop trains through an object built from it before the optimizer, and
    anything the analysis cannot prove.
 """
@@ -42,8 +42,8 @@ from pathlib import Path
 import libcst as cst
 
 from autoopt.lint.device import device_facts
-from autoopt.lint.facts import other_precision_system
 from autoopt.lint.nodes import code_of
+from autoopt.lint.precision import other_precision_system
 from autoopt.lint.wrap_code import CodeBase, Func, SourceFile
 from autoopt.lint.wrap_tree import (
     NOT_PLACED,

@@ -1,4 +1,4 @@
-"""`facts.other_precision_system`: the reduced-precision schemes a script runs other than
+"""`precision.other_precision_system`: the reduced-precision schemes a script runs other than
 torch's autocast/GradScaler, which AO201 and `--wrap` leave alone."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import textwrap
 import libcst as cst
 import pytest
 
-from autoopt.lint.facts import other_precision_system
+from autoopt.lint.precision import other_precision_system
 
 
 def found(code: str) -> str | None:

@@ -16,7 +16,6 @@ from libcst.codemod.visitors import ImportItem
 from autoopt.lint.edits import block_statement
 from autoopt.lint.fixes.preconditions import double_backward
 from autoopt.lint.nodes import calls_in, code_of, method_name, names_in, nodes_of_type, walk
-from autoopt.lint.precision import other_precision_system
 from autoopt.lint.rule import Fix, Rule
 
 _BCE = {
@@ -87,10 +86,8 @@ class AutocastPlan:
     # ----- the plan ----------------------------------------------------------------------------
     def build(self) -> str | None:
         """Fill `self.edits`; return the reason to decline, or None."""
+        # (a script on another precision system never gets here: AO201 is silent there)
         module = self.facts.module
-        other = other_precision_system(module, self.facts.source)
-        if other is not None:  # a second loss scaler / casts fighting casts
-            return f"the script already trains in reduced precision: {other}"
         # -- things autocast/GradScaler cannot take
         scope = self.facts.enclosing_scope(self.loop)
         if any(method_name(c) == "numpy" for c in calls_in(scope)):
