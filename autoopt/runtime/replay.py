@@ -129,6 +129,6 @@ def _decisive(times: dict[str, list[float]]) -> bool:
 def _grad_of_sum(out: object, params: list[torch.Tensor]) -> None:
     losses = [t.float().sum() for t in tensors_in(out) if t.is_floating_point() and t.requires_grad]
     if losses and params:
-        # retain_graph: a graph the trial shares with the user's (a parameter used upstream of
-        # the call too) must survive for the user's own backward.
-        torch.autograd.grad(sum(losses), params, allow_unused=True, retain_graph=True)
+        # The trials' inputs are detached (`trials.trial_arguments`): this graph is the trial's
+        # own, freed here (a compiled backward refuses retain_graph with donated buffers).
+        torch.autograd.grad(sum(losses), params, allow_unused=True)
