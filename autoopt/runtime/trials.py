@@ -16,7 +16,8 @@ A pass that cannot know which of a few options is faster registers a `Choice` wi
   states, train/eval modes; each choice then puts its winner in force (the layout pass moves the
   optimizer state along with the parameters).
 
-Each option gets one untimed warm-up (a new layout or dtype builds its kernels at its first call)
+Times are read by `default_clock` (CPU time with one thread, else wall time). Each option gets
+one untimed warm-up (a new layout or dtype builds its kernels at its first call)
 and up to ROUNDS timed runs; the trials stop early once one option leads by DECISIVE. The report
 line of each choice says what was measured and what the trials cost in all. A trial that raises
 stops the trials: every choice keeps its default, and the real forward meets the error (the
@@ -43,8 +44,19 @@ from autoopt.runtime.replay import in_trial, time_forwards
 
 EXTRA = "trials"  # the key of the model's Trials in `Context.extras`
 ROUNDS = 2  # timed runs per option at most (after one warm-up each)
-# How the trials read the time; a test injects a fake clock here.
-CLOCK: Callable[[], float] = time.perf_counter
+
+
+def default_clock() -> float:
+    """The trials' clock. With one intra-op thread, this process's CPU time: on a machine shared
+    with other processes their load inflates wall times at random (4x on the project's 2-core
+    machine), not the CPU time of the work measured. With more threads, wall time: summed
+    thread times would favour an option that parallelizes worse."""
+    return time.process_time() if torch.get_num_threads() == 1 else time.perf_counter()
+
+
+# How the trials read the time (when a choice brings no clock of its own); a test injects a
+# fake clock here.
+CLOCK: Callable[[], float] = default_clock
 
 # Winners forced by name (`forced_winners`): the trials are not timed, so a test of a path that
 # depends on the outcome (resume, fallback) is deterministic.

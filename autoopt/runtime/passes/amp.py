@@ -24,7 +24,6 @@ pickles with them (an EMA copy computes with its own weights). A copy is not reg
 from __future__ import annotations
 
 import functools
-import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -36,7 +35,7 @@ from autoopt.runtime import hardware, loss_scaling, root_scaling
 from autoopt.runtime.batch import map_tensors
 from autoopt.runtime.context import Context, Forward, ForwardLayer, Stage, StepLayer
 from autoopt.runtime.report import PassResult, Report
-from autoopt.runtime.trials import Choice, trials_of
+from autoopt.runtime.trials import Choice, default_clock, trials_of
 from autoopt.runtime.user_amp import UserAmp, unwatch_grad_scalers, watch_grad_scalers
 
 NAME = "amp"
@@ -46,7 +45,7 @@ UNMEASURED_UNDER_TORCHRUN = (
     "not measured under torchrun (every rank must make the same choice); pass amp=False for fp32"
 )
 # How this pass's trials read the time (`trials.Choice.clock`); a test injects a fake clock here.
-CLOCK: Callable[[], float] = time.perf_counter
+CLOCK: Callable[[], float] = default_clock
 
 
 def _clock() -> float:

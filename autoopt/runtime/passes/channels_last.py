@@ -29,7 +29,6 @@ leaves parameters that later training can save for backward.
 from __future__ import annotations
 
 import functools
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -44,7 +43,7 @@ from autoopt.runtime.errors import error_summary
 from autoopt.runtime.passes import compile as compile_pass
 from autoopt.runtime.replay import Replay
 from autoopt.runtime.report import PassResult, Report
-from autoopt.runtime.trials import Choice, trials_of
+from autoopt.runtime.trials import Choice, default_clock, trials_of
 
 NAME = "channels_last"
 
@@ -70,7 +69,7 @@ def conv_share(model: nn.Module) -> float:
 
 
 # How this pass's trials read the time (`trials.Choice.clock`); a test injects a fake clock here.
-CLOCK: Callable[[], float] = time.perf_counter
+CLOCK: Callable[[], float] = default_clock
 
 
 def _clock() -> float:
