@@ -106,6 +106,11 @@ def run(ctx: Context) -> PassResult:
     device = ctx.device if ctx.device is not None else torch.device("cpu")
     compiled, _ = compile_pass.choose(ctx.options.compile, device)
     measure = ctx.options.channels_last == "auto" and device.type == "cpu" and compiled is None
+    if measure and ctx.dist is not None:
+        # Ranks timing apart could keep different layouts: DDP reduces gradients as flat
+        # buckets laid out like each rank's parameters, so every rank keeps the rule's choice.
+        measure = False
+        why += "; not measured under torchrun (every rank must make the same choice)"
     state = _State(ctx.model, ctx.report, ctx.optimizer)
     state.convert()
     if ctx.optimizer is not None:
