@@ -120,7 +120,14 @@ def zoo() -> list[ZooModel]:
             "t5",
             lambda: tf.T5ForConditionalGeneration(
                 tf.T5Config(
-                    vocab_size=1000, d_model=64, d_ff=128, d_kv=16, num_layers=2, num_heads=4
+                    vocab_size=1000,
+                    d_model=64,
+                    d_ff=128,
+                    d_kv=16,
+                    num_layers=2,
+                    num_heads=4,
+                    decoder_start_token_id=0,
+                    pad_token_id=0,
                 )
             ),
             _t5_batch,
