@@ -226,6 +226,7 @@ def test_the_layout_is_chosen_on_the_training_step_not_the_forward(
     assert model.features[0].weight.is_contiguous()
 
 
+@pytest.mark.slow  # compiles twice (bf16 and fp32)
 def test_amp_auto_is_measured_with_compile_on_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
     # Bug: compile=True turned bf16 on unmeasured (Llama 0.81x, T5 0.84x of eager).
     monkeypatch.setattr(hardware, "cpu_supports_bf16", lambda: True)
@@ -261,3 +262,25 @@ def test_under_torchrun_the_amp_line_says_bf16_was_not_measured(
                 undo()
         assert result.status.value == "applied"
         assert "not measured under torchrun" in result.detail, result.detail
+
+
+@pytest.mark.slow  # imports transformers
+def test_a_transformers_kv_cache_passed_in_grows_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Bug: the trials ran the forward on the user's DynamicCache, which grew on every trial.
+    tf = pytest.importorskip("transformers")
+    monkeypatch.setattr(hardware, "cpu_supports_bf16", lambda: True)
+    config = tf.GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=100, n_positions=64)
+    torch.manual_seed(0)
+    reference = tf.GPT2LMHeadModel(config)
+    model = autoopt.optimize(copy.deepcopy(reference), verbose=False)
+    ids = torch.randint(0, 100, (2, 8))
+    cache, ref_cache = tf.DynamicCache(), tf.DynamicCache()
+    torch.manual_seed(1)  # dropout: the same draws on both sides (the trials put RNG back)
+    out = model(input_ids=ids, past_key_values=cache, use_cache=True)
+    torch.manual_seed(1)
+    expected = reference(input_ids=ids, past_key_values=ref_cache, use_cache=True)
+    assert cache.get_seq_length() == ref_cache.get_seq_length() == 8
+    assert "first training step" in autoopt.report(model)["amp"].detail
+    bf16 = autoopt.report(model)["amp"].status.value == "applied"
+    tol = {"rtol": 5e-2, "atol": 5e-2} if bf16 else {"rtol": 1e-4, "atol": 1e-5}
+    torch.testing.assert_close(out.logits, expected.logits, **tol)
