@@ -2,6 +2,7 @@
 
     python -m benchmarks.model_zoo            # the whole zoo
     python -m benchmarks.model_zoo --quick    # three models, fewer blocks (a smoke run)
+    python -m benchmarks.model_zoo --models llama t5 --compile   # with compile=True as well
 
 Models: small-config, random-init Hugging Face `transformers` models (GPT-2, BERT, Llama, T5,
 ViT, ResNet, ConvNeXt, MobileNetV2; no downloads) and the repo's own CNN workload. Each model
@@ -169,6 +170,11 @@ CONFIGS: dict[str, dict[str, Any] | None] = {
     "amp=False": {"amp": False},
     "channels_last=False": {"channels_last": False},
 }
+# With --compile: compile=True with amp measured through it, and compile in fp32 for reference.
+COMPILE_CONFIGS: dict[str, dict[str, Any] | None] = {
+    "compile=True": {"compile": True},
+    "compile=True, amp=False": {"compile": True, "amp": False},
+}
 
 
 @dataclass
@@ -217,11 +223,13 @@ def _decisions(run: Run) -> str:
     return ", ".join(words)
 
 
-def bench_model(entry: ZooModel, blocks: int, steps: int) -> dict[str, Any]:
+def bench_model(
+    entry: ZooModel, blocks: int, steps: int, configs: dict[str, dict[str, Any] | None]
+) -> dict[str, Any]:
     """Every configuration of one model, interleaved; medians per configuration."""
     g = torch.Generator().manual_seed(SEED + 1)
     data = [entry.batch(g) for _ in range(4)]
-    runs = [_make(entry, name, options) for name, options in CONFIGS.items()]
+    runs = [_make(entry, name, options) for name, options in configs.items()]
     for run in runs:  # the first step alone: optimize()'s trials happen here
         start = time.perf_counter()
         _step(run, data[0])
@@ -292,6 +300,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models", nargs="*", help="model names to run (default: all)")
     parser.add_argument("--blocks", type=int, default=None, help="interleaved blocks")
     parser.add_argument("--steps", type=int, default=3, help="steps per block")
+    parser.add_argument(
+        "--compile", action="store_true", help="add compile=True configurations (slow)"
+    )
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
     parser.add_argument("--out", help="also write the Markdown table here")
     args = parser.parse_args(argv)
@@ -304,7 +315,8 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     for entry in entries:
         print(f"{entry.name} ...", file=sys.stderr, flush=True)
-        results.append(bench_model(entry, blocks, args.steps))
+        configs = {**CONFIGS, **(COMPILE_CONFIGS if args.compile else {})}
+        results.append(bench_model(entry, blocks, args.steps, configs))
     text = f"Machine: {machine()}\n\n{table(results)}\n"
     print(text)
     if args.out:

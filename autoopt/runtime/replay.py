@@ -86,7 +86,7 @@ def trial_forwards(module: nn.Module, backward: bool = False) -> Iterator[None]:
 
 
 # Trials stop early once the leader's median is this many times faster than every other's.
-DECISIVE = 1.25
+DECISIVE = 1.1
 
 
 def time_forwards(

@@ -284,3 +284,18 @@ def test_a_transformers_kv_cache_passed_in_grows_once(monkeypatch: pytest.Monkey
     bf16 = autoopt.report(model)["amp"].status.value == "applied"
     tol = {"rtol": 5e-2, "atol": 5e-2} if bf16 else {"rtol": 1e-4, "atol": 1e-5}
     torch.testing.assert_close(out.logits, expected.logits, **tol)
+
+
+def test_the_users_own_autocast_at_the_first_step_keeps_its_report_line(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(hardware, "cpu_supports_bf16", lambda: True)
+    torch.manual_seed(0)
+    reference = SmallCNN()
+    model = autoopt.optimize(copy.deepcopy(reference), verbose=False)
+    x, _ = cnn_data(8)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = model(x)
+        expected = reference(x)
+    assert "autocast was already active" in autoopt.report(model)["amp"].detail
+    torch.testing.assert_close(out, expected, rtol=2e-2, atol=2e-2)

@@ -206,7 +206,10 @@ class AmpChoice:
         self.layer.enabled = option == "bf16"
 
     def decided(self, winner: str, measured: str) -> None:
-        """`Choice.decided`: report what the trials kept."""
+        """`Choice.decided`: report what the trials kept (unless the user's own AMP took over
+        meanwhile: its stand-down line stays)."""
+        if self.layer.user_amp.reason is not None:
+            return
         if winner == "bf16":
             self.report.replace(PassResult.applied(NAME, f"{self.result.detail}; {measured}"))
             return
