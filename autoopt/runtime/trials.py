@@ -16,7 +16,9 @@ A pass that cannot know which of a few options is faster registers a `Choice` wi
   states, train/eval modes; each choice then puts its winner in force (the layout pass moves the
   optimizer state along with the parameters).
 
-Times are read by `default_clock` (CPU time with one thread, else wall time). Each option gets
+An option that changes nothing (the choice's `baseline`: fp32, the user's layout) stays unless
+another measures MARGIN faster: within the noise of a few steps a change does not pay. Times are
+read by `default_clock` (CPU time with one thread, else wall time). Each option gets
 one untimed warm-up (a new layout or dtype builds its kernels at its first call)
 and up to ROUNDS timed runs; the trials stop early once one option leads by DECISIVE. The report
 line of each choice says what was measured and what the trials cost in all. A trial that raises
@@ -44,6 +46,7 @@ from autoopt.runtime.replay import in_trial, time_forwards
 
 EXTRA = "trials"  # the key of the model's Trials in `Context.extras`
 ROUNDS = 2  # timed runs per option at most (after one warm-up each)
+MARGIN = 1.05  # how much faster than the baseline an option must measure to replace it
 
 
 def default_clock() -> float:
@@ -75,6 +78,9 @@ class Choice:
     decided: Callable[[str, str], None]
     # How this choice's trials read the time (a module-level function: the model pickles).
     clock: Callable[[], float] | None = None
+    # The option that changes nothing (fp32, the user's layout): it stays unless another is
+    # faster by MARGIN, since a change within the noise of a few timed steps does not pay.
+    baseline: str | None = None
 
 
 @dataclass
@@ -168,9 +174,20 @@ class Trials:
             times = time_forwards(self.model, fresh, ROUNDS, clock, known=known)
             for option, runs in times.items():
                 seen[config(option)] = runs
-            winners[choice.name] = timing.fastest(times)
+            winner = timing.fastest(times)
+            note = ""
+            base = choice.baseline
+            if (
+                base in times
+                and winner != base
+                and times[base]
+                and timing.median_ms(times[winner]) * MARGIN > timing.median_ms(times[base])
+            ):
+                winner = base
+                note = f"; {base} kept: no option measured {MARGIN - 1:.0%} faster"
+            winners[choice.name] = winner
             measured[choice.name] = (
-                f"forward and backward at the first training step: {timing.summary(times)}"
+                f"forward and backward at the first training step: {timing.summary(times)}{note}"
             )
 
 

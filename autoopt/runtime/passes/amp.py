@@ -92,7 +92,9 @@ def run(ctx: Context) -> PassResult:
                 "in fp32",
             )
             trial = AmpChoice(layer, ctx.report, result)
-            trials_of(ctx).add(Choice(NAME, ["bf16", "fp32"], trial.apply, trial.decided, _clock))
+            trials_of(ctx).add(
+                Choice(NAME, ["bf16", "fp32"], trial.apply, trial.decided, _clock, "fp32")
+            )
         return result
     scaler = loss_scaling.LossScaler(device, user_amp=users)
     root_scaling.register(ctx.model, scaler=scaler)

@@ -117,7 +117,14 @@ def run(ctx: Context) -> PassResult:
         optimizer_state.keep_state_contiguous(ctx.optimizer)
     if measure:  # registered before the guard: the guard (OUTER, later) wraps the trials
         trials_of(ctx).add(
-            Choice(NAME, ["channels_last", "contiguous"], state.apply, state.decided, _clock)
+            Choice(
+                NAME,
+                ["channels_last", "contiguous"],
+                state.apply,
+                state.decided,
+                _clock,
+                "contiguous",
+            )
         )
     ctx.forward_layers.append(ForwardLayer(NAME, Stage.INPUT, state.input_layer))
     ctx.forward_layers.append(ForwardLayer(NAME, Stage.OUTER, state.guard_layer))
