@@ -5,6 +5,7 @@ are put back first."""
 from __future__ import annotations
 
 import contextlib
+import statistics
 from collections.abc import Callable, Iterator
 
 import torch
@@ -15,9 +16,10 @@ from autoopt.runtime.memory import not_counted
 
 
 class Replay:
-    """A module's buffers and the RNG states, taken before a forward, to restore before rerun."""
+    """A module's buffers and the RNG states (and with `parameters`, its parameters' values),
+    taken before a forward, to restore before a rerun."""
 
-    def __init__(self, module: nn.Module) -> None:
+    def __init__(self, module: nn.Module, parameters: bool = False) -> None:
         # By owner and name: a later `module.to(memory_format=...)` may replace 4-D buffers.
         self.buffers = [
             (owner, name, buffer.clone())
@@ -25,16 +27,23 @@ class Replay:
             for name, buffer in owner._buffers.items()
             if buffer is not None
         ]
+        # A forward that writes its weights in place (rare) must not keep a trial's writes.
+        self.params = (
+            [(p, p._version, p.detach().clone()) for p in module.parameters()] if parameters else []
+        )
         self.cpu_rng = torch.get_rng_state()
         self.cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
 
     def restore(self) -> None:
-        """Put the buffers' values and the RNG states back as they were."""
+        """Put the buffers' (and parameters') values and the RNG states back as they were."""
         with torch.no_grad():
             for owner, name, saved in self.buffers:
                 live = owner._buffers.get(name)
                 if live is not None:
                     live.copy_(saved)
+            for param, version, saved in self.params:
+                if param._version != version:
+                    param.copy_(saved)
         torch.set_rng_state(self.cpu_rng)
         if self.cuda_rng is not None:
             torch.cuda.set_rng_state_all(self.cuda_rng)
@@ -51,18 +60,23 @@ def in_trial() -> bool:
 
 @contextlib.contextmanager
 def trial_forwards(module: nn.Module, backward: bool = False) -> Iterator[None]:
-    """Forwards run inside are trials: afterwards the buffers, RNG states and train/eval modes
-    are as they were before. Without `backward` they run in eval mode without gradients; with
-    it in the module's own mode, gradients on (see `time_forwards`). What the trials save for
-    backward is not counted by a memory measurement around them (`memory.not_counted`)."""
+    """Forwards run inside are trials: afterwards the parameters, buffers, RNG states and
+    train/eval modes are as they were before. Without `backward` they run in eval mode without
+    gradients; with it in the module's own mode, gradients on, outside inference mode (see
+    `time_forwards`). What the trials save for backward is not counted by a memory measurement
+    around them (`memory.not_counted`)."""
     global _open_trials
-    replay = Replay(module)
+    replay = Replay(module, parameters=True)
     modes = [(m, m.training) for m in module.modules()]
     if not backward:
         module.eval()
     _open_trials += 1
     try:
-        with torch.set_grad_enabled(backward), not_counted():
+        with (
+            torch.inference_mode(False),
+            torch.set_grad_enabled(backward),
+            not_counted(),
+        ):
             yield
     finally:
         _open_trials -= 1
@@ -71,19 +85,27 @@ def trial_forwards(module: nn.Module, backward: bool = False) -> Iterator[None]:
         replay.restore()
 
 
+# Trials stop early once the leader's median is this many times faster than every other's.
+DECISIVE = 1.1
+
+
 def time_forwards(
     module: nn.Module,
     candidates: dict[str, Callable[[], object]],
     rounds: int,
     clock: Callable[[], float],
-    backward: bool = False,
+    backward: bool = True,
+    known: dict[str, list[float]] | None = None,
 ) -> dict[str, list[float]]:
-    """Time each candidate forward of `module` as a trial (`trial_forwards`), in turns: one
-    untimed warm-up turn, then `rounds` timed ones. `backward`: each timing includes the
-    backward of the sum of the floating outputs, by `torch.autograd.grad`, so no `.grad` is
-    touched. Exceptions propagate."""
+    """Time each candidate training step of `module` as a trial (`trial_forwards`), in turns:
+    one untimed warm-up turn, then up to `rounds` timed ones (fewer once one candidate leads by
+    DECISIVE). `backward` (the default): each timing includes the backward of the sum of the
+    floating outputs, by `torch.autograd.grad`, so no `.grad` is touched. `known`: times of
+    other candidates measured before, compared with these. Exceptions propagate."""
     params = [p for p in module.parameters() if p.requires_grad]
-    times: dict[str, list[float]] = {name: [] for name in candidates}
+    times: dict[str, list[float]] = {**(known or {}), **{name: [] for name in candidates}}
+    if not candidates:
+        return times
     with trial_forwards(module, backward):
         for turn in range(1 + rounds):
             for name, run in candidates.items():
@@ -91,12 +113,22 @@ def time_forwards(
                 out = run()
                 if backward:
                     _grad_of_sum(out, params)
+                del out
                 if turn:
                     times[name].append(clock() - start)
+            if turn and _decisive(times):
+                break
     return times
+
+
+def _decisive(times: dict[str, list[float]]) -> bool:
+    medians = sorted(statistics.median(t) for t in times.values() if t)
+    return len(medians) < 2 or medians[1] >= DECISIVE * medians[0]
 
 
 def _grad_of_sum(out: object, params: list[torch.Tensor]) -> None:
     losses = [t.float().sum() for t in tensors_in(out) if t.is_floating_point() and t.requires_grad]
     if losses and params:
+        # The trials' inputs are detached (`trials.trial_arguments`): this graph is the trial's
+        # own, freed here (a compiled backward refuses retain_graph with donated buffers).
         torch.autograd.grad(sum(losses), params, allow_unused=True)

@@ -4,11 +4,13 @@
 CPU with AVX512-BF16/AMX; figures in docs/benchmarks/cpu.md), else fp16 on CUDA, else nothing:
 fp16 autocast on a CPU without native half math is slower than fp32. On CPU native bf16 is not
 enough: for a small model the casts cost more than the bf16 math saves (a 2-layer transformer
-LM here ran 0.8x of eager under bf16 autocast), so there "auto" times the first forward and its
-backward with and without autocast as trials (`replay.time_forwards`: gradients by
-`autograd.grad`, so no `.grad` changes; buffers and RNG put back) and keeps the faster. Not
-under DDP/FSDP (ranks could choose differently). A compiled forward is not measured (that would compile it
-twice more); `tune=True` measures the whole step.
+LM here ran 0.8x of eager under bf16 autocast), so there "auto" is a measured choice
+(`autoopt.runtime.trials`): bf16 and fp32 timed on the first training step (forward and
+backward), after the layout (in the layout the trials kept), and the faster stays. With
+`compile=True` the trials run through the compiled forward, so bf16 is measured *with* compile
+(one more compile: Llama and T5 were 0.81x/0.84x of eager compiled in bf16, where compile in fp32
+is faster than eager). Not measured under torchrun (DDP/FSDP: ranks could choose differently),
+and the report says so.
 Explicit "bf16"/"fp16" are honoured on any device autocast supports (fp16 on CPU is how the
 fp16 path is tested without a GPU). fp16 adds dynamic loss scaling at the root of every backward
 (`loss_scaling`, `root_scaling`). A loop with its own autocast or GradScaler makes both step aside
@@ -22,7 +24,6 @@ pickles with them (an EMA copy computes with its own weights). A copy is not reg
 from __future__ import annotations
 
 import functools
-import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -30,19 +31,25 @@ from typing import Any
 
 import torch
 
-from autoopt.runtime import hardware, loss_scaling, root_scaling, timing
+from autoopt.runtime import hardware, loss_scaling, root_scaling
 from autoopt.runtime.batch import map_tensors
 from autoopt.runtime.context import Context, Forward, ForwardLayer, Stage, StepLayer
-from autoopt.runtime.passes import compile as compile_pass
-from autoopt.runtime.replay import time_forwards
 from autoopt.runtime.report import PassResult, Report
+from autoopt.runtime.trials import Choice, default_clock, trials_of
 from autoopt.runtime.user_amp import UserAmp, unwatch_grad_scalers, watch_grad_scalers
 
 NAME = "amp"
 
 _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
-ROUNDS = 2  # timed trial forwards each way when measuring on CPU (after one warm-up each)
-CLOCK: Callable[[], float] = time.perf_counter
+UNMEASURED_UNDER_TORCHRUN = (
+    "not measured under torchrun (every rank must make the same choice); pass amp=False for fp32"
+)
+# How this pass's trials read the time (`trials.Choice.clock`); a test injects a fake clock here.
+CLOCK: Callable[[], float] = default_clock
+
+
+def _clock() -> float:
+    return CLOCK()
 
 
 def choose(
@@ -76,15 +83,18 @@ def run(ctx: Context) -> PassResult:
     name = "bf16" if dtype is torch.bfloat16 else "fp16"
     if dtype is not torch.float16:
         result = PassResult.applied(NAME, f"{name} autocast: {why}")
-        compiled, _ = compile_pass.choose(ctx.options.compile, device)
-        measure = ctx.options.amp == "auto" and device.type == "cpu" and ctx.dist is None
-        if measure and compiled is None:
+        if ctx.options.amp == "auto" and device.type == "cpu":
+            if ctx.dist is not None:
+                return PassResult.applied(NAME, f"{result.detail}; {UNMEASURED_UNDER_TORCHRUN}")
             result = PassResult.applied(
                 NAME,
-                f"{result.detail}; on CPU: kept only if measured faster than fp32 at the "
-                "first forward",
+                f"{result.detail}; on CPU: kept only if a training step measures faster than "
+                "in fp32",
             )
-            layer.trial = FirstForwardTrial(ctx.model, ctx.report, result)
+            trial = AmpChoice(layer, ctx.report, result)
+            trials_of(ctx).add(
+                Choice(NAME, ["bf16", "fp32"], trial.apply, trial.decided, _clock, "fp32")
+            )
         return result
     scaler = loss_scaling.LossScaler(device, user_amp=users)
     root_scaling.register(ctx.model, scaler=scaler)
@@ -116,10 +126,12 @@ def _under_fsdp(ctx: Context, dtype: torch.dtype, why: str) -> PassResult:
         warnings.warn(f"autoopt: {reason}", stacklevel=2)
         return PassResult.skipped(NAME, reason)
     ctx.amp_dtype = dtype
+    cpu_auto = ctx.options.amp == "auto" and (ctx.device is None or ctx.device.type == "cpu")
+    unmeasured = f"; {UNMEASURED_UNDER_TORCHRUN}" if cpu_auto else ""
     return PassResult.applied(
         NAME,
         f"bf16 through FSDP2's MixedPrecisionPolicy (bf16 compute, fp32 gradient reduction and "
-        f"outputs) instead of autocast: {why}",
+        f"outputs) instead of autocast: {why}{unmeasured}",
     )
 
 
@@ -152,8 +164,7 @@ class AutocastLayer:
     device_type: str
     dtype: torch.dtype
     user_amp: UserAmp
-    trial: FirstForwardTrial | None = None  # set: time the first forward both ways, keep faster
-    enabled: bool = True
+    enabled: bool = True  # False: fp32 measured faster (`AmpChoice`)
 
     def wrap(self, forward: Forward) -> Forward:
         """`ForwardLayer.wrap`: `forward` under this layer."""
@@ -166,9 +177,6 @@ class AutocastLayer:
             self.user_amp.stand_down("autocast was already active at the model's forward")
         if self.user_amp.reason is not None:
             return forward(*args, **kwargs)
-        if self.trial is not None:
-            trial, self.trial = self.trial, None
-            self.enabled = trial.decide(self, forward, args, kwargs)
         if not self.enabled:
             return forward(*args, **kwargs)
         return self.autocast(forward, *args, **kwargs)
@@ -186,40 +194,33 @@ class AutocastLayer:
 
 
 @dataclass
-class FirstForwardTrial:
-    """Whether bf16 autocast pays on this CPU for this model: forward and backward timed on the
-    first batch. (The forward alone misleads: a small LM's forward was faster in bf16 while its
-    training step was 0.75x of fp32's.)"""
+class AmpChoice:
+    """bf16 autocast or fp32, as a measured choice (`trials.Choice`). The forward alone
+    misleads: a small LM's forward was faster in bf16 while its training step was 0.75x of
+    fp32's; the trials time forward and backward."""
 
-    model: torch.nn.Module
+    layer: AutocastLayer
     report: Report
     result: PassResult  # the APPLIED entry, extended with what was measured
 
-    def decide(
-        self, layer: AutocastLayer, forward: Forward, args: tuple[Any, ...], kwargs: dict
-    ) -> bool:
-        """Time `forward` and its backward with and without autocast (trials) and report; True:
-        keep autocast.
-        A trial that raises keeps autocast: the real forward meets the error."""
-        candidates = {
-            "bf16": lambda: layer.autocast(forward, *args, **kwargs),
-            "fp32": lambda: forward(*args, **kwargs),
-        }
-        try:
-            times = time_forwards(self.model, candidates, ROUNDS, CLOCK, backward=True)
-        except Exception:  # noqa: BLE001
-            return True
-        measured = f"forward and backward on the first batch: {timing.summary(times)}"
-        if timing.fastest(times) == "bf16":
+    def apply(self, option: str) -> None:
+        """`Choice.apply`: autocast on for "bf16", off for "fp32"."""
+        self.layer.enabled = option == "bf16"
+
+    def decided(self, winner: str, measured: str) -> None:
+        """`Choice.decided`: report what the trials kept (unless the user's own AMP took over
+        meanwhile: its stand-down line stays)."""
+        if self.layer.user_amp.reason is not None:
+            return
+        if winner == "bf16":
             self.report.replace(PassResult.applied(NAME, f"{self.result.detail}; {measured}"))
-            return True
+            return
         self.report.replace(
             PassResult.skipped(
                 NAME,
                 f"fp32 is faster than bf16 autocast here ({measured}); pass amp='bf16' to force it",
             )
         )
-        return False
 
 
 @dataclass

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,11 +32,13 @@ from torch.utils._foreach_utils import _get_fused_kernels_supported_devices
 from autoopt.runtime import hardware, optimizer_state, timing
 from autoopt.runtime.context import Context, StepLayer
 from autoopt.runtime.report import PassResult, Report
+from autoopt.runtime.trials import default_clock
 
 NAME = "backends"
 
-# How the CPU step timing reads the time; a test injects a fake clock here.
-CLOCK: Callable[[], float] = time.perf_counter
+# How the CPU step timing reads the time (the trials' clock: CPU time with one intra-op
+# thread, else wall time); a test injects a fake clock here.
+CLOCK: Callable[[], float] = default_clock
 ROUNDS = 3  # timed steps each candidate step implementation gets, at most
 
 
@@ -176,7 +177,7 @@ class StepTiming:
     ours: dict[str, Any]  # the flags a loaded checkpoint gets (shared with the load hook)
     report: Report
     flags_note: str
-    clock: Callable[[], float] = time.perf_counter
+    clock: Callable[[], float] = default_clock
     times: dict[str, list[float]] = field(default_factory=dict)
     turns: list[str] = field(default_factory=list)  # who runs the next timed steps
     rounds_left: int = ROUNDS

@@ -7,24 +7,28 @@ images, so this undercounts convolutions); every other parameter is counted once
 applies each weight once per sample). The pass applies when Conv2d holds at least half of that
 estimate. A transformer or MLP (no Conv2d) is skipped; a CNN with a big classifier head passes.
 On CUDA that rule stands (NHWC is the layout cuDNN's convolutions prefer). On CPU whether NHWC
-pays depends on the machine and the dtype (with bf16 autocast on one CPU, not in fp32 on another;
-figures in docs/benchmarks/cpu.md), so "auto" measures it at the first forward: the forward runs
-on that batch without gradients in eval mode, in both layouts in turn (one warm-up and ROUNDS
-timed runs each), and the faster layout stays; buffers and RNG states are put back first, so the
-training is as if it had not run. A compiled forward is not measured (that would compile it
-twice more): the rule stands there, and `tune=True` measures the whole step.
+pays depends on the machine, the dtype and the model (with bf16 autocast on one CPU, not in fp32
+on another; DeepLabV3's eval forward is faster in NHWC, its training step slower; figures in
+docs/benchmarks/cpu.md), so "auto" is a measured choice (`autoopt.runtime.trials`): both layouts
+timed on the first training step (forward and backward), first of the measured choices, and the
+faster stays. A compiled forward is not measured (that would compile it twice more): the rule
+stands there, and `tune=True` measures the whole step.
 
-`module.to(memory_format=...)` swaps `param.data` and keeps Parameter identity. 4-D floating
-inputs are converted inside the forward (INPUT stage, inside the compiled region) and by the
-loader (a batch transform). A model that calls `x.view(n, -1)` after its convolutions fails on
-NHWC activations: when the first forward raises a RuntimeError, the model is converted back,
-inputs are no longer converted, the report says so, and the call is retried.
+Channels-last stays inside the model. `module.to(memory_format=...)` swaps `param.data` and keeps
+Parameter identity; 4-D floating inputs are converted at the model's boundary, inside the patched
+forward (INPUT stage, inside the compiled region, after the user's forward pre-hooks), never by
+the loader: user code sees the batches it would see without autoopt. The optimizer's state follows
+the parameters' layout whenever it changes (at optimize(), after the trials, on a fallback, on
+loading a checkpoint: `optimizer_state`). A model that calls `x.view(n, -1)` after its
+convolutions fails on NHWC activations: when the first forward raises a RuntimeError, the model
+is converted back, inputs are no longer converted, the report says so, and the call is retried.
+Layout changes happen outside inference mode, so a first call under `torch.inference_mode()`
+leaves parameters that later training can save for backward.
 """
 
 from __future__ import annotations
 
 import functools
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -32,21 +36,19 @@ import torch
 from torch import nn
 from torch.nn.parameter import is_lazy
 
-from autoopt.runtime import optimizer_state, timing
+from autoopt.runtime import optimizer_state
 from autoopt.runtime.batch import map_tensors
 from autoopt.runtime.context import Context, Forward, ForwardLayer, Stage
 from autoopt.runtime.errors import error_summary
 from autoopt.runtime.passes import compile as compile_pass
-from autoopt.runtime.replay import Replay, time_forwards
+from autoopt.runtime.replay import Replay
 from autoopt.runtime.report import PassResult, Report
+from autoopt.runtime.trials import Choice, default_clock, trials_of
 
 NAME = "channels_last"
 
 CONV_POSITIONS = 64  # output positions a Conv2d weight is assumed to be applied at
 MIN_CONV_SHARE = 0.5  # apply when Conv2d holds at least this share of the estimate
-ROUNDS = 2  # timed forwards per layout when measuring on CPU (after one warm-up each)
-# How the CPU measurement reads the time; a test injects a fake clock here.
-CLOCK: Callable[[], float] = time.perf_counter
 
 
 def conv_share(model: nn.Module) -> float:
@@ -64,6 +66,14 @@ def conv_share(model: nn.Module) -> float:
             other += param.numel()
     total = conv + other
     return conv / total if total else 0.0
+
+
+# How this pass's trials read the time (`trials.Choice.clock`); a test injects a fake clock here.
+CLOCK: Callable[[], float] = default_clock
+
+
+def _clock() -> float:
+    return CLOCK()
 
 
 def choose(option: str | bool, model: nn.Module) -> tuple[bool, str]:
@@ -96,16 +106,31 @@ def run(ctx: Context) -> PassResult:
     device = ctx.device if ctx.device is not None else torch.device("cpu")
     compiled, _ = compile_pass.choose(ctx.options.compile, device)
     measure = ctx.options.channels_last == "auto" and device.type == "cpu" and compiled is None
-    state = _State(ctx.model, ctx.report, measure=measure, clock=CLOCK)
+    if measure and ctx.dist is not None:
+        # Ranks timing apart could keep different layouts: DDP reduces gradients as flat
+        # buckets laid out like each rank's parameters, so every rank keeps the rule's choice.
+        measure = False
+        why += "; not measured under torchrun (every rank must make the same choice)"
+    state = _State(ctx.model, ctx.report, ctx.optimizer)
     state.convert()
     if ctx.optimizer is not None:
         optimizer_state.keep_state_contiguous(ctx.optimizer)
+    if measure:  # registered before the guard: the guard (OUTER, later) wraps the trials
+        trials_of(ctx).add(
+            Choice(
+                NAME,
+                ["channels_last", "contiguous"],
+                state.apply,
+                state.decided,
+                _clock,
+                "contiguous",
+            )
+        )
     ctx.forward_layers.append(ForwardLayer(NAME, Stage.INPUT, state.input_layer))
     ctx.forward_layers.append(ForwardLayer(NAME, Stage.OUTER, state.guard_layer))
-    ctx.batch_transforms.append(state.transform_batch)
     ctx.extras["channels_last"] = state
     if measure:
-        why += "; on CPU: kept only if measured faster than NCHW at the first forward"
+        why += "; on CPU: kept only if a training step measures faster than in NCHW"
     state.result = PassResult.applied(NAME, why)
     return state.result
 
@@ -114,49 +139,34 @@ class _State:
     """Whether channels-last is on, and the layers that convert inputs or fall back."""
 
     def __init__(
-        self,
-        model: nn.Module,
-        report: Report,
-        measure: bool = False,
-        clock: Callable[[], float] = time.perf_counter,
+        self, model: nn.Module, report: Report, optimizer: torch.optim.Optimizer | None = None
     ) -> None:
         self.model = model
         self.report = report
-        self.measure = measure  # time both layouts at the first forward, keep the faster
-        self.clock = clock
+        self.optimizer = optimizer  # its state follows the parameters' layout
         self.active = True
         self.verified = False  # a forward has succeeded: later errors are not ours
         self.result: PassResult | None = None  # the APPLIED entry, restored if blame was wrong
 
     def convert(self) -> None:
-        self.model.to(memory_format=torch.channels_last)
+        self.set_layout(True)
 
     def set_layout(self, channels_last: bool) -> None:
+        """Parameters, buffers and the optimizer's state in this layout; outside inference
+        mode (a layout set inside it would leave inference tensors no backward can save)."""
         self.active = channels_last
         fmt = torch.channels_last if channels_last else torch.contiguous_format
-        self.model.to(memory_format=fmt)
+        with torch.inference_mode(False), torch.no_grad():
+            self.model.to(memory_format=fmt)
+            if self.optimizer is not None:
+                optimizer_state.state_like_params(self.optimizer)
 
-    def choose_layout(self, forward: Forward, *args: Any, **kwargs: Any) -> None:
-        """Time the forward on this batch in both layouts (no gradients, eval mode) and keep the
-        faster; everything the runs changed (buffers, RNG states, train/eval) is put back."""
-        self.measure = False
+    def apply(self, option: str) -> None:
+        """`Choice.apply`: put the layout named `option` in force."""
+        self.set_layout(option == "channels_last")
 
-        def in_layout(channels_last: bool) -> Callable[[], Any]:
-            def run() -> Any:
-                self.set_layout(channels_last)
-                return forward(*args, **kwargs)
-
-            return run
-
-        candidates = {"channels_last": in_layout(True), "contiguous": in_layout(False)}
-        try:
-            times = time_forwards(self.model, candidates, ROUNDS, self.clock)
-        except Exception:  # noqa: BLE001 - the real forward below meets (and handles) it
-            self.set_layout(True)
-            return
-        winner = timing.fastest(times)
-        measured = f"measured at the first forward: {timing.summary(times)}"
-        self.set_layout(winner == "channels_last")
+    def decided(self, winner: str, measured: str) -> None:
+        """`Choice.decided`: report the layout the trials kept."""
         if winner == "channels_last":
             assert self.result is not None
             self.result = PassResult.applied(NAME, f"{self.result.detail}; {measured}")
@@ -165,28 +175,21 @@ class _State:
             self.report.replace(PassResult.skipped(NAME, f"NCHW is faster here ({measured})"))
 
     def fall_back(self, err: BaseException) -> None:
-        self.active = False
-        self.model.to(memory_format=torch.contiguous_format)
+        self.set_layout(False)
         message = f"first forward failed in channels_last: {error_summary(err)}"
         self.report.replace(PassResult.failed(NAME, message, "contiguous (NCHW) model and inputs"))
 
     def _to_format(self, t: torch.Tensor) -> torch.Tensor:
         if t.dim() != 4 or not t.is_floating_point():
             return t
-        if self.active:
-            return t.contiguous(memory_format=torch.channels_last)
-        # After a fallback, undo conversions the loader made before it (batches in flight).
-        return t if t.is_contiguous() else t.contiguous()
-
-    def transform_batch(self, batch: Any) -> Any:
-        """Loader-side conversion (runs before the batch reaches the forward)."""
-        return map_tensors(batch, self._to_format) if self.active else batch
+        return t.contiguous(memory_format=torch.channels_last)
 
     def input_layer(self, forward: Forward) -> Forward:
         return functools.partial(self.converted_forward, forward)
 
     def converted_forward(self, forward: Forward, *args: Any, **kwargs: Any) -> Any:
-        args, kwargs = map_tensors((args, kwargs), self._to_format)
+        if self.active:
+            args, kwargs = map_tensors((args, kwargs), self._to_format)
         return forward(*args, **kwargs)
 
     def guard_layer(self, forward: Forward) -> Forward:
@@ -195,8 +198,6 @@ class _State:
     def guarded_forward(self, forward: Forward, *args: Any, **kwargs: Any) -> Any:
         """Until a forward succeeded: on failure, undo its side effects (BatchNorm statistics,
         RNG draws) and rerun it in NCHW."""
-        if self.measure:
-            self.choose_layout(forward, *args, **kwargs)
         if self.verified or not self.active:
             return forward(*args, **kwargs)
         replay = Replay(self.model)
@@ -209,7 +210,6 @@ class _State:
                 out = forward(*args, **kwargs)
             except Exception:
                 # Fails in NCHW too: the error is not channels-last's. Restore and re-raise.
-                self.active = True
                 self.convert()
                 if self.result is not None:
                     self.report.replace(self.result)

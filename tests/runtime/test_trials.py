@@ -1,0 +1,335 @@
+"""The one trial mechanism (`autoopt.runtime.trials`): when the measured choices (layout, amp)
+are measured, on what, and that nothing of the trials is left behind. Each training run is
+compared with the same loop in plain torch."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+import autoopt
+from autoopt.runtime import hardware, replay
+from autoopt.runtime.context import Context, DistState
+from autoopt.runtime.options import Options
+from autoopt.runtime.passes import amp as amp_pass
+from autoopt.runtime.passes import channels_last as cl_pass
+from autoopt.runtime.trials import forced_winners
+
+from .models import SmallCNN, cnn_data
+
+CL = torch.channels_last
+
+pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="the trials run on CPU")
+
+
+def _eager_steps(model: nn.Module, opt: torch.optim.Optimizer, data, bf16: bool = False) -> None:
+    for x, y in data:
+        opt.zero_grad()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            out = model(x)
+        nn.functional.cross_entropy(out.float(), y).backward()
+        opt.step()
+
+
+def _close(model: nn.Module, reference: nn.Module, **tol: float) -> None:
+    for (name, mine), theirs in zip(
+        model.state_dict().items(), reference.state_dict().values(), strict=True
+    ):
+        torch.testing.assert_close(mine, theirs, msg=name, **tol)
+
+
+class Spy(SmallCNN):
+    """Records, at every forward, the mode, grad mode, inference mode, autocast, the layout of
+    its first weight and how many trials are open."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list[tuple[bool, bool, bool, bool, bool, int]] = []
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        w = self.features[0].weight
+        self.seen.append(
+            (
+                self.training,
+                torch.is_grad_enabled(),
+                torch.is_inference_mode_enabled(),
+                torch.is_autocast_enabled("cpu"),
+                not w.is_contiguous(),
+                replay._open_trials,
+            )
+        )
+        return super().forward(x)
+
+
+def test_a_first_call_under_inference_mode_defers_the_trials_and_training_matches_eager(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Bug: the layout trial converted the weights inside inference mode, and the first
+    # backward() failed "Inference tensors cannot be saved for backward".
+    monkeypatch.setattr(hardware, "cpu_supports_bf16", lambda: True)
+    torch.manual_seed(0)
+    reference = SmallCNN()
+    model = Spy()
+    model.load_state_dict(reference.state_dict())
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    ref_opt = torch.optim.SGD(reference.parameters(), lr=0.1, momentum=0.9)
+    model, opt = autoopt.optimize(model, optimizer=opt, amp=False, verbose=False)
+    x, y = cnn_data(32)
+    data = [(x[i : i + 8], y[i : i + 8]) for i in range(0, 32, 8)]
+    model.eval()
+    reference.eval()
+    with torch.inference_mode():
+        torch.testing.assert_close(model(x), reference(x), rtol=1e-4, atol=1e-5)
+    with torch.no_grad():
+        model(x)
+    model.train()
+    reference.train()
+    with forced_winners(channels_last="channels_last"):
+        _eager_steps(model, opt, data)
+    _eager_steps(reference, ref_opt, data)
+    _close(model, reference, rtol=1e-4, atol=1e-5)
+    assert all(not p.is_inference() for p in model.parameters())
+    # No trial ran under inference_mode / no_grad (nor in eval mode): the forced winners ran.
+    assert len(model.seen) == 2 + len(data)
+
+
+def test_the_trials_are_training_steps_never_nested_and_leave_no_trace(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Bugs: the layout trial ran an eval-mode forward without gradients; the amp trial fired
+    # nested inside it.
+    monkeypatch.setattr(hardware, "cpu_supports_bf16", lambda: True)
+    torch.manual_seed(0)
+    reference = SmallCNN()
+    model = Spy()
+    model.load_state_dict(reference.state_dict())
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    ref_opt = torch.optim.SGD(reference.parameters(), lr=0.1)
+    model, opt = autoopt.optimize(model, optimizer=opt, verbose=False)
+    x, y = cnn_data(16)
+    torch.manual_seed(1)
+    opt.zero_grad()
+    out = model(x)
+    trials = model.seen[:-1]
+    assert len(trials) >= 4  # both choices were timed
+    assert all(seen[:3] == (True, True, False) for seen in trials), trials
+    assert max(seen[5] for seen in trials) == 1  # one trial open at a time
+    assert {(seen[3], seen[4]) for seen in trials} >= {(True, True), (True, False)}
+    assert model.seen[-1][5] == 0  # the real forward is no trial
+    # Nothing of the trials is left: no .grad, BatchNorm statistics of one forward, RNG.
+    report = autoopt.report(model)
+    bf16 = report["amp"].status.value == "applied"
+    nhwc = model.features[0].weight.is_contiguous(memory_format=CL)
+    assert nhwc == (report["channels_last"].status.value == "applied")
+    assert "trials at the first training step took" in report["amp"].detail
+    torch.manual_seed(1)
+    ref_opt.zero_grad()
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        expected = reference(x).float()
+    tol = {"rtol": 2e-2, "atol": 2e-2} if bf16 else {"rtol": 1e-4, "atol": 1e-5}
+    torch.testing.assert_close(out, expected, **tol)
+    assert int(model.features[1].num_batches_tracked) == 1
+    assert all(p.grad is None for p in model.parameters())
+
+
+class Cache:
+    """Stands for a transformers `DynamicCache`: an object the forward grows."""
+
+    def __init__(self) -> None:
+        self.calls: list[int] = []
+
+
+class Cached(SmallCNN):
+    """Grows a cache passed in by the caller (as a transformers KV cache does) and nudges its
+    head's weight in place (as a forward that renormalizes its weights does)."""
+
+    def forward(self, x: torch.Tensor, cache: Cache) -> torch.Tensor:
+        cache.calls.append(len(cache.calls))
+        with torch.no_grad():
+            self.head.weight.mul_(0.99)
+        return super().forward(x)
+
+
+def test_the_trials_restore_arguments_caches_and_parameters(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(hardware, "cpu_supports_bf16", lambda: True)
+    torch.manual_seed(0)
+    reference = Cached()
+    model = copy.deepcopy(reference)
+    model = autoopt.optimize(model, verbose=False)
+    x, _ = cnn_data(8)
+    cache = Cache()
+    model(x, cache)
+    assert cache.calls == [0]  # the trials worked on copies
+    assert "first training step" in autoopt.report(model)["channels_last"].detail
+    reference(x, Cache())
+    torch.testing.assert_close(model.head.weight, reference.head.weight)  # nudged once
+
+
+class BackwardCost(torch.autograd.Function):
+    """Identity whose forward and backward advance a fake clock by a cost per layout."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, clock: FakeClock) -> torch.Tensor:  # type: ignore[override]
+        ctx.clock = clock
+        clock.charge("forward")
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):  # type: ignore[override]
+        ctx.clock.charge("backward")
+        return grad, None
+
+
+class FakeClock:
+    """NHWC: forward 1 ms, backward 10 ms; NCHW: forward 3 ms, backward 2 ms. The training
+    step is faster in NCHW, the forward alone in NHWC."""
+
+    COSTS = {(True, "forward"): 1.0, (True, "backward"): 10.0}
+    COSTS |= {(False, "forward"): 3.0, (False, "backward"): 2.0}
+
+    def __init__(self, weight: torch.Tensor) -> None:
+        self.weight = weight
+        self.now = 0.0
+
+    def charge(self, what: str) -> None:
+        self.now += self.COSTS[(not self.weight.is_contiguous(), what)] / 1000
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class CostlyBackward(SmallCNN):
+    def __init__(self) -> None:
+        super().__init__()
+        self.clock = FakeClock(self.features[0].weight)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return BackwardCost.apply(super().forward(x), self.clock)
+
+
+def test_the_layout_is_chosen_on_the_training_step_not_the_forward(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Bug: an eval forward was timed; DeepLabV3's forward was faster in NHWC, its step slower.
+    model = CostlyBackward()
+    monkeypatch.setattr(cl_pass, "CLOCK", model.clock)
+    model = autoopt.optimize(model, amp=False, verbose=False)
+    model(torch.randn(4, 3, 16, 16)).sum().backward()
+    result = autoopt.report(model)["channels_last"]
+    assert result.status.value == "skipped", result.detail
+    assert "channels_last 11 ms" in result.detail and "contiguous 5 ms" in result.detail
+    assert model.features[0].weight.is_contiguous()
+
+
+@pytest.mark.slow  # compiles twice (bf16 and fp32)
+def test_amp_auto_is_measured_with_compile_on_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Bug: compile=True turned bf16 on unmeasured (Llama 0.81x, T5 0.84x of eager).
+    monkeypatch.setattr(hardware, "cpu_supports_bf16", lambda: True)
+    monkeypatch.setattr(autoopt.runtime.passes.compile, "BACKEND", "aot_eager")
+    torch.manual_seed(0)
+    reference = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 4))
+    model = copy.deepcopy(reference)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    ref_opt = torch.optim.SGD(reference.parameters(), lr=0.1)
+    model, opt = autoopt.optimize(model, optimizer=opt, compile=True, verbose=False)
+    data = [(torch.randn(8, 16), torch.randint(0, 4, (8,))) for _ in range(3)]
+    _eager_steps(model, opt, data)
+    result = autoopt.report(model)["amp"]
+    assert "forward and backward at the first training step" in result.detail, result.detail
+    assert autoopt.report(model)["compile"].status.value == "applied"
+    bf16 = result.status.value == "applied"
+    _eager_steps(reference, ref_opt, data, bf16=bf16)
+    tol = {"rtol": 3e-2, "atol": 3e-2} if bf16 else {"rtol": 1e-4, "atol": 1e-5}
+    _close(model, reference, **tol)
+
+
+def test_under_torchrun_the_amp_line_says_bf16_was_not_measured(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(hardware, "cpu_supports_bf16", lambda: True)
+    for strategy in ("ddp", "fsdp"):
+        ctx = Context(Options(), SmallCNN(), None, None, device=torch.device("cpu"))
+        ctx.dist = DistState(rank=0, world_size=2, local_rank=0, backend="gloo", strategy=strategy)
+        try:
+            result = amp_pass.run(ctx)
+        finally:
+            for undo in reversed(ctx.undo):
+                undo()
+        assert result.status.value == "applied"
+        assert "not measured under torchrun" in result.detail, result.detail
+
+
+@pytest.mark.slow  # imports transformers
+def test_a_transformers_kv_cache_passed_in_grows_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Bug: the trials ran the forward on the user's DynamicCache, which grew on every trial.
+    tf = pytest.importorskip("transformers")
+    monkeypatch.setattr(hardware, "cpu_supports_bf16", lambda: True)
+    config = tf.GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=100, n_positions=64)
+    torch.manual_seed(0)
+    reference = tf.GPT2LMHeadModel(config)
+    model = autoopt.optimize(copy.deepcopy(reference), verbose=False)
+    ids = torch.randint(0, 100, (2, 8))
+    cache, ref_cache = tf.DynamicCache(), tf.DynamicCache()
+    torch.manual_seed(1)  # dropout: the same draws on both sides (the trials put RNG back)
+    out = model(input_ids=ids, past_key_values=cache, use_cache=True)
+    torch.manual_seed(1)
+    expected = reference(input_ids=ids, past_key_values=ref_cache, use_cache=True)
+    assert cache.get_seq_length() == ref_cache.get_seq_length() == 8
+    assert "first training step" in autoopt.report(model)["amp"].detail
+    bf16 = autoopt.report(model)["amp"].status.value == "applied"
+    tol = {"rtol": 5e-2, "atol": 5e-2} if bf16 else {"rtol": 1e-4, "atol": 1e-5}
+    torch.testing.assert_close(out.logits, expected.logits, **tol)
+
+
+def test_the_users_own_autocast_at_the_first_step_keeps_its_report_line(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(hardware, "cpu_supports_bf16", lambda: True)
+    torch.manual_seed(0)
+    reference = SmallCNN()
+    model = autoopt.optimize(copy.deepcopy(reference), verbose=False)
+    x, _ = cnn_data(8)
+    with (
+        torch.autocast("cpu", dtype=torch.bfloat16),
+        pytest.warns(UserWarning, match="autocast was already active"),
+    ):
+        out = model(x)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        expected = reference(x)
+    assert "autocast was already active" in autoopt.report(model)["amp"].detail
+    torch.testing.assert_close(out, expected, rtol=2e-2, atol=2e-2)
+
+
+class AutocastCost(nn.Module):
+    """A step costs `costs[autocast on]` on a fake clock."""
+
+    def __init__(self, costs: dict[bool, float]) -> None:
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+        self.costs = costs
+        self.now = 0.0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.now += self.costs[torch.is_autocast_enabled("cpu")]
+        return self.lin(x)
+
+
+@pytest.mark.parametrize(("bf16_cost", "kept"), [(0.98, "skipped"), (0.9, "applied")])
+def test_bf16_must_win_by_a_margin_to_replace_fp32(
+    monkeypatch: pytest.MonkeyPatch, bf16_cost: float, kept: str
+) -> None:
+    # Within the noise of a few timed steps a change does not pay (T5 ran 0.99x of eager when
+    # a trial kept bf16 for a 2% lead).
+    monkeypatch.setattr(hardware, "cpu_supports_bf16", lambda: True)
+    model = AutocastCost({True: bf16_cost, False: 1.0})
+    monkeypatch.setattr(amp_pass, "CLOCK", lambda: model.now)
+    model = autoopt.optimize(model, verbose=False)
+    model(torch.randn(4, 8)).sum().backward()
+    result = autoopt.report(model)["amp"]
+    assert result.status.value == kept, result.detail
+    assert ("fp32 kept" in result.detail) == (kept == "skipped")
