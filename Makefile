@@ -4,7 +4,8 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 # Override to pick another torch, e.g. `make test TORCH_CONSTRAINTS=/dev/null`.
 TORCH_CONSTRAINTS ?= constraints-cpu.txt
-PYTEST_ARGS ?=
+# Parallel by default (one worker per core); `make test PYTEST_ARGS="-n 0"` runs serially.
+PYTEST_ARGS ?= -n auto
 
 .PHONY: venv demo test lint format bench examples docs clean
 
