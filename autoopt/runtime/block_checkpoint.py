@@ -161,8 +161,7 @@ def is_kv_cache(obj: object) -> bool:
     """A transformers `Cache` (DynamicCache, EncoderDecoderCache, ...), told without importing
     transformers."""
     return any(
-        c.__name__ == "Cache" and c.__module__.startswith("transformers")
-        for c in type(obj).__mro__
+        c.__name__ == "Cache" and c.__module__.startswith("transformers") for c in type(obj).__mro__
     )
 
 

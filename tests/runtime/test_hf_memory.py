@@ -1,0 +1,74 @@
+"""memory_budget on transformers decoders (GPT-2, Llama, T5; tiny random configs) with the
+default use_cache=True and without it: the plan applies, and training gives the gradients of
+the same loop in eager and of transformers' own gradient checkpointing (issue 23)."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+
+import pytest
+import torch
+from torch import nn
+
+import autoopt
+from autoopt.runtime.memory import saved_tensor_bytes, state_memory
+from autoopt.runtime.report import Status
+from tests.runtime.hf_models import Recording, gpt2, hf_loss, llama, padded_batches, rel, t5, train
+
+pytest.importorskip("transformers")
+
+pytestmark = pytest.mark.slow
+
+
+def _budget(make: Callable[[bool], nn.Module], use_cache: bool, batch: dict) -> int:
+    """State + half of what the eager step saves: some blocks must be checkpointed."""
+    model = make(use_cache)
+    state = state_memory(model, Recording(model.parameters())).state
+    return state + saved_tensor_bytes(lambda: hf_loss(model, batch)) // 2
+
+
+@pytest.mark.parametrize("use_cache", [True, False])
+@pytest.mark.parametrize("make", [gpt2, llama, t5], ids=["gpt2", "llama", "t5"])
+def test_budget_plans_and_trains_as_eager_and_hf_checkpointing(
+    make: Callable[[bool], nn.Module], use_cache: bool
+) -> None:
+    batches = padded_batches(encoder_decoder=make is t5)
+    eager, _ = train(make(use_cache), batches, hf_loss)
+    hf_model = make(use_cache)
+    hf_model.activation_checkpointing_enable()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # transformers' own "use_cache=False" notice
+        hf_checkpointed, _ = train(hf_model, batches, hf_loss)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "could not measure the blocks"
+        got, model = train(
+            make(use_cache), batches, hf_loss, memory_budget=_budget(make, use_cache, batches[0])
+        )
+    result = autoopt.report(model)["checkpoint"]
+    assert result.status is Status.APPLIED, result.detail
+    assert ("without the KV cache" in result.detail) is use_cache
+    assert rel(got.grads, eager.grads) < 1e-5
+    assert rel(got.grads, hf_checkpointed.grads) < 1e-5
+
+
+def test_a_block_whose_cache_layer_is_filled_runs_plainly_and_exactly() -> None:
+    """A cache the user passes already holding states (a prefix): leaving it out of a
+    checkpointed block would change its output, so no block is checkpointed."""
+    from transformers import DynamicCache
+
+    batch = padded_batches()[0]
+    batch = {"input_ids": batch["input_ids"], "labels": batch["input_ids"]}
+    prefix = torch.randint(1, 64, (batch["input_ids"].shape[0], 4))
+
+    def with_prefix(model: nn.Module, b: dict) -> torch.Tensor:
+        cache = DynamicCache(config=model.config)
+        with torch.no_grad():
+            model(prefix, past_key_values=cache, use_cache=True)
+        return model(**b, past_key_values=cache, use_cache=True).loss
+
+    eager, _ = train(gpt2(), [batch], with_prefix)
+    budget = _budget(gpt2, True, batch)
+    got, model = train(gpt2(), [batch], with_prefix, memory_budget=budget)
+    assert autoopt.report(model)["checkpoint"].detail.startswith("no block:")
+    assert rel(got.grads, eager.grads) < 1e-5
