@@ -7,7 +7,7 @@
   plain-torch LM with `cross_entropy(ignore_index=-100)`, once under a budget where batches stay
   whole and once where they are split.
 
-Run: `.venv/bin/python benchmarks/hf_memory_cases.py` (CPU, about a minute). Each line prints the
+Run: `.venv/bin/python -m benchmarks.hf_memory_cases` (CPU, about a minute). Each line prints the
 case, what autoopt's report says, and the relative gradient difference to the plain loop.
 """
 
@@ -78,7 +78,9 @@ def accumulate_case(name: str, make: Callable[[], nn.Module], split: bool) -> No
         )
     line = autoopt.report(trained)["accumulate"].detail
     hint = "; warned" if any("accumulate" in str(w.message) for w in caught) else ""
-    print(f"{row} rel grad diff {rel(got.grads, want.grads):.2e}  {line[:90]}{hint}")
+    if "share of " in line:  # which normaliser the parts are weighted by
+        line = line[:40] + " ... weighted by " + line.split("share of ")[1].split(",")[0]
+    print(f"{row} rel grad diff {rel(got.grads, want.grads):.2e}  {line[:150]}{hint}")
 
 
 def main() -> None:

@@ -265,17 +265,21 @@ class Planner:
         finally:
             self.measuring = False
 
-    def saved_when_all_checkpointed(
-        self, forward: Forward, args: tuple[Any, ...], kwargs: dict[str, Any]
+    def saved_with_every_block(
+        self,
+        mode: Mode,
+        forward: Forward,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
     ) -> int:
-        """Bytes the forward saves with every block fully checkpointed: the least any plan
-        keeps. For `accumulate="auto"`, which sizes micro-batches before the plan is made (the
-        plan is then made for the micro-batch). `forward` may be the root's planning layer: it
-        runs through while this measures."""
+        """Bytes the forward saves with every block in `mode`: FULL gives the least any plan
+        keeps, PLAIN what eager keeps. For `accumulate="auto"`, which sizes micro-batches before
+        the plan is made (the plan is then made for the micro-batch). `forward` may be the
+        root's planning layer: it runs through while this measures."""
         modes = [state.mode for _, state in self.blocks]
         decided, self.decided = self.decided, True
         for _, state in self.blocks:
-            state.mode = Mode.FULL
+            state.mode = mode
         try:
             return measure_saved(self.root, forward, args, kwargs)
         finally:

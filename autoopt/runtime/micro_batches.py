@@ -34,6 +34,8 @@ measurement that fails, or no training forward on the probe part.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import math
 import warnings
 from collections.abc import Iterator
@@ -43,12 +45,22 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from autoopt.runtime.batch import any_tensor, batch_rows, map_tensors, split_rows
+from autoopt.runtime import loss_shares
+from autoopt.runtime.batch import any_tensor, batch_rows, map_tensors, split_rows, tensors_in
+from autoopt.runtime.block_checkpoint import Mode
 from autoopt.runtime.checkpoint_plan import PLANNER_ATTR, Planner, measure_saved
 from autoopt.runtime.context import DistState, Forward
 from autoopt.runtime.device_loader import LoaderProxy
 from autoopt.runtime.hardware import module_device
-from autoopt.runtime.memory import StepMemory, format_bytes, resident_bytes, resolve_budget
+from autoopt.runtime.loss_shares import Normaliser
+from autoopt.runtime.memory import (
+    StepMemory,
+    format_bytes,
+    record_plan,
+    resident_bytes,
+    resolve_budget,
+)
+from autoopt.runtime.replay import Replay
 from autoopt.runtime.report import PassResult, Report
 
 if TYPE_CHECKING:
@@ -56,10 +68,6 @@ if TYPE_CHECKING:
 
 NAME = "accumulate"
 PROBE_ROWS = 2  # rows of the first part, on which the decision is measured
-_ASSUMPTION = (
-    "each part's backward is seeded with its share of the batch, so gradients equal the full "
-    "batch's for a loss that is a mean over the batch's samples"
-)
 
 
 @dataclass(frozen=True)
@@ -138,13 +146,18 @@ class MicroBatcher:
         self.report = report
         self.dist = dist
         self.part_rows: int | None = None  # decided: the most rows of a micro-batch
-        self.probe: int | None = None  # rows of the probe part, while it is being trained on
+        self.probe: int | None = None  # rows of the probe out now (its training forward decides)
         self.rows = 0  # rows of the first batch
         self.stood_down = False
+        self.captures: list[dict[int, torch.Tensor]] = []  # output gradients, per probe forward
+        self.shares: Normaliser | None = None  # how parts are weighted, once split
+        self.matched: list[Normaliser] = []  # every normaliser the probes could not tell apart
+        self._warned_ambiguous = False
+        self._line = ""  # the report line of a split, before the normaliser is known
 
     @property
     def pending(self) -> bool:
-        """The probe part is out and nothing is decided yet."""
+        """The first probe is out and nothing is decided yet."""
         return self.probe is not None and self.part_rows is None and not self.stood_down
 
     def parts(self, batch: Any) -> Iterator[Any]:
@@ -173,38 +186,155 @@ class MicroBatcher:
         self.acc.part = None  # the backward is not seeded
         yield batch
 
-    def _split(self, batch: Any, rows: int, sizes: list[int]) -> Iterator[Any]:
-        if len(sizes) == 1:
+    def _split(self, batch: Any, rows: int, sizes: list[int], probes: int = 0) -> Iterator[Any]:
+        """`batch` in parts of `sizes` rows, each seeded with its share (after `probes` probes
+        of this cycle when it is the first batch)."""
+        if len(sizes) == 1 and not probes:
             yield from self._whole(batch)
             return
-        self.acc.begin_cycle(len(sizes))
-        for size, part in zip(sizes, split_rows(batch, sizes), strict=True):
-            self.acc.part = (size, rows)
+        shares = self._shares(batch, sizes)
+        # A part that counts nothing (all its labels ignored) carries none of the loss: its own
+        # loss would be 0/0, so it is left out, as the full batch leaves those rows out.
+        kept = [(size, share) for size, share in zip(sizes, shares, strict=True)]
+        parts = split_rows(batch, sizes)
+        if any(share[0] for _, share in kept):
+            parts = [p for p, (_, share) in zip(parts, kept, strict=True) if share[0]]
+            kept = [k for k in kept if k[1][0]]
+        if probes:
+            self.acc.steps = probes + len(parts)
+        else:
+            self.acc.begin_cycle(len(parts))
+        for (_, share), part in zip(kept, parts, strict=True):
+            self.acc.part = share
             yield part
 
+    def _shares(self, batch: Any, sizes: list[int]) -> list[tuple[int, int]]:
+        """Each part's seed; a warning (once) when the normalisers the first batch could not
+        tell apart weight this batch's parts differently."""
+        norm = self.shares if self.shares is not None else Normaliser("samples")
+        ambiguous = len(self.matched) > 1 and not self._warned_ambiguous
+        if ambiguous and not loss_shares.agree(self.matched, batch, sizes):
+            self._warned_ambiguous = True
+            names = ", ".join(n.describe() for n in self.matched)
+            warnings.warn(
+                "autoopt accumulate='auto': the first batch could not tell the loss's normaliser "
+                f"apart between {names}, which weight this batch's parts differently; its parts "
+                f"are weighted by {norm.describe()}",
+                stacklevel=4,
+            )
+        return norm.shares(batch, sizes)
+
     def _first(self, batch: Any, rows: int) -> Iterator[Any]:
-        """The probe part, the decision made at its forward, then the rest of the batch."""
+        """Probes (trained on with zero gradients, then undone), the decision made at the first
+        probe's forward, then the first batch itself, whole or in parts."""
         if rows == 1:
             self.stand_down("batches of 1 sample: nothing to split")
             yield from self._whole(batch)
             return
-        probe = min(PROBE_ROWS, rows - 1)
-        self.probe, self.rows = probe, rows
-        head, rest = split_rows(batch, [probe, rows - probe])
-        self.acc.begin_cycle(2)  # the probe is never the last part
-        self.acc.part = (probe, rows)
-        yield head
-        if self.pending:
-            self.stand_down("no training forward of the model ran on the first micro-batch")
-        self.probe = None
-        # Stood down: the rest in one part, still seeded with its share (exact).
-        sizes = (
-            [rows - probe] if self.part_rows is None else part_sizes(rows - probe, self.part_rows)
+        cands = loss_shares.candidates(batch, rows)
+        a, b = loss_shares.pick_pair(cands, batch, rows)
+        self.rows = rows
+        replay = Replay(self.root)  # the probes' RNG draws and buffer updates are undone
+        probes = 0
+        with _zero_parameter_gradients(self.root):
+            self.acc.begin_cycle(4)  # a probe is never the last part
+            self.acc.part = (1, 1)
+            for rows_of_probe in ([a, b], [a], [b]):
+                if probes == 1 and (self.stood_down or self.part_rows >= rows):
+                    break  # batches stay whole: no normaliser needed
+                self.probe = len(rows_of_probe)
+                probes += 1
+                yield _take_rows(batch, rows_of_probe)
+                if self.pending:
+                    self.stand_down("no training forward of the model ran on the probe")
+                if len(self.captures) != probes and not self.stood_down:
+                    self.stand_down("the loop did not run one training forward per micro-batch")
+            self.probe = None
+        if not self.stood_down and self.part_rows < rows:
+            self._choose_shares(cands, batch, a, b)
+        self.captures = []
+        replay.restore()
+        if self.stood_down or self.part_rows is None or self.part_rows >= rows:
+            sizes = [rows]
+        else:
+            sizes = part_sizes(rows, self.part_rows)
+        yield from self._split(batch, rows, sizes, probes=probes)
+
+    def _choose_shares(self, cands: list[Normaliser], batch: Any, a: int, b: int) -> None:
+        """Which normaliser the loss divides by, from the probes' output gradients; stands down
+        when none or several that weight the first batch differently reproduce them."""
+        pair, alone_a, alone_b = self.captures
+        keys = [k for k in pair if k in alone_a and k in alone_b]
+        reason = None
+        if not keys:
+            reason = "the loss's gradient reached no per-sample output of the model"
+            matched: list[Normaliser] = []
+        else:
+            ratio_a = loss_shares.fit_ratio(
+                torch.cat([pair[k][0].flatten() for k in keys]),
+                torch.cat([alone_a[k][0].flatten() for k in keys]),
+            )
+            ratio_b = loss_shares.fit_ratio(
+                torch.cat([pair[k][1].flatten() for k in keys]),
+                torch.cat([alone_b[k][0].flatten() for k in keys]),
+            )
+            measured = None if ratio_a is None or ratio_b is None else (ratio_a, ratio_b)
+            matched = [] if measured is None else loss_shares.matching(cands, batch, a, b, measured)
+            sizes = part_sizes(self.rows, self.part_rows or self.rows)
+            if not matched:
+                reason = (
+                    "the loss is not a sum over samples divided by the samples, the labelled "
+                    "tokens (entries != -100) or a mask's count (measured on two samples of "
+                    "the first batch), so no weighting of the parts rebuilds its gradient"
+                )
+            elif not loss_shares.agree(matched, batch, sizes):
+                names = ", ".join(n.describe() for n in matched)
+                reason = (
+                    f"the first batch cannot tell the loss's normaliser apart between {names}, "
+                    "which weight its parts differently"
+                )
+        if self.dist is not None:
+            reason = self._agree_reason(reason)
+        if reason is not None:
+            self.stand_down(reason)
+            return
+        self.matched = matched
+        self.shares = matched[0]
+        self.report.replace(
+            PassResult.applied(
+                NAME,
+                f"{self._line}; each part's backward is seeded with its share of "
+                f"{self.shares.describe()}, the normaliser the loss was measured to divide by "
+                "(gradients at the outputs of two samples alone and together), so gradients "
+                "equal the full batch's",
+            )
         )
-        self.acc.steps = 1 + len(sizes)
-        for size, part in zip(sizes, split_rows(rest, sizes), strict=True):
-            self.acc.part = (size, rows)
-            yield part
+
+    def _agree_reason(self, reason: str | None) -> str | None:
+        """Under DDP every rank stands down when one does (all yield as many parts)."""
+        device = module_device(self.root)
+        flag = torch.tensor([0 if reason is not None else 1], device=device)
+        torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MIN)
+        if reason is None and int(flag.item()) == 0:
+            return "another rank could not tell the loss's normaliser (see its warning)"
+        return reason
+
+    def run_probe(self, forward: Forward, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """The probe's forward, in eval mode (no dropout: the rows' outputs are the same alone
+        and in the pair); the gradients reaching its per-sample outputs are kept."""
+        modes = [(m, m.training) for m in self.root.modules()]
+        self.root.eval()
+        try:
+            out = forward(*args, **kwargs)
+        finally:
+            for m, training in modes:
+                m.training = training
+        capture: dict[int, torch.Tensor] = {}
+        self.captures.append(capture)
+        for i, t in enumerate(tensors_in(out)):
+            if t.requires_grad and t.is_floating_point() and t.dim() and t.shape[0] == self.probe:
+                t.register_hook(functools.partial(_keep_grad, capture, i))
+        return out
 
     def decide(self, forward: Forward, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         """Measure the forward on the probe's inputs at 1 and 2 rows and choose the parts."""
@@ -225,14 +355,15 @@ class MicroBatcher:
         planner: Planner | None = getattr(self.root, PLANNER_ATTR, None)
         planning = planner is not None and not planner.decided
 
-        def saved(rows: int) -> int:
+        def saved(rows: int, mode: Mode = Mode.FULL) -> int:
             a, k = with_rows((args, kwargs), probe, rows)
             if planner is not None and planning:
-                return planner.saved_when_all_checkpointed(forward, a, k)
+                return planner.saved_with_every_block(mode, forward, a, k)
             return measure_saved(self.root, forward, a, k)
 
         try:
             one, two = saved(1), saved(2)
+            eager = (saved(1, Mode.PLAIN), saved(2, Mode.PLAIN)) if planning else (one, two)
         except Exception as err:  # an op that cannot take 1 row, ...
             self.stand_down(f"could not measure the forward ({type(err).__name__}: {err})")
             return
@@ -242,7 +373,21 @@ class MicroBatcher:
         self.part_rows = choice.part_rows
         if planner is not None and planning:
             planner.decide(forward, *with_rows((args, kwargs), probe, choice.part_rows))
+        self._record_memory(choice, eager)
         self._record(choice, checkpointed=planner is not None and planning)
+
+    def _record_memory(self, choice: MicroBatchChoice, eager: tuple[int, int]) -> None:
+        """The report's memory section: before is the user's whole batch in eager (fit on 1
+        and 2 rows), after the largest micro-batch (with its checkpoint plan, when one was
+        made)."""
+        fit = choose_parts(choice.rows, 0, *eager, budget=0)
+        before = self.state.with_activations(fit.fixed + fit.per_row * choice.rows)
+        memory = self.report.memory
+        if memory is None:
+            part = self.state.with_activations(choice.fixed + choice.per_row * choice.part_rows)
+            record_plan(self.report, before, part, choice.budget)
+        else:
+            self.report.memory = replace(memory, before=before)
 
     def _agree(self, choice: MicroBatchChoice, device: torch.device) -> MicroBatchChoice:
         """Every rank splits as the one with the smallest parts: DDP all-reduces once per batch,
@@ -262,20 +407,21 @@ class MicroBatcher:
             self.report.replace(
                 PassResult.skipped(
                     NAME,
-                    f"auto: a batch of {choice.rows} samples fits, batches stay whole: "
-                    f"{choice.render()}, {measured}",
+                    f"auto: a batch of {choice.rows} samples fits, batches stay whole (after "
+                    f"a probe of 2 samples whose gradients are zeroed): {choice.render()}, "
+                    f"{measured}",
                 )
             )
             return
-        line = (
+        self._line = (
             f"auto: {choice.parts} micro-batches of <= {choice.part_rows} samples per batch of "
-            f"{choice.rows} (fewer for a smaller last batch; the first batch starts with a "
-            f"probe of {self.probe}): {choice.render()}, {measured}; optimizer.step(), "
-            f"zero_grad() and LR schedulers act once per batch; {_ASSUMPTION}"
+            f"{choice.rows} (fewer for a smaller last batch; the first batch is probed first on "
+            f"2 samples, then on each alone, their gradients zeroed): {choice.render()}, "
+            f"{measured}; optimizer.step(), zero_grad() and LR schedulers act once per batch"
         )
         if self.dist is not None:
-            line += "; DDP all-reduces on the last micro-batch only"
-        self.report.replace(PassResult.applied(NAME, line))
+            self._line += "; DDP all-reduces on the last micro-batch only"
+        self.report.replace(PassResult.applied(NAME, self._line))
 
     def stand_down(self, reason: str) -> None:
         """Keep batches whole from now on, with a warning and the reason in the report."""
@@ -309,6 +455,43 @@ def with_rows(obj: Any, rows: int, wanted: int) -> Any:
     return map_tensors(obj, resize)
 
 
+def _take_rows(batch: Any, rows: list[int]) -> Any:
+    """The rows `rows` of every tensor of `batch` (copies, in that order)."""
+    index = torch.tensor(rows)
+    return map_tensors(batch, lambda t: t[index.to(t.device)])
+
+
+def _keep_grad(capture: dict[int, torch.Tensor], key: int, grad: torch.Tensor) -> None:
+    capture[key] = grad.detach().clone()
+
+
+@contextlib.contextmanager
+def _zero_parameter_gradients(root: nn.Module) -> Iterator[None]:
+    """Backward passes inside leave every parameter's `.grad` exactly as it was: the gradient
+    reaching a parameter is replaced by zeros (added in place, values unchanged), and a `.grad`
+    that was None is put back to None once the zeros land."""
+    fresh: set[int] = set()
+
+    def zeros(p: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
+        if p.grad is None:
+            fresh.add(id(p))
+        return torch.zeros_like(grad)
+
+    def unset(p: torch.Tensor) -> None:
+        if id(p) in fresh:
+            fresh.discard(id(p))
+            p.grad = None
+
+    params = [p for p in root.parameters() if p.requires_grad]
+    handles = [p.register_hook(functools.partial(zeros, p)) for p in params]
+    handles += [p.register_post_accumulate_grad_hook(unset) for p in params]
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
 class DecideOnFirstForward:
     """The root's forward layer: decide at the training forward on the probe part."""
 
@@ -318,9 +501,13 @@ class DecideOnFirstForward:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         batcher = self.batcher
-        if batcher.pending and torch.is_grad_enabled() and batcher.root.training:
+        if batcher.probe is None or not (torch.is_grad_enabled() and batcher.root.training):
+            return self.forward(*args, **kwargs)
+        if batcher.pending:
             batcher.decide(self.forward, args, kwargs)
-        return self.forward(*args, **kwargs)
+        if batcher.stood_down:
+            return self.forward(*args, **kwargs)
+        return batcher.run_probe(self.forward, args, kwargs)
 
 
 class MicroBatchLoader(LoaderProxy):
