@@ -117,12 +117,12 @@ def predicted(norm: Normaliser, batch: Any, a: int, b: int) -> tuple[float, floa
 
 
 def pick_pair(cands: list[Normaliser], batch: Any, rows: int) -> tuple[int, int]:
-    """Two rows that tell the most candidates apart (distinct predicted ratios), rows that
-    count something for every candidate first."""
+    """Two neighbouring rows (the probe is then a view of the batch, as its parts are) that
+    tell the most candidates apart (distinct predicted ratios), rows that count something for
+    every candidate first."""
     best, best_score = (0, 1), (-1, -1.0)
-    limit = min(rows, _PAIR_ROWS)
-    for a in range(limit):
-        for b in range(a + 1, limit):
+    for a in range(min(rows, _PAIR_ROWS) - 1):
+        for b in (a + 1,):
             ratios = [predicted(c, batch, a, b) for c in cands]
             known = [r for r in ratios if r is not None]
             distinct = len({(round(r[0], 4), round(r[1], 4)) for r in known})

@@ -239,12 +239,12 @@ class MicroBatcher:
         with _zero_parameter_gradients(self.root):
             self.acc.begin_cycle(4)  # a probe is never the last part
             self.acc.part = (1, 1)
-            for rows_of_probe in ([a, b], [a], [b]):
+            for start, size in ((a, 2), (a, 1), (b, 1)):
                 if probes == 1 and (self.stood_down or self.part_rows >= rows):
                     break  # batches stay whole: no normaliser needed
-                self.probe = len(rows_of_probe)
+                self.probe = size
                 probes += 1
-                yield _take_rows(batch, rows_of_probe)
+                yield split_rows(batch, [start, size])[1]
                 if self.pending:
                     self.stand_down("no training forward of the model ran on the probe")
                 if len(self.captures) != probes and not self.stood_down:
@@ -453,12 +453,6 @@ def with_rows(obj: Any, rows: int, wanted: int) -> Any:
         return t[torch.arange(wanted, device=t.device) % rows]
 
     return map_tensors(obj, resize)
-
-
-def _take_rows(batch: Any, rows: list[int]) -> Any:
-    """The rows `rows` of every tensor of `batch` (copies, in that order)."""
-    index = torch.tensor(rows)
-    return map_tensors(batch, lambda t: t[index.to(t.device)])
 
 
 def _keep_grad(capture: dict[int, torch.Tensor], key: int, grad: torch.Tensor) -> None:
