@@ -319,3 +319,17 @@ def test_ddp_two_processes_equal_one_process_on_the_global_batch(tmp_path: Path)
         opt.step()
     for name, value in model.state_dict().items():
         torch.testing.assert_close(torch.tensor(r0["final"][name]), value, atol=1e-6, rtol=1e-5)
+
+
+def test_probe_backward_leaves_every_grad_as_it_was() -> None:
+    """A probe's backward adds nothing: a `.grad` that was None stays None (eager's first
+    backward creates it), one that held values keeps them."""
+    from autoopt.runtime.micro_batches import _zero_parameter_gradients
+
+    model = _net()
+    first, last = model[0], model[3]
+    last.weight.grad = torch.ones_like(last.weight)
+    with _zero_parameter_gradients(model):
+        model(torch.randn(4, 8)).sum().backward()
+    assert first.weight.grad is None and first.bias.grad is None
+    assert torch.equal(last.weight.grad, torch.ones_like(last.weight))

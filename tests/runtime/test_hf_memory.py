@@ -72,3 +72,16 @@ def test_a_block_whose_cache_layer_is_filled_runs_plainly_and_exactly() -> None:
     got, model = train(gpt2(), [batch], with_prefix, memory_budget=budget)
     assert autoopt.report(model)["checkpoint"].detail.startswith("no block:")
     assert rel(got.grads, eager.grads) < 1e-5
+
+
+def test_explain_memory_takes_a_dict_batch_as_keyword_arguments() -> None:
+    """transformers models take `model(**batch)`: explain_memory plans on it as training does."""
+    batch = padded_batches()[0]
+    budget = _budget(gpt2, True, batch)
+    explained = autoopt.explain_memory(gpt2(), batch, memory_budget=budget, amp=False)
+    assert [b.name for b in explained.blocks] == [f"transformer.h.{i}" for i in range(4)]
+    assert any(b.mode.value != "plain" for b in explained.blocks)
+    assert explained.memory.after.total <= budget < explained.memory.before.total
+    eager = saved_tensor_bytes(lambda: gpt2()(**batch).loss)
+    # The forward's saved bytes, the labels' loss inside it included (the data counted apart).
+    assert explained.memory.before.activations == pytest.approx(eager, rel=0.1)
