@@ -62,7 +62,7 @@ def budget_case(name: str, make: Callable[[bool], nn.Module], use_cache: bool) -
 
 
 def accumulate_case(name: str, make: Callable[[], nn.Module], split: bool) -> None:
-    batches = padded_batches()
+    batches = padded_batches(encoder_decoder=name == "t5")
     loss_of = lm_loss if name == "torch-lm" else hf_loss
     want, _ = train(make(), batches, loss_of)
     model = make()
@@ -88,8 +88,9 @@ def main() -> None:
         for use_cache in (True, False):
             budget_case(name, make, use_cache)
     for name, make_lm in (
-        ("gpt2", lambda: gpt2(False)),
-        ("llama", lambda: llama(False)),
+        ("gpt2", gpt2),
+        ("llama", llama),
+        ("t5", t5),
         ("torch-lm", tiny_lm),
     ):
         for split in (False, True):

@@ -4,32 +4,41 @@ near-equal micro-batches that fit, and one optimizer step covers one batch.
 
 How, on the first batch (no extra pass over the data):
 
-1. `MicroBatchLoader` yields the first 2 rows of the first batch alone (1 for a batch of 2): the
-   probe part.
-2. At the training forward on it, `DecideOnFirstForward` (outside compile) measures the bytes the
-   forward saves for backward on its inputs cut or repeated to 1 and 2 rows, with every block of
-   a `checkpoint="auto"` stack checkpointed (`Planner.saved_when_all_checkpointed`), else as it
-   runs: saved(n) = fixed + per_row * n. `choose_parts` (pure) takes the fewest parts whose
-   largest part fits the budget next to the parameters, gradients and optimizer state. Under DDP
-   the ranks agree on the smallest part size. The checkpoint plan is then made for a micro-batch
-   (the fewest blocks that fit it), not for the probe.
-3. The loader yields the rest of the first batch and every later batch in near-equal parts of at
-   most that many rows (an uneven last batch too). For each batch it sets the `Accumulator`'s
-   cycle to its number of parts and each part's share (rows / batch rows) as the seed of its
-   backward: the shares of mean-reduced part losses add up to the full batch's mean gradient.
-   `optimizer.step()`, `zero_grad()` and LR schedulers act once per batch (`passes.accumulate`);
-   DDP all-reduces in the last part's backward only.
-
-Assumed, and said in the report: the loss is a mean over the batch's samples (mean-reduced
-`cross_entropy`, `mse_loss`, ...; per-token means with equal lengths too). A sum, or a mean over
-a count that differs between samples (padding-masked tokens), is not what the shares rebuild;
-autoopt does not see the loss and cannot check it.
+1. `MicroBatchLoader` first yields 2 neighbouring rows of the first batch as a probe. Every probe
+   trains with its parameters' gradients zeroed (`.grad` is left exactly as it was) and its
+   forward in eval mode (no dropout); the RNG states and buffers it changed are put back before
+   the batch itself comes (`Replay`), so the probes leave no trace on the first step.
+2. At the training forward of the first probe, `DecideOnFirstForward` (outside compile) measures
+   the bytes the forward saves for backward on its inputs cut or repeated to 1 and 2 rows, with
+   every block of a `checkpoint="auto"` stack checkpointed (`Planner.saved_with_every_block`),
+   else as it runs: saved(n) = fixed + per_row * n. `choose_parts` (pure) takes the fewest parts
+   whose largest part fits the budget next to the parameters, gradients and optimizer state.
+   Under DDP the ranks agree on the smallest part size. The checkpoint plan is then made for a
+   micro-batch (the fewest blocks that fit it), not for the probe. The report's memory section
+   shows the user's whole batch in eager (the same fit, measured with blocks plain) before, the
+   micro-batch after.
+3. Batches that fit whole stay whole: the first batch comes whole, unperturbed.
+4. Split batches: each part's backward is seeded with its share of the loss's normaliser, so the
+   parts rebuild the full batch's gradient (`autoopt.runtime.loss_shares`): the samples (a
+   per-sample mean), a sum, or a count of labelled tokens (`labels != -100`, shifted by one for
+   causal LMs as HF shifts inside the model; `cross_entropy(..., ignore_index=-100)`). Which one
+   the loss divides by is measured: the two probe rows are trained on alone too, and the ratio of
+   the gradients reaching the model's per-sample outputs, alone and together, is what each
+   normaliser predicts for one of them only. None, or several weighting the first batch
+   differently: it stands down. A part that counts no token is left out (its loss is 0/0; the
+   full batch leaves those rows out). The loader then yields the first batch and every later
+   batch in near-equal parts of at most the chosen rows; `optimizer.step()`, `zero_grad()` and
+   LR schedulers act once per batch (`passes.accumulate`); DDP all-reduces in the last part's
+   backward only.
 
 Stands down (a warning and a report line; batches whole, the loop as without autoopt) where it
 cannot keep the loop's semantics: BatchNorm (batch statistics depend on the micro-batch size),
 no budget (None, or "auto" off CUDA), no loader or optimizer, FSDP2, a first batch it cannot split
 (anything but tensors with one first dimension, and None), model inputs without that dimension, a
-measurement that fails, or no training forward on the probe part.
+measurement that fails, no training forward on the probe, a loss whose normaliser it cannot
+measure or rebuild (one that mixes rows, or divides by something it does not count).
+A parameter the probes reach and the batch does not keeps its `.grad` as it was too; a probe's
+loss is what the loop logs for that iteration.
 """
 
 from __future__ import annotations
@@ -110,13 +119,18 @@ def choose_parts(
     """The fewest near-equal parts of a batch of `rows` whose largest fits `budget`, from the
     saved bytes measured on 1 and 2 rows (fit: fixed + per_row * n, both clamped at 0, which
     only overestimates). One row per part when even that does not fit."""
-    per_row = max(saved_two - saved_one, 0)
-    fixed = max(saved_one - per_row, 0)
+    fixed, per_row = saved_fit(saved_one, saved_two)
     room = budget - state - fixed
     # Rows that fit in one part: all of them, else as many as the room allows (at least 1).
     fitting = rows if per_row == 0 or room >= per_row * rows else max(1, room // per_row)
     parts = math.ceil(rows / fitting)
     return MicroBatchChoice(rows, parts, math.ceil(rows / parts), state, fixed, per_row, budget)
+
+
+def saved_fit(saved_one: int, saved_two: int) -> tuple[int, int]:
+    """(fixed, per_row) bytes from the saved bytes on 1 and 2 rows, both clamped at 0."""
+    per_row = max(saved_two - saved_one, 0)
+    return max(saved_one - per_row, 0), per_row
 
 
 def part_sizes(rows: int, part_rows: int) -> list[int]:
@@ -380,8 +394,8 @@ class MicroBatcher:
         """The report's memory section: before is the user's whole batch in eager (fit on 1
         and 2 rows), after the largest micro-batch (with its checkpoint plan, when one was
         made)."""
-        fit = choose_parts(choice.rows, 0, *eager, budget=0)
-        before = self.state.with_activations(fit.fixed + fit.per_row * choice.rows)
+        fixed, per_row = saved_fit(*eager)
+        before = self.state.with_activations(fixed + per_row * choice.rows)
         memory = self.report.memory
         if memory is None:
             part = self.state.with_activations(choice.fixed + choice.per_row * choice.part_rows)

@@ -78,6 +78,24 @@ def test_split_batches_weight_parts_by_their_labelled_tokens(
     assert rel(got.grads, want.grads) < 1e-5
 
 
+def _per_sample_mean_loss(model: nn.Module, batch: dict[str, Any]) -> torch.Tensor:
+    """Each row's token mean, then the mean over rows: the normaliser is the samples."""
+    labels = batch["labels"][:, 1:]
+    ce = F.cross_entropy(
+        model(batch["input_ids"])[:, :-1].transpose(1, 2),
+        labels,
+        ignore_index=-100,
+        reduction="none",
+    )
+    return (ce.sum(1) / (labels != -100).sum(1)).mean()
+
+
+def test_a_per_sample_mean_weights_parts_by_their_samples() -> None:
+    want, got, model = _auto(tiny_lm, _per_sample_mean_loss, split=True)
+    assert "its share of the samples, the normaliser" in autoopt.report(model)["accumulate"].detail
+    assert rel(got.grads, want.grads) < 1e-5
+
+
 def _max_token_loss(model: nn.Module, batch: dict[str, Any]) -> torch.Tensor:
     """A loss normalised by the batch's longest row: no count of a part rebuilds it."""
     labels = batch["labels"][:, 1:]
