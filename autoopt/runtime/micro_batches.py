@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import itertools
 import math
 import warnings
 from collections.abc import Iterator
@@ -163,7 +164,7 @@ class MicroBatcher:
         self.probe: int | None = None  # rows of the probe out now (its training forward decides)
         self.rows = 0  # rows of the first batch
         self.stood_down = False
-        self.captures: list[dict[int, torch.Tensor]] = []  # output gradients, per probe forward
+        self.captures: list[dict[Any, torch.Tensor]] = []  # projected gradients, per probe
         self.shares: Normaliser | None = None  # how parts are weighted, once split
         self.matched: list[Normaliser] = []  # every normaliser the probes could not tell apart
         self._warned_ambiguous = False
@@ -335,19 +336,34 @@ class MicroBatcher:
 
     def run_probe(self, forward: Forward, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """The probe's forward, in eval mode (no dropout: the rows' outputs are the same alone
-        and in the pair); the gradients reaching its per-sample outputs are kept."""
+        and in the pair). The gradients reaching each per-sample tensor it outputs, and each its
+        modules output (the loss may be computed from an inner one: HF computes it from logits
+        before autocast's outputs are cast), are kept per row, projected (`_projected`)."""
+        capture: dict[Any, torch.Tensor] = {}
+        self.captures.append(capture)
+        calls = itertools.count()
+
+        def keep(key: Any, out: Any) -> None:
+            for i, t in enumerate(tensors_in(out)):
+                per_row = t.dim() and t.shape[0] == self.probe and t.is_floating_point()
+                if per_row and t.requires_grad:
+                    row = t[0].numel()
+                    t.register_hook(functools.partial(_keep_grad, capture, (key, i, row)))
+
         modes = [(m, m.training) for m in self.root.modules()]
+        handles = [
+            m.register_forward_hook(lambda _m, _i, out: keep(next(calls), out))
+            for m in self.root.modules()
+        ]
         self.root.eval()
         try:
             out = forward(*args, **kwargs)
         finally:
+            for handle in handles:
+                handle.remove()
             for m, training in modes:
                 m.training = training
-        capture: dict[int, torch.Tensor] = {}
-        self.captures.append(capture)
-        for i, t in enumerate(tensors_in(out)):
-            if t.requires_grad and t.is_floating_point() and t.dim() and t.shape[0] == self.probe:
-                t.register_hook(functools.partial(_keep_grad, capture, i))
+        keep("output", out)
         return out
 
     def decide(self, forward: Forward, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
@@ -469,8 +485,20 @@ def with_rows(obj: Any, rows: int, wanted: int) -> Any:
     return map_tensors(obj, resize)
 
 
-def _keep_grad(capture: dict[int, torch.Tensor], key: int, grad: torch.Tensor) -> None:
-    capture[key] = grad.detach().clone()
+def _keep_grad(capture: dict[Any, torch.Tensor], key: Any, grad: torch.Tensor) -> None:
+    capture[key] = _projected(grad)
+
+
+_PROJECTIONS = 4  # numbers kept per row of each captured gradient
+
+
+def _projected(grad: torch.Tensor) -> torch.Tensor:
+    """Each row of `grad` as its sum and a few fixed cosine projections (float64, CPU): a row
+    alone and in the pair give proportional projections exactly when the gradients are."""
+    flat = grad.detach().reshape(grad.shape[0], -1).double()
+    index = torch.arange(flat.shape[1], dtype=torch.float64, device=flat.device)
+    basis = torch.stack([torch.cos(index * j * 0.6180339887) for j in range(_PROJECTIONS)], 1)
+    return (flat @ basis).cpu()
 
 
 @contextlib.contextmanager

@@ -126,7 +126,7 @@ def train(
     opt = Recording(model.parameters())
     loader: Any = batches
     if options:
-        model, loader, opt = autoopt.optimize(model, batches, opt, **OFF, **options)
+        model, loader, opt = autoopt.optimize(model, batches, opt, **{**OFF, **options})
     model.train()
     for batch in loader:
         opt.zero_grad()

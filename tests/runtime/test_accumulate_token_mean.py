@@ -129,3 +129,26 @@ def test_memory_before_is_the_users_batch_not_a_micro_batch() -> None:
     eager = saved_tensor_bytes(lambda: tiny_lm()(batch["input_ids"]))
     assert memory.before.activations == eager
     assert memory.after.activations < eager / 3
+
+
+@pytest.mark.slow
+def test_under_bf16_the_normaliser_is_measured_inside_the_model() -> None:
+    """Under autocast HF computes the loss from bf16 logits inside the model; the logits it
+    returns are cast copies no gradient reaches, so the probes read the gradients at its modules'
+    outputs. Compared with the same loop under torch.autocast (bf16 rounding: the fp32 loop is
+    4e-3 away from it)."""
+
+    def autocast_loss(model: nn.Module, batch: dict[str, Any]) -> torch.Tensor:
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return hf_loss(model, batch)
+
+    batches = padded_batches()
+    want, _ = train(gpt2(), batches, autocast_loss)
+    model = gpt2()
+    state = state_memory(model, Recording(model.parameters())).state
+    budget = state + saved_tensor_bytes(lambda: hf_loss(gpt2(), batches[0])) // 3
+    opts = {"amp": "bf16", "accumulate": "auto", "checkpoint": False, "memory_budget": budget}
+    got, model = train(model, batches, hf_loss, **opts)
+    detail = autoopt.report(model)["accumulate"].detail
+    assert "its share of the entries of batch['labels'][:, 1:] != -100" in detail
+    assert rel(got.grads, want.grads) < 1e-2
