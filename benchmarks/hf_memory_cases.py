@@ -83,6 +83,23 @@ def accumulate_case(name: str, make: Callable[[], nn.Module], split: bool) -> No
     print(f"{row} rel grad diff {rel(got.grads, want.grads):.2e}  {line[:150]}{hint}")
 
 
+def combined_case(name: str, make: Callable[[], nn.Module]) -> None:
+    """Default config (use_cache=True), checkpoint="auto" and accumulate="auto" under a budget
+    that needs both."""
+    batches = padded_batches(encoder_decoder=name == "t5")
+    want, _ = train(make(), batches, hf_loss)
+    model = make()
+    state = state_memory(model, Recording(model.parameters())).state
+    budget = state + activations(make(), batches[0], hf_loss) // 25
+    got, trained = train(model, batches, hf_loss, accumulate="auto", memory_budget=budget)
+    report = autoopt.report(trained)
+    parts = report["accumulate"].detail.split(" (")[0]
+    print(
+        f"both     {name:<6} rel grad diff {rel(got.grads, want.grads):.2e}  "
+        f"checkpoint {report['checkpoint'].status.value}, {parts}"
+    )
+
+
 def main() -> None:
     for name, make in (("gpt2", gpt2), ("llama", llama), ("t5", t5)):
         for use_cache in (True, False):
@@ -95,6 +112,8 @@ def main() -> None:
     ):
         for split in (False, True):
             accumulate_case(name, make_lm, split)
+    for name, make in (("gpt2", gpt2), ("llama", llama), ("t5", t5)):
+        combined_case(name, make)
 
 
 if __name__ == "__main__":

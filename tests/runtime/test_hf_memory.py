@@ -85,3 +85,22 @@ def test_explain_memory_takes_a_dict_batch_as_keyword_arguments() -> None:
     eager = saved_tensor_bytes(lambda: gpt2()(**batch).loss)
     # The forward's saved bytes, the labels' loss inside it included (the data counted apart).
     assert explained.memory.before.activations == pytest.approx(eager, rel=0.1)
+
+
+def test_checkpointing_and_micro_batches_together_on_a_default_gpt2() -> None:
+    """use_cache=True (the default), a budget that needs checkpointing and micro-batches: both
+    apply, the gradients are the full batch's, the memory section's before is the whole batch."""
+    batches = padded_batches()
+    eager, _ = train(gpt2(), batches, hf_loss)
+    model = gpt2()
+    state = state_memory(model, Recording(model.parameters())).state
+    whole = saved_tensor_bytes(lambda: hf_loss(gpt2(), batches[0]))
+    got, model = train(
+        model, batches, hf_loss, accumulate="auto", memory_budget=state + whole // 25
+    )
+    report = autoopt.report(model)
+    assert report["checkpoint"].status is Status.APPLIED
+    assert "micro-batches of <= 4 samples per batch of 8" in report["accumulate"].detail
+    assert rel(got.grads, eager.grads) < 1e-5
+    assert report.memory is not None
+    assert report.memory.before.activations == pytest.approx(whole, rel=0.1)
