@@ -152,3 +152,26 @@ def test_under_bf16_the_normaliser_is_measured_inside_the_model() -> None:
     detail = autoopt.report(model)["accumulate"].detail
     assert "its share of the entries of batch['labels'][:, 1:] != -100" in detail
     assert rel(got.grads, want.grads) < 1e-2
+
+
+def test_a_part_whose_labels_are_all_ignored_is_left_out() -> None:
+    """Its own loss would be 0/0 (NaN in every gradient); the full batch leaves its rows out."""
+    batches = padded_batches()
+    for batch in batches:
+        batch["labels"][6:] = -100  # the last part of 2 rows: all padding, nothing to learn
+        batch["attention_mask"][6:] = 0
+    want, _ = train(tiny_lm(), batches, lm_loss)
+    model = tiny_lm()
+    state = state_memory(model, Recording(model.parameters())).state
+    budget = state + saved_tensor_bytes(lambda: lm_loss(tiny_lm(), batches[0])) // 3
+    rows: list[int] = []
+
+    def counting_loss(model: nn.Module, batch: dict[str, Any]) -> torch.Tensor:
+        rows.append(len(batch["labels"]))
+        return lm_loss(model, batch)
+
+    got, _ = train(
+        model, batches, counting_loss, accumulate="auto", checkpoint=False, memory_budget=budget
+    )
+    assert rows == [2, 1, 1] + [2, 2, 2] * 2  # probes, then 3 of the 4 parts of each batch
+    assert rel(got.grads, want.grads) < 1e-5
