@@ -208,19 +208,16 @@ class MicroBatcher:
         if len(sizes) == 1 and not probes:
             yield from self._whole(batch)
             return
-        shares = self._shares(batch, sizes)
+        parts = list(zip(self._shares(batch, sizes), split_rows(batch, sizes), strict=True))
         # A part that counts nothing (all its labels ignored) carries none of the loss: its own
         # loss would be 0/0, so it is left out, as the full batch leaves those rows out.
-        kept = [(size, share) for size, share in zip(sizes, shares, strict=True)]
-        parts = split_rows(batch, sizes)
-        if any(share[0] for _, share in kept):
-            parts = [p for p, (_, share) in zip(parts, kept, strict=True) if share[0]]
-            kept = [k for k in kept if k[1][0]]
+        if any(share[0] for share, _ in parts):
+            parts = [(share, part) for share, part in parts if share[0]]
         if probes:
             self.acc.steps = probes + len(parts)
         else:
             self.acc.begin_cycle(len(parts))
-        for (_, share), part in zip(kept, parts, strict=True):
+        for share, part in parts:
             self.acc.part = share
             yield part
 
