@@ -4,6 +4,7 @@ the same loop in eager and of transformers' own gradient checkpointing (issue 23
 
 from __future__ import annotations
 
+import copy
 import warnings
 from collections.abc import Callable
 
@@ -104,3 +105,22 @@ def test_checkpointing_and_micro_batches_together_on_a_default_gpt2() -> None:
     assert rel(got.grads, eager.grads) < 1e-5
     assert report.memory is not None
     assert report.memory.before.activations == pytest.approx(whole, rel=0.1)
+
+
+def test_a_checkpointed_block_given_a_filled_cache_runs_plainly_with_a_warning() -> None:
+    """Made checkpointed on an empty cache, later given one that holds a prefix at its layer:
+    that step it runs plainly (leaving the cache out would change its output)."""
+    from transformers import DynamicCache
+
+    from autoopt.runtime.block_checkpoint import Mode, run_block
+
+    model = gpt2()
+    block = model.transformer.h[0]
+    x = torch.randn(2, 5, 32, requires_grad=True)
+    cache = DynamicCache(config=model.config)
+    cache.update(torch.randn(2, 2, 3, 16), torch.randn(2, 2, 3, 16), 0)
+    want = block(x, copy.deepcopy(cache), use_cache=True)
+    with pytest.warns(UserWarning, match="already holds states at its layer"):
+        got = run_block(block.forward, block, Mode.FULL, (x, cache), {"use_cache": True})
+    torch.testing.assert_close(got, want)
+    assert cache.get_seq_length(0) == 8  # written once, as the plain block does
