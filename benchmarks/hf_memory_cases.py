@@ -1,11 +1,14 @@
 """Issue 23's memory cases on real model code, each against the same loop in plain torch:
 
 * `memory_budget` on tiny GPT-2, Llama and T5 (transformers, random init, no downloads) with
-  `use_cache` on and off: does a plan apply, and how far is the first step's gradient from
-  eager's (relative norm)?
-* `accumulate="auto"` with uneven padding (labels -100): GPT-2 and Llama with HF `labels`, and a
-  plain-torch LM with `cross_entropy(ignore_index=-100)`, once under a budget where batches stay
-  whole and once where they are split.
+  `use_cache` on and off: does a plan apply, and how far are the gradients from eager's?
+* `accumulate="auto"` with uneven padding (labels -100): GPT-2, Llama and T5 with HF `labels`,
+  and a plain-torch LM with `cross_entropy(ignore_index=-100)`, once under a budget where batches
+  stay whole and once where they are split.
+* Both together on the default configs (use_cache=True).
+
+Gradient differences are relative norms |g - g_eager| / |g_eager|, the worst optimizer step.
+Results: docs/benchmarks/hf-memory.md.
 
 Run: `.venv/bin/python -m benchmarks.hf_memory_cases` (CPU, about a minute). Each line prints the
 case, what autoopt's report says, and the relative gradient difference to the plain loop.
@@ -37,6 +40,7 @@ from tests.runtime.hf_models import (
 
 
 def activations(model: nn.Module, batch: Any, loss_of: Callable[..., torch.Tensor]) -> int:
+    """What one eager step on `batch` saves for backward."""
     return saved_tensor_bytes(lambda: loss_of(model, batch))
 
 

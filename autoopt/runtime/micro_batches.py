@@ -253,7 +253,7 @@ class MicroBatcher:
             self.acc.begin_cycle(4)  # a probe is never the last part
             self.acc.part = (1, 1)
             for start, size in ((a, 2), (a, 1), (b, 1)):
-                if probes == 1 and (self.stood_down or self.part_rows >= rows):
+                if probes and not self._splits(rows):
                     break  # batches stay whole: no normaliser needed
                 self.probe = size
                 probes += 1
@@ -263,15 +263,16 @@ class MicroBatcher:
                 if len(self.captures) != probes and not self.stood_down:
                     self.stand_down("the loop did not run one training forward per micro-batch")
             self.probe = None
-        if not self.stood_down and self.part_rows < rows:
+        if self._splits(rows):
             self._choose_shares(cands, batch, a, b)
         self.captures = []
         replay.restore()
-        if self.stood_down or self.part_rows is None or self.part_rows >= rows:
-            sizes = [rows]
-        else:
-            sizes = part_sizes(rows, self.part_rows)
+        sizes = part_sizes(rows, self.part_rows) if self._splits(rows) else [rows]
         yield from self._split(batch, rows, sizes, probes=probes)
+
+    def _splits(self, rows: int) -> bool:
+        """Whether a batch of `rows` is split as decided so far."""
+        return not self.stood_down and self.part_rows is not None and self.part_rows < rows
 
     def _choose_shares(self, cands: list[Normaliser], batch: Any, a: int, b: int) -> None:
         """Which normaliser the loss divides by, from the probes' output gradients; stands down
