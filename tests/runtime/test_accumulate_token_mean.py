@@ -59,7 +59,6 @@ def test_whole_batches_leave_the_first_batch_unperturbed() -> None:
     assert rel(got.grads, want.grads) == 0.0
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize(
     ("make", "loss_of"),
     [(tiny_lm, lm_loss), (lambda: gpt2(False), hf_loss), (lambda: llama(False), hf_loss)],
@@ -131,7 +130,6 @@ def test_memory_before_is_the_users_batch_not_a_micro_batch() -> None:
     assert memory.after.activations < eager / 3
 
 
-@pytest.mark.slow
 def test_under_bf16_the_normaliser_is_measured_inside_the_model() -> None:
     """Under autocast HF computes the loss from bf16 logits inside the model; the logits it
     returns are cast copies no gradient reaches, so the probes read the gradients at its modules'

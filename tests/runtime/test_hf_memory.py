@@ -19,9 +19,6 @@ from tests.runtime.hf_models import Recording, gpt2, hf_loss, llama, padded_batc
 
 pytest.importorskip("transformers")
 
-pytestmark = pytest.mark.slow
-
-
 def _budget(make: Callable[[bool], nn.Module], use_cache: bool, batch: dict) -> int:
     """State + half of what the eager step saves: some blocks must be checkpointed."""
     model = make(use_cache)
@@ -53,7 +50,7 @@ def test_budget_plans_and_trains_as_eager_and_hf_checkpointing(
     assert rel(got.grads, hf_checkpointed.grads) < 1e-5
 
 
-def test_a_block_whose_cache_layer_is_filled_runs_plainly_and_exactly() -> None:
+def test_a_filled_user_cache_keeps_its_blocks_plain_and_exact() -> None:
     """A cache the user passes already holding states (a prefix): leaving it out of a
     checkpointed block would change its output, so no block is checkpointed."""
     from transformers import DynamicCache
