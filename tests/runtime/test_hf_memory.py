@@ -19,6 +19,7 @@ from tests.runtime.hf_models import Recording, gpt2, hf_loss, llama, padded_batc
 
 pytest.importorskip("transformers")
 
+
 def _budget(make: Callable[[bool], nn.Module], use_cache: bool, batch: dict) -> int:
     """State + half of what the eager step saves: some blocks must be checkpointed."""
     model = make(use_cache)
