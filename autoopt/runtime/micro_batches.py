@@ -540,8 +540,8 @@ class DecideOnFirstForward:
             return self.forward(*args, **kwargs)
         if batcher.pending:
             batcher.decide(self.forward, args, kwargs)
-        if batcher.stood_down:
-            return self.forward(*args, **kwargs)
+        # In eval mode even when it stood down: a checkpoint plan is then made at the first
+        # batch's forward, not on the probe's rows.
         return batcher.run_probe(self.forward, args, kwargs)
 
 
