@@ -75,10 +75,9 @@ class Normaliser:
 def candidates(batch: Any, rows: int) -> list[Normaliser]:
     """The normalisers this batch offers: samples, a sum, then the entries != -100 of each
     integer tensor with a sequence dimension, then the ones of each 0/1 tensor (a mask), each
-    whole and from the second position; without repeats (two that weight every row alike are
-    one, the first kept: a tensor without -100 weighs its rows as the samples do)."""
+    whole and from the second position. Ones that weigh this batch's rows alike are all kept:
+    a later batch may tell them apart (padding that only it has)."""
     found = [Normaliser("samples"), Normaliser("sum")]
-    seen = [_proportions(found[0].per_row(batch))]
     counted = [
         (path, t)
         for path, t in _named_tensors(batch)
@@ -88,20 +87,8 @@ def candidates(batch: Any, rows: int) -> list[Normaliser]:
         for path, t in counted:
             if kind == "mask" and not bool(((t == 0) | (t == 1)).all()):
                 continue
-            for shift in (0, 1):
-                cand = Normaliser(kind, path, shift)
-                share = _proportions(cand.per_row(batch))
-                if share is not None and not any(torch.allclose(share, s) for s in seen):
-                    found.append(cand)
-                    seen.append(share)
+            found += [Normaliser(kind, path, shift) for shift in (0, 1)]
     return found
-
-
-def _proportions(counts: torch.Tensor | None) -> torch.Tensor | None:
-    """Each row's share of the batch's count (None when nothing is counted)."""
-    if counts is None or float(counts.sum()) == 0:
-        return None
-    return counts / counts.sum()
 
 
 def predicted(norm: Normaliser, batch: Any, a: int, b: int) -> tuple[float, float] | None:

@@ -49,7 +49,7 @@ import functools
 import itertools
 import math
 import warnings
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -168,7 +168,6 @@ class MicroBatcher:
         self.captures: list[dict[Any, torch.Tensor]] = []  # projected gradients, per probe
         self.shares: Normaliser | None = None  # how parts are weighted, once split
         self.matched: list[Normaliser] = []  # every normaliser the probes could not tell apart
-        self._warned_ambiguous = False
         self._line = ""  # the report line of a split, before the normaliser is known
 
     @property
@@ -195,7 +194,32 @@ class MicroBatcher:
         elif self.part_rows is None:
             yield from self._first(batch, rows)
         else:
-            yield from self._split(batch, rows, part_sizes(rows, self.part_rows))
+            yield from self._later(batch, rows, part_sizes(rows, self.part_rows))
+
+    def _later(self, batch: Any, rows: int, sizes: list[int]) -> Iterator[Any]:
+        """A batch after the first: in parts; probed again first when the normalisers the
+        probes so far could not tell apart weight its parts differently."""
+        if len(sizes) == 1 or not self._undecided(batch, sizes):
+            yield from self._split(batch, rows, sizes)
+            return
+        cands = self.matched
+        a, b = loss_shares.pick_pair(cands, batch, rows)
+        probes = yield from self._probes(batch, a, b, first=False)
+        if not self.stood_down:
+            self._choose_shares(cands, batch, a, b, sizes)
+        self.captures = []
+        sizes = sizes if not self.stood_down else [rows]
+        yield from self._split(batch, rows, sizes, probes=probes)
+
+    def _undecided(self, batch: Any, sizes: list[int]) -> bool:
+        """Whether the normalisers still matched weight this batch's parts differently (under
+        DDP: on some rank, so that every rank probes again)."""
+        undecided = len(self.matched) > 1 and not loss_shares.agree(self.matched, batch, sizes)
+        if self.dist is None:
+            return undecided
+        flag = torch.tensor([int(undecided)], device=module_device(self.root))
+        torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX)
+        return bool(flag.item())
 
     def _whole(self, batch: Any) -> Iterator[Any]:
         self.acc.begin_cycle(1)
@@ -222,19 +246,9 @@ class MicroBatcher:
             yield part
 
     def _shares(self, batch: Any, sizes: list[int]) -> list[tuple[int, int]]:
-        """Each part's seed; a warning (once) when the normalisers the first batch could not
-        tell apart weight this batch's parts differently."""
+        """Each part's seed: its share of the normaliser the probes found (the samples before
+        any)."""
         norm = self.shares if self.shares is not None else Normaliser("samples")
-        ambiguous = len(self.matched) > 1 and not self._warned_ambiguous
-        if ambiguous and not loss_shares.agree(self.matched, batch, sizes):
-            self._warned_ambiguous = True
-            names = ", ".join(n.describe() for n in self.matched)
-            warnings.warn(
-                "autoopt accumulate='auto': the first batch could not tell the loss's normaliser "
-                f"apart between {names}, which weight this batch's parts differently; its parts "
-                f"are weighted by {norm.describe()}",
-                stacklevel=4,
-            )
         return norm.shares(batch, sizes)
 
     def _first(self, batch: Any, rows: int) -> Iterator[Any]:
@@ -247,13 +261,26 @@ class MicroBatcher:
         cands = loss_shares.candidates(batch, rows)
         a, b = loss_shares.pick_pair(cands, batch, rows)
         self.rows = rows
-        replay = Replay(self.root)  # the probes' RNG draws and buffer updates are undone
+        probes = yield from self._probes(batch, a, b, first=True)
+        sizes = part_sizes(rows, self.part_rows) if self._splits(rows) else [rows]
+        if self._splits(rows):
+            self._choose_shares(cands, batch, a, b, sizes)
+        self.captures = []
+        sizes = sizes if self._splits(rows) else [rows]
+        yield from self._split(batch, rows, sizes, probes=probes)
+
+    def _probes(self, batch: Any, a: int, b: int, first: bool) -> Generator[Any, None, int]:
+        """Yield rows a and b (= a + 1) of `batch` together, then each alone, with their
+        gradients zeroed and their RNG draws and buffer updates undone afterwards; the number
+        yielded. On the first batch the pair's forward decides the parts, and the single rows
+        follow only when batches are split."""
+        replay = Replay(self.root)
         probes = 0
         with _zero_parameter_gradients(self.root):
             self.acc.begin_cycle(4)  # a probe is never the last part
             self.acc.part = (1, 1)
             for start, size in ((a, 2), (a, 1), (b, 1)):
-                if probes and not self._splits(rows):
+                if probes and (self.stood_down or (first and not self._splits(self.rows))):
                     break  # batches stay whole: no normaliser needed
                 self.probe = size
                 probes += 1
@@ -263,20 +290,19 @@ class MicroBatcher:
                 if len(self.captures) != probes and not self.stood_down:
                     self.stand_down("the loop did not run one training forward per micro-batch")
             self.probe = None
-        if self._splits(rows):
-            self._choose_shares(cands, batch, a, b)
-        self.captures = []
         replay.restore()
-        sizes = part_sizes(rows, self.part_rows) if self._splits(rows) else [rows]
-        yield from self._split(batch, rows, sizes, probes=probes)
+        return probes
 
     def _splits(self, rows: int) -> bool:
         """Whether a batch of `rows` is split as decided so far."""
         return not self.stood_down and self.part_rows is not None and self.part_rows < rows
 
-    def _choose_shares(self, cands: list[Normaliser], batch: Any, a: int, b: int) -> None:
+    def _choose_shares(
+        self, cands: list[Normaliser], batch: Any, a: int, b: int, sizes: list[int]
+    ) -> None:
         """Which normaliser the loss divides by, from the probes' output gradients; stands down
-        when none or several that weight the first batch differently reproduce them."""
+        when none, or several that weight the parts of `sizes` of this batch differently,
+        reproduce them. Those that weight them alike stay `matched` for later batches."""
         pair, alone_a, alone_b = self.captures
         keys = [k for k in pair if k in alone_a and k in alone_b]
         reason = None
@@ -294,7 +320,6 @@ class MicroBatcher:
             )
             measured = None if ratio_a is None or ratio_b is None else (ratio_a, ratio_b)
             matched = [] if measured is None else loss_shares.matching(cands, batch, a, b, measured)
-            sizes = part_sizes(self.rows, self.part_rows or self.rows)
             if not matched:
                 reason = (
                     "the loss is not a sum over samples divided by the samples, the labelled "
@@ -304,8 +329,8 @@ class MicroBatcher:
             elif not loss_shares.agree(matched, batch, sizes):
                 names = ", ".join(n.describe() for n in matched)
                 reason = (
-                    f"the first batch cannot tell the loss's normaliser apart between {names}, "
-                    "which weight its parts differently"
+                    f"two neighbouring samples of a batch cannot tell the loss's normaliser "
+                    f"apart between {names}, which weight its parts differently"
                 )
         if self.dist is not None:
             reason = self._agree_reason(reason)

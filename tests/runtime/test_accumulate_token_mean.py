@@ -173,3 +173,27 @@ def test_a_part_whose_labels_are_all_ignored_is_left_out() -> None:
     )
     assert rows == [2, 1, 1] + [2, 2, 2] * 2  # probes, then 3 of the 4 parts of each batch
     assert rel(got.grads, want.grads) < 1e-5
+
+
+def test_padding_that_only_a_later_batch_has_is_probed_there() -> None:
+    """A first batch without padding cannot tell samples from labelled tokens (they weigh its
+    rows alike); the first padded batch is probed again before it is split."""
+    batches = padded_batches()
+    batches[0]["labels"] = batches[0]["input_ids"].clone()
+    batches[0]["attention_mask"] = torch.ones_like(batches[0]["input_ids"])
+    want, _ = train(tiny_lm(), batches, lm_loss)
+    model = tiny_lm()
+    state = state_memory(model, Recording(model.parameters())).state
+    budget = state + saved_tensor_bytes(lambda: lm_loss(tiny_lm(), batches[0])) // 3
+    rows: list[int] = []
+
+    def counting_loss(model: nn.Module, batch: dict[str, Any]) -> torch.Tensor:
+        rows.append(len(batch["labels"]))
+        return lm_loss(model, batch)
+
+    got, model = train(
+        model, batches, counting_loss, accumulate="auto", checkpoint=False, memory_budget=budget
+    )
+    assert rows == ([2, 1, 1] + [2] * 4) * 2  # probes on each batch, then its 4 parts
+    assert "batch['labels'][:, 1:] != -100" in autoopt.report(model)["accumulate"].detail
+    assert rel(got.grads, want.grads) < 1e-5

@@ -11,16 +11,13 @@ MASK = torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0], [1, 1, 1, 0]])
 BATCH = {"input_ids": IDS, "attention_mask": MASK, "labels": IDS.masked_fill(MASK == 0, -100)}
 
 
-def test_candidates_are_samples_sum_and_the_labelled_tokens_without_repeats() -> None:
+def test_candidates_are_samples_sum_and_the_counts_of_every_integer_tensor() -> None:
     found = candidates(BATCH, 3)
-    # input_ids (nothing ignored) weigh rows as the samples do; the mask counts as labels do.
-    assert found == [
-        Normaliser("samples"),
-        Normaliser("sum"),
-        Normaliser("labels", ("labels",), 0),
-        Normaliser("labels", ("labels",), 1),
-    ]
-    assert found[3].describe() == "the entries of batch['labels'][:, 1:] != -100"
+    labels = [Normaliser("labels", (key,), shift) for key in BATCH for shift in (0, 1)]
+    masks = [Normaliser("mask", ("attention_mask",), shift) for shift in (0, 1)]
+    # Those that weigh these rows alike (input_ids counts no -100) are kept for later batches.
+    assert found == [Normaliser("samples"), Normaliser("sum"), *labels, *masks]
+    assert found[7].describe() == "the entries of batch['labels'][:, 1:] != -100"
 
 
 def test_shares_of_the_parts() -> None:
@@ -34,9 +31,9 @@ def test_the_pair_that_tells_most_apart_and_what_matches_it() -> None:
     cands = candidates(BATCH, 3)
     a, b = pick_pair(cands, BATCH, 3)
     assert (a, b) == (1, 2)  # 2 and 3 labelled tokens (1 and 2 shifted): the widest spread
-    assert matching(cands, BATCH, a, b, (1 / 3, 2 / 3)) == [cands[3]]
-    assert matching(cands, BATCH, a, b, (0.4, 0.6)) == [cands[2]]
-    assert matching(cands, BATCH, a, b, (0.5, 0.5)) == [cands[0]]
+    shifted = [Normaliser("labels", ("labels",), 1), Normaliser("mask", ("attention_mask",), 1)]
+    assert matching(cands, BATCH, a, b, (1 / 3, 2 / 3)) == shifted  # the same counts here
+    assert matching(cands, BATCH, a, b, (0.5, 0.5))[0] == Normaliser("samples")
     assert matching(cands, BATCH, a, b, (0.6, 0.6)) == []
 
 
