@@ -24,9 +24,11 @@ How, on the first batch (no extra pass over the data):
    causal LMs as HF shifts inside the model; `cross_entropy(..., ignore_index=-100)`). Which one
    the loss divides by is measured: the two probe rows are trained on alone too, and the ratio of
    the gradients reaching the per-sample outputs of the model and of its modules, alone and
-   together, is what each normaliser predicts for one of them only (a later batch that the
-   normalisers left undistinguished would weight differently gets a warning). None, or several
-   weighting the first batch differently: it stands down. A part that counts no token is left out (its loss is 0/0; the
+   together, is what each normaliser predicts for one of them only. None, or several weighting
+   the batch's parts differently: it stands down. Those left undistinguished (a first batch
+   without padding weighs its rows by samples and by tokens alike) are kept: a later batch they
+   would weight differently is probed the same way before it is split (under DDP every rank
+   probes it, so all yield as many micro-batches). A part that counts no token is left out (its loss is 0/0; the
    full batch leaves those rows out). The loader then yields the first batch and every later
    batch in near-equal parts of at most the chosen rows; `optimizer.step()`, `zero_grad()` and
    LR schedulers act once per batch (`passes.accumulate`); DDP all-reduces in the last part's
