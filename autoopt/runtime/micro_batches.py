@@ -207,8 +207,7 @@ class MicroBatcher:
         cands = self.matched
         a, b = loss_shares.pick_pair(cands, batch, rows)
         probes = yield from self._probes(batch, a, b, first=False)
-        if not self.stood_down:
-            self._choose_shares(cands, batch, a, b, sizes)
+        self._choose_shares(cands, batch, a, b, sizes)
         self.captures = []
         sizes = sizes if not self.stood_down else [rows]
         yield from self._split(batch, rows, sizes, probes=probes)
@@ -264,11 +263,10 @@ class MicroBatcher:
         a, b = loss_shares.pick_pair(cands, batch, rows)
         self.rows = rows
         probes = yield from self._probes(batch, a, b, first=True)
-        sizes = part_sizes(rows, self.part_rows) if self._splits(rows) else [rows]
-        if self._splits(rows):
-            self._choose_shares(cands, batch, a, b, sizes)
+        if self.part_rows is not None and self.part_rows < rows:  # split (maybe stood down since)
+            self._choose_shares(cands, batch, a, b, part_sizes(rows, self.part_rows))
         self.captures = []
-        sizes = sizes if self._splits(rows) else [rows]
+        sizes = part_sizes(rows, self.part_rows) if self._splits(rows) else [rows]
         yield from self._split(batch, rows, sizes, probes=probes)
 
     def _probes(self, batch: Any, a: int, b: int, first: bool) -> Generator[Any, None, int]:
@@ -305,6 +303,10 @@ class MicroBatcher:
         """Which normaliser the loss divides by, from the probes' output gradients; stands down
         when none, or several that weight the parts of `sizes` of this batch differently,
         reproduce them. Those that weight them alike stay `matched` for later batches."""
+        if self.stood_down:  # during the probes: under DDP the other ranks still agree with it
+            if self.dist is not None:
+                self._agree_reason("stood down")
+            return
         pair, alone_a, alone_b = self.captures
         keys = [k for k in pair if k in alone_a and k in alone_b]
         reason = None
