@@ -22,14 +22,13 @@ undercounts. The fewest blocks (largest savings first) are fully checkpointed un
 fits; then, last first, each chosen block that still fits with selective checkpointing (less
 recompute) is switched to it. If checkpointing every block is not enough, every block that saves
 something is checkpointed (one that saves nothing stays plain) and the report says by how much the
-step still exceeds the budget.
+step still exceeds the budget. The plan goes into the report's checkpoint row and its memory
+section (`memory.record_plan`), and is printed when `verbose`.
 
 Transformers blocks take the model's KV cache (`use_cache=True` by default): the isolated runs
 and every checkpointed block run without it (`block_checkpoint.without_cache`), so measuring does
 not grow it and recomputation does not write it twice; a cache the user passes to the model is
-copied for the measuring forward. The plan goes
-into the report's checkpoint row and its memory section (`memory.record_plan`), and is printed
-when `verbose`.
+copied for the measuring forward.
 
 What is counted is what `model.forward` saves; a loss computed outside it saves its own inputs
 (logits) on top.
