@@ -110,6 +110,28 @@ class KeepMatmuls:
         return CheckpointPolicy.MUST_SAVE
 
 
+_eval_checkpointing = 0  # open `checkpointed_in_eval` contexts
+
+
+@contextlib.contextmanager
+def checkpointed_in_eval() -> Iterator[None]:
+    """Inside, blocks run as their mode says in eval mode too: `accumulate="auto"` trains its
+    probes in eval mode (no dropout, so a row's output is the same alone and in a pair) and they
+    must hold no more than a training step does."""
+    global _eval_checkpointing
+    _eval_checkpointing += 1
+    try:
+        yield
+    finally:
+        _eval_checkpointing -= 1
+
+
+def checkpoints_now(module: nn.Module) -> bool:
+    """Whether a checkpointed `module` recomputes in this forward: grad enabled, and training
+    (or inside `checkpointed_in_eval`)."""
+    return torch.is_grad_enabled() and (module.training or _eval_checkpointing > 0)
+
+
 class BlockCheckpoint:
     """A block's forward layer: plain, selective or full as its state says, in training only."""
 
@@ -119,7 +141,7 @@ class BlockCheckpoint:
         self.state = state
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if not (torch.is_grad_enabled() and self.block.training):
+        if not checkpoints_now(self.block):
             return self.forward(*args, **kwargs)
         planner = self.state.planner
         if planner is not None and planner.measuring and not in_trial():

@@ -60,7 +60,7 @@ from torch import nn
 
 from autoopt.runtime import loss_shares
 from autoopt.runtime.batch import any_tensor, batch_rows, map_tensors, split_rows, tensors_in
-from autoopt.runtime.block_checkpoint import Mode
+from autoopt.runtime.block_checkpoint import Mode, checkpointed_in_eval
 from autoopt.runtime.checkpoint_plan import PLANNER_ATTR, Planner, measure_saved
 from autoopt.runtime.context import DistState, Forward
 from autoopt.runtime.device_loader import LoaderProxy
@@ -385,7 +385,8 @@ class MicroBatcher:
         ]
         self.root.eval()
         try:
-            out = forward(*args, **kwargs)
+            with checkpointed_in_eval():
+                out = forward(*args, **kwargs)
         finally:
             for handle in handles:
                 handle.remove()
