@@ -14,11 +14,19 @@ any positional and keyword arguments (attention masks) pass through.
 Both preserve the RNG state, so dropout masks in the recomputation equal the first pass and the
 gradients equal eager's; batch-norm running statistics are restored after the recomputation,
 so they are updated once per step, as in eager.
+
+A checkpointed block gets no KV cache (a transformers `Cache` passed to it, as GPT-2, Llama and
+T5 layers take one with the default `use_cache=True`): the recomputation would write into it a
+second time. It runs with the cache left out and `use_cache=False`, as transformers' own
+gradient checkpointing does (`GradientCheckpointingLayer`), which is exact while the cache holds
+nothing yet at the block's layer (a cache made by this forward); a block whose layer already holds
+cached states runs plainly that step, with a warning.
 """
 
 from __future__ import annotations
 
 import contextlib
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from enum import Enum
@@ -102,6 +110,28 @@ class KeepMatmuls:
         return CheckpointPolicy.MUST_SAVE
 
 
+_eval_checkpointing = 0  # open `checkpointed_in_eval` contexts
+
+
+@contextlib.contextmanager
+def checkpointed_in_eval() -> Iterator[None]:
+    """Inside, blocks run as their mode says in eval mode too: `accumulate="auto"` trains its
+    probes in eval mode (no dropout, so a row's output is the same alone and in a pair) and they
+    must hold no more than a training step does."""
+    global _eval_checkpointing
+    _eval_checkpointing += 1
+    try:
+        yield
+    finally:
+        _eval_checkpointing -= 1
+
+
+def checkpoints_now(module: nn.Module) -> bool:
+    """Whether a checkpointed `module` recomputes in this forward: grad enabled, and training
+    (or inside `checkpointed_in_eval`)."""
+    return torch.is_grad_enabled() and (module.training or _eval_checkpointing > 0)
+
+
 class BlockCheckpoint:
     """A block's forward layer: plain, selective or full as its state says, in training only."""
 
@@ -111,7 +141,7 @@ class BlockCheckpoint:
         self.state = state
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if not (torch.is_grad_enabled() and self.block.training):
+        if not checkpoints_now(self.block):
             return self.forward(*args, **kwargs)
         planner = self.state.planner
         if planner is not None and planner.measuring and not in_trial():
@@ -122,9 +152,20 @@ class BlockCheckpoint:
 def run_block(
     forward: Forward, block: nn.Module, mode: Mode, args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> Any:
-    """`forward(*args, **kwargs)` of `block`, checkpointed as `mode` says."""
+    """`forward(*args, **kwargs)` of `block`, checkpointed as `mode` says (without a KV cache,
+    see the module docstring)."""
     if mode is Mode.PLAIN:
         return forward(*args, **kwargs)
+    uncached = without_cache(block, args, kwargs)
+    if uncached is None:
+        warnings.warn(
+            f"autoopt checkpoint: the KV cache passed to {type(block).__name__} already holds "
+            "states at its layer; the block runs without checkpointing (leaving the cache out "
+            "would change its output)",
+            stacklevel=2,
+        )
+        return forward(*args, **kwargs)
+    args, kwargs = uncached
     return checkpoint(
         forward,
         *args,
@@ -133,6 +174,60 @@ def run_block(
         context_fn=context_fn(block, mode),
         **kwargs,
     )
+
+
+CACHE_KWARGS = ("past_key_values", "past_key_value", "layer_past")
+
+
+def is_kv_cache(obj: object) -> bool:
+    """A transformers `Cache` (DynamicCache, EncoderDecoderCache, ...), told without importing
+    transformers."""
+    return any(
+        c.__name__ == "Cache" and c.__module__.startswith("transformers") for c in type(obj).__mro__
+    )
+
+
+def without_cache(
+    block: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
+    """The block's arguments with every KV cache among them replaced by None and `use_cache`
+    set to False (what transformers passes a checkpointed layer); the arguments unchanged when
+    they hold no cache. None when a cache already holds states at the block's layer (or its
+    layer cannot be told): leaving it out would change the block's output."""
+    positions = [i for i, a in enumerate(args) if is_kv_cache(a)]
+    keys = [k for k, v in kwargs.items() if is_kv_cache(v)]
+    if not positions and not keys:
+        return args, kwargs
+    layer = layer_index(block)
+    caches = [args[i] for i in positions] + [kwargs[k] for k in keys]
+    if layer is None or not all(_empty_at(cache, layer) for cache in caches):
+        return None
+    args = tuple(None if i in positions else a for i, a in enumerate(args))
+    kwargs = {k: None if k in keys else v for k, v in kwargs.items()}
+    if kwargs.get("use_cache"):
+        kwargs["use_cache"] = False
+    return args, kwargs
+
+
+def layer_index(block: nn.Module) -> int | None:
+    """The cache layer a transformers block writes: the `layer_idx` of its attention."""
+    for module in block.modules():
+        index = getattr(module, "layer_idx", None)
+        if isinstance(index, int):
+            return index
+    return None
+
+
+def _empty_at(cache: Any, layer: int) -> bool:
+    """Whether `cache` holds no states for `layer` yet (self-attention, and for an
+    encoder-decoder cache the cross-attention too)."""
+    try:
+        if cache.get_seq_length(layer):
+            return False
+    except Exception:  # a cache without per-layer lengths: not provably empty
+        return False
+    updated = getattr(cache, "is_updated", None)
+    return not (isinstance(updated, dict) and updated.get(layer))
 
 
 def context_fn(block: nn.Module, mode: Mode) -> Callable[[], tuple[Any, Any]]:

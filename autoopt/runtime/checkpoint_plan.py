@@ -20,10 +20,15 @@ exact when neighbouring blocks do not both save the storage that passes between 
 residual stream ends in an add, which saves nothing); otherwise it overcounts, never
 undercounts. The fewest blocks (largest savings first) are fully checkpointed until the step
 fits; then, last first, each chosen block that still fits with selective checkpointing (less
-recompute) is switched to it. If checkpointing every block is not enough, every block is
-checkpointed and the report says by how much the step still exceeds the budget. The plan goes
-into the report's checkpoint row and its memory section (`memory.record_plan`), and is printed
-when `verbose`.
+recompute) is switched to it. If checkpointing every block is not enough, every block that saves
+something is checkpointed (one that saves nothing stays plain) and the report says by how much the
+step still exceeds the budget. The plan goes into the report's checkpoint row and its memory
+section (`memory.record_plan`), and is printed when `verbose`.
+
+Transformers blocks take the model's KV cache (`use_cache=True` by default): the isolated runs
+and every checkpointed block run without it (`block_checkpoint.without_cache`), so measuring does
+not grow it and recomputation does not write it twice; a cache the user passes to the model is
+copied for the measuring forward.
 
 What is counted is what `model.forward` saves; a loss computed outside it saves its own inputs
 (logits) on top.
@@ -31,6 +36,7 @@ What is counted is what `model.forward` saves; a loss computed outside it saves 
 
 from __future__ import annotations
 
+import copy
 import sys
 import warnings
 from collections.abc import Sequence
@@ -45,7 +51,9 @@ from autoopt.runtime.batch import map_tensors, tensors_in
 from autoopt.runtime.block_checkpoint import (
     BlockState,
     Mode,
+    is_kv_cache,
     run_block,
+    without_cache,
 )
 from autoopt.runtime.context import Forward
 from autoopt.runtime.hardware import module_device
@@ -122,10 +130,17 @@ def describe_blocks(modes: dict[str, Mode]) -> str:
     return ", ".join(f"{name} ({mode.value})" for name, mode in parts)
 
 
+def applied_modes(modes: Sequence[Mode]) -> bool:
+    """Whether some block is checkpointed."""
+    return any(m is not Mode.PLAIN for m in modes)
+
+
 def choose_modes(costs: Sequence[BlockCost], base: int, budget: int) -> list[Mode]:
     """Each block's mode: the fewest checkpointed blocks that bring `base` (state bytes plus the
     activations with every block fully checkpointed) plus each other block's extra under
-    `budget`, selective where that still fits; every block full when nothing fits."""
+    `budget`, selective where that still fits; when nothing fits, every block that saves
+    something checkpointed fully (a block that saves nothing stays plain: checkpointing it only
+    adds recomputation)."""
     extra_plain = [c.plain - c.full for c in costs]
     extra_selective = [c.selective - c.full for c in costs]
     total = base + sum(extra_plain)
@@ -133,14 +148,15 @@ def choose_modes(costs: Sequence[BlockCost], base: int, budget: int) -> list[Mod
     if total <= budget:
         return modes
     chosen = []
-    for i in sorted(range(len(costs)), key=lambda i: (-extra_plain[i], i)):
+    saving = [i for i in range(len(costs)) if extra_plain[i] > 0]
+    for i in sorted(saving, key=lambda i: (-extra_plain[i], i)):
         modes[i] = Mode.FULL
         total -= extra_plain[i]
         chosen.append(i)
         if total <= budget:
             break
     if total > budget:
-        return [Mode.FULL] * len(costs)
+        return modes
     for i in sorted(chosen, reverse=True):
         if extra_selective[i] < extra_plain[i] and total + extra_selective[i] <= budget:
             modes[i] = Mode.SELECTIVE
@@ -171,6 +187,7 @@ class Planner:
         self.plan: CheckpointPlan | None = None
         self.decided = False
         self._costs: dict[str, BlockCost] = {}
+        self.cache_left_out = False  # a checkpointed block ran without the model's KV cache
 
     def decide(self, forward: Forward, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         """Measure on this batch, set every block's mode and record the plan in the report."""
@@ -215,10 +232,15 @@ class Planner:
         )
         record_plan(self.report, self.plan.before, self.plan.after, budget)
         line = self.plan.render() + " (measured one block at a time on the first training batch)"
+        if self.cache_left_out and applied_modes(modes):
+            line += (
+                "; checkpointed blocks run without the KV cache in training (use_cache=False, "
+                "as transformers' gradient checkpointing)"
+            )
         unmeasured = len(self.blocks) - len(measured)
         if unmeasured:
             line += f"; {unmeasured} block(s) did not run in that forward and stay plain"
-        applied = any(m is not Mode.PLAIN for m in modes)
+        applied = applied_modes(modes)
         self._record(PassResult.applied(NAME, line) if applied else PassResult.skipped(NAME, line))
         if self.verbose and self.report.memory is not None:
             section = "\n".join(self.report.memory.render())
@@ -242,17 +264,21 @@ class Planner:
         finally:
             self.measuring = False
 
-    def saved_when_all_checkpointed(
-        self, forward: Forward, args: tuple[Any, ...], kwargs: dict[str, Any]
+    def saved_with_every_block(
+        self,
+        mode: Mode,
+        forward: Forward,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
     ) -> int:
-        """Bytes the forward saves with every block fully checkpointed: the least any plan
-        keeps. For `accumulate="auto"`, which sizes micro-batches before the plan is made (the
-        plan is then made for the micro-batch). `forward` may be the root's planning layer: it
-        runs through while this measures."""
+        """Bytes the forward saves with every block in `mode`: FULL gives the least any plan
+        keeps, PLAIN what eager keeps. For `accumulate="auto"`, which sizes micro-batches before
+        the plan is made (the plan is then made for the micro-batch). `forward` may be the
+        root's planning layer: it runs through while this measures."""
         modes = [state.mode for _, state in self.blocks]
         decided, self.decided = self.decided, True
         for _, state in self.blocks:
-            state.mode = Mode.FULL
+            state.mode = mode
         try:
             return measure_saved(self.root, forward, args, kwargs)
         finally:
@@ -269,7 +295,13 @@ class Planner:
         kwargs: dict[str, Any],
     ) -> Any:
         """One block inside the measuring forward: its three costs, then its output, checkpointed."""
-        fresh_args, fresh_kwargs = map_tensors((args, kwargs), _fresh)
+        uncached = without_cache(block, args, kwargs)
+        if uncached is None:  # its layer of the KV cache is filled: it runs plainly (run_block)
+            self._costs[state.name] = BlockCost(0, 0, 0)  # its bytes are in the forward's
+            return forward(*args, **kwargs)
+        self.cache_left_out |= uncached[0] is not args or uncached[1] is not kwargs
+        # The isolated runs see no KV cache, so they write none (it would grow on every run).
+        fresh_args, fresh_kwargs = map_tensors(uncached, _fresh)
         # Inputs that need no grad (masks, data) are the caller's, counted once outside the block.
         outside = [t for t in tensors_in((args, kwargs)) if not t.requires_grad]
 
@@ -332,10 +364,22 @@ def measure_saved(
     """`saved_tensor_bytes` of `forward(*args, **kwargs)` as a side trip: the RNG states and the
     buffers of `root` (batch-norm statistics) are put back afterwards, the graph is freed."""
     replay = Replay(root)
+    args, kwargs = _copied_caches(args, kwargs)
     try:
         return saved_tensor_bytes(lambda: forward(*args, **kwargs))
     finally:
         replay.restore()
+
+
+def _copied_caches(
+    args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """The arguments with each KV cache among them copied: a side trip must not write into the
+    cache the real forward reads."""
+    return (
+        tuple(copy.deepcopy(a) if is_kv_cache(a) else a for a in args),
+        {k: copy.deepcopy(v) if is_kv_cache(v) else v for k, v in kwargs.items()},
+    )
 
 
 def _fresh(t: torch.Tensor) -> torch.Tensor:

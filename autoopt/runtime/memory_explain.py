@@ -10,6 +10,7 @@ CPU's "auto") every block is still measured, and none is checkpointed.
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -111,7 +112,8 @@ def explain_memory(
     """What one training step of `model` on `batch` holds per device, and what
     `checkpoint="auto"` would checkpoint to bring it under `memory_budget`.
 
-    `batch` is the forward's argument, or a tuple of its positional arguments. The optimizer's
+    `batch` is the forward's argument, a tuple of its positional arguments, or a dict of its
+    keyword arguments (`model(**batch)`, as transformers models take them). The optimizer's
     state is counted (AdamW's when none is given). `options` are further `optimize()` options
     the training uses (`device`, `amp`: autocast changes what is saved). Runs on a copy: the
     model, the optimizer and the RNG state are left as they were."""
@@ -133,14 +135,20 @@ def explain_memory(
             memory_budget=_UNREACHABLE if unlimited else budget_option,
             **settings,
         )
-        args = map_tensors(batch if isinstance(batch, tuple) else (batch,), lambda t: t.to(device))
-        made = plan(subject, *args)
+        if isinstance(batch, Mapping):  # keyword arguments, as transformers models take them
+            args, kwargs = (), map_tensors(dict(batch), lambda t: t.to(device))
+        else:
+            args = map_tensors(
+                batch if isinstance(batch, tuple) else (batch,), lambda t: t.to(device)
+            )
+            kwargs = {}
+        made = plan(subject, *args, **kwargs)
         decision = report(subject)["checkpoint"].detail
         if made is None:  # no block stack, or the measurement failed: the forward as a whole
             held = resident_bytes(subject, subject_optimizer, device)
             budget = resolve_budget(budget_option, device, held=held)
             state = state_memory(subject, subject_optimizer)
-            step = state.with_activations(saved_tensor_bytes(lambda: subject(*args)))
+            step = state.with_activations(saved_tensor_bytes(lambda: subject(*args, **kwargs)))
             return MemoryExplanation(MemoryPlan(step, step, budget), [], decision, named)
     budget = None if unlimited else made.budget
     if unlimited:

@@ -20,8 +20,8 @@ import autoopt
 from autoopt.runtime.memory import saved_tensor_bytes, state_memory
 
 SAMPLES, BATCH, PART = 64, 8, 4  # per rank: 4 batches of 8, each step covers 2 x 8 samples
-# The probe (2 rows), then 6 rows in 2 parts; later batches in 2 parts of 4.
-EXPECTED_ROWS = [2, 3, 3] + [4, 4] * 3
+# The probes (2 rows, then each alone), the first batch in 2 parts of 4; later batches the same.
+EXPECTED_ROWS = [2, 1, 1] + [4, 4] * 4
 
 
 def make_data() -> TensorDataset:

@@ -105,9 +105,9 @@ def test_four_micro_batches_give_the_full_batch_parameters_and_say_why() -> None
     want = _train_plain(_net())
     model, loader, opt = _optimize_auto(_net())
     rows = _train(model, loader, opt)
-    # The first batch: a probe of 2 rows, then 62 in 4 near-equal parts; the uneven last batch
-    # (40 rows) in 3 parts of at most 16.
-    assert rows == [2, 16, 16, 15, 15] + [16] * 8 + [14, 13, 13]
+    # The first batch: probes of 2 rows and of each alone (gradients zeroed), then the batch in
+    # 4 parts; the uneven last batch (40 rows) in 3 parts of at most 16.
+    assert rows == [2, 1, 1] + [16] * 12 + [14, 13, 13]
     assert len(loader) == 4  # batches: optimizer steps
     _assert_same(model, want)
     result = autoopt.report(model)["accumulate"]
@@ -118,7 +118,7 @@ def test_four_micro_batches_give_the_full_batch_parameters_and_say_why() -> None
     )
     assert "4 micro-batches of <= 16 samples per batch of 64" in result.detail
     assert f"+ {format_bytes(per_row)} per sample" in result.detail
-    assert "a mean over the batch's samples" in result.detail
+    assert "seeded with its share of the samples, the normaliser the loss" in result.detail
 
 
 def test_adam_with_clipping_in_the_loop() -> None:
@@ -161,7 +161,7 @@ def test_schedulers_step_once_per_batch() -> None:
         before.step()  # every iteration, i.e. every micro-batch
         after.step()
         micro_batches += 1
-    assert micro_batches == 16
+    assert micro_batches == 18
     assert before.last_epoch == after.last_epoch == 4
     assert opt.param_groups[0]["lr"] == pytest.approx(0.1 * (0.5 * 0.9) ** 4)
     _assert_same(model, want)
@@ -215,20 +215,26 @@ def test_checkpointing_comes_first_then_micro_batches_fit_what_it_cannot() -> No
             verbose=False,
             **OFF,
         )
-        seen = []
+        seen, saved = [], []
         for (x,) in loader:
             seen.append(len(x))
             opt.zero_grad()
-            lm_loss(model, x).backward()
+            out: list[torch.Tensor] = []
+            saved.append(saved_tensor_bytes(lambda m=model, x=x, out=out: out.append(m(x))))
+            F.cross_entropy(out[0][:, :-1].reshape(-1, 32), x[:, 1:].reshape(-1)).backward()
             opt.step()
+        # No micro-batch, probes included (their forward runs in eval mode), holds more than
+        # the budget allows.
+        limit = budget(rows, _sgd(gpt())) - state_memory(model, opt).state
+        assert max(saved) <= limit
         report = autoopt.report(model)
         assert report["checkpoint"].status is Status.APPLIED  # blocks.0-2 checkpointed
         if parts == 1:
-            assert seen == [2, 14, 16, 8]  # the probe, then whole batches
+            assert seen == [2, 16, 16, 8]  # the probe, then whole batches
             assert report["accumulate"].status is Status.SKIPPED
             assert "a batch of 16 samples fits" in report["accumulate"].detail
         else:
-            assert seen == [2, 4, 4, 3, 3, 4, 4, 4, 4, 4, 4]
+            assert seen == [2, 1, 1] + [4] * 10
             assert "4 micro-batches of <= 4 samples" in report["accumulate"].detail
             assert "with every block checkpointed" in report["accumulate"].detail
         _assert_same(model, plain)
@@ -265,14 +271,14 @@ def test_stands_down_with_a_warning_and_keeps_batches_whole(case: str, match: st
 
 def test_no_training_forward_on_the_probe_stands_down_mid_batch_exactly() -> None:
     """A loop that trains in eval mode (no dropout/batch norm to switch) never gives the probe a
-    training forward: the rest of the first batch comes as one part, seeded with its share, so
-    the first step is still the full batch's."""
+    training forward: the probe's gradient is zeroed and the first batch comes whole, so the
+    first step is still the full batch's."""
     want = _train_plain(_net())
     model, loader, opt = _optimize_auto(_net())
     model.eval()
     with pytest.warns(UserWarning, match="no training forward of the model ran"):
         rows = _train(model, loader, opt)
-    assert rows == [2, 62, 64, 64, 40]
+    assert rows == [2, 64, 64, 64, 40]
     _assert_same(model, want)
 
 
@@ -319,3 +325,17 @@ def test_ddp_two_processes_equal_one_process_on_the_global_batch(tmp_path: Path)
         opt.step()
     for name, value in model.state_dict().items():
         torch.testing.assert_close(torch.tensor(r0["final"][name]), value, atol=1e-6, rtol=1e-5)
+
+
+def test_probe_backward_leaves_every_grad_as_it_was() -> None:
+    """A probe's backward adds nothing: a `.grad` that was None stays None (eager's first
+    backward creates it), one that held values keeps them."""
+    from autoopt.runtime.micro_batches import _zero_parameter_gradients
+
+    model = _net()
+    first, last = model[0], model[3]
+    last.weight.grad = torch.ones_like(last.weight)
+    with _zero_parameter_gradients(model):
+        model(torch.randn(4, 8)).sum().backward()
+    assert first.weight.grad is None and first.bias.grad is None
+    assert torch.equal(last.weight.grad, torch.ones_like(last.weight))

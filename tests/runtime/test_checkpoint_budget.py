@@ -73,6 +73,13 @@ def test_choose_modes_takes_the_fewest_blocks_then_selective_where_it_fits() -> 
     assert choose_modes(uneven, 0, budget=100) == [Mode.PLAIN, Mode.FULL]
 
 
+def test_an_unmeetable_budget_checkpoints_only_the_blocks_that_save_something() -> None:
+    """A block whose checkpoint keeps as much as it saves plainly (its output is all it keeps)
+    would only add recomputation: it stays plain even when nothing fits (issue 23)."""
+    costs = [BlockCost(100, 40, 10), BlockCost(10, 10, 10), BlockCost(100, 40, 10)]
+    assert choose_modes(costs, 1000, budget=999) == [Mode.FULL, Mode.PLAIN, Mode.FULL]
+
+
 def test_fewest_blocks_bring_the_step_under_the_budget_with_exact_bytes() -> None:
     torch.manual_seed(0)
     plain = GPT(layers=6)

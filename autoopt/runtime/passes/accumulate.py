@@ -27,7 +27,8 @@ Semantics (those of HF Accelerate's `accumulate()`, without its context manager)
 `accumulate="auto"` keeps one optimizer step per batch of the user's loader and, when a step of
 it does not fit `memory_budget` even with checkpointing, has the loader yield each batch in the
 fewest micro-batches that fit (`autoopt.runtime.micro_batches`). The same gating applies, with a
-cycle per batch set by the loader and each backward seeded with its part's share of the batch;
+cycle per batch set by the loader and each backward seeded with its part's share of the loss's
+normaliser (samples or labelled tokens, measured on the first batch; it stands down otherwise);
 LR schedulers on the optimizer step once per batch too (their `step()` acts between batches
 only). `choose_auto` says when it stands down before the first batch.
 """
@@ -64,15 +65,15 @@ class Accumulator:
 
     With `accumulate=N`, `steps` is N for every cycle and each backward is seeded with 1/N. With
     `accumulate="auto"` the loader drives it (`autoopt.runtime.micro_batches`): it sets `steps`
-    to the number of parts of each batch it splits (`begin_cycle`) and `part` to the rows of the
-    part it yields and of its batch, so each backward is seeded with part rows / batch rows."""
+    to the number of parts of each batch it splits (`begin_cycle`) and `part` to the part's
+    share of the batch's loss normaliser (rows, or labelled tokens), its backward's seed."""
 
     steps: int
     auto: bool = False
     step_calls: int = 0  # calls of optimizer.step() by the user's loop
     optimizer_steps: int = 0  # of which reached the real optimizer
     micro_step: int = 0  # calls of step() in the current cycle so far
-    part: tuple[int, int] | None = None  # (rows of this micro-batch, rows of its batch)
+    part: tuple[int, int] | None = None  # the part's (count, its batch's count) of the normaliser
 
     @property
     def option(self) -> int | str:

@@ -35,6 +35,7 @@ from autoopt.runtime.block_checkpoint import STATE_ATTR as BLOCK_STATE_ATTR
 from autoopt.runtime.block_checkpoint import (
     BlockCheckpoint,
     BlockState,
+    checkpoints_now,
     keep_running_stats,
     training_norms,
 )
@@ -169,7 +170,7 @@ class CheckpointedForward:
         self.state = state
 
     def __call__(self, input: Any) -> Any:
-        if not (torch.is_grad_enabled() and self.stack.training):
+        if not checkpoints_now(self.stack):
             return self.forward(input)
         return run_segmented(list(self.stack.children()), self.state.segments, input)
 
