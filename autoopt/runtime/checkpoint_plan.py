@@ -23,7 +23,7 @@ fits; then, last first, each chosen block that still fits with selective checkpo
 recompute) is switched to it. If checkpointing every block is not enough, every block that saves
 something is checkpointed (one that saves nothing stays plain) and the report says by how much the
 step still exceeds the budget. The plan goes into the report's checkpoint row and its memory
-section (`memory.record_plan`), and is printed when `verbose`.
+section (`memory.record_plan`), and is logged (`voice`) when it is made.
 
 Transformers blocks take the model's KV cache (`use_cache=True` by default): the isolated runs
 and every checkpointed block run without it (`block_checkpoint.without_cache`), so measuring does
@@ -37,7 +37,6 @@ What is counted is what `model.forward` saves; a loss computed outside it saves 
 from __future__ import annotations
 
 import copy
-import sys
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -47,6 +46,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from autoopt.runtime import voice
 from autoopt.runtime.batch import map_tensors, tensors_in
 from autoopt.runtime.block_checkpoint import (
     BlockState,
@@ -182,7 +182,7 @@ class Planner:
         self.budget_option = budget_option
         self.state = state  # parameters, gradients and optimizer state when optimize() ran
         self.report = report
-        self.verbose = verbose  # print the decision and the memory section when it is made
+        self.verbose = verbose  # log the memory section at INFO (else DEBUG) when it is made
         self.measuring = False
         self.plan: CheckpointPlan | None = None
         self.decided = False
@@ -242,9 +242,9 @@ class Planner:
             line += f"; {unmeasured} block(s) did not run in that forward and stay plain"
         applied = applied_modes(modes)
         self._record(PassResult.applied(NAME, line) if applied else PassResult.skipped(NAME, line))
-        if self.verbose and self.report.memory is not None:
-            section = "\n".join(self.report.memory.render())
-            print(f"autoopt: checkpoint: {line}\n{section}", file=sys.stderr)
+        if self.report.memory is not None and self.report.published:
+            # the decision's line is said by report.replace; the memory section follows it
+            voice.say("\n".join(self.report.memory.render()), self.verbose)
 
     def _state(self) -> StepMemory:
         """Parameter, gradient and optimizer-state bytes of a step, as the passes after this one

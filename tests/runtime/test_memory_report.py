@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import copy
+import logging
 from collections.abc import Callable
 
 import pytest
@@ -96,8 +97,8 @@ def test_report_shows_the_step_before_and_after_checkpointing_after_the_first_st
     assert f"  after   {memory.after.render()}" in text
 
 
-def test_verbose_prints_the_decision_and_the_memory_section_once(
-    capsys: pytest.CaptureFixture[str],
+def test_verbose_logs_the_decision_and_the_memory_section_once(
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     torch.manual_seed(0)
     x = _tokens()
@@ -105,18 +106,18 @@ def test_verbose_prints_the_decision_and_the_memory_section_once(
     budget = _budget(model, x, share=0.5)
     optimizer = torch.optim.AdamW(model.parameters())
     model, _ = autoopt.optimize(model, None, optimizer, amp=False, memory_budget=budget)
-    capsys.readouterr()  # the report optimize() printed
-    model(x).sum().backward()
-    report = autoopt.report(model)
-    assert report.memory is not None
-    printed = capsys.readouterr().err
-    assert printed == (
-        f"autoopt: checkpoint: {report['checkpoint'].detail}\n"
-        + "\n".join(report.memory.render())
-        + "\n"
-    )
-    model(x).sum().backward()
-    assert capsys.readouterr().err == ""
+    with caplog.at_level(logging.INFO, logger="autoopt"):
+        model(x).sum().backward()
+        report = autoopt.report(model)
+        assert report.memory is not None
+        said = [r.getMessage() for r in caplog.records]
+        assert said == [
+            f"autoopt: checkpoint applied: {report['checkpoint'].detail}",
+            "\n".join(report.memory.render()),
+        ]
+        caplog.clear()
+        model(x).sum().backward()
+        assert caplog.records == []
 
 
 def test_each_pass_changes_its_own_kinds_in_either_order() -> None:
