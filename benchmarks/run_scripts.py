@@ -10,8 +10,8 @@ optimizer step hook) and gives torch.compile the `aot_eager` backend (dynamo and
 without inductor's C++ build; AUTOOPT_RUN_COMPILE_BACKEND=inductor for the real one); stand-in
 `torchvision` (synthetic datasets, transforms, small models) and `gym` (CartPole) packages
 replace the real ones. What a script needs beyond that is in its runs.json entry: command-line
-arguments, `replace` (exact text substitutions made in the script before any variant is made,
-e.g. a hard-coded "cuda:0"), `files` (tiny data files written into the copy). CUDA is hidden
+arguments, `replace` (exact text substitutions made in the script, or in another file of its
+repository, before any variant is made, e.g. a hard-coded "cuda:0"), `files` (tiny data files written into the copy). CUDA is hidden
 (CUDA_VISIBLE_DEVICES=""), one thread per run.
 
     python benchmarks/run_scripts.py --json out/runs.json            # every script, 4 variants
@@ -74,12 +74,13 @@ def prepare(entry: dict, root: Path, tmp: Path) -> tuple[Path, Path]:
     copy = tmp / source.name
     shutil.copytree(source, copy, symlinks=True)
     script = copy / entry["script"]
-    text = script.read_text(encoding="utf-8")
-    for old, new in entry.get("replace", []):
+    for item in entry.get("replace", []):
+        # [old, new] in the script, or [file, old, new] in another file of the repository
+        file, old, new = (script, *item) if len(item) == 2 else (copy / item[0], *item[1:])
+        text = file.read_text(encoding="utf-8")
         if old not in text:
-            raise SystemExit(f"{entry['name']}: replace target {old!r} not in the script")
-        text = text.replace(old, new)
-    script.write_text(text, encoding="utf-8")
+            raise SystemExit(f"{entry['name']}: replace target {old!r} not in {file.name}")
+        file.write_text(text.replace(old, new), encoding="utf-8")
     for rel, content in entry.get("files", {}).items():
         target = copy / rel
         target.parent.mkdir(parents=True, exist_ok=True)

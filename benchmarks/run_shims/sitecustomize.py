@@ -10,6 +10,7 @@ wrapped script can each be executed in seconds.
   through dynamo and AOTAutograd (what breaks on double backward, graph breaks, guards) without
   inductor's C++ code generation, which takes minutes per model on a shared CPU. Set
   AUTOOPT_RUN_COMPILE_BACKEND=inductor for the real thing.
+- DataLoader workers are capped at AUTOOPT_RUN_MAX_WORKERS (2).
 - `torch.utils.tensorboard` gets a no-op SummaryWriter when the tensorboard package is absent.
 - The fake `torchvision` and `gym` packages beside this file stand in for datasets, transforms,
   models and environments (synthetic data, no download).
@@ -38,6 +39,18 @@ if os.environ.get("AUTOOPT_RUN_SHIM") == "1":
     register_optimizer_step_post_hook(_count)
     print("AUTOOPT_RUN: shim active", file=sys.stderr, flush=True)
 
+    # Worker processes stay (a dataset that cannot be pickled still fails), but at most 2 of
+    # them: a script asking for 20 on a shared 2-core machine would only wait for their start.
+    _max_workers = int(os.environ.get("AUTOOPT_RUN_MAX_WORKERS", "2"))
+    _loader_init = torch.utils.data.DataLoader.__init__
+
+    def _loader_init_capped(self, *args, **kwargs):
+        if kwargs.get("num_workers", 0) > _max_workers:
+            kwargs["num_workers"] = _max_workers
+        return _loader_init(self, *args, **kwargs)
+
+    torch.utils.data.DataLoader.__init__ = _loader_init_capped
+
     _backend = os.environ.get("AUTOOPT_RUN_COMPILE_BACKEND", "aot_eager")
     _compile = torch.compile
 
@@ -59,8 +72,9 @@ if os.environ.get("AUTOOPT_RUN_SHIM") == "1":
         class SummaryWriter:
             """No-op stand-in: the scripts log, nothing reads it here."""
 
-            def __init__(self, *args, **kwargs):
-                pass
+            def __init__(self, log_dir=None, *args, **kwargs):
+                self.log_dir = log_dir or os.path.join("runs", "autoopt-run")
+                os.makedirs(self.log_dir, exist_ok=True)
 
             def __getattr__(self, name):
                 return lambda *args, **kwargs: None

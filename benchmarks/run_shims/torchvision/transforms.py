@@ -2,6 +2,7 @@
 otherwise do nothing (the point is to run the script, not to augment)."""
 
 import enum
+import sys
 
 import numpy as np
 import torch
@@ -148,6 +149,9 @@ class ConvertImageDtype:
 RandomHorizontalFlip = RandomVerticalFlip = ColorJitter = RandomGrayscale = _Identity
 RandomRotation = RandomAffine = GaussianBlur = RandomSolarize = Pad = _Identity
 RandomErasing = AutoAugment = RandAugment = TrivialAugmentWide = RandomPerspective = _Identity
+
+
+transforms = sys.modules[__name__]  # `from torchvision.transforms import transforms`
 
 
 def __getattr__(name):  # any other transform: identity
