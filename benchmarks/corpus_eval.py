@@ -10,6 +10,7 @@ this harness does not depend on the engine's internals.
     python benchmarks/corpus_eval.py wrap       --json out/wrap.json
     python benchmarks/corpus_eval.py fixes      --json out/fixes.json
     python benchmarks/corpus_eval.py accuracy --split test   # the held-out split (issue 21)
+    python benchmarks/corpus_eval.py report --split test --runs out/runs.json --json out/test.json
 
 `--split dev` (the default) is the corpus rules are read and tuned on (manifest.json, labels.tsv);
 `--split test` is the held-out one (testset.json, labels_test.tsv, wrap_test.tsv,
@@ -447,11 +448,16 @@ def accuracy(root: Path, labels_path: Path) -> dict:
         for (repo, path, code), lines in sorted(fired.items())
         if (repo, path, code) not in labelled
     ]
+    per_script: dict[str, Counter] = defaultdict(Counter)
     for row in labels:
         key = (row["repo"], row["path"], row["rule"])
         lines = sorted(set(fired.get(key, [])))
         counts = per_rule[row["rule"]]
         where = f"{row['repo']}/{row['path']}"
+        if row["label"] == "missing":
+            per_script[where]["tp" if lines else "fn"] += 1
+        else:
+            per_script[where]["fp" if lines else "tn"] += 1
         if row["label"] == "missing":
             counts["tp" if lines else "fn"] += 1
             if not lines:
@@ -487,6 +493,7 @@ def accuracy(root: Path, labels_path: Path) -> dict:
         "overall": score(total),
         "core": score(core),
         "per_rule": {rule: score(c) for rule, c in per_rule.items()},
+        "per_script": {where: dict(c) for where, c in sorted(per_script.items())},
         "false_positives": false_pos,
         "false_negatives": false_neg,
         "unlabelled_findings": unlabelled,
@@ -888,6 +895,69 @@ def print_fixes(result: dict) -> None:
         print(f"  rewrite error: {script}: {'; '.join(errors)[:300]}")
 
 
+# ---------------------------------------------------------------- report
+
+
+def report(root: Path, labels: Path, split: dict, runs: Path | None) -> dict:
+    """accuracy, wrap and fixes of one split, and (from run_scripts.py's JSON) whether the
+    edited scripts still run: the figures of issue 21 in one command."""
+    result = {
+        "accuracy": accuracy(root, labels),
+        "wrap": wrap(root, labels, split["wrap"]),
+        "fixes": fixes(root, labels, split["fixes"]),
+    }
+    if runs and runs.is_file():
+        result["runs"] = json.loads(runs.read_text(encoding="utf-8"))
+    return result
+
+
+def print_report(result: dict) -> None:
+    acc, wr, fx = result["accuracy"], result["wrap"], result["fixes"]
+    o, c = acc["overall"], acc["core"]
+    print(
+        f"lint: precision {o['precision']}, recall {o['recall']} over every labelled rule "
+        f"(tp {o['tp']}, fp {o['fp']}, fn {o['fn']}); the {len(CORE_RULES)} core rules: "
+        f"precision {c['precision']}, recall {c['recall']}"
+    )
+    print(
+        f"wrap: {', '.join(f'{v} {n}' for v, n in wr['verdicts'].items())} "
+        f"(of {wr['scripts']} scripts)"
+    )
+    print(
+        f"safe fixes break {len(fx['safe_breaks'])} scripts; unsafe fixes break beyond "
+        f"'may change behaviour' {len(fx['unsafe_breaks_beyond'])}; lint after "
+        f"rewrite --unsafe-fixes: {sum(map(len, fx['left_fixable'].values()))} fixable left"
+    )
+    runs = {r["script"]: r for r in result.get("runs", {}).get("results", [])}
+    wraps = {r["script"]: r for r in wr["rows"]}
+    fixed = {r["script"]: r for r in fx["rows"]}
+    print(
+        "\n| script | lint tp/fp/fn | wrap | safe fixes | unsafe fixes | runs: original / safe / wrap |"
+    )
+    print("|---|---|---|---|---|---|")
+    for script, counts in acc["per_script"].items():
+        lint = f"{counts.get('tp', 0)}/{counts.get('fp', 0)}/{counts.get('fn', 0)}"
+        w = wraps.get(script, {})
+        cells = []
+        for variant in ("safe", "unsafe"):
+            e = fixed.get(script, {}).get(variant, {})
+            bad = [f"{b['rule']} {b['verdict']}" for b in e.get("breaks", [])]
+            bad += e.get("new_name_errors", [])
+            cells.append(
+                ("edited" if e.get("changed") else "unchanged")
+                + (f" ({'; '.join(bad)})" if bad else "")
+            )
+        run = runs.get(script)
+        ran = (
+            " / ".join(run[v]["status"] for v in ("original", "safe", "wrap") if v in run)
+            if run
+            else ""
+        )
+        print(
+            f"| {script} | {lint} | {w.get('verdict') or w.get('outcome', '')} | {cells[0]} | {cells[1]} | {ran} |"
+        )
+
+
 # ---------------------------------------------------------------- main
 
 
@@ -935,8 +1005,10 @@ def main(argv: list[str] | None = None) -> int:
         result, show = speed(root, args.jobs, repo_names(args.repo)), print_speed
     elif args.command == "wrap":
         result, show = wrap(root, labels, split["wrap"]), print_wrap
-    else:
+    elif args.command == "fixes":
         result, show = fixes(root, labels, split["fixes"]), print_fixes
+    else:
+        result, show = report(root, labels, split, args.runs), print_report
     result["split"] = args.split
     result["machine"] = machine()
     if args.json:
