@@ -191,8 +191,8 @@ def big_file(files: list[Path], lines: int, out: Path) -> int:
 
 
 def memory(files: list[Path], scratch: Path, lines: int = 50_000) -> dict:
-    """Peak memory of `autoopt lint` (and of `rewrite --check`) on one generated LINES-line
-    file, against bare libcst parsing and against importing autoopt's CLI only."""
+    """Peak memory of `autoopt lint` on one generated LINES-line file, against bare libcst
+    parsing and against importing autoopt's CLI only."""
     target = scratch / "big" / "big_file.py"
     target.parent.mkdir(parents=True)
     n = big_file(files, lines, target)
@@ -202,9 +202,6 @@ def memory(files: list[Path], scratch: Path, lines: int = 50_000) -> dict:
         "lines": n,
         "lint_mb": peak_rss_mb(
             [python, "-m", "autoopt", "lint", "--no-cache", "--exit-zero", "-q", str(target)]
-        ),
-        "rewrite_check_mb": peak_rss_mb(
-            [python, "-m", "autoopt", "rewrite", "--check", str(target)]
         ),
         "libcst_parse_mb": peak_rss_mb([python, "-c", parse]),
         "cli_start_mb": peak_rss_mb([python, "-m", "autoopt", "--help"]),
@@ -303,7 +300,7 @@ def main() -> None:
     if mem:
         print(
             f"peak memory on one {mem['lines']}-line file: lint {mem['lint_mb']:.0f} MB, "
-            f"rewrite --check {mem['rewrite_check_mb']:.0f} MB, bare libcst parse "
+            f"bare libcst parse "
             f"{mem['libcst_parse_mb']:.0f} MB, `autoopt --help` {mem['cli_start_mb']:.0f} MB"
         )
         figures["memory"] = mem
