@@ -973,7 +973,12 @@ def machine() -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("command", choices=("robustness", "accuracy", "speed", "wrap", "fixes"))
+    parser.add_argument(
+        "command", choices=("robustness", "accuracy", "speed", "wrap", "fixes", "report")
+    )
+    parser.add_argument(
+        "--runs", type=Path, help="report: run_scripts.py's JSON, for the still-runs column"
+    )
     parser.add_argument(
         "--split", choices=tuple(SPLITS), default="dev", help="dev (tuned on) or test (held out)"
     )
