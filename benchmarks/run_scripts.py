@@ -219,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
         e
         for e in json.loads(SPEC.read_text(encoding="utf-8"))["scripts"]
         if (args.split == "all" or e["split"] == args.split)
-        and (not args.only or e["name"] in args.only)
+        and (e["name"] in args.only if args.only else "skip" not in e)
     ]
     results: list[dict] = []
 
