@@ -8,6 +8,13 @@ this harness does not depend on the engine's internals.
     python benchmarks/corpus_eval.py accuracy   --json out/accuracy.json
     python benchmarks/corpus_eval.py speed      --json out/speed.json
     python benchmarks/corpus_eval.py wrap       --json out/wrap.json
+    python benchmarks/corpus_eval.py fixes      --json out/fixes.json
+    python benchmarks/corpus_eval.py accuracy --split test   # the held-out split (issue 21)
+    python benchmarks/corpus_eval.py report --split test --runs out/runs.json --json out/test.json
+
+`--split dev` (the default) is the corpus rules are read and tuned on (manifest.json, labels.tsv);
+`--split test` is the held-out one (testset.json, labels_test.tsv, wrap_test.tsv,
+fixes_test.tsv): measure there, never tune on it.
 
 Progress goes to stderr, a summary to stdout, the full results to the JSON file.
 """
@@ -18,6 +25,7 @@ import argparse
 import ast
 import contextlib
 import csv
+import difflib
 import hashlib
 import json
 import multiprocessing
@@ -40,6 +48,42 @@ DEFAULT_ROOT = CORPUS / "_repos"
 LABELS = CORPUS / "labels.tsv"
 TORCH_DIR = "torch"
 LABEL_VALUES = ("missing", "present", "na")
+# Each split: the fetched repositories, the lint labels, the --wrap expectations, the fix
+# verdicts (the last two optional: without them the outcomes are listed, not judged).
+SPLITS = {
+    "dev": {
+        "root": DEFAULT_ROOT,
+        "labels": LABELS,
+        "wrap": CORPUS / "wrap_dev.tsv",
+        "fixes": CORPUS / "fixes_dev.tsv",
+    },
+    "test": {
+        "root": CORPUS / "_repos_test",
+        "labels": CORPUS / "labels_test.tsv",
+        "wrap": CORPUS / "wrap_test.tsv",
+        "fixes": CORPUS / "fixes_test.tsv",
+    },
+}
+# The rules every labelled script has a label for (recall is measured on these); a script's
+# other rows label the other rules that fired on it (precision only).
+CORE_RULES = [
+    "AO101",
+    "AO102",
+    "AO103",
+    "AO201",
+    "AO301",
+    "AO403",
+    "AO406",
+    "AO501",
+    "AO502",
+    "AO503",
+    "AO601",
+    "AO603",
+    "AO606",
+    "AO702",
+    "AO703",
+    "AO901",
+]
 
 
 def log(message: str) -> None:
@@ -386,7 +430,8 @@ def accuracy(root: Path, labels_path: Path) -> dict:
         file = script_path(root, repo, path)
         log(f"[accuracy] {i}/{len(scripts)} {repo}/{path}")
         # One file per run: the project root is the file's own repository (its local imports).
-        findings, proc = lint_findings([file], ("--select", ",".join(rules), "-j", "1"))
+        # The default rules (what a user sees) plus every labelled one.
+        findings, proc = lint_findings([file], ("--extend-select", ",".join(rules), "-j", "1"))
         if has_traceback(proc.stderr):
             errors.append({"script": f"{repo}/{path}", "stderr": proc.stderr[-2000:]})
         for f in findings:
@@ -396,11 +441,23 @@ def accuracy(root: Path, labels_path: Path) -> dict:
                 fired[(repo, path, f["code"])].append(f["location"]["row"])
     per_rule: dict[str, Counter] = {rule: Counter() for rule in rules}
     false_pos, false_neg = [], []
+    labelled = {(r["repo"], r["path"], r["rule"]) for r in labels}
+    # A rule that fired on a labelled script with no label for it: to be read and labelled.
+    unlabelled = [
+        {"script": f"{repo}/{path}", "rule": code, "lines": sorted(set(lines))}
+        for (repo, path, code), lines in sorted(fired.items())
+        if (repo, path, code) not in labelled
+    ]
+    per_script: dict[str, Counter] = defaultdict(Counter)
     for row in labels:
         key = (row["repo"], row["path"], row["rule"])
         lines = sorted(set(fired.get(key, [])))
         counts = per_rule[row["rule"]]
         where = f"{row['repo']}/{row['path']}"
+        if row["label"] == "missing":
+            per_script[where]["tp" if lines else "fn"] += 1
+        else:
+            per_script[where]["fp" if lines else "tn"] += 1
         if row["label"] == "missing":
             counts["tp" if lines else "fn"] += 1
             if not lines:
@@ -418,6 +475,7 @@ def accuracy(root: Path, labels_path: Path) -> dict:
                     }
                 )
     total = sum(per_rule.values(), Counter())
+    core = sum((c for rule, c in per_rule.items() if rule in CORE_RULES), Counter())
 
     def score(c: Counter) -> dict:
         return {
@@ -433,9 +491,12 @@ def accuracy(root: Path, labels_path: Path) -> dict:
         "scripts": len(scripts),
         "labels": len(labels),
         "overall": score(total),
+        "core": score(core),
         "per_rule": {rule: score(c) for rule, c in per_rule.items()},
+        "per_script": {where: dict(c) for where, c in sorted(per_script.items())},
         "false_positives": false_pos,
         "false_negatives": false_neg,
+        "unlabelled_findings": unlabelled,
         "tracebacks": errors,
     }
 
@@ -444,7 +505,12 @@ def print_accuracy(result: dict) -> None:
     o = result["overall"]
     print(
         f"{result['scripts']} scripts, {result['labels']} labels: precision {o['precision']}, "
-        f"recall {o['recall']} (tp {o['tp']}, fp {o['fp']}, fn {o['fn']}, tn {o['tn']})\n"
+        f"recall {o['recall']} (tp {o['tp']}, fp {o['fp']}, fn {o['fn']}, tn {o['tn']})"
+    )
+    c = result["core"]
+    print(
+        f"the {len(CORE_RULES)} rules every script is labelled for: precision {c['precision']}, "
+        f"recall {c['recall']} (tp {c['tp']}, fp {c['fp']}, fn {c['fn']}, tn {c['tn']})\n"
     )
     print("| rule | tp | fp | fn | tn | precision | recall |")
     print("|---|--:|--:|--:|--:|--:|--:|")
@@ -462,6 +528,10 @@ def print_accuracy(result: dict) -> None:
     print("\nfalse negatives:")
     for f in result["false_negatives"]:
         print(f"  {f['rule']} {f['script']} {f['note']}")
+    if result["unlabelled_findings"]:
+        print("\nunlabelled findings (read them and add a label row):")
+        for f in result["unlabelled_findings"]:
+            print(f"  {f['rule']} {f['script']}:{','.join(map(str, f['lines']))}")
     for e in result["tracebacks"]:
         print(f"error: {e['script']}: {e.get('message') or e['stderr'].splitlines()[-1]}")
 
@@ -548,61 +618,344 @@ def print_speed(r: dict) -> None:
         print(f"| {label} | {r[key]} | {r[key] / base:.2f} |")
 
 
+# ---------------------------------------------------------------- edits, checked
+
+
+# pyflakes' messages for a name used where it is not bound (on some path).
+NAME_ERRORS = ("UndefinedName", "UndefinedLocal", "UndefinedExport")
+
+
+def read_tsv(path: Path) -> list[dict]:
+    """Rows of a TSV with a header line; none if the file does not exist."""
+    if not path.is_file():
+        return []
+    with path.open(encoding="utf-8", newline="") as handle:
+        return [r for r in csv.DictReader(handle, delimiter="\t") if r["repo"].strip()]
+
+
+def name_errors(source: str) -> Counter:
+    """pyflakes' undefined-name messages of SOURCE, as a multiset of (kind, name): the cheap
+    check that an edit binds every name it introduces (line numbers shift, names do not)."""
+    import pyflakes.checker
+
+    try:
+        tree = ast.parse(source)
+    except SyntaxError as exc:
+        return Counter({("SyntaxError", str(exc.msg)): 1})
+    checker = pyflakes.checker.Checker(tree, filename="<edited>")
+    return Counter(
+        (type(m).__name__, str(m.message_args[0]) if m.message_args else "")
+        for m in checker.messages
+        if type(m).__name__ in NAME_ERRORS
+    )
+
+
+def new_name_errors(before: str, after: str) -> list[str]:
+    """Undefined names (or a syntax error) the edit introduced."""
+    return sorted(f"{kind} {name}" for kind, name in (name_errors(after) - name_errors(before)))
+
+
+def added_lines(before: str, after: str) -> list[str]:
+    """The stripped lines an edit added."""
+    diff = difflib.unified_diff(before.splitlines(), after.splitlines(), lineterm="", n=0)
+    return [
+        line[1:].strip() for line in diff if line.startswith("+") and not line.startswith("+++")
+    ]
+
+
+@contextlib.contextmanager
+def edited(root: Path, repo: str, path: str, *args: str):
+    """A scratch copy of REPO in which `autoopt rewrite ARGS SCRIPT` ran on the one script;
+    yields (text before, text after, the process, the edited file). The whole repository is
+    copied: the rewrite reads the script's local imports."""
+    with tempfile.TemporaryDirectory(prefix="autoopt-edit-") as tmp:
+        source = root / repo.replace("/", "+")
+        copy = Path(tmp) / source.name
+        shutil.copytree(source, copy, symlinks=True)
+        file = copy / path
+        before = file.read_text(encoding="utf-8", errors="replace")
+        proc = autoopt("rewrite", *args, str(file))
+        after = file.read_text(encoding="utf-8", errors="replace")
+        yield before, after, proc, file
+
+
+def labelled_scripts(labels_path: Path) -> list[tuple[str, str]]:
+    return sorted({(r["repo"], r["path"]) for r in read_labels(labels_path)})
+
+
 # ---------------------------------------------------------------- wrap
 
+WRAP_VERDICTS = (
+    "wrapped right",
+    "declined, true reason",
+    "declined, wrong reason",
+    "declined, should wrap",
+    "wrapped, should decline",
+    "wrapped, wrong call",
+    "broken",
+)
 
-def wrap(root: Path, labels_path: Path) -> dict:
-    """`rewrite --wrap --diff` on every labelled script: wrapped, or declined and why."""
-    scripts = sorted({(r["repo"], r["path"]) for r in read_labels(labels_path)})
+
+def wrap_verdict(outcome: str, reason: str, calls: list[str], broken: list[str], expect: dict):
+    """Judge one `--wrap` outcome against its expectation row (None: not judged)."""
+    if not expect:
+        return None
+    if outcome == "error" or broken:
+        return "broken"
+    pattern = expect.get("pattern") or ""
+    if outcome == "wrapped":
+        if expect["expect"] != "wrap":
+            return "wrapped, should decline"
+        if pattern and not all(re.search(pattern, call) for call in calls):
+            return "wrapped, wrong call"
+        return "wrapped right"
+    if expect["expect"] == "wrap":
+        return "declined, should wrap"
+    return "declined, true reason" if re.search(pattern, reason) else "declined, wrong reason"
+
+
+def wrap(root: Path, labels_path: Path, expect_path: Path | None = None) -> dict:
+    """`rewrite --wrap` on every labelled script (in a scratch copy): wrapped, or declined and
+    why; judged against the split's expectations (wrap_<split>.tsv) where it has them. An edit
+    that leaves a name unbound (pyflakes, before vs after) is `broken`."""
+    expectations = {(r["repo"], r["path"]): r for r in read_tsv(expect_path)} if expect_path else {}
+    scripts = labelled_scripts(labels_path)
     rows = []
     for i, (repo, path) in enumerate(scripts, 1):
-        file = script_path(root, repo, path)
         log(f"[wrap] {i}/{len(scripts)} {repo}/{path}")
-        proc = autoopt("rewrite", "--wrap", "--diff", str(file))
-        added = [
-            line[1:].strip()
-            for line in proc.stdout.splitlines()
-            if line.startswith("+") and not line.startswith("+++")
-        ]
+        with edited(root, repo, path, "--wrap") as (before, after, proc, _):
+            added = added_lines(before, after)
+            broken = new_name_errors(before, after) if after != before else []
+        calls = [line for line in added if "autoopt.optimize(" in line]
         reasons = [
             line.split("--wrap declined:", 1)[-1].split("declined:", 1)[-1].strip()
             for line in proc.stderr.splitlines()
             if "declined" in line
         ]
+        # the scratch copy's folder is no part of the reason
+        reasons = [re.sub(r"\S*/autoopt-edit-[^/]+/", "", r) for r in reasons]
         if has_traceback(proc.stderr):
             outcome, reason = "error", proc.stderr.strip().splitlines()[-1]
-        elif any("optimize(" in line for line in added):
+        elif calls:
             outcome, reason = "wrapped", ""
         else:
             outcome, reason = "declined", reasons[0] if reasons else proc.stderr.strip()[-300:]
+        expect = expectations.get((repo, path), {})
         rows.append(
             {
                 "script": f"{repo}/{path}",
                 "outcome": outcome,
                 "reason": reason,
                 "inserted": [line for line in added if line],
+                "new_name_errors": broken,
+                "verdict": wrap_verdict(outcome, reason, calls, broken, expect),
+                "expected": expect.get("note", ""),
             }
         )
     by_reason = Counter(r["reason"] for r in rows if r["outcome"] != "wrapped")
+    verdicts = Counter(r["verdict"] for r in rows if r["verdict"])
     return {
         "scripts": len(rows),
         "wrapped": sum(r["outcome"] == "wrapped" for r in rows),
+        "judged": sum(verdicts.values()),
+        "verdicts": {v: verdicts.get(v, 0) for v in WRAP_VERDICTS},
         "declined_by_reason": dict(by_reason.most_common()),
         "rows": rows,
     }
 
 
 def print_wrap(result: dict) -> None:
-    print(f"wrapped {result['wrapped']} of {result['scripts']} scripts\n")
-    print("| reason declined | scripts |")
+    print(f"wrapped {result['wrapped']} of {result['scripts']} scripts")
+    if result["judged"]:
+        judged = ", ".join(f"{v} {n}" for v, n in result["verdicts"].items())
+        print(f"judged {result['judged']}: {judged}")
+    print("\n| reason declined | scripts |")
     print("|---|--:|")
     for reason, n in result["declined_by_reason"].items():
         print(f"| {reason} | {n} |")
-    print("\n| script | outcome | reason / inserted |")
-    print("|---|---|---|")
+    print("\n| script | outcome | verdict | reason / inserted |")
+    print("|---|---|---|---|")
     for r in result["rows"]:
-        detail = r["reason"] or "; ".join(r["inserted"])[:160]
-        print(f"| {r['script']} | {r['outcome']} | {detail} |")
+        detail = r["reason"] or "; ".join(r["inserted"])[:200]
+        if r["new_name_errors"]:
+            detail += f" (new: {', '.join(r['new_name_errors'])})"
+        print(f"| {r['script']} | {r['outcome']} | {r['verdict'] or ''} | {detail} |")
+
+
+# ---------------------------------------------------------------- fixes
+
+
+def fixes(root: Path, labels_path: Path, verdicts_path: Path | None = None) -> dict:
+    """`rewrite` (safe fixes) and `rewrite --unsafe-fixes` on every labelled script, each in a
+    scratch copy. Per script: the rules whose fixes were applied, undefined names the edit
+    introduced (pyflakes before vs after), the added lines that the split's fix verdicts
+    (fixes_<split>.tsv: a regex over the added lines and what such a line does to the script)
+    mark as breaking it, and `autoopt lint` on the unsafe-rewritten file: what is left, and
+    what of it still carries a fix the rewrite could have applied."""
+    verdicts = read_tsv(verdicts_path) if verdicts_path else []
+    scripts = labelled_scripts(labels_path)
+    rows = []
+    for i, (repo, path) in enumerate(scripts, 1):
+        log(f"[fixes] {i}/{len(scripts)} {repo}/{path}")
+        findings, _ = lint_findings([script_path(root, repo, path)], ("-j", "1"))
+        fixable = {
+            (f["code"], (f.get("fix") or {}).get("applicability")) for f in findings if f.get("fix")
+        }
+        row: dict = {"script": f"{repo}/{path}", "fixable_before": sorted(map(list, fixable))}
+        for variant, extra in (("safe", ()), ("unsafe", ("--unsafe-fixes",))):
+            with edited(root, repo, path, *extra) as (before, after, proc, file):
+                added = added_lines(before, after)
+                entry = {
+                    "changed": after != before,
+                    "unparseable": parses(after) if after != before else None,
+                    "new_name_errors": new_name_errors(before, after) if after != before else [],
+                    "added": added,
+                    "errors": [reason for _, reason in rewrite_errors(proc.stderr)],
+                    "traceback": has_traceback(proc.stderr),
+                    "breaks": [],
+                }
+                for v in verdicts:
+                    if (v["repo"], v["path"], v["variant"]) != (repo, path, variant):
+                        continue
+                    hits = [line for line in added if re.search(v["pattern"], line)]
+                    if hits:
+                        entry["breaks"].append(
+                            {"rule": v["rule"], "verdict": v["verdict"], "line": hits[0]}
+                            | {"note": v["note"]}
+                        )
+                if variant == "unsafe":
+                    left, _ = lint_findings([file], ("-j", "1"))
+                    left = [f for f in left if not is_internal_error(f)]
+                    entry["left"] = sorted({f["code"] for f in left})
+                    entry["left_fixable"] = sorted(
+                        f"{f['code']}:{f['location']['row']} ({f['fix']['applicability']})"
+                        for f in left
+                        if f.get("fix")
+                    )
+            row[variant] = entry
+        rows.append(row)
+
+    def count(variant: str, key: str) -> int:
+        return sum(bool(r[variant][key]) for r in rows)
+
+    def broken(variant: str, verdict: str) -> list[str]:
+        return [
+            r["script"]
+            for r in rows
+            if r[variant]["new_name_errors"]
+            or r[variant]["unparseable"]
+            or any(b["verdict"] == verdict for b in r[variant]["breaks"])
+        ]
+
+    return {
+        "scripts": len(rows),
+        "safe_changed": count("safe", "changed"),
+        "unsafe_changed": count("unsafe", "changed"),
+        "safe_breaks": broken("safe", "breaks"),
+        "unsafe_breaks_beyond": broken("unsafe", "breaks"),
+        "new_name_errors": {
+            v: {r["script"]: r[v]["new_name_errors"] for r in rows if r[v]["new_name_errors"]}
+            for v in ("safe", "unsafe")
+        },
+        "left_fixable": {
+            r["script"]: r["unsafe"]["left_fixable"] for r in rows if r["unsafe"]["left_fixable"]
+        },
+        "rewrite_errors": {
+            r["script"]: r["unsafe"]["errors"] for r in rows if r["unsafe"]["errors"]
+        },
+        "rows": rows,
+    }
+
+
+def print_fixes(result: dict) -> None:
+    n = result["scripts"]
+    print(
+        f"{n} scripts: safe fixes changed {result['safe_changed']}, unsafe {result['unsafe_changed']}"
+    )
+    print(f"safe fixes break {len(result['safe_breaks'])}: {result['safe_breaks']}")
+    print(
+        f"unsafe fixes break beyond 'may change behaviour' {len(result['unsafe_breaks_beyond'])}:"
+        f" {result['unsafe_breaks_beyond']}"
+    )
+    for variant, errors in result["new_name_errors"].items():
+        for script, names in errors.items():
+            print(f"  {variant}: {script}: new {', '.join(names)}")
+    for r in result["rows"]:
+        for variant in ("safe", "unsafe"):
+            for b in r[variant]["breaks"]:
+                print(f"  {variant}: {r['script']}: {b['rule']} {b['verdict']}: {b['line']}")
+    left = result["left_fixable"]
+    total = sum(len(v) for v in left.values())
+    print(
+        f"\nlint after rewrite --unsafe-fixes: {total} findings still carry a fix, in {len(left)} scripts"
+    )
+    for script, items in left.items():
+        print(f"  {script}: {', '.join(items)}")
+    for script, errors in result["rewrite_errors"].items():
+        print(f"  rewrite error: {script}: {'; '.join(errors)[:300]}")
+
+
+# ---------------------------------------------------------------- report
+
+
+def report(root: Path, labels: Path, split: dict, runs: Path | None) -> dict:
+    """accuracy, wrap and fixes of one split, and (from run_scripts.py's JSON) whether the
+    edited scripts still run: the figures of issue 21 in one command."""
+    result = {
+        "accuracy": accuracy(root, labels),
+        "wrap": wrap(root, labels, split["wrap"]),
+        "fixes": fixes(root, labels, split["fixes"]),
+    }
+    if runs and runs.is_file():
+        result["runs"] = json.loads(runs.read_text(encoding="utf-8"))
+    return result
+
+
+def print_report(result: dict) -> None:
+    acc, wr, fx = result["accuracy"], result["wrap"], result["fixes"]
+    o, c = acc["overall"], acc["core"]
+    print(
+        f"lint: precision {o['precision']}, recall {o['recall']} over every labelled rule "
+        f"(tp {o['tp']}, fp {o['fp']}, fn {o['fn']}); the {len(CORE_RULES)} core rules: "
+        f"precision {c['precision']}, recall {c['recall']}"
+    )
+    print(
+        f"wrap: {', '.join(f'{v} {n}' for v, n in wr['verdicts'].items())} "
+        f"(of {wr['scripts']} scripts)"
+    )
+    print(
+        f"safe fixes break {len(fx['safe_breaks'])} scripts; unsafe fixes break beyond "
+        f"'may change behaviour' {len(fx['unsafe_breaks_beyond'])}; lint after "
+        f"rewrite --unsafe-fixes: {sum(map(len, fx['left_fixable'].values()))} fixable left"
+    )
+    runs = {r["script"]: r for r in result.get("runs", {}).get("results", [])}
+    wraps = {r["script"]: r for r in wr["rows"]}
+    fixed = {r["script"]: r for r in fx["rows"]}
+    print(
+        "\n| script | lint tp/fp/fn | wrap | safe fixes | unsafe fixes | runs: original / safe / wrap |"
+    )
+    print("|---|---|---|---|---|---|")
+    for script, counts in acc["per_script"].items():
+        lint = f"{counts.get('tp', 0)}/{counts.get('fp', 0)}/{counts.get('fn', 0)}"
+        w = wraps.get(script, {})
+        cells = []
+        for variant in ("safe", "unsafe"):
+            e = fixed.get(script, {}).get(variant, {})
+            bad = [f"{b['rule']} {b['verdict']}" for b in e.get("breaks", [])]
+            bad += e.get("new_name_errors", [])
+            cells.append(
+                ("edited" if e.get("changed") else "unchanged")
+                + (f" ({'; '.join(bad)})" if bad else "")
+            )
+        run = runs.get(script)
+        ran = (
+            " / ".join(run[v]["status"] for v in ("original", "safe", "wrap") if v in run)
+            if run
+            else ""
+        )
+        print(
+            f"| {script} | {lint} | {w.get('verdict') or w.get('outcome', '')} | {cells[0]} | {cells[1]} | {ran} |"
+        )
 
 
 # ---------------------------------------------------------------- main
@@ -620,9 +973,17 @@ def machine() -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("command", choices=("robustness", "accuracy", "speed", "wrap"))
-    parser.add_argument("--root", type=Path, default=DEFAULT_ROOT, help="fetched corpus")
-    parser.add_argument("--labels", type=Path, default=LABELS, help="labels TSV")
+    parser.add_argument(
+        "command", choices=("robustness", "accuracy", "speed", "wrap", "fixes", "report")
+    )
+    parser.add_argument(
+        "--runs", type=Path, help="report: run_scripts.py's JSON, for the still-runs column"
+    )
+    parser.add_argument(
+        "--split", choices=tuple(SPLITS), default="dev", help="dev (tuned on) or test (held out)"
+    )
+    parser.add_argument("--root", type=Path, help="fetched corpus (default: the split's)")
+    parser.add_argument("--labels", type=Path, help="labels TSV (default: the split's)")
     parser.add_argument("--json", type=Path, help="write the full results here")
     parser.add_argument("-j", "--jobs", type=int, default=2, help="processes (lint, parsing)")
     parser.add_argument(
@@ -634,18 +995,26 @@ def main(argv: list[str] | None = None) -> int:
         help="robustness: also time lint and fixes per file (a second, in-process pass)",
     )
     args = parser.parse_args(argv)
+    split = SPLITS[args.split]
+    root = args.root or split["root"]
+    labels = args.labels or split["labels"]
 
     if args.command == "robustness":
         result, show = (
-            robustness(args.root, args.jobs, repo_names(args.repo), args.json, args.time_files),
+            robustness(root, args.jobs, repo_names(args.repo), args.json, args.time_files),
             print_robustness,
         )
     elif args.command == "accuracy":
-        result, show = accuracy(args.root, args.labels), print_accuracy
+        result, show = accuracy(root, labels), print_accuracy
     elif args.command == "speed":
-        result, show = speed(args.root, args.jobs, repo_names(args.repo)), print_speed
+        result, show = speed(root, args.jobs, repo_names(args.repo)), print_speed
+    elif args.command == "wrap":
+        result, show = wrap(root, labels, split["wrap"]), print_wrap
+    elif args.command == "fixes":
+        result, show = fixes(root, labels, split["fixes"]), print_fixes
     else:
-        result, show = wrap(args.root, args.labels), print_wrap
+        result, show = report(root, labels, split, args.runs), print_report
+    result["split"] = args.split
     result["machine"] = machine()
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)

@@ -8,15 +8,20 @@ Times, over the same files:
   warm     `autoopt lint` again with the cache filled (nothing changed)
   rewrite  what `autoopt rewrite --check` does per file (`--rewrite`): fixes to a fixed point
 and prints the ratios to parse (the target: cold within 2x, rewrite within 3x). Each timing is
-the best of `--repeat` runs. Each cold lint and rewrite run is made in a fresh interpreter (an
-earlier run would leave autoopt's per-process caches filled); with `--jobs 1` no other process
-is involved and the timings are CPU seconds of the timing process (steady on a shared machine),
-otherwise wall seconds. Timings exclude Python's start-up and imports; `--cli` also times the
-real `autoopt lint` command (start-up included).
+the best of `--repeat` runs and is taken both as wall seconds and as CPU seconds (the timing
+process's own plus its reaped worker processes'), in the same run: on a shared machine the CPU
+ratio is the steady one, the wall ratio what a user waits. Each cold lint and rewrite run is
+made in a fresh interpreter (an earlier run would leave autoopt's per-process caches filled).
+Timings exclude Python's start-up and imports; `--cli` also times the real `autoopt lint`
+command (start-up included). `--memory` measures the peak resident memory of `autoopt lint` on
+one generated 50,000-line file (corpus files concatenated, each kept only if the result still
+parses), against a bare `libcst.parse_module` of the same file (the target: 300 MB).
 
-    python benchmarks/lint_corpus.py                 # the whole corpus (~680 files)
+    python benchmarks/lint_corpus.py                 # torch's own sources (~680 files)
     python benchmarks/lint_corpus.py --limit 60      # a quick subset while developing
     python benchmarks/lint_corpus.py --dir /tmp/corpus --jobs 1 --rewrite --repeat 1
+    python benchmarks/lint_corpus.py --corpus test --jobs 1 --rewrite --repeat 1   # issue 21
+    python benchmarks/lint_corpus.py --corpus large --jobs 1 --rewrite --repeat 1 --memory
 """
 
 from __future__ import annotations
@@ -24,8 +29,10 @@ from __future__ import annotations
 import argparse
 import ast
 import contextlib
+import json
 import multiprocessing
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -39,6 +46,20 @@ from typing import Any
 import libcst as cst
 
 SUBDIRS = ("nn", "optim", "utils", "distributed")
+CORPUS = Path(__file__).resolve().parent / "corpus"
+# Named corpora of fetched repositories (benchmarks/corpus/fetch.py --split test / dev).
+CORPORA = {
+    # the held-out split: 26 repositories never tuned on
+    "test": [CORPUS / "_repos_test"],
+    # 800+ files: the test split and four dev repositories of different styles
+    "large": [
+        CORPUS / "_repos_test",
+        CORPUS / "_repos" / "pytorch+examples",
+        CORPUS / "_repos" / "ultralytics+yolov5",
+        CORPUS / "_repos" / "huggingface+pytorch-image-models",
+        CORPUS / "_repos" / "eriklindernoren+PyTorch-GAN",
+    ],
+}
 
 
 def torch_root() -> Path:
@@ -60,38 +81,53 @@ def corpus_files(root: Path, limit: int | None = None) -> list[Path]:
     return files[:limit] if limit else files
 
 
-# CPU seconds of this process when everything runs in it (`--jobs 1`), else wall seconds.
-clock = time.perf_counter
+class Clock:
+    """Wall and CPU seconds since it was made; CPU is this process's plus that of its child
+    processes that have ended (lint's workers)."""
+
+    def __init__(self) -> None:
+        self.wall = time.perf_counter()
+        self.cpu = self._cpu()
+
+    @staticmethod
+    def _cpu() -> float:
+        children = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return time.process_time() + children.ru_utime + children.ru_stime
+
+    def read(self) -> tuple[float, float]:
+        return time.perf_counter() - self.wall, self._cpu() - self.cpu
 
 
-def time_parse(files: list[Path], parse: object = cst.parse_module) -> float:
-    start = clock()
+def time_parse(files: list[Path], parse: object = cst.parse_module) -> tuple[float, float]:
+    clock = Clock()
     for path in files:
         with contextlib.suppress(Exception):  # a file that cannot be parsed still cost its time
             parse(path.read_bytes().decode("utf-8"))  # type: ignore[operator]
-    return clock() - start
+    return clock.read()
 
 
-def time_lint(corpus: Path, use_cache: bool, jobs: int | None) -> tuple[float, object]:
+def time_lint(
+    corpus: Path, use_cache: bool, jobs: int | None
+) -> tuple[tuple[float, float], object]:
     from autoopt.lint.config import Options
     from autoopt.lint.project import load_project
     from autoopt.lint.runner import run_lint
 
-    start = clock()
+    clock = Clock()
     project = load_project([corpus], Options(no_cache=not use_cache))
     report = run_lint(project, jobs=jobs)
-    return clock() - start, report
+    return clock.read(), report
 
 
-def time_rewrite(corpus: Path) -> tuple[float, int]:
+def time_rewrite(corpus: Path) -> tuple[tuple[float, float], int]:
     """`autoopt rewrite --check`'s work: every file's fixes to a fixed point, nothing written.
-    Returns (seconds, files that would change)."""
+    Returns ((wall, CPU seconds), files that would change)."""
     from autoopt.lint.config import Options
     from autoopt.lint.project import load_project
     from autoopt.lint.rewrite import fix_source
     from autoopt.lint.suppress import filter_findings
 
-    start = clock()
+    clock = Clock()
     project = load_project([corpus], Options(no_cache=True))
     changed = 0
     for path in project.files:
@@ -105,29 +141,71 @@ def time_rewrite(corpus: Path) -> tuple[float, int]:
                 finding_filter=filter_findings,
             )
             changed += result.changed
-    return clock() - start, changed
+    return clock.read(), changed
 
 
-def fresh(cpu: bool, timing: Callable[..., tuple[float, Any]], *args: object) -> tuple[float, Any]:
+def fresh(timing: Callable[..., tuple[Any, Any]], *args: object) -> tuple[Any, Any]:
     """`timing(*args)` in a new interpreter: an earlier timing in this process would leave the
     per-process caches filled (summaries of the sibling modules a file imports) and make the
     next one look cheaper than a real `autoopt lint` / `rewrite --check` run."""
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=1, mp_context=context) as pool:
-        return pool.submit(_in_child, cpu, timing, *args).result()
+        return pool.submit(timing, *args).result()
 
 
-def _in_child(
-    cpu: bool, timing: Callable[..., tuple[float, Any]], *args: object
-) -> tuple[float, Any]:
-    global clock
-    if cpu:
-        clock = time.process_time
-    return timing(*args)
+def best(times: list[tuple[float, float]]) -> tuple[float, float]:
+    """The fastest run's (wall, CPU) seconds, each the minimum over the runs."""
+    return min(t[0] for t in times), min(t[1] for t in times)
 
 
-def best(times: list[float]) -> float:
-    return min(times)
+def peak_rss_mb(command: list[str]) -> float:
+    """Peak resident memory (MB) of COMMAND, a child process of its own."""
+    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return usage.ru_maxrss / 1024  # kilobytes on Linux
+
+
+def big_file(files: list[Path], lines: int, out: Path) -> int:
+    """Concatenate corpus files into OUT until it has LINES lines; a file is kept only if the
+    result still parses (no `from __future__` in the middle, no broken file). Returns lines."""
+    parts: list[str] = []
+    count = 0
+    for path in files:
+        try:
+            text = path.read_bytes().decode("utf-8")
+            ast.parse(text)
+        except (SyntaxError, ValueError, UnicodeDecodeError):
+            continue
+        text = "\n".join(
+            line for line in text.splitlines() if not line.startswith("from __future__")
+        )
+        parts.append(text + "\n")
+        count += text.count("\n") + 1
+        if count >= lines:
+            break
+    source = "".join(parts)
+    ast.parse(source)
+    out.write_text(source, encoding="utf-8")
+    return source.count("\n")
+
+
+def memory(files: list[Path], scratch: Path, lines: int = 50_000) -> dict:
+    """Peak memory of `autoopt lint` on one generated LINES-line file, against bare libcst
+    parsing and against importing autoopt's CLI only."""
+    target = scratch / "big" / "big_file.py"
+    target.parent.mkdir(parents=True)
+    n = big_file(files, lines, target)
+    python = sys.executable
+    parse = f"import libcst; libcst.parse_module(open({str(target)!r}).read())"
+    return {
+        "lines": n,
+        "lint_mb": peak_rss_mb(
+            [python, "-m", "autoopt", "lint", "--no-cache", "--exit-zero", "-q", str(target)]
+        ),
+        "libcst_parse_mb": peak_rss_mb([python, "-c", parse]),
+        "cli_start_mb": peak_rss_mb([python, "-m", "autoopt", "--help"]),
+    }
 
 
 def main() -> None:
@@ -136,22 +214,30 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3, help="runs per timing (best is kept)")
     parser.add_argument("--jobs", type=int, default=None, help="worker processes for lint")
     parser.add_argument("--cli", action="store_true", help="also time the `autoopt` command")
-    parser.add_argument("--dir", type=Path, default=None, help="corpus folder (default: torch)")
+    parser.add_argument(
+        "--dir", type=Path, action="append", help="corpus folder (repeatable; default: torch)"
+    )
+    parser.add_argument("--corpus", choices=tuple(CORPORA), help="a named corpus of fetched repos")
     parser.add_argument("--rewrite", action="store_true", help="also time `rewrite --check`")
+    parser.add_argument("--memory", action="store_true", help="peak memory on a 50k-line file")
+    parser.add_argument("--json", type=Path, help="write the figures here")
     args = parser.parse_args()
-    global clock
-    if args.jobs == 1:
-        clock = time.process_time
 
-    root = args.dir.resolve() if args.dir else torch_root()
-    files = corpus_files(root, args.limit)
+    roots = [d.resolve() for d in (args.dir or CORPORA.get(args.corpus, []))] or [torch_root()]
+    missing = [str(r) for r in roots if not r.is_dir()]
+    if missing:
+        raise SystemExit(f"not found: {missing}: run benchmarks/corpus/fetch.py (--split test)")
+    pairs = [(root, path) for root in roots for path in corpus_files(root)]
+    pairs = pairs[: args.limit] if args.limit else pairs
+    files = [path for _, path in pairs]
     n_lines = sum(p.read_bytes().count(b"\n") for p in files)
     # Copy into a scratch project (own pyproject.toml) so the cache lives there, not in torch.
     scratch = Path(tempfile.mkdtemp(prefix="autoopt-bench-"))
+    mem = None
     try:
         corpus = scratch / "corpus"
-        for path in files:
-            target = corpus / path.relative_to(root)
+        for root, path in pairs:
+            target = corpus / (root.name if len(roots) > 1 else "") / path.relative_to(root)
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(path, target)
         (scratch / "pyproject.toml").write_text("[tool.autoopt]\n")
@@ -160,13 +246,10 @@ def main() -> None:
         try:
             parse_t = best([time_parse(files) for _ in range(args.repeat)])
             ast_t = best([time_parse(files, ast.parse) for _ in range(args.repeat)])
-            cpu = clock is time.process_time
             rewrite_runs = [
-                fresh(cpu, time_rewrite, corpus) for _ in range(args.repeat if args.rewrite else 0)
+                fresh(time_rewrite, corpus) for _ in range(args.repeat if args.rewrite else 0)
             ]
-            cold_runs = [
-                fresh(cpu, time_lint, corpus, False, args.jobs) for _ in range(args.repeat)
-            ]
+            cold_runs = [fresh(time_lint, corpus, False, args.jobs) for _ in range(args.repeat)]
             cold_t = best([t for t, _ in cold_runs])
             report = cold_runs[0][1]
             time_lint(corpus, True, args.jobs)  # fill the cache
@@ -179,30 +262,51 @@ def main() -> None:
                     start = time.perf_counter()
                     subprocess.run(command, check=True, capture_output=True)
                     runs.append(time.perf_counter() - start)
-                cli_t = best(runs)
+                cli_t = min(runs)
+            if args.memory:
+                mem = memory(files, scratch)
         finally:
             os.chdir(cwd)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
-    where = args.dir or f"torch {', '.join(SUBDIRS)}"
+    where = ", ".join(str(r) for r in roots) if args.dir or args.corpus else f"torch {SUBDIRS}"
     print(f"corpus: {len(files)} files, {n_lines} lines ({where})")
     print(f"rules: {len(report.rules)}; files parsed by lint: {report.parsed}/{len(files)}")
     print(f"findings: {len(report.diagnostics)}; file errors: {len(report.errors)}")
-    unit = "CPU s" if clock is time.process_time else "s"
-    print(f"jobs: {args.jobs or 'one per CPU'} (CPUs here: {os.cpu_count()}); times in {unit}")
-    print(f"bare libcst.parse_module : {parse_t:7.2f}   1.00x")
-    print(f"ast.parse                : {ast_t:7.2f}   {ast_t / parse_t:.2f}x of parse")
-    print(f"autoopt lint, cold       : {cold_t:7.2f}   {cold_t / parse_t:.2f}x of parse")
-    print(f"autoopt lint, warm cache : {warm_t:7.2f}   {warm_t / parse_t:.3f}x of parse")
+    print(
+        f"jobs: {args.jobs or 'one per CPU'} (CPUs here: {os.cpu_count()}); load {os.getloadavg()}"
+    )
+    rows = [("bare libcst.parse_module", parse_t), ("ast.parse", ast_t)]
+    rows += [("autoopt lint, cold", cold_t), ("autoopt lint, warm cache", warm_t)]
+    figures: dict = {"files": len(files), "lines": n_lines, "roots": [str(r) for r in roots]}
     if rewrite_runs:
-        rewrite_t = best([t for t, _ in rewrite_runs])
+        rows.append(("rewrite --check", best([t for t, _ in rewrite_runs])))
+        figures["rewrite_would_change"] = rewrite_runs[0][1]
+    print(f"{'':26} {'wall s':>8} {'x parse':>8} {'CPU s':>8} {'x parse':>8}")
+    for label, (wall, cpu) in rows:
         print(
-            f"rewrite --check          : {rewrite_t:7.2f}   {rewrite_t / parse_t:.2f}x of parse"
-            f" ({rewrite_runs[0][1]} files would change)"
+            f"{label:26} {wall:8.2f} {wall / parse_t[0]:7.2f}x {cpu:8.2f} {cpu / parse_t[1]:7.2f}x"
         )
+        figures[label] = {
+            "wall_s": round(wall, 2),
+            "cpu_s": round(cpu, 2),
+            "wall_x_parse": round(wall / parse_t[0], 2),
+            "cpu_x_parse": round(cpu / parse_t[1], 2),
+        }
     if cli_t is not None:
         print(f"`autoopt lint` command, warm (incl. start-up): {cli_t:.2f} s")
+        figures["cli_warm_s"] = round(cli_t, 2)
+    if mem:
+        print(
+            f"peak memory on one {mem['lines']}-line file: lint {mem['lint_mb']:.0f} MB, "
+            f"bare libcst parse "
+            f"{mem['libcst_parse_mb']:.0f} MB, `autoopt --help` {mem['cli_start_mb']:.0f} MB"
+        )
+        figures["memory"] = mem
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(figures, indent=2) + "\n", encoding="utf-8")
 
 
 if __name__ == "__main__":

@@ -1,4 +1,8 @@
-"""Fetch the real-code corpus named in manifest.json into benchmarks/corpus/_repos/ (gitignored).
+"""Fetch the real-code corpus (a split's manifest) into benchmarks/corpus/_repos*/ (gitignored).
+
+Two splits: `dev` (manifest.json, fetched into _repos/: the code rules are read and tuned on) and
+`test` (testset.json, into _repos_test/: repositories fetched fresh for issue 21 that are only
+measured, never tuned on). `--split all` fetches both.
 
 Each repository is fetched at its pinned commit (a shallow fetch of that one commit, then a
 checkout), from GitHub by default or from a local mirror of bare repositories laid out as
@@ -6,7 +10,8 @@ checkout), from GitHub by default or from a local mirror of bare repositories la
 torch's own sources are copied from the installed torch package when its version matches the
 manifest (a mismatch is reported: the files differ, the figures are not comparable).
 
-    python benchmarks/corpus/fetch.py                          # from GitHub
+    python benchmarks/corpus/fetch.py                          # dev split, from GitHub
+    python benchmarks/corpus/fetch.py --split test             # the held-out test split
     python benchmarks/corpus/fetch.py --mirror-root /work/.mirror
     AUTOOPT_CORPUS_MIRROR=/work/.mirror python benchmarks/corpus/fetch.py
 
@@ -28,6 +33,11 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 MANIFEST = HERE / "manifest.json"
 DEFAULT_DEST = HERE / "_repos"
+# split -> (manifest, default destination)
+SPLITS = {
+    "dev": (MANIFEST, DEFAULT_DEST),
+    "test": (HERE / "testset.json", HERE / "_repos_test"),
+}
 TORCH_DIR = "torch"
 
 
@@ -46,7 +56,7 @@ def mirror_source(mirror_root: Path | None, name: str) -> str | None:
     if mirror_root is None:
         return None
     base = mirror_root / name.replace("/", "+")
-    for candidate in (base / "repo", base):
+    for candidate in (base / "repo", base / "repo" / ".git", base):
         if (candidate / "HEAD").is_file() and (candidate / "objects").is_dir():
             return str(candidate)
     return None
@@ -148,7 +158,12 @@ def copy_torch(spec: dict, dest: Path) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--dest", type=Path, default=DEFAULT_DEST, help="cache folder")
+    parser.add_argument(
+        "--split", choices=(*SPLITS, "all"), default="dev", help="which manifest (default dev)"
+    )
+    parser.add_argument(
+        "--dest", type=Path, help="cache folder (default _repos/ for dev, _repos_test/ for test)"
+    )
     parser.add_argument(
         "--mirror-root",
         type=Path,
@@ -159,21 +174,31 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-torch", action="store_true", help="skip torch's own sources")
     args = parser.parse_args(argv)
 
-    manifest = load_manifest()
-    args.dest.mkdir(parents=True, exist_ok=True)
+    failures = 0
+    for split in SPLITS if args.split == "all" else (args.split,):
+        path, default_dest = SPLITS[split]
+        dest = args.dest or default_dest
+        failures += fetch_split(load_manifest(path), dest, args)
+    return 1 if failures else 0
+
+
+def fetch_split(manifest: dict, dest: Path, args: argparse.Namespace) -> int:
+    """Fetch one manifest's repositories (and torch's sources, if it names them) into DEST;
+    returns how many failed."""
+    dest.mkdir(parents=True, exist_ok=True)
     failures = 0
     for entry in manifest["repos"]:
         if args.only and entry["name"] not in args.only:
             continue
         try:
-            how = fetch_repo(entry, args.dest, args.mirror_root)
+            how = fetch_repo(entry, dest, args.mirror_root)
         except subprocess.CalledProcessError as exc:
             failures += 1
             how = f"FAILED: {exc.stderr.strip() or exc}"
         print(f"{entry['name']:45} {entry['commit'][:12]}  {how}", file=sys.stderr)
-    if not args.no_torch and not args.only:
-        print(f"{'torch':45} {'':12}  {copy_torch(manifest['torch'], args.dest)}", file=sys.stderr)
-    return 1 if failures else 0
+    if "torch" in manifest and not args.no_torch and not args.only:
+        print(f"{'torch':45} {'':12}  {copy_torch(manifest['torch'], dest)}", file=sys.stderr)
+    return failures
 
 
 if __name__ == "__main__":

@@ -1,0 +1,73 @@
+"""The issue-21 measurement harness judges edits by itself: pyflakes' undefined names before vs
+after an edit, the --wrap verdicts, and the run shim that stops a real script after N optimizer
+steps. These check that each judgement can say "broken"."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from benchmarks import corpus_eval, run_scripts
+
+BEFORE = textwrap.dedent(
+    """
+    import torch
+    model = torch.nn.Linear(2, 2)
+    if USE_ADAM:
+        opt = torch.optim.Adam(model.parameters())
+    """
+)
+
+
+def test_new_name_errors_sees_an_unbound_name_an_edit_introduced() -> None:
+    after = BEFORE + "model, optimizer = autoopt.optimize(model, optimizer=optimizer)\n"
+    assert corpus_eval.new_name_errors(BEFORE, after) == [
+        "UndefinedName autoopt",
+        "UndefinedName optimizer",
+    ]
+    bound = BEFORE.replace("import torch", "import torch\nimport autoopt")
+    bound += "model, opt = autoopt.optimize(model, optimizer=opt)\n"
+    assert corpus_eval.new_name_errors(BEFORE, bound) == []
+
+
+def test_wrap_verdicts() -> None:
+    wrap = {"expect": "wrap", "pattern": "device=device"}
+    call = "q, opt = autoopt.optimize(q, optimizer=opt)"
+    assert corpus_eval.wrap_verdict("wrapped", "", [call], [], wrap) == "wrapped, wrong call"
+    with_device = call.replace(")", ", device=device)")
+    assert corpus_eval.wrap_verdict("wrapped", "", [with_device], [], wrap) == "wrapped right"
+    assert corpus_eval.wrap_verdict("wrapped", "", [call], ["UndefinedName x"], wrap) == "broken"
+    decline = {"expect": "decline", "pattern": "wrapper|step_and_update_lr"}
+    wrong = "no optimizer is stepped where .backward() runs"
+    assert corpus_eval.wrap_verdict("declined", wrong, [], [], decline) == "declined, wrong reason"
+    assert corpus_eval.wrap_verdict("declined", wrong, [], [], wrap) == "declined, should wrap"
+    assert corpus_eval.wrap_verdict("declined", wrong, [], [], {}) is None
+
+
+SCRIPT = textwrap.dedent(
+    """
+    import torch
+    model = torch.nn.Linear(2, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for step in range(50):
+        opt.zero_grad()
+        model(torch.randn(4, 2)).sum().backward()
+        opt.step()
+    print("ran all 50 steps")
+    """
+)
+
+
+@pytest.mark.slow  # a subprocess that imports torch
+def test_run_shim_ends_a_script_after_n_optimizer_steps(tmp_path: Path) -> None:
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT)
+    outcome = run_scripts.execute({"script": "train.py"}, script, steps=2, timeout=120)
+    assert outcome["status"] == "pass", outcome
+    broken = tmp_path / "broken.py"
+    broken.write_text(SCRIPT.replace("opt.step()", "opt.step(); undefined_name"))
+    outcome = run_scripts.execute({"script": "broken.py"}, broken, steps=2, timeout=120)
+    assert outcome["status"] == "fail"
+    assert "NameError" in outcome["error"]
