@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 TORCH_CONSTRAINTS ?= constraints-cpu.txt
 PYTEST_ARGS ?=
 
-.PHONY: venv demo test lint format bench examples docs clean
+.PHONY: venv demo test lint format bench examples docs clean mutation
 
 $(BIN)/.installed: pyproject.toml $(TORCH_CONSTRAINTS)
 	$(PYTHON) -m venv $(VENV)
@@ -42,5 +42,13 @@ docs: venv
 bench: venv
 	$(BIN)/python -m autoopt bench
 
+# Mutation testing of the critical modules, one module at a time with its own fast tests (minutes
+# each; not in CI). `make mutation MODULES="loss_scaling device_loader"` runs a few.
+# Scores and the equivalent survivors: docs/benchmarks/mutation.md.
+MODULES ?=
+mutation: venv
+	$(BIN)/python -m pip install -q -e '.[mutation]'
+	$(BIN)/python -m benchmarks.mutation $(MODULES)
+
 clean:
-	rm -rf $(VENV) .autoopt_cache .pytest_cache build *.egg-info
+	rm -rf $(VENV) .autoopt_cache .pytest_cache build *.egg-info mutants
