@@ -52,6 +52,7 @@ MODULES: dict[str, tuple[str, list[str]]] = {
         [
             "tests/runtime/test_loader.py",
             "tests/runtime/test_device_batches.py",
+            "tests/runtime/test_device_loader_exact.py",
         ],
     ),
     "micro_batches": (

@@ -94,7 +94,8 @@ def test_rewriting_the_rewritten_examples_changes_nothing() -> None:
 # a persistent iterator is reset, not restarted, so the global RNG draws differ (DeviceLoader's
 # draw_base_seed note) and the second epoch's batches come in another order.
 CNN_DIVERGES = pytest.mark.xfail(
-    strict=True, reason="persistent workers draw the shuffle seed otherwise from epoch 2: other batch order"
+    strict=True,
+    reason="persistent workers draw the shuffle seed otherwise from epoch 2: other batch order",
 )
 REWRITTEN_SCRIPTS = [
     pytest.param(p, marks=CNN_DIVERGES) if p.stem == "cnn_train" else p
