@@ -57,7 +57,12 @@ MODULES: dict[str, tuple[str, list[str]]] = {
     ),
     "micro_batches": (
         "autoopt/runtime/micro_batches.py",
-        ["tests/runtime/test_accumulate_auto.py", "-m", "not slow"],  # not the 2-process DDP one
+        [
+            "tests/runtime/test_accumulate_auto.py",
+            "tests/runtime/test_micro_batches_exact.py",
+            "-m",
+            "not slow",  # not the 2-process DDP test
+        ],
     ),
     "accumulate": (
         "autoopt/runtime/passes/accumulate.py",
