@@ -47,7 +47,7 @@ bench: venv
 # Scores and the equivalent survivors: docs/benchmarks/mutation.md.
 MODULES ?=
 mutation: venv
-	$(BIN)/python -m pip install -q -e '.[mutation]'
+	$(BIN)/python -m pip install -q -c $(TORCH_CONSTRAINTS) -e '.[mutation]'
 	$(BIN)/python -m benchmarks.mutation $(MODULES)
 
 clean:
