@@ -40,6 +40,7 @@ MODULES: dict[str, tuple[str, list[str]]] = {
         [
             "tests/runtime/test_loss_scaling.py",
             "tests/runtime/test_loss_scaling_exact.py",
+            "tests/runtime/test_root_scaling_exact.py",
             "tests/runtime/test_accumulate.py",
             "tests/runtime/test_equivalence_amp.py",  # autograd.grad and reentrant backwards
             "tests/runtime/test_accumulate_auto.py",  # micro-batch shares as seeds
