@@ -58,3 +58,43 @@ def test_a_collected_model_restores_torchs_backward() -> None:
     root_scaling.registration_of_params([])  # any lookup drops dead registrations
     assert torch.autograd._engine_run_backward is root_scaling._original_engine_run_backward
     torch.nn.Linear(2, 1)(torch.ones(1, 2)).sum().backward()  # and torch's backward still runs
+
+
+def test_autograd_grad_hands_back_true_scale_results_and_none_for_unused() -> None:
+    """The gradient-penalty path: `autograd.grad` results unscaled, an unused input's None kept,
+    and nothing accumulated into `.grad` (autograd.grad never does)."""
+    torch.manual_seed(0)
+    model = MLP()
+    reference = MLP()
+    reference.load_state_dict(model.state_dict())
+    unused = torch.nn.Parameter(torch.ones(3))
+    root_scaling.register(model, scaler=LossScaler(torch.device("cpu")))
+    try:
+        x = torch.randn(8, 16)
+        got = torch.autograd.grad(
+            model(x).square().mean(), [model.net[0].weight, unused], allow_unused=True
+        )
+        (expected,) = torch.autograd.grad(reference(x).square().mean(), [reference.net[0].weight])
+        assert torch.equal(got[0], expected) and got[1] is None  # x 2**16 then x 2**-16: exact
+        assert all(p.grad is None for p in model.parameters())
+    finally:
+        root_scaling.unregister(model)
+
+
+def test_autograd_grad_is_not_divided_by_the_accumulation_count() -> None:
+    """A hand-written accumulating loop divides its loss, not an inner gradient: under
+    `accumulate=4`, `autograd.grad` returns the plain gradient."""
+    import autoopt  # here: the registration comes from optimize()'s accumulate pass
+
+    torch.manual_seed(0)
+    model = MLP()
+    reference = MLP()
+    reference.load_state_dict(model.state_dict())
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    model, optimizer = autoopt.optimize(
+        model, optimizer=optimizer, accumulate=4, amp=False, compile=False, verbose=False
+    )
+    x = torch.randn(8, 16)
+    (got,) = torch.autograd.grad(model(x).square().mean(), [model.net[0].weight])
+    (expected,) = torch.autograd.grad(reference(x).square().mean(), [reference.net[0].weight])
+    assert torch.equal(got, expected)
