@@ -4,13 +4,30 @@ mutants that survived `make mutation`; docs/benchmarks/mutation.md)."""
 from __future__ import annotations
 
 import gc
+from collections.abc import Iterator
 
+import pytest
 import torch
 
 from autoopt.runtime import root_scaling
 from autoopt.runtime.loss_scaling import LossScaler
 
 from .models import MLP
+
+
+@pytest.fixture
+def alone() -> Iterator[None]:
+    """No other test's model registered meanwhile (models of earlier tests may still be alive
+    in this process): the registry emptied for the test, then put back as it was."""
+    saved = root_scaling._registered[:]
+    installed = torch.autograd._engine_run_backward
+    root_scaling._registered.clear()
+    torch.autograd._engine_run_backward = root_scaling._original_engine_run_backward
+    try:
+        yield
+    finally:
+        root_scaling._registered[:] = saved
+        torch.autograd._engine_run_backward = installed
 
 
 def test_registering_again_keeps_what_the_first_registration_gave() -> None:
@@ -38,6 +55,7 @@ def test_added_parameters_belong_to_their_model_only() -> None:
         root_scaling.unregister(other)
 
 
+@pytest.mark.usefixtures("alone")
 def test_unregistering_the_last_model_restores_torchs_backward() -> None:
     keep, model = MLP(), MLP()
     root_scaling.register(keep, scaler=LossScaler(torch.device("cpu")))
@@ -49,6 +67,7 @@ def test_unregistering_the_last_model_restores_torchs_backward() -> None:
     assert torch.autograd._engine_run_backward is root_scaling._original_engine_run_backward
 
 
+@pytest.mark.usefixtures("alone")
 def test_a_collected_model_restores_torchs_backward() -> None:
     model = MLP()
     root_scaling.register(model, scaler=LossScaler(torch.device("cpu")))
