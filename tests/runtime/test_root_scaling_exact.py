@@ -117,3 +117,31 @@ def test_autograd_grad_is_not_divided_by_the_accumulation_count() -> None:
     (got,) = torch.autograd.grad(model(x).square().mean(), [model.net[0].weight])
     (expected,) = torch.autograd.grad(reference(x).square().mean(), [reference.net[0].weight])
     assert torch.equal(got, expected)
+
+
+def test_one_backward_through_models_with_different_accumulate_counts_is_refused() -> None:
+    """Which 1/N would seed it? Neither is right for the other model: an error that says so."""
+    import autoopt
+
+    models = []
+    for count in (2, 4, 4):
+        model = MLP()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        models.append(
+            autoopt.optimize(
+                model,
+                optimizer=optimizer,
+                accumulate=count,
+                amp=False,
+                compile=False,
+                verbose=False,
+            )[0]
+        )
+    x = torch.randn(4, 16)
+    with pytest.raises(RuntimeError) as error:
+        sum(m(x).sum() for m in models).backward()
+    assert str(error.value) == (
+        "one backward reaches models optimized with different accumulate= values "
+        "(seeds ['1/2', '1/4']); give every model of one loss the same accumulate="
+    )
+    (models[1](x).sum() + models[2](x).sum()).backward()  # the same count: one seed, fine
