@@ -7,7 +7,7 @@ TORCH_CONSTRAINTS ?= constraints-cpu.txt
 # Parallel by default (one worker per core); `make test PYTEST_ARGS="-n 0"` runs serially.
 PYTEST_ARGS ?= -n auto
 
-.PHONY: venv demo test lint format bench examples docs clean
+.PHONY: venv demo test lint format bench examples docs clean mutation
 
 $(BIN)/.installed: pyproject.toml $(TORCH_CONSTRAINTS)
 	$(PYTHON) -m venv $(VENV)
@@ -43,5 +43,13 @@ docs: venv
 bench: venv
 	$(BIN)/python -m autoopt bench
 
+# Mutation testing of the critical modules, one module at a time with its own fast tests (minutes
+# each; not in CI). `make mutation MODULES="loss_scaling device_loader"` runs a few.
+# Scores and the equivalent survivors: docs/benchmarks/mutation.md.
+MODULES ?=
+mutation: venv
+	$(BIN)/python -m pip install -q -c $(TORCH_CONSTRAINTS) -e '.[mutation]'
+	$(BIN)/python -m benchmarks.mutation $(MODULES)
+
 clean:
-	rm -rf $(VENV) .autoopt_cache .pytest_cache build *.egg-info
+	rm -rf $(VENV) .autoopt_cache .pytest_cache build *.egg-info mutants

@@ -1,7 +1,9 @@
-"""The bundled examples run on CPU and train: their loss falls."""
+"""The bundled examples run on CPU and train, and the optimized ones train like the originals:
+the rewritten scripts against the naive ones, `optimize()` against the same loop without it."""
 
 from __future__ import annotations
 
+import functools
 import re
 import subprocess
 import sys
@@ -17,6 +19,7 @@ def epoch_losses(output: str) -> list[float]:
     return [float(v) for v in re.findall(r"^epoch \d+ loss ([-\d.e]+)", output, re.M)]
 
 
+@functools.cache
 def run_script(path: Path, *args: str) -> str:
     proc = subprocess.run(
         [sys.executable, str(path), *args],
@@ -44,6 +47,13 @@ def test_optimize_example_compares_both_ways(example: str) -> None:
     assert [r[0] for r in rates] == ["eager", "autoopt"], out
     assert all(float(r[1]) > 0 for r in rates)
     assert re.search(r"speed-up: [\d.]+x", out)
+    (_, _, eager_first, eager_last), (_, _, fast_first, fast_last) = rates
+    # Same seed, same batches in the same order: the first loss is the same forward (2% covers
+    # bf16 autocast on a CPU with native bf16; fp32 elsewhere agrees to the printed digits).
+    assert abs(float(fast_first) - float(eager_first)) <= 0.02 * float(eager_first), out
+    # 14 steps later (10 warm-up + 4) both trained, and to about the same loss.
+    assert float(eager_last) < float(eager_first) and float(fast_last) < float(fast_first), out
+    assert abs(float(fast_last) - float(eager_last)) <= 0.05 * float(eager_last), out
 
 
 REWRITTEN = ROOT / "examples" / "rewritten"
@@ -79,9 +89,30 @@ def test_rewriting_the_rewritten_examples_changes_nothing() -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
+# The rewritten cnn_train (persistent DataLoader workers added by AO102) leaves the naive run from
+# its second epoch: 1.919 against 1.775 (the same script without the DataLoader keywords: 1.774):
+# a persistent iterator is reset, not restarted, so the global RNG draws differ (DeviceLoader's
+# draw_base_seed note) and the second epoch's batches come in another order.
+CNN_DIVERGES = pytest.mark.xfail(
+    strict=True,
+    reason="persistent workers draw the shuffle seed otherwise from epoch 2: other batch order",
+)
+REWRITTEN_SCRIPTS = [
+    pytest.param(p, marks=CNN_DIVERGES) if p.stem == "cnn_train" else p
+    for p in sorted(REWRITTEN.glob("*.py"))
+]
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("script", sorted(REWRITTEN.glob("*.py")), ids=lambda p: p.stem)
-def test_rewritten_script_still_trains(script: Path) -> None:
-    losses = epoch_losses(run_script(script, "--epochs", "3", "--steps", "6"))
-    assert len(losses) == 3
+@pytest.mark.parametrize("script", REWRITTEN_SCRIPTS, ids=lambda p: p.stem)
+def test_rewritten_script_trains_like_the_naive_one(script: Path) -> None:
+    """Same seed, same data: every epoch's loss within 1% of the naive script's. The rewrite
+    trains in bf16 autocast on CPU (8 mantissa bits, ~0.4% relative rounding per op; seen: at
+    most 0.15% on an epoch's mean loss over 18 steps), compiled, with fused optimizers."""
+    args = ("--epochs", "3", "--steps", "6")
+    losses = epoch_losses(run_script(script, *args))
+    naive = epoch_losses(run_script(ROOT / "examples" / "naive" / script.name, *args))
+    assert len(losses) == len(naive) == 3
     assert losses[-1] < losses[0], losses
+    for mine, theirs in zip(losses, naive, strict=True):
+        assert abs(mine - theirs) <= 1e-2 * abs(theirs), (losses, naive)

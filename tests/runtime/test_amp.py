@@ -21,16 +21,6 @@ from autoopt.runtime.passes import amp
 from .models import MLP, SmallCNN, cnn_data
 
 
-def test_auto_follows_the_cpu() -> None:
-    result = autoopt.report(autoopt.optimize(MLP(), device="cpu", verbose=False))["amp"]
-    if hardware.cpu_supports_bf16():
-        assert result.status.value == "applied"
-        assert result.detail.startswith("bf16 autocast: CPU has")
-    else:
-        assert result.status.value == "skipped"
-        assert "no native bf16" in result.detail
-
-
 def test_amp_false_is_skipped_with_reason() -> None:
     result = autoopt.report(autoopt.optimize(MLP(), amp=False, verbose=False))["amp"]
     assert result.status.value == "skipped" and result.detail == "amp=False"

@@ -11,6 +11,7 @@ from torch import nn
 import autoopt
 
 from .models import MLP, SmallCNN, batches, cnn_data, mlp_data, train
+from .plain_loop import amp_dtype, assert_same_training, train_by_hand
 
 
 @pytest.mark.parametrize(
@@ -24,6 +25,7 @@ def test_the_unchanged_loop_trains(
 ) -> None:
     torch.manual_seed(0)
     model = make()
+    reference = copy.deepcopy(model)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
     x, y = data(128)  # type: ignore[operator]
     model, loader, optimizer = autoopt.optimize(
@@ -32,6 +34,18 @@ def test_the_unchanged_loop_trains(
     losses = train(model, optimizer, loader, epochs=5)  # zero_grad/backward/clip/step as written
     assert all(torch.isfinite(torch.tensor(losses)))
     assert sum(losses[-4:]) < 0.75 * sum(losses[:4])
+    # The same loop in plain torch (autocast + GradScaler for what amp chose) trains the same.
+    chosen = autoopt.report(model)["amp"]
+    dtype = amp_dtype(chosen.detail, chosen.status.value == "applied")
+    assert dtype == (torch.float16 if amp == "fp16" else dtype)
+    expected = train_by_hand(
+        reference,
+        torch.optim.AdamW(reference.parameters(), lr=lr),
+        batches(x, y, 32),
+        5,
+        dtype=dtype,
+    )
+    assert_same_training(losses, expected, dtype)
 
 
 def test_state_dict_keys_and_unwrap() -> None:
@@ -47,8 +61,16 @@ def test_state_dict_keys_and_unwrap() -> None:
     plain = SmallCNN()
     plain.load_state_dict(fast.state_dict())  # strict: same keys, same shapes
     plain.eval(), fast.eval()
+    for key, value in fast.state_dict().items():  # the trained values themselves
+        assert torch.equal(plain.state_dict()[key], value), key
+    # The plain model under torch's own autocast (what amp chose) gives fast's outputs; the 1e-5
+    # covers channels_last convolutions summing in another order (seen: exact).
+    chosen = autoopt.report(fast)["amp"]
+    dtype = amp_dtype(chosen.detail, chosen.status.value == "applied")
+    with torch.no_grad(), torch.autocast("cpu", dtype=dtype or torch.bfloat16, enabled=bool(dtype)):
+        expected = plain(x).float()
     with torch.no_grad():
-        torch.testing.assert_close(plain(x), fast(x), rtol=0.05, atol=0.05)  # fast runs in bf16
+        torch.testing.assert_close(fast(x), expected, rtol=1e-5, atol=1e-5)
 
     original = autoopt.unwrap(fast)
     assert original is model and type(original) is SmallCNN

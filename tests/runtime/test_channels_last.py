@@ -12,6 +12,7 @@ import autoopt
 from autoopt.runtime.passes import channels_last as cl_pass
 
 from .models import MLP, SmallCNN, ViewCNN, batches, cnn_data, train
+from .plain_loop import assert_same_training, train_by_hand
 
 CL = torch.channels_last
 
@@ -81,6 +82,34 @@ def test_view_after_convs_falls_back_and_trains() -> None:
     assert model.features[0].weight.is_contiguous()
     losses = train(model, optimizer, batches(x, y, 16), epochs=4)
     assert sum(losses[-4:]) < 0.8 * sum(losses[:4])
+    # After the fallback: the plain NCHW loop in torch, step for step (the reference already ran
+    # one forward above, as the model did; no parameter changed there).
+    expected = train_by_hand(
+        reference, torch.optim.SGD(reference.parameters(), lr=0.05), batches(x, y, 16), 4
+    )
+    assert_same_training(losses, expected, None)
+
+
+def test_channels_last_trains_like_channels_last_by_hand() -> None:
+    """Applied (forced, fp32): the same losses as the model and inputs converted by hand."""
+    torch.manual_seed(0)
+    reference = SmallCNN()
+    model = copy.deepcopy(reference)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    model, optimizer = autoopt.optimize(
+        model, optimizer=optimizer, amp=False, channels_last=True, verbose=False
+    )
+    assert autoopt.report(model)["channels_last"].status.value == "applied"
+    x, y = cnn_data(64)
+    losses = train(model, optimizer, batches(x, y, 16), epochs=3)
+    expected = train_by_hand(
+        reference,
+        torch.optim.SGD(reference.parameters(), lr=0.05),
+        batches(x, y, 16),
+        3,
+        channels_last=True,
+    )
+    assert_same_training(losses, expected, None)
 
 
 def test_a_user_error_is_not_blamed_on_channels_last() -> None:

@@ -13,6 +13,7 @@ import autoopt
 from autoopt.runtime.passes import compile as compile_pass
 
 from .models import MLP, batches, mlp_data, train
+from .plain_loop import assert_same_training, train_by_hand
 
 
 def failing_backend(gm: Any, example_inputs: Any) -> Any:
@@ -29,6 +30,16 @@ def fit(compile: object, **kwargs: Any) -> tuple[nn.Module, list[float]]:
     )
     x, y = mlp_data(96)
     return model, train(model, optimizer, batches(x, y, 32), epochs=4)
+
+
+def by_hand(compiled: Any = None) -> list[float]:
+    """`fit`'s loop in plain fp32 torch; `compiled(model)` is the compiled model to train."""
+    torch.manual_seed(0)
+    model = MLP()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.2)
+    x, y = mlp_data(96)
+    run = compiled(model) if compiled is not None else model
+    return train_by_hand(run, optimizer, batches(x, y, 32), epochs=4)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="auto compiles on CUDA")
@@ -54,6 +65,7 @@ def test_compile_failure_falls_back_to_eager_and_training_goes_on(
     assert "cannot compile anything" in result.detail
     assert result.fallback == "eager forward"
     assert losses[-1] < 0.8 * losses[0]
+    assert_same_training(losses, by_hand(), None)  # the eager loop, step for step
     assert list(model.state_dict()) == list(MLP().state_dict())
 
 
@@ -80,6 +92,8 @@ def test_torch_compile_trains_in_place_with_the_original_keys(
     model, losses = fit(True, amp=False)
     assert autoopt.report(model)["compile"].status.value == "applied"
     assert losses[-1] < 0.8 * losses[0]
+    # torch.compile by hand, same backend: the same training.
+    assert_same_training(losses, by_hand(lambda m: torch.compile(m, backend="aot_eager")), None)
     assert list(model.state_dict()) == list(MLP().state_dict())  # no "_orig_mod."
     assert type(model) is MLP
 
@@ -110,6 +124,7 @@ def test_jit_trains() -> None:
     model, losses = fit("jit", amp=False)
     assert autoopt.report(model)["compile"].status.value == "applied"
     assert losses[-1] < 0.8 * losses[0]
+    assert_same_training(losses, by_hand(torch.jit.script), None)  # TorchScript by hand
 
 
 class Untraceable(MLP):

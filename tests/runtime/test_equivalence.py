@@ -460,7 +460,9 @@ def test_channels_last_trains_like_torch_by_hand(amp: str | bool, accumulate: in
 
 # TorchScript in this torch fails a backward ("Half != BFloat16") once a class was scripted under
 # bf16 autocast earlier in the process, with or without autoopt: jit + fp16 is left out here.
-JIT_FP16 = pytest.param("jit", "fp16", marks=pytest.mark.skip(reason="TorchScript bug, see above"))
+JIT_FP16 = pytest.param(
+    "jit", "fp16", marks=pytest.mark.skip(reason="runs in a fresh process: test_jit_fp16.py")
+)
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,168 @@
+"""Mutation testing of the critical modules with mutmut, one module at a time.
+
+`make mutation` (or `python -m benchmarks.mutation [MODULE ...]`) runs mutmut over each module
+below with only that module's fast tests, so a run fits a laptop (or two shared CI cores): mutmut
+forks from one warm pytest process and, per mutant, runs only the selected tests that executed the
+mutated function. Each module runs in its own scratch copy under build/mutation/<name>/ (mutmut
+writes its `mutants/` tree beside the sources), so the checkout is never touched.
+
+Prints, per module, killed/total and the diff of every surviving mutant; a survivor needs a test
+that kills it or a reason it is equivalent in docs/benchmarks/mutation.md. Not part of CI's time
+budget (minutes per module).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10: the tomli backport autoopt already depends on there
+    import tomli as tomllib
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRATCH = ROOT / "build" / "mutation"
+
+# module name -> (the file mutated, pytest arguments selecting the fast tests that exercise it). Keep each selection to the
+# tests that are about the module: every mutant reruns the ones that reach its function.
+MODULES: dict[str, tuple[str, list[str]]] = {
+    "loss_scaling": (
+        "autoopt/runtime/loss_scaling.py",
+        ["tests/runtime/test_loss_scaling.py", "tests/runtime/test_loss_scaling_exact.py"],
+    ),
+    "root_scaling": (
+        "autoopt/runtime/root_scaling.py",
+        [
+            "tests/runtime/test_loss_scaling.py",
+            "tests/runtime/test_loss_scaling_exact.py",
+            "tests/runtime/test_root_scaling_exact.py",
+            "tests/runtime/test_accumulate.py",
+            "tests/runtime/test_equivalence_amp.py",  # autograd.grad and reentrant backwards
+            "tests/runtime/test_accumulate_auto.py",  # micro-batch shares as seeds
+            "-m",
+            "not slow",
+        ],
+    ),
+    "device_loader": (
+        "autoopt/runtime/device_loader.py",
+        [
+            "tests/runtime/test_loader.py",
+            "tests/runtime/test_device_batches.py",
+            "tests/runtime/test_device_loader_exact.py",
+        ],
+    ),
+    "micro_batches": (
+        "autoopt/runtime/micro_batches.py",
+        [
+            "tests/runtime/test_accumulate_auto.py",
+            "tests/runtime/test_micro_batches_exact.py",
+            "-m",
+            "not slow",  # not the 2-process DDP test
+        ],
+    ),
+    "accumulate": (
+        "autoopt/runtime/passes/accumulate.py",
+        ["tests/runtime/test_accumulate.py", "tests/runtime/test_accumulate_auto.py"],
+    ),
+    "checkpoint_plan": (
+        "autoopt/runtime/checkpoint_plan.py",
+        ["tests/runtime/test_checkpoint_budget.py", "tests/runtime/test_block_stacks.py"],
+    ),
+    "forward": ("autoopt/runtime/forward.py", ["tests/runtime/test_backends.py"]),
+    "backends": ("autoopt/runtime/passes/backends.py", ["tests/runtime/test_backends.py"]),
+    "rewrite": (
+        "autoopt/lint/rewrite.py",
+        ["tests/lint/test_rewrite.py", "tests/lint/test_cli_rewrite.py"],
+    ),
+}
+
+# Passed to every pytest mutmut starts: one process (mutmut forks it), no cache writes.
+PYTEST_ARGS = ["-p", "no:xdist", "-p", "no:cacheprovider", "-q"]
+
+
+def _config(module: str, tests: list[str]) -> str:
+    """pyproject.toml for the scratch copy: the project's own plus a [tool.mutmut] for one module."""
+    text = (ROOT / "pyproject.toml").read_text()
+    base = tomllib.loads(text).get("tool", {}).get("mutmut", {})
+    if base:  # drop the project's [tool.mutmut]: this one replaces it
+        head, _, tail = text.partition("[tool.mutmut]")
+        rest = tail.split("\n[", 1)
+        text = head + ("[" + rest[1] if len(rest) == 2 else "")
+    # options pass through; test files not written yet are left out
+    existing = [
+        t for t in tests if t.startswith("-") or not t.endswith(".py") or (ROOT / t).exists()
+    ]
+    return text + (
+        "\n[tool.mutmut]\n"
+        'source_paths = ["autoopt/"]\n'
+        f"only_mutate = {json.dumps([module])}\n"
+        f"pytest_add_cli_args_test_selection = {json.dumps(existing)}\n"
+        f"pytest_add_cli_args = {json.dumps(base.get('pytest_add_cli_args', PYTEST_ARGS))}\n"
+    )
+
+
+def run_module(name: str, mutmut: str) -> dict[str, object]:
+    """Run mutmut over one module in a fresh scratch copy; return its counts and survivors."""
+    module, tests = MODULES[name]
+    work = SCRATCH / name
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    for part in ("autoopt", "tests"):
+        shutil.copytree(ROOT / part, work / part, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "setup.py", work / "setup.py")
+    (work / "pyproject.toml").write_text(_config(module, tests))
+    with open(work / "mutmut.log", "w") as log:
+        subprocess.run([mutmut, "run"], cwd=work, stdout=log, stderr=subprocess.STDOUT, check=False)
+    subprocess.run([mutmut, "export-cicd-stats"], cwd=work, capture_output=True, check=True)
+    stats = json.loads((work / "mutants" / "mutmut-cicd-stats.json").read_text())
+    listing = subprocess.run(
+        [mutmut, "results"], cwd=work, capture_output=True, text=True, check=True
+    ).stdout
+    survivors = {}
+    for line in listing.splitlines():
+        mutant, _, status = line.strip().rpartition(": ")
+        if status in ("survived", "no tests", "timeout", "suspicious"):
+            shown = subprocess.run(
+                [mutmut, "show", mutant], cwd=work, capture_output=True, text=True, check=False
+            ).stdout
+            diff = [
+                ln for ln in shown.splitlines() if ln[:1] in "+-" and ln[:3] not in ("+++", "---")
+            ]
+            survivors[mutant] = f"{status}: " + " | ".join(diff)
+    return {"module": module, "tests": tests, **stats, "survivors": survivors}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the modules named on the command line (all by default) and print their scores."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("modules", nargs="*", help=f"any of {', '.join(MODULES)} (default: all)")
+    parser.add_argument("--json", type=Path, help="also write the results here")
+    args = parser.parse_args(argv)
+    unknown = set(args.modules) - set(MODULES)
+    if unknown:
+        parser.error(f"unknown modules {sorted(unknown)}; choose from {', '.join(MODULES)}")
+    mutmut = shutil.which("mutmut", path=str(Path(sys.executable).parent))
+    if mutmut is None:
+        sys.exit("mutmut is not installed: pip install -e '.[mutation]'")
+    results = []
+    for name in args.modules or list(MODULES):
+        result = run_module(name, mutmut)
+        results.append(result)
+        killed, total = result["killed"], result["total"]
+        score = 100.0 * killed / total if total else 0.0
+        print(f"{name}: {killed}/{total} killed ({score:.1f}%), {len(result['survivors'])} left")
+        for mutant, diff in result["survivors"].items():
+            print(f"  {mutant}\n      {diff}")
+        sys.stdout.flush()
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

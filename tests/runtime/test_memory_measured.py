@@ -1,0 +1,50 @@
+"""The memory plan against torch's profiler: a measurement sharing no code with the planner
+(benchmarks/memory_measured.py; figures for the benchmark's GPT in docs/benchmarks/memory.md)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from benchmarks.memory_measured import allocated_peak, planned_and_measured
+from tests.runtime.checkpoint_models import GPT
+
+
+def _batch() -> tuple[torch.Tensor, torch.Tensor]:
+    tokens = torch.randint(0, 64, (8, 49), generator=torch.Generator().manual_seed(0))
+    return tokens[:, :-1], tokens[:, 1:]
+
+
+def test_the_profiler_peak_is_the_allocators() -> None:
+    """The independent measure itself, on allocations whose sizes torch fixes."""
+
+    def work() -> None:
+        a = torch.ones(1000, 1000)  # 4 MB
+        b = a * 2  # 8 MB held at once
+        del a
+        c = b + 1  # 8 MB again, after `a` was freed
+        del b, c
+
+    assert allocated_peak(work) == pytest.approx(8_000_000, abs=1024)
+
+
+@pytest.mark.parametrize("fraction", [1.0, 0.34], ids=["eager", "a third"])
+def test_planned_peak_is_within_10_percent_of_the_measured_one(fraction: float) -> None:
+    """Gradients kept between steps (`zero_grad(set_to_none=False)`): every kind the plan adds
+    is alive at the forward's end, so plan and measure must agree."""
+    torch.manual_seed(0)
+    row = planned_and_measured(
+        GPT(vocab=64, width=64, layers=4, heads=4), _batch(), fraction, False
+    )
+    if fraction < 1:
+        assert row["blocks"] != "none"  # the budget did make it checkpoint
+    assert abs(row["planned"] - row["measured"]) <= 0.10 * row["measured"], row
+
+
+def test_with_gradients_freed_the_plan_does_not_underestimate() -> None:
+    """`zero_grad()` frees the gradients before the forward, so the plan (which counts them as
+    resident) may be above the measured peak, never more than 10% below it: a step planned to
+    fit its budget fits."""
+    torch.manual_seed(0)
+    row = planned_and_measured(GPT(vocab=64, width=64, layers=4, heads=4), _batch(), 0.34, True)
+    assert row["measured"] <= 1.10 * row["planned"], row

@@ -1,0 +1,147 @@
+"""root_scaling's registry at the edges the loss-scaling tests did not reach (each test kills
+mutants that survived `make mutation`; docs/benchmarks/mutation.md)."""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Iterator
+
+import pytest
+import torch
+
+from autoopt.runtime import root_scaling
+from autoopt.runtime.loss_scaling import LossScaler
+
+from .models import MLP
+
+
+@pytest.fixture
+def alone() -> Iterator[None]:
+    """No other test's model registered meanwhile (models of earlier tests may still be alive
+    in this process): the registry emptied for the test, then put back as it was."""
+    saved = root_scaling._registered[:]
+    installed = torch.autograd._engine_run_backward
+    root_scaling._registered.clear()
+    torch.autograd._engine_run_backward = root_scaling._original_engine_run_backward
+    try:
+        yield
+    finally:
+        root_scaling._registered[:] = saved
+        torch.autograd._engine_run_backward = installed
+
+
+def test_registering_again_keeps_what_the_first_registration_gave() -> None:
+    model = MLP()
+    scaler = LossScaler(torch.device("cpu"))
+    first = root_scaling.register(model, scaler=scaler)
+    again = root_scaling.register(model)  # e.g. the accumulate pass after the amp pass
+    try:
+        assert again is first and again.scaler is scaler
+    finally:
+        root_scaling.unregister(model)
+
+
+def test_added_parameters_belong_to_their_model_only() -> None:
+    model, other = MLP(), MLP()
+    root_scaling.register(model, scaler=LossScaler(torch.device("cpu")))
+    root_scaling.register(other, scaler=LossScaler(torch.device("cpu")))
+    extra = torch.nn.Parameter(torch.ones(2))
+    try:
+        root_scaling.add_params(model, [extra])
+        (owner,) = root_scaling.registration_of_params([extra])
+        assert owner.model() is model
+    finally:
+        root_scaling.unregister(model)
+        root_scaling.unregister(other)
+
+
+@pytest.mark.usefixtures("alone")
+def test_unregistering_the_last_model_restores_torchs_backward() -> None:
+    keep, model = MLP(), MLP()
+    root_scaling.register(keep, scaler=LossScaler(torch.device("cpu")))
+    root_scaling.register(model, scaler=LossScaler(torch.device("cpu")))
+    root_scaling.unregister(model)
+    assert not root_scaling.registration_of_params(model.parameters())
+    assert root_scaling.registration_of_params(keep.parameters())  # the other one stays
+    root_scaling.unregister(keep)
+    assert torch.autograd._engine_run_backward is root_scaling._original_engine_run_backward
+
+
+@pytest.mark.usefixtures("alone")
+def test_a_collected_model_restores_torchs_backward() -> None:
+    model = MLP()
+    root_scaling.register(model, scaler=LossScaler(torch.device("cpu")))
+    assert torch.autograd._engine_run_backward is not root_scaling._original_engine_run_backward
+    del model
+    gc.collect()
+    root_scaling.registration_of_params([])  # any lookup drops dead registrations
+    assert torch.autograd._engine_run_backward is root_scaling._original_engine_run_backward
+    torch.nn.Linear(2, 1)(torch.ones(1, 2)).sum().backward()  # and torch's backward still runs
+
+
+def test_autograd_grad_hands_back_true_scale_results_and_none_for_unused() -> None:
+    """The gradient-penalty path: `autograd.grad` results unscaled, an unused input's None kept,
+    and nothing accumulated into `.grad` (autograd.grad never does)."""
+    torch.manual_seed(0)
+    model = MLP()
+    reference = MLP()
+    reference.load_state_dict(model.state_dict())
+    unused = torch.nn.Parameter(torch.ones(3))
+    root_scaling.register(model, scaler=LossScaler(torch.device("cpu")))
+    try:
+        x = torch.randn(8, 16)
+        got = torch.autograd.grad(
+            model(x).square().mean(), [model.net[0].weight, unused], allow_unused=True
+        )
+        (expected,) = torch.autograd.grad(reference(x).square().mean(), [reference.net[0].weight])
+        assert torch.equal(got[0], expected) and got[1] is None  # x 2**16 then x 2**-16: exact
+        assert all(p.grad is None for p in model.parameters())
+    finally:
+        root_scaling.unregister(model)
+
+
+def test_autograd_grad_is_not_divided_by_the_accumulation_count() -> None:
+    """A hand-written accumulating loop divides its loss, not an inner gradient: under
+    `accumulate=4`, `autograd.grad` returns the plain gradient."""
+    import autoopt  # here: the registration comes from optimize()'s accumulate pass
+
+    torch.manual_seed(0)
+    model = MLP()
+    reference = MLP()
+    reference.load_state_dict(model.state_dict())
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    model, optimizer = autoopt.optimize(
+        model, optimizer=optimizer, accumulate=4, amp=False, compile=False, verbose=False
+    )
+    x = torch.randn(8, 16)
+    (got,) = torch.autograd.grad(model(x).square().mean(), [model.net[0].weight])
+    (expected,) = torch.autograd.grad(reference(x).square().mean(), [reference.net[0].weight])
+    assert torch.equal(got, expected)
+
+
+def test_one_backward_through_models_with_different_accumulate_counts_is_refused() -> None:
+    """Which 1/N would seed it? Neither is right for the other model: an error that says so."""
+    import autoopt
+
+    models = []
+    for count in (2, 4, 4):
+        model = MLP()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        models.append(
+            autoopt.optimize(
+                model,
+                optimizer=optimizer,
+                accumulate=count,
+                amp=False,
+                compile=False,
+                verbose=False,
+            )[0]
+        )
+    x = torch.randn(4, 16)
+    with pytest.raises(RuntimeError) as error:
+        sum(m(x).sum() for m in models).backward()
+    assert str(error.value) == (
+        "one backward reaches models optimized with different accumulate= values "
+        "(seeds ['1/2', '1/4']); give every model of one loss the same accumulate="
+    )
+    (models[1](x).sum() + models[2](x).sum()).backward()  # the same count: one seed, fine
