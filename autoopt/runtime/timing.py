@@ -28,8 +28,24 @@ def still_in_the_running(times_s: dict[str, list[float]]) -> list[str]:
     return [name for name, t in times_s.items() if t and median_ms(t) <= HOPELESS * best]
 
 
+def duration(seconds: float) -> str:
+    """A time as a person reads it: '0.663 ms', '36.3 ms', '1.05 s', '2 min 5 s'."""
+    if seconds < 1:
+        return f"{seconds * 1000:.3g} ms"
+    if seconds < 60:
+        return f"{seconds:.3g} s"
+    return f"{int(seconds // 60)} min {seconds % 60:.0f} s"
+
+
 def summary(times_s: dict[str, list[float]]) -> str:
-    """'fused 0.37 ms (3x), default 1.56 ms (1x)': each candidate's median and sample count."""
+    """'fused 0.37 ms (median of 3), default 1.56 ms (1 run)': each candidate's median time and
+    how many runs it rests on."""
     return ", ".join(
-        f"{name} {median_ms(t):.3g} ms ({len(t)}x)" for name, t in times_s.items() if t
+        f"{name} {duration(median_ms(t) / 1000)} ({_runs(len(t))})"
+        for name, t in times_s.items()
+        if t
     )
+
+
+def _runs(n: int) -> str:
+    return "1 run" if n == 1 else f"median of {n}"

@@ -137,7 +137,7 @@ class Trials:
         for c in self.choices:
             c.apply(winners[c.name])
         self.cost_s = time.perf_counter() - start
-        cost = f"trials at the first training step took {self.cost_s:.2f} s in all"
+        cost = f"trials at the first training step took {timing.duration(self.cost_s)} in all"
         for c in self.choices:
             c.decided(winners[c.name], f"{measured[c.name]}; {cost}")
 

@@ -186,9 +186,10 @@ def test_auto_on_cpu_drops_bf16_when_fp32_measures_faster(monkeypatch: pytest.Mo
     result = autoopt.report(model)["amp"]
     assert result.status.value == "skipped"
     assert "fp32 is faster than bf16 autocast here" in result.detail
-    assert "bf16 2e+03 ms (2x), fp32 1e+03 ms (2x)" in result.detail
-    # Trials: a warm-up and ROUNDS timed forwards each way, then the real forward in fp32.
-    assert model.autocast_seen == [True, False] * (1 + amp.ROUNDS) + [False]
+    assert "bf16 2 s (1 run), fp32 1 s (1 run)" in result.detail
+    # Trials: a warm-up and one timed forward each way (a 2x lead stops them early: trials.
+    # DECISIVE), then the real forward in fp32.
+    assert model.autocast_seen == [True, False] * 2 + [False]
     # The trials (forward and backward) left no trace: no gradient, and the running statistics
     # are those of the one real forward.
     assert all(p.grad is None for p in model.parameters())
@@ -206,7 +207,7 @@ def test_auto_on_cpu_keeps_bf16_when_it_measures_faster(monkeypatch: pytest.Monk
     result = autoopt.report(model)["amp"]
     assert result.status.value == "applied"
     assert (
-        "forward and backward on the first batch: bf16 1e+03 ms (2x), fp32 3e+03 ms (2x)"
+        "forward and backward at the first training step: bf16 1 s (1 run), fp32 3 s (1 run)"
         in result.detail
     )
     assert model.autocast_seen[-1] is True
@@ -246,7 +247,8 @@ def test_the_trials_are_not_counted_in_the_memory_plan(monkeypatch: pytest.Monke
     monkeypatch.setattr(hardware, "cpu_supports_bf16", lambda: True)
     monkeypatch.setattr(amp, "CLOCK", lambda: TimedStack.now)
     measured = autoopt.explain_memory(TimedStack(), x, memory_budget=None)
-    assert TimedStack.now == 2 * (1 + amp.ROUNDS) * 1.5 + 1  # the trials ran, then fp32
+    # the trials ran (a warm-up and one timed run each way: a 2x lead stops them), then fp32
+    assert TimedStack.now == 2 * (1 + 1) * 1.5 + 1
     assert len(measured.blocks) == 2
     assert measured.memory.before.activations == plain.memory.before.activations > 0
     assert [b.cost for b in measured.blocks] == [b.cost for b in plain.blocks]

@@ -120,11 +120,14 @@ def test_a_user_error_is_not_blamed_on_channels_last() -> None:
     assert model.features[0].weight.is_contiguous(memory_format=CL)
 
 
-def test_loader_batches_are_converted() -> None:
+def test_loader_batches_keep_the_users_layout() -> None:
+    # channels-last lives inside the model: the loop sees the batches it would without autoopt
+    # (issue 22: `x.view(B, -1)` on a batch must keep working); the model converts them.
     x, y = cnn_data(8)
     model, loader = autoopt.optimize(SmallCNN(), batches(x, y, 4), verbose=False)
     xb, yb = next(iter(loader))
-    assert xb.is_contiguous(memory_format=CL) and not x.is_contiguous(memory_format=CL)
+    assert xb.is_contiguous() and not xb.is_contiguous(memory_format=CL)
+    assert model.features[0].weight.is_contiguous(memory_format=CL)
     assert yb.dtype == torch.int64
 
 
@@ -222,14 +225,14 @@ def test_cpu_keeps_the_layout_measured_faster(monkeypatch: pytest.MonkeyPatch, w
     ref_opt = torch.optim.SGD(reference.parameters(), lr=0.1)
     model, opt = autoopt.optimize(model, optimizer=opt, amp=False, verbose=False)
     assert (
-        "measured faster than NCHW at the first forward"
+        "kept only if a training step measures faster than in NCHW"
         in autoopt.report(model)["channels_last"].detail
     )
     x, y = cnn_data(32)
     train(model, opt, batches(x, y, 8), epochs=1)
     train(reference, ref_opt, batches(x, y, 8), epochs=1)
     result = autoopt.report(model)["channels_last"]
-    times = f"channels_last {costs['channels_last'] * 1000:g} ms ({cl_pass.ROUNDS}x)"
+    times = f"channels_last {costs['channels_last'] * 1000:g} ms ("
     assert times in result.detail, result.detail
     nhwc = model.features[0].weight.is_contiguous(memory_format=CL)
     assert nhwc == (winner == "channels_last")
