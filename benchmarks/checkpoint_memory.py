@@ -1,6 +1,6 @@
-"""Peak memory of one training step with and without activation checkpointing (seed 003).
+"""Peak memory of one training step with and without activation checkpointing (as a widely read PyTorch tutorial teaches).
 
-The model is seed 003's deep stack: an `nn.Sequential` of 72 `Linear(1000, 1000)` layers (plain
+The model is a widely read PyTorch tutorial's deep stack: an `nn.Sequential` of 72 `Linear(1000, 1000)` layers (plain
 Linears, no activation in between, as in the seed; `--relu` inserts a ReLU after each), batch
 64, one forward and backward on the CPU. Checkpointing is applied by `autoopt.optimize(model,
 checkpoint=S)`; "off" is `checkpoint=False`. Each configuration runs in a fresh subprocess so

@@ -205,7 +205,7 @@ WORKLOADS: dict[str, Workload] = {
         ),
         Workload(
             "deep_linear",
-            "72 x Linear(1000, 1000) nn.Sequential (seed 003), batch 64",
+            "72 x Linear(1000, 1000) nn.Sequential (from a widely read PyTorch tutorial), batch 64",
             deep_linear,
             _regression,
             F.mse_loss,

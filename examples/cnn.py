@@ -41,39 +41,64 @@ def synthetic_cifar(n: int, seed: int = 0) -> TensorDataset:
     return TensorDataset(x, y)
 
 
-def train(use_autoopt: bool, steps: int, batch_size: int, verbose: bool = True) -> dict:
-    """Train for `steps` batches; returns steps/s (warm-up excluded), first/last loss and, with
-    autoopt, the decisions it took on the first steps (report lines of backends, channels_last,
-    amp)."""
-    torch.manual_seed(0)
-    model = SmallCNN()
-    loader = DataLoader(synthetic_cifar(batch_size * 16), batch_size=batch_size, shuffle=True)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
-    if use_autoopt:
-        model, loader, optimizer = autoopt.optimize(model, loader, optimizer, verbose=verbose)
-    loss_fn = nn.CrossEntropyLoss()
+class Session:
+    """One training run of the loop below, stepped on demand (the demo times two side by side)."""
 
-    # 10 warm-up steps: optimize() times its optimizer step over the first 10 on CPU.
-    losses, warmup, step, start = [], 10, 0, 0.0
-    model.train()
-    while step < steps + warmup:
-        for x, y in loader:  # the user's loop, unchanged
-            if step == warmup:
-                start = time.perf_counter()
+    def __init__(self, use_autoopt: bool, batch_size: int, verbose: bool = True) -> None:
+        torch.manual_seed(0)
+        model = SmallCNN()
+        loader = DataLoader(synthetic_cifar(batch_size * 16), batch_size=batch_size, shuffle=True)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+        if use_autoopt:
+            model, loader, optimizer = autoopt.optimize(model, loader, optimizer, verbose=verbose)
+        self.model, self.loader, self.optimizer = model, loader, optimizer
+        self.loss_fn = nn.CrossEntropyLoss()
+        self.losses: list[float] = []
+        self.model.train()
+        self._batches = iter(())
+
+    def _next(self) -> tuple[torch.Tensor, torch.Tensor]:
+        for _ in range(2):
+            try:
+                return next(self._batches)
+            except StopIteration:
+                self._batches = iter(self.loader)  # a new epoch
+        raise RuntimeError("the loader is empty")
+
+    def steps(self, n: int) -> None:
+        """`n` steps of the user's loop, unchanged."""
+        model, optimizer, loss_fn = self.model, self.optimizer, self.loss_fn
+        for _ in range(n):
+            x, y = self._next()
             optimizer.zero_grad()
             loss = loss_fn(model(x), y)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             optimizer.step()
-            losses.append(loss.item())
-            step += 1
-            if step == steps + warmup:
-                break
+            self.losses.append(loss.item())
+
+    def decided(self) -> dict[str, str]:
+        """What optimize() decided on the first steps (backends, channels_last, amp)."""
+        report = autoopt.report(self.model)
+        return {p: report[p].detail for p in ("backends", "channels_last", "amp")}
+
+
+# 10 warm-up steps: optimize() times its optimizer step over the first 10 on CPU.
+WARMUP = 10
+
+
+def train(use_autoopt: bool, steps: int, batch_size: int, verbose: bool = True) -> dict:
+    """Train for `steps` batches; returns steps/s (warm-up excluded), first/last loss and, with
+    autoopt, the decisions it took on the first steps (report lines of backends, channels_last,
+    amp)."""
+    run = Session(use_autoopt, batch_size, verbose)
+    run.steps(WARMUP)
+    start = time.perf_counter()
+    run.steps(steps)
     elapsed = time.perf_counter() - start
-    result = {"steps_per_s": steps / elapsed, "first_loss": losses[0], "last_loss": losses[-1]}
+    result = {"steps_per_s": steps / elapsed, "first_loss": run.losses[0], "last_loss": run.losses[-1]}
     if use_autoopt:
-        report = autoopt.report(model)
-        result["decided"] = {p: report[p].detail for p in ("backends", "channels_last", "amp")}
+        result["decided"] = run.decided()
     return result
 
 

@@ -21,7 +21,7 @@ class CheckpointUseReentrant(Rule):
 
     ## Why
     Activation checkpointing trades compute for memory: activations of the wrapped blocks are
-    recomputed in the backward pass instead of being stored (seed 003 cuts peak memory this way
+    recomputed in the backward pass instead of being stored (a widely read PyTorch tutorial cuts peak memory this way
     on deep `nn.Sequential` stacks). The legacy *reentrant* implementation — the default when
     nothing is passed — has a silent failure: when none of the inputs requires grad (the first
     block takes the raw batch), the checkpointed block's parameters get **no gradients at all**,

@@ -22,7 +22,7 @@ class CudaVisibleDevicesLate(Rule):
     The CUDA runtime reads `CUDA_VISIBLE_DEVICES` once, when it initialises; PyTorch
     initialises it on the first CUDA query (even `torch.cuda.is_available()` counts). A later
     assignment is silently ignored: the job runs on all GPUs, or on GPU 0 while the user meant
-    another one (seeds 000, 004 set it after checking `torch.cuda.is_available()`).
+    another one (widely read PyTorch tutorials set it after checking `torch.cuda.is_available()`).
 
     ## When not to
     - Setting it after `import torch` but before any CUDA call is fine: importing torch does

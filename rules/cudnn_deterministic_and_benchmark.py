@@ -20,7 +20,7 @@ class CudnnDeterministicAndBenchmark(Rule):
     `torch.backends.cudnn.benchmark = True`.
 
     ## Why
-    The flags pull in opposite directions (seeds 000, 002). `benchmark` times the candidate
+    The flags pull in opposite directions (as widely read PyTorch tutorials teach). `benchmark` times the candidate
     convolution algorithms at run time and keeps the fastest, so timing noise can pick a
     different algorithm in each run, with different rounding: results are no longer
     bit-reproducible even though every chosen algorithm is deterministic. The script gets
@@ -29,7 +29,7 @@ class CudnnDeterministicAndBenchmark(Rule):
 
     ## When not to
     - The two flags set in different branches of one `if` (`if args.deterministic: ... else:
-      ...`), or `benchmark = False` next to `deterministic = True` (seed 000's pairing).
+      ...`), or `benchmark = False` next to `deterministic = True` (a widely read PyTorch tutorial's pairing).
     - Values that are not literally `True` (`benchmark = not args.deterministic`).
 
     ## Fix

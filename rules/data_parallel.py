@@ -31,7 +31,7 @@ class DataParallel(Rule):
     ## Why
     `DataParallel` is one process driving all GPUs with threads: every step it scatters the
     batch, replicates the model from GPU 0, and gathers the outputs back on GPU 0, so GPU 0
-    runs out of memory first (the imbalance seed 003 works around with its `parallel.py`
+    runs out of memory first (the imbalance a widely read PyTorch tutorial works around with its `parallel.py`
     criterion) and the Python GIL caps the speed-up. `DistributedDataParallel` runs one process
     per GPU and overlaps the gradient all-reduce with backward; PyTorch's own docs recommend it
     even on a single machine, and it is typically 1.5–2× faster on 4–8 GPUs.
@@ -45,7 +45,7 @@ class DataParallel(Rule):
       a `DataParallel` pinned to one device (`device_ids=[0]`) or a script that makes a single
       GPU visible (`CUDA_VISIBLE_DEVICES="0"`) is not flagged.
     - Scripts with no GPU path (`DataParallel` is then a no-op) and a user's own `DataParallel`
-      class (such as seed 003's `DataParallelModel`) are not flagged.
+      class (such as a widely read PyTorch tutorial's `DataParallelModel`) are not flagged.
 
     ## Fix
     None inline: moving to DDP changes how the script is launched (`torchrun`), how data is

@@ -35,7 +35,7 @@ class DataLoaderNumWorkers(Rule):
     With no workers, every batch is read, decoded and augmented in the training process itself,
     one at a time, while the GPU (or the CPU's compute threads) waits. Worker processes prepare
     the next batches in parallel with the step; on image pipelines 4 workers commonly take the
-    input side off the critical path (seeds 001, 002). The runtime (`autoopt.optimize`) picks the
+    input side off the critical path (as widely read PyTorch tutorials teach). The runtime (`autoopt.optimize`) picks the
     count from the CPU count, and the rewrite writes the same rule as an expression.
 
     ## When not to

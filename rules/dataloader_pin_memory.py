@@ -28,7 +28,7 @@ class DataLoaderPinMemory(Rule):
     buffer and cannot overlap with compute. With `pin_memory=True` the loader's pinning thread
     puts batches in page-locked memory, the copy runs by DMA at full PCIe bandwidth (typically
     about 2x faster than from pageable memory) and, with `non_blocking=True` (AO103), overlaps
-    with the kernels already queued (seed 002).
+    with the kernels already queued (as a widely read PyTorch tutorial teaches).
 
     ## When not to
     - Scripts with no GPU path (a CPU-only tutorial): pinning costs host memory and a thread for

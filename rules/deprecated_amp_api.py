@@ -53,9 +53,9 @@ class DeprecatedAmpApi(Rule):
     Since torch 2.4 the `torch.cuda.amp` / `torch.cpu.amp` classes emit a `FutureWarning` on
     every construction (an `autocast()` inside the loop warns on every step) and are slated for
     removal; the device-generic `torch.amp.autocast("cuda", ...)` and
-    `torch.amp.GradScaler("cuda", ...)` are the supported spelling (seed 001 still teaches the
+    `torch.amp.GradScaler("cuda", ...)` are the supported spelling (a widely read PyTorch tutorial still teaches the
     old one). `torch.set_default_tensor_type` is deprecated since torch 2.1 in favour of
-    `torch.set_default_dtype` (and `torch.set_default_device`); seed 000 uses it to make
+    `torch.set_default_dtype` (and `torch.set_default_device`); a widely read PyTorch tutorial uses it to make
     float32 the default, which `set_default_dtype(torch.float32)` says directly.
 
     ## When not to

@@ -54,7 +54,7 @@ class EvalLoopNoGrad(Rule):
     `model.eval()` only switches dropout and batch-norm to inference behaviour; it does not stop
     autograd. Without `no_grad`, every forward pass stores its activations for a backward pass
     that never comes: evaluation uses about as much memory as training (often 2-3x what it
-    needs, so smaller batches) and runs slower (seeds 001, 003, 004).
+    needs, so smaller batches) and runs slower (as widely read PyTorch tutorials teach).
 
     ## When not to
     - The function is already decorated with `@torch.no_grad()` / `@torch.inference_mode()`, or

@@ -25,7 +25,7 @@ class Float64Training(Rule):
     slower for memory- and compute-bound kernels alike), and on consumer and most data-centre
     GPUs float64 runs at 1/32 to 1/64 of float32 throughput (no tensor cores, no TF32, no AMP).
     Neural-network training is robust to float32 — and usually to bf16/fp16 — so the extra
-    precision buys nothing but time and twice the memory (seed 000).
+    precision buys nothing but time and twice the memory (as a widely read PyTorch tutorial teaches).
 
     ## When not to
     - Scientific code that needs float64 (ill-conditioned solves, physics simulations,

@@ -21,7 +21,7 @@ class GradAccumulationLossScaling(Rule):
     times the gradient of one big batch of the same total size, so the step is N times larger
     than the learning rate was tuned for (and gradient clipping thresholds mean something else).
     Dividing the loss (`(loss / N).backward()`) makes N micro-batches equal one large batch
-    (seed 003).
+    (as a widely read PyTorch tutorial teaches).
 
     ## When not to
     - Losses with `reduction="sum"`: their gradient already grows with the number of samples,

@@ -33,7 +33,7 @@ class HardcodedCudaCall(Rule):
     A hard-coded `.cuda()` crashes the script on a machine without a GPU (a laptop, a CPU CI
     runner) and pins it to the current CUDA device. Choosing the device once
     (`device = torch.device("cuda" if torch.cuda.is_available() else "cpu")`) and moving things
-    with `.to(device)` keeps one script for every machine (seed 001). `autoopt.optimize` picks
+    with `.to(device)` keeps one script for every machine (as a widely read PyTorch tutorial teaches). `autoopt.optimize` picks
     the device automatically.
 
     ## When not to

@@ -26,7 +26,7 @@ class InconsistentSeeds(Rule):
     """
     ## What it does
     Flags seeding calls in one function (or at module level) that give `random`, `numpy`,
-    `torch` and `torch.cuda` different seeds — seed 000 does exactly this: `fix_seed = 2021`
+    `torch` and `torch.cuda` different seeds — a widely read PyTorch tutorial does exactly this: `fix_seed = 2021`
     for `random`, `numpy` and `torch`, then `torch.cuda.manual_seed_all(0)`.
 
     ## Why

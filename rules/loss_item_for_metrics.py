@@ -36,7 +36,7 @@ class LossItemForMetrics(Rule):
     ## Why
     `loss` is the root of this step's autograd graph. Adding it to a running total makes the
     total part of every step's graph: the graphs of all steps stay alive (memory grows until the
-    epoch ends or the process runs out), and each `+=` records another autograd node (seed 003).
+    epoch ends or the process runs out), and each `+=` records another autograd node (as a widely read PyTorch tutorial teaches).
     `loss.item()` adds a plain Python float instead.
 
     ## When not to

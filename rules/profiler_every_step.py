@@ -25,7 +25,7 @@ class ProfilerEveryStep(Rule):
     ## Why
     A profiler that records every step adds per-operator bookkeeping (often 10–50% slower
     steps, far more with `record_shapes`/`with_stack`/`profile_memory`) and builds a trace
-    that grows with every step until memory runs out or the export takes minutes (seed 001
+    that grows with every step until memory runs out or the export takes minutes (a widely read PyTorch tutorial
     profiles for insight, not for production runs). `torch.profiler.schedule(wait=...,
     warmup=..., active=..., repeat=...)` with `prof.step()` records only a few steps;
     `autoopt.optimize(..., profile=True)` does that for you.

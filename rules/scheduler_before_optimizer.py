@@ -13,7 +13,7 @@ class SchedulerBeforeOptimizer(Rule):
     ## What it does
     Flags `scheduler.step()` that comes, within one loop's body, before the `optimizer.step()`
     (or `scaler.step(optimizer)`) of that loop or of a loop nested in it — for instance the
-    `for epoch in ...: scheduler.step(); train(...)` layout that seeds 000 and 004 show.
+    `for epoch in ...: scheduler.step(); train(...)` layout that widely read PyTorch tutorials show.
 
     ## Why
     Since torch 1.1 the scheduler must be stepped after the optimizer. Stepping it first

@@ -36,7 +36,7 @@ class ToDeviceNonBlocking(Rule):
     A blocking host-to-device copy makes the Python thread wait for the transfer before it can
     queue the forward pass. With `non_blocking=True` (and a pinned batch, AO102) the copy is
     queued on the stream like a kernel and the CPU moves on; the GPU orders it before the kernels
-    that read it, so results are identical (seeds 001, 002).
+    that read it, so results are identical (as widely read PyTorch tutorials teach).
 
     ## When not to
     - Only tensors that come from the loader's batch are flagged (the loop's targets and what is

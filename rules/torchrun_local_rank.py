@@ -23,7 +23,7 @@ class TorchrunLocalRank(Rule):
     `torch.distributed.launch` is deprecated since torch 1.10 in favour of `torchrun`, which
     restarts failed workers (`--max-restarts`), supports elastic membership, and passes the
     rank through the environment (`LOCAL_RANK`, `RANK`, `WORLD_SIZE`) instead of a
-    `--local_rank` command-line argument (seed 002). A script that requires `--local_rank`
+    `--local_rank` command-line argument (as a widely read PyTorch tutorial teaches). A script that requires `--local_rank`
     fails under `torchrun` with "the following arguments are required" or silently trains
     every process on GPU 0 when the argument defaults to 0. `autoopt.optimize()` reads
     rank and world size from the environment itself.

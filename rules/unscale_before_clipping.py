@@ -26,7 +26,7 @@ class UnscaleBeforeClipping(Rule):
     (65536 at the start by default). Clipping them at, say, `max_norm=1.0` then clips gradients
     that are 65536 times too large: every step is clipped to a tiny fraction of the intended
     update, and training silently crawls. `scaler.unscale_(optimizer)` divides the gradients
-    back first; `scaler.step` knows they are unscaled and does not divide again (seeds 000, 004;
+    back first; `scaler.step` knows they are unscaled and does not divide again (as widely read PyTorch tutorials teach;
     the AMP recipe in the PyTorch docs).
 
     ## When not to
