@@ -111,28 +111,29 @@ def _graph_break(reason: Any) -> Event:
 def _user_frame(stack: list[Any]) -> Any:
     """The innermost frame outside torch and autoopt (where the user's code called into what broke)."""
     for frame in reversed(stack):
-        if not _internal(frame.filename):
+        if not is_internal(frame.filename):
             return frame
     return stack[-1] if stack else None
 
 
 def _metrics_events(m: Any, origin: Where) -> list[Event]:
     frame = (m.co_filename or "?", m.co_firstlineno or 0)
-    if _internal(frame[0]):
+    if is_internal(frame[0]):
         frame = origin
     events = []
     if m.recompile_reason:
         events.append(Event("recompile", *frame, _first_line(m.recompile_reason)))
     if m.fail_type:
         failed_at = (m.fail_user_frame_filename, m.fail_user_frame_lineno)
-        if failed_at[0] and failed_at[1] and not _internal(failed_at[0]):
+        if failed_at[0] and failed_at[1] and not is_internal(failed_at[0]):
             frame = failed_at
         reason = f"{m.fail_type}: {_short(m.fail_reason or '')}"
         events.append(Event("compile error", *frame, reason))
     return events
 
 
-def _internal(filename: str) -> bool:
+def is_internal(filename: str) -> bool:
+    """Whether a file is torch's or autoopt's own (not the user's code)."""
     return filename.startswith(_INTERNAL_DIRS)
 
 

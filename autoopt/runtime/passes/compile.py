@@ -24,9 +24,20 @@ this pass's report entry as events, read at the first call and at recompiles
 Failures: dynamo/inductor fail lazily, at the first forward (or a later recompile). The layer
 catches the error, runs the eager forward instead and, when eager succeeds, stays eager for good
 and records FAILED with the fallback in the report. When eager fails too, the error is the
-user's (or another pass's), so the eager error is raised and compile is not blamed. A failure in
-compiling the backward (AOTAutograd compiles it lazily, inside `loss.backward()`) cannot be
-caught here.
+user's (or another pass's), so the eager error is raised and compile is not blamed.
+
+The first backward is guarded too (autoopt.runtime.passes.compile.BackwardGuard): AOTAutograd
+compiles the backward lazily, inside the user's `loss.backward()`, where no error can be caught
+and undone. So the first forward with gradients on is a probe: the compiled forward and the
+backward of its outputs' sum run as a trial (buffers, RNG put back; `autograd.grad`, so no
+`.grad` or optimizer state is touched), which compiles both; a failure there means eager for
+good. That step itself then runs eager, with hooks on its outputs that see whether a backward
+through them builds a graph (`create_graph=True`: a gradient penalty), which AOTAutograd's
+compiled backward cannot be differentiated through ("does not currently support double
+backward"): then the model stays eager, with a warning and a report line, before any compiled
+step met it. A double backward that starts only on a later step (a penalty every N steps) is
+seen by the same hooks on the compiled steps; it fails that step, as torch.compile would, and
+the model is eager from then on.
 """
 
 from __future__ import annotations
@@ -42,10 +53,11 @@ import torch
 from torch import nn
 
 from autoopt.runtime.batch import map_tensors, tensors_in
+from autoopt.runtime.compile_guard import BackwardGuard
 from autoopt.runtime.compile_log import CompileWatch, Where, code_origin
 from autoopt.runtime.context import Context, Forward, ForwardLayer, Stage
 from autoopt.runtime.errors import error_summary
-from autoopt.runtime.replay import Replay
+from autoopt.runtime.replay import Replay, in_trial
 from autoopt.runtime.report import Event, PassResult, Report
 
 NAME = "compile"
@@ -92,6 +104,7 @@ def run(ctx: Context) -> PassResult:
     layer = functools.partial(
         CompiledForward,
         report=ctx.report,
+        model=ctx.model,
         regions=regions,
         origin=code_origin(entered),
         verbose=verbose,
@@ -155,9 +168,11 @@ class CompiledForward:
         regions: list[nn.Module] | None = None,
         origin: Where = ("?", 0),
         verbose: bool = False,
+        model: nn.Module | None = None,
     ) -> None:
         self.forward = forward
         self.report = report
+        self.guard = BackwardGuard(model) if model is not None else None
         self.regions = regions or []
         self.origin = origin  # the user's forward the compiled region starts at
         self.verbose = verbose
@@ -179,11 +194,77 @@ class CompiledForward:
         return self.forward  # the blocks run compiled inside it
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self.guard is not None and self.guard.double_backward and not self.failed:
+            self._double_backward_seen(self.guard.double_backward)
         if self.failed:
             return self.forward(*args, **kwargs)
         if self.compiled is None or self.watch is None:
             self.compiled = self._compile()
             self.watch = CompileWatch(self.origin)
+        guard = self.guard
+        if guard is not None and not guard.probed and torch.is_grad_enabled() and not in_trial():
+            return self._first_backward(guard, args, kwargs)
+        out = self._compiled_call(args, kwargs)
+        if guard is not None and not self.failed:
+            guard.watch(out)
+        return out
+
+    def _first_backward(self, guard: BackwardGuard, args: Any, kwargs: dict[str, Any]) -> Any:
+        """The first forward with gradients on: probe the compiled forward and backward as a
+        trial, then run this step eager and watch its backward for `create_graph=True`."""
+        assert self.compiled is not None and self.watch is not None
+        compiled = self.compiled
+        self.watch.before()
+        try:
+            guard.probe(lambda: compiled(*args, **kwargs))
+        except Exception as err:  # noqa: BLE001 - a forward or backward compile error: eager
+            events = self.watch.after()
+            compiled_calls = [block._compiled_call_impl for block in self.regions]
+            self._set_compiled_calls([None] * len(self.regions))
+            try:
+                out = self.forward(*args, **kwargs)  # raises the user's own error, if it is one
+            except BaseException:
+                self._set_compiled_calls(compiled_calls)  # the user's error: compile stays on
+                raise
+            guard.probed = True
+            self.failed = True
+            self.compiled = self.watch = None
+            _record_failure(self.report, "torch.compile (forward or first backward)", err, events)
+            return out
+        events = self.watch.after()
+        if events:
+            self._note(events)
+        guard.probed = True
+        compiled_calls = [block._compiled_call_impl for block in self.regions]
+        self._set_compiled_calls([None] * len(self.regions))
+        try:
+            out = self.forward(*args, **kwargs)  # this one step eager: see how it is used
+        finally:
+            self._set_compiled_calls(compiled_calls)
+        guard.watch(out)
+        return out
+
+    def _double_backward_seen(self, where: Where) -> None:
+        self.failed = True
+        self.compiled = self.watch = None
+        self._set_compiled_calls([None] * len(self.regions))
+        filename, lineno = where
+        message = (
+            f"double backward through the compiled model (autograd.grad(create_graph=True) "
+            f"called at {filename}:{lineno}): torch.compile's AOTAutograd cannot differentiate "
+            "its compiled backward"
+        )
+        seen = self.report[NAME].events if NAME in self.report else []
+        self.report.replace(PassResult.failed(NAME, message, "eager forward"))
+        self.report.note(NAME, [*seen, Event("double backward", filename, lineno, message)])
+        warnings.warn(
+            f"autoopt: {message}; the model runs eager from now on (compile=False keeps it "
+            "eager from the start)",
+            stacklevel=3,
+        )
+
+    def _compiled_call(self, args: Any, kwargs: dict[str, Any]) -> Any:
+        assert self.compiled is not None and self.watch is not None
         self.watch.before()
         try:
             out = self.compiled(*args, **kwargs)
