@@ -13,7 +13,6 @@ double backward, at the user's file:line.
 
 from __future__ import annotations
 
-import traceback
 from collections.abc import Callable
 from typing import Any
 
@@ -21,7 +20,7 @@ import torch
 from torch import nn
 
 from autoopt.runtime.batch import tensors_in
-from autoopt.runtime.compile_log import Where, is_internal
+from autoopt.runtime.compile_log import Where, user_call_site
 from autoopt.runtime.replay import _grad_of_sum, trial_forwards
 
 
@@ -56,13 +55,4 @@ class BackwardGuard:
 
     def _hook(self, grad: torch.Tensor) -> None:
         if torch.is_grad_enabled() and self.double_backward is None:
-            self.double_backward = _user_call()
-
-
-def _user_call() -> Where:
-    """The innermost frame of the stack outside torch and autoopt: the user's backward call
-    (the CPU autograd engine runs hooks on the thread that called it; "?" on another thread)."""
-    for frame in reversed(traceback.extract_stack()):
-        if not is_internal(frame.filename):
-            return frame.filename, frame.lineno or 0
-    return "?", 0
+            self.double_backward = user_call_site()

@@ -15,6 +15,8 @@ from __future__ import annotations
 import copy
 import inspect
 import os
+import re
+import traceback
 from dataclasses import dataclass
 from typing import Any
 
@@ -181,3 +183,24 @@ def explain_compile(
                 break
             events += watch.after()
     return list(dict.fromkeys(events))
+
+
+_SIZE_MISMATCH = re.compile(r"size mismatch at index (\d+)\. expected (\d+), actual (\d+)")
+
+
+def shape_change(event: Event) -> tuple[int, int, int] | None:
+    """(dim, old size, new size) of a recompile caused by an input's size changing (dynamo's
+    "tensor 'x' size mismatch at index 0. expected 8, actual 5"); None for any other event."""
+    if event.kind != "recompile":
+        return None
+    found = _SIZE_MISMATCH.search(event.reason)
+    return (int(found[1]), int(found[2]), int(found[3])) if found else None
+
+
+def user_call_site() -> Where:
+    """The innermost frame of the current stack outside torch and autoopt: the user's line that
+    called into them ("?" when there is none, e.g. on another thread)."""
+    for frame in reversed(traceback.extract_stack()):
+        if not is_internal(frame.filename):
+            return frame.filename, frame.lineno or 0
+    return "?", 0

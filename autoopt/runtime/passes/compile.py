@@ -21,6 +21,13 @@ What dynamo met (graph breaks, recompiles, compile errors, each at the user's fi
 this pass's report entry as events, read at the first call and at recompiles
 (autoopt.runtime.compile_log).
 
+Changing shapes: a recompile because an input's size changed (a ragged last batch, a new
+sequence length) is answered once: one "changing shape" event at the user's call with the fix
+they can make (drop_last=True, padding to a multiple), printed instead of a line per recompile.
+Torch's automatic dynamic shapes make the dimension dynamic at its first change; where it does
+not (dynamic=False, or a second recompile all the same) the model is compiled with
+dynamic=True, and past `SHAPE_RECOMPILE_CAP` shape recompiles it runs eager.
+
 Failures: dynamo/inductor fail lazily, at the first forward (or a later recompile). The layer
 catches the error, runs the eager forward instead and, when eager succeeds, stays eager for good
 and records FAILED with the fallback in the report. When eager fails too, the error is the
@@ -54,7 +61,13 @@ from torch import nn
 
 from autoopt.runtime.batch import map_tensors, tensors_in
 from autoopt.runtime.compile_guard import BackwardGuard
-from autoopt.runtime.compile_log import CompileWatch, Where, code_origin
+from autoopt.runtime.compile_log import (
+    CompileWatch,
+    Where,
+    code_origin,
+    shape_change,
+    user_call_site,
+)
 from autoopt.runtime.context import Context, Forward, ForwardLayer, Stage
 from autoopt.runtime.errors import error_summary
 from autoopt.runtime.replay import Replay, in_trial
@@ -69,6 +82,17 @@ COMPILE_OPTIONS: dict[str, Any] = {}
 # Regional compile: None picks by the rule (repeated blocks on CUDA -> regional), True/False
 # force it.
 REGIONAL: bool | None = None
+# Recompiles on changing input sizes: after the second one (a dimension took a third value) the
+# model is compiled with dynamic=True; past the cap it runs eager.
+SHAPE_RECOMPILES_BEFORE_DYNAMIC = 2
+SHAPE_RECOMPILE_CAP = 8
+# False: recompiles on changing shapes are left to torch and each one is listed (for measuring).
+REACT_TO_SHAPES = True
+
+
+def _automatic_dynamic() -> bool:
+    """Whether dynamo makes a dimension dynamic after it changed once (its default)."""
+    return bool(torch._dynamo.config.automatic_dynamic_shapes)
 
 
 def choose(option: str | bool, device: torch.device | None) -> tuple[str | None, str]:
@@ -179,6 +203,9 @@ class CompiledForward:
         self.failed = False
         self.compiled: Forward | None = None
         self.watch: CompileWatch | None = None
+        self.shape_recompiles = 0  # recompiles caused by an input size changing
+        self.shape_event: Event | None = None  # reported once
+        self.dynamic = False  # compiled with dynamic=True after changing shapes
 
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "compiled": None, "watch": None}
@@ -187,11 +214,14 @@ class CompiledForward:
         if not self.regions:
             # Every forward stack enters dynamo through one code object of torch's
             # (`wrap_inline`): isolated, one model's compiles are not another's recompiles.
-            options = {"isolate_recompiles": True, **COMPILE_OPTIONS}
+            options = {"isolate_recompiles": True, **COMPILE_OPTIONS, **self._dynamic()}
             return torch.compile(self.forward, backend=BACKEND, **options)
         for block in self.regions:
-            block.compile(backend=BACKEND, **COMPILE_OPTIONS)
+            block.compile(backend=BACKEND, **{**COMPILE_OPTIONS, **self._dynamic()})
         return self.forward  # the blocks run compiled inside it
+
+    def _dynamic(self) -> dict[str, Any]:
+        return {"dynamic": True} if self.dynamic else {}
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if self.guard is not None and self.guard.double_backward and not self.failed:
@@ -281,10 +311,61 @@ class CompiledForward:
             self.compiled = self.watch = None
             _record_failure(self.report, "torch.compile", err, events)
             return out
-        events = self.watch.after()
+        events = self._shapes(self.watch.after())
         if events:
             self._note(events)
         return out
+
+    def _shapes(self, events: list[Event]) -> list[Event]:
+        """Recompiles caused by an input size changing, answered once: the first one and one
+        "changing shape" event at the user's call with the fix they can make (the only one
+        printed), the later ones counted, not listed;
+        after `SHAPE_RECOMPILES_BEFORE_DYNAMIC` of them (a static compile, dynamic=False, or
+        a dimension torch did not make dynamic) it is compiled with dynamic=True; past
+        `SHAPE_RECOMPILE_CAP`, eager."""
+        changes = [(event, shape_change(event)) for event in events]
+        shaped = [(event, change) for event, change in changes if change is not None]
+        if not shaped or not REACT_TO_SHAPES:
+            return events
+        self.shape_recompiles += len(shaped)
+        rest = [event for event, change in changes if change is None]
+        if self.shape_event is None:
+            rest.append(shaped[0][0])  # the first one is recorded as it is; later ones counted
+        static = COMPILE_OPTIONS.get("dynamic") is False or not _automatic_dynamic()
+        if self.shape_event is None:
+            event, (dim, old, new) = shaped[0]
+            reaction = (
+                "a static compile recompiles per size: at a third size autoopt compiles it "
+                "with dynamic shapes, so further sizes reuse one graph"
+                if static
+                else "torch made that dimension dynamic, so further sizes reuse one graph"
+            )
+            fix = (
+                "DataLoader(..., drop_last=True) for a ragged last batch, or equal batch sizes"
+                if dim == 0
+                else f"pad dimension {dim} to a multiple (e.g. tokenizer(pad_to_multiple_of=64))"
+            )
+            self.shape_event = Event(
+                "changing shape",
+                *user_call_site(),
+                f"input dimension {dim} changed {old} -> {new} and torch.compile recompiled "
+                f"({event.reason}); {reaction}; to avoid it: {fix}",
+            )
+            rest.append(self.shape_event)
+        if not self.dynamic and self.shape_recompiles >= SHAPE_RECOMPILES_BEFORE_DYNAMIC:
+            self.dynamic = True
+            self.compiled = self.watch = None  # the next call compiles with dynamic=True
+        elif self.shape_recompiles > SHAPE_RECOMPILE_CAP:
+            self.failed = True
+            self.compiled = self.watch = None
+            self._set_compiled_calls([None] * len(self.regions))
+            err = RuntimeError(
+                f"{self.shape_recompiles} recompiles on changing input sizes, with dynamic "
+                "shapes too"
+            )
+            _record_failure(self.report, "torch.compile", err, rest)
+            return []
+        return rest
 
     def _set_compiled_calls(self, calls: list[Any]) -> None:
         for block, call in zip(self.regions, calls, strict=True):
@@ -294,6 +375,8 @@ class CompiledForward:
         new = self.report.note(NAME, events)
         if new and self.verbose:
             for event in new:
+                if REACT_TO_SHAPES and shape_change(event) is not None:
+                    continue  # said by its "changing shape" event
                 print(f"autoopt: torch.compile: {event}", file=sys.stderr)
 
 
