@@ -54,12 +54,15 @@ import functools
 import sys
 import warnings
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
+from autoopt.runtime import compile_cache
 from autoopt.runtime.batch import map_tensors, tensors_in
+from autoopt.runtime.compile_cache import CompileCache
 from autoopt.runtime.compile_guard import BackwardGuard
 from autoopt.runtime.compile_log import (
     CompileWatch,
@@ -129,6 +132,7 @@ def run(ctx: Context) -> PassResult:
         CompiledForward,
         report=ctx.report,
         model=ctx.model,
+        cache_dir=compile_cache.cache_dir(ctx.options.compile_cache),
         regions=regions,
         origin=code_origin(entered),
         verbose=verbose,
@@ -193,6 +197,7 @@ class CompiledForward:
         origin: Where = ("?", 0),
         verbose: bool = False,
         model: nn.Module | None = None,
+        cache_dir: Path | None = None,
     ) -> None:
         self.forward = forward
         self.report = report
@@ -206,6 +211,9 @@ class CompiledForward:
         self.shape_recompiles = 0  # recompiles caused by an input size changing
         self.shape_event: Event | None = None  # reported once
         self.dynamic = False  # compiled with dynamic=True after changing shapes
+        self.cache_dir = cache_dir  # torch's compile artifacts across restarts
+        self.cache: CompileCache | None = None
+        self.started = 0.0  # when the first compile began
 
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "compiled": None, "watch": None}
@@ -229,6 +237,7 @@ class CompiledForward:
         if self.failed:
             return self.forward(*args, **kwargs)
         if self.compiled is None or self.watch is None:
+            self._load_cache(args, kwargs)
             self.compiled = self._compile()
             self.watch = CompileWatch(self.origin)
         guard = self.guard
@@ -237,7 +246,33 @@ class CompiledForward:
         out = self._compiled_call(args, kwargs)
         if guard is not None and not self.failed:
             guard.watch(out)
+        self._save_cache()
         return out
+
+    def _load_cache(self, args: Any, kwargs: dict[str, Any]) -> None:
+        """Before the first compile: load this model's saved artifacts into torch's caches."""
+        if self.cache is not None or self.cache_dir is None or self.guard is None:
+            return
+        extra = f"{BACKEND!r} {COMPILE_OPTIONS!r} {[type(b).__name__ for b in self.regions]}"
+        name = compile_cache.key(self.guard.model, args, kwargs, extra)
+        self.cache = compile_cache.CompileCache(self.cache_dir, name)
+        self.cache.load()
+        self.started = compile_cache.clock()
+
+    def _save_cache(self) -> None:
+        """After the first compiled step (forward and backward, by the probe): save the
+        artifacts and say in the report whether the cache hit and what the first step cost."""
+        if self.cache is None or self.cache.saved or self.failed:
+            return
+        seconds = compile_cache.clock() - self.started
+        saved = self.cache.save()
+        if NAME in self.report:
+            result = self.report[NAME]
+            result.figures["first compiled step s"] = round(seconds, 3)
+            written = f", saved to {self.cache.path}" if saved else ""
+            result.detail += (
+                f"; compile cache {self.cache.status}{written}: first step {seconds:.1f} s"
+            )
 
     def _first_backward(self, guard: BackwardGuard, args: Any, kwargs: dict[str, Any]) -> Any:
         """The first forward with gradients on: probe the compiled forward and backward as a
@@ -272,6 +307,7 @@ class CompiledForward:
         finally:
             self._set_compiled_calls(compiled_calls)
         guard.watch(out)
+        self._save_cache()
         return out
 
     def _double_backward_seen(self, where: Where) -> None:
