@@ -6,7 +6,9 @@
 `--cache torch`: both processes share one new TORCHINDUCTOR_CACHE_DIR, so the second one reads
 torch's own local caches (FX graph cache, AOTAutograd cache). `--cache autoopt`: each process
 gets a new, empty TORCHINDUCTOR_CACHE_DIR (a restart on another node, a cleaned /tmp), and
-they share one `optimize(compile_cache=DIR)`. `--cache none`: new inductor cache dirs, no
+they share one `optimize(compile_cache=DIR)`. `--cache autoopt-home`: no TORCHINDUCTOR_CACHE_DIR
+at all, one shared `compile_cache=DIR`, where autoopt then keeps torch's local caches too (the
+default experience after /tmp was cleaned). `--cache none`: new inductor cache dirs, no
 autoopt cache (two cold runs). Figures are CPU time of the child (user + system, its g++
 children included: TORCHINDUCTOR_COMPILE_THREADS=1), and wall time; see docs/benchmarks/compile.md.
 """
@@ -69,7 +71,9 @@ def cpu_of_children() -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workload", choices=("cnn", "transformer"), default="cnn")
-    parser.add_argument("--cache", choices=("torch", "autoopt", "none"), default="torch")
+    parser.add_argument(
+        "--cache", choices=("torch", "autoopt", "autoopt-home", "none"), default="torch"
+    )
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--dir", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -83,9 +87,11 @@ def main() -> None:
         env["TORCHINDUCTOR_CACHE_DIR"] = (
             shared_inductor if args.cache == "torch" else tempfile.mkdtemp(prefix="ao-inductor-")
         )
+        if args.cache == "autoopt-home":  # no inductor dir chosen: autoopt keeps torch's there
+            del env["TORCHINDUCTOR_CACHE_DIR"]
         command = [sys.executable, "-m", "benchmarks.compile_cache", "--child"]
         command += ["--workload", args.workload]
-        if args.cache == "autoopt":
+        if args.cache.startswith("autoopt"):
             command += ["--dir", autoopt_cache]
         before, start = cpu_of_children(), time.perf_counter()
         out = subprocess.run(command, env=env, capture_output=True, text=True, check=False)

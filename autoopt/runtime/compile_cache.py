@@ -8,6 +8,12 @@ artifacts of `torch.compiler.save_cache_artifacts()` are the same entries as one
 `load_cache_artifacts()` puts them back into those caches, so the next compile hits them instead
 of generating and building code again (dynamo's tracing still runs).
 
+On CPU the artifacts carry the generated code but not the C++ kernels built from it (on CUDA
+the Triton kernels are in them), so a fresh inductor directory still runs g++. So, unless the
+user set `TORCHINDUCTOR_CACHE_DIR` (or torch already compiled in this process), torch's local
+caches are kept in the autoopt cache directory too (`keep_local_caches`), where /tmp cleaning
+does not reach them.
+
 Here one blob per model: the file is named by a key of the model's structure (module classes,
 parameter and buffer names, shapes, dtypes), the first batch's signature (tensor shapes and
 dtypes, other arguments' types), the torch version and the hardware (CPU model and ISA flags, or
@@ -52,6 +58,20 @@ def cache_dir(option: str | os.PathLike[str] | bool) -> Path | None:
         base = os.environ.get("XDG_CACHE_HOME") or os.path.join(Path.home(), ".cache")
         return Path(base) / "autoopt" / "compile"
     return Path(option)
+
+
+INDUCTOR_ENV = "TORCHINDUCTOR_CACHE_DIR"
+
+
+def keep_local_caches(directory: Path) -> Path | None:
+    """Point torch's local caches (FX graph, AOTAutograd, built C++ kernels) at
+    `directory/inductor` instead of /tmp, unless the user or an earlier compile in this process
+    chose them (torch sets the variable at its first use); the directory used, or None."""
+    if os.environ.get(INDUCTOR_ENV):
+        return None
+    path = directory / "inductor"
+    os.environ[INDUCTOR_ENV] = str(path)
+    return path
 
 
 def hardware() -> str:

@@ -89,3 +89,14 @@ def test_a_second_process_loads_what_the_first_saved(tmp_path: Path) -> None:
     assert "compile cache miss, saved to" in cold["detail"] and cold["fx hits"] == 0
     assert "compile cache hit" in warm["detail"] and warm["fx hits"] > 0
     assert list((tmp_path / "cache").glob("*.bin"))
+
+
+def test_torchs_local_caches_are_kept_only_where_nobody_chose(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv(compile_cache.INDUCTOR_ENV, str(tmp_path / "users"))
+    assert compile_cache.keep_local_caches(tmp_path) is None
+    assert os.environ[compile_cache.INDUCTOR_ENV] == str(tmp_path / "users")
+    monkeypatch.delenv(compile_cache.INDUCTOR_ENV)
+    assert compile_cache.keep_local_caches(tmp_path) == tmp_path / "inductor"
+    assert os.environ[compile_cache.INDUCTOR_ENV] == str(tmp_path / "inductor")

@@ -213,6 +213,7 @@ class CompiledForward:
         self.dynamic = False  # compiled with dynamic=True after changing shapes
         self.cache_dir = cache_dir  # torch's compile artifacts across restarts
         self.cache: CompileCache | None = None
+        self.local: Path | None = None  # torch's local caches, when autoopt chose where
         self.started = 0.0  # when the first compile began
 
     def __getstate__(self) -> dict[str, Any]:
@@ -256,6 +257,7 @@ class CompiledForward:
         extra = f"{BACKEND!r} {COMPILE_OPTIONS!r} {[type(b).__name__ for b in self.regions]}"
         name = compile_cache.key(self.guard.model, args, kwargs, extra)
         self.cache = compile_cache.CompileCache(self.cache_dir, name)
+        self.local = compile_cache.keep_local_caches(self.cache_dir)
         self.cache.load()
         self.started = compile_cache.clock()
 
@@ -270,6 +272,8 @@ class CompiledForward:
             result = self.report[NAME]
             result.figures["first compiled step s"] = round(seconds, 3)
             written = f", saved to {self.cache.path}" if saved else ""
+            if self.local is not None:
+                written += f"; torch's local compile caches in {self.local}"
             result.detail += (
                 f"; compile cache {self.cache.status}{written}: first step {seconds:.1f} s"
             )
