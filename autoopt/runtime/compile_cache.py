@@ -10,8 +10,7 @@ of generating and building code again (dynamo's tracing still runs).
 
 On CPU the artifacts carry the generated code but not the C++ kernels built from it (on CUDA
 the Triton kernels are in them), so a fresh inductor directory still runs g++. So, unless the
-user set `TORCHINDUCTOR_CACHE_DIR` (or torch already compiled in this process), torch's local
-caches are kept in the autoopt cache directory too (`keep_local_caches`), where /tmp cleaning
+user set `TORCHINDUCTOR_CACHE_DIR`, torch's local caches are kept in the autoopt cache directory too (`keep_local_caches`), where /tmp cleaning
 does not reach them.
 
 Here one blob per model: the file is named by a key of the model's structure (module classes,
@@ -61,13 +60,19 @@ def cache_dir(option: str | os.PathLike[str] | bool) -> Path | None:
 
 
 INDUCTOR_ENV = "TORCHINDUCTOR_CACHE_DIR"
+# Whether the user chose torch's cache directory: torch itself sets the variable, to its /tmp
+# default, the first time it looks (which an earlier pass of optimize() may already cause).
+_USER_CHOSE = bool(os.environ.get(INDUCTOR_ENV))
 
 
 def keep_local_caches(directory: Path) -> Path | None:
     """Point torch's local caches (FX graph, AOTAutograd, built C++ kernels) at
-    `directory/inductor` instead of /tmp, unless the user or an earlier compile in this process
-    chose them (torch sets the variable at its first use); the directory used, or None."""
-    if os.environ.get(INDUCTOR_ENV):
+    `directory/inductor` instead of torch's /tmp default, unless the user chose a directory;
+    the directory used, or None."""
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+    current = os.environ.get(INDUCTOR_ENV)
+    if _USER_CHOSE or (current and os.path.abspath(current) != default_cache_dir()):
         return None
     path = directory / "inductor"
     os.environ[INDUCTOR_ENV] = str(path)

@@ -28,6 +28,10 @@ Torch's automatic dynamic shapes make the dimension dynamic at its first change;
 not (dynamic=False, or a second recompile all the same) the model is compiled with
 dynamic=True, and past `SHAPE_RECOMPILE_CAP` shape recompiles it runs eager.
 
+Restarts: with `compile_cache` on (the default, autoopt.runtime.compile_cache) the model's
+saved compile artifacts are loaded before its first compile and saved after its first compiled
+step; the report's compile row says whether the cache hit and what the first step cost.
+
 Failures: dynamo/inductor fail lazily, at the first forward (or a later recompile). The layer
 catches the error, runs the eager forward instead and, when eager succeeds, stays eager for good
 and records FAILED with the fallback in the report. When eager fails too, the error is the
