@@ -60,19 +60,17 @@ def cache_dir(option: str | os.PathLike[str] | bool) -> Path | None:
 
 
 INDUCTOR_ENV = "TORCHINDUCTOR_CACHE_DIR"
-# Whether the user chose torch's cache directory: torch itself sets the variable, to its /tmp
-# default, the first time it looks (which an earlier pass of optimize() may already cause).
-_USER_CHOSE = bool(os.environ.get(INDUCTOR_ENV))
 
 
 def keep_local_caches(directory: Path) -> Path | None:
     """Point torch's local caches (FX graph, AOTAutograd, built C++ kernels) at
-    `directory/inductor` instead of torch's /tmp default, unless the user chose a directory;
-    the directory used, or None."""
+    `directory/inductor` instead of torch's /tmp default, unless another directory was chosen;
+    the directory used, or None. Torch itself sets the variable to its default the first time it
+    looks (importing parts of torch may do it), so the default counts as not chosen."""
     from torch._inductor.runtime.cache_dir_utils import default_cache_dir
 
     current = os.environ.get(INDUCTOR_ENV)
-    if _USER_CHOSE or (current and os.path.abspath(current) != default_cache_dir()):
+    if current and os.path.abspath(current) != default_cache_dir():
         return None
     path = directory / "inductor"
     os.environ[INDUCTOR_ENV] = str(path)

@@ -98,7 +98,6 @@ def test_torchs_local_caches_are_kept_only_where_nobody_chose(
     assert compile_cache.keep_local_caches(tmp_path) is None
     assert os.environ[compile_cache.INDUCTOR_ENV] == str(tmp_path / "users")
     monkeypatch.delenv(compile_cache.INDUCTOR_ENV)
-    monkeypatch.setattr(compile_cache, "_USER_CHOSE", False)
     assert compile_cache.keep_local_caches(tmp_path) == tmp_path / "inductor"
     from torch._inductor.runtime.cache_dir_utils import default_cache_dir
 

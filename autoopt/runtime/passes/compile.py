@@ -37,7 +37,7 @@ catches the error, runs the eager forward instead and, when eager succeeds, stay
 and records FAILED with the fallback in the report. When eager fails too, the error is the
 user's (or another pass's), so the eager error is raised and compile is not blamed.
 
-The first backward is guarded too (autoopt.runtime.passes.compile.BackwardGuard): AOTAutograd
+The first backward is guarded too (autoopt.runtime.compile_guard): AOTAutograd
 compiles the backward lazily, inside the user's `loss.backward()`, where no error can be caught
 and undone. So the first forward with gradients on is a probe: the compiled forward and the
 backward of its outputs' sum run as a trial (buffers, RNG put back; `autograd.grad`, so no
