@@ -8,6 +8,8 @@ import os
 from hypothesis import settings
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+# No test reads or writes the per-user compile cache; its own tests pass a directory.
+os.environ.setdefault("AUTOOPT_COMPILE_CACHE", "0")
 
 # CI: the same examples on every run (no example database, no random seed), so a red build is
 # reproducible and a green one is not luck. Locally hypothesis explores new examples each run.

@@ -15,6 +15,8 @@ from __future__ import annotations
 import copy
 import inspect
 import os
+import re
+import traceback
 from dataclasses import dataclass
 from typing import Any
 
@@ -111,28 +113,29 @@ def _graph_break(reason: Any) -> Event:
 def _user_frame(stack: list[Any]) -> Any:
     """The innermost frame outside torch and autoopt (where the user's code called into what broke)."""
     for frame in reversed(stack):
-        if not _internal(frame.filename):
+        if not is_internal(frame.filename):
             return frame
     return stack[-1] if stack else None
 
 
 def _metrics_events(m: Any, origin: Where) -> list[Event]:
     frame = (m.co_filename or "?", m.co_firstlineno or 0)
-    if _internal(frame[0]):
+    if is_internal(frame[0]):
         frame = origin
     events = []
     if m.recompile_reason:
         events.append(Event("recompile", *frame, _first_line(m.recompile_reason)))
     if m.fail_type:
         failed_at = (m.fail_user_frame_filename, m.fail_user_frame_lineno)
-        if failed_at[0] and failed_at[1] and not _internal(failed_at[0]):
+        if failed_at[0] and failed_at[1] and not is_internal(failed_at[0]):
             frame = failed_at
         reason = f"{m.fail_type}: {_short(m.fail_reason or '')}"
         events.append(Event("compile error", *frame, reason))
     return events
 
 
-def _internal(filename: str) -> bool:
+def is_internal(filename: str) -> bool:
+    """Whether a file is torch's or autoopt's own (not the user's code)."""
     return filename.startswith(_INTERNAL_DIRS)
 
 
@@ -180,3 +183,24 @@ def explain_compile(
                 break
             events += watch.after()
     return list(dict.fromkeys(events))
+
+
+_SIZE_MISMATCH = re.compile(r"size mismatch at index (\d+)\. expected (\d+), actual (\d+)")
+
+
+def shape_change(event: Event) -> tuple[int, int, int] | None:
+    """(dim, old size, new size) of a recompile caused by an input's size changing (dynamo's
+    "tensor 'x' size mismatch at index 0. expected 8, actual 5"); None for any other event."""
+    if event.kind != "recompile":
+        return None
+    found = _SIZE_MISMATCH.search(event.reason)
+    return (int(found[1]), int(found[2]), int(found[3])) if found else None
+
+
+def user_call_site() -> Where:
+    """The innermost frame of the current stack outside torch and autoopt: the user's line that
+    called into them ("?" when there is none, e.g. on another thread)."""
+    for frame in reversed(traceback.extract_stack()):
+        if not is_internal(frame.filename):
+            return frame.filename, frame.lineno or 0
+    return "?", 0

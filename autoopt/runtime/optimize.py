@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import torch
@@ -29,6 +30,7 @@ def optimize(
     deterministic: bool = False,
     tune: bool = False,
     verbose: bool = True,
+    compile_cache: str | os.PathLike[str] | bool = "auto",
 ) -> Any:
     """Make an existing training loop fast; the loop itself stays as written.
 
@@ -65,6 +67,11 @@ def optimize(
       verbose: log the report, and each decision made on the first steps, at INFO on the
         `autoopt` logger (rank 0 only; printed to stderr when logging is not configured);
         False logs them at DEBUG.
+      compile_cache: where torch.compile's artifacts are kept across restarts, keyed by model
+        structure, input signature, torch version and hardware: "auto" ($AUTOOPT_COMPILE_CACHE,
+        else ~/.cache/autoopt/compile), a directory, or False. The report says whether it hit
+        and what the first compiled step cost; an entry that cannot be loaded recompiles with a
+        warning.
 
     Environment: AUTOOPT_DISABLE=1 returns the arguments untouched; AUTOOPT_OPTIONS="amp=False,
     compile=True" overrides these options without editing code (the report lists them).
@@ -85,6 +92,7 @@ def optimize(
         deterministic=deterministic,
         tune=tune,
         verbose=verbose,
+        compile_cache=compile_cache,
     )
     forced = voice.overrides(list(settings))
     options = Options(**{**settings, **forced})

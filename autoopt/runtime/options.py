@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -32,6 +33,7 @@ class Options:
     deterministic: bool = False
     tune: bool = False
     verbose: bool = True
+    compile_cache: str | os.PathLike[str] | bool = "auto"
 
     def __post_init__(self) -> None:
         for name, allowed in _CHOICES.items():
@@ -56,6 +58,10 @@ class Options:
         for name in ("deterministic", "tune", "verbose"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(_bad(name, getattr(self, name), (True, False)))
+        if not (isinstance(self.compile_cache, str | os.PathLike) or self.compile_cache is False):
+            raise ValueError(
+                _bad("compile_cache", self.compile_cache, ("auto", False, "a directory"))
+            )
         if self.device != "auto":
             try:
                 torch.device(self.device)

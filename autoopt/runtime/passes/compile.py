@@ -21,12 +21,34 @@ What dynamo met (graph breaks, recompiles, compile errors, each at the user's fi
 this pass's report entry as events, read at the first call and at recompiles
 (autoopt.runtime.compile_log).
 
+Changing shapes: a recompile because an input's size changed (a ragged last batch, a new
+sequence length) is answered once: one "changing shape" event at the user's call with the fix
+they can make (drop_last=True, padding to a multiple), printed instead of a line per recompile.
+Torch's automatic dynamic shapes make the dimension dynamic at its first change; where it does
+not (dynamic=False, or a second recompile all the same) the model is compiled with
+dynamic=True, and past `SHAPE_RECOMPILE_CAP` shape recompiles it runs eager.
+
+Restarts: with `compile_cache` on (the default, autoopt.runtime.compile_cache) the model's
+saved compile artifacts are loaded before its first compile and saved after its first compiled
+step; the report's compile row says whether the cache hit and what the first step cost.
+
 Failures: dynamo/inductor fail lazily, at the first forward (or a later recompile). The layer
 catches the error, runs the eager forward instead and, when eager succeeds, stays eager for good
 and records FAILED with the fallback in the report. When eager fails too, the error is the
-user's (or another pass's), so the eager error is raised and compile is not blamed. A failure in
-compiling the backward (AOTAutograd compiles it lazily, inside `loss.backward()`) cannot be
-caught here.
+user's (or another pass's), so the eager error is raised and compile is not blamed.
+
+The first backward is guarded too (autoopt.runtime.compile_guard): AOTAutograd
+compiles the backward lazily, inside the user's `loss.backward()`, where no error can be caught
+and undone. So the first forward with gradients on is a probe: the compiled forward and the
+backward of its outputs' sum run as a trial (buffers, RNG put back; `autograd.grad`, so no
+`.grad` or optimizer state is touched), which compiles both; a failure there means eager for
+good. That step itself then runs eager, with hooks on its outputs that see whether a backward
+through them builds a graph (`create_graph=True`: a gradient penalty), which AOTAutograd's
+compiled backward cannot be differentiated through ("does not currently support double
+backward"): then the model stays eager, with a warning and a report line, before any compiled
+step met it. A double backward that starts only on a later step (a penalty every N steps) is
+seen by the same hooks on the compiled steps; it fails that step, as torch.compile would, and
+the model is eager from then on.
 """
 
 from __future__ import annotations
@@ -36,16 +58,26 @@ import functools
 import sys
 import warnings
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
+from autoopt.runtime import compile_cache
 from autoopt.runtime.batch import map_tensors, tensors_in
-from autoopt.runtime.compile_log import CompileWatch, Where, code_origin
+from autoopt.runtime.compile_cache import CompileCache
+from autoopt.runtime.compile_guard import BackwardGuard
+from autoopt.runtime.compile_log import (
+    CompileWatch,
+    Where,
+    code_origin,
+    shape_change,
+    user_call_site,
+)
 from autoopt.runtime.context import Context, Forward, ForwardLayer, Stage
 from autoopt.runtime.errors import error_summary
-from autoopt.runtime.replay import Replay
+from autoopt.runtime.replay import Replay, in_trial
 from autoopt.runtime.report import Event, PassResult, Report
 
 NAME = "compile"
@@ -57,6 +89,17 @@ COMPILE_OPTIONS: dict[str, Any] = {}
 # Regional compile: None picks by the rule (repeated blocks on CUDA -> regional), True/False
 # force it.
 REGIONAL: bool | None = None
+# Recompiles on changing input sizes: after the second one (a dimension took a third value) the
+# model is compiled with dynamic=True; past the cap it runs eager.
+SHAPE_RECOMPILES_BEFORE_DYNAMIC = 2
+SHAPE_RECOMPILE_CAP = 8
+# False: recompiles on changing shapes are left to torch and each one is listed (for measuring).
+REACT_TO_SHAPES = True
+
+
+def _automatic_dynamic() -> bool:
+    """Whether dynamo makes a dimension dynamic after it changed once (its default)."""
+    return bool(torch._dynamo.config.automatic_dynamic_shapes)
 
 
 def choose(option: str | bool, device: torch.device | None) -> tuple[str | None, str]:
@@ -92,6 +135,8 @@ def run(ctx: Context) -> PassResult:
     layer = functools.partial(
         CompiledForward,
         report=ctx.report,
+        model=ctx.model,
+        cache_dir=compile_cache.cache_dir(ctx.options.compile_cache),
         regions=regions,
         origin=code_origin(entered),
         verbose=verbose,
@@ -155,15 +200,25 @@ class CompiledForward:
         regions: list[nn.Module] | None = None,
         origin: Where = ("?", 0),
         verbose: bool = False,
+        model: nn.Module | None = None,
+        cache_dir: Path | None = None,
     ) -> None:
         self.forward = forward
         self.report = report
+        self.guard = BackwardGuard(model) if model is not None else None
         self.regions = regions or []
         self.origin = origin  # the user's forward the compiled region starts at
         self.verbose = verbose
         self.failed = False
         self.compiled: Forward | None = None
         self.watch: CompileWatch | None = None
+        self.shape_recompiles = 0  # recompiles caused by an input size changing
+        self.shape_event: Event | None = None  # reported once
+        self.dynamic = False  # compiled with dynamic=True after changing shapes
+        self.cache_dir = cache_dir  # torch's compile artifacts across restarts
+        self.cache: CompileCache | None = None
+        self.local: Path | None = None  # torch's local caches, when autoopt chose where
+        self.started = 0.0  # when the first compile began
 
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "compiled": None, "watch": None}
@@ -172,18 +227,118 @@ class CompiledForward:
         if not self.regions:
             # Every forward stack enters dynamo through one code object of torch's
             # (`wrap_inline`): isolated, one model's compiles are not another's recompiles.
-            options = {"isolate_recompiles": True, **COMPILE_OPTIONS}
+            options = {"isolate_recompiles": True, **COMPILE_OPTIONS, **self._dynamic()}
             return torch.compile(self.forward, backend=BACKEND, **options)
         for block in self.regions:
-            block.compile(backend=BACKEND, **COMPILE_OPTIONS)
+            block.compile(backend=BACKEND, **{**COMPILE_OPTIONS, **self._dynamic()})
         return self.forward  # the blocks run compiled inside it
 
+    def _dynamic(self) -> dict[str, Any]:
+        return {"dynamic": True} if self.dynamic else {}
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self.guard is not None and self.guard.double_backward and not self.failed:
+            self._double_backward_seen(self.guard.double_backward)
         if self.failed:
             return self.forward(*args, **kwargs)
         if self.compiled is None or self.watch is None:
+            self._load_cache(args, kwargs)
             self.compiled = self._compile()
             self.watch = CompileWatch(self.origin)
+        guard = self.guard
+        if guard is not None and not guard.probed and torch.is_grad_enabled() and not in_trial():
+            return self._first_backward(guard, args, kwargs)
+        out = self._compiled_call(args, kwargs)
+        if guard is not None and not self.failed:
+            guard.watch(out)
+        self._save_cache()
+        return out
+
+    def _load_cache(self, args: Any, kwargs: dict[str, Any]) -> None:
+        """Before the first compile: load this model's saved artifacts into torch's caches."""
+        if self.cache is not None or self.cache_dir is None or self.guard is None:
+            return
+        extra = f"{BACKEND!r} {COMPILE_OPTIONS!r} {[type(b).__name__ for b in self.regions]}"
+        name = compile_cache.key(self.guard.model, args, kwargs, extra)
+        self.cache = compile_cache.CompileCache(self.cache_dir, name)
+        self.local = compile_cache.keep_local_caches(self.cache_dir)
+        self.cache.load()
+        self.started = compile_cache.clock()
+
+    def _save_cache(self) -> None:
+        """After the first compiled step (forward and backward, by the probe): save the
+        artifacts and say in the report whether the cache hit and what the first step cost."""
+        if self.cache is None or self.cache.saved or self.failed:
+            return
+        seconds = compile_cache.clock() - self.started
+        saved = self.cache.save()
+        if NAME in self.report:
+            result = self.report[NAME]
+            result.figures["first compiled step s"] = round(seconds, 3)
+            written = f", saved to {self.cache.path}" if saved else ""
+            if self.local is not None:
+                written += f"; torch's local compile caches in {self.local}"
+            result.detail += (
+                f"; compile cache {self.cache.status}{written}: first step {seconds:.1f} s"
+            )
+
+    def _first_backward(self, guard: BackwardGuard, args: Any, kwargs: dict[str, Any]) -> Any:
+        """The first forward with gradients on: probe the compiled forward and backward as a
+        trial, then run this step eager and watch its backward for `create_graph=True`."""
+        assert self.compiled is not None and self.watch is not None
+        compiled = self.compiled
+        self.watch.before()
+        try:
+            guard.probe(lambda: compiled(*args, **kwargs))
+        except Exception as err:  # noqa: BLE001 - a forward or backward compile error: eager
+            events = self.watch.after()
+            compiled_calls = [block._compiled_call_impl for block in self.regions]
+            self._set_compiled_calls([None] * len(self.regions))
+            try:
+                out = self.forward(*args, **kwargs)  # raises the user's own error, if it is one
+            except BaseException:
+                self._set_compiled_calls(compiled_calls)  # the user's error: compile stays on
+                raise
+            guard.probed = True
+            self.failed = True
+            self.compiled = self.watch = None
+            _record_failure(self.report, "torch.compile (forward or first backward)", err, events)
+            return out
+        events = self.watch.after()
+        if events:
+            self._note(events)
+        guard.probed = True
+        compiled_calls = [block._compiled_call_impl for block in self.regions]
+        self._set_compiled_calls([None] * len(self.regions))
+        try:
+            out = self.forward(*args, **kwargs)  # this one step eager: see how it is used
+        finally:
+            self._set_compiled_calls(compiled_calls)
+        guard.watch(out)
+        self._save_cache()
+        return out
+
+    def _double_backward_seen(self, where: Where) -> None:
+        self.failed = True
+        self.compiled = self.watch = None
+        self._set_compiled_calls([None] * len(self.regions))
+        filename, lineno = where
+        message = (
+            f"double backward through the compiled model (autograd.grad(create_graph=True) "
+            f"called at {filename}:{lineno}): torch.compile's AOTAutograd cannot differentiate "
+            "its compiled backward"
+        )
+        seen = self.report[NAME].events if NAME in self.report else []
+        self.report.replace(PassResult.failed(NAME, message, "eager forward"))
+        self.report.note(NAME, [*seen, Event("double backward", filename, lineno, message)])
+        warnings.warn(
+            f"autoopt: {message}; the model runs eager from now on (compile=False keeps it "
+            "eager from the start)",
+            stacklevel=3,
+        )
+
+    def _compiled_call(self, args: Any, kwargs: dict[str, Any]) -> Any:
+        assert self.compiled is not None and self.watch is not None
         self.watch.before()
         try:
             out = self.compiled(*args, **kwargs)
@@ -200,10 +355,61 @@ class CompiledForward:
             self.compiled = self.watch = None
             _record_failure(self.report, "torch.compile", err, events)
             return out
-        events = self.watch.after()
+        events = self._shapes(self.watch.after())
         if events:
             self._note(events)
         return out
+
+    def _shapes(self, events: list[Event]) -> list[Event]:
+        """Recompiles caused by an input size changing, answered once: the first one and one
+        "changing shape" event at the user's call with the fix they can make (the only one
+        printed), the later ones counted, not listed;
+        after `SHAPE_RECOMPILES_BEFORE_DYNAMIC` of them (a static compile, dynamic=False, or
+        a dimension torch did not make dynamic) it is compiled with dynamic=True; past
+        `SHAPE_RECOMPILE_CAP`, eager."""
+        changes = [(event, shape_change(event)) for event in events]
+        shaped = [(event, change) for event, change in changes if change is not None]
+        if not shaped or not REACT_TO_SHAPES:
+            return events
+        self.shape_recompiles += len(shaped)
+        rest = [event for event, change in changes if change is None]
+        if self.shape_event is None:
+            rest.append(shaped[0][0])  # the first one is recorded as it is; later ones counted
+        static = COMPILE_OPTIONS.get("dynamic") is False or not _automatic_dynamic()
+        if self.shape_event is None:
+            event, (dim, old, new) = shaped[0]
+            reaction = (
+                "a static compile recompiles per size: at a third size autoopt compiles it "
+                "with dynamic shapes, so further sizes reuse one graph"
+                if static
+                else "torch made that dimension dynamic, so further sizes reuse one graph"
+            )
+            fix = (
+                "DataLoader(..., drop_last=True) for a ragged last batch, or equal batch sizes"
+                if dim == 0
+                else f"pad dimension {dim} to a multiple (e.g. tokenizer(pad_to_multiple_of=64))"
+            )
+            self.shape_event = Event(
+                "changing shape",
+                *user_call_site(),
+                f"input dimension {dim} changed {old} -> {new} and torch.compile recompiled "
+                f"({event.reason}); {reaction}; to avoid it: {fix}",
+            )
+            rest.append(self.shape_event)
+        if not self.dynamic and self.shape_recompiles >= SHAPE_RECOMPILES_BEFORE_DYNAMIC:
+            self.dynamic = True
+            self.compiled = self.watch = None  # the next call compiles with dynamic=True
+        elif self.shape_recompiles > SHAPE_RECOMPILE_CAP:
+            self.failed = True
+            self.compiled = self.watch = None
+            self._set_compiled_calls([None] * len(self.regions))
+            err = RuntimeError(
+                f"{self.shape_recompiles} recompiles on changing input sizes, with dynamic "
+                "shapes too"
+            )
+            _record_failure(self.report, "torch.compile", err, rest)
+            return []
+        return rest
 
     def _set_compiled_calls(self, calls: list[Any]) -> None:
         for block, call in zip(self.regions, calls, strict=True):
@@ -213,6 +419,8 @@ class CompiledForward:
         new = self.report.note(NAME, events)
         if new and self.verbose:
             for event in new:
+                if REACT_TO_SHAPES and shape_change(event) is not None:
+                    continue  # said by its "changing shape" event
                 print(f"autoopt: torch.compile: {event}", file=sys.stderr)
 
 

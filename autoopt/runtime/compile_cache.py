@@ -1,0 +1,179 @@
+"""A compile cache that survives restarts: torch's portable compile artifacts, saved after a
+model's first compiled steps and loaded before its next run's first compile.
+
+Torch already keeps local caches (inductor's FX graph cache and the AOTAutograd cache, under
+`TORCHINDUCTOR_CACHE_DIR`, by default in /tmp): on the same machine they survive a restart until
+the temp directory is cleaned or the cache directory differs (containers, CI, a new node). The
+artifacts of `torch.compiler.save_cache_artifacts()` are the same entries as one portable blob;
+`load_cache_artifacts()` puts them back into those caches, so the next compile hits them instead
+of generating and building code again (dynamo's tracing still runs).
+
+On CPU the artifacts carry the generated code but not the C++ kernels built from it (on CUDA
+the Triton kernels are in them), so a fresh inductor directory still runs g++. So, unless the
+user set `TORCHINDUCTOR_CACHE_DIR`, torch's local caches are kept in the autoopt cache directory too (`keep_local_caches`), where /tmp cleaning
+does not reach them.
+
+Here one blob per model: the file is named by a key of the model's structure (module classes,
+parameter and buffer names, shapes, dtypes), the first batch's signature (tensor shapes and
+dtypes, other arguments' types), the torch version and the hardware (CPU model and ISA flags, or
+the CUDA device name and capability). A file that cannot be loaded (stale, truncated, another
+torch) is a miss with a warning: the model compiles as without a cache, and the file is written
+anew. Nothing here raises into the user's training.
+
+Where: `optimize(compile_cache=...)`: "auto" (the default) is $AUTOOPT_COMPILE_CACHE, else
+$XDG_CACHE_HOME/autoopt/compile, else ~/.cache/autoopt/compile; a directory; False: off.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import os
+import platform
+import tempfile
+import time
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from autoopt.runtime.batch import tensors_in
+
+ENV = "AUTOOPT_COMPILE_CACHE"
+
+
+def cache_dir(option: str | os.PathLike[str] | bool) -> Path | None:
+    """The directory the `compile_cache` option names; None when off."""
+    if option is False:
+        return None
+    if isinstance(option, str) and option == "auto" or option is True:
+        env = os.environ.get(ENV)
+        if env:
+            return None if env.lower() in ("0", "false", "off") else Path(env)
+        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(Path.home(), ".cache")
+        return Path(base) / "autoopt" / "compile"
+    return Path(option)
+
+
+INDUCTOR_ENV = "TORCHINDUCTOR_CACHE_DIR"
+
+
+def keep_local_caches(directory: Path) -> Path | None:
+    """Point torch's local caches (FX graph, AOTAutograd, built C++ kernels) at
+    `directory/inductor` instead of torch's /tmp default, unless another directory was chosen;
+    the directory used, or None. Torch itself sets the variable to its default the first time it
+    looks (importing parts of torch may do it), so the default counts as not chosen."""
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+    current = os.environ.get(INDUCTOR_ENV)
+    if current and os.path.abspath(current) != default_cache_dir():
+        return None
+    path = directory / "inductor"
+    os.environ[INDUCTOR_ENV] = str(path)
+    return path
+
+
+def hardware() -> str:
+    """What the compiled code depends on: the CUDA device, else the CPU model and its flags."""
+    if torch.cuda.is_available():
+        name = torch.cuda.get_device_name()
+        return f"cuda {name} {torch.cuda.get_device_capability()}"
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as info:
+            lines = info.read().splitlines()
+        model = next((ln for ln in lines if ln.startswith("model name")), "")
+        flags = next((ln for ln in lines if ln.startswith("flags")), "")
+        cpu = f"{model} {hashlib.sha256(flags.encode()).hexdigest()[:12]}"
+    except OSError:
+        pass
+    return f"cpu {cpu} {torch.backends.cpu.get_cpu_capability()}"
+
+
+def key(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], extra: str = "") -> str:
+    """A name for the compiled code of `model` called with these arguments on this machine."""
+    parts = [torch.__version__, hardware(), extra, str(model.training)]
+    parts += [
+        f"{name}:{type(m).__module__}.{type(m).__qualname__}" for name, m in model.named_modules()
+    ]
+    for name, tensor in [*model.named_parameters(), *model.named_buffers()]:
+        parts.append(f"{name}:{tuple(tensor.shape)}:{tensor.dtype}:{tensor.requires_grad}")
+    for tensor in tensors_in((args, kwargs)):
+        parts.append(f"in:{tuple(tensor.shape)}:{tensor.dtype}:{tensor.device.type}")
+    parts += [f"kw:{k}" for k in sorted(kwargs)]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:32]
+
+
+class CompileCache:
+    """One model's entry: `load()` before its first compile, `save()` after its first compiled
+    steps. `status` is "hit", "miss" or "miss (why)"; `loaded_bytes`, `saved_bytes`."""
+
+    def __init__(self, directory: Path, name: str) -> None:
+        self.path = directory / f"{name}.bin"
+        self.status = "not used"
+        self.saved = False
+
+    def load(self) -> str:
+        """Put the saved artifacts into torch's caches; returns (and keeps) the status."""
+        try:
+            blob = self.path.read_bytes()
+        except FileNotFoundError:
+            self.status = "miss"
+            return self.status
+        except OSError as err:
+            return self._miss(f"cannot read {self.path}: {err}")
+        try:
+            with _torch_quiet():
+                loaded = torch.compiler.load_cache_artifacts(blob)
+        except Exception as err:  # noqa: BLE001 - a stale or corrupt file: compile as without
+            return self._miss(f"cannot load {self.path} ({type(err).__name__}: {err})")
+        if loaded is None:  # torch logs and returns None for what it cannot un-pickle
+            return self._miss(f"cannot load {self.path} (not torch's cache artifacts)")
+        self.status = "hit"
+        return self.status
+
+    def save(self) -> bool:
+        """Write torch's artifacts of what compiled in this process so far (atomically)."""
+        if self.saved:
+            return False
+        self.saved = True
+        try:
+            found = torch.compiler.save_cache_artifacts()
+            if found is None:
+                return False
+            blob = found[0]
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=self.path.parent, suffix=".tmp")
+            with os.fdopen(fd, "wb") as out:
+                out.write(blob)
+            os.replace(tmp, self.path)
+        except Exception as err:  # noqa: BLE001 - a cache that cannot be written is no error
+            warnings.warn(f"autoopt: compile cache not saved to {self.path}: {err}", stacklevel=3)
+            return False
+        return True
+
+    def _miss(self, why: str) -> str:
+        warnings.warn(f"autoopt: compile cache: {why}; compiling anew", stacklevel=4)
+        self.status = f"miss ({why})"
+        return self.status
+
+
+@contextlib.contextmanager
+def _torch_quiet() -> Iterator[None]:
+    """Torch logs a traceback at WARNING for artifacts it cannot read; ours is the one line."""
+    logger = logging.getLogger("torch.compiler._cache")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+def clock() -> float:
+    """The clock the first step's cost is read with."""
+    return time.perf_counter()
