@@ -101,6 +101,17 @@ class GradAccumulationLossScaling(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # the loss computed in the backward call itself (same verdict once named)
+            """
+            import torch
+            for i, x in enumerate(loader):
+                (model(x).pow(2).mean()).backward()
+                if (i + 1) % 2 == 0:
+                    optimizer.step()
+                    optimizer.zero_grad()
+            """,
+            line=3,
+        ),
         Invalid(
             """
             accumulation_steps = 4
@@ -182,8 +193,10 @@ class GradAccumulationLossScaling(Rule):
     def _divided(self, loop: cst.CSTNode, loss: cst.BaseExpression) -> bool:
         if _has_division(loss):
             return True
+        if isinstance(loss, cst.Call):  # computed in place: judged as an assigned value would be
+            return self._sum_reduced(loss) or self._helper_divides(loss)
         if not isinstance(loss, cst.Name):
-            return True  # an expression we cannot follow: do not guess
+            return True  # an expression of other names we cannot follow: do not guess
         name = loss.value
         for n in walk(loop, into_scopes=False):
             if (

@@ -3,22 +3,28 @@
 from __future__ import annotations
 
 import textwrap
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import libcst as cst
 import libcst.matchers as m
 import pytest
 from libcst.codemod.visitors import ImportItem
+from pyflakes import checker as pyflakes_checker
 
 from autoopt.lint.rewrite import RewriteError, fix_source
 from autoopt.lint.rule import Finding, Fix, FixSafety, Rule
 
 
 @pytest.fixture(autouse=True)
-def _fixture_names_are_defined(monkeypatch: pytest.MonkeyPatch) -> None:
+def _fixture_names_are_defined(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """The fixture rules below write calls of `bar`, `seed` and `wrap`, which stand for
     functions a real script defines: tell pyflakes (which verifies every edit) they exist."""
     monkeypatch.setenv("PYFLAKES_BUILTINS", "bar,seed,wrap")
+    # pyflakes reads the variable once per process (functools.cache): an earlier test in the
+    # same worker may have read it already, so drop that answer now and after this test.
+    pyflakes_checker._custom_builtins.cache_clear()
+    yield
+    pyflakes_checker._custom_builtins.cache_clear()
 
 
 def src(text: str) -> str:
