@@ -55,7 +55,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import sys
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -64,7 +63,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from autoopt.runtime import compile_cache
+from autoopt.runtime import compile_cache, voice
 from autoopt.runtime.batch import map_tensors, tensors_in
 from autoopt.runtime.compile_cache import CompileCache
 from autoopt.runtime.compile_guard import BackwardGuard
@@ -417,11 +416,10 @@ class CompiledForward:
 
     def _note(self, events: list[Event]) -> None:
         new = self.report.note(NAME, events)
-        if new and self.verbose:
-            for event in new:
-                if REACT_TO_SHAPES and shape_change(event) is not None:
-                    continue  # said by its "changing shape" event
-                print(f"autoopt: torch.compile: {event}", file=sys.stderr)
+        for event in new:
+            if REACT_TO_SHAPES and shape_change(event) is not None:
+                continue  # said by its "changing shape" event
+            voice.say(f"autoopt: torch.compile: {event}", self.verbose)
 
 
 def _record_failure(
