@@ -148,6 +148,7 @@ class ByHand:
     compile: bool = False
     checkpoint: bool = False
     accumulate: int = 1
+    ddp: bool = False  # DistributedDataParallel over the process group optimize() set up
 
 
 def _seeded(build: Callable[[], nn.Module], device: torch.device) -> nn.Module:
@@ -183,6 +184,9 @@ def by_hand(
     if how.checkpoint:
         _checkpointed(model)
     optimizer = _optimizer(model)
+    if how.ddp:
+        ids = [device.index] if device.type == "cuda" else None
+        model = torch.nn.parallel.DistributedDataParallel(model, device_ids=ids)
     forward = torch.compile(model) if how.compile else model
     scaler = torch.amp.GradScaler(device.type) if how.scaler else None
     calls = 0
@@ -245,7 +249,13 @@ def train(step: Step, batches: list[tuple[torch.Tensor, torch.Tensor]]) -> list[
 
 def _isolated(options: dict[str, Any], accumulate: int) -> dict[str, Any]:
     """Only the pass under test: every other "auto" choice is turned off."""
-    off = {"amp": False, "compile": False, "channels_last": False, "checkpoint": False}
+    off = {
+        "amp": False,
+        "compile": False,
+        "channels_last": False,
+        "checkpoint": False,
+        "distributed": False,  # under torchrun only the distributed check distributes
+    }
     return {**off, "memory_budget": None, "accumulate": accumulate, **options}
 
 
@@ -460,11 +470,42 @@ def check_memory_plan(setting: Setting, work: Workload) -> Row:
     return row
 
 
+def check_distributed(setting: Setting, work: Workload) -> Row:
+    """Under torchrun: optimize(distributed="ddp") against DistributedDataParallel by hand,
+    each rank on its own share of the batches; every rank checks, rank 0 reports."""
+    import torch.distributed as dist
+
+    if not setting.distributed:
+        return Row(
+            "distributed", "skipped", "single process: run under torchrun --nproc_per_node=N"
+        )
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    shard = Workload(work.name, work.build, work.batches[rank::world] or work.batches[:1])
+    row = compare(
+        setting,
+        "distributed (DDP)",
+        shard,
+        "distributed",
+        {"distributed": "ddp"},
+        ByHand(ddp=True),
+        "fp32",
+    )
+    worst = torch.tensor([row.max_diff or 0.0, float(row.failed)])
+    dist.all_reduce(worst, op=dist.ReduceOp.MAX)  # a mismatch on any rank fails every rank
+    row.max_diff = float(worst[0])
+    if worst[1] and not row.failed:
+        row.status, row.note = "mismatch", row.note + "; another rank differed"
+    row.note += f"; {world} ranks"
+    return row
+
+
 def run_checks(quick: bool = False, device: str | None = None) -> list[Row]:
     """Every check that applies here, in order; a check that raises is an `error` row."""
     from autoopt.runtime import hardware
 
     dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    if dev.type == "cuda" and dev.index is None and "LOCAL_RANK" in os.environ:
+        dev = torch.device("cuda", int(os.environ["LOCAL_RANK"]))  # torchrun: one GPU per rank
     bf16 = hardware.cuda_supports_bf16(dev) if dev.type == "cuda" else hardware.cpu_supports_bf16()
     setting = Setting(dev, quick, bf16, int(os.environ.get("WORLD_SIZE", "1")) > 1)
     work = workloads(quick)
@@ -533,12 +574,7 @@ def run_checks(quick: bool = False, device: str | None = None) -> list[Row]:
                 )
             ),
         ),
-        (
-            "distributed",
-            lambda: Row(
-                "distributed", "skipped", "single process: run under torchrun --nproc_per_node=N"
-            ),
-        ),
+        ("distributed", lambda: check_distributed(setting, work["transformer"])),
     ]
     rows = []
     for name, check in checks:

@@ -64,3 +64,33 @@ def test_fp16_invariant_catches_a_scale_that_does_not_back_off(monkeypatch) -> N
     row = selftest.check_fp16_scaling(_setting(), selftest.workloads(quick=True)["transformer"])
     assert row.status == "mismatch"
     assert "injected inf" in row.note
+
+
+@pytest.mark.slow
+def test_selftest_under_torchrun_checks_ddp_against_ddp_by_hand(tmp_path) -> None:
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc_per_node=2",
+            "-m",
+            "autoopt",
+            "selftest",
+            "--quick",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    report = json.loads(done.stdout[done.stdout.index("{") :])  # rank 0 alone prints
+    (row,) = [r for r in report["checks"] if r["check"].startswith("distributed")]
+    assert row["status"] == "ok" and row["max_diff"] <= row["tolerance"], row
+    assert "2 ranks" in row["note"]
