@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from autoopt.lint.precision import autocast_dtype, is_autocast, other_precision_system
+from autoopt.lint.amp_api import autocast_dtype, is_autocast
+from autoopt.lint.precision import other_precision_system
 from autoopt.lint.rule import Invalid, Rule, Valid
 
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import libcst as cst
 
+from autoopt.lint.amp_api import GRAD_SCALER, autocast_dtype, is_autocast
 from autoopt.lint.calls import arg
 from autoopt.lint.nodes import calls_in
-from autoopt.lint.precision import GRAD_SCALER, autocast_dtype, is_autocast
 from autoopt.lint.rule import Invalid, Rule, Valid
 
 

@@ -13,15 +13,9 @@ Plain syntax only (no metadata): rules and the `--wrap` planner both call it on 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import libcst as cst
 
-from autoopt.lint.calls import arg, has_star_kwargs
-from autoopt.lint.nodes import code_of, dotted, string_value, walk
-
-if TYPE_CHECKING:
-    from autoopt.lint.rule import Rule
+from autoopt.lint.nodes import code_of, dotted, walk
 
 # Text every file running one of them contains: the cheap pre-filter of the walk below.
 _PRECISION_MARKERS = ("apex", ".half()", ".bfloat16()", "float16", ".half)", "scale", "master_")
@@ -101,45 +95,3 @@ def _scaled_by_hand(expr: cst.BaseExpression) -> bool:
     if not isinstance(expr, cst.BinaryOperation) or not isinstance(expr.operator, cst.Multiply):
         return False
     return any("scale" in code_of(side).lower() for side in (expr.left, expr.right))
-
-
-# ----- torch's own AMP calls (AO204, AO205) ---------------------------------------------------
-AUTOCAST = ("torch.autocast", "torch.amp.autocast", "torch.amp.autocast_mode.autocast")
-CUDA_AUTOCAST = ("torch.cuda.amp.autocast", "torch.cuda.amp.autocast_mode.autocast")
-GRAD_SCALER = (
-    "torch.amp.GradScaler",
-    "torch.amp.grad_scaler.GradScaler",
-    "torch.cuda.amp.GradScaler",
-    "torch.cuda.amp.grad_scaler.GradScaler",
-)
-_FP16 = frozenset({"torch.float16", "torch.half"})
-_BF16 = frozenset({"torch.bfloat16"})
-
-
-def is_autocast(rule: Rule, call: cst.Call) -> bool:
-    """`call` opens torch's autocast (any spelling)."""
-    return rule.is_call_to(call, *AUTOCAST, *CUDA_AUTOCAST)
-
-
-def autocast_dtype(rule: Rule, call: cst.Call) -> str | None:
-    """ "fp16", "bf16", "off" (enabled=False) or None (decided at run time: a variable, an
-    expression, **kwargs) for an autocast call; CUDA's default dtype is fp16, the CPU's bf16."""
-    if has_star_kwargs(call):
-        return None
-    cuda_only = rule.is_call_to(call, *CUDA_AUTOCAST)  # (enabled, dtype, ...) not (device, ...)
-    enabled = arg(call, "enabled", 0 if cuda_only else 2)
-    if enabled is not None:
-        flag = enabled.value.value if isinstance(enabled.value, cst.Name) else None
-        if flag == "False":
-            return "off"
-        if flag != "True":
-            return None
-    dtype = arg(call, "dtype", 1)
-    if dtype is not None:
-        names = rule.qualified_names(dtype.value)
-        return "fp16" if names & _FP16 else "bf16" if names & _BF16 else None
-    if cuda_only:
-        return "fp16"
-    device = arg(call, "device_type", 0)
-    kind = string_value(device.value) if device is not None else None
-    return {"cuda": "fp16", "cpu": "bf16"}.get(kind or "")
