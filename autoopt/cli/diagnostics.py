@@ -214,13 +214,14 @@ def selftest(quick: bool, as_json: bool, device: str | None) -> None:
         raise click.BadParameter(str(err), param_hint="--device") from err
     click.echo(f"selftest: {where}; {'quick' if quick else 'full'} mode ...", err=True)
     rows = selftest_module.run_checks(quick=quick, device=device)
-    if os.environ.get("RANK", "0") != "0":  # under torchrun every rank checks, rank 0 reports
-        sys.exit(1 if any(r.failed for r in rows) else 0)
-    if as_json:
-        click.echo(json.dumps({"device": where, "checks": selftest_module.to_json(rows)}, indent=2))
-    else:
-        click.echo(selftest_module.render(rows, where), nl=False)
-    sys.exit(1 if any(r.failed for r in rows) else 0)
+    code = 1 if any(r.failed for r in rows) else 0
+    if os.environ.get("RANK", "0") == "0":  # under torchrun every rank checks, rank 0 reports
+        if as_json:
+            payload = {"device": where, "checks": selftest_module.to_json(rows)}
+            click.echo(json.dumps(payload, indent=2))
+        else:
+            click.echo(selftest_module.render(rows, where), nl=False)
+    selftest_module.finish(code)
 
 
 COMMANDS: list[click.Command] = [doctor, bench, selftest]

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import statistics
+import sys
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
@@ -620,3 +621,19 @@ def describe_device(device: str | None) -> str:
     from autoopt.runtime.hardware import cpu_model
 
     return f"CPU: {cpu_model()} (torch {torch.__version__})"
+
+
+def finish(code: int) -> None:
+    """End the selftest process with `code`. Under torchrun the process group the distributed
+    check set up is destroyed first, and the process ends without interpreter shutdown: ranks of
+    a gloo group have aborted there ("terminate called without an active exception", a gloo
+    thread destroyed by a static destructor) after every check had passed."""
+    import torch.distributed as dist
+
+    under_torchrun = int(os.environ.get("WORLD_SIZE", "1")) > 1
+    if not (under_torchrun and dist.is_available() and dist.is_initialized()):
+        sys.exit(code)
+    dist.destroy_process_group()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
