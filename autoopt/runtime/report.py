@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
+from autoopt.runtime import voice
+
 if TYPE_CHECKING:
     from autoopt.runtime.memory import MemoryPlan
 
@@ -105,9 +107,9 @@ class Report:
         else:
             self.results.append(result)
         if self.published:
-            from autoopt.runtime.voice import say
-
-            say(f"autoopt: {result.name} {result.status.value}: {_detail(result)}", self.verbose)
+            voice.say(
+                f"autoopt: {result.name} {result.status.value}: {_detail(result)}", self.verbose
+            )
 
     def note(self, name: str, events: list[Event]) -> list[Event]:
         """Add events to the entry of pass `name`, each once; returns the new ones."""

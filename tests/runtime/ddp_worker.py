@@ -8,7 +8,6 @@ saw to OUT/rank<R>.json:
 
 from __future__ import annotations
 
-import gc
 import json
 import os
 import sys
@@ -104,14 +103,9 @@ def main(out: Path) -> None:
     result["world_size"] = torch.distributed.get_world_size()
     torch.distributed.barrier()
     (out / f"rank{rank}.json").write_text(json.dumps(result))
-    gc.collect()  # free models (and their reducers/meshes) while the process group is alive
-    torch.distributed.destroy_process_group()
-    # Ranks of a gloo group have aborted in interpreter shutdown after their results were
-    # written ("terminate called without an active exception": a gloo thread destroyed by a
-    # static destructor). Nothing of the test runs there: end the process as it stands.
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    from torchrun import end_rank  # tests/runtime/torchrun.py, beside this script
+
+    end_rank()
 
 
 if __name__ == "__main__":

@@ -13,7 +13,6 @@ writes what it saw to OUT/rank<R>.json (and rank 0's full state dicts to OUT/*.p
 
 from __future__ import annotations
 
-import gc
 import json
 import os
 import sys
@@ -287,14 +286,9 @@ def main(out: Path) -> None:
     result["plan"] = plan_phase()
     dist.barrier()
     (out / f"rank{rank}.json").write_text(json.dumps(result))
-    gc.collect()  # free the phases' sharded models while their process group is alive
-    dist.destroy_process_group()
-    # One CI run saw a rank abort in interpreter shutdown after this point ("terminate called
-    # without an active exception", no Python frame: a gloo thread destroyed by a static
-    # destructor). Nothing of the test runs there any more: end the process as it stands.
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    from torchrun import end_rank  # tests/runtime/torchrun.py, beside this script
+
+    end_rank()
 
 
 if __name__ == "__main__":

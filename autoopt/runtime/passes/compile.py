@@ -290,18 +290,8 @@ class CompiledForward:
         try:
             guard.probe(lambda: compiled(*args, **kwargs))
         except Exception as err:  # noqa: BLE001 - a forward or backward compile error: eager
-            events = self.watch.after()
-            compiled_calls = [block._compiled_call_impl for block in self.regions]
-            self._set_compiled_calls([None] * len(self.regions))
-            try:
-                out = self.forward(*args, **kwargs)  # raises the user's own error, if it is one
-            except BaseException:
-                self._set_compiled_calls(compiled_calls)  # the user's error: compile stays on
-                raise
+            out = self._fall_back("torch.compile (forward or first backward)", err, args, kwargs)
             guard.probed = True
-            self.failed = True
-            self.compiled = self.watch = None
-            _record_failure(self.report, "torch.compile (forward or first backward)", err, events)
             return out
         events = self.watch.after()
         if events:
@@ -336,24 +326,30 @@ class CompiledForward:
             stacklevel=3,
         )
 
+    def _fall_back(self, what: str, err: BaseException, args: Any, kwargs: dict[str, Any]) -> Any:
+        """A compile error: redo this call eager and stay eager. If the eager call raises too,
+        the error is the user's own: compile stays on and the error goes up."""
+        assert self.watch is not None
+        events = self.watch.after()
+        compiled_calls = [block._compiled_call_impl for block in self.regions]
+        self._set_compiled_calls([None] * len(self.regions))
+        try:
+            out = self.forward(*args, **kwargs)
+        except BaseException:
+            self._set_compiled_calls(compiled_calls)
+            raise
+        self.failed = True
+        self.compiled = self.watch = None
+        _record_failure(self.report, what, err, events)
+        return out
+
     def _compiled_call(self, args: Any, kwargs: dict[str, Any]) -> Any:
         assert self.compiled is not None and self.watch is not None
         self.watch.before()
         try:
             out = self.compiled(*args, **kwargs)
         except Exception as err:  # noqa: BLE001 - any compile error means "run eager"
-            events = self.watch.after()
-            compiled_calls = [block._compiled_call_impl for block in self.regions]
-            self._set_compiled_calls([None] * len(self.regions))
-            try:
-                out = self.forward(*args, **kwargs)  # raises the user's own error, if it is one
-            except BaseException:
-                self._set_compiled_calls(compiled_calls)  # the user's error: compile stays on
-                raise
-            self.failed = True
-            self.compiled = self.watch = None
-            _record_failure(self.report, "torch.compile", err, events)
-            return out
+            return self._fall_back("torch.compile", err, args, kwargs)
         events = self._shapes(self.watch.after())
         if events:
             self._note(events)
