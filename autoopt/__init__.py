@@ -30,17 +30,17 @@ _LAZY = {
     "report": "autoopt.runtime.optimize",
     "unwrap": "autoopt.runtime.optimize",
     "seed_everything": "autoopt.runtime.seed",
-    "explain_compile": "autoopt.runtime.compile_log",
+    "explain_compile": "autoopt.runtime.compiling.log",
     "explain_memory": "autoopt.runtime.memory_explain",
-    "full_state_dict": "autoopt.runtime.fsdp",
-    "load_full_state_dict": "autoopt.runtime.fsdp",
-    "full_optimizer_state_dict": "autoopt.runtime.fsdp",
-    "load_full_optimizer_state_dict": "autoopt.runtime.fsdp",
+    "full_state_dict": "autoopt.runtime.distributed.fsdp",
+    "load_full_state_dict": "autoopt.runtime.distributed.fsdp",
+    "full_optimizer_state_dict": "autoopt.runtime.distributed.fsdp",
+    "load_full_optimizer_state_dict": "autoopt.runtime.distributed.fsdp",
 }
 
 if TYPE_CHECKING:
-    from autoopt.runtime.compile_log import explain_compile
-    from autoopt.runtime.fsdp import (
+    from autoopt.runtime.compiling.log import explain_compile
+    from autoopt.runtime.distributed.fsdp import (
         full_optimizer_state_dict,
         full_state_dict,
         load_full_optimizer_state_dict,

@@ -37,7 +37,7 @@ from torch import nn
 from torch.nn import functional as F
 
 import autoopt
-from autoopt.runtime.checkpoint_plan import memory_plan
+from autoopt.runtime.checkpointing.checkpoint_plan import memory_plan
 from autoopt.runtime.memory import format_bytes, saved_tensor_bytes, state_memory
 
 LAYERS, WIDTH, HEADS, VOCAB, SEQ, BATCH = 12, 256, 4, 512, 128, 8

@@ -27,7 +27,7 @@ from torch.nn import functional as F
 from torch.profiler import ProfilerActivity, profile
 
 import autoopt
-from autoopt.runtime.checkpoint_plan import memory_plan
+from autoopt.runtime.checkpointing.checkpoint_plan import memory_plan
 from autoopt.runtime.memory import format_bytes, saved_tensor_bytes, state_memory
 
 

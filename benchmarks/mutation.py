@@ -32,11 +32,11 @@ SCRATCH = ROOT / "build" / "mutation"
 # tests that are about the module: every mutant reruns the ones that reach its function.
 MODULES: dict[str, tuple[str, list[str]]] = {
     "loss_scaling": (
-        "autoopt/runtime/loss_scaling.py",
+        "autoopt/runtime/scaling/loss_scaling.py",
         ["tests/runtime/test_loss_scaling.py", "tests/runtime/test_loss_scaling_exact.py"],
     ),
     "root_scaling": (
-        "autoopt/runtime/root_scaling.py",
+        "autoopt/runtime/scaling/root_scaling.py",
         [
             "tests/runtime/test_loss_scaling.py",
             "tests/runtime/test_loss_scaling_exact.py",
@@ -49,7 +49,7 @@ MODULES: dict[str, tuple[str, list[str]]] = {
         ],
     ),
     "device_loader": (
-        "autoopt/runtime/device_loader.py",
+        "autoopt/runtime/loading/device_loader.py",
         [
             "tests/runtime/test_loader.py",
             "tests/runtime/test_device_batches.py",
@@ -57,7 +57,7 @@ MODULES: dict[str, tuple[str, list[str]]] = {
         ],
     ),
     "micro_batches": (
-        "autoopt/runtime/micro_batches.py",
+        "autoopt/runtime/accumulation/micro_batches.py",
         [
             "tests/runtime/test_accumulate_auto.py",
             "tests/runtime/test_micro_batches_exact.py",
@@ -70,7 +70,7 @@ MODULES: dict[str, tuple[str, list[str]]] = {
         ["tests/runtime/test_accumulate.py", "tests/runtime/test_accumulate_auto.py"],
     ),
     "checkpoint_plan": (
-        "autoopt/runtime/checkpoint_plan.py",
+        "autoopt/runtime/checkpointing/checkpoint_plan.py",
         ["tests/runtime/test_checkpoint_budget.py", "tests/runtime/test_block_stacks.py"],
     ),
     "forward": ("autoopt/runtime/forward.py", ["tests/runtime/test_backends.py"]),

@@ -93,7 +93,7 @@ def compile_events(model: nn.Module, example: Any = None) -> dict[str, Any]:
     """Graph breaks, recompiles and compile errors dynamo meets on a copy of the model, run
     twice on the example input (a second call shows recompiles that Python state, not shapes,
     causes); `skipped` says why when there is no example input."""
-    from autoopt.runtime.compile_log import explain_compile
+    from autoopt.runtime.compiling.log import explain_compile
 
     def section(example: Any) -> dict[str, Any]:
         events = explain_compile(model, example, example)

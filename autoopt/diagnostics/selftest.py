@@ -371,7 +371,7 @@ def compare(
 def check_fp16_scaling(setting: Setting, work: Workload) -> Row:
     """fp16 loss scaling against GradScaler, then an injected inf: the step is skipped (parameters
     untouched) and the scale halves, exactly as GradScaler does."""
-    from autoopt.runtime.loss_scaling import scaler_of
+    from autoopt.runtime.scaling.loss_scaling import scaler_of
 
     row = compare(
         setting,

@@ -6,7 +6,7 @@ optimizer state and the activations saved for backward. `optimize(memory_budget=
 or a string such as "2GiB" or "800MB". The passes that trade time for memory (checkpoint,
 accumulate, distributed) resolve it with `resolve_budget`, record what they planned in
 `Context.memory`, and add their before/after bytes to the report's memory section
-(`record_plan`, `MemoryPlan`).
+(`report.record_plan`, `MemoryPlan`).
 """
 
 from __future__ import annotations
@@ -16,14 +16,11 @@ import re
 from collections.abc import Callable, Iterable, Iterator
 from contextvars import ContextVar
 from dataclasses import asdict, dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from torch import nn
 from torch.distributed.tensor import DTensor
-
-if TYPE_CHECKING:
-    from autoopt.runtime.report import Report
 
 AUTO = "auto"
 
@@ -195,20 +192,6 @@ class MemoryPlan:
             "before": asdict(self.before) | {"total": self.before.total},
             "after": asdict(self.after) | {"total": self.after.total},
         }
-
-
-def record_plan(
-    report: Report, before: StepMemory, after: StepMemory, budget: int | None
-) -> MemoryPlan:
-    """Add one pass's before/after bytes of a step to `report.memory` (the memory section that
-    `autoopt.report(model)` prints) and return the combined plan."""
-    plan = (
-        MemoryPlan(before, after, budget)
-        if report.memory is None
-        else report.memory.combine(before, after, budget)
-    )
-    report.memory = plan
-    return plan
 
 
 def state_memory(model: nn.Module, optimizer: torch.optim.Optimizer | None) -> StepMemory:

@@ -2,7 +2,7 @@
 training it. `autoopt doctor --model ... --input ...` prints it.
 
 It runs `optimize(checkpoint="auto")` on a copy of the model and makes the checkpoint plan on
-the batch (`autoopt.runtime.checkpoint_plan.plan`): the same measurement and the same decision
+the batch (`autoopt.runtime.checkpointing.checkpoint_plan.plan`): the same measurement and the same decision
 as the first training step, so what it shows is what training would do. With no budget (the
 CPU's "auto") every block is still measured, and none is checkpointed.
 """
@@ -17,9 +17,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from autoopt.runtime.batch import map_tensors
-from autoopt.runtime.block_checkpoint import Mode
-from autoopt.runtime.checkpoint_plan import BlockCost, plan
+from autoopt.runtime.checkpointing.block_checkpoint import Mode
+from autoopt.runtime.checkpointing.checkpoint_plan import BlockCost, plan
+from autoopt.runtime.loading.batch import map_tensors
 from autoopt.runtime.memory import (
     MemoryPlan,
     format_bytes,

@@ -6,12 +6,10 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from autoopt.runtime import voice
-
-if TYPE_CHECKING:
-    from autoopt.runtime.memory import MemoryPlan
+from autoopt.runtime.memory import MemoryPlan, StepMemory
 
 
 class Status(str, Enum):
@@ -161,3 +159,17 @@ class Report:
 
 def _detail(result: PassResult) -> str:
     return result.detail if result.fallback is None else f"{result.detail} -> {result.fallback}"
+
+
+def record_plan(
+    report: Report, before: StepMemory, after: StepMemory, budget: int | None
+) -> MemoryPlan:
+    """Add one pass's before/after bytes of a step to `report.memory` (the memory section that
+    `autoopt.report(model)` prints) and return the combined plan."""
+    plan = (
+        MemoryPlan(before, after, budget)
+        if report.memory is None
+        else report.memory.combine(before, after, budget)
+    )
+    report.memory = plan
+    return plan

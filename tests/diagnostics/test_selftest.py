@@ -58,7 +58,7 @@ def test_a_pass_that_is_not_applied_is_a_mismatch() -> None:
 
 
 def test_fp16_invariant_catches_a_scale_that_does_not_back_off(monkeypatch) -> None:
-    from autoopt.runtime.loss_scaling import LossScaler
+    from autoopt.runtime.scaling.loss_scaling import LossScaler
 
     monkeypatch.setattr(LossScaler, "update", lambda self, found: None)
     row = selftest.check_fp16_scaling(_setting(), selftest.workloads(quick=True)["transformer"])

@@ -26,7 +26,7 @@ from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.utils.data import DataLoader, TensorDataset
 
 import autoopt
-from autoopt.runtime.checkpoint_plan import memory_plan
+from autoopt.runtime.checkpointing.checkpoint_plan import memory_plan
 from autoopt.runtime.memory import state_memory
 
 SAMPLES = 32

@@ -10,11 +10,11 @@ import torch
 from torch import nn
 
 import autoopt
-from autoopt.runtime import root_scaling
 from autoopt.runtime.context import Context
 from autoopt.runtime.options import Options
 from autoopt.runtime.passes import accumulate
 from autoopt.runtime.report import Status
+from autoopt.runtime.scaling import root_scaling
 
 OFF = {"amp": False, "compile": False, "channels_last": False, "checkpoint": False}
 

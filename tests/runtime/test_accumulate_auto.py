@@ -16,8 +16,8 @@ from torch.utils.checkpoint import checkpoint
 from torch.utils.data import DataLoader, TensorDataset
 
 import autoopt
+from autoopt.runtime.accumulation.micro_batches import choose_parts, part_sizes
 from autoopt.runtime.memory import format_bytes, saved_tensor_bytes, state_memory
-from autoopt.runtime.micro_batches import choose_parts, part_sizes
 from autoopt.runtime.report import Status
 from tests.runtime.checkpoint_models import GPT
 from tests.runtime.torchrun import load_worker, run_two_processes
@@ -330,7 +330,7 @@ def test_ddp_two_processes_equal_one_process_on_the_global_batch(tmp_path: Path)
 def test_probe_backward_leaves_every_grad_as_it_was() -> None:
     """A probe's backward adds nothing: a `.grad` that was None stays None (eager's first
     backward creates it), one that held values keeps them."""
-    from autoopt.runtime.micro_batches import _zero_parameter_gradients
+    from autoopt.runtime.accumulation.micro_batches import _zero_parameter_gradients
 
     model = _net()
     first, last = model[0], model[3]

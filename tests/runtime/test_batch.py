@@ -7,7 +7,7 @@ from collections import OrderedDict, namedtuple
 
 import torch
 
-from autoopt.runtime.batch import any_tensor, map_tensors, to_device
+from autoopt.runtime.loading.batch import any_tensor, map_tensors, to_device
 
 Pair = namedtuple("Pair", ["x", "y"])
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from torch import nn
 
-from autoopt.runtime.block_stacks import find_block_stacks
+from autoopt.runtime.checkpointing.block_stacks import find_block_stacks
 from tests.runtime.checkpoint_models import GPT, Block, ResNet
 
 

@@ -9,8 +9,8 @@ import torch
 from torch import nn
 
 import autoopt
-from autoopt.runtime.block_checkpoint import STATE_ATTR, Mode
-from autoopt.runtime.checkpoint_plan import (
+from autoopt.runtime.checkpointing.block_checkpoint import STATE_ATTR, Mode
+from autoopt.runtime.checkpointing.checkpoint_plan import (
     BlockCost,
     CheckpointPlan,
     choose_modes,

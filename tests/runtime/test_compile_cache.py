@@ -12,8 +12,8 @@ import pytest
 import torch
 
 import autoopt
-from autoopt.runtime import compile_cache
-from autoopt.runtime.compile_cache import CompileCache
+from autoopt.runtime.compiling import cache as compile_cache
+from autoopt.runtime.compiling.cache import CompileCache
 
 from .models import MLP
 

@@ -12,7 +12,8 @@ import torch
 from torch import nn
 
 import autoopt
-from autoopt.runtime import compile_log, forward
+from autoopt.runtime import forward
+from autoopt.runtime.compiling import log as compile_log
 from autoopt.runtime.passes import compile as compile_pass
 from autoopt.runtime.report import Event
 

@@ -165,7 +165,7 @@ def test_a_copy_is_for_evaluation_its_backward_is_plain(name: str) -> None:
     """A copy (EMA, snapshot) computes like the optimized model but is not trained by autoopt:
     its backward is not loss-scaled nor divided by N (no optimizer of its own is gated, so a
     scaled gradient would reach a plain step). Training one needs optimize() on a plain model."""
-    from autoopt.runtime import root_scaling
+    from autoopt.runtime.scaling import root_scaling
 
     model, plain, x = optimized(name)
     twin = copy.deepcopy(model)

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 import autoopt
-from autoopt.runtime.device_loader import DeviceBatches
+from autoopt.runtime.loading.device_loader import DeviceBatches
 
 META = torch.device("meta")  # a real device move that needs no GPU
 

@@ -11,8 +11,8 @@ import pytest
 import torch
 from torch.utils.data import DistributedSampler, TensorDataset
 
-from autoopt.runtime import device_loader
-from autoopt.runtime.device_loader import DeviceBatches, DeviceLoader, LoaderProxy
+from autoopt.runtime.loading import device_loader
+from autoopt.runtime.loading.device_loader import DeviceBatches, DeviceLoader, LoaderProxy
 
 CPU = torch.device("cpu")
 

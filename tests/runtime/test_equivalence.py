@@ -31,7 +31,7 @@ from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence
 
 import autoopt
-from autoopt.runtime.batch import map_tensors
+from autoopt.runtime.loading.batch import map_tensors
 from autoopt.runtime.passes import compile as compile_pass
 
 from .models import SmallCNN

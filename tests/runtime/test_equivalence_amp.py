@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 import autoopt
-from autoopt.runtime.loss_scaling import scaler_of
+from autoopt.runtime.scaling.loss_scaling import scaler_of
 
 FP16 = {"amp": "fp16", "compile": False, "channels_last": False, "checkpoint": False}
 ce = nn.functional.cross_entropy

@@ -18,7 +18,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 import autoopt
-from autoopt.runtime.loss_scaling import scaler_of
+from autoopt.runtime.scaling.loss_scaling import scaler_of
 
 FP16 = {"amp": "fp16", "compile": False, "channels_last": False, "checkpoint": False}
 SCALE = 2.0**10  # small enough that a second unscaling leaves a ratio, not a zero

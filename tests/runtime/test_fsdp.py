@@ -13,7 +13,7 @@ from torch import nn
 
 import autoopt
 from autoopt.runtime.context import Context, DistState
-from autoopt.runtime.fsdp import shard_blocks
+from autoopt.runtime.distributed.fsdp import shard_blocks
 from autoopt.runtime.memory import StepMemory, state_memory
 from autoopt.runtime.options import Options
 from autoopt.runtime.passes import amp, distributed
@@ -295,7 +295,7 @@ def test_full_state_dict_of_a_plain_model_is_its_state_dict() -> None:
 
 
 def test_fp32_norms_are_the_norm_layers_with_running_statistics_and_weights() -> None:
-    from autoopt.runtime.fsdp import fp32_norms
+    from autoopt.runtime.distributed.fsdp import fp32_norms
 
     model = nn.Sequential(
         nn.Conv2d(3, 4, 1),

@@ -110,7 +110,7 @@ def test_a_checkpointed_block_given_a_filled_cache_runs_plainly_with_a_warning()
     that step it runs plainly (leaving the cache out would change its output)."""
     from transformers import DynamicCache
 
-    from autoopt.runtime.block_checkpoint import Mode, run_block
+    from autoopt.runtime.checkpointing.block_checkpoint import Mode, run_block
 
     model = gpt2()
     block = model.transformer.h[0]

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 import autoopt
-from autoopt.runtime.trials import forced_winners
+from autoopt.runtime.trials.choices import forced_winners
 
 from .models import SmallCNN, ViewCNN, batches, cnn_data
 

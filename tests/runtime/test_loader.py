@@ -25,7 +25,7 @@ from torch.utils.data import (
 import autoopt
 from autoopt.runtime import hardware
 from autoopt.runtime.context import Context, DistState
-from autoopt.runtime.device_loader import DeviceBatches, DeviceLoader
+from autoopt.runtime.loading.device_loader import DeviceBatches, DeviceLoader
 from autoopt.runtime.options import Options
 from autoopt.runtime.passes import loader as loader_pass
 from autoopt.runtime.passes.loader import choose_workers

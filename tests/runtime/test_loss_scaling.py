@@ -9,8 +9,8 @@ import torch
 from torch import nn
 
 import autoopt
-from autoopt.runtime import root_scaling
-from autoopt.runtime.loss_scaling import LossScaler, scaler_of
+from autoopt.runtime.scaling import root_scaling
+from autoopt.runtime.scaling.loss_scaling import LossScaler, scaler_of
 
 from .models import MLP, mlp_data
 

@@ -10,8 +10,8 @@ import torch
 from torch import nn
 
 import autoopt
-from autoopt.runtime.loss_scaling import LossScaler, scaler_of
-from autoopt.runtime.user_amp import UserAmp
+from autoopt.runtime.scaling.loss_scaling import LossScaler, scaler_of
+from autoopt.runtime.scaling.user_amp import UserAmp
 
 from .models import MLP, mlp_data
 

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import torch
 
-from autoopt.runtime.loss_shares import Normaliser, candidates, fit_ratio, matching, pick_pair
+from autoopt.runtime.accumulation.loss_shares import (
+    Normaliser,
+    candidates,
+    fit_ratio,
+    matching,
+    pick_pair,
+)
 
 IDS = torch.arange(1, 13).reshape(3, 4)
 MASK = torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0], [1, 1, 1, 0]])

@@ -12,15 +12,14 @@ import torch
 from torch import nn
 
 import autoopt
-from autoopt.runtime.block_checkpoint import STATE_ATTR, Mode
+from autoopt.runtime.checkpointing.block_checkpoint import STATE_ATTR, Mode
 from autoopt.runtime.memory import (
     MemoryPlan,
     StepMemory,
     format_bytes,
-    record_plan,
     saved_tensor_bytes,
 )
-from autoopt.runtime.report import Report
+from autoopt.runtime.report import Report, record_plan
 from tests.runtime.checkpoint_models import GPT
 
 

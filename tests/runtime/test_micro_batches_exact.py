@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from autoopt.runtime.micro_batches import choose_parts
+from autoopt.runtime.accumulation.micro_batches import choose_parts
 
 STATE = 100
 

@@ -9,8 +9,8 @@ from collections.abc import Iterator
 import pytest
 import torch
 
-from autoopt.runtime import root_scaling
-from autoopt.runtime.loss_scaling import LossScaler
+from autoopt.runtime.scaling import root_scaling
+from autoopt.runtime.scaling.loss_scaling import LossScaler
 
 from .models import MLP
 

@@ -120,7 +120,8 @@ def test_a_failure_in_the_install_puts_everything_back(monkeypatch: pytest.Monke
 def test_a_failure_leaves_no_global_patch_and_no_scaled_backward(
     monkeypatch: pytest.MonkeyPatch, options: dict[str, Any]
 ) -> None:
-    from autoopt.runtime import pipeline, root_scaling, user_amp
+    from autoopt.runtime import pipeline
+    from autoopt.runtime.scaling import root_scaling, user_amp
 
     def broken(ctx: Context) -> None:
         raise RuntimeError("a finalizer that fails")

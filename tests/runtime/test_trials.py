@@ -1,4 +1,4 @@
-"""The one trial mechanism (`autoopt.runtime.trials`): when the measured choices (layout, amp)
+"""The one trial mechanism (`autoopt.runtime.trials.choices`): when the measured choices (layout, amp)
 are measured, on what, and that nothing of the trials is left behind. Each training run is
 compared with the same loop in plain torch."""
 
@@ -11,12 +11,13 @@ import torch
 from torch import nn
 
 import autoopt
-from autoopt.runtime import hardware, replay
+from autoopt.runtime import hardware
 from autoopt.runtime.context import Context, DistState
 from autoopt.runtime.options import Options
 from autoopt.runtime.passes import amp as amp_pass
 from autoopt.runtime.passes import channels_last as cl_pass
-from autoopt.runtime.trials import forced_winners
+from autoopt.runtime.trials import replay
+from autoopt.runtime.trials.choices import forced_winners
 
 from .models import SmallCNN, cnn_data
 

@@ -5,7 +5,7 @@ CPU with AVX512-BF16/AMX; figures in docs/benchmarks/cpu.md), else fp16 on CUDA,
 fp16 autocast on a CPU without native half math is slower than fp32. On CPU native bf16 is not
 enough: for a small model the casts cost more than the bf16 math saves (a 2-layer transformer
 LM here ran 0.8x of eager under bf16 autocast), so there "auto" is a measured choice
-(`autoopt.runtime.trials`): bf16 and fp32 timed on the first training step (forward and
+(`autoopt.runtime.trials.choices`): bf16 and fp32 timed on the first training step (forward and
 backward), after the layout (in the layout the trials kept), and the faster stays. With
 `compile=True` the trials run through the compiled forward, so bf16 is measured *with* compile
 (one more compile: Llama and T5 were 0.81x/0.84x of eager compiled in bf16, where compile in fp32
@@ -31,12 +31,13 @@ from typing import Any
 
 import torch
 
-from autoopt.runtime import hardware, loss_scaling, root_scaling
-from autoopt.runtime.batch import map_tensors
+from autoopt.runtime import hardware
 from autoopt.runtime.context import Context, Forward, ForwardLayer, Stage, StepLayer
+from autoopt.runtime.loading.batch import map_tensors
 from autoopt.runtime.report import PassResult, Report
-from autoopt.runtime.trials import Choice, default_clock, trials_of
-from autoopt.runtime.user_amp import UserAmp, unwatch_grad_scalers, watch_grad_scalers
+from autoopt.runtime.scaling import loss_scaling, root_scaling
+from autoopt.runtime.scaling.user_amp import UserAmp, unwatch_grad_scalers, watch_grad_scalers
+from autoopt.runtime.trials.choices import Choice, default_clock, trials_of
 
 NAME = "amp"
 

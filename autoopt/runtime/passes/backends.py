@@ -29,10 +29,11 @@ from typing import Any
 import torch
 from torch.utils._foreach_utils import _get_fused_kernels_supported_devices
 
-from autoopt.runtime import hardware, optimizer_state, timing
+from autoopt.runtime import hardware, optimizer_state
 from autoopt.runtime.context import Context, StepLayer
 from autoopt.runtime.report import PassResult, Report
-from autoopt.runtime.trials import default_clock
+from autoopt.runtime.trials import timing
+from autoopt.runtime.trials.choices import default_clock
 
 NAME = "backends"
 

@@ -9,7 +9,7 @@ estimate. A transformer or MLP (no Conv2d) is skipped; a CNN with a big classifi
 On CUDA that rule stands (NHWC is the layout cuDNN's convolutions prefer). On CPU whether NHWC
 pays depends on the machine, the dtype and the model (with bf16 autocast on one CPU, not in fp32
 on another; DeepLabV3's eval forward is faster in NHWC, its training step slower; figures in
-docs/benchmarks/cpu.md), so "auto" is a measured choice (`autoopt.runtime.trials`): both layouts
+docs/benchmarks/cpu.md), so "auto" is a measured choice (`autoopt.runtime.trials.choices`): both layouts
 timed on the first training step (forward and backward), first of the measured choices, and the
 faster stays. A compiled forward is not measured (that would compile it twice more): the rule
 stands there, and `tune=True` measures the whole step.
@@ -37,13 +37,13 @@ from torch import nn
 from torch.nn.parameter import is_lazy
 
 from autoopt.runtime import optimizer_state
-from autoopt.runtime.batch import map_tensors
 from autoopt.runtime.context import Context, Forward, ForwardLayer, Stage
 from autoopt.runtime.errors import error_summary
+from autoopt.runtime.loading.batch import map_tensors
 from autoopt.runtime.passes import compile as compile_pass
-from autoopt.runtime.replay import Replay
 from autoopt.runtime.report import PassResult, Report
-from autoopt.runtime.trials import Choice, default_clock, trials_of
+from autoopt.runtime.trials.choices import Choice, default_clock, trials_of
+from autoopt.runtime.trials.replay import Replay
 
 NAME = "channels_last"
 

@@ -2,11 +2,11 @@
 
 * `checkpoint="auto"` (the default) plans under the memory budget (`memory_budget`; "auto" is
   the free CUDA memory, no limit on CPU, so on CPU it acts only with an explicit budget). It
-  works on the repeated block stacks of any model (`autoopt.runtime.block_stacks`: transformer
+  works on the repeated block stacks of any model (`autoopt.runtime.checkpointing.block_stacks`: transformer
   layers in an `nn.ModuleList`, ResNet stages): at the first training forward it measures what
   each block saves for backward and checkpoints the fewest blocks that bring parameters,
   gradients, optimizer state and activations under the budget, selectively where that is enough
-  (`autoopt.runtime.checkpoint_plan`; how a block runs: `autoopt.runtime.block_checkpoint`).
+  (`autoopt.runtime.checkpointing.checkpoint_plan`; how a block runs: `autoopt.runtime.checkpointing.block_checkpoint`).
 * `checkpoint=N` (int): every deep `nn.Sequential` (at least `MIN_LAYERS`, 8, direct children;
   the outermost ones) runs as `torch.utils.checkpoint.checkpoint_sequential(seq, N, x,
   use_reentrant=False)`: the first N - 1 segments are checkpointed, the last runs normally (its
@@ -31,16 +31,16 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from autoopt.runtime.block_checkpoint import STATE_ATTR as BLOCK_STATE_ATTR
-from autoopt.runtime.block_checkpoint import (
+from autoopt.runtime.checkpointing.block_checkpoint import STATE_ATTR as BLOCK_STATE_ATTR
+from autoopt.runtime.checkpointing.block_checkpoint import (
     BlockCheckpoint,
     BlockState,
     checkpoints_now,
     keep_running_stats,
     training_norms,
 )
-from autoopt.runtime.block_stacks import find_block_stacks
-from autoopt.runtime.checkpoint_plan import PLANNER_ATTR, Planner, PlanOnFirstForward
+from autoopt.runtime.checkpointing.block_stacks import find_block_stacks
+from autoopt.runtime.checkpointing.checkpoint_plan import PLANNER_ATTR, Planner, PlanOnFirstForward
 from autoopt.runtime.context import Context, Forward, ForwardLayer, Stage
 from autoopt.runtime.forward import compose_forward
 from autoopt.runtime.hardware import module_device

@@ -19,7 +19,7 @@ glue runs eager, no fusion crosses a block boundary); figures in docs/benchmarks
 
 What dynamo met (graph breaks, recompiles, compile errors, each at the user's file:line) goes into
 this pass's report entry as events, read at the first call and at recompiles
-(autoopt.runtime.compile_log).
+(autoopt.runtime.compiling.log).
 
 Changing shapes: a recompile because an input's size changed (a ragged last batch, a new
 sequence length) is answered once: one "changing shape" event at the user's call with the fix
@@ -28,7 +28,7 @@ Torch's automatic dynamic shapes make the dimension dynamic at its first change;
 not (dynamic=False, or a second recompile all the same) the model is compiled with
 dynamic=True, and past `SHAPE_RECOMPILE_CAP` shape recompiles it runs eager.
 
-Restarts: with `compile_cache` on (the default, autoopt.runtime.compile_cache) the model's
+Restarts: with `compile_cache` on (the default, autoopt.runtime.compiling.cache) the model's
 saved compile artifacts are loaded before its first compile and saved after its first compiled
 step; the report's compile row says whether the cache hit and what the first step cost.
 
@@ -37,7 +37,7 @@ catches the error, runs the eager forward instead and, when eager succeeds, stay
 and records FAILED with the fallback in the report. When eager fails too, the error is the
 user's (or another pass's), so the eager error is raised and compile is not blamed.
 
-The first backward is guarded too (autoopt.runtime.compile_guard): AOTAutograd
+The first backward is guarded too (autoopt.runtime.compiling.guard): AOTAutograd
 compiles the backward lazily, inside the user's `loss.backward()`, where no error can be caught
 and undone. So the first forward with gradients on is a probe: the compiled forward and the
 backward of its outputs' sum run as a trial (buffers, RNG put back; `autograd.grad`, so no
@@ -63,11 +63,11 @@ from typing import Any
 import torch
 from torch import nn
 
-from autoopt.runtime import compile_cache, voice
-from autoopt.runtime.batch import map_tensors, tensors_in
-from autoopt.runtime.compile_cache import CompileCache
-from autoopt.runtime.compile_guard import BackwardGuard
-from autoopt.runtime.compile_log import (
+from autoopt.runtime import voice
+from autoopt.runtime.compiling import cache as compile_cache
+from autoopt.runtime.compiling.cache import CompileCache
+from autoopt.runtime.compiling.guard import BackwardGuard
+from autoopt.runtime.compiling.log import (
     CompileWatch,
     Where,
     code_origin,
@@ -76,8 +76,9 @@ from autoopt.runtime.compile_log import (
 )
 from autoopt.runtime.context import Context, Forward, ForwardLayer, Stage
 from autoopt.runtime.errors import error_summary
-from autoopt.runtime.replay import Replay, in_trial
+from autoopt.runtime.loading.batch import map_tensors, tensors_in
 from autoopt.runtime.report import Event, PassResult, Report
+from autoopt.runtime.trials.replay import Replay, in_trial
 
 NAME = "compile"
 

@@ -15,8 +15,8 @@ from typing import Any
 
 import torch
 
-from autoopt.runtime.batch import map_tensors
 from autoopt.runtime.context import Context, Forward, ForwardLayer, Stage
+from autoopt.runtime.loading.batch import map_tensors
 from autoopt.runtime.optimizer_state import repoint
 from autoopt.runtime.report import PassResult
 

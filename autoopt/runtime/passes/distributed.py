@@ -21,7 +21,7 @@ place, then either
   attributes are looked up on the inner module, so `model.my_head` or `model.config` keep
   working, and which frees torch's Reducer before its own handle on the process group (else a
   gloo teardown can hang, see `AutooptDDP.__del__`); or
-* shards it in place with FSDP2 (`autoopt.runtime.fsdp`): each repeated block and the root
+* shards it in place with FSDP2 (`autoopt.runtime.distributed.fsdp`): each repeated block and the root
   become shard units, the optimizer is pointed at the sharded parameters, amp's dtype becomes
   FSDP's `MixedPrecisionPolicy`, and `ctx.memory` holds the per-rank bytes after sharding.
   `torch.compile` and channels-last stand down under FSDP (this pass turns them off, and says
@@ -54,19 +54,19 @@ from torch.distributed.fsdp import FSDPModule
 from torch.nn.modules.batchnorm import _BatchNorm, _NormBase
 from torch.nn.parallel import DistributedDataParallel
 
-from autoopt.runtime import fsdp, root_scaling
+from autoopt.runtime.accumulation.accumulator import Accumulator
 from autoopt.runtime.context import Context, DistState
+from autoopt.runtime.distributed import fsdp
 from autoopt.runtime.memory import (
     StepMemory,
     format_bytes,
-    record_plan,
     resident_bytes,
     resolve_budget,
     state_memory,
 )
 from autoopt.runtime.passes import backends
-from autoopt.runtime.passes.accumulate import Accumulator
-from autoopt.runtime.report import PassResult
+from autoopt.runtime.report import PassResult, record_plan
+from autoopt.runtime.scaling import root_scaling
 
 NAME = "distributed"
 ENV_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")

@@ -15,7 +15,7 @@ What happens to `optimize(..., loader)`:
 * **A list or tuple of batches** comes back as a `DeviceBatches` sequence (index, slice, len,
   `random.shuffle`), reading the user's list.
 
-What comes back (`autoopt.runtime.device_loader`) yields batches already on `ctx.device`,
+What comes back (`autoopt.runtime.loading.device_loader`) yields batches already on `ctx.device`,
 applies `ctx.batch_transforms`, supports `len()` when the underlying loader does and exposes its
 attributes (`dataset`, `batch_size`, `sampler`, ...).
 
@@ -66,7 +66,7 @@ from torch.utils.data import (
 
 from autoopt.runtime import hardware
 from autoopt.runtime.context import Context
-from autoopt.runtime.device_loader import DeviceBatches, DeviceLoader
+from autoopt.runtime.loading.device_loader import DeviceBatches, DeviceLoader
 from autoopt.runtime.report import PassResult
 
 NAME = "loader"

@@ -11,7 +11,7 @@ from typing import Any
 import torch
 from torch.nn import functional as F
 
-from autoopt.runtime.batch import tensors_in
+from autoopt.runtime.loading.batch import tensors_in
 
 LossFn = Callable[[Any, Any], torch.Tensor]
 

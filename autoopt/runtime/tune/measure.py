@@ -16,8 +16,8 @@ import torch
 from torch import nn
 
 from autoopt.runtime import hardware
-from autoopt.runtime.batch import tensors_in
 from autoopt.runtime.errors import error_summary
+from autoopt.runtime.loading.batch import tensors_in
 from autoopt.runtime.options import Options
 from autoopt.runtime.tune import apply
 from autoopt.runtime.tune.batches import rng_preserved

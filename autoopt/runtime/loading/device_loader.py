@@ -16,7 +16,7 @@ from typing import Any, overload
 import torch
 from torch.utils.data import DistributedSampler
 
-from autoopt.runtime.batch import to_device
+from autoopt.runtime.loading.batch import to_device
 
 Transform = Callable[[Any], Any]
 

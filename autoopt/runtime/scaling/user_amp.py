@@ -15,8 +15,8 @@ from typing import Any
 
 import torch
 
-from autoopt.runtime import root_scaling
 from autoopt.runtime.report import PassResult, Report
+from autoopt.runtime.scaling import root_scaling
 
 _original_grad_scaler_scale = torch.amp.GradScaler.scale
 

@@ -44,8 +44,8 @@ import torch.autograd
 import torch.utils.checkpoint
 
 if TYPE_CHECKING:
-    from autoopt.runtime.loss_scaling import LossScaler
-    from autoopt.runtime.passes.accumulate import Accumulator
+    from autoopt.runtime.accumulation.accumulator import Accumulator
+    from autoopt.runtime.scaling.loss_scaling import LossScaler
 
 
 @dataclass

@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from autoopt.runtime.user_amp import UserAmp
+from autoopt.runtime.scaling.user_amp import UserAmp
 
 _ATTR = "_autoopt_loss_scaler"
 

@@ -41,7 +41,7 @@ from torch.distributed.tensor import DTensor, distribute_tensor
 from torch.nn.modules.batchnorm import _NormBase
 from torch.nn.parallel import DistributedDataParallel
 
-from autoopt.runtime.block_stacks import find_block_stacks
+from autoopt.runtime.checkpointing.block_stacks import find_block_stacks
 from autoopt.runtime.optimizer_state import repoint
 
 

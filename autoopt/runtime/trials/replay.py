@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 import torch
 from torch import nn
 
-from autoopt.runtime.batch import tensors_in
+from autoopt.runtime.loading.batch import tensors_in
 from autoopt.runtime.memory import not_counted
 
 

@@ -19,9 +19,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from autoopt.runtime.batch import tensors_in
-from autoopt.runtime.compile_log import Where, user_call_site
-from autoopt.runtime.replay import _grad_of_sum, trial_forwards
+from autoopt.runtime.compiling.log import Where, user_call_site
+from autoopt.runtime.loading.batch import tensors_in
+from autoopt.runtime.trials.replay import _grad_of_sum, trial_forwards
 
 
 class BackwardGuard:

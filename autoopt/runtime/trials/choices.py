@@ -38,11 +38,11 @@ from typing import Any
 import torch
 from torch import nn
 
-from autoopt.runtime import timing
-from autoopt.runtime.batch import tensors_in
 from autoopt.runtime.context import Context, Forward, ForwardLayer, Stage
 from autoopt.runtime.errors import error_summary
-from autoopt.runtime.replay import in_trial, time_forwards
+from autoopt.runtime.loading.batch import tensors_in
+from autoopt.runtime.trials import timing
+from autoopt.runtime.trials.replay import in_trial, time_forwards
 
 EXTRA = "trials"  # the key of the model's Trials in `Context.extras`
 ROUNDS = 2  # timed runs per option at most (after one warm-up each)
@@ -127,7 +127,7 @@ class Trials:
             if all(c.name in _FORCED for c in self.choices):
                 for c in self.choices:
                     winners[c.name] = _FORCED[c.name]
-                    measured[c.name] = "not timed: winner forced (autoopt.runtime.trials)"
+                    measured[c.name] = "not timed: winner forced (autoopt.runtime.trials.choices)"
             else:
                 self._measure(forward, args, kwargs, winners, measured)
         except Exception as err:  # noqa: BLE001 - the real forward meets (and handles) it
@@ -153,7 +153,7 @@ class Trials:
         for choice in self.choices:
             if choice.name in _FORCED:
                 winners[choice.name] = _FORCED[choice.name]
-                measured[choice.name] = "not timed: winner forced (autoopt.runtime.trials)"
+                measured[choice.name] = "not timed: winner forced (autoopt.runtime.trials.choices)"
                 continue
 
             def config(option: str, name: str = choice.name) -> tuple[str, ...]:

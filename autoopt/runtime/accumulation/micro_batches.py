@@ -19,7 +19,7 @@ How, on the first batch (no extra pass over the data):
    micro-batch after.
 3. Batches that fit whole stay whole: the first batch comes whole, unperturbed.
 4. Split batches: each part's backward is seeded with its share of the loss's normaliser, so the
-   parts rebuild the full batch's gradient (`autoopt.runtime.loss_shares`): the samples (a
+   parts rebuild the full batch's gradient (`autoopt.runtime.accumulation.loss_shares`): the samples (a
    per-sample mean), a sum, or a count of labelled tokens (`labels != -100`, shifted by one for
    causal LMs as HF shifts inside the model; `cross_entropy(..., ignore_index=-100)`). Which one
    the loss divides by is measured: the two probe rows are trained on alone too, and the ratio of
@@ -58,26 +58,31 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from autoopt.runtime import loss_shares
-from autoopt.runtime.batch import any_tensor, batch_rows, map_tensors, split_rows, tensors_in
-from autoopt.runtime.block_checkpoint import Mode, checkpointed_in_eval
-from autoopt.runtime.checkpoint_plan import PLANNER_ATTR, Planner, measure_saved
+from autoopt.runtime.accumulation import loss_shares
+from autoopt.runtime.accumulation.loss_shares import Normaliser
+from autoopt.runtime.checkpointing.block_checkpoint import Mode, checkpointed_in_eval
+from autoopt.runtime.checkpointing.checkpoint_plan import PLANNER_ATTR, Planner, measure_saved
 from autoopt.runtime.context import DistState, Forward
-from autoopt.runtime.device_loader import LoaderProxy
 from autoopt.runtime.hardware import module_device
-from autoopt.runtime.loss_shares import Normaliser
+from autoopt.runtime.loading.batch import (
+    any_tensor,
+    batch_rows,
+    map_tensors,
+    split_rows,
+    tensors_in,
+)
+from autoopt.runtime.loading.device_loader import LoaderProxy
 from autoopt.runtime.memory import (
     StepMemory,
     format_bytes,
-    record_plan,
     resident_bytes,
     resolve_budget,
 )
-from autoopt.runtime.replay import Replay
-from autoopt.runtime.report import PassResult, Report
+from autoopt.runtime.report import PassResult, Report, record_plan
+from autoopt.runtime.trials.replay import Replay
 
 if TYPE_CHECKING:
-    from autoopt.runtime.passes.accumulate import Accumulator
+    from autoopt.runtime.accumulation.accumulator import Accumulator
 
 NAME = "accumulate"
 PROBE_ROWS = 2  # rows of the first part, on which the decision is measured

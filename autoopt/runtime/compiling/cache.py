@@ -41,7 +41,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from autoopt.runtime.batch import tensors_in
+from autoopt.runtime.loading.batch import tensors_in
 
 ENV = "AUTOOPT_COMPILE_CACHE"
 

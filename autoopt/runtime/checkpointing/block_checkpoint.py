@@ -30,7 +30,7 @@ import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from enum import Enum
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
 from torch import nn
@@ -45,10 +45,7 @@ from torch.utils.checkpoint import (
 
 from autoopt.runtime.context import Forward
 from autoopt.runtime.memory import count_saved
-from autoopt.runtime.replay import in_trial
-
-if TYPE_CHECKING:
-    from autoopt.runtime.checkpoint_plan import Planner
+from autoopt.runtime.trials.replay import in_trial
 
 STATE_ATTR = "_autoopt_checkpoint_block"  # the BlockState, on each patched block
 
@@ -78,6 +75,22 @@ class Mode(str, Enum):
     FULL = "full"
 
 
+class BlockMeasurer(Protocol):
+    """What a block asks of the "auto" plan (`checkpoint_plan.Planner`) while it is measuring:
+    the plan is handed down to the blocks, so they need not import it."""
+
+    measuring: bool
+
+    def measure(
+        self,
+        state: BlockState,
+        forward: Forward,
+        block: nn.Module,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> Any: ...
+
+
 @dataclass
 class BlockState:
     """What one block's patched forward does; kept on the block as `_autoopt_checkpoint`.
@@ -86,7 +99,7 @@ class BlockState:
     stack: str  # the qualified name of the container ("" for the model itself)
     index: int  # the block's position in it
     mode: Mode = Mode.PLAIN
-    planner: Planner | None = None
+    planner: BlockMeasurer | None = None
 
     @property
     def name(self) -> str:

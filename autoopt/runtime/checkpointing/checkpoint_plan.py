@@ -23,7 +23,7 @@ fits; then, last first, each chosen block that still fits with selective checkpo
 recompute) is switched to it. If checkpointing every block is not enough, every block that saves
 something is checkpointed (one that saves nothing stays plain) and the report says by how much the
 step still exceeds the budget. The plan goes into the report's checkpoint row and its memory
-section (`memory.record_plan`), and is logged (`voice`) when it is made.
+section (`report.record_plan`), and is logged (`voice`) when it is made.
 
 Transformers blocks take the model's KV cache (`use_cache=True` by default): the isolated runs
 and every checkpointed block run without it (`block_checkpoint.without_cache`), so measuring does
@@ -47,8 +47,7 @@ import torch
 from torch import nn
 
 from autoopt.runtime import voice
-from autoopt.runtime.batch import map_tensors, tensors_in
-from autoopt.runtime.block_checkpoint import (
+from autoopt.runtime.checkpointing.block_checkpoint import (
     BlockState,
     Mode,
     is_kv_cache,
@@ -57,16 +56,16 @@ from autoopt.runtime.block_checkpoint import (
 )
 from autoopt.runtime.context import Forward
 from autoopt.runtime.hardware import module_device
+from autoopt.runtime.loading.batch import map_tensors, tensors_in
 from autoopt.runtime.memory import (
     StepMemory,
     format_bytes,
-    record_plan,
     resident_bytes,
     resolve_budget,
     saved_tensor_bytes,
 )
-from autoopt.runtime.replay import Replay, in_trial
-from autoopt.runtime.report import PassResult, Report
+from autoopt.runtime.report import PassResult, Report, record_plan
+from autoopt.runtime.trials.replay import Replay, in_trial
 
 NAME = "checkpoint"
 PLANNER_ATTR = "_autoopt_checkpoint_planner"  # the Planner, on the root module

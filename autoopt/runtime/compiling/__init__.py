@@ -1,0 +1,2 @@
+"""What compiling needs beside the compile pass: a cache that survives restarts, a guard through
+the first backward, and the log of what dynamo did."""

@@ -1,0 +1,1 @@
+"""Distributed training's mechanisms: FSDP2 sharding and full state dicts."""
