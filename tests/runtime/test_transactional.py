@@ -121,7 +121,7 @@ def test_a_failure_leaves_no_global_patch_and_no_scaled_backward(
     monkeypatch: pytest.MonkeyPatch, options: dict[str, Any]
 ) -> None:
     from autoopt.runtime import pipeline
-    from autoopt.runtime.scaling import root_scaling, user_amp
+    from autoopt.runtime.scaling import grad_scalers, root_scaling
 
     def broken(ctx: Context) -> None:
         raise RuntimeError("a finalizer that fails")
@@ -129,7 +129,7 @@ def test_a_failure_leaves_no_global_patch_and_no_scaled_backward(
     def add_broken_finalizer(ctx: Context) -> None:
         ctx.finalizers.append(broken)
 
-    user_amp.unwatch_grad_scalers()  # as in a fresh process: no earlier optimize() patched it
+    grad_scalers.unwatch_grad_scalers()  # as in a fresh process: no earlier optimize() patched it
     clip_internal = torch.nn.utils.clip_grad._clip_grads_with_norm_
     engine = torch.autograd._engine_run_backward
     model, optimizer = pair()
@@ -139,7 +139,7 @@ def test_a_failure_leaves_no_global_patch_and_no_scaled_backward(
         with pytest.raises(RuntimeError, match="a finalizer that fails"):
             autoopt.optimize(model, [], optimizer, verbose=False, **options)
     assert root_scaling.registration_of_params(model.parameters()) == []
-    assert torch.amp.GradScaler.scale is user_amp._original_grad_scaler_scale
+    assert torch.amp.GradScaler.scale is grad_scalers._original_grad_scaler_scale
     assert torch.nn.utils.clip_grad._clip_grads_with_norm_ is clip_internal
     assert torch.autograd._engine_run_backward is engine
     x, _ = cnn_data(4)

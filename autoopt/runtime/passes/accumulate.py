@@ -52,7 +52,7 @@ from autoopt.runtime.context import Context, ForwardLayer, Stage, StepLayer
 from autoopt.runtime.memory import AUTO, describe_budget, state_memory
 from autoopt.runtime.report import PassResult
 from autoopt.runtime.scaling import root_scaling
-from autoopt.runtime.scaling.user_amp import unwatch_grad_scalers, watch_grad_scalers
+from autoopt.runtime.scaling.grad_scalers import unwatch_grad_scalers, watch_grad_scalers
 
 NAME = "accumulate"
 # The Accumulator, on the model (and its DDP wrapper) whose zero_grad it gates, and under "auto" on

@@ -36,7 +36,8 @@ from autoopt.runtime.context import Context, Forward, ForwardLayer, Stage, StepL
 from autoopt.runtime.loading.batch import map_tensors
 from autoopt.runtime.report import PassResult, Report
 from autoopt.runtime.scaling import loss_scaling, root_scaling
-from autoopt.runtime.scaling.user_amp import UserAmp, unwatch_grad_scalers, watch_grad_scalers
+from autoopt.runtime.scaling.grad_scalers import unwatch_grad_scalers, watch_grad_scalers
+from autoopt.runtime.scaling.user_amp import UserAmp
 from autoopt.runtime.trials.choices import Choice, default_clock, trials_of
 
 NAME = "amp"
