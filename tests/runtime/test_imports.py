@@ -19,15 +19,12 @@ def _module_name(path: Path) -> str:
 
 
 def _imports(tree: ast.AST, modules: set[str]) -> set[str]:
-    """The runtime modules `tree` imports anywhere (in functions too), except under
-    `if TYPE_CHECKING:`, which never runs."""
+    """The runtime modules `tree` imports anywhere (in functions too, and under
+    `if TYPE_CHECKING:`: a mechanism that names its pass's types still depends on the pass)."""
     found: set[str] = set()
     todo = [tree]
     while todo:
         node = todo.pop()
-        if isinstance(node, ast.If) and getattr(node.test, "id", None) == "TYPE_CHECKING":
-            todo.extend(node.orelse)
-            continue
         if isinstance(node, ast.ImportFrom) and node.module:
             for alias in node.names:
                 submodule = f"{node.module}.{alias.name}"
