@@ -19,10 +19,12 @@ A pass that cannot know which of a few options is faster registers a `Choice` wi
   pass on the same steps) is not counted.
 - In a stated order: the choices one after another in registration order (the passes' order:
   layout, then amp), each option timed with the earlier choices at their winners and the later
-  ones at their defaults; a configuration already timed is not timed again. A configuration's
-  first step is an untimed warm-up (a new layout or dtype builds its kernels at its first
-  call), then up to ROUNDS timed steps each, in turns; a choice is decided early once one
-  option leads by DECISIVE.
+  ones at their baselines (the options that change nothing: NCHW, fp32), baseline first, so
+  the first training step runs as eager's does (the layout in fp32, then bf16 in the layout
+  kept); a configuration already timed is not timed again. A configuration's first step is an
+  untimed warm-up (a new layout or dtype builds its kernels at its first call), then up to
+  ROUNDS timed steps each, in turns; a choice is decided early once one option leads by
+  DECISIVE.
 - A switch of configuration puts every choice's option in force (the layout pass moves the
   parameters and the optimizer state together; the fp16 loss scaler is not touched).
 
@@ -31,7 +33,8 @@ another measures MARGIN faster: within the noise of a few steps a change does no
 report line of each choice says what was measured, which steps ran under which configuration
 and what the trials cost (the time of switching, plus what the steps run in configurations not
 kept took beyond the winner's median). A step that raises stops the trials: every choice takes
-its default, and the error goes on to the caller (the layout pass's fallback handles its own).
+its baseline, and the error goes on to the caller (the layout pass's fallback handles its
+own).
 
 `trial_scope` is the other half of the mechanism: work that must leave no trace (tune's
 candidate plans on copies, the compile guard's probe) runs inside it, with the parameters,
@@ -87,8 +90,8 @@ _FORCED_NOTE = "not timed: winner forced (autoopt.runtime.trials)"
 
 @dataclass
 class Choice:
-    """A measured choice: its options (the first is the default, kept when the trials cannot
-    run), how to put one in force, and how to report the outcome."""
+    """A measured choice: its options, how to put one in force, and how to report the
+    outcome."""
 
     name: str
     options: list[str]
@@ -163,8 +166,8 @@ class Trials:
 
     @property
     def winners(self) -> dict[str, str]:
-        """The option each choice kept (before the trials end: the defaults and forced ones)."""
-        return dict(self._winners) or {c.name: c.options[0] for c in self.choices}
+        """The option each choice kept (before the trials end: baselines and forced ones)."""
+        return dict(self._winners) or {c.name: _unchanged(c) for c in self.choices}
 
     def ready(self) -> bool:
         """Whether this call is a training step the trials measure: a training forward,
@@ -229,8 +232,8 @@ class Trials:
 
     def _queue(self) -> bool:
         """Queue the next steps to run; False once every choice is decided."""
-        if not self._winners:  # the first training step: defaults, forced winners
-            self._winners = {c.name: c.options[0] for c in self.choices}
+        if not self._winners:  # the first training step: baselines, forced winners
+            self._winners = {c.name: _unchanged(c) for c in self.choices}
             for c in self.choices:
                 if c.name in _FORCED:
                     self._winners[c.name] = _FORCED[c.name]
@@ -243,7 +246,9 @@ class Trials:
                 self._phase += 1
                 continue
             if self._fresh is None:  # start measuring this choice: a warm-up step each
-                self._fresh = [o for o in choice.options if self._config(o) not in self._times]
+                # The baseline first: the first training step runs as eager's does.
+                options = sorted(choice.options, key=lambda o: o != choice.baseline)
+                self._fresh = [o for o in options if self._config(o) not in self._times]
                 for option in self._fresh:
                     self._times[self._config(option)] = []
                 self._pending = [(o, False) for o in self._fresh]
@@ -323,13 +328,14 @@ class Trials:
         )
 
     def _abandon(self, err: BaseException) -> None:
-        """A step under trial raised: every choice takes its default, the trials stop."""
+        """A step under trial raised: every choice takes its baseline (what changes nothing),
+        the trials stop."""
         self.done = True
         self._step = None
-        self._put_in_force(tuple(c.options[0] for c in self.choices))
+        self._put_in_force(tuple(_unchanged(c) for c in self.choices))
         note = f"not measured: a step under trial failed ({error_summary(err)})"
         for c in self.choices:
-            c.decided(c.options[0], note)
+            c.decided(_unchanged(c), note)
 
     def _time_backward(self, step: _Step, out: Any) -> None:
         """Count the backward through `out` in the step's time: from the first gradient that
@@ -349,6 +355,11 @@ class Trials:
         if step.backward_from is not None:
             step.seconds += step.clock() - step.backward_from
             step.backward_from = None
+
+
+def _unchanged(choice: Choice) -> str:
+    """The choice's option that changes nothing (its baseline), else its first option."""
+    return choice.baseline if choice.baseline is not None else choice.options[0]
 
 
 def _decisive(times: dict[str, list[float]]) -> bool:
@@ -384,11 +395,8 @@ def of_model(model: nn.Module) -> Trials | None:
 
 
 @contextlib.contextmanager
-def trial_scope(model: nn.Module, generators: Sequence[torch.Generator] = ()) -> Iterator[None]:
-    """Work inside leaves no trace on `model` or the process: its parameters, buffers and
-    train/eval modes, torch's (CPU and CUDA), Python's and numpy's RNGs and `generators` are put
-    back afterwards; it runs with gradients on, outside inference mode, and counts as a trial
-    (`replay.in_trial`), so nothing that measures on a first real step runs nested in it."""
+def rng_preserved(generators: Sequence[torch.Generator] = ()) -> Iterator[None]:
+    """Leave torch's (CPU and CUDA), Python's and numpy's RNGs and `generators` as they were."""
     py_state = random.getstate()
     try:
         import numpy as np
@@ -397,15 +405,28 @@ def trial_scope(model: nn.Module, generators: Sequence[torch.Generator] = ()) ->
     except ImportError:
         np, np_state = None, None
     gen_states = [(g, g.get_state()) for g in generators]
-    try:
-        with trial_forwards(model, backward=True):
+    devices = list(range(torch.cuda.device_count())) if torch.cuda.is_initialized() else []
+    with torch.random.fork_rng(devices=devices):
+        try:
             yield
-    finally:
-        random.setstate(py_state)
-        if np is not None:
-            np.random.set_state(np_state)
-        for gen, state in gen_states:
-            gen.set_state(state)
+        finally:
+            random.setstate(py_state)
+            if np is not None:
+                np.random.set_state(np_state)
+            for gen, state in gen_states:
+                gen.set_state(state)
+
+
+@contextlib.contextmanager
+def trial_scope(model: nn.Module, generators: Sequence[torch.Generator] = ()) -> Iterator[None]:
+    """Work inside leaves no trace on `model` or the process: its parameters, buffers and
+    train/eval modes, torch's (CPU and CUDA), Python's and numpy's RNGs and `generators` are put
+    back afterwards; it runs with gradients on, outside inference mode, and counts as a trial
+    (`replay.in_trial`), so nothing that measures on a first real step (these trials, the
+    checkpoint planner, the compile guard's probe) runs nested in it. Tune measures its plans
+    on copies inside it."""
+    with rng_preserved(generators), trial_forwards(model, backward=True):
+        yield
 
 
 @contextlib.contextmanager

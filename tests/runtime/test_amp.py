@@ -191,9 +191,10 @@ def test_auto_on_cpu_drops_bf16_when_fp32_measures_faster(monkeypatch: pytest.Mo
     assert result.status.value == "skipped"
     assert "fp32 is faster than bf16 autocast here" in result.detail
     assert "bf16 2 s (1 run), fp32 1 s (1 run)" in result.detail
-    # One training step each: a warm-up and one timed step per option (a 2x lead decides
-    # early: trials.DECISIVE), then fp32 from step 5 on; no step ran twice.
-    assert model.autocast_seen == [True, False] * 2 + [False]
+    # One training step each: a warm-up and one timed step per option, fp32 (the baseline)
+    # first (a 2x lead decides early: trials.DECISIVE), then fp32 from step 5 on; no step ran
+    # twice.
+    assert model.autocast_seen == [False, True] * 2 + [False]
     assert "trials on training steps 1-4" in result.detail and "from step 5" in result.detail
     assert out.dtype == torch.float32 and model.autocast_seen[-1] is False
 
@@ -214,8 +215,8 @@ def test_until_decided_the_report_says_the_trials_are_under_way(
 ) -> None:
     model, _ = _first_forward(monkeypatch, Timed(bf16_cost=1.0, fp32_cost=3.0))
     result = autoopt.report(model)["amp"]
-    assert "kept only if a training step measures faster" in result.detail, result.detail
-    assert model.autocast_seen == [True]  # the first step: bf16's warm-up, nothing else ran
+    assert "kept only if training steps measure faster" in result.detail, result.detail
+    assert model.autocast_seen == [False]  # the first step runs as eager's, nothing else ran
 
 
 def test_an_explicit_bf16_is_not_measured(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -245,15 +246,15 @@ class TimedStack(nn.Module):
 
 def test_the_trials_add_no_forward_to_the_memory_plan(monkeypatch: pytest.MonkeyPatch) -> None:
     # checkpoint='auto' measures what the first training forward saves: the trials run no
-    # forward of their own (the first step is bf16's warm-up), so it measures that step alone,
-    # as with amp='bf16'.
+    # forward of their own (the first step runs in fp32, as eager's), so it measures that step
+    # alone, as with amp=False.
     x = torch.randn(16, 8)
-    fixed = autoopt.explain_memory(TimedStack(), x, memory_budget=None, amp="bf16")
+    fixed = autoopt.explain_memory(TimedStack(), x, memory_budget=None, amp=False)
     monkeypatch.setattr(TimedStack, "now", 0.0)
     monkeypatch.setattr(hardware, "cpu_supports_bf16", lambda: True)
     monkeypatch.setattr(amp, "CLOCK", lambda: TimedStack.now)
     measured = autoopt.explain_memory(TimedStack(), x, memory_budget=None)
-    assert TimedStack.now == 2.0  # one forward, in bf16
+    assert TimedStack.now == 1.0  # one forward, in fp32
     assert len(measured.blocks) == 2
     assert measured.memory.before.activations == fixed.memory.before.activations > 0
     assert [b.cost for b in measured.blocks] == [b.cost for b in fixed.blocks]

@@ -19,7 +19,7 @@ from autoopt.runtime.passes import amp as amp_pass
 from autoopt.runtime.passes import channels_last as cl_pass
 from autoopt.runtime.trials import forced_winners
 
-from .models import SmallCNN, cnn_data
+from .models import SmallCNN, ViewCNN, cnn_data
 
 CL = torch.channels_last
 
@@ -178,13 +178,13 @@ def test_with_accumulation_the_configuration_changes_only_at_an_optimizer_step(
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     model, opt = autoopt.optimize(model, optimizer=opt, verbose=False)
     x, y = cnn_data(64)
-    for step in range(8):
+    for step in range(12):
         opt.zero_grad()
         for micro in range(2):
-            i = step * 8 + micro * 4
+            i = (step % 8) * 8 + micro * 4
             nn.functional.cross_entropy(model(x[i : i + 4]), y[i : i + 4]).backward()
         opt.step()
-    pairs = [model.seen[i : i + 2] for i in range(0, 16, 2)]
+    pairs = [model.seen[i : i + 2] for i in range(0, 24, 2)]
     assert all(a[3:5] == b[3:5] for a, b in pairs), pairs
     found = trials.of_model(model)
     assert found is not None and found.done and found.log[0][0] == 1
@@ -212,7 +212,7 @@ def test_the_optimizer_state_follows_every_switch_of_layout() -> None:
         opt.step()
         losses.append(loss.item())
     configs = _configs(model, len(data))
-    assert [c["channels_last"] for c in configs[:2]] == ["channels_last", "contiguous"]
+    assert [c["channels_last"] for c in configs[:2]] == ["contiguous", "channels_last"]
     expected = [
         _reference_step(reference, ref_opt, xb, yb, c)
         for (xb, yb), c in zip(data, configs, strict=True)
@@ -260,6 +260,32 @@ def test_a_layout_switch_leaves_the_fp16_loss_scaler_as_torch_s_gradscaler(
     assert scaler_of(model).skipped_steps == 1
     # (the inf batch left NaN running statistics on both sides)
     _close(model, reference, rtol=1e-3, atol=1e-4, equal_nan=True)
+
+
+def test_a_layout_trial_that_fails_falls_back_inside_its_step_and_stays_nchw() -> None:
+    # ViewCNN's `.view` fails on channels-last activations. The first step runs in NCHW (the
+    # baseline), the second tries channels-last: it falls back and reruns in NCHW inside that
+    # step, and later steps of the trials never put channels-last back.
+    torch.manual_seed(0)
+    reference = ViewCNN()
+    model = copy.deepcopy(reference)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    ref_opt = torch.optim.SGD(reference.parameters(), lr=0.05)
+    model, opt = autoopt.optimize(model, optimizer=opt, amp=False, verbose=False)
+    x, y = cnn_data(64)
+    data = [(x[i : i + 8], y[i : i + 8]) for i in range(0, 64, 8)]
+    layouts = []
+    for xb, yb in data:
+        opt.zero_grad()
+        nn.functional.cross_entropy(model(xb), yb).backward()
+        opt.step()
+        layouts.append(model.features[0].weight.is_contiguous())
+    result = autoopt.report(model)["channels_last"]
+    assert result.status.value == "failed" and "view" in result.detail, result.detail
+    assert all(layouts), layouts
+    for xb, yb in data:
+        _reference_step(reference, ref_opt, xb, yb, {"channels_last": "contiguous"})
+    _close(model, reference, rtol=1e-4, atol=1e-5)
 
 
 class Cache:
