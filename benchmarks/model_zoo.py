@@ -238,6 +238,9 @@ def bench_model(
     """Every configuration of one model, interleaved; medians per configuration."""
     g = torch.Generator().manual_seed(SEED + 1)
     data = [entry.batch(g) for _ in range(4)]
+    # One untimed step of a throwaway eager copy first: the process's own first-call costs
+    # (kernels, allocator) would otherwise fall on whichever configuration ran first (eager).
+    _step(_make(entry, "warm-up", None), data[0])
     runs = [_make(entry, name, options) for name, options in configs.items()]
     for run in runs:  # the first steps: optimize()'s trials run on them, one step each
         start, cpu = time.perf_counter(), time.process_time()

@@ -20,6 +20,7 @@ from autoopt.runtime.passes import channels_last as cl_pass
 from autoopt.runtime.trials import forced_winners
 
 from .models import SmallCNN, ViewCNN, cnn_data
+from .plain_loop import step_configs
 
 CL = torch.channels_last
 
@@ -122,9 +123,8 @@ def _configs(model: nn.Module, steps: int) -> list[dict[str, str]]:
     the winners."""
     found = trials.of_model(model)
     assert found is not None and found.done
-    log = dict(found.log)
-    assert sorted(log) == list(range(1, len(log) + 1))
-    return [log.get(i + 1, found.winners) for i in range(steps)]
+    assert [number for number, _ in found.log] == list(range(1, len(found.log) + 1))
+    return step_configs(model, steps)
 
 
 def test_each_training_step_runs_once_in_one_configuration_as_torch_would(
