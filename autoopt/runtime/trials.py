@@ -303,7 +303,9 @@ class Trials:
         extra = 0.0  # what the timed steps in other configurations took beyond the winner's
         if self._times.get(final):
             best = timing.median_ms(self._times[final]) / 1000
-            extra = sum(max(t - best, 0.0) for cfg, ts in self._times.items() for t in ts)
+            extra = sum(
+                max(t - best, 0.0) for cfg, ts in self._times.items() if cfg != final for t in ts
+            )
         self.cost_s = self._switch_s + extra
         for c in self.choices:
             c.decided(self._winners[c.name], f"{self._measured[c.name]}; {self.summary()}")

@@ -167,6 +167,8 @@ def test_each_training_step_runs_once_in_one_configuration_as_torch_would(
     detail = autoopt.report(model)["amp"].detail
     assert f"trials on training steps 1-{len(trials.of_model(model).log)}" in detail, detail
     assert "the trials cost" in detail
+    # Which steps ran under which configuration: the baseline (as eager) first.
+    assert "(1 contiguous+fp32, 2 channels_last+fp32, " in detail, detail
 
 
 def test_with_accumulation_the_configuration_changes_only_at_an_optimizer_step(
