@@ -12,8 +12,8 @@ what each measured pass earns. The configurations run in interleaved blocks (eac
 steps of each configuration in turn, on the same batches), so a burst of load from other
 processes falls on every configuration alike; the figure per configuration is the median block,
 by wall time and by CPU time (this process's user+system time, which other processes' load
-disturbs less). The first step (with optimize()'s trials) is timed on its own, against eager's
-first step. Results go to stdout as a Markdown table (`--out` writes a file too).
+disturbs less). The first step and the first FIRST_STEPS steps (optimize()'s trials run on
+them, one candidate configuration per step) are timed on their own, against eager's. Results go to stdout as a Markdown table (`--out` writes a file too).
 """
 
 from __future__ import annotations
@@ -185,6 +185,9 @@ class Run:
     model: nn.Module
     opt: torch.optim.Optimizer
     first_s: float = 0.0
+    first_steps_s: float = 0.0  # the first FIRST_STEPS steps, the first one included
+    first_cpu_s: float = 0.0  # the same two, by this process's CPU time
+    first_steps_cpu_s: float = 0.0
     wall: list[float] = field(default_factory=list)  # per step, per block
     cpu: list[float] = field(default_factory=list)
     report: str = ""
@@ -196,6 +199,12 @@ def _step(run: Run, batch: dict[str, Any]) -> None:
     loss = out["loss"] if isinstance(out, dict) else out.loss
     loss.backward()
     run.opt.step()
+
+
+# The first steps timed as a whole: the measured choices (layout, amp: up to 9 steps) and the
+# optimizer step timing (steps 2-10) are decided within them, so the blocks after them measure
+# the settled configuration.
+FIRST_STEPS = 12
 
 
 def _make(entry: ZooModel, name: str, options: dict[str, Any] | None) -> Run:
@@ -229,14 +238,19 @@ def bench_model(
     """Every configuration of one model, interleaved; medians per configuration."""
     g = torch.Generator().manual_seed(SEED + 1)
     data = [entry.batch(g) for _ in range(4)]
+    # One untimed step of a throwaway eager copy first: the process's own first-call costs
+    # (kernels, allocator) would otherwise fall on whichever configuration ran first (eager).
+    _step(_make(entry, "warm-up", None), data[0])
     runs = [_make(entry, name, options) for name, options in configs.items()]
-    for run in runs:  # the first step alone: optimize()'s trials happen here
-        start = time.perf_counter()
+    for run in runs:  # the first steps: optimize()'s trials run on them, one step each
+        start, cpu = time.perf_counter(), time.process_time()
         _step(run, data[0])
         run.first_s = time.perf_counter() - start
-    for run in runs:  # one warm-up step each (the optimizer step timing happens here too)
-        for batch in data:
-            _step(run, batch)
+        run.first_cpu_s = time.process_time() - cpu
+        for i in range(1, FIRST_STEPS):
+            _step(run, data[i % len(data)])
+        run.first_steps_s = time.perf_counter() - start
+        run.first_steps_cpu_s = time.process_time() - cpu
     for _ in range(blocks):
         for run in runs:
             wall, cpu = time.perf_counter(), time.process_time()
@@ -257,6 +271,10 @@ def bench_model(
             "speedup_cpu": statistics.median(eager.cpu) / cpu,
             "first_step_s": run.first_s,
             "first_vs_eager": run.first_s / eager.first_s,
+            "first_steps_s": run.first_steps_s,
+            "first_steps_vs_eager": run.first_steps_s / eager.first_steps_s,
+            "first_cpu_vs_eager": run.first_cpu_s / eager.first_cpu_s,
+            "first_steps_cpu_vs_eager": run.first_steps_cpu_s / eager.first_steps_cpu_s,
             "kept": run.report,
         }
     return result
@@ -266,15 +284,18 @@ def table(results: list[dict[str, Any]]) -> str:
     """The results as Markdown: one row per model and configuration."""
     lines = [
         "| model | config | step wall ms | speedup (wall) | step CPU ms | speedup (CPU) "
-        "| first step s (x eager's) | optimize() kept |",
-        "|---|---|---:|---:|---:|---:|---:|---|",
+        f"| first step s (x eager's) | CPU x eager's | first {FIRST_STEPS} steps s (x eager's) "
+        "| CPU x eager's | optimize() kept |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for result in results:
         for name, c in result["configs"].items():
             lines.append(
                 f"| {result['model']} | {name} | {c['wall_ms']:.1f} | {c['speedup_wall']:.2f}x "
                 f"| {c['cpu_ms']:.1f} | {c['speedup_cpu']:.2f}x | {c['first_step_s']:.2f} "
-                f"({c['first_vs_eager']:.1f}x) | {c['kept']} |"
+                f"({c['first_vs_eager']:.1f}x) | {c['first_cpu_vs_eager']:.1f}x "
+                f"| {c['first_steps_s']:.2f} ({c['first_steps_vs_eager']:.1f}x) "
+                f"| {c['first_steps_cpu_vs_eager']:.1f}x | {c['kept']} |"
             )
     return "\n".join(lines)
 

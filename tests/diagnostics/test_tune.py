@@ -14,6 +14,7 @@ from torch import nn
 import autoopt
 from autoopt.runtime import hardware, tune
 from autoopt.runtime.options import Options
+from autoopt.runtime.trials import replay
 from autoopt.runtime.tune import measure
 
 
@@ -448,3 +449,29 @@ def test_rejecting_every_plan_for_disagreement_warns_and_names_the_largest() -> 
         )  # fmt: skip
     assert decision.plan == tune.Plan()
     assert "tune rejected every plan" in decision.result.detail
+
+
+_TRIAL_SEEN: list[bool] = []  # per forward of a plan's copy: whether it ran as a trial
+
+
+class _Recorder(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(16, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        _TRIAL_SEEN.append(replay.in_trial())
+        return self.lin(x)
+
+
+def test_plans_are_measured_inside_the_trial_mechanisms_scope() -> None:
+    # One trial mechanism (autoopt.runtime.trials.choices): tune's steps on copies count as trials, so
+    # nothing that measures at a first training step (the layout/amp trials, the checkpoint
+    # planner) runs nested in them, and the user's model keeps its mode.
+    _TRIAL_SEEN.clear()
+    model = _Recorder()
+    model.eval()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    tune.choose(model, _batches(), opt, OPTIONS, cache=False, steps=2, warmup=1)
+    assert _TRIAL_SEEN and all(_TRIAL_SEEN), _TRIAL_SEEN
+    assert not replay.in_trial() and not model.training

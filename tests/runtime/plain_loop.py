@@ -7,6 +7,20 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+import autoopt
+from autoopt.runtime.trials import choices as trials
+
+
+def step_configs(model: nn.Module, steps: int) -> list[dict[str, str]]:
+    """The configuration of the measured choices (layout, amp) each of the first `steps`
+    training steps of an optimized model ran under: the trials' log, then the winners ({}: the
+    model measured nothing)."""
+    found = trials.of_model(autoopt.unwrap(model))
+    if found is None:
+        return [{} for _ in range(steps)]
+    log = dict(found.log)
+    return [log.get(i + 1, found.winners) for i in range(steps)]
+
 
 def train_by_hand(
     model: nn.Module,
@@ -16,19 +30,32 @@ def train_by_hand(
     clip: float | None = 1.0,
     dtype: torch.dtype | None = None,
     channels_last: bool = False,
+    configs: list[dict[str, str]] | None = None,
 ) -> list[float]:
-    """Every step's loss of the loop torch documents for `dtype` autocast on CPU (None: fp32)."""
+    """Every step's loss of the loop torch documents for `dtype` autocast on CPU (None: fp32).
+    `configs` (`step_configs`): per step, the layout and bf16-or-fp32 that step ran under."""
     loss_fn = nn.CrossEntropyLoss()
     scaler = torch.amp.GradScaler("cpu", enabled=dtype == torch.float16)
     if channels_last:
         model.to(memory_format=torch.channels_last)
     losses = []
+    step = 0
     for _ in range(epochs):
         for x, y in loader:  # type: ignore[attr-defined]
-            if channels_last:
+            config = configs[step] if configs else {}
+            step += 1
+            step_dtype = {"bf16": torch.bfloat16, "fp32": None}.get(config.get("amp", ""), dtype)
+            layout = config.get("channels_last")
+            if layout is not None:
+                fmt = torch.channels_last if layout == "channels_last" else torch.contiguous_format
+                model.to(memory_format=fmt)
+                x = x.contiguous(memory_format=fmt)
+            elif channels_last:
                 x = x.contiguous(memory_format=torch.channels_last)
             optimizer.zero_grad()
-            with torch.autocast("cpu", dtype=dtype or torch.bfloat16, enabled=dtype is not None):
+            with torch.autocast(
+                "cpu", dtype=step_dtype or torch.bfloat16, enabled=step_dtype is not None
+            ):
                 loss = loss_fn(model(x), y)
             scaler.scale(loss).backward()
             if clip is not None:

@@ -6,15 +6,16 @@ checkpointing under `amp="fp16"` against `torch.autocast(fp16)` + `torch.amp.Gra
 Models: GPT-2, BERT, Llama, T5, ViT, ResNet, ConvNeXt (no torchvision/timm: their CPU wheels do
 not load beside this torch).
 
-Dropout stays on as configured (0.1 in most of these): the trials `optimize()` runs at the first
-step must leave the RNG as it was, or the dropout masks, and so the losses, differ. The loss is
+Dropout stays on as configured (0.1 in most of these): the trials `optimize()` runs on the first
+steps must not draw from the RNG, or the dropout masks, and so the losses, differ. The loss is
 the model's own (`labels=`); the optimizer is AdamW. Compared at every step: the loss, and the
 gradient of every parameter (as one vector: relative L2 error) before `step()`, so a gradient
 off by a factor (a scale applied twice, a term missing) fails even where AdamW would hide it; at
 the end the parameters, as the error relative to how far eager moved them.
 
-Where the report says bf16 autocast was kept (`amp="auto"` on a CPU with native bf16 and a
-measured gain), the reference loop runs under `torch.autocast("cpu", torch.bfloat16)` too.
+Where a step ran under bf16 autocast (`amp="auto"` on a CPU with native bf16: the trials run
+bf16 and fp32 on the first steps, then keep the faster; or `amp="bf16"`), the reference loop
+runs that step under `torch.autocast("cpu", torch.bfloat16)` too (`plain_loop.step_configs`).
 Tolerances are per dtype (`TOL`): fp32 runs differ only by kernel choice (layout, fused
 optimizer); bf16 on both sides runs the same casts, compile fuses and rounds in another order.
 """
@@ -34,6 +35,8 @@ from torch import nn
 import autoopt
 from autoopt.runtime import tune
 from autoopt.runtime.report import Report
+
+from .plain_loop import step_configs
 
 transformers = pytest.importorskip("transformers")
 
@@ -150,13 +153,17 @@ def _batch(name: str, step: int) -> Batch:
 
 
 def _loop(
-    model: nn.Module, opt: torch.optim.Optimizer, batches: Iterable[Batch], bf16: bool = False
+    model: nn.Module,
+    opt: torch.optim.Optimizer,
+    batches: Iterable[Batch],
+    bf16: list[bool] | None = None,
 ) -> tuple[list[float], list[torch.Tensor]]:
-    """The user's loop: losses and the gradient vector of each step (before `step()`)."""
+    """The user's loop: losses and the gradient vector of each step (before `step()`); `bf16`:
+    per step, whether it runs under `torch.autocast(bf16)`."""
     torch.manual_seed(1)  # dropout masks
     losses, grads = [], []
-    for batch in batches:
-        with torch.autocast("cpu", torch.bfloat16, enabled=bf16):
+    for step, batch in enumerate(batches):
+        with torch.autocast("cpu", torch.bfloat16, enabled=bool(bf16 and bf16[step])):
             loss = model(**batch).loss
         loss.backward()
         losses.append(loss.item())
@@ -190,10 +197,13 @@ def _compare(name: str, dtype: str | None, **options: Any) -> Report:
     losses, grads = _loop(model, opt, loader)
     report = autoopt.report(model)
     amp = report["amp"]
-    bf16 = amp.status.value == "applied" and "bf16" in amp.detail
+    kept_bf16 = amp.status.value == "applied" and "bf16" in amp.detail
+    # Per step: bf16 where the trials ran that step in bf16 (amp="auto" on a CPU with native
+    # bf16: the first steps take turns), else what the report says was kept.
+    bf16 = [c["amp"] == "bf16" if "amp" in c else kept_bf16 for c in step_configs(model, STEPS)]
     if dtype is None:
-        dtype = "bf16" if bf16 else "fp32"
-    assert bf16 == (dtype == "bf16"), amp.detail
+        dtype = "bf16" if any(bf16) else "fp32"
+    assert any(bf16) == (dtype == "bf16"), amp.detail
     eager_losses, eager_grads = _loop(
         eager, torch.optim.AdamW(eager.parameters(), lr=LR), batches, bf16
     )

@@ -1,6 +1,7 @@
-"""The one trial mechanism (`autoopt.runtime.trials.choices`): when the measured choices (layout, amp)
-are measured, on what, and that nothing of the trials is left behind. Each training run is
-compared with the same loop in plain torch."""
+"""The one trial mechanism (`autoopt.runtime.trials.choices`): the measured choices (layout, amp) are
+measured on the first real training steps, each step run once in one configuration. Each
+training run is compared with the same loop in plain torch, step by step in the configuration
+the trials' log says it ran under."""
 
 from __future__ import annotations
 
@@ -16,10 +17,12 @@ from autoopt.runtime.context import Context, DistState
 from autoopt.runtime.options import Options
 from autoopt.runtime.passes import amp as amp_pass
 from autoopt.runtime.passes import channels_last as cl_pass
+from autoopt.runtime.trials import choices as trials
 from autoopt.runtime.trials import replay
 from autoopt.runtime.trials.choices import forced_winners
 
-from .models import SmallCNN, cnn_data
+from .models import SmallCNN, ViewCNN, cnn_data
+from .plain_loop import step_configs
 
 CL = torch.channels_last
 
@@ -97,43 +100,196 @@ def test_a_first_call_under_inference_mode_defers_the_trials_and_training_matche
     assert len(model.seen) == 2 + len(data)
 
 
-def test_the_trials_are_training_steps_never_nested_and_leave_no_trace(
+def _reference_step(
+    model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor, config
+) -> float:
+    """One step of the plain torch loop in a trial's configuration: the layout by
+    `.to(memory_format=...)` (model and batch), bf16 by `torch.autocast`."""
+    fmt = (
+        CL
+        if config.get("channels_last", "contiguous") == "channels_last"
+        else torch.contiguous_format
+    )
+    model.to(memory_format=fmt)
+    opt.zero_grad()
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=config.get("amp") == "bf16"):
+        out = model(x.contiguous(memory_format=fmt))
+    loss = nn.functional.cross_entropy(out.float(), y)
+    loss.backward()
+    opt.step()
+    return loss.item()
+
+
+def _configs(model: nn.Module, steps: int) -> list[dict[str, str]]:
+    """The configuration every one of `steps` training steps ran under: the trials' log, then
+    the winners."""
+    found = trials.of_model(model)
+    assert found is not None and found.done
+    assert [number for number, _ in found.log] == list(range(1, len(found.log) + 1))
+    return step_configs(model, steps)
+
+
+def test_each_training_step_runs_once_in_one_configuration_as_torch_would(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # Bugs: the layout trial ran an eval-mode forward without gradients; the amp trial fired
-    # nested inside it.
+    # Bug: 4-6 extra training steps of trials ran inside the first one (4.3-10x eager's first
+    # step). Now each of the first steps runs once, in one candidate configuration, and its
+    # update is what that configuration computes in plain torch.
     monkeypatch.setattr(hardware, "cpu_supports_bf16", lambda: True)
     torch.manual_seed(0)
     reference = SmallCNN()
     model = Spy()
     model.load_state_dict(reference.state_dict())
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    ref_opt = torch.optim.SGD(reference.parameters(), lr=0.1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    ref_opt = torch.optim.SGD(reference.parameters(), lr=0.1, momentum=0.9)
     model, opt = autoopt.optimize(model, optimizer=opt, verbose=False)
-    x, y = cnn_data(16)
-    torch.manual_seed(1)
-    opt.zero_grad()
-    out = model(x)
-    trials = model.seen[:-1]
-    assert len(trials) >= 4  # both choices were timed
-    assert all(seen[:3] == (True, True, False) for seen in trials), trials
-    assert max(seen[5] for seen in trials) == 1  # one trial open at a time
-    assert {(seen[3], seen[4]) for seen in trials} >= {(True, True), (True, False)}
-    assert model.seen[-1][5] == 0  # the real forward is no trial
-    # Nothing of the trials is left: no .grad, BatchNorm statistics of one forward, RNG.
-    report = autoopt.report(model)
-    bf16 = report["amp"].status.value == "applied"
-    nhwc = model.features[0].weight.is_contiguous(memory_format=CL)
-    assert nhwc == (report["channels_last"].status.value == "applied")
-    assert "trials at the first training step took" in report["amp"].detail
-    torch.manual_seed(1)
-    ref_opt.zero_grad()
-    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-        expected = reference(x).float()
-    tol = {"rtol": 2e-2, "atol": 2e-2} if bf16 else {"rtol": 1e-4, "atol": 1e-5}
-    torch.testing.assert_close(out, expected, **tol)
-    assert int(model.features[1].num_batches_tracked) == 1
-    assert all(p.grad is None for p in model.parameters())
+    x, y = cnn_data(96)
+    data = [(x[i : i + 8], y[i : i + 8]) for i in range(0, 96, 8)]
+    losses = []
+    for xb, yb in data:
+        opt.zero_grad()
+        loss = nn.functional.cross_entropy(model(xb), yb)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert len(model.seen) == len(data)  # one forward per step: no step ran twice
+    assert all(seen[:3] == (True, True, False) and seen[5] == 0 for seen in model.seen)
+    configs = _configs(model, len(data))
+    assert {c["channels_last"] for c in configs[:2]} == {"channels_last", "contiguous"}
+    assert {c["amp"] for c in configs} == {"bf16", "fp32"}  # both were seen
+    for seen, config in zip(model.seen, configs, strict=True):
+        assert seen[3] == (config["amp"] == "bf16")
+        assert seen[4] == (config["channels_last"] == "channels_last")
+    expected = [
+        _reference_step(reference, ref_opt, xb, yb, c)
+        for (xb, yb), c in zip(data, configs, strict=True)
+    ]
+    torch.testing.assert_close(losses, expected, rtol=1e-4, atol=1e-5)
+    _close(model, reference, rtol=1e-4, atol=1e-5)
+    detail = autoopt.report(model)["amp"].detail
+    assert f"trials on training steps 1-{len(trials.of_model(model).log)}" in detail, detail
+    assert "the trials cost" in detail
+    # Which steps ran under which configuration: the baseline (as eager) first.
+    assert "(1 contiguous+fp32, 2 channels_last+fp32, " in detail, detail
+
+
+def test_with_accumulation_the_configuration_changes_only_at_an_optimizer_step(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(hardware, "cpu_supports_bf16", lambda: True)
+    torch.manual_seed(0)
+    model = Spy()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    model, opt = autoopt.optimize(model, optimizer=opt, verbose=False)
+    x, y = cnn_data(64)
+    for step in range(12):
+        opt.zero_grad()
+        for micro in range(2):
+            i = (step % 8) * 8 + micro * 4
+            nn.functional.cross_entropy(model(x[i : i + 4]), y[i : i + 4]).backward()
+        opt.step()
+    pairs = [model.seen[i : i + 2] for i in range(0, 24, 2)]
+    assert all(a[3:5] == b[3:5] for a, b in pairs), pairs
+    found = trials.of_model(model)
+    assert found is not None and found.done and found.log[0][0] == 1
+    assert [number for number, _ in found.log] == list(range(1, len(found.log) + 1))
+    # Two configurations' warm-ups at least: the first switch came at an optimizer step.
+    assert pairs[0][0][4] != pairs[1][0][4]
+
+
+def test_the_optimizer_state_follows_every_switch_of_layout() -> None:
+    # Fused AdamW ignores strides: a state left in the previous layout drifts (issue 22 item
+    # 2). The trials switch the layout between steps 1 and 2, after the state exists.
+    torch.manual_seed(0)
+    reference = SmallCNN()
+    model = copy.deepcopy(reference)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2, fused=True)
+    ref_opt = torch.optim.AdamW(reference.parameters(), lr=1e-2, foreach=False)  # stride-aware
+    model, opt = autoopt.optimize(model, optimizer=opt, amp=False, verbose=False)
+    x, y = cnn_data(64)
+    data = [(x[i : i + 8], y[i : i + 8]) for i in range(0, 64, 8)]
+    losses = []
+    for xb, yb in data:
+        opt.zero_grad()
+        loss = nn.functional.cross_entropy(model(xb), yb)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    configs = _configs(model, len(data))
+    assert [c["channels_last"] for c in configs[:2]] == ["contiguous", "channels_last"]
+    expected = [
+        _reference_step(reference, ref_opt, xb, yb, c)
+        for (xb, yb), c in zip(data, configs, strict=True)
+    ]
+    torch.testing.assert_close(losses, expected, rtol=1e-4, atol=1e-5)
+    for name, param in model.named_parameters():
+        for value in opt.state[param].values():
+            if value.shape == param.shape:
+                assert value.stride() == param.stride(), name
+
+
+def test_a_layout_switch_leaves_the_fp16_loss_scaler_as_torch_s_gradscaler(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from autoopt.runtime.scaling.loss_scaling import scaler_of
+
+    torch.manual_seed(0)
+    reference = SmallCNN()
+    model = copy.deepcopy(reference)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    ref_opt = torch.optim.SGD(reference.parameters(), lr=0.05)
+    model, opt = autoopt.optimize(model, optimizer=opt, amp="fp16", verbose=False)
+    gradscaler = torch.amp.GradScaler("cpu", growth_interval=2000)
+    x, y = cnn_data(64)
+    data = [(x[i : i + 8].clone(), y[i : i + 8]) for i in range(0, 64, 8)]
+    data[3][0][0, 0, 0, 0] = float("inf")  # an overflow while the trials switch layouts
+    for xb, yb in data:
+        opt.zero_grad()
+        nn.functional.cross_entropy(model(xb), yb).backward()
+        opt.step()
+    configs = _configs(model, len(data))
+    assert len({c["channels_last"] for c in configs}) == 2
+    scales = []
+    for (xb, yb), config in zip(data, configs, strict=True):
+        fmt = CL if config["channels_last"] == "channels_last" else torch.contiguous_format
+        reference.to(memory_format=fmt)
+        ref_opt.zero_grad()
+        with torch.autocast("cpu", dtype=torch.float16):
+            loss = nn.functional.cross_entropy(reference(xb.contiguous(memory_format=fmt)), yb)
+        gradscaler.scale(loss).backward()
+        gradscaler.step(ref_opt)
+        gradscaler.update()
+        scales.append(gradscaler.get_scale())
+    assert scaler_of(model).scale == scales[-1] == 2.0**15
+    assert scaler_of(model).skipped_steps == 1
+    # (the inf batch left NaN running statistics on both sides)
+    _close(model, reference, rtol=1e-3, atol=1e-4, equal_nan=True)
+
+
+def test_a_layout_trial_that_fails_falls_back_inside_its_step_and_stays_nchw() -> None:
+    # ViewCNN's `.view` fails on channels-last activations. The first step runs in NCHW (the
+    # baseline), the second tries channels-last: it falls back and reruns in NCHW inside that
+    # step, and later steps of the trials never put channels-last back.
+    torch.manual_seed(0)
+    reference = ViewCNN()
+    model = copy.deepcopy(reference)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    ref_opt = torch.optim.SGD(reference.parameters(), lr=0.05)
+    model, opt = autoopt.optimize(model, optimizer=opt, amp=False, verbose=False)
+    x, y = cnn_data(64)
+    data = [(x[i : i + 8], y[i : i + 8]) for i in range(0, 64, 8)]
+    layouts = []
+    for xb, yb in data:
+        opt.zero_grad()
+        nn.functional.cross_entropy(model(xb), yb).backward()
+        opt.step()
+        layouts.append(model.features[0].weight.is_contiguous())
+    result = autoopt.report(model)["channels_last"]
+    assert result.status.value == "failed" and "view" in result.detail, result.detail
+    assert all(layouts), layouts
+    for xb, yb in data:
+        _reference_step(reference, ref_opt, xb, yb, {"channels_last": "contiguous"})
+    _close(model, reference, rtol=1e-4, atol=1e-5)
 
 
 class Cache:
@@ -154,21 +310,22 @@ class Cached(SmallCNN):
         return super().forward(x)
 
 
-def test_the_trials_restore_arguments_caches_and_parameters(
+def test_a_step_under_trial_is_the_users_call_once_caches_and_in_place_writes_included(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    # Bug (one-shot trials): the trials ran the forward on the user's cache, which grew on
+    # every trial; now no forward runs but the user's.
     monkeypatch.setattr(hardware, "cpu_supports_bf16", lambda: True)
     torch.manual_seed(0)
     reference = Cached()
-    model = copy.deepcopy(reference)
-    model = autoopt.optimize(model, verbose=False)
+    model = autoopt.optimize(copy.deepcopy(reference), verbose=False)
     x, _ = cnn_data(8)
-    cache = Cache()
-    model(x, cache)
-    assert cache.calls == [0]  # the trials worked on copies
-    assert "first training step" in autoopt.report(model)["channels_last"].detail
-    reference(x, Cache())
-    torch.testing.assert_close(model.head.weight, reference.head.weight)  # nudged once
+    cache, ref_cache = Cache(), Cache()
+    for _ in range(3):
+        model(x, cache)
+        reference(x, ref_cache)
+    assert cache.calls == [0, 1, 2]
+    torch.testing.assert_close(model.head.weight, reference.head.weight)  # nudged 3 times
 
 
 class BackwardCost(torch.autograd.Function):
@@ -220,7 +377,8 @@ def test_the_layout_is_chosen_on_the_training_step_not_the_forward(
     model = CostlyBackward()
     monkeypatch.setattr(cl_pass, "CLOCK", model.clock)
     model = autoopt.optimize(model, amp=False, verbose=False)
-    model(torch.randn(4, 3, 16, 16)).sum().backward()
+    for _ in range(7):  # no optimizer: each training forward is a step
+        model(torch.randn(4, 3, 16, 16)).sum().backward()
     result = autoopt.report(model)["channels_last"]
     assert result.status.value == "skipped", result.detail
     assert "channels_last 11 ms" in result.detail and "contiguous 5 ms" in result.detail
@@ -238,15 +396,14 @@ def test_amp_auto_is_measured_with_compile_on_cpu(monkeypatch: pytest.MonkeyPatc
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     ref_opt = torch.optim.SGD(reference.parameters(), lr=0.1)
     model, opt = autoopt.optimize(model, optimizer=opt, compile=True, verbose=False)
-    data = [(torch.randn(8, 16), torch.randint(0, 4, (8,))) for _ in range(3)]
+    data = [(torch.randn(8, 16), torch.randint(0, 4, (8,))) for _ in range(7)]
     _eager_steps(model, opt, data)
     result = autoopt.report(model)["amp"]
-    assert "forward and backward at the first training step" in result.detail, result.detail
+    assert "forward and backward on the first training steps" in result.detail, result.detail
     assert autoopt.report(model)["compile"].status.value == "applied"
-    bf16 = result.status.value == "applied"
-    _eager_steps(reference, ref_opt, data, bf16=bf16)
-    tol = {"rtol": 3e-2, "atol": 3e-2} if bf16 else {"rtol": 1e-4, "atol": 1e-5}
-    _close(model, reference, **tol)
+    for (x, y), config in zip(data, _configs(model, len(data)), strict=True):
+        _eager_steps(reference, ref_opt, [(x, y)], bf16=config["amp"] == "bf16")
+    _close(model, reference, rtol=3e-2, atol=3e-2)
 
 
 def test_under_torchrun_the_amp_line_says_bf16_was_not_measured(
@@ -281,8 +438,7 @@ def test_a_transformers_kv_cache_passed_in_grows_once(monkeypatch: pytest.Monkey
     torch.manual_seed(1)
     expected = reference(input_ids=ids, past_key_values=ref_cache, use_cache=True)
     assert cache.get_seq_length() == ref_cache.get_seq_length() == 8
-    assert "first training step" in autoopt.report(model)["amp"].detail
-    bf16 = autoopt.report(model)["amp"].status.value == "applied"
+    bf16 = trials.of_model(model).log[0][1]["amp"] == "bf16"  # the first step's configuration
     tol = {"rtol": 5e-2, "atol": 5e-2} if bf16 else {"rtol": 1e-4, "atol": 1e-5}
     torch.testing.assert_close(out.logits, expected.logits, **tol)
 
@@ -330,7 +486,8 @@ def test_bf16_must_win_by_a_margin_to_replace_fp32(
     model = AutocastCost({True: bf16_cost, False: 1.0})
     monkeypatch.setattr(amp_pass, "CLOCK", lambda: model.now)
     model = autoopt.optimize(model, verbose=False)
-    model(torch.randn(4, 8)).sum().backward()
+    for _ in range(7):
+        model(torch.randn(4, 8)).sum().backward()
     result = autoopt.report(model)["amp"]
     assert result.status.value == kept, result.detail
     assert ("fp32 kept" in result.detail) == (kept == "skipped")

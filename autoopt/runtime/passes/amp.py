@@ -5,11 +5,13 @@ CPU with AVX512-BF16/AMX; figures in docs/benchmarks/cpu.md), else fp16 on CUDA,
 fp16 autocast on a CPU without native half math is slower than fp32. On CPU native bf16 is not
 enough: for a small model the casts cost more than the bf16 math saves (a 2-layer transformer
 LM here ran 0.8x of eager under bf16 autocast), so there "auto" is a measured choice
-(`autoopt.runtime.trials.choices`): bf16 and fp32 timed on the first training step (forward and
-backward), after the layout (in the layout the trials kept), and the faster stays. With
-`compile=True` the trials run through the compiled forward, so bf16 is measured *with* compile
-(one more compile: Llama and T5 were 0.81x/0.84x of eager compiled in bf16, where compile in fp32
-is faster than eager). Not measured under torchrun (DDP/FSDP: ranks could choose differently),
+(`autoopt.runtime.trials.choices`): bf16 and fp32 each run some of the first real training steps
+(forward and backward timed), after the layout (in the layout the trials kept), and the faster
+stays from the next step on. Until then a step runs in bf16 or fp32 as the trials' log says,
+each computing what torch's autocast (or plain fp32) computes; pass amp='bf16' or amp=False to
+fix it from the first step. With `compile=True` the trials run through the compiled forward, so
+bf16 is measured *with* compile (one more compile: Llama and T5 were 0.81x/0.84x of eager
+compiled in bf16, where compile in fp32 is faster than eager). Not measured under torchrun (DDP/FSDP: ranks could choose differently),
 and the report says so.
 Explicit "bf16"/"fp16" are honoured on any device autocast supports (fp16 on CPU is how the
 fp16 path is tested without a GPU). fp16 adds dynamic loss scaling at the root of every backward
@@ -90,8 +92,8 @@ def run(ctx: Context) -> PassResult:
                 return PassResult.applied(NAME, f"{result.detail}; {UNMEASURED_UNDER_TORCHRUN}")
             result = PassResult.applied(
                 NAME,
-                f"{result.detail}; on CPU: kept only if a training step measures faster than "
-                "in fp32",
+                f"{result.detail}; on CPU: kept only if training steps measure faster than in "
+                "fp32 (bf16 and fp32 take turns on the first steps until then)",
             )
             trial = AmpChoice(layer, ctx.report, result)
             trials_of(ctx).add(
@@ -216,6 +218,9 @@ class AmpChoice:
             return
         if winner == "bf16":
             self.report.replace(PassResult.applied(NAME, f"{self.result.detail}; {measured}"))
+            return
+        if measured.startswith("not measured"):
+            self.report.replace(PassResult.skipped(NAME, f"fp32 kept ({measured})"))
             return
         self.report.replace(
             PassResult.skipped(

@@ -10,9 +10,11 @@ On CUDA that rule stands (NHWC is the layout cuDNN's convolutions prefer). On CP
 pays depends on the machine, the dtype and the model (with bf16 autocast on one CPU, not in fp32
 on another; DeepLabV3's eval forward is faster in NHWC, its training step slower; figures in
 docs/benchmarks/cpu.md), so "auto" is a measured choice (`autoopt.runtime.trials.choices`): both layouts
-timed on the first training step (forward and backward), first of the measured choices, and the
-faster stays. A compiled forward is not measured (that would compile it twice more): the rule
-stands there, and `tune=True` measures the whole step.
+run some of the first real training steps (forward and backward timed), first of the measured
+choices, and the faster stays from the next step on. Each switch moves the parameters, buffers
+and the optimizer's state together, between optimizer steps. A compiled forward is not measured
+(that would compile it twice more): the rule stands there, and `tune=True` measures the whole
+step.
 
 Channels-last stays inside the model. `module.to(memory_format=...)` swaps `param.data` and keeps
 Parameter identity; 4-D floating inputs are converted at the model's boundary, inside the patched
@@ -112,10 +114,13 @@ def run(ctx: Context) -> PassResult:
         measure = False
         why += "; not measured under torchrun (every rank must make the same choice)"
     state = _State(ctx.model, ctx.report, ctx.optimizer)
-    state.convert()
+    # Measured: NCHW until the trials put a layout in force (the first step runs in NCHW).
+    state.set_layout(not measure)
     if ctx.optimizer is not None:
         optimizer_state.keep_state_contiguous(ctx.optimizer)
-    if measure:  # registered before the guard: the guard (OUTER, later) wraps the trials
+    ctx.forward_layers.append(ForwardLayer(NAME, Stage.INPUT, state.input_layer))
+    ctx.forward_layers.append(ForwardLayer(NAME, Stage.OUTER, state.guard_layer))
+    if measure:  # after the guard: the trials (OUTER, later) set the layout before it sees a call
         trials_of(ctx).add(
             Choice(
                 NAME,
@@ -126,11 +131,9 @@ def run(ctx: Context) -> PassResult:
                 "contiguous",
             )
         )
-    ctx.forward_layers.append(ForwardLayer(NAME, Stage.INPUT, state.input_layer))
-    ctx.forward_layers.append(ForwardLayer(NAME, Stage.OUTER, state.guard_layer))
     ctx.extras["channels_last"] = state
     if measure:
-        why += "; on CPU: kept only if a training step measures faster than in NCHW"
+        why += "; on CPU: kept only if training steps measure faster than in NCHW"
     state.result = PassResult.applied(NAME, why)
     return state.result
 
@@ -146,6 +149,7 @@ class _State:
         self.optimizer = optimizer  # its state follows the parameters' layout
         self.active = True
         self.verified = False  # a forward has succeeded: later errors are not ours
+        self.fallen_back = False  # NCHW for good: the trials' layout switches are ignored
         self.result: PassResult | None = None  # the APPLIED entry, restored if blame was wrong
 
     def convert(self) -> None:
@@ -162,12 +166,16 @@ class _State:
                 optimizer_state.state_like_params(self.optimizer)
 
     def apply(self, option: str) -> None:
-        """`Choice.apply`: put the layout named `option` in force."""
-        self.set_layout(option == "channels_last")
+        """`Choice.apply`: put the layout named `option` in force (NCHW after a fallback)."""
+        self.set_layout(option == "channels_last" and not self.fallen_back)
 
     def decided(self, winner: str, measured: str) -> None:
-        """`Choice.decided`: report the layout the trials kept."""
-        if winner == "channels_last":
+        """`Choice.decided`: report the layout the trials kept (a fallback's line stays)."""
+        if self.fallen_back:
+            return
+        if measured.startswith("not measured"):
+            self.report.replace(PassResult.skipped(NAME, f"NCHW kept ({measured})"))
+        elif winner == "channels_last":
             assert self.result is not None
             self.result = PassResult.applied(NAME, f"{self.result.detail}; {measured}")
             self.report.replace(self.result)
@@ -175,6 +183,7 @@ class _State:
             self.report.replace(PassResult.skipped(NAME, f"NCHW is faster here ({measured})"))
 
     def fall_back(self, err: BaseException) -> None:
+        self.fallen_back = True
         self.set_layout(False)
         message = f"first forward failed in channels_last: {error_summary(err)}"
         self.report.replace(PassResult.failed(NAME, message, "contiguous (NCHW) model and inputs"))
@@ -210,6 +219,7 @@ class _State:
                 out = forward(*args, **kwargs)
             except Exception:
                 # Fails in NCHW too: the error is not channels-last's. Restore and re-raise.
+                self.fallen_back = False
                 self.convert()
                 if self.result is not None:
                     self.report.replace(self.result)

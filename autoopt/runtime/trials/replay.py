@@ -5,8 +5,7 @@ are put back first."""
 from __future__ import annotations
 
 import contextlib
-import statistics
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import torch
 from torch import nn
@@ -62,9 +61,9 @@ def in_trial() -> bool:
 def trial_forwards(module: nn.Module, backward: bool = False) -> Iterator[None]:
     """Forwards run inside are trials: afterwards the parameters, buffers, RNG states and
     train/eval modes are as they were before. Without `backward` they run in eval mode without
-    gradients; with it in the module's own mode, gradients on, outside inference mode (see
-    `time_forwards`). What the trials save for backward is not counted by a memory measurement
-    around them (`memory.not_counted`)."""
+    gradients; with it in the module's own mode, gradients on, outside inference mode. What
+    the trials save for backward is not counted by a memory measurement around them
+    (`memory.not_counted`)."""
     global _open_trials
     replay = Replay(module, parameters=True)
     modes = [(m, m.training) for m in module.modules()]
@@ -85,50 +84,9 @@ def trial_forwards(module: nn.Module, backward: bool = False) -> Iterator[None]:
         replay.restore()
 
 
-# Trials stop early once the leader's median is this many times faster than every other's.
-DECISIVE = 1.1
-
-
-def time_forwards(
-    module: nn.Module,
-    candidates: dict[str, Callable[[], object]],
-    rounds: int,
-    clock: Callable[[], float],
-    backward: bool = True,
-    known: dict[str, list[float]] | None = None,
-) -> dict[str, list[float]]:
-    """Time each candidate training step of `module` as a trial (`trial_forwards`), in turns:
-    one untimed warm-up turn, then up to `rounds` timed ones (fewer once one candidate leads by
-    DECISIVE). `backward` (the default): each timing includes the backward of the sum of the
-    floating outputs, by `torch.autograd.grad`, so no `.grad` is touched. `known`: times of
-    other candidates measured before, compared with these. Exceptions propagate."""
-    params = [p for p in module.parameters() if p.requires_grad]
-    times: dict[str, list[float]] = {**(known or {}), **{name: [] for name in candidates}}
-    if not candidates:
-        return times
-    with trial_forwards(module, backward):
-        for turn in range(1 + rounds):
-            for name, run in candidates.items():
-                start = clock()
-                out = run()
-                if backward:
-                    _grad_of_sum(out, params)
-                del out
-                if turn:
-                    times[name].append(clock() - start)
-            if turn and _decisive(times):
-                break
-    return times
-
-
-def _decisive(times: dict[str, list[float]]) -> bool:
-    medians = sorted(statistics.median(t) for t in times.values() if t)
-    return len(medians) < 2 or medians[1] >= DECISIVE * medians[0]
-
-
 def _grad_of_sum(out: object, params: list[torch.Tensor]) -> None:
     losses = [t.float().sum() for t in tensors_in(out) if t.is_floating_point() and t.requires_grad]
     if losses and params:
-        # The trials' inputs are detached (`trials.trial_arguments`): this graph is the trial's
-        # own, freed here (a compiled backward refuses retain_graph with donated buffers).
+        # This graph is the trial's own, freed here (a compiled backward refuses retain_graph
+        # with donated buffers).
         torch.autograd.grad(sum(losses), params, allow_unused=True)

@@ -5,16 +5,14 @@ have been without tuning."""
 
 from __future__ import annotations
 
-import contextlib
 import itertools
-import random
-from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
 from torch.utils.data import DataLoader
 
 from autoopt.runtime.errors import error_summary
+from autoopt.runtime.trials.choices import rng_preserved
 
 
 def draw(loader: Any, n: int) -> tuple[list[Any], str]:
@@ -63,26 +61,3 @@ def loader_generators(loader: Any) -> list[torch.Generator]:
         if isinstance(gen, torch.Generator):
             found[id(gen)] = gen
     return list(found.values())
-
-
-@contextlib.contextmanager
-def rng_preserved(generators: Sequence[torch.Generator] = ()) -> Iterator[None]:
-    """Leave torch's (CPU and CUDA), Python's and numpy's RNGs and `generators` as they were."""
-    py_state = random.getstate()
-    try:
-        import numpy as np
-
-        np_state: Any = np.random.get_state()
-    except ImportError:
-        np, np_state = None, None
-    gen_states = [(g, g.get_state()) for g in generators]
-    devices = list(range(torch.cuda.device_count())) if torch.cuda.is_initialized() else []
-    with torch.random.fork_rng(devices=devices):
-        try:
-            yield
-        finally:
-            random.setstate(py_state)
-            if np is not None:
-                np.random.set_state(np_state)
-            for gen, state in gen_states:
-                gen.set_state(state)

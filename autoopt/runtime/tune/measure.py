@@ -19,8 +19,8 @@ from autoopt.runtime import hardware
 from autoopt.runtime.errors import error_summary
 from autoopt.runtime.loading.batch import tensors_in
 from autoopt.runtime.options import Options
+from autoopt.runtime.trials.choices import trial_scope
 from autoopt.runtime.tune import apply
-from autoopt.runtime.tune.batches import rng_preserved
 from autoopt.runtime.tune.loss import LossFn, floating_tensors, infer_loss, model_inputs, target_of
 from autoopt.runtime.tune.plans import REFERENCE, Plan
 
@@ -70,7 +70,9 @@ def measure_all(
     todo = [REFERENCE] + [p for p in plans if p != REFERENCE]  # a Plan subclass never equals
     interleave = fits_together(model, len(todo))
     trials: list[_Trial] = []
-    with rng_preserved():
+    # The trial mechanism's scope: the user's model, modes and every RNG as they were after,
+    # and nothing that measures at a first step (trials, checkpoint planner) nested in it.
+    with trial_scope(model):
         for plan in todo:
             trial = _Trial(plan, loss_fn)
             trial.start(model, optimizer, options, batches, warmup)
