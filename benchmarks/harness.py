@@ -50,12 +50,15 @@ from torch.utils.checkpoint import checkpoint_sequential
 from torch.utils.flop_counter import FlopCounterMode
 
 from autoopt.runtime.passes import backends
+from autoopt.runtime.trials import choices
 from benchmarks import peers
 from benchmarks.workloads import WORKLOADS, Workload, checkpoint_segments
 
-# The first step, then ROUNDS turns of each candidate step (fused, foreach, the default):
-# `optimize()`'s optimizer-step timing on CPU has decided by then (see backends.StepTiming).
-SETTLE_STEPS = 1 + backends.ROUNDS * 3
+# Steps until `optimize()` has decided everything it measures on real steps: the optimizer-step
+# timing (the first step, then ROUNDS turns of fused, foreach, the default; backends.StepTiming)
+# and the layout and amp trials (three configurations at most, a warm-up step and ROUNDS timed
+# steps each; trials.choices).
+SETTLE_STEPS = 1 + max(backends.ROUNDS * 3, 3 * (1 + choices.ROUNDS))
 
 SCHEMA = 1
 ROOT = Path(__file__).resolve().parent.parent
