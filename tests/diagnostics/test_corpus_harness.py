@@ -71,3 +71,53 @@ def test_run_shim_ends_a_script_after_n_optimizer_steps(tmp_path: Path) -> None:
     outcome = run_scripts.execute({"script": "broken.py"}, broken, steps=2, timeout=120)
     assert outcome["status"] == "fail"
     assert "NameError" in outcome["error"]
+
+
+def test_run_all_runs_a_variant_identical_to_an_earlier_one_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Two rewrites that make the same file: the second takes the first's outcome, not a run.
+    (tmp_path / "owner+repo").mkdir()
+    (tmp_path / "owner+repo" / "train.py").write_text("print('train')\n")
+    monkeypatch.setattr(run_scripts, "ROOTS", {"test": tmp_path})
+    edits = {"original": "", "a": "# edit\n", "b": "# edit\n", "c": "# other\n"}
+
+    def make_variant(script: Path, variant: str) -> dict:
+        script.write_text(script.read_text() + edits[variant])
+        return {"changed": bool(edits[variant])}
+
+    ran: list[str] = []
+
+    def execute(entry: dict, script: Path, steps: int, timeout: int) -> dict:
+        ran.append(script.read_text())
+        return {"status": "fail" if "other" in script.read_text() else "pass", "error": ""}
+
+    monkeypatch.setattr(run_scripts, "make_variant", make_variant)
+    monkeypatch.setattr(run_scripts, "execute", execute)
+    entry = {"name": "x", "split": "test", "repo": "owner/repo", "script": "train.py"}
+    results: list[dict] = []
+    run_scripts.run_all([entry], list(edits), steps=1, timeout=1, jobs=2, done=results.append)
+    assert sorted(ran) == sorted(["print('train')\n" + e for e in ("", "# edit\n", "# other\n")])
+    (result,) = results
+    assert result["b"]["same_as"] == "a" and result["b"]["status"] == "pass"
+    assert result["c"]["breaks"] and not result["b"]["breaks"]
+
+
+def test_rewrite_once_starts_each_rewrite_from_the_original(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # fixes reuses one scratch copy for the safe and the unsafe rewrite: each must see the
+    # original, not the previous rewrite's output.
+    file = tmp_path / "train.py"
+    file.write_text("x = 1\n")
+
+    def fake_rewrite(*args: str, cwd: Path | None = None):
+        path = Path(args[-1])
+        path.write_text(path.read_text() + f"# {' '.join(args[1:-1])}\n")
+        return None
+
+    monkeypatch.setattr(corpus_eval, "autoopt", fake_rewrite)
+    safe, _ = corpus_eval.rewrite_once(file, "x = 1\n")
+    unsafe, _ = corpus_eval.rewrite_once(file, "x = 1\n", "--unsafe-fixes")
+    assert safe == "x = 1\n# \n"
+    assert unsafe == "x = 1\n# --unsafe-fixes\n"
