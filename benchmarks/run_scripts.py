@@ -11,7 +11,8 @@ without inductor's C++ build; AUTOOPT_RUN_COMPILE_BACKEND=inductor for the real 
 `torchvision` (synthetic datasets, transforms, small models) and `gym` (CartPole) packages
 replace the real ones. What a script needs beyond that is in its runs.json entry: command-line
 arguments, `replace` (exact text substitutions made in the script, or in another file of its
-repository, before any variant is made, e.g. a hard-coded "cuda:0"), `files` (tiny data files written into the copy). CUDA is hidden
+repository, before any variant is made, e.g. a hard-coded "cuda:0"), `files` (tiny data files written into the copy), `cuda_as_cpu` (`.cuda()` leaves tensors and
+modules on the CPU, for a script that calls it unconditionally). CUDA is hidden
 (CUDA_VISIBLE_DEVICES=""), one thread per run.
 
     python benchmarks/run_scripts.py --json out/runs.json            # every script, 4 variants
@@ -125,6 +126,7 @@ def execute(entry: dict, script: Path, steps: int, timeout: int) -> dict:
         "MKL_NUM_THREADS": "1",
         "MPLBACKEND": "Agg",
         "WANDB_MODE": "disabled",
+        "AUTOOPT_RUN_CUDA_AS_CPU": "1" if entry.get("cuda_as_cpu") else "0",
     }
     start = time.perf_counter()
     try:

@@ -121,3 +121,17 @@ def test_rewrite_once_starts_each_rewrite_from_the_original(
     unsafe, _ = corpus_eval.rewrite_once(file, "x = 1\n", "--unsafe-fixes")
     assert safe == "x = 1\n# \n"
     assert unsafe == "x = 1\n# --unsafe-fixes\n"
+
+
+@pytest.mark.slow  # two subprocesses that import torch
+def test_cuda_as_cpu_runs_a_script_that_calls_cuda_unconditionally(tmp_path: Path) -> None:
+    script = tmp_path / "train.py"
+    moved = SCRIPT.replace("opt = torch", "model.cuda()\nopt = torch")
+    script.write_text(
+        moved.replace("torch.randn(4, 2)", "torch.randn(4, 2).cuda(non_blocking=True)")
+    )
+    entry = {"script": "train.py", "cuda_as_cpu": True}
+    assert run_scripts.execute(entry, script, steps=2, timeout=120)["status"] == "pass"
+    # without it the same script fails where CUDA is hidden: the option is what makes it run
+    outcome = run_scripts.execute({"script": "train.py"}, script, steps=2, timeout=120)
+    assert outcome["status"] == "fail", outcome
