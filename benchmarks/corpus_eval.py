@@ -1,8 +1,10 @@
 """autoopt on a real corpus: robustness, accuracy, speed and --wrap coverage.
 
 The corpus is fetched first (`python benchmarks/corpus/fetch.py`, see benchmarks/corpus/).
-autoopt is always run through its command line (`python -m autoopt ...` in a subprocess), so
-this harness does not depend on the engine's internals.
+autoopt is always run through its command line, so this harness does not depend on the
+engine's internals: `accuracy`, `wrap` and `fixes` invoke its click command inside -j worker
+processes (scripts two at a time by default; one import of autoopt per worker instead of one
+per call, which halves their CPU time), the rest run `python -m autoopt ...` subprocesses.
 
     python benchmarks/corpus_eval.py robustness --json out/robustness.json
     python benchmarks/corpus_eval.py accuracy   --json out/accuracy.json
@@ -26,6 +28,7 @@ import ast
 import contextlib
 import csv
 import difflib
+import functools
 import hashlib
 import json
 import multiprocessing
@@ -37,8 +40,9 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
+import warnings
 from collections import Counter, defaultdict
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import libcst as cst
@@ -91,8 +95,16 @@ def log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
+# Set in each_script's worker processes: autoopt runs there through its click command in the
+# process itself (the import of autoopt, libcst and the rules paid once per worker, not once per
+# call: about half of a call's CPU time), with the same arguments, output and exit code.
+IN_PROCESS = False
+
+
 def autoopt(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     """Run `python -m autoopt ARGS` and capture its output."""
+    if IN_PROCESS and cwd is None:
+        return autoopt_here(args)
     env = {**os.environ, "PYTHONWARNINGS": "ignore"}
     return subprocess.run(
         [sys.executable, "-m", "autoopt", *args],
@@ -101,6 +113,27 @@ def autoopt(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[
         text=True,
         env=env,
     )
+
+
+def autoopt_here(args: tuple[str, ...]) -> subprocess.CompletedProcess[str]:
+    """`autoopt ARGS` through its click command in this process, as `autoopt()` reports it: an
+    exception other than an exit becomes the traceback the subprocess would have printed."""
+    from click.testing import CliRunner
+
+    from autoopt.cli import main as cli
+
+    result = CliRunner().invoke(cli, list(args), prog_name="autoopt")
+    stderr, code = result.stderr, result.exit_code
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        stderr += "".join(traceback.format_exception(*result.exc_info))
+        code = 1
+    return subprocess.CompletedProcess(["autoopt", *args], code, result.stdout, stderr)
+
+
+def _in_process_worker() -> None:
+    global IN_PROCESS
+    IN_PROCESS = True
+    warnings.simplefilter("ignore")  # what PYTHONWARNINGS=ignore does for the subprocesses
 
 
 def repo_names(repos: list[str] | None) -> set[str] | None:
@@ -420,6 +453,14 @@ def ratio(num: int, den: int) -> float | None:
     return round(num / den, 3) if den else None
 
 
+def _lint_labelled(root: Path, rules: list[str], repo: str, path: str):
+    """`accuracy`'s lint of one labelled script."""
+    # One file per run: the project root is the file's own repository (its local imports).
+    # The default rules (what a user sees) plus every labelled one.
+    file = script_path(root, repo, path)
+    return lint_findings([file], ("--extend-select", ",".join(rules), "-j", "1"))
+
+
 def accuracy(root: Path, labels_path: Path, jobs: int = 1) -> dict:
     """Lint the labelled scripts and score the findings against labels.tsv."""
     labels = read_labels(labels_path)
@@ -428,14 +469,10 @@ def accuracy(root: Path, labels_path: Path, jobs: int = 1) -> dict:
     fired: dict[tuple[str, str, str], list[int]] = defaultdict(list)
     errors = []
 
-    def one(repo: str, path: str):
-        # One file per run: the project root is the file's own repository (its local imports).
-        # The default rules (what a user sees) plus every labelled one.
-        file = script_path(root, repo, path)
-        return lint_findings([file], ("--extend-select", ",".join(rules), "-j", "1"))
-
     for (repo, path), (findings, proc) in zip(
-        scripts, each_script(one, scripts, jobs, "accuracy"), strict=True
+        scripts,
+        each_script(functools.partial(_lint_labelled, root, rules), scripts, jobs, "accuracy"),
+        strict=True,
     ):
         if has_traceback(proc.stderr):
             errors.append({"script": f"{repo}/{path}", "stderr": proc.stderr[-2000:]})
@@ -700,16 +737,18 @@ def edited(root: Path, repo: str, path: str, *args: str):
 
 
 def each_script(func, scripts: list, jobs: int, tag: str) -> list:
-    """FUNC(repo, path) for every script, JOBS at a time (each a few autoopt subprocesses in
-    its own scratch copy: nothing shared), results in the scripts' order."""
+    """FUNC(repo, path) for every script (each in its own scratch copy: nothing shared), in
+    JOBS worker processes that run autoopt in-process; results in the scripts' order. FUNC must
+    be picklable (a module-level function or a partial of one)."""
+    items = [(func, tag, i, len(scripts), repo, path) for i, (repo, path) in enumerate(scripts, 1)]
+    with multiprocessing.Pool(max(1, jobs), initializer=_in_process_worker) as pool:
+        return pool.map(_one_script, items, chunksize=1)
 
-    def one(item: tuple[int, tuple[str, str]]):
-        i, (repo, path) = item
-        log(f"[{tag}] {i}/{len(scripts)} {repo}/{path}")
-        return func(repo, path)
 
-    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        return list(pool.map(one, enumerate(scripts, 1)))
+def _one_script(item: tuple) -> object:
+    func, tag, i, n, repo, path = item
+    log(f"[{tag}] {i}/{n} {repo}/{path}")
+    return func(repo, path)
 
 
 def labelled_scripts(labels_path: Path) -> list[tuple[str, str]]:
@@ -747,6 +786,37 @@ def wrap_verdict(outcome: str, reason: str, calls: list[str], broken: list[str],
     return "declined, true reason" if re.search(pattern, reason) else "declined, wrong reason"
 
 
+def _wrap_one(root: Path, expectations: dict, repo: str, path: str) -> dict:
+    """`rewrite --wrap` on one script in a scratch copy, judged."""
+    with edited(root, repo, path, "--wrap") as (before, after, proc, _):
+        added = added_lines(before, after)
+        broken = new_name_errors(before, after) if after != before else []
+    calls = [line for line in added if "autoopt.optimize(" in line]
+    reasons = [
+        line.split("--wrap declined:", 1)[-1].split("declined:", 1)[-1].strip()
+        for line in proc.stderr.splitlines()
+        if "declined" in line
+    ]
+    # the scratch copy's folder is no part of the reason
+    reasons = [re.sub(r"\S*/autoopt-edit-[^/]+/", "", r) for r in reasons]
+    if has_traceback(proc.stderr):
+        outcome, reason = "error", proc.stderr.strip().splitlines()[-1]
+    elif calls:
+        outcome, reason = "wrapped", ""
+    else:
+        outcome, reason = "declined", reasons[0] if reasons else proc.stderr.strip()[-300:]
+    expect = expectations.get((repo, path), {})
+    return {
+        "script": f"{repo}/{path}",
+        "outcome": outcome,
+        "reason": reason,
+        "inserted": [line for line in added if line],
+        "new_name_errors": broken,
+        "verdict": wrap_verdict(outcome, reason, calls, broken, expect),
+        "expected": expect.get("note", ""),
+    }
+
+
 def wrap(root: Path, labels_path: Path, expect_path: Path | None = None, jobs: int = 1) -> dict:
     """`rewrite --wrap` on every labelled script (in a scratch copy): wrapped, or declined and
     why; judged against the split's expectations (wrap_<split>.tsv) where it has them. An edit
@@ -754,36 +824,7 @@ def wrap(root: Path, labels_path: Path, expect_path: Path | None = None, jobs: i
     expectations = {(r["repo"], r["path"]): r for r in read_tsv(expect_path)} if expect_path else {}
     scripts = labelled_scripts(labels_path)
 
-    def one(repo: str, path: str) -> dict:
-        with edited(root, repo, path, "--wrap") as (before, after, proc, _):
-            added = added_lines(before, after)
-            broken = new_name_errors(before, after) if after != before else []
-        calls = [line for line in added if "autoopt.optimize(" in line]
-        reasons = [
-            line.split("--wrap declined:", 1)[-1].split("declined:", 1)[-1].strip()
-            for line in proc.stderr.splitlines()
-            if "declined" in line
-        ]
-        # the scratch copy's folder is no part of the reason
-        reasons = [re.sub(r"\S*/autoopt-edit-[^/]+/", "", r) for r in reasons]
-        if has_traceback(proc.stderr):
-            outcome, reason = "error", proc.stderr.strip().splitlines()[-1]
-        elif calls:
-            outcome, reason = "wrapped", ""
-        else:
-            outcome, reason = "declined", reasons[0] if reasons else proc.stderr.strip()[-300:]
-        expect = expectations.get((repo, path), {})
-        return {
-            "script": f"{repo}/{path}",
-            "outcome": outcome,
-            "reason": reason,
-            "inserted": [line for line in added if line],
-            "new_name_errors": broken,
-            "verdict": wrap_verdict(outcome, reason, calls, broken, expect),
-            "expected": expect.get("note", ""),
-        }
-
-    rows = each_script(one, scripts, jobs, "wrap")
+    rows = each_script(functools.partial(_wrap_one, root, expectations), scripts, jobs, "wrap")
     by_reason = Counter(r["reason"] for r in rows if r["outcome"] != "wrapped")
     verdicts = Counter(r["verdict"] for r in rows if r["verdict"])
     return {
@@ -842,6 +883,33 @@ def fix_entry(
     return entry
 
 
+def _fixes_one(root: Path, verdicts: list[dict], repo: str, path: str) -> dict:
+    """`fixes` of one script: lint, `rewrite`, `rewrite --unsafe-fixes`, lint again."""
+    # One scratch copy per script: lint the original there, then each rewrite starts from
+    # the original text written back (the rewrite writes nothing else into the copy).
+    with scratch(root, repo) as copy:
+        file = copy / path
+        before = file.read_text(encoding="utf-8", errors="replace")
+        findings, _ = lint_findings([file], ("-j", "1"))
+        fixable = {
+            (f["code"], (f.get("fix") or {}).get("applicability")) for f in findings if f.get("fix")
+        }
+        row: dict = {"script": f"{repo}/{path}", "fixable_before": sorted(map(list, fixable))}
+        for variant, extra in (("safe", ()), ("unsafe", ("--unsafe-fixes",))):
+            after, proc = rewrite_once(file, before, *extra)
+            row[variant] = fix_entry(before, after, proc, verdicts, repo, path, variant)
+            if variant == "unsafe":
+                left, _ = lint_findings([file], ("-j", "1"))
+                left = [f for f in left if not is_internal_error(f)]
+                row[variant]["left"] = sorted({f["code"] for f in left})
+                row[variant]["left_fixable"] = sorted(
+                    f"{f['code']}:{f['location']['row']} ({f['fix']['applicability']})"
+                    for f in left
+                    if f.get("fix")
+                )
+    return row
+
+
 def fixes(root: Path, labels_path: Path, verdicts_path: Path | None = None, jobs: int = 1) -> dict:
     """`rewrite` (safe fixes) and `rewrite --unsafe-fixes` on every labelled script, each in a
     scratch copy. Per script: the rules whose fixes were applied, undefined names the edit
@@ -852,34 +920,7 @@ def fixes(root: Path, labels_path: Path, verdicts_path: Path | None = None, jobs
     verdicts = read_tsv(verdicts_path) if verdicts_path else []
     scripts = labelled_scripts(labels_path)
 
-    def one(repo: str, path: str) -> dict:
-        # One scratch copy per script: lint the original there, then each rewrite starts from
-        # the original text written back (the rewrite writes nothing else into the copy).
-        with scratch(root, repo) as copy:
-            file = copy / path
-            before = file.read_text(encoding="utf-8", errors="replace")
-            findings, _ = lint_findings([file], ("-j", "1"))
-            fixable = {
-                (f["code"], (f.get("fix") or {}).get("applicability"))
-                for f in findings
-                if f.get("fix")
-            }
-            row: dict = {"script": f"{repo}/{path}", "fixable_before": sorted(map(list, fixable))}
-            for variant, extra in (("safe", ()), ("unsafe", ("--unsafe-fixes",))):
-                after, proc = rewrite_once(file, before, *extra)
-                row[variant] = fix_entry(before, after, proc, verdicts, repo, path, variant)
-                if variant == "unsafe":
-                    left, _ = lint_findings([file], ("-j", "1"))
-                    left = [f for f in left if not is_internal_error(f)]
-                    row[variant]["left"] = sorted({f["code"] for f in left})
-                    row[variant]["left_fixable"] = sorted(
-                        f"{f['code']}:{f['location']['row']} ({f['fix']['applicability']})"
-                        for f in left
-                        if f.get("fix")
-                    )
-        return row
-
-    rows = each_script(one, scripts, jobs, "fixes")
+    rows = each_script(functools.partial(_fixes_one, root, verdicts), scripts, jobs, "fixes")
 
     def count(variant: str, key: str) -> int:
         return sum(bool(r[variant][key]) for r in rows)

@@ -4,6 +4,7 @@ steps. These check that each judgement can say "broken"."""
 
 from __future__ import annotations
 
+import json
 import textwrap
 from pathlib import Path
 
@@ -135,3 +136,26 @@ def test_cuda_as_cpu_runs_a_script_that_calls_cuda_unconditionally(tmp_path: Pat
     # without it the same script fails where CUDA is hidden: the option is what makes it run
     outcome = run_scripts.execute({"script": "train.py"}, script, steps=2, timeout=120)
     assert outcome["status"] == "fail", outcome
+
+
+@pytest.mark.slow  # one autoopt subprocess
+def test_autoopt_in_process_answers_as_the_subprocess_does(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT)
+    args = ("lint", "--output-format", "json", "--no-cache", "--exit-zero", "-j", "1", str(script))
+    here, there = corpus_eval.autoopt_here(args), corpus_eval.autoopt(*args)
+    assert json.loads(here.stdout) == json.loads(there.stdout) != []
+    assert here.returncode == there.returncode
+
+    # a crash inside autoopt reads as the subprocess's would: a traceback and a failing code
+    import autoopt.cli.lint
+
+    def crash(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(autoopt.cli.lint, "run_lint", crash)
+    crashed = corpus_eval.autoopt_here(args)
+    assert corpus_eval.has_traceback(crashed.stderr) and "boom" in crashed.stderr
+    assert crashed.returncode != 0
