@@ -1,8 +1,10 @@
 """autoopt on a real corpus: robustness, accuracy, speed and --wrap coverage.
 
 The corpus is fetched first (`python benchmarks/corpus/fetch.py`, see benchmarks/corpus/).
-autoopt is always run through its command line (`python -m autoopt ...` in a subprocess), so
-this harness does not depend on the engine's internals.
+autoopt is always run through its command line, so this harness does not depend on the
+engine's internals: `accuracy`, `wrap` and `fixes` invoke its click command inside -j worker
+processes (scripts two at a time by default; one import of autoopt per worker instead of one
+per call, which halves their CPU time), the rest run `python -m autoopt ...` subprocesses.
 
     python benchmarks/corpus_eval.py robustness --json out/robustness.json
     python benchmarks/corpus_eval.py accuracy   --json out/accuracy.json
@@ -26,6 +28,7 @@ import ast
 import contextlib
 import csv
 import difflib
+import functools
 import hashlib
 import json
 import multiprocessing
@@ -37,6 +40,8 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
+import warnings
 from collections import Counter, defaultdict
 from pathlib import Path
 
@@ -90,8 +95,16 @@ def log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
+# Set in each_script's worker processes: autoopt runs there through its click command in the
+# process itself (the import of autoopt, libcst and the rules paid once per worker, not once per
+# call: about half of a call's CPU time), with the same arguments, output and exit code.
+IN_PROCESS = False
+
+
 def autoopt(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     """Run `python -m autoopt ARGS` and capture its output."""
+    if IN_PROCESS and cwd is None:
+        return autoopt_here(args)
     env = {**os.environ, "PYTHONWARNINGS": "ignore"}
     return subprocess.run(
         [sys.executable, "-m", "autoopt", *args],
@@ -100,6 +113,27 @@ def autoopt(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[
         text=True,
         env=env,
     )
+
+
+def autoopt_here(args: tuple[str, ...]) -> subprocess.CompletedProcess[str]:
+    """`autoopt ARGS` through its click command in this process, as `autoopt()` reports it: an
+    exception other than an exit becomes the traceback the subprocess would have printed."""
+    from click.testing import CliRunner
+
+    from autoopt.cli import main as cli
+
+    result = CliRunner().invoke(cli, list(args), prog_name="autoopt")
+    stderr, code = result.stderr, result.exit_code
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        stderr += "".join(traceback.format_exception(*result.exc_info))
+        code = 1
+    return subprocess.CompletedProcess(["autoopt", *args], code, result.stdout, stderr)
+
+
+def _in_process_worker() -> None:
+    global IN_PROCESS
+    IN_PROCESS = True
+    warnings.simplefilter("ignore")  # what PYTHONWARNINGS=ignore does for the subprocesses
 
 
 def repo_names(repos: list[str] | None) -> set[str] | None:
@@ -419,19 +453,27 @@ def ratio(num: int, den: int) -> float | None:
     return round(num / den, 3) if den else None
 
 
-def accuracy(root: Path, labels_path: Path) -> dict:
+def _lint_labelled(root: Path, rules: list[str], repo: str, path: str):
+    """`accuracy`'s lint of one labelled script."""
+    # One file per run: the project root is the file's own repository (its local imports).
+    # The default rules (what a user sees) plus every labelled one.
+    file = script_path(root, repo, path)
+    return lint_findings([file], ("--extend-select", ",".join(rules), "-j", "1"))
+
+
+def accuracy(root: Path, labels_path: Path, jobs: int = 1) -> dict:
     """Lint the labelled scripts and score the findings against labels.tsv."""
     labels = read_labels(labels_path)
     rules = sorted({r["rule"] for r in labels})
     scripts = sorted({(r["repo"], r["path"]) for r in labels})
     fired: dict[tuple[str, str, str], list[int]] = defaultdict(list)
     errors = []
-    for i, (repo, path) in enumerate(scripts, 1):
-        file = script_path(root, repo, path)
-        log(f"[accuracy] {i}/{len(scripts)} {repo}/{path}")
-        # One file per run: the project root is the file's own repository (its local imports).
-        # The default rules (what a user sees) plus every labelled one.
-        findings, proc = lint_findings([file], ("--extend-select", ",".join(rules), "-j", "1"))
+
+    for (repo, path), (findings, proc) in zip(
+        scripts,
+        each_script(functools.partial(_lint_labelled, root, rules), scripts, jobs, "accuracy"),
+        strict=True,
+    ):
         if has_traceback(proc.stderr):
             errors.append({"script": f"{repo}/{path}", "stderr": proc.stderr[-2000:]})
         for f in findings:
@@ -664,19 +706,49 @@ def added_lines(before: str, after: str) -> list[str]:
 
 
 @contextlib.contextmanager
-def edited(root: Path, repo: str, path: str, *args: str):
-    """A scratch copy of REPO in which `autoopt rewrite ARGS SCRIPT` ran on the one script;
-    yields (text before, text after, the process, the edited file). The whole repository is
-    copied: the rewrite reads the script's local imports."""
+def scratch(root: Path, repo: str):
+    """A scratch copy of REPO (the whole repository: a rewrite reads the script's local
+    imports); yields the copy's folder."""
     with tempfile.TemporaryDirectory(prefix="autoopt-edit-") as tmp:
         source = root / repo.replace("/", "+")
         copy = Path(tmp) / source.name
         shutil.copytree(source, copy, symlinks=True)
+        yield copy
+
+
+def rewrite_once(file: Path, before: str, *args: str):
+    """`autoopt rewrite ARGS FILE` on FILE as it was (BEFORE is written back first, so one
+    scratch copy serves several rewrites: each sees the original); (text after, process)."""
+    file.write_text(before, encoding="utf-8")
+    proc = autoopt("rewrite", *args, str(file))
+    return file.read_text(encoding="utf-8", errors="replace"), proc
+
+
+@contextlib.contextmanager
+def edited(root: Path, repo: str, path: str, *args: str):
+    """A scratch copy of REPO in which `autoopt rewrite ARGS SCRIPT` ran on the one script;
+    yields (text before, text after, the process, the edited file)."""
+    with scratch(root, repo) as copy:
         file = copy / path
         before = file.read_text(encoding="utf-8", errors="replace")
         proc = autoopt("rewrite", *args, str(file))
         after = file.read_text(encoding="utf-8", errors="replace")
         yield before, after, proc, file
+
+
+def each_script(func, scripts: list, jobs: int, tag: str) -> list:
+    """FUNC(repo, path) for every script (each in its own scratch copy: nothing shared), in
+    JOBS worker processes that run autoopt in-process; results in the scripts' order. FUNC must
+    be picklable (a module-level function or a partial of one)."""
+    items = [(func, tag, i, len(scripts), repo, path) for i, (repo, path) in enumerate(scripts, 1)]
+    with multiprocessing.Pool(max(1, jobs), initializer=_in_process_worker) as pool:
+        return pool.map(_one_script, items, chunksize=1)
+
+
+def _one_script(item: tuple) -> object:
+    func, tag, i, n, repo, path = item
+    log(f"[{tag}] {i}/{n} {repo}/{path}")
+    return func(repo, path)
 
 
 def labelled_scripts(labels_path: Path) -> list[tuple[str, str]]:
@@ -714,44 +786,45 @@ def wrap_verdict(outcome: str, reason: str, calls: list[str], broken: list[str],
     return "declined, true reason" if re.search(pattern, reason) else "declined, wrong reason"
 
 
-def wrap(root: Path, labels_path: Path, expect_path: Path | None = None) -> dict:
+def _wrap_one(root: Path, expectations: dict, repo: str, path: str) -> dict:
+    """`rewrite --wrap` on one script in a scratch copy, judged."""
+    with edited(root, repo, path, "--wrap") as (before, after, proc, _):
+        added = added_lines(before, after)
+        broken = new_name_errors(before, after) if after != before else []
+    calls = [line for line in added if "autoopt.optimize(" in line]
+    reasons = [
+        line.split("--wrap declined:", 1)[-1].split("declined:", 1)[-1].strip()
+        for line in proc.stderr.splitlines()
+        if "declined" in line
+    ]
+    # the scratch copy's folder is no part of the reason
+    reasons = [re.sub(r"\S*/autoopt-edit-[^/]+/", "", r) for r in reasons]
+    if has_traceback(proc.stderr):
+        outcome, reason = "error", proc.stderr.strip().splitlines()[-1]
+    elif calls:
+        outcome, reason = "wrapped", ""
+    else:
+        outcome, reason = "declined", reasons[0] if reasons else proc.stderr.strip()[-300:]
+    expect = expectations.get((repo, path), {})
+    return {
+        "script": f"{repo}/{path}",
+        "outcome": outcome,
+        "reason": reason,
+        "inserted": [line for line in added if line],
+        "new_name_errors": broken,
+        "verdict": wrap_verdict(outcome, reason, calls, broken, expect),
+        "expected": expect.get("note", ""),
+    }
+
+
+def wrap(root: Path, labels_path: Path, expect_path: Path | None = None, jobs: int = 1) -> dict:
     """`rewrite --wrap` on every labelled script (in a scratch copy): wrapped, or declined and
     why; judged against the split's expectations (wrap_<split>.tsv) where it has them. An edit
     that leaves a name unbound (pyflakes, before vs after) is `broken`."""
     expectations = {(r["repo"], r["path"]): r for r in read_tsv(expect_path)} if expect_path else {}
     scripts = labelled_scripts(labels_path)
-    rows = []
-    for i, (repo, path) in enumerate(scripts, 1):
-        log(f"[wrap] {i}/{len(scripts)} {repo}/{path}")
-        with edited(root, repo, path, "--wrap") as (before, after, proc, _):
-            added = added_lines(before, after)
-            broken = new_name_errors(before, after) if after != before else []
-        calls = [line for line in added if "autoopt.optimize(" in line]
-        reasons = [
-            line.split("--wrap declined:", 1)[-1].split("declined:", 1)[-1].strip()
-            for line in proc.stderr.splitlines()
-            if "declined" in line
-        ]
-        # the scratch copy's folder is no part of the reason
-        reasons = [re.sub(r"\S*/autoopt-edit-[^/]+/", "", r) for r in reasons]
-        if has_traceback(proc.stderr):
-            outcome, reason = "error", proc.stderr.strip().splitlines()[-1]
-        elif calls:
-            outcome, reason = "wrapped", ""
-        else:
-            outcome, reason = "declined", reasons[0] if reasons else proc.stderr.strip()[-300:]
-        expect = expectations.get((repo, path), {})
-        rows.append(
-            {
-                "script": f"{repo}/{path}",
-                "outcome": outcome,
-                "reason": reason,
-                "inserted": [line for line in added if line],
-                "new_name_errors": broken,
-                "verdict": wrap_verdict(outcome, reason, calls, broken, expect),
-                "expected": expect.get("note", ""),
-            }
-        )
+
+    rows = each_script(functools.partial(_wrap_one, root, expectations), scripts, jobs, "wrap")
     by_reason = Counter(r["reason"] for r in rows if r["outcome"] != "wrapped")
     verdicts = Counter(r["verdict"] for r in rows if r["verdict"])
     return {
@@ -785,7 +858,59 @@ def print_wrap(result: dict) -> None:
 # ---------------------------------------------------------------- fixes
 
 
-def fixes(root: Path, labels_path: Path, verdicts_path: Path | None = None) -> dict:
+def fix_entry(
+    before: str, after: str, proc, verdicts: list[dict], repo: str, path: str, variant: str
+) -> dict:
+    """One rewrite of one script, checked: parse, new undefined names, the verdicts' breaks."""
+    added = added_lines(before, after)
+    entry = {
+        "changed": after != before,
+        "unparseable": parses(after) if after != before else None,
+        "new_name_errors": new_name_errors(before, after) if after != before else [],
+        "added": added,
+        "errors": [reason for _, reason in rewrite_errors(proc.stderr)],
+        "traceback": has_traceback(proc.stderr),
+        "breaks": [],
+    }
+    for v in verdicts:
+        if (v["repo"], v["path"], v["variant"]) != (repo, path, variant):
+            continue
+        hits = [line for line in added if re.search(v["pattern"], line)]
+        if hits:
+            entry["breaks"].append(
+                {"rule": v["rule"], "verdict": v["verdict"], "line": hits[0], "note": v["note"]}
+            )
+    return entry
+
+
+def _fixes_one(root: Path, verdicts: list[dict], repo: str, path: str) -> dict:
+    """`fixes` of one script: lint, `rewrite`, `rewrite --unsafe-fixes`, lint again."""
+    # One scratch copy per script: lint the original there, then each rewrite starts from
+    # the original text written back (the rewrite writes nothing else into the copy).
+    with scratch(root, repo) as copy:
+        file = copy / path
+        before = file.read_text(encoding="utf-8", errors="replace")
+        findings, _ = lint_findings([file], ("-j", "1"))
+        fixable = {
+            (f["code"], (f.get("fix") or {}).get("applicability")) for f in findings if f.get("fix")
+        }
+        row: dict = {"script": f"{repo}/{path}", "fixable_before": sorted(map(list, fixable))}
+        for variant, extra in (("safe", ()), ("unsafe", ("--unsafe-fixes",))):
+            after, proc = rewrite_once(file, before, *extra)
+            row[variant] = fix_entry(before, after, proc, verdicts, repo, path, variant)
+            if variant == "unsafe":
+                left, _ = lint_findings([file], ("-j", "1"))
+                left = [f for f in left if not is_internal_error(f)]
+                row[variant]["left"] = sorted({f["code"] for f in left})
+                row[variant]["left_fixable"] = sorted(
+                    f"{f['code']}:{f['location']['row']} ({f['fix']['applicability']})"
+                    for f in left
+                    if f.get("fix")
+                )
+    return row
+
+
+def fixes(root: Path, labels_path: Path, verdicts_path: Path | None = None, jobs: int = 1) -> dict:
     """`rewrite` (safe fixes) and `rewrite --unsafe-fixes` on every labelled script, each in a
     scratch copy. Per script: the rules whose fixes were applied, undefined names the edit
     introduced (pyflakes before vs after), the added lines that the split's fix verdicts
@@ -794,46 +919,8 @@ def fixes(root: Path, labels_path: Path, verdicts_path: Path | None = None) -> d
     what of it still carries a fix the rewrite could have applied."""
     verdicts = read_tsv(verdicts_path) if verdicts_path else []
     scripts = labelled_scripts(labels_path)
-    rows = []
-    for i, (repo, path) in enumerate(scripts, 1):
-        log(f"[fixes] {i}/{len(scripts)} {repo}/{path}")
-        findings, _ = lint_findings([script_path(root, repo, path)], ("-j", "1"))
-        fixable = {
-            (f["code"], (f.get("fix") or {}).get("applicability")) for f in findings if f.get("fix")
-        }
-        row: dict = {"script": f"{repo}/{path}", "fixable_before": sorted(map(list, fixable))}
-        for variant, extra in (("safe", ()), ("unsafe", ("--unsafe-fixes",))):
-            with edited(root, repo, path, *extra) as (before, after, proc, file):
-                added = added_lines(before, after)
-                entry = {
-                    "changed": after != before,
-                    "unparseable": parses(after) if after != before else None,
-                    "new_name_errors": new_name_errors(before, after) if after != before else [],
-                    "added": added,
-                    "errors": [reason for _, reason in rewrite_errors(proc.stderr)],
-                    "traceback": has_traceback(proc.stderr),
-                    "breaks": [],
-                }
-                for v in verdicts:
-                    if (v["repo"], v["path"], v["variant"]) != (repo, path, variant):
-                        continue
-                    hits = [line for line in added if re.search(v["pattern"], line)]
-                    if hits:
-                        entry["breaks"].append(
-                            {"rule": v["rule"], "verdict": v["verdict"], "line": hits[0]}
-                            | {"note": v["note"]}
-                        )
-                if variant == "unsafe":
-                    left, _ = lint_findings([file], ("-j", "1"))
-                    left = [f for f in left if not is_internal_error(f)]
-                    entry["left"] = sorted({f["code"] for f in left})
-                    entry["left_fixable"] = sorted(
-                        f"{f['code']}:{f['location']['row']} ({f['fix']['applicability']})"
-                        for f in left
-                        if f.get("fix")
-                    )
-            row[variant] = entry
-        rows.append(row)
+
+    rows = each_script(functools.partial(_fixes_one, root, verdicts), scripts, jobs, "fixes")
 
     def count(variant: str, key: str) -> int:
         return sum(bool(r[variant][key]) for r in rows)
@@ -898,13 +985,13 @@ def print_fixes(result: dict) -> None:
 # ---------------------------------------------------------------- report
 
 
-def report(root: Path, labels: Path, split: dict, runs: Path | None) -> dict:
+def report(root: Path, labels: Path, split: dict, runs: Path | None, jobs: int = 1) -> dict:
     """accuracy, wrap and fixes of one split, and (from run_scripts.py's JSON) whether the
     edited scripts still run: the figures of issue 21 in one command."""
     result = {
-        "accuracy": accuracy(root, labels),
-        "wrap": wrap(root, labels, split["wrap"]),
-        "fixes": fixes(root, labels, split["fixes"]),
+        "accuracy": accuracy(root, labels, jobs),
+        "wrap": wrap(root, labels, split["wrap"], jobs),
+        "fixes": fixes(root, labels, split["fixes"], jobs),
     }
     if runs and runs.is_file():
         result["runs"] = json.loads(runs.read_text(encoding="utf-8"))
@@ -985,7 +1072,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--root", type=Path, help="fetched corpus (default: the split's)")
     parser.add_argument("--labels", type=Path, help="labels TSV (default: the split's)")
     parser.add_argument("--json", type=Path, help="write the full results here")
-    parser.add_argument("-j", "--jobs", type=int, default=2, help="processes (lint, parsing)")
+    parser.add_argument(
+        "-j",
+        "--jobs",
+        type=int,
+        default=2,
+        help="processes (lint, parsing); accuracy, wrap, fixes: scripts at once",
+    )
     parser.add_argument(
         "--repo", action="append", help="robustness/speed: only these repos (owner/name, torch)"
     )
@@ -1005,15 +1098,15 @@ def main(argv: list[str] | None = None) -> int:
             print_robustness,
         )
     elif args.command == "accuracy":
-        result, show = accuracy(root, labels), print_accuracy
+        result, show = accuracy(root, labels, args.jobs), print_accuracy
     elif args.command == "speed":
         result, show = speed(root, args.jobs, repo_names(args.repo)), print_speed
     elif args.command == "wrap":
-        result, show = wrap(root, labels, split["wrap"]), print_wrap
+        result, show = wrap(root, labels, split["wrap"], args.jobs), print_wrap
     elif args.command == "fixes":
-        result, show = fixes(root, labels, split["fixes"]), print_fixes
+        result, show = fixes(root, labels, split["fixes"], args.jobs), print_fixes
     else:
-        result, show = report(root, labels, split, args.runs), print_report
+        result, show = report(root, labels, split, args.runs, args.jobs), print_report
     result["split"] = args.split
     result["machine"] = machine()
     if args.json:

@@ -11,11 +11,15 @@ without inductor's C++ build; AUTOOPT_RUN_COMPILE_BACKEND=inductor for the real 
 `torchvision` (synthetic datasets, transforms, small models) and `gym` (CartPole) packages
 replace the real ones. What a script needs beyond that is in its runs.json entry: command-line
 arguments, `replace` (exact text substitutions made in the script, or in another file of its
-repository, before any variant is made, e.g. a hard-coded "cuda:0"), `files` (tiny data files written into the copy). CUDA is hidden
+repository, before any variant is made, e.g. a hard-coded "cuda:0"), `files` (tiny data files written into the copy), `cuda_as_cpu` (`.cuda()` leaves tensors and
+modules on the CPU, for a script that calls it unconditionally). CUDA is hidden
 (CUDA_VISIBLE_DEVICES=""), one thread per run.
 
     python benchmarks/run_scripts.py --json out/runs.json            # every script, 4 variants
     python benchmarks/run_scripts.py --split test --only makemore    # one script
+
+Runs go two at a time by default (-j; the variants of one script side by side, test scripts
+first), each process on one thread: on the shared 2-core machine more would only queue.
 
 A variant `pass`es when it reaches the step count (or ends with exit code 0); it `breaks` when the
 original passes and the variant fails (a `timeout` is listed apart: tracing a model for
@@ -25,6 +29,8 @@ torch.compile on a loaded CPU can take minutes). Progress goes to stderr, the ta
 from __future__ import annotations
 
 import argparse
+import contextlib
+import hashlib
 import json
 import os
 import shutil
@@ -120,6 +126,7 @@ def execute(entry: dict, script: Path, steps: int, timeout: int) -> dict:
         "MKL_NUM_THREADS": "1",
         "MPLBACKEND": "Agg",
         "WANDB_MODE": "disabled",
+        "AUTOOPT_RUN_CUDA_AS_CPU": "1" if entry.get("cuda_as_cpu") else "0",
     }
     start = time.perf_counter()
     try:
@@ -151,26 +158,20 @@ def execute(entry: dict, script: Path, steps: int, timeout: int) -> dict:
     return {"status": status, "error": error, "rc": proc.returncode, "seconds": seconds}
 
 
-def run_entry(entry: dict, variants: list[str], steps: int, timeout: int) -> dict:
-    root = ROOTS[entry["split"]]
+def prepare_variant(entry: dict, variant: str, tmp: Path) -> dict:
+    """Copy the entry's repository into TMP and make VARIANT there (nothing run yet)."""
+    script, target = prepare(entry, ROOTS[entry["split"]], tmp)
+    made = make_variant(target, variant)
+    text = target.read_text(encoding="utf-8")
+    return {"script": script, "made": made, "digest": hashlib.sha256(text.encode()).hexdigest()}
+
+
+def judge(entry: dict, outcomes: dict[str, dict], variants: list[str]) -> dict:
+    """One entry's result: each variant's outcome, and whether it breaks what the original ran."""
     edits = entry.get("edit", entry["script"])
-    result: dict = {
-        "name": entry["name"],
-        "split": entry["split"],
-        "script": f"{entry['repo']}/{edits}",
-    }
-    for variant in variants:
-        with tempfile.TemporaryDirectory(prefix="autoopt-run-") as tmp:
-            script, target = prepare(entry, root, Path(tmp))
-            made = make_variant(target, variant)
-            if variant != "original" and not made["changed"]:
-                outcome = {"status": "unchanged", "error": ""}
-            else:
-                outcome = execute(entry, script, steps, entry.get("timeout", timeout))
-            result[variant] = outcome | made
-        log(
-            f"[run] {entry['name']} {variant}: {result[variant]['status']} {result[variant].get('error', '')}"
-        )
+    result: dict = {"name": entry["name"], "split": entry["split"]}
+    result["script"] = f"{entry['repo']}/{edits}"
+    result |= {v: outcomes[v] for v in variants}
     original = result.get("original", {}).get("status")
     for variant in variants:
         if variant == "original":
@@ -179,6 +180,53 @@ def run_entry(entry: dict, variants: list[str], steps: int, timeout: int) -> dic
         # a timeout is reported, not counted: compiling on a loaded CPU can outlast any limit
         result[variant]["breaks"] = original in ("pass", "finished") and status == "fail"
     return result
+
+
+def run_all(entries: list[dict], variants: list[str], steps: int, timeout: int, jobs: int, done):
+    """Every (entry, variant) run, JOBS at a time: the variants of one script run side by side,
+    not one after another. All variants are made first (the rewrites are cheap); a variant whose
+    edited file is byte-identical to an earlier variant of the same script is not run again
+    (its outcome is that one's, with `same_as`): what runs is exactly what would have run.
+    DONE(result) is called for each entry as soon as all its variants are in."""
+    with contextlib.ExitStack() as stack, ThreadPoolExecutor(max_workers=jobs) as pool:
+
+        def made(entry: dict, variant: str) -> dict:
+            tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="autoopt-run-")))
+            return prepare_variant(entry, variant, tmp)
+
+        prepared = {(e["name"], v): pool.submit(made, e, v) for e in entries for v in variants}
+
+        def execute_variant(entry: dict, variant: str) -> dict:
+            ready = prepared[(entry["name"], variant)].result()
+            outcome = dict(ready["made"])
+            if variant != "original" and not ready["made"]["changed"]:
+                return outcome | {"status": "unchanged", "error": ""}
+            for earlier in variants[: variants.index(variant)]:
+                other = prepared[(entry["name"], earlier)].result()
+                if other["digest"] == ready["digest"] and (
+                    earlier == "original" or other["made"]["changed"]
+                ):
+                    return outcome | {"same_as": earlier}  # filled in from EARLIER below
+            t = entry.get("timeout", timeout)
+            return outcome | execute(entry, ready["script"], steps, t)
+
+        runs = {
+            (e["name"], v): pool.submit(execute_variant, e, v) for e in entries for v in variants
+        }
+        for entry in entries:
+            outcomes: dict[str, dict] = {}
+            for variant in variants:
+                outcome = runs[(entry["name"], variant)].result()
+                if "same_as" in outcome:
+                    same = outcomes[outcome["same_as"]]
+                    outcome |= {
+                        k: same[k] for k in ("status", "error", "rc", "seconds") if k in same
+                    }
+                outcomes[variant] = outcome
+                log(
+                    f"[run] {entry['name']} {variant}: {outcome['status']} {outcome.get('error', '')}"
+                )
+            done(judge(entry, outcomes, variants))
 
 
 def print_table(results: list[dict], variants: list[str]) -> None:
@@ -212,7 +260,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=3, help="optimizer steps per run")
     parser.add_argument("--timeout", type=int, default=300, help="seconds per run")
     parser.add_argument("--json", type=Path, help="write the full results here")
-    parser.add_argument("-j", "--jobs", type=int, default=1, help="scripts run at once")
+    parser.add_argument(
+        "-j", "--jobs", type=int, default=2, help="runs at once (variants of one script too)"
+    )
     args = parser.parse_args(argv)
     variants = args.variants.split(",")
     entries = [
@@ -233,11 +283,16 @@ def main(argv: list[str] | None = None) -> int:
             }
             args.json.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
 
-    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        futures = [pool.submit(run_entry, e, variants, args.steps, args.timeout) for e in entries]
-        for future in futures:
-            results.append(future.result())
-            save()
+    def done(result: dict) -> None:
+        results.append(result)
+        save()
+
+    started = time.perf_counter()
+    run_all(entries, variants, args.steps, args.timeout, args.jobs, done)
+    log(
+        f"[run] {len(entries)} scripts, {len(variants)} variants, jobs {args.jobs}: "
+        f"{time.perf_counter() - started:.0f} s"
+    )
     print_table(results, variants)
     return 0
 

@@ -12,6 +12,9 @@ wrapped script can each be executed in seconds.
   AUTOOPT_RUN_COMPILE_BACKEND=inductor for the real thing.
 - DataLoader workers are capped at AUTOOPT_RUN_MAX_WORKERS (2).
 - `torch.utils.tensorboard` gets a no-op SummaryWriter when the tensorboard package is absent.
+- With AUTOOPT_RUN_CUDA_AS_CPU=1 (a runs.json entry's `cuda_as_cpu`), `Tensor.cuda()` and
+  `Module.cuda()` leave the object on the CPU (arguments such as `non_blocking` are accepted and
+  ignored): a script that calls `.cuda()` unconditionally runs as written, fixes included.
 - The fake `torchvision` and `gym` packages beside this file stand in for datasets, transforms,
   models and environments (synthetic data, no download).
 """
@@ -50,6 +53,11 @@ if os.environ.get("AUTOOPT_RUN_SHIM") == "1":
         return _loader_init(self, *args, **kwargs)
 
     torch.utils.data.DataLoader.__init__ = _loader_init_capped
+
+    if os.environ.get("AUTOOPT_RUN_CUDA_AS_CPU") == "1":
+        # CUDA is hidden in these runs; the script's own .cuda() calls stay where they are
+        torch.Tensor.cuda = lambda self, *args, **kwargs: self
+        torch.nn.Module.cuda = lambda self, *args, **kwargs: self
 
     _backend = os.environ.get("AUTOOPT_RUN_COMPILE_BACKEND", "aot_eager")
     _compile = torch.compile

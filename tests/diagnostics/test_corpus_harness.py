@@ -4,6 +4,7 @@ steps. These check that each judgement can say "broken"."""
 
 from __future__ import annotations
 
+import json
 import textwrap
 from pathlib import Path
 
@@ -71,3 +72,90 @@ def test_run_shim_ends_a_script_after_n_optimizer_steps(tmp_path: Path) -> None:
     outcome = run_scripts.execute({"script": "broken.py"}, broken, steps=2, timeout=120)
     assert outcome["status"] == "fail"
     assert "NameError" in outcome["error"]
+
+
+def test_run_all_runs_a_variant_identical_to_an_earlier_one_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Two rewrites that make the same file: the second takes the first's outcome, not a run.
+    (tmp_path / "owner+repo").mkdir()
+    (tmp_path / "owner+repo" / "train.py").write_text("print('train')\n")
+    monkeypatch.setattr(run_scripts, "ROOTS", {"test": tmp_path})
+    edits = {"original": "", "a": "# edit\n", "b": "# edit\n", "c": "# other\n"}
+
+    def make_variant(script: Path, variant: str) -> dict:
+        script.write_text(script.read_text() + edits[variant])
+        return {"changed": bool(edits[variant])}
+
+    ran: list[str] = []
+
+    def execute(entry: dict, script: Path, steps: int, timeout: int) -> dict:
+        ran.append(script.read_text())
+        return {"status": "fail" if "other" in script.read_text() else "pass", "error": ""}
+
+    monkeypatch.setattr(run_scripts, "make_variant", make_variant)
+    monkeypatch.setattr(run_scripts, "execute", execute)
+    entry = {"name": "x", "split": "test", "repo": "owner/repo", "script": "train.py"}
+    results: list[dict] = []
+    run_scripts.run_all([entry], list(edits), steps=1, timeout=1, jobs=2, done=results.append)
+    assert sorted(ran) == sorted(["print('train')\n" + e for e in ("", "# edit\n", "# other\n")])
+    (result,) = results
+    assert result["b"]["same_as"] == "a" and result["b"]["status"] == "pass"
+    assert result["c"]["breaks"] and not result["b"]["breaks"]
+
+
+def test_rewrite_once_starts_each_rewrite_from_the_original(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # fixes reuses one scratch copy for the safe and the unsafe rewrite: each must see the
+    # original, not the previous rewrite's output.
+    file = tmp_path / "train.py"
+    file.write_text("x = 1\n")
+
+    def fake_rewrite(*args: str, cwd: Path | None = None):
+        path = Path(args[-1])
+        path.write_text(path.read_text() + f"# {' '.join(args[1:-1])}\n")
+        return None
+
+    monkeypatch.setattr(corpus_eval, "autoopt", fake_rewrite)
+    safe, _ = corpus_eval.rewrite_once(file, "x = 1\n")
+    unsafe, _ = corpus_eval.rewrite_once(file, "x = 1\n", "--unsafe-fixes")
+    assert safe == "x = 1\n# \n"
+    assert unsafe == "x = 1\n# --unsafe-fixes\n"
+
+
+@pytest.mark.slow  # two subprocesses that import torch
+def test_cuda_as_cpu_runs_a_script_that_calls_cuda_unconditionally(tmp_path: Path) -> None:
+    script = tmp_path / "train.py"
+    moved = SCRIPT.replace("opt = torch", "model.cuda()\nopt = torch")
+    script.write_text(
+        moved.replace("torch.randn(4, 2)", "torch.randn(4, 2).cuda(non_blocking=True)")
+    )
+    entry = {"script": "train.py", "cuda_as_cpu": True}
+    assert run_scripts.execute(entry, script, steps=2, timeout=120)["status"] == "pass"
+    # without it the same script fails where CUDA is hidden: the option is what makes it run
+    outcome = run_scripts.execute({"script": "train.py"}, script, steps=2, timeout=120)
+    assert outcome["status"] == "fail", outcome
+
+
+@pytest.mark.slow  # one autoopt subprocess
+def test_autoopt_in_process_answers_as_the_subprocess_does(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT)
+    args = ("lint", "--output-format", "json", "--no-cache", "--exit-zero", "-j", "1", str(script))
+    here, there = corpus_eval.autoopt_here(args), corpus_eval.autoopt(*args)
+    assert json.loads(here.stdout) == json.loads(there.stdout) != []
+    assert here.returncode == there.returncode
+
+    # a crash inside autoopt reads as the subprocess's would: a traceback and a failing code
+    import autoopt.cli.lint
+
+    def crash(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(autoopt.cli.lint, "run_lint", crash)
+    crashed = corpus_eval.autoopt_here(args)
+    assert corpus_eval.has_traceback(crashed.stderr) and "boom" in crashed.stderr
+    assert crashed.returncode != 0
