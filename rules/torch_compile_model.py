@@ -8,7 +8,7 @@ import libcst as cst
 
 from autoopt.lint.calls import arg
 from autoopt.lint.edits import statement_line
-from autoopt.lint.fixes.preconditions import double_backward
+from autoopt.lint.fixes.preconditions import double_backward, trains_twice
 from autoopt.lint.handled import (
     LIBRARY_TRAINER_MARKERS,
     is_hogwild,
@@ -70,6 +70,9 @@ class TorchCompileModel(Rule):
     where `nn.Module.compile` does not exist, the rule reports without a fix, and so it does in
     a script that differentiates through a gradient (`torch.autograd.grad(create_graph=True)`,
     a WGAN-GP gradient penalty): torch.compile's aot_autograd does not support double backward.
+    The model the double backward runs through is not reported at all (compile cannot train
+    it), nor is any model when the penalty's module cannot be traced (its outputs are handed
+    in by the caller); the other models (a GAN's generator) are reported without a fix.
     """
 
     code = "AO301"
@@ -160,9 +163,7 @@ class TorchCompileModel(Rule):
                 (w * x).sum().backward()
             """
         ),
-    ]
-    INVALID = [
-        Invalid(  # WGAN-GP: a gradient penalty differentiates through the critic (no fix)
+        Valid(  # a gradient penalty differentiates the critic twice: compile cannot train it
             """
             import torch
             D = Discriminator().cuda()
@@ -174,9 +175,49 @@ class TorchCompileModel(Rule):
                 loss = -score.mean() + ((grad.norm(2, dim=1) - 1) ** 2).mean()
                 loss.backward()
                 opt_d.step()
+            """
+        ),
+        Valid(  # R1 on predictions handed in by the caller: any model may be the one, silent
+            """
+            import torch
+            from torch.autograd import grad
+            G, D = Generator(), Discriminator()
+            opt_g = torch.optim.Adam(G.parameters())
+            opt_d = torch.optim.Adam(D.parameters())
+            def r1(pred, real):
+                g, = grad(outputs=pred.sum(), inputs=real, create_graph=True)
+                return g.pow(2).sum()
+            for real in loader:
+                pred = D(real)
+                (pred.mean() + r1(pred, real)).backward()
+                opt_d.step()
+                D(G(z)).mean().backward()
+                opt_g.step()
+            """
+        ),
+    ]
+    INVALID = [
+        Invalid(  # WGAN-GP: the penalty differentiates D twice, G once: G only (no fix)
+            """
+            import torch
+            from torch import autograd
+            G, D = Generator(), Discriminator()
+            opt_g = torch.optim.Adam(G.parameters(), lr=1e-4)
+            opt_d = torch.optim.Adam(D.parameters(), lr=1e-4)
+            def penalty(critic, x_hat):
+                score = critic(x_hat)
+                grad, = autograd.grad(outputs=score, inputs=x_hat, create_graph=True)
+                return ((grad.norm(2, dim=1) - 1) ** 2).mean()
+            for real in loader:
+                fake = G(noise())
+                loss = -D(real).mean() + D(fake.detach()).mean() + penalty(D, real)
+                loss.backward()
+                opt_d.step()
+                (-D(fake).mean()).backward()
+                opt_g.step()
             """,
-            line=2,
-            message_contains="double backward",
+            line=3,
+            message_contains="`G` is trained without torch.compile (not fixed: the script runs a",
         ),
         Invalid(  # the loop is ignite's: create_supervised_trainer (ignite's mnist example)
             """
@@ -435,6 +476,8 @@ class TorchCompileModel(Rule):
             )
             return
         twice = double_backward(self)
+        if twice is not None and trains_twice(self, model):
+            return  # compile cannot train it (nor, when untraceable, any model of the file)
         if twice is not None:
             self.report(
                 anchor,
