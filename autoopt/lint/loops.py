@@ -7,6 +7,7 @@ import libcst as cst
 
 from autoopt.lint.calls import arg
 from autoopt.lint.device import is_cuda_tensor_type
+from autoopt.lint.facts import local_callee, named_like_evaluation
 from autoopt.lint.nodes import (
     calls_in,
     code_of,
@@ -224,3 +225,67 @@ def accumulation_gate(stmt: cst.BaseStatement) -> cst.BinaryOperation | None:
         for n in calls_in(stmt.body)
     )
     return modulo if steps else None
+
+
+_READS_SIZE = frozenset({"len", "print", "str", "repr"})  # uses of a loader that read no batch
+
+
+def evaluation_only_loader(rule: Rule, call: cst.Call) -> bool:
+    """The `DataLoader(...)` `call` feeds evaluation only (its loops are evaluation loops or run
+    under no_grad; or it is handed to an `evaluate(...)`-like function; or, used nowhere in
+    sight, it is named so: `val_loader`) while another loader of the file feeds the training
+    loop. Its settings are then the author's choice for evaluation (a small held-out set read
+    in the main process): the training loader is where the loading tricks matter."""
+    name = _bound_leaf(rule, call)
+    if name is None or _loader_use(rule, name) != "eval":
+        return False
+    return any(_loader_use(rule, other) == "train" for other in _loader_leaves(rule) - {name})
+
+
+def _bound_leaf(rule: Rule, call: cst.Call) -> str | None:
+    """`val_loader` for `val_loader = DataLoader(...)` and `self.val_loader = DataLoader(...)`."""
+    parent = rule.parent(call)
+    if isinstance(parent, cst.Assign) and len(parent.targets) == 1:
+        target = parent.targets[0].target
+        if isinstance(target, cst.Name):
+            return target.value
+        if isinstance(target, cst.Attribute):
+            return target.attr.value
+    return None
+
+
+def _loader_leaves(rule: Rule) -> set[str]:
+    found = set()
+    for node in nodes_of_type(rule.context.module, cst.Call):
+        if rule.is_call_to(node, *DATALOADER):
+            leaf = _bound_leaf(rule, node)
+            if leaf is not None:
+                found.add(leaf)
+    return found
+
+
+def _loader_use(rule: Rule, name: str) -> str | None:
+    """ "train" when a training loop iterates loader `name` or it is handed to a function of the
+    file that trains; "eval" when only evaluation reads it; None when unknown."""
+    facts = rule.facts
+    loops = loops_over(rule, name)
+    if any(facts.is_training_loop(loop) for loop in loops):
+        return "train"
+    if loops:
+        evaluation = all(facts.is_eval_loop(loop) or facts.in_no_grad(loop) for loop in loops)
+        return "eval" if evaluation else None
+    uses = [
+        c
+        for c in nodes_of_type(rule.context.module, cst.Call)
+        if any(name in names_in(a.value) for a in c.args)
+        and not rule.is_call_to(c, *DATALOADER)
+        and not (isinstance(c.func, cst.Name) and c.func.value in _READS_SIZE)
+    ]
+    callees = [local_callee(c) or (method_name(c) or "") for c in uses]
+    if any(callee in facts.backward_helpers for callee in callees):
+        return "train"
+    if callees and all(named_like_evaluation(callee) for callee in callees):
+        return "eval"
+    if not callees and named_like_evaluation(name):
+        return "eval"
+    return None
