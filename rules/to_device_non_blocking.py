@@ -12,6 +12,7 @@ from autoopt.lint.fixes.preconditions import batch_of_tensors
 from autoopt.lint.handled import is_hogwild, library_places_batches
 from autoopt.lint.loops import batch_transfers, data_loops
 from autoopt.lint.nodes import code_of, method_name, names_in, root_name, walk
+from autoopt.lint.project_facts import own_to_classes
 from autoopt.lint.rule import Fix, FixSafety, Invalid, Rule, Valid
 
 # Reading a tensor on the host: the copy has to be finished right there anyway.
@@ -39,6 +40,8 @@ class ToDeviceNonBlocking(Rule):
     that read it, so results are identical (as widely read PyTorch tutorials teach).
 
     ## When not to
+    - A batch not proven to be tensors in a project that defines its own `.to()` without
+      `non_blocking` (detr's `NestedTensor.to(device)`): the batch may be one (not reported).
     - Evaluation loops of a file whose training loop already passes `non_blocking`: the
       author chose where to overlap (not reported).
     - Only tensors that come from the loader's batch are flagged (the loop's targets and what is
@@ -488,6 +491,8 @@ class ToDeviceNonBlocking(Rule):
             # overlaps one copy) not at all this pass, so a rewrite never leaves the loop half
             # done, which the next pass would take for the author's choice.
             proven = batch_of_tensors(self, loop)
+            if not proven and own_to_classes(self):
+                continue  # the batch may be the project's own class, whose .to() is not torch's
             fix = Fix(
                 replacements={c: with_keyword(c, "non_blocking", cst.Name("True")) for c in calls},
                 description="non_blocking=True",
