@@ -522,6 +522,14 @@ class _Planner:
                         "the optimizer exists: optimize() would not reach the model it calls",
                     )
             pair.device = self._device(home, pair.model, placed.anchor)
+            if pair.optimizer and not self._defined(home, pair.optimizer, placed.anchor):
+                # `if args.use_optimizer: optimizer = AdamW(...)`: passing it would raise a
+                # NameError on the other path. The model alone, in fp32 (fp16 loss scaling lives
+                # in the optimizer's step); the optimizer keeps the model's own parameters.
+                why = f"`{pair.optimizer}` exists only on some paths"
+                pair.optimizer = None
+                amp = placed.options.get("amp")
+                placed.options["amp"] = f"{amp}; {why}" if amp else why
         return placed
 
     def _intact(self, home: Func, plan: Plan) -> bool:
@@ -600,6 +608,10 @@ class _Planner:
         file = home.file
         found: list[str | None] = []
         guarded: list[str | None] = []  # `if args.gpu: model.cuda()`, as the script's choice
+        # Placements in branches of an if/else (`model = A(...).to(device)` / `B(...).to(device)`,
+        # word_language_model and yolov5 pick the architecture so): one device for all of them
+        # is the script's choice.
+        branches: list[str | None] = []
         placed = False
         for call in home.calls():
             func = call.func
@@ -622,11 +634,15 @@ class _Planner:
             elif any(b is common_block(file, [call]) for b in blocks_holding(file, anchor)):
                 found.append(device)
             else:
-                guarded.append(None)
+                branches.append(device)
         if found:
             device = found[-1]  # the last placement is where the model stays
+        elif guarded and branches:
+            device = None
         elif len(set(guarded)) == 1:
             device = guarded[0]
+        elif len(set(branches)) == 1:
+            device = branches[0]
         elif not placed and not any(
             device_facts(f.module, f.parent).gpu_path for f in self.code.files()
         ):
