@@ -50,6 +50,7 @@ from autoopt.lint.wrap_tree import (
     assign_targets,
     assignments_of,
     blocks_holding,
+    bound_kwarg,
     bound_name,
     bound_to,
     child_of,
@@ -424,8 +425,13 @@ class _Planner:
                     continue
                 sources = {bound_name(b, expr) for b in binds}
                 param = next(iter(sources)) if len(sources) == 1 else None
+                # `self.optimizer = kwargs["optimizer"]`: the callers' `optimizer=` keyword
+                keys = {bound_kwarg(b, expr, method.star_kwargs()) for b in binds}
+                key = next(iter(keys)) if len(keys) == 1 else None
                 if param in method.params():
                     found += self._through_callers(method, param, depth)  # type: ignore[arg-type]
+                elif key is not None:
+                    found += self._through_callers(method, key, depth)
                 else:
                     here = entry if method == func else None
                     found.append(_Origin(method, expr, binds, here))

@@ -5,6 +5,7 @@ machine; an optimizer created only under a flag raised NameError when the flag w
 from __future__ import annotations
 
 import textwrap
+from pathlib import Path
 
 from autoopt.lint.wrap import wrap_source
 
@@ -79,3 +80,50 @@ def test_optimizer_bound_only_under_a_flag_is_not_passed() -> None:
     assert len(calls) == 1
     assert calls[0].startswith("model = autoopt.optimize(model, device=device, amp=False)")
     assert "`optimizer` exists only on some paths" in calls[0]
+
+
+TRAINER_MODULE = """
+class Trainer:
+    def __init__(self, *args, **kwargs):
+        self.model = kwargs["model"]
+        self.optimizer = kwargs.get("optimizer")
+        self.device = kwargs["device"]
+
+    def train(self, train_loader):
+        for epoch in range(10):
+            for images, labels in train_loader:
+                loss = self.model(images.to(self.device)).sum()
+                self.optimizer.zero_grad()
+                loss.backward()
+                self.optimizer.step()
+"""
+
+ENTRY = """
+import torch
+from torch.utils.data import DataLoader
+from trainer import Trainer
+
+device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+model = ResNetSimCLR(base_model="resnet18").to(device)
+optimizer = torch.optim.Adam(model.parameters(), 3e-4)
+loader = DataLoader(ds, batch_size=256, shuffle=True, drop_last=True)
+simclr = Trainer(model=model, optimizer=optimizer, device=device)
+simclr.train(loader)
+"""
+
+
+def test_objects_handed_to_a_trainer_class_through_kwargs(tmp_path: Path) -> None:
+    """SimCLR-style: the entry file builds model, optimizer and loader and hands them to a
+    trainer class of another module as keyword arguments (`self.optimizer =
+    kwargs["optimizer"]`): the optimizer is created in the entry file, so it is wrapped there
+    (it was declined as "created in another module")."""
+    (tmp_path / "pyproject.toml").write_text("")
+    (tmp_path / "trainer.py").write_text(TRAINER_MODULE)
+    (tmp_path / "run.py").write_text(ENTRY)
+    result = wrap_source(ENTRY, path=tmp_path / "run.py")
+    assert not result.declined, result.message
+    assert (
+        "drop_last=True)\n"
+        "model, loader, optimizer = autoopt.optimize(model, loader, optimizer, device=device)\n"
+        "simclr = Trainer("
+    ) in result.source
