@@ -15,7 +15,7 @@ from autoopt.lint.handled import (
     library_trainer_calls,
     uses_accelerate,
 )
-from autoopt.lint.nodes import assignments, contains, is_name, method_name, names_in, walk
+from autoopt.lint.nodes import assignments, contains, dotted, is_name, method_name, names_in, walk
 from autoopt.lint.project_facts import local_definition
 from autoopt.lint.rule import Fix, FixSafety, Invalid, Rule, Valid
 
@@ -197,6 +197,34 @@ class TorchCompileModel(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # models held by a solver class, built in a method (stargan's Solver)
+            """
+            import torch
+            class Solver:
+                def build_model(self):
+                    self.G = Generator(64)
+                    self.g_optimizer = torch.optim.Adam(self.G.parameters(), 1e-4)
+                    self.G.to(self.device)
+                def train(self):
+                    for x in self.loader:
+                        self.G(x.to(self.device)).mean().backward()
+                        self.g_optimizer.step()
+            """,
+            line=6,
+            fixed="""
+            import torch
+            class Solver:
+                def build_model(self):
+                    self.G = Generator(64)
+                    self.g_optimizer = torch.optim.Adam(self.G.parameters(), 1e-4)
+                    self.G.to(self.device)
+                    self.G.compile()
+                def train(self):
+                    for x in self.loader:
+                        self.G(x.to(self.device)).mean().backward()
+                        self.g_optimizer.step()
+            """,
+        ),
         Invalid(  # WGAN-GP: the penalty differentiates D twice, G once: G only (no fix)
             """
             import torch
@@ -517,7 +545,7 @@ class TorchCompileModel(Rule):
                 isinstance(n, cst.Assign)
                 and isinstance(n.value, cst.Call)
                 and self.refers_to(n.value.func, "torch.compile")
-                and any(model in names_in(t.target) for t in n.targets)
+                and any(_mentions(t.target, model) for t in n.targets)
             ):
                 return True
             if not isinstance(n, cst.Call):
@@ -525,11 +553,11 @@ class TorchCompileModel(Rule):
             if (
                 method_name(n) == "compile"
                 and isinstance(n.func, cst.Attribute)
-                and is_name(n.func.value, model)
+                and dotted(n.func.value) == model
             ):
                 return True
             if self.refers_to(n.func, "torch.compile") and any(
-                model in names_in(a.value) for a in n.args
+                _mentions(a.value, model) for a in n.args
             ):
                 return True
         return False
@@ -601,15 +629,26 @@ def _is_optimizer(qualified: str) -> bool:
 
 
 def _parameters_of(expr: cst.BaseExpression) -> str | None:
-    """`model.parameters()` / `model.named_parameters()` -> "model" (a plain name only)."""
+    """`model.parameters()` / `model.named_parameters()` -> "model" (a plain name), and
+    `self.G.parameters()` -> "self.G" (a model held by a trainer/solver class)."""
     if (
         isinstance(expr, cst.Call)
         and isinstance(expr.func, cst.Attribute)
         and expr.func.attr.value in ("parameters", "named_parameters")
-        and isinstance(expr.func.value, cst.Name)
     ):
-        return expr.func.value.value
+        owner = expr.func.value
+        if isinstance(owner, cst.Name):
+            return owner.value
+        if isinstance(owner, cst.Attribute) and is_name(owner.value, "self"):
+            return f"self.{owner.attr.value}"
     return None
+
+
+def _mentions(node: cst.CSTNode, model: str) -> bool:
+    """`node` names `model`: a plain name anywhere in it, or the attribute `self.G` itself."""
+    if "." not in model:
+        return model in names_in(node)
+    return any(isinstance(n, cst.Attribute) and dotted(n) == model for n in walk(node))
 
 
 def _builds(stmt: cst.BaseStatement, model: str, rebinds: bool = False) -> bool:
@@ -617,18 +656,18 @@ def _builds(stmt: cst.BaseStatement, model: str, rebinds: bool = False) -> bool:
     `rebinds`, only a new binding counts."""
     for n in walk(stmt, into_scopes=False):
         if isinstance(n, cst.AssignTarget | cst.For | cst.AsName | cst.NamedExpr) and (
-            model in names_in(n.target if not isinstance(n, cst.AsName) else n.name)
+            _mentions(n.target if not isinstance(n, cst.AsName) else n.name, model)
         ):
             return True
-        if isinstance(n, cst.AnnAssign | cst.AugAssign) and model in names_in(n.target):
+        if isinstance(n, cst.AnnAssign | cst.AugAssign) and _mentions(n.target, model):
             return True
         if (
             not rebinds
             and isinstance(n, cst.Call)
             and method_name(n) in _PLACEMENT
             and isinstance(n.func, cst.Attribute)
-            and isinstance(n.func.value, cst.Name)
-            and n.func.value.value == model
+            and isinstance(n.func.value, cst.Name | cst.Attribute)
+            and dotted(n.func.value) == model
         ):
             return True
     return False
