@@ -40,8 +40,8 @@ class DataLoaderNumWorkers(Rule):
     count from the CPU count, and the rewrite writes the same rule as an expression.
 
     ## When not to
-    - An evaluation loader beside a training loader that the file trains from: its settings
-      are the author's choice for a held-out set (not reported).
+    - An evaluation loader beside a training loader that sets `num_workers`: leaving it out
+      of the evaluation loader is the author's choice for a held-out set (not reported).
     - The options come through `**kwargs` that the rule cannot read: the value may well be set
       there, so the rule stays quiet. A dict built in the same scope from literals is read,
       also when grown with `kw.update({...})` / `kw.update(other_literal_dict)` /
@@ -276,8 +276,8 @@ class DataLoaderNumWorkers(Rule):
         dataset = options.values.get("dataset") or _first_arg(node)
         if self._unsharded_iterable_dataset(dataset) or self._in_memory(dataset):
             return
-        if evaluation_only_loader(self, node):
-            return  # an evaluation loader beside the training one: the author's choice
+        if evaluation_only_loader(self, node, "num_workers"):
+            return  # the training loader sets it, this evaluation one does not: a choice
         message = self.message
         if self._unguarded_module_level(node):
             message += (

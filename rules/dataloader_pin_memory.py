@@ -31,8 +31,8 @@ class DataLoaderPinMemory(Rule):
     with the kernels already queued (as a widely read PyTorch tutorial teaches).
 
     ## When not to
-    - An evaluation loader beside a training loader that the file trains from: its settings
-      are the author's choice for a held-out set (not reported).
+    - An evaluation loader beside a training loader that sets `pin_memory`: leaving it out
+      of the evaluation loader is the author's choice for a held-out set (not reported).
     - Scripts with no GPU path (a CPU-only tutorial): pinning costs host memory and a thread for
       nothing. The rule only speaks when the file can run on a GPU and moves batches to a
       device.
@@ -350,8 +350,8 @@ class DataLoaderPinMemory(Rule):
             return  # pin_memory + persistent_workers crashed before torch 1.8
         if not self._moves_batches_to_device(node):
             return
-        if evaluation_only_loader(self, node):
-            return  # an evaluation loader beside the training one: the author's choice
+        if evaluation_only_loader(self, node, "pin_memory"):
+            return  # the training loader sets it, this evaluation one does not: a choice
         # Pin only on runs that use CUDA, decided as the script decides its device: torch warns
         # on every CPU run of a loader that pins without an accelerator.
         cuda = device_is_cuda(self, node)

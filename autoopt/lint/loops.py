@@ -230,16 +230,29 @@ def accumulation_gate(stmt: cst.BaseStatement) -> cst.BinaryOperation | None:
 _READS_SIZE = frozenset({"len", "print", "str", "repr"})  # uses of a loader that read no batch
 
 
-def evaluation_only_loader(rule: Rule, call: cst.Call) -> bool:
+def evaluation_only_loader(rule: Rule, call: cst.Call, option: str) -> bool:
     """The `DataLoader(...)` `call` feeds evaluation only (its loops are evaluation loops or run
     under no_grad; or it is handed to an `evaluate(...)`-like function; or, used nowhere in
-    sight, it is named so: `val_loader`) while another loader of the file feeds the training
-    loop. Its settings are then the author's choice for evaluation (a small held-out set read
-    in the main process): the training loader is where the loading tricks matter."""
+    sight, it is named so: `val_loader`) while a loader of the file that feeds the training
+    loop sets `option` (`num_workers=4`, `pin_memory=True`). The evaluation loader's setting is
+    then the author's choice for a held-out set, not an oversight."""
     name = _bound_leaf(rule, call)
     if name is None or _loader_use(rule, name) != "eval":
         return False
-    return any(_loader_use(rule, other) == "train" for other in _loader_leaves(rule) - {name})
+    return any(
+        _sets(other, option) and _loader_use(rule, leaf) == "train"
+        for leaf, other in _loaders(rule)
+        if leaf != name
+    )
+
+
+def _sets(call: cst.Call, option: str) -> bool:
+    """`call` passes `option` by keyword with a value that is not 0/False/None."""
+    given = arg(call, option)
+    return given is not None and not (
+        int_literal(given.value) == 0
+        or (isinstance(given.value, cst.Name) and given.value.value in ("False", "None"))
+    )
 
 
 def _bound_leaf(rule: Rule, call: cst.Call) -> str | None:
@@ -254,13 +267,14 @@ def _bound_leaf(rule: Rule, call: cst.Call) -> str | None:
     return None
 
 
-def _loader_leaves(rule: Rule) -> set[str]:
-    found = set()
+def _loaders(rule: Rule) -> list[tuple[str, cst.Call]]:
+    """(bound name, call) of every `DataLoader(...)` bound to a name or `self.<name>`."""
+    found = []
     for node in nodes_of_type(rule.context.module, cst.Call):
         if rule.is_call_to(node, *DATALOADER):
             leaf = _bound_leaf(rule, node)
             if leaf is not None:
-                found.add(leaf)
+                found.append((leaf, node))
     return found
 
 
