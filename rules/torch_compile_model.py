@@ -49,6 +49,8 @@ class TorchCompileModel(Rule):
     compilation time — measure with `autoopt bench`.
 
     ## When not to
+    - The model compiled under another name it is an alias of (`raw_model = model.module if
+      ddp else model`), also behind a switch the author turned off on purpose.
     - A function or method named `compile` in the file (a Keras-style `model.compile(...)`
       method on the user's class, or a helper that shadows the name): not flagged.
     - A model re-assigned while training (e.g. a best-checkpoint swap inside the epoch loop),
@@ -193,6 +195,22 @@ class TorchCompileModel(Rule):
                 opt_d.step()
                 D(G(z)).mean().backward()
                 opt_g.step()
+            """
+        ),
+        Valid(  # compiled behind a switch; the optimizer is built on an alias of the model
+            """
+            import torch
+            model = GPT(config).to(device)
+            use_compile = False  # interferes with the eval: off on purpose
+            if use_compile:
+                model = torch.compile(model)
+            if ddp:
+                model = DDP(model, device_ids=[local_rank])
+            raw_model = model.module if ddp else model
+            optimizer = raw_model.configure_optimizers(weight_decay=0.1)
+            for x, y in batches():
+                model(x, y)[1].backward()
+                optimizer.step()
             """
         ),
     ]
@@ -467,7 +485,7 @@ class TorchCompileModel(Rule):
             return  # Accelerate compiles (`dynamo_backend`); Hogwild shares one eager model
         done: set[str] = set()
         for opt_call, model in self._trained_models(node):
-            if model in done or self._compiled(node, model):
+            if model in done or any(self._compiled(node, m) for m in _aliases(node, model)):
                 continue
             done.add(model)
             self._offer(opt_call, model)  # each trained model (GANs have two)
@@ -642,6 +660,41 @@ def _parameters_of(expr: cst.BaseExpression) -> str | None:
         if isinstance(owner, cst.Attribute) and is_name(owner.value, "self"):
             return f"self.{owner.attr.value}"
     return None
+
+
+def _aliases(module: cst.Module, model: str) -> set[str]:
+    """`model` and the names it is an alias of: `raw_model = model.module if ddp else model`
+    makes `model` (compiled behind a switch, or not) the module `raw_model` trains."""
+    found = {model}
+    pending = [model]
+    while pending:
+        name = pending.pop()
+        for target, value, _ in _assignments_everywhere(module):
+            if target != name:
+                continue
+            for source in _alias_sources(value):
+                if source not in found:
+                    found.add(source)
+                    pending.append(source)
+    return found
+
+
+def _alias_sources(value: cst.BaseExpression) -> list[str]:
+    """`model`, `model.module`, `model._orig_mod` -> "model"; both sides of an `x if c else y`."""
+    if isinstance(value, cst.IfExp):
+        return _alias_sources(value.body) + _alias_sources(value.orelse)
+    if isinstance(value, cst.Attribute) and value.attr.value in ("module", "_orig_mod"):
+        value = value.value
+    return [value.value] if isinstance(value, cst.Name) else []
+
+
+def _assignments_everywhere(module: cst.Module) -> list[tuple[str, cst.BaseExpression, cst.Assign]]:
+    """`assignments` of the module and of every function in it."""
+    scopes: list[cst.CSTNode] = [
+        module,
+        *(n for n in walk(module) if isinstance(n, cst.FunctionDef)),
+    ]
+    return [a for scope in scopes for a in assignments(scope)]
 
 
 def _mentions(node: cst.CSTNode, model: str) -> bool:
