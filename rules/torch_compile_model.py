@@ -6,7 +6,6 @@ from collections.abc import Sequence
 
 import libcst as cst
 
-from autoopt.lint.calls import arg
 from autoopt.lint.edits import statement_line
 from autoopt.lint.fixes.preconditions import double_backward, trains_twice
 from autoopt.lint.handled import (
@@ -15,9 +14,9 @@ from autoopt.lint.handled import (
     library_trainer_calls,
     uses_accelerate,
 )
-from autoopt.lint.nodes import assignments, contains, dotted, is_name, method_name, names_in, walk
-from autoopt.lint.project_facts import local_definition
+from autoopt.lint.nodes import contains, dotted, method_name, names_in, walk
 from autoopt.lint.rule import Fix, FixSafety, Invalid, Rule, Valid
+from autoopt.lint.trained_models import aliases, mentions, trained_models
 
 _SCRIPTED = (
     "torch.jit.script",
@@ -484,8 +483,8 @@ class TorchCompileModel(Rule):
         if uses_accelerate(self) or is_hogwild(self):
             return  # Accelerate compiles (`dynamo_backend`); Hogwild shares one eager model
         done: set[str] = set()
-        for opt_call, model in self._trained_models(node):
-            if model in done or any(self._compiled(node, m) for m in _aliases(node, model)):
+        for opt_call, model in trained_models(self):
+            if model in done or any(self._compiled(node, m) for m in aliases(node, model)):
                 continue
             done.add(model)
             self._offer(opt_call, model)  # each trained model (GANs have two)
@@ -563,7 +562,7 @@ class TorchCompileModel(Rule):
                 isinstance(n, cst.Assign)
                 and isinstance(n.value, cst.Call)
                 and self.refers_to(n.value.func, "torch.compile")
-                and any(_mentions(t.target, model) for t in n.targets)
+                and any(mentions(t.target, model) for t in n.targets)
             ):
                 return True
             if not isinstance(n, cst.Call):
@@ -575,133 +574,10 @@ class TorchCompileModel(Rule):
             ):
                 return True
             if self.refers_to(n.func, "torch.compile") and any(
-                _mentions(a.value, model) for a in n.args
+                mentions(a.value, model) for a in n.args
             ):
                 return True
         return False
-
-    def _trained_models(self, module: cst.Module) -> list[tuple[cst.Call, str]]:
-        """(call that builds the optimizer, model) for every optimizer over a model's
-        parameters: `torch.optim.X(model.parameters())`, `torch.optim.X(groups)` with
-        `groups = param_groups(model, ...)` in the same function, or the model's own
-        `model.configure_optimizers(...)` (the nanoGPT/minGPT/Lightning idiom)."""
-        found = []
-        for n in walk(module):
-            if not isinstance(n, cst.Call):
-                continue
-            if method_name(n) == "configure_optimizers" and isinstance(n.func, cst.Attribute):
-                if isinstance(n.func.value, cst.Name):
-                    found.append((n, n.func.value.value))
-                continue
-            if not any(_is_optimizer(q) for q in self.qualified_names(n.func)):
-                model = self._handed_to_optimizer_builder(n)
-                if model is not None:
-                    found.append((n, model))
-                continue
-            params = arg(n, "params", 0)
-            model = self._parameters_owner(n, params.value) if params is not None else None
-            if model is not None:
-                found.append((n, model))
-        return found
-
-    def _handed_to_optimizer_builder(self, call: cst.Call) -> str | None:
-        """`smart_optimizer(model, ...)`: the model handed first to a function of the project
-        that builds a torch.optim optimizer (read without importing it)."""
-        first = call.args[0] if call.args else None
-        if (
-            not isinstance(call.func, cst.Name)
-            or first is None
-            or first.keyword is not None
-            or not isinstance(first.value, cst.Name)
-            or not isinstance(self.parent(call), cst.Assign)
-        ):
-            return None
-        found = local_definition(self, call.func.value)
-        return first.value.value if found is not None and found.optimizer else None
-
-    def _parameters_owner(self, opt_call: cst.Call, expr: cst.BaseExpression) -> str | None:
-        """`model.parameters()` -> "model" (a plain name only); a name bound in the optimizer's
-        function to a helper over the model (`groups = get_params_groups(model)`) -> "model"."""
-        owner = _parameters_of(expr)
-        if owner is not None or not isinstance(expr, cst.Name):
-            return owner
-        scope = self.facts.enclosing_scope(opt_call)
-        values = [
-            value
-            for target, value, _ in assignments(scope)
-            if target == expr.value and self.facts.before(value, opt_call)
-        ]
-        last = values[-1] if values else None
-        if isinstance(last, cst.Call) and last.args and not last.args[0].keyword:
-            first = last.args[0].value
-            return first.value if isinstance(first, cst.Name) else _parameters_of(first)
-        return None
-
-
-def _is_optimizer(qualified: str) -> bool:
-    """`torch.optim.AdamW` and the like; not an LR scheduler or SWA helper (they take the
-    optimizer, not parameters)."""
-    return qualified.startswith("torch.optim.") and not qualified.startswith(
-        ("torch.optim.lr_scheduler.", "torch.optim.swa_utils.")
-    )
-
-
-def _parameters_of(expr: cst.BaseExpression) -> str | None:
-    """`model.parameters()` / `model.named_parameters()` -> "model" (a plain name), and
-    `self.G.parameters()` -> "self.G" (a model held by a trainer/solver class)."""
-    if (
-        isinstance(expr, cst.Call)
-        and isinstance(expr.func, cst.Attribute)
-        and expr.func.attr.value in ("parameters", "named_parameters")
-    ):
-        owner = expr.func.value
-        if isinstance(owner, cst.Name):
-            return owner.value
-        if isinstance(owner, cst.Attribute) and is_name(owner.value, "self"):
-            return f"self.{owner.attr.value}"
-    return None
-
-
-def _aliases(module: cst.Module, model: str) -> set[str]:
-    """`model` and the names it is an alias of: `raw_model = model.module if ddp else model`
-    makes `model` (compiled behind a switch, or not) the module `raw_model` trains."""
-    found = {model}
-    pending = [model]
-    while pending:
-        name = pending.pop()
-        for target, value, _ in _assignments_everywhere(module):
-            if target != name:
-                continue
-            for source in _alias_sources(value):
-                if source not in found:
-                    found.add(source)
-                    pending.append(source)
-    return found
-
-
-def _alias_sources(value: cst.BaseExpression) -> list[str]:
-    """`model`, `model.module`, `model._orig_mod` -> "model"; both sides of an `x if c else y`."""
-    if isinstance(value, cst.IfExp):
-        return _alias_sources(value.body) + _alias_sources(value.orelse)
-    if isinstance(value, cst.Attribute) and value.attr.value in ("module", "_orig_mod"):
-        value = value.value
-    return [value.value] if isinstance(value, cst.Name) else []
-
-
-def _assignments_everywhere(module: cst.Module) -> list[tuple[str, cst.BaseExpression, cst.Assign]]:
-    """`assignments` of the module and of every function in it."""
-    scopes: list[cst.CSTNode] = [
-        module,
-        *(n for n in walk(module) if isinstance(n, cst.FunctionDef)),
-    ]
-    return [a for scope in scopes for a in assignments(scope)]
-
-
-def _mentions(node: cst.CSTNode, model: str) -> bool:
-    """`node` names `model`: a plain name anywhere in it, or the attribute `self.G` itself."""
-    if "." not in model:
-        return model in names_in(node)
-    return any(isinstance(n, cst.Attribute) and dotted(n) == model for n in walk(node))
 
 
 def _builds(stmt: cst.BaseStatement, model: str, rebinds: bool = False) -> bool:
@@ -709,10 +585,10 @@ def _builds(stmt: cst.BaseStatement, model: str, rebinds: bool = False) -> bool:
     `rebinds`, only a new binding counts."""
     for n in walk(stmt, into_scopes=False):
         if isinstance(n, cst.AssignTarget | cst.For | cst.AsName | cst.NamedExpr) and (
-            _mentions(n.target if not isinstance(n, cst.AsName) else n.name, model)
+            mentions(n.target if not isinstance(n, cst.AsName) else n.name, model)
         ):
             return True
-        if isinstance(n, cst.AnnAssign | cst.AugAssign) and _mentions(n.target, model):
+        if isinstance(n, cst.AnnAssign | cst.AugAssign) and mentions(n.target, model):
             return True
         if (
             not rebinds
