@@ -528,7 +528,7 @@ class _Planner:
                         "the optimizer exists: optimize() would not reach the model it calls",
                     )
             pair.device = self._device(home, pair.model, placed.anchor)
-            if pair.optimizer and not self._defined(home, pair.optimizer, placed.anchor):
+            if pair.optimizer and self._only_under_a_flag(home, pair.optimizer, placed.anchor):
                 # `if args.use_optimizer: optimizer = AdamW(...)`: passing it would raise a
                 # NameError on the other path. The model alone, in fp32 (fp16 loss scaling lives
                 # in the optimizer's step); the optimizer keeps the model's own parameters.
@@ -537,6 +537,32 @@ class _Planner:
                 amp = placed.options.get("amp")
                 placed.options["amp"] = f"{amp}; {why}" if amp else why
         return placed
+
+    @staticmethod
+    def _only_under_a_flag(home: Func, expr: str, anchor: cst.CSTNode) -> bool:
+        """Every binding of `expr` in `home` sits under an `if` (or `if/elif` chain) with no
+        `else` that does not also hold the call: `if args.use_optimizer: optimizer = ...`,
+        unbound when the flag is off. (A chain whose `else` raises, or binds it too, leaves it
+        bound wherever the code goes on; an `if __name__ == "__main__":` holding the call too
+        runs both.)"""
+        binds = assignments_of(home, expr)
+        if not binds:
+            return False
+        around_call = {id(a) for a in home.file.ancestors(anchor)}
+        for bind in binds:
+            flagged = False
+            for anc in home.file.ancestors(bind):
+                if anc is home.node:
+                    break
+                if isinstance(anc, cst.If) and id(anc) not in around_call:
+                    chain: cst.If | cst.Else | None = anc
+                    while isinstance(chain, cst.If):
+                        chain = chain.orelse
+                    flagged = chain is None
+                    break
+            if not flagged:
+                return False
+        return True
 
     def _intact(self, home: Func, plan: Plan) -> bool:
         """The plan's loader is bound where the call goes, and nothing built before it from the
