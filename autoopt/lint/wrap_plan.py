@@ -644,6 +644,7 @@ class _Planner:
         # word_language_model and yolov5 pick the architecture so): one device for all of them
         # is the script's choice.
         branches: list[str | None] = []
+        guarded_to: set[str | None] = set()  # where the guarded placements move it
         placed = False
         for call in home.calls():
             func = call.func
@@ -663,6 +664,7 @@ class _Planner:
             flag = guard_of(file, call, anchor)
             if flag is not None:
                 guarded.append(f'{device} if {flag} else "cpu"' if device is not None else None)
+                guarded_to.add(device)
             elif any(b is common_block(file, [call]) for b in blocks_holding(file, anchor)):
                 found.append(device)
             else:
@@ -670,7 +672,10 @@ class _Planner:
         if found:
             device = found[-1]  # the last placement is where the model stays
         elif guarded and branches:
-            device = None
+            # yolov5: `.to(device)` in both branches, then `if cuda and RANK != -1:` converts
+            # to SyncBatchNorm and places it on the same device again: still that device.
+            same = len(set(branches)) == 1 and guarded_to == set(branches)
+            device = branches[0] if same else None
         elif len(set(guarded)) == 1:
             device = guarded[0]
         elif len(set(branches)) == 1:

@@ -127,3 +127,25 @@ def test_objects_handed_to_a_trainer_class_through_kwargs(tmp_path: Path) -> Non
         "model, loader, optimizer = autoopt.optimize(model, loader, optimizer, device=device)\n"
         "simclr = Trainer("
     ) in result.source
+
+
+def test_branches_and_a_later_guarded_placement_on_the_same_device() -> None:
+    """yolov5: `.to(device)` in both branches of `if pretrained:`, later `if cuda and RANK !=
+    -1:` re-places the SyncBatchNorm-converted model on the same device."""
+    calls = _inserted(
+        """
+        import torch
+        def train(hyp, opt, device):
+            if pretrained:
+                model = Model(cfg).to(device)
+            else:
+                model = Model(cfg).to(device)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+            if cuda and RANK != -1:
+                model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model).to(device)
+            for x, y in loader:
+                loss_fn(model(x.to(device)), y).backward()
+                optimizer.step()
+        """
+    )
+    assert len(calls) == 1 and "device=device" in calls[0]
