@@ -7,6 +7,7 @@ from __future__ import annotations
 import libcst as cst
 
 from autoopt.lint.calls import arg
+from autoopt.lint.device import cpu_only
 from autoopt.lint.fixes.autocast import AutocastPlan, innermost_training_loops
 from autoopt.lint.handled import (
     LIBRARY_TRAINER_MARKERS,
@@ -38,7 +39,7 @@ class AmpAutocast(Rule):
     iteration (after the last optimizer of a GAN), with `scaler.unscale_(optimizer)` before any
     `clip_grad_norm_`/`clip_grad_value_` so clipping sees true gradients. `amp_dtype` is bfloat16
     on CPU and on GPUs that support it (the scaler is then a pass-through) and float16 with real
-    loss scaling on older GPUs (a script with no CUDA anywhere simply gets bfloat16). Gradient
+    loss scaling on older GPUs (a script with no CUDA in it gets bfloat16). Gradient
     accumulation keeps its `if`: the step and the update stay under it.
 
     **When not to apply.** The fix declines, saying why, when the loop has no optimizer object
@@ -54,7 +55,9 @@ class AmpAutocast(Rule):
     library owns the precision: HF Accelerate's `Accelerator(...)` (its `mixed_precision=`
     argument or `accelerate launch --mixed_precision`), Lightning `Trainer(precision=...)` /
     `Fabric(precision=...)`; nor in Hogwild training (`model.share_memory()` with CPU worker
-    processes, also the module such a script starts).
+    processes, also the module such a script starts); nor in a CPU-only script (no device but
+    the CPU, no GPU or distributed launcher in its text: `autoopt.lint.device.cpu_only`), whose
+    author has not asked for a GPU's mixed precision.
 
     **ignite.** A `create_supervised_trainer(model, optimizer, loss_fn, ...)` without
     `amp_mode=` in a script with a GPU path trains in float32 too: it is reported without a
@@ -196,6 +199,20 @@ class AmpAutocast(Rule):
                 backward(g)
             """
         ),
+        Valid(  # a CPU-only script (no device but the CPU, no GPU words): CUDA AMP is not its concern
+            """
+            import torch
+            device = torch.device("cpu")
+            model = Net().to(device)
+            optimizer = torch.optim.Adam(model.parameters())
+            for step in range(1000):
+                x, y = torch.randn(32, 4), torch.randint(0, 2, (32,))
+                loss = torch.nn.functional.cross_entropy(model(x), y)
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+            """
+        ),
     ]
 
     INVALID = [
@@ -240,6 +257,7 @@ class AmpAutocast(Rule):
                 loss.backward()
                 opt_g.step()
                 samples = fake.detach().numpy()
+            torch.cuda.synchronize()
             """,
             line=2,
             message_contains=".numpy()",
@@ -255,14 +273,13 @@ class AmpAutocast(Rule):
             line=4,
             message_contains='amp_mode="amp"',
         ),
-        # A CPU-only script (no CUDA anywhere: bf16) with a device variable, forward spread over
-        # several statements.
+        # A device variable, forward spread over several statements.
         Invalid(
             """
             import torch
             from torch import nn
 
-            device = torch.device("cpu")
+            device = torch.device("cuda")
             model = nn.Linear(4, 2).to(device)
             optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
             loss_fn = nn.CrossEntropyLoss()
@@ -282,13 +299,13 @@ class AmpAutocast(Rule):
             import torch
             from torch import nn
 
-            device = torch.device("cpu")
+            device = torch.device("cuda")
             model = nn.Linear(4, 2).to(device)
             optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
             loss_fn = nn.CrossEntropyLoss()
 
             # training
-            amp_dtype = torch.bfloat16
+            amp_dtype = torch.bfloat16 if device.type == "cpu" or torch.cuda.is_bf16_supported() else torch.float16
             scaler = torch.amp.GradScaler(device.type, enabled=amp_dtype == torch.float16)
             for x, y in loader:
                 x, y = x.to(device), y.to(device)
@@ -439,7 +456,7 @@ class AmpAutocast(Rule):
             """,
             unsafe=True,
         ),
-        # A CPU-only script (no CUDA anywhere, no device variable); `scaler` is taken.
+        # No device variable; `scaler` is taken.
         Invalid(
             """
             import torch
@@ -450,6 +467,7 @@ class AmpAutocast(Rule):
                 opt.zero_grad()
                 net(batch()).mean().backward()
                 opt.step()
+            torch.cuda.synchronize()
             """,
             line=5,
             fixed="""
@@ -457,15 +475,16 @@ class AmpAutocast(Rule):
 
             scaler = StandardScaler()
             opt = torch.optim.SGD(net.parameters(), lr=0.01)
-            amp_dtype = torch.bfloat16
-            grad_scaler = torch.amp.GradScaler("cpu", enabled=amp_dtype == torch.float16)
+            amp_dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+            grad_scaler = torch.amp.GradScaler("cuda", enabled=amp_dtype == torch.float16)
             while True:
                 opt.zero_grad()
-                with torch.autocast(device_type="cpu", dtype=amp_dtype):
+                with torch.autocast(device_type="cuda", dtype=amp_dtype):
                     loss = net(batch()).mean()
                 grad_scaler.scale(loss).backward()
                 grad_scaler.step(opt)
                 grad_scaler.update()
+            torch.cuda.synchronize()
             """,
             unsafe=True,
         ),
@@ -479,6 +498,7 @@ class AmpAutocast(Rule):
                 loss.backward()
                 with torch.no_grad():
                     w -= 0.1 * w.grad
+            torch.cuda.synchronize()
             """,
             line=3,
             message_contains="no optimizer",
@@ -498,6 +518,7 @@ class AmpAutocast(Rule):
                 loss = loss_fn(model(x), y)
                 loss.backward()
                 opt.step(closure)
+            torch.cuda.synchronize()
             """,
             line=4,
             message_contains="LBFGS",
@@ -515,6 +536,7 @@ class AmpAutocast(Rule):
                 loss = -score.mean() + 10 * ((grad.norm(2, dim=1) - 1) ** 2).mean()
                 loss.backward()
                 opt_d.step()
+            torch.cuda.synchronize()
             """,
             line=3,
             message_contains="double backward",
@@ -533,6 +555,7 @@ class AmpAutocast(Rule):
                     opt_b.step()
                 opt_a.zero_grad()
                 opt_b.zero_grad()
+            torch.cuda.synchronize()
             """,
             line=3,
             message_contains="different conditions",
@@ -569,6 +592,7 @@ class AmpAutocast(Rule):
                 loss = criterion(torch.sigmoid(model(x)), y)
                 loss.backward()
                 optimizer.step()
+            torch.cuda.synchronize()
             """,
             line=5,
             message_contains="BCEWithLogitsLoss",
@@ -581,6 +605,8 @@ class AmpAutocast(Rule):
             return
         if library_handles_precision(self) or self.facts.other_precision:
             return  # the script's own precision scheme (apex amp, .half() model, loss scaling)
+        if cpu_only(self.facts.device, source):
+            return  # a CPU-only script: CUDA mixed precision is not its concern
         if self.facts.device.gpu_path:
             for trainer in library_trainer_calls(self):
                 if arg(trainer, "amp_mode") is None:

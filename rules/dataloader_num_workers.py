@@ -7,6 +7,7 @@ from libcst.codemod.visitors import ImportItem
 
 from autoopt.lint.calls import arg, call_options, with_keyword
 from autoopt.lint.fixes.preconditions import device_is_cuda
+from autoopt.lint.loops import evaluation_only_loader
 from autoopt.lint.nodes import int_literal, is_name, string_value, walk
 from autoopt.lint.rule import Fix, FixSafety, Invalid, Rule, Valid
 from autoopt.lint.torch_api import DATALOADER
@@ -39,6 +40,8 @@ class DataLoaderNumWorkers(Rule):
     count from the CPU count, and the rewrite writes the same rule as an expression.
 
     ## When not to
+    - An evaluation loader beside a training loader that sets `num_workers`: leaving it out
+      of the evaluation loader is the author's choice for a held-out set (not reported).
     - The options come through `**kwargs` that the rule cannot read: the value may well be set
       there, so the rule stays quiet. A dict built in the same scope from literals is read,
       also when grown with `kw.update({...})` / `kw.update(other_literal_dict)` /
@@ -136,6 +139,19 @@ class DataLoaderNumWorkers(Rule):
             import torch
             kw = {"batch_size": 32, "num_workers": 8}
             loader = torch.utils.data.DataLoader(ds, **kw)
+            """
+        ),
+        Valid(  # the evaluation loader beside a training loader with workers: the author's choice
+            """
+            import torch
+            from torch.utils.data import DataLoader
+            def main():
+                train_loader = DataLoader(train_set, 64, shuffle=True, num_workers=4)
+                val_loader = DataLoader(val_set, 64)
+                for x, y in train_loader:
+                    loss_fn(model(x), y).backward()
+                    opt.step()
+                evaluate(model, val_loader)
             """
         ),
     ]
@@ -260,6 +276,8 @@ class DataLoaderNumWorkers(Rule):
         dataset = options.values.get("dataset") or _first_arg(node)
         if self._unsharded_iterable_dataset(dataset) or self._in_memory(dataset):
             return
+        if evaluation_only_loader(self, node, "num_workers"):
+            return  # the training loader sets it, this evaluation one does not: a choice
         message = self.message
         if self._unguarded_module_level(node):
             message += (

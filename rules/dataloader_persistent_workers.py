@@ -31,16 +31,25 @@ class DataLoaderPersistentWorkers(Rule):
     - Workers that must see per-epoch changes to the dataset object made in the main process
       (persistent workers keep their own copy): such scripts should not adopt it.
 
-    ## Fix (safe)
-    Adds `persistent_workers=True` (or `=<count> > 0`). The workers produce the same batches;
-    only their lifetime changes.
+    ## Fix (unsafe)
+    Adds `persistent_workers=True` (or `=<count> > 0`). Unsafe because it changes which batches
+    come from epoch 2 on: every new (non-persistent) iterator draws the workers' `base_seed`
+    from the main process's global RNG, a persistent loader draws it once and then resets its
+    iterator. The `RandomSampler`'s per-epoch seed then comes from another RNG state, so the
+    shuffle order of epoch 2 onward (and the workers' random augmentation) differs from the
+    script's (`tests/lint/test_persistent_workers_rng.py` shows it on a real DataLoader). The
+    runtime `autoopt.optimize()` keeps the order by drawing that seed itself; a one-line edit
+    cannot.
     """
 
     code = "AO104"
     name = "dataloader-persistent-workers"
     message = "DataLoader restarts its worker processes every epoch; set persistent_workers=True"
-    fix_safety = FixSafety.SAFE
-    fix_reason = "the same workers produce the same batches; they are only kept alive"
+    fix_safety = FixSafety.UNSAFE
+    fix_reason = (
+        "the main process draws the workers' base seed once instead of every epoch, so the "
+        "shuffle order from epoch 2 on differs from the script's"
+    )
     covered_by_optimize = True  # autoopt.optimize() applies it at run time
     triggers = ("DataLoader",)
     requires = ("num_workers",)
@@ -101,6 +110,7 @@ class DataLoaderPersistentWorkers(Rule):
                     loss = model(x).sum()
                     loss.backward()
             """,
+            unsafe=True,
         ),
         Invalid(
             """
@@ -118,6 +128,7 @@ class DataLoaderPersistentWorkers(Rule):
                 for epoch in range(args.epochs):
                     train_one_epoch(model, train_loader, optimizer)
             """,
+            unsafe=True,
         ),
     ]
 

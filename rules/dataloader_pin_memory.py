@@ -8,7 +8,7 @@ from autoopt.lint.calls import assigned_name, call_options, with_keyword
 from autoopt.lint.device import GPU_MARKERS
 from autoopt.lint.fixes.preconditions import device_is_cuda
 from autoopt.lint.handled import library_moves_batches, library_places_batches
-from autoopt.lint.loops import batch_transfers, data_loops, loops_over
+from autoopt.lint.loops import batch_transfers, data_loops, evaluation_only_loader, loops_over
 from autoopt.lint.nodes import is_name
 from autoopt.lint.rule import Fix, FixSafety, Invalid, Rule, Valid
 from autoopt.lint.torch_api import DATALOADER
@@ -31,6 +31,8 @@ class DataLoaderPinMemory(Rule):
     with the kernels already queued (as a widely read PyTorch tutorial teaches).
 
     ## When not to
+    - An evaluation loader beside a training loader that sets `pin_memory`: leaving it out
+      of the evaluation loader is the author's choice for a held-out set (not reported).
     - Scripts with no GPU path (a CPU-only tutorial): pinning costs host memory and a thread for
       nothing. The rule only speaks when the file can run on a GPU and moves batches to a
       device.
@@ -171,6 +173,22 @@ class DataLoaderPinMemory(Rule):
             for x in loader:
                 x = x.to(torch.float16)
                 model(x).sum().backward()
+            """
+        ),
+        Valid(  # the evaluation loader beside a pinned training loader: the author's choice
+            """
+            import torch
+            from torch.utils.data import DataLoader
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            train_loader = DataLoader(train_set, 64, shuffle=True, pin_memory=True)
+            val_loader = DataLoader(val_set, 64)
+            for x, y in train_loader:
+                loss_fn(model(x.to(device)), y.to(device)).backward()
+                opt.step()
+            model.eval()
+            with torch.no_grad():
+                for x, y in val_loader:
+                    acc = (model(x.to(device)).argmax(1) == y.to(device)).float().mean()
             """
         ),
     ]
@@ -332,6 +350,8 @@ class DataLoaderPinMemory(Rule):
             return  # pin_memory + persistent_workers crashed before torch 1.8
         if not self._moves_batches_to_device(node):
             return
+        if evaluation_only_loader(self, node, "pin_memory"):
+            return  # the training loader sets it, this evaluation one does not: a choice
         # Pin only on runs that use CUDA, decided as the script decides its device: torch warns
         # on every CPU run of a loader that pins without an accelerator.
         cuda = device_is_cuda(self, node)

@@ -6,6 +6,8 @@ import libcst as cst
 from libcst.codemod.visitors import ImportItem
 
 from autoopt.lint.edits import remove_statement, sole_expression_statement
+from autoopt.lint.loops import data_loops
+from autoopt.lint.nodes import contains
 from autoopt.lint.rule import Fix, FixSafety, Invalid, Rule, Valid
 
 _EMPTY_CACHE = ("torch.cuda.empty_cache", "torch.cuda.memory.empty_cache")
@@ -24,7 +26,8 @@ class EmptyCacheInLoop(Rule):
     training by several percent to 2x on allocation-heavy models (as widely read PyTorch tutorials teach).
 
     ## When not to
-    - Once after training, or between phases: fine, and outside any loop.
+    - Once after training, or between phases: fine, and outside any loop; also once per epoch
+      (in the loop around the batch loop).
     - Under a condition inside the loop (every N steps, after an evaluation pass) or in an
       `except`/`finally` handler recovering from an out-of-memory error: deliberate, not flagged.
 
@@ -42,6 +45,16 @@ class EmptyCacheInLoop(Rule):
     triggers = ("empty_cache",)
 
     VALID = [
+        Valid(  # once per epoch, in the loop around the batch loop
+            """
+            import torch
+            for epoch in range(10):
+                for x, y in loader:
+                    loss_fn(model(x.cuda()), y.cuda()).backward()
+                    opt.step()
+                torch.cuda.empty_cache()
+            """
+        ),
         Valid(  # once after training
             """
             import torch
@@ -130,6 +143,8 @@ class EmptyCacheInLoop(Rule):
             return
         if self._conditional_within(node, loops[0]):
             return
+        if any(inner is not loops[0] and contains(loops[0], inner) for inner in data_loops(self)):
+            return  # once per epoch: the loop it is in holds the batch loop
         line = sole_expression_statement(node, self.parent)
         if line is None or not isinstance(self.parent(line), cst.IndentedBlock):
             self.report(node)

@@ -20,6 +20,8 @@ _CUDA_ONLY_MARKERS = (
     "pycuda",
     "triton",
 )
+# A script that can run on the CPU says so somewhere: a "cpu" device or an availability test.
+_CPU_PATH = re.compile(r"""["']cpu|is_available\(|no[-_]cuda|use_cuda""")
 _CUDA_INDEX = re.compile(r"^cuda:(\d+)$")
 
 
@@ -38,8 +40,9 @@ class HardcodedCudaCall(Rule):
 
     ## When not to
     - Scripts that are CUDA-only by design: they pin ranks with `torch.cuda.set_device`, use the
-      `nccl` backend, wrap DDP with `device_ids=[gpu]`, or need CUDA-only packages (apex, cupy,
-      triton). Not flagged.
+      `nccl` backend, wrap DDP with `device_ids=[gpu]`, need CUDA-only packages (apex, cupy,
+      triton), or spread over GPUs with `nn.DataParallel` with no CPU path anywhere (no "cpu"
+      device, no availability test). Not flagged.
     - A `.cuda()` already guarded by a CUDA check (`if torch.cuda.is_available():`,
       `if args.cuda:`) in a script that has a device (a `device` variable, parameter or flag):
       that code is portable as written. Not flagged. Where the script never names a device (the
@@ -101,6 +104,15 @@ class HardcodedCudaCall(Rule):
             """
             import torch
             t = torch.Tensor.cuda(x)
+            """
+        ),
+        Valid(  # multi-GPU by design: DataParallel, unconditional .cuda(), no CPU path
+            """
+            import torch
+            model = torch.nn.DataParallel(Net()).cuda()
+            for x, y in loader:
+                loss = criterion(model(x.cuda()), y.cuda())
+                loss.backward()
             """
         ),
     ]
@@ -167,7 +179,9 @@ class HardcodedCudaCall(Rule):
     def __init__(self, context: FileContext) -> None:
         super().__init__(context)
         source = self.context.source
-        self._cuda_only = any(marker in source for marker in _CUDA_ONLY_MARKERS)
+        self._cuda_only = any(marker in source for marker in _CUDA_ONLY_MARKERS) or (
+            "DataParallel(" in source and not _CPU_PATH.search(source)
+        )
         self._device_less_reported = False
 
     def visit_Call(self, node: cst.Call) -> None:

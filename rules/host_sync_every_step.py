@@ -41,6 +41,8 @@ class HostSyncEveryStep(Rule):
       AO402's fix writes that form (`total += loss.detach()`), so the two never disagree.
     - Once per epoch (in the epoch loop, after the step loop), in evaluation loops, and in
       nested helper functions.
+    - A value the algorithm needs on the host: an RL action handed to an environment's
+      `env.step(action)` (`q.argmax().cpu().numpy()`).
 
     ## Fix
     None: whether a value is needed on every step is the user's call.
@@ -121,6 +123,20 @@ class HostSyncEveryStep(Rule):
             model.eval()
             for x, y in val_loader:
                 preds.append(model(x).argmax(1).cpu())
+            """
+        ),
+        Valid(  # an RL action for the environment: the host value is the algorithm's
+            """
+            import torch
+            for global_step in range(total_timesteps):
+                q_values = q_network(torch.Tensor(obs).to(device))
+                actions = torch.argmax(q_values, dim=1).cpu().numpy()
+                next_obs, rewards, dones, infos = envs.step(actions)
+                obs = next_obs
+                loss = ((q_network(batch.obs) - batch.target) ** 2).mean()
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
             """
         ),
     ]
@@ -275,6 +291,8 @@ class HostSyncEveryStep(Rule):
             return
         if name == "cpu" and self._inside_sync(node):
             return  # `.cpu().numpy()` / `.cpu().item()`: one sync, reported once
+        if self._feeds_an_environment(node, loop):
+            return  # the host value is the algorithm's (an RL action for `env.step`)
         self.report(node, f".{name}() syncs with the GPU every training step; log every N steps")
 
     def _step_loop(self, node: cst.Call) -> cst.CSTNode | None:
@@ -354,6 +372,26 @@ class HostSyncEveryStep(Rule):
                 kept = kept or "accumulated"
             child = anc
         return kept
+
+    def _feeds_an_environment(self, node: cst.Call, loop: cst.CSTNode) -> bool:
+        """The host value is handed to an environment's `step(action)` in the loop (gym's
+        `env.step(q.argmax().cpu().numpy())`, directly or through the name it is bound to):
+        the next step needs it on the host, so the sync is the algorithm, not logging. An
+        optimizer's `step()` takes no such argument."""
+        bound: set[str] = set()
+        holder = self.parent(node)
+        while isinstance(holder, cst.Call | cst.Attribute | cst.Arg):
+            holder = self.parent(holder)  # `.cpu().numpy()`, `np.array(x.cpu())`
+        if isinstance(holder, cst.Assign):
+            for t in holder.targets:
+                bound |= names_in(t.target)
+        for call in calls_in(loop, into_scopes=False):
+            if method_name(call) != "step" or not call.args:
+                continue
+            for a in call.args:
+                if any(n is node for n in walk(a.value)) or names_in(a.value) & bound:
+                    return True
+        return False
 
     def _runs_a_step(self, branch: cst.If) -> bool:
         """The `if` calls `.backward()` in its body: a step schedule (a GAN's generator step

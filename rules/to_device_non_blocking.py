@@ -12,6 +12,7 @@ from autoopt.lint.fixes.preconditions import batch_of_tensors
 from autoopt.lint.handled import is_hogwild, library_places_batches
 from autoopt.lint.loops import batch_transfers, data_loops
 from autoopt.lint.nodes import code_of, method_name, names_in, root_name, walk
+from autoopt.lint.project_facts import own_to_classes
 from autoopt.lint.rule import Fix, FixSafety, Invalid, Rule, Valid
 
 # Reading a tensor on the host: the copy has to be finished right there anyway.
@@ -39,6 +40,10 @@ class ToDeviceNonBlocking(Rule):
     that read it, so results are identical (as widely read PyTorch tutorials teach).
 
     ## When not to
+    - A batch not proven to be tensors in a project that defines its own `.to()` without
+      `non_blocking` (detr's `NestedTensor.to(device)`): the batch may be one (not reported).
+    - Evaluation loops of a file whose training loop already passes `non_blocking`: the
+      author chose where to overlap (not reported).
     - Only tensors that come from the loader's batch are flagged (the loop's targets and what is
       unpacked or indexed from them): not `.to()` of a module, not a dtype cast
       (`.to(torch.float16)`), not `.to("cpu")` (a device-to-host copy read right away on the
@@ -173,6 +178,20 @@ class ToDeviceNonBlocking(Rule):
             import torch
             for p in params:
                 p.data = p.data.to("cuda")
+            """
+        ),
+        Valid(  # the training loop's copies are non-blocking; evaluation's blocking on purpose
+            """
+            import torch
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            for x, y in train_loader:
+                x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+                loss_fn(model(x), y).backward()
+                opt.step()
+            model.eval()
+            with torch.no_grad():
+                for x, y in val_loader:
+                    acc = (model(x.to(device)).argmax(1) == y.to(device)).float().mean()
             """
         ),
     ]
@@ -472,6 +491,8 @@ class ToDeviceNonBlocking(Rule):
             # overlaps one copy) not at all this pass, so a rewrite never leaves the loop half
             # done, which the next pass would take for the author's choice.
             proven = batch_of_tensors(self, loop)
+            if not proven and own_to_classes(self):
+                continue  # the batch may be the project's own class, whose .to() is not torch's
             fix = Fix(
                 replacements={c: with_keyword(c, "non_blocking", cst.Name("True")) for c in calls},
                 description="non_blocking=True",
@@ -487,7 +508,18 @@ class ToDeviceNonBlocking(Rule):
         none for a loop where some copy already passes it (the author chose which overlap)."""
         groups: list[tuple[cst.For | cst.While, list[cst.Call]]] = []
         seen: set[int] = set()
-        for loop in data_loops(self):
+        loops = data_loops(self)
+        # The training loop's copies already choose (`non_blocking=True`): the evaluation
+        # loops' blocking copies are the author's choice too (an unpinned held-out loader).
+        chosen = any(
+            arg(c, "non_blocking") is not None
+            for loop in loops
+            if self.facts.is_training_loop(loop)
+            for c in batch_transfers(self, loop)
+        )
+        for loop in loops:
+            if chosen and not self.facts.is_training_loop(loop):
+                continue
             copies = [c for c in batch_transfers(self, loop) if id(c) not in seen]
             seen |= {id(c) for c in copies}
             # `.cuda(gpu, non_blocking=True)` counts as the author's choice too

@@ -6,18 +6,17 @@ from collections.abc import Sequence
 
 import libcst as cst
 
-from autoopt.lint.calls import arg
 from autoopt.lint.edits import statement_line
-from autoopt.lint.fixes.preconditions import double_backward
+from autoopt.lint.fixes.preconditions import double_backward, trains_twice
 from autoopt.lint.handled import (
     LIBRARY_TRAINER_MARKERS,
     is_hogwild,
     library_trainer_calls,
     uses_accelerate,
 )
-from autoopt.lint.nodes import assignments, contains, is_name, method_name, names_in, walk
-from autoopt.lint.project_facts import local_definition
+from autoopt.lint.nodes import contains, dotted, method_name, names_in, walk
 from autoopt.lint.rule import Fix, FixSafety, Invalid, Rule, Valid
+from autoopt.lint.trained_models import aliases, mentions, trained_models
 
 _SCRIPTED = (
     "torch.jit.script",
@@ -49,6 +48,8 @@ class TorchCompileModel(Rule):
     compilation time — measure with `autoopt bench`.
 
     ## When not to
+    - The model compiled under another name it is an alias of (`raw_model = model.module if
+      ddp else model`), also behind a switch the author turned off on purpose.
     - A function or method named `compile` in the file (a Keras-style `model.compile(...)`
       method on the user's class, or a helper that shadows the name): not flagged.
     - A model re-assigned while training (e.g. a best-checkpoint swap inside the epoch loop),
@@ -70,6 +71,9 @@ class TorchCompileModel(Rule):
     where `nn.Module.compile` does not exist, the rule reports without a fix, and so it does in
     a script that differentiates through a gradient (`torch.autograd.grad(create_graph=True)`,
     a WGAN-GP gradient penalty): torch.compile's aot_autograd does not support double backward.
+    The model the double backward runs through is not reported at all (compile cannot train
+    it), nor is any model when the penalty's module cannot be traced (its outputs are handed
+    in by the caller); the other models (a GAN's generator) are reported without a fix.
     """
 
     code = "AO301"
@@ -160,9 +164,7 @@ class TorchCompileModel(Rule):
                 (w * x).sum().backward()
             """
         ),
-    ]
-    INVALID = [
-        Invalid(  # WGAN-GP: a gradient penalty differentiates through the critic (no fix)
+        Valid(  # a gradient penalty differentiates the critic twice: compile cannot train it
             """
             import torch
             D = Discriminator().cuda()
@@ -174,9 +176,93 @@ class TorchCompileModel(Rule):
                 loss = -score.mean() + ((grad.norm(2, dim=1) - 1) ** 2).mean()
                 loss.backward()
                 opt_d.step()
+            """
+        ),
+        Valid(  # R1 on predictions handed in by the caller: any model may be the one, silent
+            """
+            import torch
+            from torch.autograd import grad
+            G, D = Generator(), Discriminator()
+            opt_g = torch.optim.Adam(G.parameters())
+            opt_d = torch.optim.Adam(D.parameters())
+            def r1(pred, real):
+                g, = grad(outputs=pred.sum(), inputs=real, create_graph=True)
+                return g.pow(2).sum()
+            for real in loader:
+                pred = D(real)
+                (pred.mean() + r1(pred, real)).backward()
+                opt_d.step()
+                D(G(z)).mean().backward()
+                opt_g.step()
+            """
+        ),
+        Valid(  # compiled behind a switch; the optimizer is built on an alias of the model
+            """
+            import torch
+            model = GPT(config).to(device)
+            use_compile = False  # interferes with the eval: off on purpose
+            if use_compile:
+                model = torch.compile(model)
+            if ddp:
+                model = DDP(model, device_ids=[local_rank])
+            raw_model = model.module if ddp else model
+            optimizer = raw_model.configure_optimizers(weight_decay=0.1)
+            for x, y in batches():
+                model(x, y)[1].backward()
+                optimizer.step()
+            """
+        ),
+    ]
+    INVALID = [
+        Invalid(  # models held by a solver class, built in a method (stargan's Solver)
+            """
+            import torch
+            class Solver:
+                def build_model(self):
+                    self.G = Generator(64)
+                    self.g_optimizer = torch.optim.Adam(self.G.parameters(), 1e-4)
+                    self.G.to(self.device)
+                def train(self):
+                    for x in self.loader:
+                        self.G(x.to(self.device)).mean().backward()
+                        self.g_optimizer.step()
             """,
-            line=2,
-            message_contains="double backward",
+            line=6,
+            fixed="""
+            import torch
+            class Solver:
+                def build_model(self):
+                    self.G = Generator(64)
+                    self.g_optimizer = torch.optim.Adam(self.G.parameters(), 1e-4)
+                    self.G.to(self.device)
+                    self.G.compile()
+                def train(self):
+                    for x in self.loader:
+                        self.G(x.to(self.device)).mean().backward()
+                        self.g_optimizer.step()
+            """,
+        ),
+        Invalid(  # WGAN-GP: the penalty differentiates D twice, G once: G only (no fix)
+            """
+            import torch
+            from torch import autograd
+            G, D = Generator(), Discriminator()
+            opt_g = torch.optim.Adam(G.parameters(), lr=1e-4)
+            opt_d = torch.optim.Adam(D.parameters(), lr=1e-4)
+            def penalty(critic, x_hat):
+                score = critic(x_hat)
+                grad, = autograd.grad(outputs=score, inputs=x_hat, create_graph=True)
+                return ((grad.norm(2, dim=1) - 1) ** 2).mean()
+            for real in loader:
+                fake = G(noise())
+                loss = -D(real).mean() + D(fake.detach()).mean() + penalty(D, real)
+                loss.backward()
+                opt_d.step()
+                (-D(fake).mean()).backward()
+                opt_g.step()
+            """,
+            line=3,
+            message_contains="`G` is trained without torch.compile (not fixed: the script runs a",
         ),
         Invalid(  # the loop is ignite's: create_supervised_trainer (ignite's mnist example)
             """
@@ -397,8 +483,8 @@ class TorchCompileModel(Rule):
         if uses_accelerate(self) or is_hogwild(self):
             return  # Accelerate compiles (`dynamo_backend`); Hogwild shares one eager model
         done: set[str] = set()
-        for opt_call, model in self._trained_models(node):
-            if model in done or self._compiled(node, model):
+        for opt_call, model in trained_models(self):
+            if model in done or any(self._compiled(node, m) for m in aliases(node, model)):
                 continue
             done.add(model)
             self._offer(opt_call, model)  # each trained model (GANs have two)
@@ -435,6 +521,8 @@ class TorchCompileModel(Rule):
             )
             return
         twice = double_backward(self)
+        if twice is not None and trains_twice(self, model):
+            return  # compile cannot train it (nor, when untraceable, any model of the file)
         if twice is not None:
             self.report(
                 anchor,
@@ -474,7 +562,7 @@ class TorchCompileModel(Rule):
                 isinstance(n, cst.Assign)
                 and isinstance(n.value, cst.Call)
                 and self.refers_to(n.value.func, "torch.compile")
-                and any(model in names_in(t.target) for t in n.targets)
+                and any(mentions(t.target, model) for t in n.targets)
             ):
                 return True
             if not isinstance(n, cst.Call):
@@ -482,91 +570,14 @@ class TorchCompileModel(Rule):
             if (
                 method_name(n) == "compile"
                 and isinstance(n.func, cst.Attribute)
-                and is_name(n.func.value, model)
+                and dotted(n.func.value) == model
             ):
                 return True
             if self.refers_to(n.func, "torch.compile") and any(
-                model in names_in(a.value) for a in n.args
+                mentions(a.value, model) for a in n.args
             ):
                 return True
         return False
-
-    def _trained_models(self, module: cst.Module) -> list[tuple[cst.Call, str]]:
-        """(call that builds the optimizer, model) for every optimizer over a model's
-        parameters: `torch.optim.X(model.parameters())`, `torch.optim.X(groups)` with
-        `groups = param_groups(model, ...)` in the same function, or the model's own
-        `model.configure_optimizers(...)` (the nanoGPT/minGPT/Lightning idiom)."""
-        found = []
-        for n in walk(module):
-            if not isinstance(n, cst.Call):
-                continue
-            if method_name(n) == "configure_optimizers" and isinstance(n.func, cst.Attribute):
-                if isinstance(n.func.value, cst.Name):
-                    found.append((n, n.func.value.value))
-                continue
-            if not any(_is_optimizer(q) for q in self.qualified_names(n.func)):
-                model = self._handed_to_optimizer_builder(n)
-                if model is not None:
-                    found.append((n, model))
-                continue
-            params = arg(n, "params", 0)
-            model = self._parameters_owner(n, params.value) if params is not None else None
-            if model is not None:
-                found.append((n, model))
-        return found
-
-    def _handed_to_optimizer_builder(self, call: cst.Call) -> str | None:
-        """`smart_optimizer(model, ...)`: the model handed first to a function of the project
-        that builds a torch.optim optimizer (read without importing it)."""
-        first = call.args[0] if call.args else None
-        if (
-            not isinstance(call.func, cst.Name)
-            or first is None
-            or first.keyword is not None
-            or not isinstance(first.value, cst.Name)
-            or not isinstance(self.parent(call), cst.Assign)
-        ):
-            return None
-        found = local_definition(self, call.func.value)
-        return first.value.value if found is not None and found.optimizer else None
-
-    def _parameters_owner(self, opt_call: cst.Call, expr: cst.BaseExpression) -> str | None:
-        """`model.parameters()` -> "model" (a plain name only); a name bound in the optimizer's
-        function to a helper over the model (`groups = get_params_groups(model)`) -> "model"."""
-        owner = _parameters_of(expr)
-        if owner is not None or not isinstance(expr, cst.Name):
-            return owner
-        scope = self.facts.enclosing_scope(opt_call)
-        values = [
-            value
-            for target, value, _ in assignments(scope)
-            if target == expr.value and self.facts.before(value, opt_call)
-        ]
-        last = values[-1] if values else None
-        if isinstance(last, cst.Call) and last.args and not last.args[0].keyword:
-            first = last.args[0].value
-            return first.value if isinstance(first, cst.Name) else _parameters_of(first)
-        return None
-
-
-def _is_optimizer(qualified: str) -> bool:
-    """`torch.optim.AdamW` and the like; not an LR scheduler or SWA helper (they take the
-    optimizer, not parameters)."""
-    return qualified.startswith("torch.optim.") and not qualified.startswith(
-        ("torch.optim.lr_scheduler.", "torch.optim.swa_utils.")
-    )
-
-
-def _parameters_of(expr: cst.BaseExpression) -> str | None:
-    """`model.parameters()` / `model.named_parameters()` -> "model" (a plain name only)."""
-    if (
-        isinstance(expr, cst.Call)
-        and isinstance(expr.func, cst.Attribute)
-        and expr.func.attr.value in ("parameters", "named_parameters")
-        and isinstance(expr.func.value, cst.Name)
-    ):
-        return expr.func.value.value
-    return None
 
 
 def _builds(stmt: cst.BaseStatement, model: str, rebinds: bool = False) -> bool:
@@ -574,18 +585,18 @@ def _builds(stmt: cst.BaseStatement, model: str, rebinds: bool = False) -> bool:
     `rebinds`, only a new binding counts."""
     for n in walk(stmt, into_scopes=False):
         if isinstance(n, cst.AssignTarget | cst.For | cst.AsName | cst.NamedExpr) and (
-            model in names_in(n.target if not isinstance(n, cst.AsName) else n.name)
+            mentions(n.target if not isinstance(n, cst.AsName) else n.name, model)
         ):
             return True
-        if isinstance(n, cst.AnnAssign | cst.AugAssign) and model in names_in(n.target):
+        if isinstance(n, cst.AnnAssign | cst.AugAssign) and mentions(n.target, model):
             return True
         if (
             not rebinds
             and isinstance(n, cst.Call)
             and method_name(n) in _PLACEMENT
             and isinstance(n.func, cst.Attribute)
-            and isinstance(n.func.value, cst.Name)
-            and n.func.value.value == model
+            and isinstance(n.func.value, cst.Name | cst.Attribute)
+            and dotted(n.func.value) == model
         ):
             return True
     return False

@@ -45,6 +45,9 @@ class DeviceFacts:
     gpu_path: bool
     why: str
     tensor_type_names: frozenset[str]  # names bound to `torch.cuda.XTensor` (legacy `Tensor`)
+    # No GPU path and no device of unknown origin: nothing but the CPU (`device = "cpu"`, or no
+    # device at all); `cpu_only()` adds what the text says (distributed launchers, GPU words).
+    no_device: bool = False
 
 
 def device_facts(module: cst.Module, parent: Parent) -> DeviceFacts:
@@ -54,8 +57,11 @@ def device_facts(module: cst.Module, parent: Parent) -> DeviceFacts:
     params = False
     cpu_only_binding = None  # True while every `device = ...` seen is a CPU literal
     tensor_types: set[str] = set()
+    device_named = False  # a `device`/`dev` name read anywhere (it may come from elsewhere)
     for node in walk(module):
         kind = type(node)  # exact types: see nodes.py
+        if kind is cst.Name and node.value in _DEVICE_PARAMS:
+            device_named = True
         if kind is cst.Attribute and node.attr.value in _GPU_NAMES:
             why = why or f"`.{node.attr.value}`"
         elif kind is cst.Name and node.value in _GPU_NAMES and _is_code_name(parent, node):
@@ -82,7 +88,20 @@ def device_facts(module: cst.Module, parent: Parent) -> DeviceFacts:
                     tensor_types.add(target.target.value)
     if not why and params and not cpu_only_binding:
         why = "a device passed in by the caller"
-    return DeviceFacts(bool(why), why, frozenset(tensor_types))
+    no_device = not why and (not device_named or cpu_only_binding is True)
+    return DeviceFacts(bool(why), why, frozenset(tensor_types), no_device)
+
+
+# Text of a script that runs where a launcher or a library puts it (detectron2's `launch`,
+# DistributedDataParallel with `device_ids`): not a CPU-only script even with no device in it.
+_PLACED_ELSEWHERE = re.compile(r"gpu|distributed|dataparallel|device_ids|nccl|cuda", re.IGNORECASE)
+
+
+def cpu_only(device: DeviceFacts, source: str) -> bool:
+    """The script trains on the CPU and nowhere else: no GPU path, no device bound anywhere
+    but to the CPU, and no word of GPUs or distributed launchers in its text. CUDA-only advice
+    (mixed precision with a GradScaler) does not apply to it."""
+    return device.no_device and not _PLACED_ELSEWHERE.search(source)
 
 
 def _is_code_name(parent: Parent, node: cst.Name) -> bool:

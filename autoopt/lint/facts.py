@@ -42,6 +42,12 @@ EVAL_MARKERS = (
 )
 
 
+def named_like_evaluation(name: str) -> bool:
+    """`evaluate`, `val_loader`, `run_test`: a name that says evaluation, not training."""
+    lowered = name.lower()
+    return any(w in lowered for w in (*_EVAL_WORDS, "val_")) or lowered.startswith("val")
+
+
 class FileFacts:
     """Lazily computed facts; each property walks the tree at most once."""
 

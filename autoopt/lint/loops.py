@@ -7,6 +7,7 @@ import libcst as cst
 
 from autoopt.lint.calls import arg
 from autoopt.lint.device import is_cuda_tensor_type
+from autoopt.lint.facts import local_callee, named_like_evaluation
 from autoopt.lint.nodes import (
     calls_in,
     code_of,
@@ -224,3 +225,81 @@ def accumulation_gate(stmt: cst.BaseStatement) -> cst.BinaryOperation | None:
         for n in calls_in(stmt.body)
     )
     return modulo if steps else None
+
+
+_READS_SIZE = frozenset({"len", "print", "str", "repr"})  # uses of a loader that read no batch
+
+
+def evaluation_only_loader(rule: Rule, call: cst.Call, option: str) -> bool:
+    """The `DataLoader(...)` `call` feeds evaluation only (its loops are evaluation loops or run
+    under no_grad; or it is handed to an `evaluate(...)`-like function; or, used nowhere in
+    sight, it is named so: `val_loader`) while a loader of the file that feeds the training
+    loop sets `option` (`num_workers=4`, `pin_memory=True`). The evaluation loader's setting is
+    then the author's choice for a held-out set, not an oversight."""
+    name = _bound_leaf(rule, call)
+    if name is None or _loader_use(rule, name) != "eval":
+        return False
+    return any(
+        _sets(other, option) and _loader_use(rule, leaf) == "train"
+        for leaf, other in _loaders(rule)
+        if leaf != name
+    )
+
+
+def _sets(call: cst.Call, option: str) -> bool:
+    """`call` passes `option` by keyword with a value that is not 0/False/None."""
+    given = arg(call, option)
+    return given is not None and not (
+        int_literal(given.value) == 0
+        or (isinstance(given.value, cst.Name) and given.value.value in ("False", "None"))
+    )
+
+
+def _bound_leaf(rule: Rule, call: cst.Call) -> str | None:
+    """`val_loader` for `val_loader = DataLoader(...)` and `self.val_loader = DataLoader(...)`."""
+    parent = rule.parent(call)
+    if isinstance(parent, cst.Assign) and len(parent.targets) == 1:
+        target = parent.targets[0].target
+        if isinstance(target, cst.Name):
+            return target.value
+        if isinstance(target, cst.Attribute):
+            return target.attr.value
+    return None
+
+
+def _loaders(rule: Rule) -> list[tuple[str, cst.Call]]:
+    """(bound name, call) of every `DataLoader(...)` bound to a name or `self.<name>`."""
+    found = []
+    for node in nodes_of_type(rule.context.module, cst.Call):
+        if rule.is_call_to(node, *DATALOADER):
+            leaf = _bound_leaf(rule, node)
+            if leaf is not None:
+                found.append((leaf, node))
+    return found
+
+
+def _loader_use(rule: Rule, name: str) -> str | None:
+    """ "train" when a training loop iterates loader `name` or it is handed to a function of the
+    file that trains; "eval" when only evaluation reads it; None when unknown."""
+    facts = rule.facts
+    loops = loops_over(rule, name)
+    if any(facts.is_training_loop(loop) for loop in loops):
+        return "train"
+    if loops:
+        evaluation = all(facts.is_eval_loop(loop) or facts.in_no_grad(loop) for loop in loops)
+        return "eval" if evaluation else None
+    uses = [
+        c
+        for c in nodes_of_type(rule.context.module, cst.Call)
+        if any(name in names_in(a.value) for a in c.args)
+        and not rule.is_call_to(c, *DATALOADER)
+        and not (isinstance(c.func, cst.Name) and c.func.value in _READS_SIZE)
+    ]
+    callees = [local_callee(c) or (method_name(c) or "") for c in uses]
+    if any(callee in facts.backward_helpers for callee in callees):
+        return "train"
+    if callees and all(named_like_evaluation(callee) for callee in callees):
+        return "eval"
+    if not callees and named_like_evaluation(name):
+        return "eval"
+    return None

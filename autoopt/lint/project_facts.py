@@ -65,6 +65,8 @@ class ModuleSummary:
     conv2d: set[str] = field(default_factory=set)  # ... with 2-D convolutions
     views: set[str] = field(default_factory=set)  # ... that flatten with `.view(n, -1)`
     optimizers: set[str] = field(default_factory=set)  # functions that build a torch.optim one
+    own_to: set[str] = field(default_factory=set)  # classes whose `.to()` takes no non_blocking
+    imported_modules: list[tuple[str, int]] = field(default_factory=list)  # (module, level)
     # bound name -> (module, imported name, relative level)
     imports: dict[str, tuple[str, str, int]] = field(default_factory=dict)
     star_imports: list[tuple[str, int]] = field(default_factory=list)  # (module, level)
@@ -86,7 +88,10 @@ def summarize(path: Path, data: bytes) -> ModuleSummary:
     except (SyntaxError, ValueError, RecursionError):
         return summary
     for stmt in tree.body:
+        if isinstance(stmt, ast.Import):
+            summary.imported_modules.extend((alias.name, 0) for alias in stmt.names)
         if isinstance(stmt, ast.ImportFrom):
+            summary.imported_modules.append((stmt.module or "", stmt.level))
             for alias in stmt.names:
                 if alias.name == "*":
                     summary.star_imports.append((stmt.module or "", stmt.level))
@@ -118,6 +123,8 @@ def summarize(path: Path, data: bytes) -> ModuleSummary:
                 if _zoo_model(node, leaf):
                     summary.conv.add(stmt.name)
                     summary.conv2d.add(stmt.name)
+            if isinstance(stmt, ast.ClassDef) and _own_to(stmt):
+                summary.own_to.add(stmt.name)
             target = summary.classes if isinstance(stmt, ast.ClassDef) else summary.functions
             target[stmt.name] = used
         elif (  # an alias kept for compatibility: `Model = DetectionModel` (yolov5)
@@ -131,6 +138,17 @@ def summarize(path: Path, data: bytes) -> ModuleSummary:
             target[stmt.targets[0].id] = {original}
     _close_within(summary)
     return summary
+
+
+def _own_to(cls: ast.ClassDef) -> bool:
+    """The class defines `def to(self, ...)` that cannot take `non_blocking` (detr's
+    `NestedTensor.to(self, device)`): not a tensor's `.to()`."""
+    for stmt in cls.body:
+        if isinstance(stmt, ast.FunctionDef) and stmt.name == "to":
+            args = stmt.args
+            names = {a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)}
+            return args.kwarg is None and "non_blocking" not in names
+    return False
 
 
 def _flattens(view: ast.Call) -> bool:
@@ -324,6 +342,60 @@ def sibling_importers_text(linted: Path) -> list[str]:
 
 
 # ----- what the rules ask ------------------------------------------------------------------------
+def own_to_classes(rule: Rule) -> list[str]:
+    """Classes of the project whose `.to()` takes no `non_blocking`, defined in the linted file
+    or in a local module it imports (also one import further: a batch class is often defined
+    in a utility module that the data module imports). A batch not proven to be tensors may be
+    one of them."""
+    path = Path(rule.context.path)
+    found = (
+        [
+            n.name
+            for n in ast.walk(ast.parse(rule.facts.source))
+            if isinstance(n, ast.ClassDef) and _own_to(n)
+        ]
+        if "def to(" in rule.facts.source
+        else []
+    )
+    pending = [(path, module, level) for module, level in _linted_imports(rule.context.module)]
+    seen: set[Path] = set()
+    for depth in range(2):
+        later = []
+        for origin, module, level in pending:
+            target = resolve_module(origin, module, level)
+            if target is None or target in seen:
+                continue
+            seen.add(target)
+            summary = load(target)
+            if summary is None:
+                continue
+            found.extend(sorted(summary.own_to))
+            if depth == 0:
+                later.extend((target, m, lv) for m, lv in summary.imported_modules)
+        pending = later
+    return found
+
+
+def _linted_imports(module: cst.Module) -> list[tuple[str, int]]:
+    """(module, level) of the linted file's top-level imports (`import util.misc as utils`,
+    `from .datasets import build`)."""
+    out: list[tuple[str, int]] = []
+    for stmt in module.body:
+        for small in _import_froms(stmt):
+            source = (dotted(small.module) if small.module else "") or ""
+            out.append((source, len(small.relative)))
+            if not isinstance(small.names, cst.ImportStar):  # `from util import misc`
+                prefix = f"{source}." if source else ""
+                out.extend(
+                    (prefix + (dotted(a.name) or ""), len(small.relative)) for a in small.names
+                )
+        if isinstance(stmt, cst.SimpleStatementLine):
+            for small in stmt.body:
+                if isinstance(small, cst.Import):
+                    out.extend((dotted(a.name) or "", 0) for a in small.names)
+    return out
+
+
 @dataclass(frozen=True)
 class LocalDefinition:
     """A class or function of the user's project that a name of the linted file refers to."""

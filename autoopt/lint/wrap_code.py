@@ -197,6 +197,13 @@ class Func:
     def calls(self) -> Iterator[cst.Call]:
         return (n for n in self.statements() if isinstance(n, cst.Call))
 
+    def star_kwargs(self) -> str | None:
+        """The name of the `**kwargs` parameter, if any."""
+        if not isinstance(self.node, cst.FunctionDef):
+            return None
+        star = self.node.params.star_kwarg
+        return star.name.value if star is not None else None
+
     def params(self) -> list[str]:
         """Parameter names callers bind (without `self`/`cls` of a method)."""
         if not isinstance(self.node, cst.FunctionDef):

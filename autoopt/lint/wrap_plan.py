@@ -50,6 +50,7 @@ from autoopt.lint.wrap_tree import (
     assign_targets,
     assignments_of,
     blocks_holding,
+    bound_kwarg,
     bound_name,
     bound_to,
     child_of,
@@ -424,8 +425,13 @@ class _Planner:
                     continue
                 sources = {bound_name(b, expr) for b in binds}
                 param = next(iter(sources)) if len(sources) == 1 else None
+                # `self.optimizer = kwargs["optimizer"]`: the callers' `optimizer=` keyword
+                keys = {bound_kwarg(b, expr, method.star_kwargs()) for b in binds}
+                key = next(iter(keys)) if len(keys) == 1 else None
                 if param in method.params():
                     found += self._through_callers(method, param, depth)  # type: ignore[arg-type]
+                elif key is not None:
+                    found += self._through_callers(method, key, depth)
                 else:
                     here = entry if method == func else None
                     found.append(_Origin(method, expr, binds, here))
@@ -522,7 +528,41 @@ class _Planner:
                         "the optimizer exists: optimize() would not reach the model it calls",
                     )
             pair.device = self._device(home, pair.model, placed.anchor)
+            if pair.optimizer and self._only_under_a_flag(home, pair.optimizer, placed.anchor):
+                # `if args.use_optimizer: optimizer = AdamW(...)`: passing it would raise a
+                # NameError on the other path. The model alone, in fp32 (fp16 loss scaling lives
+                # in the optimizer's step); the optimizer keeps the model's own parameters.
+                why = f"`{pair.optimizer}` exists only on some paths"
+                pair.optimizer = None
+                amp = placed.options.get("amp")
+                placed.options["amp"] = f"{amp}; {why}" if amp else why
         return placed
+
+    @staticmethod
+    def _only_under_a_flag(home: Func, expr: str, anchor: cst.CSTNode) -> bool:
+        """Every binding of `expr` in `home` sits under an `if` (or `if/elif` chain) with no
+        `else` that does not also hold the call: `if args.use_optimizer: optimizer = ...`,
+        unbound when the flag is off. (A chain whose `else` raises, or binds it too, leaves it
+        bound wherever the code goes on; an `if __name__ == "__main__":` holding the call too
+        runs both.)"""
+        binds = assignments_of(home, expr)
+        if not binds:
+            return False
+        around_call = {id(a) for a in home.file.ancestors(anchor)}
+        for bind in binds:
+            flagged = False
+            for anc in home.file.ancestors(bind):
+                if anc is home.node:
+                    break
+                if isinstance(anc, cst.If) and id(anc) not in around_call:
+                    chain: cst.If | cst.Else | None = anc
+                    while isinstance(chain, cst.If):
+                        chain = chain.orelse
+                    flagged = chain is None
+                    break
+            if not flagged:
+                return False
+        return True
 
     def _intact(self, home: Func, plan: Plan) -> bool:
         """The plan's loader is bound where the call goes, and nothing built before it from the
@@ -600,6 +640,11 @@ class _Planner:
         file = home.file
         found: list[str | None] = []
         guarded: list[str | None] = []  # `if args.gpu: model.cuda()`, as the script's choice
+        # Placements in branches of an if/else (`model = A(...).to(device)` / `B(...).to(device)`,
+        # word_language_model and yolov5 pick the architecture so): one device for all of them
+        # is the script's choice.
+        branches: list[str | None] = []
+        guarded_to: set[str | None] = set()  # where the guarded placements move it
         placed = False
         for call in home.calls():
             func = call.func
@@ -619,14 +664,22 @@ class _Planner:
             flag = guard_of(file, call, anchor)
             if flag is not None:
                 guarded.append(f'{device} if {flag} else "cpu"' if device is not None else None)
+                guarded_to.add(device)
             elif any(b is common_block(file, [call]) for b in blocks_holding(file, anchor)):
                 found.append(device)
             else:
-                guarded.append(None)
+                branches.append(device)
         if found:
             device = found[-1]  # the last placement is where the model stays
+        elif guarded and branches:
+            # yolov5: `.to(device)` in both branches, then `if cuda and RANK != -1:` converts
+            # to SyncBatchNorm and places it on the same device again: still that device.
+            same = len(set(branches)) == 1 and guarded_to == set(branches)
+            device = branches[0] if same else None
         elif len(set(guarded)) == 1:
             device = guarded[0]
+        elif len(set(branches)) == 1:
+            device = branches[0]
         elif not placed and not any(
             device_facts(f.module, f.parent).gpu_path for f in self.code.files()
         ):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from autoopt.lint.nodes import code_of
+from autoopt.lint.nodes import code_of, is_name, string_value
 from autoopt.lint.wrap_code import Func, SourceFile
 
 # Calls a loop may wrap its loader in: `for i, b in enumerate(tqdm(loader))`.
@@ -88,6 +88,29 @@ def bound_to(assign: cst.CSTNode, expr: str) -> cst.BaseExpression | None:
 def bound_name(assign: cst.CSTNode, expr: str) -> str | None:
     value = bound_to(assign, expr)
     return value.value if isinstance(value, cst.Name) else None
+
+
+def bound_kwarg(assign: cst.CSTNode, expr: str, kwargs: str | None) -> str | None:
+    """The keyword read from the `**kwargs` parameter named `kwargs` that `expr` is bound to:
+    "optimizer" for `self.optimizer = kwargs["optimizer"]` (also `.get("optimizer")`,
+    `.pop("optimizer", None)`)."""
+    if kwargs is None:
+        return None
+    value = bound_to(assign, expr)
+    key: cst.BaseExpression | None = None
+    if isinstance(value, cst.Subscript) and len(value.slice) == 1:
+        index = value.slice[0].slice
+        if is_name(value.value, kwargs) and isinstance(index, cst.Index):
+            key = index.value
+    elif (
+        isinstance(value, cst.Call)
+        and isinstance(value.func, cst.Attribute)
+        and is_name(value.func.value, kwargs)
+        and value.func.attr.value in ("get", "pop")
+        and value.args
+    ):
+        key = value.args[0].value
+    return string_value(key) if key is not None else None
 
 
 def loop_source(func: Func, name: cst.Name, use: cst.CSTNode) -> cst.BaseExpression | None:

@@ -17,7 +17,7 @@ TRAIN = textwrap.dedent(
     import torch
     from torch.utils.data import DataLoader
 
-    device = torch.device("cpu")
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     model = torch.nn.Linear(4, 2).to(device)
     loader = DataLoader(ds, batch_size=8)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -111,7 +111,7 @@ def test_unparsable_file_is_reported_and_others_still_rewritten(project: Path) -
 
 def test_declined_fix_is_reported_with_its_reason(project: Path) -> None:
     (project / "train.py").write_text(
-        "import torch\nfor x in loader:\n    loss = (w * x).sum()\n    loss.backward()\n"
+        "import torch\nfor x in loader:\n    loss = (w * x.cuda()).sum()\n    loss.backward()\n"
     )
     code, _, err = run("--select", "AO201", "--unsafe-fixes")
     assert code == 0

@@ -246,3 +246,55 @@ def test_module_started_by_a_hogwild_script(tmp_path: Path) -> None:
     (tmp_path / "main.py").write_text(HOGWILD_MAIN)
     driven = run_lint(load_project([tmp_path / "train.py"], options), jobs=1)
     assert driven.diagnostics == []
+
+
+BATCH_CLASS = """
+class NestedTensor:
+    def __init__(self, tensors, mask):
+        self.tensors, self.mask = tensors, mask
+
+    def to(self, device):
+        return NestedTensor(self.tensors.to(device), self.mask.to(device))
+"""
+
+ENGINE = """
+import torch
+{imports}
+
+def train_one_epoch(model, criterion, data_loader, optimizer, device):
+    for samples, targets in data_loader:
+        samples = samples.to(device)
+        loss = criterion(model(samples), targets)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+"""
+
+
+@pytest.mark.parametrize(
+    ("batch_module", "imports", "expected"),
+    [
+        # detr: engine.py `import util.misc as utils`; util/misc.py defines NestedTensor.to(device)
+        (BATCH_CLASS, "import util.misc as utils", []),
+        ("from util.other import NestedTensor\n", "from util import misc", []),  # one further
+        # the project's class takes non_blocking (or **kwargs): a tensor-like .to(), reported
+        (BATCH_CLASS.replace("def to(self, device)", "def to(self, device, **kw)"),
+         "import util.misc as utils", ["AO103"]),
+        ("", "import util.misc as utils", ["AO103"]),  # no own class anywhere: reported
+    ],
+)  # fmt: skip
+def test_a_batch_of_the_projects_own_class(
+    tmp_path: Path, batch_module: str, imports: str, expected: list[str]
+) -> None:
+    """AO103 would add `non_blocking=True` to a `.to()` that does not take it (TypeError):
+    silent where the batch is not proven tensors and the project defines such a `.to()`."""
+    _write(
+        tmp_path,
+        {
+            "util/__init__.py": "",
+            "util/misc.py": batch_module,
+            "util/other.py": BATCH_CLASS,
+            "engine.py": ENGINE.format(imports=imports),
+        },
+    )
+    assert _codes(tmp_path, "engine.py", select=("AO103",)) == expected

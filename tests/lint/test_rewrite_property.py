@@ -82,7 +82,10 @@ def test_sample_is_real() -> None:
 @st.composite
 def training_scripts(draw: st.DrawFn) -> str:
     """A plausible training script built from the shapes AO201 must handle."""
-    device = draw(st.sampled_from(['torch.device("cpu")', '"cpu"', None]))
+    # The device is the script's run-time choice (a CPU-only script gets no AO201 at all); the
+    # scripts run here on the CPU.
+    choice = '"cuda" if torch.cuda.is_available() else "cpu"'
+    device = draw(st.sampled_from([f"torch.device({choice})", choice, None]))
     epochs = draw(st.booleans())
     clip = draw(st.booleans())
     accumulate = draw(st.booleans())
@@ -95,7 +98,7 @@ def training_scripts(draw: st.DrawFn) -> str:
         lines += ["def compute_loss(model, x):", "    return model(x).pow(2).mean()", ""]
     if device:
         lines.append(f"device = {device}")
-    dev = "device" if device else '"cpu"'
+    dev = "device" if device else f"({choice})"
     lines.append(f"model = nn.Linear(4, 4).to({dev})")
     lines.append("optimizer = torch.optim.SGD(model.parameters(), lr=0.1)")
     if gan:

@@ -18,7 +18,8 @@ import libcst.matchers as m
 from libcst.codemod.visitors import ImportItem
 
 from autoopt.lint.calls import arg
-from autoopt.lint.nodes import is_name, names_in, nodes_of_type
+from autoopt.lint.facts import local_callee
+from autoopt.lint.nodes import assignments, dotted, is_name, names_in, nodes_of_type
 from autoopt.lint.rule import Rule
 from autoopt.lint.torch_api import DATALOADER, torch_name
 
@@ -34,19 +35,149 @@ _DEFAULT_COLLATE = (
 
 def double_backward(rule: Rule) -> str | None:
     """Why the file differentiates through a gradient (None if it does not): `torch.autograd.grad`
-    (a gradient penalty) or a `.backward(create_graph=True)`."""
-    for call in nodes_of_type(rule.context.module, cst.Call):
-        if rule.refers_to(call.func, *_AUTOGRAD_GRAD):
-            return "double backward (torch.autograd.grad, e.g. a gradient penalty)"
-    for call in rule.facts.backward_calls:
-        if any(
-            a.keyword is not None
-            and a.keyword.value == "create_graph"
-            and not m.matches(a.value, m.Name("False"))
-            for a in call.args
+    (a gradient penalty), or any call passing `create_graph=True` (`.backward(...)`, a `grad`
+    imported under another name, the repository's own wrapper of it)."""
+    sites = double_backward_sites(rule)
+    if not sites:
+        return None
+    if any(rule.refers_to(call.func, *_AUTOGRAD_GRAD) for call in sites):
+        return "double backward (torch.autograd.grad, e.g. a gradient penalty)"
+    return "double backward (create_graph=True)"
+
+
+def double_backward_sites(rule: Rule) -> list[cst.Call]:
+    """The calls that differentiate through a gradient: `torch.autograd.grad(...)` and every
+    call with `create_graph=True` (or a value that is not the literal False)."""
+    return [
+        call
+        for call in nodes_of_type(rule.context.module, cst.Call)
+        if rule.refers_to(call.func, *_AUTOGRAD_GRAD) or _creates_graph(call)
+    ]
+
+
+def _creates_graph(call: cst.Call) -> bool:
+    return any(
+        a.keyword is not None
+        and a.keyword.value == "create_graph"
+        and not m.matches(a.value, m.Name("False"))
+        for a in call.args
+    )
+
+
+def twice_differentiated_models(rule: Rule) -> set[str] | None:
+    """The modules a double backward of the file differentiates through (`D` for
+    `out = D(x_hat); torch.autograd.grad(out.sum(), x_hat, create_graph=True)`, also when `D`
+    is a parameter of the penalty's function and every call of it in the file passes a named
+    model), an empty set when the file has no double backward, and None when some double
+    backward's modules cannot be traced (its outputs come from the caller, a call of unknown
+    origin): then every module may be the one."""
+    models: set[str] = set()
+    for site in double_backward_sites(rule):
+        traced = _models_behind(rule, site)
+        if traced is None:
+            return None
+        models |= traced
+    return models
+
+
+def _models_behind(rule: Rule, site: cst.Call) -> set[str] | None:
+    """The callees whose outputs are the differentiated outputs of `site`, traced back through
+    the assignments of its function and stopping at the first call of a module (None when they
+    cannot all be named)."""
+    if isinstance(site.func, cst.Attribute) and site.func.attr.value == "backward":
+        outputs: cst.BaseExpression | None = site.func.value
+    else:
+        given = arg(site, "outputs", 0)
+        outputs = given.value if given is not None else None
+    if outputs is None:
+        return None
+    scope = rule.facts.enclosing_scope(site)
+    values = {name: value for name, value, _ in assignments(scope)}
+    params = _params(scope)
+    callees: set[str] = set()
+    seen: set[str] = set()
+    pending = [outputs]
+    while pending:
+        expr = pending.pop()
+        called = _module_calls(expr)
+        if called:
+            callees |= called  # `D(x_hat)`, `D(x_hat).mean()`: the module is found, stop here
+            continue
+        for name in _data_names(expr) - seen:
+            seen.add(name)
+            if name in params:
+                return None  # the outputs come from the caller: their module is not in sight
+            if name in values:
+                pending.append(values[name])
+    if not callees:
+        return None
+    models: set[str] = set()
+    for callee in callees:
+        if callee in params:  # `def penalty(D, real, fake)`: the models its callers pass
+            passed = _passed_for(rule, scope, callee)
+            if passed is None:
+                return None
+            models |= passed
+        else:
+            models.add(callee)
+    return models
+
+
+def _module_calls(expr: cst.BaseExpression) -> set[str]:
+    """Callees in `expr` that may be modules: `D(...)`, `self.D(...)`; not a method of a value
+    (`out.sum()`, `D(x).mean()`) nor a torch function."""
+    found = set()
+    for call in nodes_of_type(expr, cst.Call):
+        func = call.func
+        name = dotted(func)
+        if name is None or name.startswith(("torch.", "F.", "nn.")):
+            continue
+        if isinstance(func, cst.Name) or (
+            isinstance(func, cst.Attribute) and is_name(func.value, "self")
         ):
-            return "double backward (create_graph=True)"
-    return None
+            found.add(name)
+    return found
+
+
+def _data_names(expr: cst.BaseExpression) -> set[str]:
+    """The plain names `expr` reads as values (not attribute or keyword names)."""
+    skip = {id(n.attr) for n in nodes_of_type(expr, cst.Attribute)}
+    skip |= {id(a.keyword) for a in nodes_of_type(expr, cst.Arg) if a.keyword is not None}
+    return {n.value for n in nodes_of_type(expr, cst.Name) if id(n) not in skip}
+
+
+def _params(scope: cst.CSTNode) -> list[str]:
+    if not isinstance(scope, cst.FunctionDef):
+        return []
+    return [p.name.value for p in (*scope.params.posonly_params, *scope.params.params)]
+
+
+def _passed_for(rule: Rule, func: cst.CSTNode, param: str) -> set[str] | None:
+    """What the file's calls of `func` pass for its parameter `param` (None when a call does
+    not pass a plain name, or there is no call in sight)."""
+    assert isinstance(func, cst.FunctionDef)
+    params = _params(func)
+    index = params.index(param) - (1 if params[:1] in (["self"], ["cls"]) else 0)
+    passed: set[str] = set()
+    for call in nodes_of_type(rule.context.module, cst.Call):
+        if local_callee(call) != func.name.value:
+            continue
+        given = arg(call, param, index)
+        name = dotted(given.value) if given is not None else None
+        if name is None:
+            return None
+        passed.add(name)
+    return passed or None
+
+
+def trains_twice(rule: Rule, model: str) -> bool:
+    """`model` may be differentiated twice: a double backward runs through it, or through a
+    module that cannot be traced (then any model may be the one)."""
+    models = twice_differentiated_models(rule)
+    if models is None:
+        return True
+    leaf = model.rsplit(".", 1)[-1]
+    return any(m == model or m.rsplit(".", 1)[-1] == leaf for m in models)
 
 
 def batch_of_tensors(rule: Rule, loop: cst.For | cst.While) -> bool:
