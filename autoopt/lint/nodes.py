@@ -172,17 +172,23 @@ class Preorder:
             yield cur
             i = end[i] if type(cur) in _SCOPE_TYPES else i + 1
 
-    def of_type(
-        self, node: cst.CSTNode, kind: type[cst.CSTNode] | tuple[type[cst.CSTNode], ...]
-    ) -> list[cst.CSTNode]:
-        """The nodes of class `kind` (or of any class of a tuple) in `node`'s subtree, in
-        source order (from a list of ranks per question, made on its first asking)."""
+    def ranks_of_type(self, kind: type[cst.CSTNode] | tuple[type[cst.CSTNode], ...]) -> list[int]:
+        """The ranks of the whole tree's nodes of class `kind` (or of a tuple's classes), in
+        order; made on the first asking."""
         ranks = self._ranks_of_type.get(kind)
         if ranks is None:
             kinds = kind if isinstance(kind, tuple) else (kind,)
             ranks = self._ranks_of_type[kind] = [
                 i for i, n in enumerate(self.nodes) if type(n) in kinds
             ]
+        return ranks
+
+    def of_type(
+        self, node: cst.CSTNode, kind: type[cst.CSTNode] | tuple[type[cst.CSTNode], ...]
+    ) -> list[cst.CSTNode]:
+        """The nodes of class `kind` (or of any class of a tuple) in `node`'s subtree, in
+        source order (from a list of ranks per question, made on its first asking)."""
+        ranks = self.ranks_of_type(kind)
         start = self.rank[id(node)]
         found = ranks[bisect_left(ranks, start) : bisect_left(ranks, self.end[start])]
         return list(map(self.nodes.__getitem__, found))
