@@ -15,7 +15,14 @@ from autoopt.lint.handled import (
     library_trainer_calls,
     uses_accelerate,
 )
-from autoopt.lint.nodes import assignments, contains, is_name, method_name, names_in, walk
+from autoopt.lint.nodes import (
+    assignments,
+    contains,
+    is_name,
+    method_name,
+    names_in,
+    nodes_of_type,
+)
 from autoopt.lint.project_facts import local_definition
 from autoopt.lint.rule import Fix, FixSafety, Invalid, Rule, Valid
 
@@ -457,7 +464,9 @@ class TorchCompileModel(Rule):
     def _shadowed_or_scripted(self, module: cst.Module) -> bool:
         """A user-defined `compile` (function, method, import, variable), or TorchScript /
         `torch._dynamo` already in use."""
-        for n in walk(module):
+        for n in nodes_of_type(
+            module, (cst.FunctionDef, cst.ImportAlias, cst.AssignTarget, cst.Call)
+        ):
             if isinstance(n, cst.FunctionDef) and n.name.value == "compile":
                 return True
             if isinstance(n, cst.ImportAlias | cst.AssignTarget) and "compile" in names_in(n):
@@ -469,7 +478,7 @@ class TorchCompileModel(Rule):
     def _compiled(self, module: cst.Module, model: str) -> bool:
         """`model.compile()`, `torch.compile(... model ...)` or `model = torch.compile(...)`
         anywhere in the file."""
-        for n in walk(module):
+        for n in nodes_of_type(module, (cst.Assign, cst.Call)):
             if (
                 isinstance(n, cst.Assign)
                 and isinstance(n.value, cst.Call)
@@ -497,7 +506,7 @@ class TorchCompileModel(Rule):
         `groups = param_groups(model, ...)` in the same function, or the model's own
         `model.configure_optimizers(...)` (the nanoGPT/minGPT/Lightning idiom)."""
         found = []
-        for n in walk(module):
+        for n in nodes_of_type(module, cst.Call):
             if not isinstance(n, cst.Call):
                 continue
             if method_name(n) == "configure_optimizers" and isinstance(n.func, cst.Attribute):
@@ -572,7 +581,8 @@ def _parameters_of(expr: cst.BaseExpression) -> str | None:
 def _builds(stmt: cst.BaseStatement, model: str, rebinds: bool = False) -> bool:
     """`stmt` (re)binds `model` or places it (`model.to(...)`, `model.cuda()`, ...); with
     `rebinds`, only a new binding counts."""
-    for n in walk(stmt, into_scopes=False):
+    kinds = (cst.AssignTarget, cst.For, cst.AsName, cst.NamedExpr, cst.AnnAssign, cst.AugAssign)
+    for n in nodes_of_type(stmt, (*kinds, cst.Call), into_scopes=False):
         if isinstance(n, cst.AssignTarget | cst.For | cst.AsName | cst.NamedExpr) and (
             model in names_in(n.target if not isinstance(n, cst.AsName) else n.name)
         ):
