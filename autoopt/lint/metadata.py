@@ -14,6 +14,7 @@ Each is a read-only mapping shaped like libcst's metadata, so `Rule.get_metadata
 from __future__ import annotations
 
 import builtins
+import contextlib
 import re
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterator, Mapping
@@ -60,6 +61,7 @@ _BINDERS = frozenset(
         cst.Nonlocal,
     )
 )
+_BINDER_CLASSES = tuple(_BINDERS)
 
 
 class ParentMap(Mapping[cst.CSTNode, cst.CSTNode]):
@@ -188,8 +190,8 @@ class QualifiedNames(Mapping[cst.CSTNode, set[QualifiedName]]):
         found = self._cache.get(id(node))
         if found is None:
             if not self._bound:
-                binders = _BINDERS
-                self._bind_all([n for n in self._parents.nodes if type(n) in binders])
+                parents = self._parents
+                self._bind_all(parents.tree.of_type(parents.module, _BINDER_CLASSES))
                 self._bound = True
             found = self._cache[id(node)] = self._resolve(node)
         return found
@@ -480,7 +482,9 @@ class _SyntacticSpan:
     def __enter__(self) -> None:
         self.start = self.state.offset
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        if exc_type is not None:  # generation stopped early (`_HeaderState`): no end here
+            return
         spans = self.state.spans
         start = self.start if self.start_node is None else spans[id(self.start_node)][0]
         end = self.state.offset if self.end_node is None else spans[id(self.end_node)][1]
@@ -495,6 +499,34 @@ _TEXT_WITH_BREAKS = (
     cst.TemplatedStringText,
     cst.SimpleWhitespace,
 )
+
+
+class _Stop(Exception):
+    """Ends the generation of a statement at its body (`_HeaderState`)."""
+
+
+@dataclass
+class _HeaderState(_OffsetState):
+    """`_OffsetState` that stops (raising `_Stop`) where the node with id `stop` would be
+    generated, and keeps the syntactic spans it opened (their starts are known)."""
+
+    stop: int | None = None
+    opened: dict[int, _SyntacticSpan] = field(default_factory=dict)
+
+    def before_codegen(self, node: cst.CSTNode) -> None:
+        if id(node) == self.stop:
+            raise _Stop
+        super().before_codegen(node)
+
+    def record_syntactic_position(
+        self,
+        node: cst.CSTNode,
+        *,
+        start_node: cst.CSTNode | None = None,
+        end_node: cst.CSTNode | None = None,
+    ) -> _SyntacticSpan:
+        span = self.opened[id(node)] = _SyntacticSpan(self, node, start_node, end_node)
+        return span
 
 
 class Positions(Mapping[cst.CSTNode, CodeRange]):
@@ -567,13 +599,24 @@ class Positions(Mapping[cst.CSTNode, CodeRange]):
             return False
         module = self._module
         offset = self._line_starts[line]
-        state = _OffsetState(
+        state = _HeaderState(
             default_indent=module.default_indent,
             default_newline=module.default_newline,
             indent_tokens=[module.default_indent if b.indent is None else b.indent for b in blocks],
             offset=offset,
         )
-        statement._codegen(state)
+        last = _last_small_statement(statement, tree) if node is statement else None
+        body = getattr(statement, "body", None)
+        if (
+            last is not None
+            and body is not None
+            and _line_statement(last, tree)[0] is not statement
+        ):
+            # A compound statement asked for itself: its header, and its end from its last
+            # small statement (where every block's syntactic end leads), not its whole body.
+            state.stop = id(body)
+        with contextlib.suppress(_Stop):
+            statement._codegen(state)
         code = "".join(state.tokens)
         self._generated += len(code)
         if source[offset : offset + len(code)] != code:
@@ -581,6 +624,14 @@ class Positions(Mapping[cst.CSTNode, CodeRange]):
             return False
         for key, span in state.spans.items():
             self._spans.setdefault(key, span)
+        if state.stop is not None:
+            opened = state.opened.get(id(statement))
+            if last is None or opened is None or opened.start_node is not None:
+                return False
+            end = self._span(last)
+            if end is None:
+                return False
+            self._spans.setdefault(id(statement), (opened.start, end[1]))
         return True
 
     def _position(self, offset: int) -> CodePosition:
@@ -629,6 +680,20 @@ def _line_statement(
         current = up
     blocks.reverse()
     return statement, blocks
+
+
+def _last_small_statement(statement: cst.CSTNode, tree: Preorder) -> cst.CSTNode | None:
+    """The last small statement (`x = 1`, `pass`, a call...) inside a compound `statement`,
+    in source order: the syntactic end of a compound statement is the end of its last block's
+    last statement, down to a small one. None for a simple statement line."""
+    if type(statement) is cst.SimpleStatementLine:
+        return None
+    start = tree.rank[id(statement)]
+    nodes = tree.nodes
+    for rank in range(tree.end[start] - 1, start, -1):
+        if isinstance(nodes[rank], cst.BaseSmallStatement):
+            return nodes[rank]
+    return None
 
 
 def _break_ranks(tree: Preorder) -> list[int]:

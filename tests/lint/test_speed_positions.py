@@ -91,6 +91,11 @@ def test_a_position_generates_only_its_statement() -> None:
     assert positions[call].start.line == 21
     assert not positions._complete  # the module was not generated
     assert positions._generated < len(SOURCE) // 10  # only `model(batch.cuda())`'s line
+    # A loop asked for itself: its header and its last statement, not its body.
+    loop = next(n for n in parents.nodes if type(n) is cst.For)
+    fresh = metadata.Positions(module, parents, SOURCE)
+    assert fresh[loop] == expected[loop] and not fresh._complete
+    assert id(call) not in fresh._spans  # the body's first statement was not generated
 
 
 def test_without_the_source_or_for_the_module_the_whole_module_is_generated() -> None:
