@@ -8,7 +8,7 @@ from autoopt.lint.calls import arg, with_keyword
 from autoopt.lint.device import GPU_MARKERS
 from autoopt.lint.edits import block_statement, statement_line
 from autoopt.lint.handled import LIBRARY_TRAINER_MARKERS
-from autoopt.lint.nodes import calls_in, method_name, string_value, walk
+from autoopt.lint.nodes import calls_in, method_name, nodes_of_type, string_value, walk
 from autoopt.lint.project_facts import local_definition
 from autoopt.lint.rule import Fix, FixSafety, Invalid, Rule, Valid
 from autoopt.lint.torch_api import (
@@ -556,8 +556,8 @@ class ChannelsLast(Rule):
         """`(name, assignment, flattens)` for every `name = <conv model>(...)[.to(...)|.cuda()]`;
         `flattens`: the model flattens with `.view()` (no fix)."""
         found: list[tuple[str, cst.Assign, bool]] = []
-        for n in walk(module, into_scopes=True):
-            if not isinstance(n, cst.Assign) or len(n.targets) != 1:
+        for n in nodes_of_type(module, cst.Assign):
+            if len(n.targets) != 1:
                 continue
             target = n.targets[0].target
             if not isinstance(target, cst.Name):

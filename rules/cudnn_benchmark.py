@@ -6,7 +6,7 @@ import libcst as cst
 
 from autoopt.lint.device import GPU_MARKERS
 from autoopt.lint.edits import insert_after_imports, statement_line
-from autoopt.lint.nodes import is_true, walk
+from autoopt.lint.nodes import is_true, nodes_of_type
 from autoopt.lint.project_facts import local_definition
 from autoopt.lint.rule import FileContext, Fix, FixSafety, Invalid, Rule, Valid
 from autoopt.lint.torch_api import is_conv_call, is_conv_zoo_model, torch_imports
@@ -261,7 +261,7 @@ class CudnnBenchmark(Rule):
         request for determinism; None if there is no such `if`."""
         settings: list[cst.CSTNode] = []
         requests = False
-        for n in walk(self.context.module):
+        for n in nodes_of_type(self.context.module, (cst.Assign, cst.Call)):
             if isinstance(n, cst.Assign):
                 for t in n.targets:
                     if self.refers_to(t.target, _BENCHMARK, _DETERMINISTIC):

@@ -14,7 +14,7 @@ from autoopt.lint.handled import (
     library_trainer_calls,
     uses_accelerate,
 )
-from autoopt.lint.nodes import contains, dotted, method_name, names_in, walk
+from autoopt.lint.nodes import contains, dotted, method_name, names_in, nodes_of_type
 from autoopt.lint.rule import Fix, FixSafety, Invalid, Rule, Valid
 from autoopt.lint.trained_models import aliases, mentions, trained_models
 
@@ -545,7 +545,9 @@ class TorchCompileModel(Rule):
     def _shadowed_or_scripted(self, module: cst.Module) -> bool:
         """A user-defined `compile` (function, method, import, variable), or TorchScript /
         `torch._dynamo` already in use."""
-        for n in walk(module):
+        for n in nodes_of_type(
+            module, (cst.FunctionDef, cst.ImportAlias, cst.AssignTarget, cst.Call)
+        ):
             if isinstance(n, cst.FunctionDef) and n.name.value == "compile":
                 return True
             if isinstance(n, cst.ImportAlias | cst.AssignTarget) and "compile" in names_in(n):
@@ -557,7 +559,7 @@ class TorchCompileModel(Rule):
     def _compiled(self, module: cst.Module, model: str) -> bool:
         """`model.compile()`, `torch.compile(... model ...)` or `model = torch.compile(...)`
         anywhere in the file."""
-        for n in walk(module):
+        for n in nodes_of_type(module, (cst.Assign, cst.Call)):
             if (
                 isinstance(n, cst.Assign)
                 and isinstance(n.value, cst.Call)
@@ -583,7 +585,8 @@ class TorchCompileModel(Rule):
 def _builds(stmt: cst.BaseStatement, model: str, rebinds: bool = False) -> bool:
     """`stmt` (re)binds `model` or places it (`model.to(...)`, `model.cuda()`, ...); with
     `rebinds`, only a new binding counts."""
-    for n in walk(stmt, into_scopes=False):
+    kinds = (cst.AssignTarget, cst.For, cst.AsName, cst.NamedExpr, cst.AnnAssign, cst.AugAssign)
+    for n in nodes_of_type(stmt, (*kinds, cst.Call), into_scopes=False):
         if isinstance(n, cst.AssignTarget | cst.For | cst.AsName | cst.NamedExpr) and (
             mentions(n.target if not isinstance(n, cst.AsName) else n.name, model)
         ):

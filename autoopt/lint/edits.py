@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import libcst as cst
 
-from autoopt.lint.nodes import code_of, dotted, walk
+from autoopt.lint.nodes import code_of, dotted, nodes_of_type
 
 ParentOf = Callable[[cst.CSTNode], "cst.CSTNode | None"]
 
@@ -84,7 +84,7 @@ def _import_anchor(module: cst.Module) -> cst.SimpleStatementLine | None:
 def _binds_by_import(stmt: cst.CSTNode, names: tuple[str, ...]) -> bool:
     """`stmt` (a top-level statement, maybe a `try`/`if` around imports) imports one of `names`
     (`import torch`, `import torch.nn`, `from x import torch`)."""
-    for node in walk(stmt, into_scopes=False):
+    for node in nodes_of_type(stmt, (cst.Import, cst.ImportFrom), into_scopes=False):
         if isinstance(node, cst.Import):
             bound = {
                 (code_of(a.asname.name) if a.asname else code_of(a.name)).split(".")[0]

@@ -68,7 +68,7 @@ def run_rules(
     if not rules:
         return Analysis(module, [])
     wrapper = cst.MetadataWrapper(module, unsafe_skip_copy=True)
-    parents = metadata.install(wrapper)
+    parents = metadata.install(wrapper, source)
     _defer_metadata(wrapper, rules)
     context = FileContext(Path(path), source, module, wrapper, target_version)
     visitors: list[Rule] = []

@@ -14,8 +14,9 @@ Each is a read-only mapping shaped like libcst's metadata, so `Rule.get_metadata
 from __future__ import annotations
 
 import builtins
+import contextlib
 import re
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
@@ -33,7 +34,7 @@ from libcst.metadata import (
     QualifiedNameSource,
 )
 
-from autoopt.lint.nodes import index_tree, walk
+from autoopt.lint.nodes import Preorder, index_tree, walk
 
 # Node classes as sets of exact types: `type(n) in S` is a hash lookup, while `isinstance`
 # against libcst's classes (ABCs) is slow when it fails, and these checks run on every node.
@@ -60,6 +61,7 @@ _BINDERS = frozenset(
         cst.Nonlocal,
     )
 )
+_BINDER_CLASSES = tuple(_BINDERS)
 
 
 class ParentMap(Mapping[cst.CSTNode, cst.CSTNode]):
@@ -188,8 +190,8 @@ class QualifiedNames(Mapping[cst.CSTNode, set[QualifiedName]]):
         found = self._cache.get(id(node))
         if found is None:
             if not self._bound:
-                binders = _BINDERS
-                self._bind_all([n for n in self._parents.nodes if type(n) in binders])
+                parents = self._parents
+                self._bind_all(parents.tree.of_type(parents.module, _BINDER_CLASSES))
                 self._bound = True
             found = self._cache[id(node)] = self._resolve(node)
         return found
@@ -480,25 +482,81 @@ class _SyntacticSpan:
     def __enter__(self) -> None:
         self.start = self.state.offset
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        if exc_type is not None:  # generation stopped early (`_HeaderState`): no end here
+            return
         spans = self.state.spans
         start = self.start if self.start_node is None else spans[id(self.start_node)][0]
         end = self.state.offset if self.end_node is None else spans[id(self.end_node)][1]
         spans[id(self.node)] = (start, end)
 
 
-class Positions(Mapping[cst.CSTNode, CodeRange]):
-    """libcst's PositionProvider ranges (1-based lines, 0-based columns), from one code
-    generation pass made on the first lookup."""
+# Leaves whose text may hold line breaks (strings; whitespace with a backslash continuation).
+# Every other line break of a file is a `Newline` node.
+_TEXT_WITH_BREAKS = (
+    cst.SimpleString,
+    cst.FormattedStringText,
+    cst.TemplatedStringText,
+    cst.SimpleWhitespace,
+)
 
-    def __init__(self, module: cst.Module) -> None:
+
+class _Stop(Exception):
+    """Ends the generation of a statement at its body (`_HeaderState`)."""
+
+
+@dataclass
+class _HeaderState(_OffsetState):
+    """`_OffsetState` that stops (raising `_Stop`) where the node with id `stop` would be
+    generated, and keeps the syntactic spans it opened (their starts are known)."""
+
+    stop: int | None = None
+    opened: dict[int, _SyntacticSpan] = field(default_factory=dict)
+
+    def before_codegen(self, node: cst.CSTNode) -> None:
+        if id(node) == self.stop:
+            raise _Stop
+        super().before_codegen(node)
+
+    def record_syntactic_position(
+        self,
+        node: cst.CSTNode,
+        *,
+        start_node: cst.CSTNode | None = None,
+        end_node: cst.CSTNode | None = None,
+    ) -> _SyntacticSpan:
+        span = self.opened[id(node)] = _SyntacticSpan(self, node, start_node, end_node)
+        return span
+
+
+class Positions(Mapping[cst.CSTNode, CodeRange]):
+    """libcst's PositionProvider ranges (1-based lines, 0-based columns), made on lookup.
+
+    With the source text and the tree's index (`parents`), a lookup generates the code of the
+    one statement that holds the node, starting at that statement's line: a statement of a
+    block or of the module starts a line, and its line is one more than the line breaks before
+    it (the `Newline` nodes and the breaks inside strings and continuations that come earlier
+    in source order). The generated text must equal the source at that place, or the whole
+    module is generated once, as without the source; so is it when the statements generated
+    add up to more than the module. Files with findings ask for a few positions: this costs a
+    fraction of generating the module's code, which costs about as much as parsing it."""
+
+    def __init__(
+        self, module: cst.Module, parents: ParentMap | None = None, source: str | None = None
+    ) -> None:
         self._module = module
-        self._spans: dict[int, tuple[int, int]] | None = None  # by id(node); the module keeps
-        # every node alive, so ids stay unique
-        self._line_starts: list[int] = []
+        self._parents = parents
+        self._source = source
+        self._spans: dict[int, tuple[int, int]] = {}  # by id(node); the module keeps every
+        # node alive, so ids stay unique
+        self._complete = False  # every node's span is in `_spans`
+        self._line_starts: list[int] | None = None
+        self._breaks: list[int] | None = None  # a rank per line break, in order
+        self._generated = 0  # characters generated for single statements so far
 
     def _load(self) -> dict[int, tuple[int, int]]:
-        if self._spans is None:
+        """Every node's span, from code generation of the whole module."""
+        if not self._complete:
             module = self._module
             state = _OffsetState(
                 default_indent=module.default_indent, default_newline=module.default_newline
@@ -507,21 +565,91 @@ class Positions(Mapping[cst.CSTNode, CodeRange]):
             text = "".join(state.tokens) + state.popped
             self._line_starts = [0, *(m.end() for m in _NEWLINE.finditer(text))]
             self._spans = state.spans
+            self._complete = True
         return self._spans
 
+    def _span(self, node: cst.CSTNode) -> tuple[int, int] | None:
+        span = self._spans.get(id(node))
+        if span is None and not self._complete:
+            if not self._from_statement(node):
+                self._load()
+            span = self._spans.get(id(node))
+        return span
+
+    def _from_statement(self, node: cst.CSTNode) -> bool:
+        """Generate the statement holding `node` at its place; False when that cannot be
+        done or checked (the caller then generates the module)."""
+        tree = self._parents.tree if self._parents is not None else None
+        source = self._source
+        if tree is None or source is None or id(node) not in tree.rank:
+            return False
+        statement, blocks = _line_statement(node, tree)
+        if statement is None or self._generated > len(source):
+            return False
+        if self._line_starts is None:
+            self._line_starts = [0, *(m.end() for m in _NEWLINE.finditer(source))]
+            self._breaks = _break_ranks(tree)
+            expected = len(self._line_starts) - 1 + (not self._module.has_trailing_newline)
+            if len(self._breaks) != expected:  # a break the count does not know: never guess
+                self._source = None
+                return False
+        assert self._breaks is not None
+        line = bisect_left(self._breaks, tree.rank[id(statement)])
+        if line >= len(self._line_starts):
+            return False
+        module = self._module
+        offset = self._line_starts[line]
+        state = _HeaderState(
+            default_indent=module.default_indent,
+            default_newline=module.default_newline,
+            indent_tokens=[module.default_indent if b.indent is None else b.indent for b in blocks],
+            offset=offset,
+        )
+        last = _last_small_statement(statement, tree) if node is statement else None
+        body = getattr(statement, "body", None)
+        if (
+            last is not None
+            and body is not None
+            and _line_statement(last, tree)[0] is not statement
+        ):
+            # A compound statement asked for itself: its header, and its end from its last
+            # small statement (where every block's syntactic end leads), not its whole body.
+            state.stop = id(body)
+        with contextlib.suppress(_Stop):
+            statement._codegen(state)
+        code = "".join(state.tokens)
+        self._generated += len(code)
+        if source[offset : offset + len(code)] != code:
+            self._source = None
+            return False
+        for key, span in state.spans.items():
+            self._spans.setdefault(key, span)
+        if state.stop is not None:
+            opened = state.opened.get(id(statement))
+            if last is None or opened is None or opened.start_node is not None:
+                return False
+            end = self._span(last)
+            if end is None:
+                return False
+            self._spans.setdefault(id(statement), (opened.start, end[1]))
+        return True
+
     def _position(self, offset: int) -> CodePosition:
+        assert self._line_starts is not None
         line = bisect_right(self._line_starts, offset)
         return CodePosition(line, offset - self._line_starts[line - 1])
 
     def __getitem__(self, node: cst.CSTNode) -> CodeRange:
-        start, end = self._load()[id(node)]
-        return CodeRange(self._position(start), self._position(end))
+        span = self._span(node)
+        if span is None:
+            raise KeyError(node)
+        return CodeRange(self._position(span[0]), self._position(span[1]))
 
     def get(self, node: cst.CSTNode, default: object = None) -> object:  # type: ignore[override]
-        return self[node] if id(node) in self._load() else default
+        return self[node] if self._span(node) is not None else default
 
     def __contains__(self, node: object) -> bool:
-        return id(node) in self._load()
+        return isinstance(node, cst.CSTNode) and self._span(node) is not None
 
     def __iter__(self) -> Iterator[cst.CSTNode]:
         return walk(self._module)
@@ -530,13 +658,65 @@ class Positions(Mapping[cst.CSTNode, CodeRange]):
         return len(self._load())
 
 
+def _line_statement(
+    node: cst.CSTNode, tree: Preorder
+) -> tuple[cst.CSTNode | None, list[cst.IndentedBlock]]:
+    """The innermost statement of a block or of the module that holds `node` (or is it), and
+    the blocks around that statement, outermost first; (None, []) for a node outside any
+    statement (the module, its header and footer lines)."""
+    parents = tree.parents
+    statement = None
+    blocks: list[cst.IndentedBlock] = []
+    current: cst.CSTNode | None = node
+    while current is not None:
+        up = parents.get(id(current))
+        kind = type(up)
+        if kind is cst.IndentedBlock or kind is cst.Module:
+            # (a header or footer line of a block is not a statement: its block's is)
+            if statement is None and isinstance(current, cst.BaseStatement):
+                statement = current
+            if statement is not None and kind is cst.IndentedBlock:
+                blocks.append(up)  # type: ignore[arg-type]
+        current = up
+    blocks.reverse()
+    return statement, blocks
+
+
+def _last_small_statement(statement: cst.CSTNode, tree: Preorder) -> cst.CSTNode | None:
+    """The last small statement (`x = 1`, `pass`, a call...) inside a compound `statement`,
+    in source order: the syntactic end of a compound statement is the end of its last block's
+    last statement, down to a small one. None for a simple statement line."""
+    if type(statement) is cst.SimpleStatementLine:
+        return None
+    start = tree.rank[id(statement)]
+    nodes = tree.nodes
+    for rank in range(tree.end[start] - 1, start, -1):
+        if isinstance(nodes[rank], cst.BaseSmallStatement):
+            return nodes[rank]
+    return None
+
+
+def _break_ranks(tree: Preorder) -> list[int]:
+    """A rank per line break of the tree's code, in source order (a node's rank once for each
+    break in its text)."""
+    ranks = list(tree.ranks_of_type(cst.Newline))
+    nodes = tree.nodes
+    for rank in tree.ranks_of_type(_TEXT_WITH_BREAKS):
+        value: str = nodes[rank].value  # type: ignore[attr-defined]
+        if "\n" in value or "\r" in value:
+            ranks.extend([rank] * len(_NEWLINE.findall(value)))
+    ranks.sort()
+    return ranks
+
+
 # ----- wiring ---------------------------------------------------------------------------------------
 
 
-def install(wrapper: cst.MetadataWrapper) -> ParentMap:
+def install(wrapper: cst.MetadataWrapper, source: str | None = None) -> ParentMap:
     """Put the cheap providers into `wrapper` in place of libcst's three (the walk for the
     parent map is made now; names and positions on first use) and return the parent map.
-    A wrapper that has them already keeps them."""
+    `source`: the text the module was parsed from, when known (positions then generate only
+    the statements asked about). A wrapper that has them already keeps them."""
     metadata = wrapper._metadata  # libcst has no public hook for supplying metadata
     parents = metadata.get(ParentNodeProvider)
     if isinstance(parents, ParentMap):
@@ -544,5 +724,5 @@ def install(wrapper: cst.MetadataWrapper) -> ParentMap:
     parents = ParentMap(wrapper.module)
     metadata[ParentNodeProvider] = parents
     metadata[QualifiedNameProvider] = QualifiedNames(parents)
-    metadata[PositionProvider] = Positions(wrapper.module)
+    metadata[PositionProvider] = Positions(wrapper.module, parents, source)
     return parents

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 from bisect import bisect_left
 from collections.abc import Callable, Iterator
+from itertools import chain, compress
 from operator import attrgetter
 from typing import TypeVar
 
@@ -142,6 +143,7 @@ class Preorder:
         )
         # end[i]: the rank just after node i's last descendant (descendants come after it).
         self._ranks_of_type: dict[type | tuple[type, ...], list[int]] = {}
+        self._types: list[type] | None = None  # each node's class, made on first use
         self.end = end = list(range(1, len(nodes) + 1))
         for i in range(len(nodes) - 1, 0, -1):
             up = parent_rank[i]
@@ -161,31 +163,67 @@ class Preorder:
         stop = self.end[start]
         if into_scopes:
             return iter(self.nodes[start:stop])  # a list's iterator: no Python frame per node
-        return self._walk_outside_scopes(start, stop)
+        nodes = self.nodes
+        return chain.from_iterable(nodes[lo:hi] for lo, hi in self._outside_scopes(start, stop))
 
-    def _walk_outside_scopes(self, start: int, stop: int) -> Iterator[cst.CSTNode]:
-        nodes, end = self.nodes, self.end
-        yield nodes[start]
-        i = start + 1
-        while i < stop:
-            cur = nodes[i]
-            yield cur
-            i = end[i] if type(cur) in _SCOPE_TYPES else i + 1
+    def _outside_scopes(self, start: int, stop: int) -> list[tuple[int, int]]:
+        """The rank ranges of the subtree [start, stop) without the insides of the scopes
+        below its root (a function, class or lambda is kept, its body left out): a walk
+        outside scopes is then a few slices, not a step per node."""
+        scopes = self.ranks_of_type(SCOPE_NODES)
+        end = self.end
+        ranges = []
+        lo = start + 1
+        j = bisect_left(scopes, lo)
+        while j < len(scopes) and scopes[j] < stop:
+            scope = scopes[j]
+            ranges.append((lo, scope + 1))
+            lo = end[scope]
+            j = bisect_left(scopes, lo, j + 1)
+        ranges.append((lo, stop))
+        ranges[0] = (start, ranges[0][1])
+        return ranges
 
-    def of_type(
-        self, node: cst.CSTNode, kind: type[cst.CSTNode] | tuple[type[cst.CSTNode], ...]
-    ) -> list[cst.CSTNode]:
-        """The nodes of class `kind` (or of any class of a tuple) in `node`'s subtree, in
-        source order (from a list of ranks per question, made on its first asking)."""
+    def ranks_of_type(self, kind: type[cst.CSTNode] | tuple[type[cst.CSTNode], ...]) -> list[int]:
+        """The ranks of the whole tree's nodes of class `kind` (or of a tuple's classes), in
+        order; made on the first asking, by a pass in C over the nodes' classes."""
         ranks = self._ranks_of_type.get(kind)
         if ranks is None:
-            kinds = kind if isinstance(kind, tuple) else (kind,)
-            ranks = self._ranks_of_type[kind] = [
-                i for i, n in enumerate(self.nodes) if type(n) in kinds
-            ]
+            if self._types is None:
+                self._types = list(map(type, self.nodes))
+            kinds = frozenset(kind if isinstance(kind, tuple) else (kind,))
+            ranks = list(compress(range(len(self._types)), map(kinds.__contains__, self._types)))
+            self._ranks_of_type[kind] = ranks
+        return ranks
+
+    def of_type(
+        self,
+        node: cst.CSTNode,
+        kind: type[cst.CSTNode] | tuple[type[cst.CSTNode], ...],
+        into_scopes: bool = True,
+    ) -> list[cst.CSTNode]:
+        """The nodes of class `kind` (or of any class of a tuple) in `node`'s subtree, in
+        source order (from a list of ranks per question, made on its first asking); without
+        `into_scopes`, not those inside the functions, classes and lambdas below `node`."""
+        ranks = self.ranks_of_type(kind)
         start = self.rank[id(node)]
-        found = ranks[bisect_left(ranks, start) : bisect_left(ranks, self.end[start])]
-        return list(map(self.nodes.__getitem__, found))
+        get = self.nodes.__getitem__
+        if into_scopes:
+            found = ranks[bisect_left(ranks, start) : bisect_left(ranks, self.end[start])]
+            return list(map(get, found))
+        out: list[cst.CSTNode] = []
+        for lo, hi in self._outside_scopes(start, self.end[start]):
+            out.extend(map(get, ranks[bisect_left(ranks, lo) : bisect_left(ranks, hi)]))
+        return out
+
+    def contains(self, outer: cst.CSTNode, inner: cst.CSTNode) -> bool | None:
+        """`inner` is `outer` or one of its descendants; None when either is not in the tree."""
+        rank = self.rank
+        start = rank.get(id(outer))
+        at = rank.get(id(inner))
+        if start is None or at is None:
+            return None
+        return start <= at < self.end[start]
 
 
 # The tree being analysed (see `index_tree`): walks of its nodes read its preorder.
@@ -225,26 +263,31 @@ def _descend(node: cst.CSTNode, into_scopes: bool) -> Iterator[cst.CSTNode]:
         stack.extend(reversed(children(cur)))
 
 
-def nodes_of_type(node: cst.CSTNode, kind: type[_N] | tuple[type[_N], ...]) -> list[_N]:
+def nodes_of_type(
+    node: cst.CSTNode, kind: type[_N] | tuple[type[_N], ...], *, into_scopes: bool = True
+) -> list[_N]:
     """Every node of class `kind` (a concrete node class, or a tuple of them) in `node`'s
-    subtree, `node` included, in source order: `[n for n in walk(node) if isinstance(n, kind)]`,
-    read off the index for a node of the indexed tree."""
+    subtree, `node` included, in source order: `[n for n in walk(node) if isinstance(n, kind)]`
+    (`into_scopes` as for `walk`), read off the index for a node of the indexed tree."""
     tree = _current
     if tree is not None and id(node) in tree.rank:
-        return tree.of_type(node, kind)  # type: ignore[return-value]
+        return tree.of_type(node, kind, into_scopes)  # type: ignore[return-value]
     kinds = kind if isinstance(kind, tuple) else (kind,)
-    return [n for n in _descend(node, True) if type(n) in kinds]  # type: ignore[misc]
+    return [n for n in _descend(node, into_scopes) if type(n) in kinds]  # type: ignore[misc]
 
 
 def calls_in(node: cst.CSTNode, *, into_scopes: bool = True) -> Iterator[cst.Call]:
     """Every call under `node` (see `walk`)."""
-    if into_scopes:
-        return iter(nodes_of_type(node, cst.Call))
-    return (n for n in walk(node, into_scopes=False) if type(n) is cst.Call)
+    return iter(nodes_of_type(node, cst.Call, into_scopes=into_scopes))
 
 
 def contains(outer: cst.CSTNode, inner: cst.CSTNode) -> bool:
     """`inner` is `outer` or one of its descendants (by identity)."""
+    tree = _current
+    if tree is not None:
+        inside = tree.contains(outer, inner)
+        if inside is not None:
+            return inside
     return any(n is inner for n in walk(outer))
 
 

@@ -15,7 +15,6 @@ Everything outside the replaced nodes keeps its bytes: libcst round-trips the re
 
 from __future__ import annotations
 
-import ast
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,7 +27,14 @@ from autoopt.lint.engine import Analysis, active_rules, analyze
 from autoopt.lint.nodes import code_of, indexed_tree, walk
 from autoopt.lint.rule import Finding, Fix, FixSafety, Rule
 from autoopt.lint.runner import check_syntax
-from autoopt.lint.verify import FindingFilter, Names, Verdict, unbound_names, verify_edit
+from autoopt.lint.verify import (
+    FindingFilter,
+    Names,
+    Verdict,
+    parse_python,
+    unbound_names,
+    verify_edit,
+)
 
 MAX_PASSES = 10  # a rule set needing more than this is broken (or oscillating)
 
@@ -239,7 +245,7 @@ def _skip(result: FixResult, active: list[type[Rule]], failed: Sequence[tuple[st
 def _render(module: cst.Module, fixes: Sequence[Fix], check_syntax: bool) -> str:
     new_source = apply_fixes(module, fixes).code
     if check_syntax:
-        ast.parse(new_source)  # raises SyntaxError: a fix that breaks the file is a failed fix
+        parse_python(new_source)  # raises SyntaxError: a fix that breaks the file is a failed fix
     return new_source
 
 
@@ -273,7 +279,7 @@ def _apply_contained(
 
 def _parses(source: str) -> bool:
     try:
-        ast.parse(source)
+        parse_python(source)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return False
     return True

@@ -13,7 +13,15 @@ from __future__ import annotations
 import libcst as cst
 
 from autoopt.lint.calls import arg
-from autoopt.lint.nodes import assignments, dotted, is_name, method_name, names_in, walk
+from autoopt.lint.nodes import (
+    assignments,
+    dotted,
+    is_name,
+    method_name,
+    names_in,
+    nodes_of_type,
+    walk,
+)
 from autoopt.lint.project_facts import local_definition
 from autoopt.lint.rule import Rule
 
@@ -24,9 +32,7 @@ def trained_models(rule: Rule) -> list[tuple[cst.Call, str]]:
     `groups = param_groups(model, ...)` in the same function, or the model's own
     `model.configure_optimizers(...)` (the nanoGPT/minGPT/Lightning idiom)."""
     found = []
-    for n in walk(rule.context.module):
-        if not isinstance(n, cst.Call):
-            continue
+    for n in nodes_of_type(rule.context.module, cst.Call):
         if method_name(n) == "configure_optimizers" and isinstance(n.func, cst.Attribute):
             if isinstance(n.func.value, cst.Name):
                 found.append((n, n.func.value.value))
@@ -132,7 +138,7 @@ def _assignments_everywhere(module: cst.Module) -> list[tuple[str, cst.BaseExpre
     """`assignments` of the module and of every function in it."""
     scopes: list[cst.CSTNode] = [
         module,
-        *(n for n in walk(module) if isinstance(n, cst.FunctionDef)),
+        *nodes_of_type(module, cst.FunctionDef),
     ]
     return [a for scope in scopes for a in assignments(scope)]
 

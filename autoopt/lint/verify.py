@@ -71,10 +71,26 @@ class Names:
         return sorted(k for k in grown if k not in self.unbound or k[1] in self.bound)
 
 
+# The texts parsed last (a rewrite pass checks each text's syntax and then its names).
+_PARSED: dict[str, ast.Module] = {}
+_PARSED_KEPT = 4
+
+
+def parse_python(source: str) -> ast.Module:
+    """`ast.parse(source)` (raising as it does), remembered for the last few texts."""
+    tree = _PARSED.get(source)
+    if tree is None:
+        tree = ast.parse(source)
+        if len(_PARSED) >= _PARSED_KEPT:
+            del _PARSED[next(iter(_PARSED))]
+        _PARSED[source] = tree
+    return tree
+
+
 def unbound_names(source: str) -> Names | None:
     """The `Names` of `source`; None when CPython cannot parse it."""
     try:
-        tree = ast.parse(source)
+        tree = parse_python(source)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
     found: Counter[UnboundKey] = Counter()

@@ -57,19 +57,25 @@ def test_triggers_in_comments_and_docstrings_do_not_count() -> None:
 def test_positions_are_computed_only_for_files_with_findings(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    generated: list[metadata.Positions] = []
-    real = metadata.Positions._load
+    generated: list[str] = []
+    whole, one = metadata.Positions._load, metadata.Positions._from_statement
 
-    def spy(self):  # type: ignore[no-untyped-def]
-        generated.append(self)
-        return real(self)
+    def spy_whole(self):  # type: ignore[no-untyped-def]
+        generated.append("module")
+        return whole(self)
 
-    monkeypatch.setattr(metadata.Positions, "_load", spy)
+    def spy_one(self, node):  # type: ignore[no-untyped-def]
+        generated.append("statement")
+        return one(self, node)
+
+    monkeypatch.setattr(metadata.Positions, "_load", spy_whole)
+    monkeypatch.setattr(metadata.Positions, "_from_statement", spy_one)
     # The trigger is there, but no `.cuda()` call without args: nothing to report.
     engine.analyze("x.cuda(0)\n", "t.py", [CUDA])
     assert not generated
-    engine.analyze("x.cuda()\n", "t.py", [CUDA])
-    assert generated
+    # A finding: the code of its statement is generated, not the module's.
+    engine.analyze("import os\nx.cuda()\ny = 1\n", "t.py", [CUDA])
+    assert generated == ["statement"]
 
 
 def test_target_version_gates_rules() -> None:
