@@ -372,6 +372,78 @@ class AmpAutocast(Rule):
             """,
             unsafe=True,
         ),
+        # A hand-written clip handed the optimizer reads scaled gradients too: one unscale_
+        # before the first statement that reads them (a second one would raise in torch).
+        Invalid(
+            """
+            import torch
+
+
+            def clip_gradient(optimizer, grad_clip):
+                for group in optimizer.param_groups:
+                    for param in group["params"]:
+                        if param.grad is not None:
+                            param.grad.data.clamp_(-grad_clip, grad_clip)
+
+
+            model = torch.nn.Linear(4, 1).cuda()
+            optimizer = torch.optim.Adam(model.parameters())
+            for x, y in loader:
+                loss = (model(x.cuda()) - y.cuda()).pow(2).mean()
+                optimizer.zero_grad()
+                loss.backward()
+                clip_gradient(optimizer, 5.0)
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                optimizer.step()
+            """,
+            line=13,
+            fixed="""
+            import torch
+
+
+            def clip_gradient(optimizer, grad_clip):
+                for group in optimizer.param_groups:
+                    for param in group["params"]:
+                        if param.grad is not None:
+                            param.grad.data.clamp_(-grad_clip, grad_clip)
+
+
+            model = torch.nn.Linear(4, 1).cuda()
+            optimizer = torch.optim.Adam(model.parameters())
+            amp_dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+            scaler = torch.amp.GradScaler("cuda", enabled=amp_dtype == torch.float16)
+            for x, y in loader:
+                with torch.autocast(device_type="cuda", dtype=amp_dtype):
+                    loss = (model(x.cuda()) - y.cuda()).pow(2).mean()
+                    optimizer.zero_grad()
+                scaler.scale(loss).backward()
+                scaler.unscale_(optimizer)
+                clip_gradient(optimizer, 5.0)
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                scaler.step(optimizer)
+                scaler.update()
+            """,
+            unsafe=True,
+        ),
+        # Gradients touched through `.grad` between backward() and step(): no fix (they would
+        # be read scaled), the finding stays.
+        Invalid(
+            """
+            import torch
+
+            model = torch.nn.Linear(4, 1).cuda()
+            optimizer = torch.optim.Adam(model.parameters())
+            for x, y in loader:
+                loss = (model(x.cuda()) - y.cuda()).pow(2).mean()
+                optimizer.zero_grad()
+                loss.backward()
+                for p in model.parameters():
+                    p.grad.clamp_(-1, 1)
+                optimizer.step()
+            """,
+            line=5,
+            message_contains="training loop runs in fp32",
+        ),
         # Gradient accumulation: step, update (and clipping) stay under the `if`.
         Invalid(
             """

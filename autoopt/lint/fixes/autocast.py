@@ -134,7 +134,9 @@ class AutocastPlan:
         reason = self._plan_update([c for c, _ in steps])
         if reason:
             return reason
-        self._plan_unscale(steps)
+        reason = self._plan_unscale(steps)
+        if reason:
+            return reason
         loops = [
             lp for lp in self.facts.enclosing_loops(self.loop) if self.facts.is_training_loop(lp)
         ]
@@ -387,14 +389,43 @@ class AutocastPlan:
 
         self.edits[id(node)] = (node, both)
 
-    def _plan_unscale(self, steps: list[tuple[cst.Call, str]]) -> None:
+    def _plan_unscale(self, steps: list[tuple[cst.Call, str]]) -> str | None:
+        """`scaler.unscale_(opt)` once per optimizer, before the first statement between a
+        backward and that optimizer's step that reads its gradients: torch's clipping, or a call
+        of the project's own that is handed the optimizer (a hand-written clip). Gradients
+        touched any other way (`.grad`) in between: the fix declines (return the reason)."""
         order = self.facts._order  # source order of nodes
+        first_backward = min(order[id(c)] for c in self.backward_calls)
+        last_step = max(order[id(c)] for c, _ in steps)
+        owners = {owner for _, owner in steps}
+        readers: list[tuple[cst.Call, str]] = []
         for call in calls_in(self.loop, into_scopes=False):
-            if not self.rule.qualified_names(call.func) & _CLIP:
+            names = self.rule.qualified_names(call.func)
+            if names & _CLIP:
+                later = [owner for c, owner in steps if order[id(c)] > order[id(call)]]
+                readers.append((call, later[0] if later else steps[-1][1]))
                 continue
-            later = [owner for c, owner in steps if order[id(c)] > order[id(call)]]
-            owner = later[0] if later else steps[-1][1]
+            if not first_backward < order[id(call)] < last_step or any(
+                n.startswith("torch.") for n in names
+            ):
+                continue
+            handed = [code_of(a.value) for a in call.args]
+            owner = next((o for o in handed if o in owners), None)
+            receiver = call.func.value if isinstance(call.func, cst.Attribute) else None
+            if owner is not None and (receiver is None or code_of(receiver) not in owners):
+                readers.append((call, owner))
+        unscaled: set[str] = set()
+        for call, owner in readers:
+            if owner in unscaled:
+                continue  # unscale_ twice before an update is an error in torch
             stmt = self.statement_of(call)
+            if any(
+                isinstance(a, cst.For | cst.While) and a is not self.loop
+                for a in self.facts.ancestors(stmt)
+                if order.get(id(a), -1) > order[id(self.loop)]
+            ):
+                return "gradients are clipped inside a loop within the training loop"
+            unscaled.add(owner)
             unscale = _stmt(f"{self.scaler}.unscale_({owner})")
 
             def insert_before(updated: cst.CSTNode, unscale=unscale) -> cst.FlattenSentinel:
@@ -403,6 +434,19 @@ class AutocastPlan:
                 return cst.FlattenSentinel([moved, updated.with_changes(leading_lines=[])])  # type: ignore[attr-defined]
 
             self._compose(stmt, insert_before)
+        reader_nodes = [order[id(c)] for c, _ in readers]
+        for attr in nodes_of_type(self.loop, cst.Attribute, into_scopes=False):
+            where = order[id(attr)]
+            if (
+                attr.attr.value == "grad"
+                and first_backward < where < last_step
+                and not any(r < where for r in reader_nodes)
+            ):
+                return (
+                    "gradients are read (.grad) between backward() and step(): "
+                    "they would be scaled; call scaler.unscale_(optimizer) before by hand"
+                )
+        return None
 
     # ----- the fix ----------------------------------------------------------------------------
     def fix(self) -> Fix:
