@@ -625,15 +625,6 @@ def describe_device(device: str | None) -> str:
 
 def finish(code: int) -> None:
     """End the selftest process with `code`. Under torchrun the process group the distributed
-    check set up is destroyed first, and the process ends without interpreter shutdown: ranks of
-    a gloo group have aborted there ("terminate called without an active exception", a gloo
-    thread destroyed by a static destructor) after every check had passed."""
-    import torch.distributed as dist
-
-    under_torchrun = int(os.environ.get("WORLD_SIZE", "1")) > 1
-    if not (under_torchrun and dist.is_available() and dist.is_initialized()):
-        sys.exit(code)
-    dist.destroy_process_group()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
+    check set up through optimize() is destroyed by optimize()'s own exit hook, before
+    interpreter teardown (`distributed.destroy_own_group`): nothing to do here."""
+    sys.exit(code)
