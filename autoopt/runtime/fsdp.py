@@ -153,12 +153,16 @@ def release_groups(model: nn.Module) -> None:
     for unit in model.modules():
         if not isinstance(unit, FSDPModule):
             continue
-        group = unit._get_fsdp_state()._fsdp_param_group
-        if group is None:
-            continue
-        holders = [group, *group.fsdp_params]
+        try:
+            group = unit._get_fsdp_state()._fsdp_param_group
+            holders = [] if group is None else [group, *group.fsdp_params]
+        except AttributeError:  # another torch's FSDP2 internals: the group lives on, as before
+            return
         for holder in holders:
-            for info in (holder.mesh_info, getattr(holder, "post_forward_mesh_info", None)):
+            for info in (
+                getattr(holder, "mesh_info", None),
+                getattr(holder, "post_forward_mesh_info", None),
+            ):
                 for attr in _GROUP_ATTRS:
                     if getattr(info, attr, None) is not None:
                         setattr(info, attr, None)
