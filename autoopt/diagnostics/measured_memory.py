@@ -38,13 +38,15 @@ def allocated_peak(fn: Callable[[], Any]) -> int:
 
 
 def cuda_peak(fn: Callable[[], Any], device: torch.device) -> int:
-    """The most bytes the CUDA caching allocator handed out at once during `fn()`, tensors
-    allocated before it included (`torch.cuda.max_memory_allocated` after a reset)."""
+    """The most bytes the CUDA caching allocator held at once during `fn()` beyond what it held
+    before (`torch.cuda.max_memory_allocated` after a reset, less `memory_allocated` at the
+    start: cuBLAS workspaces and other buffers allocated earlier are not the step's)."""
     torch.cuda.synchronize(device)
     torch.cuda.reset_peak_memory_stats(device)
+    start = torch.cuda.memory_allocated(device)
     fn()
     torch.cuda.synchronize(device)
-    return torch.cuda.max_memory_allocated(device)
+    return torch.cuda.max_memory_allocated(device) - start
 
 
 def storage_bytes(tensors: list[torch.Tensor]) -> int:
@@ -61,10 +63,9 @@ def resident(model: nn.Module, optimizer: torch.optim.Optimizer) -> int:
 
 
 def step_peak(model: nn.Module, optimizer: torch.optim.Optimizer, step: Callable[[], Any]) -> int:
-    """Peak bytes of one training `step` of `model`: on CUDA the allocator's peak; on the CPU
-    the parameters, gradients and optimizer state resident when it begins plus the profiler's
-    peak of what the step allocates."""
+    """Peak bytes of one training `step` of `model`: the parameters, gradients and optimizer
+    state resident when it begins (torch's storages) plus the allocator's peak of what the step
+    allocates: CUDA's own counters on a GPU, torch's profiler on the CPU."""
     device = next(model.parameters()).device
-    if device.type == "cuda":
-        return cuda_peak(step, device)
-    return resident(model, optimizer) + allocated_peak(step)
+    peak = cuda_peak(step, device) if device.type == "cuda" else allocated_peak(step)
+    return resident(model, optimizer) + peak

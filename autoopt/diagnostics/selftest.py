@@ -481,7 +481,12 @@ def check_memory_fit(setting: Setting, work: Workload) -> Row:
     import autoopt
     from autoopt.diagnostics.measured_memory import resident, step_peak
     from autoopt.runtime.checkpoint_plan import memory_plan
-    from autoopt.runtime.memory import format_bytes, saved_tensor_bytes, state_memory
+    from autoopt.runtime.memory import (
+        format_bytes,
+        resolve_budget,
+        saved_tensor_bytes,
+        state_memory,
+    )
 
     device = setting.device
     if setting.quick:  # two steps show the equality; the peak is one step's either way
@@ -522,7 +527,7 @@ def check_memory_fit(setting: Setting, work: Workload) -> Row:
     measured = step_peak(autoopt.unwrap(model), optimizer, step)
     off = plan.after.total / measured - 1
     how = (
-        "torch.cuda.max_memory_allocated"
+        "torch.cuda.max_memory_allocated above the start + resident storages"
         if device.type == "cuda"
         else "torch's profiler (CPU allocations) + resident storages"
     )
@@ -537,7 +542,7 @@ def check_memory_fit(setting: Setting, work: Workload) -> Row:
     if device.type == "cuda":
         held = resident(autoopt.unwrap(model), optimizer)
         free, _total = torch.cuda.mem_get_info(device)
-        auto = autoopt.runtime.memory.resolve_budget("auto", device, held=held)
+        auto = resolve_budget("auto", device, held=held)
         row.note += (
             f"; memory_budget='auto' = {format_bytes(auto or 0)} (free {format_bytes(free)} + held)"
         )
