@@ -32,6 +32,11 @@ normalise over each rank's own samples (`batchnorm_note`; SyncBatchNorm is sugge
 applied), and which choices a single process measures on the CPU were taken unmeasured
 (`unmeasured_note`).
 
+At exit: a process group this pass initialised is destroyed by an `atexit` hook
+(`destroy_own_group`), before interpreter teardown, its DDP reducers and FSDP2 mesh groups let go
+first so that gloo's threads are joined while Python still runs; a group the user initialised is
+theirs to destroy, and a rank ending on an uncaught exception is left as it is.
+
 Any disagreement between the environment and reality (a missing or malformed variable, a rank
 outside the world, an existing process group of another size or rank, a LOCAL_RANK without a
 GPU) raises `DistributedSetupError` naming the values.
