@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
 # The GPU check, one command on a bare CUDA machine from a fresh copy of the tree, no network:
-#   bash benchmarks/gpu/run.sh [quick]
+#   bash benchmarks/gpu/run.sh [quick] [STEP ...]
+# STEPs: doctor, selftest, tests, bench (every workload) or bench:NAME (one workload: cnn, mlp,
+# transformer, lstm, deep_linear); default all. The device tool gives a command 10 minutes, so
+# there run it in parts, e.g. `run.sh doctor selftest tests`, then `run.sh bench:cnn bench:mlp`,
+# and so on (each part checks the machine and installs the wheels again: seconds).
 # What the machine must bring (checked first, with a message naming what is missing):
 #   * a python3 (or $PYTHON) with a CUDA build of torch >= 2.4 that sees the GPU; the lent
 #     H100/H200 image has one (python3 = /opt/torch/.venv/bin/python3, torch 2.11.0+cu130);
@@ -14,7 +18,8 @@
 #   1. autoopt doctor --json                    (what torch and the device can do)
 #   2. autoopt selftest --json                  (every pass against torch's own loop, timed)
 #   3. the CUDA branches of the runtime tests   (pytest -m "not slow", five files)
-#   4. autoopt bench on CUDA with the peers     (eager, tricks, optimize(), Accelerate, Fabric)
+#   4. autoopt bench on CUDA with the peers, one workload at a time (eager, tricks, optimize(),
+#      Accelerate, Fabric)
 # Results go to $OUT (the device tool's folder) or ./gpu-results; copy the tables into
 # docs/benchmarks/gpu.md with the device's name. Exit status: 0 when every step ran and the
 # selftest passed, 1 when a check failed, 2 when the machine lacks something above.
@@ -22,11 +27,22 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT="${OUT:-$PWD/gpu-results}"
 mkdir -p "$OUT"
-MODE="${1:-full}"
+MODE=full
+if [ "${1:-}" = quick ]; then MODE=quick; shift; fi
+STEPS_ASKED=("$@"); [ ${#STEPS_ASKED[@]} = 0 ] && STEPS_ASKED=(doctor selftest tests bench)
+WORKLOADS=(cnn mlp transformer lstm deep_linear)
+wants() { local s; for s in "${STEPS_ASKED[@]}"; do [ "$s" = "$1" ] && return 0; done; return 1; }
+for s in "${STEPS_ASKED[@]}"; do
+  case "$s" in
+    doctor|selftest|tests|bench) ;;
+    bench:*) [[ " ${WORKLOADS[*]} " == *" ${s#bench:} "* ]] || { echo "run.sh: unknown workload in $s (${WORKLOADS[*]})" >&2; exit 2; } ;;
+    *) echo "run.sh: unknown step $s (doctor, selftest, tests, bench, bench:NAME)" >&2; exit 2 ;;
+  esac
+done
 PY="${PYTHON:-python3}"
 SITE="${AUTOOPT_SITE:-/tmp/autoopt-site}"
 export PYTHONUNBUFFERED=1
-LIMIT="${STEP_TIMEOUT:-600}"  # seconds per step
+LIMIT="${STEP_TIMEOUT:-540}"  # seconds per step: one step and the checks fit a 10-minute call
 STATUS=0
 
 step() { echo; echo "=== $* ($(date -u +%H:%M:%S))"; }
@@ -65,34 +81,44 @@ for peer in accelerate lightning; do
 leaves its peer out" | tee -a "$OUT/versions.txt" >&2
 done
 
-step doctor
-timeout "$LIMIT" "$PY" -m autoopt doctor --json > "$OUT/doctor.json"
-code=$?; echo "doctor exit $code"; [ $code = 0 ] || STATUS=1
+if wants doctor; then
+  step doctor
+  timeout "$LIMIT" "$PY" -m autoopt doctor --json > "$OUT/doctor.json"
+  code=$?; echo "doctor exit $code"; [ $code = 0 ] || STATUS=1
+fi
 
-step selftest
-QUICK=(); [ "$MODE" = quick ] && QUICK=(--quick)
-timeout "$LIMIT" "$PY" -m autoopt selftest "${QUICK[@]}" --json > "$OUT/selftest.json"
-code=$?; echo "selftest exit $code"; [ $code = 0 ] || STATUS=1
-# The table a person reads, from the same run (a second run would double the step's time).
-"$PY" -c "
+if wants selftest; then
+  step selftest
+  QUICK=(); [ "$MODE" = quick ] && QUICK=(--quick)
+  timeout "$LIMIT" "$PY" -m autoopt selftest "${QUICK[@]}" --json > "$OUT/selftest.json"
+  code=$?; echo "selftest exit $code"; [ $code = 0 ] || STATUS=1
+  # The table a person reads, from the same run (a second run would double the step's time).
+  "$PY" -c "
 import json, sys
 from autoopt.diagnostics import selftest
 report = json.load(open(sys.argv[1]))
 print(selftest.render([selftest.Row(**r) for r in report['checks']], report['device']), end='')
 " "$OUT/selftest.json" | tee "$OUT/selftest.txt"
+fi
 
-step tests
-# The tree's own tests; CUDA paths run where torch sees one.
-timeout "$LIMIT" "$PY" -m pytest -q -x -m "not slow" -p no:cacheprovider \
-  tests/runtime/test_amp.py tests/runtime/test_loss_scaling.py tests/runtime/test_loader.py \
-  tests/runtime/test_backends.py tests/runtime/test_memory.py > "$OUT/tests.txt" 2>&1
-code=$?; tail -30 "$OUT/tests.txt"; echo "tests exit $code"; [ $code = 0 ] || STATUS=1
+if wants tests; then
+  step tests
+  # The tree's own tests; CUDA paths run where torch sees one.
+  timeout "$LIMIT" "$PY" -m pytest -q -x -m "not slow" -p no:cacheprovider \
+    tests/runtime/test_amp.py tests/runtime/test_loss_scaling.py tests/runtime/test_loader.py \
+    tests/runtime/test_backends.py tests/runtime/test_memory.py > "$OUT/tests.txt" 2>&1
+  code=$?; tail -30 "$OUT/tests.txt"; echo "tests exit $code"; [ $code = 0 ] || STATUS=1
+fi
 
-step bench
-STEPS=(--steps 10); [ "$MODE" = quick ] && STEPS=(--steps 3 --warmup 2)
-timeout "$LIMIT" "$PY" -m autoopt bench "${STEPS[@]}" --repeats 3 \
-  --json "$OUT/bench.json" --markdown "$OUT/bench.md" > "$OUT/bench.txt" 2>&1
-code=$?; tail -40 "$OUT/bench.txt"; echo "bench exit $code"; [ $code = 0 ] || STATUS=1
+# The bench one workload at a time: all 66 configurations (25 compiled) would not fit 10 minutes.
+BENCH=(--steps 10); [ "$MODE" = quick ] && BENCH=(--steps 3 --warmup 2)
+for w in "${WORKLOADS[@]}"; do
+  wants bench || wants "bench:$w" || continue
+  step "bench $w"
+  timeout "$LIMIT" "$PY" -m autoopt bench --workload "$w" "${BENCH[@]}" --repeats 3 \
+    --json "$OUT/bench-$w.json" --markdown "$OUT/bench-$w.md" > "$OUT/bench-$w.txt" 2>&1
+  code=$?; tail -25 "$OUT/bench-$w.txt"; echo "bench $w exit $code"; [ $code = 0 ] || STATUS=1
+done
 ls -la "$OUT"
 echo "run.sh exit $STATUS"
 exit $STATUS
