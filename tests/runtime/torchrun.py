@@ -80,4 +80,3 @@ def _children(pid: int) -> list[int]:
         if int(fields[1]) == pid:
             found.append(int(entry.parent.name))
     return found
-

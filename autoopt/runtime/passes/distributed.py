@@ -213,17 +213,16 @@ def _init_own_group(state: DistState) -> None:
 
 def destroy_own_group() -> bool:
     """Destroy the process group optimize() initialised, if it is still the default one; never
-        a group the user initialised. Registered with `atexit`; True if it destroyed the group.
+    a group the user initialised. Registered with `atexit`; True if it destroyed the group.
 
-        Why at exit: gloo's worker threads (pt_gloo_runloop) live as long as the group. A thread
-        that lets go of a finished collective's tensors takes the GIL; once interpreter teardown has
-        begun, Python ends such a thread with pthread_exit, whose unwinding through a C++
-        destructor aborts the rank ("terminate called without an active exception") after its work
-        is done. Atexit handlers run before teardown: the DDP wrappers' reducers and handles are
-        released, and the FSDP2 shard units' (`fsdp.release_groups`), then the group is destroyed and
-    its threads are joined while Python still runs.
-        A rank ending on an uncaught exception is left as it is: destroying a group could wait for
-        peers stuck in a collective."""
+    Why at exit: gloo's worker threads (pt_gloo_runloop) live as long as the group. A thread
+    that lets go of a finished collective's tensors takes the GIL; once interpreter teardown has
+    begun, Python ends such a thread with pthread_exit, whose unwinding through a C++
+    destructor aborts the rank ("terminate called without an active exception") after its work
+    is done. Atexit handlers run before teardown: the DDP wrappers' reducers and handles are
+    released, and the FSDP2 shard units' groups (`fsdp.release_groups`), then the group is
+    destroyed and its threads are joined while Python still runs. A rank ending on an uncaught
+    exception is left as it is: destroying a group could wait for peers stuck in a collective."""
     global _OWN_GROUP
     own = _OWN_GROUP() if _OWN_GROUP is not None else None
     if own is None or not dist.is_initialized() or dist.group.WORLD is not own:
