@@ -4,6 +4,7 @@ own loop on this machine), and a pass that computes something else is reported a
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import torch
@@ -106,8 +107,9 @@ def test_a_planned_peak_off_the_measured_one_by_more_than_10_percent_is_a_mismat
 
     work = selftest.workloads(quick=True)["transformer"]
     real = measured_memory.step_peak
-    # The same step measured 25% heavier than it is: the plan is then 20% under it.
+    # The same step measured 25% heavier than it is: the plan is then about 20% under it.
     monkeypatch.setattr(measured_memory, "step_peak", lambda *args: int(real(*args) * 1.25))
     row = selftest.check_memory_fit(_setting(), work)
     assert row.status == "mismatch", row
-    assert "planned peak" in row.note and "(-20%)" in row.note, row.note
+    off = re.search(r"planned peak .* \(([+-]\d+)%\)$", row.note)
+    assert off is not None and int(off.group(1)) < -10, row.note
