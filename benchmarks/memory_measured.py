@@ -18,50 +18,16 @@ from __future__ import annotations
 
 import argparse
 import copy
-from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
 from torch import nn
 from torch.nn import functional as F
-from torch.profiler import ProfilerActivity, profile
 
 import autoopt
+from autoopt.diagnostics.measured_memory import allocated_peak, resident
 from autoopt.runtime.checkpointing.checkpoint_plan import memory_plan
 from autoopt.runtime.memory import format_bytes, saved_tensor_bytes, state_memory
-
-
-def _events(nodes: list[Any]) -> Iterator[Any]:
-    for node in nodes:
-        yield node
-        yield from _events(node.children)
-
-
-def allocated_peak(fn: Callable[[], Any]) -> int:
-    """The most bytes the CPU allocator held at once during `fn()` beyond what it held before
-    (torch's profiler memory events; tensors allocated earlier are not counted)."""
-    from torch._C._profiler import _EventType  # the event kind torch's memory timeline reads
-
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        fn()
-    tree = prof.profiler.kineto_results.experimental_event_tree()
-    totals = [
-        e.extra_fields.total_allocated for e in _events(tree) if e.tag == _EventType.Allocation
-    ]
-    return max(totals, default=0)
-
-
-def storage_bytes(tensors: list[torch.Tensor]) -> int:
-    """Bytes of the distinct storages behind `tensors` (tied weights counted once)."""
-    seen = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in tensors}
-    return sum(seen.values())
-
-
-def resident(model: nn.Module, optimizer: torch.optim.Optimizer) -> int:
-    """Parameters, gradients and optimizer state alive now, as torch's storages say."""
-    tensors = [t for p in model.parameters() for t in (p, p.grad) if t is not None]
-    tensors += [t for s in optimizer.state.values() for t in s.values() if torch.is_tensor(t)]
-    return storage_bytes(tensors)
 
 
 def measured_step(

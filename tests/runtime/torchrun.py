@@ -80,19 +80,3 @@ def _children(pid: int) -> list[int]:
         if int(fields[1]) == pid:
             found.append(int(entry.parent.name))
     return found
-
-
-def end_rank() -> None:
-    """End a worker rank once its results are written: free its models (and their reducers and
-    meshes) while the process group is alive, destroy the group, and exit without interpreter
-    shutdown, where gloo ranks have aborted after their work was done ("terminate called without
-    an active exception": a gloo thread destroyed by a static destructor)."""
-    import gc
-
-    import torch.distributed as dist
-
-    gc.collect()
-    dist.destroy_process_group()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)

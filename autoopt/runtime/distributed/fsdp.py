@@ -141,6 +141,37 @@ def unsharded_parameters(units: list[nn.Module]) -> list[nn.Parameter]:
     return params
 
 
+# FSDP2's mesh infos each hold their process groups (torch 2.13: `_fsdp_common`), and the
+# device mesh a registry of them.
+_GROUP_ATTRS = ("shard_process_group", "replicate_process_group", "reduce_scatter_process_group")
+
+
+def release_groups(model: nn.Module) -> None:
+    """Drop the process groups that `model`'s shard units hold (their mesh infos), so that
+    destroying the default group frees it; for the exit hook (the model trains no more). A torch
+    whose FSDP2 keeps them elsewhere only leaves the group alive to interpreter teardown."""
+    for unit in model.modules():
+        if not isinstance(unit, FSDPModule):
+            continue
+        try:
+            group = unit._get_fsdp_state()._fsdp_param_group
+            holders = [] if group is None else [group, *group.fsdp_params]
+        except AttributeError:  # another torch's FSDP2 internals: the group lives on, as before
+            return
+        for holder in holders:
+            for info in (
+                getattr(holder, "mesh_info", None),
+                getattr(holder, "post_forward_mesh_info", None),
+            ):
+                for attr in _GROUP_ATTRS:
+                    if getattr(info, attr, None) is not None:
+                        setattr(info, attr, None)
+                # The device mesh keeps its groups by name, for the DTensors on it.
+                registry = getattr(getattr(info, "mesh", None), "_pg_registry", None)
+                if isinstance(registry, dict):
+                    registry.clear()
+
+
 def _broadcast_from_rank0(model: nn.Module) -> None:
     with torch.no_grad():
         for tensor in [*model.parameters(), *model.buffers()]:

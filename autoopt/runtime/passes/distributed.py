@@ -32,6 +32,11 @@ normalise over each rank's own samples (`batchnorm_note`; SyncBatchNorm is sugge
 applied), and which choices a single process measures on the CPU were taken unmeasured
 (`unmeasured_note`).
 
+At exit: a process group this pass initialised is destroyed by an `atexit` hook
+(`destroy_own_group`), before interpreter teardown, its DDP reducers and FSDP2 mesh groups let go
+first so that gloo's threads are joined while Python still runs; a group the user initialised is
+theirs to destroy, and a rank ending on an uncaught exception is left as it is.
+
 Any disagreement between the environment and reality (a missing or malformed variable, a rank
 outside the world, an existing process group of another size or rank, a LOCAL_RANK without a
 GPU) raises `DistributedSetupError` naming the values.
@@ -39,10 +44,14 @@ GPU) raises `DistributedSetupError` naming the values.
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import datetime
 import functools
+import gc
 import os
+import sys
+import weakref
 from collections.abc import Mapping
 from typing import Any
 
@@ -89,6 +98,12 @@ class AutooptDDP(DistributedDataParallel):
     ) -> Any:
         """Load a plain (un-prefixed) state dict into the inner module."""
         return self.module.load_state_dict(state_dict, strict=strict, assign=assign)
+
+    def release_group(self) -> None:
+        """Let go of the process group: the reducer first (see `__del__`), then the wrapper's own
+        handle, which frees it with the GIL released. For the exit hook: the model trains no more."""
+        self.__del__()
+        vars(self).pop("process_group", None)
 
     def __del__(self) -> None:
         # torch's Reducer lets go of the process group with the GIL held. When it is the last
@@ -144,13 +159,7 @@ def run(ctx: Context) -> PassResult | None:
         _check_device(state.local_rank, device)
         if device.type == "cuda":
             torch.cuda.set_device(state.local_rank)
-        dist.init_process_group(
-            backend=state.backend,
-            init_method="env://",
-            rank=state.rank,
-            world_size=state.world_size,
-            timeout=INIT_TIMEOUT,
-        )
+        _init_own_group(state)
         how = "process group initialised from the environment"
     if device.type == "cuda":
         device = torch.device("cuda", state.local_rank)
@@ -177,6 +186,59 @@ def run(ctx: Context) -> PassResult | None:
         ctx.options = dataclasses.replace(ctx.options, **dict.fromkeys(off, False))
         why += f"; {' and '.join(off)} off under FSDP2 (not verified with its all-gather hooks)"
     return PassResult.applied(NAME, f"FSDP2 {where}; {why}")
+
+
+# The process group optimize() initialised, weakly (a strong reference would itself keep gloo's
+# threads alive into interpreter teardown), and the DDP wrappers made over it.
+_OWN_GROUP: weakref.ref[dist.ProcessGroup] | None = None
+_WRAPPERS: weakref.WeakSet[AutooptDDP] = weakref.WeakSet()
+_SHARDED: weakref.WeakSet[nn.Module] = weakref.WeakSet()
+
+
+def _init_own_group(state: DistState) -> None:
+    """Initialise the default process group from the environment, and destroy it at exit."""
+    global _OWN_GROUP
+    dist.init_process_group(
+        backend=state.backend,
+        init_method="env://",
+        rank=state.rank,
+        world_size=state.world_size,
+        timeout=INIT_TIMEOUT,
+    )
+    assert dist.group.WORLD is not None
+    _OWN_GROUP = weakref.ref(dist.group.WORLD)
+    atexit.unregister(destroy_own_group)  # once, however often optimize() is called
+    atexit.register(destroy_own_group)
+
+
+def destroy_own_group() -> bool:
+    """Destroy the process group optimize() initialised, if it is still the default one; never
+    a group the user initialised. Registered with `atexit`; True if it destroyed the group.
+
+    Why at exit: gloo's worker threads (pt_gloo_runloop) live as long as the group. A thread
+    that lets go of a finished collective's tensors takes the GIL; once interpreter teardown has
+    begun, Python ends such a thread with pthread_exit, whose unwinding through a C++
+    destructor aborts the rank ("terminate called without an active exception") after its work
+    is done. Atexit handlers run before teardown: the DDP wrappers' reducers and handles are
+    released, and the FSDP2 shard units' groups (`fsdp.release_groups`), then the group is
+    destroyed and its threads are joined while Python still runs. A rank ending on an uncaught
+    exception is left as it is: destroying a group could wait for peers stuck in a collective."""
+    global _OWN_GROUP
+    own = _OWN_GROUP() if _OWN_GROUP is not None else None
+    if own is None or not dist.is_initialized() or dist.group.WORLD is not own:
+        return False
+    del own  # our frame must not be the group's last holder
+    if getattr(sys, "last_value", None) is not None:
+        return False
+    for wrapper in list(_WRAPPERS):
+        wrapper.release_group()
+    for model in list(_SHARDED):
+        fsdp.release_groups(model)
+    gc.collect()  # cycles that hold works, tensors or wrappers
+    dist.destroy_process_group()
+    _OWN_GROUP = None
+    gc.collect()
+    return True
 
 
 def choose_strategy(option: str | bool, memory: StepMemory, budget: int | None) -> tuple[str, str]:
@@ -284,6 +346,7 @@ def _wrap_in_ddp(ctx: Context, step_untimed: bool) -> None:
         return
     device_ids = [ctx.device.index] if ctx.device.type == "cuda" else None
     ctx.returned_model = AutooptDDP(model, device_ids=device_ids)
+    _WRAPPERS.add(ctx.returned_model)
     _add_notes(ctx, ctx.report[NAME].detail, step_untimed)
 
 
@@ -300,6 +363,7 @@ def _shard_with_fsdp(ctx: Context, step_untimed: bool) -> None:
     budget = resolve_budget(ctx.options.memory_budget, ctx.device, held=held)
     mesh = init_device_mesh(ctx.device.type, (ctx.dist.world_size,))
     units = fsdp.shard(model, ctx.optimizer, mesh, ctx.amp_dtype)
+    _SHARDED.add(model)
     after = state_memory(model, ctx.optimizer)
     if ctx.memory is not None and ctx.memory.activations is not None:
         after = after.with_activations(ctx.memory.activations)

@@ -1,0 +1,71 @@
+"""Memory measured without autoopt's own counters: what the planner's figures are checked
+against (`autoopt selftest`, benchmarks/memory_measured.py).
+
+On CUDA the allocator's own peak (`torch.cuda.max_memory_allocated`). On the CPU torch's
+profiler: with `profile_memory=True` every allocation is recorded with the allocator's running
+total of the bytes it handed out since profiling began (`total_allocated`, the field torch's own
+memory timeline reads). Neither shares code with the planner (parameter/gradient/state sizes
+and saved-tensor hooks in autoopt.runtime.memory)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+from torch import nn
+from torch.profiler import ProfilerActivity, profile
+
+
+def _events(nodes: list[Any]) -> Iterator[Any]:
+    for node in nodes:
+        yield node
+        yield from _events(node.children)
+
+
+def allocated_peak(fn: Callable[[], Any]) -> int:
+    """The most bytes the CPU allocator held at once during `fn()` beyond what it held before
+    (torch's profiler memory events; tensors allocated earlier are not counted)."""
+    from torch._C._profiler import _EventType  # the event kind torch's memory timeline reads
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        fn()
+    tree = prof.profiler.kineto_results.experimental_event_tree()
+    totals = [
+        e.extra_fields.total_allocated for e in _events(tree) if e.tag == _EventType.Allocation
+    ]
+    return max(totals, default=0)
+
+
+def cuda_peak(fn: Callable[[], Any], device: torch.device) -> int:
+    """The most bytes the CUDA caching allocator held at once during `fn()` beyond what it held
+    before (`torch.cuda.max_memory_allocated` after a reset, less `memory_allocated` at the
+    start: cuBLAS workspaces and other buffers allocated earlier are not the step's)."""
+    torch.cuda.synchronize(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    start = torch.cuda.memory_allocated(device)
+    fn()
+    torch.cuda.synchronize(device)
+    return torch.cuda.max_memory_allocated(device) - start
+
+
+def storage_bytes(tensors: list[torch.Tensor]) -> int:
+    """Bytes of the distinct storages behind `tensors` (tied weights counted once)."""
+    seen = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in tensors}
+    return sum(seen.values())
+
+
+def resident(model: nn.Module, optimizer: torch.optim.Optimizer) -> int:
+    """Parameters, gradients and optimizer state alive now, as torch's storages say."""
+    tensors = [t for p in model.parameters() for t in (p, p.grad) if t is not None]
+    tensors += [t for s in optimizer.state.values() for t in s.values() if torch.is_tensor(t)]
+    return storage_bytes(tensors)
+
+
+def step_peak(model: nn.Module, optimizer: torch.optim.Optimizer, step: Callable[[], Any]) -> int:
+    """Peak bytes of one training `step` of `model`: the parameters, gradients and optimizer
+    state resident when it begins (torch's storages) plus the allocator's peak of what the step
+    allocates: CUDA's own counters on a GPU, torch's profiler on the CPU."""
+    device = next(model.parameters()).device
+    peak = cuda_peak(step, device) if device.type == "cuda" else allocated_peak(step)
+    return resident(model, optimizer) + peak
