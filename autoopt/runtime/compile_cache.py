@@ -20,6 +20,10 @@ the CUDA device name and capability). A file that cannot be loaded (stale, trunc
 torch) is a miss with a warning: the model compiles as without a cache, and the file is written
 anew. Nothing here raises into the user's training.
 
+Beside the blobs, one small record per model structure (`Outcome`, `<key>.outcome.json`): whether
+its compiled training steps measured faster than eager ones on this machine, which is what
+`compile="auto"` decides from on CPU (autoopt.runtime.passes.compile).
+
 Where: `optimize(compile_cache=...)`: "auto" (the default) is $AUTOOPT_COMPILE_CACHE, else
 $XDG_CACHE_HOME/autoopt/compile, else ~/.cache/autoopt/compile; a directory; False: off.
 """
@@ -28,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import logging
 import os
 import platform
@@ -160,6 +165,36 @@ class CompileCache:
         warnings.warn(f"autoopt: compile cache: {why}; compiling anew", stacklevel=4)
         self.status = f"miss ({why})"
         return self.status
+
+
+class Outcome:
+    """Whether one model's compiled training steps were faster than its eager ones here: the
+    record `compile="auto"` decides from on CPU, so a model whose compiled steps lost is not
+    compiled (and its cold compile not paid) again. A record that cannot be read is no record."""
+
+    def __init__(self, directory: Path, name: str) -> None:
+        self.path = directory / f"{name}.outcome.json"
+
+    def read(self) -> dict[str, str] | None:
+        """The record ({"winner": "compiled" | "eager", "measured": what was timed}), or None."""
+        try:
+            found = json.loads(self.path.read_text())
+        except (OSError, ValueError):
+            return None
+        if not isinstance(found, dict) or found.get("winner") not in ("compiled", "eager"):
+            return None
+        return {"winner": found["winner"], "measured": str(found.get("measured", "?"))}
+
+    def write(self, winner: str, measured: str) -> None:
+        """Record the outcome (atomically); a record that cannot be written is no error."""
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=self.path.parent, suffix=".tmp")
+            with os.fdopen(fd, "w") as out:
+                json.dump({"winner": winner, "measured": measured, "torch": torch.__version__}, out)
+            os.replace(tmp, self.path)
+        except OSError as err:
+            warnings.warn(f"autoopt: compile outcome not saved to {self.path}: {err}", stacklevel=3)
 
 
 @contextlib.contextmanager
