@@ -1,0 +1,264 @@
+"""AO306: `torch.compile` on a model fed batches whose shape changes, without dynamic shapes."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from autoopt.lint.calls import arg, call_options
+from autoopt.lint.loops import loops_over
+from autoopt.lint.nodes import (
+    calls_in,
+    dotted,
+    int_literal,
+    is_name,
+    is_true,
+    method_name,
+    nodes_of_type,
+    string_value,
+)
+from autoopt.lint.rule import Invalid, Rule, Valid
+from autoopt.lint.torch_api import DATALOADER
+
+_COMPILE = ("torch.compile",)
+# transformers' collators that pad each batch to its own longest sequence (padding=True).
+_PADDING_COLLATORS = (
+    "DataCollatorWithPadding",
+    "DataCollatorForSeq2Seq",
+    "DataCollatorForTokenClassification",
+)
+
+
+class CompileRaggedBatches(Rule):
+    """
+    ## What it does
+    Flags `torch.compile` of a model that a training loop feeds from a `DataLoader` whose batches
+    change shape: a ragged last batch (`batch_size` set, `drop_last` left False) or batches padded
+    to their own longest sequence (a `collate_fn` that calls `pad_sequence`, or transformers'
+    `DataCollatorWithPadding`), when the compile has no `dynamic=True` and nothing is marked
+    dynamic (`torch._dynamo.mark_dynamic`).
+
+    ## Why is this bad?
+    A compiled graph is specialised to the shapes it first saw. The first batch of another size
+    recompiles (a second cold compile: seconds to minutes), after which torch makes that
+    dimension dynamic, with kernels that no longer know the size; with `dynamic=False` every new
+    size recompiles until the recompile limit, then the model runs eager. CUDA graphs
+    (`mode="reduce-overhead"`) re-record per shape.
+
+    ## Example
+    `loader = DataLoader(ds, batch_size=64, shuffle=True)` and `model = torch.compile(model)`,
+    then `for x, y in loader: model(x)`: the last batch of each epoch is smaller.
+
+    ## Use instead
+    `DataLoader(..., drop_last=True)` for a ragged last batch; pad to a fixed length
+    (`padding="max_length"`) or to a few buckets for variable lengths; or
+    `torch.compile(model, dynamic=True)` to compile one dynamic graph from the start.
+
+    ## Fix safety
+    No fix: `drop_last=True` skips up to `batch_size - 1` samples an epoch, and `dynamic=True`
+    changes the kernels of every step; which one fits is the user's choice.
+
+    ## When not to
+    - The dataset size is a multiple of the batch size (no ragged batch), or every sequence
+      already has one length.
+    - `autoopt.optimize(model, compile=True)`: it reports the changing shape once and makes the
+      dimension dynamic itself.
+    """
+
+    code = "AO306"
+    name = "compile-ragged-batches"
+    message = (
+        "torch.compile on a model fed batches of changing shape ({why}) without dynamic=True: "
+        "the first other shape recompiles"
+    )
+    triggers = ("compile",)
+    requires = ("DataLoader", ".backward(")
+
+    VALID = [
+        Valid(  # drop_last=True: every batch has batch_size rows
+            """
+            import torch
+            from torch.utils.data import DataLoader
+            loader = DataLoader(ds, batch_size=64, shuffle=True, drop_last=True)
+            model = torch.compile(model)
+            for x, y in loader:
+                loss = criterion(model(x), y)
+                loss.backward()
+            """
+        ),
+        Valid(  # compiled with dynamic shapes from the start
+            """
+            import torch
+            from torch.utils.data import DataLoader
+            loader = DataLoader(ds, batch_size=64)
+            model = torch.compile(model, dynamic=True)
+            for x, y in loader:
+                criterion(model(x), y).backward()
+            """
+        ),
+        Valid(  # batch_size 1 (the default): no ragged batch
+            """
+            import torch
+            from torch.utils.data import DataLoader
+            loader = DataLoader(ds, shuffle=True)
+            model = torch.compile(model)
+            for x, y in loader:
+                criterion(model(x), y).backward()
+            """
+        ),
+        Valid(  # drop_last unknown (from **kwargs): silent
+            """
+            import torch
+            from torch.utils.data import DataLoader
+            loader = DataLoader(ds, batch_size=64, **loader_kwargs)
+            model = torch.compile(model)
+            for x, y in loader:
+                criterion(model(x), y).backward()
+            """
+        ),
+        Valid(  # the loop feeds another model than the compiled one
+            """
+            import torch
+            from torch.utils.data import DataLoader
+            loader = DataLoader(ds, batch_size=64)
+            compiled = torch.compile(model)
+            for x, y in loader:
+                criterion(model(x), y).backward()
+            """
+        ),
+        Valid(  # the batch dimension is marked dynamic by hand
+            """
+            import torch
+            from torch.utils.data import DataLoader
+            loader = DataLoader(ds, batch_size=64)
+            model = torch.compile(model)
+            for x, y in loader:
+                torch._dynamo.mark_dynamic(x, 0)
+                criterion(model(x), y).backward()
+            """
+        ),
+    ]
+    INVALID = [
+        Invalid(
+            """
+            import torch
+            from torch.utils.data import DataLoader
+            loader = DataLoader(ds, batch_size=64, shuffle=True)
+            model = torch.compile(model)
+            for epoch in range(10):
+                for x, y in loader:
+                    optimizer.zero_grad()
+                    loss = criterion(model(x), y)
+                    loss.backward()
+                    optimizer.step()
+            """,
+            line=4,
+        ),
+        Invalid(  # padded per batch, compiled with model.compile()
+            """
+            import torch
+            from torch.nn.utils.rnn import pad_sequence
+            from torch.utils.data import DataLoader
+
+            def collate(batch):
+                tokens = pad_sequence([b[0] for b in batch], batch_first=True)
+                return tokens, torch.stack([b[1] for b in batch])
+
+            loader = DataLoader(ds, batch_size=32, collate_fn=collate, drop_last=True)
+            model.compile()
+            for tokens, labels in loader:
+                model(tokens).loss.backward()
+            """,
+            line=10,
+        ),
+    ]
+
+    def leave_Module(self, node: cst.Module) -> None:
+        calls = nodes_of_type(node, cst.Call)
+        if any(method_name(c) == "mark_dynamic" for c in calls):
+            return  # shapes handled by hand somewhere in the file
+        ragged = self._ragged_loaders(node)
+        if not ragged:
+            return
+        for call, model in self._compiled(node):
+            for loader, why in ragged.items():
+                if self._feeds(loader, model):
+                    self.report(call, self.message.format(why=why))
+                    break
+
+    def _compiled(self, module: cst.Module) -> list[tuple[cst.Call, str]]:
+        """(compile call, the name the compiled model is called by), without dynamic=True."""
+        out = []
+        for assign in nodes_of_type(module, cst.Assign):
+            call = assign.value
+            if not (self.is_call_to(call, *_COMPILE) and call.args and len(assign.targets) == 1):
+                continue
+            name = dotted(assign.targets[0].target)
+            if name is not None and not _dynamic(call):
+                out.append((call, name))
+        for call in nodes_of_type(module, cst.Call):
+            if method_name(call) == "compile" and not _dynamic(call):
+                assert isinstance(call.func, cst.Attribute)
+                if call.args and arg(call, "dynamic") is None and arg(call, "backend") is None:
+                    continue  # re.compile(pattern), not nn.Module.compile()
+                name = dotted(call.func.value)
+                if name is not None and not self.refers_to(call.func.value, "torch"):
+                    out.append((call, name))
+        return out
+
+    def _ragged_loaders(self, module: cst.Module) -> dict[str, str]:
+        """Names bound to a DataLoader whose batches change shape, with why."""
+        collators = self._padding_collators(module)
+        out: dict[str, str] = {}
+        for assign in nodes_of_type(module, cst.Assign):
+            if not self.is_call_to(assign.value, *DATALOADER) or len(assign.targets) != 1:
+                continue
+            name = dotted(assign.targets[0].target)
+            options = call_options(self, assign.value)
+            if name is None or not options.complete or "batch_sampler" in options.values:
+                continue  # options we cannot read, or batching the loader does not decide
+            values = options.values
+            collate = dotted(values["collate_fn"]) if "collate_fn" in values else None
+            if collate is not None and collate in collators:
+                out[name] = f"collate_fn {collate} pads each batch to its longest sequence"
+                continue
+            size = int_literal(values.get("batch_size"))
+            drop_last = values.get("drop_last")
+            if (
+                "batch_size" in values
+                and size != 1
+                and (drop_last is None or is_name(drop_last, "False"))
+            ):
+                out[name] = "a ragged last batch: drop_last=False, the default"
+        return out
+
+    def _padding_collators(self, module: cst.Module) -> set[str]:
+        """Functions that call `pad_sequence`, and names bound to transformers' collators that
+        pad to the longest sequence of the batch (not `padding="max_length"`)."""
+        out = set()
+        for fn in nodes_of_type(module, cst.FunctionDef):
+            if any((dotted(c.func) or "").endswith("pad_sequence") for c in calls_in(fn)):
+                out.add(fn.name.value)
+        for assign in nodes_of_type(module, cst.Assign):
+            value = assign.value
+            if not isinstance(value, cst.Call) or len(assign.targets) != 1:
+                continue
+            callee = (dotted(value.func) or "").rsplit(".", 1)[-1]
+            padding = arg(value, "padding")
+            fixed = padding is not None and string_value(padding.value) == "max_length"
+            name = dotted(assign.targets[0].target)
+            if callee in _PADDING_COLLATORS and not fixed and name is not None:
+                out.add(name)
+        return out
+
+    def _feeds(self, loader: str, model: str) -> bool:
+        """A training loop over `loader` calls `model(...)`."""
+        for loop in loops_over(self, loader):
+            for call in calls_in(loop.body):
+                if dotted(call.func) == model and self.facts.in_training_loop(call):
+                    return True
+        return False
+
+
+def _dynamic(call: cst.Call) -> bool:
+    found = arg(call, "dynamic")
+    return found is not None and is_true(found.value)
