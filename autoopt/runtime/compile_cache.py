@@ -20,6 +20,10 @@ the CUDA device name and capability). A file that cannot be loaded (stale, trunc
 torch) is a miss with a warning: the model compiles as without a cache, and the file is written
 anew. Nothing here raises into the user's training.
 
+Inductor's per-process check that each vector ISA's test library loads (a child Python per
+ISA) is remembered there too (`remember_isa_probes`): most of what a warm start spent beyond
+torch's own imports and dynamo's tracing.
+
 Beside the blobs, one small record per model structure (`Outcome`, `<key>.outcome.json`): whether
 its compiled training steps measured faster than eager ones on this machine, which is what
 `compile="auto"` decides from on CPU (autoopt.runtime.passes.compile).
@@ -80,6 +84,54 @@ def keep_local_caches(directory: Path) -> Path | None:
     path = directory / "inductor"
     os.environ[INDUCTOR_ENV] = str(path)
     return path
+
+
+ISA_PROBES = "isa_probes.json"
+
+
+def remember_isa_probes(directory: Path) -> None:
+    """At each process's first CPU compile inductor checks, per vector ISA the CPU claims, that a
+    test library built for it loads, in a child Python that loads libtorch: ~0.3 s of CPU each,
+    a fifth of a warm start's CPU time on the project's machine. Whether one built file loads
+    with one torch on one machine does not change, so a load that succeeded is remembered in
+    `directory` (per torch version and hardware) and not spawned again while the file exists.
+    A failed load is not remembered; a torch without this probe is left as it is."""
+    try:
+        from torch._inductor.cpu_vec_isa import VecISA
+    except ImportError:
+        return
+    probe = getattr(VecISA, "_probe_load", None)
+    if probe is None or getattr(probe, "remembered_in", None) == directory:
+        return
+    probe = getattr(probe, "probe", probe)  # another directory's memo: wrap torch's own
+    record = directory / ISA_PROBES
+    stamp = f"{torch.__version__} {hardware()}"
+
+    def loaded() -> dict[str, list[str]]:
+        try:
+            found = json.loads(record.read_text())
+        except (OSError, ValueError):
+            return {}
+        return found if isinstance(found, dict) else {}
+
+    def remembered(self: Any, output_path: str) -> bool:
+        known = loaded()
+        if output_path in known.get(stamp, []) and os.path.isfile(output_path):
+            return True
+        ok = bool(probe(self, output_path))
+        if ok:
+            known[stamp] = sorted({*known.get(stamp, []), output_path})
+            with contextlib.suppress(OSError):
+                directory.mkdir(parents=True, exist_ok=True)
+                fd, tmp = tempfile.mkstemp(dir=directory, suffix=".tmp")
+                with os.fdopen(fd, "w") as out:
+                    json.dump(known, out)
+                os.replace(tmp, record)
+        return ok
+
+    remembered.remembered_in = directory  # type: ignore[attr-defined]
+    remembered.probe = probe  # type: ignore[attr-defined]
+    VecISA._probe_load = remembered
 
 
 def hardware() -> str:

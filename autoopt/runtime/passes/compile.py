@@ -362,6 +362,7 @@ class CompiledForward:
         name = compile_cache.key(self.guard.model, args, kwargs, _cache_extra(self.regions))
         self.cache = compile_cache.CompileCache(self.cache_dir, name)
         self.local = compile_cache.keep_local_caches(self.cache_dir)
+        compile_cache.remember_isa_probes(self.cache_dir)
         self.cache.load()
         self.started = compile_cache.clock()
 
