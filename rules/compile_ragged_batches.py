@@ -125,6 +125,18 @@ class CompileRaggedBatches(Rule):
                 criterion(model(x), y).backward()
             """
         ),
+        Valid(  # padded to one fixed length
+            """
+            import torch
+            from torch.utils.data import DataLoader
+            from transformers import DataCollatorWithPadding
+            collator = DataCollatorWithPadding(tokenizer, padding="max_length", max_length=128)
+            loader = DataLoader(ds, batch_size=16, collate_fn=collator, drop_last=True)
+            model = torch.compile(model)
+            for batch in loader:
+                model(**batch).loss.backward()
+            """
+        ),
         Valid(  # the batch dimension is marked dynamic by hand
             """
             import torch
@@ -169,6 +181,20 @@ class CompileRaggedBatches(Rule):
                 model(tokens).loss.backward()
             """,
             line=10,
+        ),
+        Invalid(  # transformers' collator pads each batch to its longest sequence
+            """
+            import torch
+            from torch.utils.data import DataLoader
+            from transformers import DataCollatorWithPadding
+            collator = DataCollatorWithPadding(tokenizer)
+            train_loader = DataLoader(ds, batch_size=16, collate_fn=collator, drop_last=True)
+            model = torch.compile(model, mode="max-autotune")
+            for step, batch in enumerate(train_loader):
+                loss = model(**batch).loss
+                loss.backward()
+            """,
+            line=6,
         ),
     ]
 
