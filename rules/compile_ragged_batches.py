@@ -7,7 +7,9 @@ import libcst as cst
 from autoopt.lint.calls import arg, call_options
 from autoopt.lint.loops import loops_over
 from autoopt.lint.nodes import (
+    assignments,
     calls_in,
+    code_of,
     dotted,
     int_literal,
     is_name,
@@ -15,6 +17,7 @@ from autoopt.lint.nodes import (
     method_name,
     nodes_of_type,
     string_value,
+    walk,
 )
 from autoopt.lint.rule import Invalid, Rule, Valid
 from autoopt.lint.torch_api import DATALOADER
@@ -121,6 +124,17 @@ class CompileRaggedBatches(Rule):
             from torch.utils.data import DataLoader
             loader = DataLoader(ds, batch_size=64)
             compiled = torch.compile(model)
+            for x, y in loader:
+                criterion(model(x), y).backward()
+            """
+        ),
+        Valid(  # the dataset's size is a multiple of the batch size
+            """
+            import torch
+            from torch.utils.data import DataLoader, TensorDataset
+            data = TensorDataset(torch.randn(64 * steps, 10), torch.randn(64 * steps, 1))
+            loader = DataLoader(data, batch_size=64, shuffle=True)
+            model = torch.compile(model)
             for x, y in loader:
                 criterion(model(x), y).backward()
             """
@@ -253,6 +267,7 @@ class CompileRaggedBatches(Rule):
                 "batch_size" in values
                 and size != 1
                 and (drop_last is None or is_name(drop_last, "False"))
+                and not _multiple_of(module, arg(assign.value, "dataset", 0), values["batch_size"])
             ):
                 out[name] = "a ragged last batch: drop_last=False, the default"
         return out
@@ -288,3 +303,26 @@ class CompileRaggedBatches(Rule):
 def _dynamic(call: cst.Call) -> bool:
     found = arg(call, "dynamic")
     return found is not None and is_true(found.value)
+
+
+def _multiple_of(
+    module: cst.Module, dataset: cst.Arg | None, batch_size: cst.BaseExpression
+) -> bool:
+    """The dataset is built from a size that is a product with the batch size as a factor
+    (`make_tokens(32 * steps)` with batch_size=32, `TensorDataset(torch.randn(bs * n, 8))`):
+    no ragged batch. A name is followed to its one assignment in the file."""
+    if dataset is None:
+        return False
+    expr: cst.BaseExpression = dataset.value
+    if isinstance(expr, cst.Name):
+        bound = [value for name, value, _ in assignments(module) if name == expr.value]
+        if len(bound) != 1:
+            return False
+        expr = bound[0]
+    factor = code_of(batch_size)
+    return any(
+        isinstance(node, cst.BinaryOperation)
+        and isinstance(node.operator, cst.Multiply)
+        and factor in (code_of(node.left), code_of(node.right))
+        for node in walk(expr)
+    )

@@ -1,0 +1,57 @@
+"""AO306 on whole scripts: silent where the dataset's size is a multiple of the batch size, and
+so no veto on AO301's compile fix there (the verification step refuses a fix that a rule would
+flag: a false positive of AO306 costs a script its compile)."""
+
+from __future__ import annotations
+
+from autoopt.lint.engine import analyze
+from autoopt.lint.registry import load_registry
+from autoopt.lint.rewrite import fix_source
+
+RULES = load_registry().all()
+BY_CODE = {r.code: r for r in RULES}
+
+SCRIPT = """
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def make_tokens(n):
+    tokens = torch.randint(0, 100, (n, 17))
+    return TensorDataset(tokens[:, :-1], tokens[:, 1:])
+
+
+def main(steps):
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    loader = DataLoader(make_tokens(SIZE), batch_size=32, shuffle=True)
+    model = nn.Sequential(nn.Embedding(100, 32), nn.Linear(32, 100)).to(device)
+    optimizer = torch.optim.AdamW(model.parameters())
+    for inputs, targets in loader:
+        loss = nn.functional.cross_entropy(model(inputs).flatten(0, 1), targets.flatten())
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+"""
+
+
+def codes(source: str) -> set[str]:
+    return {f.code for f in analyze(source, "train.py", RULES).findings}
+
+
+def test_a_dataset_sized_as_a_multiple_of_the_batch_is_not_ragged() -> None:
+    compiled = SCRIPT.replace(
+        "    optimizer = torch.optim", "    model.compile()\n    optimizer = torch.optim"
+    )
+    assert "AO306" not in codes(compiled.replace("SIZE", "32 * steps"))
+    assert "AO306" in codes(compiled.replace("SIZE", "1000"))  # not known to divide
+    assert "AO306" in codes(compiled.replace("SIZE", "33 * steps"))
+
+
+def test_the_compile_fix_is_kept_where_batches_do_not_change_shape() -> None:
+    rules = [BY_CODE["AO301"], BY_CODE["AO306"]]
+    fixed = fix_source(SCRIPT.replace("SIZE", "32 * steps"), rules)
+    assert "model.compile()" in fixed.source, fixed.skipped
+    refused = fix_source(SCRIPT.replace("SIZE", "1000"), rules)
+    assert "model.compile()" not in refused.source
+    assert any("AO306" in str(fix) for fix in refused.rejected)  # refused by verification
