@@ -7,7 +7,6 @@ import libcst as cst
 from autoopt.lint.calls import arg, call_options
 from autoopt.lint.loops import loops_over
 from autoopt.lint.nodes import (
-    assignments,
     calls_in,
     code_of,
     dotted,
@@ -294,6 +293,8 @@ class CompileRaggedBatches(Rule):
     def _feeds(self, loader: str, model: str) -> bool:
         """A training loop over `loader` calls `model(...)`."""
         for loop in loops_over(self, loader):
+            if self.facts.is_eval_loop(loop):
+                continue  # evaluation batches: no training step recompiles on them
             for call in calls_in(loop.body):
                 if dotted(call.func) == model and self.facts.in_training_loop(call):
                     return True
@@ -308,21 +309,33 @@ def _dynamic(call: cst.Call) -> bool:
 def _multiple_of(
     module: cst.Module, dataset: cst.Arg | None, batch_size: cst.BaseExpression
 ) -> bool:
-    """The dataset is built from a size that is a product with the batch size as a factor
-    (`make_tokens(32 * steps)` with batch_size=32, `TensorDataset(torch.randn(bs * n, 8))`):
-    no ragged batch. A name is followed to its one assignment in the file."""
+    """The dataset is built from a size known to be a multiple of the batch size: a product
+    with the batch size as a factor (`make_tokens(32 * steps)` with batch_size=32,
+    `TensorDataset(x, y)` after `x = torch.randn(bs * n, 8)`), or an integer literal that the
+    literal batch size divides (`make_data(256, seed)` with batch_size=128). Names in the
+    dataset expression are followed to their assignments in the file (any of them)."""
     if dataset is None:
         return False
-    expr: cst.BaseExpression = dataset.value
-    if isinstance(expr, cst.Name):
-        bound = [value for name, value, _ in assignments(module) if name == expr.value]
-        if len(bound) != 1:
-            return False
-        expr = bound[0]
+    exprs = [dataset.value]
+    for node in walk(dataset.value):
+        if isinstance(node, cst.Name):
+            bound = [
+                assign.value
+                for assign in nodes_of_type(module, cst.Assign)
+                if any(is_name(t.target, node.value) for t in assign.targets)
+            ]
+            exprs += bound  # any of its bindings: silent when unsure
     factor = code_of(batch_size)
-    return any(
-        isinstance(node, cst.BinaryOperation)
-        and isinstance(node.operator, cst.Multiply)
-        and factor in (code_of(node.left), code_of(node.right))
-        for node in walk(expr)
-    )
+    size = int_literal(batch_size)
+    for expr in exprs:
+        for node in walk(expr):
+            if (
+                isinstance(node, cst.BinaryOperation)
+                and isinstance(node.operator, cst.Multiply)
+                and factor in (code_of(node.left), code_of(node.right))
+            ):
+                return True
+            literal = int_literal(node) if isinstance(node, cst.Integer) else None
+            if size and literal and literal >= size and literal % size == 0:
+                return True
+    return False

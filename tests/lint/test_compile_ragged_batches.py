@@ -55,3 +55,51 @@ def test_the_compile_fix_is_kept_where_batches_do_not_change_shape() -> None:
     refused = fix_source(SCRIPT.replace("SIZE", "1000"), rules)
     assert "model.compile()" not in refused.source
     assert any("AO306" in str(fix) for fix in refused.rejected)  # refused by verification
+
+
+LOOPS = """
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def evaluate(model, loader):
+    with torch.no_grad():
+        for x, y in loader:
+            x = x.to("cpu")
+            model(x)
+
+
+def main(steps):
+    x = torch.randn(SIZE, 20)
+    y = x.sum(1)
+    loader = DataLoader(TensorDataset(x, y), batch_size=32, shuffle=True)
+    val_loader = DataLoader(TensorDataset(x[:100], y[:100]), batch_size=VAL)
+    model = torch.nn.Linear(20, 1)
+    model.compile()
+    for epoch in range(3):
+        for xb, yb in loader:
+            torch.nn.functional.mse_loss(model(xb).squeeze(1), yb).backward()
+        model.eval()
+        for xb, yb in val_loader:
+            model(xb)
+        model.train()
+"""
+
+
+def test_names_are_followed_and_evaluation_batches_do_not_count() -> None:
+    def found(size: str, val: str = "16") -> bool:
+        return "AO306" in codes(LOOPS.replace("SIZE", size).replace("VAL", val))
+
+    assert not found("32 * steps")  # x is rebound in evaluate() too: any binding counts
+    assert not found("32 * steps", val="64")  # a ragged loader in evaluation after .eval()
+    assert not found("640")  # a literal multiple of the literal batch size
+    assert found("1000") and found("steps")
+
+
+def test_the_rewritten_examples_are_not_flagged() -> None:
+    """Each of them compiles a model fed by a loader whose dataset is a multiple of its batch."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2] / "examples" / "rewritten"
+    flagged = {p.name for p in root.glob("*.py") if "AO306" in codes(p.read_text())}
+    assert not flagged
