@@ -22,6 +22,9 @@ from autoopt.lint.rule import Invalid, Rule, Valid
 from autoopt.lint.torch_api import DATALOADER
 
 _COMPILE = ("torch.compile",)
+_RAGGED = "a ragged last batch: drop_last=False, the default"
+# Modes that capture CUDA graphs, which are recorded per input shape.
+_GRAPH_MODES = ("reduce-overhead", "max-autotune")
 # transformers' collators that pad each batch to its own longest sequence (padding=True).
 _PADDING_COLLATORS = (
     "DataCollatorWithPadding",
@@ -34,10 +37,12 @@ class CompileRaggedBatches(Rule):
     """
     ## What it does
     Flags `torch.compile` of a model that a training loop feeds from a `DataLoader` whose batches
-    change shape: a ragged last batch (`batch_size` set, `drop_last` left False) or batches padded
-    to their own longest sequence (a `collate_fn` that calls `pad_sequence`, or transformers'
-    `DataCollatorWithPadding`), when the compile has no `dynamic=True` and nothing is marked
-    dynamic (`torch._dynamo.mark_dynamic`).
+    change shape, when the compile has no `dynamic=True` and nothing is marked dynamic
+    (`torch._dynamo.mark_dynamic`): batches padded to their own longest sequence (a `collate_fn`
+    that calls `pad_sequence`, or transformers' `DataCollatorWithPadding`), or a ragged last
+    batch (`batch_size` set, `drop_last` left False, the dataset's size not known to be a
+    multiple of it) under a compile that pays per shape: `dynamic=False`, or CUDA graphs
+    (`mode="reduce-overhead"` / `"max-autotune"`).
 
     ## Why is this bad?
     A compiled graph is specialised to the shapes it first saw. The first batch of another size
@@ -47,8 +52,9 @@ class CompileRaggedBatches(Rule):
     (`mode="reduce-overhead"`) re-record per shape.
 
     ## Example
-    `loader = DataLoader(ds, batch_size=64, shuffle=True)` and `model = torch.compile(model)`,
-    then `for x, y in loader: model(x)`: the last batch of each epoch is smaller.
+    `loader = DataLoader(ds, batch_size=64, shuffle=True)` and
+    `model = torch.compile(model, mode="reduce-overhead")`, then `for x, y in loader: model(x)`:
+    the last batch of each epoch is smaller and re-records the CUDA graphs.
 
     ## Use instead
     `DataLoader(..., drop_last=True)` for a ragged last batch; pad to a fixed length
@@ -60,6 +66,9 @@ class CompileRaggedBatches(Rule):
     changes the kernels of every step; which one fits is the user's choice.
 
     ## When not to
+    - A ragged last batch under torch's defaults (`dynamic=None`) is not flagged: one recompile,
+      after which torch's automatic dynamic shapes make the batch dimension dynamic; flagging it
+      would also refuse the compile that `autoopt rewrite` inserts (AO301), which pays more.
     - The dataset size is a multiple of the batch size (no ragged batch), or every sequence
       already has one length.
     - `autoopt.optimize(model, compile=True)`: it reports the changing shape once and makes the
@@ -81,7 +90,7 @@ class CompileRaggedBatches(Rule):
             import torch
             from torch.utils.data import DataLoader
             loader = DataLoader(ds, batch_size=64, shuffle=True, drop_last=True)
-            model = torch.compile(model)
+            model = torch.compile(model, mode="reduce-overhead")
             for x, y in loader:
                 loss = criterion(model(x), y)
                 loss.backward()
@@ -92,7 +101,17 @@ class CompileRaggedBatches(Rule):
             import torch
             from torch.utils.data import DataLoader
             loader = DataLoader(ds, batch_size=64)
-            model = torch.compile(model, dynamic=True)
+            model = torch.compile(model, dynamic=True, mode="reduce-overhead")
+            for x, y in loader:
+                criterion(model(x), y).backward()
+            """
+        ),
+        Valid(  # a ragged last batch under torch's defaults: one recompile, then dynamic
+            """
+            import torch
+            from torch.utils.data import DataLoader
+            loader = DataLoader(ds, batch_size=64, shuffle=True)
+            model = torch.compile(model)
             for x, y in loader:
                 criterion(model(x), y).backward()
             """
@@ -102,7 +121,7 @@ class CompileRaggedBatches(Rule):
             import torch
             from torch.utils.data import DataLoader
             loader = DataLoader(ds, shuffle=True)
-            model = torch.compile(model)
+            model = torch.compile(model, mode="reduce-overhead")
             for x, y in loader:
                 criterion(model(x), y).backward()
             """
@@ -112,7 +131,7 @@ class CompileRaggedBatches(Rule):
             import torch
             from torch.utils.data import DataLoader
             loader = DataLoader(ds, batch_size=64, **loader_kwargs)
-            model = torch.compile(model)
+            model = torch.compile(model, mode="reduce-overhead")
             for x, y in loader:
                 criterion(model(x), y).backward()
             """
@@ -122,7 +141,7 @@ class CompileRaggedBatches(Rule):
             import torch
             from torch.utils.data import DataLoader
             loader = DataLoader(ds, batch_size=64)
-            compiled = torch.compile(model)
+            compiled = torch.compile(model, mode="reduce-overhead")
             for x, y in loader:
                 criterion(model(x), y).backward()
             """
@@ -133,7 +152,7 @@ class CompileRaggedBatches(Rule):
             from torch.utils.data import DataLoader, TensorDataset
             data = TensorDataset(torch.randn(64 * steps, 10), torch.randn(64 * steps, 1))
             loader = DataLoader(data, batch_size=64, shuffle=True)
-            model = torch.compile(model)
+            model = torch.compile(model, mode="reduce-overhead")
             for x, y in loader:
                 criterion(model(x), y).backward()
             """
@@ -145,7 +164,7 @@ class CompileRaggedBatches(Rule):
             from transformers import DataCollatorWithPadding
             collator = DataCollatorWithPadding(tokenizer, padding="max_length", max_length=128)
             loader = DataLoader(ds, batch_size=16, collate_fn=collator, drop_last=True)
-            model = torch.compile(model)
+            model = torch.compile(model, mode="reduce-overhead")
             for batch in loader:
                 model(**batch).loss.backward()
             """
@@ -155,7 +174,7 @@ class CompileRaggedBatches(Rule):
             import torch
             from torch.utils.data import DataLoader
             loader = DataLoader(ds, batch_size=64)
-            model = torch.compile(model)
+            model = torch.compile(model, mode="reduce-overhead")
             for x, y in loader:
                 torch._dynamo.mark_dynamic(x, 0)
                 criterion(model(x), y).backward()
@@ -168,7 +187,7 @@ class CompileRaggedBatches(Rule):
             import torch
             from torch.utils.data import DataLoader
             loader = DataLoader(ds, batch_size=64, shuffle=True)
-            model = torch.compile(model)
+            model = torch.compile(model, mode="reduce-overhead")
             for epoch in range(10):
                 for x, y in loader:
                     optimizer.zero_grad()
@@ -220,6 +239,8 @@ class CompileRaggedBatches(Rule):
             return
         for call, model in self._compiled(node):
             for loader, why in ragged.items():
+                if why == _RAGGED and not _specialised(call):
+                    continue  # one recompile, then torch's automatic dynamic shapes
                 if self._feeds(loader, model):
                     self.report(call, self.message.format(why=why))
                     break
@@ -237,7 +258,7 @@ class CompileRaggedBatches(Rule):
         for call in nodes_of_type(module, cst.Call):
             if method_name(call) == "compile" and not _dynamic(call):
                 assert isinstance(call.func, cst.Attribute)
-                if call.args and arg(call, "dynamic") is None and arg(call, "backend") is None:
+                if call.args and all(arg(call, k) is None for k in ("dynamic", "backend", "mode")):
                     continue  # re.compile(pattern), not nn.Module.compile()
                 name = dotted(call.func.value)
                 if name is not None and not self.refers_to(call.func.value, "torch"):
@@ -268,7 +289,7 @@ class CompileRaggedBatches(Rule):
                 and (drop_last is None or is_name(drop_last, "False"))
                 and not _multiple_of(module, arg(assign.value, "dataset", 0), values["batch_size"])
             ):
-                out[name] = "a ragged last batch: drop_last=False, the default"
+                out[name] = _RAGGED
         return out
 
     def _padding_collators(self, module: cst.Module) -> set[str]:
@@ -339,3 +360,12 @@ def _multiple_of(
             if size and literal and literal >= size and literal % size == 0:
                 return True
     return False
+
+
+def _specialised(call: cst.Call) -> bool:
+    """A compile that pays per shape: static (`dynamic=False`: every size recompiles) or with
+    CUDA graphs (`mode="reduce-overhead"`/`"max-autotune"`: re-recorded per size)."""
+    dynamic, mode = arg(call, "dynamic"), arg(call, "mode")
+    return (dynamic is not None and is_name(dynamic.value, "False")) or (
+        mode is not None and string_value(mode.value) in _GRAPH_MODES
+    )

@@ -41,7 +41,8 @@ def codes(source: str) -> set[str]:
 
 def test_a_dataset_sized_as_a_multiple_of_the_batch_is_not_ragged() -> None:
     compiled = SCRIPT.replace(
-        "    optimizer = torch.optim", "    model.compile()\n    optimizer = torch.optim"
+        "    optimizer = torch.optim",
+        '    model.compile(mode="reduce-overhead")\n    optimizer = torch.optim',
     )
     assert "AO306" not in codes(compiled.replace("SIZE", "32 * steps"))
     assert "AO306" in codes(compiled.replace("SIZE", "1000"))  # not known to divide
@@ -49,12 +50,13 @@ def test_a_dataset_sized_as_a_multiple_of_the_batch_is_not_ragged() -> None:
 
 
 def test_the_compile_fix_is_kept_where_batches_do_not_change_shape() -> None:
+    """AO301 inserts a plain `model.compile()`: a ragged last batch costs it one recompile under
+    torch's automatic dynamic shapes, so AO306 is silent and does not refuse the fix."""
     rules = [BY_CODE["AO301"], BY_CODE["AO306"]]
-    fixed = fix_source(SCRIPT.replace("SIZE", "32 * steps"), rules)
-    assert "model.compile()" in fixed.source, fixed.skipped
-    refused = fix_source(SCRIPT.replace("SIZE", "1000"), rules)
-    assert "model.compile()" not in refused.source
-    assert any("AO306" in str(fix) for fix in refused.rejected)  # refused by verification
+    for size in ("32 * steps", "1000"):
+        fixed = fix_source(SCRIPT.replace("SIZE", size), rules)
+        assert "model.compile()" in fixed.source, fixed.rejected
+    assert "AO306" not in codes(fixed.source)
 
 
 LOOPS = """
@@ -75,7 +77,7 @@ def main(steps):
     loader = DataLoader(TensorDataset(x, y), batch_size=32, shuffle=True)
     val_loader = DataLoader(TensorDataset(x[:100], y[:100]), batch_size=VAL)
     model = torch.nn.Linear(20, 1)
-    model.compile()
+    model.compile(mode="reduce-overhead")
     for epoch in range(3):
         for xb, yb in loader:
             torch.nn.functional.mse_loss(model(xb).squeeze(1), yb).backward()
