@@ -47,6 +47,8 @@ def optimize(
         change to the loop; bf16 needs none. "auto" on CPU keeps bf16 only if the first
         batch's forward and backward measure faster with it.
       compile: "auto" | True | False | "jit" (TorchScript). Falls back to eager on failure.
+        "auto" compiles on CUDA; on CPU it follows the compile cache's record for the model
+        (measured against eager at its first training step when there is none).
       channels_last: "auto" | True | False, for convolutional models.
       checkpoint: "auto" | False | int segments. "auto" acts only under a memory budget (an
         explicit memory_budget, or "auto" on CUDA): at the first training forward it measures

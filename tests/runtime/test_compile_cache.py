@@ -104,3 +104,42 @@ def test_torchs_local_caches_are_kept_only_where_nobody_chose(
     monkeypatch.setenv(compile_cache.INDUCTOR_ENV, default_cache_dir())  # torch set it itself
     assert compile_cache.keep_local_caches(tmp_path) == tmp_path / "inductor"
     assert os.environ[compile_cache.INDUCTOR_ENV] == str(tmp_path / "inductor")
+
+
+def test_a_vector_isa_load_that_succeeded_is_not_probed_again(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Inductor's per-process ISA check (a child Python loading a built library) is remembered
+    per library file, torch and machine; a failure or a missing file is probed again."""
+    from torch._inductor.cpu_vec_isa import VecISA
+
+    spawned: list[str] = []
+    answers = {"good.so": True, "bad.so": False}
+
+    def probe(self: object, output_path: str) -> bool:
+        spawned.append(Path(output_path).name)
+        return answers[Path(output_path).name]
+
+    monkeypatch.setattr(VecISA, "_probe_load", probe)
+    good, bad = tmp_path / "good.so", tmp_path / "bad.so"
+    good.write_bytes(b"")
+    bad.write_bytes(b"")
+    compile_cache.remember_isa_probes(tmp_path)
+    isa = object()
+    assert VecISA._probe_load(isa, str(good)) and not VecISA._probe_load(isa, str(bad))
+    assert spawned == ["good.so", "bad.so"]
+    # The next process: torch's own probe again, remembered from the same directory.
+    monkeypatch.setattr(VecISA, "_probe_load", probe)
+    compile_cache.remember_isa_probes(tmp_path)
+    assert VecISA._probe_load(isa, str(good)) and not VecISA._probe_load(isa, str(bad))
+    assert spawned == ["good.so", "bad.so", "bad.so"]  # the success was not spawned again
+    good.unlink()  # the library is gone (a cleaned cache): probed again
+    answers["good.so"] = False
+    assert not VecISA._probe_load(isa, str(good))
+    monkeypatch.setattr(torch, "__version__", "9.9.9")  # another torch: its own record
+    good.write_bytes(b"")
+    answers["good.so"] = True
+    monkeypatch.setattr(VecISA, "_probe_load", probe)
+    compile_cache.remember_isa_probes(tmp_path)
+    spawned.clear()
+    assert VecISA._probe_load(isa, str(good)) and spawned == ["good.so"]

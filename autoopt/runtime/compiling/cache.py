@@ -20,6 +20,14 @@ the CUDA device name and capability). A file that cannot be loaded (stale, trunc
 torch) is a miss with a warning: the model compiles as without a cache, and the file is written
 anew. Nothing here raises into the user's training.
 
+Inductor's per-process check that each vector ISA's test library loads (a child Python per
+ISA) is remembered there too (`remember_isa_probes`): most of what a warm start spent beyond
+torch's own imports and dynamo's tracing.
+
+Beside the blobs, one small record per model structure (`Outcome`, `<key>.outcome.json`): whether
+its compiled training steps measured faster than eager ones on this machine, which is what
+`compile="auto"` decides from on CPU (autoopt.runtime.passes.compile).
+
 Where: `optimize(compile_cache=...)`: "auto" (the default) is $AUTOOPT_COMPILE_CACHE, else
 $XDG_CACHE_HOME/autoopt/compile, else ~/.cache/autoopt/compile; a directory; False: off.
 """
@@ -28,6 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import logging
 import os
 import platform
@@ -75,6 +84,54 @@ def keep_local_caches(directory: Path) -> Path | None:
     path = directory / "inductor"
     os.environ[INDUCTOR_ENV] = str(path)
     return path
+
+
+ISA_PROBES = "isa_probes.json"
+
+
+def remember_isa_probes(directory: Path) -> None:
+    """At each process's first CPU compile inductor checks, per vector ISA the CPU claims, that a
+    test library built for it loads, in a child Python that loads libtorch: ~0.3 s of CPU each,
+    a fifth of a warm start's CPU time on the project's machine. Whether one built file loads
+    with one torch on one machine does not change, so a load that succeeded is remembered in
+    `directory` (per torch version and hardware) and not spawned again while the file exists.
+    A failed load is not remembered; a torch without this probe is left as it is."""
+    try:
+        from torch._inductor.cpu_vec_isa import VecISA
+    except ImportError:
+        return
+    probe = getattr(VecISA, "_probe_load", None)
+    if probe is None or getattr(probe, "remembered_in", None) == directory:
+        return
+    probe = getattr(probe, "probe", probe)  # another directory's memo: wrap torch's own
+    record = directory / ISA_PROBES
+    stamp = f"{torch.__version__} {hardware()}"
+
+    def loaded() -> dict[str, list[str]]:
+        try:
+            found = json.loads(record.read_text())
+        except (OSError, ValueError):
+            return {}
+        return found if isinstance(found, dict) else {}
+
+    def remembered(self: Any, output_path: str) -> bool:
+        known = loaded()
+        if output_path in known.get(stamp, []) and os.path.isfile(output_path):
+            return True
+        ok = bool(probe(self, output_path))
+        if ok:
+            known[stamp] = sorted({*known.get(stamp, []), output_path})
+            with contextlib.suppress(OSError):
+                directory.mkdir(parents=True, exist_ok=True)
+                fd, tmp = tempfile.mkstemp(dir=directory, suffix=".tmp")
+                with os.fdopen(fd, "w") as out:
+                    json.dump(known, out)
+                os.replace(tmp, record)
+        return ok
+
+    remembered.remembered_in = directory  # type: ignore[attr-defined]
+    remembered.probe = probe  # type: ignore[attr-defined]
+    VecISA._probe_load = remembered
 
 
 def hardware() -> str:
@@ -160,6 +217,36 @@ class CompileCache:
         warnings.warn(f"autoopt: compile cache: {why}; compiling anew", stacklevel=4)
         self.status = f"miss ({why})"
         return self.status
+
+
+class Outcome:
+    """Whether one model's compiled training steps were faster than its eager ones here: the
+    record `compile="auto"` decides from on CPU, so a model whose compiled steps lost is not
+    compiled (and its cold compile not paid) again. A record that cannot be read is no record."""
+
+    def __init__(self, directory: Path, name: str) -> None:
+        self.path = directory / f"{name}.outcome.json"
+
+    def read(self) -> dict[str, str] | None:
+        """The record ({"winner": "compiled" | "eager", "measured": what was timed}), or None."""
+        try:
+            found = json.loads(self.path.read_text())
+        except (OSError, ValueError):
+            return None
+        if not isinstance(found, dict) or found.get("winner") not in ("compiled", "eager"):
+            return None
+        return {"winner": found["winner"], "measured": str(found.get("measured", "?"))}
+
+    def write(self, winner: str, measured: str) -> None:
+        """Record the outcome (atomically); a record that cannot be written is no error."""
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=self.path.parent, suffix=".tmp")
+            with os.fdopen(fd, "w") as out:
+                json.dump({"winner": winner, "measured": measured, "torch": torch.__version__}, out)
+            os.replace(tmp, self.path)
+        except OSError as err:
+            warnings.warn(f"autoopt: compile outcome not saved to {self.path}: {err}", stacklevel=3)
 
 
 @contextlib.contextmanager

@@ -4,9 +4,15 @@ The model is not wrapped (no `OptimizedModule`), so `state_dict` keys stay the u
 COMPILE layer compiles everything below it: autocast and the channels-last input conversion are
 inside the graph; loss-scale hooks and device moves stay outside.
 
-"auto" compiles on CUDA only. On CPU whether compile pays depends on the model, and its warm-up
-costs seconds (figures in docs/benchmarks/cpu.md), so it is skipped there; `tune=True` measures
-it, `compile=True` forces it.
+"auto" compiles on CUDA. On CPU whether compile pays depends on the model and its cold compile
+costs seconds to minutes (figures in docs/benchmarks/cpu.md), so there it decides from the
+compile cache (autoopt.runtime.compiling.cache): a model with no record yet is measured at its first
+training step, compiled against eager (a trial choice after the layout and amp, so it compiles
+once, cold; the cache keeps the compiled code for the next start), and the outcome is recorded;
+a model with a record is compiled, without measuring, when its compiled steps won, and not at all
+when they lost. Without a compile cache (compile_cache=False) a cold compile would be paid at
+every start, so "auto" does not compile on CPU; under torchrun it is not measured (every rank
+must decide alike). `compile=True` forces it, `tune=True` measures whole plans.
 
 Regional compile: on CUDA, a model made of repeated blocks (an `nn.ModuleList`/`nn.Sequential` of
 two or more modules of one class, each with submodules: transformer layers) gets
@@ -78,6 +84,7 @@ from autoopt.runtime.context import Context, Forward, ForwardLayer, Stage
 from autoopt.runtime.errors import error_summary
 from autoopt.runtime.loading.batch import map_tensors, tensors_in
 from autoopt.runtime.report import Event, PassResult, Report
+from autoopt.runtime.trials.choices import Choice, of_model, trials_of
 from autoopt.runtime.trials.replay import Replay, in_trial
 
 NAME = "compile"
@@ -102,15 +109,37 @@ def _automatic_dynamic() -> bool:
     return bool(torch._dynamo.config.automatic_dynamic_shapes)
 
 
-def choose(option: str | bool, device: torch.device | None) -> tuple[str | None, str]:
-    """What to compile with: "torch.compile", "jit" (TorchScript) or None, and why."""
+def choose(
+    option: str | bool,
+    device: torch.device | None,
+    cache_dir: Path | None = None,
+    outcome: dict[str, str] | None = None,
+) -> tuple[str | None, str]:
+    """What to compile with: "torch.compile", "jit" (TorchScript), "measure" (torch.compile
+    measured against eager at the first training step) or None, and why. On CPU "auto" decides
+    from the compile cache `cache_dir` and this model's recorded `outcome` there (None: none)."""
     if option is False:
         return None, "compile=False"
     device_type = device.type if device is not None else "cpu"
     if option == "auto" and device_type != "cuda":
-        return None, (
-            f"not on CUDA ({device_type}): on CPU whether torch.compile pays depends on the "
-            "model; pass tune=True to measure it or compile=True to force it"
+        if cache_dir is None:
+            return None, (
+                f"not on CUDA ({device_type}) and no compile cache: a cold compile would be paid "
+                "at every start; pass tune=True to measure it or compile=True to force it"
+            )
+        if outcome is None:
+            return "measure", (
+                f"{device_type}: no record for this model in the compile cache: measured against "
+                "eager at the first training step, the cold compile paid once"
+            )
+        if outcome["winner"] != "compiled":
+            return None, (
+                f"{device_type}: compiled steps of this model measured no faster than eager "
+                f"before ({outcome['measured']}); not compiled again (compile=True forces it)"
+            )
+        return "torch.compile", (
+            f"{device_type}: compiled steps of this model measured faster than eager before "
+            f"({outcome['measured']})"
         )
     if option == "jit":
         return "jit", (
@@ -123,26 +152,93 @@ def choose(option: str | bool, device: torch.device | None) -> tuple[str | None,
 
 def run(ctx: Context) -> PassResult:
     """Register the COMPILE layer (torch.compile) or the TorchScript base forward."""
-    how, why = choose(ctx.options.compile, ctx.device)
+    cache_dir = compile_cache.cache_dir(ctx.options.compile_cache)
+    regions, regional_why = choose_regions(ctx.model, REGIONAL, ctx.device)
+    auto: AutoCompile | None = None
+    outcome = None
+    on_cpu = ctx.device is None or ctx.device.type != "cuda"
+    if ctx.options.compile == "auto" and on_cpu and cache_dir is not None:
+        name = compile_cache.key(ctx.model, (), {}, _cache_extra(regions))
+        auto = AutoCompile(ctx.report, compile_cache.Outcome(cache_dir, name))
+        outcome = auto.record.read()
+    how, why = choose(ctx.options.compile, ctx.device, cache_dir, outcome)
+    if how == "measure" and ctx.dist is not None:
+        return PassResult.skipped(
+            NAME, f"{why}; not measured under torchrun (every rank must make the same choice)"
+        )
     if how is None:
         return PassResult.skipped(NAME, why)
     if how == "jit":
         ctx.base_forward = JitForward(ctx.model, ctx.report)
         return PassResult.applied(NAME, why)
-    regions, regional_why = choose_regions(ctx.model, REGIONAL, ctx.device)
+    if auto is not None:
+        auto.why = why
+        if how == "measure":
+            choice = Choice(NAME, ["eager", "compiled"], auto.apply, auto.decided)
+            choice.baseline = "eager"  # compiled must measure MARGIN faster to be kept
+            trials_of(ctx).add(choice)
+        else:
+            auto.from_record = True
     verbose = ctx.options.verbose and (ctx.dist is None or ctx.dist.rank == 0)
     entered = type(regions[0] if regions else ctx.model).forward
     layer = functools.partial(
         CompiledForward,
         report=ctx.report,
         model=ctx.model,
-        cache_dir=compile_cache.cache_dir(ctx.options.compile_cache),
+        cache_dir=cache_dir,
         regions=regions,
         origin=code_origin(entered),
         verbose=verbose,
+        auto=auto,
     )
     ctx.forward_layers.append(ForwardLayer(NAME, Stage.COMPILE, layer))
     return PassResult.applied(NAME, f"{why}; {regional_why}")
+
+
+def _cache_extra(regions: list[nn.Module]) -> str:
+    """What, besides the model and its inputs, the compiled code depends on."""
+    return f"{BACKEND!r} {COMPILE_OPTIONS!r} {[type(b).__name__ for b in regions]}"
+
+
+class AutoCompile:
+    """`compile="auto"` on CPU: whether the compiled forward is in force (`compiled`), set by the
+    trials' "compile" choice (eager against compiled, measured at the first training step, after
+    the layout and amp) or, from a record of an earlier run, at the first call outside a trial
+    (so other choices' trials measure the eager model, as without a record). The outcome of a
+    measurement is recorded in the compile cache (`record`)."""
+
+    def __init__(self, report: Report, record: compile_cache.Outcome) -> None:
+        self.report = report
+        self.record = record
+        self.why = ""
+        self.compiled = False
+        self.from_record = False
+        self.failed = False  # the compiled forward failed (and fell back) during the trials
+
+    def apply(self, option: str) -> None:
+        """`Choice.apply`."""
+        self.compiled = option == "compiled"
+
+    def decided(self, winner: str, measured: str) -> None:
+        """`Choice.decided`: record the outcome (a failed compile counts as lost) and report it.
+        A trial that failed elsewhere measured nothing: no record then."""
+        if self.failed:
+            self.record.write("eager", "the compiled forward failed")
+            return  # the failure is in the report already
+        if measured.startswith("not measured"):
+            self.report.replace(PassResult.skipped(NAME, f"{self.why}; {measured}"))
+            return
+        self.record.write(winner, measured.split(";")[0])
+        if winner == "compiled":
+            self.report.replace(PassResult.applied(NAME, f"{self.why}; {measured}"))
+        else:
+            self.report.replace(
+                PassResult.skipped(
+                    NAME,
+                    f"{self.why}; compiled steps no faster than eager ({measured}); recorded in "
+                    f"{self.record.path}: not compiled again",
+                )
+            )
 
 
 def repeated_blocks(model: nn.Module) -> tuple[str, list[nn.Module]] | None:
@@ -202,9 +298,12 @@ class CompiledForward:
         verbose: bool = False,
         model: nn.Module | None = None,
         cache_dir: Path | None = None,
+        auto: AutoCompile | None = None,
     ) -> None:
         self.forward = forward
+        self.auto = auto  # compile="auto" on CPU: eager until decided
         self.report = report
+        self.model = model  # the user's model: its trials (`of_model`)
         self.guard = BackwardGuard(model) if model is not None else None
         self.regions = regions or []
         self.origin = origin  # the user's forward the compiled region starts at
@@ -239,7 +338,10 @@ class CompiledForward:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if self.guard is not None and self.guard.double_backward and not self.failed:
             self._double_backward_seen(self.guard.double_backward)
-        if self.failed:
+        auto = self.auto
+        if auto is not None and auto.from_record and not auto.compiled and self._trials_over():
+            auto.compiled = True  # after the other choices' trials, which measured it eager
+        if self.failed or auto is not None and not auto.compiled:
             return self.forward(*args, **kwargs)
         if self.compiled is None or self.watch is None:
             self._load_cache(args, kwargs)
@@ -251,17 +353,24 @@ class CompiledForward:
         out = self._compiled_call(args, kwargs)
         if guard is not None and not self.failed:
             guard.watch(out)
-        self._save_cache()
+        if not in_trial():  # a trial's backward has not compiled yet
+            self._save_cache()
         return out
+
+    def _trials_over(self) -> bool:
+        """No trial runs now and the model's measured choices (layout, amp) are decided: they
+        run on the first training steps, and measure the eager model."""
+        measured = of_model(self.model) if self.model is not None else None
+        return not in_trial() and (measured is None or measured.done)
 
     def _load_cache(self, args: Any, kwargs: dict[str, Any]) -> None:
         """Before the first compile: load this model's saved artifacts into torch's caches."""
         if self.cache is not None or self.cache_dir is None or self.guard is None:
             return
-        extra = f"{BACKEND!r} {COMPILE_OPTIONS!r} {[type(b).__name__ for b in self.regions]}"
-        name = compile_cache.key(self.guard.model, args, kwargs, extra)
+        name = compile_cache.key(self.guard.model, args, kwargs, _cache_extra(self.regions))
         self.cache = compile_cache.CompileCache(self.cache_dir, name)
         self.local = compile_cache.keep_local_caches(self.cache_dir)
+        compile_cache.remember_isa_probes(self.cache_dir)
         self.cache.load()
         self.started = compile_cache.clock()
 
@@ -341,6 +450,8 @@ class CompiledForward:
             raise
         self.failed = True
         self.compiled = self.watch = None
+        if self.auto is not None:
+            self.auto.failed = True
         _record_failure(self.report, what, err, events)
         return out
 

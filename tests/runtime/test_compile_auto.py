@@ -1,0 +1,181 @@
+"""compile="auto" on CPU decides from the compile cache: measured once (the trials' "compile"
+choice, timed on training steps), the outcome recorded; a model whose compiled steps won is
+compiled at the next start without measuring, one whose compiled steps lost is not compiled."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch._dynamo.utils import counters
+
+import autoopt
+from autoopt.runtime.compiling import cache as compile_cache
+from autoopt.runtime.passes import compile as compile_pass
+from autoopt.runtime.trials import choices as trials
+
+from .models import MLP, batches, mlp_data, train
+from .plain_loop import assert_same_training, train_by_hand
+
+pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="auto compiles on CUDA")
+
+
+@pytest.fixture(autouse=True)
+def aot_eager(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    # dynamo and AOTAutograd for real, without inductor's C++ builds.
+    monkeypatch.setattr(compile_pass, "BACKEND", "aot_eager")
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+def fit(cache: Path | bool, **kwargs: Any) -> tuple[torch.nn.Module, list[float]]:
+    torch.manual_seed(0)
+    model = MLP()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.2)
+    options: dict[str, Any] = {"amp": False, "compile_cache": cache, "verbose": False}
+    model, optimizer = autoopt.optimize(model, optimizer=optimizer, **{**options, **kwargs})
+    x, y = mlp_data(96)
+    # 9 steps: the trials take turns on the first training steps (a tie takes 7)
+    return model, train(model, optimizer, batches(x, y, 32), epochs=3)
+
+
+def eager_losses() -> list[float]:
+    torch.manual_seed(0)
+    model = MLP()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.2)
+    x, y = mlp_data(96)
+    return train_by_hand(model, optimizer, batches(x, y, 32), epochs=3)
+
+
+def frames() -> int:
+    return int(counters["stats"]["unique_graphs"])
+
+
+def record_of(cache: Path) -> dict[str, str]:
+    found = list(cache.glob("*.outcome.json"))
+    assert len(found) == 1, found
+    outcome = compile_cache.Outcome(cache, found[0].name.removesuffix(".outcome.json")).read()
+    assert outcome is not None
+    return outcome
+
+
+class ClockFavouring:
+    """A fake trials clock: a step of the compiled model takes `compiled_s`, an eager one 1 s."""
+
+    def __init__(self, compiled_s: float) -> None:
+        self.now = 0.0
+        self.compiled_s = compiled_s
+        self.auto: compile_pass.AutoCompile | None = None
+
+    def __call__(self) -> float:
+        self.now += self.compiled_s if self.auto is not None and self.auto.compiled else 1.0
+        return self.now
+
+
+def fit_timed(
+    cache: Path, compiled_s: float, monkeypatch: pytest.MonkeyPatch
+) -> tuple[torch.nn.Module, list[float]]:
+    clock = ClockFavouring(compiled_s)
+    made = compile_pass.AutoCompile.__init__
+
+    def init(self: compile_pass.AutoCompile, *args: Any) -> None:
+        made(self, *args)
+        clock.auto = self
+
+    monkeypatch.setattr(compile_pass.AutoCompile, "__init__", init)
+    monkeypatch.setattr(trials, "CLOCK", clock)
+    return fit(cache)
+
+
+def test_without_a_record_it_measures_and_a_faster_compile_is_kept_and_recorded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    before = frames()
+    model, losses = fit_timed(tmp_path, 0.5, monkeypatch)
+    result = autoopt.report(model)["compile"]
+    assert result.status.value == "applied", result.detail
+    assert "no record for this model" in result.detail and "compiled" in result.detail
+    assert frames() > before  # the steps ran compiled
+    assert_same_training(losses, eager_losses(), None)
+    assert record_of(tmp_path)["winner"] == "compiled"
+
+
+def test_a_compile_that_measures_no_faster_is_dropped_and_recorded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    model, losses = fit_timed(tmp_path, 1.0, monkeypatch)  # a tie: eager (the baseline) stays
+    result = autoopt.report(model)["compile"]
+    assert result.status.value == "skipped", result.detail
+    assert "not compiled again" in result.detail
+    assert_same_training(losses, eager_losses(), None)
+    assert record_of(tmp_path)["winner"] == "eager"
+
+
+def test_a_record_decides_the_next_start_without_measuring(tmp_path: Path) -> None:
+    with trials.forced_winners(compile="compiled"):
+        fit(tmp_path)
+    assert record_of(tmp_path)["winner"] == "compiled"
+    torch._dynamo.reset()
+    before = frames()
+    with trials.forced_winners(compile="eager"):  # would be obeyed if it were measured again
+        model, losses = fit(tmp_path)
+    result = autoopt.report(model)["compile"]
+    assert result.status.value == "applied", result.detail
+    assert "measured faster than eager before" in result.detail
+    assert frames() > before
+    assert_same_training(losses, eager_losses(), None)
+
+
+def test_a_model_whose_compiled_steps_lost_is_not_compiled_again(tmp_path: Path) -> None:
+    with trials.forced_winners(compile="eager"):
+        fit(tmp_path)
+    assert record_of(tmp_path)["winner"] == "eager"
+    torch._dynamo.reset()
+    before = frames()
+    with trials.forced_winners(compile="compiled"):
+        model, _ = fit(tmp_path)
+    result = autoopt.report(model)["compile"]
+    assert result.status.value == "skipped", result.detail
+    assert "no faster than eager before" in result.detail and "compile=True" in result.detail
+    assert frames() == before  # not compiled at all
+
+
+def test_another_choice_measures_the_eager_model_before_a_recorded_compile(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With a record, the amp trials still measure eager (as without one): the model compiles
+    after them, once, when they are decided."""
+    with trials.forced_winners(compile="compiled"):
+        fit(tmp_path)
+    torch._dynamo.reset()
+    calls: list[bool] = []  # the trials decided?
+    compiles: list[bool] = []
+
+    def decided(layer: compile_pass.CompiledForward) -> bool:
+        measured = trials.of_model(layer.model)
+        return measured is None or measured.done
+
+    real_call, real_compile = (
+        compile_pass.CompiledForward.__call__,
+        compile_pass.CompiledForward._compile,
+    )
+
+    def call(self: compile_pass.CompiledForward, *args: Any, **kwargs: Any) -> Any:
+        calls.append(decided(self))
+        return real_call(self, *args, **kwargs)
+
+    def compile_(self: compile_pass.CompiledForward) -> Any:
+        compiles.append(decided(self))
+        return real_compile(self)
+
+    monkeypatch.setattr(compile_pass.CompiledForward, "__call__", call)
+    monkeypatch.setattr(compile_pass.CompiledForward, "_compile", compile_)
+    monkeypatch.setattr(trials, "CLOCK", iter(range(10**6)).__next__)
+    model, _ = fit(tmp_path, amp="auto")
+    assert "trials on training steps" in autoopt.report(model)["amp"].detail
+    assert False in calls  # the amp trials went through the compile layer, eager
+    assert compiles == [True]  # compiled once, after them
