@@ -116,7 +116,7 @@ def choose(
     outcome: dict[str, str] | None = None,
 ) -> tuple[str | None, str]:
     """What to compile with: "torch.compile", "jit" (TorchScript), "measure" (torch.compile
-    measured against eager at the first training step) or None, and why. On CPU "auto" decides
+    measured against eager on the first training steps) or None, and why. On CPU "auto" decides
     from the compile cache `cache_dir` and this model's recorded `outcome` there (None: none)."""
     if option is False:
         return None, "compile=False"
@@ -130,7 +130,7 @@ def choose(
         if outcome is None:
             return "measure", (
                 f"{device_type}: no record for this model in the compile cache: measured against "
-                "eager at the first training step, the cold compile paid once"
+                "eager on the first training steps, the cold compile paid once"
             )
         if outcome["winner"] != "compiled":
             return None, (
@@ -202,7 +202,7 @@ def _cache_extra(regions: list[nn.Module]) -> str:
 
 class AutoCompile:
     """`compile="auto"` on CPU: whether the compiled forward is in force (`compiled`), set by the
-    trials' "compile" choice (eager against compiled, measured at the first training step, after
+    trials' "compile" choice (eager against compiled, measured on the first training steps, after
     the layout and amp) or, from a record of an earlier run, at the first call outside a trial
     (so other choices' trials measure the eager model, as without a record). The outcome of a
     measurement is recorded in the compile cache (`record`)."""
