@@ -145,3 +145,63 @@ def test_one_backward_through_models_with_different_accumulate_counts_is_refused
         "(seeds ['1/2', '1/4']); give every model of one loss the same accumulate="
     )
     (models[1](x).sum() + models[2](x).sum()).backward()  # the same count: one seed, fine
+
+
+@pytest.mark.usefixtures("alone")
+def test_a_backward_through_two_scaled_models_is_seeded_with_the_smaller_scale() -> None:
+    """A GAN-like loss through two models whose scalers differ: the seed is the smaller scale
+    (the larger one would overflow the fp16 activation the loss passes through), and every
+    leaf divides by that same value, so `.grad` equals plain torch's."""
+    torch.manual_seed(0)
+    first, second = torch.nn.Linear(4, 4), torch.nn.Linear(4, 1)
+    plain = [torch.nn.Linear(4, 4), torch.nn.Linear(4, 1)]
+    for copy, model in zip(plain, (first, second), strict=True):
+        copy.load_state_dict(model.state_dict())
+    big, small = LossScaler(torch.device("cpu")), LossScaler(torch.device("cpu"))
+    big._scale.fill_(2.0**24)  # x 2**24 is inf in fp16 (max 65504); x 4 is not
+    small._scale.fill_(4.0)
+    root_scaling.register(first, scaler=big)  # the larger first: not picked for being first
+    root_scaling.register(second, scaler=small)
+    x = torch.randn(3, 4)
+    second(first(x)).half().float().sum().backward()
+    plain[1](plain[0](x)).half().float().sum().backward()
+    for got, want in zip((*first.parameters(), *second.parameters()), _params(plain), strict=True):
+        assert torch.equal(got.grad, want.grad)
+
+
+def _params(models: list[torch.nn.Module]) -> list[torch.Tensor]:
+    return [p for m in models for p in m.parameters()]
+
+
+@pytest.mark.usefixtures("alone")
+def test_a_backward_from_a_gradient_edge_is_seeded_like_a_tensor_root() -> None:
+    """`torch.autograd.backward` takes a GradientEdge for a root: under accumulate=4 its seed is
+    divided by 4, as `(loss / 4).backward()` would be."""
+    import autoopt
+
+    torch.manual_seed(0)
+    model, reference = MLP(), MLP()
+    reference.load_state_dict(model.state_dict())
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    model, optimizer = autoopt.optimize(
+        model, optimizer=optimizer, accumulate=4, amp=False, compile=False, verbose=False
+    )
+    x = torch.randn(8, 16)
+    loss = model(x).square().mean()
+    edge = torch.autograd.graph.get_gradient_edge(loss)
+    torch.autograd.backward([edge], grad_tensors=[torch.ones(())])
+    (reference(x).square().mean() / 4).backward()
+    for got, want in zip(model.parameters(), reference.parameters(), strict=True):
+        torch.testing.assert_close(got.grad, want.grad, rtol=0, atol=1e-7)
+
+
+@pytest.mark.usefixtures("alone")
+def test_roots_that_do_not_require_grad_are_passed_over() -> None:
+    """A graph lookup over a mix of tensors: one that does not require grad (and anything not a
+    tensor) is no root, and does not raise as torch's gradient-edge lookup would on it."""
+    model = MLP()
+    root_scaling.register(model, scaler=LossScaler(torch.device("cpu")))
+    loss = model(torch.randn(2, 16)).sum()
+    (reg,) = root_scaling.registrations_of([torch.ones(2), None, loss])
+    assert reg.model() is model
+    assert root_scaling.registrations_of([torch.ones(2)]) == []
