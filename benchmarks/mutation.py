@@ -69,7 +69,13 @@ MODULES: dict[str, tuple[str, list[str]]] = {
     ),
     "accumulate": (
         "autoopt/runtime/passes/accumulate.py",
-        ["tests/runtime/test_accumulate.py", "tests/runtime/test_accumulate_auto.py"],
+        [
+            "tests/runtime/test_accumulate.py",
+            "tests/runtime/test_accumulate_auto.py",
+            "tests/runtime/test_accumulate_exact.py",
+            "-m",
+            "not slow",  # not the 2-process DDP test
+        ],
     ),
     "checkpoint_plan": (
         "autoopt/runtime/checkpoint_plan.py",

@@ -4,9 +4,19 @@ the budget by the fit `fixed + per_row * rows`."""
 
 from __future__ import annotations
 
-import pytest
+from typing import Any
 
-from autoopt.runtime.micro_batches import choose_parts
+import pytest
+import torch
+from torch import nn
+
+from autoopt.runtime import loss_shares
+from autoopt.runtime.context import DistState
+from autoopt.runtime.loss_shares import Normaliser
+from autoopt.runtime.memory import state_memory
+from autoopt.runtime.micro_batches import MicroBatcher, choose_parts, part_sizes, stand_down_line
+from autoopt.runtime.passes.accumulate import Accumulator
+from autoopt.runtime.report import Report
 
 STATE = 100
 
@@ -43,3 +53,172 @@ def test_the_report_line_keeps_its_figures_when_even_one_row_exceeds() -> None:
     line = choose_parts(64, STATE, 13, 16, 105).render()
     assert line.startswith("step 113 B for a budget of 105 B (state 100 B + saved activations")
     assert line.endswith("; still exceeds the budget by 8 B at 1 sample")
+
+
+# Under DDP the ranks agree through all_reduce. In one process, a fake all_reduce stands for a
+# second rank: it combines this rank's tensor with the other rank's value by the op it is given,
+# as gloo would (the real two-process run is test_accumulate_auto's slow DDP test).
+OPS = {"MIN": min, "MAX": max}
+
+
+def _batcher(
+    monkeypatch: pytest.MonkeyPatch | None = None, other: int = 1
+) -> tuple[MicroBatcher, list[tuple[str, int]]]:
+    """A MicroBatcher over a small model; with `monkeypatch`, under DDP with a second rank that
+    holds `other`. Records each all_reduce's op and the value this rank sent."""
+    sent: list[tuple[str, int]] = []
+
+    def all_reduce(t: torch.Tensor, op: Any = None) -> None:
+        name = str(op).rsplit(".", 1)[-1].upper()
+        sent.append((name, int(t.item())))
+        t.fill_(OPS[name](int(t.item()), other))
+
+    dist = None
+    if monkeypatch is not None:
+        monkeypatch.setattr(torch.distributed, "all_reduce", all_reduce)
+        dist = DistState(rank=0, world_size=2, local_rank=0, backend="gloo")
+    model = nn.Linear(4, 1)
+    batcher = MicroBatcher(
+        model, Accumulator(1, auto=True), 10**6, state_memory(model, None), Report(), dist
+    )
+    return batcher, sent
+
+
+def test_ranks_split_as_the_one_with_the_smallest_parts(monkeypatch: pytest.MonkeyPatch) -> None:
+    choice = choose_parts(64, STATE, 13, 16, 158)  # 4 parts of 16 here
+    batcher, ops = _batcher(monkeypatch, other=10)
+    agreed = batcher._agree(choice, torch.device("cpu"))
+    # 10 rows on the other rank: 7 parts of <= 10 rows (10, 9, ...): the same count everywhere
+    assert (agreed.parts, agreed.part_rows, agreed.rows) == (7, 10, 64) and ops == [("MIN", 16)]
+    assert part_sizes(64, agreed.part_rows) == part_sizes(64, 10)
+    batcher, _ = _batcher(monkeypatch, other=20)  # larger parts there: this rank's stand
+    assert batcher._agree(choice, torch.device("cpu")) is choice
+
+
+@pytest.mark.parametrize(
+    ("mine", "other", "agreed"),
+    [
+        (None, 1, None),  # both tell the normaliser
+        (None, 0, "another rank could not tell the loss's normaliser (see its warning)"),
+        ("my reason", 1, "my reason"),  # this rank's own reason, not the other's
+        ("my reason", 0, "my reason"),
+    ],
+)
+def test_every_rank_stands_down_when_one_does(
+    monkeypatch: pytest.MonkeyPatch, mine: str | None, other: int, agreed: str | None
+) -> None:
+    batcher, ops = _batcher(monkeypatch, other=other)
+    assert batcher._agree_reason(mine) == agreed
+    assert ops == [("MIN", int(mine is None))]
+
+
+@pytest.mark.parametrize("other", [0, 1])
+def test_a_later_batch_is_probed_on_every_rank_when_one_needs_it(
+    monkeypatch: pytest.MonkeyPatch, other: int
+) -> None:
+    """Undecided here (one normaliser left: no) or on the other rank: all ranks probe again."""
+    batcher, ops = _batcher(monkeypatch, other=other)
+    batch = (torch.ones(8, 4), torch.ones(8, 1))
+    assert batcher._undecided(batch, [4, 4]) is bool(other)
+    assert ops == [("MAX", 0)]
+
+
+# `_choose_shares` from the probes' captured gradients (projected per row, `_projected`): the
+# pair's rows, then row a alone, then row b alone. A per-sample mean gives each row of the pair
+# half the gradient it gets alone.
+ROW_A, ROW_B = torch.tensor([[1.0, 2.0, 3.0, 4.0]]), torch.tensor([[2.0, 1.0, 0.0, 1.0]])
+PAIR = torch.cat([ROW_A, ROW_B]) / 2
+SPLIT = "auto: 2 micro-batches of <= 4 samples per batch of 8"
+
+
+def _tokens_batch() -> tuple[torch.Tensor, torch.Tensor]:
+    """Rows 0 and 1 count 3 labels each (samples and tokens weigh them alike); the second half
+    of the batch is padded (-100), so the two weigh its parts differently."""
+    labels = torch.ones(8, 3, dtype=torch.long)
+    labels[4:, 1:] = -100
+    return torch.ones(8, 4), labels
+
+
+def _choose(
+    batcher: MicroBatcher, captures: list[dict[Any, torch.Tensor]], batch: Any = None
+) -> None:
+    batch = batch if batch is not None else (torch.ones(8, 4), torch.ones(8, 1))
+    batcher.captures = captures
+    batcher._line = SPLIT
+    batcher._choose_shares(loss_shares.candidates(batch, 8), batch, 0, 1, [4, 4])
+
+
+def _stood_down(batcher: MicroBatcher, reason: str) -> None:
+    assert batcher.stood_down and batcher.shares is None
+    assert batcher.report["accumulate"].detail == stand_down_line(reason)
+
+
+def test_the_normaliser_is_read_from_the_outputs_both_probes_reached() -> None:
+    """An output only the pair and row a reached says nothing about row b: left out."""
+    batcher, _ = _batcher()
+    only_two = ("inner", 0, 4)
+    _choose(
+        batcher, [{"out": PAIR, only_two: PAIR}, {"out": ROW_A, only_two: ROW_A}, {"out": ROW_B}]
+    )
+    assert batcher.shares == Normaliser("samples") and not batcher.stood_down
+    assert batcher.report["accumulate"].detail == (
+        f"{SPLIT}; each part's backward is seeded with its share of the samples, the "
+        "normaliser the loss was measured to divide by (gradients at the outputs of two samples "
+        "alone and together), so gradients equal the full batch's"
+    )
+
+
+def test_no_output_reached_by_every_probe_stands_down() -> None:
+    batcher, _ = _batcher()
+    with pytest.warns(UserWarning):
+        _choose(batcher, [{"out": PAIR}, {"other": ROW_A}, {"out": ROW_B}])
+    _stood_down(batcher, "the loss's gradient reached no per-sample output of the model")
+
+
+@pytest.mark.parametrize("mixed", ["a", "b", "both"])
+def test_rows_that_mix_stand_down(mixed: str) -> None:
+    """A pair row that is no multiple of the row alone (a loss that mixes rows, batch norm):
+    no normaliser rebuilds it."""
+    pair = PAIR.clone()
+    if mixed in ("a", "both"):
+        pair[0] = torch.tensor([4.0, 3.0, 2.0, 1.0])
+    if mixed in ("b", "both"):
+        pair[1] = torch.tensor([0.0, 1.0, 0.0, 5.0])
+    batcher, _ = _batcher()
+    with pytest.warns(UserWarning):
+        _choose(batcher, [{"out": pair}, {"out": ROW_A}, {"out": ROW_B}])
+    _stood_down(
+        batcher,
+        "the loss is not a sum over samples divided by the samples, the labelled tokens "
+        "(entries != -100) or a mask's count (measured on two samples of the first batch), so "
+        "no weighting of the parts rebuilds its gradient",
+    )
+
+
+def test_normalisers_the_probes_cannot_tell_apart_but_the_parts_can_stand_down() -> None:
+    batcher, _ = _batcher()
+    with pytest.warns(UserWarning):
+        _choose(batcher, [{"out": PAIR}, {"out": ROW_A}, {"out": ROW_B}], _tokens_batch())
+    _stood_down(
+        batcher,
+        "two neighbouring samples of a batch cannot tell the loss's normaliser apart between "
+        "the samples, the entries of batch[1] != -100, the entries of batch[1][:, 1:] != -100, "
+        "which weight its parts differently",
+    )
+
+
+def test_under_ddp_a_rank_that_stood_down_tells_the_others(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    batcher, sent = _batcher(monkeypatch, other=1)
+    batcher.stood_down = True  # during its probes
+    batcher._choose_shares([], (torch.ones(8, 4),), 0, 1, [4, 4])
+    assert sent == [("MIN", 0)]
+
+
+def test_under_ddp_a_rank_stands_down_for_its_own_reason(monkeypatch: pytest.MonkeyPatch) -> None:
+    batcher, sent = _batcher(monkeypatch, other=1)  # the other rank could tell
+    with pytest.warns(UserWarning):
+        _choose(batcher, [{"out": PAIR}, {"other": ROW_A}, {"out": ROW_B}])
+    assert sent == [("MIN", 0)]
+    _stood_down(batcher, "the loss's gradient reached no per-sample output of the model")
