@@ -4,16 +4,19 @@ the budget by the fit `fixed + per_row * rows`."""
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import pytest
 import torch
 from torch import nn
+from torch.nn import functional as F
 
+import autoopt
 from autoopt.runtime import loss_shares
 from autoopt.runtime.context import DistState
 from autoopt.runtime.loss_shares import Normaliser
-from autoopt.runtime.memory import state_memory
+from autoopt.runtime.memory import saved_tensor_bytes, state_memory
 from autoopt.runtime.micro_batches import MicroBatcher, choose_parts, part_sizes, stand_down_line
 from autoopt.runtime.passes.accumulate import Accumulator
 from autoopt.runtime.report import Report
@@ -222,3 +225,63 @@ def test_under_ddp_a_rank_stands_down_for_its_own_reason(monkeypatch: pytest.Mon
         _choose(batcher, [{"out": PAIR}, {"other": ROW_A}, {"out": ROW_B}])
     assert sent == [("MIN", 0)]
     _stood_down(batcher, "the loss's gradient reached no per-sample output of the model")
+
+
+# A later batch probed again (`_later`): the first batch has no padding, so samples and labelled
+# tokens weigh its rows alike; the second is padded. Compared with plain torch on whole batches.
+
+
+def _later_run(
+    loss_of: Any, second_rows: int
+) -> tuple[list[int], float, list[warnings.WarningMessage], nn.Module]:
+    from tests.runtime.hf_models import Recording, padded_batches, rel, tiny_lm, train
+
+    batches = padded_batches()
+    batches[0]["labels"] = batches[0]["input_ids"].clone()
+    batches[0]["attention_mask"] = torch.ones_like(batches[0]["input_ids"])
+    batches[1] = {k: v[:second_rows] for k, v in batches[1].items()}
+    want, _ = train(tiny_lm(), batches, loss_of)
+    model = tiny_lm()
+    state = state_memory(model, Recording(model.parameters())).state
+    budget = state + saved_tensor_bytes(lambda: loss_of(tiny_lm(), batches[0])) // 3
+    rows: list[int] = []
+
+    def counting(model: nn.Module, batch: Any) -> torch.Tensor:
+        rows.append(len(batch["labels"]))
+        return loss_of(model, batch)
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got, model = train(
+            model, batches, counting, accumulate="auto", checkpoint=False, memory_budget=budget
+        )
+    return rows, rel(got.grads, want.grads), caught, model
+
+
+def test_a_later_batch_of_two_parts_is_probed_before_it_is_split() -> None:
+    """Its 2 parts hold different token counts: probed (3 probes), then weighted by tokens, and
+    its probes close their cycle with the parts (no 'step() was not called' warning)."""
+    from tests.runtime.hf_models import lm_loss
+
+    rows, error, caught, _ = _later_run(lm_loss, second_rows=4)
+    assert rows == [2, 1, 1] + [2] * 4 + [2, 1, 1] + [2, 2]
+    assert error < 1e-5
+    assert [str(w.message) for w in caught if "autoopt" in str(w.message)] == []
+
+
+def test_a_later_batch_no_normaliser_rebuilds_stands_down_and_runs_whole() -> None:
+    """A loss divided by the batch's longest row: the padded batch's probes match no count, so
+    it stands down there and that batch comes whole (the first, split, still rebuilt exactly)."""
+    from tests.runtime.hf_models import VOCAB
+
+    def max_token_loss(model: nn.Module, batch: Any) -> torch.Tensor:
+        labels = batch["labels"][:, 1:]
+        logits = model(batch["input_ids"])[:, :-1].reshape(-1, VOCAB)
+        ce = F.cross_entropy(logits, labels.reshape(-1), ignore_index=-100, reduction="sum")
+        return ce / (labels != -100).sum(1).max() / len(labels)
+
+    rows, error, caught, model = _later_run(max_token_loss, second_rows=8)
+    assert rows == [2, 1, 1] + [2] * 4 + [2, 1, 1] + [8]
+    assert error < 1e-5
+    assert any("stands down" in str(w.message) for w in caught)
+    assert "no weighting of the parts rebuilds" in autoopt.report(model)["accumulate"].detail
