@@ -17,7 +17,13 @@ from autoopt.runtime import loss_shares
 from autoopt.runtime.context import DistState
 from autoopt.runtime.loss_shares import Normaliser
 from autoopt.runtime.memory import saved_tensor_bytes, state_memory
-from autoopt.runtime.micro_batches import MicroBatcher, choose_parts, part_sizes, stand_down_line
+from autoopt.runtime.micro_batches import (
+    MicroBatcher,
+    choose_parts,
+    part_sizes,
+    stand_down_line,
+    with_rows,
+)
 from autoopt.runtime.passes.accumulate import Accumulator
 from autoopt.runtime.report import Report
 
@@ -285,3 +291,119 @@ def test_a_later_batch_no_normaliser_rebuilds_stands_down_and_runs_whole() -> No
     assert error < 1e-5
     assert any("stands down" in str(w.message) for w in caught)
     assert "no weighting of the parts rebuilds" in autoopt.report(model)["accumulate"].detail
+
+
+# `decide` at the first probe's forward, on Linear-Tanh-Linear over 4 features: Tanh's output is
+# saved (8 float32 per row, 32 B) and the first layer's input, a view of the 2-row probe (32 B
+# whatever the rows). Parts of 4 rows fit 32 + 4 x 32 over the state.
+LINE_TAIL = (
+    "measured on 1 and 2 samples of the first batch; optimizer.step(), zero_grad() and LR "
+    "schedulers act once per batch"
+)
+
+
+def _deciding(
+    monkeypatch: pytest.MonkeyPatch | None = None, other: int = 1, over_state: int | None = 160
+) -> tuple[MicroBatcher, list[tuple[str, int]]]:
+    batcher, sent = _batcher(monkeypatch, other)
+    batcher.root = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1))
+    batcher.state = state_memory(batcher.root, None)
+    if over_state is not None:
+        batcher.budget_option = batcher.state.state + over_state
+    else:
+        batcher.budget_option = None
+    batcher.probe, batcher.rows = 2, 8
+    return batcher, sent
+
+
+def _decide(batcher: MicroBatcher, *args: Any) -> None:
+    args = args or (torch.randn(2, 4),)
+    batcher.decide(batcher.root, args, {})
+
+
+def test_the_decision_its_report_line_and_memory_section() -> None:
+    batcher, _ = _deciding()
+    _decide(batcher)
+    assert batcher.part_rows == 4 and not batcher.stood_down
+    choice = choose_parts(8, batcher.state.state, 64, 96, batcher.state.state + 160)
+    assert batcher.report["accumulate"].detail == (
+        "auto: 2 micro-batches of <= 4 samples per batch of 8 (fewer for a smaller last batch; "
+        "the first batch is probed first on 2 samples, then on each alone, their gradients "
+        f"zeroed): {choice.render()}, {LINE_TAIL}"
+    )
+    memory = batcher.report.memory
+    assert memory is not None and memory.budget == batcher.state.state + 160
+    assert (memory.before.activations, memory.after.activations) == (32 + 32 * 8, 32 + 32 * 4)
+    assert memory.before.state == memory.after.state == batcher.state.state
+
+
+def test_under_ddp_the_decision_is_the_ranks_smallest_and_says_so(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    batcher, sent = _deciding(monkeypatch, other=2)  # the other rank fits parts of 2
+    _decide(batcher)
+    assert batcher.part_rows == 2 and sent == [("MIN", 4)]
+    detail = batcher.report["accumulate"].detail
+    assert detail.startswith("auto: 4 micro-batches of <= 2 samples per batch of 8 (")
+    assert detail.endswith(f"{LINE_TAIL}; DDP all-reduces on the last micro-batch only")
+
+
+def test_a_batch_that_fits_says_so() -> None:
+    batcher, _ = _deciding(over_state=10**6)
+    _decide(batcher)
+    choice = choose_parts(8, batcher.state.state, 64, 96, batcher.state.state + 10**6)
+    assert batcher.report["accumulate"].detail == (
+        "auto: a batch of 8 samples fits, batches stay whole (after a probe of 2 samples whose "
+        f"gradients are zeroed): {choice.render()}, measured on 1 and 2 samples of the first batch"
+    )
+
+
+@pytest.mark.parametrize(
+    ("case", "reason"),
+    [
+        ("no probe rows", "the model's inputs have no dimension of the first micro-batch's 2 rows"),
+        (
+            "a scalar input",
+            "the model's inputs have no dimension of the first micro-batch's 2 rows",
+        ),
+        ("no budget", "memory_budget=None sets no limit on cpu"),
+        ("unmeasurable", "could not measure the forward (ValueError: one row is not enough)"),
+    ],
+)
+def test_what_decide_cannot_do_stands_down_with_its_reason(case: str, reason: str) -> None:
+    batcher, _ = _deciding(over_state=None if case == "no budget" else 160)
+    args: tuple[Any, ...] = (torch.randn(2, 4),)
+    if case == "no probe rows":
+        args = (torch.randn(3, 4),)
+    elif case == "a scalar input":
+        args = (torch.tensor(2.0),)
+    elif case == "unmeasurable":
+
+        def forward(x: torch.Tensor) -> torch.Tensor:
+            if len(x) == 1:
+                raise ValueError("one row is not enough")
+            return batcher.root(x)
+
+        with pytest.warns(UserWarning):
+            batcher.decide(forward, args, {})
+        _stood_down(batcher, reason)
+        return
+    with pytest.warns(UserWarning):
+        _decide(batcher, *args)
+    _stood_down(batcher, reason)
+
+
+def test_one_dimensional_inputs_are_rows_too() -> None:
+    """Token ids of shape (rows,) into an embedding: measured and split like any batch."""
+    batcher, _ = _deciding()
+    batcher.root = nn.Sequential(nn.Embedding(10, 4), nn.Linear(4, 1))
+    _decide(batcher, torch.tensor([1, 2]))
+    assert not batcher.stood_down and batcher.part_rows is not None
+
+
+def test_with_rows_cuts_and_repeats_rows_and_leaves_the_rest() -> None:
+    ids, scalar, other = torch.tensor([5, 6]), torch.tensor(3.0), torch.ones(3, 2)
+    grown = with_rows((ids, scalar, other), 2, 5)
+    assert grown[0].tolist() == [5, 6, 5, 6, 5]
+    assert grown[1] is scalar and grown[2] is other
+    assert with_rows((ids,), 2, 1)[0].tolist() == [5]
