@@ -407,3 +407,122 @@ def test_with_rows_cuts_and_repeats_rows_and_leaves_the_rest() -> None:
     assert grown[0].tolist() == [5, 6, 5, 6, 5]
     assert grown[1] is scalar and grown[2] is other
     assert with_rows((ids,), 2, 1)[0].tolist() == [5]
+
+
+# The user's loop through optimize(), compared with the same loop in plain torch on whole
+# batches: a regression net on (x, y) batches, mean squared error.
+
+
+def _net() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(4, 16), nn.Tanh(), nn.Linear(16, 1))
+
+
+def _batches(*rows: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    gen = torch.Generator().manual_seed(3)
+    return [(torch.randn(n, 4, generator=gen), torch.randn(n, 1, generator=gen)) for n in rows]
+
+
+def _loop(model: nn.Module, loader: Any, opt: torch.optim.Optimizer, forwards: int = 1) -> list:
+    rows = []
+    for batch in loader:
+        x, y = batch[0], batch[1]
+        rows.append(len(x))
+        opt.zero_grad()
+        for _ in range(forwards - 1):
+            model(x)
+        F.mse_loss(model(x), y).backward()
+        opt.step()
+    return rows
+
+
+def _run(
+    batches: list[Any], part: int, forwards: int = 1, before: bool = False, train: bool = True
+) -> tuple[list[int], list[str], nn.Module]:
+    """Rows seen, autoopt's warnings, the model; its parameters checked against plain torch."""
+    plain = _net()
+    opt = torch.optim.SGD(plain.parameters(), lr=0.1)
+    _loop(plain, batches, opt)
+    model = _net()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x = batches[0][0]
+    per_row = saved_tensor_bytes(lambda: model(x[:2])) - saved_tensor_bytes(lambda: model(x[:1]))
+    fixed = saved_tensor_bytes(lambda: model(x[:1])) - per_row
+    budget = state_memory(model, opt).state + fixed + per_row * part
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model, loader, opt = autoopt.optimize(
+            model,
+            batches,
+            opt,
+            accumulate="auto",
+            memory_budget=budget,
+            amp=False,
+            compile=False,
+            verbose=False,
+        )
+        if before:  # a training forward before the loop (a warm-up, a shape check)
+            model(torch.randn(3, 4))
+        model.train(train)
+        rows = _loop(model, loader, opt, forwards)
+    for got, want in zip(model.parameters(), plain.parameters(), strict=True):
+        torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-5)
+    return rows, [str(w.message) for w in caught if "autoopt" in str(w.message)], model
+
+
+@pytest.mark.parametrize("rows", [2, 8])
+def test_batches_that_fit_stay_whole_without_a_warning(rows: int) -> None:
+    """One probe of 2 rows, then every batch whole; the probe closes its cycle with the batch."""
+    seen, caught, model = _run(_batches(rows, rows), part=rows)
+    assert seen == [2, rows, rows] and caught == []
+    assert "batches stay whole" in autoopt.report(model)["accumulate"].detail
+
+
+def test_a_forward_before_the_loop_decides_nothing() -> None:
+    seen, caught, _ = _run(_batches(8, 8), part=4, before=True)
+    assert seen == [2, 1, 1, 4, 4, 4, 4] and caught == []
+
+
+def test_a_first_batch_that_fits_then_a_larger_one_in_parts() -> None:
+    seen, caught, _ = _run(_batches(4, 8), part=4)
+    assert seen == [2, 4, 4, 4] and caught == []
+
+
+def test_batches_of_one_sample_stand_down() -> None:
+    seen, caught, model = _run(_batches(1, 1), part=1)
+    assert seen == [1, 1]
+    reason = "batches of 1 sample: nothing to split"
+    assert caught == [f"autoopt accumulate='auto' stands down: {reason}; batches stay whole"]
+    assert autoopt.report(model)["accumulate"].detail == stand_down_line(reason)
+
+
+@pytest.mark.parametrize(
+    ("forwards", "train", "reason"),
+    [
+        (2, True, "the loop did not run one training forward per micro-batch"),
+        (1, False, "no training forward of the model ran on the probe"),
+    ],
+)
+def test_a_loop_the_probes_cannot_read_stands_down(forwards: int, train: bool, reason: str) -> None:
+    seen, caught, model = _run(_batches(8, 8), part=4, forwards=forwards, train=train)
+    assert seen == [2, 8, 8]
+    assert caught == [f"autoopt accumulate='auto' stands down: {reason}; batches stay whole"]
+    assert autoopt.report(model)["accumulate"].detail == stand_down_line(reason)
+
+
+def test_batches_that_cannot_be_split() -> None:
+    """A first batch with names: stands down. A later one, once split: runs whole, with a
+    warning."""
+    named = [(x, y, [f"sample {i}" for i in range(len(x))]) for x, y in _batches(8, 8)]
+    seen, caught, model = _run(named, part=4)
+    assert seen == [8, 8]
+    reason = (
+        "the first batch (tuple) is not tensors with one first dimension, so it cannot be split "
+        "without guessing"
+    )
+    assert caught == [f"autoopt accumulate='auto' stands down: {reason}; batches stay whole"]
+    later: list[Any] = _batches(8)
+    later += [named[1]]
+    seen, caught, _ = _run(later, part=4)
+    assert seen == [2, 1, 1, 4, 4, 8]
+    assert caught == ["autoopt accumulate='auto': a batch that cannot be split runs whole"]
