@@ -526,3 +526,44 @@ def test_batches_that_cannot_be_split() -> None:
     seen, caught, _ = _run(later, part=4)
     assert seen == [2, 1, 1, 4, 4, 8]
     assert caught == ["autoopt accumulate='auto': a batch that cannot be split runs whole"]
+
+
+def test_with_checkpointing_the_memory_before_is_the_whole_batch_in_eager() -> None:
+    """checkpoint="auto" plans the micro-batch; the memory section's before is the user's whole
+    batch with every block plain (its fit on 1 and 2 rows of the batch, as eager saves them),
+    its after the checkpointed micro-batch."""
+    from tests.runtime.checkpoint_models import GPT
+
+    def gpt() -> nn.Module:
+        torch.manual_seed(0)
+        return GPT(layers=3, width=16)
+
+    tokens = torch.randint(0, 32, (32, 12), generator=torch.Generator().manual_seed(2))
+    batches = [(tokens[:16].clone(),), (tokens[16:].clone(),)]
+    x = batches[0][0]
+    one, two = (saved_tensor_bytes(lambda n=n: gpt()(x[:n])) for n in (1, 2))
+    eager = one - (two - one) + (two - one) * 16  # fixed + per row x 16
+    model = gpt()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    state = state_memory(model, opt).state
+    model, loader, opt = autoopt.optimize(
+        model,
+        batches,
+        opt,
+        accumulate="auto",
+        checkpoint="auto",
+        memory_budget=state + eager // 6,
+        amp=False,
+        compile=False,
+        verbose=False,
+    )
+    for (x,) in loader:
+        opt.zero_grad()
+        F.cross_entropy(model(x)[:, :-1].reshape(-1, 32), x[:, 1:].reshape(-1)).backward()
+        opt.step()
+    report = autoopt.report(model)
+    assert "with every block checkpointed" in report["accumulate"].detail
+    memory = report.memory
+    assert memory is not None and memory.before.activations == eager
+    assert memory.after.activations is not None
+    assert memory.after.activations < eager // 6 and memory.budget == state + eager // 6
