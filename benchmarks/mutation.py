@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -81,11 +82,31 @@ MODULES: dict[str, tuple[str, list[str]]] = {
         "autoopt/runtime/checkpoint_plan.py",
         ["tests/runtime/test_checkpoint_budget.py", "tests/runtime/test_block_stacks.py"],
     ),
-    "forward": ("autoopt/runtime/forward.py", ["tests/runtime/test_backends.py"]),
+    "forward": (  # the forward and optimizer-step chains
+        "autoopt/runtime/forward.py",
+        [
+            "tests/runtime/test_schedulers.py",  # step stays a bound method schedulers accept
+            "tests/runtime/test_copies.py",  # deepcopy / pickle of the patched objects
+            "tests/runtime/test_accumulate.py",  # the zero_grad chain
+            "tests/runtime/test_backends.py",
+            "-m",
+            "not slow",
+        ],
+    ),
     "backends": ("autoopt/runtime/passes/backends.py", ["tests/runtime/test_backends.py"]),
     "rewrite": (
         "autoopt/lint/rewrite.py",
         ["tests/lint/test_rewrite.py", "tests/lint/test_cli_rewrite.py"],
+    ),
+    # fix safety: what a fix assumes, checked (a fix is safe only where it is proven)
+    "preconditions": (
+        "autoopt/lint/fixes/preconditions.py",
+        [
+            "tests/lint/test_rule_examples.py",
+            "tests/lint/test_rule_fixes.py",
+            "tests/lint/test_precision.py",
+            "tests/lint/test_project_facts.py",
+        ],
     ),
 }
 
@@ -166,9 +187,18 @@ def run_module(
     (work / "tests" / "mutmut_shim.py").write_text(SHIM)
     shutil.copy(ROOT / "setup.py", work / "setup.py")
     (work / "pyproject.toml").write_text(_config(module, tests, timeout_multiplier))
+    # One thread per process: mutmut forks each mutant's run from a warm pytest, and GNU
+    # OpenMP's pool does not survive a fork (children hang in their first parallel op once the
+    # parent has run one: every mutant then times out).
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     with open(work / "mutmut.log", "a" if names else "w") as log:
         subprocess.run(
-            [mutmut, "run", *names], cwd=work, stdout=log, stderr=subprocess.STDOUT, check=False
+            [mutmut, "run", *names],
+            cwd=work,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            check=False,
+            env=env,
         )
     subprocess.run([mutmut, "export-cicd-stats"], cwd=work, capture_output=True, check=True)
     stats = json.loads((work / "mutants" / "mutmut-cicd-stats.json").read_text())
