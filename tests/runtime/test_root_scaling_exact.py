@@ -4,7 +4,9 @@ mutants that survived `make mutation`; docs/benchmarks/mutation.md)."""
 from __future__ import annotations
 
 import gc
+import warnings
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import torch
@@ -205,3 +207,107 @@ def test_roots_that_do_not_require_grad_are_passed_over() -> None:
     (reg,) = root_scaling.registrations_of([torch.ones(2), None, loss])
     assert reg.model() is model
     assert root_scaling.registrations_of([torch.ones(2)]) == []
+
+
+@pytest.mark.usefixtures("alone")
+@pytest.mark.parametrize("share", [(2, 8), (3, 8)])
+def test_a_micro_batch_backward_is_seeded_with_its_share(share: tuple[int, int]) -> None:
+    """accumulate="auto": a part of 2 (or 3) rows of a batch of 8 seeds its backward with 2/8, as
+    `(loss * 2 / 8).backward()` would."""
+    from autoopt.runtime.passes.accumulate import Accumulator
+
+    torch.manual_seed(0)
+    model, reference = MLP(), MLP()
+    reference.load_state_dict(model.state_dict())
+    acc = Accumulator(4, auto=True)
+    acc.part = share
+    root_scaling.register(model, accumulator=acc)
+    x = torch.randn(8, 16)
+    model(x).square().mean().backward()
+    (reference(x).square().mean() * share[0] / share[1]).backward()
+    for got, want in zip(model.parameters(), reference.parameters(), strict=True):
+        torch.testing.assert_close(got.grad, want.grad, rtol=1e-6, atol=0)
+
+
+def test_reentrant_checkpointing_under_accumulation_alone_is_seeded_once() -> None:
+    """accumulate=2 without fp16 and torch's reentrant checkpoint: the inner backward is not
+    seeded again (1/2 once), as in the hand-written loop `(loss / 2).backward()`."""
+    import autoopt
+
+    class Checkpointed(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.inp, self.block = torch.nn.Linear(16, 16), torch.nn.Linear(16, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            h = torch.relu(self.inp(x))
+            return torch.utils.checkpoint.checkpoint(self.block, h, use_reentrant=True)
+
+    torch.manual_seed(0)
+    model, reference = Checkpointed(), Checkpointed()
+    reference.load_state_dict(model.state_dict())
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    model, optimizer = autoopt.optimize(
+        model, optimizer=optimizer, accumulate=2, amp=False, compile=False, verbose=False
+    )
+    x = torch.randn(8, 16)
+    model(x).square().mean().backward()
+    (reference(x).square().mean() / 2).backward()
+    for got, want in zip(model.parameters(), reference.parameters(), strict=True):
+        torch.testing.assert_close(got.grad, want.grad, rtol=1e-6, atol=0)
+
+
+class Recompute(torch.autograd.Function):
+    """A reentrant function written by hand: its backward recomputes `block` on its input and
+    runs a backward of its own. `copy`: on a detached copy of the input (a leaf that is not a
+    parameter: its gradient is handed back), else on the input as data (every inner leaf a
+    parameter; `anchor`, a parameter too, puts the model in the outer backward)."""
+
+    @staticmethod
+    def forward(
+        ctx: Any, block: torch.nn.Module, x: torch.Tensor, copy: bool, anchor: torch.Tensor
+    ) -> torch.Tensor:
+        ctx.block, ctx.copy = block, copy
+        ctx.save_for_backward(x)
+        with torch.no_grad():
+            return block(x) + anchor
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
+        (x,) = ctx.saved_tensors
+        x = x.detach().requires_grad_(ctx.copy)
+        with torch.enable_grad():
+            torch.autograd.backward(ctx.block(x), grad)
+        return None, x.grad, None, None
+
+
+@pytest.mark.usefixtures("alone")
+@pytest.mark.parametrize("copy", [False, True], ids=["parameters only", "a copy of the input"])
+def test_another_reentrant_backward_stands_down_only_for_leaves_it_cannot_tell(copy: bool) -> None:
+    """Inner leaves that are all parameters are unscaled like any (true-scale `.grad`, fp16 in
+    charge); a leaf that is not one makes fp16 stand down with the reason."""
+    torch.manual_seed(0)
+    first, block = torch.nn.Linear(16, 16), torch.nn.Linear(16, 4)
+    anchor = torch.nn.Parameter(torch.zeros(()))
+    model = torch.nn.ModuleList([first, block])
+    model.anchor = anchor
+    reference = torch.nn.ModuleList([torch.nn.Linear(16, 16), torch.nn.Linear(16, 4)])
+    reference.load_state_dict({k: v for k, v in model.state_dict().items() if k != "anchor"})
+    scaler = LossScaler(torch.device("cpu"))
+    root_scaling.register(model, scaler=scaler)
+    x = torch.randn(8, 16)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        Recompute.apply(block, first(x) if copy else x, copy, anchor).square().mean().backward()
+    reference[1](reference[0](x) if copy else x).square().mean().backward()
+    if not copy:
+        assert scaler.user_amp.reason is None and not caught
+        for got, want in zip(block.parameters(), reference[1].parameters(), strict=True):
+            assert torch.equal(got.grad, want.grad)  # x 2**16, then x 2**-16: exact
+        return
+    assert scaler.user_amp.reason == (
+        "a backward ran inside another backward (a reentrant autograd.Function other than "
+        "torch.utils.checkpoint) with leaves that are not parameters: autoopt cannot tell "
+        "whether their gradients are handed back (to stay scaled) or kept (to be unscaled); "
+        "this step left them scaled"
+    )
