@@ -89,6 +89,7 @@ MODULES: dict[str, tuple[str, list[str]]] = {
             "tests/runtime/test_copies.py",  # deepcopy / pickle of the patched objects
             "tests/runtime/test_accumulate.py",  # the zero_grad chain
             "tests/runtime/test_backends.py",
+            "tests/runtime/test_forward_exact.py",
             "-m",
             "not slow",
         ],
