@@ -107,6 +107,7 @@ MODULES: dict[str, tuple[str, list[str]]] = {
             "tests/lint/test_rule_fixes.py",
             "tests/lint/test_precision.py",
             "tests/lint/test_project_facts.py",
+            "tests/lint/test_preconditions_mutants.py",
         ],
     ),
 }
