@@ -8,9 +8,9 @@ from __future__ import annotations
 import textwrap
 
 import pytest
+from autoopt.rules.torch_compile_model import TorchCompileModel
 
 from autoopt.lint.engine import analyze
-from rules.torch_compile_model import TorchCompileModel
 
 LOOP = """
 import torch
@@ -70,7 +70,7 @@ for x, y in {iterated}:
 
 
 def _non_blocking_safety(loader_args: str, iterated: str = "loader") -> str:
-    from rules.to_device_non_blocking import ToDeviceNonBlocking
+    from autoopt.rules.to_device_non_blocking import ToDeviceNonBlocking
 
     source = textwrap.dedent(TRANSFER.format(loader_args=loader_args, iterated=iterated))
     findings = analyze(source, "<string>", [ToDeviceNonBlocking]).findings
