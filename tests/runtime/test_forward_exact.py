@@ -125,7 +125,8 @@ def test_a_scheduler_made_before_keeps_its_mark_and_the_step_runs_once() -> None
     scheduler = torch.optim.lr_scheduler.StepLR(opt, step_size=1)
     compose_step(opt, [StepLayer("same", _same)])
     before = model.weight.detach().clone()
-    opt.step(closure=lambda: torch.tensor(1.0))
+    assert opt.step(closure=lambda: torch.tensor(1.0)) == 1.0  # keywords pass through
     assert hasattr(opt.step, "_wrapped_by_lr_sched") and opt._opt_called
     torch.testing.assert_close(model.weight, before - 0.1 * model.weight.grad)  # once
+    assert opt.step(lambda: torch.tensor(2.0)) == 2.0  # and positional arguments
     scheduler.step()
