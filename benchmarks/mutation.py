@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -43,6 +44,7 @@ MODULES: dict[str, tuple[str, list[str]]] = {
             "tests/runtime/test_root_scaling_exact.py",
             "tests/runtime/test_accumulate.py",
             "tests/runtime/test_equivalence_amp.py",  # autograd.grad and reentrant backwards
+            "tests/runtime/test_fp16_reentrant_checkpoint.py",  # leaves unscaled inside it
             "tests/runtime/test_accumulate_auto.py",  # micro-batch shares as seeds
             "-m",
             "not slow",
@@ -61,31 +63,87 @@ MODULES: dict[str, tuple[str, list[str]]] = {
         [
             "tests/runtime/test_accumulate_auto.py",
             "tests/runtime/test_micro_batches_exact.py",
+            "tests/runtime/test_accumulate_token_mean.py",  # the normaliser probes
             "-m",
             "not slow",  # not the 2-process DDP test
         ],
     ),
     "accumulate": (
         "autoopt/runtime/passes/accumulate.py",
-        ["tests/runtime/test_accumulate.py", "tests/runtime/test_accumulate_auto.py"],
+        [
+            "tests/runtime/test_accumulate.py",
+            "tests/runtime/test_accumulate_auto.py",
+            "tests/runtime/test_accumulate_exact.py",
+            "-m",
+            "not slow",  # not the 2-process DDP test
+        ],
     ),
     "checkpoint_plan": (
         "autoopt/runtime/checkpointing/checkpoint_plan.py",
         ["tests/runtime/test_checkpoint_budget.py", "tests/runtime/test_block_stacks.py"],
     ),
-    "forward": ("autoopt/runtime/forward.py", ["tests/runtime/test_backends.py"]),
+    "forward": (  # the forward and optimizer-step chains
+        "autoopt/runtime/forward.py",
+        [
+            "tests/runtime/test_schedulers.py",  # step stays a bound method schedulers accept
+            "tests/runtime/test_copies.py",  # deepcopy / pickle of the patched objects
+            "tests/runtime/test_accumulate.py",  # the zero_grad chain
+            "tests/runtime/test_backends.py",
+            "tests/runtime/test_forward_exact.py",
+            "-m",
+            "not slow",
+        ],
+    ),
     "backends": ("autoopt/runtime/passes/backends.py", ["tests/runtime/test_backends.py"]),
     "rewrite": (
         "autoopt/lint/rewrite.py",
         ["tests/lint/test_rewrite.py", "tests/lint/test_cli_rewrite.py"],
     ),
+    # fix safety: what a fix assumes, checked (a fix is safe only where it is proven)
+    "preconditions": (
+        "autoopt/lint/fixes/preconditions.py",
+        [
+            "tests/lint/test_rule_examples.py",
+            "tests/lint/test_rule_fixes.py",
+            "tests/lint/test_precision.py",
+            "tests/lint/test_project_facts.py",
+            "tests/lint/test_preconditions_mutants.py",
+        ],
+    ),
 }
 
 # Passed to every pytest mutmut starts: one process (mutmut forks it), no cache writes.
 PYTEST_ARGS = ["-p", "no:xdist", "-p", "no:cacheprovider", "-q"]
+_IGNORE = shutil.ignore_patterns("__pycache__")
+SHIM_ARGS = ["-p", "tests.mutmut_shim"]
+
+# A pytest plugin for the scratch copy only. mutmut calls every function of a mutated module
+# through its trampoline (a frame of mutmut's own); root_scaling finds torch's reentrant
+# checkpoint by walking the stack past its own frames and autograd's entry points, so the
+# trampoline's frames are added to those it walks past (else every checkpointed fp16 backward
+# would look like an unknown reentrant caller, and the unmutated run would already fail).
+SHIM = """
+import types
+
+from mutmut.mutation import trampoline
+
+from autoopt.runtime.scaling import root_scaling
 
 
-def _config(module: str, tests: list[str]) -> str:
+def _codes(code):
+    yield code
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            yield from _codes(const)
+
+
+root_scaling._AUTOGRAD_ENTRIES.update(
+    c for f in vars(trampoline).values() if hasattr(f, "__code__") for c in _codes(f.__code__)
+)
+"""
+
+
+def _config(module: str, tests: list[str], timeout_multiplier: float | None = None) -> str:
     """pyproject.toml for the scratch copy: the project's own plus a [tool.mutmut] for one module."""
     text = (ROOT / "pyproject.toml").read_text()
     base = tomllib.loads(text).get("tool", {}).get("mutmut", {})
@@ -102,22 +160,48 @@ def _config(module: str, tests: list[str]) -> str:
         'source_paths = ["autoopt/"]\n'
         f"only_mutate = {json.dumps([module])}\n"
         f"pytest_add_cli_args_test_selection = {json.dumps(existing)}\n"
-        f"pytest_add_cli_args = {json.dumps(base.get('pytest_add_cli_args', PYTEST_ARGS))}\n"
+        f"pytest_add_cli_args = {json.dumps(base.get('pytest_add_cli_args', PYTEST_ARGS) + SHIM_ARGS)}\n"
+        + (f"timeout_multiplier = {timeout_multiplier}\n" if timeout_multiplier else "")
     )
 
 
-def run_module(name: str, mutmut: str) -> dict[str, object]:
-    """Run mutmut over one module in a fresh scratch copy; return its counts and survivors."""
+def run_module(
+    name: str, mutmut: str, again: bool = False, timeout_multiplier: float | None = None
+) -> dict[str, object]:
+    """Run mutmut over one module in a fresh scratch copy; return its counts and survivors.
+    With `again`, reuse the last run's copy: take the checkout's tests as they are now and rerun
+    only the mutants that were not killed (tests were added; the source is unchanged)."""
     module, tests = MODULES[name]
     work = SCRATCH / name
-    shutil.rmtree(work, ignore_errors=True)
-    work.mkdir(parents=True)
-    for part in ("autoopt", "tests"):
-        shutil.copytree(ROOT / part, work / part, ignore=shutil.ignore_patterns("__pycache__"))
+    names: list[str] = []
+    if again and (work / "mutants").is_dir():
+        listing = subprocess.run(
+            [mutmut, "results"], cwd=work, capture_output=True, text=True, check=True
+        ).stdout
+        rows = [ln.strip().rpartition(": ") for ln in listing.splitlines()]
+        names = [mutant for mutant, _, status in rows if mutant and status != "killed"]
+        shutil.rmtree(work / "tests")
+    else:
+        shutil.rmtree(work, ignore_errors=True)
+        work.mkdir(parents=True)
+        shutil.copytree(ROOT / "autoopt", work / "autoopt", ignore=_IGNORE)
+    shutil.copytree(ROOT / "tests", work / "tests", ignore=_IGNORE)
+    (work / "tests" / "mutmut_shim.py").write_text(SHIM)
     shutil.copy(ROOT / "setup.py", work / "setup.py")
-    (work / "pyproject.toml").write_text(_config(module, tests))
-    with open(work / "mutmut.log", "w") as log:
-        subprocess.run([mutmut, "run"], cwd=work, stdout=log, stderr=subprocess.STDOUT, check=False)
+    (work / "pyproject.toml").write_text(_config(module, tests, timeout_multiplier))
+    # One thread per process: mutmut forks each mutant's run from a warm pytest, and GNU
+    # OpenMP's pool does not survive a fork (children hang in their first parallel op once the
+    # parent has run one: every mutant then times out).
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    with open(work / "mutmut.log", "a" if names else "w") as log:
+        subprocess.run(
+            [mutmut, "run", *names],
+            cwd=work,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            check=False,
+            env=env,
+        )
     subprocess.run([mutmut, "export-cicd-stats"], cwd=work, capture_output=True, check=True)
     stats = json.loads((work / "mutants" / "mutmut-cicd-stats.json").read_text())
     listing = subprocess.run(
@@ -127,14 +211,37 @@ def run_module(name: str, mutmut: str) -> dict[str, object]:
     for line in listing.splitlines():
         mutant, _, status = line.strip().rpartition(": ")
         if status in ("survived", "no tests", "timeout", "suspicious"):
-            shown = subprocess.run(
-                [mutmut, "show", mutant], cwd=work, capture_output=True, text=True, check=False
-            ).stdout
-            diff = [
-                ln for ln in shown.splitlines() if ln[:1] in "+-" and ln[:3] not in ("+++", "---")
-            ]
-            survivors[mutant] = f"{status}: " + " | ".join(diff)
+            survivors[mutant] = status
+    diffs = _diffs(work, module, list(survivors), mutmut)
+    survivors = {m: f"{status}: {diffs.get(m, '')}" for m, status in survivors.items()}
     return {"module": module, "tests": tests, **stats, "survivors": survivors}
+
+
+# Run in the scratch copy by mutmut's own interpreter: each mutant's diff as one line, in one
+# process (`mutmut show` per mutant starts a process each, minutes for a few hundred).
+_DIFFS = """
+import json, sys
+from mutmut.mutation.diff_apply import get_diff_for_mutant
+out = {}
+for name in sys.stdin.read().split():
+    diff = get_diff_for_mutant(name, path=sys.argv[1]).splitlines()
+    out[name] = " | ".join(ln for ln in diff if ln[:1] in "+-" and ln[:3] not in ("+++", "---"))
+print(json.dumps(out))
+"""
+
+
+def _diffs(work: Path, module: str, names: list[str], mutmut: str) -> dict[str, str]:
+    """The one-line diff of each mutant in `names`."""
+    python = Path(mutmut).with_name(Path(sys.executable).name)
+    shown = subprocess.run(
+        [str(python), "-c", _DIFFS, module],
+        cwd=work,
+        input="\n".join(names),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return json.loads(shown.stdout)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -142,6 +249,17 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("modules", nargs="*", help=f"any of {', '.join(MODULES)} (default: all)")
     parser.add_argument("--json", type=Path, help="also write the results here")
+    parser.add_argument(
+        "--again",
+        action="store_true",
+        help="rerun only the last run's survivors, against the tests as they are now",
+    )
+    parser.add_argument(
+        "--timeout-multiplier",
+        type=float,
+        help="mutmut's (default 15): a mutant is a timeout after about this many times its tests' "
+        "time; lower it where mutants hang (root_scaling's reentrant-backward ones)",
+    )
     args = parser.parse_args(argv)
     unknown = set(args.modules) - set(MODULES)
     if unknown:
@@ -151,7 +269,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.exit("mutmut is not installed: pip install -e '.[mutation]'")
     results = []
     for name in args.modules or list(MODULES):
-        result = run_module(name, mutmut)
+        result = run_module(name, mutmut, args.again, args.timeout_multiplier)
         results.append(result)
         killed, total = result["killed"], result["total"]
         score = 100.0 * killed / total if total else 0.0

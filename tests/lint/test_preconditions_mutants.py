@@ -1,0 +1,94 @@
+"""What fixes assume, checked (`autoopt.lint.fixes.preconditions`), at the edges the rule
+examples did not reach: AO301 is silent exactly for a model the script differentiates through a
+gradient of (compiling it would fail), and fixes every other. Each case kills mutants that survived
+`make mutation` (docs/benchmarks/mutation.md)."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+from autoopt.rules.torch_compile_model import TorchCompileModel
+
+from autoopt.lint.engine import analyze
+
+LOOP = """
+import torch
+model = Net().cuda()
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for x, y in loader:
+    loss = model(x).sum()
+    {backward}
+    opt.step()
+"""
+
+
+def _message(backward: str) -> str:
+    source = textwrap.dedent(LOOP.format(backward=backward))
+    findings = analyze(source, "<string>", [TorchCompileModel]).findings
+    if not findings:
+        return "silent"
+    (finding,) = findings
+    return finding.message if finding.fix is None else "fixed"
+
+
+@pytest.mark.parametrize(
+    ("backward", "want"),
+    [
+        ("loss.backward()", "fixed"),
+        ("loss.backward(create_graph=False)", "fixed"),
+        ("loss.backward(retain_graph=True)", "fixed"),
+        ("loss.backward(None, True)", "fixed"),  # positional retain_graph: no create_graph
+        ("loss.backward(create_graph=True)", "silent"),
+        ("loss.backward(create_graph=flag)", "silent"),
+        ("torch.autograd.grad(loss, x, create_graph=True)[0].sum().backward()", "silent"),
+    ],
+)
+def test_compile_is_silent_exactly_for_a_double_backward(backward: str, want: str) -> None:
+    assert _message(backward) == want
+
+
+TRANSFER = """
+import torch
+from torch.utils.data import DataLoader, default_collate
+loader = DataLoader({loader_args})
+model = Net().cuda()
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for x, y in {iterated}:
+    x = x.cuda()
+    opt.zero_grad()
+    model(x).sum().backward()
+    opt.step()
+"""
+
+
+def _non_blocking_safety(loader_args: str, iterated: str = "loader") -> str:
+    from autoopt.rules.to_device_non_blocking import ToDeviceNonBlocking
+
+    source = textwrap.dedent(TRANSFER.format(loader_args=loader_args, iterated=iterated))
+    findings = analyze(source, "<string>", [ToDeviceNonBlocking]).findings
+    (finding,) = [f for f in findings if f.fix is not None]
+    return finding.fix_safety.value
+
+
+@pytest.mark.parametrize(
+    ("loader_args", "iterated", "safety"),
+    [
+        ("data, batch_size=8", "loader", "safe"),
+        ("data, batch_size=8, collate_fn=None", "loader", "safe"),
+        ("data, batch_size=8, collate_fn=default_collate", "loader", "safe"),
+        ("data, 8, False, None, None, 0, None", "loader", "safe"),  # collate_fn=None, 7th
+        ("data, 8, False, None, None, 0, my_collate", "loader", "unsafe"),
+        ("data, batch_size=8, collate_fn=my_collate", "loader", "unsafe"),
+        ("data, **options", "loader", "unsafe"),  # **options may hold a collate_fn
+        ("data, batch_size=8", "enumerate(loader)", "safe"),
+        ("data, batch_size=8", "tqdm.tqdm(loader)", "safe"),
+        ("data, batch_size=8", "sorted(loader)", "unsafe"),  # not a pass-through
+        ("data, batch_size=8", "iter()", "unsafe"),
+        ("data, batch_size=8", "loaders[0]", "unsafe"),
+    ],
+)
+def test_non_blocking_is_safe_exactly_for_a_default_collate_loader(
+    loader_args: str, iterated: str, safety: str
+) -> None:
+    assert _non_blocking_safety(loader_args, iterated) == safety
