@@ -197,3 +197,23 @@ def test_padding_that_only_a_later_batch_has_is_probed_there() -> None:
     assert rows == ([2, 1, 1] + [2] * 4) * 2  # probes on each batch, then its 4 parts
     assert "batch['labels'][:, 1:] != -100" in autoopt.report(model)["accumulate"].detail
     assert rel(got.grads, want.grads) < 1e-5
+
+
+def test_a_first_batch_that_fits_then_larger_ones_in_parts_are_probed_first() -> None:
+    """The first batch (2 samples) fits whole, so its probe measured no normaliser; the larger
+    batches after it go in parts and are probed first, so the parts are weighted by their
+    labelled tokens (before: split by samples unprobed, 6e-3 off the plain loop, no warning)."""
+    small = {k: v[:2] for k, v in padded_batches(1)[0].items()}
+    batches = [small, *padded_batches(2)]
+    want, _ = train(tiny_lm(), batches, lm_loss)
+    model = tiny_lm()
+    state = state_memory(model, Recording(model.parameters())).state
+    per_batch = saved_tensor_bytes(lambda: lm_loss(tiny_lm(), batches[1]))
+    budget = state + per_batch // 3  # 2 samples fit, 8 do not
+    got, model = train(
+        model, batches, lm_loss, accumulate="auto", checkpoint=False, memory_budget=budget
+    )
+    detail = autoopt.report(model)["accumulate"].detail
+    assert "the first larger one is probed" in detail
+    assert "its share of the entries of batch['labels'][:, 1:] != -100" in detail
+    assert rel(got.grads, want.grads) < 1e-5

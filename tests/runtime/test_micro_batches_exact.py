@@ -484,8 +484,10 @@ def test_a_forward_before_the_loop_decides_nothing() -> None:
 
 
 def test_a_first_batch_that_fits_then_a_larger_one_in_parts() -> None:
+    """The first batch fits, so no normaliser was measured: the larger one is probed (2 rows,
+    then each alone) before its parts."""
     seen, caught, _ = _run(_batches(4, 8), part=4)
-    assert seen == [2, 4, 4, 4] and caught == []
+    assert seen == [2, 4, 2, 1, 1, 4, 4] and caught == []
 
 
 def test_batches_of_one_sample_stand_down() -> None:

@@ -204,12 +204,26 @@ class MicroBatcher:
             yield from self._later(batch, rows, part_sizes(rows, self.part_rows))
 
     def _later(self, batch: Any, rows: int, sizes: list[int]) -> Iterator[Any]:
-        """A batch after the first: in parts; probed again first when the normalisers the
-        probes so far could not tell apart weight its parts differently."""
-        if len(sizes) == 1 or not self._undecided(batch, sizes):
+        """A batch after the first: in parts; probed first when the loss's normaliser was never
+        measured (the first batches stayed whole) or when the normalisers the probes so far
+        could not tell apart weight its parts differently."""
+        if len(sizes) == 1:
             yield from self._split(batch, rows, sizes)
             return
-        cands = self.matched
+        if self.shares is None and not self.matched:  # never measured: every candidate
+            cands = loss_shares.candidates(batch, rows)
+            if not self._line:
+                self._line = (
+                    f"auto: batches of more than {self.part_rows} samples in micro-batches of "
+                    f"<= {self.part_rows} (a first batch fitted whole; the first larger one is "
+                    "probed on 2 samples, then on each alone, their gradients zeroed); "
+                    "optimizer.step(), zero_grad() and LR schedulers act once per batch"
+                )
+        elif not self._undecided(batch, sizes):
+            yield from self._split(batch, rows, sizes)
+            return
+        else:
+            cands = self.matched
         a, b = loss_shares.pick_pair(cands, batch, rows)
         probes = yield from self._probes(batch, a, b, first=False)
         self._choose_shares(cands, batch, a, b, sizes)
