@@ -243,3 +243,15 @@ def test_eval_and_no_grad_forwards_do_not_decide(layers: int) -> None:
     model(_tokens())
     assert memory_plan(model) is None
     assert autoopt.report(model)["checkpoint"].status is Status.SKIPPED
+
+
+def test_backward_peak_is_the_worst_blocks_backward() -> None:
+    """Last block first: a plain block adds its transient buffers; a checkpointed one also saves
+    its plain bytes again, less what the blocks after it kept and have freed."""
+    from autoopt.runtime.checkpointing.checkpoint_plan import backward_peak
+
+    costs = [BlockCost(100, 40, 10, transient=30)] * 2
+    assert backward_peak(costs, [Mode.PLAIN, Mode.PLAIN]) == 30
+    assert backward_peak(costs, [Mode.FULL, Mode.PLAIN]) == max(30, 90 + 30 - 100)
+    assert backward_peak(costs, [Mode.PLAIN, Mode.FULL]) == 90 + 30
+    assert backward_peak(costs, [Mode.SELECTIVE, Mode.SELECTIVE]) == 60 + 30

@@ -59,7 +59,9 @@ from autoopt.runtime.hardware import module_device
 from autoopt.runtime.loading.batch import map_tensors, tensors_in
 from autoopt.runtime.memory import (
     StepMemory,
+    backward_transient_bytes,
     format_bytes,
+    not_counted,
     resident_bytes,
     resolve_budget,
     saved_tensor_bytes,
@@ -78,6 +80,7 @@ class BlockCost:
     plain: int
     selective: int
     full: int
+    transient: int = 0  # what its plain backward holds at once beyond the saved bytes
 
 
 @dataclass(frozen=True)
@@ -89,6 +92,7 @@ class CheckpointPlan:
     after: StepMemory
     modes: dict[str, Mode]  # block name -> mode, in module order
     costs: dict[str, BlockCost]  # block name -> what it saves, for the blocks measured
+    peak: int = 0  # the step's most bytes at once: `after` plus the worst block's backward
 
     @property
     def excess(self) -> int:
@@ -132,6 +136,20 @@ def describe_blocks(modes: dict[str, Mode]) -> str:
 def applied_modes(modes: Sequence[Mode]) -> bool:
     """Whether some block is checkpointed."""
     return any(m is not Mode.PLAIN for m in modes)
+
+
+def backward_peak(costs: Sequence[BlockCost], modes: Sequence[Mode]) -> int:
+    """Bytes the backward adds, at its worst block, to the activations a plan keeps: the
+    backward runs the blocks last first, each freeing what it kept; block i, when it runs, holds
+    what the blocks before it keep (the ones after it are freed), its recomputed activations (a
+    checkpointed block saves its plain bytes again) and its backward's transient buffers."""
+    kept = {Mode.PLAIN: lambda c: c.plain, Mode.SELECTIVE: lambda c: c.selective}
+    worst = freed = 0
+    for cost, mode in reversed(list(zip(costs, modes, strict=True))):
+        keeps = kept.get(mode, lambda c: c.full)(cost)
+        worst = max(worst, cost.plain - keeps + cost.transient - freed)
+        freed += keeps
+    return worst
 
 
 def choose_modes(costs: Sequence[BlockCost], base: int, budget: int) -> list[Mode]:
@@ -228,6 +246,7 @@ class Planner:
             step.with_activations(after),
             {block.name: block.mode for _, block in self.blocks},
             {block.name: cost for block, cost in measured},
+            step.with_activations(after).total + backward_peak(costs, modes),
         )
         record_plan(self.report, self.plan.before, self.plan.after, budget)
         line = self.plan.render() + " (measured one block at a time on the first training batch)"
@@ -309,8 +328,16 @@ class Planner:
                 lambda: run_block(forward, block, mode, fresh_args, fresh_kwargs), exclude=outside
             )
 
+        with not_counted():  # one more isolated plain run, its backward measured
+            transient = backward_transient_bytes(
+                lambda: run_block(forward, block, Mode.PLAIN, fresh_args, fresh_kwargs),
+                block.parameters(),
+            )
         self._costs[state.name] = BlockCost(
-            plain=cost(Mode.PLAIN), selective=cost(Mode.SELECTIVE), full=cost(Mode.FULL)
+            plain=cost(Mode.PLAIN),
+            selective=cost(Mode.SELECTIVE),
+            full=cost(Mode.FULL),
+            transient=transient,
         )
         return run_block(forward, block, Mode.FULL, args, kwargs)
 
