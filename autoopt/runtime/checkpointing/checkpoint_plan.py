@@ -7,7 +7,9 @@ run fully checkpointed:
 
 * plain: the bytes the block saves for backward (`saved_tensor_bytes`);
 * selective: the inputs a checkpoint keeps plus the matmul/attention outputs `KeepMatmuls` keeps;
-* full: the inputs a checkpoint keeps.
+* full: the inputs a checkpoint keeps;
+* transient: what its plain backward holds at once beyond the saved bytes (gradients and their
+  temporaries, less the saved tensors it has freed; `backward_transient_bytes`).
 
 Each isolated run frees its graph before the next block, so the measuring forward holds at most
 what the all-checkpointed model saves plus one block's activations: never more than any plan.
@@ -22,8 +24,10 @@ undercounts. The fewest blocks (largest savings first) are fully checkpointed un
 fits; then, last first, each chosen block that still fits with selective checkpointing (less
 recompute) is switched to it. If checkpointing every block is not enough, every block that saves
 something is checkpointed (one that saves nothing stays plain) and the report says by how much the
-step still exceeds the budget. The plan goes into the report's checkpoint row and its memory
-section (`report.record_plan`), and is logged (`voice`) when it is made.
+step still exceeds the budget. The plan's `peak` adds the backward's transient buffers at its
+worst block (`backward_peak`); the budget is compared with the saved bytes, not the peak. The
+plan goes into the report's checkpoint row and its memory section (`report.record_plan`), and is
+logged (`voice`) when it is made.
 
 Transformers blocks take the model's KV cache (`use_cache=True` by default): the isolated runs
 and every checkpointed block run without it (`block_checkpoint.without_cache`), so measuring does
@@ -205,6 +209,7 @@ class Planner:
         self.decided = False
         self._costs: dict[str, BlockCost] = {}
         self.cache_left_out = False  # a checkpointed block ran without the model's KV cache
+        self.backward_unmeasured: list[str] = []  # blocks whose backward could not be measured
 
     def decide(self, forward: Forward, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         """Measure on this batch, set every block's mode and record the plan in the report."""
@@ -258,6 +263,11 @@ class Planner:
         unmeasured = len(self.blocks) - len(measured)
         if unmeasured:
             line += f"; {unmeasured} block(s) did not run in that forward and stay plain"
+        if self.backward_unmeasured:
+            line += (
+                f"; the peak leaves out the backward buffers of {len(self.backward_unmeasured)} "
+                "block(s) whose backward could not be measured"
+            )
         applied = applied_modes(modes)
         self._record(PassResult.applied(NAME, line) if applied else PassResult.skipped(NAME, line))
         if self.report.memory is not None and self.report.published:
@@ -328,11 +338,20 @@ class Planner:
                 lambda: run_block(forward, block, mode, fresh_args, fresh_kwargs), exclude=outside
             )
 
-        with not_counted():  # one more isolated plain run, its backward measured
-            transient = backward_transient_bytes(
-                lambda: run_block(forward, block, Mode.PLAIN, fresh_args, fresh_kwargs),
-                block.parameters(),
+        try:
+            with not_counted():  # one more isolated plain run, its backward measured
+                transient = backward_transient_bytes(
+                    lambda: run_block(forward, block, Mode.PLAIN, fresh_args, fresh_kwargs),
+                    block.parameters(),
+                )
+        except Exception as err:  # the peak only reports: the plan stands without this term
+            warnings.warn(
+                f"autoopt checkpoint: could not measure the backward of {state.name} "
+                f"({type(err).__name__}: {err}); the planned peak leaves its buffers out",
+                stacklevel=2,
             )
+            self.backward_unmeasured.append(state.name)
+            transient = 0
         self._costs[state.name] = BlockCost(
             plain=cost(Mode.PLAIN),
             selective=cost(Mode.SELECTIVE),
