@@ -268,6 +268,11 @@ class Planner:
                 f"; the peak leaves out the backward buffers of {len(self.backward_unmeasured)} "
                 "block(s) whose backward could not be measured"
             )
+            warnings.warn(
+                "autoopt checkpoint: could not measure the backward of "
+                f"{', '.join(self.backward_unmeasured)}; the planned peak leaves their buffers out",
+                stacklevel=2,
+            )
         applied = applied_modes(modes)
         self._record(PassResult.applied(NAME, line) if applied else PassResult.skipped(NAME, line))
         if self.report.memory is not None and self.report.published:
@@ -286,6 +291,7 @@ class Planner:
     def _measure(self, forward: Forward, args: tuple[Any, ...], kwargs: dict[str, Any]) -> int:
         """Bytes saved by the forward with every block fully checkpointed; fills `_costs`."""
         self._costs = {}
+        self.backward_unmeasured = []
         self.measuring = True
         try:
             return measure_saved(self.root, forward, args, kwargs)
@@ -345,12 +351,7 @@ class Planner:
                     block.parameters(),
                 )
         except Exception as err:  # the peak only reports: the plan stands without this term
-            warnings.warn(
-                f"autoopt checkpoint: could not measure the backward of {state.name} "
-                f"({type(err).__name__}: {err}); the planned peak leaves its buffers out",
-                stacklevel=2,
-            )
-            self.backward_unmeasured.append(state.name)
+            self.backward_unmeasured.append(f"{state.name} ({type(err).__name__}: {err})")
             transient = 0
         self._costs[state.name] = BlockCost(
             plain=cost(Mode.PLAIN),
