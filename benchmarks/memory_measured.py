@@ -80,10 +80,10 @@ def planned_and_measured(
         "fraction": fraction,
         "zero_grad": "set_to_none" if set_to_none else "keep grads",
         "blocks": plan.blocks() or "none",
-        "planned": plan.after.total,
+        "planned": plan.peak,
         "planned_gradients": plan.after.gradients,
         "measured": measured,
-        "ratio": plan.after.total / measured,
+        "ratio": plan.peak / measured,
     }
 
 

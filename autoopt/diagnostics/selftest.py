@@ -525,7 +525,7 @@ def check_memory_fit(setting: Setting, work: Workload) -> Row:
     if plan is None:
         return dataclasses.replace(row, status="mismatch", note="no memory plan was made")
     measured = step_peak(autoopt.unwrap(model), optimizer, step)
-    off = plan.after.total / measured - 1
+    off = plan.peak / measured - 1
     how = (
         "torch.cuda.max_memory_allocated above the start + resident storages"
         if device.type == "cuda"
@@ -533,7 +533,7 @@ def check_memory_fit(setting: Setting, work: Workload) -> Row:
     )
     row.note += (
         f"; eager step {format_bytes(plan.before.total)} > budget {format_bytes(budget)}; "
-        f"{plan.blocks()}; planned peak {format_bytes(plan.after.total)}, measured "
+        f"{plan.blocks()}; planned peak {format_bytes(plan.peak)}, measured "
         f"{format_bytes(measured)} by {how} ({off:+.0%})"
     )
     fits = plan.before.total > budget >= plan.after.total

@@ -21,6 +21,9 @@ from typing import Any
 import torch
 from torch import nn
 from torch.distributed.tensor import DTensor
+from torch.multiprocessing.reductions import StorageWeakRef
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
 
 AUTO = "auto"
 
@@ -309,6 +312,85 @@ def _packer(tally: _SavedTally) -> Callable[[torch.Tensor], torch.Tensor]:
         return t
 
     return pack
+
+
+class _Storages:
+    """Storages by address, held weakly: their bytes while they are alive."""
+
+    def __init__(self) -> None:
+        self.refs: dict[int, tuple[StorageWeakRef, int]] = {}  # data_ptr -> (ref, bytes)
+
+    def add(self, t: torch.Tensor) -> None:
+        storage = t.untyped_storage()
+        key = storage.data_ptr()
+        if key not in self.refs or self.refs[key][0].expired():
+            self.refs[key] = (StorageWeakRef(storage), storage.nbytes())
+
+    def alive(self) -> int:
+        self.refs = {k: v for k, v in self.refs.items() if not v[0].expired()}
+        return sum(size for _, size in self.refs.values())
+
+
+class _BackwardBytes(TorchDispatchMode):
+    """Bytes held, op by op, beyond the start: storages the ops inside create (gradients, their
+    temporaries) less the `saved` storages freed since (the backward frees what it used)."""
+
+    def __init__(self, saved: _Storages) -> None:
+        super().__init__()
+        self.saved = saved
+        self.start = saved.alive()
+        self.new = _Storages()
+        self.peak = 0
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        out = func(*args, **(kwargs or {}))
+        # A storage an input already had (in-place ops, views) is not new.
+        old = {t.untyped_storage().data_ptr() for t in tree_leaves((args, kwargs)) if _real(t)}
+        for t in tree_leaves(out):
+            if _real(t) and t.untyped_storage().data_ptr() not in old:
+                self.new.add(t)
+        held = self.new.alive() + self.saved.alive() - self.start
+        self.peak = max(self.peak, held)
+        return out
+
+
+def _real(t: object) -> bool:
+    return isinstance(t, torch.Tensor) and t.device.type != "meta" and not isinstance(t, DTensor)
+
+
+def backward_transient_bytes(fn: Callable[[], Any], params: Iterable[nn.Parameter]) -> int:
+    """Run `fn` (a forward) with grad enabled, then the backward of the tensors it returns
+    (gradients of ones), and return the most bytes that backward held at once beyond what the
+    forward saved: the gradient flowing in, the gradients it computes and their temporaries,
+    less the saved tensors it has freed so far. Op by op, as torch's dispatcher sees outputs:
+    buffers a kernel allocates and frees inside itself are not seen. `params` get their
+    gradients added into zeroed `.grad`s, as in a step that keeps its gradients (the gradient
+    computed is a temporary), and their `.grad`s are put back afterwards."""
+    saved = _Storages()
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        base = t._base if t._base is not None else t
+        if _real(base) and not (base.is_leaf and base.requires_grad):  # parameters stay
+            saved.add(base)
+        return t
+
+    with torch.enable_grad(), torch.autograd.graph.saved_tensors_hooks(pack, _same):
+        out = fn()
+    outputs = [t for t in tree_leaves(out) if isinstance(t, torch.Tensor) and t.requires_grad]
+    del out
+    if not outputs:
+        return 0
+    params = [p for p in params if p.requires_grad]
+    grads = [p.grad for p in params]
+    for p in params:
+        p.grad = torch.zeros_like(p)
+    try:
+        with _BackwardBytes(saved) as seen:
+            torch.autograd.backward(outputs, [torch.ones_like(t) for t in outputs])
+        return seen.peak
+    finally:
+        for p, grad in zip(params, grads, strict=True):
+            p.grad = grad
 
 
 def format_bytes(size: float) -> str:

@@ -243,3 +243,38 @@ def test_eval_and_no_grad_forwards_do_not_decide(layers: int) -> None:
     model(_tokens())
     assert memory_plan(model) is None
     assert autoopt.report(model)["checkpoint"].status is Status.SKIPPED
+
+
+def test_backward_peak_is_the_worst_blocks_backward() -> None:
+    """Last block first: a plain block adds its transient buffers; a checkpointed one also saves
+    its plain bytes again, less what the blocks after it kept and have freed."""
+    from autoopt.runtime.checkpointing.checkpoint_plan import backward_peak
+
+    costs = [BlockCost(100, 40, 10, transient=30)] * 2
+    assert backward_peak(costs, [Mode.PLAIN, Mode.PLAIN]) == 30
+    assert backward_peak(costs, [Mode.FULL, Mode.PLAIN]) == max(30, 90 + 30 - 100)
+    assert backward_peak(costs, [Mode.PLAIN, Mode.FULL]) == 90 + 30
+    assert backward_peak(costs, [Mode.SELECTIVE, Mode.SELECTIVE]) == 60 + 30
+
+
+def test_a_backward_that_cannot_be_measured_leaves_the_plan_standing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The transient term only informs the peak: when measuring it fails the plan is made as
+    before, with a warning and a report line, and the peak is the saved bytes'."""
+    from autoopt.runtime.checkpointing import checkpoint_plan
+
+    def broken(fn: object, params: object) -> int:
+        raise RuntimeError("no backward here")
+
+    monkeypatch.setattr(checkpoint_plan, "backward_transient_bytes", broken)
+    torch.manual_seed(0)
+    plain = GPT(layers=4)
+    x = _tokens()
+    budget, _ = _budget(plain, x, activations=0.5)
+    model, _ = _optimize(copy.deepcopy(plain), budget)
+    with pytest.warns(UserWarning, match="could not measure the backward of blocks.0"):
+        made = plan(model, x)
+    assert made is not None and made.excess == 0
+    assert made.peak == made.after.total
+    assert any(m is not Mode.PLAIN for m in _modes(model))

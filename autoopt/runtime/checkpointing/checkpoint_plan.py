@@ -7,7 +7,9 @@ run fully checkpointed:
 
 * plain: the bytes the block saves for backward (`saved_tensor_bytes`);
 * selective: the inputs a checkpoint keeps plus the matmul/attention outputs `KeepMatmuls` keeps;
-* full: the inputs a checkpoint keeps.
+* full: the inputs a checkpoint keeps;
+* transient: what its plain backward holds at once beyond the saved bytes (gradients and their
+  temporaries, less the saved tensors it has freed; `backward_transient_bytes`).
 
 Each isolated run frees its graph before the next block, so the measuring forward holds at most
 what the all-checkpointed model saves plus one block's activations: never more than any plan.
@@ -22,8 +24,10 @@ undercounts. The fewest blocks (largest savings first) are fully checkpointed un
 fits; then, last first, each chosen block that still fits with selective checkpointing (less
 recompute) is switched to it. If checkpointing every block is not enough, every block that saves
 something is checkpointed (one that saves nothing stays plain) and the report says by how much the
-step still exceeds the budget. The plan goes into the report's checkpoint row and its memory
-section (`report.record_plan`), and is logged (`voice`) when it is made.
+step still exceeds the budget. The plan's `peak` adds the backward's transient buffers at its
+worst block (`backward_peak`); the budget is compared with the saved bytes, not the peak. The
+plan goes into the report's checkpoint row and its memory section (`report.record_plan`), and is
+logged (`voice`) when it is made.
 
 Transformers blocks take the model's KV cache (`use_cache=True` by default): the isolated runs
 and every checkpointed block run without it (`block_checkpoint.without_cache`), so measuring does
@@ -59,7 +63,9 @@ from autoopt.runtime.hardware import module_device
 from autoopt.runtime.loading.batch import map_tensors, tensors_in
 from autoopt.runtime.memory import (
     StepMemory,
+    backward_transient_bytes,
     format_bytes,
+    not_counted,
     resident_bytes,
     resolve_budget,
     saved_tensor_bytes,
@@ -78,6 +84,7 @@ class BlockCost:
     plain: int
     selective: int
     full: int
+    transient: int = 0  # what its plain backward holds at once beyond the saved bytes
 
 
 @dataclass(frozen=True)
@@ -89,6 +96,7 @@ class CheckpointPlan:
     after: StepMemory
     modes: dict[str, Mode]  # block name -> mode, in module order
     costs: dict[str, BlockCost]  # block name -> what it saves, for the blocks measured
+    peak: int = 0  # the step's most bytes at once: `after` plus the worst block's backward
 
     @property
     def excess(self) -> int:
@@ -132,6 +140,20 @@ def describe_blocks(modes: dict[str, Mode]) -> str:
 def applied_modes(modes: Sequence[Mode]) -> bool:
     """Whether some block is checkpointed."""
     return any(m is not Mode.PLAIN for m in modes)
+
+
+def backward_peak(costs: Sequence[BlockCost], modes: Sequence[Mode]) -> int:
+    """Bytes the backward adds, at its worst block, to the activations a plan keeps: the
+    backward runs the blocks last first, each freeing what it kept; block i, when it runs, holds
+    what the blocks before it keep (the ones after it are freed), its recomputed activations (a
+    checkpointed block saves its plain bytes again) and its backward's transient buffers."""
+    kept = {Mode.PLAIN: lambda c: c.plain, Mode.SELECTIVE: lambda c: c.selective}
+    worst = freed = 0
+    for cost, mode in reversed(list(zip(costs, modes, strict=True))):
+        keeps = kept.get(mode, lambda c: c.full)(cost)
+        worst = max(worst, cost.plain - keeps + cost.transient - freed)
+        freed += keeps
+    return worst
 
 
 def choose_modes(costs: Sequence[BlockCost], base: int, budget: int) -> list[Mode]:
@@ -187,6 +209,7 @@ class Planner:
         self.decided = False
         self._costs: dict[str, BlockCost] = {}
         self.cache_left_out = False  # a checkpointed block ran without the model's KV cache
+        self.backward_unmeasured: list[str] = []  # blocks whose backward could not be measured
 
     def decide(self, forward: Forward, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         """Measure on this batch, set every block's mode and record the plan in the report."""
@@ -228,6 +251,7 @@ class Planner:
             step.with_activations(after),
             {block.name: block.mode for _, block in self.blocks},
             {block.name: cost for block, cost in measured},
+            step.with_activations(after).total + backward_peak(costs, modes),
         )
         record_plan(self.report, self.plan.before, self.plan.after, budget)
         line = self.plan.render() + " (measured one block at a time on the first training batch)"
@@ -239,6 +263,16 @@ class Planner:
         unmeasured = len(self.blocks) - len(measured)
         if unmeasured:
             line += f"; {unmeasured} block(s) did not run in that forward and stay plain"
+        if self.backward_unmeasured:
+            line += (
+                f"; the peak leaves out the backward buffers of {len(self.backward_unmeasured)} "
+                "block(s) whose backward could not be measured"
+            )
+            warnings.warn(
+                "autoopt checkpoint: could not measure the backward of "
+                f"{', '.join(self.backward_unmeasured)}; the planned peak leaves their buffers out",
+                stacklevel=2,
+            )
         applied = applied_modes(modes)
         self._record(PassResult.applied(NAME, line) if applied else PassResult.skipped(NAME, line))
         if self.report.memory is not None and self.report.published:
@@ -257,6 +291,7 @@ class Planner:
     def _measure(self, forward: Forward, args: tuple[Any, ...], kwargs: dict[str, Any]) -> int:
         """Bytes saved by the forward with every block fully checkpointed; fills `_costs`."""
         self._costs = {}
+        self.backward_unmeasured = []
         self.measuring = True
         try:
             return measure_saved(self.root, forward, args, kwargs)
@@ -309,8 +344,20 @@ class Planner:
                 lambda: run_block(forward, block, mode, fresh_args, fresh_kwargs), exclude=outside
             )
 
+        try:
+            with not_counted():  # one more isolated plain run, its backward measured
+                transient = backward_transient_bytes(
+                    lambda: run_block(forward, block, Mode.PLAIN, fresh_args, fresh_kwargs),
+                    block.parameters(),
+                )
+        except Exception as err:  # the peak only reports: the plan stands without this term
+            self.backward_unmeasured.append(f"{state.name} ({type(err).__name__}: {err})")
+            transient = 0
         self._costs[state.name] = BlockCost(
-            plain=cost(Mode.PLAIN), selective=cost(Mode.SELECTIVE), full=cost(Mode.FULL)
+            plain=cost(Mode.PLAIN),
+            selective=cost(Mode.SELECTIVE),
+            full=cost(Mode.FULL),
+            transient=transient,
         )
         return run_block(forward, block, Mode.FULL, args, kwargs)
 
