@@ -113,3 +113,38 @@ def test_a_planned_peak_off_the_measured_one_by_more_than_10_percent_is_a_mismat
     assert row.status == "mismatch", row
     off = re.search(r"planned peak .* \(([+-]\d+)%\)$", row.note)
     assert off is not None and int(off.group(1)) < -10, row.note
+
+
+@pytest.mark.parametrize(
+    ("ours", "torchs", "status"),
+    [(4.6e-4, 6.6e-4, "ok"), (8e-4, 6.6e-4, "mismatch"), (5e-5, 6.6e-4, "ok")],
+)
+def test_the_compile_row_passes_within_torchs_own_compile_vs_eager_difference(
+    monkeypatch: pytest.MonkeyPatch, ours: float, torchs: float, status: str
+) -> None:
+    """optimize()'s compile against torch.compile by hand: a difference over the fp32 tolerance
+    passes only when torch's own compile differs from eager by at least as much (the rounding
+    floor of compiled fp32 steps on that workload), measured in the same run."""
+    first = selftest.Row("compile", "ok" if ours <= 1e-4 else "mismatch", "applied", ours, 1e-4)
+    made: list[selftest.ByHand] = []
+
+    def by_hand(build: object, device: object, how: selftest.ByHand) -> tuple[str, str]:
+        made.append(how)
+        return ("compiled" if how.compile else "eager"), "step"
+
+    def diff(a: str, b: str, *_: object) -> float:
+        assert (a, b) == ("compiled", "eager")  # torch's compile against eager, nothing else
+        return torchs
+
+    monkeypatch.setattr(selftest, "compare", lambda *a, **k: first)
+    monkeypatch.setattr(selftest, "by_hand", by_hand)
+    monkeypatch.setattr(selftest, "train", lambda step, batches: [0.0])
+    monkeypatch.setattr(selftest, "max_relative_diff", diff)
+    work = selftest.workloads(quick=True)["cnn"]
+    row = selftest.check_compile(_setting(), work)
+    assert row.status == status
+    if ours > 1e-4:
+        assert [h.compile for h in made] == [True, False]
+        assert row.tolerance == (torchs if status == "ok" else 1e-4)
+    else:
+        assert made == []  # within the fp32 tolerance: nothing more is run
