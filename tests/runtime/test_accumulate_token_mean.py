@@ -51,6 +51,27 @@ def _auto(
     return want, got, model
 
 
+def _split_counting(
+    batches: list[dict[str, torch.Tensor]], sized_on: int = 0
+) -> tuple[Recording, Recording, nn.Module, list[int]]:
+    """The plain loop's and autoopt's gradients per step, under a budget where batch `sized_on`
+    goes in parts of 2 (a third of its activations), and the rows of every forward autoopt ran."""
+    want, _ = train(tiny_lm(), batches, lm_loss)
+    model = tiny_lm()
+    state = state_memory(model, Recording(model.parameters())).state
+    budget = state + saved_tensor_bytes(lambda: lm_loss(tiny_lm(), batches[sized_on])) // 3
+    rows: list[int] = []
+
+    def counting_loss(model: nn.Module, batch: dict[str, Any]) -> torch.Tensor:
+        rows.append(len(batch["labels"]))
+        return lm_loss(model, batch)
+
+    got, model = train(
+        model, batches, counting_loss, accumulate="auto", checkpoint=False, memory_budget=budget
+    )
+    return want, got, model, rows
+
+
 def test_whole_batches_leave_the_first_batch_unperturbed() -> None:
     """The probe trains with its gradients zeroed and undone: the first step is the eager one,
     bit for bit (before: the first batch ran as a probe plus the rest, off by 0.03)."""
@@ -158,19 +179,7 @@ def test_a_part_whose_labels_are_all_ignored_is_left_out() -> None:
     for batch in batches:
         batch["labels"][6:] = -100  # the last part of 2 rows: all padding, nothing to learn
         batch["attention_mask"][6:] = 0
-    want, _ = train(tiny_lm(), batches, lm_loss)
-    model = tiny_lm()
-    state = state_memory(model, Recording(model.parameters())).state
-    budget = state + saved_tensor_bytes(lambda: lm_loss(tiny_lm(), batches[0])) // 3
-    rows: list[int] = []
-
-    def counting_loss(model: nn.Module, batch: dict[str, Any]) -> torch.Tensor:
-        rows.append(len(batch["labels"]))
-        return lm_loss(model, batch)
-
-    got, _ = train(
-        model, batches, counting_loss, accumulate="auto", checkpoint=False, memory_budget=budget
-    )
+    want, got, _, rows = _split_counting(batches)
     assert rows == [2, 1, 1] + [2, 2, 2] * 2  # probes, then 3 of the 4 parts of each batch
     assert rel(got.grads, want.grads) < 1e-5
 
@@ -181,19 +190,7 @@ def test_padding_that_only_a_later_batch_has_is_probed_there() -> None:
     batches = padded_batches()
     batches[0]["labels"] = batches[0]["input_ids"].clone()
     batches[0]["attention_mask"] = torch.ones_like(batches[0]["input_ids"])
-    want, _ = train(tiny_lm(), batches, lm_loss)
-    model = tiny_lm()
-    state = state_memory(model, Recording(model.parameters())).state
-    budget = state + saved_tensor_bytes(lambda: lm_loss(tiny_lm(), batches[0])) // 3
-    rows: list[int] = []
-
-    def counting_loss(model: nn.Module, batch: dict[str, Any]) -> torch.Tensor:
-        rows.append(len(batch["labels"]))
-        return lm_loss(model, batch)
-
-    got, model = train(
-        model, batches, counting_loss, accumulate="auto", checkpoint=False, memory_budget=budget
-    )
+    want, got, model, rows = _split_counting(batches)
     assert rows == ([2, 1, 1] + [2] * 4) * 2  # probes on each batch, then its 4 parts
     assert "batch['labels'][:, 1:] != -100" in autoopt.report(model)["accumulate"].detail
     assert rel(got.grads, want.grads) < 1e-5
@@ -205,14 +202,7 @@ def test_a_first_batch_that_fits_then_larger_ones_in_parts_are_probed_first() ->
     labelled tokens (before: split by samples unprobed, 6e-3 off the plain loop, no warning)."""
     small = {k: v[:2] for k, v in padded_batches(1)[0].items()}
     batches = [small, *padded_batches(2)]
-    want, _ = train(tiny_lm(), batches, lm_loss)
-    model = tiny_lm()
-    state = state_memory(model, Recording(model.parameters())).state
-    per_batch = saved_tensor_bytes(lambda: lm_loss(tiny_lm(), batches[1]))
-    budget = state + per_batch // 3  # 2 samples fit, 8 do not
-    got, model = train(
-        model, batches, lm_loss, accumulate="auto", checkpoint=False, memory_budget=budget
-    )
+    want, got, model, _ = _split_counting(batches, sized_on=1)  # 2 samples fit, 8 do not
     detail = autoopt.report(model)["accumulate"].detail
     assert "the first larger one is probed" in detail
     assert "its share of the entries of batch['labels'][:, 1:] != -100" in detail
