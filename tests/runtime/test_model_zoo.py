@@ -157,12 +157,22 @@ def _loop(
     opt: torch.optim.Optimizer,
     batches: Iterable[Batch],
     bf16: list[bool] | None = None,
+    layouts: list[str | None] | None = None,
 ) -> tuple[list[float], list[torch.Tensor]]:
     """The user's loop: losses and the gradient vector of each step (before `step()`); `bf16`:
-    per step, whether it runs under `torch.autocast(bf16)`."""
+    per step, whether it runs under `torch.autocast(bf16)`; `layouts`: per step, the memory
+    format the model and its 4-D inputs take (the layout trial's "channels_last" or
+    "contiguous"; None: as they are)."""
     torch.manual_seed(1)  # dropout masks
     losses, grads = [], []
     for step, batch in enumerate(batches):
+        layout = layouts[step] if layouts else None
+        if layout is not None:
+            fmt = torch.channels_last if layout == "channels_last" else torch.contiguous_format
+            model.to(memory_format=fmt)
+            batch = {
+                k: v.contiguous(memory_format=fmt) if v.dim() == 4 else v for k, v in batch.items()
+            }
         with torch.autocast("cpu", torch.bfloat16, enabled=bool(bf16 and bf16[step])):
             loss = model(**batch).loss
         loss.backward()
@@ -200,12 +210,16 @@ def _compare(name: str, dtype: str | None, **options: Any) -> Report:
     kept_bf16 = amp.status.value == "applied" and "bf16" in amp.detail
     # Per step: bf16 where the trials ran that step in bf16 (amp="auto" on a CPU with native
     # bf16: the first steps take turns), else what the report says was kept.
-    bf16 = [c["amp"] == "bf16" if "amp" in c else kept_bf16 for c in step_configs(model, STEPS)]
+    configs = step_configs(model, STEPS)
+    bf16 = [c["amp"] == "bf16" if "amp" in c else kept_bf16 for c in configs]
+    # Per step, the layout the layout trial ran that step in (bf16 kernels of the two layouts
+    # round apart by more than the bf16 tolerance on some CPUs).
+    layouts = [c.get("channels_last") for c in configs]
     if dtype is None:
         dtype = "bf16" if any(bf16) else "fp32"
     assert any(bf16) == (dtype == "bf16"), amp.detail
     eager_losses, eager_grads = _loop(
-        eager, torch.optim.AdamW(eager.parameters(), lr=LR), batches, bf16
+        eager, torch.optim.AdamW(eager.parameters(), lr=LR), batches, bf16, layouts
     )
     tol = TOL[dtype]
     assert len(losses) == STEPS
