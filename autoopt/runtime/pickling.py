@@ -81,6 +81,9 @@ class WorkingCopy:
 
     def __call__(self, memo: dict[int, Any]) -> Any:
         module = self.module
+        own = getattr(type(module), "__deepcopy__", None)
+        if own is not None:  # the class's own (a ScriptModule's copies its C++ module)
+            return own(module, memo)
         reduced = type(module).__reduce_ex__(module, 4)
         # copy.deepcopy's own reconstruction of a `__reduce_ex__` result (private, but the
         # same function deepcopy calls; it records the copy in the memo before its state).

@@ -290,3 +290,27 @@ def test_what_counts_as_autoopts() -> None:
     assert is_autoopt(hook.__call__)  # a bound method of autoopt's object
     assert not is_autoopt(model) and not is_autoopt(model.forward) and not is_autoopt(_user_hook)
     assert not is_autoopt(functools.partial(_doubled, model)) and not is_autoopt(nn.Linear)
+
+
+class _WithScripted(nn.Module):
+    """A user's model holding a TorchScript submodule of its own making."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Linear(4, 4)
+        self.scripted = torch.jit.script(nn.Linear(4, 4))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.scripted(self.a(x))
+
+
+def test_a_class_with_its_own_deepcopy_keeps_it() -> None:
+    """A ScriptModule deep-copies through its class's `__deepcopy__` (pickle refuses it): the
+    optimized model holding one deep-copies as before optimize(), working and optimized."""
+    torch.manual_seed(0)
+    model = autoopt.optimize(_WithScripted(), **{**OFF, "amp": "bf16", "compile_cache": False})
+    x = torch.randn(2, 4)
+    twin = copy.deepcopy(model)
+    assert isinstance(vars(twin)["forward"], PatchedForward)
+    torch.testing.assert_close(twin(x), model(x))
+    assert twin.scripted is not model.scripted
