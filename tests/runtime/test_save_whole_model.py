@@ -58,6 +58,8 @@ CASES: dict[str, tuple[Callable[[], nn.Module], dict[str, Any], Callable[[], tor
     ),
     "compile": (MLP, {"compile": True}, lambda: torch.randn(8, 16)),
     "compile=jit": (MLP, {"compile": "jit"}, lambda: torch.randn(8, 16)),
+    # Each block compiled on its own (`block.compile()`, torch's `_compiled_call_impl`).
+    "compile, regional blocks": (lambda: GPT(layers=3), {"compile": True}, _tokens),
     "all of them": (
         SmallCNN,
         {"amp": "bf16", "channels_last": True, "accumulate": 2, "compile": True},
@@ -68,8 +70,10 @@ CASES: dict[str, tuple[Callable[[], nn.Module], dict[str, Any], Callable[[], tor
 
 @pytest.fixture(autouse=True)
 def eager_compile_backend(monkeypatch: pytest.MonkeyPatch) -> None:
-    """torch.compile through dynamo with the eager backend: the same layer, no C++ toolchain."""
+    """torch.compile through dynamo with the eager backend: the same layer, no C++ toolchain;
+    repeated blocks compiled each on its own (off by default on CPU)."""
     monkeypatch.setattr(compile_pass, "BACKEND", "eager")
+    monkeypatch.setattr(compile_pass, "REGIONAL", True)
 
 
 def _train(model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor) -> None:
@@ -155,6 +159,8 @@ def _eval_outputs(loaded: nn.Module, model: nn.Module, plain: nn.Module, x: torc
 @pytest.mark.parametrize("name", CASES)
 def test_torch_save_of_the_whole_model_loads_weights_only_as_the_users_model(name: str) -> None:
     model, plain, x = _optimized(name)
+    if "regional" in name:
+        assert all(block._compiled_call_impl is not None for block in model.blocks)
     data = _saved(model)
     assert not any("autoopt" in g for g in _globals(data))
     assert _globals(data) == _globals(_saved(plain))  # the classes the user allows, no others
