@@ -4,8 +4,9 @@
 Everything stored on the user's objects is an instance of a module-level class (or a
 `functools.partial` of such objects' methods) that holds the module or optimizer itself, never
 one of its bound methods or a closure. `copy.deepcopy(model)` then rebinds every layer to the
-copy (its memo maps the module to the copy), and `torch.save(model)` pickles the chain; a layer
-that holds something unpicklable (a compiled graph) drops it in `__getstate__` and rebuilds it.
+copy (its memo maps the module to the copy); a layer that holds something that cannot be copied
+(a compiled graph) drops it in `__getstate__` and rebuilds it. `torch.save(model)` leaves the
+whole chain out: the file holds the user's plain module (`pickling`).
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from autoopt.runtime import forward
+from autoopt.runtime import forward, pickling
 from autoopt.runtime.context import Context
 from autoopt.runtime.options import Options
 from autoopt.runtime.passes import PASSES
@@ -102,6 +102,8 @@ def prepare(
     returned = ctx.returned_model
     if returned is not None and returned is not model:
         object.__setattr__(returned, APPLIED_ATTR, ctx.report)
+    # A pickle (torch.save) of the model holds none of the above; a deep copy keeps it all.
+    pickling.install(model, returned)
     return ctx
 
 
