@@ -205,13 +205,33 @@ WRAPPED = {
             'decoder, opt_dec = autoopt.optimize(decoder, optimizer=opt_dec, device="cpu")',
         ),
     ],
-    "scheduled_optim.py": [
+    # The backward and step sit in a function nested in the epoch function (timm's `_backward`).
+    "nested_backward.py": [
         ("from torch.utils.data import DataLoader, TensorDataset", IMPORT),
         (
-            ")",  # the end of `optimizer = ScheduledOptim(torch.optim.Adam(...), 0.1, 4)`
-            "    transformer, training_data = autoopt.optimize(transformer, training_data, "
-            'device="cpu", amp=False)  # autoopt: amp=False (the optimizer is wrapped in '
-            "ScheduledOptim)",
+            "loader = DataLoader(TensorDataset(torch.randn(32, 8), torch.randn(32, 1)), "
+            "batch_size=8)",
+            "    model, loader, optimizer = autoopt.optimize(model, loader, optimizer, "
+            'device="cpu")',
+        ),
+    ],
+    # The factory of a local module places the model behind the script's flag.
+    "factory_gpu_flag/train.py": [
+        ("from torch.utils.data import DataLoader, TensorDataset", IMPORT),
+        (
+            "optimizer = torch.optim.SGD(net.parameters(), lr=0.1)",
+            "    net, optimizer = autoopt.optimize(net, optimizer=optimizer, "
+            'device="cuda" if args.gpu else "cpu")',
+        ),
+    ],
+    # The Trainer the model is handed to places it on the process's GPU.
+    "trainer_places_model.py": [
+        ("from torch.utils.data import DataLoader, TensorDataset", IMPORT),
+        (
+            "train_data = DataLoader(TensorDataset(torch.randn(32, 8), torch.randn(32, 1)), "
+            "batch_size=8)",
+            "    model, train_data, optimizer = autoopt.optimize(model, train_data, optimizer, "
+            'device=int(os.environ["LOCAL_RANK"]))',
         ),
     ],
     "step_helper.py": [
@@ -248,6 +268,25 @@ DECLINED = {
     "ddp_before_optimizer.py": (
         "model wrapped in DDP/FSDP before the optimizer",
         "optimize() must get the bare model",
+    ),
+    # Asked before "which model's parameters feed the optimizer" (groups built in a loop).
+    "ddp_param_groups.py": (
+        "model wrapped in DDP/FSDP before the optimizer",
+        "optimize() must get the bare model",
+    ),
+    "kwargs_trainer_module.py": (
+        "optimizer created in another module",
+        "the keyword argument `optimizer` of Trainer(), which nothing here calls",
+    ),
+    "scheduled_optim.py": (
+        "optimizer wrapped in a class",
+        "`optimizer` is a ScheduledOptim, which steps the torch optimizer it holds in "
+        "step_and_update_lr()",
+    ),
+    "ignite_engine.py": ("already uses ignite", "ignite Engine"),
+    "library_loss_scaler.py": (
+        "another mixed-precision system",
+        "its loss scaler does the backward and steps the optimizer (`loss_scaler(...)`",
     ),
 }
 
