@@ -794,9 +794,12 @@ class _Planner:
                     placed, device = self._placement(factory, names.pop(), returns[0])
                     if placed:
                         return self._translate(device, factory, value) if device else None
+        # Only what runs before training starts: a helper called later may move the model for
+        # saving or export (`model.to("cpu")`), which is no choice of the training device.
+        trains = [c for c in home.calls() if self.code.trains(home, c)]
         for call in home.calls():
             target = self.code.resolve(file, call)
-            if target is None or target == home:
+            if target is None or target == home or any(not file.before(call, t) for t in trains):
                 continue
             for param in target.params():
                 arg = self.code.argument(call, target, param)

@@ -322,3 +322,25 @@ def test_the_loop_in_a_local_module_is_found_only_through_that_module(tmp_path: 
     (tmp_path / "train.py").write_text(script)
     result = wrap_source(script, path=tmp_path / "train.py")
     assert result.declined and result.reason == "no training loop"
+
+
+def test_a_helper_called_after_training_is_no_placement(tmp_path: Path) -> None:
+    """A function the model is handed to after training (`export(model)` moving it to the GPU
+    to time inference) says nothing about the training device: no `device=` from it."""
+    script = (FIXTURES / "trainer_places_model.py").read_text()
+    script = script.replace(
+        "    trainer.train(2)\n",
+        "    trainer.train(2)\n    export(model)\n",
+    ).replace(
+        "def main():",
+        'def export(model):\n    model.to("cuda")\n    torch.save(model.state_dict(), "m.pt")\n\n\n'
+        "def main():",
+    )
+    # The Trainer (before training) still places it; without it, the export alone does not.
+    result = wrap_source(script, path=tmp_path / "train.py")
+    assert 'device=int(os.environ["LOCAL_RANK"])' in result.source
+    alone = script.replace(
+        "        self.model = model.to(self.gpu_id)\n", "        self.model = model\n"
+    )
+    result = wrap_source(alone, path=tmp_path / "train.py")
+    assert result.inserted and "device=" not in result.inserted[0], result.inserted
