@@ -294,6 +294,8 @@ class CodeBase:
         func = call.func
         if isinstance(func, cst.Name):
             name = func.value
+            if nested := self._nested(file, call, name):
+                return nested
             if name in file.functions:
                 return Func(file, file.functions[name])
             if name in file.imports:
@@ -314,6 +316,18 @@ class CodeBase:
                 return found if isinstance(found, Func) else None
             owner = self._instance_class(file, receiver.value, file.scope_of(call))
             return self.method(*owner, attr) if owner else None
+        return None
+
+    @staticmethod
+    def _nested(file: SourceFile, call: cst.Call, name: str) -> Func | None:
+        """The function `name` defined inside a function enclosing `call` (timm's
+        `def _backward(_loss): ...` in train_one_epoch, called from its loop)."""
+        scope = file.scope_of(call)
+        while isinstance(scope, cst.FunctionDef):
+            for node in file.body_nodes(scope):
+                if isinstance(node, cst.FunctionDef) and node.name.value == name:
+                    return Func(file, node)
+            scope = file.scope_of(scope)
         return None
 
     def _instance_class(

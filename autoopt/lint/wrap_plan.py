@@ -7,7 +7,8 @@ The analysis starts from what training does, not from where things are written:
    calls `.backward()`, or in a helper such a function calls (`self._apply_gradients()`). So
    factories (`model.configure_optimizers()`, `smart_optimizer()`) count, and so do
    `for opt in optimizers: opt.step()` (each optimizer the list names) and a plain class wrapping
-   an optimizer (`optimizer.step_and_update_lr()`): its model gets a call without it (fp32).
+   an optimizer (`optimizer.step_and_update_lr()`): that script is declined, naming the wrapper
+   (optimize() cannot reach the optimizer inside it, and AMP's loss scaling lives in its step).
    optimize() is never handed an optimizer as a model.
 2. From each use, the object is followed back through parameters, callers and `self.` attributes
    to the statement that creates it: the function holding that statement is where the call goes
@@ -24,10 +25,12 @@ The analysis starts from what training does, not from where things are written:
 4. The call goes after the optimizer, the model and the loader exist, before the statement that
    starts training, with `device=` where the script itself puts the model (`model.to(device)`),
    when that expression is defined there; under a flag (`if args.gpu: model.cuda()`) the flag's
-   own choice (`device="cuda" if args.gpu else "cpu"`); a script with no GPU path at all gets
-   `device="cpu"`. What the script already does itself turns the
+   own choice (`device="cuda" if args.gpu else "cpu"`), also when a local factory builds and
+   places the model (`net = get_network(args)`) or a class it is handed to places it
+   (`Trainer(model)` moving it to `self.gpu_id`), translated into the script's names; a script
+   with no GPU path at all gets `device="cpu"`. What the script already does itself turns the
    overlapping option off with a comment (its own autocast/GradScaler, torch.compile, DDP wrap);
-   Accelerate, Lightning and Hogwild scripts are declined, so are scripts running another
+   Accelerate, Lightning, ignite and Hogwild scripts are declined, so are scripts running another
    mixed-precision system (`precision.other_precision_system`: apex amp, a half model, loss scaling
    by hand), a model the loop trains through an object built from it before the optimizer, and
    anything the analysis cannot prove.
@@ -165,6 +168,8 @@ class _Planner:
         self._collections: set[str] = set()  # stepped as `for opt in <expr>: opt.step()`
         self._optimizers: set[str] = set()  # every expression found stepped
         self._stepping_cache: dict[int, set[str]] = {}
+        # (function, parameter) an object was followed to, where nothing here calls the function
+        self._outside: list[tuple[Func, str]] = []
 
     # ----- the whole analysis -----------------------------------------------------------------
     def plan(self) -> Plan | Decline:
@@ -177,7 +182,8 @@ class _Planner:
         for func in trainers:
             if func.file is not self.script and (conflict := self._conflict(func.file)):
                 return conflict
-        uses = [use for func in self._stepping(trainers) for use in self._optimizer_uses(func)]
+        steppers = self._stepping(trainers)
+        uses = [use for func in steppers for use in self._optimizer_uses(func)]
         if not uses:
             return Decline("no optimizer", "no optimizer is stepped where .backward() runs")
         # Only a script that trains and steps an optimizer is declined for its own precision
@@ -186,8 +192,11 @@ class _Planner:
         for file in stepping.values():
             if conflict := self._own_precision(file):
                 return conflict
+        if conflict := self._scaler_steps(steppers):
+            return conflict
         origins: dict[tuple[int, str], _Origin] = {}
         for func, expr, node in uses:
+            self._outside = []
             found = self._origins(func, expr, node, 0)
             if found and expr in self._collections:
                 found = self._members(found)
@@ -197,6 +206,8 @@ class _Planner:
                         f"the optimizers stepped through `{expr}` are not named where it is "
                         "built: no optimizer to hand to optimize()",
                     )
+            if not found and (outside := self._handed_in(expr)):
+                return Decline("optimizer created in another module", outside)
             if not found:
                 return Decline(
                     "optimizer not created in this file",
@@ -239,6 +250,12 @@ class _Planner:
             )
         if any(d.split(".")[0] in ("lightning", "pytorch_lightning") for d in dotted):
             return Decline("already uses Lightning", "training runs inside a Lightning Trainer")
+        if any(d.startswith("ignite.engine") for d in dotted):
+            # `Engine(train_step)` / `create_supervised_trainer`: the library drives the loop
+            return Decline(
+                "already uses ignite",
+                "training runs inside an ignite Engine (the library drives the loop)",
+            )
         if any(
             d.startswith(("torch.distributed.rpc", "torch.distributed.autograd")) for d in dotted
         ):
@@ -263,6 +280,25 @@ class _Planner:
                 f"the script already runs its own reduced precision: {why}; optimize()'s AMP "
                 "would stack a second one on it",
             )
+        return None
+
+    def _scaler_steps(self, steppers: list[Func]) -> Decline | None:
+        """A decline when the optimizer is handed to a loss scaler object that does the
+        backward and the step itself (timm's and MAE's `loss_scaler(loss, optimizer, ...)`):
+        a mixed-precision system optimize() cannot see into. torch's GradScaler is stepped as
+        `scaler.step(optimizer)` and is not this."""
+        for func in steppers:
+            for call in func.calls():
+                callee = code_of(call.func)
+                if "scaler" not in callee.rsplit(".", 1)[-1].lower():
+                    continue
+                if any(code_of(a.value) in self._optimizers for a in call.args):
+                    return Decline(
+                        "another mixed-precision system",
+                        f"the script already runs its own mixed precision: its loss scaler "
+                        f"does the backward and steps the optimizer (`{callee}(...)` in "
+                        f"{func.name}()); optimize()'s AMP would stack a second one on it",
+                    )
         return None
 
     def _options(self, trainers: list[Func]) -> dict[str, str]:
@@ -376,15 +412,15 @@ class _Planner:
             self._stepping_cache[id(cls)] = stepping_methods(file, cls) if wraps else set()
         return self._stepping_cache[id(cls)]
 
-    def _wrapper_class(self, home: Func, opt: _Origin) -> str | None:
-        """The local class `opt` is an instance of, when it wraps an optimizer (then it is no
-        optimizer optimize() can take)."""
+    def _wrapper_class(self, home: Func, opt: _Origin) -> tuple[str, set[str]] | None:
+        """The local class `opt` is an instance of and its stepping methods, when it wraps an
+        optimizer (then it is no optimizer optimize() can take)."""
         for assign in opt.assigns:
             value = bound_to(assign, opt.expr)
             if isinstance(value, cst.Call) and isinstance(value.func, cst.Name):
                 found = self.code.local_class(home.file, value.func.value)
-                if found is not None and self._steppers(*found):
-                    return value.func.value
+                if found is not None and (methods := self._steppers(*found)):
+                    return value.func.value, methods
         return None
 
     def _members(self, found: list[_Origin]) -> list[_Origin]:
@@ -406,6 +442,21 @@ class _Planner:
                     self._optimizers.add(expr)
                     out += members
         return out
+
+    def _handed_in(self, expr: str) -> str | None:
+        """Why `expr` is created elsewhere, when it was followed to a parameter (or a `**kwargs`
+        keyword) of a function nothing here calls."""
+        if not self._outside:
+            return None
+        func, param = self._outside[-1]
+        callee = (
+            f"{func.cls.name.value}()" if func.name == "__init__" and func.cls else f"{func.name}()"
+        )
+        kind = "parameter" if param in func.params() else "keyword argument"
+        return (
+            f"`{expr}` comes in as the {kind} `{param}` of {callee}, which nothing here calls: "
+            "it is created in another module; wrap the script that builds it"
+        )
 
     # ----- following objects back to where they are created -------------------------------
     def _origins(
@@ -438,6 +489,11 @@ class _Planner:
             return found
         if expr in func.params():
             return self._through_callers(func, expr, depth)
+        outer = func.file.scope_of(func.node)
+        if isinstance(func.node, cst.FunctionDef) and isinstance(outer, cst.FunctionDef):
+            # a closure's free variable (`def _backward(loss): optimizer.step()` inside
+            # train_one_epoch): bound by the enclosing function
+            return self._origins(Func(func.file, outer), expr, None, depth + 1)
         if isinstance(func.node, cst.FunctionDef):  # a global of the module
             top = self.code.top(func.file)
             if assignments_of(top, expr):
@@ -445,6 +501,11 @@ class _Planner:
         return []
 
     def _through_callers(self, func: Func, param: str, depth: int) -> list[_Origin]:
+        if not self.code.callers(func):
+            # Handed in from code this analysis does not see (`SimCLR(optimizer=...)` in the
+            # script that imports this module): remembered for the decline's reason.
+            self._outside.append((func, param))
+            return []
         found: list[_Origin] = []
         for caller, call in self.code.callers(func):
             arg = self.code.argument(call, func, param)
@@ -454,9 +515,26 @@ class _Planner:
 
     # ----- model, loader, placement -------------------------------------------------------
     def _place(self, home: Func, optimizers: list[_Origin], trainers: list[Func]) -> Plan | Decline:
+        # A model wrapped in DDP/FSDP before the optimizer is created rules out every place for
+        # the call, whatever the optimizer is built over: say so first (parameter groups
+        # gathered in a loop would otherwise be "cannot tell the model").
+        first = min(
+            (a for o in optimizers for a in o.assigns), key=lambda a: home.file.order[id(a)]
+        )
+        if early := self._wrapped_before(home, first):
+            return Decline("model wrapped in DDP/FSDP before the optimizer", early)
+        for opt in optimizers:
+            if wrapped := self._wrapper_class(home, opt):
+                wrapper, methods = wrapped
+                return Decline(
+                    "optimizer wrapped in a class",
+                    f"`{opt.expr}` is a {wrapper}, which steps the torch optimizer it holds in "
+                    f"{'/'.join(f'{m}()' for m in sorted(methods))}: optimize() needs the "
+                    "optimizer itself (AMP's loss scaling lives in its step) and cannot reach "
+                    "it there",
+                )
         pairs: list[Pair] = []
         shared: list[str] = []  # models stepped only by an optimizer over several models
-        alone: list[str] = []  # models whose optimizer optimize() cannot take (a wrapper)
         forced: dict[str, str] = {}
         for opt in optimizers:
             models = {m for a in opt.assigns for m in self._models(home, bound_to(a, opt.expr))}
@@ -480,10 +558,7 @@ class _Planner:
                         f"the model `{model}` is a parameter of {home.name}(), which nothing "
                         "here calls: wrap the script that builds the model",
                     )
-            if wrapper := self._wrapper_class(home, opt):
-                alone += sorted(models)
-                forced["amp"] = f"the optimizer is wrapped in {wrapper}"
-            elif len(models) > 1:
+            if len(models) > 1:
                 shared += sorted(models)
                 forced["amp"] = "an optimizer spans several models"
             else:
@@ -494,7 +569,7 @@ class _Planner:
                 f"{len(pairs)} optimizers step the same model; optimize() takes one per model",
             )
         paired = {p.model for p in pairs}
-        pairs += [Pair(m, None) for m in dict.fromkeys(shared + alone) if m not in paired]
+        pairs += [Pair(m, None) for m in dict.fromkeys(shared) if m not in paired]
         # optimize() only accepts an optimizer over its own model's parameters, and fp16 loss
         # scaling lives in the optimizer's step: without the optimizer, mixed precision would
         # step on unscaled (or non-finite) gradients. So every call of such a script is fp32.
@@ -636,8 +711,25 @@ class _Planner:
     def _device(self, home: Func, model: str, anchor: cst.CSTNode) -> str | None:
         """Where the script puts `model` (`model.to(device)`, `Net().to(args.device)`, `.cuda()`)
         as an expression valid after `anchor`; None (optimize() picks) when it never does, or
-        only conditionally, or with a device not yet defined there."""
-        file = home.file
+        only conditionally, or with a device not yet defined there. A model placed by the
+        factory that builds it (`net = get_network(args)`) or by the function it is handed to
+        (`Trainer(model, ...)` moving it to `self.gpu_id`) gets that placement, written with
+        this function's names."""
+        placed, device = self._placement(home, model, anchor)
+        if not placed:
+            device = self._placed_elsewhere(home, model, anchor)
+            if device is None and not any(
+                device_facts(f.module, f.parent).gpu_path for f in self.code.files()
+            ):
+                return '"cpu"'  # a CPU-only script: its own code expects CPU tensors
+        if device is None or not self._defined(home, device, anchor):
+            return None
+        return device
+
+    def _placement(self, func: Func, model: str, anchor: cst.CSTNode) -> tuple[bool, str | None]:
+        """(whether `func` places `model` at all, the device it leaves it on when the call after
+        `anchor` runs, as code of `func`, or None when that cannot be told)."""
+        file = func.file
         found: list[str | None] = []
         guarded: list[str | None] = []  # `if args.gpu: model.cuda()`, as the script's choice
         # Placements in branches of an if/else (`model = A(...).to(device)` / `B(...).to(device)`,
@@ -646,15 +738,15 @@ class _Planner:
         branches: list[str | None] = []
         guarded_to: set[str | None] = set()  # where the guarded placements move it
         placed = False
-        for call in home.calls():
-            func = call.func
-            if not (isinstance(func, cst.Attribute) and func.attr.value in ("to", "cuda")):
+        for call in func.calls():
+            callee = call.func
+            if not (isinstance(callee, cst.Attribute) and callee.attr.value in ("to", "cuda")):
                 continue
             holder = file.parent(call)
             assigned = isinstance(holder, cst.Assign) and any(
                 code_of(t) == model and holder.value is call for t in assign_targets(holder)
             )
-            if code_of(func.value) != model and not assigned:
+            if code_of(callee.value) != model and not assigned:
                 continue
             if (device := device_of(call)) is NOT_PLACED:
                 continue
@@ -670,25 +762,136 @@ class _Planner:
             else:
                 branches.append(device)
         if found:
-            device = found[-1]  # the last placement is where the model stays
-        elif guarded and branches:
+            return placed, found[-1]  # the last placement is where the model stays
+        if guarded and branches:
             # yolov5: `.to(device)` in both branches, then `if cuda and RANK != -1:` converts
             # to SyncBatchNorm and places it on the same device again: still that device.
             same = len(set(branches)) == 1 and guarded_to == set(branches)
-            device = branches[0] if same else None
-        elif len(set(guarded)) == 1:
-            device = guarded[0]
-        elif len(set(branches)) == 1:
-            device = branches[0]
-        elif not placed and not any(
-            device_facts(f.module, f.parent).gpu_path for f in self.code.files()
-        ):
-            return '"cpu"'  # a CPU-only script: its own code expects CPU tensors
-        else:
-            device = None
-        if device is None or not self._defined(home, device, anchor):
+            return placed, branches[0] if same else None
+        if len(set(guarded)) == 1:
+            return placed, guarded[0]
+        if len(set(branches)) == 1:
+            return placed, branches[0]
+        return placed, None
+
+    def _placed_elsewhere(self, home: Func, model: str, anchor: cst.CSTNode) -> str | None:
+        """The device `model` is put on by the local function that returns it
+        (`net = get_network(args)`, whose `if args.gpu: net = net.cuda()` gives
+        `"cuda" if args.gpu else "cpu"`) or by the one it is handed to (`Trainer(model, ...)`
+        whose `__init__` does `model.to(self.gpu_id)`), translated into `home`'s names."""
+        file = home.file
+        binds = assignments_of(home, model)
+        if len(binds) == 1 and isinstance(value := bound_to(binds[0], model), cst.Call):
+            factory = self.code.resolve(file, value)
+            if factory is not None and factory.name != "__init__":
+                returns = [
+                    n
+                    for n in factory.statements()
+                    if isinstance(n, cst.Return) and isinstance(n.value, cst.Name)
+                ]
+                names = {r.value.value for r in returns}  # type: ignore[union-attr]
+                if len(names) == 1 and len(returns) == 1:
+                    placed, device = self._placement(factory, names.pop(), returns[0])
+                    if placed:
+                        return self._translate(device, factory, value) if device else None
+        # Only what runs before training starts: a helper called later may move the model for
+        # saving or export (`model.to("cpu")`), which is no choice of the training device.
+        trains = [c for c in home.calls() if self.code.trains(home, c)]
+        for call in home.calls():
+            target = self.code.resolve(file, call)
+            if target is None or target == home or any(not file.before(call, t) for t in trains):
+                continue
+            for param in target.params():
+                arg = self.code.argument(call, target, param)
+                if arg is None or code_of(arg) != model:
+                    continue
+                # Only a placement the callee always runs (no branch of its own around it).
+                moves = [
+                    c
+                    for c in target.calls()
+                    if isinstance(c.func, cst.Attribute)
+                    and c.func.attr.value in ("to", "cuda")
+                    and code_of(c.func.value) == param
+                    and device_of(c) is not NOT_PLACED
+                ]
+                if len(moves) != 1 or self._branched(target, moves[0]):
+                    continue
+                device = device_of(moves[0])
+                return self._translate(device, target, call) if device else None
+        return None
+
+    @staticmethod
+    def _branched(func: Func, node: cst.CSTNode) -> bool:
+        """`node` sits under a branch or loop of `func` (it may not run)."""
+        for anc in func.file.ancestors(node):
+            if anc is func.node:
+                return False
+            if isinstance(anc, cst.If | cst.For | cst.While | cst.Try | cst.With | cst.IfExp):
+                return True
+        return False
+
+    def _translate(self, expr: str, callee: Func, call: cst.Call, depth: int = 0) -> str | None:
+        """`expr` (code of `callee`) as the caller of `call` writes it: the callee's parameters
+        become the arguments passed, `self.x` the value `callee` gives it, imports and builtins
+        stay when the caller has them too; None when any name cannot be carried over."""
+        caller = self.code.scope(self.code.script, call)
+        for file in self.code.files():
+            if any(c is call for c in file.calls()):
+                caller = self.code.scope(file, call)
+                break
+        tree = cst.parse_expression(expr)
+        replace: dict[str, str] = {}
+        planner = self
+
+        class Carry(cst.CSTTransformer):
+            failed = False
+
+            def leave_Attribute(
+                self, original: cst.Attribute, updated: cst.Attribute
+            ) -> cst.BaseExpression:
+                if not is_self(original.value):
+                    return updated
+                binds = assignments_of(callee, code_of(original))
+                value = bound_to(binds[0], code_of(original)) if len(binds) == 1 else None
+                text = (
+                    planner._translate(code_of(value), callee, call, depth + 1)
+                    if value is not None and depth < 2
+                    else None
+                )
+                if text is None:
+                    self.failed = True
+                    return updated
+                return cst.parse_expression(f"({text})")
+
+        for name in read_names(tree):
+            word = name.value
+            if word == "self":
+                continue  # `self.x`: carried by its value (below)
+            if word in callee.params():
+                arg = self.code.argument(call, callee, word)
+                if arg is None or not is_object(arg):
+                    return None
+                replace[word] = code_of(arg)
+            elif word in callee.file.imports:
+                if caller.file.imports.get(word) != callee.file.imports[word]:
+                    return None
+            elif not hasattr(builtins, word):
+                return None
+
+        class Rename(cst.CSTTransformer):
+            def leave_Name(self, original: cst.Name, updated: cst.Name) -> cst.BaseExpression:
+                if any(original is n for n in names):
+                    return cst.parse_expression(replace[original.value])
+                return updated
+
+        names = [n for n in read_names(tree) if n.value in replace]
+        carry = Carry()
+        out = tree.visit(Rename()).visit(carry)
+        if carry.failed:
             return None
-        return device
+        text = code_of(out)
+        # `(int(...))` from a carried attribute: drop the parentheses around the whole
+        return text[1:-1] if isinstance(out, cst.BaseExpression) and out.lpar else text
 
     def _defined(self, home: Func, expr: str, anchor: cst.CSTNode) -> bool:
         """Every name `expr` reads is bound when the statement after `anchor` runs: a

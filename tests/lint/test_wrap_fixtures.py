@@ -205,13 +205,33 @@ WRAPPED = {
             'decoder, opt_dec = autoopt.optimize(decoder, optimizer=opt_dec, device="cpu")',
         ),
     ],
-    "scheduled_optim.py": [
+    # The backward and step sit in a function nested in the epoch function (timm's `_backward`).
+    "nested_backward.py": [
         ("from torch.utils.data import DataLoader, TensorDataset", IMPORT),
         (
-            ")",  # the end of `optimizer = ScheduledOptim(torch.optim.Adam(...), 0.1, 4)`
-            "    transformer, training_data = autoopt.optimize(transformer, training_data, "
-            'device="cpu", amp=False)  # autoopt: amp=False (the optimizer is wrapped in '
-            "ScheduledOptim)",
+            "loader = DataLoader(TensorDataset(torch.randn(32, 8), torch.randn(32, 1)), "
+            "batch_size=8)",
+            "    model, loader, optimizer = autoopt.optimize(model, loader, optimizer, "
+            'device="cpu")',
+        ),
+    ],
+    # The factory of a local module places the model behind the script's flag.
+    "factory_gpu_flag/train.py": [
+        ("from torch.utils.data import DataLoader, TensorDataset", IMPORT),
+        (
+            "optimizer = torch.optim.SGD(net.parameters(), lr=0.1)",
+            "    net, optimizer = autoopt.optimize(net, optimizer=optimizer, "
+            'device="cuda" if args.gpu else "cpu")',
+        ),
+    ],
+    # The Trainer the model is handed to places it on the process's GPU.
+    "trainer_places_model.py": [
+        ("from torch.utils.data import DataLoader, TensorDataset", IMPORT),
+        (
+            "train_data = DataLoader(TensorDataset(torch.randn(32, 8), torch.randn(32, 1)), "
+            "batch_size=8)",
+            "    model, train_data, optimizer = autoopt.optimize(model, train_data, optimizer, "
+            'device=int(os.environ["LOCAL_RANK"]))',
         ),
     ],
     "step_helper.py": [
@@ -249,6 +269,25 @@ DECLINED = {
         "model wrapped in DDP/FSDP before the optimizer",
         "optimize() must get the bare model",
     ),
+    # Asked before "which model's parameters feed the optimizer" (groups built in a loop).
+    "ddp_param_groups.py": (
+        "model wrapped in DDP/FSDP before the optimizer",
+        "optimize() must get the bare model",
+    ),
+    "kwargs_trainer_module.py": (
+        "optimizer created in another module",
+        "the keyword argument `optimizer` of Trainer(), which nothing here calls",
+    ),
+    "scheduled_optim.py": (
+        "optimizer wrapped in a class",
+        "`optimizer` is a ScheduledOptim, which steps the torch optimizer it holds in "
+        "step_and_update_lr()",
+    ),
+    "ignite_engine.py": ("already uses ignite", "ignite Engine"),
+    "library_loss_scaler.py": (
+        "another mixed-precision system",
+        "its loss scaler does the backward and steps the optimizer (`loss_scaler(...)`",
+    ),
 }
 
 
@@ -283,3 +322,25 @@ def test_the_loop_in_a_local_module_is_found_only_through_that_module(tmp_path: 
     (tmp_path / "train.py").write_text(script)
     result = wrap_source(script, path=tmp_path / "train.py")
     assert result.declined and result.reason == "no training loop"
+
+
+def test_a_helper_called_after_training_is_no_placement(tmp_path: Path) -> None:
+    """A function the model is handed to after training (`export(model)` moving it to the GPU
+    to time inference) says nothing about the training device: no `device=` from it."""
+    script = (FIXTURES / "trainer_places_model.py").read_text()
+    script = script.replace(
+        "    trainer.train(2)\n",
+        "    trainer.train(2)\n    export(model)\n",
+    ).replace(
+        "def main():",
+        'def export(model):\n    model.to("cuda")\n    torch.save(model.state_dict(), "m.pt")\n\n\n'
+        "def main():",
+    )
+    # The Trainer (before training) still places it; without it, the export alone does not.
+    result = wrap_source(script, path=tmp_path / "train.py")
+    assert 'device=int(os.environ["LOCAL_RANK"])' in result.source
+    alone = script.replace(
+        "        self.model = model.to(self.gpu_id)\n", "        self.model = model\n"
+    )
+    result = wrap_source(alone, path=tmp_path / "train.py")
+    assert result.inserted and "device=" not in result.inserted[0], result.inserted

@@ -58,7 +58,8 @@ def run(script: Path) -> list[str]:
         "shared_optimizer.py",
         "step_progress_bar.py",
         "cpu_only.py",
-        "scheduled_optim.py",
+        "nested_backward.py",
+        "factory_gpu_flag/train.py",
         "step_helper.py",
     ],
 )
