@@ -15,6 +15,7 @@ import sys
 import libcst as cst
 import libcst.matchers as m
 import pytest
+from libcst.codemod.visitors import ImportItem
 
 from autoopt.lint.rewrite import AppliedFix, RejectedFix, RewriteError, SkippedFix, fix_source
 from autoopt.lint.rule import Fix, FixSafety, Rule
@@ -325,3 +326,214 @@ def test_skipped_rules_stay_out_of_later_passes() -> None:
     assert result.source == DEFS + "x = 1\nz = bar(bar(1))\n"
     assert [s.code for s in result.skipped] == ["XR07"]
     assert isinstance(result.skipped[0], SkippedFix)
+
+
+# --- imports, shared and empty fixes, the module itself ---------------------------------------
+
+
+class ImportOnly(Rule):
+    """At each `need_torch()`: a fix that only adds `import torch` (one Fix object for all)."""
+
+    code = "XR12"
+    name = "import-only"
+    message = "needs torch"
+    fix_safety = FixSafety.SAFE
+    items: tuple = (ImportItem("torch"),)
+
+    def visit_Module(self, node: cst.Module) -> None:
+        self._fix = Fix({}, description="import", add_imports=list(self.items))
+        # libcst adds a relative import again on every pass: the rule stops once one is there
+        self._done = "import" in node.code
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if _calls(node, "need_torch") and not self._done:
+            self.report(node, fix=self._fix)
+
+
+def test_an_import_only_fix_shared_by_two_findings_is_applied_once() -> None:
+    code = "need_torch()\nneed_torch()\n"
+    result = fix_source(code, [ImportOnly])
+    assert result.source == "import torch\n\n" + code
+    assert result.applied == [AppliedFix("XR12", "import", 1)]
+
+
+@pytest.mark.parametrize(
+    ("item", "line"),
+    [
+        (
+            ImportItem("torch.amp", "GradScaler", "Scaler"),
+            "from torch.amp import GradScaler as Scaler",
+        ),
+        (ImportItem("numpy", alias="np"), "import numpy as np"),
+        (ImportItem("helpers", "seed", relative=1), "from .helpers import seed"),
+    ],
+)
+def test_added_imports_are_written_as_asked(item: ImportItem, line: str) -> None:
+    class Asked(ImportOnly):
+        items = (item,)
+
+    result = fix_source("need_torch()\n", [Asked])
+    assert result.source == f"{line}\n\nneed_torch()\n"
+
+
+class RemoveOnly(Rule):
+    """At `mk()`: the statement removed, and with it the import of `make` as `mk`, now
+    unused."""
+
+    code = "XR13"
+    name = "remove-only"
+    message = "drop"
+    fix_safety = FixSafety.SAFE
+
+    def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
+        stmt = node.body[0]
+        if isinstance(stmt, cst.Expr) and m.matches(stmt.value, m.Call(m.Name("mk"))):
+            fix = Fix(
+                {node: cst.RemoveFromParent()},
+                remove_imports=[ImportItem("lib", "make", "mk")],
+            )
+            self.report(node, fix=fix)
+
+
+def test_an_aliased_import_made_unused_is_removed() -> None:
+    result = fix_source("from lib import make as mk\nmk()\nx = 1\n", [RemoveOnly])
+    assert result.source == "x = 1\n"
+
+
+class RemoveImportOnly(Rule):
+    """A fix with no replacement that only removes `import os` (if unused)."""
+
+    code = "XR14"
+    name = "remove-import-only"
+    message = "no os"
+    fix_safety = FixSafety.SAFE
+
+    def visit_Import(self, node: cst.Import) -> None:
+        self.report(node, fix=Fix({}, remove_imports=[ImportItem("os")]))
+
+
+def test_a_fix_that_only_removes_an_import_is_applied() -> None:
+    result = fix_source("import os\nx = 1\n", [RemoveImportOnly])
+    assert result.source == "x = 1\n"
+
+
+class Empty(Rule):
+    """A fix that does nothing at all (no replacement, no import) on `foo()`."""
+
+    code = "XR00"  # sorts before XR01 on the same call
+    name = "empty"
+    message = "empty"
+    fix_safety = FixSafety.SAFE
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if _calls(node, "foo"):
+            self.report(node, fix=Fix({}))
+
+
+def test_an_empty_fix_is_passed_over_and_the_next_ones_applied() -> None:
+    code = DEFS + "foo()\nfoo(1)\n"
+    result = fix_source(code, [Empty, Rename])
+    assert result.source == DEFS + "bar()\nbar(1)\n"
+    assert result.passes == 2
+
+
+class ReplaceModule(Rule):
+    """A broken fix: the whole module replaced by an expression."""
+
+    code = "XR15"
+    name = "replace-module"
+    message = "module"
+    fix_safety = FixSafety.SAFE
+
+    def visit_Module(self, node: cst.Module) -> None:
+        if "replace_me" in node.code:
+            self.report(node, fix=Fix({node: cst.Name("x")}))
+
+
+def test_a_fix_that_replaces_the_module_is_skipped_with_the_reason() -> None:
+    code = DEFS + "replace_me = 1\nfoo()\n"
+    result = fix_source(code, [ReplaceModule, Rename])
+    assert result.source == DEFS + "replace_me = 1\nbar()\n"
+    assert result.skipped == [
+        SkippedFix(
+            "XR15",
+            "its fix failed: RewriteError: a fix replaced the whole module with something else",
+        )
+    ]
+
+
+# --- passes ------------------------------------------------------------------------------------
+
+
+def test_max_passes_is_the_number_of_passes_allowed() -> None:
+    """`foo(foo(foo(1)))` takes 3 passes that change and a 4th that finds nothing."""
+    code = DEFS + "foo(foo(foo(1)))\n"
+    assert fix_source(code, [Rename], max_passes=4).passes == 4
+    with pytest.raises(RewriteError, match="^<string>: no fixed point after 3 passes of fixes$"):
+        fix_source(code, [Rename], max_passes=3)
+
+
+def test_fixes_after_an_overlap_are_applied_in_the_same_pass() -> None:
+    code = DEFS + "z = foo(foo(2))\nfoo(3)\n"
+    result = fix_source(code, [Rename])
+    assert result.source == DEFS + "z = bar(bar(2))\nbar(3)\n"
+    assert [a.line for a in result.applied] == [4, 5, 4]  # pass 1: line 4's outer call and 5
+
+
+def test_a_rule_of_another_torch_version_does_not_cost_a_parse(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With the target version, no rule applies to the file: nothing is parsed with libcst and
+    the version-gated rule's fix is not applied."""
+    from autoopt.lint import engine
+
+    parsed: list[str] = []
+    real = cst.parse_module
+    monkeypatch.setattr(engine.cst, "parse_module", lambda s: parsed.append(s) or real(s))
+    old_only = _bar_to_baz(FixSafety.SAFE, applies_to=(None, (2, 0)))
+    code = DEFS + "bar()\n"
+    assert fix_source(code, [old_only], target_version=(2, 1)).source == code
+    assert parsed == []
+    assert fix_source(code, [old_only, Rename], target_version=(2, 1)).source == code
+    assert fix_source(code, [old_only], target_version=(1, 13)).source == DEFS + "baz()\n"
+
+
+def test_errors_name_the_file_or_a_string() -> None:
+    with pytest.raises(RewriteError, match=r"^<string>: fixes oscillate"):
+        fix_source("aa = 1\n", [Flip])
+
+
+class Flip(Rule):
+    """Oscillates: aa -> bb -> aa."""
+
+    code = "XR16"
+    name = "flip"
+    message = "flip"
+    fix_safety = FixSafety.SAFE
+
+    def visit_Name(self, node: cst.Name) -> None:
+        if node.value in ("aa", "bb"):
+            other = "bb" if node.value == "aa" else "aa"
+            self.report(node, fix=Fix({node: node.with_changes(value=other)}))
+
+
+class UnsafeQux(Rule):
+    """Unsafe: `qux()` -> `baz()`."""
+
+    code = "XR17"
+    name = "unsafe-qux"
+    message = "qux"
+    fix_safety = FixSafety.UNSAFE
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if _calls(node, "qux"):
+            self.report(node, fix=Fix({node: node.with_changes(func=cst.Name("baz"))}))
+
+
+def test_after_a_rejection_the_unsafe_fixes_held_back_are_still_listed() -> None:
+    code = DEFS + "def qux(): ...\nfoo()\nqux()\n"
+    result = fix_source(code, [Rename, NoBar, UnsafeQux])
+    assert result.source == code
+    assert [r.code for r in result.rejected] == ["XR01"]
+    assert [f.code for f in result.unsafe_available] == ["XR17"]
+    assert [f.code for f in result.declined] == []
