@@ -537,3 +537,25 @@ def test_after_a_rejection_the_unsafe_fixes_held_back_are_still_listed() -> None
     assert [r.code for r in result.rejected] == ["XR01"]
     assert [f.code for f in result.unsafe_available] == ["XR17"]
     assert [f.code for f in result.declined] == []
+
+
+class Cycle(Rule):
+    """aa -> bb -> cc -> bb: the third pass recreates the first pass's text."""
+
+    code = "XR18"
+    name = "cycle"
+    message = "cycle"
+    fix_safety = FixSafety.SAFE
+
+    def visit_Name(self, node: cst.Name) -> None:
+        other = {"aa": "bb", "bb": "cc", "cc": "bb"}.get(node.value)
+        if other is not None:
+            self.report(node, fix=Fix({node: node.with_changes(value=other)}))
+
+
+def test_a_cycle_through_a_later_text_is_an_oscillation() -> None:
+    with pytest.raises(RewriteError) as info:
+        fix_source("aa = 1\n", [Cycle], path="loop.py")
+    assert str(info.value) == (
+        "loop.py: fixes oscillate (pass 3 recreated an earlier version; rules XR18)"
+    )
