@@ -17,7 +17,15 @@ import libcst.matchers as m
 import pytest
 from libcst.codemod.visitors import ImportItem
 
-from autoopt.lint.rewrite import AppliedFix, RejectedFix, RewriteError, SkippedFix, fix_source
+from autoopt.lint.engine import analyze
+from autoopt.lint.rewrite import (
+    AppliedFix,
+    RejectedFix,
+    RewriteError,
+    SkippedFix,
+    apply_fixes,
+    fix_source,
+)
 from autoopt.lint.rule import Fix, FixSafety, Rule
 from autoopt.lint.suppress import filter_findings
 
@@ -257,6 +265,7 @@ def test_a_fix_that_breaks_the_syntax_is_skipped_and_the_others_applied() -> Non
     assert skipped.reason.startswith("its fix failed: SyntaxError: cannot assign to function call")
     assert not result.rejected
     assert result.applied == [AppliedFix("XR01", "foo -> bar", 5)]
+    assert result.passes == 2  # the other fixes applied in the pass that skipped XR07
 
 
 def test_fixes_that_break_the_syntax_only_together_are_all_left_out() -> None:
@@ -531,12 +540,12 @@ class UnsafeQux(Rule):
 
 
 def test_after_a_rejection_the_unsafe_fixes_held_back_are_still_listed() -> None:
-    code = DEFS + "def qux(): ...\nfoo()\nqux()\n"
+    code = DEFS + "def qux(): ...\nfoo()\nqux()\nbar()\n"
     result = fix_source(code, [Rename, NoBar, UnsafeQux])
     assert result.source == code
     assert [r.code for r in result.rejected] == ["XR01"]
     assert [f.code for f in result.unsafe_available] == ["XR17"]
-    assert [f.code for f in result.declined] == []
+    assert [(f.code, f.line) for f in result.declined] == [("XR04", 7)]
 
 
 class Cycle(Rule):
@@ -559,3 +568,103 @@ def test_a_cycle_through_a_later_text_is_an_oscillation() -> None:
     assert str(info.value) == (
         "loop.py: fixes oscillate (pass 3 recreated an earlier version; rules XR18)"
     )
+
+
+class Flip2(Flip):
+    """1 <-> 2, beside Flip's aa <-> bb."""
+
+    code = "XR19"
+    name = "flip2"
+
+    def visit_Name(self, node: cst.Name) -> None:
+        pass
+
+    def visit_Integer(self, node: cst.Integer) -> None:
+        other = {"1": "2", "2": "1"}.get(node.value)
+        if other is not None:
+            self.report(node, fix=Fix({node: node.with_changes(value=other)}))
+
+
+def test_an_oscillation_names_every_rule_of_the_pass() -> None:
+    with pytest.raises(RewriteError) as info:
+        fix_source("aa = 1\n", [Flip, Flip2], path="two.py")
+    assert str(info.value) == (
+        "two.py: fixes oscillate (pass 2 recreated an earlier version; rules XR16, XR19)"
+    )
+
+
+@pytest.mark.parametrize("rule", [NoOp, Empty])
+def test_with_unsafe_fixes_given_none_is_announced_as_needing_them(rule: type[Rule]) -> None:
+    """An unsafe fix that does nothing (or has nothing to apply) is not listed as 'available
+    with --unsafe-fixes' when the flag was given."""
+
+    class Unsafe(rule):  # type: ignore[valid-type, misc]
+        fix_safety = FixSafety.UNSAFE
+
+    code = DEFS + "foo()\n"
+    assert [f.code for f in fix_source(code, [Unsafe]).unsafe_available] == [Unsafe.code]
+    result = fix_source(code, [Unsafe], unsafe=True)
+    assert result.source == code and not result.unsafe_available
+
+
+class Pair(Rule):
+    """One fix with two replacements: `first()` -> `bar()` and `last(...)` -> `baz(...)`."""
+
+    code = "XR20"
+    name = "pair"
+    message = "pair"
+    fix_safety = FixSafety.SAFE
+
+    def visit_Module(self, node: cst.Module) -> None:
+        self._calls: dict[str, cst.Call] = {}
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if isinstance(node.func, cst.Name) and node.func.value in ("first", "last"):
+            self._calls[node.func.value] = node
+
+    def leave_Module(self, original_node: cst.Module) -> None:
+        first, last = self._calls.get("first"), self._calls.get("last")
+        if first is not None and last is not None:
+            fix = Fix(
+                {
+                    first: first.with_changes(func=cst.Name("bar")),
+                    last: last.with_changes(func=cst.Name("baz")),
+                }
+            )
+            self.report(first, fix=fix)
+
+
+class Mid(Rule):
+    """`mid()` -> `bar()`."""
+
+    code = "XR21"
+    name = "mid"
+    message = "mid"
+    fix_safety = FixSafety.SAFE
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if _calls(node, "mid"):
+            self.report(node, fix=Fix({node: node.with_changes(func=cst.Name("bar"))}))
+
+
+def test_a_fix_inside_any_earlier_fix_of_the_pass_waits() -> None:
+    """XR01's `foo(1)` lies inside the second replacement of XR20's fix, with XR21's fix
+    between them: it waits for the next pass (applied once, not lost and counted twice)."""
+    defs = DEFS + "def first(): ...\ndef mid(): ...\ndef last(*a): ...\n"
+    code = defs + "first()\nmid()\nlast(foo(1))\n"
+    result = fix_source(code, [Pair, Mid, Rename])
+    assert result.source == defs + "bar()\nbar()\nbaz(bar(1))\n"
+    assert [a.code for a in result.applied] == ["XR20", "XR21", "XR01"]
+
+
+def test_apply_fixes_rebuilds_only_the_path_to_the_edit() -> None:
+    """On the tree analysed last, statements the fix does not touch are kept as they are (the
+    same objects): only the edited statement's ancestors are rebuilt."""
+    code = DEFS + "foo()\nx = 1\n"
+    analysis = analyze(code, "<string>", [Rename])
+    (finding,) = analysis.findings
+    assert finding.fix is not None
+    new = apply_fixes(analysis.module, [finding.fix])
+    assert new.code == DEFS + "bar()\nx = 1\n"
+    old = analysis.module.body
+    assert [a is b for a, b in zip(new.body, old, strict=True)] == [True, True, True, False, True]
