@@ -178,7 +178,10 @@ def test_a_single_tensor_is_not_clipped_mid_cycle(fresh: Any) -> None:
     assert torch.equal(weight.grad, grad)  # a partial sum: left alone
     opt.step()
     F.mse_loss(model(x), y).backward()
-    torch.nn.utils.clip_grad_value_(weight, 1e-6)  # the last micro-batch: clipped
+    # the last micro-batch: clipped, by norm then by value
+    torch.nn.utils.clip_grads_with_norm_(weight, 1e-3, torch.nn.utils.get_total_norm([weight.grad]))
+    assert weight.grad.norm().item() == pytest.approx(1e-3, rel=1e-3)
+    torch.nn.utils.clip_grad_value_(weight, 1e-6)
     assert weight.grad.abs().max().item() <= 1e-6
 
 
