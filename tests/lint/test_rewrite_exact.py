@@ -668,3 +668,22 @@ def test_apply_fixes_rebuilds_only_the_path_to_the_edit() -> None:
     assert new.code == DEFS + "bar()\nx = 1\n"
     old = analysis.module.body
     assert [a is b for a, b in zip(new.body, old, strict=True)] == [True, True, True, False, True]
+
+
+class NoBarInTrain(Rule):
+    """No fix: flags `bar(...)` in files named train.py only (a rule may read the path)."""
+
+    code = "XR22"
+    name = "no-bar-in-train"
+    message = "no bar in train.py"
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if _calls(node, "bar") and self.context.path.name == "train.py":
+            self.report(node)
+
+
+@pytest.mark.parametrize(("path", "fixed"), [("train.py", False), ("other.py", True)])
+def test_verification_analyses_the_edit_as_the_file_it_is(path: str, fixed: bool) -> None:
+    code = DEFS + "foo()\n"
+    result = fix_source(code, [Rename, NoBarInTrain], path=path)
+    assert result.source == (DEFS + "bar()\n" if fixed else code)
