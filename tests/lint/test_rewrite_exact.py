@@ -687,3 +687,31 @@ def test_verification_analyses_the_edit_as_the_file_it_is(path: str, fixed: bool
     code = DEFS + "foo()\n"
     result = fix_source(code, [Rename, NoBarInTrain], path=path)
     assert result.source == (DEFS + "bar()\n" if fixed else code)
+
+
+def test_each_text_is_analysed_and_name_checked_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Verification reuses what the pass knows of the text before the edit (its findings and
+    unbound names) and hands its analysis of the edited text to the next pass: no text is
+    analysed, or checked for unbound names, twice (each costs about a parse)."""
+    from autoopt.lint import rewrite, verify
+
+    analysed: list[str] = []
+    checked: list[str] = []
+    real_analyze, real_unbound = rewrite.analyze, verify.unbound_names
+
+    def analyze_spy(source: str, *args: object, **kwargs: object) -> object:
+        analysed.append(source)
+        return real_analyze(source, *args, **kwargs)
+
+    def unbound_spy(source: str) -> object:
+        checked.append(source)
+        return real_unbound(source)
+
+    for module in (rewrite, verify):
+        monkeypatch.setattr(module, "analyze", analyze_spy)
+        monkeypatch.setattr(module, "unbound_names", unbound_spy)
+    code = DEFS + "z = foo(foo(1))\n"
+    result = fix_source(code, [Rename])
+    assert result.source == DEFS + "z = bar(bar(1))\n" and result.passes == 3
+    assert len(analysed) == len(set(analysed)) == 3  # the file, then each pass's edit
+    assert len(checked) == len(set(checked)) == 3
