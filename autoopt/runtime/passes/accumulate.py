@@ -14,7 +14,7 @@ Semantics (those of HF Accelerate's `accumulate()`, without its context manager)
   micro-batch of a cycle, the one whose `step()` acts: a hand-written loop clips the full sum
   once before its step. On the other micro-batches `clip_grad_norm_` returns the partial sum's
   norm and clips nothing. (`clip_grad_norm_` is caught however it was imported; a
-  `clip_grad_value_` imported by name before `optimize()` is not.)
+  `clip_grad_value_` or `clip_grads_with_norm_` imported by name before `optimize()` is not.)
 * A `GradScaler` in the loop is refused with an error (its `step()` would unscale partial sums).
 * Under DDP only the last micro-batch of a cycle all-reduces gradients: before each forward with
   grad enabled, `require_backward_grad_sync` is set on the DDP module exactly as `no_sync()`
@@ -188,6 +188,8 @@ class GatedZeroGrad:
 
 _original_clip_grads_with_norm = clip_grad._clip_grads_with_norm_
 _original_clip_grad_value = clip_grad.clip_grad_value_
+# torch >= 2.6's public spelling of the second half of clip_grad_norm_ (after get_total_norm).
+_original_public_clip_grads_with_norm = getattr(torch.nn.utils, "clip_grads_with_norm_", None)
 
 
 def _mid_cycle(parameters: Any) -> bool:
@@ -201,6 +203,8 @@ def _mid_cycle(parameters: Any) -> bool:
 
 
 def _clip_grads_with_norm_(parameters: Any, *args: Any, **kwargs: Any) -> None:
+    if isinstance(parameters, Iterable) and not isinstance(parameters, torch.Tensor):
+        parameters = list(parameters)  # a generator from the public spelling: read twice
     if not _mid_cycle(parameters):
         _original_clip_grads_with_norm(parameters, *args, **kwargs)
 
@@ -221,6 +225,8 @@ def _gate_clipping() -> bool:
     clip_grad._clip_grads_with_norm_ = _clip_grads_with_norm_
     clip_grad.clip_grad_value_ = _clip_grad_value_
     torch.nn.utils.clip_grad_value_ = _clip_grad_value_
+    if _original_public_clip_grads_with_norm is not None:
+        torch.nn.utils.clip_grads_with_norm_ = _clip_grads_with_norm_
     return True
 
 
@@ -228,6 +234,8 @@ def _ungate_clipping() -> None:
     clip_grad._clip_grads_with_norm_ = _original_clip_grads_with_norm
     clip_grad.clip_grad_value_ = _original_clip_grad_value
     torch.nn.utils.clip_grad_value_ = _original_clip_grad_value
+    if _original_public_clip_grads_with_norm is not None:
+        torch.nn.utils.clip_grads_with_norm_ = _original_public_clip_grads_with_norm
 
 
 def _scheduler_classes() -> list[type]:
