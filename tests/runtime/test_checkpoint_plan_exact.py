@@ -322,6 +322,43 @@ def test_unmeasured_backwards_are_named_in_the_warning_and_the_line(
     )
 
 
+class Gated(Block):
+    """A block scaled by a tensor its caller makes and shares with every block (no grad)."""
+
+    def forward(self, x: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
+        return super().forward(x) * gate
+
+
+class GatedStack(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.blocks = nn.ModuleList(Gated(16, 2, 0.0) for _ in range(3))
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        gate = torch.full((24, 16), 0.5)
+        for block in self.blocks:
+            h = block(h, gate)
+        return h
+
+
+def test_a_tensor_the_caller_shares_is_not_counted_in_each_blocks_costs() -> None:
+    """The block saves the gate for backward; it is the caller's (counted once in the
+    forward's bytes), so no block's costs hold it."""
+    torch.manual_seed(0)
+    plain = GatedStack()
+    h = torch.randn(4, 24, 16, requires_grad=True)
+    budget = _state(plain) + _hooked_bytes(lambda: plain(h), plain) // 2
+    model = _optimize(copy.deepcopy(plain), budget)
+    made = plan(model, h)
+    assert made is not None
+    gate = torch.full((24, 16), 0.5)
+    fresh = h.detach().requires_grad_(True).clone()
+    block = plain.blocks[0]
+    alone = _hooked_bytes(lambda: block(fresh, gate), plain, gate)
+    assert alone < _hooked_bytes(lambda: block(fresh, gate), plain)  # it does save the gate
+    assert made.costs["blocks.0"].plain == alone
+
+
 # --- no budget, and "auto" on a GPU (faked) ---------------------------------------------
 
 
@@ -340,7 +377,7 @@ def _planned_for_cuda(model: nn.Module) -> None:
 
 
 def test_auto_is_the_free_gpu_memory_and_no_budget_without_a_gpu(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     torch.manual_seed(0)
     plain = GPT(layers=3)
@@ -351,7 +388,10 @@ def test_auto_is_the_free_gpu_memory_and_no_budget_without_a_gpu(
     _planned_for_cuda(model)
     monkeypatch.setattr(checkpoint_plan, "module_device", lambda m: torch.device("cuda", 0))
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (free, 4 * free))
-    made = plan(model, x)
+    with caplog.at_level(logging.DEBUG, logger="autoopt"):
+        made = plan(model, x)
+    # Decided before optimize() has shown its report: nothing is said yet, the section neither.
+    assert [r for r in caplog.records if r.name == "autoopt"] == []
     assert made is not None and made.budget == free
     assert any(m is not Mode.PLAIN for m in _modes(model))
     monkeypatch.undo()
