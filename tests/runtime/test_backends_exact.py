@@ -195,7 +195,7 @@ def test_under_torchrun_the_rule_stands_without_timing(
     optimizer = getattr(torch.optim, make)(model.parameters(), lr=0.01)
     dist = DistState(rank=0, world_size=2, local_rank=0, backend="gloo", strategy=strategy)
     ctx, result = _run(torch.device("cpu"), optimizer=optimizer, dist=dist, model=model)
-    assert result.status.value == "applied"
+    assert (result.name, result.status.value) == ("backends", "applied")
     assert result.detail == f"no cuDNN/TF32 flags on cpu; {detail}"
     assert ctx.step_layers == []
     assert all((g["fused"], g["foreach"]) == flags for g in optimizer.param_groups)
@@ -379,7 +379,7 @@ def test_steps_through_a_gradscaler_or_with_a_closure_are_not_switched(
             loss.backward()
             return loss
 
-        loss = optimizer.step(closure)
+        loss = optimizer.step(closure=closure)
         assert isinstance(loss, torch.Tensor) and loss.requires_grad
         ref_opt.step(lambda a=step_x, b=step_y: _ref_closure(reference, ref_opt, a, b))
     _close(model, reference)
@@ -394,3 +394,60 @@ def _ref_closure(
     loss = torch.nn.functional.cross_entropy(model(x), y)
     loss.backward()
     return loss
+
+
+@pytest.mark.parametrize("gpu", [True, False], ids=["ampere", "cpu"])
+def test_an_optimizer_the_user_configured_is_kept_and_the_flags_still_apply(
+    monkeypatch: pytest.MonkeyPatch, torch_flags: None, gpu: bool
+) -> None:
+    if gpu:
+        _gpus(monkeypatch, (8, 0))
+    optimizer = torch.optim.Adam(MLP().parameters(), foreach=False)
+    _, result = _run(torch.device("cuda" if gpu else "cpu"), optimizer=optimizer)
+    flags = (
+        "cudnn.benchmark=True, TF32 matmul and convolutions"
+        if gpu
+        else ("no cuDNN/TF32 flags on cpu")
+    )
+    assert (result.name, result.status.value, result.detail) == (
+        "backends",
+        "applied" if gpu else "skipped",
+        f"{flags}; Adam sets fused/foreach explicitly: kept",
+    )
+    assert optimizer.param_groups[0]["foreach"] is False
+
+
+class OwnScalingSGD(torch.optim.SGD):
+    """A user's optimizer that tells GradScaler it takes the scale inside its step."""
+
+    def __init__(
+        self,
+        params: object,
+        lr: float = 0.1,
+        momentum: float = 0.0,
+        foreach: bool | None = None,
+        fused: bool | None = None,
+    ) -> None:
+        super().__init__(params, lr=lr, momentum=momentum, foreach=foreach, fused=fused)
+        self._step_supports_amp_scaling = True
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the timing runs on CPU")
+def test_the_users_own_step_attributes_come_back_when_their_step_wins(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The fused candidate sets `_step_supports_amp_scaling`; when the default step wins, the
+    optimizer says again what its own class said."""
+    torch.manual_seed(0)
+    model = MLP()
+    optimizer = OwnScalingSGD(model.parameters(), lr=0.1, momentum=0.9)
+    costs = {"fused": 0.0015, "foreach": 0.0016, "default": 0.001}
+    monkeypatch.setattr(backends, "CLOCK", StateClock(optimizer, costs))
+    model, optimizer = autoopt.optimize(
+        model, optimizer=optimizer, amp=False, compile=False, verbose=False
+    )
+    x, y = mlp_data(160)
+    train(model, optimizer, batches(x, y, 16), epochs=1)
+    assert "default OwnScalingSGD step: fastest of" in autoopt.report(model)["backends"].detail
+    assert optimizer.__dict__.get("_step_supports_amp_scaling") is True
+    assert "_need_device_dtype_check_for_fused" not in optimizer.__dict__
