@@ -80,7 +80,11 @@ MODULES: dict[str, tuple[str, list[str]]] = {
     ),
     "checkpoint_plan": (
         "autoopt/runtime/checkpointing/checkpoint_plan.py",
-        ["tests/runtime/test_checkpoint_budget.py", "tests/runtime/test_block_stacks.py"],
+        [
+            "tests/runtime/test_checkpoint_budget.py",
+            "tests/runtime/test_block_stacks.py",
+            "tests/runtime/test_checkpoint_plan_exact.py",
+        ],
     ),
     "forward": (  # the forward and optimizer-step chains
         "autoopt/runtime/forward.py",
@@ -94,7 +98,10 @@ MODULES: dict[str, tuple[str, list[str]]] = {
             "not slow",
         ],
     ),
-    "backends": ("autoopt/runtime/passes/backends.py", ["tests/runtime/test_backends.py"]),
+    "backends": (
+        "autoopt/runtime/passes/backends.py",
+        ["tests/runtime/test_backends.py", "tests/runtime/test_backends_exact.py"],
+    ),
     "rewrite": (
         "autoopt/lint/rewrite.py",
         [

@@ -250,15 +250,29 @@ _SETTINGS = {
 
 def _apply_flags(ctx: Context, settings: dict[str, Any]) -> None:
     """Make the settings; the previous values come back if optimize() fails later."""
+    # Every previous value is read before any is set: torch ties `matmul.allow_tf32` to the
+    # float32 matmul precision (setting one sets the other), so a value read after its partner
+    # was set is autoopt's, and putting that back leaves torch's two APIs disagreeing
+    # (`torch.get_float32_matmul_precision()` then raises).
+    previous = {name: _get_flag(name) for name in settings}
     for name, value in settings.items():
-        if name == "float32_matmul_precision":
-            before = torch.get_float32_matmul_precision()
-            torch.set_float32_matmul_precision(value)
-            ctx.undo.append(functools.partial(torch.set_float32_matmul_precision, before))
-            continue
-        owner, attr = _SETTINGS[name]
-        ctx.undo.append(functools.partial(setattr, owner, attr, getattr(owner, attr)))
-        setattr(owner, attr, value)
+        ctx.undo.append(functools.partial(_set_flag, name, previous[name]))
+        _set_flag(name, value)
+
+
+def _get_flag(name: str) -> Any:
+    if name == "float32_matmul_precision":
+        return torch.get_float32_matmul_precision()
+    owner, attr = _SETTINGS[name]
+    return getattr(owner, attr)
+
+
+def _set_flag(name: str, value: Any) -> None:
+    if name == "float32_matmul_precision":
+        torch.set_float32_matmul_precision(value)
+        return
+    owner, attr = _SETTINGS[name]
+    setattr(owner, attr, value)
 
 
 def _original_attrs(
