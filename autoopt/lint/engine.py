@@ -213,11 +213,20 @@ def _keep_short_strings(match: re.Match[str]) -> str:
     return match.group(0) if match.lastgroup == "short" else " "
 
 
+# The last text stripped: `rewrite` asks the pre-filter about the same text twice (whether to
+# parse it at all, then which rules to run on it), and a file's regex pass is not free.
+_STRIPPED: list[tuple[str, str]] = []
+
+
 def strip_prose(source: str) -> str:
     """`source` with comments and triple-quoted strings blanked (for the trigger pre-filter)."""
     if "#" not in source and '"""' not in source and "'''" not in source:
         return source
-    return _PROSE.sub(_keep_short_strings, source)
+    if _STRIPPED and _STRIPPED[0][0] is source:
+        return _STRIPPED[0][1]
+    code = _PROSE.sub(_keep_short_strings, source)
+    _STRIPPED[:] = [(source, code)]
+    return code
 
 
 # libcst providers computed only when a rule first asks for them. Each is a full Python
