@@ -8,7 +8,7 @@ from __future__ import annotations
 import libcst as cst
 import pytest
 
-from autoopt.lint import metadata, nodes, rewrite, verify
+from autoopt.lint import engine, metadata, nodes, rewrite, verify
 from autoopt.lint.rule import Fix, ImportItem
 
 SOURCE = """\
@@ -126,3 +126,56 @@ def test_pyflakes_on_the_original_only_when_the_edit_has_an_undefined_name() -> 
         "import torch\nx = 1\n", "import torch\nx = y\n", rules=[], before_unbound=before_names
     )
     assert not broken.ok and asked == ["before"]
+
+
+LARGE = """\
+# header
+import torch
+
+x = 1
+y = 2
+
+
+# a comment before a decorated function
+@decorator
+def f(a):
+    return a
+
+    # an indented comment ending the block
+z = 3
+class C:
+    pass
+# a comment at column 0
+w = [
+    1,
+]
+"""
+
+
+def test_parse_large_gives_the_tree_of_a_whole_parse() -> None:
+    whole = cst.parse_module(LARGE)
+    for chunk_lines in (1, 2, 3, 5):
+        module = engine.parse_large(LARGE, chunk_lines)
+        assert module is not None
+        assert module.deep_equals(whole)
+        assert module.code == LARGE
+    assert engine.parse_large("x = (\n") is None  # syntax errors: parsed whole, as before
+    assert engine.parse_large("x = 1\r\ny = 2\r\n", 1) is not None
+    assert engine.parse_large("x = 1\ry = 2\r", 1) is None  # lines `ast` counts otherwise
+
+
+def test_lint_of_a_large_file_in_chunks_equals_the_whole_parse(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from autoopt.lint.registry import load_registry
+    from autoopt.lint.runner import lint_bytes
+
+    source = (LARGE + "for b in loader:\n    b = b.cuda()\n    model(b).backward()\n") * 3
+    rules = list(load_registry().rules.values())
+    whole = lint_bytes(source.encode(), "t.py", rules)
+    calls: list[int] = []
+    real = engine.parse_large
+    monkeypatch.setattr(engine, "LARGE_FILE_LINES", 10)
+    monkeypatch.setattr(engine, "parse_large", lambda s: calls.append(1) or real(s, 4))
+    chunked = lint_bytes(source.encode(), "t.py", rules)
+    assert calls and chunked.diagnostics == whole.diagnostics and whole.diagnostics
