@@ -161,14 +161,19 @@ class Preorder:
             pusher = pushers.get(type(node)) or _pusher(node)
             pusher(node, here, push, node_types, other_types, _is_node)
         self.nodes = nodes
-        self.rank: dict[int, int] = dict(zip(map(id, nodes), range(len(nodes)), strict=True))
+        # One int object per id and per rank, shared by the tables below (a 50k-line file has
+        # a million nodes: a second copy of each would be 60 MB).
+        ids = list(map(id, nodes))
+        ints = list(range(len(nodes) + 1))
+        self.rank: dict[int, int] = dict(zip(ids, ints, strict=False))
         self.parents: dict[int, cst.CSTNode] = dict(
-            zip(map(id, nodes[1:]), map(nodes.__getitem__, parent_rank[1:]), strict=True)
+            zip(ids[1:], map(nodes.__getitem__, parent_rank[1:]), strict=True)
         )
+        del ids
         # end[i]: the rank just after node i's last descendant (descendants come after it).
         self._ranks_of_type: dict[type | tuple[type, ...], list[int]] = {}
         self._types: list[type] | None = None  # each node's class, made on first use
-        self.end = end = list(range(1, len(nodes) + 1))
+        self.end = end = ints[1:]
         for i in range(len(nodes) - 1, 0, -1):
             up = parent_rank[i]
             if end[i] > end[up]:
