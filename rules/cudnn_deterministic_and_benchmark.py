@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from autoopt.lint.nodes import before, is_true, walk
+from autoopt.lint.nodes import before, is_true, nodes_of_type, walk
 from autoopt.lint.rule import Invalid, Rule, Valid
 
 _DETERMINISTIC = "torch.backends.cudnn.deterministic"
@@ -91,15 +91,15 @@ class CudnnDeterministicAndBenchmark(Rule):
     def visit_Module(self, node: cst.Module) -> None:
         determinism: list[cst.CSTNode] = []
         benchmark: list[cst.CSTNode] = []
-        for n in walk(node):
-            if isinstance(n, cst.Assign) and is_true(n.value):
+        for n in nodes_of_type(node, (cst.Assign, cst.Call)):
+            if type(n) is cst.Assign and is_true(n.value):
                 for t in n.targets:
                     if self.refers_to(t.target, _DETERMINISTIC):
                         determinism.append(n)
                     elif self.refers_to(t.target, _BENCHMARK):
                         benchmark.append(n)
             elif (
-                isinstance(n, cst.Call)
+                type(n) is cst.Call
                 and self.is_call_to(n, _USE_DETERMINISTIC)
                 and n.args
                 and is_true(n.args[0].value)

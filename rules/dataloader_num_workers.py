@@ -8,7 +8,7 @@ from libcst.codemod.visitors import ImportItem
 from autoopt.lint.calls import arg, call_options, with_keyword
 from autoopt.lint.fixes.preconditions import device_is_cuda
 from autoopt.lint.loops import evaluation_only_loader
-from autoopt.lint.nodes import int_literal, is_name, string_value, walk
+from autoopt.lint.nodes import int_literal, is_name, nodes_of_type, string_value, walk
 from autoopt.lint.rule import Fix, FixSafety, Invalid, Rule, Valid
 from autoopt.lint.torch_api import DATALOADER
 
@@ -349,11 +349,9 @@ class DataLoaderNumWorkers(Rule):
     def _assigned_call(self, expr: cst.BaseExpression) -> cst.Call | None:
         if not isinstance(expr, cst.Name):
             return None
-        for node in walk(self.context.module):
-            if (
-                isinstance(node, cst.Assign)
-                and isinstance(node.value, cst.Call)
-                and any(is_name(t.target, expr.value) for t in node.targets)
+        for node in nodes_of_type(self.context.module, cst.Assign):
+            if isinstance(node.value, cst.Call) and any(
+                is_name(t.target, expr.value) for t in node.targets
             ):
                 return node.value
         return None

@@ -7,7 +7,7 @@ import functools
 import libcst as cst
 
 from autoopt.lint.facts import EVAL_MARKERS
-from autoopt.lint.nodes import calls_in, code_of, is_name, method_name, walk
+from autoopt.lint.nodes import calls_in, code_of, is_name, method_name, nodes_of_type, walk
 from autoopt.lint.rule import Fix, FixSafety, Invalid, Rule, Valid
 from autoopt.lint.torch_api import torch_name
 
@@ -378,17 +378,22 @@ class EvalLoopNoGrad(Rule):
         return False
 
     def _needs_grad(self, loop: cst.For) -> bool:
-        for n in walk(loop, into_scopes=False):
-            if isinstance(n, cst.Call) and (
+        for n in nodes_of_type(loop, _GRAD_NODES, into_scopes=False):
+            kind = type(n)
+            if kind is cst.Call and (
                 method_name(n) in ("backward", "requires_grad_")
                 or self.refers_to(n.func, *_NEEDS_GRAD)
             ):
                 return True
-            if isinstance(n, cst.Attribute) and n.attr.value == "requires_grad":
+            if kind is cst.Attribute and n.attr.value == "requires_grad":
                 return True
-            if isinstance(n, cst.Arg) and is_name(n.keyword, "requires_grad"):
+            if kind is cst.Arg and is_name(n.keyword, "requires_grad"):
                 return True
         return False
+
+
+# The nodes `_needs_grad` looks at (read off the tree's index, not by testing every node).
+_GRAD_NODES = (cst.Call, cst.Attribute, cst.Arg)
 
 
 def _returns_value(func: cst.FunctionDef) -> bool:

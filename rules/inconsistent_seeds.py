@@ -6,7 +6,7 @@ from collections import Counter
 
 import libcst as cst
 
-from autoopt.lint.nodes import assignments, calls_in, code_of, walk
+from autoopt.lint.nodes import assignments, calls_in, code_of, nodes_of_type
 from autoopt.lint.rule import Invalid, Rule, Valid
 
 # qualified name -> the generator it seeds
@@ -124,10 +124,9 @@ class InconsistentSeeds(Rule):
     def visit_Module(self, node: cst.Module) -> None:
         module_constants = _constants(node)
         self._check_scope(node, module_constants)
-        for n in walk(node):
-            if isinstance(n, cst.FunctionDef):
-                # a function sees the module's constants unless it rebinds them
-                self._check_scope(n, {**module_constants, **_constants(n)})
+        for n in nodes_of_type(node, cst.FunctionDef):
+            # a function sees the module's constants unless it rebinds them
+            self._check_scope(n, {**module_constants, **_constants(n)})
 
     def _check_scope(self, scope: cst.Module | cst.FunctionDef, constants: dict[str, str]) -> None:
         first: dict[str, tuple[cst.Call, str]] = {}  # generator -> (first call, its value)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import libcst as cst
 
 from autoopt.lint.calls import arg, with_keyword
-from autoopt.lint.nodes import is_name, method_name, walk
+from autoopt.lint.nodes import is_name, method_name, nodes_of_type
 from autoopt.lint.rule import Fix, FixSafety, Invalid, Rule, Valid
 
 _DEFAULT_TRUE = (2, 0)  # set_to_none defaults to True since torch 2.0
@@ -119,9 +119,7 @@ class ZeroGradSetToNone(Rule):
     ]
 
     def visit_Module(self, node: cst.Module) -> None:
-        self._reads_grad = any(
-            isinstance(n, cst.Attribute) and n.attr.value == "grad" for n in walk(node)
-        )
+        self._reads_grad = any(n.attr.value == "grad" for n in nodes_of_type(node, cst.Attribute))
 
     def visit_Call(self, node: cst.Call) -> None:
         if method_name(node) != "zero_grad" or any(a.star for a in node.args):

@@ -17,7 +17,6 @@ from autoopt.lint.nodes import (
     nodes_of_type,
     root_name,
     string_value,
-    walk,
 )
 from autoopt.lint.rule import Rule
 from autoopt.lint.torch_api import DATALOADER
@@ -43,20 +42,21 @@ def batch_names(loop: cst.For | cst.While) -> set[str]:
     # that re-iterates the loader (`looper = cycle(loader)`).
     names = {
         n
-        for node in walk(loop.body, into_scopes=False)
-        if isinstance(node, cst.Assign) and _is_next_call(node.value)
+        for node in nodes_of_type(loop.body, cst.Assign, into_scopes=False)
+        if _is_next_call(node.value)
         for t in node.targets
         for n in names_in(t.target)
     }
     if isinstance(loop, cst.For):
         names |= names_in(loop.target)
+    binders = nodes_of_type(loop.body, (cst.Assign, cst.CompFor), into_scopes=False)
     changed = True
     while changed:  # a few rounds: `data = batch; x, y = data`
         changed = False
-        for node in walk(loop.body, into_scopes=False):
-            if isinstance(node, cst.Assign) and _is_batch_expr(node.value, names):
+        for node in binders:
+            if type(node) is cst.Assign and _is_batch_expr(node.value, names):
                 new = set().union(*(names_in(t.target) for t in node.targets)) - names
-            elif isinstance(node, cst.CompFor) and _is_batch_expr(node.iter, names):
+            elif type(node) is cst.CompFor and _is_batch_expr(node.iter, names):
                 new = names_in(node.target) - names
             else:
                 continue

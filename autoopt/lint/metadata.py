@@ -34,7 +34,7 @@ from libcst.metadata import (
     QualifiedNameSource,
 )
 
-from autoopt.lint.nodes import Preorder, index_tree, walk
+from autoopt.lint.nodes import Preorder, index_tree, indexed_tree, walk
 
 # Node classes as sets of exact types: `type(n) in S` is a hash lookup, while `isinstance`
 # against libcst's classes (ABCs) is slow when it fails, and these checks run on every node.
@@ -62,6 +62,9 @@ _BINDERS = frozenset(
     )
 )
 _BINDER_CLASSES = tuple(_BINDERS)
+_DECLARATIONS = frozenset((cst.Global, cst.Nonlocal))
+_IMPORTS = frozenset((cst.Import, cst.ImportFrom))
+_TARGET_BINDERS = frozenset((cst.AnnAssign, cst.AugAssign, cst.NamedExpr))
 
 
 class ParentMap(Mapping[cst.CSTNode, cst.CSTNode]):
@@ -277,7 +280,7 @@ class QualifiedNames(Mapping[cst.CSTNode, set[QualifiedName]]):
     # -- bindings
     def _bind_all(self, binders: list[cst.CSTNode]) -> None:
         for node in binders:  # `global`/`nonlocal` first: they redirect the other bindings
-            if isinstance(node, cst.Global | cst.Nonlocal):
+            if type(node) in _DECLARATIONS:
                 scope = self._scope_of_statement(node)
                 target = scope
                 while target.parent is not None:
@@ -287,7 +290,8 @@ class QualifiedNames(Mapping[cst.CSTNode, set[QualifiedName]]):
                 for item in node.names:
                     scope.declared[item.name.value] = target
         for node in binders:
-            if isinstance(node, cst.Import | cst.ImportFrom):
+            kind = type(node)
+            if kind in _IMPORTS:
                 if isinstance(node.names, cst.ImportStar):
                     continue
                 scope = self._scope_of_statement(node)
@@ -295,28 +299,26 @@ class QualifiedNames(Mapping[cst.CSTNode, set[QualifiedName]]):
                     bound = alias.asname.name if alias.asname else alias.name
                     for name in _dotted_names(bound):  # type: ignore[arg-type]
                         self._bind(scope, name, node, node, is_import=True)
-            elif isinstance(node, cst.FunctionDef | cst.ClassDef):
+            elif kind is cst.FunctionDef or kind is cst.ClassDef:
                 self._bind(self._scope_of_statement(node), node.name.value, node, node)
                 self._bound_here.add(node.name)
-            elif isinstance(node, cst.Param):
+            elif kind is cst.Param:
                 scope = self._scope_of(node.name)
                 assert scope is not None
                 ready = self._parents.get(node)  # the Parameters node
                 self._bind(scope, node.name.value, node, ready or node)
                 self._bound_here.add(node.name)
-            elif isinstance(node, cst.For):
+            elif kind is cst.For:
                 self._bind_targets(node.target, node.target)
-            elif isinstance(node, cst.CompFor):
+            elif kind is cst.CompFor:
                 first = type(self._parents.get(node)) in _COMPREHENSIONS
                 self._bind_targets(node.target, None if first else node, in_order=False)
-            elif isinstance(node, cst.Assign):
+            elif kind is cst.Assign:
                 for target in node.targets:
                     self._bind_targets(target.target, node)
-            elif isinstance(node, cst.AnnAssign | cst.AugAssign | cst.NamedExpr):
+            elif kind in _TARGET_BINDERS:
                 self._bind_targets(node.target, node)
-            elif isinstance(node, cst.AsName) and not isinstance(
-                self._parents.get(node), cst.ImportAlias
-            ):
+            elif kind is cst.AsName and not isinstance(self._parents.get(node), cst.ImportAlias):
                 self._bind_targets(node.name, node)  # type: ignore[arg-type]
 
     def _scope_of_statement(self, node: cst.CSTNode) -> _Scope:
@@ -707,6 +709,30 @@ def _break_ranks(tree: Preorder) -> list[int]:
             ranks.extend([rank] * len(_NEWLINE.findall(value)))
     ranks.sort()
     return ranks
+
+
+def statement_offsets(module: cst.Module, source: str) -> list[int] | None:
+    """Where each top-level statement's code (its leading blank and comment lines included)
+    starts in `source`, the text `module` was parsed from, then where the footer starts: the
+    line after the line breaks before it in source order, as for `Positions`. None when
+    `module` is not the tree indexed last, or the line breaks counted differ from the text's.
+    (libcst round-trips: each statement's code is then the text between two offsets.)"""
+    tree = indexed_tree(module)
+    if tree is None or not module.has_trailing_newline:
+        return None
+    line_starts = [0, *(m.end() for m in _NEWLINE.finditer(source))]
+    breaks = _break_ranks(tree)
+    if len(breaks) != len(line_starts) - 1:  # a break the count does not know: never guess
+        return None
+    rank = tree.rank
+    lines = [bisect_left(breaks, rank[id(statement)]) for statement in module.body]
+    lines.append(bisect_left(breaks, rank[id(module.footer[0])]) if module.footer else -1)
+    offsets = [line_starts[line] if 0 <= line < len(line_starts) else -1 for line in lines]
+    if not module.footer:
+        offsets[-1] = len(source)
+    if -1 in offsets or offsets != sorted(offsets):
+        return None
+    return offsets
 
 
 # ----- wiring ---------------------------------------------------------------------------------------

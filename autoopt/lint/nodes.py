@@ -6,6 +6,7 @@ rules, facts and fixes all share these instead of keeping their own copies."""
 from __future__ import annotations
 
 import dataclasses
+import re
 from bisect import bisect_left
 from collections.abc import Callable, Iterator
 from itertools import chain, compress
@@ -106,6 +107,41 @@ def _is_node(kind: type) -> bool:
     return False
 
 
+# A field whose declared type is one of these never holds a node (`Name.value`, `Param.star`).
+_NEVER_NODE = re.compile(
+    r"<class 'str'>|<class 'bool'>|typing\.Optional\[str\]"
+    r"|typing\.(Optional\[)?typing\.Literal\[[^\[\]]*\]\]?"
+)
+# Per node class, a function that pushes `(child, rank)` for each of a node's children onto the
+# index's stack, last child first (so the first is visited next): `children(node)` reversed,
+# written out per class (one `exec` per class) instead of looping over a tuple of its fields.
+_PUSHERS: dict[type[cst.CSTNode], Callable[..., None]] = {}
+
+
+def _pusher(node: cst.CSTNode) -> Callable[..., None]:
+    kind = type(node)
+    declared = {f.name: str(f.type) for f in dataclasses.fields(node)}
+    lines = ["def push_children(n, here, push, node_types, other_types, is_node):", "    pass"]
+    for name in reversed(_FIELD_ORDER.get(kind) or _field_order(node)):
+        if _NEVER_NODE.fullmatch(declared.get(name, "")):
+            continue
+        lines += [
+            f"    v = n.{name}",
+            "    t = type(v)",
+            "    if t is tuple or t is list:",
+            "        for x in reversed(v):",
+            "            tx = type(x)",
+            "            if tx in node_types or (tx not in other_types and is_node(tx)):",
+            "                push((x, here))",
+            "    elif t in node_types or (t not in other_types and is_node(t)):",
+            "        push((v, here))",
+        ]
+    scope: dict[str, Callable[..., None]] = {}
+    exec("\n".join(lines), scope)  # noqa: S102 - our own code, from libcst's field names
+    pusher = _PUSHERS[kind] = scope["push_children"]
+    return pusher
+
+
 class Preorder:
     """A whole tree in source order (preorder) with each node's parent: walking it or any of
     its subtrees is then a slice of one list instead of a fresh descent. Keyed by `id()` (a
@@ -116,35 +152,28 @@ class Preorder:
         parent_rank: list[int] = []
         stack: list[tuple[cst.CSTNode, int]] = [(root, -1)]
         pop, push, add, add_parent = stack.pop, stack.append, nodes.append, parent_rank.append
-        getters, node_types = _FIELD_GETTERS, _NODE_TYPES
-        while stack:
+        pushers, node_types, other_types = _PUSHERS, _NODE_TYPES, _OTHER_TYPES
+        while stack:  # this loop runs for every node of every file
             node, up = pop()
             here = len(nodes)
             add(node)
             add_parent(up)
-            getter = getters.get(type(node)) or _field_getter(node)
-            # children(node), inlined (this loop runs for every node of every file), pushed
-            # last child first so that the first is visited next
-            kids: list[cst.CSTNode] = []
-            for value in getter(node):
-                kind = type(value)
-                if kind is tuple or kind is list:
-                    for v in value:
-                        if type(v) in node_types or _is_node(type(v)):
-                            kids.append(v)
-                elif kind in node_types or _is_node(kind):
-                    kids.append(value)
-            for kid in reversed(kids):
-                push((kid, here))
+            pusher = pushers.get(type(node)) or _pusher(node)
+            pusher(node, here, push, node_types, other_types, _is_node)
         self.nodes = nodes
-        self.rank: dict[int, int] = dict(zip(map(id, nodes), range(len(nodes)), strict=True))
+        # One int object per id and per rank, shared by the tables below (a 50k-line file has
+        # a million nodes: a second copy of each would be 60 MB).
+        ids = list(map(id, nodes))
+        ints = list(range(len(nodes) + 1))
+        self.rank: dict[int, int] = dict(zip(ids, ints, strict=False))
         self.parents: dict[int, cst.CSTNode] = dict(
-            zip(map(id, nodes[1:]), map(nodes.__getitem__, parent_rank[1:]), strict=True)
+            zip(ids[1:], map(nodes.__getitem__, parent_rank[1:]), strict=True)
         )
+        del ids
         # end[i]: the rank just after node i's last descendant (descendants come after it).
         self._ranks_of_type: dict[type | tuple[type, ...], list[int]] = {}
         self._types: list[type] | None = None  # each node's class, made on first use
-        self.end = end = list(range(1, len(nodes) + 1))
+        self.end = end = ints[1:]
         for i in range(len(nodes) - 1, 0, -1):
             up = parent_rank[i]
             if end[i] > end[up]:

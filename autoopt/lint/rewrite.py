@@ -24,6 +24,7 @@ from libcst.codemod import CodemodContext
 from libcst.codemod.visitors import AddImportsVisitor, RemoveImportsVisitor
 
 from autoopt.lint.engine import Analysis, active_rules, analyze
+from autoopt.lint.metadata import statement_offsets
 from autoopt.lint.nodes import code_of, indexed_tree, walk
 from autoopt.lint.rule import Finding, Fix, FixSafety, Rule
 from autoopt.lint.runner import check_syntax
@@ -147,8 +148,6 @@ def fix_source(
             # The fixes were no-ops: applying them again would loop forever.
             _record_leftovers(result, findings, unsafe, rejected)
             break
-        if unbound is None:
-            unbound = unbound_names(current)
         check = _Check(
             current, findings, unbound, active, target_version, path, finding_filter, unsafe
         )
@@ -156,6 +155,7 @@ def fix_source(
         if not verdict.ok:
             new_source, chosen, verdict = _keep_verified(analysis.module, chosen, check, result)
             rejected |= {_fix_key(r) for r in result.rejected_findings}
+            unbound = check.unbound  # of `current`, if a check computed it
             if not chosen:
                 continue  # the same analysis: the rejected fixes are left out next time
         if new_source in seen:
@@ -188,13 +188,19 @@ class _Check:
     finding_filter: FindingFilter | None
     unsafe: bool
 
+    def before_unbound(self) -> Names | None:
+        """pyflakes' names of `before`, computed on the first asking (most edits never ask)."""
+        if self.unbound is None:
+            self.unbound = unbound_names(self.before)
+        return self.unbound
+
     def __call__(self, after: str) -> Verdict:
         return verify_edit(
             self.before,
             after,
             rules=self.rules,
             before_findings=self.findings,
-            before_unbound=self.unbound,
+            before_unbound=self.before_unbound,
             target_version=self.target_version,
             path=self.path,
             finding_filter=self.finding_filter,
@@ -210,7 +216,7 @@ def _keep_verified(
     kept: list[tuple[Finding, Fix]] = []
     new_source, verdict = check.before, Verdict()
     for finding, fix in chosen:
-        candidate = apply_fixes(module, [f for _, f in kept] + [fix]).code
+        candidate = fixed_code(module, [f for _, f in kept] + [fix], check.before)
         attempt = check(candidate)
         if attempt.ok:
             kept.append((finding, fix))
@@ -242,8 +248,8 @@ def _skip(result: FixResult, active: list[type[Rule]], failed: Sequence[tuple[st
         active[:] = [r for r in active if r.code != code]
 
 
-def _render(module: cst.Module, fixes: Sequence[Fix], check_syntax: bool) -> str:
-    new_source = apply_fixes(module, fixes).code
+def _render(module: cst.Module, fixes: Sequence[Fix], check_syntax: bool, source: str) -> str:
+    new_source = fixed_code(module, fixes, source)
     if check_syntax:
         parse_python(new_source)  # raises SyntaxError: a fix that breaks the file is a failed fix
     return new_source
@@ -257,20 +263,20 @@ def _apply_contained(
     applied, and (code, reason) of the rules whose fix failed."""
     check_syntax = _parses(current)  # only blame fixes for syntax CPython accepted before
     try:
-        return _render(module, [fix for _, fix in chosen], check_syntax), chosen, []
+        return _render(module, [fix for _, fix in chosen], check_syntax, current), chosen, []
     except Exception:  # find which fix it was below
         pass
     kept: list[tuple[Finding, Fix]] = []
     failed: list[tuple[str, str]] = []
     for finding, fix in chosen:
         try:
-            _render(module, [fix], check_syntax)
+            _render(module, [fix], check_syntax, current)
         except Exception as exc:
             failed.append((finding.code, f"its fix failed: {type(exc).__name__}: {exc}"))
         else:
             kept.append((finding, fix))
     try:
-        return _render(module, [fix for _, fix in kept], check_syntax), kept, failed
+        return _render(module, [fix for _, fix in kept], check_syntax, current), kept, failed
     except Exception as exc:  # fixes that fail only together: none of them this pass
         codes = sorted({f.code for f, _ in kept})
         reason = f"its fix failed together with {', '.join(codes)}: {type(exc).__name__}: {exc}"
@@ -361,6 +367,41 @@ def _spine(module: cst.Module, replaced: Sequence[cst.CSTNode]) -> set[int] | No
     if tree is None or not all(id(node) in tree.rank for node in replaced):
         return None
     return {id(up) for node in replaced for up in tree.ancestors(node)}
+
+
+def fixed_code(module: cst.Module, fixes: Sequence[Fix], source: str) -> str:
+    """`apply_fixes(module, fixes).code`, where `module` was parsed from `source`: the code of
+    the top-level statements a fix rebuilt is generated, every other statement keeps its text
+    from `source` (libcst round-trips it: the same characters as generating it, which costs
+    about as much as parsing). Fixes that add or remove imports get the whole module
+    generated, as does a module whose statements cannot be placed in `source`."""
+    new_module = apply_fixes(module, fixes)
+    if any(fix.add_imports or fix.remove_imports for fix in fixes):
+        return new_module.code
+    offsets = statement_offsets(module, source) if new_module.body else None
+    if (
+        offsets is None
+        or not new_module.has_trailing_newline
+        or (new_module.default_indent, new_module.default_newline)
+        != (module.default_indent, module.default_newline)
+        or not _same_nodes(new_module.header, module.header)
+        or not _same_nodes(new_module.footer, module.footer)
+    ):
+        return new_module.code
+    where = {id(statement): i for i, statement in enumerate(module.body)}
+    parts = [source[: offsets[0]]]
+    for statement in new_module.body:
+        i = where.get(id(statement))
+        if i is None:  # rebuilt by a fix: generated at the top level, as the module would
+            parts.append(new_module.code_for_node(statement))
+        else:
+            parts.append(source[offsets[i] : offsets[i + 1]])
+    parts.append(source[offsets[-1] :])
+    return "".join(parts)
+
+
+def _same_nodes(a: Sequence[cst.CSTNode], b: Sequence[cst.CSTNode]) -> bool:
+    return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
 
 
 def apply_fixes(module: cst.Module, fixes: Sequence[Fix]) -> cst.Module:

@@ -149,7 +149,7 @@ def lint_bytes(
                 result.errors.append(_relocate_error(error, nb))
             return result
         try:
-            module = cst.parse_module(text)
+            module = engine.parse_module(text)  # a huge file in chunks, the same tree
         except cst.ParserSyntaxError as exc:
             result.errors.append(_relocate_error(_syntax_error(text, exc), nb))
             return result

@@ -11,7 +11,8 @@ An edited source is accepted only if
   new one in its next pass. Findings are counted per code, so a finding whose text or line the
   edit changed is not taken for a new one.
 
-Cost: pyflakes and one analysis of the edited text, only for files an edit changed. `fix_source`
+Cost: pyflakes and one analysis of the edited text, only for files an edit changed (pyflakes on
+the original too, only when the edited text has an undefined name). `fix_source`
 hands the analysis of the accepted text to its next pass, so the lint half costs nothing extra.
 """
 
@@ -154,26 +155,34 @@ def verify_edit(
     *,
     rules: Sequence[type[Rule]],
     before_findings: Sequence[Finding] | None = None,
-    before_unbound: Names | None = None,
+    before_unbound: Names | Callable[[], Names | None] | None = None,
     target_version: tuple[int, int] | None = None,
     path: Path | str = "<string>",
     finding_filter: FindingFilter | None = None,
     fixed_later: Callable[[Finding], bool] | None = None,
 ) -> Verdict:
     """Check the edit `before` -> `after` (see the module doc). `before_findings` and
-    `before_unbound`, when the caller has them, save re-deriving them from `before`. A new
+    `before_unbound`, when the caller has them, save re-deriving them from `before`
+    (`before_unbound` may be a function that computes them, called only when needed). A new
     finding for which `fixed_later` is true does not fail the edit: the rewrite's next pass
     fixes it (AO101's workers make AO104's `persistent_workers` apply), and that fix is
     verified in turn."""
     verdict = Verdict()
-    old_unbound = before_unbound if before_unbound is not None else unbound_names(before)
     new_unbound = verdict.unbound = unbound_names(after)
-    if new_unbound is None:
-        if old_unbound is not None:
-            verdict.problems.append("the edited file does not parse")
-            return verdict
-    elif old_unbound is not None:
-        verdict.problems.extend(_describe_unbound(k) for k in old_unbound.broken_by(new_unbound))
+    # pyflakes on `before` only when its answer matters: an edited text with no undefined
+    # name at all cannot have a new one (most edits), whatever `before` had.
+    if new_unbound is None or new_unbound.unbound:
+        old_unbound = before_unbound() if callable(before_unbound) else before_unbound
+        if old_unbound is None and not callable(before_unbound):
+            old_unbound = unbound_names(before)
+        if new_unbound is None:
+            if old_unbound is not None:
+                verdict.problems.append("the edited file does not parse")
+                return verdict
+        elif old_unbound is not None:
+            verdict.problems.extend(
+                _describe_unbound(k) for k in old_unbound.broken_by(new_unbound)
+            )
     try:
         verdict.analysis = analyze(after, path, rules, target_version)
     except Exception as exc:  # libcst rejects the edited text
