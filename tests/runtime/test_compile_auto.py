@@ -13,6 +13,7 @@ import torch
 from torch._dynamo.utils import counters
 
 import autoopt
+from autoopt.runtime import hardware
 from autoopt.runtime.compiling import cache as compile_cache
 from autoopt.runtime.passes import compile as compile_pass
 from autoopt.runtime.trials import choices as trials
@@ -175,6 +176,9 @@ def test_another_choice_measures_the_eager_model_before_a_recorded_compile(
     monkeypatch.setattr(compile_pass.CompiledForward, "__call__", call)
     monkeypatch.setattr(compile_pass.CompiledForward, "_compile", compile_)
     monkeypatch.setattr(trials, "CLOCK", iter(range(10**6)).__next__)
+    # amp="auto" on CPU trials bf16 only where the CPU has native bf16: fake that answer, so the
+    # amp trials run on any machine (CI's CPU has none).
+    monkeypatch.setattr(hardware, "cpu_supports_bf16", lambda: True)
     model, _ = fit(tmp_path, amp="auto")
     assert "trials on training steps" in autoopt.report(model)["amp"].detail
     assert False in calls  # the amp trials went through the compile layer, eager
