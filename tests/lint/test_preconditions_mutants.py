@@ -92,3 +92,69 @@ def test_non_blocking_is_safe_exactly_for_a_default_collate_loader(
     loader_args: str, iterated: str, safety: str
 ) -> None:
     assert _non_blocking_safety(loader_args, iterated) == safety
+
+
+PIN = """
+import torch
+from torch.utils.data import DataLoader
+{setup}
+loader = DataLoader(data, batch_size=8)
+for x in loader:
+    x = {move}
+{after}
+"""
+
+CUDA_DEVICE = 'torch.device("cuda" if torch.cuda.is_available() else "cpu")'
+
+
+def _pin_value(source: str) -> str:
+    """The `pin_memory=` value AO102's fix writes: the script's own test of a CUDA run."""
+    from autoopt.rules.dataloader_pin_memory import DataLoaderPinMemory
+
+    findings = analyze(textwrap.dedent(source), "<string>", [DataLoaderPinMemory]).findings
+    (finding,) = [f for f in findings if f.fix is not None]
+    return finding.fix.description.removeprefix("pin_memory=")
+
+
+@pytest.mark.parametrize(
+    ("setup", "move", "after", "want"),
+    [
+        (f"device = {CUDA_DEVICE}", "x.to(device)", "", 'device.type == "cuda"'),
+        # bound after the loader: not usable there
+        ("", "x.to(device)", f"device = {CUDA_DEVICE}", "torch.cuda.is_available()"),
+        # bound in another function: not in the loader's scope
+        (
+            f"def setup():\n    device = {CUDA_DEVICE}\n    return device",
+            "x.to(device)",
+            "",
+            "torch.cuda.is_available()",
+        ),
+        # another function's binding is skipped, the module's one after it is used
+        (
+            f"def setup():\n    device = {CUDA_DEVICE}\n    return device\ndevice = {CUDA_DEVICE}",
+            "x.to(device)",
+            "",
+            'device.type == "cuda"',
+        ),
+        ("", "x.cuda()", "", "True"),  # always CUDA: no runtime test
+        ("", "x.cuda()", 'y = x.to("cpu")', "torch.cuda.is_available()"),
+        ("", "x.cuda()", "y = x.to('cpu')", "torch.cuda.is_available()"),
+    ],
+)
+def test_pin_memory_uses_the_scripts_own_cuda_test(
+    setup: str, move: str, after: str, want: str
+) -> None:
+    assert _pin_value(PIN.format(setup=setup, move=move, after=after)) == want
+
+
+def test_pin_memory_uses_a_device_bound_in_the_loaders_function() -> None:
+    source = f"""
+import torch
+from torch.utils.data import DataLoader
+def main():
+    device = {CUDA_DEVICE}
+    loader = DataLoader(data, batch_size=8)
+    for x in loader:
+        x = x.to(device)
+"""
+    assert _pin_value(source) == 'device.type == "cuda"'
