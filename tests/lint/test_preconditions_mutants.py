@@ -158,3 +158,22 @@ def main():
         x = x.to(device)
 """
     assert _pin_value(source) == 'device.type == "cuda"'
+
+
+@pytest.mark.parametrize(
+    ("rebind", "iterated", "safety"),
+    [
+        ("", "loader + extra", "unsafe"),  # neither a name nor a pass-through call
+        ("loader = wrap(loader)", "loader", "unsafe"),  # bound to a loader and to something else
+    ],
+)
+def test_non_blocking_is_unsafe_for_a_batch_source_not_proven_a_loader(
+    rebind: str, iterated: str, safety: str
+) -> None:
+    from autoopt.rules.to_device_non_blocking import ToDeviceNonBlocking
+
+    source = textwrap.dedent(TRANSFER.format(loader_args="data, batch_size=8", iterated=iterated))
+    source = source.replace("model = Net()", f"{rebind}\nmodel = Net()")
+    findings = analyze(source, "<string>", [ToDeviceNonBlocking]).findings
+    (finding,) = [f for f in findings if f.fix is not None]
+    assert finding.fix_safety.value == safety
