@@ -177,3 +177,38 @@ def test_non_blocking_is_unsafe_for_a_batch_source_not_proven_a_loader(
     findings = analyze(source, "<string>", [ToDeviceNonBlocking]).findings
     (finding,) = [f for f in findings if f.fix is not None]
     assert finding.fix_safety.value == safety
+
+
+TWO_MODELS = """
+import torch
+model = Net().cuda()
+disc = Disc().cuda()
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for x, y in loader:
+    loss = model(x).sum()
+    loss.backward()
+    opt.step()
+    {other}
+"""
+
+
+@pytest.mark.parametrize(
+    ("other", "why"),
+    [
+        (
+            "penalty = torch.autograd.grad(disc(x).sum(), x, create_graph=True)[0]",
+            "double backward (torch.autograd.grad, e.g. a gradient penalty)",
+        ),
+        (
+            "penalty = torch.autograd.grad(disc(x).sum(), x)[0]",
+            "double backward (torch.autograd.grad, e.g. a gradient penalty)",
+        ),
+        ("disc(x).sum().backward(create_graph=True)", "double backward (create_graph=True)"),
+    ],
+)
+def test_compile_declined_names_the_double_backward_it_saw(other: str, why: str) -> None:
+    """Another model's double backward: AO301 declines `model` and says which kind it saw."""
+    source = textwrap.dedent(TWO_MODELS.format(other=other))
+    (finding,) = analyze(source, "<string>", [TorchCompileModel]).findings
+    assert finding.fix is None
+    assert f"the script runs a {why}, which" in finding.message
