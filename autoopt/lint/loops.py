@@ -12,6 +12,7 @@ from autoopt.lint.nodes import (
     calls_in,
     code_of,
     int_literal,
+    is_name,
     method_name,
     names_in,
     nodes_of_type,
@@ -19,6 +20,7 @@ from autoopt.lint.nodes import (
     string_value,
     walk,
 )
+from autoopt.lint.placement import device_move
 from autoopt.lint.rule import Rule
 from autoopt.lint.torch_api import DATALOADER
 
@@ -303,3 +305,56 @@ def _loader_use(rule: Rule, name: str) -> str | None:
     if not callees and named_like_evaluation(name):
         return "eval"
     return None
+
+
+def model_input_transfer(rule: Rule, model: str) -> cst.Call | None:
+    """The `.to(device)` call that moves `model`'s input in its training loop, when there is
+    one and it is simple: `x = x.to(device)`, `x, y = x.to(device), y.to(device)` or
+    `model(x.to(device))` (a `.cuda()`, several candidates or `*args` give None)."""
+    facts = rule.facts
+    candidates: list[cst.Call] = []
+    for outer in facts.training_loops:
+        for call in calls_in(outer, into_scopes=False):
+            if not (is_name(call.func, model) and call.args):
+                continue
+            # look only in the step loop that makes this call (not in an eval loop nested
+            # in the epoch loop)
+            loop = facts.enclosing_loops(call)[0]
+            if not facts.is_training_loop(loop):
+                continue
+            first = call.args[0].value
+            if isinstance(first, cst.Call) and device_move(rule, first) is not None:
+                candidates.append(first)
+            elif isinstance(first, cst.Name):
+                candidates += _assigned_transfers(rule, loop, first.value)
+    unique = {id(c): c for c in candidates}
+    if len(unique) != 1:
+        return None
+    (call,) = unique.values()
+    if call.func.attr.value != "to" or any(a.star for a in call.args):  # type: ignore[union-attr]
+        return None
+    return call
+
+
+def _assigned_transfers(rule: Rule, loop: cst.CSTNode, name: str) -> list[cst.Call]:
+    """The device moves bound to `name` in `loop`: `name = <x>.to(d)`, `a, name = ..., <x>.to(d)`."""
+    found: list[cst.Call] = []
+    for n in walk(loop, into_scopes=False):
+        if not isinstance(n, cst.Assign) or len(n.targets) != 1:
+            continue
+        target, value = n.targets[0].target, n.value
+        pairs: list[tuple[cst.BaseExpression, cst.BaseExpression]] = []
+        if isinstance(target, cst.Name):
+            pairs = [(target, value)]
+        elif (
+            isinstance(target, cst.Tuple)
+            and isinstance(value, cst.Tuple)
+            and len(target.elements) == len(value.elements)
+        ):
+            pairs = [
+                (t.value, v.value) for t, v in zip(target.elements, value.elements, strict=True)
+            ]
+        for t, v in pairs:
+            if is_name(t, name) and isinstance(v, cst.Call) and device_move(rule, v) is not None:
+                found.append(v)
+    return found
