@@ -7,8 +7,7 @@ from __future__ import annotations
 import libcst as cst
 
 from autoopt.lint.calls import arg
-from autoopt.lint.device import cpu_only
-from autoopt.lint.fixes.autocast import AutocastPlan, innermost_training_loops
+from autoopt.lint.fixes.autocast import AutocastPlan
 from autoopt.lint.handled import (
     LIBRARY_TRAINER_MARKERS,
     is_hogwild,
@@ -16,8 +15,6 @@ from autoopt.lint.handled import (
     library_trainer_calls,
 )
 from autoopt.lint.rule import FixSafety, Invalid, Rule, Valid
-
-_AMP_WORDS = ("autocast", "GradScaler")
 
 
 class AmpAutocast(Rule):
@@ -672,14 +669,14 @@ class AmpAutocast(Rule):
     ]
 
     def visit_Module(self, node: cst.Module) -> None:
-        source = self.context.source
-        if "torch" not in source or any(w in source for w in _AMP_WORDS):
+        facts = self.facts
+        if "torch" not in facts.source or facts.names_torch_amp:
             return
-        if library_handles_precision(self) or self.facts.other_precision:
+        if library_handles_precision(self) or facts.other_precision:
             return  # the script's own precision scheme (apex amp, .half() model, loss scaling)
-        if cpu_only(self.facts.device, source):
+        if facts.cpu_only:
             return  # a CPU-only script: CUDA mixed precision is not its concern
-        if self.facts.device.gpu_path:
+        if facts.device.gpu_path:
             for trainer in library_trainer_calls(self):
                 if arg(trainer, "amp_mode") is None:
                     self.report(
@@ -687,8 +684,8 @@ class AmpAutocast(Rule):
                         f'{self.message} (not fixed: pass amp_mode="amp", scaler=True to '
                         "ignite's create_supervised_trainer)",
                     )
-        loops = innermost_training_loops(self)
-        step_functions = self.facts.step_functions
+        loops = facts.innermost_training_loops
+        step_functions = facts.step_functions
         if (loops or step_functions) and is_hogwild(self):
             return
         for func in step_functions:

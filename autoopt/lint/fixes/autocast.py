@@ -39,17 +39,6 @@ Edit = cst.CSTNode | cst.FlattenSentinel | Callable[[cst.CSTNode], object]
 # ----- analysis -----------------------------------------------------------------------------
 
 
-def innermost_training_loops(rule: Rule) -> dict[cst.CSTNode, list[cst.Call]]:
-    """Each innermost loop around `.backward()` calls, with those calls, in source order."""
-    groups: dict[int, tuple[cst.CSTNode, list[cst.Call]]] = {}
-    facts = rule.facts
-    for call in facts.backward_calls:
-        loops = facts.enclosing_loops(call)
-        if loops:
-            groups.setdefault(id(loops[0]), (loops[0], []))[1].append(call)
-    return {loop: calls for loop, calls in groups.values()}
-
-
 def _stmt(code: str) -> cst.BaseStatement:
     return cst.parse_statement(code + "\n")
 
