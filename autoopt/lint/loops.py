@@ -1,5 +1,6 @@
-"""Training and data loops: which loops iterate batches, which names hold the batch, and which
-calls move it to the device."""
+"""Training and data loops: which loops iterate batches, which names hold the batch, which
+calls move it (or the model's input) to the device, and what waits for such a copy anyway (a
+read on the host, the fallback path of the script's own prefetcher)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import libcst as cst
 
 from autoopt.lint.calls import arg
 from autoopt.lint.device import is_cuda_tensor_type
+from autoopt.lint.edits import enclosing_statement
 from autoopt.lint.facts import local_callee, named_like_evaluation
 from autoopt.lint.nodes import (
     calls_in,
@@ -179,6 +181,58 @@ def _through_methods(expr: cst.BaseExpression) -> cst.BaseExpression:
 def _to_cuda_type(rule: Rule, call: cst.Call) -> bool:
     dest = arg(call, "dtype", 0)
     return dest is not None and is_cuda_tensor_type(rule.facts.device, dest.value)
+
+
+# Reading a tensor on the host: a copy to the device has to be finished right there anyway.
+_HOST_READS = {"item", "tolist", "numpy", "cpu"}
+_HOST_FUNCS = {"print", "float", "int", "bool", "list"}
+
+
+def read_on_host_later(rule: Rule, call: cst.Call) -> bool:
+    """The result of `call` is bound to a name that the rest of its block reads on the host
+    (`y.item()`, `y[0].tolist()`, `print(y)`, `float(y)`)."""
+    stmt = enclosing_statement(call, rule.parent)
+    if not isinstance(stmt, cst.SimpleStatementLine):
+        return False
+    targets: set[str] = set()
+    for small in stmt.body:
+        if isinstance(small, cst.Assign):
+            for t in small.targets:
+                targets |= names_in(t.target)
+    block = rule.parent(stmt)
+    if not targets or not isinstance(block, cst.IndentedBlock | cst.Module):
+        return False
+    body = list(block.body)
+    index = next(i for i, s in enumerate(body) if s is stmt)
+    for later in body[index + 1 :]:
+        for n in walk(later, into_scopes=False):
+            if not isinstance(n, cst.Call):
+                continue
+            func = n.func
+            if (
+                isinstance(func, cst.Attribute)
+                and func.attr.value in _HOST_READS
+                and root_name(func.value) in targets
+            ):
+                return True  # `y.item()`, `y[0].tolist()`
+            if (
+                isinstance(func, cst.Name)
+                and func.value in _HOST_FUNCS
+                and any(root_name(a.value) in targets for a in n.args)
+            ):
+                return True  # `print(y)`, `float(y)`
+    return False
+
+
+def prefetcher_fallback(rule: Rule, call: cst.Call) -> bool:
+    """`call` is under `if not args.prefetcher:` (within its loop or function): the fallback of
+    a script whose own prefetcher copies batches ahead on a side stream (timm's train.py)."""
+    for anc in rule.facts.ancestors(call):
+        if isinstance(anc, cst.For | cst.While | cst.FunctionDef):
+            return False
+        if isinstance(anc, cst.If) and "prefetch" in code_of(anc.test).lower():
+            return True
+    return False
 
 
 def loops_over(rule: Rule, name: str) -> list[cst.For]:
