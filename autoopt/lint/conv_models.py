@@ -1,4 +1,9 @@
-"""Which models a file builds from 2-D convolutions, and which of them flatten with `.view()`.
+"""Which calls of a file build convolutions, which models it builds from 2-D convolutions, and
+which of those flatten with `.view()`.
+
+A call *builds a convolution* (cuDNN's work, of any dimension) when it is a torch convolution
+layer or function, a convolutional model of a zoo, or a convolutional class or function of
+another module of the project: `builds_convolution`.
 
 A *conv model* is a name bound to a call that builds one (`model = Net(...)`, also with
 `.to(device)`/`.cuda()` on it):
@@ -37,6 +42,20 @@ class ConvModel(NamedTuple):
     name: str
     built: cst.Assign
     flattens: bool
+
+
+def builds_convolution(rule: Rule, call: cst.Call) -> bool:
+    """`nn.Conv1d/2d/3d(...)` (transposed too), `F.conv2d(...)`, `torchvision.models.resnet50()`,
+    or a convolutional model of the project (`Net()` after `from models import Net`)."""
+    return is_conv_call(rule, call) or is_conv_zoo_model(rule, call) or _project_conv(rule, call)
+
+
+def _project_conv(rule: Rule, call: cst.Call) -> bool:
+    """A convolutional model imported from the user's project (`from models import Net`)."""
+    if not isinstance(call.func, cst.Name):
+        return False
+    found = local_definition(rule, call.func.value)
+    return found is not None and found.conv
 
 
 def conv2d_models(rule: Rule) -> list[ConvModel]:
