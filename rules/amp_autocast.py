@@ -572,6 +572,27 @@ class AmpAutocast(Rule):
             line=3,
             message_contains="no optimizer",
         ),
+        # Declines: parameters also updated by hand from .grad on another path (the step is
+        # under a flag; a scaler would leave the hand update with scaled gradients).
+        Invalid(
+            """
+            import torch
+
+            if use_opt:
+                opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            for x, y in loader:
+                loss = loss_fn(model(x), y)
+                loss.backward()
+                if use_opt:
+                    opt.step()
+                else:
+                    for p in model.parameters():
+                        p.data.add_(p.grad, alpha=-0.1)
+            torch.cuda.synchronize()
+            """,
+            line=5,
+            message_contains="by hand",
+        ),
         # Declines: LBFGS closure.
         Invalid(
             """

@@ -110,6 +110,11 @@ class AutocastPlan:
                     steps.append((call, owner))
         if not steps:
             return "no optimizer step() in the loop (no optimizer object to route through a scaler)"
+        if self._hand_update():
+            return (
+                "parameters are also updated by hand from .grad in the loop; a GradScaler "
+                "would leave that update with scaled gradients"
+            )
         self._choose_names()
         self._choose_device()
         # -- backward: autocast region before it, scaled loss
@@ -155,6 +160,24 @@ class AutocastPlan:
             ):
                 found.setdefault(code_of(node.func.value), "other")  # type: ignore[attr-defined]
         return found
+
+    def _hand_update(self) -> bool:
+        """Whether the loop writes parameters in place from a `.grad` (`p.data.add_(p.grad)`,
+        `w -= lr * w.grad`): an update path the scaler cannot unscale for."""
+        for node in walk(self.loop):
+            if isinstance(node, cst.AugAssign):
+                value = node.value
+            elif (
+                isinstance(node, cst.Call)
+                and isinstance(node.func, cst.Attribute)
+                and node.func.attr.value in ("add_", "sub_", "addcmul_", "copy_")
+            ):
+                value = node
+            else:
+                continue
+            if any(a.attr.value == "grad" for a in nodes_of_type(value, cst.Attribute)):
+                return True
+        return False
 
     def _choose_names(self) -> None:
         used = names_in(self.facts.module)
