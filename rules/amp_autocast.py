@@ -235,7 +235,7 @@ class AmpAutocast(Rule):
                 for x, y in loader:
                     x, y = x.to(args.device), y.to(args.device)
                     optimizer.zero_grad()
-                    with torch.autocast(device_type=torch.device(args.device).type, dtype=amp_dtype):
+                    with torch.autocast(device_type=torch.device(args.device).type, dtype=amp_dtype, enabled=torch.device(args.device).type == "cuda"):
                         loss = criterion(model(x), y)
                     scaler.scale(loss).backward()
                     scaler.step(optimizer)
@@ -308,7 +308,7 @@ class AmpAutocast(Rule):
                 x, y = x.to(device), y.to(device)
                 optimizer.zero_grad()
                 # forward
-                with torch.autocast(device_type=device.type, dtype=amp_dtype):
+                with torch.autocast(device_type=device.type, dtype=amp_dtype, enabled=device.type == "cuda"):
                     hidden = model(x)
                     loss = loss_fn(hidden, y)  # mean over the batch
                 scaler.scale(loss).backward()
@@ -466,7 +466,7 @@ class AmpAutocast(Rule):
             amp_dtype = torch.bfloat16 if torch.device(dev).type == "cpu" or torch.cuda.is_bf16_supported() else torch.float16
             scaler = torch.amp.GradScaler(torch.device(dev).type, enabled=amp_dtype == torch.float16)
             for i, (x, y) in enumerate(loader):
-                with torch.autocast(device_type=torch.device(dev).type, dtype=amp_dtype):
+                with torch.autocast(device_type=torch.device(dev).type, dtype=amp_dtype, enabled=torch.device(dev).type == "cuda"):
                     out = model(x.to(dev))
                     loss = criterion(out, y.to(dev)) / accum
                 scaler.scale(loss).backward()
@@ -511,13 +511,13 @@ class AmpAutocast(Rule):
             for real in loader:
                 real = real.to(device)
                 opt_d.zero_grad()
-                with torch.autocast(device_type=device.type, dtype=amp_dtype):
+                with torch.autocast(device_type=device.type, dtype=amp_dtype, enabled=device.type == "cuda"):
                     fake = G(torch.randn(real.size(0), 64, device=device))
                     loss_d = crit(D(real), ones) + crit(D(fake.detach()), zeros)
                 scaler.scale(loss_d).backward()
                 scaler.step(opt_d)
                 opt_g.zero_grad()
-                with torch.autocast(device_type=device.type, dtype=amp_dtype):
+                with torch.autocast(device_type=device.type, dtype=amp_dtype, enabled=device.type == "cuda"):
                     loss_g = crit(D(fake), ones)
                 scaler.scale(loss_g).backward()
                 scaler.step(opt_g)

@@ -336,9 +336,14 @@ class AutocastPlan:
         return None
 
     def _with_stmt(self, body: list[cst.BaseStatement]) -> cst.With:
+        # A device picked at run time: autocast only where it is known to help and work
+        # (CPU bf16 is measured by the runtime first, e.g. oneDNN LSTMs reject it).
+        enabled = (
+            "" if self.device_type.startswith('"') else f', enabled={self.device_type} == "cuda"'
+        )
         template = _stmt(
-            f"with torch.autocast(device_type={self.device_type}, dtype={self.dtype_name}):\n"
-            "    pass"
+            f"with torch.autocast(device_type={self.device_type}, dtype={self.dtype_name}"
+            f"{enabled}):\n    pass"
         )
         assert isinstance(template, cst.With)
         return template.with_changes(body=cst.IndentedBlock(body=body))
