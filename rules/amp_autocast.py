@@ -7,8 +7,7 @@ from __future__ import annotations
 import libcst as cst
 
 from autoopt.lint.calls import arg
-from autoopt.lint.device import cpu_only
-from autoopt.lint.fixes.autocast import AutocastPlan, innermost_training_loops
+from autoopt.lint.fixes.autocast import AutocastPlan
 from autoopt.lint.handled import (
     LIBRARY_TRAINER_MARKERS,
     is_hogwild,
@@ -16,8 +15,6 @@ from autoopt.lint.handled import (
     library_trainer_calls,
 )
 from autoopt.lint.rule import FixSafety, Invalid, Rule, Valid
-
-_AMP_WORDS = ("autocast", "GradScaler")
 
 
 class AmpAutocast(Rule):
@@ -238,7 +235,7 @@ class AmpAutocast(Rule):
                 for x, y in loader:
                     x, y = x.to(args.device), y.to(args.device)
                     optimizer.zero_grad()
-                    with torch.autocast(device_type=torch.device(args.device).type, dtype=amp_dtype):
+                    with torch.autocast(device_type=torch.device(args.device).type, dtype=amp_dtype, enabled=torch.device(args.device).type == "cuda"):
                         loss = criterion(model(x), y)
                     scaler.scale(loss).backward()
                     scaler.step(optimizer)
@@ -311,7 +308,7 @@ class AmpAutocast(Rule):
                 x, y = x.to(device), y.to(device)
                 optimizer.zero_grad()
                 # forward
-                with torch.autocast(device_type=device.type, dtype=amp_dtype):
+                with torch.autocast(device_type=device.type, dtype=amp_dtype, enabled=device.type == "cuda"):
                     hidden = model(x)
                     loss = loss_fn(hidden, y)  # mean over the batch
                 scaler.scale(loss).backward()
@@ -469,7 +466,7 @@ class AmpAutocast(Rule):
             amp_dtype = torch.bfloat16 if torch.device(dev).type == "cpu" or torch.cuda.is_bf16_supported() else torch.float16
             scaler = torch.amp.GradScaler(torch.device(dev).type, enabled=amp_dtype == torch.float16)
             for i, (x, y) in enumerate(loader):
-                with torch.autocast(device_type=torch.device(dev).type, dtype=amp_dtype):
+                with torch.autocast(device_type=torch.device(dev).type, dtype=amp_dtype, enabled=torch.device(dev).type == "cuda"):
                     out = model(x.to(dev))
                     loss = criterion(out, y.to(dev)) / accum
                 scaler.scale(loss).backward()
@@ -514,13 +511,13 @@ class AmpAutocast(Rule):
             for real in loader:
                 real = real.to(device)
                 opt_d.zero_grad()
-                with torch.autocast(device_type=device.type, dtype=amp_dtype):
+                with torch.autocast(device_type=device.type, dtype=amp_dtype, enabled=device.type == "cuda"):
                     fake = G(torch.randn(real.size(0), 64, device=device))
                     loss_d = crit(D(real), ones) + crit(D(fake.detach()), zeros)
                 scaler.scale(loss_d).backward()
                 scaler.step(opt_d)
                 opt_g.zero_grad()
-                with torch.autocast(device_type=device.type, dtype=amp_dtype):
+                with torch.autocast(device_type=device.type, dtype=amp_dtype, enabled=device.type == "cuda"):
                     loss_g = crit(D(fake), ones)
                 scaler.scale(loss_g).backward()
                 scaler.step(opt_g)
@@ -574,6 +571,27 @@ class AmpAutocast(Rule):
             """,
             line=3,
             message_contains="no optimizer",
+        ),
+        # Declines: parameters also updated by hand from .grad on another path (the step is
+        # under a flag; a scaler would leave the hand update with scaled gradients).
+        Invalid(
+            """
+            import torch
+
+            if use_opt:
+                opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            for x, y in loader:
+                loss = loss_fn(model(x), y)
+                loss.backward()
+                if use_opt:
+                    opt.step()
+                else:
+                    for p in model.parameters():
+                        p.data.add_(p.grad, alpha=-0.1)
+            torch.cuda.synchronize()
+            """,
+            line=5,
+            message_contains="by hand",
         ),
         # Declines: LBFGS closure.
         Invalid(
@@ -672,14 +690,14 @@ class AmpAutocast(Rule):
     ]
 
     def visit_Module(self, node: cst.Module) -> None:
-        source = self.context.source
-        if "torch" not in source or any(w in source for w in _AMP_WORDS):
+        facts = self.facts
+        if "torch" not in facts.source or facts.names_torch_amp:
             return
-        if library_handles_precision(self) or self.facts.other_precision:
+        if library_handles_precision(self) or facts.other_precision:
             return  # the script's own precision scheme (apex amp, .half() model, loss scaling)
-        if cpu_only(self.facts.device, source):
+        if facts.cpu_only:
             return  # a CPU-only script: CUDA mixed precision is not its concern
-        if self.facts.device.gpu_path:
+        if facts.device.gpu_path:
             for trainer in library_trainer_calls(self):
                 if arg(trainer, "amp_mode") is None:
                     self.report(
@@ -687,8 +705,8 @@ class AmpAutocast(Rule):
                         f'{self.message} (not fixed: pass amp_mode="amp", scaler=True to '
                         "ignite's create_supervised_trainer)",
                     )
-        loops = innermost_training_loops(self)
-        step_functions = self.facts.step_functions
+        loops = facts.innermost_training_loops
+        step_functions = facts.step_functions
         if (loops or step_functions) and is_hogwild(self):
             return
         for func in step_functions:

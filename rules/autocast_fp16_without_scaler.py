@@ -5,7 +5,6 @@ from __future__ import annotations
 import libcst as cst
 
 from autoopt.lint.amp_api import autocast_dtype, is_autocast
-from autoopt.lint.precision import other_precision_system
 from autoopt.lint.rule import Invalid, Rule, Valid
 
 
@@ -147,7 +146,7 @@ class AutocastFp16WithoutScaler(Rule):
         source = self.context.source
         if "GradScaler" in source or "scaler" in source.lower():
             return  # a scaler is in the script, however it is spelt
-        if other_precision_system(self.context.module, source):
+        if self.facts.other_precision:
             return  # apex amp or a hand-written loss scale
         if not self.facts.in_training_loop(node) or self.facts.in_no_grad(node):
             return

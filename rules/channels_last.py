@@ -4,22 +4,15 @@ from __future__ import annotations
 
 import libcst as cst
 
-from autoopt.lint.calls import arg, with_keyword
+from autoopt.lint.calls import with_keyword
+from autoopt.lint.conv_models import conv2d_models
 from autoopt.lint.device import GPU_MARKERS
-from autoopt.lint.edits import block_statement, statement_line
+from autoopt.lint.edits import statement_line
 from autoopt.lint.handled import LIBRARY_TRAINER_MARKERS
-from autoopt.lint.nodes import calls_in, method_name, nodes_of_type, string_value, walk
-from autoopt.lint.project_facts import local_definition
+from autoopt.lint.loops import model_input_transfer
+from autoopt.lint.placement import model_placement
 from autoopt.lint.rule import Fix, FixSafety, Invalid, Rule, Valid
-from autoopt.lint.torch_api import (
-    CONV2D,
-    conv_classes,
-    is_conv_call,
-    is_conv_zoo_model,
-    torch_imports,
-)
-
-_SEQUENTIAL = ("torch.nn.Sequential", "torch.nn.modules.container.Sequential")
+from autoopt.lint.torch_api import torch_imports
 
 
 class ChannelsLast(Rule):
@@ -513,10 +506,9 @@ class ChannelsLast(Rule):
     def visit_Module(self, node: cst.Module) -> None:
         if "channels_last" in self.context.source or not self.facts.device.gpu_path:
             return
-        fit, flattening = self._fit_classes(node)
         reported: set[int] = set()
-        for name, built, flattens in self._models(node, fit, flattening):
-            placement = self._placement(name, built)
+        for name, built, flattens in conv2d_models(self):
+            placement = model_placement(self, name, built)
             # a model built in both branches of an `if` is placed once: report it once
             if placement is None or id(placement) in reported:
                 continue
@@ -530,187 +522,12 @@ class ChannelsLast(Rule):
             else:
                 self._report(name, placement)
 
-    # ----- which models ----------------------------------------------------------------------
-    def _fit_classes(self, module: cst.Module) -> tuple[set[str], set[str]]:
-        """Conv2d classes of the file none of whose parts flattens with `.view()` (see the
-        docs), and those that do."""
-        convs = conv_classes(self, module, CONV2D)
-        classes = {s.name.value: s for s in module.body if isinstance(s, cst.ClassDef)}
-        unfit = {
-            name for name, cls in classes.items() if any(_flattening_view(c) for c in calls_in(cls))
-        }
-        changed = True
-        while changed:  # a class made of an unfit class is unfit
-            changed = False
-            for name, cls in classes.items():
-                if name not in unfit and any(
-                    isinstance(c.func, cst.Name) and c.func.value in unfit for c in calls_in(cls)
-                ):
-                    unfit.add(name)
-                    changed = True
-        return set(convs) - unfit, set(convs) & unfit
-
-    def _models(
-        self, module: cst.Module, fit: set[str], flattening: set[str]
-    ) -> list[tuple[str, cst.Assign, bool]]:
-        """`(name, assignment, flattens)` for every `name = <conv model>(...)[.to(...)|.cuda()]`;
-        `flattens`: the model flattens with `.view()` (no fix)."""
-        found: list[tuple[str, cst.Assign, bool]] = []
-        for n in nodes_of_type(module, cst.Assign):
-            if len(n.targets) != 1:
-                continue
-            target = n.targets[0].target
-            if not isinstance(target, cst.Name):
-                continue
-            base = _strip_placement(n.value)
-            kind = self._conv_model(base, fit, flattening) if isinstance(base, cst.Call) else None
-            if kind is None and isinstance(base, cst.Call):
-                others = [f for f in found if f[0] != target.value]  # not `model = DDP(model)`
-                kind = self._wrapped_conv_model(base, fit, flattening, others)
-            if kind is not None:
-                found.append((target.value, n, kind == "flattens"))
-        return found
-
-    def _wrapped_conv_model(
-        self,
-        call: cst.Call,
-        fit: set[str],
-        flattening: set[str],
-        found: list[tuple[str, cst.Assign, bool]],
-    ) -> str | None:
-        """A model built around a conv model passed in (`DDPM(eps_model=UNet(...))`, or a
-        name bound to one above): what the inner model is."""
-        named = {name: "flattens" if flat else "fit" for name, _, flat in found}
-        for a in call.args:
-            value = _strip_placement(a.value)
-            if isinstance(value, cst.Name) and value.value in named:
-                return named[value.value]
-            if isinstance(value, cst.Call):
-                kind = self._conv_model(value, fit, flattening)
-                if kind is not None:
-                    return kind
-        return None
-
-    def _conv_model(self, call: cst.Call, fit: set[str], flattening: set[str]) -> str | None:
-        """ "fit" for a Conv2d model, "flattens" for one that flattens with `.view()`."""
-        if isinstance(call.func, cst.Name):
-            if call.func.value in fit:
-                return "fit"
-            if call.func.value in flattening:
-                return "flattens"
-            local = local_definition(self, call.func.value)  # `from models import Net`
-            if local is not None:
-                if not local.conv2d:
-                    return None
-                return "flattens" if local.views else "fit"
-        if is_conv_zoo_model(self, call):
-            return "fit"
-        if self.is_call_to(call, *_SEQUENTIAL) and any(
-            is_conv_call(self, c, CONV2D) for c in calls_in(call)
-        ):
-            return "fit"
-        return None
-
-    # ----- where it is placed on CUDA ---------------------------------------------------------
-    def _placement(self, name: str, built: cst.Assign) -> cst.SimpleStatementLine | None:
-        """The statement that moves the model to the device: its own assignment
-        (`Net().to(device)`) or a later `model.to(device)` / `model = model.cuda()` in the
-        same function, also inside `if`s there, however nested (the legacy
-        `if cuda: generator.cuda()`, imagenet's `if device.type == 'cuda': if args.gpu ...:`),
-        and after the `if`/`else` or `with` block the model is built in."""
-        stmt = block_statement(built, self.parent)
-        if not isinstance(stmt, cst.SimpleStatementLine):
-            return None
-        if self._placed_call(built.value) is not None:
-            return stmt
-        current: cst.BaseStatement | None = stmt
-        while current is not None:
-            body = list(getattr(self.parent(current), "body", ()))
-            for other in body[next(i for i, s in enumerate(body) if s is current) + 1 :]:
-                found = self._placing_line(other, name)
-                if found is not None:
-                    return found
-            current = self._enclosing_if(current)
-        return None
-
-    def _placing_line(self, stmt: cst.CSTNode, name: str) -> cst.SimpleStatementLine | None:
-        """The first line of `stmt` (a line, or an `if` with its `elif`/`else` branches) that
-        places `name` on the device."""
-        if isinstance(stmt, cst.SimpleStatementLine):
-            return stmt if self._places(stmt, name) else None
-        if isinstance(stmt, cst.Else):
-            return self._placing_line(stmt.body, name)
-        if isinstance(stmt, cst.IndentedBlock):
-            for line in stmt.body:
-                found = self._placing_line(line, name)
-                if found is not None:
-                    return found
-            return None
-        if isinstance(stmt, cst.If):
-            found = self._placing_line(stmt.body, name)
-            if found is None and stmt.orelse is not None:
-                found = self._placing_line(stmt.orelse, name)
-            return found
-        return None
-
-    def _enclosing_if(self, stmt: cst.BaseStatement) -> cst.BaseStatement | None:
-        """The whole `if` (or `with`) statement whose block holds `stmt` directly (None when
-        `stmt` is in a loop, a function body or the module: the search does not leave those)."""
-        owner = self.parent(self.parent(stmt))  # the block's owner
-        if isinstance(owner, cst.Else):
-            owner = self.parent(owner)
-        if not isinstance(owner, cst.If | cst.With):
-            return None
-        return block_statement(owner, self.parent)
-
-    def _places(self, line: cst.SimpleStatementLine, name: str) -> bool:
-        """`name.to(device)`, `name.cuda()` or `name = name.to(device)`."""
-        for small in line.body:
-            value = None
-            if isinstance(small, cst.Expr) or (
-                isinstance(small, cst.Assign)
-                and len(small.targets) == 1
-                and _is_name(small.targets[0].target, name)
-            ):
-                value = small.value
-            call = self._placed_call(value) if value is not None else None
-            if (
-                call is not None
-                and isinstance(call.func, cst.Attribute)
-                and _is_name(call.func.value, name)
-            ):
-                return True
-        return False
-
-    def _placed_call(self, expr: cst.BaseExpression) -> cst.Call | None:
-        """`expr` is `<x>.cuda()` or `<x>.to(<CUDA device>)`."""
-        if not isinstance(expr, cst.Call) or not isinstance(expr.func, cst.Attribute):
-            return None
-        if expr.func.attr.value == "cuda":
-            return expr
-        if expr.func.attr.value != "to":
-            return None
-        dest = arg(expr, "device", 0)
-        if dest is None:
-            return None
-        value = dest.value
-        text = string_value(value)
-        if text is not None:
-            return expr if text.startswith("cuda") else None
-        if isinstance(value, cst.Call):
-            return expr if self.is_call_to(value, "torch.device") else None
-        names = self.qualified_names(value)
-        if any(q.startswith("torch.") for q in names):  # a dtype such as torch.float16
-            return None
-        return expr if isinstance(value, cst.Name | cst.Attribute) else None
-
-    # ----- the fix -------------------------------------------------------------------------------
     def _report(self, name: str, placement: cst.SimpleStatementLine) -> None:
         new = statement_line(f"{name} = {name}.to(memory_format=torch.channels_last)")
         replacements: dict[cst.CSTNode, cst.CSTNode | cst.FlattenSentinel[cst.BaseStatement]] = {
             placement: cst.FlattenSentinel([placement, new])
         }
-        moved = self._input_transfer(name)
+        moved = model_input_transfer(self, name)
         if moved is not None:
             replacements[moved] = with_keyword(
                 moved, "memory_format", cst.parse_expression("torch.channels_last")
@@ -723,84 +540,3 @@ class ChannelsLast(Rule):
                 add_imports=torch_imports(self.context.module),
             ),
         )
-
-    def _input_transfer(self, model: str) -> cst.Call | None:
-        """The `.to(device)` call that moves the model's input in the training loop, when it is
-        simple: `x = x.to(device)`, `x, y = x.to(device), y.to(device)` or `model(x.to(d))`."""
-        facts = self.context.facts
-        candidates: list[cst.Call] = []
-        for outer in facts.training_loops:
-            for call in calls_in(outer, into_scopes=False):
-                if not (_is_name(call.func, model) and call.args):
-                    continue
-                # look only in the step loop that makes this call (not in an eval loop nested
-                # in the epoch loop)
-                loop = facts.enclosing_loops(call)[0]
-                if not facts.is_training_loop(loop):
-                    continue
-                first = call.args[0].value
-                if isinstance(first, cst.Call) and self._placed_call(first) is not None:
-                    candidates.append(first)
-                elif isinstance(first, cst.Name):
-                    candidates += self._assigned_transfers(loop, first.value)
-        unique = {id(c): c for c in candidates}
-        if len(unique) != 1:
-            return None
-        (call,) = unique.values()
-        if call.func.attr.value != "to" or any(a.star for a in call.args):  # type: ignore[union-attr]
-            return None
-        return call
-
-    def _assigned_transfers(self, loop: cst.CSTNode, name: str) -> list[cst.Call]:
-        found: list[cst.Call] = []
-        for n in walk(loop, into_scopes=False):
-            if not isinstance(n, cst.Assign) or len(n.targets) != 1:
-                continue
-            target, value = n.targets[0].target, n.value
-            pairs: list[tuple[cst.BaseExpression, cst.BaseExpression]] = []
-            if isinstance(target, cst.Name):
-                pairs = [(target, value)]
-            elif (
-                isinstance(target, cst.Tuple)
-                and isinstance(value, cst.Tuple)
-                and len(target.elements) == len(value.elements)
-            ):
-                pairs = [
-                    (t.value, v.value) for t, v in zip(target.elements, value.elements, strict=True)
-                ]
-            for t, v in pairs:
-                if (
-                    _is_name(t, name)
-                    and isinstance(v, cst.Call)
-                    and self._placed_call(v) is not None
-                ):
-                    found.append(v)
-        return found
-
-
-def _is_name(expr: cst.CSTNode, name: str) -> bool:
-    return isinstance(expr, cst.Name) and expr.value == name
-
-
-def _flattening_view(call: cst.Call) -> bool:
-    """`x.view(n, -1)`, `x.view(b, c, h * w)`: a view that merges dimensions, which fails on
-    NHWC activations. `out.view(n, 128, s, s)` (a linear layer's output made 4-D for the
-    convolutions after it) merges nothing."""
-    if method_name(call) != "view":
-        return False
-    values = [a.value for a in call.args]
-    minus_one = any(
-        isinstance(v, cst.UnaryOperation) and isinstance(v.operator, cst.Minus) for v in values
-    )
-    return minus_one or len(values) < 4 or any(a.star for a in call.args)
-
-
-def _strip_placement(expr: cst.BaseExpression) -> cst.BaseExpression:
-    """`Net()` for `Net().to(device)` / `Net().cuda()`."""
-    while (
-        isinstance(expr, cst.Call)
-        and isinstance(expr.func, cst.Attribute)
-        and expr.func.attr.value in ("to", "cuda")
-    ):
-        expr = expr.func.value
-    return expr

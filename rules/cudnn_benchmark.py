@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import libcst as cst
 
+from autoopt.lint.conv_models import builds_convolution
 from autoopt.lint.device import GPU_MARKERS
 from autoopt.lint.edits import insert_after_imports, statement_line
 from autoopt.lint.nodes import is_true, nodes_of_type
-from autoopt.lint.project_facts import local_definition
 from autoopt.lint.rule import FileContext, Fix, FixSafety, Invalid, Rule, Valid
-from autoopt.lint.torch_api import is_conv_call, is_conv_zoo_model, torch_imports
+from autoopt.lint.torch_api import torch_imports
 
 _BENCHMARK = "torch.backends.cudnn.benchmark"
 _DETERMINISTIC = "torch.backends.cudnn.deterministic"
@@ -287,19 +287,10 @@ class CudnnBenchmark(Rule):
             below = anc
         return None
 
-    def _local_conv(self, node: cst.Call) -> bool:
-        """A convolutional model imported from the user's project (`from models import Net`)."""
-        if not isinstance(node.func, cst.Name):
-            return False
-        found = local_definition(self, node.func.value)
-        return found is not None and found.conv
-
     def visit_Call(self, node: cst.Call) -> None:
         if self._done or not self._eligible:
             return
-        if not (
-            is_conv_call(self, node) or is_conv_zoo_model(self, node) or self._local_conv(node)
-        ):
+        if not builds_convolution(self, node):
             return
         self._done = True  # one finding per file: the fix is one line for the whole script
         new = statement_line("torch.backends.cudnn.benchmark = True")

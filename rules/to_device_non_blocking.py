@@ -6,18 +6,19 @@ import libcst as cst
 
 from autoopt.lint.calls import arg, with_keyword
 from autoopt.lint.device import GPU_MARKERS
-from autoopt.lint.edits import enclosing_statement
 from autoopt.lint.facts import EVAL_MARKERS
 from autoopt.lint.fixes.preconditions import batch_of_tensors
 from autoopt.lint.handled import is_hogwild, library_places_batches
-from autoopt.lint.loops import batch_transfers, data_loops
-from autoopt.lint.nodes import code_of, method_name, names_in, root_name, walk
+from autoopt.lint.loops import (
+    batch_transfers,
+    data_loops,
+    prefetcher_fallback,
+    read_on_host_later,
+)
+from autoopt.lint.nodes import method_name
 from autoopt.lint.project_facts import own_to_classes
 from autoopt.lint.rule import Fix, FixSafety, Invalid, Rule, Valid
 
-# Reading a tensor on the host: the copy has to be finished right there anyway.
-_HOST_READS = {"item", "tolist", "numpy", "cpu"}
-_HOST_FUNCS = {"print", "float", "int", "bool", "list"}
 _UNPROVEN = (
     "the batch does not come from a DataLoader of this file with the default collate, so it "
     "may be the project's own batch class, whose .to() may not take non_blocking"
@@ -527,52 +528,10 @@ class ToDeviceNonBlocking(Rule):
                 continue
             transfers = [c for c in copies if method_name(c) in ("to", "type", "cuda")]
             found = [
-                c for c in transfers if not self._read_on_host(c) and not self._prefetch_off(c)
+                c
+                for c in transfers
+                if not read_on_host_later(self, c) and not prefetcher_fallback(self, c)
             ]
             if found:
                 groups.append((loop, found))
         return groups
-
-    def _prefetch_off(self, call: cst.Call) -> bool:
-        """Under `if not args.prefetcher:`: the fallback of a script whose own prefetcher
-        copies batches ahead on a side stream (timm's train.py)."""
-        for anc in self.facts.ancestors(call):
-            if isinstance(anc, cst.For | cst.While | cst.FunctionDef):
-                return False
-            if isinstance(anc, cst.If) and "prefetch" in code_of(anc.test).lower():
-                return True
-        return False
-
-    def _read_on_host(self, call: cst.Call) -> bool:
-        """The result is bound to a name that the rest of the block reads on the host."""
-        stmt = enclosing_statement(call, self.parent)
-        if not isinstance(stmt, cst.SimpleStatementLine):
-            return False
-        targets: set[str] = set()
-        for small in stmt.body:
-            if isinstance(small, cst.Assign):
-                for t in small.targets:
-                    targets |= names_in(t.target)
-        block = self.parent(stmt)
-        if not targets or not isinstance(block, cst.IndentedBlock | cst.Module):
-            return False
-        body = list(block.body)
-        index = next(i for i, s in enumerate(body) if s is stmt)
-        for later in body[index + 1 :]:
-            for n in walk(later, into_scopes=False):
-                if not isinstance(n, cst.Call):
-                    continue
-                func = n.func
-                if (
-                    isinstance(func, cst.Attribute)
-                    and func.attr.value in _HOST_READS
-                    and root_name(func.value) in targets
-                ):
-                    return True  # `y.item()`, `y[0].tolist()`
-                if (
-                    isinstance(func, cst.Name)
-                    and func.value in _HOST_FUNCS
-                    and any(root_name(a.value) in targets for a in n.args)
-                ):
-                    return True  # `print(y)`, `float(y)`
-        return False

@@ -14,17 +14,16 @@ from autoopt.lint.handled import (
     library_trainer_calls,
     uses_accelerate,
 )
-from autoopt.lint.nodes import contains, dotted, method_name, names_in, nodes_of_type
+from autoopt.lint.nodes import contains, names_in, nodes_of_type
+from autoopt.lint.placement import binds_or_places
 from autoopt.lint.rule import Fix, FixSafety, Invalid, Rule, Valid
-from autoopt.lint.trained_models import aliases, mentions, trained_models
+from autoopt.lint.trained_models import is_compiled, trained_models
 
 _SCRIPTED = (
     "torch.jit.script",
     "torch.jit.trace",
     "torch._dynamo.optimize",
 )
-# Calls that build or place the model: compile after the last of them.
-_PLACEMENT = {"to", "cuda", "half", "float", "bfloat16", "double", "xpu", "to_empty", "type"}
 _IN_PLACE_COMPILE = (2, 2)  # nn.Module.compile() exists since torch 2.2
 
 
@@ -484,7 +483,7 @@ class TorchCompileModel(Rule):
             return  # Accelerate compiles (`dynamo_backend`); Hogwild shares one eager model
         done: set[str] = set()
         for opt_call, model in trained_models(self):
-            if model in done or any(self._compiled(node, m) for m in aliases(node, model)):
+            if model in done or is_compiled(self, model):
                 continue
             done.add(model)
             self._offer(opt_call, model)  # each trained model (GANs have two)
@@ -505,11 +504,13 @@ class TorchCompileModel(Rule):
             ),
             len(body),
         )
-        builds = [i for i, stmt in enumerate(body[:training]) if _builds(stmt, model)]
+        builds = [i for i, stmt in enumerate(body[:training]) if binds_or_places(stmt, model)]
         # Assigned while training (a best-checkpoint swap): the compiled module would be
         # replaced. A reload after training (to test the best model) leaves training compiled,
         # and so does moving it while training (`model.cpu()` to save, `.to(device)` back).
-        if not builds or (training < len(body) and _builds(body[training], model, rebinds=True)):
+        if not builds or (
+            training < len(body) and binds_or_places(body[training], model, rebinds=True)
+        ):
             return
         anchor = body[builds[-1]]
         version = self.context.target_version
@@ -555,51 +556,3 @@ class TorchCompileModel(Rule):
             if isinstance(n, cst.Call) and self.refers_to(n.func, *_SCRIPTED):
                 return True
         return False
-
-    def _compiled(self, module: cst.Module, model: str) -> bool:
-        """`model.compile()`, `torch.compile(... model ...)` or `model = torch.compile(...)`
-        anywhere in the file."""
-        for n in nodes_of_type(module, (cst.Assign, cst.Call)):
-            if (
-                isinstance(n, cst.Assign)
-                and isinstance(n.value, cst.Call)
-                and self.refers_to(n.value.func, "torch.compile")
-                and any(mentions(t.target, model) for t in n.targets)
-            ):
-                return True
-            if not isinstance(n, cst.Call):
-                continue
-            if (
-                method_name(n) == "compile"
-                and isinstance(n.func, cst.Attribute)
-                and dotted(n.func.value) == model
-            ):
-                return True
-            if self.refers_to(n.func, "torch.compile") and any(
-                mentions(a.value, model) for a in n.args
-            ):
-                return True
-        return False
-
-
-def _builds(stmt: cst.BaseStatement, model: str, rebinds: bool = False) -> bool:
-    """`stmt` (re)binds `model` or places it (`model.to(...)`, `model.cuda()`, ...); with
-    `rebinds`, only a new binding counts."""
-    kinds = (cst.AssignTarget, cst.For, cst.AsName, cst.NamedExpr, cst.AnnAssign, cst.AugAssign)
-    for n in nodes_of_type(stmt, (*kinds, cst.Call), into_scopes=False):
-        if isinstance(n, cst.AssignTarget | cst.For | cst.AsName | cst.NamedExpr) and (
-            mentions(n.target if not isinstance(n, cst.AsName) else n.name, model)
-        ):
-            return True
-        if isinstance(n, cst.AnnAssign | cst.AugAssign) and mentions(n.target, model):
-            return True
-        if (
-            not rebinds
-            and isinstance(n, cst.Call)
-            and method_name(n) in _PLACEMENT
-            and isinstance(n.func, cst.Attribute)
-            and isinstance(n.func.value, cst.Name | cst.Attribute)
-            and dotted(n.func.value) == model
-        ):
-            return True
-    return False

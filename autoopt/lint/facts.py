@@ -16,7 +16,7 @@ from libcst.metadata import MetadataWrapper, QualifiedNameProvider
 from libcst.metadata.base_provider import LazyValue
 
 from autoopt.lint import metadata
-from autoopt.lint.device import DeviceFacts, device_facts
+from autoopt.lint.device import DeviceFacts, cpu_only, device_facts
 from autoopt.lint.nodes import calls_in, nodes_of_type
 from autoopt.lint.precision import other_precision_system
 
@@ -172,6 +172,17 @@ class FileFacts:
                 found.setdefault(id(scope), scope)
         return list(found.values())
 
+    @functools.cached_property
+    def innermost_training_loops(self) -> dict[cst.CSTNode, list[cst.Call]]:
+        """Each innermost loop around `.backward()` calls (within their function), with those
+        calls, in source order: the loops a per-step rewrite (autocast, a scaler) edits."""
+        groups: dict[int, tuple[cst.CSTNode, list[cst.Call]]] = {}
+        for call in self.backward_calls:
+            loops = self.enclosing_loops(call)
+            if loops:
+                groups.setdefault(id(loops[0]), (loops[0], []))[1].append(call)
+        return {loop: calls for loop, calls in groups.values()}
+
     def is_training_loop(self, loop: cst.CSTNode) -> bool:
         return any(loop is t for t in self.training_loops)
 
@@ -303,6 +314,12 @@ class FileFacts:
         return other_precision_system(self.module, self.source)
 
     @functools.cached_property
+    def names_torch_amp(self) -> bool:
+        """The text names torch's own AMP (`autocast`, `GradScaler`): the script has chosen its
+        mixed precision already."""
+        return "autocast" in self.source or "GradScaler" in self.source
+
+    @functools.cached_property
     def uses_cuda(self) -> bool:
         """The script runs (or can run) on CUDA: `.cuda()`, a "cuda" device string, torch.cuda."""
         s = self.source
@@ -313,6 +330,12 @@ class FileFacts:
         """Whether the script has a GPU path (CUDA, torch.accelerator, a device flag or a device
         parameter; see `autoopt.lint.device`): the gate of every rule about a CUDA trick."""
         return device_facts(self.module, self.parent)
+
+    @functools.cached_property
+    def cpu_only(self) -> bool:
+        """The script trains on the CPU and nowhere else (`autoopt.lint.device.cpu_only`): advice
+        for CUDA runs (mixed precision with a GradScaler) does not apply to it."""
+        return cpu_only(self.device, self.source)
 
     @functools.cached_property
     def requests_determinism(self) -> bool:

@@ -1,5 +1,6 @@
-"""Training and data loops: which loops iterate batches, which names hold the batch, and which
-calls move it to the device."""
+"""Training and data loops: which loops iterate batches, which names hold the batch, which
+calls move it (or the model's input) to the device, and what waits for such a copy anyway (a
+read on the host, the fallback path of the script's own prefetcher)."""
 
 from __future__ import annotations
 
@@ -7,17 +8,20 @@ import libcst as cst
 
 from autoopt.lint.calls import arg
 from autoopt.lint.device import is_cuda_tensor_type
+from autoopt.lint.edits import enclosing_statement
 from autoopt.lint.facts import local_callee, named_like_evaluation
 from autoopt.lint.nodes import (
     calls_in,
     code_of,
     int_literal,
+    is_name,
     method_name,
     names_in,
     nodes_of_type,
     root_name,
     string_value,
 )
+from autoopt.lint.placement import device_move
 from autoopt.lint.rule import Rule
 from autoopt.lint.torch_api import DATALOADER
 
@@ -179,6 +183,58 @@ def _to_cuda_type(rule: Rule, call: cst.Call) -> bool:
     return dest is not None and is_cuda_tensor_type(rule.facts.device, dest.value)
 
 
+# Reading a tensor on the host: a copy to the device has to be finished right there anyway.
+_HOST_READS = {"item", "tolist", "numpy", "cpu"}
+_HOST_FUNCS = {"print", "float", "int", "bool", "list"}
+
+
+def read_on_host_later(rule: Rule, call: cst.Call) -> bool:
+    """The result of `call` is bound to a name that the rest of its block reads on the host
+    (`y.item()`, `y[0].tolist()`, `print(y)`, `float(y)`)."""
+    stmt = enclosing_statement(call, rule.parent)
+    if not isinstance(stmt, cst.SimpleStatementLine):
+        return False
+    targets: set[str] = set()
+    for small in stmt.body:
+        if isinstance(small, cst.Assign):
+            for t in small.targets:
+                targets |= names_in(t.target)
+    block = rule.parent(stmt)
+    if not targets or not isinstance(block, cst.IndentedBlock | cst.Module):
+        return False
+    body = list(block.body)
+    index = next(i for i, s in enumerate(body) if s is stmt)
+    for later in body[index + 1 :]:
+        for n in walk(later, into_scopes=False):
+            if not isinstance(n, cst.Call):
+                continue
+            func = n.func
+            if (
+                isinstance(func, cst.Attribute)
+                and func.attr.value in _HOST_READS
+                and root_name(func.value) in targets
+            ):
+                return True  # `y.item()`, `y[0].tolist()`
+            if (
+                isinstance(func, cst.Name)
+                and func.value in _HOST_FUNCS
+                and any(root_name(a.value) in targets for a in n.args)
+            ):
+                return True  # `print(y)`, `float(y)`
+    return False
+
+
+def prefetcher_fallback(rule: Rule, call: cst.Call) -> bool:
+    """`call` is under `if not args.prefetcher:` (within its loop or function): the fallback of
+    a script whose own prefetcher copies batches ahead on a side stream (timm's train.py)."""
+    for anc in rule.facts.ancestors(call):
+        if isinstance(anc, cst.For | cst.While | cst.FunctionDef):
+            return False
+        if isinstance(anc, cst.If) and "prefetch" in code_of(anc.test).lower():
+            return True
+    return False
+
+
 def loops_over(rule: Rule, name: str) -> list[cst.For]:
     """`for` loops whose iterable mentions `name` (`loader`, `enumerate(loader)`, `tqdm(loader)`)."""
     return [n for n in nodes_of_type(rule.context.module, cst.For) if name in names_in(n.iter)]
@@ -303,3 +359,56 @@ def _loader_use(rule: Rule, name: str) -> str | None:
     if not callees and named_like_evaluation(name):
         return "eval"
     return None
+
+
+def model_input_transfer(rule: Rule, model: str) -> cst.Call | None:
+    """The `.to(device)` call that moves `model`'s input in its training loop, when there is
+    one and it is simple: `x = x.to(device)`, `x, y = x.to(device), y.to(device)` or
+    `model(x.to(device))` (a `.cuda()`, several candidates or `*args` give None)."""
+    facts = rule.facts
+    candidates: list[cst.Call] = []
+    for outer in facts.training_loops:
+        for call in calls_in(outer, into_scopes=False):
+            if not (is_name(call.func, model) and call.args):
+                continue
+            # look only in the step loop that makes this call (not in an eval loop nested
+            # in the epoch loop)
+            loop = facts.enclosing_loops(call)[0]
+            if not facts.is_training_loop(loop):
+                continue
+            first = call.args[0].value
+            if isinstance(first, cst.Call) and device_move(rule, first) is not None:
+                candidates.append(first)
+            elif isinstance(first, cst.Name):
+                candidates += _assigned_transfers(rule, loop, first.value)
+    unique = {id(c): c for c in candidates}
+    if len(unique) != 1:
+        return None
+    (call,) = unique.values()
+    if call.func.attr.value != "to" or any(a.star for a in call.args):  # type: ignore[union-attr]
+        return None
+    return call
+
+
+def _assigned_transfers(rule: Rule, loop: cst.CSTNode, name: str) -> list[cst.Call]:
+    """The device moves bound to `name` in `loop`: `name = <x>.to(d)`, `a, name = ..., <x>.to(d)`."""
+    found: list[cst.Call] = []
+    for n in walk(loop, into_scopes=False):
+        if not isinstance(n, cst.Assign) or len(n.targets) != 1:
+            continue
+        target, value = n.targets[0].target, n.value
+        pairs: list[tuple[cst.BaseExpression, cst.BaseExpression]] = []
+        if isinstance(target, cst.Name):
+            pairs = [(target, value)]
+        elif (
+            isinstance(target, cst.Tuple)
+            and isinstance(value, cst.Tuple)
+            and len(target.elements) == len(value.elements)
+        ):
+            pairs = [
+                (t.value, v.value) for t, v in zip(target.elements, value.elements, strict=True)
+            ]
+        for t, v in pairs:
+            if is_name(t, name) and isinstance(v, cst.Call) and device_move(rule, v) is not None:
+                found.append(v)
+    return found

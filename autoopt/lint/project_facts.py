@@ -152,7 +152,8 @@ def _own_to(cls: ast.ClassDef) -> bool:
 
 
 def _flattens(view: ast.Call) -> bool:
-    """`x.view(n, -1)` merges dimensions (fails on NHWC); `x.view(n, c, h, w)` does not."""
+    """`x.view(n, -1)` merges dimensions (fails on NHWC); `x.view(n, c, h, w)` does not (the
+    test `conv_models` applies to the linted file's own libcst tree)."""
     minus_one = any(isinstance(a, ast.UnaryOp) and isinstance(a.op, ast.USub) for a in view.args)
     return minus_one or len(view.args) < 4 or any(isinstance(a, ast.Starred) for a in view.args)
 

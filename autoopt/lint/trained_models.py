@@ -5,7 +5,8 @@ A model is trained where an optimizer is built over its parameters:
 `torch.optim.X(groups)` with `groups = param_groups(model, ...)` in the same function, the
 project's own optimizer builder (`smart_optimizer(model, ...)`, read from the local module), or
 the model's own `model.configure_optimizers(...)` (nanoGPT/minGPT/Lightning). A model may be held under another
-name (`raw_model = model.module if ddp else model`): `aliases` follows such bindings.
+name (`raw_model = model.module if ddp else model`): `aliases` follows such bindings, and a
+model compiled under any of its names is compiled (`is_compiled`).
 """
 
 from __future__ import annotations
@@ -148,3 +149,34 @@ def mentions(node: cst.CSTNode, model: str) -> bool:
     if "." not in model:
         return model in names_in(node)
     return any(isinstance(n, cst.Attribute) and dotted(n) == model for n in walk(node))
+
+
+def is_compiled(rule: Rule, model: str) -> bool:
+    """`model`, or a name it is an alias of, is compiled anywhere in the file: `m.compile()`,
+    `torch.compile(... m ...)` or `m = torch.compile(...)`."""
+    module = rule.context.module
+    return any(_compiled(rule, module, m) for m in aliases(module, model))
+
+
+def _compiled(rule: Rule, module: cst.Module, model: str) -> bool:
+    for n in nodes_of_type(module, (cst.Assign, cst.Call)):
+        if (
+            isinstance(n, cst.Assign)
+            and isinstance(n.value, cst.Call)
+            and rule.refers_to(n.value.func, "torch.compile")
+            and any(mentions(t.target, model) for t in n.targets)
+        ):
+            return True
+        if not isinstance(n, cst.Call):
+            continue
+        if (
+            method_name(n) == "compile"
+            and isinstance(n.func, cst.Attribute)
+            and dotted(n.func.value) == model
+        ):
+            return True
+        if rule.refers_to(n.func, "torch.compile") and any(
+            mentions(a.value, model) for a in n.args
+        ):
+            return True
+    return False

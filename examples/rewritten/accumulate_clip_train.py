@@ -32,7 +32,7 @@ def main():
         epoch_loss = 0.0
         for i, (xb, yb) in enumerate(loader):
             xb, yb = xb.to(device, non_blocking=True), yb.to(device, non_blocking=True)
-            with torch.autocast(device_type=device.type, dtype=amp_dtype):
+            with torch.autocast(device_type=device.type, dtype=amp_dtype, enabled=device.type == "cuda"):
                 loss = criterion(model(xb), yb) / ACCUM
             scaler.scale(loss).backward()
             epoch_loss += loss.item() * ACCUM

@@ -58,7 +58,7 @@ def main():
             images = images.to(device, memory_format=torch.channels_last, non_blocking=True)
             labels = labels.to(device, non_blocking=True)
             optimizer.zero_grad()
-            with torch.autocast(device_type=device.type, dtype=amp_dtype):
+            with torch.autocast(device_type=device.type, dtype=amp_dtype, enabled=device.type == "cuda"):
                 outputs = model(images)
                 loss = criterion(outputs, labels)
             scaler.scale(loss).backward()

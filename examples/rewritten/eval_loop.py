@@ -44,7 +44,7 @@ def main():
         for xb, yb in loader:
             xb, yb = xb.to(device, non_blocking=True), yb.to(device, non_blocking=True)
             optimizer.zero_grad()
-            with torch.autocast(device_type=device.type, dtype=amp_dtype):
+            with torch.autocast(device_type=device.type, dtype=amp_dtype, enabled=device.type == "cuda"):
                 loss = loss_fn(model(xb), yb)
             scaler.scale(loss).backward()
             scaler.step(optimizer)

@@ -39,7 +39,7 @@ def main():
         d_total = 0.0
         for (real,) in loader:
             real = real.to(device, non_blocking=True)
-            with torch.autocast(device_type=device.type, dtype=amp_dtype):
+            with torch.autocast(device_type=device.type, dtype=amp_dtype, enabled=device.type == "cuda"):
                 noise = torch.randn(real.shape[0], 8, device=device)
                 fake = generator(noise)
 
@@ -51,7 +51,7 @@ def main():
             scaler.step(opt_d)
 
             opt_g.zero_grad()
-            with torch.autocast(device_type=device.type, dtype=amp_dtype):
+            with torch.autocast(device_type=device.type, dtype=amp_dtype, enabled=device.type == "cuda"):
                 g_score = discriminator(fake)
                 g_loss = bce(g_score, torch.ones_like(g_score))
             scaler.scale(g_loss).backward()

@@ -55,7 +55,7 @@ def main():
         for inputs, targets in loader:
             inputs = inputs.to(device, non_blocking=True)
             targets = targets.to(device, non_blocking=True)
-            with torch.autocast(device_type=torch.device(device).type, dtype=amp_dtype):
+            with torch.autocast(device_type=torch.device(device).type, dtype=amp_dtype, enabled=torch.device(device).type == "cuda"):
                 logits = model(inputs)
                 loss = loss_fn(logits.reshape(-1, VOCAB), targets.reshape(-1))
                 optimizer.zero_grad()

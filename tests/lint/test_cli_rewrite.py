@@ -58,7 +58,10 @@ def test_rewrites_in_place_keeping_permissions(project: Path) -> None:
     code, out, err = run("train.py", "--select", "AO201", "--unsafe-fixes")
     assert code == 0, err
     text = target.read_text()
-    assert "with torch.autocast(device_type=device.type, dtype=amp_dtype):" in text
+    assert (
+        'with torch.autocast(device_type=device.type, dtype=amp_dtype, enabled=device.type == "cuda"):'
+        in text
+    )
     assert "scaler.step(optimizer)" in text
     assert stat.S_IMODE(target.stat().st_mode) == 0o750
     assert "Rewrote 1 file (1 fixes: AO201 ×1)." in err

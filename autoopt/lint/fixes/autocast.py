@@ -39,17 +39,6 @@ Edit = cst.CSTNode | cst.FlattenSentinel | Callable[[cst.CSTNode], object]
 # ----- analysis -----------------------------------------------------------------------------
 
 
-def innermost_training_loops(rule: Rule) -> dict[cst.CSTNode, list[cst.Call]]:
-    """Each innermost loop around `.backward()` calls, with those calls, in source order."""
-    groups: dict[int, tuple[cst.CSTNode, list[cst.Call]]] = {}
-    facts = rule.facts
-    for call in facts.backward_calls:
-        loops = facts.enclosing_loops(call)
-        if loops:
-            groups.setdefault(id(loops[0]), (loops[0], []))[1].append(call)
-    return {loop: calls for loop, calls in groups.values()}
-
-
 def _stmt(code: str) -> cst.BaseStatement:
     return cst.parse_statement(code + "\n")
 
@@ -121,6 +110,11 @@ class AutocastPlan:
                     steps.append((call, owner))
         if not steps:
             return "no optimizer step() in the loop (no optimizer object to route through a scaler)"
+        if self._hand_update():
+            return (
+                "parameters are also updated by hand from .grad in the loop; a GradScaler "
+                "would leave that update with scaled gradients"
+            )
         self._choose_names()
         self._choose_device()
         # -- backward: autocast region before it, scaled loss
@@ -166,6 +160,24 @@ class AutocastPlan:
             ):
                 found.setdefault(code_of(node.func.value), "other")  # type: ignore[attr-defined]
         return found
+
+    def _hand_update(self) -> bool:
+        """Whether the loop writes parameters in place from a `.grad` (`p.data.add_(p.grad)`,
+        `w -= lr * w.grad`): an update path the scaler cannot unscale for."""
+        for node in walk(self.loop):
+            if isinstance(node, cst.AugAssign):
+                value = node.value
+            elif (
+                isinstance(node, cst.Call)
+                and isinstance(node.func, cst.Attribute)
+                and node.func.attr.value in ("add_", "sub_", "addcmul_", "copy_")
+            ):
+                value = node
+            else:
+                continue
+            if any(a.attr.value == "grad" for a in nodes_of_type(value, cst.Attribute)):
+                return True
+        return False
 
     def _choose_names(self) -> None:
         used = names_in(self.facts.module)
@@ -324,9 +336,14 @@ class AutocastPlan:
         return None
 
     def _with_stmt(self, body: list[cst.BaseStatement]) -> cst.With:
+        # A device picked at run time: autocast only where it is known to help and work
+        # (CPU bf16 is measured by the runtime first, e.g. oneDNN LSTMs reject it).
+        enabled = (
+            "" if self.device_type.startswith('"') else f', enabled={self.device_type} == "cuda"'
+        )
         template = _stmt(
-            f"with torch.autocast(device_type={self.device_type}, dtype={self.dtype_name}):\n"
-            "    pass"
+            f"with torch.autocast(device_type={self.device_type}, dtype={self.dtype_name}"
+            f"{enabled}):\n    pass"
         )
         assert isinstance(template, cst.With)
         return template.with_changes(body=cst.IndentedBlock(body=body))
