@@ -20,6 +20,7 @@ from autoopt.lint.nodes import (
     nodes_of_type,
     root_name,
     string_value,
+    walk,
 )
 from autoopt.lint.placement import device_move
 from autoopt.lint.rule import Rule
