@@ -219,9 +219,10 @@ def _outcomes(source: str) -> dict[str, str]:
     (compile cannot train it: a double backward runs through it, or the trace was lost)."""
     import re
 
-    findings = analyze(textwrap.dedent(source), "<string>", [TorchCompileModel]).findings
+    analysis = analyze(textwrap.dedent(source), "<string>", [TorchCompileModel])
+    assert analysis.crashes == []
     found = {}
-    for finding in findings:
+    for finding in analysis.findings:
         (model,) = re.findall(r"model `([^`]+)`", finding.message)
         found[model] = "declined" if finding.fix is None else "fixed"
     return found
