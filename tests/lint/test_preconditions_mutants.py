@@ -319,3 +319,56 @@ def test_compile_declines_exactly_the_models_outside_the_penalty(
     penalty: str, defs: str, want: dict[str, str]
 ) -> None:
     assert _gan(penalty, defs) == want
+
+
+SOLVER = """
+import torch
+class Solver:
+    def build(self):
+        self.G = Generator().cuda()
+        self.D = Discriminator().cuda()
+        self.g_opt = torch.optim.Adam(self.G.parameters())
+        self.d_opt = torch.optim.Adam(self.D.parameters())
+    {defs}
+    def train(self):
+        for x in self.loader:
+            {penalty}
+            self.D(x).mean().backward()
+            self.d_opt.step()
+            self.G(x).mean().backward()
+            self.g_opt.step()
+"""
+
+
+@pytest.mark.parametrize(
+    ("penalty", "defs"),
+    [
+        # the critic held by the solver, called in the penalty itself
+        ("torch.autograd.grad(self.D(x).sum(), x, create_graph=True)", ""),
+        # ... through a local alias: `D` is the leaf of the model `self.D`
+        ("D = self.D\n            torch.autograd.grad(D(x).sum(), x, create_graph=True)", ""),
+        # a penalty method: its first parameter after `self` is the critic
+        (
+            "self.gp(self.D, x)",
+            """def gp(self, critic, x):
+        return torch.autograd.grad(critic(x).sum(), x, create_graph=True)""",
+        ),
+        # ... a classmethod, after `cls`
+        (
+            "self.gp(self.D, x)",
+            """@classmethod
+    def gp(cls, critic, x):
+        return torch.autograd.grad(critic(x).sum(), x, create_graph=True)""",
+        ),
+        # ... passed through another holder: `self.nets.D` has the leaf `D`
+        (
+            "self.gp(self.nets.D, x)",
+            """def gp(self, critic, x):
+        return torch.autograd.grad(critic(x).sum(), x, create_graph=True)""",
+        ),
+    ],
+)
+def test_compile_is_silent_for_a_solvers_critic_trained_through_a_penalty(
+    penalty: str, defs: str
+) -> None:
+    assert _outcomes(SOLVER.format(penalty=penalty, defs=defs)) == {"self.G": "declined"}
