@@ -293,6 +293,12 @@ def gp(critic, x):
         ("gp(critic=D, x=x)", GP, {"G": "declined", "E": "declined"}),
         # a call that does not pass the critic: any model may be the one, all silent
         ("gp(D, x)\n    gp(x=x)", GP, {}),
+        # a torch function imported by name is no module: the trace goes on to D
+        (
+            "out = D(x)\n    " + PENALTY.format("softplus(out).sum()"),
+            "from torch.nn.functional import softplus",
+            {"G": "declined", "E": "declined"},
+        ),
         # a penalty with no outputs in sight (a wrapper's own call): all silent
         ("closure(create_graph=True)", "", {}),
         # an attribute or keyword is no data name: `.fake`, `dim=` do not reach `fake = G(z)`
