@@ -212,3 +212,169 @@ def test_compile_declined_names_the_double_backward_it_saw(other: str, why: str)
     (finding,) = analyze(source, "<string>", [TorchCompileModel]).findings
     assert finding.fix is None
     assert f"the script runs a {why}, which" in finding.message
+
+
+def _outcomes(source: str) -> dict[str, str]:
+    """AO301 per model: "declined" (reported, no fix) or "fixed"; a model left out is silent
+    (compile cannot train it: a double backward runs through it, or the trace was lost)."""
+    import re
+
+    analysis = analyze(textwrap.dedent(source), "<string>", [TorchCompileModel])
+    assert analysis.crashes == []
+    found = {}
+    for finding in analysis.findings:
+        (model,) = re.findall(r"model `([^`]+)`", finding.message)
+        found[model] = "declined" if finding.fix is None else "fixed"
+    return found
+
+
+GAN = """
+import torch
+G = Generator().cuda()
+D = Discriminator().cuda()
+E = Encoder().cuda()
+opt_g = torch.optim.Adam(G.parameters())
+opt_d = torch.optim.Adam(D.parameters())
+opt_e = torch.optim.Adam(E.parameters())
+{defs}
+for x in loader:
+    z = noise()
+    {penalty}
+    G(z).mean().backward()
+    opt_g.step()
+    D(x).mean().backward()
+    opt_d.step()
+    E(x).mean().backward()
+    opt_e.step()
+"""
+
+
+def _gan(penalty: str, defs: str = "") -> dict[str, str]:
+    return _outcomes(GAN.format(penalty=penalty, defs=textwrap.dedent(defs)))
+
+
+PENALTY = "torch.autograd.grad({}, x, create_graph=True)"
+
+TWO_OUTPUTS = "out_d = D(x)\n    out_e = E(x)\n    " + PENALTY.format("out_d.sum() + out_e.sum()")
+
+
+@pytest.mark.parametrize(
+    ("penalty", "defs"),
+    [
+        # two penalties, one per model: both are differentiated twice
+        (PENALTY.format("D(x).sum()") + "\n    " + PENALTY.format("E(x).sum()"), ""),
+        # one penalty over the outputs of two models, each traced through its own name
+        (TWO_OUTPUTS, ""),
+        # the penalty's function takes both models: what each parameter is passed
+        (
+            "gp(D, E, x)",
+            """
+            def gp(c1, c2, x):
+                return torch.autograd.grad(c1(x).sum() + c2(x).sum(), x, create_graph=True)
+            """,
+        ),
+    ],
+)
+def test_compile_is_silent_for_every_model_a_penalty_runs_through(penalty: str, defs: str) -> None:
+    assert _gan(penalty, defs) == {"G": "declined"}
+
+
+GP = """
+def gp(critic, x):
+    return torch.autograd.grad(critic(x).sum(), x, create_graph=True)
+"""
+
+
+@pytest.mark.parametrize(
+    ("penalty", "defs", "want"),
+    [
+        # the critic is the penalty function's parameter: D is what its call passes, by name
+        ("gp(D, x)", GP, {"G": "declined", "E": "declined"}),
+        ("gp(critic=D, x=x)", GP, {"G": "declined", "E": "declined"}),
+        # a call that does not pass the critic: any model may be the one, all silent
+        ("gp(D, x)\n    gp(x=x)", GP, {}),
+        # a torch function imported by name is no module: the trace goes on to D
+        (
+            "out = D(x)\n    " + PENALTY.format("softplus(out).sum()"),
+            "from torch.nn.functional import softplus",
+            {"G": "declined", "E": "declined"},
+        ),
+        # a penalty with no outputs in sight (a wrapper's own call): all silent
+        ("closure(create_graph=True)", "", {}),
+        # an attribute or keyword is no data name: `.fake`, `dim=` do not reach `fake = G(z)`
+        (
+            "fake = G(z)\n    out = D(x)\n    " + PENALTY.format("out.fake.sum(dim=1)"),
+            "",
+            {"G": "declined", "E": "declined"},
+        ),
+        # ... nor a parameter `dim` of the penalty's function
+        (
+            "gp2(D, x, 1)",
+            """
+            def gp2(critic, x, dim):
+                out = critic(x)
+                return torch.autograd.grad(out.sum(dim=0), x, create_graph=True)
+            """,
+            {"G": "declined", "E": "declined"},
+        ),
+        # a name rebound from itself: the trace ends (the module is out of sight), all silent
+        ("out = D(x)\n    out = out.mean()\n    " + PENALTY.format("out"), "", {}),
+    ],
+)
+def test_compile_declines_exactly_the_models_outside_the_penalty(
+    penalty: str, defs: str, want: dict[str, str]
+) -> None:
+    assert _gan(penalty, defs) == want
+
+
+SOLVER = """
+import torch
+class Solver:
+    def build(self):
+        self.G = Generator().cuda()
+        self.D = Discriminator().cuda()
+        self.g_opt = torch.optim.Adam(self.G.parameters())
+        self.d_opt = torch.optim.Adam(self.D.parameters())
+    {defs}
+    def train(self):
+        for x in self.loader:
+            {penalty}
+            self.D(x).mean().backward()
+            self.d_opt.step()
+            self.G(x).mean().backward()
+            self.g_opt.step()
+"""
+
+
+@pytest.mark.parametrize(
+    ("penalty", "defs"),
+    [
+        # the critic held by the solver, called in the penalty itself
+        ("torch.autograd.grad(self.D(x).sum(), x, create_graph=True)", ""),
+        # ... through a local alias: `D` is the leaf of the model `self.D`
+        ("D = self.D\n            torch.autograd.grad(D(x).sum(), x, create_graph=True)", ""),
+        # a penalty method: its first parameter after `self` is the critic
+        (
+            "self.gp(self.D, x)",
+            """def gp(self, critic, x):
+        return torch.autograd.grad(critic(x).sum(), x, create_graph=True)""",
+        ),
+        # ... a classmethod, after `cls`
+        (
+            "self.gp(self.D, x)",
+            """@classmethod
+    def gp(cls, critic, x):
+        return torch.autograd.grad(critic(x).sum(), x, create_graph=True)""",
+        ),
+        # ... passed through another holder: `self.nets.D` has the leaf `D`
+        (
+            "self.gp(self.nets.D, x)",
+            """def gp(self, critic, x):
+        return torch.autograd.grad(critic(x).sum(), x, create_graph=True)""",
+        ),
+    ],
+)
+def test_compile_is_silent_for_a_solvers_critic_trained_through_a_penalty(
+    penalty: str, defs: str
+) -> None:
+    assert _outcomes(SOLVER.format(penalty=penalty, defs=defs)) == {"self.G": "declined"}

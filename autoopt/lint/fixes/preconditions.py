@@ -99,7 +99,7 @@ def _models_behind(rule: Rule, site: cst.Call) -> set[str] | None:
     pending = [outputs]
     while pending:
         expr = pending.pop()
-        called = _module_calls(expr)
+        called = _module_calls(rule, expr)
         if called:
             callees |= called  # `D(x_hat)`, `D(x_hat).mean()`: the module is found, stop here
             continue
@@ -123,18 +123,19 @@ def _models_behind(rule: Rule, site: cst.Call) -> set[str] | None:
     return models
 
 
-def _module_calls(expr: cst.BaseExpression) -> set[str]:
+def _module_calls(rule: Rule, expr: cst.BaseExpression) -> set[str]:
     """Callees in `expr` that may be modules: `D(...)`, `self.D(...)`; not a method of a value
-    (`out.sum()`, `D(x).mean()`) nor a torch function."""
+    (`out.sum()`, `D(x).mean()`) nor a torch function (`softplus(...)` imported from torch)."""
     found = set()
     for call in nodes_of_type(expr, cst.Call):
         func = call.func
-        name = dotted(func)
-        if name is None or name.startswith(("torch.", "F.", "nn.")):
-            continue
-        if isinstance(func, cst.Name) or (
-            isinstance(func, cst.Attribute) and is_name(func.value, "self")
-        ):
+        if isinstance(func, cst.Name):
+            name = func.value
+        elif isinstance(func, cst.Attribute) and is_name(func.value, "self"):
+            name = f"self.{func.attr.value}"
+        else:
+            continue  # `torch.sigmoid(...)`, `F.relu(...)`, `out.sum()`: not a module of the file
+        if not any(q.startswith("torch.") for q in rule.qualified_names(func)):
             found.add(name)
     return found
 
