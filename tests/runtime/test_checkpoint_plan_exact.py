@@ -9,7 +9,6 @@ from __future__ import annotations
 import copy
 import logging
 import warnings
-from collections.abc import Callable
 
 import pytest
 import torch
@@ -39,31 +38,13 @@ from autoopt.runtime.options import Options
 from autoopt.runtime.passes import checkpoint as checkpoint_pass
 from autoopt.runtime.report import Status
 from tests.runtime.checkpoint_models import GPT, Block
+from tests.runtime.saved_bytes import hooked_saved_bytes
 
 MEASURED = " (measured one block at a time on the first training batch)"
 
 
 def _tokens(seed: int = 0) -> torch.Tensor:
     return torch.randint(0, 32, (4, 24), generator=torch.Generator().manual_seed(seed))
-
-
-def _hooked_bytes(fn: Callable[[], object], model: nn.Module, *outside: torch.Tensor) -> int:
-    """Bytes of the storages autograd saves while `fn` runs, each once, counted with torch's
-    saved-tensor hooks (no autoopt code); the parameters and `outside` tensors left out."""
-    params = {t.untyped_storage().data_ptr() for t in (*model.parameters(), *outside)}
-    seen: dict[int, int] = {}
-    kept: list[torch.Tensor] = []  # alive, so that no address is reused while counting
-
-    def pack(t: torch.Tensor) -> torch.Tensor:
-        storage = t.untyped_storage()
-        if storage.data_ptr() not in params:
-            seen[storage.data_ptr()] = storage.nbytes()
-            kept.append(t)
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        fn()
-    return sum(seen.values())
 
 
 def _state(model: nn.Module) -> int:
@@ -134,7 +115,7 @@ def test_the_report_line_and_the_memory_section_are_the_measured_bytes() -> None
     torch.manual_seed(0)
     plain = GPT(layers=4)
     x = _tokens()
-    eager = _hooked_bytes(lambda: plain(x), plain)
+    eager = hooked_saved_bytes(lambda: plain(x), plain)
     budget = _state(plain) + eager // 2
     model = _optimize(copy.deepcopy(plain), budget)
     with warnings.catch_warnings():
@@ -161,7 +142,7 @@ def test_the_report_line_and_the_memory_section_are_the_measured_bytes() -> None
     for i, (block, h) in enumerate(zip(plain.blocks, inputs, strict=True)):
         cost = made.costs[f"blocks.{i}"]
         fresh = h.detach().requires_grad_(True).clone()
-        assert cost.plain == _hooked_bytes(lambda: block(fresh, mask=mask), plain, mask)  # noqa: B023
+        assert cost.plain == hooked_saved_bytes(lambda: block(fresh, mask=mask), plain, mask)  # noqa: B023
         assert cost.full == h.numel() * h.element_size()
         transient = backward_transient_bytes(
             lambda: block(fresh, mask=mask),  # noqa: B023
@@ -191,7 +172,7 @@ def test_the_memory_section_is_said_once_at_the_level_verbose_asks(
     torch.manual_seed(0)
     plain = GPT(layers=2)
     x = _tokens()
-    budget = _state(plain) + _hooked_bytes(lambda: plain(x), plain) // 2
+    budget = _state(plain) + hooked_saved_bytes(lambda: plain(x), plain) // 2
     for verbose, level in ((True, logging.INFO), (False, logging.DEBUG)):
         model = _optimize(copy.deepcopy(plain), budget, verbose=verbose)
         caplog.clear()
@@ -235,7 +216,9 @@ def test_keyword_arguments_non_leaf_inputs_and_blocks_that_do_not_run() -> None:
         out = model(h, gain=weight * 2, depth=3)
         return out.square().mean()
 
-    eager_bytes = _hooked_bytes(lambda: plain(torch.tanh(leaf), gain=weight * 2, depth=3), plain)
+    eager_bytes = hooked_saved_bytes(
+        lambda: plain(torch.tanh(leaf), gain=weight * 2, depth=3), plain
+    )
     budget = _state(plain) + eager_bytes // 2
     model = _optimize(copy.deepcopy(plain), budget)
     want = torch.autograd.grad(loss(plain), [leaf, weight, *plain.parameters()], allow_unused=True)
@@ -304,7 +287,7 @@ def test_unmeasured_backwards_are_named_in_the_warning_and_the_line(
     torch.manual_seed(0)
     plain = GPT(layers=2)
     x = _tokens()
-    budget = _state(plain) + _hooked_bytes(lambda: plain(x), plain) // 2
+    budget = _state(plain) + hooked_saved_bytes(lambda: plain(x), plain) // 2
     model = _optimize(copy.deepcopy(plain), budget)
     with pytest.warns(UserWarning) as caught:
         made = plan(model, x)
@@ -347,15 +330,15 @@ def test_a_tensor_the_caller_shares_is_not_counted_in_each_blocks_costs() -> Non
     torch.manual_seed(0)
     plain = GatedStack()
     h = torch.randn(4, 24, 16, requires_grad=True)
-    budget = _state(plain) + _hooked_bytes(lambda: plain(h), plain) // 2
+    budget = _state(plain) + hooked_saved_bytes(lambda: plain(h), plain) // 2
     model = _optimize(copy.deepcopy(plain), budget)
     made = plan(model, h)
     assert made is not None
     gate = torch.full((24, 16), 0.5)
     fresh = h.detach().requires_grad_(True).clone()
     block = plain.blocks[0]
-    alone = _hooked_bytes(lambda: block(fresh, gate), plain, gate)
-    assert alone < _hooked_bytes(lambda: block(fresh, gate), plain)  # it does save the gate
+    alone = hooked_saved_bytes(lambda: block(fresh, gate), plain, gate)
+    assert alone < hooked_saved_bytes(lambda: block(fresh, gate), plain)  # it does save the gate
     assert made.costs["blocks.0"].plain == alone
 
 
@@ -382,7 +365,7 @@ def test_auto_is_the_free_gpu_memory_and_no_budget_without_a_gpu(
     torch.manual_seed(0)
     plain = GPT(layers=3)
     x = _tokens()
-    free = _state(plain) + _hooked_bytes(lambda: plain(x), plain) // 2
+    free = _state(plain) + hooked_saved_bytes(lambda: plain(x), plain) // 2
     # The model is where it was planned for: the budget is what the GPU has free.
     model = copy.deepcopy(plain)
     _planned_for_cuda(model)
@@ -412,7 +395,7 @@ def test_the_plan_is_found_through_a_wrapper_and_only_on_optimized_models() -> N
     torch.manual_seed(0)
     plain = GPT(layers=3)
     x = _tokens()
-    budget = _state(plain) + _hooked_bytes(lambda: plain(x), plain) // 2
+    budget = _state(plain) + hooked_saved_bytes(lambda: plain(x), plain) // 2
     wrapped = nn.DataParallel(_optimize(copy.deepcopy(plain), budget))  # `.module`, as DDP
     assert memory_plan(wrapped) is None
     made = plan(wrapped, x)
@@ -435,7 +418,7 @@ def test_saved_with_every_block_is_eager_or_torchs_own_checkpoint_and_decides_no
         block.forward = lambda *a, _f=block.forward, **k: checkpoint(
             _f, *a, use_reentrant=False, **k
         )
-    assert planner.saved_with_every_block(Mode.PLAIN, forward, (x,), {}) == _hooked_bytes(
+    assert planner.saved_with_every_block(Mode.PLAIN, forward, (x,), {}) == hooked_saved_bytes(
         lambda: plain(x), plain
     )
     assert planner.saved_with_every_block(Mode.FULL, forward, (x,), {}) == saved_tensor_bytes(
@@ -443,7 +426,7 @@ def test_saved_with_every_block_is_eager_or_torchs_own_checkpoint_and_decides_no
     )
     # Nothing decided, every block back to plain: the first training forward still plans.
     assert not planner.decided and _modes(model) == [Mode.PLAIN] * 3
-    assert saved_tensor_bytes(lambda: model(x)) < _hooked_bytes(lambda: plain(x), plain)
+    assert saved_tensor_bytes(lambda: model(x)) < hooked_saved_bytes(lambda: plain(x), plain)
     assert memory_plan(model) is not None
 
 

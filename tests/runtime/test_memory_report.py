@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import copy
 import logging
-from collections.abc import Callable
 
 import pytest
 import torch
@@ -21,25 +20,7 @@ from autoopt.runtime.memory import (
 )
 from autoopt.runtime.report import Report, record_plan
 from tests.runtime.checkpoint_models import GPT
-
-
-def _saved_bytes(fn: Callable[[], object], model: nn.Module, *outside: torch.Tensor) -> int:
-    """Bytes of the storages autograd saves for backward while `fn` runs, each once, the
-    model's parameters (and views of them) and the `outside` tensors left out."""
-    params = {t.untyped_storage().data_ptr() for t in (*model.parameters(), *outside)}
-    seen: dict[int, int] = {}
-    kept: list[torch.Tensor] = []  # alive, so that no address is reused while counting
-
-    def pack(t: torch.Tensor) -> torch.Tensor:
-        storage = t.untyped_storage()
-        if storage.data_ptr() not in params:
-            seen[storage.data_ptr()] = storage.nbytes()
-            kept.append(t)
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        fn()
-    return sum(seen.values())
+from tests.runtime.saved_bytes import hooked_saved_bytes
 
 
 def _tokens(seed: int = 0) -> torch.Tensor:
@@ -54,7 +35,7 @@ def _adamw_state(model: nn.Module) -> StepMemory:
 
 def _budget(model: nn.Module, x: torch.Tensor, share: float) -> int:
     """The state bytes plus `share` of what the eager forward saves."""
-    return _adamw_state(model).state + int(share * _saved_bytes(lambda: model(x), model))
+    return _adamw_state(model).state + int(share * hooked_saved_bytes(lambda: model(x), model))
 
 
 def _optimize(model: nn.Module, budget: int) -> nn.Module:
@@ -85,7 +66,7 @@ def test_report_shows_the_step_before_and_after_checkpointing_after_the_first_st
     memory = report.memory
     assert memory is not None and memory.budget == budget
     state = _adamw_state(plain)
-    assert memory.before == state.with_activations(_saved_bytes(lambda: plain(x), plain))
+    assert memory.before == state.with_activations(hooked_saved_bytes(lambda: plain(x), plain))
     # A selective checkpoint's cache is kept outside autograd's hooks: `saved_tensor_bytes`
     # counts it too (the plan's own measure; test_checkpoint_budget checks it on its own).
     assert memory.after == state.with_activations(saved_tensor_bytes(lambda: model(x)))
@@ -160,7 +141,7 @@ def test_explain_memory_measures_every_block_and_decides_as_training_does() -> N
         assert block.cost.full == h.numel() * h.element_size()
         fresh = h.detach().requires_grad_(True).clone()
         mask = torch.ones(24, 24, dtype=torch.bool).tril()
-        alone = _saved_bytes(lambda: module(fresh, mask=mask), plain, mask)  # noqa: B023
+        alone = hooked_saved_bytes(lambda: module(fresh, mask=mask), plain, mask)  # noqa: B023
         assert block.cost.plain == alone
         assert block.cost.full < block.cost.selective < block.cost.plain
     # Before/after and the chosen blocks are what a training run under the same budget gets.
@@ -171,7 +152,7 @@ def test_explain_memory_measures_every_block_and_decides_as_training_does() -> N
     assert explained.memory == trained
     assert [b.mode for b in explained.blocks] == [getattr(b, STATE_ATTR).mode for b in model.blocks]
     assert any(b.mode is not Mode.PLAIN for b in explained.blocks)
-    assert explained.memory.before.activations == _saved_bytes(lambda: plain(x), plain)
+    assert explained.memory.before.activations == hooked_saved_bytes(lambda: plain(x), plain)
     text = "\n".join(explained.render())
     assert "blocks.0" in text and format_bytes(explained.blocks[0].cost.selective) in text
 
@@ -185,7 +166,7 @@ def test_explain_memory_without_a_budget_measures_and_checkpoints_nothing() -> N
     assert [b.mode for b in explained.blocks] == [Mode.PLAIN, Mode.PLAIN]
     assert explained.memory.before == explained.memory.after
     assert explained.memory.before == _adamw_state(plain).with_activations(
-        _saved_bytes(lambda: plain(x), plain)
+        hooked_saved_bytes(lambda: plain(x), plain)
     )
     assert "no memory budget" in explained.decision
     assert explained.render()[-4] == "memory per rank (no budget)"
@@ -198,7 +179,7 @@ def test_explain_memory_of_a_model_without_blocks_counts_its_forward() -> None:
     sgd = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     explained = autoopt.explain_memory(model, x, optimizer=sgd, memory_budget="1MiB", amp=False)
     size = sum(p.numel() * 4 for p in model.parameters())
-    saved = _saved_bytes(lambda: model(x), model)
+    saved = hooked_saved_bytes(lambda: model(x), model)
     assert explained.blocks == [] and explained.optimizer == "SGD"
     assert explained.memory.before == StepMemory(size, size, size, saved)  # momentum: 1 tensor
     assert explained.memory.budget == 1 << 20
