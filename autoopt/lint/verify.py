@@ -172,8 +172,11 @@ def verify_edit(
     # pyflakes on `before` only when its answer matters: an edited text with no undefined
     # name at all cannot have a new one (most edits), whatever `before` had.
     if new_unbound is None or new_unbound.unbound:
-        old_unbound = before_unbound() if callable(before_unbound) else before_unbound
-        if old_unbound is None and not callable(before_unbound):
+        if callable(before_unbound):
+            old_unbound = before_unbound()
+        elif before_unbound is not None:
+            old_unbound = before_unbound
+        else:
             old_unbound = unbound_names(before)
         if new_unbound is None:
             if old_unbound is not None:
