@@ -91,6 +91,17 @@ class InconsistentSeeds(Rule):
             torch.manual_seed(1)
             """
         ),
+        Valid(  # `random` may be numpy's or Python's: which generator it seeds is not known
+            """
+            try:
+                from numpy import random
+            except ImportError:
+                import random
+            import torch
+            random.seed(1)
+            torch.manual_seed(2)
+            """
+        ),
     ]
     INVALID = [
         Invalid(
@@ -132,8 +143,11 @@ class InconsistentSeeds(Rule):
         first: dict[str, tuple[cst.Call, str]] = {}  # generator -> (first call, its value)
         for call in calls_in(scope, into_scopes=False):
             names = self.qualified_names(call.func)
-            generator = next((_SEEDERS[q] for q in names if q in _SEEDERS), None)
-            if generator is None or generator in first or len(call.args) != 1:
+            generators = {_SEEDERS[q] for q in names if q in _SEEDERS}
+            if len(generators) != 1 or len(call.args) != 1:
+                continue  # not a seeder, or one of two (which one: unknown)
+            generator = generators.pop()
+            if generator in first:
                 continue
             value = _seed_value(call.args[0].value, constants)
             if value is None:
