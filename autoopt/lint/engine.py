@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import ctypes
 import re
 import traceback
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -122,11 +123,25 @@ def parse_large(source: str, chunk_lines: int = CHUNK_LINES) -> cst.Module | Non
         statements.extend(part)
         last_chunk = chunk
     assert first is not None
+    _return_freed_memory()
     return first.with_changes(
         body=statements,
         footer=last_chunk.footer,
         has_trailing_newline=last_chunk.has_trailing_newline,
     )
+
+
+def _return_freed_memory() -> None:
+    """Give the C heap's free pages back to the system (glibc's `malloc_trim`; elsewhere
+    nothing). The native parser's freed working memory stays in the heap otherwise, and
+    Python's own objects, which come from separate arenas, never reuse most of it: on a 50k-line
+    file that is 100 MB held until the process ends."""
+    try:
+        libc = ctypes.CDLL(None)
+        trim = libc.malloc_trim
+    except (OSError, AttributeError):
+        return
+    trim(0)
 
 
 def run_rules(

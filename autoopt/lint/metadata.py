@@ -74,34 +74,35 @@ class ParentMap(Mapping[cst.CSTNode, cst.CSTNode]):
     def __init__(self, module: cst.Module) -> None:
         self.module = module
         tree = self.tree = index_tree(module)
-        self._parents = tree.parents
         self.nodes = tree.nodes
-        self.order = tree.rank  # id(node) -> rank in source order
+        self.order = tree.rank  # id(node) -> rank in source order (not whitespace's)
+        self.up = tree.up  # rank -> its parent's rank
 
     def __getitem__(self, node: cst.CSTNode) -> cst.CSTNode:
-        return self._parents[id(node)]
+        parent = self.get(node)
+        if parent is None:
+            raise KeyError(node)
+        return parent  # type: ignore[return-value]
 
     def get(self, node: cst.CSTNode, default: object = None) -> object:  # type: ignore[override]
-        return self._parents.get(id(node), default)
+        # rules ask this more than anything else: no call but the dict lookup
+        rank = self.order.get(id(node))
+        if rank is None:
+            rank = self.tree.rank_of(node)
+        return self.nodes[self.up[rank]] if rank else default
 
     def __contains__(self, node: object) -> bool:
-        return id(node) in self._parents
+        return bool(self.tree.rank_of(node))  # type: ignore[arg-type]  # the root (rank 0) has none
 
     def __iter__(self) -> Iterator[cst.CSTNode]:
         return iter(self.nodes[1:])
 
     def __len__(self) -> int:
-        return len(self._parents)
+        return len(self.nodes) - 1
 
     def encloses(self, outer: cst.CSTNode, inner: cst.CSTNode) -> bool:
         """`inner` is `outer` or lies inside it."""
-        parents = self._parents
-        node: cst.CSTNode | None = inner
-        while node is not None:
-            if node is outer:
-                return True
-            node = parents.get(id(node))
-        return False
+        return inner is outer or self.tree.contains(outer, inner) is True
 
 
 # ----- qualified names ----------------------------------------------------------------------------
@@ -239,8 +240,14 @@ class QualifiedNames(Mapping[cst.CSTNode, set[QualifiedName]]):
     def _scope_of(self, node: cst.CSTNode) -> _Scope | None:
         """The scope `node` is evaluated in; None where libcst gives none (the `attr` of an
         attribute, a keyword's name, the inside of an import or `global` statement)."""
-        parents = self._parents._parents  # by id(node)
-        child, parent = node, parents.get(id(node))
+        # Climbs by rank (`tree.up`): one lookup for `node`, none for its ancestors.
+        tree = self._parents.tree
+        nodes, up = tree.nodes, tree.up
+        at = tree.rank.get(id(node))
+        if at is None:
+            at = tree.rank_of(node)
+        at = -1 if at is None else up[at]  # the parent's rank; -1: none
+        child, parent = node, nodes[at] if at >= 0 else None
         kind = type(parent)
         if kind is cst.Attribute and child is parent.attr:  # type: ignore[union-attr]
             return None
@@ -258,7 +265,7 @@ class QualifiedNames(Mapping[cst.CSTNode, set[QualifiedName]]):
                     leave_function = True
             elif kind is cst.CompFor:
                 if child is parent.iter:
-                    comp = parents.get(id(parent))
+                    comp = nodes[up[at]] if at > 0 else None
                     leave_comprehension = (
                         type(comp) in _COMPREHENSIONS and comp.for_in is parent  # type: ignore[union-attr]
                     )
@@ -274,7 +281,8 @@ class QualifiedNames(Mapping[cst.CSTNode, set[QualifiedName]]):
                 if child is not parent.for_in or not leave_comprehension:
                     return self._scope_node(parent)
                 leave_comprehension = False
-            child, parent = parent, parents.get(id(parent))
+            at = up[at]
+            child, parent = parent, nodes[at] if at >= 0 else None
         return self._scope_node(self._parents.module)
 
     # -- bindings
@@ -583,7 +591,7 @@ class Positions(Mapping[cst.CSTNode, CodeRange]):
         done or checked (the caller then generates the module)."""
         tree = self._parents.tree if self._parents is not None else None
         source = self._source
-        if tree is None or source is None or id(node) not in tree.rank:
+        if tree is None or source is None or tree.rank_of(node) is None:
             return False
         statement, blocks = _line_statement(node, tree)
         if statement is None or self._generated > len(source):
@@ -666,12 +674,12 @@ def _line_statement(
     """The innermost statement of a block or of the module that holds `node` (or is it), and
     the blocks around that statement, outermost first; (None, []) for a node outside any
     statement (the module, its header and footer lines)."""
-    parents = tree.parents
     statement = None
     blocks: list[cst.IndentedBlock] = []
     current: cst.CSTNode | None = node
+    ancestors = tree.ancestors(node)
     while current is not None:
-        up = parents.get(id(current))
+        up = next(ancestors, None)
         kind = type(up)
         if kind is cst.IndentedBlock or kind is cst.Module:
             # (a header or footer line of a block is not a statement: its block's is)

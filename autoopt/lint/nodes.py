@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from array import array
 from bisect import bisect_left
-from collections.abc import Callable, Iterator
-from itertools import chain, compress
-from operator import attrgetter
+from collections.abc import Callable, Iterator, Sequence
+from itertools import chain, compress, repeat
+from operator import attrgetter, is_not
 from typing import TypeVar
 
 import libcst as cst
@@ -145,47 +146,62 @@ def _pusher(node: cst.CSTNode) -> Callable[..., None]:
 class Preorder:
     """A whole tree in source order (preorder) with each node's parent: walking it or any of
     its subtrees is then a slice of one list instead of a fresh descent. Keyed by `id()` (a
-    node's own `__hash__` is a Python call); `nodes` keeps every node alive, so ids stay unique."""
+    node's own `__hash__` is a Python call); `nodes` keeps every node alive, so ids stay unique.
+
+    One dict entry per node but whitespace (`rank`, see `rank_of`); parents and subtree ends
+    are ranks in typed arrays (4 bytes a node), not dicts or lists of int objects: a 50k-line
+    file has a million nodes, and a dict of them with its int keys and values is 100 MB."""
 
     def __init__(self, root: cst.CSTNode) -> None:
         nodes: list[cst.CSTNode] = []
-        parent_rank: list[int] = []
+        up_ranks = array("i")
         stack: list[tuple[cst.CSTNode, int]] = [(root, -1)]
-        pop, push, add, add_parent = stack.pop, stack.append, nodes.append, parent_rank.append
+        pop, push, add, add_up = stack.pop, stack.append, nodes.append, up_ranks.append
         pushers, node_types, other_types = _PUSHERS, _NODE_TYPES, _OTHER_TYPES
         while stack:  # this loop runs for every node of every file
             node, up = pop()
             here = len(nodes)
             add(node)
-            add_parent(up)
+            add_up(up)
             pusher = pushers.get(type(node)) or _pusher(node)
             pusher(node, here, push, node_types, other_types, _is_node)
         self.nodes = nodes
-        # One int object per id and per rank, shared by the tables below (a 50k-line file has
-        # a million nodes: a second copy of each would be 60 MB).
-        ids = list(map(id, nodes))
-        ints = list(range(len(nodes) + 1))
-        self.rank: dict[int, int] = dict(zip(ids, ints, strict=False))
-        self.parents: dict[int, cst.CSTNode] = dict(
-            zip(ids[1:], map(nodes.__getitem__, parent_rank[1:]), strict=True)
-        )
-        del ids
+        self._types = types = list(map(type, nodes))
+        # id(node) -> rank, for every node but the whitespace (see `rank_of`).
+        ranked = map(is_not, types, repeat(cst.SimpleWhitespace))
+        ids_and_ranks = zip(map(id, nodes), range(len(nodes)), strict=True)
+        self.rank: dict[int, int] = dict(compress(ids_and_ranks, ranked))
+        self._whitespace_rank: dict[int, int] | None = None
+        # up[i]: the rank of node i's parent (-1 for the root).
+        self.up = up_ranks
         # end[i]: the rank just after node i's last descendant (descendants come after it).
-        self._ranks_of_type: dict[type | tuple[type, ...], list[int]] = {}
-        self._types: list[type] | None = None  # each node's class, made on first use
-        self.end = end = ints[1:]
+        self.end = end = array("i", range(1, len(nodes) + 1))
         for i in range(len(nodes) - 1, 0, -1):
-            up = parent_rank[i]
+            up = up_ranks[i]
             if end[i] > end[up]:
                 end[up] = end[i]
+        self._ranks_of_type: dict[type | tuple[type, ...], array[int]] = {}
+
+    def rank_of(self, node: cst.CSTNode) -> int | None:
+        """`node`'s rank in source order; None for a node of another tree. `rank` leaves out
+        the `SimpleWhitespace` leaves, 40% of a tree's nodes, that no rule asks about by
+        identity: asking about one makes their own table then."""
+        rank = self.rank.get(id(node))
+        if rank is None and type(node) is cst.SimpleWhitespace:
+            if self._whitespace_rank is None:
+                ranks = self.ranks_of_type(cst.SimpleWhitespace)
+                self._whitespace_rank = {id(self.nodes[r]): r for r in ranks}
+            rank = self._whitespace_rank.get(id(node))
+        return rank
 
     def ancestors(self, node: cst.CSTNode) -> Iterator[cst.CSTNode]:
         """The parents of `node` (a node of this tree), innermost first, up to the root."""
-        parents = self.parents
-        up = parents.get(id(node))
-        while up is not None:
-            yield up
-            up = parents.get(id(up))
+        rank, nodes, up = self.rank_of(node), self.nodes, self.up
+        if rank:
+            rank = up[rank]
+            while rank >= 0:
+                yield nodes[rank]
+                rank = up[rank]
 
     def walk(self, node: cst.CSTNode, into_scopes: bool) -> Iterator[cst.CSTNode]:
         start = self.rank[id(node)]
@@ -213,16 +229,16 @@ class Preorder:
         ranges[0] = (start, ranges[0][1])
         return ranges
 
-    def ranks_of_type(self, kind: type[cst.CSTNode] | tuple[type[cst.CSTNode], ...]) -> list[int]:
+    def ranks_of_type(
+        self, kind: type[cst.CSTNode] | tuple[type[cst.CSTNode], ...]
+    ) -> Sequence[int]:
         """The ranks of the whole tree's nodes of class `kind` (or of a tuple's classes), in
         order; made on the first asking, by a pass in C over the nodes' classes."""
         ranks = self._ranks_of_type.get(kind)
         if ranks is None:
-            if self._types is None:
-                self._types = list(map(type, self.nodes))
             kinds = frozenset(kind if isinstance(kind, tuple) else (kind,))
-            ranks = list(compress(range(len(self._types)), map(kinds.__contains__, self._types)))
-            self._ranks_of_type[kind] = ranks
+            found = compress(range(len(self._types)), map(kinds.__contains__, self._types))
+            ranks = self._ranks_of_type[kind] = array("i", found)
         return ranks
 
     def of_type(
@@ -247,9 +263,10 @@ class Preorder:
 
     def contains(self, outer: cst.CSTNode, inner: cst.CSTNode) -> bool | None:
         """`inner` is `outer` or one of its descendants; None when either is not in the tree."""
-        rank = self.rank
-        start = rank.get(id(outer))
-        at = rank.get(id(inner))
+        start = self.rank.get(id(outer))
+        at = self.rank.get(id(inner))
+        if at is None:
+            at = self.rank_of(inner)
         if start is None or at is None:
             return None
         return start <= at < self.end[start]
