@@ -48,7 +48,6 @@ class LossScaler:
         self.growth_interval = growth_interval
         # 0-d tensors updated in place, so hooks created once always read the current value.
         self._scale = torch.full((), init_scale, dtype=torch.float32, device=self.device)
-        self._inv_scale = torch.reciprocal(self._scale)
         self._growth_tracker = torch.zeros((), dtype=torch.int32, device=self.device)
         self._one: dict[torch.device, torch.Tensor] = {}
         # Set when the loop turns out to bring its own autocast/GradScaler: then it scales nothing.
@@ -96,7 +95,6 @@ class LossScaler:
             self.backoff_factor,
             self.growth_interval,
         )
-        torch.reciprocal(self._scale, out=self._inv_scale)
 
     def step(self, optimizer: torch.optim.Optimizer, step: Any) -> Any:
         """Run `step()` unless a gradient is non-finite, then update the scale."""
@@ -124,7 +122,6 @@ class LossScaler:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore what `state_dict()` returned."""
         self._scale.fill_(state["scale"])
-        torch.reciprocal(self._scale, out=self._inv_scale)
         self._growth_tracker.fill_(state["growth_tracker"])
         self.steps = state.get("steps", 0)
         self.skipped_steps = state.get("skipped_steps", 0)
