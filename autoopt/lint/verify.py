@@ -6,14 +6,18 @@ An edited source is accepted only if
   new "undefined name" or "referenced before assignment" is a broken edit (`torch.device(...)`
   written into a script that never imports torch, a line inserted above the import it needs).
   Messages are compared by kind and name, never by line: an edit shifts every line below it;
+- it reads no name where some path leaves it unbound more often than the original did
+  (`autoopt.lint.bound_names`: a name bound only under an `if`, in a loop's body, in a `try`
+  body, or deleted; pyflakes does not see these). Reads are counted by name, as above;
 - no rule reports more findings of its code on it than on the original (a fix must not write
   what another rule flags: fixes and lint reach one fixed point), unless the rewrite fixes the
   new one in its next pass. Findings are counted per code, so a finding whose text or line the
   edit changed is not taken for a new one.
 
-Cost: pyflakes and one analysis of the edited text, only for files an edit changed (pyflakes on
-the original too, only when the edited text has an undefined name). `fix_source`
-hands the analysis of the accepted text to its next pass, so the lint half costs nothing extra.
+Cost: pyflakes, the bound-names pass and one analysis of the edited text, only for files an edit
+changed (pyflakes and the bound-names pass on the original too, only when the edited text has an
+undefined or maybe-unbound name). `fix_source` hands the analysis and names of the accepted text
+to its next pass, so the lint half costs nothing extra.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from pathlib import Path
 from pyflakes import checker as _pyflakes
 from pyflakes import messages as _flake_messages
 
+from autoopt.lint.bound_names import maybe_unbound_counts
 from autoopt.lint.engine import Analysis, analyze
 from autoopt.lint.rule import Finding, Rule
 
@@ -58,10 +63,17 @@ class Verdict:
 @dataclass(frozen=True)
 class Names:
     """pyflakes' undefined-name and use-before-assignment messages of a source, counted by
-    (kind, name), and every name the source binds somewhere."""
+    (kind, name), every name the source binds somewhere, and the reads of names that some path
+    reaches unbound (`autoopt.lint.bound_names`), counted by name."""
 
     unbound: Counter[UnboundKey]
     bound: frozenset[str]
+    maybe_unbound: Counter[str] = field(default_factory=Counter)
+
+    @property
+    def any(self) -> bool:
+        """Whether there is anything an edit could grow."""
+        return bool(self.unbound or self.maybe_unbound)
 
     def broken_by(self, after: Names) -> list[UnboundKey]:
         """The messages `after` has beyond these: a kind and name never reported here, or one
@@ -70,6 +82,11 @@ class Names:
         used once more: the edit does not make it less defined."""
         grown = after.unbound - self.unbound
         return sorted(k for k in grown if k not in self.unbound or k[1] in self.bound)
+
+    def maybe_unbound_in(self, after: Names) -> list[str]:
+        """The names `after` reads more often than this source where some path leaves them
+        unbound (bound only under an `if`, in a loop's body, in a `try` body, or deleted)."""
+        return sorted(after.maybe_unbound - self.maybe_unbound)
 
 
 # The texts parsed last (a rewrite pass checks each text's syntax and then its names).
@@ -98,9 +115,10 @@ def unbound_names(source: str) -> Names | None:
     for message in _pyflakes.Checker(tree, filename="<edit>").messages:
         if isinstance(message, _UNBOUND):
             found[(type(message).__name__, str(message.message_args[0]))] += 1
+    maybe = maybe_unbound_counts(tree)
     if not found:
-        return Names(found, frozenset())  # nothing for an edit to grow: bindings not needed
-    return Names(found, frozenset(_bound(tree)))
+        return Names(found, frozenset(), maybe)  # no undefined name to grow: bindings not needed
+    return Names(found, frozenset(_bound(tree)), maybe)
 
 
 def _bound(tree: ast.AST) -> set[str]:
@@ -119,6 +137,10 @@ def _bound(tree: ast.AST) -> set[str]:
         elif isinstance(node, ast.ExceptHandler) and node.name:
             out.add(node.name)
     return out
+
+
+def _describe_maybe_unbound(name: str) -> str:
+    return f"{name!r} may be unbound where the edit uses it (bound on some paths only)"
 
 
 def _describe_unbound(key: UnboundKey) -> str:
@@ -170,8 +192,8 @@ def verify_edit(
     verdict = Verdict()
     new_unbound = verdict.unbound = unbound_names(after)
     # pyflakes on `before` only when its answer matters: an edited text with no undefined
-    # name at all cannot have a new one (most edits), whatever `before` had.
-    if new_unbound is None or new_unbound.unbound:
+    # or maybe-unbound name at all cannot have a new one, whatever `before` had.
+    if new_unbound is None or new_unbound.any:
         if callable(before_unbound):
             old_unbound = before_unbound()
         elif before_unbound is not None:
@@ -183,8 +205,13 @@ def verify_edit(
                 verdict.problems.append("the edited file does not parse")
                 return verdict
         elif old_unbound is not None:
+            broken = old_unbound.broken_by(new_unbound)
+            verdict.problems.extend(_describe_unbound(k) for k in broken)
+            undefined = {name for _, name in broken}  # named once, by pyflakes' message
             verdict.problems.extend(
-                _describe_unbound(k) for k in old_unbound.broken_by(new_unbound)
+                _describe_maybe_unbound(name)
+                for name in old_unbound.maybe_unbound_in(new_unbound)
+                if name not in undefined
             )
     try:
         verdict.analysis = analyze(after, path, rules, target_version)
