@@ -343,6 +343,8 @@ class _Analysis:
             return state
         if isinstance(node, ast.Match):
             return self.match(node, state)
+        if isinstance(node, ast.Assert) and _constant_truth(node.test) is False:
+            return None  # `assert False, "unreachable"`: no path goes on
         # assert, pass, type aliases...: their expressions are reads
         for child in ast.iter_child_nodes(node):
             if isinstance(child, ast.expr):
@@ -373,6 +375,10 @@ class _Analysis:
             body_in.bound |= state.guarded.get(key, frozenset())
             else_in = state.copy()
             else_in.bound |= state.guarded.get((key[0], not key[1]), frozenset())
+            if isinstance(node.test, ast.BoolOp) and isinstance(node.test.op, ast.And):
+                # `if args.amp and step % k == 0:` holds only where `args.amp` does
+                for part in node.test.values:
+                    body_in.bound |= state.guarded.get(_guard_key(part), frozenset())
         asked, bound_if = _asks_if_bound(node.test)
         if asked is not None:  # `if "x" not in locals(): x = ...`: bound after, either way
             if else_in is state:

@@ -116,6 +116,16 @@ CASES = {
         """,
         [],
     ),
+    "the-same-test-in-a-conjunction": (
+        """
+        if args.amp:
+            scaler = make()
+        for step, batch in enumerate(loader):
+            if args.amp and step % 4 == 0:
+                scaler.step(opt)
+        """,
+        [],
+    ),
     "another-test": (
         """
         if args.amp:
@@ -124,6 +134,26 @@ CASES = {
             scaler.step(opt)
         """,
         ["scaler@4"],
+    ),
+    "else-branch-asserts-false": (
+        """
+        if flag:
+            x = 1
+        else:
+            assert False, "unreachable"
+        print(x)
+        """,
+        [],
+    ),
+    "else-branch-asserts-a-test": (
+        """
+        if flag:
+            x = 1
+        else:
+            assert other
+        print(x)
+        """,
+        ["x@5"],
     ),
     "constant-true-and-false": (
         """
