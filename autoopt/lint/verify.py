@@ -6,14 +6,19 @@ An edited source is accepted only if
   new "undefined name" or "referenced before assignment" is a broken edit (`torch.device(...)`
   written into a script that never imports torch, a line inserted above the import it needs).
   Messages are compared by kind and name, never by line: an edit shifts every line below it;
+- it reads no name where some path leaves it unbound more often than the original did
+  (`autoopt.lint.bound_names`: a name bound only under an `if`, in a loop's body, in a `try`
+  body, or deleted; pyflakes does not see these). Reads are counted by name, as above;
 - no rule reports more findings of its code on it than on the original (a fix must not write
   what another rule flags: fixes and lint reach one fixed point), unless the rewrite fixes the
   new one in its next pass. Findings are counted per code, so a finding whose text or line the
   edit changed is not taken for a new one.
 
-Cost: pyflakes and one analysis of the edited text, only for files an edit changed (pyflakes on
-the original too, only when the edited text has an undefined name). `fix_source`
-hands the analysis of the accepted text to its next pass, so the lint half costs nothing extra.
+Cost: pyflakes, the bound-names pass and one analysis of the edited text, only for files an edit
+changed (on the original too, each only when the edited text has a name of its kind: pyflakes
+when it has an undefined name, the bound-names pass when it has a maybe-unbound read).
+`fix_source` hands the analysis and names of the accepted text to its next pass, so the lint
+half costs nothing extra.
 """
 
 from __future__ import annotations
@@ -22,11 +27,13 @@ import ast
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 from pyflakes import checker as _pyflakes
 from pyflakes import messages as _flake_messages
 
+from autoopt.lint.bound_names import maybe_unbound_counts
 from autoopt.lint.engine import Analysis, analyze
 from autoopt.lint.rule import Finding, Rule
 
@@ -55,21 +62,50 @@ class Verdict:
         return "; ".join(self.problems)
 
 
-@dataclass(frozen=True)
 class Names:
-    """pyflakes' undefined-name and use-before-assignment messages of a source, counted by
-    (kind, name), and every name the source binds somewhere."""
+    """The names of one source an edit could leave unbound, each taken from its tree when first
+    asked (the original's only when the edited text has some of that kind):
+    - `unbound`: pyflakes' undefined-name and use-before-assignment messages, counted by
+      (kind, name);
+    - `bound`: every name the source binds somewhere;
+    - `maybe_unbound`: the reads of names that some path reaches unbound
+      (`autoopt.lint.bound_names`), counted by name."""
 
-    unbound: Counter[UnboundKey]
-    bound: frozenset[str]
+    def __init__(self, tree: ast.Module) -> None:
+        self._tree = tree
+
+    @cached_property
+    def unbound(self) -> Counter[UnboundKey]:
+        found: Counter[UnboundKey] = Counter()
+        for message in _pyflakes.Checker(self._tree, filename="<edit>").messages:
+            if isinstance(message, _UNBOUND):
+                found[(type(message).__name__, str(message.message_args[0]))] += 1
+        return found
+
+    @cached_property
+    def bound(self) -> frozenset[str]:
+        return frozenset(_bound(self._tree))
+
+    @cached_property
+    def maybe_unbound(self) -> Counter[str]:
+        return maybe_unbound_counts(self._tree)
 
     def broken_by(self, after: Names) -> list[UnboundKey]:
         """The messages `after` has beyond these: a kind and name never reported here, or one
         more use of a name this source binds somewhere (so the new use is at a place it does
         not reach). A name bound nowhere (a free name of a fragment, a star import's) may be
         used once more: the edit does not make it less defined."""
+        if not after.unbound:
+            return []
         grown = after.unbound - self.unbound
         return sorted(k for k in grown if k not in self.unbound or k[1] in self.bound)
+
+    def maybe_unbound_in(self, after: Names) -> list[str]:
+        """The names `after` reads more often than this source where some path leaves them
+        unbound (bound only under an `if`, in a loop's body, in a `try` body, or deleted)."""
+        if not after.maybe_unbound:
+            return []
+        return sorted(after.maybe_unbound - self.maybe_unbound)
 
 
 # The texts parsed last (a rewrite pass checks each text's syntax and then its names).
@@ -94,13 +130,7 @@ def unbound_names(source: str) -> Names | None:
         tree = parse_python(source)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
-    found: Counter[UnboundKey] = Counter()
-    for message in _pyflakes.Checker(tree, filename="<edit>").messages:
-        if isinstance(message, _UNBOUND):
-            found[(type(message).__name__, str(message.message_args[0]))] += 1
-    if not found:
-        return Names(found, frozenset())  # nothing for an edit to grow: bindings not needed
-    return Names(found, frozenset(_bound(tree)))
+    return Names(tree)
 
 
 def _bound(tree: ast.AST) -> set[str]:
@@ -119,6 +149,10 @@ def _bound(tree: ast.AST) -> set[str]:
         elif isinstance(node, ast.ExceptHandler) and node.name:
             out.add(node.name)
     return out
+
+
+def _describe_maybe_unbound(name: str) -> str:
+    return f"{name!r} may be unbound where the edit uses it (bound on some paths only)"
 
 
 def _describe_unbound(key: UnboundKey) -> str:
@@ -169,9 +203,10 @@ def verify_edit(
     verified in turn."""
     verdict = Verdict()
     new_unbound = verdict.unbound = unbound_names(after)
-    # pyflakes on `before` only when its answer matters: an edited text with no undefined
-    # name at all cannot have a new one (most edits), whatever `before` had.
-    if new_unbound is None or new_unbound.unbound:
+    # `before`'s names only when their answer matters: an edited text with no undefined or
+    # maybe-unbound name at all cannot have a new one, whatever `before` had (and each kind
+    # of `before`'s names is taken only if the edited text has some of that kind).
+    if new_unbound is None or new_unbound.unbound or new_unbound.maybe_unbound:
         if callable(before_unbound):
             old_unbound = before_unbound()
         elif before_unbound is not None:
@@ -183,8 +218,13 @@ def verify_edit(
                 verdict.problems.append("the edited file does not parse")
                 return verdict
         elif old_unbound is not None:
+            broken = old_unbound.broken_by(new_unbound)
+            verdict.problems.extend(_describe_unbound(k) for k in broken)
+            undefined = {name for _, name in broken}  # named once, by pyflakes' message
             verdict.problems.extend(
-                _describe_unbound(k) for k in old_unbound.broken_by(new_unbound)
+                _describe_maybe_unbound(name)
+                for name in old_unbound.maybe_unbound_in(new_unbound)
+                if name not in undefined
             )
     try:
         verdict.analysis = analyze(after, path, rules, target_version)

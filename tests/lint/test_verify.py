@@ -129,6 +129,123 @@ def test_unbound_names_counts_by_kind_and_name() -> None:
     assert unbound_names("x = (") is None
 
 
+# ----- a name bound on some paths only (issue 21: word_language_model's optimizer) ----------
+SGD_UNDER_A_FLAG = src(
+    """
+    import torch
+    if args.use_sgd:
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for x, y in loader:
+        loss = criterion(model(x), y)
+        loss.backward()
+        if args.use_sgd:
+            optimizer.step()
+        else:
+            for p in model.parameters():
+                p.data.add_(p.grad, alpha=-0.1)
+        run(loss)
+    """
+)
+
+
+class ZeroGradFirst(Rule):
+    """Inserts `optimizer.zero_grad(set_to_none=True)` at the top of every `for` body: on the
+    default path of SGD_UNDER_A_FLAG, where `optimizer` is unbound."""
+
+    code = "XV004"
+    name = "zero-grad-first"
+    message = "zero the gradients"
+    fix_safety = FixSafety.SAFE
+
+    def visit_For(self, node: cst.For) -> None:
+        if not isinstance(node.target, cst.Tuple):
+            return
+        body = node.body
+        line = cst.parse_statement("optimizer.zero_grad(set_to_none=True)\n")
+        new_body = body.with_changes(body=[line, *body.body])
+        self.report(node, fix=Fix({body: new_body}))
+
+
+def test_a_use_of_a_name_bound_under_an_if_is_rejected_and_the_other_fix_kept() -> None:
+    result = fix_source(SGD_UNDER_A_FLAG, [ZeroGradFirst, RenameRun])
+    assert "zero_grad" not in result.source
+    assert "print(loss)" in result.source  # the good fix is kept
+    assert result.rejected  # (tried again in the pass after RenameRun changed the loop)
+    for rejected in result.rejected:
+        assert rejected.code == "XV004"
+        assert "'optimizer' may be unbound where the edit uses it" in rejected.reason
+
+
+def test_verify_edit_names_a_maybe_unbound_name() -> None:
+    zero_first = SGD_UNDER_A_FLAG.replace(
+        "    loss = criterion", "    optimizer.zero_grad()\n    loss = criterion"
+    )
+    verdict = verify_edit(SGD_UNDER_A_FLAG, zero_first, rules=[])
+    assert verdict.problems == [
+        "'optimizer' may be unbound where the edit uses it (bound on some paths only)"
+    ]
+    # Under the flag that binds it, the same call is fine.
+    under_flag = SGD_UNDER_A_FLAG.replace(
+        "        optimizer.step()\n", "        optimizer.step()\n        optimizer.zero_grad()\n"
+    )
+    assert verify_edit(SGD_UNDER_A_FLAG, under_flag, rules=[]).ok
+
+
+@pytest.mark.parametrize(
+    ("before", "after"),
+    [
+        # bound only in the loop's body, read after it
+        (
+            "for x in loader:\n    loss = f(x)\n",
+            "for x in loader:\n    loss = f(x)\nprint(loss)\n",
+        ),
+        # bound only in the try body, read in the handler
+        (
+            "try:\n    model = load()\nexcept OSError:\n    pass\n",
+            "try:\n    model = load()\nexcept OSError:\n    print(model)\n",
+        ),
+        # read after a `del` under an `if` (an unconditional one is pyflakes' to see)
+        ("x = 1\nif flag:\n    del x\n", "x = 1\nif flag:\n    del x\nprint(x)\n"),
+        # `except E as e` unbinds `e`, even one bound before the `try`
+        (
+            "e = 0\ntry:\n    run()\nexcept ValueError as e:\n    pass\n",
+            "e = 0\ntry:\n    run()\nexcept ValueError as e:\n    pass\nprint(e)\n",
+        ),
+    ],
+    ids=["after-loop", "in-except", "after-del", "after-handler"],
+)
+def test_a_read_that_some_path_reaches_unbound_is_rejected(before: str, after: str) -> None:
+    verdict = verify_edit(before, after, rules=[])
+    assert not verdict.ok
+    assert "may be unbound where the edit uses it" in verdict.reason()
+
+
+def test_a_read_the_script_already_makes_unguarded_may_be_repeated() -> None:
+    """Past the script's own read of a maybe-unbound name, the name is bound (the read raised
+    otherwise): a fix reading it again below adds no NameError."""
+    before = src(
+        """
+        if args.opt == "sgd":
+            optimizer = make_sgd()
+        elif args.opt == "adam":
+            optimizer = make_adam()
+        scheduler = make_scheduler(optimizer)
+        for x in loader:
+            step(x)
+        """
+    )
+    after = before.replace("    step(x)", "    optimizer.zero_grad()\n    step(x)")
+    assert verify_edit(before, after, rules=[]).ok
+
+
+def test_an_undefined_name_is_named_once() -> None:
+    """A name pyflakes already reports as undefined is not named a second time."""
+    before = "if flag:\n    x = 1\n"
+    after = "print(x)\nif flag:\n    x = 1\n"
+    verdict = verify_edit(before, after, rules=[])
+    assert len(verdict.problems) == 1 and "'x'" in verdict.problems[0]
+
+
 def _version(example: Valid | Invalid) -> tuple[int, int] | None:
     text = getattr(example, "target_version", None)
     return parse_target_version(text) if text else None
@@ -247,3 +364,34 @@ def test_wrap_insertion_that_verifies_is_written(
     result = CliRunner().invoke(cli_rewrite.rewrite, ["train.py", "--wrap"])
     assert result.exit_code == 0, result.output
     assert "autoopt.optimize(" in (tmp_path / "train.py").read_text()
+
+
+def test_wrap_insertion_reading_a_name_bound_under_an_if_is_not_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--wrap` goes through the same check: an insertion handing over an optimizer that only
+    one branch of an `if` creates is declined."""
+    flagged = (
+        WRAPPABLE.replace(
+            "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n",
+            "if use_sgd:\n    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n",
+        )
+        .replace("    optimizer.zero_grad()\n", "")
+        .replace("    optimizer.step()\n", "    if use_sgd:\n        optimizer.step()\n")
+    )
+    line = "model, loader, optimizer = autoopt.optimize(model, loader, optimizer)\n"
+
+    def insert_before_loop(source: str, *, path: object = None):  # noqa: ANN202 - WrapResult
+        good = wrap_source(WRAPPABLE, path=None)
+        text = source.replace("import torch\n", "import torch\nimport autoopt\n", 1)
+        text = text.replace("for x, y in loader:", line + "for x, y in loader:")
+        return type(good)(text, source, "inserted", inserted=(line.strip(),))
+
+    (tmp_path / "pyproject.toml").write_text("[tool.autoopt]\n")
+    (tmp_path / "train.py").write_text(flagged)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(cli_rewrite, "wrap_source", insert_before_loop)
+    result = CliRunner().invoke(cli_rewrite.rewrite, ["train.py", "--wrap"])
+    assert (tmp_path / "train.py").read_text() == flagged
+    assert "'optimizer' may be unbound" in result.output
+    assert "declined 1" in result.output
