@@ -250,10 +250,13 @@ def _skip(result: FixResult, active: list[type[Rule]], failed: Sequence[tuple[st
         active[:] = [r for r in active if r.code != code]
 
 
-def _render(module: cst.Module, fixes: Sequence[Fix], check_syntax: bool, source: str) -> str:
+def _render(module: cst.Module, fixes: Sequence[Fix], source: str) -> str:
     new_source = fixed_code(module, fixes, source)
-    if check_syntax:
-        parse_python(new_source)  # raises SyntaxError: a fix that breaks the file is a failed fix
+    try:
+        parse_python(new_source)  # verification parses it next: remembered, not parsed twice
+    except Exception:
+        if _parses(source):  # only blame fixes for syntax CPython accepted before
+            raise  # SyntaxError: a fix that breaks the file is a failed fix
     return new_source
 
 
@@ -263,22 +266,21 @@ def _apply_contained(
     """Apply the chosen fixes together; when that raises (or gives code that does not parse),
     find the fixes that fail alone and apply the others. Returns the new source, the fixes
     applied, and (code, reason) of the rules whose fix failed."""
-    check_syntax = _parses(current)  # only blame fixes for syntax CPython accepted before
     try:
-        return _render(module, [fix for _, fix in chosen], check_syntax, current), chosen, []
+        return _render(module, [fix for _, fix in chosen], current), chosen, []
     except Exception:  # find which fix it was below
         pass
     kept: list[tuple[Finding, Fix]] = []
     failed: list[tuple[str, str]] = []
     for finding, fix in chosen:
         try:
-            _render(module, [fix], check_syntax, current)
+            _render(module, [fix], current)
         except Exception as exc:
             failed.append((finding.code, f"its fix failed: {type(exc).__name__}: {exc}"))
         else:
             kept.append((finding, fix))
     try:
-        return _render(module, [fix for _, fix in kept], check_syntax, current), kept, failed
+        return _render(module, [fix for _, fix in kept], current), kept, failed
     except Exception as exc:  # fixes that fail only together: none of them this pass
         codes = sorted({f.code for f, _ in kept})
         reason = f"its fix failed together with {', '.join(codes)}: {type(exc).__name__}: {exc}"
