@@ -1,5 +1,6 @@
 """Speed shortcuts that must give exactly what the slow path gives: rewrite's spliced code
-(`rewrite.fixed_code`) equals generating the fixed module, the index's per-class child pushers
+(`rewrite.fixed_code`) equals generating the fixed module, verification's parse of an edit
+(`rewrite.parse_edited`) equals a parse of the whole text, the index's per-class child pushers
 equal a descent through every field, and verification asks pyflakes about the original text
 only when the edited one has an undefined name."""
 
