@@ -170,9 +170,6 @@ def _store_names(target: cst.BaseExpression) -> Iterator[cst.Name]:
         yield from _store_names(target.value)
 
 
-_UNKNOWN = object()
-
-
 class QualifiedNames(Mapping[cst.CSTNode, set[QualifiedName]]):
     """What libcst's QualifiedNameProvider gives, computed per node on demand.
 
@@ -191,7 +188,6 @@ class QualifiedNames(Mapping[cst.CSTNode, set[QualifiedName]]):
         self._names: dict[int, frozenset[str]] = {}  # by id(node): the names as strings
         self._bound_here: set[cst.CSTNode] = set()  # nodes that bind a name (not reads)
         self._bound = False  # the binding table is built on the first lookup
-        self._known: dict[int, _Scope | None] = {}  # by id(node): `_scope_of` climbed from it
 
     # -- Mapping
     def __getitem__(self, node: cst.CSTNode) -> set[QualifiedName]:
@@ -262,21 +258,10 @@ class QualifiedNames(Mapping[cst.CSTNode, set[QualifiedName]]):
         # Parameter defaults and annotations, and the first iterable of a comprehension, are
         # evaluated outside the function / comprehension they belong to.
         leave_function = leave_comprehension = False
-        # Where no exit is pending, the answer is that of the node reached (`_known`): the
-        # nodes of a file share their chains of ancestors, so each is climbed once.
-        known, clean = self._known, []
-        scope: _Scope | None
         while parent is not None:
-            if not (leave_function or leave_comprehension):
-                found = known.get(id(child), _UNKNOWN)
-                if found is not _UNKNOWN:
-                    scope = found  # type: ignore[assignment]
-                    break
-                clean.append(id(child))
             kind = type(parent)
             if kind in _NOT_IN_SCOPE:
-                scope = None
-                break
+                return None
             if kind is cst.Param:
                 if child is not parent.name:
                     leave_function = True
@@ -289,24 +274,17 @@ class QualifiedNames(Mapping[cst.CSTNode, set[QualifiedName]]):
             elif kind in _FUNCTIONS:
                 if child is parent.params or child is parent.body:
                     if not leave_function:
-                        scope = self._scope_node(parent)
-                        break
+                        return self._scope_node(parent)
                     leave_function = False
             elif kind is cst.ClassDef:
                 if child is parent.body:
-                    scope = self._scope_node(parent)
-                    break
+                    return self._scope_node(parent)
             elif kind in _COMPREHENSIONS:
                 if child is not parent.for_in or not leave_comprehension:
-                    scope = self._scope_node(parent)
-                    break
+                    return self._scope_node(parent)
                 leave_comprehension = False
             child, parent = parent, parents.get(id(parent))
-        else:
-            scope = self._scope_node(self._parents.module)
-        for key in clean:
-            known[key] = scope
-        return scope
+        return self._scope_node(self._parents.module)
 
     # -- bindings
     def _bind_all(self, binders: list[cst.CSTNode]) -> None:
