@@ -510,18 +510,25 @@ class ToDeviceNonBlocking(Rule):
         groups: list[tuple[cst.For | cst.While, list[cst.Call]]] = []
         seen: set[int] = set()
         loops = data_loops(self)
+        found_in: dict[int, list[cst.Call]] = {}  # each loop's copies, found once
+
+        def copies_of(loop: cst.For | cst.While) -> list[cst.Call]:
+            if id(loop) not in found_in:
+                found_in[id(loop)] = batch_transfers(self, loop)
+            return found_in[id(loop)]
+
         # The training loop's copies already choose (`non_blocking=True`): the evaluation
         # loops' blocking copies are the author's choice too (an unpinned held-out loader).
         chosen = any(
             arg(c, "non_blocking") is not None
             for loop in loops
             if self.facts.is_training_loop(loop)
-            for c in batch_transfers(self, loop)
+            for c in copies_of(loop)
         )
         for loop in loops:
             if chosen and not self.facts.is_training_loop(loop):
                 continue
-            copies = [c for c in batch_transfers(self, loop) if id(c) not in seen]
+            copies = [c for c in copies_of(loop) if id(c) not in seen]
             seen |= {id(c) for c in copies}
             # `.cuda(gpu, non_blocking=True)` counts as the author's choice too
             if any(arg(c, "non_blocking") is not None for c in copies):

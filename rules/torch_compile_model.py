@@ -546,9 +546,13 @@ class TorchCompileModel(Rule):
     def _shadowed_or_scripted(self, module: cst.Module) -> bool:
         """A user-defined `compile` (function, method, import, variable), or TorchScript /
         `torch._dynamo` already in use."""
-        for n in nodes_of_type(
-            module, (cst.FunctionDef, cst.ImportAlias, cst.AssignTarget, cst.Call)
-        ):
+        # A name resolves to `torch.jit.*` / `torch._dynamo.*` only through text that spells
+        # it (an import or an attribute): without that text no call needs its names resolved.
+        source = self.context.source
+        kinds = (cst.FunctionDef, cst.ImportAlias, cst.AssignTarget)
+        if "jit" in source or "_dynamo" in source:
+            kinds += (cst.Call,)
+        for n in nodes_of_type(module, kinds):
             if isinstance(n, cst.FunctionDef) and n.name.value == "compile":
                 return True
             if isinstance(n, cst.ImportAlias | cst.AssignTarget) and "compile" in names_in(n):

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from autoopt.lint.nodes import dotted, string_value, walk
+from autoopt.lint.nodes import dotted, nodes_of_type, string_value
 
 Parent = Callable[[cst.CSTNode], "cst.CSTNode | None"]
 
@@ -50,6 +50,16 @@ class DeviceFacts:
     no_device: bool = False
 
 
+_READ_KINDS = (
+    cst.Name,
+    cst.Attribute,
+    cst.SimpleString,
+    cst.FormattedString,
+    cst.Param,
+    cst.Assign,
+)
+
+
 def device_facts(module: cst.Module, parent: Parent) -> DeviceFacts:
     """The device facts of `module` (computed once per file through `FileFacts.device`);
     `parent` maps a node to its parent."""
@@ -58,7 +68,8 @@ def device_facts(module: cst.Module, parent: Parent) -> DeviceFacts:
     cpu_only_binding = None  # True while every `device = ...` seen is a CPU literal
     tensor_types: set[str] = set()
     device_named = False  # a `device`/`dev` name read anywhere (it may come from elsewhere)
-    for node in walk(module):
+    # only the classes read below (about a third of a tree's nodes), in source order
+    for node in nodes_of_type(module, _READ_KINDS):
         kind = type(node)  # exact types: see nodes.py
         if kind is cst.Name and node.value in _DEVICE_PARAMS:
             device_named = True

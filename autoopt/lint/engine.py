@@ -49,11 +49,13 @@ def analyze(
     path: Path | str,
     rules: Sequence[type[Rule]],
     target_version: tuple[int, int] | None = None,
+    parse: Callable[[str], cst.Module] | None = None,
 ) -> Analysis:
-    """Parse `source` and run `rules` on it (those whose triggers appear in the text and that
-    apply to `target_version`). Raises `libcst.ParserSyntaxError` on unparsable code."""
+    """Parse `source` (with `parse` if given: it must give `libcst.parse_module`'s tree) and run
+    `rules` on it (those whose triggers appear in the text and that apply to
+    `target_version`). Raises `libcst.ParserSyntaxError` on unparsable code."""
     active = active_rules(rules, source, target_version)
-    module = cst.parse_module(source)
+    module = cst.parse_module(source) if parse is None else parse(source)
     return run_rules(module, source, path, active, target_version)
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterator
+from collections.abc import Set as AbstractSet
 
 import libcst as cst
 import libcst.matchers as m
@@ -87,7 +88,9 @@ class FileFacts:
                 loops.append(anc)
         return loops
 
-    def qualified_names(self, node: cst.CSTNode) -> set[str]:
+    def qualified_names(self, node: cst.CSTNode) -> AbstractSet[str]:
+        if type(self._qnames) is metadata.QualifiedNames:
+            return self._qnames.names(node)  # kept per node, shared with the rules
         found = self._qnames.get(node, set())
         if isinstance(found, LazyValue):  # libcst >= 1.5 resolves this provider lazily
             found = found()

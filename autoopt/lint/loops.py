@@ -30,6 +30,8 @@ from autoopt.lint.torch_api import DATALOADER
 def loader_names(rule: Rule) -> set[str]:
     """Names bound to a `torch.utils.data.DataLoader(...)` anywhere in the file."""
     out: set[str] = set()
+    if "DataLoader" not in rule.context.source:
+        return out  # no name resolves to it without the text (an import or an attribute)
     for node in nodes_of_type(rule.context.module, cst.Assign):
         if rule.is_call_to(node.value, *DATALOADER):
             for t in node.targets:

@@ -186,6 +186,7 @@ class QualifiedNames(Mapping[cst.CSTNode, set[QualifiedName]]):
         self._order = parents.order
         self._scopes: dict[cst.CSTNode, _Scope] = {}
         self._cache: dict[int, set[QualifiedName]] = {}  # by id(node)
+        self._names: dict[int, frozenset[str]] = {}  # by id(node): the names as strings
         self._bound_here: set[cst.CSTNode] = set()  # nodes that bind a name (not reads)
         self._bound = False  # the binding table is built on the first lookup
 
@@ -202,6 +203,14 @@ class QualifiedNames(Mapping[cst.CSTNode, set[QualifiedName]]):
 
     def get(self, node: cst.CSTNode, default: object = None) -> object:  # type: ignore[override]
         return self[node]
+
+    def names(self, node: cst.CSTNode) -> frozenset[str]:
+        """`{q.name for q in self[node]}`, made once per node: what `Rule.qualified_names`
+        asks, over and over for the same calls, from every rule."""
+        found = self._names.get(id(node))
+        if found is None:
+            found = self._names[id(node)] = frozenset(q.name for q in self[node])
+        return found
 
     def __contains__(self, node: object) -> bool:
         return isinstance(node, cst.CSTNode)

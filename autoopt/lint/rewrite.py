@@ -171,6 +171,7 @@ def fix_source(
         analysis, unbound = verdict.analysis, verdict.unbound
     else:
         raise RewriteError(f"{path}: no fixed point after {max_passes} passes of fixes")
+    _SPLICE.clear()  # its tree is of no use once the file is done
     result.source = current
     return result
 
@@ -205,6 +206,7 @@ class _Check:
             path=self.path,
             finding_filter=self.finding_filter,
             fixed_later=lambda finding: _fix_allowed(finding, self.unsafe),
+            parse=parse_edited,
         )
 
 
@@ -248,10 +250,13 @@ def _skip(result: FixResult, active: list[type[Rule]], failed: Sequence[tuple[st
         active[:] = [r for r in active if r.code != code]
 
 
-def _render(module: cst.Module, fixes: Sequence[Fix], check_syntax: bool, source: str) -> str:
+def _render(module: cst.Module, fixes: Sequence[Fix], source: str) -> str:
     new_source = fixed_code(module, fixes, source)
-    if check_syntax:
-        parse_python(new_source)  # raises SyntaxError: a fix that breaks the file is a failed fix
+    try:
+        parse_python(new_source)  # verification parses it next: remembered, not parsed twice
+    except Exception:
+        if _parses(source):  # only blame fixes for syntax CPython accepted before
+            raise  # SyntaxError: a fix that breaks the file is a failed fix
     return new_source
 
 
@@ -261,22 +266,21 @@ def _apply_contained(
     """Apply the chosen fixes together; when that raises (or gives code that does not parse),
     find the fixes that fail alone and apply the others. Returns the new source, the fixes
     applied, and (code, reason) of the rules whose fix failed."""
-    check_syntax = _parses(current)  # only blame fixes for syntax CPython accepted before
     try:
-        return _render(module, [fix for _, fix in chosen], check_syntax, current), chosen, []
+        return _render(module, [fix for _, fix in chosen], current), chosen, []
     except Exception:  # find which fix it was below
         pass
     kept: list[tuple[Finding, Fix]] = []
     failed: list[tuple[str, str]] = []
     for finding, fix in chosen:
         try:
-            _render(module, [fix], check_syntax, current)
+            _render(module, [fix], current)
         except Exception as exc:
             failed.append((finding.code, f"its fix failed: {type(exc).__name__}: {exc}"))
         else:
             kept.append((finding, fix))
     try:
-        return _render(module, [fix for _, fix in kept], check_syntax, current), kept, failed
+        return _render(module, [fix for _, fix in kept], current), kept, failed
     except Exception as exc:  # fixes that fail only together: none of them this pass
         codes = sorted({f.code for f, _ in kept})
         reason = f"its fix failed together with {', '.join(codes)}: {type(exc).__name__}: {exc}"
@@ -390,14 +394,95 @@ def fixed_code(module: cst.Module, fixes: Sequence[Fix], source: str) -> str:
         return new_module.code
     where = {id(statement): i for i, statement in enumerate(module.body)}
     parts = [source[: offsets[0]]]
+    body: list[cst.BaseStatement | str] = []
     for statement in new_module.body:
         i = where.get(id(statement))
         if i is None:  # rebuilt by a fix: generated at the top level, as the module would
-            parts.append(new_module.code_for_node(statement))
+            code = new_module.code_for_node(statement)
+            parts.append(code)
+            body.append(code)
         else:
             parts.append(source[offsets[i] : offsets[i + 1]])
+            body.append(statement)
     parts.append(source[offsets[-1] :])
-    return "".join(parts)
+    text = "".join(parts)
+    _SPLICE[:] = [_Splice(text, module, body)]
+    return text
+
+
+# ----- parsing an edit's text ------------------------------------------------------------------
+@dataclass(frozen=True)
+class _Splice:
+    """How `fixed_code` made its last text: each top-level statement of the edited module is
+    a statement it kept from `module` (the tree the old text was parsed from) or the code it
+    generated for it."""
+
+    text: str
+    module: cst.Module
+    body: list[cst.BaseStatement | str]
+
+
+_SPLICE: list[_Splice] = []  # the last one, until verification parses the text it made
+
+
+def parse_edited(source: str) -> cst.Module:
+    """`libcst.parse_module(source)` for the text `fixed_code` made last: only the statements
+    it generated are parsed (verification's parse of an edit then costs the edit's share of
+    the file), joined with the statements it kept from the parsed original. Top-level
+    statements parse alike alone and in their file (what `engine.parse_large` relies on);
+    where the file-wide settings a parse infers (indentation, line break) could differ, or
+    `source` is another text, the whole text is parsed."""
+    splice = _SPLICE.pop() if _SPLICE else None
+    if splice is not None and splice.text == source:
+        module = _spliced(splice)
+        if module is not None:
+            return module
+    return cst.parse_module(source)
+
+
+def _spliced(splice: _Splice) -> cst.Module | None:
+    module, body = splice.module, splice.body
+    if not body or isinstance(body[0], str):
+        return None  # the header and a first statement's leading lines: left to the parser
+    settings = (module.default_indent, module.default_newline)
+    statements: list[cst.BaseStatement] = []
+    i = 0
+    while i < len(body):
+        piece = body[i]
+        if not isinstance(piece, str):
+            statements.append(piece)
+            i += 1
+            continue
+        j = i
+        while j < len(body) and isinstance(body[j], str):
+            j += 1
+        try:
+            chunk = cst.parse_module("".join(body[i:j]))  # type: ignore[arg-type]
+        except Exception:
+            return None  # the whole text's parse gives the error
+        if (chunk.default_indent, chunk.default_newline) != settings or chunk.footer:
+            return None
+        part = list(chunk.body)
+        if len(part) != j - i:
+            return None
+        if chunk.header:  # the chunk's leading lines are its first statement's in the file
+            part[0] = part[0].with_changes(leading_lines=[*chunk.header, *part[0].leading_lines])
+        statements.extend(part)
+        i = j
+    # The file's indentation is inferred from its first indented block: it must be one whose
+    # indentation is the module's (a block indented otherwise records its own).
+    first = next(filter(None, map(_first_block, statements)), None)
+    if first is not None and first.indent is not None:
+        return None
+    if first is None and module.default_indent != "    ":  # libcst's default, with no block
+        return None
+    if len({id(s) for s in statements}) != len(statements):
+        return None  # a kept statement twice: the index needs each node once
+    return module.with_changes(body=statements)
+
+
+def _first_block(statement: cst.CSTNode) -> cst.IndentedBlock | None:
+    return next((n for n in walk(statement) if type(n) is cst.IndentedBlock), None)
 
 
 def _same_nodes(a: Sequence[cst.CSTNode], b: Sequence[cst.CSTNode]) -> bool:

@@ -26,6 +26,7 @@ import functools
 import inspect
 import textwrap
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -39,6 +40,8 @@ from libcst.metadata import (
     PositionProvider,
     QualifiedNameProvider,
 )
+
+from autoopt.lint.metadata import QualifiedNames
 
 if TYPE_CHECKING:
     from autoopt.lint.facts import FileFacts
@@ -218,13 +221,19 @@ class Rule(cst.BatchableCSTVisitor):
         )
 
     # ----- matching torch APIs by qualified name ---------------------------------------------
-    def qualified_names(self, node: cst.CSTNode) -> set[str]:
+    def qualified_names(self, node: cst.CSTNode) -> AbstractSet[str]:
         """Fully qualified names `node` may refer to ("torch.utils.data.DataLoader")."""
+        # The engine's provider (`metadata.QualifiedNames`) keeps each node's names: read it
+        # straight from the resolved metadata, not through libcst's `get_metadata` checks
+        # (rules ask this hundreds of thousands of times on a corpus).
+        provider = self.metadata.get(QualifiedNameProvider)
+        if type(provider) is QualifiedNames:
+            return provider.names(node)
         return {q.name for q in self.get_metadata(QualifiedNameProvider, node, set())}
 
     def refers_to(self, node: cst.CSTNode, *names: str) -> bool:
         """True if `node` (a Name/Attribute) resolves to any of `names` through the imports."""
-        return bool(self.qualified_names(node) & set(names))
+        return not self.qualified_names(node).isdisjoint(names)
 
     def is_call_to(self, node: cst.CSTNode, *names: str) -> bool:
         """True if `node` is a call of one of the qualified `names`."""

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
+import libcst as cst
 from pyflakes import checker as _pyflakes
 from pyflakes import messages as _flake_messages
 
@@ -194,13 +195,15 @@ def verify_edit(
     path: Path | str = "<string>",
     finding_filter: FindingFilter | None = None,
     fixed_later: Callable[[Finding], bool] | None = None,
+    parse: Callable[[str], cst.Module] | None = None,
 ) -> Verdict:
     """Check the edit `before` -> `after` (see the module doc). `before_findings` and
     `before_unbound`, when the caller has them, save re-deriving them from `before`
     (`before_unbound` may be a function that computes them, called only when needed). A new
     finding for which `fixed_later` is true does not fail the edit: the rewrite's next pass
     fixes it (AO101's workers make AO104's `persistent_workers` apply), and that fix is
-    verified in turn."""
+    verified in turn. `parse` parses `after` for the rules (rewrite's parses only what its
+    edit generated; the tree must be `libcst.parse_module`'s)."""
     verdict = Verdict()
     new_unbound = verdict.unbound = unbound_names(after)
     # `before`'s names only when their answer matters: an edited text with no undefined or
@@ -227,7 +230,7 @@ def verify_edit(
                 if name not in undefined
             )
     try:
-        verdict.analysis = analyze(after, path, rules, target_version)
+        verdict.analysis = analyze(after, path, rules, target_version, parse)
     except Exception as exc:  # libcst rejects the edited text
         verdict.problems.append(f"the edited file does not parse: {type(exc).__name__}")
         return verdict

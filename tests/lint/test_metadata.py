@@ -94,6 +94,11 @@ def test_qualified_names_match_libcst() -> None:
             ).code_for_node(node)
             checked += 1
     assert checked > 200
+    # Asked innermost first (scopes remembered from the deepest nodes up), and as strings.
+    fresh = metadata.QualifiedNames(metadata.ParentMap(module))
+    for node in reversed(list(walk(module))):
+        if isinstance(node, cst.Name | cst.Attribute | cst.Call | cst.Subscript):
+            assert fresh.names(node) == _names(expected.get(node, set()))
 
 
 @pytest.mark.parametrize(

@@ -1,5 +1,6 @@
 """Speed shortcuts that must give exactly what the slow path gives: rewrite's spliced code
-(`rewrite.fixed_code`) equals generating the fixed module, the index's per-class child pushers
+(`rewrite.fixed_code`) equals generating the fixed module, verification's parse of an edit
+(`rewrite.parse_edited`) equals a parse of the whole text, the index's per-class child pushers
 equal a descent through every field, and verification asks pyflakes about the original text
 only when the edited one has an undefined name."""
 
@@ -69,6 +70,33 @@ def test_spliced_code_equals_the_generated_module(newline: str) -> None:
         expected = rewrite.apply_fixes(module, fixes).code
         assert rewrite.fixed_code(module, fixes, source) == expected
         assert expected != source
+
+
+def test_an_edit_is_parsed_as_the_whole_text_would_be() -> None:
+    """Verification parses only the statements an edit generated (`parse_edited`), joined with
+    the parsed original's other statements: the tree of a parse of the whole text."""
+    module = _indexed(SOURCE)
+    to_call = _calls(module, "to")[0]
+    inner = Fix({to_call: to_call.with_changes(args=[*to_call.args, cst.Arg(cst.Name("y"))])})
+    guard = module.body[-1]
+    around = Fix({guard: cst.FlattenSentinel([guard, cst.parse_statement("print('after')\n")])})
+    removed = Fix({module.body[1]: cst.RemoveFromParent()})
+    for fixes in ([inner], [around], [removed], [inner, around]):
+        text = rewrite.fixed_code(module, fixes, SOURCE)
+        parsed = rewrite.parse_edited(text)
+        assert parsed.deep_equals(cst.parse_module(text)) and parsed.code == text
+        assert parsed.body[0] is module.body[0]  # spliced: the kept statements are reused
+    assert rewrite.parse_edited(SOURCE).body[0] is not module.body[0]  # not the text made last
+
+
+def test_an_edit_that_changes_the_inferred_indentation_is_parsed_whole() -> None:
+    # The file's indentation is its first block's: removing the 2-space `if` makes it 4
+    # spaces, which the kept `def` (recorded as indented otherwise) must not keep.
+    source = "x = 1\nif x:\n  y = 2\ndef f():\n    z = 3\n"
+    module = _indexed(source)
+    text = rewrite.fixed_code(module, [Fix({module.body[1]: cst.RemoveFromParent()})], source)
+    assert text == "x = 1\ndef f():\n    z = 3\n"
+    assert rewrite.parse_edited(text).deep_equals(cst.parse_module(text))
 
 
 def test_statement_offsets_place_every_statement() -> None:

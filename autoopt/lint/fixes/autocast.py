@@ -15,7 +15,15 @@ from libcst.codemod.visitors import ImportItem
 
 from autoopt.lint.edits import block_statement
 from autoopt.lint.fixes.preconditions import double_backward
-from autoopt.lint.nodes import calls_in, code_of, method_name, names_in, nodes_of_type, walk
+from autoopt.lint.nodes import (
+    calls_in,
+    code_of,
+    indexed_tree,
+    method_name,
+    names_in,
+    nodes_of_type,
+    walk,
+)
 from autoopt.lint.rule import Fix, Rule
 
 _BCE = {
@@ -468,7 +476,8 @@ class AutocastPlan:
     # ----- the fix ----------------------------------------------------------------------------
     def fix(self) -> Fix:
         assert self.outer is not None
-        new_outer = self.outer.visit(_Editor({k: v for k, (_, v) in self.edits.items()}))
+        edits = {k: v for k, (_, v) in self.edits.items()}
+        new_outer = self.outer.visit(_Editor(edits, self._spine()))
         assert isinstance(new_outer, cst.BaseStatement)
         if self.device_type == '"cpu"' or not self.facts.uses_cuda:
             # No CUDA anywhere: CPU bf16. (Mentioning torch.cuda here would also make the
@@ -502,14 +511,29 @@ class AutocastPlan:
             add_imports=[ImportItem("torch")],
         )
 
+    def _spine(self) -> set[int] | None:
+        """The ids of the edited nodes' ancestors (None when a node is not in the indexed
+        tree): the only nodes the edit needs to enter."""
+        tree = indexed_tree(self.facts.module)
+        nodes = [node for node, _ in self.edits.values()]
+        if tree is None or not all(id(node) in tree.rank for node in nodes):
+            return None
+        return {id(up) for node in nodes for up in tree.ancestors(node)}
+
 
 class _Editor(cst.CSTTransformer):
     """Applies edits keyed by node identity; an edit may be a node, a sentinel, or a function
-    of the updated node (so edits can nest: a step call inside a statement that gains a line)."""
+    of the updated node (so edits can nest: a step call inside a statement that gains a line).
+    With `spine` (the ids of the edited nodes' ancestors) it enters only those: the other
+    subtrees are kept as they are instead of being rebuilt node by node (the same code)."""
 
-    def __init__(self, edits: dict[int, Edit]) -> None:
+    def __init__(self, edits: dict[int, Edit], spine: set[int] | None = None) -> None:
         super().__init__()
         self._edits = edits
+        self._spine = spine
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        return self._spine is None or id(node) in self._spine
 
     def on_leave(self, original_node: cst.CSTNode, updated_node: cst.CSTNode):  # noqa: ANN201
         edit = self._edits.get(id(original_node))
