@@ -158,12 +158,38 @@ def best(times: list[tuple[float, float]]) -> tuple[float, float]:
     return min(t[0] for t in times), min(t[1] for t in times)
 
 
-def peak_rss_mb(command: list[str]) -> float:
-    """Peak resident memory (MB) of COMMAND, a child process of its own."""
-    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    _, status, usage = os.wait4(proc.pid, 0)
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    return usage.ru_maxrss / 1024  # kilobytes on Linux
+# Run inside the measured process: its own peak (VmHWM of its address space), written at exit.
+# `ru_maxrss` of a child is not it: Linux keeps the pre-exec peak, which is this (large)
+# process's resident set copied by the fork.
+_PEAK = """
+import atexit, os, runpy, sys
+out = sys.argv.pop(1)
+def peak():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmHWM:"):
+            with open(out, "w") as f:
+                f.write(line.split()[1])
+atexit.register(peak)
+if sys.argv[1] == "-c":
+    exec(sys.argv[2], {"__name__": "__main__"})
+else:
+    sys.argv = sys.argv[2:]
+    runpy.run_module(sys.argv[0], run_name="__main__", alter_sys=True)
+"""
+
+
+def peak_rss_mb(args: list[str]) -> float:
+    """Peak resident memory (MB) of `python ARGS` (`-m module ...` or `-c code`), measured in
+    the process itself."""
+    with tempfile.TemporaryDirectory() as scratch:
+        out = Path(scratch) / "peak"
+        subprocess.run(
+            [sys.executable, "-c", _PEAK, str(out), *args],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            check=False,
+        )
+        return int(out.read_text()) / 1024  # kilobytes
 
 
 def big_file(files: list[Path], lines: int, out: Path) -> int:
@@ -196,15 +222,14 @@ def memory(files: list[Path], scratch: Path, lines: int = 50_000) -> dict:
     target = scratch / "big" / "big_file.py"
     target.parent.mkdir(parents=True)
     n = big_file(files, lines, target)
-    python = sys.executable
     parse = f"import libcst; libcst.parse_module(open({str(target)!r}).read())"
     return {
         "lines": n,
         "lint_mb": peak_rss_mb(
-            [python, "-m", "autoopt", "lint", "--no-cache", "--exit-zero", "-q", str(target)]
+            ["-m", "autoopt", "lint", "--no-cache", "--exit-zero", "-q", str(target)]
         ),
-        "libcst_parse_mb": peak_rss_mb([python, "-c", parse]),
-        "cli_start_mb": peak_rss_mb([python, "-m", "autoopt", "--help"]),
+        "libcst_parse_mb": peak_rss_mb(["-c", parse]),
+        "cli_start_mb": peak_rss_mb(["-m", "autoopt", "--help"]),
     }
 
 
