@@ -264,9 +264,7 @@ class Preorder:
     def contains(self, outer: cst.CSTNode, inner: cst.CSTNode) -> bool | None:
         """`inner` is `outer` or one of its descendants; None when either is not in the tree."""
         start = self.rank.get(id(outer))
-        at = self.rank.get(id(inner))
-        if at is None:
-            at = self.rank_of(inner)
+        at = self.rank_of(inner)  # `inner` may be whitespace
         if start is None or at is None:
             return None
         return start <= at < self.end[start]
