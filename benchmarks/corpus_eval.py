@@ -68,6 +68,16 @@ SPLITS = {
         "wrap": CORPUS / "wrap_test.tsv",
         "fixes": CORPUS / "fixes_test.tsv",
     },
+    # First-contact batches (issue 30): labelled by reading, before autoopt ran on them.
+    **{
+        name: {
+            "root": CORPUS / f"_repos_{name.replace('-', '_')}",
+            "labels": CORPUS / f"labels_{name.replace('-', '_')}.tsv",
+            "wrap": CORPUS / f"wrap_{name.replace('-', '_')}.tsv",
+            "fixes": CORPUS / f"fixes_{name.replace('-', '_')}.tsv",
+        }
+        for name in ("fresh-c", "fresh-d")
+    },
 }
 # The rules every labelled script has a label for (recall is measured on these); a script's
 # other rows label the other rules that fired on it (precision only).
@@ -1067,7 +1077,10 @@ def main(argv: list[str] | None = None) -> int:
         "--runs", type=Path, help="report: run_scripts.py's JSON, for the still-runs column"
     )
     parser.add_argument(
-        "--split", choices=tuple(SPLITS), default="dev", help="dev (tuned on) or test (held out)"
+        "--split",
+        choices=tuple(SPLITS),
+        default="dev",
+        help="dev (tuned on), test (held out) or a first-contact batch (fresh-c, fresh-d)",
     )
     parser.add_argument("--root", type=Path, help="fetched corpus (default: the split's)")
     parser.add_argument("--labels", type=Path, help="labels TSV (default: the split's)")

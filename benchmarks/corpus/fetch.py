@@ -37,6 +37,9 @@ DEFAULT_DEST = HERE / "_repos"
 SPLITS = {
     "dev": (MANIFEST, DEFAULT_DEST),
     "test": (HERE / "testset.json", HERE / "_repos_test"),
+    # First-contact batches (issue 30): labelled by reading before autoopt ever ran on them.
+    "fresh-c": (HERE / "fresh_c.json", HERE / "_repos_fresh_c"),
+    "fresh-d": (HERE / "fresh_d.json", HERE / "_repos_fresh_d"),
 }
 TORCH_DIR = "torch"
 
@@ -177,6 +180,8 @@ def main(argv: list[str] | None = None) -> int:
     failures = 0
     for split in SPLITS if args.split == "all" else (args.split,):
         path, default_dest = SPLITS[split]
+        if not path.is_file():  # a batch whose manifest is not written yet
+            continue
         dest = args.dest or default_dest
         failures += fetch_split(load_manifest(path), dest, args)
     return 1 if failures else 0
