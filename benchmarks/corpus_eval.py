@@ -256,10 +256,10 @@ _PROJECTS: dict[str, object] = {}
 def _time_file(task: tuple[str, str]) -> dict:
     """Seconds to lint FILE and to compute its fixes (unsafe ones too; nothing written), in
     this process through autoopt's own functions: the CLI runs give no per-file times."""
-    from autoopt.lint.encoding import decode_source
-    from autoopt.lint.project import load_project
-    from autoopt.lint.rewrite import fix_source
-    from autoopt.lint.runner import lint_path
+    from autoopt.lint.engine.project import load_project
+    from autoopt.lint.engine.runner import lint_path
+    from autoopt.lint.rewrite.apply import fix_source
+    from autoopt.lint.tree.encoding import decode_source
 
     repo, file = task
     if repo not in _PROJECTS:

@@ -6,18 +6,18 @@ from collections.abc import Sequence
 
 import libcst as cst
 
-from autoopt.lint.edits import statement_line
-from autoopt.lint.fixes.preconditions import double_backward, trains_twice
-from autoopt.lint.handled import (
+from autoopt.lint.engine.rule import Fix, FixSafety, Invalid, Rule, Valid
+from autoopt.lint.program.handled import (
     LIBRARY_TRAINER_MARKERS,
     is_hogwild,
     library_trainer_calls,
     uses_accelerate,
 )
-from autoopt.lint.nodes import contains, names_in, nodes_of_type
-from autoopt.lint.placement import binds_or_places
-from autoopt.lint.rule import Fix, FixSafety, Invalid, Rule, Valid
-from autoopt.lint.trained_models import is_compiled, trained_models
+from autoopt.lint.program.placement import binds_or_places
+from autoopt.lint.program.trained_models import is_compiled, trained_models
+from autoopt.lint.rewrite.fixes.preconditions import double_backward, trains_twice
+from autoopt.lint.tree.edits import statement_line
+from autoopt.lint.tree.nodes import contains, names_in, nodes_of_type
 
 _SCRIPTED = (
     "torch.jit.script",

@@ -1,4 +1,4 @@
-"""What fixes assume, checked (`autoopt.lint.fixes.preconditions`), at the edges the rule
+"""What fixes assume, checked (`autoopt.lint.rewrite.fixes.preconditions`), at the edges the rule
 examples did not reach: AO301 is silent exactly for a model the script differentiates through a
 gradient of (compiling it would fail), and fixes every other. Each case kills mutants that survived
 `make mutation` (docs/benchmarks/mutation.md)."""
@@ -10,7 +10,7 @@ import textwrap
 import pytest
 from autoopt.rules.torch_compile_model import TorchCompileModel
 
-from autoopt.lint.engine import analyze
+from autoopt.lint.engine.analysis import analyze
 
 LOOP = """
 import torch
