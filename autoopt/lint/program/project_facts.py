@@ -3,7 +3,8 @@ convolutional network, does it flatten with `.view()`?), and which scripts of a 
 module (the script that drives a `train.py`).
 
 Local modules are found next to the linted file, then in its parent folders up to the project
-root (the first folder holding pyproject.toml, setup.py, setup.cfg or .git). They are parsed with
+root (the first folder holding pyproject.toml, setup.py, setup.cfg or .git, or the current
+directory if that comes first). They are parsed with
 `ast` (several times cheaper than libcst) and never imported or executed. Each module is read and
 summarised once per process (the runner lints files in worker processes; each keeps its own
 cache). Every module consulted while a file is linted is recorded with its content hash
@@ -219,9 +220,12 @@ def load(path: Path) -> ModuleSummary | None:
 
 
 def project_root(start: Path) -> Path:
-    """The nearest folder at or above `start` with a project marker (else `start` itself)."""
+    """The nearest folder at or above `start` with a project marker, or the current directory
+    when it is reached first (`autoopt lint train.py` from a checkout with no marker: the user
+    named the project's root by standing in it); else `start` itself."""
+    cwd = Path(os.path.abspath(os.getcwd()))
     for folder in (start, *start.parents):
-        if any((folder / marker).exists() for marker in _ROOT_MARKERS):
+        if folder == cwd or any((folder / marker).exists() for marker in _ROOT_MARKERS):
             return folder
     return start
 
@@ -238,11 +242,12 @@ def _search_folders(folder: Path) -> Iterator[Path]:
 
 def resolve_module(linted: Path, module: str, level: int = 0) -> Path | None:
     """The file of local module `module` imported from `linted` (`from .x import` when level>0)."""
-    return _resolve_from(Path(os.path.abspath(linted)).parent, module, level)
+    return _resolve_from(Path(os.path.abspath(linted)).parent, module, level, os.getcwd())
 
 
 @functools.lru_cache(maxsize=4096)
-def _resolve_from(folder: Path, module: str, level: int) -> Path | None:
+def _resolve_from(folder: Path, module: str, level: int, cwd: str) -> Path | None:
+    """(`cwd` is part of the key: where the search stops depends on it, see `project_root`.)"""
     parts = [p for p in module.split(".") if p]
     if level:
         base = folder
