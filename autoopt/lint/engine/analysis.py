@@ -54,7 +54,7 @@ def analyze(
     """Parse `source` (with `parse` if given: it must give `libcst.parse_module`'s tree) and run
     `rules` on it (those whose triggers appear in the text and that apply to
     `target_version`). Raises `libcst.ParserSyntaxError` on unparsable code."""
-    active = active_rules(rules, source, target_version)
+    active = active_rules(rules, source, target_version, path)
     module = cst.parse_module(source) if parse is None else parse(source)
     return run_rules(module, source, path, active, target_version)
 
@@ -251,15 +251,25 @@ def _crash_of(visitor: Rule, wrapper: cst.MetadataWrapper) -> RuleCrash:
     return RuleCrash(visitor.code, visitor.name, _describe(visitor.crash), line, column)
 
 
+# What the pre-filter reads for a file that trains through the project's other code (its loop in
+# another module's function, its backward inside a loss scaler): it counts as calling backward.
+TRAINS_ELSEWHERE = "\n.backward(\n"
+
+
 def active_rules(
     rules: Sequence[type[Rule]],
     source: str,
     target_version: tuple[int, int] | None = None,
+    path: Path | str | None = None,
 ) -> list[type[Rule]]:
     """The rules that can possibly report on `source`: they apply to `target_version` and one of
     their `triggers` occurs in the code (comments and triple-quoted strings do not count:
     torch's own sources say "backward" or "cuda" far more in prose than in code). A rule
-    without triggers always runs. When this is empty the file need not even be parsed."""
+    without triggers always runs. When this is empty the file need not even be parsed. With
+    the file's `path`, a file that trains through the project's other code counts as calling
+    `backward()` (`program.view.drives_training_elsewhere`)."""
+    if path is not None and ".backward(" not in source and _trains_elsewhere(path, source):
+        source += TRAINS_ELSEWHERE
     candidates = [r for r in rules if r.applies_to(target_version) and _text_matches(r, source)]
     if not any(r.triggers or r.requires or r.covered_by_optimize for r in candidates):
         return candidates
@@ -272,6 +282,15 @@ def active_rules(
         if (_text_matches(r, code) or getattr(r, "runs_after_other_rules", False))
         and not (optimized and r.covered_by_optimize)
     ]
+
+
+def _trains_elsewhere(path: Path | str, source: str) -> bool:
+    from autoopt.lint.program.view import drives_training_elsewhere
+
+    try:
+        return drives_training_elsewhere(path, source)
+    except (OSError, RecursionError, ValueError):  # the program model is best effort here
+        return False
 
 
 def calls_autoopt_optimize(code: str) -> bool:

@@ -8,7 +8,7 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from collections.abc import Set as AbstractSet
 
 import libcst as cst
@@ -52,13 +52,22 @@ def named_like_evaluation(name: str) -> bool:
 class FileFacts:
     """Lazily computed facts; each property walks the tree at most once."""
 
-    def __init__(self, wrapper: MetadataWrapper, source: str | None = None) -> None:
+    def __init__(
+        self,
+        wrapper: MetadataWrapper,
+        source: str | None = None,
+        *,
+        project_training_calls: Callable[[], list[cst.Call]] | None = None,
+    ) -> None:
         """`source`: the text the module was parsed from, if known (else generated on demand;
-        libcst round-trips, so the two are equal, and generating costs about a parse)."""
+        libcst round-trips, so the two are equal, and generating costs about a parse).
+        `project_training_calls`: the file's calls that train through the project's other
+        code (the program model's answer, asked only when the loops are)."""
         self.module = wrapper.module
         self._parents = metadata.install(wrapper)
         self._qnames = wrapper.resolve(QualifiedNameProvider)
         self._source = source
+        self._project_training_calls = project_training_calls
 
     # ----- tree navigation --------------------------------------------------------------------
     def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
@@ -113,12 +122,44 @@ class FileFacts:
         ]
 
     @functools.cached_property
+    def training_calls(self) -> list[cst.Call]:
+        """Calls that train through a function, method or class of the project (another module
+        or this one): `train_one_epoch(model, loader, ...)`, `trainer.fit()`."""
+        if self._project_training_calls is None:
+            return []
+        return self._project_training_calls()
+
+    @property
+    def trains(self) -> bool:
+        """The file trains: a loop here calls `backward()`, or a call here trains elsewhere."""
+        return bool(self.training_loops or self.training_calls)
+
+    @functools.cached_property
+    def training_points(self) -> list[cst.CSTNode]:
+        """Where the file trains, in source order: its training loops (outermost), and the calls
+        that train elsewhere outside those loops (`do_train(cfg, model, ...)`)."""
+        loops = [
+            loop
+            for loop in self.training_loops
+            if not any(
+                other is not loop and self._parents.encloses(other, loop)
+                for other in self.training_loops
+            )
+        ]
+        calls = [
+            call
+            for call in self.training_calls
+            if not any(self._parents.encloses(loop, call) for loop in loops)
+        ]
+        return sorted([*loops, *calls], key=lambda n: self._order[id(n)])
+
+    @functools.cached_property
     def training_loops(self) -> list[Loop]:
         """Loops containing a `.backward()` call within the same function, or a call to a function
         or method of this file that calls it (`self._run_batch(x, y)`, `train_one_epoch(...)`),
-        outermost first."""
+        or a call that trains through the project's other code, outermost first."""
         found: dict[int, Loop] = {}
-        for call in [*self.backward_calls, *self.backward_helper_calls]:
+        for call in [*self.backward_calls, *self.backward_helper_calls, *self.training_calls]:
             for loop in self.enclosing_loops(call):
                 found.setdefault(id(loop), loop)
         return sorted(found.values(), key=lambda n: self._depth(n))

@@ -17,7 +17,6 @@ Known model zoos count inside local modules too (`torchvision.models.resnet18(..
 from __future__ import annotations
 
 import ast
-import functools
 import os
 import re
 from collections.abc import Iterator
@@ -28,13 +27,13 @@ from typing import TYPE_CHECKING
 import libcst as cst
 
 from autoopt.lint.engine.cache import content_digest
+from autoopt.lint.program.project_files import record_read, resolve_module
 from autoopt.lint.program.torch_api import is_conv_family
 from autoopt.lint.tree.nodes import dotted
 
 if TYPE_CHECKING:
     from autoopt.lint.engine.rule import Rule
 
-_ROOT_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
 _MAX_DEPTH = 6  # re-export chains and class-of-class closures followed at most this deep
 _MAX_VISITS = 200  # definitions looked at for one name's closure
 _MAX_BYTES = 2_000_000  # a "module" larger than this is data, not code: not read
@@ -189,17 +188,6 @@ def _close_within(summary: ModuleSummary) -> None:
 # ----- the per-process cache and the record of what a file's lint read ---------------------------
 # Keyed by path, modification time and size: a module edited during the process is read again.
 _SUMMARIES: dict[tuple[Path, int, int], ModuleSummary] = {}
-_READ: dict[str, str] = {}
-
-
-def begin_file() -> None:
-    """Start recording the modules consulted for one linted file."""
-    _READ.clear()
-
-
-def files_read() -> dict[str, str]:
-    """Path -> content hash of every local module consulted since `begin_file()`."""
-    return dict(_READ)
 
 
 def load(path: Path) -> ModuleSummary | None:
@@ -215,57 +203,8 @@ def load(path: Path) -> ModuleSummary | None:
             summary = _SUMMARIES[key] = summarize(path, path.read_bytes())
     except OSError:
         return None
-    _READ[str(path)] = summary.digest
+    record_read(path, summary.digest)
     return summary
-
-
-def project_root(start: Path) -> Path:
-    """The nearest folder at or above `start` with a project marker, or the current directory
-    when it is reached first (`autoopt lint train.py` from a checkout with no marker: the user
-    named the project's root by standing in it); else `start` itself."""
-    cwd = Path(os.path.abspath(os.getcwd()))
-    for folder in (start, *start.parents):
-        if folder == cwd or any((folder / marker).exists() for marker in _ROOT_MARKERS):
-            return folder
-    return start
-
-
-def _search_folders(folder: Path) -> Iterator[Path]:
-    """The linted file's folder, then its parents up to the project root."""
-    root = project_root(folder)
-    yield folder
-    for parent in folder.parents:
-        if root not in (parent, *parent.parents):
-            return
-        yield parent
-
-
-def resolve_module(linted: Path, module: str, level: int = 0) -> Path | None:
-    """The file of local module `module` imported from `linted` (`from .x import` when level>0)."""
-    return _resolve_from(Path(os.path.abspath(linted)).parent, module, level, os.getcwd())
-
-
-@functools.lru_cache(maxsize=4096)
-def _resolve_from(folder: Path, module: str, level: int, cwd: str) -> Path | None:
-    """(`cwd` is part of the key: where the search stops depends on it, see `project_root`.)"""
-    parts = [p for p in module.split(".") if p]
-    if level:
-        base = folder
-        for _ in range(level - 1):
-            base = base.parent
-        folders: Iterator[Path] = iter((base,))
-    else:
-        if not parts:
-            return None
-        folders = _search_folders(folder)
-    for folder in folders:
-        candidate = folder.joinpath(*parts)
-        for file in (candidate.with_suffix(".py"), candidate / "__init__.py"):
-            if parts and file.is_file():
-                return file
-        if not parts and (folder / "__init__.py").is_file():
-            return folder / "__init__.py"
-    return None
 
 
 def _definition(module_path: Path, name: str, depth: int = 0) -> tuple[ModuleSummary, str] | None:
@@ -342,7 +281,7 @@ def sibling_importers_text(linted: Path) -> list[str]:
     found = []
     for script in _folder_scripts(linted.parent):
         if script.path != linted and linted.stem in script.imports:
-            _READ[str(script.path)] = script.digest
+            record_read(script.path, script.digest)
             found.append(script.text)
     return found
 
