@@ -19,7 +19,7 @@ from libcst.metadata.base_provider import LazyValue
 from autoopt.lint.program.device import DeviceFacts, cpu_only, device_facts
 from autoopt.lint.program.precision import other_precision_system
 from autoopt.lint.tree import metadata
-from autoopt.lint.tree.nodes import calls_in, nodes_of_type
+from autoopt.lint.tree.nodes import calls_in, dotted, nodes_of_type
 
 Loop = cst.For | cst.While
 Scope = cst.FunctionDef | cst.Module
@@ -31,6 +31,8 @@ _NO_GRAD = {
     "torch.autograd.grad_mode.no_grad",
     "torch.autograd.grad_mode.inference_mode",
 }
+# `torch.no_grad` as written where `torch` itself cannot be resolved (a star import brought it).
+_NO_GRAD_SPELLINGS = ("torch.no_grad", "torch.inference_mode", "torch.autograd.no_grad")
 # How many calls deep a helper may hide `.backward()` (loop -> train_one_epoch -> step -> backward).
 _HELPER_DEPTH = 3
 _EVAL_WORDS = ("eval", "valid", "test", "infer", "predict")
@@ -342,6 +344,10 @@ class FileFacts:
         target = expr.func if isinstance(expr, cst.Call) else expr
         names = self.qualified_names(target)
         if names & _NO_GRAD:
+            return True
+        if not names and (dotted(target) or "").endswith(_NO_GRAD_SPELLINGS):
+            # `torch` bound by a star import of the project (`from modeling.deeplab import *`):
+            # no qualified name resolves, the spelling is torch's
             return True
         if isinstance(expr, cst.Call) and names & {
             "torch.set_grad_enabled",

@@ -280,6 +280,15 @@ class _Scanner:
         self.no_grad = 1 if info.no_grad else 0
         # loop variable -> the iterated name (`for x, y in loader`: x, y -> loader)
         self.batch_of: dict[str, Dotted] = {}
+        self.statement_call: ast.Call | None = None  # the call an expression statement makes
+        self.aliases: dict[str, list[Dotted]] = {}  # `it = tqdm(loader)`: it -> [loader]
+
+    def iterated(self, expr: ast.expr) -> list[Dotted]:
+        """`_iterated`, through the names bound to an iteration wrapper above."""
+        found: list[Dotted] = []
+        for name in _iterated(expr):
+            found.extend(self.aliases.get(name[0], [name]) if len(name) == 1 else [name])
+        return found
 
     def scan_body(self, body: list[ast.stmt]) -> None:
         for stmt in body:
@@ -288,7 +297,7 @@ class _Scanner:
     def stmt(self, node: ast.stmt) -> None:
         if isinstance(node, ast.For | ast.AsyncFor):
             self.expr(node.iter)
-            for name in _iterated(node.iter):
+            for name in self.iterated(node.iter):
                 self.info.use(name, "iterated")
                 if self.loops:
                     self.info.use(name, "iterated_in_loop")
@@ -322,6 +331,11 @@ class _Scanner:
         if isinstance(node, ast.Assign):
             self.expr(node.value)
             value = self.value(node.value)
+            if isinstance(node.value, ast.Call) and not isinstance(node.value.func, ast.Attribute):
+                wrapped = self.iterated(node.value)  # `it = tqdm(loader)`: iterating `it`
+                for target in node.targets:  # iterates the loader
+                    if wrapped and isinstance(target, ast.Name):
+                        self.aliases[target.id] = wrapped
             for target in node.targets:
                 self.bind(target, value)
             return
@@ -329,6 +343,8 @@ class _Scanner:
             self.expr(node.value)
             self.bind(node.target, self.value(node.value))
             return
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
+            self.statement_call = node.value  # called for its effect: `dataset.resample()`
         if isinstance(node, ast.Return) and node.value is not None:
             self.expr(node.value)
             self.info.returns.append(self.value(node.value))
@@ -410,7 +426,7 @@ class _Scanner:
             if owner is not None:
                 self.method_use(owner, attr, node)
         elif callee and callee[-1] == "next" and node.args:  # `next(iter(loader))`
-            for name in _iterated(node.args[0]):
+            for name in self.iterated(node.args[0]):
                 info.use(name, "iterated")
                 if self.loops:
                     info.use(name, "iterated_in_loop")
@@ -443,6 +459,8 @@ class _Scanner:
             info.use(owner, "called_no_grad" if self.no_grad else "called")
         elif attr not in NO_FORWARD_METHODS:
             info.use(owner, "method_called_no_grad" if self.no_grad else "method_called")
+            if self.loops and node is self.statement_call:  # `dataset.resample()` per epoch
+                info.use(owner, "method_called_in_loop")
         if attr in ("to", "cuda") and owner[0] in self.batch_of:
             info.use(self.batch_of[owner[0]], "batches_moved")
         if len(owner) >= 2 and owner[-1] == "dataset" and attr not in NO_FORWARD_METHODS:

@@ -98,10 +98,7 @@ def modules_named(linted: Path, module: str) -> list[Path]:
     parts = [p for p in module.split(".") if p]
     if not parts:
         return []
-    root = project_root(Path(os.path.abspath(linted)).parent)
-    table = _PROJECT_MODULES.get(str(root))
-    if table is None:
-        table = _PROJECT_MODULES[str(root)] = _module_table(root)
+    table = _project_table(linted)
     tail = "/".join(parts)
     found = [
         path
@@ -109,6 +106,19 @@ def modules_named(linted: Path, module: str) -> list[Path]:
         if path.as_posix().endswith((f"/{tail}.py", f"/{tail}/__init__.py"))
     ]
     return sorted(found, key=lambda p: (len(p.parts), str(p)))
+
+
+def project_modules(linted: Path) -> list[Path]:
+    """Every module of the linted file's project (at most `_MAX_PROJECT_FILES`)."""
+    return sorted({p for paths in _project_table(linted).values() for p in paths})
+
+
+def _project_table(linted: Path) -> dict[str, list[Path]]:
+    root = project_root(Path(os.path.abspath(linted)).parent)
+    table = _PROJECT_MODULES.get(str(root))
+    if table is None:
+        table = _PROJECT_MODULES[str(root)] = _module_table(root)
+    return table
 
 
 def _module_table(root: Path) -> dict[str, list[Path]]:

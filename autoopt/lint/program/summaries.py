@@ -39,7 +39,7 @@ from autoopt.lint.program.index import (
     load_index,
 )
 from autoopt.lint.program.library import MODEL_BASES
-from autoopt.lint.program.project_files import modules_named, resolve_module
+from autoopt.lint.program.project_files import modules_named, project_modules, resolve_module
 
 _MAX_DEPTH = 6  # re-export chains and base classes followed at most this deep
 
@@ -77,6 +77,10 @@ class Summary:
     roles: dict[str, set[str]] = field(default_factory=dict)
     # a class's construction: `trains` says a method trains, not that constructing does
     constructs: bool = False
+    # the roles of the module-level names it uses (`for x in trainloader` in `def train(epoch)`)
+    global_roles: dict[str, set[str]] = field(default_factory=dict)
+    # ... and of its own local names (what a caller does with a helper's return value)
+    local_roles: dict[str, set[str]] = field(default_factory=dict)
 
     def roles_of(self, position: int | None = None, keyword: str | None = None) -> set[str]:
         """The roles of the parameter an argument binds: by position, else by keyword."""
@@ -107,6 +111,7 @@ class Program:
         self._summaries: dict[tuple[str, str, str], Summary] = {}
         self._computing: set[tuple[str, str, str]] = set()
         self._following: set[tuple[int, str]] = set()  # names being followed to their class
+        self._callers: dict[tuple[str, str], list[tuple[ModuleIndex, FunctionInfo, Value]]] = {}
 
     # ----- modules ------------------------------------------------------------------------------
     def module(self, path: Path | str) -> ModuleIndex | None:
@@ -326,6 +331,69 @@ class Program:
                 merged.roles.setdefault(param, set()).update(roles)
         return merged
 
+    # ----- callers ----------------------------------------------------------------------------
+    def callers(self, target: Target) -> list[tuple[ModuleIndex, FunctionInfo, Value]]:
+        """Where the project calls `target`, as (module, function, the call's value) for each
+        call whose result is bound to a name (`train_loader, val_loader = get_loader(args)`)."""
+        key = (str(target.path), target.qualname)
+        found = self._callers.get(key)
+        if found is not None:
+            return found
+        leaf = target.qualname.rsplit(".", 1)[-1].encode()
+        found = []
+        for path in project_modules(target.path):
+            try:
+                with open(path, "rb") as handle:
+                    if leaf not in handle.read():
+                        continue
+            except OSError:
+                continue
+            index = self.module(path)
+            if index is None:
+                continue
+            # the name it is called by here: its own, or an alias it is imported under
+            names = {leaf.decode()} | {
+                alias
+                for alias, (_, original, _) in index.imports.items()
+                if original.encode() == leaf
+            }
+            for func in index.functions.values():
+                for values in (*func.assigns.values(), func.returns):
+                    for value in values:
+                        call = value.options[0] if value.kind == "item" else value
+                        if (
+                            call.kind == "call"
+                            and call.dotted[-1] in names
+                            and target in self.resolve(index, func, call.dotted)
+                        ):
+                            found.append((index, func, value))
+        self._callers[key] = found
+        return found
+
+    def returned_roles(self, target: Target, position: int | None, depth: int = 0) -> set[str]:
+        """The roles the project's callers give what `target` returns (element `position` of
+        a returned tuple, or the whole value when None): `get_loader(args)`'s loader iterated
+        epoch after epoch by the script that called it. A caller that returns the call's value
+        as it is (a package's `build_loader` wrapper) passes the question on to its callers."""
+        roles: set[str] = set()
+        if depth > _MAX_DEPTH:
+            return roles
+        for index, func, value in self.callers(target):
+            if any(v is value for v in func.returns):
+                caller = Target(index.path, func.qualname)
+                if caller != target:
+                    roles |= self.returned_roles(caller, position, depth + 1)
+                continue
+            if (value.kind == "item") != (position is not None):
+                continue
+            if value.kind == "item" and value.index != position:
+                continue
+            summary = self.summary(Target(index.path, func.qualname))
+            for name, values in func.assigns.items():
+                if any(v is value for v in values):
+                    roles |= summary.local_roles.get(name, set())
+        return roles
+
     def _function_summary(self, index: ModuleIndex, func: FunctionInfo) -> Summary:
         summary = Summary(func.params, trains=func.backward or func.zero_grad)
         # roles by dotted name first (params and self attributes), parameters kept at the end
@@ -359,6 +427,16 @@ class Program:
         for param in func.params:
             if (param,) in by_name:
                 summary.roles[param] = by_name[(param,)]
+        summary.local_roles = {
+            name[0]: roles for name, roles in by_name.items() if len(name) == 1 and roles
+        }
+        if func.qualname != "<module>":
+            local = set(func.params) | set(func.assigns)
+            summary.global_roles = {
+                name[0]: roles
+                for name, roles in by_name.items()
+                if len(name) == 1 and roles and name[0] not in local and name[0] != "self"
+            }
         if func.class_name:  # a method: its self attributes' roles go to the class
             attrs = {
                 name[1]: roles

@@ -122,23 +122,112 @@ class ProgramView:
             if roles:
                 yield arg, roles
 
+    def runs_forward_with_grad(self, call: cst.Call) -> bool | None:
+        """Whether a call of the project's code runs a forward of something it is handed with
+        autograd on (`evaluate(model, loader)` not decorated with no_grad: True; a
+        `save_model(model, ...)` that only reads its state_dict: False); None when the callee is
+        not the project's (a library's, or unresolved)."""
+        summary = self.call_summary(call)
+        if summary is EMPTY:
+            return None
+        return any(
+            "forward" in roles or {"methods", "module"} <= roles
+            for _, roles in self.argument_roles(call)
+        )
+
     def trained_names(self) -> dict[str, list[cst.Call]]:
         """Names (`model`, `self.G`) handed to a call that trains them as a model, with those
         calls: the driver's half of a loop that lives elsewhere."""
         return self._names_with_role("trained")
 
+    @functools.cached_property
     def iterated_per_epoch(self) -> dict[str, list[cst.Call]]:
         """Names handed to a call that iterates them again and again (once per epoch), or to a
-        call made in a loop that iterates them."""
+        call made in a loop that iterates them; also this module's own globals that a function
+        of it iterates when called in a loop (`for epoch ...: train(epoch)` over a module-level
+        `trainloader`)."""
         found: dict[str, list[cst.Call]] = {}
         for call in calls_in(self.facts.module):
+            summary = self.call_summary(call)
+            # `trainer = Trainer(model, train_loader=loader)`, then `trainer.train(epoch)` in a
+            # loop: the instance runs its methods again and again
+            in_loop = bool(self.facts.enclosing_loops(call)) or (
+                summary.constructs and self._instance_used_in_loop(call)
+            )
             for arg, roles in self.argument_roles(call):
                 name = dotted(arg.value)
                 if name is None or "loader" not in roles:
                     continue
-                if "loader_per_epoch" in roles or self.facts.enclosing_loops(call):
+                if "loader_per_epoch" in roles or in_loop:
+                    found.setdefault(name, []).append(call)
+            for name, roles in summary.global_roles.items():
+                per_epoch = in_loop or "loader_per_epoch" in roles
+                if "loader" in roles and per_epoch and self._is_own_global(call, name):
                     found.setdefault(name, []).append(call)
         return found
+
+    def returned_per_epoch(self, node: cst.CSTNode, name: str) -> bool:
+        """`name`, bound in the function holding `node`, is returned by it (alone or in a
+        tuple), and the project's callers of that function iterate what it returns epoch after
+        epoch (`train_loader, test_loader = get_loader(args)` then a loop over epochs)."""
+        func = self.function_of(node)
+        if func is None or func.qualname == "<module>":
+            return False
+        target = Target(self.index.path, func.qualname)
+        for value in func.returns:
+            if value.kind == "ref" and value.dotted == (name,):
+                position = None
+            elif value.kind == "tuple":
+                found = [
+                    i
+                    for i, v in enumerate(value.options)
+                    if v.kind == "ref" and v.dotted == (name,)
+                ]
+                if not found:
+                    continue
+                position = found[0]
+            else:
+                continue
+            if "loader_per_epoch" in self.program.returned_roles(target, position):
+                return True
+        return False
+
+    def changed_between_epochs(self, loader: str, dataset: str | None) -> bool:
+        """The loader's dataset is changed in place in the main process while training: a
+        method of `dataset` called in a loop (`train_dataset.ng_sample()` each epoch), or
+        `loader.dataset.<method>()` anywhere, here or in a callee handed the loader. Worker
+        processes that persist would keep the dataset as it was at the first epoch."""
+        for func in self.index.functions.values():
+            if "dataset_mutated" in func.uses.get((loader,), ()):
+                return True
+            if dataset and "method_called_in_loop" in func.uses.get((dataset,), ()):
+                return True
+        for call in calls_in(self.facts.module):
+            for arg, roles in self.argument_roles(call):
+                if "dataset_mutated" in roles and dotted(arg.value) == loader:
+                    return True
+        return False
+
+    def _instance_used_in_loop(self, call: cst.Call) -> bool:
+        """`call` builds an object bound to a name whose methods are called in a loop."""
+        holder = self.facts.parent(call)
+        if not isinstance(holder, cst.Assign) or len(holder.targets) != 1:
+            return False
+        name = dotted(holder.targets[0].target)
+        func = self.function_of(call)
+        if name is None or func is None:
+            return False
+        return "method_called_in_loop" in func.uses.get(tuple(name.split(".")), ())
+
+    def _is_own_global(self, call: cst.Call, name: str) -> bool:
+        """`call` runs a function of this very file and `name` is a global of it."""
+        name_parts = dotted(call.func)
+        if name_parts is None or name not in self.index.module_code.assigns:
+            return False
+        targets = self.program.resolve(
+            self.index, self.function_of(call), tuple(name_parts.split("."))
+        )
+        return any(t.path == self.index.path for t in targets)
 
     def _names_with_role(self, role: str) -> dict[str, list[cst.Call]]:
         found: dict[str, list[cst.Call]] = {}
