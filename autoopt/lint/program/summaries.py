@@ -10,13 +10,15 @@ to `Cls(...)` in the same function (or `self.obj` in any method), `Cls.m()`. Lib
 A `Summary` says whether running the function trains (it reaches `.backward()` or `zero_grad()`,
 itself or through a call it makes) and what each parameter is to it:
 
-    model       it runs it (`p(x)`, `p.forward(x)`, `p.pi(s)`), sets its mode or reads its
-                parameters; "forward" when it runs a forward, "forward_no_grad" when that
-                forward happens only under torch.no_grad()
-    trained     a model in a function that trains
+    forward     it runs it (`p(x)`, `p.forward(x)`); "forward_no_grad" when only under
+                torch.no_grad()
+    methods     it calls other methods of it (`p.pi(s)`, `p.inference(z)`: a forward through
+                another method when it is a module); "methods_no_grad" likewise
+    module      it treats it as an nn.Module (sets its mode, reads its parameters)
+    trained     it runs its forward (or a method of a module) in a function that trains
     loader      it iterates it; "loader_per_epoch" when it iterates it again and again (in a loop
                 of its own, or because the caller calls it in a loop)
-    optimizer   it steps it
+    optimizer   it steps it or zeroes its gradients
     batches_to_device   it moves the batches it iterates to a device
     dataset_mutated     it changes the loader's dataset in place (`loader.dataset.resample()`)
 
@@ -49,6 +51,7 @@ _ROLE_OF_USE = {
     "called_no_grad": "forward_no_grad",
     "method_called": "methods",
     "method_called_no_grad": "methods_no_grad",
+    "zero_grad": "optimizer",
     "train_mode": "module",
     "eval_mode": "module",
     "parameters": "module",
