@@ -245,8 +245,9 @@ def test_compile_behind_the_device_the_script_picks(tmp_path: Path) -> None:
     result = fix_source(
         (tmp_path / "train.py").read_text(), [TorchCompileModel], path=tmp_path / "train.py"
     )
-    assert '    model = Net().to(device)\n    if device.type == "cuda":\n        model.compile()\n' in (
-        result.source
+    assert (
+        '    model = Net().to(device)\n    if device.type == "cuda":\n        model.compile()\n'
+        in (result.source)
     )
     cuda_only = DRIVER.replace("Net().to(device)", "Net().cuda()")
     result = fix_source(textwrap.dedent(cuda_only), [TorchCompileModel], path=tmp_path / "c.py")
@@ -467,7 +468,5 @@ def test_an_optimizer_factory_of_a_cuda_program(tmp_path: Path) -> None:
         },
     )
     assert _codes(tmp_path, "optim_factory.py", "AO605") == ["AO605"]
-    (tmp_path / "train.py").write_text(
-        (tmp_path / "train.py").read_text().replace(".cuda()", "")
-    )
+    (tmp_path / "train.py").write_text((tmp_path / "train.py").read_text().replace(".cuda()", ""))
     assert _codes(tmp_path, "optim_factory.py", "AO605") == []
