@@ -39,6 +39,11 @@ _SCRIPTED = (
 _IN_PLACE_COMPILE = (2, 2)  # nn.Module.compile() exists since torch 2.2
 
 
+def _parameter_names(func: cst.FunctionDef) -> set[str]:
+    p = func.params
+    return {x.name.value for x in [*p.posonly_params, *p.params, *p.kwonly_params]}
+
+
 class TorchCompileModel(Rule):
     """
     ## What it does
@@ -513,6 +518,13 @@ class TorchCompileModel(Rule):
             self._offer(opt_call, model)  # each trained model (GANs have two)
 
     def _offer(self, opt_call: cst.Call, model: str) -> None:
+        scope = self.facts.enclosing_scope(opt_call)
+        if (
+            isinstance(scope, cst.FunctionDef)
+            and model.split(".")[0] in _parameter_names(scope)
+            and self.context.program.called_from_the_project(scope)
+        ):
+            return  # `train(model, ...)` receives it: the caller builds it, compile goes there
         found = self._where_built(opt_call, model)
         if found is None:
             return

@@ -470,3 +470,133 @@ def test_an_optimizer_factory_of_a_cuda_program(tmp_path: Path) -> None:
     assert _codes(tmp_path, "optim_factory.py", "AO605") == ["AO605"]
     (tmp_path / "train.py").write_text((tmp_path / "train.py").read_text().replace(".cuda()", ""))
     assert _codes(tmp_path, "optim_factory.py", "AO605") == []
+
+
+def test_a_model_handed_in_is_compiled_where_it_is_built(tmp_path: Path) -> None:
+    """cnn-text-classification: `train.train(train_iter, dev_iter, cnn, args)` builds the
+    optimizer over the model it receives; compile belongs in main.py, which builds it."""
+    _write(
+        tmp_path,
+        {
+            "train.py": """
+            import torch
+            def train(loader, model, args):
+                if args.cuda:
+                    model.cuda()
+                optimizer = torch.optim.Adam(model.parameters())
+                for x in loader:
+                    model(x).sum().backward()
+                    optimizer.step()
+            """,
+            "main.py": """
+            import train
+            cnn = CNN_Text(args)
+            if args.cuda:
+                cnn = cnn.cuda()
+            train.train(train_iter, cnn, args)
+            """,
+        },
+    )
+    assert _codes(tmp_path, "train.py", "AO301") == []
+    assert _codes(tmp_path, "main.py", "AO301") == ["AO301"]
+
+
+@pytest.mark.parametrize(
+    "optimizer",
+    [
+        # parameter groups over parts of the model (DeepLabV3Plus)
+        'torch.optim.SGD([{"params": model.backbone.parameters()},'
+        ' {"params": model.classifier.parameters(), "lr": 0.1}], lr=0.01)',
+        # a local alias of a torch.optim class over a filtered view (person re-id)
+        "optim_name([{'params': filter(lambda p: p.requires_grad, model.parameters())}])",
+        # transformers' AdamW over grouped named parameters (BERT-NER)
+        "AdamW([{'params': [p for n, p in groups]}], lr=5e-5)",
+        # a library optimizer inside a scheduling wrapper (FastSpeech2's ScheduledOptim)
+        "ScheduledOptim(AdamW(model.parameters(), lr=5e-5), warmup=4000)",
+        # a class picked from the config, stepped below (pytorch-semseg)
+        "optimizer_cls(model.parameters(), lr=0.01)",
+        # the model's own group helper (temporal-shift-module)
+        "torch.optim.SGD(model.get_optim_policies(), lr=0.01)",
+    ],
+)
+def test_optimizers_over_a_model_in_every_spelling(tmp_path: Path, optimizer: str) -> None:
+    script = f"""
+    import torch
+    from torch import optim
+    from transformers import AdamW
+    model = Net().cuda()
+    optim_name = optim.SGD
+    optimizer_cls = get_optimizer(cfg)
+    groups = list(model.named_parameters())
+    optimizer = {optimizer}
+    for x in loader:
+        model(x).sum().backward()
+        optimizer.step()
+    """
+    _write(tmp_path, {"train.py": script})
+    found = _findings(tmp_path, "train.py", "AO301")
+    assert len(found) == 1 and "`model`" in found[0][2], optimizer
+
+
+def test_a_dataset_that_moves_its_samples_to_the_device(tmp_path: Path) -> None:
+    """UrbanSoundDataset: `__getitem__` returns `signal.to(self.device)`: workers would have to
+    start CUDA and pinning has nothing to pin (the loader is built by a helper that receives the
+    dataset)."""
+    _write(
+        tmp_path,
+        {
+            "data.py": """
+            from torch.utils.data import Dataset
+            class Sounds(Dataset):
+                def __init__(self, device):
+                    self.device = device
+                def __getitem__(self, i):
+                    return self._load(i).to(self.device)
+            class Plain(Dataset):
+                def __getitem__(self, i):
+                    return load(i)
+            """,
+            "train.py": """
+            import torch
+            from torch.utils.data import DataLoader
+            from data import {dataset}
+            def make_loader(data):
+                return DataLoader(data, batch_size=64)
+            if __name__ == "__main__":
+                device = "cuda" if torch.cuda.is_available() else "cpu"
+                loader = make_loader({dataset}(device))
+                ds = {dataset}(device)
+                loader = make_loader(ds)
+                model = Net().to(device)
+                opt = torch.optim.SGD(model.parameters(), lr=0.1)
+                for x in loader:
+                    model(x.to(device)).sum().backward()
+            """,
+        },
+    )
+    for dataset, expected in (("Sounds", []), ("Plain", ["AO101", "AO102"])):
+        text = (tmp_path / "train.py").read_text().replace("Sounds", "{dataset}")
+        text = text.replace("Plain", "{dataset}").replace("{dataset}", dataset)
+        (tmp_path / "train.py").write_text(text)
+        assert _codes(tmp_path, "train.py", "AO101", "AO102") == expected, dataset
+
+
+def test_a_library_optimizer_stepped_through_a_scaler(tmp_path: Path) -> None:
+    """transformers' AdamW stepped by `scaler.step(optimizer)`: the class says optimizer."""
+    _write(
+        tmp_path,
+        {
+            "train.py": """
+            import torch
+            from transformers import AdamW
+            model = Net().cuda()
+            optimizer = AdamW(model.parameters(), lr=5e-5)
+            scaler = torch.amp.GradScaler("cuda")
+            for x in loader:
+                scaler.scale(model(x).sum()).backward()
+                scaler.step(optimizer)
+                scaler.update()
+            """
+        },
+    )
+    assert _codes(tmp_path, "train.py", "AO301") == ["AO301"]

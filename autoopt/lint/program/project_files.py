@@ -113,6 +113,19 @@ def project_modules(linted: Path) -> list[Path]:
     return sorted({p for paths in _project_table(linted).values() for p in paths})
 
 
+def project_stamp(path: Path) -> tuple[int, int]:
+    """(number of modules, latest modification) of the project holding `path`: a cache of
+    answers about the whole project is kept while this stays the same."""
+    latest = 0
+    modules = project_modules(path)
+    for module in modules:
+        try:
+            latest = max(latest, os.stat(module).st_mtime_ns)
+        except OSError:
+            continue
+    return len(modules), latest
+
+
 def _project_table(linted: Path) -> dict[str, list[Path]]:
     root = project_root(Path(os.path.abspath(linted)).parent)
     table = _PROJECT_MODULES.get(str(root))

@@ -41,7 +41,12 @@ from autoopt.lint.program.index import (
     load_index,
 )
 from autoopt.lint.program.library import MODEL_BASES
-from autoopt.lint.program.project_files import modules_named, project_modules, resolve_module
+from autoopt.lint.program.project_files import (
+    modules_named,
+    project_modules,
+    project_stamp,
+    resolve_module,
+)
 
 _MAX_DEPTH = 6  # re-export chains and base classes followed at most this deep
 
@@ -114,7 +119,10 @@ class Program:
         self._summaries: dict[tuple[str, str, str], Summary] = {}
         self._computing: set[tuple[str, str, str]] = set()
         self._following: set[tuple[int, str]] = set()  # names being followed to their class
-        self._callers: dict[tuple[str, str], list[tuple[ModuleIndex, FunctionInfo, Value]]] = {}
+        # keyed by the project's stamp: a file added or edited is seen
+        self._callers: dict[
+            tuple[str, str, tuple[int, int]], list[tuple[ModuleIndex, FunctionInfo, Value]]
+        ] = {}
 
     # ----- modules ------------------------------------------------------------------------------
     def module(self, path: Path | str) -> ModuleIndex | None:
@@ -236,6 +244,51 @@ class Program:
             if found is not None and found[1] in found[0].classes:
                 yield found[0], found[0].classes[found[1]]
 
+    def holds_dataset_on_device(
+        self, index: ModuleIndex, func: FunctionInfo, name: str, depth: int = 0
+    ) -> bool:
+        """`name`, in `func`, is a dataset whose `__getitem__` moves samples to a device: bound
+        there (or at module level) to such a class, or a parameter the callers hand one
+        (`create_data_loader(usd, 128)` with `usd = UrbanSoundDataset(..., device)`)."""
+        values = func.assigns.get(name) or index.module_code.assigns.get(name, [])
+        for value in values:
+            for cls_index, cls in self.classes_of(index, func, value):
+                if self.getitem_on_device(cls_index, cls):
+                    return True
+        if name in func.params and depth < 2 and func.qualname != "<module>":
+            position = func.params.index(name)
+            for caller_index, caller, value in self.callers(Target(index.path, func.qualname)):
+                call = value.options[0] if value.kind == "item" else value
+                handed = call.args[position] if position < len(call.args) else None
+                if (
+                    handed is not None
+                    and len(handed) == 1
+                    and self.holds_dataset_on_device(caller_index, caller, handed[0], depth + 1)
+                ):
+                    return True
+        return False
+
+    def getitem_on_device(self, index: ModuleIndex, cls: ClassInfo) -> bool:
+        """The class's `__getitem__` (through its bases) moves what it returns to a device,
+        itself or in a method of the class it calls (`self._resample(signal)`)."""
+        for target in self._method(index, cls, "__getitem__"):
+            module = self.module(target.path)
+            func = module.functions.get(target.qualname) if module else None
+            if func is None:
+                continue
+            if func.to_device:
+                return True
+            for site in func.calls:
+                if site.callee[:1] == ("self",) and len(site.callee) == 2:
+                    for helper in self._method(index, cls, site.callee[1]):
+                        helper_module = self.module(helper.path)
+                        found = (
+                            helper_module.functions.get(helper.qualname) if helper_module else None
+                        )
+                        if found is not None and found.to_device:
+                            return True
+        return False
+
     def is_module_class(self, index: ModuleIndex, cls: ClassInfo) -> bool:
         """`cls` derives from `nn.Module` (or a model base class of a library), through the
         project's own classes."""
@@ -338,7 +391,7 @@ class Program:
     def callers(self, target: Target) -> list[tuple[ModuleIndex, FunctionInfo, Value]]:
         """Where the project calls `target`, as (module, function, the call's value) for each
         call whose result is bound to a name (`train_loader, val_loader = get_loader(args)`)."""
-        key = (str(target.path), target.qualname)
+        key = (str(target.path), target.qualname, project_stamp(target.path))
         found = self._callers.get(key)
         if found is not None:
             return found

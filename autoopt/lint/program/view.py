@@ -31,6 +31,7 @@ from autoopt.lint.program.library import (
 from autoopt.lint.program.project_files import (
     modules_named,
     project_modules,
+    project_stamp,
     record_read,
     resolve_module,
 )
@@ -85,10 +86,32 @@ class ProgramView:
         not in the trainer module a driver imports."""
         if "__main__" in self.facts.source:
             return True
+        importers = list(importers_of(self.index.path))
+        for importer in list(importers):  # through a package's `__init__` that re-exports it
+            if importer.name == "__init__.py":
+                importers.extend(importers_of(importer))
         return not any(
-            drives_training_elsewhere(importer, _read_text(importer))
-            for importer in importers_of(self.index.path)
+            drives_training_elsewhere(importer, _read_text(importer)) for importer in importers
         )
+
+    def dataset_on_device(self, call: cst.Call) -> bool:
+        """The loader `call` builds iterates a dataset of the project whose `__getitem__` moves
+        its samples to a device (`signal.to(self.device)`): worker processes would have to
+        start CUDA, pinning has nothing to pin, and the batches arrive on the device already."""
+        dataset = call.args[0].value if call.args and not call.args[0].keyword else None
+        name = dotted(dataset) if dataset is not None else None
+        func = self.function_of(call)
+        if name is None or func is None:
+            return False
+        return self.program.holds_dataset_on_device(self.index, func, name)
+
+    def called_from_the_project(self, func: cst.FunctionDef) -> bool:
+        """Some code of the project calls `func` (this file, or a module importing it): what it
+        is handed is built there (the model a `train(model, ...)` receives is the caller's)."""
+        name = func.name.value
+        if any(dotted(c.func) in (name, f"self.{name}") for c in calls_in(self.facts.module)):
+            return True
+        return any(f"{name}(" in _read_text(m) for m in importers_of(self.index.path))
 
     # ----- calls --------------------------------------------------------------------------------
     def function_of(self, node: cst.CSTNode) -> FunctionInfo | None:
@@ -405,19 +428,6 @@ def _read_unchanged(path: Path, mtime_ns: int, size: int) -> tuple[str, str]:
     return data.decode("utf-8", "replace"), content_digest(data)
 
 
-def _project_stamp(path: Path) -> tuple[int, int]:
-    """(number of modules, latest modification) of the project holding `path`: a cache of
-    answers about the whole project is kept while this stays the same."""
-    latest = 0
-    modules = project_modules(path)
-    for module in modules:
-        try:
-            latest = max(latest, os.stat(module).st_mtime_ns)
-        except OSError:
-            continue
-    return len(modules), latest
-
-
 def _imported_paths(path: Path, text: str) -> list[Path]:
     """The project's modules a file imports (`from .engine import`, `import utils.misc`,
     `from solver import Solver` run with its own PYTHONPATH)."""
@@ -426,17 +436,15 @@ def _imported_paths(path: Path, text: str) -> list[Path]:
         name = relative or absolute
         level = len(name) - len(name.lstrip("."))
         target = resolve_module(path, name.lstrip("."), level)
-        if target is None and not level:
-            named = modules_named(path, name)
-            target = named[0] if named else None
-        if target is not None and target != path:
-            found.append(Path(os.path.abspath(target)))
+        # run with a PYTHONPATH of its own, `import solver` may mean any module of that name
+        targets = [target] if target is not None else modules_named(path, name) if not level else []
+        found.extend(Path(os.path.abspath(t)) for t in targets if t != path)
     return found
 
 
 def importers_of(path: Path) -> tuple[Path, ...]:
     """The project's modules that import the module at `path` (whose text names its stem)."""
-    return _importers(path, _project_stamp(path))
+    return _importers(path, project_stamp(path))
 
 
 @functools.lru_cache(maxsize=256)
