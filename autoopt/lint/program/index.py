@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ast
 import os
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -152,7 +153,9 @@ def index_source(path: Path, data: bytes | str) -> ModuleIndex:
     raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data
     index = ModuleIndex(path, content_digest(raw))
     try:
-        tree = ast.parse(data)
+        with warnings.catch_warnings():  # `"\("` in the user's strings: not ours to report
+            warnings.simplefilter("ignore")
+            tree = ast.parse(data)
     except (SyntaxError, ValueError, RecursionError):
         index.functions["<module>"] = FunctionInfo("<module>")
         return index

@@ -28,6 +28,7 @@ the roles `self.attr` has in every method, and the class trains when a method do
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,8 +43,8 @@ from autoopt.lint.program.index import (
 )
 from autoopt.lint.program.library import MODEL_BASES
 from autoopt.lint.program.project_files import (
+    modules_importing,
     modules_named,
-    project_modules,
     project_stamp,
     resolve_module,
 )
@@ -397,13 +398,15 @@ class Program:
             return found
         leaf = target.qualname.rsplit(".", 1)[-1].encode()
         found = []
-        for path in project_modules(target.path):
-            try:
-                with open(path, "rb") as handle:
-                    if leaf not in handle.read():
-                        continue
-            except OSError:
-                continue
+        # the module itself, and the modules whose imports name it or the function: no other
+        # module can call it
+        stem = target.path.stem if target.path.name != "__init__.py" else target.path.parent.name
+        candidates = {
+            Path(os.path.abspath(target.path)),
+            *modules_importing(target.path, stem),
+            *modules_importing(target.path, leaf.decode()),
+        }
+        for path in sorted(candidates):
             index = self.module(path)
             if index is None:
                 continue

@@ -29,8 +29,8 @@ from autoopt.lint.program.library import (
     not_a_model,
 )
 from autoopt.lint.program.project_files import (
+    modules_importing,
     modules_named,
-    project_modules,
     project_stamp,
     record_read,
     resolve_module,
@@ -450,15 +450,11 @@ def importers_of(path: Path) -> tuple[Path, ...]:
 @functools.lru_cache(maxsize=256)
 def _importers(path: Path, stamp: tuple[int, int]) -> tuple[Path, ...]:
     stem = path.stem if path.name != "__init__.py" else path.parent.name
-    found = []
-    for other in project_modules(path):
-        other = Path(os.path.abspath(other))
-        if other == path:
-            continue
-        text = _read_text(other)
-        if stem in text and path in _imported_paths(other, text):
-            found.append(other)
-    return tuple(found)
+    return tuple(
+        other
+        for other in modules_importing(path, stem)
+        if other != path and path in _imported_paths(other, _read_text(other))
+    )
 
 
 def reached_text_uses_cuda(path: Path, text: str, depth: int = 2) -> bool:
