@@ -245,7 +245,7 @@ class CudnnBenchmark(Rule):
             "cudnn.flags(" not in source
             and facts.device.gpu_path
             # a script: it trains or has a main block (never a library's import side effect)
-            and (bool(facts.training_loops) or "__main__" in source)
+            and ("__main__" in source or bool(facts.training_loops))
         )
         self._has_settings = "cudnn.benchmark" in source or facts.requests_determinism
 

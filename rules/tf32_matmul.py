@@ -163,13 +163,13 @@ class TF32Matmul(Rule):
         facts = self.facts
         source = self.context.source
         program = self.context.program
-        if (
-            not facts.trains
-            or not program.runs_on_cuda
-            or not program.is_entry_script  # the driver that imports this trainer says it
-            or facts.switches_determinism_on
+        if (  # the text first, then the program (cheapest first)
+            facts.switches_determinism_on
             or "autocast(" in source
             or any(flag in source for flag in _CHOSEN)
+            or not facts.trains
+            or not program.runs_on_cuda
+            or not program.is_entry_script  # the driver that imports this trainer says it
         ):
             return
         new = statement_line('torch.set_float32_matmul_precision("high")')

@@ -199,9 +199,9 @@ def test_modules_are_parsed_once_per_process(
     parsed: list[Path] = []
     summarize = project_facts.summarize
 
-    def counting(path: Path, data: bytes) -> project_facts.ModuleSummary:
+    def counting(path: Path, data: bytes, tree=None) -> project_facts.ModuleSummary:
         parsed.append(path)
-        return summarize(path, data)
+        return summarize(path, data, tree)
 
     monkeypatch.setattr(project_facts, "summarize", counting)
     os.chdir(tmp_path)

@@ -27,6 +27,7 @@ from autoopt.lint.engine.registry import (
 )
 from autoopt.lint.engine.rule import Rule
 from autoopt.lint.engine.suppress import matches
+from autoopt.lint.program import project_files
 
 
 @dataclass
@@ -103,6 +104,7 @@ def load_project(
     The config is the one that applies to `config_from` (default: `paths`; standard input has no
     files to discover but a name to find its config by). Raises `ConfigError` or `RuleError`
     (both: exit code 2)."""
+    project_files.begin_run()  # a new run sees the project's files as they are now
     paths = list(paths) if config_from is not None else list(paths) or ["."]
     settings = resolve_settings(list(config_from) if config_from else paths, options)
     registry = registry if registry is not None else registry_for(settings)

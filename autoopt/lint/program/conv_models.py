@@ -60,17 +60,18 @@ def _project_conv(rule: Rule, call: cst.Call) -> bool:
 def project_definition(rule: Rule, call: cst.Call) -> LocalDefinition | None:
     """What the project's class or function `call` runs is: through the linted file's imports
     (`from models import Net`), else as the program model resolves the call (a module's
-    attribute, an import found on the project's own PYTHONPATH)."""
+    attribute, an import found on the project's own PYTHONPATH). Only calls of a name the
+    file imports get that far (`x.view(...)`, `len(...)` never reach the program model)."""
     if isinstance(call.func, cst.Name):
-        found = local_definition(rule, call.func.value)
+        found = local_definition(rule, call.func.value)  # star imports included
         if found is not None:
             return found
-    elif not isinstance(call.func, cst.Attribute):
+    name = dotted(call.func)
+    head = name.split(".")[0] if name is not None else None
+    facts = rule.facts
+    if head is None or (head not in facts.imported_names and head not in facts.defined_names):
         return None
     program = rule.context.program
-    name = dotted(call.func)
-    if name is None:
-        return None
     for target in program.program.resolve(
         program.index, program.function_of(call), tuple(name.split("."))
     ):

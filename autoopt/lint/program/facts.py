@@ -20,7 +20,7 @@ from libcst.metadata.base_provider import LazyValue
 from autoopt.lint.program.device import DeviceFacts, cpu_only, device_facts
 from autoopt.lint.program.precision import other_precision_system
 from autoopt.lint.tree import metadata
-from autoopt.lint.tree.nodes import calls_in, dotted, nodes_of_type
+from autoopt.lint.tree.nodes import assignments, calls_in, dotted, nodes_of_type
 from autoopt.lint.tree.text import strip_prose
 
 Loop = cst.For | cst.While
@@ -77,6 +77,7 @@ class FileFacts:
         self._qnames = wrapper.resolve(QualifiedNameProvider)
         self._source = source
         self._project_training_calls = project_training_calls
+        self._assigned: dict[int, dict[str, list[tuple[cst.BaseExpression, cst.Assign]]]] = {}
 
     # ----- tree navigation --------------------------------------------------------------------
     def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
@@ -95,6 +96,41 @@ class FileFacts:
             if isinstance(anc, cst.FunctionDef):
                 return anc
         return self.module
+
+    @functools.cached_property
+    def defined_names(self) -> frozenset[str]:
+        """Classes and functions the file defines at its top level."""
+        return frozenset(
+            s.name.value for s in self.module.body if isinstance(s, cst.ClassDef | cst.FunctionDef)
+        )
+
+    @functools.cached_property
+    def imported_names(self) -> frozenset[str]:
+        """Names the file's imports bind (`engine` of `import engine` or `from . import
+        engine`, `model` of `from retinanet import model`; star imports bind none here)."""
+        found: set[str] = set()
+        for node in nodes_of_type(self.module, (cst.Import, cst.ImportFrom)):
+            if isinstance(node.names, cst.ImportStar):
+                continue
+            for alias in node.names:
+                bound = alias.asname.name if alias.asname is not None else alias.name
+                name = dotted(bound)
+                if name is not None:
+                    found.add(name.split(".")[0])
+        return frozenset(found)
+
+    def assigned_in(
+        self, scope: cst.CSTNode
+    ) -> dict[str, list[tuple[cst.BaseExpression, cst.Assign]]]:
+        """Name (or attribute chain) -> its `(value, assignment)`s in `scope`, in source order
+        (not in nested functions or classes): `nodes.assignments` read once per scope."""
+        found = self._assigned.get(id(scope))
+        if found is None:
+            found = {}
+            for target, value, assign in assignments(scope):
+                found.setdefault(target, []).append((value, assign))
+            self._assigned[id(scope)] = found
+        return found
 
     def enclosing_loops(self, node: cst.CSTNode) -> list[Loop]:
         """Loops around `node` within its function, innermost first."""

@@ -148,15 +148,41 @@ def dotted_of(node: ast.AST | None) -> Dotted | None:
     return None
 
 
-def index_source(path: Path, data: bytes | str) -> ModuleIndex:
-    """The index of a module's source (a file that does not parse gives an empty index)."""
+def parse_tree(data: bytes | str) -> ast.Module | None:
+    r"""`ast.parse(data)`, or None for a file that does not parse (its SyntaxWarnings, such as
+    `"\("` in the user's strings, are not ours to report)."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return ast.parse(data)
+    except (SyntaxError, ValueError, RecursionError):
+        return None
+
+
+# The last few trees parsed from disk: `project_facts` summarises the same modules the index
+# reads, and one parse serves both.
+_TREES: dict[tuple[str, int, int], ast.Module | None] = {}
+_MAX_TREES = 16
+
+
+def file_tree(path: str, stat: os.stat_result, data: bytes) -> ast.Module | None:
+    """The tree of a project module's `data` (shared between the program model's index and
+    `project_facts`' summary of the same file)."""
+    key = (path, stat.st_mtime_ns, stat.st_size)
+    if key not in _TREES:
+        if len(_TREES) >= _MAX_TREES:
+            del _TREES[next(iter(_TREES))]
+        _TREES[key] = parse_tree(data)
+    return _TREES[key]
+
+
+def index_source(path: Path, data: bytes | str, tree: ast.Module | None = None) -> ModuleIndex:
+    """The index of a module's source (a file that does not parse gives an empty index);
+    `tree`: its parse, when the caller has it."""
     raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data
     index = ModuleIndex(path, content_digest(raw))
-    try:
-        with warnings.catch_warnings():  # `"\("` in the user's strings: not ours to report
-            warnings.simplefilter("ignore")
-            tree = ast.parse(data)
-    except (SyntaxError, ValueError, RecursionError):
+    tree = tree if tree is not None else parse_tree(data)
+    if tree is None:
         index.functions["<module>"] = FunctionInfo("<module>")
         return index
     module_code = FunctionInfo("<module>")
@@ -503,7 +529,9 @@ def load_index(path: Path | str) -> ModuleIndex | None:
             if stat.st_size > _MAX_BYTES:
                 return None
             with open(path, "rb") as handle:
-                found = _INDEXES[key] = index_source(Path(path), handle.read())
+                data = handle.read()
+            tree = file_tree(path, stat, data)
+            found = _INDEXES[key] = index_source(Path(path), data, tree)
     except OSError:
         return None
     record_read(path, found.digest)

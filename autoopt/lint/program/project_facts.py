@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 import libcst as cst
 
 from autoopt.lint.engine.cache import content_digest
+from autoopt.lint.program.index import file_tree, parse_tree
 from autoopt.lint.program.project_files import record_read, resolve_module
 from autoopt.lint.program.torch_api import is_conv_family
 from autoopt.lint.tree.nodes import dotted
@@ -87,12 +88,12 @@ def _leaf(func: ast.expr) -> str | None:
     return None
 
 
-def summarize(path: Path, data: bytes) -> ModuleSummary:
-    """Summarise a module's source (a file that does not parse gives an empty summary)."""
+def summarize(path: Path, data: bytes, tree: ast.Module | None = None) -> ModuleSummary:
+    """Summarise a module's source (a file that does not parse gives an empty summary);
+    `tree`: its parse, when the caller has it."""
     summary = ModuleSummary(path, content_digest(data))
-    try:
-        tree = ast.parse(data)
-    except (SyntaxError, ValueError, RecursionError):
+    tree = tree if tree is not None else parse_tree(data)
+    if tree is None:
         return summary
     for stmt in tree.body:
         if isinstance(stmt, ast.Import):
@@ -226,7 +227,9 @@ def load(path: Path) -> ModuleSummary | None:
         if summary is None:
             if stat.st_size > _MAX_BYTES:
                 return None
-            summary = _SUMMARIES[key] = summarize(path, path.read_bytes())
+            data = path.read_bytes()
+            tree = file_tree(str(path), stat, data)
+            summary = _SUMMARIES[key] = summarize(path, data, tree)
     except OSError:
         return None
     record_read(path, summary.digest)

@@ -18,11 +18,19 @@ _ROOT_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
 _READ: dict[str, str] = {}
 
 
-def begin_file() -> None:
-    """Start recording the modules consulted for one linted file (and look at the project's
-    files afresh: one of them may have changed since the last file)."""
-    _READ.clear()
+def begin_run() -> None:
+    """Look at the project's files afresh: a new `autoopt lint` or `rewrite` run (in a process
+    that lives on, a test suite or an editor, files change between runs; within a run they
+    are read once)."""
     _STAMPS.clear()
+    _PROJECT_MODULES.clear()
+    _MODULE_LISTS.clear()
+    _ROOTS.clear()
+
+
+def begin_file() -> None:
+    """Start recording the modules consulted for one linted file."""
+    _READ.clear()
 
 
 def files_read() -> dict[str, str]:
@@ -38,12 +46,23 @@ def record_read(path: Path | str, digest: str) -> None:
 def project_root(start: Path) -> Path:
     """The nearest folder at or above `start` with a project marker, or the current directory
     when it is reached first (`autoopt lint train.py` from a checkout with no marker: the user
-    named the project's root by standing in it); else `start` itself."""
-    cwd = Path(os.path.abspath(os.getcwd()))
+    named the project's root by standing in it); else `start` itself (remembered for the run:
+    `begin_run` forgets it)."""
+    key = (str(start), os.getcwd())
+    found = _ROOTS.get(key)
+    if found is None:
+        found = _ROOTS[key] = _find_root(start, Path(os.path.abspath(key[1])))
+    return found
+
+
+def _find_root(start: Path, cwd: Path) -> Path:
     for folder in (start, *start.parents):
         if folder == cwd or any((folder / marker).exists() for marker in _ROOT_MARKERS):
             return folder
     return start
+
+
+_ROOTS: dict[tuple[str, str], Path] = {}
 
 
 def _search_folders(folder: Path) -> Iterator[Path]:
@@ -111,18 +130,26 @@ def modules_named(linted: Path, module: str) -> list[Path]:
     return sorted(found, key=lambda p: (len(p.parts), str(p)))
 
 
+_MODULE_LISTS: dict[str, list[Path]] = {}
+
+
 def project_modules(linted: Path) -> list[Path]:
     """Every module of the linted file's project (at most `_MAX_PROJECT_FILES`)."""
-    return sorted({p for paths in _project_table(linted).values() for p in paths})
+    root = str(project_root(Path(os.path.abspath(linted)).parent))
+    found = _MODULE_LISTS.get(root)
+    if found is None:
+        table = _project_table(linted)
+        found = _MODULE_LISTS[root] = sorted({p for paths in table.values() for p in paths})
+    return found
 
 
-_STAMPS: dict[str, tuple[int, int]] = {}  # project root -> its stamp, while one file is linted
+_STAMPS: dict[str, tuple[int, int]] = {}  # project root -> its stamp, for one run
 
 
 def project_stamp(path: Path) -> tuple[int, int]:
     """(number of modules, latest modification) of the project holding `path`: a cache of
-    answers about the whole project is kept while this stays the same (read once per linted
-    file: `begin_file` forgets it)."""
+    answers about the whole project is kept while this stays the same (read once per run:
+    `begin_run` forgets it)."""
     root = str(project_root(Path(os.path.abspath(path)).parent))
     found = _STAMPS.get(root)
     if found is not None:

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from autoopt.lint.program.index import (
+    CallSite,
     ClassInfo,
     Dotted,
     FunctionInfo,
@@ -48,6 +49,7 @@ from autoopt.lint.program.project_files import (
     project_stamp,
     resolve_module,
 )
+from autoopt.lint.program.project_text import imports_training
 
 _MAX_DEPTH = 6  # re-export chains and base classes followed at most this deep
 
@@ -460,6 +462,8 @@ class Program:
             name: _roles_of_uses(uses) for name, uses in func.uses.items()
         }
         for site in func.calls:
+            if not _worth_resolving(index, func, site):
+                continue
             callee = self.call_summary(index, func, site.callee)
             if callee is EMPTY:
                 continue
@@ -546,6 +550,26 @@ class Program:
             out.append((base_index, base))
             out.extend(self._all_bases(base_index, base, depth + 1))
         return out
+
+
+def _worth_resolving(index: ModuleIndex, func: FunctionInfo, site: CallSite) -> bool:
+    """A call can change the summary: it runs this module's code (`self.step()`, a local
+    helper, an instance built here), it is handed what the function was handed (roles flow
+    back), or it calls into a module of the project whose text trains. Any other call (a
+    library's, a project helper that never trains and is handed nothing of ours) is not
+    resolved: its module is never parsed for this."""
+    if not site.callee:
+        return False
+    head = site.callee[0]
+    if head in ("self", "cls") or head in index.functions or head in index.classes:
+        return True
+    if head in func.assigns or head in index.aliases:
+        return True
+    ours = set(func.params) | {"self"}
+    args = (*site.args, *(a for _, a in site.keywords))
+    if any(a is not None and a[0] in ours for a in args):
+        return True
+    return (head in index.imports or head in index.module_aliases) and imports_training(index, head)
 
 
 def _bound_args(site) -> Iterable[tuple[int | None, str | None, Dotted | None]]:

@@ -75,8 +75,8 @@ def _builds_optimizer(rule: Rule, call: cst.Call, stepped: set[str]) -> bool:
     if name.rsplit(".", 1)[-1] in OPTIMIZER_CLASSES:
         return True
     scope = rule.facts.enclosing_scope(call)
-    for target, value, _ in assignments(scope):
-        if target == name and any(_is_optimizer(q) for q in rule.qualified_names(value)):
+    for value, _ in rule.facts.assigned_in(scope).get(name, ()):
+        if any(_is_optimizer(q) for q in rule.qualified_names(value)):
             return True
     holder = rule.parent(call)
     return (
@@ -138,8 +138,8 @@ def _bound_owners(rule: Rule, opt_call: cst.Call, name: str, depth: int, whole: 
     scope = rule.facts.enclosing_scope(opt_call)
     values = [
         value
-        for target, value, _ in assignments(scope)
-        if target == name and rule.facts.before(value, opt_call)
+        for value, _ in rule.facts.assigned_in(scope).get(name, ())
+        if rule.facts.before(value, opt_call)
     ]
     last = values[-1] if values else None
     if last is None:

@@ -14,14 +14,12 @@ from __future__ import annotations
 
 import functools
 import os
-import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import libcst as cst
 
-from autoopt.lint.engine.cache import content_digest
 from autoopt.lint.program.index import FunctionInfo, ModuleIndex, Value, index_source
 from autoopt.lint.program.library import (
     MODEL_FACTORIES,
@@ -29,11 +27,15 @@ from autoopt.lint.program.library import (
     not_a_model,
 )
 from autoopt.lint.program.project_files import (
-    modules_importing,
-    modules_named,
     project_stamp,
-    record_read,
-    resolve_module,
+)
+from autoopt.lint.program.project_text import (
+    imported_paths,
+    importers_of,
+    imports_training,
+    read_text,
+    text_trains,
+    text_uses_cuda,
 )
 from autoopt.lint.program.summaries import EMPTY, Summary, Target, program
 from autoopt.lint.tree.nodes import calls_in, dotted
@@ -62,22 +64,30 @@ class ProgramView:
     def __init__(self, path: Path, source: str, facts: FileFacts) -> None:
         self.path = Path(path)
         self.facts = facts
-        self.index = _file_index(str(self.path.absolute()), source)
         self.program = program()
         self._summaries: dict[int, Summary] = {}
+
+    @functools.cached_property
+    def index(self) -> ModuleIndex:
+        """The file indexed like any module of the project (parsed only when asked)."""
+        return _file_index(str(self.path.absolute()), self.facts.source)
 
     # ----- the file among the project's modules ---------------------------------------------------
     @functools.cached_property
     def runs_on_cuda(self) -> bool:
         """This file's training runs on CUDA: its own text says so, or a module it imports (a
         config with `DEVICE = "cuda"`, the trainer it hands the model to)."""
-        return self.facts.uses_cuda or reached_text_uses_cuda(self.index.path, self.facts.source)
+        return self.facts.uses_cuda or reached_text_uses_cuda(self._path, self.facts.source)
+
+    @functools.cached_property
+    def _path(self) -> Path:
+        return Path(os.path.abspath(self.path))
 
     @functools.cached_property
     def serves_cuda_training(self) -> bool:
         """A module of the project that imports this one trains on CUDA (an optimizer factory,
         a model definition, a data module of a CUDA program)."""
-        return used_by_cuda_training(self.index.path)
+        return used_by_cuda_training(self._path)
 
     @functools.cached_property
     def is_entry_script(self) -> bool:
@@ -86,12 +96,12 @@ class ProgramView:
         not in the trainer module a driver imports."""
         if "__main__" in self.facts.source:
             return True
-        importers = list(importers_of(self.index.path))
+        importers = list(importers_of(self._path))
         for importer in list(importers):  # through a package's `__init__` that re-exports it
             if importer.name == "__init__.py":
                 importers.extend(importers_of(importer))
         return not any(
-            drives_training_elsewhere(importer, _read_text(importer)) for importer in importers
+            drives_training_elsewhere(importer, read_text(importer)) for importer in importers
         )
 
     def dataset_on_device(self, call: cst.Call) -> bool:
@@ -111,7 +121,7 @@ class ProgramView:
         name = func.name.value
         if any(dotted(c.func) in (name, f"self.{name}") for c in calls_in(self.facts.module)):
             return True
-        return any(f"{name}(" in _read_text(m) for m in importers_of(self.index.path))
+        return any(f"{name}(" in read_text(m) for m in importers_of(self._path))
 
     # ----- calls --------------------------------------------------------------------------------
     def function_of(self, node: cst.CSTNode) -> FunctionInfo | None:
@@ -151,13 +161,28 @@ class ProgramView:
     @functools.cached_property
     def training_calls(self) -> list[cst.Call]:
         """Calls of the file that run training (a function or method of the project that
-        reaches `backward()`), outside the function they call (recursion)."""
+        reaches `backward()`), outside the function they call (recursion). None where the file
+        reaches no training code beyond what it says itself (`FileFacts` follows its own
+        `backward()` helpers): the program is not consulted call by call."""
+        if not drives_training_elsewhere(self._path, self.facts.source):
+            return []
+        heads, own = self._training_heads
         found = []
         for call in calls_in(self.facts.module):
+            name = dotted(call.func)
+            if name is None:
+                continue
+            parts = name.split(".")
+            if parts[0] not in heads and parts[-1] not in own:
+                continue  # nothing on its way to the project's training code: not resolved
             summary = self.call_summary(call)
             if summary.trains and not summary.constructs:
                 found.append(call)
         return found
+
+    @functools.cached_property
+    def _training_heads(self) -> tuple[set[str], set[str]]:
+        return training_heads(self.index)
 
     def argument_roles(self, call: cst.Call) -> Iterator[tuple[cst.Arg, set[str]]]:
         """Each argument of `call` with the roles the callee gives its parameter."""
@@ -350,113 +375,40 @@ class ProgramView:
         return False
 
 
-# `import x`, `from x import y` anywhere in a file (the prefilter's cheap look at its imports)
-_IMPORTED = re.compile(r"^\s*(?:from\s+(\.*[\w.]*)\s+import|import\s+([\w.]+))", re.MULTILINE)
-
-
 def drives_training_elsewhere(path: Path | str, source: str) -> bool:
+    """See `_drives_training_elsewhere` (asked by the pre-filter and again by the rules: the
+    answer for one text is kept)."""
+    return _drives_training_elsewhere(str(os.path.abspath(path)), source, project_stamp(Path(path)))
+
+
+@functools.lru_cache(maxsize=16)
+def _drives_training_elsewhere(path: str, source: str, stamp: tuple[int, int]) -> bool:
     """The file trains through code that is not in its own text (a `train_one_epoch(...)` of
     another module, a `zero_grad()` step whose `backward()` is inside a loss scaler): the lint's
     pre-filter lets the training rules see it as if it called `backward()` itself. Cheap when
     the answer is no: the file is parsed only when it zeroes gradients or imports a module of
-    the project that holds training code."""
-    path = Path(os.path.abspath(path))
-    if "zero_grad(" not in source:
-        modules = []
-        for relative, absolute in _IMPORTED.findall(source):
-            name = relative or absolute
-            level = len(name) - len(name.lstrip("."))
-            target = resolve_module(path, name.lstrip("."), level)
-            if target is None and not level:
-                named = modules_named(path, name)
-                target = named[0] if named else None
-            if target is not None:
-                modules.append(target)
-        if not any(_holds_training(m) for m in modules):
-            return False
-    index = _file_index(str(path), source)
-    prog = program()
-    return any(
-        summary.trains and not summary.constructs
-        for func in index.functions.values()
-        for site in func.calls
-        for summary in (prog.call_summary(index, func, site.callee),)
-    )
-
-
-@functools.lru_cache(maxsize=1024)
-def _holds_training(path: Path) -> bool:
-    """Some function or method of the module at `path` trains (its own text or through its
-    calls)."""
-    index = program().module(path)
-    if index is None:
+    the project whose text (or that of a module it imports) trains."""
+    file = Path(path)
+    if "zero_grad(" not in source and not any(
+        text_trains(module, 2) for module in imported_paths(file, source)
+    ):
         return False
+    index = _file_index(path, source)
     prog = program()
-    return any(
-        prog.summary(Target(index.path, qualname)).trains
-        for qualname in index.functions
-        if qualname != "<module>"
-    )
+    heads, own = training_heads(index)
+    for func in index.functions.values():
+        for site in func.calls:
+            # a call on its way to the project's training code, or of this file's own code
+            # that zeroes gradients (its backward elsewhere: a loss scaler)
+            if not site.callee or (site.callee[0] not in heads and site.callee[-1] not in own):
+                continue
+            summary = prog.call_summary(index, func, site.callee)
+            if summary.trains and not summary.constructs:
+                return True
+    return False
 
 
 # ----- the file among the project's modules -----------------------------------------------------
-def text_uses_cuda(text: str) -> bool:
-    """The text runs (or can run) on CUDA: `.cuda()`, a "cuda" device string, `torch.cuda`
-    (the file-level test of `FileFacts.uses_cuda`, for any file of the project)."""
-    return ".cuda(" in text or "'cuda" in text or '"cuda' in text or "torch.cuda" in text
-
-
-def _read_text(path: Path) -> str:
-    """A project file's text (cached while the file keeps its size and modification time)."""
-    try:
-        stat = os.stat(path)
-    except OSError:
-        return ""
-    text, digest = _read_unchanged(path, stat.st_mtime_ns, stat.st_size)
-    if digest:  # the results cache re-lints the file when this one changes
-        record_read(path, digest)
-    return text
-
-
-@functools.lru_cache(maxsize=4096)
-def _read_unchanged(path: Path, mtime_ns: int, size: int) -> tuple[str, str]:
-    try:
-        with open(path, "rb") as handle:
-            data = handle.read()
-    except OSError:
-        return "", ""
-    return data.decode("utf-8", "replace"), content_digest(data)
-
-
-def _imported_paths(path: Path, text: str) -> list[Path]:
-    """The project's modules a file imports (`from .engine import`, `import utils.misc`,
-    `from solver import Solver` run with its own PYTHONPATH)."""
-    found = []
-    for relative, absolute in _IMPORTED.findall(text):
-        name = relative or absolute
-        level = len(name) - len(name.lstrip("."))
-        target = resolve_module(path, name.lstrip("."), level)
-        # run with a PYTHONPATH of its own, `import solver` may mean any module of that name
-        targets = [target] if target is not None else modules_named(path, name) if not level else []
-        found.extend(Path(os.path.abspath(t)) for t in targets if t != path)
-    return found
-
-
-def importers_of(path: Path) -> tuple[Path, ...]:
-    """The project's modules that import the module at `path` (whose text names its stem)."""
-    return _importers(path, project_stamp(path))
-
-
-@functools.lru_cache(maxsize=256)
-def _importers(path: Path, stamp: tuple[int, int]) -> tuple[Path, ...]:
-    stem = path.stem if path.name != "__init__.py" else path.parent.name
-    return tuple(
-        other
-        for other in modules_importing(path, stem)
-        if other != path and path in _imported_paths(other, _read_text(other))
-    )
-
-
 def reached_text_uses_cuda(path: Path, text: str, depth: int = 2) -> bool:
     """The file, or a project module it imports (`depth` imports deep), runs on CUDA: a driver
     whose device is chosen in a config module (`cfg.MODEL.DEVICE = "cuda"`) or a trainer."""
@@ -467,10 +419,10 @@ def reached_text_uses_cuda(path: Path, text: str, depth: int = 2) -> bool:
         for current, current_text in frontier:
             if text_uses_cuda(current_text):
                 return True
-            for imported in _imported_paths(current, current_text):
+            for imported in imported_paths(current, current_text):
                 if imported not in seen:
                     seen.add(imported)
-                    later.append((imported, _read_text(imported)))
+                    later.append((imported, read_text(imported)))
         frontier = later
     return False
 
@@ -487,7 +439,7 @@ def used_by_cuda_training(path: Path, depth: int = 2) -> bool:
                 if importer in seen:
                     continue
                 seen.add(importer)
-                text = _read_text(importer)
+                text = read_text(importer)
                 if reached_text_uses_cuda(importer, text) and (
                     ".backward(" in text or drives_training_elsewhere(importer, text)
                 ):
@@ -495,3 +447,36 @@ def used_by_cuda_training(path: Path, depth: int = 2) -> bool:
                 later.append(importer)
         frontier = later
     return False
+
+
+def training_heads(index: ModuleIndex) -> tuple[set[str], set[str]]:
+    """(names that lead to the project's training code: imported from a module whose text
+    trains, or bound to what such a name builds (`trainer = Trainer(...)`); the module's own
+    functions and methods that call one of them or zero gradients, by name). Only calls
+    through these can train elsewhere; the rest are never resolved."""
+    heads = {
+        name for name in (*index.imports, *index.module_aliases) if imports_training(index, name)
+    }
+    for func in index.functions.values():  # `trainer = Trainer(...)`: `trainer.fit()`
+        for name, values in func.assigns.items():
+            if any(v.kind == "call" and v.dotted[0] in heads for v in values):
+                heads.add(name)
+        for attr, values in func.self_attrs.items():
+            if any(v.kind == "call" and v.dotted[0] in heads for v in values):
+                heads.add(attr)
+    own: set[str] = set()
+    changed = True
+    while changed:  # the file's functions that reach those names, to a fixed point
+        changed = False
+        for qualname, func in index.functions.items():
+            leaf = qualname.rsplit(".", 1)[-1]
+            if qualname == "<module>" or leaf in own:
+                continue
+            if func.zero_grad or any(
+                site.callee
+                and (site.callee[0] in heads or site.callee[-1] in own or site.callee[-1] in heads)
+                for site in func.calls
+            ):
+                own.add(leaf)
+                changed = True
+    return heads, own

@@ -1,0 +1,121 @@
+"""The project's modules read as text, never parsed: what a module imports, who imports it, and
+whether it (or what it imports) trains or runs on CUDA. Cheap questions asked before the program
+model parses anything: a module whose text never trains cannot hold training code.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from autoopt.lint.engine.cache import content_digest
+from autoopt.lint.program.project_files import (
+    modules_importing,
+    modules_named,
+    project_stamp,
+    record_read,
+    resolve_module,
+)
+
+if TYPE_CHECKING:
+    from autoopt.lint.program.index import ModuleIndex
+
+
+# `import x`, `from x import y` anywhere in a file (the prefilter's cheap look at its imports)
+_IMPORTED = re.compile(r"^\s*(?:from\s+(\.*[\w.]*)\s+import|import\s+([\w.]+))", re.MULTILINE)
+
+
+def read_text(path: Path) -> str:
+    """A project file's text (cached while the file keeps its size and modification time)."""
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return ""
+    text, digest = _read_unchanged(path, stat.st_mtime_ns, stat.st_size)
+    if digest:  # the results cache re-lints the file when this one changes
+        record_read(path, digest)
+    return text
+
+
+@functools.lru_cache(maxsize=4096)
+def _read_unchanged(path: Path, mtime_ns: int, size: int) -> tuple[str, str]:
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read()
+    except OSError:
+        return "", ""
+    return data.decode("utf-8", "replace"), content_digest(data)
+
+
+def imported_paths(path: Path, text: str) -> list[Path]:
+    """The project's modules a file imports (`from .engine import`, `import utils.misc`,
+    `from solver import Solver` run with its own PYTHONPATH)."""
+    found = []
+    for relative, absolute in _IMPORTED.findall(text):
+        name = relative or absolute
+        level = len(name) - len(name.lstrip("."))
+        target = resolve_module(path, name.lstrip("."), level)
+        # run with a PYTHONPATH of its own, `import solver` may mean any module of that name
+        targets = [target] if target is not None else modules_named(path, name) if not level else []
+        found.extend(Path(os.path.abspath(t)) for t in targets if t != path)
+    return found
+
+
+def importers_of(path: Path) -> tuple[Path, ...]:
+    """The project's modules that import the module at `path` (whose text names its stem)."""
+    return _importers(path, project_stamp(path))
+
+
+@functools.lru_cache(maxsize=256)
+def _importers(path: Path, stamp: tuple[int, int]) -> tuple[Path, ...]:
+    stem = path.stem if path.name != "__init__.py" else path.parent.name
+    return tuple(
+        other
+        for other in modules_importing(path, stem)
+        if other != path and path in imported_paths(other, read_text(other))
+    )
+
+
+def imports_training(index: ModuleIndex, name: str) -> bool:
+    """The module a name of `index` is imported from (or is) trains, by its text."""
+    if name in index.module_aliases:
+        module, level = index.module_aliases[name]
+        candidates = [module]
+    else:
+        module, original, level = index.imports[name]
+        candidates = [module, f"{module}.{original}" if module else original]
+    for candidate in candidates:
+        target = resolve_module(index.path, candidate, level)
+        targets = (
+            [target]
+            if target is not None
+            else []
+            if level
+            else modules_named(index.path, candidate)
+        )
+        if any(text_trains(Path(os.path.abspath(t)), 2) for t in targets):
+            return True
+    return False
+
+
+def text_trains(path: Path, depth: int) -> bool:
+    """The module's text calls `backward()` or zeroes gradients, or a module it imports does
+    (`depth` imports deep): read as text, nothing parsed."""
+    return _text_trains_at(path, depth, project_stamp(path))
+
+
+@functools.lru_cache(maxsize=2048)
+def _text_trains_at(path: Path, depth: int, stamp: tuple[int, int]) -> bool:
+    text = read_text(path)
+    if ".backward(" in text or "zero_grad(" in text:
+        return True
+    return depth > 0 and any(text_trains(m, depth - 1) for m in imported_paths(path, text))
+
+
+def text_uses_cuda(text: str) -> bool:
+    """The text runs (or can run) on CUDA: `.cuda()`, a "cuda" device string, `torch.cuda`
+    (the file-level test of `FileFacts.uses_cuda`, for any file of the project)."""
+    return ".cuda(" in text or "'cuda" in text or '"cuda' in text or "torch.cuda" in text
