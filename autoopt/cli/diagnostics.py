@@ -10,6 +10,25 @@ import sys
 import click
 
 
+def _described(err: Exception) -> str:
+    """An exception as one line: its message, with its type where the message needs it (a
+    SyntaxError or whatever the user's module raised on import)."""
+    if isinstance(err, ImportError | ValueError | TypeError | AttributeError):
+        return str(err)
+    return f"{type(err).__name__}: {err}"
+
+
+def _writable(path: str | None, hint: str) -> None:
+    """A usage error (exit 2) now, before a long run, when `path` cannot be written later."""
+    if path is None:
+        return
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise click.BadParameter(f"{path}: the folder {folder} does not exist", param_hint=hint)
+    if not os.access(folder, os.W_OK):
+        raise click.BadParameter(f"{path}: the folder {folder} is not writable", param_hint=hint)
+
+
 @click.command()
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
 @click.option(
@@ -57,8 +76,8 @@ def doctor(
                 model = doctor_module.load_model(spec)
             else:
                 example = doctor_module.load_object(spec)
-        except (ImportError, AttributeError, ValueError, TypeError) as err:
-            raise click.BadParameter(f"{spec}: {err}", param_hint=hint) from err
+        except Exception as err:  # the user's module runs here: whatever it raises is theirs
+            raise click.BadParameter(f"{spec}: {_described(err)}", param_hint=hint) from err
     if model is not None and not as_json:
         click.echo("doctor: measuring the model (compile events, memory plan)...", err=True)
     try:
@@ -159,6 +178,8 @@ def bench(
         )
     if steps < 1 or repeats < 1 or warmup < 0:
         raise click.BadParameter("--steps and --repeats must be >= 1, --warmup >= 0")
+    for path, hint in ((json_path, "--json"), (md_path, "--markdown"), (plot_path, "--plot")):
+        _writable(path, hint)
     run = functools.partial(
         harness.run_suite,
         list(workloads) or None,

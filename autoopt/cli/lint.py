@@ -18,14 +18,19 @@ from autoopt.cli.options import (
     allow_project_rules_option,
     build_options,
     fail,
+    open_project,
+    reads_stdin,
+    refuse_non_python,
     selection_options,
+    stdin_filename_option,
+    warn_no_files,
     warn_skipped_rules,
 )
 from autoopt.cli.output import render
 from autoopt.lint.engine.config import OUTPUT_FORMATS, ConfigError, Options, resolve_settings
-from autoopt.lint.engine.discovery import SUFFIXES, is_notebook
+from autoopt.lint.engine.discovery import is_notebook
 from autoopt.lint.engine.explain import render_explain, render_rules
-from autoopt.lint.engine.project import Project, load_project, registry_for
+from autoopt.lint.engine.project import Project, registry_for
 from autoopt.lint.engine.registry import Registry, RuleError
 from autoopt.lint.engine.runner import LintReport, Progress, lint_bytes, run_lint
 
@@ -92,12 +97,7 @@ def progress_bar(n_files: int, quiet: bool) -> Iterator[Progress | None]:
     type=click.Path(dir_okay=False, path_type=Path),
     help="Write the findings to this file instead of standard output.",
 )
-@click.option(
-    "--stdin-filename",
-    metavar="PATH",
-    help="With `-` as the path: the name the code read from standard input is reported under "
-    "(and the config and per-file-ignores that apply to it).",
-)
+@stdin_filename_option
 @click.pass_context
 def lint(
     ctx: click.Context,
@@ -126,14 +126,13 @@ def lint(
     """Find missing PyTorch optimizations in PATHS (files or folders; default: .; `-` reads
     standard input)."""
     if fix or diff:
-        if STDIN in paths:
-            fail("--fix/--diff do not take standard input; name the files")
         from autoopt.cli.rewrite import rewrite
 
         ctx.invoke(
             rewrite,
             paths=paths,
             diff=diff,
+            stdin_filename=stdin_filename,
             check=False,
             unsafe_fixes=unsafe_fixes,
             wrap=False,
@@ -146,8 +145,8 @@ def lint(
             allow_project_rules=allow_project_rules,
         )
         return
-    if STDIN in paths and len(paths) > 1:
-        fail("`-` (standard input) cannot be mixed with other paths")
+    from_stdin = reads_stdin(paths)
+    refuse_non_python(paths)
     options = build_options(
         select,
         ignore,
@@ -162,19 +161,12 @@ def lint(
         unsafe_fixes=unsafe_fixes,
         extend_exclude=extend_exclude,
     )
-    from_stdin = paths == (STDIN,)
-    where = [stdin_filename or "."] if from_stdin else list(paths) or ["."]
-    try:
-        project = load_project([] if from_stdin else where, options, config_from=where)
-    except (ConfigError, RuleError) as exc:
-        fail(str(exc))
-        return
-    warn_skipped_rules(project.settings)
+    project = open_project(paths, options, stdin_filename)
     settings = project.settings
     if from_stdin:
         report = lint_stdin(project, stdin_filename)
     else:
-        _warn_unlintable(project, paths, quiet)
+        warn_no_files(project, paths, quiet)
         with progress_bar(len(project.files), quiet) as progress:
             report = run_lint(project, jobs=jobs, progress=progress)
     text = render(
@@ -197,9 +189,6 @@ def lint(
     sys.exit(report.exit_code(settings.exit_zero))
 
 
-STDIN = Path("-")
-
-
 def lint_stdin(project: Project, filename: str | None) -> LintReport:
     """Lint the code on standard input, reported as `filename` (or `-`)."""
     shown = filename or "-"
@@ -213,19 +202,6 @@ def lint_stdin(project: Project, filename: str | None) -> LintReport:
         display=shown,
     )
     return LintReport(results=[result], rules=list(project.rules), files_checked=1)
-
-
-def _warn_unlintable(project: Project, paths: tuple[Path, ...], quiet: bool) -> None:
-    """Ruff's warnings: nothing to lint under the paths; a file named that is not Python."""
-    if not project.files and not project.discovered.errors and not quiet:
-        where = ", ".join(str(p) for p in paths) or "."
-        click.echo(f"autoopt: warning: No Python files found under {where}", err=True)
-    for path in paths:
-        if path.is_file() and path.suffix and path.suffix not in SUFFIXES:
-            fail(
-                f"{path}: not a Python file ({path.suffix}); autoopt lints "
-                f"{', '.join(SUFFIXES)} files and extension-less scripts"
-            )
 
 
 def fixes_summary(report: LintReport) -> str:

@@ -1,4 +1,5 @@
-"""The command-line options `lint` and `rewrite` share: rule selection, target version, config."""
+"""What `lint` and `rewrite` share on the command line: rule selection, target version, config,
+standard input, and how they refuse what they cannot read (so that both say the same)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,12 @@ from pathlib import Path
 
 import click
 
-from autoopt.lint.engine.config import ALLOW_PROJECT_RULES_ENV, Options, Settings
+from autoopt.lint.engine.config import ALLOW_PROJECT_RULES_ENV, ConfigError, Options, Settings
+from autoopt.lint.engine.discovery import SUFFIXES
+from autoopt.lint.engine.project import Project, load_project
+from autoopt.lint.engine.registry import RuleError
+
+STDIN = Path("-")
 
 
 def split_selectors(values: Sequence[str]) -> tuple[str, ...]:
@@ -105,3 +111,49 @@ def build_options(
         allow_project_rules=allow_project_rules,
         **extra,  # type: ignore[arg-type]
     )
+
+
+stdin_filename_option = click.option(
+    "--stdin-filename",
+    metavar="PATH",
+    help="With `-` as the path: the name the code read from standard input is reported under "
+    "(and the config and per-file-ignores that apply to it).",
+)
+
+
+def reads_stdin(paths: Sequence[Path]) -> bool:
+    """Whether the paths are `-` (standard input); `-` mixed with other paths is a usage error."""
+    if STDIN in paths and len(paths) > 1:
+        fail("`-` (standard input) cannot be mixed with other paths")
+    return tuple(paths) == (STDIN,)
+
+
+def refuse_non_python(paths: Sequence[Path]) -> None:
+    """Ruff's rule: a file named on the command line that is not Python is an error (exit 2)."""
+    for path in paths:
+        if path.is_file() and path.suffix and path.suffix not in SUFFIXES:
+            fail(
+                f"{path}: not a Python file ({path.suffix}); autoopt lints "
+                f"{', '.join(SUFFIXES)} files and extension-less scripts"
+            )
+
+
+def open_project(paths: Sequence[Path], options: Options, stdin_filename: str | None) -> Project:
+    """The project of `paths` (standard input: no files, the config of `stdin_filename`), or
+    exit 2 with the configuration's or the rules' error."""
+    from_stdin = tuple(paths) == (STDIN,)
+    where = [stdin_filename or "."] if from_stdin else list(paths) or ["."]
+    try:
+        project = load_project([] if from_stdin else where, options, config_from=where)
+    except (ConfigError, RuleError) as exc:
+        fail(str(exc))
+        raise  # unreachable: fail exits
+    warn_skipped_rules(project.settings)
+    return project
+
+
+def warn_no_files(project: Project, paths: Sequence[Path], quiet: bool) -> None:
+    """Ruff's warning when there is nothing to lint under the paths (the exit code stays 0)."""
+    if not project.files and not project.discovered.errors and not quiet:
+        where = ", ".join(str(p) for p in paths) or "."
+        click.echo(f"autoopt: warning: No Python files found under {where}", err=True)

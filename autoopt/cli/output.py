@@ -42,6 +42,14 @@ def _location(path: str, cell: int | None, line: int, column: int) -> str:
 # ----- text ------------------------------------------------------------------------------------
 
 
+def error_line(path: str, error: FileError) -> str:
+    """`path:line:col: error: reason`: a file `lint` or `rewrite` could not handle, said alike."""
+    loc = _location(path, error.cell, error.line or 1, error.column or 1)
+    return (
+        f"{click.style(loc, bold=True)} {click.style('error:', fg='red', bold=True)} {error.reason}"
+    )
+
+
 def render_text(
     report: LintReport,
     *,
@@ -57,10 +65,8 @@ def render_text(
         for result in report.results:  # sorted by path; within a file by position
             rows: list[tuple[tuple[int, int, int], str]] = []
             for error in result.errors:
-                loc = _location(result.path, error.cell, error.line or 1, error.column or 1)
-                label = click.style("error:", fg="red", bold=True)
                 key = (error.cell or 0, error.line, error.column)
-                rows.append((key, f"{click.style(loc, bold=True)} {label} {error.reason}"))
+                rows.append((key, error_line(result.path, error)))
             for diag in result.diagnostics:
                 loc = _location(result.path, diag.cell, diag.line, diag.column)
                 code = click.style(diag.code, fg="red", bold=True)

@@ -106,3 +106,29 @@ def test_a_named_file_that_is_not_python_is_an_error(project: Path) -> None:
     code, _, err = lint("data.json")
     assert code == 2
     assert "not a Python file (.json)" in err
+
+
+def test_version_line_is_the_program_and_its_version() -> None:
+    from autoopt import __version__
+
+    result = CliRunner().invoke(main, ["--version"])
+    assert result.exit_code == 0 and result.stdout == f"autoopt {__version__}\n"
+
+
+def test_rule_is_explain_under_ruffs_name() -> None:
+    explained = CliRunner().invoke(main, ["explain", "AO406"])
+    ruled = CliRunner().invoke(main, ["rule", "AO406"])
+    assert ruled.exit_code == 0 and ruled.stdout == explained.stdout
+    assert ruled.stdout.startswith("# AO406")
+
+
+def test_rewrite_of_standard_input_writes_the_result_to_standard_output(project: Path) -> None:
+    args = ["rewrite", "-", "--stdin-filename", "train.py", "--select", "AO406"]
+    result = CliRunner().invoke(main, args, input=SCRIPT)
+    assert result.exit_code == 0, result.output
+    assert result.stdout == SCRIPT.replace("zero_grad(set_to_none=False)", "zero_grad()")
+    diff = CliRunner().invoke(main, [*args, "--diff"], input=SCRIPT)
+    assert diff.exit_code == 1
+    assert diff.stdout.startswith("--- a/train.py\n+++ b/train.py\n")
+    check = CliRunner().invoke(main, [*args, "--check"], input=SCRIPT)
+    assert check.exit_code == 1 and check.stdout == ""
