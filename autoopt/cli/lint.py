@@ -14,6 +14,7 @@ from pathlib import Path
 
 import click
 
+from autoopt.cli.fix import Fixed, fix_files, fix_stdin
 from autoopt.cli.options import (
     allow_project_rules_option,
     build_options,
@@ -78,7 +79,17 @@ def progress_bar(n_files: int, quiet: bool) -> Iterator[Progress | None]:
     default=None,
     help="Worker processes (default: one per CPU).",
 )
-@click.option("--fix", is_flag=True, help="Apply the fixes (the same engine as `autoopt rewrite`).")
+@click.option(
+    "--fix",
+    is_flag=True,
+    help="Apply the fixes (the engine of `autoopt rewrite`), then report what remains (exit 1 "
+    "if anything does). With `-`: the fixed source on stdout, the findings on stderr.",
+)
+@click.option(
+    "--exit-non-zero-on-fix",
+    is_flag=True,
+    help="With --fix: exit 1 when something was fixed, even if nothing remains.",
+)
 @click.option(
     "--diff", is_flag=True, help="Print the fixes as a diff; write nothing; exit 1 if any."
 )
@@ -117,6 +128,7 @@ def lint(
     quiet: bool,
     jobs: int | None,
     fix: bool,
+    exit_non_zero_on_fix: bool,
     diff: bool,
     show_fixes: bool,
     extend_exclude: tuple[str, ...],
@@ -125,13 +137,14 @@ def lint(
 ) -> None:
     """Find missing PyTorch optimizations in PATHS (files or folders; default: .; `-` reads
     standard input)."""
-    if fix or diff:
+    from_stdin = reads_stdin(paths)
+    if diff:  # with or without --fix, as Ruff: show the fixes, write nothing
         from autoopt.cli.rewrite import rewrite
 
         ctx.invoke(
             rewrite,
             paths=paths,
-            diff=diff,
+            diff=True,
             stdin_filename=stdin_filename,
             check=False,
             unsafe_fixes=unsafe_fixes,
@@ -145,7 +158,6 @@ def lint(
             allow_project_rules=allow_project_rules,
         )
         return
-    from_stdin = reads_stdin(paths)
     refuse_non_python(paths)
     options = build_options(
         select,
@@ -163,10 +175,18 @@ def lint(
     )
     project = open_project(paths, options, stdin_filename)
     settings = project.settings
+    fixed: Fixed | None = None
     if from_stdin:
-        report = lint_stdin(project, stdin_filename)
+        data = sys.stdin.buffer.read()
+        if fix:
+            data, fixed = fix_stdin(data, project, stdin_filename)
+            sys.stdout.buffer.write(data)  # the fixed source; the findings go to stderr
+            sys.stdout.flush()
+        report = lint_stdin(project, stdin_filename, data)
     else:
         warn_no_files(project, paths, quiet)
+        if fix:
+            fixed = fix_files(project)
         with progress_bar(len(project.files), quiet) as progress:
             report = run_lint(project, jobs=jobs, progress=progress)
     text = render(
@@ -176,6 +196,7 @@ def lint(
         quiet=quiet,
         unsafe_fixes=settings.unsafe_fixes,
         root=settings.project_root,
+        fixed=None if fixed is None else fixed.count,
     )
     if show_fixes:
         text += fixes_summary(report)
@@ -185,16 +206,29 @@ def lint(
         except OSError as exc:
             fail(f"cannot write {output_file}: {exc.strerror or exc}")
     else:
-        click.echo(text, nl=False, color=color_setting())
-    sys.exit(report.exit_code(settings.exit_zero))
+        click.echo(text, nl=False, color=color_setting(), err=from_stdin and fix)
+    sys.exit(exit_code(report, fixed, settings.exit_zero, exit_non_zero_on_fix))
 
 
-def lint_stdin(project: Project, filename: str | None) -> LintReport:
-    """Lint the code on standard input, reported as `filename` (or `-`)."""
+def exit_code(
+    report: LintReport, fixed: Fixed | None, exit_zero: bool, exit_non_zero_on_fix: bool
+) -> int:
+    """Ruff's: 2 for a file that could not be linted (or fixed), 1 while findings remain (after
+    `--fix` too) or, with `--exit-non-zero-on-fix`, when something was fixed; `--exit-zero`: 0."""
+    code = report.exit_code(exit_zero)
+    if exit_zero or fixed is None:
+        return code
+    if fixed.failed:
+        return 2
+    return 1 if code == 0 and exit_non_zero_on_fix and fixed.count else code
+
+
+def lint_stdin(project: Project, filename: str | None, data: bytes) -> LintReport:
+    """Lint `data`, the code read from standard input, reported as `filename` (or `-`)."""
     shown = filename or "-"
     rules = project.rules_for(shown) if filename else project.rules
     result = lint_bytes(
-        sys.stdin.buffer.read(),
+        data,
         shown,
         rules,
         project.settings.target_version,

@@ -56,8 +56,10 @@ def render_text(
     unsafe_fixes: bool = False,
     quiet: bool = False,
     statistics: bool = False,
+    fixed: int | None = None,
 ) -> str:
-    """Ruff's concise format plus a summary (styles are stripped by click off a terminal)."""
+    """Ruff's concise format plus a summary (styles are stripped by click off a terminal).
+    `fixed`: how many fixes `--fix` applied before this report (None: no `--fix`)."""
     lines: list[str] = []
     if statistics:
         lines.extend(_statistics_lines(report, unsafe_fixes))
@@ -75,32 +77,39 @@ def render_text(
                 rows.append((key, f"{click.style(loc, bold=True)} {code} {marker}{diag.message}"))
             lines.extend(text for _, text in sorted(rows, key=lambda row: row[0]))
     if not quiet:
-        lines.extend(_summary_lines(report, unsafe_fixes))
+        lines.extend(_summary_lines(report, unsafe_fixes, fixed))
     return "\n".join(lines) + ("\n" if lines else "")
 
 
-def _summary_lines(report: LintReport, unsafe_fixes: bool) -> list[str]:
+def _summary_lines(report: LintReport, unsafe_fixes: bool, fixed: int | None) -> list[str]:
     diags = [d for _, d in report.diagnostics]
     n_errors = len({p for p, _ in report.errors})
     out: list[str] = []
+    if fixed:  # Ruff's line after --fix: what was found, fixed, and what remains
+        total = _plural(len(diags) + fixed, "finding")
+        out.append(f"Found {total} ({fixed} fixed, {len(diags)} remaining).")
     if not diags and not n_errors:
+        if fixed:
+            return out
         checked = _plural(report.files_checked, "file")
         out.append(click.style(f"All checks passed! ({checked} checked)", fg="green"))
         return out
     if diags:
         n_files = len({p for p, _ in report.diagnostics})
-        out.append(
-            f"Found {_plural(len(diags), 'finding')} in {_plural(n_files, 'file')} "
-            f"({_plural(report.files_checked, 'file')} checked)."
-        )
+        if not fixed:
+            out.append(
+                f"Found {_plural(len(diags), 'finding')} in {_plural(n_files, 'file')} "
+                f"({_plural(report.files_checked, 'file')} checked)."
+            )
         safe = sum(1 for d in diags if fixable(d, unsafe_fixes))
         hidden = sum(1 for d in diags if d.fix_safety == "unsafe") if not unsafe_fixes else 0
+        command = "autoopt rewrite" if fixed is None else "autoopt lint --fix"
         if safe:
-            command = "autoopt rewrite --unsafe-fixes" if unsafe_fixes else "autoopt rewrite"
-            out.append(f"{click.style('[*]', fg='cyan')} {safe} fixable with `{command}`.")
+            flag = " --unsafe-fixes" if unsafe_fixes else ""
+            out.append(f"{click.style('[*]', fg='cyan')} {safe} fixable with `{command}{flag}`.")
         if hidden:
             out.append(
-                f"({hidden} more fixable with `autoopt rewrite --unsafe-fixes`: "
+                f"({hidden} more fixable with `{command} --unsafe-fixes`: "
                 "those fixes may change behaviour.)"
             )
     if n_errors:
@@ -358,10 +367,13 @@ def render(
     quiet: bool = False,
     unsafe_fixes: bool = False,
     root: Path | None = None,
+    fixed: int | None = None,
 ) -> str:
-    """The report in `output_format` (text, json, sarif, github)."""
+    """The report in `output_format` (text, json, sarif, github); `fixed`: see `render_text`."""
     if output_format == "text":
-        return render_text(report, unsafe_fixes=unsafe_fixes, quiet=quiet, statistics=statistics)
+        return render_text(
+            report, unsafe_fixes=unsafe_fixes, quiet=quiet, statistics=statistics, fixed=fixed
+        )
     if output_format == "json":
         return render_json(report, statistics_only=statistics)
     if output_format == "sarif":

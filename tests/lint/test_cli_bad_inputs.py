@@ -124,6 +124,7 @@ def _bench(bad: Bad) -> tuple[list[str], str | None] | None:
 COLUMNS: dict[str, Column] = {
     "lint": _paths("lint", "--no-cache"),
     "lint --diff": _paths("lint", "--diff"),
+    "lint --fix": _paths("lint", "--fix", "--no-cache"),
     "rewrite": _paths("rewrite"),
     "rewrite --diff": _paths("rewrite", "--diff"),
     "rewrite --wrap": _paths("rewrite", "--wrap"),
@@ -192,7 +193,14 @@ def _said(result: Result) -> list[str]:
 def test_lint_and_rewrite_say_the_same(bad_project: Path, row: str) -> None:
     bad = ROWS[row]
     said = {}
-    for column in ("lint", "rewrite", "rewrite --diff", "rewrite --wrap", "lint --diff"):
+    for column in (
+        "lint",
+        "lint --fix",
+        "lint --diff",
+        "rewrite",
+        "rewrite --diff",
+        "rewrite --wrap",
+    ):
         spec = COLUMNS[column](bad)
         assert spec is not None
         result = invoke(bad_project, bad, spec[0])

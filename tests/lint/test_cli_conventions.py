@@ -62,8 +62,9 @@ def test_fix_applies_the_safe_fixes_and_diff_exits_1(project: Path) -> None:
     assert code == 1
     assert "-    optimizer.zero_grad(set_to_none=False)" in out
     assert (project / "train.py").read_text() == SCRIPT
-    code, _, _ = lint("--fix", "--select", "AO406", "train.py")
+    code, out, _ = lint("--fix", "--select", "AO406", "train.py")
     assert code == 0
+    assert out == "Found 1 finding (1 fixed, 0 remaining).\n"
     assert "zero_grad()" in (project / "train.py").read_text()
     code, out, _ = lint("--diff", "--select", "AO406", "train.py")
     assert code == 0 and out == ""
@@ -132,3 +133,33 @@ def test_rewrite_of_standard_input_writes_the_result_to_standard_output(project:
     assert diff.stdout.startswith("--- a/train.py\n+++ b/train.py\n")
     check = CliRunner().invoke(main, [*args, "--check"], input=SCRIPT)
     assert check.exit_code == 1 and check.stdout == ""
+
+
+def test_fix_prints_what_remains_and_exits_1(project: Path) -> None:
+    """A CI step or pre-commit hook running `lint --fix` fails while findings remain (Ruff)."""
+    code, out, _ = lint("--fix", "--select", "AO406,AO101", "train.py")
+    assert "zero_grad()" in (project / "train.py").read_text()  # the safe fix was applied
+    assert code == 1, out
+    assert "train.py:4:10: AO101 " in out  # the unsafe one remains, and is shown
+    assert "Found 2 findings (1 fixed, 1 remaining)." in out
+    assert "fixable with `autoopt lint --fix --unsafe-fixes`" in out
+    code, out, _ = lint("--fix", "--select", "AO406,AO101", "--exit-zero", "train.py")
+    assert code == 0 and "AO101" in out
+
+
+def test_exit_non_zero_on_fix_fails_when_something_was_fixed(project: Path) -> None:
+    code, _, _ = lint("--fix", "--exit-non-zero-on-fix", "--select", "AO406", "train.py")
+    assert code == 1
+    code, _, _ = lint("--fix", "--exit-non-zero-on-fix", "--select", "AO406", "train.py")
+    assert code == 0  # nothing left to fix, nothing fixed
+
+
+def test_fix_of_standard_input_writes_the_source_to_stdout(project: Path) -> None:
+    """An editor's fix-on-save: the fixed source on stdout, what remains on stderr."""
+    args = ("--fix", "-", "--stdin-filename", "train.py", "--select", "AO406,AO101")
+    code, out, err = lint(*args, stdin=SCRIPT)
+    assert out == SCRIPT.replace("zero_grad(set_to_none=False)", "zero_grad()")
+    assert code == 1
+    assert "train.py:4:10: AO101 " in err and "(1 fixed, 1 remaining)" in err
+    code, out, _ = lint("--diff", "-", "--select", "AO406", stdin=SCRIPT)
+    assert code == 1 and "+    optimizer.zero_grad()" in out
