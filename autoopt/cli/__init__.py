@@ -16,9 +16,12 @@ from autoopt import __version__
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "lint": ("autoopt.cli.lint", "Find missing PyTorch optimizations in files or folders."),
     "rewrite": ("autoopt.cli.rewrite", "Rewrite training scripts to adopt the tricks."),
-    "rules": ("autoopt.cli.lint", "List every rule: code, name, fix availability, message."),
-    "explain": ("autoopt.cli.lint", "Print the documentation of one rule (AO201)."),
-    "rule": ("autoopt.cli.lint", "The same as explain (Ruff's name for it: `autoopt rule AO201`)."),
+    "rules": ("autoopt.cli.rules", "List every rule: code, name, fix availability, message."),
+    "explain": ("autoopt.cli.rules", "Print the documentation of one rule (AO201)."),
+    "rule": (
+        "autoopt.cli.rules",
+        "The same as explain (Ruff's name for it: `autoopt rule AO201`).",
+    ),
     "doctor": ("autoopt.cli.diagnostics", "Report torch, devices, CPU features; diagnose a model."),
     "bench": ("autoopt.cli.diagnostics", "Benchmark eager, each trick and optimize()."),
     "selftest": ("autoopt.cli.diagnostics", "Prove each pass here against torch's own loop."),

@@ -9,38 +9,47 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import click
 
 from autoopt.cli.fix import Fixed, fix_files, fix_stdin
+from autoopt.cli.fix_edits import fix_edits
+from autoopt.cli.noqa import add_noqa_comments
 from autoopt.cli.options import (
-    allow_project_rules_option,
     build_options,
     fail,
     open_project,
+    plural,
     reads_stdin,
     refuse_non_python,
+    say_settings,
     selection_options,
     stdin_filename_option,
+    verbose_option,
     warn_no_files,
-    warn_skipped_rules,
 )
-from autoopt.cli.output import render
-from autoopt.lint.engine.config import OUTPUT_FORMATS, ConfigError, Options, resolve_settings
+from autoopt.cli.output import EDIT_FORMATS, render
+from autoopt.lint.engine.config import OUTPUT_FORMATS
 from autoopt.lint.engine.discovery import is_notebook
-from autoopt.lint.engine.explain import render_explain, render_rules
-from autoopt.lint.engine.project import Project, registry_for
-from autoopt.lint.engine.registry import Registry, RuleError
+from autoopt.lint.engine.project import Project
 from autoopt.lint.engine.runner import LintReport, Progress, lint_bytes, run_lint
 
 PROGRESS_MIN_FILES = 100  # below this a progress bar is noise
 
 
-def color_setting() -> bool | None:
-    """None: colour only on a terminal (click decides); False where NO_COLOR is set."""
-    return False if os.environ.get("NO_COLOR") else None
+def color_setting(color: str) -> bool | None:
+    """Whether to colour the findings: `--color always|never`, else NO_COLOR (which wins, as
+    no-color.org asks), else FORCE_COLOR, else None: click colours only a terminal."""
+    if color != "auto":
+        return color == "always"
+    if os.environ.get("NO_COLOR"):
+        return False
+    if os.environ.get("FORCE_COLOR", "") not in ("", "0"):
+        return True
+    return None
 
 
 @contextlib.contextmanager
@@ -61,7 +70,8 @@ def progress_bar(n_files: int, quiet: bool) -> Iterator[Progress | None]:
     "--output-format",
     type=click.Choice(OUTPUT_FORMATS),
     default=None,
-    help="How findings are printed (default: text).",
+    help="How findings are printed (default: text, Ruff's concise). full: with the code and "
+    "the fix; grouped: by file; the others are read by CI systems and tools.",
 )
 @click.option("--statistics", is_flag=True, help="Print the number of findings per rule.")
 @click.option("--exit-zero", is_flag=True, default=None, help="Exit 0 even with findings/errors.")
@@ -72,6 +82,14 @@ def progress_bar(n_files: int, quiet: bool) -> Iterator[Progress | None]:
     help="Count fixes that may change behaviour as fixable ([*]).",
 )
 @click.option("-q", "--quiet", is_flag=True, help="Print findings only: no summary, no progress.")
+@verbose_option
+@click.option(
+    "--color",
+    type=click.Choice(["auto", "always", "never"]),
+    default="auto",
+    show_default=True,
+    help="Colour the findings (auto: on a terminal, unless NO_COLOR is set or FORCE_COLOR is).",
+)
 @click.option(
     "--jobs",
     "-j",
@@ -97,6 +115,12 @@ def progress_bar(n_files: int, quiet: bool) -> Iterator[Progress | None]:
     "--show-fixes", is_flag=True, help="After the findings, list the fixes by rule and safety."
 )
 @click.option(
+    "--add-noqa",
+    is_flag=True,
+    help="Add `# noqa: CODES` to every line with a finding (to adopt autoopt on a large code "
+    "base and fix the findings later).",
+)
+@click.option(
     "--extend-exclude",
     multiple=True,
     metavar="PATTERNS",
@@ -113,27 +137,24 @@ def progress_bar(n_files: int, quiet: bool) -> Iterator[Progress | None]:
 def lint(
     ctx: click.Context,
     paths: tuple[Path, ...],
-    select: tuple[str, ...],
-    ignore: tuple[str, ...],
-    extend_select: tuple[str, ...],
-    target_version: str | None,
-    config_file: Path | None,
-    force_exclude: bool | None,
-    allow_project_rules: bool | None,
     no_cache: bool,
     output_format: str | None,
     statistics: bool,
     exit_zero: bool | None,
     unsafe_fixes: bool | None,
     quiet: bool,
+    verbose: bool,
+    color: str,
     jobs: int | None,
     fix: bool,
     exit_non_zero_on_fix: bool,
     diff: bool,
     show_fixes: bool,
+    add_noqa: bool,
     extend_exclude: tuple[str, ...],
     output_file: Path | None,
     stdin_filename: str | None,
+    **selection: Any,
 ) -> None:
     """Find missing PyTorch optimizations in PATHS (files or folders; default: .; `-` reads
     standard input)."""
@@ -145,28 +166,19 @@ def lint(
             rewrite,
             paths=paths,
             diff=True,
-            stdin_filename=stdin_filename,
             check=False,
             unsafe_fixes=unsafe_fixes,
             wrap=False,
-            select=select,
-            ignore=ignore,
-            extend_select=extend_select,
-            target_version=target_version,
-            config_file=config_file,
-            force_exclude=force_exclude,
-            allow_project_rules=allow_project_rules,
+            stdin_filename=stdin_filename,
+            verbose=verbose,
+            **selection,
         )
         return
+    if add_noqa and (fix or from_stdin):
+        fail("--add-noqa edits files: it takes neither --fix nor standard input")
     refuse_non_python(paths)
     options = build_options(
-        select,
-        ignore,
-        extend_select,
-        target_version,
-        config_file,
-        force_exclude,
-        allow_project_rules,
+        **selection,
         no_cache=no_cache,
         output_format=output_format,
         exit_zero=exit_zero,
@@ -174,14 +186,18 @@ def lint(
         extend_exclude=extend_exclude,
     )
     project = open_project(paths, options, stdin_filename)
+    if verbose:
+        say_settings(project)
     settings = project.settings
     fixed: Fixed | None = None
+    stdin: dict[str, bytes] = {}
     if from_stdin:
         data = sys.stdin.buffer.read()
         if fix:
             data, fixed = fix_stdin(data, project, stdin_filename)
             sys.stdout.buffer.write(data)  # the fixed source; the findings go to stderr
             sys.stdout.flush()
+        stdin[stdin_filename or "-"] = data
         report = lint_stdin(project, stdin_filename, data)
     else:
         warn_no_files(project, paths, quiet)
@@ -189,6 +205,15 @@ def lint(
             fixed = fix_files(project)
         with progress_bar(len(project.files), quiet) as progress:
             report = run_lint(project, jobs=jobs, progress=progress)
+    if verbose:
+        click.echo(
+            f"autoopt: checked {plural(report.files_checked, 'file')} in {report.elapsed:.2f} s "
+            f"({report.cached} from the cache, {report.parsed} parsed)",
+            err=True,
+        )
+    if add_noqa:
+        add_noqa_comments(report)
+        sys.exit(2 if report.errors and not settings.exit_zero else 0)
     text = render(
         report,
         settings.output_format,
@@ -197,6 +222,8 @@ def lint(
         unsafe_fixes=settings.unsafe_fixes,
         root=settings.project_root,
         fixed=None if fixed is None else fixed.count,
+        edits=fix_edits(report, project, stdin) if settings.output_format in EDIT_FORMATS else None,
+        sources=stdin,
     )
     if show_fixes:
         text += fixes_summary(report)
@@ -206,7 +233,7 @@ def lint(
         except OSError as exc:
             fail(f"cannot write {output_file}: {exc.strerror or exc}")
     else:
-        click.echo(text, nl=False, color=color_setting(), err=from_stdin and fix)
+        click.echo(text, nl=False, color=color_setting(color), err=from_stdin and fix)
     sys.exit(exit_code(report, fixed, settings.exit_zero, exit_non_zero_on_fix))
 
 
@@ -251,55 +278,4 @@ def fixes_summary(report: LintReport) -> str:
     return "\n".join([head, *lines]) + "\n"
 
 
-def _registry(config_file: Path | None, allow_project_rules: bool | None) -> Registry:
-    try:
-        options = Options(config=config_file, allow_project_rules=allow_project_rules)
-        settings = resolve_settings(["."], options)
-        warn_skipped_rules(settings)
-        return registry_for(settings)
-    except (ConfigError, RuleError) as exc:
-        fail(str(exc))
-        raise  # unreachable: fail exits
-
-
-def registry_config_options(command: Callable[..., None]) -> Callable[..., None]:
-    """`--config` and `--allow-project-rules`: which extra rules `rules`/`explain` include."""
-    command = allow_project_rules_option(command)
-    return click.option(
-        "--config",
-        "config_file",
-        type=click.Path(dir_okay=False, path_type=Path),
-        help="Config file whose extra-rules to include (with --allow-project-rules).",
-    )(command)
-
-
-@click.command("rules")
-@click.option(
-    "--output-format",
-    type=click.Choice(["text", "json", "markdown"]),
-    default="text",
-    help="text, json, or markdown (the full reference, as in docs/rules.md).",
-)
-@registry_config_options
-def rules(output_format: str, config_file: Path | None, allow_project_rules: bool | None) -> None:
-    """List every rule: code, name, fix availability (safe/unsafe/none), message."""
-    registry = _registry(config_file, allow_project_rules)
-    click.echo(render_rules(registry.all(), output_format), nl=False)
-
-
-@click.command("explain")
-@click.argument("code")
-@registry_config_options
-def explain(code: str, config_file: Path | None, allow_project_rules: bool | None) -> None:
-    """Print the documentation of one rule, given its code (AO201) or name."""
-    registry = _registry(config_file, allow_project_rules)
-    rule = registry.find(code)
-    if rule is None:
-        close = registry.suggest(code)
-        hint = f"; did you mean {' or '.join(close)}?" if close else ""
-        fail(f"unknown rule {code!r}{hint} (`autoopt rules` lists them)")
-        return
-    click.echo(render_explain(rule), nl=False)
-
-
-COMMANDS: list[click.Command] = [lint, rules, explain]
+COMMANDS: list[click.Command] = [lint]

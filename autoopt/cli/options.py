@@ -17,6 +17,11 @@ from autoopt.lint.engine.registry import RuleError
 STDIN = Path("-")
 
 
+def plural(n: int, word: str) -> str:
+    """`1 file`, `2 files`."""
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
 def split_selectors(values: Sequence[str]) -> tuple[str, ...]:
     """`--select AO1,AO2 --select AO3` -> ("AO1", "AO2", "AO3")."""
     return tuple(part.strip() for value in values for part in value.split(",") if part.strip())
@@ -83,6 +88,19 @@ def selection_options(func):  # type: ignore[no-untyped-def]
             default=None,
             help="Apply `exclude` to files named on the command line too (pre-commit).",
         ),
+        click.option(
+            "--per-file-ignores",
+            multiple=True,
+            metavar="PATTERN:CODES",
+            help="Ignore CODES in files matching PATTERN (gitignore-style), e.g. "
+            "'tests/*:AO1,AO2'; replaces the config's per-file-ignores. Repeatable.",
+        ),
+        click.option(
+            "--extend-per-file-ignores",
+            multiple=True,
+            metavar="PATTERN:CODES",
+            help="The same, on top of the config's per-file-ignores.",
+        ),
         allow_project_rules_option,
     ]
     for option in reversed(options):
@@ -98,6 +116,8 @@ def build_options(
     config_file: Path | None,
     force_exclude: bool | None,
     allow_project_rules: bool | None,
+    per_file_ignores: Sequence[str] = (),
+    extend_per_file_ignores: Sequence[str] = (),
     **extra: object,
 ) -> Options:
     """`Options` from the shared click options (plus any other `Options` fields in `extra`)."""
@@ -109,8 +129,22 @@ def build_options(
         config=config_file,
         force_exclude=force_exclude,
         allow_project_rules=allow_project_rules,
+        per_file_ignores=parse_per_file_ignores(per_file_ignores) if per_file_ignores else None,
+        extend_per_file_ignores=parse_per_file_ignores(extend_per_file_ignores),
         **extra,  # type: ignore[arg-type]
     )
+
+
+def parse_per_file_ignores(values: Sequence[str]) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """`('tests/*:AO1,AO2',)` -> `(('tests/*', ('AO1', 'AO2')),)`; the codes are checked with
+    the config's own (an unknown one is an error naming it)."""
+    out = []
+    for value in values:
+        pattern, sep, codes = value.rpartition(":")
+        if not sep or not pattern or not codes.strip():
+            fail(f"--per-file-ignores {value!r}: expected PATTERN:CODES, e.g. 'tests/*:AO1,AO2'")
+        out.append((pattern, split_selectors([codes])))
+    return tuple(out)
 
 
 stdin_filename_option = click.option(
@@ -157,3 +191,30 @@ def warn_no_files(project: Project, paths: Sequence[Path], quiet: bool) -> None:
     if not project.files and not project.discovered.errors and not quiet:
         where = ", ".join(str(p) for p in paths) or "."
         click.echo(f"autoopt: warning: No Python files found under {where}", err=True)
+
+
+verbose_option = click.option(
+    "-v",
+    "--verbose",
+    is_flag=True,
+    help="Say on stderr which config, rules and files the run uses, and what it cost.",
+)
+
+
+def say_settings(project: Project) -> None:
+    """`-v`: the config, the project root, the rules and the files of a run, on stderr."""
+    settings = project.settings
+
+    def say(line: str) -> None:
+        click.echo(f"autoopt: {line}", err=True)
+
+    say(f"config: {settings.config_path or 'none (defaults)'}")
+    say(f"project root: {settings.project_root}")
+    target = settings.target_version
+    say(f"target torch version: {'.'.join(map(str, target)) if target else 'any'}")
+    codes = [rule.code for rule in project.rules]
+    say(f"{plural(len(codes), 'rule')} selected: {', '.join(codes)}")
+    if settings.per_file_ignores:
+        ignores = "; ".join(f"{p}: {', '.join(c)}" for p, c in settings.per_file_ignores)
+        say(f"per-file-ignores: {ignores}")
+    say(f"{plural(len(project.files), 'file')} to check")

@@ -28,6 +28,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import click
 import libcst as cst
@@ -37,8 +38,10 @@ from autoopt.cli.options import (
     open_project,
     reads_stdin,
     refuse_non_python,
+    say_settings,
     selection_options,
     stdin_filename_option,
+    verbose_option,
     warn_no_files,
 )
 from autoopt.cli.output import error_line
@@ -106,6 +109,7 @@ class RewriteSummary:
     help="Instead of inline fixes, insert `model, loader, optimizer = autoopt.optimize(...)`.",
 )
 @stdin_filename_option
+@verbose_option
 @selection_options
 def rewrite(
     paths: tuple[Path, ...],
@@ -114,29 +118,17 @@ def rewrite(
     unsafe_fixes: bool | None,
     wrap: bool,
     stdin_filename: str | None,
-    select: tuple[str, ...],
-    ignore: tuple[str, ...],
-    extend_select: tuple[str, ...],
-    target_version: str | None,
-    config_file: Path | None,
-    force_exclude: bool | None,
-    allow_project_rules: bool | None,
+    verbose: bool,
+    **selection: Any,
 ) -> None:
     """Rewrite training scripts to adopt the tricks (edits files in place; `-` reads standard
     input and writes the result to standard output)."""
     from_stdin = reads_stdin(paths)
     refuse_non_python(paths)
-    options = build_options(
-        select,
-        ignore,
-        extend_select,
-        target_version,
-        config_file,
-        force_exclude,
-        allow_project_rules,
-        unsafe_fixes=unsafe_fixes,
-    )
+    options = build_options(**selection, unsafe_fixes=unsafe_fixes)
     project = open_project(paths, options, stdin_filename)
+    if verbose:
+        say_settings(project)
     summary = RewriteSummary()
     if from_stdin:
         shown = stdin_filename or "-"

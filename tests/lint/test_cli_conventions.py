@@ -4,10 +4,11 @@ that is not Python, and the exit codes that go with them."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
+from click.testing import CliRunner, Result
 
 from autoopt.cli import main
 
@@ -163,3 +164,80 @@ def test_fix_of_standard_input_writes_the_source_to_stdout(project: Path) -> Non
     assert "train.py:4:10: AO101 " in err and "(1 fixed, 1 remaining)" in err
     code, out, _ = lint("--diff", "-", "--select", "AO406", stdin=SCRIPT)
     assert code == 1 and "+    optimizer.zero_grad()" in out
+
+
+def test_json_fix_edits_make_the_change_rewrite_makes(project: Path) -> None:
+    from tests.lint.test_output import apply_edits
+
+    code, out, _ = lint("--select", "AO406", "--output-format", "json", "train.py")
+    (entry,) = json.loads(out)
+    edits = entry["fix"]["edits"]
+    assert edits and entry["fix"]["applicability"] == "safe"
+    rewritten = CliRunner().invoke(main, ["rewrite", "-", "--select", "AO406"], input=SCRIPT)
+    assert apply_edits(SCRIPT, edits) == rewritten.stdout
+    lines = lint("--select", "AO406", "--output-format", "json-lines", "train.py")[1]
+    assert json.loads(lines)["fix"]["edits"] == edits
+
+
+def test_color_follows_the_flag_then_no_color_then_force_color(project: Path) -> None:
+    def colored(*args: str, **env: str) -> bool:
+        result = CliRunner().invoke(
+            main, ["lint", "--no-cache", "--select", "AO406", *args, "train.py"], env=env
+        )
+        return "\x1b[" in result.stdout
+
+    assert not colored()  # not a terminal
+    assert colored(FORCE_COLOR="1")
+    assert not colored(FORCE_COLOR="1", NO_COLOR="1")
+    assert colored("--color", "always", NO_COLOR="1")
+    assert not colored("--color", "never", FORCE_COLOR="1")
+
+
+def test_verbose_says_the_config_rules_and_files(project: Path) -> None:
+    code, _, err = lint("-v", "--select", "AO406", "train.py")
+    assert code == 1
+    assert f"autoopt: config: {project / 'pyproject.toml'}" in err
+    assert "autoopt: 1 rule selected: AO406" in err
+    assert "autoopt: checked 1 file in " in err
+
+
+def test_per_file_ignores_on_the_command_line(project: Path) -> None:
+    (project / "pyproject.toml").write_text(
+        '[tool.autoopt]\n[tool.autoopt.per-file-ignores]\n"train*" = ["AO406"]\n'
+    )
+    assert lint("--select", "AO406", "train.py")[0] == 0  # the config's table
+    code, out, _ = lint("--select", "AO406", "--per-file-ignores", "other*:AO4", "train.py")
+    assert code == 1 and "AO406" in out  # the command line's replaces it
+    extended = ("--extend-per-file-ignores", "other*:AO4", "train.py")
+    assert lint("--select", "AO406", *extended)[0] == 0  # extends it
+    code, _, err = lint("--select", "AO406", "--per-file-ignores", "train*:AO999", "train.py")
+    assert code == 2 and "AO999" in err
+    code, _, err = lint("--per-file-ignores", "train.py", "train.py")
+    assert code == 2 and "expected PATTERN:CODES" in err
+    assert rewrite_stdin("--per-file-ignores", "*:AO406").stdout == SCRIPT  # rewrite too
+
+
+def rewrite_stdin(*args: str) -> Result:
+    return CliRunner().invoke(
+        main,
+        ["rewrite", "-", "--stdin-filename", "train.py", "--select", "AO406", *args],
+        input=SCRIPT,
+    )
+
+
+def test_add_noqa_silences_every_finding_in_place(project: Path) -> None:
+    source = SCRIPT.replace("batch_size=2)", "batch_size=2)  # keep small") + (
+        'optimizer.zero_grad(set_to_none=False); note = """a\nmultiline string"""\n'
+    )
+    (project / "train.py").write_text(source)
+    code, _, err = lint("--add-noqa", "--select", "AO406,AO101", "train.py")
+    assert code == 0 and "Added 2 noqa directives." in err
+    assert "train.py:11: no noqa added" in err  # the line ends inside a string
+    text = (project / "train.py").read_text()
+    assert "batch_size=2)  # keep small  # noqa: AO101\n" in text
+    assert "zero_grad(set_to_none=False)  # noqa: AO406\n" in text
+    code, out, _ = lint("--select", "AO406,AO101", "train.py")
+    assert code == 1 and out.count("AO406") == 1  # only the finding in the string's line
+    (project / "train.py").write_text(SCRIPT.replace("False)", "False)  # noqa: E501"))
+    lint("--add-noqa", "--select", "AO406", "train.py")
+    assert "False)  # noqa: E501, AO406\n" in (project / "train.py").read_text()
