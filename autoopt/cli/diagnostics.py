@@ -10,6 +10,17 @@ import sys
 import click
 
 
+def _require_torch(command: str) -> None:
+    """Exit 2 with what to install when torch is not (autoopt installs without it)."""
+    from autoopt.torch_missing import missing
+
+    why = missing(command)
+    if why:
+        from autoopt.cli.options import fail
+
+        fail(why)
+
+
 def _described(err: Exception) -> str:
     """An exception as one line: its message, with its type where the message needs it (a
     SyntaxError or whatever the user's module raised on import)."""
@@ -57,6 +68,7 @@ def doctor(
     as_json: bool, model_spec: str | None, input_spec: str | None, memory_budget: str
 ) -> None:
     """Report torch, CUDA, devices, CPU features, environment and what optimize() would do."""
+    _require_torch("autoopt doctor")
     from autoopt.diagnostics import doctor as doctor_module
     from autoopt.runtime.memory import parse_budget
 
@@ -151,16 +163,15 @@ def bench(
     list_only: bool,
 ) -> None:
     """Benchmark eager, each trick, optimize(), optimize(tune=True) and the peers side by side."""
+    _require_torch("autoopt bench")
     from autoopt.diagnostics import bench as bench_module
+    from autoopt.diagnostics.bench import harness, peers
 
-    try:
-        harness = bench_module.load_harness()
-    except RuntimeError as err:
-        raise click.ClickException(str(err)) from err
     if list_only:
         for name, w in harness.WORKLOADS.items():
             click.echo(f"{name:<12} {w.description}")
             click.echo(f"{'':<12} configs: {', '.join(harness.config_names(w))}")
+        click.echo(f"peers: {peers.describe(sorted(set(harness.PEERS.values())))}")
         return
     unknown = [w for w in workloads if w not in harness.WORKLOADS]
     if unknown:
@@ -227,6 +238,7 @@ def bench(
 @click.option("--device", default=None, help="Device to test (default: cuda if present, else cpu).")
 def selftest(quick: bool, as_json: bool, device: str | None) -> None:
     """Prove each pass on this machine against the same loop written with torch's own tools."""
+    _require_torch("autoopt selftest")
     from autoopt.diagnostics import selftest as selftest_module
 
     try:
