@@ -6,6 +6,7 @@ import functools
 import json
 import os
 import sys
+import time
 
 import click
 
@@ -236,8 +237,10 @@ def bench(
 @click.option("--quick", is_flag=True, help="Small models, few steps, no compile on CPU (CI).")
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
 @click.option("--device", default=None, help="Device to test (default: cuda if present, else cpu).")
-def selftest(quick: bool, as_json: bool, device: str | None) -> None:
+@click.option("-v", "--verbose", is_flag=True, help="Also what optimize() reported for each check.")
+def selftest(quick: bool, as_json: bool, device: str | None, verbose: bool) -> None:
     """Prove each pass on this machine against the same loop written with torch's own tools."""
+    started = time.perf_counter()
     _require_torch("autoopt selftest")
     from autoopt.diagnostics import selftest as selftest_module
 
@@ -245,15 +248,31 @@ def selftest(quick: bool, as_json: bool, device: str | None) -> None:
         where = selftest_module.describe_device(device)
     except (RuntimeError, AssertionError) as err:
         raise click.BadParameter(str(err), param_hint="--device") from err
-    click.echo(f"selftest: {where}; {'quick' if quick else 'full'} mode ...", err=True)
-    rows = selftest_module.run_checks(quick=quick, device=device)
+    # Under torchrun every rank checks and rank 0 reports.
+    reports = os.environ.get("RANK", "0") == "0"
+    show = reports and not as_json
+    live = show and sys.stdout.isatty()
+    rows = []
+    with selftest_module.check_threads(quick, device) as threads:
+        if show:
+            click.echo(selftest_module.header(where, quick, threads), nl=False)
+        for name, check in selftest_module.planned_checks(quick=quick, device=device):
+            if live:  # what runs now, replaced by its result (a check can take a while)
+                click.echo(f"{'...':<9}{name}", nl=False)
+            elif as_json and reports:
+                click.echo(f"selftest: {name} ...", err=True)
+            row = selftest_module.run_check(name, check)
+            rows.append(row)
+            if show:
+                click.echo("\r\x1b[K" if live else "", nl=False)
+                click.echo(selftest_module.row_lines(row, verbose), nl=False)
+                sys.stdout.flush()
     code = 1 if any(r.failed for r in rows) else 0
-    if os.environ.get("RANK", "0") == "0":  # under torchrun every rank checks, rank 0 reports
-        if as_json:
-            payload = {"device": where, "checks": selftest_module.to_json(rows)}
-            click.echo(json.dumps(payload, indent=2))
-        else:
-            click.echo(selftest_module.render(rows, where), nl=False)
+    if as_json and reports:
+        payload = {"device": where, "checks": selftest_module.to_json(rows)}
+        click.echo(json.dumps(payload, indent=2))
+    elif show:
+        click.echo(selftest_module.verdict(rows, time.perf_counter() - started), nl=False)
     selftest_module.finish(code)
 
 
