@@ -14,10 +14,9 @@ import json
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from xml.etree import ElementTree
 
-from autoopt.cli.fix_edits import Edit, EditKey
 from autoopt.lint.engine.registry import rule_url
 from autoopt.lint.engine.results import FileError
 from autoopt.lint.engine.rule import Rule
@@ -25,7 +24,11 @@ from autoopt.lint.engine.runner import LintReport
 
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 INFORMATION_URI = "https://github.com/autoopt/autoopt"
-Edits = Mapping[EditKey, list[Edit]]
+
+if TYPE_CHECKING:  # the edits are computed only for the formats that show them
+    from autoopt.cli.fix_edits import Edit, EditKey
+
+    Edits = Mapping[EditKey, list[Edit]]
 
 
 def error_title(error: FileError) -> str:

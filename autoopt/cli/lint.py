@@ -11,13 +11,10 @@ import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from autoopt.cli.fix import Fixed, fix_files, fix_stdin
-from autoopt.cli.fix_edits import fix_edits
-from autoopt.cli.noqa import add_noqa_comments
 from autoopt.cli.options import (
     build_options,
     fail,
@@ -36,6 +33,9 @@ from autoopt.lint.engine.config import OUTPUT_FORMATS
 from autoopt.lint.engine.discovery import is_notebook
 from autoopt.lint.engine.project import Project
 from autoopt.lint.engine.runner import LintReport, Progress, lint_bytes, run_lint
+
+if TYPE_CHECKING:
+    from autoopt.cli.fix import Fixed
 
 PROGRESS_MIN_FILES = 100  # below this a progress bar is noise
 
@@ -191,6 +191,8 @@ def lint(
     settings = project.settings
     fixed: Fixed | None = None
     stdin: dict[str, bytes] = {}
+    if fix:  # the rewrite engine, loaded only when it is used
+        from autoopt.cli.fix import fix_files, fix_stdin
     if from_stdin:
         data = sys.stdin.buffer.read()
         if fix:
@@ -212,8 +214,15 @@ def lint(
             err=True,
         )
     if add_noqa:
+        from autoopt.cli.noqa import add_noqa_comments
+
         add_noqa_comments(report)
         sys.exit(2 if report.errors and not settings.exit_zero else 0)
+    edits = None
+    if settings.output_format in EDIT_FORMATS:
+        from autoopt.cli.fix_edits import fix_edits
+
+        edits = fix_edits(report, project, stdin)
     text = render(
         report,
         settings.output_format,
@@ -222,7 +231,7 @@ def lint(
         unsafe_fixes=settings.unsafe_fixes,
         root=settings.project_root,
         fixed=None if fixed is None else fixed.count,
-        edits=fix_edits(report, project, stdin) if settings.output_format in EDIT_FORMATS else None,
+        edits=edits,
         sources=stdin,
     )
     if show_fixes:

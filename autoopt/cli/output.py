@@ -12,17 +12,19 @@ import json
 from collections import Counter
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from autoopt.cli import ci_output
-from autoopt.cli.fix_edits import Edit, EditKey
 from autoopt.cli.options import plural
 from autoopt.lint.engine.config import OUTPUT_FORMATS
 from autoopt.lint.engine.results import Diagnostic, FileError, FileResult
 from autoopt.lint.engine.runner import LintReport
 from autoopt.lint.tree.encoding import SourceDecodeError, decode_source
+
+if TYPE_CHECKING:  # the edits are computed only for the formats that show them
+    from autoopt.cli.fix_edits import Edit, EditKey
 
 # The formats a person reads: `text` is Ruff's concise format (autoopt's default).
 TEXT_FORMATS = ("text", "concise", "full", "grouped")
