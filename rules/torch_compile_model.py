@@ -14,10 +14,22 @@ from autoopt.lint.program.handled import (
     uses_accelerate,
 )
 from autoopt.lint.program.placement import binds_or_places
-from autoopt.lint.program.trained_models import is_compiled, trained_models
-from autoopt.lint.rewrite.fixes.preconditions import double_backward, trains_twice
+from autoopt.lint.program.torch_api import torch_imports, torch_name
+from autoopt.lint.program.trained_models import is_compiled, mentions, trained_models
+from autoopt.lint.rewrite.fixes.preconditions import (
+    double_backward,
+    double_backward_only_behind_flags,
+    trains_twice,
+)
 from autoopt.lint.tree.edits import statement_line
-from autoopt.lint.tree.nodes import contains, names_in, nodes_of_type
+from autoopt.lint.tree.nodes import (
+    calls_in,
+    contains,
+    dotted,
+    names_in,
+    nodes_of_type,
+    string_value,
+)
 
 _SCRIPTED = (
     "torch.jit.script",
@@ -66,13 +78,18 @@ class TorchCompileModel(Rule):
     ## Fix (safe)
     Inserts `model.compile()`: the in-place form compiles the module's forward without wrapping
     it, so `state_dict()` keys stay the same (no `_orig_mod.` prefix) and checkpoints load into a
-    plain model; the optimizer keeps the same parameters. With `--target-version` below 2.2,
+    plain model; the optimizer keeps the same parameters. Where the script picks its device at
+    run time (`model.to(device)` with a CPU fallback) the call goes behind
+    `if torch.device(device).type == "cuda":`: on a CPU the script keeps running eagerly, as
+    before, instead of paying a cold compile that may not pay back there. With `--target-version` below 2.2,
     where `nn.Module.compile` does not exist, the rule reports without a fix, and so it does in
     a script that differentiates through a gradient (`torch.autograd.grad(create_graph=True)`,
     a WGAN-GP gradient penalty): torch.compile's aot_autograd does not support double backward.
     The model the double backward runs through is not reported at all (compile cannot train
     it), nor is any model when the penalty's module cannot be traced (its outputs are handed
-    in by the caller); the other models (a GAN's generator) are reported without a fix.
+    in by the caller); the other models (a GAN's generator) are reported without a fix. A
+    double backward behind a flag only (`create_graph=is_second_order` of a loss scaler, off
+    for the usual optimizers) is reported without a fix.
     """
 
     code = "AO301"
@@ -87,6 +104,7 @@ class TorchCompileModel(Rule):
     triggers = (".backward(", *LIBRARY_TRAINER_MARKERS)
     applies_to_versions = ((2, 0), None)
     _trainers: list[cst.Call]  # library trainer calls of the file (set per visit)
+    _anchors: set[int]  # statements already reported (set per visit)
 
     VALID = [
         Valid(  # the user's own compile method (Keras style)
@@ -234,7 +252,8 @@ class TorchCompileModel(Rule):
                     self.G = Generator(64)
                     self.g_optimizer = torch.optim.Adam(self.G.parameters(), 1e-4)
                     self.G.to(self.device)
-                    self.G.compile()
+                    if torch.device(self.device).type == "cuda":
+                        self.G.compile()
                 def train(self):
                     for x in self.loader:
                         self.G(x.to(self.device)).mean().backward()
@@ -283,7 +302,8 @@ class TorchCompileModel(Rule):
             def run(loader, device):
                 model = Net()
                 model.to(device)
-                model.compile()
+                if torch.device(device).type == "cuda":
+                    model.compile()
                 optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
                 trainer = create_supervised_trainer(model, optimizer, nn.NLLLoss(), device=device)
                 trainer.run(loader, max_epochs=10)
@@ -316,7 +336,8 @@ class TorchCompileModel(Rule):
                 model = TransformerModel().to(device)
             else:
                 model = RNNModel().to(device)
-            model.compile()
+            if torch.device(device).type == "cuda":
+                model.compile()
             optimizer = torch.optim.AdamW(model.parameters())
 
             def train():
@@ -401,7 +422,8 @@ class TorchCompileModel(Rule):
             fixed="""
             import torch
             net = TransformerNet().to(device)
-            net.compile()
+            if torch.device(device).type == "cuda":
+                net.compile()
             optimizer = torch.optim.Adam(net.parameters(), 1e-3)
             for x in loader:
                 net(x).sum().backward()
@@ -477,42 +499,37 @@ class TorchCompileModel(Rule):
 
     def visit_Module(self, node: cst.Module) -> None:
         self._trainers = library_trainer_calls(self)  # ignite runs the loop for the file
-        if not (self.facts.training_loops or self._trainers) or self._shadowed_or_scripted(node):
+        if not (self.facts.trains or self._trainers) or self._shadowed_or_scripted(node):
             return
         if uses_accelerate(self) or is_hogwild(self):
             return  # Accelerate compiles (`dynamo_backend`); Hogwild shares one eager model
-        done: set[str] = set()
+        self._anchors: set[int] = set()
+        done: set[tuple[int, str]] = set()  # (scope, model): a name may mean two models
         for opt_call, model in trained_models(self):
-            if model in done or is_compiled(self, model):
+            key = (id(self.facts.enclosing_scope(opt_call)), model)
+            if key in done or is_compiled(self, model):
                 continue
-            done.add(model)
+            done.add(key)
             self._offer(opt_call, model)  # each trained model (GANs have two)
 
     def _offer(self, opt_call: cst.Call, model: str) -> None:
-        scope = self.facts.enclosing_scope(opt_call)
-        block = scope.body if isinstance(scope, cst.FunctionDef) else scope
-        if not isinstance(block, cst.IndentedBlock | cst.Module):
+        found = self._where_built(opt_call, model)
+        if found is None:
             return
-        body: Sequence[cst.BaseStatement] = block.body
-        # The first statement that trains (a `def` holding a loop only trains when called).
-        training = next(
-            (
-                i
-                for i, stmt in enumerate(body)
-                if not isinstance(stmt, cst.FunctionDef | cst.ClassDef)
-                and self._has_training_loop(stmt)
-            ),
-            len(body),
-        )
-        builds = [i for i, stmt in enumerate(body[:training]) if binds_or_places(stmt, model)]
+        body, builds, training = found
         # Assigned while training (a best-checkpoint swap): the compiled module would be
         # replaced. A reload after training (to test the best model) leaves training compiled,
         # and so does moving it while training (`model.cpu()` to save, `.to(device)` back).
-        if not builds or (
-            training < len(body) and binds_or_places(body[training], model, rebinds=True)
+        if (
+            training < len(body)
+            and binds_or_places(body[training], model, rebinds=True)
+            and not self._returns_what_it_trains(body[training], model)
         ):
             return
         anchor = body[builds[-1]]
+        if id(anchor) in self._anchors:  # the same model reached from two scopes
+            return
+        self._anchors.add(id(anchor))
         version = self.context.target_version
         if version is not None and version < _IN_PLACE_COMPILE:
             self.report(
@@ -522,26 +539,157 @@ class TorchCompileModel(Rule):
             )
             return
         twice = double_backward(self)
-        if twice is not None and trains_twice(self, model):
+        if (
+            twice is not None
+            and trains_twice(self, model)
+            and not double_backward_only_behind_flags(self)
+        ):
             return  # compile cannot train it (nor, when untraceable, any model of the file)
         if twice is not None:
+            runs = (
+                "may run a double backward (create_graph=<a flag>)"
+                if double_backward_only_behind_flags(self)
+                else f"runs a {twice}"
+            )
             self.report(
                 anchor,
-                f"model `{model}` is trained without torch.compile (not fixed: the script runs a "
-                f"{twice}, which torch.compile's aot_autograd does not support)",
+                f"model `{model}` is trained without torch.compile (not fixed: the script {runs},"
+                " which torch.compile's aot_autograd does not support)",
             )
             return
-        new = cst.FlattenSentinel([anchor, statement_line(f"{model}.compile()")])
+        device = self._runtime_device([body[i] for i in builds])
+        if device is None:
+            added: cst.BaseStatement = statement_line(f"{model}.compile()")
+            where = ""
+        else:  # a CPU fallback must not start paying a cold compile it never paid before
+            added = cst.parse_statement(
+                f'if {self._device_type(device)} == "cuda":\n    {model}.compile()\n'
+            )
+            where = " on CUDA"
+        new = cst.FlattenSentinel([anchor, added])
         self.report(
             anchor,
-            f"model `{model}` is trained without torch.compile; call `{model}.compile()` once it"
-            " is built and placed",
-            fix=Fix(replacements={anchor: new}, description=f"insert {model}.compile()"),
+            f"model `{model}` is trained without torch.compile; call `{model}.compile()`{where}"
+            " once it is built and placed",
+            fix=Fix(
+                replacements={anchor: new},
+                description=f"insert {model}.compile(){where}",
+                add_imports=torch_imports(self.context.module) if device else (),
+            ),
+        )
+
+    def _runtime_device(self, builds: Sequence[cst.BaseStatement]) -> str | None:
+        """The device the statements that build and place the model put it on, when the
+        script picks it at run time (`model = Net().to(device)` with `device = "cuda" if
+        available else "cpu"`): the compile goes behind a test of it. None when the model goes
+        to CUDA by name (`.cuda()`, `.to("cuda")`, a device bound to "cuda" only) or its
+        placement is not in sight."""
+        found = None
+        for stmt in builds:
+            for call in calls_in(stmt):
+                if not isinstance(call.func, cst.Attribute):
+                    continue
+                if call.func.attr.value == "cuda":
+                    return None
+                if call.func.attr.value != "to" or not call.args:
+                    continue
+                first = call.args[0]
+                if first.keyword is not None and first.keyword.value != "device":
+                    continue
+                text = string_value(first.value)
+                if text is not None:
+                    return None if text.startswith("cuda") else found
+                name = dotted(first.value)
+                if name is not None and not any(
+                    q.startswith("torch.") for q in self.qualified_names(first.value)
+                ):
+                    found = None if self._names_cuda(name) else name
+        return found
+
+    def _device_type(self, device: str) -> str:
+        """`device.type` for a name bound to `torch.device(...)` only, else
+        `torch.device(<device>).type` (a string, an index or a device alike)."""
+        values = self._assigned(device)
+        if values and all(
+            isinstance(v, cst.Call) and self.is_call_to(v, "torch.device") for v in values
+        ):
+            return f"{device}.type"
+        torch, _ = torch_name(self)
+        return f"{torch}.device({device}).type"
+
+    def _assigned(self, name: str) -> list[cst.BaseExpression]:
+        return [
+            n.value
+            for n in nodes_of_type(self.context.module, cst.Assign)
+            if any(dotted(t.target) == name for t in n.targets)
+        ]
+
+    def _names_cuda(self, name: str) -> bool:
+        """Every assignment of `name` in the file is CUDA by name (`device = "cuda:0"`,
+        `torch.device("cuda")`)."""
+        values = self._assigned(name)
+
+        def cuda(value: cst.BaseExpression) -> bool:
+            if (
+                isinstance(value, cst.Call)
+                and self.is_call_to(value, "torch.device")
+                and value.args
+            ):
+                value = value.args[0].value
+            text = string_value(value)
+            return text is not None and text.startswith("cuda")
+
+        return bool(values) and all(cuda(v) for v in values)
+
+    def _where_built(
+        self, opt_call: cst.Call, model: str
+    ) -> tuple[Sequence[cst.BaseStatement], list[int], int] | None:
+        """(statements, those that build or place `model`, the first that trains) in the
+        innermost block around `opt_call`, within its function, that both builds the model and
+        then trains it (an `if __name__ == "__main__":` body, a `try:` around the training call
+        counts as training); None when no block does."""
+        scope = self.facts.enclosing_scope(opt_call)
+        blocks: list[cst.IndentedBlock | cst.Module] = [
+            anc
+            for anc in self.facts.ancestors(opt_call)
+            if isinstance(anc, cst.IndentedBlock) and not contains(anc, scope)
+        ]
+        outer = scope.body if isinstance(scope, cst.FunctionDef) else scope
+        if isinstance(outer, cst.IndentedBlock | cst.Module) and outer not in blocks:
+            blocks.append(outer)
+        for block in blocks:
+            body: Sequence[cst.BaseStatement] = block.body
+            # The first statement that trains (a `def` holding a loop only trains when called).
+            training = next(
+                (
+                    i
+                    for i, stmt in enumerate(body)
+                    if not isinstance(stmt, cst.FunctionDef | cst.ClassDef)
+                    and self._has_training_loop(stmt)
+                ),
+                len(body),
+            )
+            builds = [i for i, stmt in enumerate(body[:training]) if binds_or_places(stmt, model)]
+            if builds:
+                return body, builds, training
+        return None
+
+    def _returns_what_it_trains(self, stmt: cst.BaseStatement, model: str) -> bool:
+        """`model = do_train(cfg, model, ...)`: the training call hands back the model it was
+        given (the same object, trained), no swap."""
+        if not isinstance(stmt, cst.SimpleStatementLine) or len(stmt.body) != 1:
+            return False
+        assign = stmt.body[0]
+        return (
+            isinstance(assign, cst.Assign)
+            and any(assign.value is call for call in self.facts.training_calls)
+            and any(mentions(a.value, model) for a in assign.value.args)
         )
 
     def _has_training_loop(self, stmt: cst.BaseStatement) -> bool:
         """`stmt` holds a training loop, or builds a library trainer that runs one."""
-        return any(contains(stmt, loop) for loop in [*self.facts.training_loops, *self._trainers])
+        points = [*self.facts.training_points, *self._trainers]
+        return any(contains(stmt, point) for point in points)
 
     def _shadowed_or_scripted(self, module: cst.Module) -> bool:
         """A user-defined `compile` (function, method, import, variable), or TorchScript /

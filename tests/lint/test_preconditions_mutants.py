@@ -40,11 +40,17 @@ def _message(backward: str) -> str:
         ("loss.backward(retain_graph=True)", "fixed"),
         ("loss.backward(None, True)", "fixed"),  # positional retain_graph: no create_graph
         ("loss.backward(create_graph=True)", "silent"),
-        ("loss.backward(create_graph=flag)", "silent"),
+        # behind a flag (timm's `create_graph=is_second_order`): reported, never fixed
+        (
+            "loss.backward(create_graph=flag)",
+            "model `model` is trained without torch.compile (not fixed: the script may run a"
+            " double backward (create_graph=<a flag>), which torch.compile's aot_autograd does"
+            " not support)",
+        ),
         ("torch.autograd.grad(loss, x, create_graph=True)[0].sum().backward()", "silent"),
     ],
 )
-def test_compile_is_silent_exactly_for_a_double_backward(backward: str, want: str) -> None:
+def test_compile_is_silent_exactly_for_a_certain_double_backward(backward: str, want: str) -> None:
     assert _message(backward) == want
 
 

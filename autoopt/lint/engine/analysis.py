@@ -5,7 +5,6 @@ from __future__ import annotations
 import ast
 import contextlib
 import ctypes
-import re
 import traceback
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -18,6 +17,7 @@ from libcst.metadata import ExpressionContextProvider, PositionProvider, ScopePr
 from autoopt.lint.engine.rule import FileContext, Finding, Rule
 from autoopt.lint.tree import metadata
 from autoopt.lint.tree.nodes import Preorder
+from autoopt.lint.tree.text import strip_prose
 
 
 @dataclass(frozen=True)
@@ -54,7 +54,7 @@ def analyze(
     """Parse `source` (with `parse` if given: it must give `libcst.parse_module`'s tree) and run
     `rules` on it (those whose triggers appear in the text and that apply to
     `target_version`). Raises `libcst.ParserSyntaxError` on unparsable code."""
-    active = active_rules(rules, source, target_version)
+    active = active_rules(rules, source, target_version, path)
     module = cst.parse_module(source) if parse is None else parse(source)
     return run_rules(module, source, path, active, target_version)
 
@@ -251,15 +251,25 @@ def _crash_of(visitor: Rule, wrapper: cst.MetadataWrapper) -> RuleCrash:
     return RuleCrash(visitor.code, visitor.name, _describe(visitor.crash), line, column)
 
 
+# What the pre-filter reads for a file that trains through the project's other code (its loop in
+# another module's function, its backward inside a loss scaler): it counts as calling backward.
+TRAINS_ELSEWHERE = "\n.backward(\n"
+
+
 def active_rules(
     rules: Sequence[type[Rule]],
     source: str,
     target_version: tuple[int, int] | None = None,
+    path: Path | str | None = None,
 ) -> list[type[Rule]]:
     """The rules that can possibly report on `source`: they apply to `target_version` and one of
     their `triggers` occurs in the code (comments and triple-quoted strings do not count:
     torch's own sources say "backward" or "cuda" far more in prose than in code). A rule
-    without triggers always runs. When this is empty the file need not even be parsed."""
+    without triggers always runs. When this is empty the file need not even be parsed. With
+    the file's `path`, a file that trains through the project's other code counts as calling
+    `backward()` (`program.view.drives_training_elsewhere`)."""
+    if path is not None and ".backward(" not in source and _trains_elsewhere(path, source):
+        source += TRAINS_ELSEWHERE
     candidates = [r for r in rules if r.applies_to(target_version) and _text_matches(r, source)]
     if not any(r.triggers or r.requires or r.covered_by_optimize for r in candidates):
         return candidates
@@ -274,6 +284,15 @@ def active_rules(
     ]
 
 
+def _trains_elsewhere(path: Path | str, source: str) -> bool:
+    from autoopt.lint.program.view import drives_training_elsewhere
+
+    try:
+        return drives_training_elsewhere(path, source)
+    except (OSError, RecursionError, ValueError):  # the program model is best effort here
+        return False
+
+
 def calls_autoopt_optimize(code: str) -> bool:
     """The file hands its training objects to `autoopt.optimize()` (`import autoopt` /
     `from autoopt import optimize`), which applies the runtime's tricks itself."""
@@ -285,39 +304,6 @@ def _text_matches(rule: type[Rule], text: str) -> bool:
     return (not rule.triggers or any(t in text for t in rule.triggers)) and all(
         (r in text) if isinstance(r, str) else any(alt in text for alt in r) for r in rule.requires
     )
-
-
-# One left-to-right scan, as the tokenizer does it: a `#` inside a string is no comment and a
-# quote inside a comment opens no string. Single-line strings are kept (rules may look for
-# "CUDA_VISIBLE_DEVICES" or "cuda" in them); comments and triple-quoted strings are blanked.
-_PROSE = re.compile(
-    r"""
-      (?P<comment>\#[^\r\n]*)
-    | (?P<long>[rRbBuUfF]{0,3}(?:\"\"\"(?:[^"\\]|\\.|"(?!""))*\"\"\"|'''(?:[^'\\]|\\.|'(?!''))*'''))
-    | (?P<short>[rRbBuUfF]{0,3}(?:"(?:[^"\\\r\n]|\\.)*"|'(?:[^'\\\r\n]|\\.)*'))
-    """,
-    re.DOTALL | re.VERBOSE,
-)
-
-
-def _keep_short_strings(match: re.Match[str]) -> str:
-    return match.group(0) if match.lastgroup == "short" else " "
-
-
-# The last text stripped: `rewrite` asks the pre-filter about the same text twice (whether to
-# parse it at all, then which rules to run on it), and a file's regex pass is not free.
-_STRIPPED: list[tuple[str, str]] = []
-
-
-def strip_prose(source: str) -> str:
-    """`source` with comments and triple-quoted strings blanked (for the trigger pre-filter)."""
-    if "#" not in source and '"""' not in source and "'''" not in source:
-        return source
-    if _STRIPPED and _STRIPPED[0][0] is source:
-        return _STRIPPED[0][1]
-    code = _PROSE.sub(_keep_short_strings, source)
-    _STRIPPED[:] = [(source, code)]
-    return code
 
 
 # libcst providers computed only when a rule first asks for them. Each is a full Python

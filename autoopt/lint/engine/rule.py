@@ -45,6 +45,7 @@ from autoopt.lint.tree.metadata import QualifiedNames
 
 if TYPE_CHECKING:
     from autoopt.lint.program.facts import FileFacts
+    from autoopt.lint.program.view import ProgramView
 
 
 class FixSafety(str, Enum):
@@ -132,14 +133,31 @@ class FileContext:
     target_version: tuple[int, int] | None = None  # torch version the code targets, e.g. (2, 0)
     _facts: FileFacts | None = None
 
+    _program: ProgramView | None = None
+
     @property
     def facts(self) -> FileFacts:
         """Training-loop facts, built once per file and shared by all rules."""
         if self._facts is None:
             from autoopt.lint.program.facts import FileFacts
 
-            self._facts = FileFacts(self.wrapper, self.source)
+            self._facts = FileFacts(
+                self.wrapper, self.source, project_training_calls=self._project_training_calls
+            )
         return self._facts
+
+    @property
+    def program(self) -> ProgramView:
+        """The program model as this file sees it (calls that train elsewhere in the project,
+        what a callee does with its arguments), built once per file."""
+        if self._program is None:
+            from autoopt.lint.program.view import ProgramView
+
+            self._program = ProgramView(self.path, self.source, self.facts)
+        return self._program
+
+    def _project_training_calls(self) -> list[cst.Call]:
+        return self.program.training_calls
 
 
 class Rule(cst.BatchableCSTVisitor):

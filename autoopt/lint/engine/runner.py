@@ -38,7 +38,7 @@ from autoopt.lint.engine.discovery import display_path, is_notebook
 from autoopt.lint.engine.project import Project
 from autoopt.lint.engine.results import Diagnostic, FileError, FileResult
 from autoopt.lint.engine.rule import FixSafety, Rule
-from autoopt.lint.program import project_facts
+from autoopt.lint.program import project_files
 from autoopt.lint.tree.encoding import SourceDecodeError, decode_source
 from autoopt.lint.tree.notebook import NotebookError, NotebookSource, notebook_source
 
@@ -145,7 +145,7 @@ def lint_bytes(
             return result
         if file_level:
             rules = [r for r in rules if not suppress.matches(r.code, file_level)]
-        active = engine.active_rules(rules, text, target_version)
+        active = engine.active_rules(rules, text, target_version, path)
         if not active:  # the pre-filter: no rule can match, so a cheap syntax check is all
             error = check_syntax(text, path, notebook=notebook)
             if error is not None:
@@ -157,9 +157,9 @@ def lint_bytes(
             result.errors.append(_relocate_error(syntax_error(text, exc), nb))
             return result
         result.parsed = True
-        project_facts.begin_file()
+        project_files.begin_file()
         analysis = engine.run_rules(module, text, path, active, target_version)
-        result.depends = project_facts.files_read()
+        result.depends = project_files.files_read()
         findings = suppress.filter_findings(analysis.findings, text)
         for crash in analysis.crashes:
             error = FileError(crash.describe(), crash.line, crash.column, None, "internal")

@@ -8,7 +8,8 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator
+import re
+from collections.abc import Callable, Iterator
 from collections.abc import Set as AbstractSet
 
 import libcst as cst
@@ -19,7 +20,8 @@ from libcst.metadata.base_provider import LazyValue
 from autoopt.lint.program.device import DeviceFacts, cpu_only, device_facts
 from autoopt.lint.program.precision import other_precision_system
 from autoopt.lint.tree import metadata
-from autoopt.lint.tree.nodes import calls_in, nodes_of_type
+from autoopt.lint.tree.nodes import calls_in, dotted, nodes_of_type
+from autoopt.lint.tree.text import strip_prose
 
 Loop = cst.For | cst.While
 Scope = cst.FunctionDef | cst.Module
@@ -31,6 +33,13 @@ _NO_GRAD = {
     "torch.autograd.grad_mode.no_grad",
     "torch.autograd.grad_mode.inference_mode",
 }
+# A request for determinism that is not a literal False (a flag may be True by default).
+_DETERMINISM = re.compile(
+    r"deterministic\s*=\s*(?!\s*False\b)\S"
+    r"|use_deterministic_algorithms\(\s*(?!False\b)\S"
+)
+# `torch.no_grad` as written where `torch` itself cannot be resolved (a star import brought it).
+_NO_GRAD_SPELLINGS = ("torch.no_grad", "torch.inference_mode", "torch.autograd.no_grad")
 # How many calls deep a helper may hide `.backward()` (loop -> train_one_epoch -> step -> backward).
 _HELPER_DEPTH = 3
 _EVAL_WORDS = ("eval", "valid", "test", "infer", "predict")
@@ -52,13 +61,22 @@ def named_like_evaluation(name: str) -> bool:
 class FileFacts:
     """Lazily computed facts; each property walks the tree at most once."""
 
-    def __init__(self, wrapper: MetadataWrapper, source: str | None = None) -> None:
+    def __init__(
+        self,
+        wrapper: MetadataWrapper,
+        source: str | None = None,
+        *,
+        project_training_calls: Callable[[], list[cst.Call]] | None = None,
+    ) -> None:
         """`source`: the text the module was parsed from, if known (else generated on demand;
-        libcst round-trips, so the two are equal, and generating costs about a parse)."""
+        libcst round-trips, so the two are equal, and generating costs about a parse).
+        `project_training_calls`: the file's calls that train through the project's other
+        code (the program model's answer, asked only when the loops are)."""
         self.module = wrapper.module
         self._parents = metadata.install(wrapper)
         self._qnames = wrapper.resolve(QualifiedNameProvider)
         self._source = source
+        self._project_training_calls = project_training_calls
 
     # ----- tree navigation --------------------------------------------------------------------
     def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
@@ -113,12 +131,44 @@ class FileFacts:
         ]
 
     @functools.cached_property
+    def training_calls(self) -> list[cst.Call]:
+        """Calls that train through a function, method or class of the project (another module
+        or this one): `train_one_epoch(model, loader, ...)`, `trainer.fit()`."""
+        if self._project_training_calls is None:
+            return []
+        return self._project_training_calls()
+
+    @property
+    def trains(self) -> bool:
+        """The file trains: a loop here calls `backward()`, or a call here trains elsewhere."""
+        return bool(self.training_loops or self.training_calls)
+
+    @functools.cached_property
+    def training_points(self) -> list[cst.CSTNode]:
+        """Where the file trains, in source order: its training loops (outermost), and the calls
+        that train elsewhere outside those loops (`do_train(cfg, model, ...)`)."""
+        loops = [
+            loop
+            for loop in self.training_loops
+            if not any(
+                other is not loop and self._parents.encloses(other, loop)
+                for other in self.training_loops
+            )
+        ]
+        calls = [
+            call
+            for call in self.training_calls
+            if not any(self._parents.encloses(loop, call) for loop in loops)
+        ]
+        return sorted([*loops, *calls], key=lambda n: self._order[id(n)])
+
+    @functools.cached_property
     def training_loops(self) -> list[Loop]:
         """Loops containing a `.backward()` call within the same function, or a call to a function
         or method of this file that calls it (`self._run_batch(x, y)`, `train_one_epoch(...)`),
-        outermost first."""
+        or a call that trains through the project's other code, outermost first."""
         found: dict[int, Loop] = {}
-        for call in [*self.backward_calls, *self.backward_helper_calls]:
+        for call in [*self.backward_calls, *self.backward_helper_calls, *self.training_calls]:
             for loop in self.enclosing_loops(call):
                 found.setdefault(id(loop), loop)
         return sorted(found.values(), key=lambda n: self._depth(n))
@@ -302,6 +352,10 @@ class FileFacts:
         names = self.qualified_names(target)
         if names & _NO_GRAD:
             return True
+        if not names and (dotted(target) or "").endswith(_NO_GRAD_SPELLINGS):
+            # `torch` bound by a star import of the project (`from modeling.deeplab import *`):
+            # no qualified name resolves, the spelling is torch's
+            return True
         if isinstance(expr, cst.Call) and names & {
             "torch.set_grad_enabled",
             "torch.autograd.set_grad_enabled",
@@ -341,14 +395,23 @@ class FileFacts:
         return cpu_only(self.device, self.source)
 
     @functools.cached_property
-    def requests_determinism(self) -> bool:
-        """`cudnn.deterministic = True` or `torch.use_deterministic_algorithms(True)`."""
+    def switches_determinism_on(self) -> bool:
+        """`cudnn.deterministic = True` or `torch.use_deterministic_algorithms(True)`, literally
+        (see `requests_determinism` for any spelling)."""
         s = self.source
         return (
             "deterministic = True" in s
             or "deterministic=True" in s
             or "use_deterministic_algorithms(True" in s
         )
+
+    @functools.cached_property
+    def requests_determinism(self) -> bool:
+        """Determinism may be asked for, in any spelling: `cudnn.deterministic = True`, or set
+        from a flag (`= args.torch_deterministic`, True by default in cleanrl), or
+        `torch.use_deterministic_algorithms(<anything but False>)`, or `deterministic=True`
+        handed to a library (Lightning's Trainer)."""
+        return bool(_DETERMINISM.search(strip_prose(self.source)))
 
     # ----- positions ------------------------------------------------------------------------------
     def _depth(self, node: cst.CSTNode) -> int:

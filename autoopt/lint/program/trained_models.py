@@ -31,7 +31,18 @@ def trained_models(rule: Rule) -> list[tuple[cst.Call, str]]:
     """(call that builds the optimizer, model) for every optimizer over a model's
     parameters: `torch.optim.X(model.parameters())`, `torch.optim.X(groups)` with
     `groups = param_groups(model, ...)` in the same function, or the model's own
-    `model.configure_optimizers(...)` (the nanoGPT/minGPT/Lightning idiom)."""
+    `model.configure_optimizers(...)` (the nanoGPT/minGPT/Lightning idiom); then (call that
+    trains it, model) for every model handed to a call that trains it elsewhere in the project
+    (`train_one_epoch(model, ...)`, `Solver(model, ...).train()`: the program model's
+    `trained_models`)."""
+    found = _optimized_models(rule)
+    if rule.facts.training_calls:
+        for model, calls in rule.context.program.trained_models().items():
+            found.append((calls[0], model))
+    return found
+
+
+def _optimized_models(rule: Rule) -> list[tuple[cst.Call, str]]:
     found = []
     for n in nodes_of_type(rule.context.module, cst.Call):
         if method_name(n) == "configure_optimizers" and isinstance(n.func, cst.Attribute):
@@ -51,19 +62,20 @@ def trained_models(rule: Rule) -> list[tuple[cst.Call, str]]:
 
 
 def _handed_to_optimizer_builder(rule: Rule, call: cst.Call) -> str | None:
-    """`smart_optimizer(model, ...)`: the model handed first to a function of the project
-    that builds a torch.optim optimizer (read without importing it)."""
-    first = call.args[0] if call.args else None
-    if (
-        not isinstance(call.func, cst.Name)
-        or first is None
-        or first.keyword is not None
-        or not isinstance(first.value, cst.Name)
-        or not isinstance(rule.parent(call), cst.Assign)
-    ):
+    """`smart_optimizer(model, ...)`, `build_optimizer(config, model)`: the argument a function
+    of the project that builds a torch.optim optimizer reads the parameters of (the program
+    model's roles: not the config handed first)."""
+    if not isinstance(call.func, cst.Name) or not isinstance(rule.parent(call), cst.Assign):
         return None
     found = local_definition(rule, call.func.value)
-    return first.value.value if found is not None and found.optimizer else None
+    if found is None or not found.optimizer:
+        return None
+    models = [
+        arg.value.value
+        for arg, roles in rule.context.program.argument_roles(call)
+        if "module" in roles and isinstance(arg.value, cst.Name)
+    ]
+    return models[0] if len(models) == 1 else None
 
 
 def _parameters_owner(rule: Rule, opt_call: cst.Call, expr: cst.BaseExpression) -> str | None:

@@ -115,7 +115,10 @@ def fix_source(
     source cannot be parsed, `RewriteError` if the fixes do not converge.
     """
     result = FixResult(source=source, original=source)
-    if not active_rules(rules, source, target_version) and check_syntax(source, str(path)) is None:
+    if (
+        not active_rules(rules, source, target_version, path)
+        and check_syntax(source, str(path)) is None
+    ):
         # No rule can fire and CPython compiles it: nothing to fix, and no libcst parse (most
         # files of a real repository; a compile is ~8x cheaper). A file CPython rejects still
         # goes to libcst below, which raises the ParserSyntaxError callers report.

@@ -55,6 +55,22 @@ def double_backward_sites(rule: Rule) -> list[cst.Call]:
     ]
 
 
+def double_backward_only_behind_flags(rule: Rule) -> bool:
+    """Every double backward of the file is a `create_graph=<flag>` that is not the literal
+    True (`create_graph=is_second_order` of timm's loss scalers): it may run, not must."""
+    sites = double_backward_sites(rule)
+    return bool(sites) and not any(
+        rule.refers_to(call.func, *_AUTOGRAD_GRAD)
+        or any(
+            a.keyword is not None
+            and a.keyword.value == "create_graph"
+            and m.matches(a.value, m.Name("True"))
+            for a in call.args
+        )
+        for call in sites
+    )
+
+
 def _creates_graph(call: cst.Call) -> bool:
     return any(
         a.keyword is not None
