@@ -79,26 +79,30 @@ def render_text(
             rows = _rows(result, unsafe_fixes, grouped=style == "grouped")
             if style == "grouped":
                 if rows:
-                    lines += [click.style(f"{result.path}:", bold=True), *rows, ""]
+                    lines += [click.style(f"{result.path}:", bold=True)]
+                    lines += [text for text, _ in rows] + [""]
             elif style == "full":
-                lines += _full(result, rows, _source_lines(result.path, sources))
+                lines += _full(rows, _source_lines(result.path, sources))
             else:
-                lines += rows
+                lines += [text for text, _ in rows]
     if not quiet:
         lines.extend(_summary_lines(report, unsafe_fixes, fixed))
     return "\n".join(lines) + ("\n" if lines else "")
 
 
-def _rows(result: FileResult, unsafe_fixes: bool, grouped: bool) -> list[str]:
-    """One line per finding and per error of a file, in order of position."""
-    rows: list[tuple[tuple[int, int, int], str]] = []
+def _rows(
+    result: FileResult, unsafe_fixes: bool, grouped: bool
+) -> list[tuple[str, Diagnostic | None]]:
+    """One line per finding and per error of a file, in order of position, each with its
+    finding (None for an error)."""
+    rows: list[tuple[tuple[int, int, int], str, Diagnostic | None]] = []
     for error in result.errors:
         key = (error.cell or 0, error.line, error.column)
         text = error_line(result.path, error)
         if grouped:
             where = _place(error.cell, error.line or 1, error.column or 1)
             text = f"  {where} {click.style('error:', fg='red', bold=True)} {error.reason}"
-        rows.append((key, text))
+        rows.append((key, text, None))
     for diag in result.diagnostics:
         loc = _location(result.path, diag.cell, diag.line, diag.column)
         if grouped:
@@ -106,8 +110,8 @@ def _rows(result: FileResult, unsafe_fixes: bool, grouped: bool) -> list[str]:
         code = click.style(diag.code, fg="red", bold=True)
         marker = f"{click.style('[*]', fg='cyan')} " if fixable(diag, unsafe_fixes) else ""
         key = (diag.cell or 0, diag.line, diag.column)
-        rows.append((key, f"{click.style(loc, bold=True)} {code} {marker}{diag.message}"))
-    return [text for _, text in sorted(rows, key=lambda row: row[0])]
+        rows.append((key, f"{click.style(loc, bold=True)} {code} {marker}{diag.message}", diag))
+    return [(text, diag) for _, text, diag in sorted(rows, key=lambda row: row[0])]
 
 
 def _source_lines(path: str, sources: Mapping[str, bytes] | None) -> list[str] | None:
@@ -119,18 +123,16 @@ def _source_lines(path: str, sources: Mapping[str, bytes] | None) -> list[str] |
         return None
 
 
-def _full(result: FileResult, rows: list[str], lines: list[str] | None) -> list[str]:
+def _full(rows: list[tuple[str, Diagnostic | None]], lines: list[str] | None) -> list[str]:
     """Ruff's full format: each finding's line, the code it points at (a line of context
     around it) with the span underlined, and its fix."""
     out: list[str] = []
-    diags = iter(sorted(result.diagnostics, key=lambda d: (d.cell or 0, d.line, d.column)))
-    for row in rows:
+    for row, diag in rows:
         out.append(row)
-        if " error: " in click.unstyle(row):
-            continue
-        diag = next(diags)
-        if lines is None or diag.cell is not None or not 0 < diag.line <= len(lines):
-            continue  # a notebook's lines are per cell: the line alone says where
+        if diag is None or lines is None or diag.cell is not None:
+            continue  # an error, or a notebook (its lines are per cell: the line says where)
+        if not 0 < diag.line <= len(lines):
+            continue  # the file changed since it was linted
         first, last = max(1, diag.line - 1), min(len(lines), diag.line + 1)
         width = len(str(last))
         gutter = " " * width + " |"
@@ -233,9 +235,6 @@ def rule_statistics(report: LintReport, unsafe_fixes: bool = False) -> list[dict
 
 
 # ----- dispatch --------------------------------------------------------------------------------
-
-
-Renderer = Callable[..., str]
 
 
 def render(
