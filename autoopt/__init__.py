@@ -23,8 +23,9 @@ __all__ = [
     "__version__",
 ]
 
-# The runtime imports torch (about 2 s); `autoopt lint` and `rewrite` never need it, so the
-# public names are resolved on first use.
+# The runtime imports torch (about 2 s); `autoopt lint` and `rewrite` never need it (autoopt
+# installs without torch), so the public names are resolved on first use, and without torch
+# the first use says so (autoopt.torch_missing).
 _LAZY = {
     "optimize": "autoopt.runtime.optimize",
     "report": "autoopt.runtime.optimize",
@@ -53,7 +54,15 @@ if TYPE_CHECKING:
 
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
-        value = getattr(importlib.import_module(_LAZY[name]), name)
+        try:
+            module = importlib.import_module(_LAZY[name])
+        except ModuleNotFoundError as exc:
+            if exc.name != "torch":
+                raise
+            from autoopt.torch_missing import message
+
+            raise ModuleNotFoundError(message(f"autoopt.{name}"), name="torch") from None
+        value = getattr(module, name)
         globals()[name] = value
         return value
     raise AttributeError(f"module 'autoopt' has no attribute {name!r}")

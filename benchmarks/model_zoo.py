@@ -78,11 +78,12 @@ def _t5_batch(g: torch.Generator) -> dict[str, Any]:
 
 
 class _Workload(nn.Module):
-    """The repo's own benchmark CNN (benchmarks/workloads.py), with an HF-style loss output."""
+    """`autoopt bench`'s CNN (autoopt/diagnostics/bench/workloads.py), with an HF-style loss
+    output."""
 
     def __init__(self) -> None:
         super().__init__()
-        from benchmarks.workloads import SmallCNN
+        from autoopt.diagnostics.bench.workloads import SmallCNN
 
         self.net = SmallCNN()
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from autoopt.diagnostics import bench
-from benchmarks.harness import SETTLE_STEPS, run_suite
+from autoopt.diagnostics.bench.harness import SETTLE_STEPS, run_suite
 
 
 def merge(paths: list[Path]) -> dict[str, Any]:

@@ -78,7 +78,7 @@ class CompileRaggedBatches(Rule):
     code = "AO306"
     name = "compile-ragged-batches"
     message = (
-        "torch.compile on a model fed batches of changing shape ({why}) without dynamic=True: "
+        "torch.compile on a model fed batches of changing shape without dynamic=True: "
         "the first other shape recompiles"
     )
     triggers = ("compile",)
@@ -242,7 +242,7 @@ class CompileRaggedBatches(Rule):
                 if why == _RAGGED and not _specialised(call):
                     continue  # one recompile, then torch's automatic dynamic shapes
                 if self._feeds(loader, model):
-                    self.report(call, self.message.format(why=why))
+                    self.report(call, f"{self.message} ({why})")
                     break
 
     def _compiled(self, module: cst.Module) -> list[tuple[cst.Call, str]]:

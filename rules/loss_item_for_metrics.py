@@ -37,7 +37,7 @@ class LossItemForMetrics(Rule):
     `loss` is the root of this step's autograd graph. Adding it to a running total makes the
     total part of every step's graph: the graphs of all steps stay alive (memory grows until the
     epoch ends or the process runs out), and each `+=` records another autograd node (as a widely read PyTorch tutorial teaches).
-    `loss.item()` adds a plain Python float instead.
+    `loss.detach()` adds the same value without the graph.
 
     ## When not to
     - The sum feeds a `backward()` (a loss summed over several heads or micro-steps on purpose),
@@ -57,7 +57,7 @@ class LossItemForMetrics(Rule):
     """
 
     code = "AO402"
-    name = "loss-item-for-metrics"
+    name = "loss-graph-in-metric"
     message = "running metric accumulates the loss tensor (and its graph); add loss.detach()"
     fix_safety = FixSafety.SAFE
     fix_reason = "the metric gets the same value without the graph, formatted as before"

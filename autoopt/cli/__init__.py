@@ -16,12 +16,19 @@ from autoopt import __version__
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "lint": ("autoopt.cli.lint", "Find missing PyTorch optimizations in files or folders."),
     "rewrite": ("autoopt.cli.rewrite", "Rewrite training scripts to adopt the tricks."),
-    "rules": ("autoopt.cli.lint", "List every rule: code, name, fix availability, message."),
-    "explain": ("autoopt.cli.lint", "Print the documentation of one rule (AO201)."),
+    "rules": ("autoopt.cli.rules", "List every rule: code, name, fix availability, message."),
+    "explain": ("autoopt.cli.rules", "Print the documentation of one rule (AO201)."),
+    "rule": (
+        "autoopt.cli.rules",
+        "The same as explain (Ruff's name for it: `autoopt rule AO201`).",
+    ),
     "doctor": ("autoopt.cli.diagnostics", "Report torch, devices, CPU features; diagnose a model."),
     "bench": ("autoopt.cli.diagnostics", "Benchmark eager, each trick and optimize()."),
     "selftest": ("autoopt.cli.diagnostics", "Prove each pass here against torch's own loop."),
 }
+
+# Other names of a subcommand: Ruff users type `rule`.
+ALIASES = {"rule": "explain"}
 
 
 class LazyGroup(click.Group):
@@ -34,7 +41,8 @@ class LazyGroup(click.Group):
         if cmd_name not in SUBCOMMANDS:
             return None
         module = importlib.import_module(SUBCOMMANDS[cmd_name][0])
-        return next(c for c in module.COMMANDS if c.name == cmd_name)
+        name = ALIASES.get(cmd_name, cmd_name)
+        return next(c for c in module.COMMANDS if c.name == name)
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         rows = [(name, SUBCOMMANDS[name][1]) for name in self.list_commands(ctx)]
@@ -43,6 +51,6 @@ class LazyGroup(click.Group):
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="autoopt")
+@click.version_option(__version__, prog_name="autoopt", message="%(prog)s %(version)s")
 def main() -> None:
     """Make PyTorch training fast: lint and rewrite training scripts, diagnose the machine."""

@@ -6,8 +6,39 @@ import functools
 import json
 import os
 import sys
+import time
 
 import click
+
+
+def _require_torch(command: str) -> None:
+    """Exit 2 with what to install when torch is not (autoopt installs without it)."""
+    from autoopt.torch_missing import missing
+
+    why = missing(command)
+    if why:
+        from autoopt.cli.options import fail
+
+        fail(why)
+
+
+def _described(err: Exception) -> str:
+    """An exception as one line: its message, with its type where the message needs it (a
+    SyntaxError or whatever the user's module raised on import)."""
+    if isinstance(err, ImportError | ValueError | TypeError | AttributeError):
+        return str(err)
+    return f"{type(err).__name__}: {err}"
+
+
+def _writable(path: str | None, hint: str) -> None:
+    """A usage error (exit 2) now, before a long run, when `path` cannot be written later."""
+    if path is None:
+        return
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise click.BadParameter(f"{path}: the folder {folder} does not exist", param_hint=hint)
+    if not os.access(folder, os.W_OK):
+        raise click.BadParameter(f"{path}: the folder {folder} is not writable", param_hint=hint)
 
 
 @click.command()
@@ -38,6 +69,7 @@ def doctor(
     as_json: bool, model_spec: str | None, input_spec: str | None, memory_budget: str
 ) -> None:
     """Report torch, CUDA, devices, CPU features, environment and what optimize() would do."""
+    _require_torch("autoopt doctor")
     from autoopt.diagnostics import doctor as doctor_module
     from autoopt.runtime.memory import parse_budget
 
@@ -57,8 +89,8 @@ def doctor(
                 model = doctor_module.load_model(spec)
             else:
                 example = doctor_module.load_object(spec)
-        except (ImportError, AttributeError, ValueError, TypeError) as err:
-            raise click.BadParameter(f"{spec}: {err}", param_hint=hint) from err
+        except Exception as err:  # the user's module runs here: whatever it raises is theirs
+            raise click.BadParameter(f"{spec}: {_described(err)}", param_hint=hint) from err
     if model is not None and not as_json:
         click.echo("doctor: measuring the model (compile events, memory plan)...", err=True)
     try:
@@ -132,16 +164,15 @@ def bench(
     list_only: bool,
 ) -> None:
     """Benchmark eager, each trick, optimize(), optimize(tune=True) and the peers side by side."""
+    _require_torch("autoopt bench")
     from autoopt.diagnostics import bench as bench_module
+    from autoopt.diagnostics.bench import harness, peers
 
-    try:
-        harness = bench_module.load_harness()
-    except RuntimeError as err:
-        raise click.ClickException(str(err)) from err
     if list_only:
         for name, w in harness.WORKLOADS.items():
             click.echo(f"{name:<12} {w.description}")
             click.echo(f"{'':<12} configs: {', '.join(harness.config_names(w))}")
+        click.echo(f"peers: {peers.describe(sorted(set(harness.PEERS.values())))}")
         return
     unknown = [w for w in workloads if w not in harness.WORKLOADS]
     if unknown:
@@ -159,6 +190,8 @@ def bench(
         )
     if steps < 1 or repeats < 1 or warmup < 0:
         raise click.BadParameter("--steps and --repeats must be >= 1, --warmup >= 0")
+    for path, hint in ((json_path, "--json"), (md_path, "--markdown"), (plot_path, "--plot")):
+        _writable(path, hint)
     run = functools.partial(
         harness.run_suite,
         list(workloads) or None,
@@ -204,23 +237,42 @@ def bench(
 @click.option("--quick", is_flag=True, help="Small models, few steps, no compile on CPU (CI).")
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
 @click.option("--device", default=None, help="Device to test (default: cuda if present, else cpu).")
-def selftest(quick: bool, as_json: bool, device: str | None) -> None:
+@click.option("-v", "--verbose", is_flag=True, help="Also what optimize() reported for each check.")
+def selftest(quick: bool, as_json: bool, device: str | None, verbose: bool) -> None:
     """Prove each pass on this machine against the same loop written with torch's own tools."""
+    started = time.perf_counter()
+    _require_torch("autoopt selftest")
     from autoopt.diagnostics import selftest as selftest_module
 
     try:
         where = selftest_module.describe_device(device)
     except (RuntimeError, AssertionError) as err:
         raise click.BadParameter(str(err), param_hint="--device") from err
-    click.echo(f"selftest: {where}; {'quick' if quick else 'full'} mode ...", err=True)
-    rows = selftest_module.run_checks(quick=quick, device=device)
+    # Under torchrun every rank checks and rank 0 reports.
+    reports = os.environ.get("RANK", "0") == "0"
+    show = reports and not as_json
+    live = show and sys.stdout.isatty()
+    rows = []
+    with selftest_module.check_threads(quick, device) as threads:
+        if show:
+            click.echo(selftest_module.header(where, quick, threads), nl=False)
+        for name, check in selftest_module.planned_checks(quick=quick, device=device):
+            if live:  # what runs now, replaced by its result (a check can take a while)
+                click.echo(f"{'...':<9}{name}", nl=False)
+            elif as_json and reports:
+                click.echo(f"selftest: {name} ...", err=True)
+            row = selftest_module.run_check(name, check)
+            rows.append(row)
+            if show:
+                click.echo("\r\x1b[K" if live else "", nl=False)
+                click.echo(selftest_module.row_lines(row, verbose), nl=False)
+                sys.stdout.flush()
     code = 1 if any(r.failed for r in rows) else 0
-    if os.environ.get("RANK", "0") == "0":  # under torchrun every rank checks, rank 0 reports
-        if as_json:
-            payload = {"device": where, "checks": selftest_module.to_json(rows)}
-            click.echo(json.dumps(payload, indent=2))
-        else:
-            click.echo(selftest_module.render(rows, where), nl=False)
+    if as_json and reports:
+        payload = {"device": where, "checks": selftest_module.to_json(rows)}
+        click.echo(json.dumps(payload, indent=2))
+    elif show:
+        click.echo(selftest_module.verdict(rows, time.perf_counter() - started), nl=False)
     selftest_module.finish(code)
 
 

@@ -9,32 +9,47 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from autoopt.cli.options import (
-    allow_project_rules_option,
     build_options,
     fail,
+    open_project,
+    plural,
+    reads_stdin,
+    refuse_non_python,
+    say_settings,
     selection_options,
-    warn_skipped_rules,
+    stdin_filename_option,
+    verbose_option,
+    warn_no_files,
 )
-from autoopt.cli.output import render
-from autoopt.lint.engine.config import OUTPUT_FORMATS, ConfigError, Options, resolve_settings
-from autoopt.lint.engine.discovery import SUFFIXES, is_notebook
-from autoopt.lint.engine.explain import render_explain, render_rules
-from autoopt.lint.engine.project import Project, load_project, registry_for
-from autoopt.lint.engine.registry import Registry, RuleError
+from autoopt.cli.output import EDIT_FORMATS, render
+from autoopt.lint.engine.config import OUTPUT_FORMATS
+from autoopt.lint.engine.discovery import is_notebook
+from autoopt.lint.engine.project import Project
 from autoopt.lint.engine.runner import LintReport, Progress, lint_bytes, run_lint
+
+if TYPE_CHECKING:
+    from autoopt.cli.fix import Fixed
 
 PROGRESS_MIN_FILES = 100  # below this a progress bar is noise
 
 
-def color_setting() -> bool | None:
-    """None: colour only on a terminal (click decides); False where NO_COLOR is set."""
-    return False if os.environ.get("NO_COLOR") else None
+def color_setting(color: str) -> bool | None:
+    """Whether to colour the findings: `--color always|never`, else NO_COLOR (which wins, as
+    no-color.org asks), else FORCE_COLOR, else None: click colours only a terminal."""
+    if color != "auto":
+        return color == "always"
+    if os.environ.get("NO_COLOR"):
+        return False
+    if os.environ.get("FORCE_COLOR", "") not in ("", "0"):
+        return True
+    return None
 
 
 @contextlib.contextmanager
@@ -55,7 +70,8 @@ def progress_bar(n_files: int, quiet: bool) -> Iterator[Progress | None]:
     "--output-format",
     type=click.Choice(OUTPUT_FORMATS),
     default=None,
-    help="How findings are printed (default: text).",
+    help="How findings are printed (default: text, Ruff's concise). full: with the code and "
+    "the fix; grouped: by file; the others are read by CI systems and tools.",
 )
 @click.option("--statistics", is_flag=True, help="Print the number of findings per rule.")
 @click.option("--exit-zero", is_flag=True, default=None, help="Exit 0 even with findings/errors.")
@@ -66,6 +82,14 @@ def progress_bar(n_files: int, quiet: bool) -> Iterator[Progress | None]:
     help="Count fixes that may change behaviour as fixable ([*]).",
 )
 @click.option("-q", "--quiet", is_flag=True, help="Print findings only: no summary, no progress.")
+@verbose_option
+@click.option(
+    "--color",
+    type=click.Choice(["auto", "always", "never"]),
+    default="auto",
+    show_default=True,
+    help="Colour the findings (auto: on a terminal, unless NO_COLOR is set or FORCE_COLOR is).",
+)
 @click.option(
     "--jobs",
     "-j",
@@ -73,12 +97,28 @@ def progress_bar(n_files: int, quiet: bool) -> Iterator[Progress | None]:
     default=None,
     help="Worker processes (default: one per CPU).",
 )
-@click.option("--fix", is_flag=True, help="Apply the fixes (the same engine as `autoopt rewrite`).")
+@click.option(
+    "--fix",
+    is_flag=True,
+    help="Apply the fixes (the engine of `autoopt rewrite`), then report what remains (exit 1 "
+    "if anything does). With `-`: the fixed source on stdout, the findings on stderr.",
+)
+@click.option(
+    "--exit-non-zero-on-fix",
+    is_flag=True,
+    help="With --fix: exit 1 when something was fixed, even if nothing remains.",
+)
 @click.option(
     "--diff", is_flag=True, help="Print the fixes as a diff; write nothing; exit 1 if any."
 )
 @click.option(
     "--show-fixes", is_flag=True, help="After the findings, list the fixes by rule and safety."
+)
+@click.option(
+    "--add-noqa",
+    is_flag=True,
+    help="Add `# noqa: CODES` to every line with a finding (to adopt autoopt on a large code "
+    "base and fix the findings later).",
 )
 @click.option(
     "--extend-exclude",
@@ -92,91 +132,97 @@ def progress_bar(n_files: int, quiet: bool) -> Iterator[Progress | None]:
     type=click.Path(dir_okay=False, path_type=Path),
     help="Write the findings to this file instead of standard output.",
 )
-@click.option(
-    "--stdin-filename",
-    metavar="PATH",
-    help="With `-` as the path: the name the code read from standard input is reported under "
-    "(and the config and per-file-ignores that apply to it).",
-)
+@stdin_filename_option
 @click.pass_context
 def lint(
     ctx: click.Context,
     paths: tuple[Path, ...],
-    select: tuple[str, ...],
-    ignore: tuple[str, ...],
-    extend_select: tuple[str, ...],
-    target_version: str | None,
-    config_file: Path | None,
-    force_exclude: bool | None,
-    allow_project_rules: bool | None,
     no_cache: bool,
     output_format: str | None,
     statistics: bool,
     exit_zero: bool | None,
     unsafe_fixes: bool | None,
     quiet: bool,
+    verbose: bool,
+    color: str,
     jobs: int | None,
     fix: bool,
+    exit_non_zero_on_fix: bool,
     diff: bool,
     show_fixes: bool,
+    add_noqa: bool,
     extend_exclude: tuple[str, ...],
     output_file: Path | None,
     stdin_filename: str | None,
+    **selection: Any,
 ) -> None:
     """Find missing PyTorch optimizations in PATHS (files or folders; default: .; `-` reads
     standard input)."""
-    if fix or diff:
-        if STDIN in paths:
-            fail("--fix/--diff do not take standard input; name the files")
+    from_stdin = reads_stdin(paths)
+    if diff:  # with or without --fix, as Ruff: show the fixes, write nothing
         from autoopt.cli.rewrite import rewrite
 
         ctx.invoke(
             rewrite,
             paths=paths,
-            diff=diff,
+            diff=True,
             check=False,
             unsafe_fixes=unsafe_fixes,
             wrap=False,
-            select=select,
-            ignore=ignore,
-            extend_select=extend_select,
-            target_version=target_version,
-            config_file=config_file,
-            force_exclude=force_exclude,
-            allow_project_rules=allow_project_rules,
+            stdin_filename=stdin_filename,
+            verbose=verbose,
+            **selection,
         )
         return
-    if STDIN in paths and len(paths) > 1:
-        fail("`-` (standard input) cannot be mixed with other paths")
+    if add_noqa and (fix or from_stdin):
+        fail("--add-noqa edits files: it takes neither --fix nor standard input")
+    refuse_non_python(paths)
     options = build_options(
-        select,
-        ignore,
-        extend_select,
-        target_version,
-        config_file,
-        force_exclude,
-        allow_project_rules,
+        **selection,
         no_cache=no_cache,
         output_format=output_format,
         exit_zero=exit_zero,
         unsafe_fixes=unsafe_fixes,
         extend_exclude=extend_exclude,
     )
-    from_stdin = paths == (STDIN,)
-    where = [stdin_filename or "."] if from_stdin else list(paths) or ["."]
-    try:
-        project = load_project([] if from_stdin else where, options, config_from=where)
-    except (ConfigError, RuleError) as exc:
-        fail(str(exc))
-        return
-    warn_skipped_rules(project.settings)
+    project = open_project(paths, options, stdin_filename)
+    if verbose:
+        say_settings(project)
     settings = project.settings
+    fixed: Fixed | None = None
+    stdin: dict[str, bytes] = {}
+    if fix:  # the rewrite engine, loaded only when it is used
+        from autoopt.cli.fix import fix_files, fix_stdin
     if from_stdin:
-        report = lint_stdin(project, stdin_filename)
+        data = sys.stdin.buffer.read()
+        if fix:
+            data, fixed = fix_stdin(data, project, stdin_filename)
+            sys.stdout.buffer.write(data)  # the fixed source; the findings go to stderr
+            sys.stdout.flush()
+        stdin[stdin_filename or "-"] = data
+        report = lint_stdin(project, stdin_filename, data)
     else:
-        _warn_unlintable(project, paths, quiet)
+        warn_no_files(project, paths, quiet)
+        if fix:
+            fixed = fix_files(project)
         with progress_bar(len(project.files), quiet) as progress:
             report = run_lint(project, jobs=jobs, progress=progress)
+    if verbose:
+        click.echo(
+            f"autoopt: checked {plural(report.files_checked, 'file')} in {report.elapsed:.2f} s "
+            f"({report.cached} from the cache, {report.parsed} parsed)",
+            err=True,
+        )
+    if add_noqa:
+        from autoopt.cli.noqa import add_noqa_comments
+
+        add_noqa_comments(report)
+        sys.exit(2 if report.errors and not settings.exit_zero else 0)
+    edits = None
+    if settings.output_format in EDIT_FORMATS:
+        from autoopt.cli.fix_edits import fix_edits
+
+        edits = fix_edits(report, project, stdin)
     text = render(
         report,
         settings.output_format,
@@ -184,6 +230,9 @@ def lint(
         quiet=quiet,
         unsafe_fixes=settings.unsafe_fixes,
         root=settings.project_root,
+        fixed=None if fixed is None else fixed.count,
+        edits=edits,
+        sources=stdin,
     )
     if show_fixes:
         text += fixes_summary(report)
@@ -193,19 +242,29 @@ def lint(
         except OSError as exc:
             fail(f"cannot write {output_file}: {exc.strerror or exc}")
     else:
-        click.echo(text, nl=False, color=color_setting())
-    sys.exit(report.exit_code(settings.exit_zero))
+        click.echo(text, nl=False, color=color_setting(color), err=from_stdin and fix)
+    sys.exit(exit_code(report, fixed, settings.exit_zero, exit_non_zero_on_fix))
 
 
-STDIN = Path("-")
+def exit_code(
+    report: LintReport, fixed: Fixed | None, exit_zero: bool, exit_non_zero_on_fix: bool
+) -> int:
+    """Ruff's: 2 for a file that could not be linted (or fixed), 1 while findings remain (after
+    `--fix` too) or, with `--exit-non-zero-on-fix`, when something was fixed; `--exit-zero`: 0."""
+    code = report.exit_code(exit_zero)
+    if exit_zero or fixed is None:
+        return code
+    if fixed.failed:
+        return 2
+    return 1 if code == 0 and exit_non_zero_on_fix and fixed.count else code
 
 
-def lint_stdin(project: Project, filename: str | None) -> LintReport:
-    """Lint the code on standard input, reported as `filename` (or `-`)."""
+def lint_stdin(project: Project, filename: str | None, data: bytes) -> LintReport:
+    """Lint `data`, the code read from standard input, reported as `filename` (or `-`)."""
     shown = filename or "-"
     rules = project.rules_for(shown) if filename else project.rules
     result = lint_bytes(
-        sys.stdin.buffer.read(),
+        data,
         shown,
         rules,
         project.settings.target_version,
@@ -213,19 +272,6 @@ def lint_stdin(project: Project, filename: str | None) -> LintReport:
         display=shown,
     )
     return LintReport(results=[result], rules=list(project.rules), files_checked=1)
-
-
-def _warn_unlintable(project: Project, paths: tuple[Path, ...], quiet: bool) -> None:
-    """Ruff's warnings: nothing to lint under the paths; a file named that is not Python."""
-    if not project.files and not project.discovered.errors and not quiet:
-        where = ", ".join(str(p) for p in paths) or "."
-        click.echo(f"autoopt: warning: No Python files found under {where}", err=True)
-    for path in paths:
-        if path.is_file() and path.suffix and path.suffix not in SUFFIXES:
-            fail(
-                f"{path}: not a Python file ({path.suffix}); autoopt lints "
-                f"{', '.join(SUFFIXES)} files and extension-less scripts"
-            )
 
 
 def fixes_summary(report: LintReport) -> str:
@@ -241,55 +287,4 @@ def fixes_summary(report: LintReport) -> str:
     return "\n".join([head, *lines]) + "\n"
 
 
-def _registry(config_file: Path | None, allow_project_rules: bool | None) -> Registry:
-    try:
-        options = Options(config=config_file, allow_project_rules=allow_project_rules)
-        settings = resolve_settings(["."], options)
-        warn_skipped_rules(settings)
-        return registry_for(settings)
-    except (ConfigError, RuleError) as exc:
-        fail(str(exc))
-        raise  # unreachable: fail exits
-
-
-def registry_config_options(command: Callable[..., None]) -> Callable[..., None]:
-    """`--config` and `--allow-project-rules`: which extra rules `rules`/`explain` include."""
-    command = allow_project_rules_option(command)
-    return click.option(
-        "--config",
-        "config_file",
-        type=click.Path(dir_okay=False, path_type=Path),
-        help="Config file whose extra-rules to include (with --allow-project-rules).",
-    )(command)
-
-
-@click.command("rules")
-@click.option(
-    "--output-format",
-    type=click.Choice(["text", "json", "markdown"]),
-    default="text",
-    help="text, json, or markdown (the full reference, as in docs/rules.md).",
-)
-@registry_config_options
-def rules(output_format: str, config_file: Path | None, allow_project_rules: bool | None) -> None:
-    """List every rule: code, name, fix availability (safe/unsafe/none), message."""
-    registry = _registry(config_file, allow_project_rules)
-    click.echo(render_rules(registry.all(), output_format), nl=False)
-
-
-@click.command("explain")
-@click.argument("code")
-@registry_config_options
-def explain(code: str, config_file: Path | None, allow_project_rules: bool | None) -> None:
-    """Print the documentation of one rule, given its code (AO201) or name."""
-    registry = _registry(config_file, allow_project_rules)
-    rule = registry.find(code)
-    if rule is None:
-        close = registry.suggest(code)
-        hint = f"; did you mean {' or '.join(close)}?" if close else ""
-        fail(f"unknown rule {code!r}{hint} (`autoopt rules` lists them)")
-        return
-    click.echo(render_explain(rule), nl=False)
-
-
-COMMANDS: list[click.Command] = [lint, rules, explain]
+COMMANDS: list[click.Command] = [lint]

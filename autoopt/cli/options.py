@@ -1,4 +1,5 @@
-"""The command-line options `lint` and `rewrite` share: rule selection, target version, config."""
+"""What `lint` and `rewrite` share on the command line: rule selection, target version, config,
+standard input, and how they refuse what they cannot read (so that both say the same)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,17 @@ from pathlib import Path
 
 import click
 
-from autoopt.lint.engine.config import ALLOW_PROJECT_RULES_ENV, Options, Settings
+from autoopt.lint.engine.config import ALLOW_PROJECT_RULES_ENV, ConfigError, Options, Settings
+from autoopt.lint.engine.discovery import SUFFIXES
+from autoopt.lint.engine.project import Project, load_project
+from autoopt.lint.engine.registry import RuleError
+
+STDIN = Path("-")
+
+
+def plural(n: int, word: str) -> str:
+    """`1 file`, `2 files`."""
+    return f"{n} {word}{'' if n == 1 else 's'}"
 
 
 def split_selectors(values: Sequence[str]) -> tuple[str, ...]:
@@ -77,6 +88,19 @@ def selection_options(func):  # type: ignore[no-untyped-def]
             default=None,
             help="Apply `exclude` to files named on the command line too (pre-commit).",
         ),
+        click.option(
+            "--per-file-ignores",
+            multiple=True,
+            metavar="PATTERN:CODES",
+            help="Ignore CODES in files matching PATTERN (gitignore-style), e.g. "
+            "'tests/*:AO1,AO2'; replaces the config's per-file-ignores. Repeatable.",
+        ),
+        click.option(
+            "--extend-per-file-ignores",
+            multiple=True,
+            metavar="PATTERN:CODES",
+            help="The same, on top of the config's per-file-ignores.",
+        ),
         allow_project_rules_option,
     ]
     for option in reversed(options):
@@ -92,6 +116,8 @@ def build_options(
     config_file: Path | None,
     force_exclude: bool | None,
     allow_project_rules: bool | None,
+    per_file_ignores: Sequence[str] = (),
+    extend_per_file_ignores: Sequence[str] = (),
     **extra: object,
 ) -> Options:
     """`Options` from the shared click options (plus any other `Options` fields in `extra`)."""
@@ -103,5 +129,92 @@ def build_options(
         config=config_file,
         force_exclude=force_exclude,
         allow_project_rules=allow_project_rules,
+        per_file_ignores=parse_per_file_ignores(per_file_ignores) if per_file_ignores else None,
+        extend_per_file_ignores=parse_per_file_ignores(extend_per_file_ignores),
         **extra,  # type: ignore[arg-type]
     )
+
+
+def parse_per_file_ignores(values: Sequence[str]) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """`('tests/*:AO1,AO2',)` -> `(('tests/*', ('AO1', 'AO2')),)`; the codes are checked with
+    the config's own (an unknown one is an error naming it)."""
+    out = []
+    for value in values:
+        pattern, sep, codes = value.rpartition(":")
+        if not sep or not pattern or not codes.strip():
+            fail(f"--per-file-ignores {value!r}: expected PATTERN:CODES, e.g. 'tests/*:AO1,AO2'")
+        out.append((pattern, split_selectors([codes])))
+    return tuple(out)
+
+
+stdin_filename_option = click.option(
+    "--stdin-filename",
+    metavar="PATH",
+    help="With `-` as the path: the name the code read from standard input is reported under "
+    "(and the config and per-file-ignores that apply to it).",
+)
+
+
+def reads_stdin(paths: Sequence[Path]) -> bool:
+    """Whether the paths are `-` (standard input); `-` mixed with other paths is a usage error."""
+    if STDIN in paths and len(paths) > 1:
+        fail("`-` (standard input) cannot be mixed with other paths")
+    return tuple(paths) == (STDIN,)
+
+
+def refuse_non_python(paths: Sequence[Path]) -> None:
+    """Ruff's rule: a file named on the command line that is not Python is an error (exit 2)."""
+    for path in paths:
+        if path.is_file() and path.suffix and path.suffix not in SUFFIXES:
+            fail(
+                f"{path}: not a Python file ({path.suffix}); autoopt lints "
+                f"{', '.join(SUFFIXES)} files and extension-less scripts"
+            )
+
+
+def open_project(paths: Sequence[Path], options: Options, stdin_filename: str | None) -> Project:
+    """The project of `paths` (standard input: no files, the config of `stdin_filename`), or
+    exit 2 with the configuration's or the rules' error."""
+    from_stdin = tuple(paths) == (STDIN,)
+    where = [stdin_filename or "."] if from_stdin else list(paths) or ["."]
+    try:
+        project = load_project([] if from_stdin else where, options, config_from=where)
+    except (ConfigError, RuleError) as exc:
+        fail(str(exc))
+        raise  # unreachable: fail exits
+    warn_skipped_rules(project.settings)
+    return project
+
+
+def warn_no_files(project: Project, paths: Sequence[Path], quiet: bool) -> None:
+    """Ruff's warning when there is nothing to lint under the paths (the exit code stays 0)."""
+    if not project.files and not project.discovered.errors and not quiet:
+        where = ", ".join(str(p) for p in paths) or "."
+        click.echo(f"autoopt: warning: No Python files found under {where}", err=True)
+
+
+verbose_option = click.option(
+    "-v",
+    "--verbose",
+    is_flag=True,
+    help="Say on stderr which config, rules and files the run uses, and what it cost.",
+)
+
+
+def say_settings(project: Project) -> None:
+    """`-v`: the config, the project root, the rules and the files of a run, on stderr."""
+    settings = project.settings
+
+    def say(line: str) -> None:
+        click.echo(f"autoopt: {line}", err=True)
+
+    say(f"config: {settings.config_path or 'none (defaults)'}")
+    say(f"project root: {settings.project_root}")
+    target = settings.target_version
+    say(f"target torch version: {'.'.join(map(str, target)) if target else 'any'}")
+    codes = [rule.code for rule in project.rules]
+    say(f"{plural(len(codes), 'rule')} selected: {', '.join(codes)}")
+    if settings.per_file_ignores:
+        ignores = "; ".join(f"{p}: {', '.join(c)}" for p, c in settings.per_file_ignores)
+        say(f"per-file-ignores: {ignores}")
+    say(f"{plural(len(project.files), 'file')} to check")

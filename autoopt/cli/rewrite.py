@@ -9,6 +9,10 @@ rules' fixes, and the summary names it (exit 2). Every edit, `--wrap`'s too, is 
 it is written (`autoopt.lint.rewrite.verify`); one that fails is left out and the summary names the fix,
 the file and why ("not applied: ..."). A file is read with its PEP 263 cookie or BOM
 and written back in the same encoding.
+`-` reads the source from standard input and writes the rewritten source (or its diff) to
+standard output, as an editor's fix-on-save wants it. Bad input is refused as `autoopt lint`
+refuses it, in the same words (a missing path, a file that is not Python, a syntax error at its
+line and column): exit 2.
 The summary (files rewritten, fixes per code, declined fixes with their reasons, unsafe fixes
 available) goes to stderr; diffs go to stdout.
 """
@@ -18,48 +22,70 @@ from __future__ import annotations
 import difflib
 import os
 import stat
+import sys
 import tempfile
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import click
 import libcst as cst
 
 from autoopt.cli.options import (
     build_options,
-    fail,
+    open_project,
+    reads_stdin,
+    refuse_non_python,
+    say_settings,
     selection_options,
-    warn_skipped_rules,
+    stdin_filename_option,
+    verbose_option,
+    warn_no_files,
 )
-from autoopt.lint.engine.config import ConfigError, Settings
+from autoopt.cli.output import error_line
+from autoopt.lint.engine.config import Settings
 from autoopt.lint.engine.discovery import display_path, is_notebook
-from autoopt.lint.engine.project import load_project
-from autoopt.lint.engine.registry import RuleError
+from autoopt.lint.engine.project import Project
+from autoopt.lint.engine.results import FileError
 from autoopt.lint.engine.rule import Finding, FixSafety, Rule
+from autoopt.lint.engine.runner import read_error, syntax_error, unreadable_source
 from autoopt.lint.engine.suppress import filter_findings
 from autoopt.lint.rewrite.apply import RewriteError, fix_source
 from autoopt.lint.rewrite.verify import verify_edit
-from autoopt.lint.tree.encoding import SourceDecodeError, decode_source
+from autoopt.lint.tree.encoding import SourceDecodeError, SourceText, decode_source
+from autoopt.lint.tree.notebook import NotebookError, notebook_source
 from autoopt.lint.wrap.insert import WrapResult, WrapTally, wrap_source
 
 WRAP_UNVERIFIED = "the inserted call failed verification"
 
 
 @dataclass
-class _Summary:
+class RewriteSummary:
     """What a run did, for the stderr report and the exit code."""
 
     changed: list[str] = field(default_factory=list)
     applied: Counter[str] = field(default_factory=Counter)
     declined: list[tuple[str, Finding | str]] = field(default_factory=list)
     unsafe: Counter[str] = field(default_factory=Counter)
-    errors: list[tuple[str, str]] = field(default_factory=list)
+    # Files (or fixes) that could not be handled, said as `lint` says them: (path, error).
+    errors: list[tuple[str, FileError]] = field(default_factory=list)
     skipped: list[tuple[str, str]] = field(default_factory=list)
     # Edits that failed verification and were not written: (file[:line], what, why).
     rejected: list[tuple[str, str, str]] = field(default_factory=list)
     wrap: WrapTally = field(default_factory=WrapTally)
+
+    def error(self, where: str, reason: str) -> None:
+        """A problem at no particular place of the file (a fix skipped, a write that failed)."""
+        self.errors.append((where, FileError(reason, kind="internal")))
+
+    def exit_code(self, *, would_change: bool) -> int:
+        """2 when something could not be rewritten; else (`--check`, `--diff`: Ruff's
+        convention) 1 when something would change; else 0."""
+        if self.errors:
+            return 2
+        return 1 if would_change and self.changed else 0
 
 
 @click.command("rewrite")
@@ -82,6 +108,8 @@ class _Summary:
     is_flag=True,
     help="Instead of inline fixes, insert `model, loader, optimizer = autoopt.optimize(...)`.",
 )
+@stdin_filename_option
+@verbose_option
 @selection_options
 def rewrite(
     paths: tuple[Path, ...],
@@ -89,73 +117,132 @@ def rewrite(
     check: bool,
     unsafe_fixes: bool | None,
     wrap: bool,
-    select: tuple[str, ...],
-    ignore: tuple[str, ...],
-    extend_select: tuple[str, ...],
-    target_version: str | None,
-    config_file: Path | None,
-    force_exclude: bool | None,
-    allow_project_rules: bool | None,
+    stdin_filename: str | None,
+    verbose: bool,
+    **selection: Any,
 ) -> None:
-    """Rewrite training scripts to adopt the tricks (edits files in place)."""
-    options = build_options(
-        select,
-        ignore,
-        extend_select,
-        target_version,
-        config_file,
-        force_exclude,
-        allow_project_rules,
-        unsafe_fixes=unsafe_fixes,
-    )
-    try:
-        project = load_project(list(paths) or ["."], options)
-    except (ConfigError, RuleError) as exc:
-        fail(str(exc))
-        return
-    warn_skipped_rules(project.settings)
+    """Rewrite training scripts to adopt the tricks (edits files in place; `-` reads standard
+    input and writes the result to standard output)."""
+    from_stdin = reads_stdin(paths)
+    refuse_non_python(paths)
+    options = build_options(**selection, unsafe_fixes=unsafe_fixes)
+    project = open_project(paths, options, stdin_filename)
+    if verbose:
+        say_settings(project)
+    summary = RewriteSummary()
+    if from_stdin:
+        shown = stdin_filename or "-"
+        rules = project.rules_for(shown) if stdin_filename else project.rules
+        new = rewrite_bytes(
+            sys.stdin.buffer.read(), shown, rules, project.settings, wrap=wrap, summary=summary
+        )
+        if new is not None:
+            _show_stdin_result(new, shown, diff=diff, check=check)
+    else:
+        warn_no_files(project, paths, quiet=False)
+        rewrite_files(project, wrap=wrap, diff=diff, write=not (diff or check), summary=summary)
+    print_summary(summary, wrap=wrap, write=not (diff or check))
+    raise SystemExit(summary.exit_code(would_change=check or diff))
 
-    summary = _Summary()
-    summary.errors.extend((where, error.message) for where, error in project.discovered.errors)
-    write = not (diff or check)
+
+def _show_stdin_result(new: tuple[SourceText, str], shown: str, *, diff: bool, check: bool) -> None:
+    """Standard input's rewrite on standard output: the new source (an editor's fix-on-save),
+    or its diff."""
+    decoded, fixed = new
+    if diff:
+        click.echo(unified_diff(decoded.text, fixed, shown), nl=False)
+    elif not check:
+        sys.stdout.buffer.write(decoded.encode(fixed))
+        sys.stdout.flush()
+
+
+def rewrite_files(
+    project: Project, *, wrap: bool, diff: bool, write: bool, summary: RewriteSummary
+) -> None:
+    """Rewrite (or diff) every file of `project`; fills `summary`."""
+    summary.errors.extend(project.discovered.errors)
     for path in project.files:
-        shown = display_path(path)
-        if is_notebook(path):
-            summary.skipped.append((shown, "notebooks are not rewritten (lint reports them)"))
-            continue
-        rules = project.rules_for(path)
-        _rewrite_file(path, shown, rules, project.settings, wrap, diff, write, summary)
-
-    _print_summary(summary, wrap=wrap, write=write)
-    if summary.errors:
-        raise SystemExit(2)
-    if (check or diff) and summary.changed:  # Ruff's convention: 1 when it would change
-        raise SystemExit(1)
+        rewrite_path(
+            path,
+            display_path(path),
+            project.rules_for(path),
+            project.settings,
+            wrap=wrap,
+            diff=diff,
+            write=write,
+            summary=summary,
+        )
 
 
-def _rewrite_file(
+def rewrite_path(
     path: Path,
     shown: str,
     rules: Sequence[type[Rule]],
     settings: Settings,
+    *,
     wrap: bool,
     diff: bool,
     write: bool,
-    summary: _Summary,
+    summary: RewriteSummary,
 ) -> None:
     """Rewrite one file (or say why not); fills `summary`."""
     try:
-        decoded = decode_source(path.read_bytes())
-    except SourceDecodeError as exc:
-        summary.errors.append((shown, f"{exc.reason} (line {exc.line})"))
-        return
+        data = path.read_bytes()
     except OSError as exc:
-        summary.errors.append((shown, f"cannot read: {exc.strerror or exc}"))
+        summary.errors.append((shown, read_error(exc)))
         return
+    if is_notebook(path):
+        try:
+            notebook_source(decode_source(data).text)
+        except (SourceDecodeError, NotebookError) as exc:
+            summary.errors.append((shown, unreadable_source(exc)))
+        else:
+            summary.skipped.append((shown, "notebooks are not rewritten (lint reports them)"))
+        return
+    rewritten = rewrite_bytes(data, shown, rules, settings, wrap=wrap, summary=summary)
+    if rewritten is None:
+        return
+    decoded, new = rewritten
+    if new == decoded.text:
+        return
+    if diff:
+        click.echo(unified_diff(decoded.text, new, shown), nl=False)
+    if write:
+        try:
+            atomic_write(path, decoded.encode(new))
+        except UnicodeEncodeError as exc:
+            summary.changed.remove(shown)
+            summary.error(
+                shown,
+                f"not written: the fixes add {exc.object[exc.start]!r}, which "
+                f"{decoded.encoding} cannot encode",
+            )
+        except OSError as exc:
+            summary.changed.remove(shown)
+            summary.error(shown, f"cannot write: {exc.strerror or exc}")
+
+
+def rewrite_bytes(
+    data: bytes,
+    shown: str,
+    rules: Sequence[type[Rule]],
+    settings: Settings,
+    *,
+    wrap: bool,
+    summary: RewriteSummary,
+) -> tuple[SourceText, str] | None:
+    """(the decoded source, the rewritten text) of one file's bytes, or None when they cannot
+    be rewritten (the reason goes to `summary.errors`, worded as `lint` words it). A changed
+    file is counted in `summary.changed`."""
+    try:
+        decoded = decode_source(data)
+    except SourceDecodeError as exc:
+        summary.errors.append((shown, unreadable_source(exc)))
+        return None
     source = decoded.text
     try:
         if wrap:
-            wrapped = _verified_wrap(source, path, shown, rules, settings, summary)
+            wrapped = _verified_wrap(source, Path(shown), shown, rules, settings, summary)
             new = wrapped.source
             summary.wrap.add(wrapped)
             if wrapped.declined:
@@ -180,49 +267,33 @@ def _rewrite_file(
                 for r in result.rejected
             )
             # A rule that crashed or whose fix failed: the file gets the other fixes; exit 2.
-            summary.errors.extend(
-                (shown, f"{s.code} fix skipped: {s.reason}") for s in result.skipped
-            )
+            for skipped in result.skipped:
+                summary.error(shown, f"{skipped.code} fix skipped: {skipped.reason}")
     except cst.ParserSyntaxError as exc:
-        summary.errors.append((shown, f"cannot parse: {exc.message}"))
-        return
+        summary.errors.append((shown, syntax_error(source, exc)))
+        return None
     except (RecursionError, RewriteError) as exc:
-        summary.errors.append((shown, str(exc) or type(exc).__name__))
-        return
+        summary.error(shown, str(exc) or type(exc).__name__)
+        return None
     except Exception as exc:  # a bug outside any rule (the engine, --wrap): this file only
         what = "--wrap" if wrap else "the rewrite engine"
-        summary.errors.append((shown, f"internal error in {what}: {type(exc).__name__}: {exc}"))
-        return
-    if new == source:
-        return
-    summary.changed.append(shown)
-    if diff:
-        click.echo(
-            "".join(
-                difflib.unified_diff(
-                    source.splitlines(keepends=True),
-                    new.splitlines(keepends=True),
-                    fromfile=f"a/{shown}",
-                    tofile=f"b/{shown}",
-                )
-            ),
-            nl=False,
+        summary.error(shown, f"internal error in {what}: {type(exc).__name__}: {exc}")
+        return None
+    if new != source:
+        summary.changed.append(shown)
+    return decoded, new
+
+
+def unified_diff(source: str, new: str, shown: str) -> str:
+    """The change as `git diff` shows it (a/ and b/ prefixes)."""
+    return "".join(
+        difflib.unified_diff(
+            source.splitlines(keepends=True),
+            new.splitlines(keepends=True),
+            fromfile=f"a/{shown}",
+            tofile=f"b/{shown}",
         )
-    if write:
-        try:
-            atomic_write(path, decoded.encode(new))
-        except UnicodeEncodeError as exc:
-            summary.changed.remove(shown)
-            summary.errors.append(
-                (
-                    shown,
-                    f"not written: the fixes add {exc.object[exc.start]!r}, which "
-                    f"{decoded.encoding} cannot encode",
-                )
-            )
-        except OSError as exc:
-            summary.changed.remove(shown)
-            summary.errors.append((shown, f"cannot write: {exc.strerror or exc}"))
+    )
 
 
 def _verified_wrap(
@@ -231,7 +302,7 @@ def _verified_wrap(
     shown: str,
     rules: Sequence[type[Rule]],
     settings: Settings,
-    summary: _Summary,
+    summary: RewriteSummary,
 ) -> WrapResult:
     """`wrap_source`, with its edit verified as every fix's is (`autoopt.lint.rewrite.verify`): an
     insertion that would break the script is not written and counts as declined, with why."""
@@ -285,12 +356,14 @@ def _counts(counter: Counter[str]) -> str:
     return ", ".join(f"{code} ×{n}" for code, n in sorted(counter.items()))
 
 
-def _print_summary(summary: _Summary, *, wrap: bool, write: bool) -> None:
+def print_summary(summary: RewriteSummary, *, wrap: bool, write: bool) -> None:
+    """The run's report on stderr: errors, skips, rejected and declined fixes, then the tally."""
+
     def err(line: str) -> None:
         click.echo(line, err=True)
 
-    for where, reason in summary.errors:
-        err(f"error: {where}: {reason}")
+    for where, error in summary.errors:
+        err(error_line(where, error))
     for where, reason in summary.skipped:
         err(f"skipped: {where}: {reason}")
     for where, what, reason in summary.rejected:

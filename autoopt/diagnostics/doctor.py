@@ -34,9 +34,13 @@ import torch
 from torch import nn
 from torch.nn.parameter import is_lazy
 
-from autoopt.runtime import hardware
+from autoopt.lint.engine.config import ALLOW_PROJECT_RULES_ENV
+from autoopt.runtime import hardware, voice
+from autoopt.runtime.compiling import cache as compile_cache
+from autoopt.runtime.tune import cache as tune_cache
 
-# Environment variables that change what torch or autoopt do.
+# Environment variables that change what torch or autoopt do; autoopt's own are named where they
+# are read, so that this list cannot miss one.
 ENV_VARS = (
     "CUDA_VISIBLE_DEVICES",
     "CUDA_LAUNCH_BLOCKING",
@@ -51,7 +55,11 @@ ENV_VARS = (
     "CUBLAS_WORKSPACE_CONFIG",
     "TORCH_LOGS",
     "TORCHINDUCTOR_CACHE_DIR",
-    "AUTOOPT_CACHE_DIR",
+    voice.DISABLE_ENV,
+    voice.OPTIONS_ENV,
+    compile_cache.ENV,
+    tune_cache.CACHE_ENV,
+    ALLOW_PROJECT_RULES_ENV,
 )
 
 
@@ -334,7 +342,10 @@ def render(info: dict[str, Any]) -> str:
     if info["nvidia_smi"]:
         lines += ["", "nvidia-smi -L", *(f"  {line}" for line in info["nvidia_smi"])]
     lines += ["", "environment"]
-    lines += [f"  {k:<24} {v if v is not None else '(unset)'}" for k, v in info["env"].items()]
+    width = max(map(len, info["env"]), default=0)
+    lines += [
+        f"  {k:<{width}}  {v if v is not None else '(unset)'}" for k, v in info["env"].items()
+    ]
     if "model" in info:
         m = info["model"]
         lines += [

@@ -9,6 +9,10 @@ and saved-tensor hooks in autoopt.runtime.memory)."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import sys
+import tempfile
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -23,12 +27,48 @@ def _events(nodes: list[Any]) -> Iterator[Any]:
         yield from _events(node.children)
 
 
+# What torch's profiler (kineto, in C++) prints on the process's stderr at each start and stop,
+# whatever its log level, and its warning that a block allocated before it started is freed
+# inside (expected here: only the step's allocations are counted): noise in a report.
+PROFILER_CHATTER = ("USDT:", "STAGE:")
+PROFILER_WARNING = "allocated before the profiling started"
+
+
+@contextlib.contextmanager
+def profiler_quiet() -> Iterator[None]:
+    """Keep the profiler's own lines (`PROFILER_CHATTER`) off the terminal: the process's stderr
+    (file descriptor 2, which C++ writes to) goes to a file meanwhile, and every other line
+    written there is passed on afterwards, so no warning or error is lost."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile(mode="w+b") as caught:
+        os.dup2(caught.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            caught.seek(0)
+            kept = [
+                line
+                for line in caught.read().decode(errors="replace").splitlines(keepends=True)
+                if not line.startswith(PROFILER_CHATTER) and PROFILER_WARNING not in line
+            ]
+            if kept:
+                sys.stderr.write("".join(kept))
+                sys.stderr.flush()
+
+
 def allocated_peak(fn: Callable[[], Any]) -> int:
     """The most bytes the CPU allocator held at once during `fn()` beyond what it held before
     (torch's profiler memory events; tensors allocated earlier are not counted)."""
     from torch._C._profiler import _EventType  # the event kind torch's memory timeline reads
 
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+    with (
+        profiler_quiet(),
+        profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof,
+    ):
         fn()
     tree = prof.profiler.kineto_results.experimental_event_tree()
     totals = [

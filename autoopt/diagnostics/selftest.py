@@ -14,13 +14,15 @@ times both in interleaved blocks (CUDA events on a GPU). Exit 1 on any mismatch.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import os
 import statistics
 import sys
+import textwrap
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -45,10 +47,32 @@ class Row:
     tolerance: float | None = None
     speedup: float | None = None  # by-hand time / optimize() time, same steps
     note: str = ""
+    # The slowest and fastest block's ratio (the run's noise), and one step of the loop by hand.
+    speedup_range: tuple[float, float] | None = None
+    step_ms: float | None = None
 
     @property
     def failed(self) -> bool:
         return self.status in ("mismatch", "error")
+
+    def slow_reason(self) -> str:
+        """How an "ok" slower than torch by hand was slower, in this run's figures ("" if it
+        was not): within the run's noise (a block had optimize() ahead), or in every block.
+        What that means is said once, under the report (`SLOW_OK`)."""
+        if self.status != "ok" or self.speedup is None or self.speedup >= 1:
+            return ""
+        low, high = self.speedup_range or (self.speedup, self.speedup)
+        if high >= 1:
+            return f"slower in the median, within this run's noise (blocks {low:.2f}x-{high:.2f}x)"
+        step = f", by hand {self.step_ms:.1f} ms/step" if self.step_ms is not None else ""
+        return f"slower than by hand in every block of this run ({low:.2f}x-{high:.2f}x{step})"
+
+
+# Said under the report when a check was ok but slower than by hand.
+SLOW_OK = (
+    "ok with a speed under 1: the results match, and optimize() was slower than torch by hand "
+    "on these few steps of a small model; autoopt bench measures speed on full-size workloads."
+)
 
 
 # --- models and data ---------------------------------------------------------------------------
@@ -285,14 +309,32 @@ def _synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+@dataclass(frozen=True)
+class Speed:
+    """By-hand time over optimize() time: the median, the range over the blocks, and the
+    median time of one step of the loop by hand."""
+
+    ratio: float
+    low: float
+    high: float
+    step_ms: float
+
+
 def interleaved_speedup(
-    reference: Callable[[], Any], candidate: Callable[[], Any], device: torch.device, blocks: int
-) -> float:
-    """Median time of `reference` over median time of `candidate`, timed in alternating blocks
-    after one warm-up call each (so load on the machine falls on both alike)."""
+    reference: Callable[[], Any],
+    candidate: Callable[[], Any],
+    device: torch.device,
+    blocks: int,
+    steps: int = 1,
+    warm: bool = False,
+) -> Speed:
+    """`reference` against `candidate` (each a run of `steps` steps), timed in alternating
+    blocks (so load on the machine falls on both alike), after one warm-up call each unless
+    both have run already (`warm`)."""
     times: dict[str, list[float]] = {"ref": [], "cand": []}
-    reference()
-    candidate()
+    if not warm:
+        reference()
+        candidate()
     for _ in range(blocks):
         for key, fn in (("ref", reference), ("cand", candidate)):
             _synchronize(device)
@@ -310,7 +352,11 @@ def interleaved_speedup(
                 began = time.perf_counter()
                 fn()
                 times[key].append(time.perf_counter() - began)
-    return statistics.median(times["ref"]) / statistics.median(times["cand"])
+    ratios = [r / c for r, c in zip(times["ref"], times["cand"], strict=True)]
+    ref = statistics.median(times["ref"])
+    return Speed(
+        ref / statistics.median(times["cand"]), min(ratios), max(ratios), ref * 1000 / steps
+    )
 
 
 # --- the checks ----------------------------------------------------------------------------------
@@ -361,19 +407,29 @@ def compare(
     ref_losses = train(ref_step, work.batches)
     diff = max_relative_diff(model, reference, losses, ref_losses)
     tolerance = TOLERANCE[dtype]
-    speedup = (
-        interleaved_speedup(
-            lambda: train(ref_step, work.batches),
-            lambda: train(step, work.batches),
-            device,
-            setting.blocks,
-        )
-        if timed
-        else None
-    )
     status = "ok" if diff <= tolerance else "mismatch"
     note = f"{work.name}, {len(work.batches)} steps"
-    return Row(check, status, detail, diff, tolerance, speedup, note)
+    if not timed:
+        return Row(check, status, detail, diff, tolerance, None, note)
+    speed = interleaved_speedup(
+        lambda: train(ref_step, work.batches),
+        lambda: train(step, work.batches),
+        device,
+        setting.blocks,
+        steps=len(work.batches),
+        warm=True,  # both trained on these batches above: their first steps are behind them
+    )
+    return Row(
+        check,
+        status,
+        detail,
+        diff,
+        tolerance,
+        speed.ratio,
+        note,
+        (speed.low, speed.high),
+        speed.step_ms,
+    )
 
 
 def check_fp16_scaling(setting: Setting, work: Workload) -> Row:
@@ -602,13 +658,14 @@ def check_distributed(setting: Setting, work: Workload) -> Row:
     return row
 
 
-def run_checks(quick: bool = False, device: str | None = None) -> list[Row]:
-    """Every check that applies here, in order; a check that raises is an `error` row."""
+Check = tuple[str, Callable[[], Row]]
+
+
+def planned_checks(quick: bool = False, device: str | None = None) -> list[Check]:
+    """Every check, in order, as (name, run it): the command says each one as it runs."""
     from autoopt.runtime import hardware
 
-    dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    if dev.type == "cuda" and dev.index is None and "LOCAL_RANK" in os.environ:
-        dev = torch.device("cuda", int(os.environ["LOCAL_RANK"]))  # torchrun: one GPU per rank
+    dev = resolve_device(device)
     bf16 = hardware.cuda_supports_bf16(dev) if dev.type == "cuda" else hardware.cpu_supports_bf16()
     setting = Setting(dev, quick, bf16, int(os.environ.get("WORLD_SIZE", "1")) > 1)
     work = workloads(quick)
@@ -672,45 +729,109 @@ def run_checks(quick: bool = False, device: str | None = None) -> list[Row]:
         ),
         ("distributed", lambda: check_distributed(setting, work["transformer"])),
     ]
-    rows = []
-    for name, check in checks:
-        try:
-            rows.append(check())
-        except Exception as exc:  # a broken pass is a finding of the selftest, not its crash
-            rows.append(Row(name, "error", f"{type(exc).__name__}: {exc}"[:300]))
-    return rows
+    return checks
 
 
-def render(rows: list[Row], device: str) -> str:
-    """The table a person reads."""
-    head = ("check", "result", "max diff (tol)", "speed-up", "optimize() says / note")
-    body = []
-    for r in rows:
-        diff = "" if r.max_diff is None else f"{r.max_diff:.1e} ({r.tolerance:.0e})"
-        speed = "" if r.speedup is None else f"{r.speedup:.2f}x"
-        body.append(
-            (r.check, r.status, diff, speed, f"{r.applied[:70]}{'; ' + r.note if r.note else ''}")
+def run_check(name: str, check: Callable[[], Row]) -> Row:
+    """One check's row; a check that raises is an `error` row (a broken pass is a finding of
+    the selftest, not its crash)."""
+    try:
+        return check()
+    except Exception as exc:
+        return Row(name, "error", f"{type(exc).__name__}: {exc}"[:300])
+
+
+# The report fits a terminal of this width; a longer explanation wraps between words.
+WIDTH = 80
+_STATUS, _CHECK = 9, 29  # column widths: "mismatch", "memory budget (does not fit)"
+_INDENT = " " * _STATUS
+
+
+def header(device: str, quick: bool, threads: int) -> str:
+    """What the report is, said before the first check runs."""
+    plural = "" if threads == 1 else "s"
+    lines = [
+        f"autoopt selftest on {device}, {'quick' if quick else 'full'} mode, "
+        f"{threads} torch thread{plural}",
+        *textwrap.wrap(
+            "Each check trains a small model through optimize() with one pass on, and through "
+            "the same loop written with torch's own tools; ok: the results match. speed: time "
+            "by hand / time through optimize() (above 1: optimize() is faster).",
+            WIDTH,
+        ),
+        "",
+        f"{'result':<{_STATUS}}{'check':<{_CHECK}}{'speed':>6}  max diff (tolerance)",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def row_lines(row: Row, verbose: bool = False) -> str:
+    """One check: its line, then (wrapped, indented) why it is not ok or is slower than by
+    hand; with `verbose` also what optimize() reported and the check's note."""
+    speed = "" if row.speedup is None else f"{row.speedup:.2f}x"
+    diff = "" if row.max_diff is None else f"{row.max_diff:.1e} ({row.tolerance:.0e})"
+    lines = [f"{row.status:<{_STATUS}}{row.check:<{_CHECK}}{speed:>6}  {diff}".rstrip()]
+    details = []
+    if row.status != "ok":
+        details.append("; ".join(part for part in (row.applied, row.note) if part))
+    elif row.slow_reason():
+        details.append(row.slow_reason())
+    if verbose and row.status == "ok":
+        details += [f"optimize() says: {row.applied}", row.note]
+    for detail in filter(None, details):
+        lines += textwrap.wrap(
+            detail,
+            WIDTH,
+            initial_indent=_INDENT,
+            subsequent_indent=_INDENT,
+            break_long_words=False,
+            break_on_hyphens=False,
         )
-    widths = [max(len(str(line[i])) for line in [head, *body]) for i in range(4)]
+    return "\n".join(lines) + "\n"
 
-    def line(cells: tuple[str, ...]) -> str:
-        return (
-            "  ".join(f"{c:<{w}}" for c, w in zip(cells[:4], widths, strict=True)) + "  " + cells[4]
-        )
 
+def verdict(rows: list[Row], seconds: float) -> str:
+    """The last line: passed or how many failed, and how long it took; before it, once, what
+    an ok slower than by hand means."""
     failed = sum(r.failed for r in rows)
-    verdict = "all checks passed" if not failed else f"{failed} check(s) FAILED"
-    return (
-        "\n".join([f"autoopt selftest on {device}", line(head), *map(line, body), verdict]) + "\n"
-    )
+    skipped = sum(r.status == "skipped" for r in rows)
+    said = "all checks passed" if not failed else f"{failed} check(s) FAILED"
+    extra = f", {skipped} skipped (not on this machine or mode)" if skipped else ""
+    slower = any(r.slow_reason().startswith("slower than by hand") for r in rows)
+    note = textwrap.wrap(SLOW_OK, WIDTH) if slower else []
+    return "\n".join([*note, f"{said}{extra}; {seconds:.0f} s"]) + "\n"
 
 
 def to_json(rows: list[Row]) -> list[dict[str, Any]]:
     return [asdict(r) for r in rows]
 
 
-def describe_device(device: str | None) -> str:
+def resolve_device(device: str | None) -> torch.device:
+    """The device the checks run on: the one asked for, else CUDA (this rank's GPU under
+    torchrun) if present, else the CPU."""
     dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    if dev.type == "cuda" and dev.index is None and "LOCAL_RANK" in os.environ:
+        dev = torch.device("cuda", int(os.environ["LOCAL_RANK"]))  # torchrun: one GPU per rank
+    return dev
+
+
+@contextlib.contextmanager
+def check_threads(quick: bool, device: str | None) -> Iterator[int]:
+    """The torch intra-op threads the checks run with (yielded), restored afterwards: with
+    `--quick` on the CPU one, for both loops alike. Its models are so small that more threads
+    only add synchronisation, and on a busy machine the waits for a descheduled thread dominate
+    the run (docs/diagnostics.md has the figures)."""
+    before = torch.get_num_threads()
+    threads = 1 if quick and resolve_device(device).type == "cpu" else before
+    torch.set_num_threads(threads)
+    try:
+        yield threads
+    finally:
+        torch.set_num_threads(before)
+
+
+def describe_device(device: str | None) -> str:
+    dev = resolve_device(device)
     if dev.type == "cuda":
         return f"{torch.cuda.get_device_name(dev)} (torch {torch.__version__})"
     from autoopt.runtime.hardware import cpu_model

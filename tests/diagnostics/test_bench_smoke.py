@@ -13,9 +13,7 @@ from torch.nn import functional as F
 
 from autoopt.cli import main
 from autoopt.diagnostics import bench
-
-harness = bench.load_harness()
-workloads = __import__("benchmarks.workloads", fromlist=["Workload"])
+from autoopt.diagnostics.bench import harness, workloads
 
 
 def _tiny_data(n: int, g: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:

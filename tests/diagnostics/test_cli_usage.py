@@ -28,3 +28,19 @@ def test_doctor_rejects_a_model_spec_it_cannot_load_before_measuring(monkeypatch
     assert "no_such_module_here" in result.output
     result = CliRunner().invoke(main, ["doctor", "--model", "torch.nn:Linear"])
     assert result.exit_code == 2  # Linear() needs arguments: a TypeError, said as usage
+
+
+def test_the_runtime_commands_without_torch_say_what_to_install(monkeypatch) -> None:
+    """autoopt installs without torch (lint and rewrite never need it): doctor, bench and
+    selftest then exit 2 naming what to install, never a traceback."""
+    import importlib.util
+
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "torch" else find_spec(name)
+    )
+    for command in (["doctor"], ["bench", "--list"], ["selftest", "--quick"]):
+        result = CliRunner().invoke(main, command)
+        assert result.exit_code == 2, (command, result.output)
+        assert f"autoopt {command[0]} needs PyTorch" in result.output
+        assert 'pip install "autoopt[torch]"' in result.output

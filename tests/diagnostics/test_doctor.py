@@ -71,6 +71,22 @@ def test_environment_is_reported(monkeypatch):
     assert "CUDA_VISIBLE_DEVICES" in env
 
 
+def test_every_environment_variable_autoopt_reads_is_reported():
+    """doctor lists each `AUTOOPT_*` variable autoopt reads (found where it is defined, as
+    `NAME = "AUTOOPT_..."`), not the one or two someone remembered."""
+    import re
+    from pathlib import Path
+
+    package = Path(autoopt.__file__).parent
+    defined = {
+        name
+        for path in package.rglob("*.py")
+        for name in re.findall(r'^\w+ = "(AUTOOPT_[A-Z_]+)"', path.read_text(), re.M)
+    }
+    assert {"AUTOOPT_DISABLE", "AUTOOPT_OPTIONS", "AUTOOPT_COMPILE_CACHE"} <= defined
+    assert defined <= set(doctor.ENV_VARS), defined - set(doctor.ENV_VARS)
+
+
 def test_cli_text_and_json():
     runner = CliRunner()
     text = runner.invoke(main, ["doctor"])

@@ -4,8 +4,10 @@ own loop on this machine), and a pass that computes something else is reported a
 from __future__ import annotations
 
 import json
+import os
 import re
 
+import click
 import pytest
 import torch
 from click.testing import CliRunner
@@ -148,3 +150,119 @@ def test_the_compile_row_passes_within_torchs_own_compile_vs_eager_difference(
         assert row.tolerance == (torchs if status == "ok" else 1e-4)
     else:
         assert made == []  # within the fp32 tolerance: nothing more is run
+
+
+# --- the report: a line per check as it runs, 80 columns, a slow "ok" explained ---------------
+
+LONG = (
+    "applied: wrapped (num_workers=0 (in-memory TensorDataset: workers would only add IPC)): "
+    "batches moved to cpu; 4 batches, same order and values, on cpu"
+)
+
+
+def _rows() -> list[selftest.Row]:
+    return [
+        selftest.Row("loader", "ok", LONG, note="4 batches, same order and values, on cpu"),
+        selftest.Row("amp bf16", "ok", "applied: bf16", 0.0, 3e-2, 0.39, "", (0.35, 0.42), 3.1),
+        selftest.Row("accumulate", "ok", "applied", 0.0, 1e-4, 0.8, "", (0.6, 1.1), 2.0),
+        selftest.Row("channels_last", "ok", "applied", 0.0, 1e-4, 1.3, "", (1.2, 1.4), 2.0),
+        selftest.Row("compile", "skipped", "--quick on CPU: a cold compile takes tens of " * 3),
+        selftest.Row("checkpoint (memory budget)", "mismatch", LONG, 2e-3, 1e-4, note=LONG),
+    ]
+
+
+@pytest.mark.parametrize("verbose", [False, True])
+def test_the_report_fits_80_columns_without_cutting_a_word(verbose: bool) -> None:
+    for row in _rows():
+        text = selftest.row_lines(row, verbose)
+        lines = text.splitlines()
+        assert all(len(line) <= 80 for line in lines), text
+        assert lines[0].startswith(f"{row.status:<9}{row.check}")
+        words = " ".join(line.strip() for line in lines[1:]).split()
+        said = " ".join(
+            filter(
+                None,
+                [
+                    "; ".join(p for p in (row.applied, row.note) if p)
+                    if row.status != "ok"
+                    else row.slow_reason(),
+                    *(
+                        [f"optimize() says: {row.applied}", row.note]
+                        if verbose and row.status == "ok"
+                        else []
+                    ),
+                ],
+            )
+        )
+        assert words == said.split()  # every word whole, in order: wrapped, never cut
+    header = selftest.header("CPU: AMD EPYC (torch 2.13.0+cpu)", True, 1)
+    assert all(len(line) <= 80 for line in header.splitlines())
+
+
+def test_a_slow_ok_is_explained_with_the_runs_own_noise() -> None:
+    slow, noisy, fast, *_ = _rows()[1:]
+    assert slow.slow_reason() == (
+        "slower than by hand in every block of this run (0.35x-0.42x, by hand 3.1 ms/step)"
+    )
+    assert noisy.slow_reason() == (
+        "slower in the median, within this run's noise (blocks 0.60x-1.10x)"
+    )
+    assert fast.slow_reason() == ""
+    assert "slower" in selftest.row_lines(slow)  # said by default, not only with --verbose
+    # What it means is said once, under the report, and only when a check was slower.
+    said = selftest.verdict([slow, noisy, fast], 12.0)
+    assert said.count("the results match") == 1 and said.endswith("all checks passed; 12 s\n")
+    assert "results match" not in selftest.verdict([fast], 12.0)
+
+
+def test_each_check_is_printed_as_soon_as_it_is_done(monkeypatch) -> None:
+    events: list[str] = []
+
+    def check(name: str) -> selftest.Row:
+        events.append(f"run {name}")
+        return selftest.Row(name, "ok", "applied")
+
+    plan = [(name, lambda name=name: check(name)) for name in ("first", "second")]
+    monkeypatch.setattr(selftest, "planned_checks", lambda quick, device: plan)
+    echo = click.echo
+
+    def recording_echo(message=None, *args, **kwargs):
+        events.append(f"echo {click.unstyle(str(message or ''))}")
+        return echo(message, *args, **kwargs)
+
+    monkeypatch.setattr(click, "echo", recording_echo)
+    result = CliRunner().invoke(main, ["selftest", "--quick"])
+    assert result.exit_code == 0, result.output
+    said_first = next(i for i, e in enumerate(events) if e.startswith("echo ok       first"))
+    assert said_first < events.index("run second")
+    assert events.index("run first") > next(
+        i for i, e in enumerate(events) if "autoopt selftest on" in e
+    )  # the header before the first check
+    assert result.stdout.rstrip().splitlines()[-1].startswith("all checks passed; ")
+
+
+def test_quick_mode_on_the_cpu_runs_one_torch_thread_and_restores_them() -> None:
+    before = torch.get_num_threads()
+    with selftest.check_threads(quick=True, device="cpu") as threads:
+        assert threads == torch.get_num_threads() == 1
+    assert torch.get_num_threads() == before
+    with selftest.check_threads(quick=False, device="cpu") as threads:
+        assert threads == before
+
+
+def test_the_profiler_keeps_its_own_lines_off_the_terminal(capfd) -> None:
+    from autoopt.diagnostics import measured_memory
+
+    with measured_memory.profiler_quiet():
+        os.write(2, b"USDT:2026-11-27 SyncActivityProfilerHandler.cpp:52] profiler_start\n")
+        os.write(2, b"a warning the user must see\n")
+        os.write(
+            2,
+            b"[W1127 15:13:47.851682785 CPUAllocator.cpp:245] Memory block of unknown size was "
+            b"allocated before the profiling started, profiler results will not include the "
+            b"deallocation event\n",
+        )
+    assert measured_memory.allocated_peak(lambda: torch.randn(64).sum()) > 0
+    err = capfd.readouterr().err
+    assert "a warning the user must see" in err
+    assert "USDT" not in err and "profiler_" not in err and "CPUAllocator" not in err

@@ -106,8 +106,9 @@ def test_unparsable_file_is_reported_and_others_still_rewritten(project: Path) -
     (project / "latin.py").write_bytes(b"x = '\xe9'\n")
     code, _, err = run(".", "--select", "AO201", "--unsafe-fixes")
     assert code == 2
-    assert "error: broken.py: cannot parse" in err
-    assert "error: latin.py: cannot decode as utf-8: invalid byte 0xe9 (line 1)" in err
+    # Said as `autoopt lint` says it: path, line and column of the problem.
+    assert "broken.py:1:5: error: syntax error: invalid syntax" in err
+    assert "latin.py:1:6: error: cannot decode as utf-8: invalid byte 0xe9" in err
     assert (project / "broken.py").read_text() == "def (:\n"
     assert "GradScaler" in (project / "train.py").read_text()
 

@@ -96,8 +96,10 @@ def test_rewrite_cli_applies_the_other_fixes_and_names_the_skipped(
         text = (tmp_path / name).read_text()
         assert "pin_memory=True" in text and "model.compile()" in text  # AO102, AO301
         assert "crash_here()\n" in text and "breaks_syntax()\n" in text
-        assert f"error: {name}: XT901 fix skipped: internal error in rule XT901" in result.stderr
-        assert f"error: {name}: XT902 fix skipped: its fix failed: SyntaxError" in result.stderr
+        assert (
+            f"{name}:1:1: error: XT901 fix skipped: internal error in rule XT901" in result.stderr
+        )
+        assert f"{name}:1:1: error: XT902 fix skipped: its fix failed: SyntaxError" in result.stderr
     assert "Rewrote 2 files" in result.stderr
 
 
@@ -136,6 +138,6 @@ def test_rewrite_cli_goes_on_after_an_engine_bug(
     monkeypatch.chdir(tmp_path)
     result = CliRunner().invoke(main, ["rewrite", "--wrap", "."], catch_exceptions=False)
     assert result.exit_code == 2
-    assert "error: first.py: internal error in --wrap: AttributeError" in result.stderr
+    assert "first.py:1:1: error: internal error in --wrap: AttributeError" in result.stderr
     assert (tmp_path / "first.py").read_text() == script
     assert "autoopt.optimize(" in (tmp_path / "second.py").read_text()

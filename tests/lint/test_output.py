@@ -10,12 +10,14 @@ import click
 import jsonschema
 import pytest
 
-from autoopt.cli.output import render, statistics
+from autoopt.cli.output import render, rule_statistics
 from autoopt.lint.engine.config import Options
 from autoopt.lint.engine.project import load_project
 from autoopt.lint.engine.runner import LintReport, run_lint
 
 from .fixtures import keep_cwd, load_fixture_rules, write_project
+
+ROOT = Path(__file__).resolve().parents[2]
 
 # The parts of the SARIF 2.1.0 schema that GitHub code scanning requires.
 SARIF_SUBSET = {
@@ -198,7 +200,8 @@ def test_json_has_ruff_fields(report: LintReport, tmp_path: Path) -> None:
     assert cuda["filename"] == str(tmp_path / "b.py")
     assert cuda["location"] == {"row": 2, "column": 5}
     assert cuda["end_location"] == {"row": 2, "column": 33}
-    assert cuda["fix"] == {"applicability": "safe", "message": "use .to('cuda')"}
+    # No edits computed for this call (the CLI computes them: autoopt.cli.fix_edits).
+    assert cuda["fix"] == {"applicability": "safe", "edits": [], "message": "use .to('cuda')"}
     assert cuda["url"].endswith("#xt101")
     assert by_code[("XT301", "a.py", None)]["fix"]["applicability"] == "unsafe"
     assert by_code[("XT201", "a.py", None)]["fix"] is None
@@ -232,14 +235,14 @@ def test_github_annotations(report: LintReport) -> None:
 
 
 def test_github_escapes_properties_and_data() -> None:
-    from autoopt.cli.output import _escape_data, _escape_property
+    from autoopt.cli.ci_output import _escape_data, _escape_property
 
     assert _escape_property("a,b:c%") == "a%2Cb%3Ac%25"
     assert _escape_data("x\ny%") == "x%0Ay%25"
 
 
 def test_statistics(report: LintReport) -> None:
-    rows = statistics(report)
+    rows = rule_statistics(report)
     assert [(r["code"], r["count"], r["fixable"]) for r in rows] == [
         ("XT101", 2, True),
         ("XT201", 2, False),
@@ -248,3 +251,121 @@ def test_statistics(report: LintReport) -> None:
     text = click.unstyle(render(report, "text", statistics=True, quiet=True))
     assert text.splitlines()[0] == "2\tXT101\t[*] cuda-call"
     assert json.loads(render(report, "json", statistics=True))[0]["code"] == "XT101"
+
+
+def test_every_configured_format_renders(report: LintReport) -> None:
+    from autoopt.lint.engine.config import OUTPUT_FORMATS
+
+    for name in ("concise", "full", "grouped", "json-lines", "junit", "gitlab", "rdjson"):
+        assert name in OUTPUT_FORMATS
+    for name in OUTPUT_FORMATS:
+        assert render(report, name), name  # every format says something about this report
+
+
+def test_concise_is_text_and_grouped_groups_by_file(report: LintReport) -> None:
+    assert render(report, "concise") == render(report, "text")
+    grouped = click.unstyle(render(report, "grouped")).splitlines()
+    assert grouped[:4] == [
+        "a.py:",
+        "  1:1 XT201 print() in a training script",
+        "  2:1 XT301 zero_grad() keeps gradients allocated before torch 2.0",
+        "",
+    ]
+    assert "bad.py:" in grouped and "  1:6 error: syntax error: '(' was never closed" in grouped
+    assert "  cell 1:1:1 XT101 hard-coded .cuda() call" in grouped
+
+
+def test_full_shows_the_code_underlined_and_the_fix(report: LintReport) -> None:
+    full = click.unstyle(render(report, "full")).splitlines()
+    at = full.index("b.py:2:5: XT101 [*] hard-coded .cuda() call")
+    assert full[at + 1 : at + 7] == [
+        "  |",
+        "1 | import torch",
+        "2 | m = torch.nn.Linear(1, 1).cuda()",
+        "  |     ^^^^^^^^^^^^^^^^^^^^^^^^^^^^ XT101",
+        "3 | print(m)",
+        "  |",
+    ]
+    assert full[at + 7] == "  = help: use .to('cuda')"
+
+
+def test_json_lines_is_one_entry_per_line(report: LintReport) -> None:
+    lines = render(report, "json-lines").splitlines()
+    assert [json.loads(line) for line in lines] == json.loads(render(report, "json"))
+
+
+def test_junit_has_a_failure_per_finding_and_an_error_per_broken_file(
+    report: LintReport,
+) -> None:
+    from xml.etree import ElementTree
+
+    root = ElementTree.fromstring(render(report, "junit"))
+    assert root.tag == "testsuites" and root.get("tests") == "6"
+    suites = {s.get("name"): s for s in root}
+    assert suites["a.py"].get("failures") == "2"
+    case = suites["b.py"].find("testcase")
+    assert case is not None and case.get("name") == "autoopt.XT101" and case.get("line") == "2"
+    assert suites["bad.py"].find("testcase/error") is not None
+
+
+def test_junit_of_a_clean_run_has_one_passing_case() -> None:
+    from xml.etree import ElementTree
+
+    root = ElementTree.fromstring(render(LintReport(results=[], rules=[]), "junit"))
+    (suite,) = root
+    assert [c.get("name") for c in suite] == ["No findings"] and root.get("failures") == "0"
+
+
+def test_gitlab_issues_have_unique_fingerprints_and_relative_paths(
+    report: LintReport, tmp_path: Path
+) -> None:
+    issues = json.loads(render(report, "gitlab", root=tmp_path))
+    assert len(issues) == 6
+    assert len({i["fingerprint"] for i in issues}) == 6  # XT201 twice: still two issues
+    cuda = next(i for i in issues if i["check_name"] == "XT101")
+    assert cuda["location"] == {
+        "path": "b.py",
+        "positions": {"begin": {"line": 2, "column": 5}, "end": {"line": 2, "column": 33}},
+    }
+    assert cuda["severity"] == "major" and cuda["description"].startswith("XT101: ")
+    assert any(i["severity"] == "critical" for i in issues)  # the file that did not parse
+
+
+def test_pylint_azure_and_rdjson(report: LintReport) -> None:
+    assert "b.py:2: [XT101] hard-coded .cuda() call" in render(report, "pylint").splitlines()
+    assert (
+        "##vso[task.logissue type=warning;sourcepath=b.py;linenumber=2;columnnumber=5;"
+        "code=XT101;]hard-coded .cuda() call" in render(report, "azure").splitlines()
+    )
+    doc = json.loads(render(report, "rdjson"))
+    assert doc["source"]["name"] == "autoopt"
+    cuda = next(d for d in doc["diagnostics"] if d.get("code", {}).get("value") == "XT101")
+    assert cuda["location"]["range"]["start"] == {"line": 2, "column": 5}
+
+
+def apply_edits(text: str, edits: list[dict]) -> str:
+    """What an editor does with Ruff-shaped edits (rows and columns 1-based, in order)."""
+    lines = text.splitlines(keepends=True)
+    starts = [0]
+    for line in lines:
+        starts.append(starts[-1] + len(line))
+
+    def offset(place: dict) -> int:
+        return starts[place["row"] - 1] + place["column"] - 1
+
+    out, at = [], 0
+    for edit in edits:
+        out += [text[at : offset(edit["location"])], edit["content"]]
+        at = offset(edit["end_location"])
+    return "".join(out) + text[at:]
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in (ROOT / "examples" / "naive").glob("*.py")))
+def test_text_edits_rebuild_the_rewritten_example(name: str) -> None:
+    from autoopt.cli.fix_edits import text_edits
+
+    before = (ROOT / "examples" / "naive" / name).read_text()
+    after = (ROOT / "examples" / "rewritten" / name).read_text()
+    edits = text_edits(before, after)
+    assert apply_edits(before, edits) == after
+    assert all(e["content"] or e["location"] != e["end_location"] for e in edits)

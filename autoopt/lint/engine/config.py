@@ -9,7 +9,8 @@ linted paths (or the file given with `--config`). Keys are the command-line opti
     ignore = ["AO603"]
     extend-select = []
     target-version = "2.0"            # torch version the scripts target
-    output-format = "text"            # text | json | sarif | github
+    output-format = "text"            # text, concise, full, grouped, json, json-lines, sarif,
+                                      # github, gitlab, junit, pylint, azure, rdjson
     exit-zero = false
     unsafe-fixes = false              # rewrite: also apply fixes that may change behaviour
     force-exclude = false             # apply `exclude` to files named on the command line too
@@ -45,7 +46,23 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
-OUTPUT_FORMATS = ("text", "json", "sarif", "github")
+# How `autoopt lint` prints its findings (Ruff's names): the ones a person reads, then the ones
+# CI systems and tools read (autoopt.cli.output renders each).
+OUTPUT_FORMATS = (
+    "text",
+    "concise",
+    "full",
+    "grouped",
+    "json",
+    "json-lines",
+    "sarif",
+    "github",
+    "gitlab",
+    "junit",
+    "pylint",
+    "azure",
+    "rdjson",
+)
 # Set to 1 to load the `extra-rules` a project's config names (they are that project's code).
 ALLOW_PROJECT_RULES_ENV = "AUTOOPT_ALLOW_PROJECT_RULES"
 
@@ -87,6 +104,10 @@ class Options:
     extend_exclude: tuple[str, ...] = ()
     config: Path | None = None
     no_cache: bool = False
+    # (pattern, codes) pairs: `--per-file-ignores` replaces the config's table (None: keep it),
+    # `--extend-per-file-ignores` adds to it.
+    per_file_ignores: tuple[tuple[str, tuple[str, ...]], ...] | None = None
+    extend_per_file_ignores: tuple[tuple[str, tuple[str, ...]], ...] = ()
     # Load `extra-rules` named by the config (code from the linted project). None: the
     # AUTOOPT_ALLOW_PROJECT_RULES environment variable decides; unset means no.
     allow_project_rules: bool | None = None
@@ -308,7 +329,12 @@ def resolve_settings(paths: Sequence[Path | str], options: Options | None = None
         unsafe_fixes=pick(options.unsafe_fixes, config.unsafe_fixes),
         force_exclude=pick(options.force_exclude, config.force_exclude),
         exclude=config.exclude + config.extend_exclude + options.extend_exclude,
-        per_file_ignores=config.per_file_ignores,
+        per_file_ignores=(
+            config.per_file_ignores
+            if options.per_file_ignores is None
+            else options.per_file_ignores
+        )
+        + options.extend_per_file_ignores,
         extra_rules=config.extra_rules if allowed else (),
         skipped_extra_rules=() if allowed else config.extra_rules,
         config_path=config.path,

@@ -67,9 +67,10 @@ def check_syntax(source: str, path: str, *, notebook: bool = False) -> FileError
     return None
 
 
-def _syntax_error(source: str, exc: cst.ParserSyntaxError) -> FileError:
+def syntax_error(source: str, exc: cst.ParserSyntaxError) -> FileError:
     """A readable syntax error: CPython's message and position where it agrees (parsing with
-    `ast` only, which never executes anything), libcst's otherwise."""
+    `ast` only, which never executes anything), libcst's otherwise. `lint` and `rewrite` both
+    report a file libcst cannot parse with it, so they agree on the message and position."""
     try:
         ast.parse(source)
     except SyntaxError as py_exc:
@@ -153,7 +154,7 @@ def lint_bytes(
         try:
             module = engine.parse_module(text)  # a huge file in chunks, the same tree
         except cst.ParserSyntaxError as exc:
-            result.errors.append(_relocate_error(_syntax_error(text, exc), nb))
+            result.errors.append(_relocate_error(syntax_error(text, exc), nb))
             return result
         result.parsed = True
         project_files.begin_file()
@@ -163,11 +164,8 @@ def lint_bytes(
         for crash in analysis.crashes:
             error = FileError(crash.describe(), crash.line, crash.column, None, "internal")
             result.errors.append(_relocate_error(error, nb))
-    except SourceDecodeError as exc:
-        result.errors.append(FileError(exc.reason, exc.line, exc.column, None, "decode"))
-        return result
-    except NotebookError as exc:
-        result.errors.append(FileError(exc.reason, exc.line, exc.column, None, "parse"))
+    except (SourceDecodeError, NotebookError) as exc:
+        result.errors.append(unreadable_source(exc))
         return result
     except RecursionError:
         result.errors.append(FileError("code nested too deeply to analyse", 0, 0, None, "internal"))
@@ -197,16 +195,24 @@ def lint_path(
     try:
         data = Path(path).read_bytes()
     except OSError as exc:
-        return FileResult(shown, errors=[FileError(_read_reason(exc), kind="read")])
+        return FileResult(shown, errors=[read_error(exc)])
     return lint_bytes(
         data, str(path), rules, target_version, notebook=is_notebook(path), display=shown
     )
 
 
-def _read_reason(exc: OSError) -> str:
+def read_error(exc: OSError) -> FileError:
+    """A file that could not be read, as `lint` and `rewrite` report it."""
     if isinstance(exc, IsADirectoryError):
-        return "cannot read: is a folder"
-    return f"cannot read: {exc.strerror or exc}"
+        return FileError("cannot read: is a folder", kind="read")
+    return FileError(f"cannot read: {exc.strerror or exc}", kind="read")
+
+
+def unreadable_source(exc: SourceDecodeError | NotebookError) -> FileError:
+    """Bytes that are not Python source (binary, undecodable) or a notebook that cannot be read,
+    as `lint` and `rewrite` report them."""
+    kind = "decode" if isinstance(exc, SourceDecodeError) else "parse"
+    return FileError(exc.reason, exc.line, exc.column, None, kind)
 
 
 # ----- many files ------------------------------------------------------------------------------
@@ -353,7 +359,7 @@ def run_lint(
             try:
                 data = path.read_bytes()
             except OSError as exc:
-                results[i] = FileResult(display, errors=[FileError(_read_reason(exc), kind="read")])
+                results[i] = FileResult(display, errors=[read_error(exc)])
                 if progress:
                     progress(1)
                 continue

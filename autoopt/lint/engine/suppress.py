@@ -1,5 +1,6 @@
 """Suppression comments: `# noqa`, `# noqa: AO201, AO3` on a finding's line, and the file-level
-`# autoopt: noqa` (all rules) or `# autoopt: noqa: AO201` (those rules) on a line of its own.
+`# autoopt: noqa` (all rules) or `# autoopt: noqa: AO201` (those rules) on a line of its own;
+and `add_noqa`, which writes the line comments for `autoopt lint --add-noqa`.
 
 Codes may be prefixes (`AO2` suppresses every AO2xx). Other linters' codes in the same comment
 (`# noqa: F401, AO201`) are fine: only the ones that match a finding matter. flake8's file-level
@@ -9,8 +10,10 @@ autoopt should still check.
 
 from __future__ import annotations
 
+import io
 import re
-from collections.abc import Iterable, Sequence
+import tokenize
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Protocol, TypeVar
 
 # Ruff's shape: "# noqa" optionally followed by ":" and codes separated by commas/whitespace.
@@ -24,6 +27,7 @@ _FILE_NOQA = re.compile(
 _CODE = re.compile(r"[A-Z]+[0-9]*")
 # Python's own line breaks (str.splitlines also splits on \f, \v, ... which Python does not).
 _NEWLINE = re.compile(r"\r\n|\r|\n")
+_LINE_WITH_BREAK = re.compile(r".*?(?:\r\n|\r|\n)|.+", re.DOTALL)
 
 ALL: frozenset[str] = frozenset({"*"})  # marker: every code is suppressed
 
@@ -107,3 +111,44 @@ def suppressed_rules(codes: Iterable[str], file_level: frozenset[str] | None) ->
     if file_level is None:
         return set()
     return {c for c in codes if matches(c, file_level)}
+
+
+def add_noqa(source: str, codes_by_line: Mapping[int, Iterable[str]]) -> tuple[str, int, list[int]]:
+    """`--add-noqa`: `source` with `# noqa: CODES` at the end of each line of `codes_by_line`
+    (1-based), merged into a `# noqa: ...` already there; (new source, lines changed, lines
+    where no comment can go: a line that ends inside a string or with a backslash).
+
+    A comment can end a line where tokenize sees the line end (NEWLINE or NL); the codes go
+    after any comment the line has, as Ruff puts them."""
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO(source).readline))
+    except (tokenize.TokenError, SyntaxError):
+        return source, 0, sorted(codes_by_line)
+    ends = {t.start[0] for t in tokens if t.type in (tokenize.NEWLINE, tokenize.NL)}
+    lines = _LINE_WITH_BREAK.findall(source)
+    changed, refused = 0, []
+    for number, codes in sorted(codes_by_line.items()):
+        if number not in ends or not 0 < number <= len(lines):
+            refused.append(number)
+            continue
+        text = lines[number - 1]
+        body = text.rstrip("\r\n")
+        brk = text[len(body) :]
+        new = _with_noqa(body, sorted(set(codes)))
+        if new != body:
+            lines[number - 1] = new + brk
+            changed += 1
+    return "".join(lines), changed, refused
+
+
+def _with_noqa(line: str, codes: Sequence[str]) -> str:
+    """One line with `codes` added to its noqa comment (a new one if it has none)."""
+    match = _LINE_NOQA.search(line)
+    if match is None:
+        return f"{line.rstrip()}  # noqa: {', '.join(codes)}"
+    present = match.group("codes")
+    if present is None:  # a bare noqa comment suppresses everything already
+        return line
+    known = _CODE.findall(present.upper())
+    merged = known + [c for c in codes if c not in known]
+    return line[: match.start("codes")] + ", ".join(merged) + line[match.end("codes") :]

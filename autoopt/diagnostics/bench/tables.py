@@ -1,34 +1,10 @@
-"""`autoopt bench`: the benchmark suite of `benchmarks/`, its table, JSON and chart.
-
-The suite (workloads, harness, peers) lives in the repository's top-level `benchmarks/` folder,
-next to the package: it is a development tool, not part of the installed library. This module
-finds it (importable already, or beside the `autoopt` package of a source checkout) and renders
-what it measured.
-"""
+"""What `autoopt bench` shows of a run: its progress, the Markdown tables and the chart."""
 
 from __future__ import annotations
 
-import importlib
 import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
-
-import autoopt
-
-
-def load_harness() -> ModuleType:
-    """`benchmarks.harness` of the source checkout this autoopt was installed from."""
-    root = Path(autoopt.__file__).resolve().parent.parent
-    if (root / "benchmarks" / "harness.py").is_file() and str(root) not in sys.path:
-        sys.path.insert(0, str(root))  # prefer our checkout over any other "benchmarks"
-    try:
-        return importlib.import_module("benchmarks.harness")
-    except ImportError as err:
-        raise RuntimeError(
-            "autoopt bench needs the benchmarks/ folder of an autoopt source checkout "
-            f"(looked in {root}): {err}"
-        ) from err
 
 
 def progress_line(label: str, done: int, total: int) -> None:

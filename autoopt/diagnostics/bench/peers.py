@@ -5,8 +5,9 @@ missing one is a skip with a note, never an error."""
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -19,8 +20,17 @@ Step = Callable[[Any, Any], torch.Tensor]
 def missing(package: str) -> str | None:
     """Why a peer cannot run here (None when it can)."""
     if importlib.util.find_spec(package) is None:
-        return f"{package} is not installed (pip install {package})"
+        return f'{package} is not installed (pip install {package}, or "autoopt[bench]")'
     return None
+
+
+def describe(packages: Sequence[str]) -> str:
+    """`accelerate 1.15.0, lightning is not installed (...)`: what `bench` will compare with."""
+    said = []
+    for package in packages:
+        why = missing(package)
+        said.append(why or f"{package} {importlib.metadata.version(package)}")
+    return "; ".join(said)
 
 
 def accelerate(

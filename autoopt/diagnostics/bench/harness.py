@@ -21,7 +21,7 @@ activations, gradients, optimizer state and compiler workspace (approximate when
 configurations share a process: one may reuse memory another freed). `isolate=True` runs each
 configuration alone in its own process, for clean memory figures and compiler caches.
 
-`python -m benchmarks.harness --one WORKLOAD CONFIG` runs one configuration and prints its JSON;
+`python -m autoopt.diagnostics.bench.harness --one WORKLOAD CONFIG` runs one configuration and prints its JSON;
 the isolated suite is built on that.
 """
 
@@ -49,10 +49,10 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint_sequential
 from torch.utils.flop_counter import FlopCounterMode
 
+from autoopt.diagnostics.bench import peers
+from autoopt.diagnostics.bench.workloads import WORKLOADS, Workload, checkpoint_segments
 from autoopt.runtime.passes import backends
 from autoopt.runtime.trials import choices
-from benchmarks import peers
-from benchmarks.workloads import WORKLOADS, Workload, checkpoint_segments
 
 # Steps until `optimize()` has decided everything it measures on real steps: the optimizer-step
 # timing (the first step, then ROUNDS turns of fused, foreach, the default; backends.StepTiming)
@@ -61,7 +61,6 @@ from benchmarks.workloads import WORKLOADS, Workload, checkpoint_segments
 SETTLE_STEPS = 1 + max(backends.ROUNDS * 3, 3 * (1 + choices.ROUNDS))
 
 SCHEMA = 1
-ROOT = Path(__file__).resolve().parent.parent
 LR = 1e-3
 
 Step = Callable[[Any, Any], torch.Tensor]
@@ -585,17 +584,11 @@ class _Ticker:
 
 def _run_isolated(workload: str, config: str, **kwargs: Any) -> dict[str, Any]:
     """One configuration in a fresh Python process: clean memory peak, caches and globals."""
-    cmd = [sys.executable, "-m", "benchmarks.harness", "--one", workload, config]
+    cmd = [sys.executable, "-m", "autoopt.diagnostics.bench.harness", "--one", workload, config]
     for key, value in kwargs.items():
         cmd += [f"--{key}", str(value)]
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-    }
     try:
-        proc = subprocess.run(
-            cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800, check=False
-        )
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, check=False)
     except subprocess.TimeoutExpired:
         return {"name": config, "kind": "?", "status": "failed", "reason": "timed out (30 min)"}
     for line in reversed(proc.stdout.splitlines()):
