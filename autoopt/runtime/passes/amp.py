@@ -76,6 +76,12 @@ def run(ctx: Context) -> PassResult:
     dtype, why = choose(ctx.model, device, ctx.options.amp)
     if dtype is None:
         return PassResult.skipped(NAME, why)
+    if ctx.options.amp == "auto" and device.type == "cpu" and ctx.options.deterministic:
+        return PassResult.skipped(
+            NAME,
+            f"{why}, but deterministic=True: on CPU bf16 would be kept or not by timing, so "
+            "runs could differ; amp='bf16' forces it",
+        )
     if ctx.dist is not None and ctx.dist.strategy == "fsdp":
         return _under_fsdp(ctx, dtype, why)
     ctx.amp_dtype = dtype
@@ -93,8 +99,12 @@ def run(ctx: Context) -> PassResult:
             result = PassResult.applied(
                 NAME,
                 f"{result.detail}; on CPU: kept only if training steps measure faster than in "
-                "fp32 (bf16 and fp32 take turns on the first steps until then)",
+                "fp32 (bf16 and fp32 take turns on the first steps until then; fp32 before "
+                "any training step)",
             )
+            # Nothing that changes the numbers runs unmeasured: an inference-only model (no
+            # training step ever measures bf16) stays fp32.
+            layer.enabled = False
             trial = AmpChoice(layer, ctx.report, result)
             trials_of(ctx).add(
                 Choice(NAME, ["bf16", "fp32"], trial.apply, trial.decided, _clock, "fp32")

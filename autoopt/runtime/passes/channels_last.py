@@ -108,6 +108,13 @@ def run(ctx: Context) -> PassResult:
     device = ctx.device if ctx.device is not None else torch.device("cpu")
     compiled, _ = compile_pass.choose(ctx.options.compile, device)
     measure = ctx.options.channels_last == "auto" and device.type == "cpu" and compiled is None
+    if measure and ctx.options.deterministic:
+        return PassResult.skipped(
+            NAME,
+            f"{why}, but deterministic=True: on CPU the layout would be chosen by timing, and "
+            "the two layouts' kernels round apart, so runs could differ (channels_last=True "
+            "forces it)",
+        )
     if measure and ctx.dist is not None:
         # Ranks timing apart could keep different layouts: DDP reduces gradients as flat
         # buckets laid out like each rank's parameters, so every rank keeps the rule's choice.
