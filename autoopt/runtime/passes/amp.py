@@ -37,7 +37,7 @@ from autoopt.runtime import hardware
 from autoopt.runtime.context import Context, Forward, ForwardLayer, Stage, StepLayer
 from autoopt.runtime.loading.batch import map_tensors
 from autoopt.runtime.report import PassResult, Report
-from autoopt.runtime.scaling import loss_scaling, root_scaling
+from autoopt.runtime.scaling import later_optimizers, loss_scaling, root_scaling
 from autoopt.runtime.scaling.grad_scalers import unwatch_grad_scalers, watch_grad_scalers
 from autoopt.runtime.scaling.user_amp import UserAmp
 from autoopt.runtime.trials.choices import Choice, default_clock, trials_of
@@ -114,12 +114,13 @@ def run(ctx: Context) -> PassResult:
     root_scaling.register(ctx.model, scaler=scaler)
     ctx.undo.append(functools.partial(root_scaling.unregister, ctx.model))
     loss_scaling.install(ctx.model, scaler)
+    later_optimizers.watch()  # an optimizer built later skips non-finite steps too
     ctx.extras["loss_scaler"] = scaler
     if ctx.optimizer is not None:
         ctx.step_layers.append(StepLayer(NAME, ScaledStep(ctx.optimizer, scaler).wrap))
-        step_note = "optimizer.step() skips non-finite steps"
+        step_note = "optimizer.step() skips non-finite steps, as does any optimizer built later"
     else:
-        step_note = "no optimizer given, so non-finite steps are not skipped"
+        step_note = "every optimizer.step() over its parameters skips non-finite steps"
     return PassResult.applied(
         NAME,
         f"fp16 autocast: {why}; dynamic loss scaling at the root of every backward (init "
