@@ -123,6 +123,16 @@ def optimize(
 def report(model: nn.Module) -> Report:
     """What `optimize()` did to this model: every pass, applied / skipped / failed, and why."""
     found = getattr(model, pipeline.APPLIED_ATTR, None)
+    if found is None and voice.disabled():  # optimize() returned the model untouched
+        return Report(
+            [
+                PassResult.skipped(
+                    "autoopt",
+                    f"autoopt is disabled ({voice.DISABLE_ENV} is set): optimize() changed "
+                    "nothing",
+                )
+            ]
+        )
     if found is None:
         raise ValueError("this model was not returned by autoopt.optimize()")
     return found
