@@ -128,8 +128,7 @@ def report(model: nn.Module) -> Report:
             [
                 PassResult.skipped(
                     "autoopt",
-                    f"autoopt is disabled ({voice.DISABLE_ENV} is set): optimize() changed "
-                    "nothing",
+                    f"autoopt is disabled ({voice.DISABLE_ENV} is set): optimize() changed nothing",
                 )
             ]
         )
