@@ -19,6 +19,7 @@ from autoopt.runtime.checkpointing.checkpoint_plan import (
     plan,
 )
 from autoopt.runtime.memory import saved_tensor_bytes, state_memory
+from autoopt.runtime.passes import compile as compile_pass
 from autoopt.runtime.report import Status
 from tests.runtime.checkpoint_models import GPT, ResNet
 
@@ -144,6 +145,34 @@ def test_gradients_equal_eager_with_dropout_on_the_first_step() -> None:
     model, _ = _optimize(copy.deepcopy(plain), budget)
     _assert_same_steps(plain, model, x)
     assert any(m is not Mode.PLAIN for m in _modes(model))
+
+
+@pytest.mark.parametrize("name", ["gpt", "resnet"])
+def test_the_checkpoint_plan_compiles_selective_and_full_blocks(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """compile=True over autoopt's own checkpointing (full and selective blocks, batch norms in
+    the ResNet's): dynamo compiles it (on main the selective checkpoint's context_fn failed it
+    after the compile had run: 'checkpoint not implemented for ... context_fn'), with eager's
+    gradients and statistics."""
+    monkeypatch.setattr(compile_pass, "BACKEND", "aot_eager")
+    torch.manual_seed(0)
+    plain, x, share = (
+        (GPT(layers=3, dropout=0.2), _tokens(), 0.6)
+        if name == "gpt"
+        else (ResNet(blocks=3), torch.randn(4, 3, 8, 8), 0.4)
+    )
+    budget, _ = _budget(plain, x, activations=share)
+    model = copy.deepcopy(plain)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    model, _ = autoopt.optimize(
+        model, None, optimizer, amp=False, compile=True, channels_last=False,
+        memory_budget=budget, verbose=False,
+    )  # fmt: skip
+    _assert_same_steps(plain, model, x)
+    modes = [getattr(b, STATE_ATTR).mode for b in model.modules() if hasattr(b, STATE_ATTR)]
+    assert Mode.SELECTIVE in modes and Mode.FULL in modes, modes
+    assert autoopt.report(model)["compile"].status.value == "applied"
 
 
 def test_gradients_and_running_stats_equal_eager_for_batchnorm_stages() -> None:
