@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import libcst as cst
 
-from autoopt.lint.calls import assigned_name, call_options, with_keyword
-from autoopt.lint.nodes import contains, int_literal, names_in, walk
-from autoopt.lint.rule import Fix, FixSafety, Invalid, Rule, Valid
-from autoopt.lint.torch_api import DATALOADER
+from autoopt.lint.engine.rule import Fix, FixSafety, Invalid, Rule, Valid
+from autoopt.lint.program.torch_api import DATALOADER
+from autoopt.lint.tree.calls import assigned_name, call_options, with_keyword
+from autoopt.lint.tree.nodes import contains, int_literal, names_in, walk
 
 
 class DataLoaderPersistentWorkers(Rule):

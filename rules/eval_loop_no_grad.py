@@ -6,10 +6,10 @@ import functools
 
 import libcst as cst
 
-from autoopt.lint.facts import EVAL_MARKERS
-from autoopt.lint.nodes import calls_in, code_of, is_name, method_name, nodes_of_type, walk
-from autoopt.lint.rule import Fix, FixSafety, Invalid, Rule, Valid
-from autoopt.lint.torch_api import torch_name
+from autoopt.lint.engine.rule import Fix, FixSafety, Invalid, Rule, Valid
+from autoopt.lint.program.facts import EVAL_MARKERS
+from autoopt.lint.program.torch_api import torch_name
+from autoopt.lint.tree.nodes import calls_in, code_of, is_name, method_name, nodes_of_type, walk
 
 _NEEDS_GRAD = (
     "torch.autograd.grad",
