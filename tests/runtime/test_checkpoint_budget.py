@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 import autoopt
-from autoopt.runtime.checkpointing.block_checkpoint import STATE_ATTR, Mode
+from autoopt.runtime.checkpointing.block_checkpoint import STATE_ATTR, Mode, run_block
 from autoopt.runtime.checkpointing.checkpoint_plan import (
     BlockCost,
     CheckpointPlan,
@@ -147,6 +147,32 @@ def test_gradients_equal_eager_with_dropout_on_the_first_step() -> None:
     assert any(m is not Mode.PLAIN for m in _modes(model))
 
 
+@pytest.mark.parametrize("norm", [False, True])
+@pytest.mark.parametrize("mode", [Mode.SELECTIVE, Mode.FULL])
+def test_a_checkpointed_block_traces_in_one_graph(mode: Mode, norm: bool) -> None:
+    """Dynamo traces a block's checkpoint whole (fullgraph=True; with batch norms it runs the
+    checkpoint outside the graph, which restores their statistics), with eager's gradients and
+    statistics: on main it raised 'checkpoint not implemented for ... context_fn'."""
+    torch.manual_seed(0)
+    plain = nn.Sequential(nn.Linear(8, 8), nn.BatchNorm1d(8) if norm else nn.Identity(), nn.GELU())
+    block = copy.deepcopy(plain)
+    x = torch.randn(4, 8)
+    torch._dynamo.reset()
+    compiled = torch.compile(
+        lambda x: run_block(block.forward, block, mode, (x,), {}),
+        backend="eager",
+        fullgraph=not norm,
+    )
+    compiled(x).sum().backward()
+    plain(x).sum().backward()
+    for p, q in zip(block.parameters(), plain.parameters(), strict=True):
+        torch.testing.assert_close(p.grad, q.grad)
+    for a, b in zip(block.buffers(), plain.buffers(), strict=True):
+        torch.testing.assert_close(a, b)  # the statistics updated once, as in eager
+    torch._dynamo.reset()
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["gpt", "resnet"])
 def test_the_checkpoint_plan_compiles_selective_and_full_blocks(
     name: str, monkeypatch: pytest.MonkeyPatch

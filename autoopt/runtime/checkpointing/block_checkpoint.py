@@ -247,7 +247,9 @@ def checkpoint_contexts(
     (`KeepMatmuls`) or not, with the batch norms' statistics restored after the recomputation.
     What dynamo can trace: a module-level function, or a `functools.partial` of one; an object
     with a `__call__`, a closure, or torch's `noop_context_fn` read as a global made
-    torch.compile fail on the checkpoint ("checkpoint not implemented for ... context_fn")."""
+    torch.compile fail on the checkpoint ("checkpoint not implemented for ... context_fn").
+    With batch norms the partial holds modules, which dynamo cannot guard on as constants: it
+    runs that checkpoint outside the graph (a graph break), which restores the statistics."""
     norms = tuple(training_norms(modules))
     if selective:
         return functools.partial(_with_norms, _selective, norms) if norms else _selective
