@@ -368,7 +368,10 @@ def main(argv: list[str] | None = None) -> None:
         for config in args.configs:
             results.append(run(name, config))
             print(table(results[-1:]).splitlines()[-1], file=sys.stderr, flush=True)
-    print(f"max relative parameter difference after {STEPS} AdamW steps, against eager")
+    print(
+        f"relative parameter difference from eager after {STEPS} AdamW steps: the largest of "
+        "any parameter tensor (in parentheses: all parameters as one vector)"
+    )
     print(table(results))
 
 
