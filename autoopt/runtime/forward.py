@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from autoopt.runtime.context import Context, Forward, ForwardLayer, StepLayer
+from autoopt.runtime.context import Context, Forward, ForwardLayer, Stage, StepLayer
 
 
 class ModuleForward:
@@ -50,13 +50,39 @@ class PatchedForward:
         return original_forward(self.module)
 
 
+class OutsideCompiled:
+    """`module._compiled_call_impl` of a module the user compiled in place (`Module.compile()`):
+    autoopt's OUTER layers (the trials' bookkeeping and clocks, the layout guard, device moves)
+    around the user's compiled call, so that dynamo never traces them; the layers below run
+    inside it, in `forward`, as the layers under autoopt's own compile do."""
+
+    def __init__(self, chain: Forward, compiled: Forward) -> None:
+        self.chain = chain
+        self.compiled = compiled  # the user's compiled call
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.chain(*args, **kwargs)
+
+
 def compose_forward(
     module: nn.Module, layers: list[ForwardLayer], base: Forward | None = None
 ) -> None:
     """Install `module.forward` = the layers around the module's own forward (by stage).
 
     `base`, when given, stands in for the module's own forward at the bottom of the stack (a
-    TorchScript version of it); `original_forward()` still returns the user's forward."""
+    TorchScript version of it); `original_forward()` still returns the user's forward. A module
+    compiled in place by the user gets its OUTER layers around its compiled call instead."""
+    compiled = module.__dict__.get("_compiled_call_impl")
+    if isinstance(compiled, OutsideCompiled):
+        compiled = compiled.compiled
+    if compiled is not None:
+        outer = [layer for layer in layers if layer.stage > Stage.COMPILE]
+        layers = [layer for layer in layers if layer.stage <= Stage.COMPILE]
+        call: Forward = compiled
+        for layer in sorted(outer, key=lambda layer: layer.stage):
+            call = layer.wrap(call)
+        if outer:
+            object.__setattr__(module, "_compiled_call_impl", OutsideCompiled(call, compiled))
     current = module.__dict__.get("forward")
     user = current.user if isinstance(current, PatchedForward) else current
     forward: Forward = base if base is not None else (user or ModuleForward(module))

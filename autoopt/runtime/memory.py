@@ -406,3 +406,9 @@ def _nbytes(t: torch.Tensor) -> int:
     """Bytes this rank holds for `t`: a sharded DTensor (FSDP2) counts its local shard only."""
     local = t.to_local() if isinstance(t, DTensor) else t
     return local.numel() * local.element_size()
+
+
+def __getattr__(name: str) -> Any:
+    from autoopt.runtime import moved
+
+    return moved.moved_name(__name__, name)

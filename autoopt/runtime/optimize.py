@@ -64,7 +64,9 @@ def optimize(
         that fit memory_budget (gradients as the full batch's for a mean-reduced loss).
       memory_budget: "auto" (free device memory on CUDA, no limit on CPU) | None | bytes (int)
         | a size such as "2GiB" or "800MB": what one training step may hold on the device.
-      deterministic: seed-independent determinism flags instead of speed flags.
+      deterministic: determinism flags instead of speed flags, and on CPU no choice made by
+        timing or by the compile cache's record (layout, bf16, the optimizer's kernels, compile):
+        the same seeded script trains as the eager loop does, run after run.
       tune: time candidate plans on real batches and keep the fastest that agrees with fp32.
       verbose: log the report, and each decision made on the first steps, at INFO on the
         `autoopt` logger (rank 0 only; printed to stderr when logging is not configured);
@@ -123,6 +125,15 @@ def optimize(
 def report(model: nn.Module) -> Report:
     """What `optimize()` did to this model: every pass, applied / skipped / failed, and why."""
     found = getattr(model, pipeline.APPLIED_ATTR, None)
+    if found is None and voice.disabled():  # optimize() returned the model untouched
+        return Report(
+            [
+                PassResult.skipped(
+                    "autoopt",
+                    f"autoopt is disabled ({voice.DISABLE_ENV} is set): optimize() changed nothing",
+                )
+            ]
+        )
     if found is None:
         raise ValueError("this model was not returned by autoopt.optimize()")
     return found

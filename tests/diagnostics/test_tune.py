@@ -156,10 +156,39 @@ def test_never_advances_the_users_state():
 def test_does_not_consume_a_one_shot_iterator():
     batches = _batches()
     iterator = iter(batches)
-    decision = tune.choose(_model(), iterator, None, OPTIONS)
+    with pytest.warns(UserWarning, match="one-shot iterator"):
+        decision = tune.choose(_model(), iterator, None, OPTIONS)
     assert decision.result.status.value == "skipped"
     assert "one-shot iterator" in decision.result.detail
     assert len(list(iterator)) == len(batches)
+
+
+class Stream(torch.utils.data.IterableDataset):
+    """One shared stream (a socket, a queue, a file handle read as it goes): every iterator over
+    the dataset takes its items from the same source."""
+
+    def __init__(self, n: int) -> None:
+        g = torch.Generator().manual_seed(2)
+        self.source = iter(
+            [(torch.randn(16, generator=g), int(torch.randint(0, 4, (), generator=g)))
+             for _ in range(n)]
+        )  # fmt: skip
+
+    def __iter__(self):
+        return self.source
+
+
+def test_never_takes_the_loops_batches_from_a_shared_stream():
+    """optimize(tune=True) on an IterableDataset over one stream: the loop gets every batch (the
+    bug: tune took 4 of 8), tuning stands down with a warning and a report line."""
+    model = _model()
+    opt = torch.optim.AdamW(model.parameters())
+    loader = torch.utils.data.DataLoader(Stream(64), batch_size=8)
+    with pytest.warns(UserWarning, match="tune=True stands down: .*IterableDataset"):
+        model, loader, opt = autoopt.optimize(model, loader, opt, tune=True, verbose=False)
+    assert len(list(loader)) == 8
+    result = autoopt.report(model)["tune"]
+    assert result.status.value == "skipped" and "stream" in result.detail
 
 
 def test_no_loader_is_a_skip_not_an_error():
@@ -268,6 +297,34 @@ def test_tuning_leaves_the_loaders_order_as_it_was(kind):
     decision = tune.choose(_model(), loader, None, OPTIONS, cache=False, steps=1, warmup=0)
     assert decision.result.status.value == "applied", decision.result.detail
     assert _order(loader) == expected
+
+
+class Augmented(Numbers):
+    """Augmentation drawn from Python's and numpy's RNGs, as many datasets do."""
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
+        import numpy as np
+
+        x, y = super().__getitem__(i)
+        return x + random.random() + float(np.random.rand()), y
+
+
+def test_the_loops_python_and_numpy_draws_are_as_without_tuning():
+    """Tuning draws batches, and the dataset draws from Python's and numpy's RNGs: they are put
+    back, so the loop's first epoch is the one it would have been (red if tune leaves either
+    advanced)."""
+    import numpy as np
+
+    def first_epoch(tuned: bool) -> list[torch.Tensor]:
+        random.seed(3)
+        np.random.seed(3)
+        loader = torch.utils.data.DataLoader(Augmented(), batch_size=4)
+        if tuned:
+            tune.choose(_model(), loader, None, OPTIONS, cache=False, steps=1, warmup=0)
+        return [x for x, _ in loader]
+
+    for got, expected in zip(first_epoch(True), first_epoch(False), strict=True):
+        assert torch.equal(got, expected)
 
 
 @pytest.fixture

@@ -88,3 +88,62 @@ def train(
             optimizer.step()
             losses.append(loss.item())
     return losses
+
+
+# --- models that draw random numbers in training: autoopt must draw the same as eager ---------
+
+
+class DropoutMLP(MLP):
+    """MLP with Dropout between its layers."""
+
+    def __init__(self, features: int = 16, hidden: int = 32, classes: int = 4) -> None:
+        super().__init__(features, hidden, classes)
+        self.net.insert(2, nn.Dropout(0.3))
+
+
+class DropPath(nn.Module):
+    """Stochastic depth as timm writes it: a residual branch dropped per sample."""
+
+    def __init__(self, p: float) -> None:
+        super().__init__()
+        self.p = p
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.training or self.p == 0.0:
+            return x
+        keep = x.new_empty((x.shape[0],) + (1,) * (x.dim() - 1)).bernoulli_(1 - self.p)
+        return x * keep / (1 - self.p)
+
+
+class DropPathNet(nn.Module):
+    """Two residual blocks with drop-path: 16 features in, 4 classes out."""
+
+    def __init__(self, features: int = 16, classes: int = 4) -> None:
+        super().__init__()
+        self.blocks = nn.ModuleList(
+            nn.Sequential(nn.Linear(features, features), nn.GELU()) for _ in range(2)
+        )
+        self.drop_path = DropPath(0.25)
+        self.head = nn.Linear(features, classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for block in self.blocks:
+            x = x + self.drop_path(block(x))
+        return self.head(x)
+
+
+class VAE(nn.Module):
+    """A VAE classifier head: the latent is reparameterised with `randn_like`."""
+
+    def __init__(self, features: int = 16, latent: int = 8, classes: int = 4) -> None:
+        super().__init__()
+        self.encoder = nn.Linear(features, 2 * latent)
+        self.decoder = nn.Linear(latent, classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        mu, logvar = self.encoder(x).chunk(2, dim=1)
+        z = mu + torch.randn_like(mu) * torch.exp(0.5 * logvar)
+        return self.decoder(z)
+
+
+RANDOM_MODELS = {"dropout": DropoutMLP, "drop-path": DropPathNet, "randn_like": VAE}

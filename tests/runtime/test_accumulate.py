@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 import autoopt
+from autoopt.runtime.accumulation.accumulator import Accumulator
 from autoopt.runtime.context import Context
 from autoopt.runtime.options import Options
 from autoopt.runtime.passes import accumulate
@@ -100,7 +101,7 @@ def test_model_zero_grad_follows_the_cycle() -> None:
 
 
 def test_counting_of_step_and_zero_grad_calls() -> None:
-    acc = accumulate.Accumulator(3)
+    acc = Accumulator(3)
     calls: list[str] = []
     step = acc.wrap_step(lambda: calls.append("step"))
     zero = acc.wrap_zero_grad(lambda: calls.append("zero"))

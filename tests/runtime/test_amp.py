@@ -219,6 +219,21 @@ def test_until_decided_the_report_says_the_trials_are_under_way(
     assert model.autocast_seen == [False]  # the first step runs as eager's, nothing else ran
 
 
+def test_without_a_training_step_bf16_is_never_applied(monkeypatch: pytest.MonkeyPatch) -> None:
+    """amp="auto" on a CPU with native bf16 is decided by training steps: a model used for
+    inference only computes what plain torch computes in fp32, in eval mode and in train mode
+    without gradients."""
+    monkeypatch.setattr(hardware, "cpu_supports_bf16", lambda: True)
+    torch.manual_seed(0)
+    plain = MLP()
+    model = autoopt.optimize(copy.deepcopy(plain), compile=False, verbose=False)
+    x = torch.randn(8, 16)
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), plain(x), rtol=0, atol=0)
+        model.eval()
+        torch.testing.assert_close(model(x), plain.eval()(x), rtol=0, atol=0)
+
+
 def test_an_explicit_bf16_is_not_measured(monkeypatch: pytest.MonkeyPatch) -> None:
     model, _ = _first_forward(monkeypatch, Timed(bf16_cost=2.0, fp32_cost=1.0), amp="bf16")
     assert model.autocast_seen == [True]

@@ -93,6 +93,60 @@ def test_view_after_convs_falls_back_and_trains() -> None:
     assert_same_training(losses, expected, None)
 
 
+class LaterViews(SmallCNN):
+    """Flattens with `.view()` on paths the first training forward does not take: every third
+    training call, and in eval mode (an evaluation head)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        h = self.features(x)
+        if not self.training or self.calls % 3 == 0:
+            return self.head(h.view(h.size(0), -1))
+        return self.head(torch.flatten(h, 1))
+
+
+def test_a_view_on_a_later_path_falls_back_there_and_trains_like_eager() -> None:
+    """The guard lasts: a `.view()` met at the third training step (crashed on main: the guard
+    was off after the first forward), then in evaluation; the losses, the evaluation and the
+    parameters are plain NCHW torch's."""
+    torch.manual_seed(0)
+    reference = LaterViews()
+    model = copy.deepcopy(reference)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    model, optimizer = autoopt.optimize(
+        model, optimizer=optimizer, amp=False, channels_last=True, verbose=False
+    )
+    x, y = cnn_data(64)
+    torch.manual_seed(1)
+    losses = train(model, optimizer, batches(x, y, 16))
+    torch.manual_seed(1)
+    expected = train_by_hand(reference, torch.optim.SGD(reference.parameters(), lr=0.05),
+                             batches(x, y, 16))  # fmt: skip
+    assert_same_training(losses, expected, None)
+    assert autoopt.report(model)["channels_last"].status.value == "failed"
+    with torch.no_grad():
+        torch.testing.assert_close(model.eval()(x), reference.eval()(x), rtol=1e-4, atol=1e-5)
+
+
+def test_an_eval_only_view_falls_back_at_the_first_evaluation() -> None:
+    torch.manual_seed(0)
+    reference = LaterViews()
+    reference.calls = 1  # no third training call before the evaluation
+    model = autoopt.optimize(copy.deepcopy(reference), amp=False, channels_last=True,
+                             verbose=False)  # fmt: skip
+    x, _ = cnn_data(16)
+    model(x).sum().backward()  # a training forward in channels_last succeeds
+    reference(x).sum().backward()  # (its BatchNorm statistics move alike)
+    assert model.features[0].weight.is_contiguous(memory_format=CL)
+    with torch.no_grad():
+        torch.testing.assert_close(model.eval()(x), reference.eval()(x), rtol=1e-4, atol=1e-5)
+    assert model.features[0].weight.is_contiguous()
+
+
 def test_channels_last_trains_like_channels_last_by_hand() -> None:
     """Applied (forced, fp32): the same losses as the model and inputs converted by hand."""
     torch.manual_seed(0)

@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 import autoopt
-from autoopt.runtime.checkpointing.block_checkpoint import STATE_ATTR, Mode
+from autoopt.runtime.checkpointing.block_checkpoint import STATE_ATTR, Mode, run_block
 from autoopt.runtime.checkpointing.checkpoint_plan import (
     BlockCost,
     CheckpointPlan,
@@ -19,6 +19,7 @@ from autoopt.runtime.checkpointing.checkpoint_plan import (
     plan,
 )
 from autoopt.runtime.memory import saved_tensor_bytes, state_memory
+from autoopt.runtime.passes import compile as compile_pass
 from autoopt.runtime.report import Status
 from tests.runtime.checkpoint_models import GPT, ResNet
 
@@ -144,6 +145,60 @@ def test_gradients_equal_eager_with_dropout_on_the_first_step() -> None:
     model, _ = _optimize(copy.deepcopy(plain), budget)
     _assert_same_steps(plain, model, x)
     assert any(m is not Mode.PLAIN for m in _modes(model))
+
+
+@pytest.mark.parametrize("norm", [False, True])
+@pytest.mark.parametrize("mode", [Mode.SELECTIVE, Mode.FULL])
+def test_a_checkpointed_block_traces_in_one_graph(mode: Mode, norm: bool) -> None:
+    """Dynamo traces a block's checkpoint whole (fullgraph=True; with batch norms it runs the
+    checkpoint outside the graph, which restores their statistics), with eager's gradients and
+    statistics: on main it raised 'checkpoint not implemented for ... context_fn'."""
+    torch.manual_seed(0)
+    plain = nn.Sequential(nn.Linear(8, 8), nn.BatchNorm1d(8) if norm else nn.Identity(), nn.GELU())
+    block = copy.deepcopy(plain)
+    x = torch.randn(4, 8)
+    torch._dynamo.reset()
+    compiled = torch.compile(
+        lambda x: run_block(block.forward, block, mode, (x,), {}),
+        backend="eager",
+        fullgraph=not norm,
+    )
+    compiled(x).sum().backward()
+    plain(x).sum().backward()
+    for p, q in zip(block.parameters(), plain.parameters(), strict=True):
+        torch.testing.assert_close(p.grad, q.grad)
+    for a, b in zip(block.buffers(), plain.buffers(), strict=True):
+        torch.testing.assert_close(a, b)  # the statistics updated once, as in eager
+    torch._dynamo.reset()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["gpt", "resnet"])
+def test_the_checkpoint_plan_compiles_selective_and_full_blocks(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """compile=True over autoopt's own checkpointing (full and selective blocks, batch norms in
+    the ResNet's): dynamo compiles it (on main the selective checkpoint's context_fn failed it
+    after the compile had run: 'checkpoint not implemented for ... context_fn'), with eager's
+    gradients and statistics."""
+    monkeypatch.setattr(compile_pass, "BACKEND", "aot_eager")
+    torch.manual_seed(0)
+    plain, x, share = (
+        (GPT(layers=3, dropout=0.2), _tokens(), 0.6)
+        if name == "gpt"
+        else (ResNet(blocks=3), torch.randn(4, 3, 8, 8), 0.4)
+    )
+    budget, _ = _budget(plain, x, activations=share)
+    model = copy.deepcopy(plain)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    model, _ = autoopt.optimize(
+        model, None, optimizer, amp=False, compile=True, channels_last=False,
+        memory_budget=budget, verbose=False,
+    )  # fmt: skip
+    _assert_same_steps(plain, model, x)
+    modes = [getattr(b, STATE_ATTR).mode for b in model.modules() if hasattr(b, STATE_ATTR)]
+    assert Mode.SELECTIVE in modes and Mode.FULL in modes, modes
+    assert autoopt.report(model)["compile"].status.value == "applied"
 
 
 def test_gradients_and_running_stats_equal_eager_for_batchnorm_stages() -> None:

@@ -16,8 +16,6 @@ from torch._dynamo.backends.common import aot_autograd
 import autoopt
 from autoopt.runtime.passes import compile as compile_pass
 
-pytestmark = pytest.mark.slow
-
 
 class Critic(nn.Module):
     def __init__(self) -> None:
@@ -73,10 +71,10 @@ def plain_loop(model: nn.Module, optimizer: torch.optim.Optimizer) -> list[float
 
 
 def both(
-    loop: Any, **options: Any
+    loop: Any, build: type[nn.Module] = Critic, **options: Any
 ) -> tuple[nn.Module, nn.Module, torch.optim.Optimizer, list[float], list[float]]:
     torch.manual_seed(0)
-    eager = Critic()
+    eager = build()
     model = copy.deepcopy(eager)
     eager_opt = torch.optim.Adam(eager.parameters(), lr=1e-2)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
@@ -86,6 +84,7 @@ def both(
     return eager, model, optimizer, eager_losses, losses
 
 
+@pytest.mark.slow
 def test_a_gradient_penalty_loop_trains_eager_as_eager_does(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -136,3 +135,28 @@ def test_a_model_that_compiles_runs_compiled_after_the_first_step(
     assert autoopt.report(model)["compile"].status.value == "applied"
     torch.testing.assert_close(losses, eager_losses)
     assert len(calls) == 3  # the probe, then steps 2 and 3 (step 1 ran eager)
+
+
+class MaxNorm(Critic):
+    """Writes its weights in place at every training forward (a max-norm constraint, as some
+    GAN critics and embedding layers do)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.training:
+            with torch.no_grad():
+                self.net[0].weight.mul_(0.9)
+        return self.net(x)
+
+
+def test_the_probe_leaves_no_in_place_write_to_the_parameters(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The first step's compiled forward and backward run as a probe, then the step runs eager:
+    a forward that writes a parameter in place writes it once, as eager's does (red if the probe
+    kept its write: the weights scaled twice at the first step)."""
+    monkeypatch.setattr(compile_pass, "BACKEND", "aot_eager")
+    eager, model, _, eager_losses, losses = both(plain_loop, MaxNorm, compile=True, amp=False)
+    torch.testing.assert_close(losses, eager_losses)
+    for p, q in zip(model.parameters(), eager.parameters(), strict=True):
+        torch.testing.assert_close(p, q)
+    assert autoopt.report(model)["compile"].status.value == "applied"

@@ -170,6 +170,29 @@ def test_distributed_sampler_keeps_no_shuffle_and_custom_batch_sampler() -> None
     assert len(custom) == 1  # 5 samples on this rank, batches of 4, last dropped
 
 
+@pytest.mark.parametrize("shuffle", [False, True])
+@pytest.mark.parametrize("drop_last", [False, True])
+@pytest.mark.parametrize("rank", [0, 1])
+def test_each_rank_gets_plain_torchs_distributed_sampler_samples(
+    rank: int, drop_last: bool, shuffle: bool
+) -> None:
+    """9 samples on 2 ranks, where DistributedSampler's drop_last decides whether the last
+    sample is dropped or a first one repeated: two epochs of each rank's batches as the loop
+    torch documents yields them (its own DistributedSampler and set_epoch)."""
+    data = TensorDataset(torch.arange(9.0).view(9, 1))
+    dist = DistState(rank=rank, world_size=2, local_rank=rank, backend="gloo")
+    wrapped, _ = _run(
+        DataLoader(data, batch_size=2, shuffle=shuffle, drop_last=drop_last), dist=dist
+    )
+    sampler = DistributedSampler(data, num_replicas=2, rank=rank, shuffle=shuffle,
+                                 drop_last=drop_last)  # fmt: skip
+    plain = DataLoader(data, batch_size=2, sampler=sampler, drop_last=drop_last)
+    for epoch in range(2):
+        sampler.set_epoch(epoch)
+        expected = [x.view(-1).tolist() for (x,) in plain]
+        assert [x.view(-1).tolist() for (x,) in wrapped] == expected, epoch
+
+
 def test_sampler_without_a_sharded_twin_is_wrapped_and_reported() -> None:
     dist = DistState(rank=0, world_size=2, local_rank=0, backend="gloo")
     weighted = WeightedRandomSampler([1.0] * 10, num_samples=10)

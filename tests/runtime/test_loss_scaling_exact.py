@@ -72,6 +72,50 @@ def test_matches_torch_autocast_and_gradscaler_step_for_step() -> None:
         torch.testing.assert_close(p, q, rtol=1e-3, atol=1e-4)
 
 
+@pytest.mark.parametrize("given", [True, False])
+def test_an_optimizer_built_later_skips_non_finite_steps_like_gradscaler(given: bool) -> None:
+    """A second phase with a new AdamW (built after optimize(); `given`: whether the first
+    phase's optimizer went to optimize() at all), an overflow in each phase, against torch's
+    recipe with one GradScaler: the same skipped steps, scale and parameters, no NaN."""
+    torch.manual_seed(0)
+    reference = MLP()
+    model = copy.deepcopy(reference)
+    first = torch.optim.SGD(model.parameters(), lr=0.1)
+    if given:
+        model, first = autoopt.optimize(
+            model, optimizer=first, amp="fp16", compile=False, verbose=False
+        )
+    else:
+        model = autoopt.optimize(model, amp="fp16", compile=False, verbose=False)
+    gradscaler = torch.amp.GradScaler("cpu")
+    first_ref = torch.optim.SGD(reference.parameters(), lr=0.1)
+    x, y = mlp_data(96)
+    for step in range(12):
+        if step == 6:  # phase two: a new optimizer, as a user builds one
+            second = torch.optim.AdamW(model.parameters(), lr=1e-2)
+            second_ref = torch.optim.AdamW(reference.parameters(), lr=1e-2)
+        opt, opt_ref = (first, first_ref) if step < 6 else (second, second_ref)
+        xs, ys = x[step * 8 : step * 8 + 8].clone(), y[step * 8 : step * 8 + 8]
+        if step in (2, 8):
+            xs[0, 0] = float("inf")  # an overflow: the step is skipped, the scale halved
+        opt.zero_grad()
+        loss_fn(model(xs), ys).backward()
+        opt.step()
+        opt_ref.zero_grad()
+        with torch.autocast("cpu", dtype=torch.float16):
+            loss_ref = loss_fn(reference(xs), ys)
+        gradscaler.scale(loss_ref).backward()
+        gradscaler.step(opt_ref)
+        gradscaler.update()
+        assert scaler_of(model).scale == gradscaler.get_scale(), step
+        assert (~model.net[0].weight.grad.isfinite()).any() == (step in (2, 8))  # put back
+    assert scaler_of(model).skipped_steps == 2 and scaler_of(model).steps == 10
+    assert second.state_dict()["state"][0]["step"] == second_ref.state_dict()["state"][0]["step"]
+    for p, q in zip(model.parameters(), reference.parameters(), strict=True):
+        assert p.isfinite().all()
+        torch.testing.assert_close(p, q, rtol=1e-3, atol=1e-4)
+
+
 def test_state_lives_on_its_device_in_float32_whatever_torch_defaults_are() -> None:
     """A loop that sets torch's default dtype or device must not move or widen the scaler's
     state (GradScaler's own kernels insist on float32 on the gradients' device)."""

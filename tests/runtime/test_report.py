@@ -101,6 +101,10 @@ def test_autoopt_disable_returns_the_arguments_untouched(monkeypatch) -> None:
     returned = autoopt.optimize(model, None, optimizer, amp="bf16")
     assert returned == (model, optimizer)
     assert model.forward == forward and not hasattr(model, "_autoopt_applied")
+    report = autoopt.report(model)  # an answer, not an exception (it raised on main)
+    assert "autoopt is disabled (AUTOOPT_DISABLE is set)" in str(report)
+    assert report.to_dict()[0]["status"] == "skipped" and not report.applied()
+    monkeypatch.delenv("AUTOOPT_DISABLE")
     with pytest.raises(ValueError, match="not returned by autoopt.optimize"):
         autoopt.report(model)
 

@@ -26,6 +26,7 @@ cached states runs plainly that step, with a warning.
 from __future__ import annotations
 
 import contextlib
+import functools
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -179,14 +180,10 @@ def run_block(
         )
         return forward(*args, **kwargs)
     args, kwargs = uncached
-    return checkpoint(
-        forward,
-        *args,
-        use_reentrant=False,
-        preserve_rng_state=True,
-        context_fn=context_fn(block, mode),
-        **kwargs,
-    )
+    contexts = checkpoint_contexts([block], selective=mode is Mode.SELECTIVE)
+    if contexts is not None:
+        kwargs = {"context_fn": contexts, **kwargs}
+    return checkpoint(forward, *args, use_reentrant=False, preserve_rng_state=True, **kwargs)
 
 
 CACHE_KWARGS = ("past_key_values", "past_key_value", "layer_past")
@@ -243,33 +240,33 @@ def _empty_at(cache: Any, layer: int) -> bool:
     return not (isinstance(updated, dict) and updated.get(layer))
 
 
-def context_fn(block: nn.Module, mode: Mode) -> Callable[[], tuple[Any, Any]]:
-    """The checkpoint's (forward, recompute) contexts for `block` in `mode`. Plain dispatch
-    modes (what torch.compile accepts) unless batch norms need their statistics restored."""
-    norms = training_norms([block])
-    if mode is Mode.SELECTIVE:
-        if not norms:
-            return _Selective()
-        return _WithNorms(_Selective(), norms)
-    return _WithNorms(noop_context_fn, norms) if norms else noop_context_fn
+def checkpoint_contexts(
+    modules: list[nn.Module], selective: bool
+) -> Callable[[], tuple[Any, Any]] | None:
+    """The `context_fn` of a checkpoint over `modules` (None: torch's default): selective
+    (`KeepMatmuls`) or not, with the batch norms' statistics restored after the recomputation.
+    What dynamo can trace: a module-level function, or a `functools.partial` of one; an object
+    with a `__call__`, a closure, or torch's `noop_context_fn` read as a global made
+    torch.compile fail on the checkpoint ("checkpoint not implemented for ... context_fn").
+    With batch norms the partial holds modules, which dynamo cannot guard on as constants: it
+    runs that checkpoint outside the graph (a graph break), which restores the statistics."""
+    norms = tuple(training_norms(modules))
+    if selective:
+        return functools.partial(_with_norms, _selective, norms) if norms else _selective
+    return functools.partial(_with_norms, noop_context_fn, norms) if norms else None
 
 
-class _Selective:
-    def __call__(self) -> tuple[Any, Any]:
-        return create_selective_checkpoint_contexts(KeepMatmuls())
+def _selective() -> tuple[Any, Any]:
+    return create_selective_checkpoint_contexts(KeepMatmuls())
 
 
-class _WithNorms:
+def _with_norms(
+    contexts: Callable[[], tuple[Any, Any]], norms: tuple[_BatchNorm, ...]
+) -> tuple[Any, Any]:
     """`contexts()`, with the batch-norm statistics restored after the recomputation."""
-
-    def __init__(self, contexts: Callable[[], tuple[Any, Any]], norms: list[_BatchNorm]) -> None:
-        self.contexts = contexts
-        self.norms = norms
-
-    def __call__(self) -> tuple[Any, Any]:
-        forward, recompute = self.contexts()
-        # Outermost, so its clones and copies run outside the checkpoint's dispatch mode.
-        return forward, _both(keep_running_stats(self.norms), recompute)
+    forward, recompute = contexts()
+    # Outermost, so its clones and copies run outside the checkpoint's dispatch mode.
+    return forward, _both(keep_running_stats(list(norms)), recompute)
 
 
 @contextlib.contextmanager

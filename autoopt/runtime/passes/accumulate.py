@@ -46,8 +46,7 @@ from torch.nn.modules.batchnorm import _BatchNorm
 from torch.nn.utils import clip_grad
 from torch.optim.lr_scheduler import LRScheduler, ReduceLROnPlateau
 
-from autoopt.runtime.accumulation import micro_batches
-from autoopt.runtime.accumulation.accumulator import Accumulator
+from autoopt.runtime.accumulation import accumulator, micro_batches
 from autoopt.runtime.context import Context, ForwardLayer, Stage, StepLayer
 from autoopt.runtime.memory import AUTO, describe_budget, state_memory
 from autoopt.runtime.report import PassResult
@@ -72,7 +71,7 @@ def run(ctx: Context) -> PassResult | None:
         return PassResult.skipped(
             NAME, f"accumulate={steps} needs the optimizer: pass it to optimize()"
         )
-    acc = Accumulator(steps)
+    acc = accumulator.Accumulator(steps)
     _install(ctx, acc)
     detail = (
         f"{steps} micro-batches per optimizer step, every backward seeded x1/{steps}, "
@@ -117,7 +116,7 @@ def _run_auto(ctx: Context) -> PassResult:
         micro_batches.warn_stand_down(reason)
         return PassResult.skipped(NAME, micro_batches.stand_down_line(reason))
     assert ctx.optimizer is not None
-    acc = Accumulator(1, auto=True)
+    acc = accumulator.Accumulator(1, auto=True)
     _install(ctx, acc)
     # LR schedulers find the accumulator through their optimizer: one step per batch.
     ctx.optimizer.__dict__[ACCUMULATOR_ATTR] = acc
@@ -142,7 +141,7 @@ def _run_auto(ctx: Context) -> PassResult:
     )
 
 
-def _install(ctx: Context, acc: Accumulator) -> None:
+def _install(ctx: Context, acc: accumulator.Accumulator) -> None:
     ctx.extras[NAME] = acc
     ctx.step_layers.append(StepLayer(NAME, acc.wrap_step, acc.wrap_zero_grad))
     root_scaling.register(ctx.model, accumulator=acc)
@@ -160,7 +159,7 @@ def _split_batches(ctx: Context, *, batcher: micro_batches.MicroBatcher) -> None
     ctx.loader = micro_batches.MicroBatchLoader(ctx.loader, batcher)
 
 
-def _gate_module_zero_grad(module: nn.Module, acc: Accumulator) -> None:
+def _gate_module_zero_grad(module: nn.Module, acc: accumulator.Accumulator) -> None:
     """`model.zero_grad()` (the seed's spelling) must follow the same cycle as the optimizer's."""
     if getattr(module, ACCUMULATOR_ATTR, None) is acc:
         return
@@ -176,7 +175,7 @@ class GatedZeroGrad:
     with 1/N): it drops the accumulator, and its zero_grad always acts."""
 
     module: nn.Module
-    acc: Accumulator | None
+    acc: accumulator.Accumulator | None
 
     def __getstate__(self) -> dict[str, Any]:
         return {"module": self.module, "acc": None}
@@ -280,7 +279,7 @@ def _ungate_schedulers(classes: list[type]) -> None:
         cls.step = _original_scheduler_steps.pop(cls)  # type: ignore[attr-defined]
 
 
-def _finalize(ctx: Context, *, acc: Accumulator) -> None:
+def _finalize(ctx: Context, *, acc: accumulator.Accumulator) -> None:
     """After the DDP wrap: gate the wrapper's zero_grad and control its gradient sync."""
     returned = ctx.returned_model
     if returned is None or returned is ctx.model:
@@ -297,8 +296,14 @@ class SyncOnLastMicroStep:
     """DDP forward pre-hook: all-reduce gradients in the last micro-batch's backward only, as
     `no_sync()` around the others would."""
 
-    acc: Accumulator
+    acc: accumulator.Accumulator
 
     def __call__(self, module: nn.Module, args: Any) -> None:
         if torch.is_grad_enabled():
             module.require_backward_grad_sync = self.acc.at_last_micro_step
+
+
+def __getattr__(name: str) -> Any:
+    from autoopt.runtime import moved
+
+    return moved.moved_name(__name__, name)

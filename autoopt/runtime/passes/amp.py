@@ -37,7 +37,7 @@ from autoopt.runtime import hardware
 from autoopt.runtime.context import Context, Forward, ForwardLayer, Stage, StepLayer
 from autoopt.runtime.loading.batch import map_tensors
 from autoopt.runtime.report import PassResult, Report
-from autoopt.runtime.scaling import loss_scaling, root_scaling
+from autoopt.runtime.scaling import later_optimizers, loss_scaling, root_scaling
 from autoopt.runtime.scaling.grad_scalers import unwatch_grad_scalers, watch_grad_scalers
 from autoopt.runtime.scaling.user_amp import UserAmp
 from autoopt.runtime.trials.choices import Choice, default_clock, trials_of
@@ -76,6 +76,12 @@ def run(ctx: Context) -> PassResult:
     dtype, why = choose(ctx.model, device, ctx.options.amp)
     if dtype is None:
         return PassResult.skipped(NAME, why)
+    if ctx.options.amp == "auto" and device.type == "cpu" and ctx.options.deterministic:
+        return PassResult.skipped(
+            NAME,
+            f"{why}, but deterministic=True: on CPU bf16 would be kept or not by timing, so "
+            "runs could differ; amp='bf16' forces it",
+        )
     if ctx.dist is not None and ctx.dist.strategy == "fsdp":
         return _under_fsdp(ctx, dtype, why)
     ctx.amp_dtype = dtype
@@ -93,8 +99,12 @@ def run(ctx: Context) -> PassResult:
             result = PassResult.applied(
                 NAME,
                 f"{result.detail}; on CPU: kept only if training steps measure faster than in "
-                "fp32 (bf16 and fp32 take turns on the first steps until then)",
+                "fp32 (bf16 and fp32 take turns on the first steps until then; fp32 before "
+                "any training step)",
             )
+            # Nothing that changes the numbers runs unmeasured: an inference-only model (no
+            # training step ever measures bf16) stays fp32.
+            layer.enabled = False
             trial = AmpChoice(layer, ctx.report, result)
             trials_of(ctx).add(
                 Choice(NAME, ["bf16", "fp32"], trial.apply, trial.decided, _clock, "fp32")
@@ -104,12 +114,13 @@ def run(ctx: Context) -> PassResult:
     root_scaling.register(ctx.model, scaler=scaler)
     ctx.undo.append(functools.partial(root_scaling.unregister, ctx.model))
     loss_scaling.install(ctx.model, scaler)
+    later_optimizers.watch()  # an optimizer built later skips non-finite steps too
     ctx.extras["loss_scaler"] = scaler
     if ctx.optimizer is not None:
         ctx.step_layers.append(StepLayer(NAME, ScaledStep(ctx.optimizer, scaler).wrap))
-        step_note = "optimizer.step() skips non-finite steps"
+        step_note = "optimizer.step() skips non-finite steps, as does any optimizer built later"
     else:
-        step_note = "no optimizer given, so non-finite steps are not skipped"
+        step_note = "every optimizer.step() over its parameters skips non-finite steps"
     return PassResult.applied(
         NAME,
         f"fp16 autocast: {why}; dynamic loss scaling at the root of every backward (init "

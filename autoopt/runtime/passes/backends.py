@@ -145,6 +145,14 @@ def run(ctx: Context) -> PassResult:
     if impl is None:
         detail = f"{flags_note}; {note}"
         return PassResult.applied(NAME, detail) if settings else PassResult.skipped(NAME, detail)
+    if device.type == "cpu" and ctx.options.deterministic:
+        # Timing picks the kernels on CPU: one run could take fused, the next the default loop,
+        # and their updates round apart. The optimizer's own step stays.
+        detail = (
+            f"{flags_note}; {type(ctx.optimizer).__name__}'s own step (deterministic=True: on "
+            "CPU the step implementation would be chosen by timing, so runs could differ)"
+        )
+        return PassResult.applied(NAME, detail) if settings else PassResult.skipped(NAME, detail)
     impls, _ = step_candidates(ctx.optimizer, device, sharded)
     user = {key: ctx.optimizer.defaults.get(key) for key in ("fused", "foreach")}
     ours = dict(impl.flags)  # the flags a loaded checkpoint gets: the choice in force

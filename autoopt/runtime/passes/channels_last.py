@@ -22,8 +22,12 @@ forward (INPUT stage, inside the compiled region, after the user's forward pre-h
 the loader: user code sees the batches it would see without autoopt. The optimizer's state follows
 the parameters' layout whenever it changes (at optimize(), after the trials, on a fallback, on
 loading a checkpoint: `optimizer_state`). A model that calls `x.view(n, -1)` after its
-convolutions fails on NHWC activations: when the first forward raises a RuntimeError, the model
-is converted back, inputs are no longer converted, the report says so, and the call is retried.
+convolutions fails on NHWC activations: when a forward in channels_last raises a RuntimeError,
+its side effects are undone (buffers, RNG), the model is converted back, inputs are no longer
+converted, the report says so, and the call is retried; if it fails in NCHW too, the error is the
+user's and goes up with the layout as it was. Every forward is guarded, not only the first: the
+path that meets the `.view()` may be an eval-only head, a branch taken every k steps, or a
+smaller last batch.
 Layout changes happen outside inference mode, so a first call under `torch.inference_mode()`
 leaves parameters that later training can save for backward.
 """
@@ -108,6 +112,13 @@ def run(ctx: Context) -> PassResult:
     device = ctx.device if ctx.device is not None else torch.device("cpu")
     compiled, _ = compile_pass.choose(ctx.options.compile, device)
     measure = ctx.options.channels_last == "auto" and device.type == "cpu" and compiled is None
+    if measure and ctx.options.deterministic:
+        return PassResult.skipped(
+            NAME,
+            f"{why}, but deterministic=True: on CPU the layout would be chosen by timing, and "
+            "the two layouts' kernels round apart, so runs could differ (channels_last=True "
+            "forces it)",
+        )
     if measure and ctx.dist is not None:
         # Ranks timing apart could keep different layouts: DDP reduces gradients as flat
         # buckets laid out like each rank's parameters, so every rank keeps the rule's choice.
@@ -148,7 +159,6 @@ class _State:
         self.report = report
         self.optimizer = optimizer  # its state follows the parameters' layout
         self.active = True
-        self.verified = False  # a forward has succeeded: later errors are not ours
         self.fallen_back = False  # NCHW for good: the trials' layout switches are ignored
         self.result: PassResult | None = None  # the APPLIED entry, restored if blame was wrong
 
@@ -205,9 +215,9 @@ class _State:
         return functools.partial(self.guarded_forward, forward)
 
     def guarded_forward(self, forward: Forward, *args: Any, **kwargs: Any) -> Any:
-        """Until a forward succeeded: on failure, undo its side effects (BatchNorm statistics,
+        """In channels_last: on failure, undo the forward's side effects (BatchNorm statistics,
         RNG draws) and rerun it in NCHW."""
-        if self.verified or not self.active:
+        if not self.active:
             return forward(*args, **kwargs)
         replay = Replay(self.model)
         try:
@@ -224,5 +234,4 @@ class _State:
                 if self.result is not None:
                     self.report.replace(self.result)
                 raise
-        self.verified = True
         return out

@@ -21,9 +21,7 @@ running statistics are restored after the recomputation, so they are updated onc
 
 from __future__ import annotations
 
-import contextlib
 import functools
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,9 +33,8 @@ from autoopt.runtime.checkpointing.block_checkpoint import STATE_ATTR as BLOCK_S
 from autoopt.runtime.checkpointing.block_checkpoint import (
     BlockCheckpoint,
     BlockState,
+    checkpoint_contexts,
     checkpoints_now,
-    keep_running_stats,
-    training_norms,
 )
 from autoopt.runtime.checkpointing.block_stacks import find_block_stacks
 from autoopt.runtime.checkpointing.checkpoint_plan import PLANNER_ATTR, Planner, PlanOnFirstForward
@@ -190,12 +187,13 @@ def run_segmented(modules: list[nn.Module], segments: int, input: Any) -> Any:
     for start in range(0, size * (segments - 1), size):
         end = start + size - 1
         segment = modules[start : end + 1]
+        contexts = checkpoint_contexts(segment, selective=False)
         input = checkpoint(
             _Segment(segment),
             input,
             use_reentrant=False,
             preserve_rng_state=True,
-            context_fn=_context_fn(segment),
+            **({"context_fn": contexts} if contexts is not None else {}),
         )
     for module in modules[end + 1 :]:
         input = module(input)
@@ -212,10 +210,3 @@ class _Segment:
         for module in self.modules:
             input = module(input)
         return input
-
-
-def _context_fn(segment: list[nn.Module]) -> Callable[[], tuple[Any, Any]]:
-    norms = training_norms(segment)
-    if not norms:
-        return lambda: (contextlib.nullcontext(), contextlib.nullcontext())
-    return lambda: (contextlib.nullcontext(), keep_running_stats(norms))

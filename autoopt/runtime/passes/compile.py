@@ -71,6 +71,7 @@ from torch import nn
 
 from autoopt.runtime import voice
 from autoopt.runtime.compiling import cache as compile_cache
+from autoopt.runtime.compiling import randomness
 from autoopt.runtime.compiling.cache import CompileCache
 from autoopt.runtime.compiling.guard import BackwardGuard
 from autoopt.runtime.compiling.log import (
@@ -145,9 +146,22 @@ def choose(
         return "jit", (
             "TorchScript (script, else a trace verified on a second batch of another shape)"
         )
-    backend = BACKEND if isinstance(BACKEND, str) else getattr(BACKEND, "__name__", "custom")
     why = "compile=True" if option is True else "CUDA"
-    return "torch.compile", f"torch.compile (backend {backend!r}; {why})"
+    return "torch.compile", f"torch.compile (backend {_backend_name()!r}; {why})"
+
+
+def _backend_name() -> str:
+    return BACKEND if isinstance(BACKEND, str) else getattr(BACKEND, "__name__", "custom")
+
+
+def compiled_in_place(model: nn.Module) -> str | None:
+    """The name of the first module (outermost first) that `Module.compile()` compiled in place
+    ("the model" for the model itself), else None. Compiling its forward again would nest one
+    compile in another and trace autoopt's own layers."""
+    for name, module in model.named_modules():
+        if getattr(module, "_compiled_call_impl", None) is not None:
+            return f"submodule {name!r}" if name else "the model"
+    return None
 
 
 def run(ctx: Context) -> PassResult:
@@ -157,11 +171,32 @@ def run(ctx: Context) -> PassResult:
     auto: AutoCompile | None = None
     outcome = None
     on_cpu = ctx.device is None or ctx.device.type != "cuda"
+    if ctx.options.compile == "auto" and on_cpu and ctx.options.deterministic:
+        return PassResult.skipped(
+            NAME,
+            "deterministic=True: on CPU compile='auto' is decided by timing and by the compile "
+            "cache's record of it, so a run would depend on both; compile=True forces it",
+        )
     if ctx.options.compile == "auto" and on_cpu and cache_dir is not None:
         name = compile_cache.key(ctx.model, (), {}, _cache_extra(regions))
         auto = AutoCompile(ctx.report, compile_cache.Outcome(cache_dir, name))
         outcome = auto.record.read()
     how, why = choose(ctx.options.compile, ctx.device, cache_dir, outcome)
+    compiled_by_user = compiled_in_place(ctx.model)
+    if how is not None and compiled_by_user is not None:
+        return PassResult.skipped(
+            NAME,
+            f"{compiled_by_user} was compiled in place by the user (Module.compile()): left to "
+            "its own compile",
+        )
+    if how in ("measure", "torch.compile") and not randomness.draws_eager_random(BACKEND):
+        if ctx.options.deterministic:
+            return PassResult.skipped(
+                NAME,
+                f"backend {_backend_name()!r} may draw other random numbers than eager: "
+                "deterministic=True keeps the eager forward",
+            )
+        why += f"; random ops: backend {_backend_name()!r}'s own numbers, not eager's"
     if how == "measure" and ctx.dist is not None:
         return PassResult.skipped(
             NAME, f"{why}; not measured under torchrun (every rank must make the same choice)"
@@ -327,9 +362,10 @@ class CompiledForward:
             # Every forward stack enters dynamo through one code object of torch's
             # (`wrap_inline`): isolated, one model's compiles are not another's recompiles.
             options = {"isolate_recompiles": True, **COMPILE_OPTIONS, **self._dynamic()}
-            return torch.compile(self.forward, backend=BACKEND, **options)
+            return torch.compile(self.forward, **randomness.compile_kwargs(BACKEND, options))
         for block in self.regions:
-            block.compile(backend=BACKEND, **{**COMPILE_OPTIONS, **self._dynamic()})
+            options = {**COMPILE_OPTIONS, **self._dynamic()}
+            block.compile(**randomness.compile_kwargs(BACKEND, options))
         return self.forward  # the blocks run compiled inside it
 
     def _dynamic(self) -> dict[str, Any]:

@@ -27,6 +27,9 @@ from torch import nn
 from autoopt.runtime.scaling.user_amp import UserAmp
 
 _ATTR = "_autoopt_loss_scaler"
+# The ids of the optimizers inside `LossScaler.step` now: the global step hooks for optimizers
+# built later (`later_optimizers`) leave them to it.
+stepping: set[int] = set()
 
 
 class LossScaler:
@@ -106,7 +109,11 @@ class LossScaler:
             result = None
         else:
             self.steps += 1
-            result = step()
+            stepping.add(id(optimizer))
+            try:
+                result = step()
+            finally:
+                stepping.discard(id(optimizer))
         self.update(found)
         return result
 

@@ -10,6 +10,7 @@ loss whose graph reaches an optimized model (before that loss's backward runs; `
 from __future__ import annotations
 
 import warnings
+from typing import Any
 
 from autoopt.runtime.report import PassResult, Report
 
@@ -36,3 +37,10 @@ class UserAmp:
         if self.report is not None:
             why = "stood down for the user's own AMP" if own else "stood down"
             self.report.replace(PassResult.skipped(self.pass_name, f"{why}: {reason}"))
+
+
+def __getattr__(name: str) -> Any:
+    # Reached through the old path autoopt.runtime.user_amp, which held the watchers too.
+    from autoopt.runtime import moved
+
+    return moved.moved_name(__name__, name)

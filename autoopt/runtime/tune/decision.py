@@ -85,6 +85,8 @@ def choose(
         return Decision(options, PassResult.skipped(NAME, "no candidate plans"))
     drawn, why_not = draw(loader, batches)
     if not drawn:
+        if loader is not None:
+            warnings.warn(f"autoopt: tune=True stands down: {why_not}", stacklevel=3)
         return Decision(options, PassResult.skipped(NAME, why_not))
 
     path = disk_cache.cache_path() if cache else None
