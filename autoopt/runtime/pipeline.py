@@ -19,6 +19,7 @@ from autoopt.runtime.context import Context
 from autoopt.runtime.options import Options
 from autoopt.runtime.passes import PASSES
 from autoopt.runtime.report import PassResult
+from autoopt.runtime.trials import choices
 
 APPLIED_ATTR = "_autoopt_report"  # the report, on every model optimize() returned
 
@@ -92,6 +93,11 @@ def prepare(
             result = run_pass(ctx)
             if result is not None:
                 ctx.report.add(result)
+        measured = ctx.extras.get(choices.EXTRA)
+        if measured is not None:  # the trials' schedule, cost and the run they must pay within
+            if ctx.loader is not None:
+                measured.run_length = choices.LoaderLength(ctx.loader)
+            ctx.report.add(measured.pending())
         forward.install(ctx)
     except BaseException:
         saved.restore()

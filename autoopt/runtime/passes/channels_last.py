@@ -176,11 +176,12 @@ class _State:
         if measured.startswith("not measured"):
             self.report.replace(PassResult.skipped(NAME, f"NCHW kept ({measured})"))
         elif winner == "channels_last":
-            assert self.result is not None
-            self.result = PassResult.applied(NAME, f"{self.result.detail}; {measured}")
+            self.result = PassResult.applied(
+                NAME, f"model and 4-D inputs in channels_last: {measured}"
+            )
             self.report.replace(self.result)
         else:
-            self.report.replace(PassResult.skipped(NAME, f"NCHW is faster here ({measured})"))
+            self.report.replace(PassResult.skipped(NAME, f"NCHW kept: {measured}"))
 
     def fall_back(self, err: BaseException) -> None:
         self.fallen_back = True
