@@ -31,7 +31,10 @@ torch's own imports and dynamo's tracing.
 
 Beside the blobs, one small record per model structure (`Outcome`, `<key>.outcome.json`): whether
 its compiled training steps measured faster than eager ones on this machine, which is what
-`compile="auto"` decides from on CPU (autoopt.runtime.passes.compile).
+`compile="auto"` decides from on CPU (autoopt.runtime.passes.compile). And one record of what
+compiles cost on this machine (`CompileCosts`, `compile_costs.json`): each model's first compiled
+step, cold or warm, with its size, from which the cost of a compile not yet paid is estimated
+before it is paid (a trial that cannot pay back within the run is not tried).
 
 Where: `optimize(compile_cache=...)`: "auto" (the default) is $AUTOOPT_COMPILE_CACHE, else
 $XDG_CACHE_HOME/autoopt/compile, else ~/.cache/autoopt/compile; a directory; False: off.
@@ -47,6 +50,7 @@ import logging
 import os
 import platform
 import re
+import statistics
 import tempfile
 import time
 import warnings
@@ -346,6 +350,80 @@ class Outcome:
             os.replace(tmp, self.path)
         except OSError as err:
             warnings.warn(f"autoopt: compile outcome not saved to {self.path}: {err}", stacklevel=3)
+
+
+def model_size(model: nn.Module) -> int:
+    """What a compile's cost grows with: the model's leaf modules (its graph's size, roughly)."""
+    return sum(1 for m in model.modules() if next(m.children(), None) is None)
+
+
+# A cold CPU compile with no record on this machine: BASE + PER_MODULE per leaf module. From
+# this project's 2-core machine (docs/benchmarks/compile.md): a 10-module CNN 17-44 s, a
+# 21-module transformer 30-90 s of wall time, by load.
+DEFAULT_BASE_S = 8.0
+DEFAULT_PER_MODULE_S = 2.0
+# A warm compile (this model's entry found) against its cold one, with no warm record yet.
+WARM_SHARE = 0.25
+
+
+class CompileCosts:
+    """What compiles cost on this machine (`compile_costs.json` in the cache directory): per
+    model (the `Outcome` name), its size and the wall seconds of its first compiled step, cold
+    and warm, and its entry's file. Estimates a compile before it is paid (`estimate`)."""
+
+    FILE = "compile_costs.json"
+
+    def __init__(self, directory: Path) -> None:
+        self.path = directory / self.FILE
+
+    def read(self) -> dict[str, dict[str, Any]]:
+        try:
+            found = json.loads(self.path.read_text())
+        except (OSError, ValueError):
+            return {}
+        return found if isinstance(found, dict) else {}
+
+    def write(self, name: str, size: int, seconds: float, warm: bool, entry: Path) -> None:
+        """Record a first compiled step (atomically; a record that cannot be written is none)."""
+        records = self.read()
+        record = records.get(name) if isinstance(records.get(name), dict) else {}
+        record.update({"size": size, "warm_s" if warm else "cold_s": round(seconds, 3)})
+        record["entry"] = str(entry)
+        records[name] = record
+        with contextlib.suppress(OSError):
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=self.path.parent, suffix=".tmp")
+            with os.fdopen(fd, "w") as out:
+                json.dump(records, out)
+            os.replace(tmp, self.path)
+
+    def estimate(self, name: str, size: int) -> tuple[float, str]:
+        """(seconds, what and how it was estimated) of compiling model `name` of `size` leaf
+        modules now: its own record (warm when its entry exists), else the seconds per module
+        of the cold compiles recorded here, else the defaults."""
+        records = self.read()
+        own = records.get(name) if isinstance(records.get(name), dict) else None
+        if own is not None and own.get("entry") and Path(own["entry"]).is_file():
+            if own.get("warm_s") is not None:
+                return float(own["warm_s"]), "a warm compile (this model's last one here)"
+            if own.get("cold_s") is not None:
+                seconds = float(own["cold_s"]) * WARM_SHARE
+                return seconds, f"a warm compile ({WARM_SHARE:.0%} of this model's cold one)"
+        if own is not None and own.get("cold_s") is not None:
+            return float(own["cold_s"]), "a cold compile (this model's last one here)"
+        per_module = [
+            float(r["cold_s"]) / int(r["size"])
+            for r in records.values()
+            if isinstance(r, dict) and r.get("cold_s") is not None and r.get("size")
+        ]
+        if per_module:
+            rate = statistics.median(per_module)
+            return rate * size, (
+                f"a cold compile ({len(per_module)} recorded here: {rate:.2g} s per module x "
+                f"{size} modules)"
+            )
+        seconds = DEFAULT_BASE_S + DEFAULT_PER_MODULE_S * size
+        return seconds, f"a cold compile ({size} modules, no compile recorded here)"
 
 
 @contextlib.contextmanager
