@@ -48,7 +48,7 @@ def _close(model: nn.Module, reference: nn.Module, **tol: float) -> None:
     for (name, mine), theirs in zip(
         model.state_dict().items(), reference.state_dict().values(), strict=True
     ):
-        torch.testing.assert_close(mine, theirs, msg=lambda m: f"{name}: {m}", **tol)
+        torch.testing.assert_close(mine, theirs, msg=lambda m, n=name: f"{n}: {m}", **tol)
 
 
 class Spy(SmallCNN):
