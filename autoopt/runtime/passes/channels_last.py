@@ -135,6 +135,7 @@ def run(ctx: Context) -> PassResult:
     if measure:
         why += "; on CPU: kept only if training steps measure faster than in NCHW"
     state.result = PassResult.applied(NAME, why)
+    state.result.figures["conv_share"] = round(conv_share(ctx.model), 4)  # shown as "~N%"
     return state.result
 
 

@@ -255,7 +255,9 @@ class AutoCompile:
             self.record.write("eager", "the compiled forward failed")
             return  # the failure is in the report already
         if measured.startswith(("not measured", NOT_TRIED)):
-            self.report.replace(PassResult.skipped(NAME, f"eager kept: {measured}"))
+            result = PassResult.skipped(NAME, f"eager kept: {measured}")
+            result.figures["modules"] = self.size  # what the estimate grew with
+            self.report.replace(result)
             return
         self.record.write(winner, measured)
         if winner == "compiled":

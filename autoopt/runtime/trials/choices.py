@@ -59,6 +59,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
+import os
 import random
 import statistics
 import time
@@ -88,11 +89,26 @@ MAX_FORWARDS_PER_STEP = 64
 
 
 def default_clock() -> float:
-    """The trials' clock. With one intra-op thread, this process's CPU time: on a machine shared
-    with other processes their load inflates wall times at random (4x on the project's 2-core
-    machine), not the CPU time of the work measured. With more threads, wall time: summed
-    thread times would favour an option that parallelizes worse."""
-    return time.process_time() if torch.get_num_threads() == 1 else time.perf_counter()
+    """The trials' clock. With one intra-op thread, or on a machine busier than its cores (the
+    load average when this process first asked), this process's CPU time: other processes'
+    load inflates wall times at random (4x on the project's 2-core machine), not the CPU time
+    of the work measured. Otherwise wall time: summed thread times would favour an option that
+    parallelizes worse."""
+    if torch.get_num_threads() == 1 or _busy():
+        return time.process_time()
+    return time.perf_counter()
+
+
+@functools.cache
+def _busy() -> bool:
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cores = os.cpu_count() or 1
+    try:
+        return os.getloadavg()[0] > cores
+    except OSError:  # no load average here
+        return False
 
 
 # How the trials read the time (when a choice brings no clock of its own); a test injects a
@@ -401,6 +417,7 @@ class Trials:
         needed = math.ceil(estimate / (step_s * choice.best_gain))
         left = steps - self._steps_seen + 1
         figures.update(payback_steps_needed=needed, run_steps=steps, step_s=round(step_s, 6))
+        figures["best_gain"] = choice.best_gain
         if needed <= left:
             return False
         note = (
