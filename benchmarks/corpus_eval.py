@@ -112,9 +112,11 @@ IN_PROCESS = False
 
 
 def autoopt(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    """Run `python -m autoopt ARGS` and capture its output."""
-    if IN_PROCESS and cwd is None:
-        return autoopt_here(args)
+    """Run `python -m autoopt ARGS` and capture its output; from CWD when given (a script is
+    linted from its repository's root, as its user runs autoopt: sibling modules readable)."""
+    if IN_PROCESS:
+        with contextlib.chdir(cwd or os.getcwd()):
+            return autoopt_here(args)
     env = {**os.environ, "PYTHONWARNINGS": "ignore"}
     return subprocess.run(
         [sys.executable, "-m", "autoopt", *args],
@@ -197,10 +199,19 @@ def digest(files: list[Path]) -> dict[str, str]:
 # ---------------------------------------------------------------- robustness
 
 
-def lint_findings(paths: list[Path], extra: tuple[str, ...] = ()) -> tuple[list[dict], object]:
-    """Lint PATHS (JSON output, no cache); returns (findings, completed process)."""
+def lint_findings(
+    paths: list[Path], extra: tuple[str, ...] = (), cwd: Path | None = None
+) -> tuple[list[dict], object]:
+    """Lint PATHS (JSON output, no cache) from CWD; returns (findings, completed process)."""
     proc = autoopt(
-        "lint", "--output-format", "json", "--no-cache", "--exit-zero", *extra, *map(str, paths)
+        "lint",
+        "--output-format",
+        "json",
+        "--no-cache",
+        "--exit-zero",
+        *extra,
+        *map(str, paths),
+        cwd=cwd,
     )
     try:
         findings = json.loads(proc.stdout) if proc.stdout.strip() else []
@@ -256,10 +267,10 @@ _PROJECTS: dict[str, object] = {}
 def _time_file(task: tuple[str, str]) -> dict:
     """Seconds to lint FILE and to compute its fixes (unsafe ones too; nothing written), in
     this process through autoopt's own functions: the CLI runs give no per-file times."""
-    from autoopt.lint.encoding import decode_source
-    from autoopt.lint.project import load_project
-    from autoopt.lint.rewrite import fix_source
-    from autoopt.lint.runner import lint_path
+    from autoopt.lint.engine.project import load_project
+    from autoopt.lint.engine.runner import lint_path
+    from autoopt.lint.rewrite.apply import fix_source
+    from autoopt.lint.tree.encoding import decode_source
 
     repo, file = task
     if repo not in _PROJECTS:
@@ -465,10 +476,12 @@ def ratio(num: int, den: int) -> float | None:
 
 def _lint_labelled(root: Path, rules: list[str], repo: str, path: str):
     """`accuracy`'s lint of one labelled script."""
-    # One file per run: the project root is the file's own repository (its local imports).
-    # The default rules (what a user sees) plus every labelled one.
+    # One file per run, from its repository's root (its local imports readable, as a user
+    # runs it). The default rules (what a user sees) plus every labelled one.
     file = script_path(root, repo, path)
-    return lint_findings([file], ("--extend-select", ",".join(rules), "-j", "1"))
+    return lint_findings(
+        [file], ("--extend-select", ",".join(rules), "-j", "1"), cwd=script_path(root, repo, "")
+    )
 
 
 def accuracy(root: Path, labels_path: Path, jobs: int = 1) -> dict:
@@ -726,11 +739,11 @@ def scratch(root: Path, repo: str):
         yield copy
 
 
-def rewrite_once(file: Path, before: str, *args: str):
-    """`autoopt rewrite ARGS FILE` on FILE as it was (BEFORE is written back first, so one
-    scratch copy serves several rewrites: each sees the original); (text after, process)."""
+def rewrite_once(file: Path, before: str, *args: str, cwd: Path | None = None):
+    """`autoopt rewrite ARGS FILE` from CWD on FILE as it was (BEFORE is written back first, so
+    one scratch copy serves several rewrites: each sees the original); (text after, process)."""
     file.write_text(before, encoding="utf-8")
-    proc = autoopt("rewrite", *args, str(file))
+    proc = autoopt("rewrite", *args, str(file), cwd=cwd)
     return file.read_text(encoding="utf-8", errors="replace"), proc
 
 
@@ -741,7 +754,7 @@ def edited(root: Path, repo: str, path: str, *args: str):
     with scratch(root, repo) as copy:
         file = copy / path
         before = file.read_text(encoding="utf-8", errors="replace")
-        proc = autoopt("rewrite", *args, str(file))
+        proc = autoopt("rewrite", *args, str(file), cwd=copy)
         after = file.read_text(encoding="utf-8", errors="replace")
         yield before, after, proc, file
 
@@ -900,16 +913,16 @@ def _fixes_one(root: Path, verdicts: list[dict], repo: str, path: str) -> dict:
     with scratch(root, repo) as copy:
         file = copy / path
         before = file.read_text(encoding="utf-8", errors="replace")
-        findings, _ = lint_findings([file], ("-j", "1"))
+        findings, _ = lint_findings([file], ("-j", "1"), cwd=copy)
         fixable = {
             (f["code"], (f.get("fix") or {}).get("applicability")) for f in findings if f.get("fix")
         }
         row: dict = {"script": f"{repo}/{path}", "fixable_before": sorted(map(list, fixable))}
         for variant, extra in (("safe", ()), ("unsafe", ("--unsafe-fixes",))):
-            after, proc = rewrite_once(file, before, *extra)
+            after, proc = rewrite_once(file, before, *extra, cwd=copy)
             row[variant] = fix_entry(before, after, proc, verdicts, repo, path, variant)
             if variant == "unsafe":
-                left, _ = lint_findings([file], ("-j", "1"))
+                left, _ = lint_findings([file], ("-j", "1"), cwd=copy)
                 left = [f for f in left if not is_internal_error(f)]
                 row[variant]["left"] = sorted({f["code"] for f in left})
                 row[variant]["left_fixable"] = sorted(

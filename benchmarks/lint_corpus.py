@@ -109,9 +109,9 @@ def time_parse(files: list[Path], parse: object = cst.parse_module) -> tuple[flo
 def time_lint(
     corpus: Path, use_cache: bool, jobs: int | None
 ) -> tuple[tuple[float, float], object]:
-    from autoopt.lint.config import Options
-    from autoopt.lint.project import load_project
-    from autoopt.lint.runner import run_lint
+    from autoopt.lint.engine.config import Options
+    from autoopt.lint.engine.project import load_project
+    from autoopt.lint.engine.runner import run_lint
 
     clock = Clock()
     project = load_project([corpus], Options(no_cache=not use_cache))
@@ -122,10 +122,10 @@ def time_lint(
 def time_rewrite(corpus: Path) -> tuple[tuple[float, float], int]:
     """`autoopt rewrite --check`'s work: every file's fixes to a fixed point, nothing written.
     Returns ((wall, CPU seconds), files that would change)."""
-    from autoopt.lint.config import Options
-    from autoopt.lint.project import load_project
-    from autoopt.lint.rewrite import fix_source
-    from autoopt.lint.suppress import filter_findings
+    from autoopt.lint.engine.config import Options
+    from autoopt.lint.engine.project import load_project
+    from autoopt.lint.engine.suppress import filter_findings
+    from autoopt.lint.rewrite.apply import fix_source
 
     clock = Clock()
     project = load_project([corpus], Options(no_cache=True))

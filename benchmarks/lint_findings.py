@@ -39,8 +39,8 @@ def corpus_roots(name: str) -> list[Path]:
 
 def rewrite_record(path: Path, project: object) -> dict:
     """What `rewrite --check` computes for one file (no text, its hash)."""
-    from autoopt.lint.rewrite import fix_source
-    from autoopt.lint.suppress import filter_findings
+    from autoopt.lint.engine.suppress import filter_findings
+    from autoopt.lint.rewrite.apply import fix_source
 
     source = path.read_bytes().decode("utf-8", errors="replace")
     try:
@@ -75,9 +75,9 @@ def main() -> None:
     parser.add_argument("-o", "--output", type=Path, required=True)
     args = parser.parse_args()
 
-    from autoopt.lint.config import Options
-    from autoopt.lint.project import load_project
-    from autoopt.lint.runner import run_lint
+    from autoopt.lint.engine.config import Options
+    from autoopt.lint.engine.project import load_project
+    from autoopt.lint.engine.runner import run_lint
 
     roots = [d.resolve() for d in args.dir] if args.dir else corpus_roots(args.corpus)
     files = [(r, p) for r in roots for p in sorted(r.rglob("*.py"))][:: args.every]

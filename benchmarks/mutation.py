@@ -103,7 +103,7 @@ MODULES: dict[str, tuple[str, list[str]]] = {
         ["tests/runtime/test_backends.py", "tests/runtime/test_backends_exact.py"],
     ),
     "rewrite": (
-        "autoopt/lint/rewrite.py",
+        "autoopt/lint/rewrite/apply.py",
         [
             "tests/lint/test_rewrite.py",
             "tests/lint/test_rewrite_exact.py",
@@ -117,7 +117,7 @@ MODULES: dict[str, tuple[str, list[str]]] = {
     ),
     # fix safety: what a fix assumes, checked (a fix is safe only where it is proven)
     "preconditions": (
-        "autoopt/lint/fixes/preconditions.py",
+        "autoopt/lint/rewrite/fixes/preconditions.py",
         [
             "tests/lint/test_rule_examples.py",
             "tests/lint/test_rule_fixes.py",

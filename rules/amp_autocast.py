@@ -1,20 +1,20 @@
 """AO201: a training loop that runs in full fp32 (no autocast anywhere in the file).
 
-The codemod that converts a loop lives in `autoopt.lint.fixes.autocast`."""
+The codemod that converts a loop lives in `autoopt.lint.rewrite.fixes.autocast`."""
 
 from __future__ import annotations
 
 import libcst as cst
 
-from autoopt.lint.calls import arg
-from autoopt.lint.fixes.autocast import AutocastPlan
-from autoopt.lint.handled import (
+from autoopt.lint.engine.rule import FixSafety, Invalid, Rule, Valid
+from autoopt.lint.program.handled import (
     LIBRARY_TRAINER_MARKERS,
     is_hogwild,
     library_handles_precision,
     library_trainer_calls,
 )
-from autoopt.lint.rule import FixSafety, Invalid, Rule, Valid
+from autoopt.lint.rewrite.fixes.autocast import AutocastPlan
+from autoopt.lint.tree.calls import arg
 
 
 class AmpAutocast(Rule):
@@ -42,7 +42,7 @@ class AmpAutocast(Rule):
     **When not to apply.** The fix declines, saying why, when the loop has no optimizer object
     to route through a scaler (manual updates), uses an LBFGS closure (`step(closure)`), already
     runs another mixed-precision system (apex amp, a hand-written loss scale, models cast to
-    `.half()`/`.bfloat16()`, see `autoopt.lint.precision`), reads tensors with `.numpy()` (which
+    `.half()`/`.bfloat16()`, see `autoopt.lint.program.precision`), reads tensors with `.numpy()` (which
     fails on bf16 outputs), takes a double backward (`create_graph=True`,
     `torch.autograd.grad`, e.g. a gradient penalty: it needs the scaled-gradient recipe by
     hand), or uses `BCELoss`/`binary_cross_entropy` on
@@ -53,7 +53,7 @@ class AmpAutocast(Rule):
     argument or `accelerate launch --mixed_precision`), Lightning `Trainer(precision=...)` /
     `Fabric(precision=...)`; nor in Hogwild training (`model.share_memory()` with CPU worker
     processes, also the module such a script starts); nor in a CPU-only script (no device but
-    the CPU, no GPU or distributed launcher in its text: `autoopt.lint.device.cpu_only`), whose
+    the CPU, no GPU or distributed launcher in its text: `autoopt.lint.program.device.cpu_only`), whose
     author has not asked for a GPU's mixed precision.
 
     **ignite.** A `create_supervised_trainer(model, optimizer, loss_fn, ...)` without

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from autoopt.lint.amp_api import autocast_dtype, is_autocast
-from autoopt.lint.rule import Invalid, Rule, Valid
+from autoopt.lint.engine.rule import Invalid, Rule, Valid
+from autoopt.lint.program.amp_api import autocast_dtype, is_autocast
 
 
 class AutocastFp16WithoutScaler(Rule):

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import libcst as cst
 
-from autoopt.lint.edits import remove_statement, sole_expression_statement, unwrap_with
-from autoopt.lint.nodes import SCOPE_NODES, is_true, names_in, walk
-from autoopt.lint.rule import Fix, FixSafety, Invalid, Rule, Valid
+from autoopt.lint.engine.rule import Fix, FixSafety, Invalid, Rule, Valid
+from autoopt.lint.tree.edits import remove_statement, sole_expression_statement, unwrap_with
+from autoopt.lint.tree.nodes import SCOPE_NODES, is_true, names_in, walk
 
 _ANOMALY = ("torch.autograd.set_detect_anomaly", "torch.autograd.anomaly_mode.set_detect_anomaly")
 _ANOMALY_BLOCK = ("torch.autograd.detect_anomaly", "torch.autograd.anomaly_mode.detect_anomaly")

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import libcst as cst
 
-from autoopt.lint.calls import with_keyword
-from autoopt.lint.conv_models import conv2d_models
-from autoopt.lint.device import GPU_MARKERS
-from autoopt.lint.edits import statement_line
-from autoopt.lint.handled import LIBRARY_TRAINER_MARKERS
-from autoopt.lint.loops import model_input_transfer
-from autoopt.lint.placement import model_placement
-from autoopt.lint.rule import Fix, FixSafety, Invalid, Rule, Valid
-from autoopt.lint.torch_api import torch_imports
+from autoopt.lint.engine.rule import Fix, FixSafety, Invalid, Rule, Valid
+from autoopt.lint.program.conv_models import conv2d_models
+from autoopt.lint.program.device import GPU_MARKERS
+from autoopt.lint.program.handled import LIBRARY_TRAINER_MARKERS
+from autoopt.lint.program.loops import model_input_transfer
+from autoopt.lint.program.placement import model_placement
+from autoopt.lint.program.torch_api import torch_imports
+from autoopt.lint.tree.calls import with_keyword
+from autoopt.lint.tree.edits import statement_line
 
 
 class ChannelsLast(Rule):
@@ -40,7 +40,7 @@ class ChannelsLast(Rule):
       `torch.flatten(x, 1)` first. Such models (and models built from them) are reported
       without a fix, saying so; `out.view(n, 128, s, s)`, which makes a linear layer's output
       4-D, merges nothing.
-    - Scripts with no GPU path (the gain is a CUDA/cuDNN one; see `autoopt.lint.device`),
+    - Scripts with no GPU path (the gain is a CUDA/cuDNN one; see `autoopt.lint.program.device`),
       1-D/3-D convolutions (`Conv1d`, `Conv3d` use other layouts), and scripts that already
       mention `channels_last`.
     - A model defined in another module of the project (`from models import Net`) is read

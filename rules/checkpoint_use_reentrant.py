@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from autoopt.lint.calls import arg, has_star_kwargs, with_keyword
-from autoopt.lint.rule import Fix, FixSafety, Invalid, Rule, Valid
+from autoopt.lint.engine.rule import Fix, FixSafety, Invalid, Rule, Valid
+from autoopt.lint.tree.calls import arg, has_star_kwargs, with_keyword
 
 _CHECKPOINT = (
     "torch.utils.checkpoint.checkpoint",

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import libcst as cst
 
-from autoopt.lint.calls import arg
-from autoopt.lint.nodes import dotted, nodes_of_type
-from autoopt.lint.rule import Invalid, Rule, Valid
+from autoopt.lint.engine.rule import Invalid, Rule, Valid
+from autoopt.lint.tree.calls import arg
+from autoopt.lint.tree.nodes import dotted, nodes_of_type
 
 _AUTOGRAD_GRAD = ("torch.autograd.grad", "torch.autograd.grad_mode.grad")
 _COMPILE = ("torch.compile",)

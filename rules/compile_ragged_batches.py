@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import libcst as cst
 
-from autoopt.lint.calls import arg, call_options
-from autoopt.lint.loops import loops_over
-from autoopt.lint.nodes import (
+from autoopt.lint.engine.rule import Invalid, Rule, Valid
+from autoopt.lint.program.loops import loops_over
+from autoopt.lint.program.torch_api import DATALOADER
+from autoopt.lint.tree.calls import arg, call_options
+from autoopt.lint.tree.nodes import (
     calls_in,
     code_of,
     dotted,
@@ -18,8 +20,6 @@ from autoopt.lint.nodes import (
     string_value,
     walk,
 )
-from autoopt.lint.rule import Invalid, Rule, Valid
-from autoopt.lint.torch_api import DATALOADER
 
 _COMPILE = ("torch.compile",)
 _RAGGED = "a ragged last batch: drop_last=False, the default"

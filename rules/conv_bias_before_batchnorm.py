@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import libcst as cst
 
-from autoopt.lint.calls import arg, with_keyword
-from autoopt.lint.modules import attribute_uses, chained_layers, init_layers, methods
-from autoopt.lint.nodes import is_true
-from autoopt.lint.rule import Fix, FixSafety, Invalid, Rule, Valid
-from autoopt.lint.torch_api import BATCH_NORMS, CONV_BIAS_POSITION, CONV_LAYERS_WITH_BIAS
+from autoopt.lint.engine.rule import Fix, FixSafety, Invalid, Rule, Valid
+from autoopt.lint.program.modules import attribute_uses, chained_layers, init_layers, methods
+from autoopt.lint.program.torch_api import BATCH_NORMS, CONV_BIAS_POSITION, CONV_LAYERS_WITH_BIAS
+from autoopt.lint.tree.calls import arg, with_keyword
+from autoopt.lint.tree.nodes import is_true
 
 _SEQUENTIAL = ("torch.nn.Sequential", "torch.nn.modules.container.Sequential")
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import libcst as cst
 
-from autoopt.lint.edits import block_statement
-from autoopt.lint.nodes import before, calls_in, dotted, string_value, top_level_imports, walk
-from autoopt.lint.rule import Fix, FixSafety, Invalid, Rule, Valid
+from autoopt.lint.engine.rule import Fix, FixSafety, Invalid, Rule, Valid
+from autoopt.lint.tree.edits import block_statement
+from autoopt.lint.tree.nodes import before, calls_in, dotted, string_value, top_level_imports, walk
 
 _VAR = "CUDA_VISIBLE_DEVICES"
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import libcst as cst
 
-from autoopt.lint.conv_models import builds_convolution
-from autoopt.lint.device import GPU_MARKERS
-from autoopt.lint.edits import insert_after_imports, statement_line
-from autoopt.lint.nodes import is_true, nodes_of_type
-from autoopt.lint.rule import FileContext, Fix, FixSafety, Invalid, Rule, Valid
-from autoopt.lint.torch_api import torch_imports
+from autoopt.lint.engine.rule import FileContext, Fix, FixSafety, Invalid, Rule, Valid
+from autoopt.lint.program.conv_models import builds_convolution
+from autoopt.lint.program.device import GPU_MARKERS
+from autoopt.lint.program.torch_api import torch_imports
+from autoopt.lint.tree.edits import insert_after_imports, statement_line
+from autoopt.lint.tree.nodes import is_true, nodes_of_type
 
 _BENCHMARK = "torch.backends.cudnn.benchmark"
 _DETERMINISTIC = "torch.backends.cudnn.deterministic"
@@ -23,7 +23,7 @@ class CudnnBenchmark(Rule):
     `F.conv2d`), a convolutional model from a zoo (`torchvision.models.resnet50()`,
     `models.__dict__[arch]()`, `timm.create_model("resnet50d")`) or one defined in another
     module of the project (`from models import Net`, read without importing it) and can run on
-    a GPU (CUDA, `torch.accelerator`, a device flag; see `autoopt.lint.device`), but never
+    a GPU (CUDA, `torch.accelerator`, a device flag; see `autoopt.lint.program.device`), but never
     sets `torch.backends.cudnn.benchmark`.
 
     ## Why

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from autoopt.lint.nodes import before, is_true, nodes_of_type, walk
-from autoopt.lint.rule import Invalid, Rule, Valid
+from autoopt.lint.engine.rule import Invalid, Rule, Valid
+from autoopt.lint.tree.nodes import before, is_true, nodes_of_type, walk
 
 _DETERMINISTIC = "torch.backends.cudnn.deterministic"
 _BENCHMARK = "torch.backends.cudnn.benchmark"

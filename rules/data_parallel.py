@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import libcst as cst
 
-from autoopt.lint.calls import arg
-from autoopt.lint.device import GPU_MARKERS
-from autoopt.lint.nodes import string_value
-from autoopt.lint.rule import Invalid, Rule, Valid
+from autoopt.lint.engine.rule import Invalid, Rule, Valid
+from autoopt.lint.program.device import GPU_MARKERS
+from autoopt.lint.tree.calls import arg
+from autoopt.lint.tree.nodes import string_value
 
 _DATA_PARALLEL = (
     "torch.nn.DataParallel",
@@ -26,7 +26,7 @@ class DataParallel(Rule):
     ## What it does
     Flags `torch.nn.DataParallel(model)`, and its functional form
     `nn.parallel.data_parallel(module, input, device_ids)` called in a `forward`, in a script
-    that can run on a GPU (see `autoopt.lint.device`).
+    that can run on a GPU (see `autoopt.lint.program.device`).
 
     ## Why
     `DataParallel` is one process driving all GPUs with threads: every step it scatters the

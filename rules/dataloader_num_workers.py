@@ -5,12 +5,12 @@ from __future__ import annotations
 import libcst as cst
 from libcst.codemod.visitors import ImportItem
 
-from autoopt.lint.calls import arg, call_options, with_keyword
-from autoopt.lint.fixes.preconditions import device_is_cuda
-from autoopt.lint.loops import evaluation_only_loader
-from autoopt.lint.nodes import int_literal, is_name, nodes_of_type, string_value, walk
-from autoopt.lint.rule import Fix, FixSafety, Invalid, Rule, Valid
-from autoopt.lint.torch_api import DATALOADER
+from autoopt.lint.engine.rule import Fix, FixSafety, Invalid, Rule, Valid
+from autoopt.lint.program.loops import evaluation_only_loader
+from autoopt.lint.program.torch_api import DATALOADER
+from autoopt.lint.rewrite.fixes.preconditions import device_is_cuda
+from autoopt.lint.tree.calls import arg, call_options, with_keyword
+from autoopt.lint.tree.nodes import int_literal, is_name, nodes_of_type, string_value, walk
 
 _ITERABLE_DATASET = (
     "torch.utils.data.IterableDataset",

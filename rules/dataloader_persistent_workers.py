@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import libcst as cst
 
-from autoopt.lint.calls import assigned_name, call_options, with_keyword
-from autoopt.lint.nodes import contains, int_literal, names_in, walk
-from autoopt.lint.rule import Fix, FixSafety, Invalid, Rule, Valid
-from autoopt.lint.torch_api import DATALOADER
+from autoopt.lint.engine.rule import Fix, FixSafety, Invalid, Rule, Valid
+from autoopt.lint.program.torch_api import DATALOADER
+from autoopt.lint.tree.calls import arg, assigned_name, call_options, with_keyword
+from autoopt.lint.tree.nodes import contains, dotted, int_literal, names_in, walk
 
 
 class DataLoaderPersistentWorkers(Rule):
@@ -144,7 +144,7 @@ class DataLoaderPersistentWorkers(Rule):
             if count <= 0:
                 return
             value: cst.BaseExpression = cst.Name("True")
-        elif isinstance(workers, cst.Name | cst.Attribute):
+        elif isinstance(workers, cst.Name | cst.Attribute | cst.Subscript):
             # a variable count may be 0 at run time, where persistent_workers=True would raise
             value = cst.Comparison(
                 left=workers.deep_clone(),
@@ -157,16 +157,22 @@ class DataLoaderPersistentWorkers(Rule):
         name = assigned_name(self, node)
         if name is None or not self._iterated_every_epoch(node, name):
             return
+        dataset = arg(node, "dataset", 0)
+        dataset_name = dotted(dataset.value) if dataset is not None else None
+        if self.context.program.changed_between_epochs(name, dataset_name):
+            return  # persistent workers would keep the first epoch's copy of the dataset
         new_call = with_keyword(node, "persistent_workers", value)
         self.report(
             node, fix=Fix(replacements={node: new_call}, description="persistent_workers=True")
         )
 
     def _iterated_every_epoch(self, call: cst.Call, name: str) -> bool:
-        """`name` is used inside the body of a loop that does not itself create the loader."""
+        """`name` is used inside the body of a loop that does not itself create the loader, or
+        handed to the project's code that iterates it epoch after epoch (the program model)."""
         for node in walk(self.facts.enclosing_scope(call), into_scopes=False):
             if not isinstance(node, cst.For | cst.While) or contains(node, call):
                 continue
             if name in names_in(node.body):
                 return True
-        return False
+        program = self.context.program
+        return name in program.iterated_per_epoch or program.returned_per_epoch(call, name)

@@ -4,14 +4,19 @@ from __future__ import annotations
 
 import libcst as cst
 
-from autoopt.lint.calls import assigned_name, call_options, with_keyword
-from autoopt.lint.device import GPU_MARKERS
-from autoopt.lint.fixes.preconditions import device_is_cuda
-from autoopt.lint.handled import library_moves_batches, library_places_batches
-from autoopt.lint.loops import batch_transfers, data_loops, evaluation_only_loader, loops_over
-from autoopt.lint.nodes import is_name
-from autoopt.lint.rule import Fix, FixSafety, Invalid, Rule, Valid
-from autoopt.lint.torch_api import DATALOADER
+from autoopt.lint.engine.rule import Fix, FixSafety, Invalid, Rule, Valid
+from autoopt.lint.program.device import GPU_MARKERS
+from autoopt.lint.program.handled import library_moves_batches, library_places_batches
+from autoopt.lint.program.loops import (
+    batch_transfers,
+    data_loops,
+    evaluation_only_loader,
+    loops_over,
+)
+from autoopt.lint.program.torch_api import DATALOADER
+from autoopt.lint.rewrite.fixes.preconditions import device_is_cuda
+from autoopt.lint.tree.calls import assigned_name, call_options, with_keyword
+from autoopt.lint.tree.nodes import is_name
 
 
 class DataLoaderPinMemory(Rule):
@@ -21,7 +26,7 @@ class DataLoaderPinMemory(Rule):
     to the GPU (`batch.to(device)`, `.cuda()`, the legacy `imgs.type(torch.cuda.FloatTensor)`
     inside the loop over the loader, or ignite's `create_supervised_trainer(..., device=device)`,
     which copies every batch itself). The device may come from CUDA, `torch.accelerator`, a
-    `--device` flag or a `device` parameter (see `autoopt.lint.device`).
+    `--device` flag or a `device` parameter (see `autoopt.lint.program.device`).
 
     ## Why
     A host-to-GPU copy from ordinary (pageable) memory is staged by the driver through a pinned

@@ -5,11 +5,11 @@ from __future__ import annotations
 import libcst as cst
 from libcst.codemod.visitors import ImportItem
 
-from autoopt.lint.edits import wrap_in_with
-from autoopt.lint.loops import accumulation_gate
-from autoopt.lint.nodes import assignments, calls_in, code_of, contains, dotted, names_in
-from autoopt.lint.rule import Fix, FixSafety, Invalid, Rule, Valid
-from autoopt.lint.torch_api import DDP
+from autoopt.lint.engine.rule import Fix, FixSafety, Invalid, Rule, Valid
+from autoopt.lint.program.loops import accumulation_gate
+from autoopt.lint.program.torch_api import DDP
+from autoopt.lint.tree.edits import wrap_in_with
+from autoopt.lint.tree.nodes import assignments, calls_in, code_of, contains, dotted, names_in
 
 
 class DdpAccumulationNoSync(Rule):

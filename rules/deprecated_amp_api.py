@@ -6,9 +6,9 @@ from __future__ import annotations
 import libcst as cst
 from libcst.codemod.visitors import ImportItem
 
-from autoopt.lint.nodes import dotted, string_value
-from autoopt.lint.rule import Fix, FixSafety, Invalid, Rule, Valid
-from autoopt.lint.torch_api import torch_imports
+from autoopt.lint.engine.rule import Fix, FixSafety, Invalid, Rule, Valid
+from autoopt.lint.program.torch_api import torch_imports
+from autoopt.lint.tree.nodes import dotted, string_value
 
 # old qualified name -> (new function under `torch.`, device the old API implied)
 _AMP = {

@@ -4,10 +4,18 @@ from __future__ import annotations
 
 import libcst as cst
 
-from autoopt.lint.calls import arg, has_star_kwargs
-from autoopt.lint.edits import statement_line
-from autoopt.lint.nodes import calls_in, code_of, dotted, method_name, names_in, nodes_of_type, walk
-from autoopt.lint.rule import Fix, FixSafety, Invalid, Rule, Valid
+from autoopt.lint.engine.rule import Fix, FixSafety, Invalid, Rule, Valid
+from autoopt.lint.tree.calls import arg, has_star_kwargs
+from autoopt.lint.tree.edits import statement_line
+from autoopt.lint.tree.nodes import (
+    calls_in,
+    code_of,
+    dotted,
+    method_name,
+    names_in,
+    nodes_of_type,
+    walk,
+)
 
 _SAMPLER = (
     "torch.utils.data.DistributedSampler",

@@ -5,10 +5,10 @@ from __future__ import annotations
 import libcst as cst
 from libcst.codemod.visitors import ImportItem
 
-from autoopt.lint.edits import remove_statement, sole_expression_statement
-from autoopt.lint.loops import data_loops
-from autoopt.lint.nodes import contains
-from autoopt.lint.rule import Fix, FixSafety, Invalid, Rule, Valid
+from autoopt.lint.engine.rule import Fix, FixSafety, Invalid, Rule, Valid
+from autoopt.lint.program.loops import data_loops
+from autoopt.lint.tree.edits import remove_statement, sole_expression_statement
+from autoopt.lint.tree.nodes import contains
 
 _EMPTY_CACHE = ("torch.cuda.empty_cache", "torch.cuda.memory.empty_cache")
 

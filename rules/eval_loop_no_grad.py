@@ -6,10 +6,10 @@ import functools
 
 import libcst as cst
 
-from autoopt.lint.facts import EVAL_MARKERS
-from autoopt.lint.nodes import calls_in, code_of, is_name, method_name, nodes_of_type, walk
-from autoopt.lint.rule import Fix, FixSafety, Invalid, Rule, Valid
-from autoopt.lint.torch_api import torch_name
+from autoopt.lint.engine.rule import Fix, FixSafety, Invalid, Rule, Valid
+from autoopt.lint.program.facts import EVAL_MARKERS
+from autoopt.lint.program.torch_api import torch_name
+from autoopt.lint.tree.nodes import calls_in, code_of, is_name, method_name, nodes_of_type, walk
 
 _NEEDS_GRAD = (
     "torch.autograd.grad",
@@ -29,6 +29,9 @@ _MODEL_WORDS = (
     "generator",
     "discriminator",
 )
+# Helpers that take a model and run no forward (`save_model(model, path)`), by the verb they
+# start with, when their code is not the project's to read.
+_BOOKKEEPING_VERBS = ("save", "load", "log", "print", "write", "update", "export", "copy")
 # Functions that only produce samples or scores: GAN `sample_images()`, `evaluate()`, ...
 _INFERENCE_FUNCTION_WORDS = ("sample", "eval", "valid", "test", "infer", "predict")
 _PERIODIC_MESSAGE = (
@@ -330,17 +333,30 @@ class EvalLoopNoGrad(Rule):
 
     def _model_calls(self, body: cst.CSTNode, evaluated: set[str]) -> list[cst.Call]:
         """Calls of a model in `body`: one put in eval mode, one whose `parameters()` an
-        optimizer trains, or one named like a model (`netG`, `generator`)."""
+        optimizer trains, or one named like a model (`netG`, `generator`); a call of the
+        project's own code only when it runs a forward with autograd on (`save_model(model)`
+        runs none; an `evaluate()` decorated with no_grad neither)."""
         trained = self._trained_modules
         found = []
         for call in calls_in(body, into_scopes=False):
             if not isinstance(call.func, cst.Name | cst.Attribute):
                 continue
             text = code_of(call.func)
-            last = text.rsplit(".", 1)[-1].lower()
-            if text in evaluated or text in trained or any(w in last for w in _MODEL_WORDS):
-                found.append(call)
+            if text not in evaluated and text not in trained and not _named_like_model(text):
+                continue
+            if self._runs_no_forward(call):
+                continue
+            found.append(call)
         return found
+
+    def _runs_no_forward(self, call: cst.Call) -> bool:
+        """The call runs no forward with autograd on: the project's code says so, or it is a
+        library helper named for bookkeeping (`save_model`, `load_model`, `log_model`)."""
+        runs = self.context.program.runs_forward_with_grad(call)
+        if runs is not None:
+            return not runs
+        last = code_of(call.func).rsplit(".", 1)[-1].lower()
+        return last.startswith(_BOOKKEEPING_VERBS)
 
     @functools.cached_property
     def _trained_modules(self) -> set[str]:
@@ -372,8 +388,7 @@ class EvalLoopNoGrad(Rule):
             if not isinstance(call.func, cst.Name | cst.Attribute) or self.facts.in_no_grad(call):
                 continue  # a model call already under `with torch.no_grad():` inside the loop
             text = code_of(call.func)
-            last = text.rsplit(".", 1)[-1].lower()
-            if text in evaluated or any(w in last for w in _MODEL_WORDS):
+            if (text in evaluated or _named_like_model(text)) and not self._runs_no_forward(call):
                 return True
         return False
 
@@ -394,6 +409,12 @@ class EvalLoopNoGrad(Rule):
 
 # The nodes `_needs_grad` looks at (read off the tree's index, not by testing every node).
 _GRAD_NODES = (cst.Call, cst.Attribute, cst.Arg)
+
+
+def _named_like_model(text: str) -> bool:
+    """`netG`, `self.generator`, `model`: the last part names a model."""
+    last = text.rsplit(".", 1)[-1].lower()
+    return any(w in last for w in _MODEL_WORDS)
 
 
 def _returns_value(func: cst.FunctionDef) -> bool:

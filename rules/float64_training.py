@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import libcst as cst
 
-from autoopt.lint.calls import arg
-from autoopt.lint.nodes import method_name, string_value
-from autoopt.lint.rule import FixSafety, Invalid, Rule, Valid
+from autoopt.lint.engine.rule import FixSafety, Invalid, Rule, Valid
+from autoopt.lint.tree.calls import arg
+from autoopt.lint.tree.nodes import method_name, string_value
 
 _FLOAT64 = ("torch.float64", "torch.double")
 _DOUBLE_TENSOR = ("torch.DoubleTensor", "torch.cuda.DoubleTensor")

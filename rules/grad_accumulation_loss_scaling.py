@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import libcst as cst
 
-from autoopt.lint.calls import arg
-from autoopt.lint.nodes import code_of, is_name, method_name, names_in, string_value, walk
-from autoopt.lint.rule import FixSafety, Invalid, Rule, Valid
+from autoopt.lint.engine.rule import FixSafety, Invalid, Rule, Valid
+from autoopt.lint.tree.calls import arg
+from autoopt.lint.tree.nodes import code_of, is_name, method_name, names_in, string_value, walk
 
 
 class GradAccumulationLossScaling(Rule):

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import libcst as cst
 
-from autoopt.lint.amp_api import GRAD_SCALER, autocast_dtype, is_autocast
-from autoopt.lint.calls import arg
-from autoopt.lint.nodes import calls_in
-from autoopt.lint.rule import Invalid, Rule, Valid
+from autoopt.lint.engine.rule import Invalid, Rule, Valid
+from autoopt.lint.program.amp_api import GRAD_SCALER, autocast_dtype, is_autocast
+from autoopt.lint.tree.calls import arg
+from autoopt.lint.tree.nodes import calls_in
 
 
 class GradScalerWithBf16(Rule):

@@ -6,8 +6,8 @@ import re
 
 import libcst as cst
 
-from autoopt.lint.nodes import before, code_of, dotted, walk
-from autoopt.lint.rule import FileContext, Fix, FixSafety, Invalid, Rule, Valid
+from autoopt.lint.engine.rule import FileContext, Fix, FixSafety, Invalid, Rule, Valid
+from autoopt.lint.tree.nodes import before, code_of, dotted, walk
 
 # Signs that a script is CUDA-only by design: moving it off `.cuda()` buys no portability.
 _CUDA_ONLY_MARKERS = (

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import libcst as cst
 
-from autoopt.lint.facts import local_callee
-from autoopt.lint.handled import engine_step_functions
-from autoopt.lint.nodes import calls_in, method_name, names_in, walk
-from autoopt.lint.rule import Invalid, Rule, Valid
+from autoopt.lint.engine.rule import Invalid, Rule, Valid
+from autoopt.lint.program.facts import local_callee
+from autoopt.lint.program.handled import engine_step_functions
+from autoopt.lint.tree.nodes import calls_in, method_name, names_in, walk
 
 _SYNC_METHODS = ("item", "cpu", "tolist")
 

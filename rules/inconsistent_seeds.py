@@ -6,8 +6,8 @@ from collections import Counter
 
 import libcst as cst
 
-from autoopt.lint.nodes import assignments, calls_in, code_of, nodes_of_type
-from autoopt.lint.rule import Invalid, Rule, Valid
+from autoopt.lint.engine.rule import Invalid, Rule, Valid
+from autoopt.lint.tree.nodes import assignments, calls_in, code_of, nodes_of_type
 
 # qualified name -> the generator it seeds
 _SEEDERS = {

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from autoopt.lint.calls import arg
-from autoopt.lint.nodes import assignments, code_of, dotted, method_name, walk
-from autoopt.lint.rule import FileContext, Fix, FixSafety, Invalid, Rule, Valid
-from autoopt.lint.torch_api import (
+from autoopt.lint.engine.rule import FileContext, Fix, FixSafety, Invalid, Rule, Valid
+from autoopt.lint.program.torch_api import (
     SOFTMAX,
     functional_name,
     last_dim_of,
@@ -15,6 +13,8 @@ from autoopt.lint.torch_api import (
     swaps_last_two_dims,
     transposed_operand,
 )
+from autoopt.lint.tree.calls import arg
+from autoopt.lint.tree.nodes import assignments, code_of, dotted, method_name, walk
 
 _DEPTH = 4  # how many assignments back a softmax input is traced to its scores
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from autoopt.lint.nodes import calls_in, dotted
-from autoopt.lint.rule import Invalid, Rule, Valid
+from autoopt.lint.engine.rule import Invalid, Rule, Valid
+from autoopt.lint.tree.nodes import calls_in, dotted
 
 SHARD = (
     "torch.distributed.fsdp.fully_shard",

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import libcst as cst
 
-from autoopt.lint.calls import call_options, with_keyword
-from autoopt.lint.nodes import is_true
-from autoopt.lint.rule import Fix, FixSafety, Invalid, Rule, Valid
-from autoopt.lint.torch_api import FUSED_OPTIMIZERS
+from autoopt.lint.engine.rule import Fix, FixSafety, Invalid, Rule, Valid
+from autoopt.lint.program.torch_api import FUSED_OPTIMIZERS
+from autoopt.lint.tree.calls import call_options, with_keyword
+from autoopt.lint.tree.nodes import is_true
 
 _CPU_FUSED = (2, 4)  # fused Adam/AdamW/SGD also run on CPU since torch 2.4
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import libcst as cst
 
-from autoopt.lint.calls import arg, has_star_kwargs
-from autoopt.lint.nodes import walk
-from autoopt.lint.rule import Invalid, Rule, Valid
+from autoopt.lint.engine.rule import Invalid, Rule, Valid
+from autoopt.lint.tree.calls import arg, has_star_kwargs
+from autoopt.lint.tree.nodes import walk
 
 _PROFILE = (
     "torch.profiler.profile",

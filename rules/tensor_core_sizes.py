@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import libcst as cst
 
-from autoopt.lint.calls import arg
-from autoopt.lint.nodes import int_constants, int_literal
-from autoopt.lint.rule import Invalid, Rule, Valid
-from autoopt.lint.torch_api import uses_amp
+from autoopt.lint.engine.rule import Invalid, Rule, Valid
+from autoopt.lint.program.torch_api import uses_amp
+from autoopt.lint.tree.calls import arg
+from autoopt.lint.tree.nodes import int_constants, int_literal
 
 # The size parameters (positions 0 and 1) of each layer.
 _LINEAR = ("torch.nn.Linear", "torch.nn.modules.linear.Linear")

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import libcst as cst
 
-from autoopt.lint.calls import arg, with_keyword
-from autoopt.lint.loops import is_dtype, names_device
-from autoopt.lint.nodes import int_literal, is_name, method_name
-from autoopt.lint.rule import Fix, FixSafety, Invalid, Rule, Valid
-from autoopt.lint.torch_api import DEVICE_COMPUTED_FACTORIES, TENSOR_FACTORIES
+from autoopt.lint.engine.rule import Fix, FixSafety, Invalid, Rule, Valid
+from autoopt.lint.program.loops import is_dtype, names_device
+from autoopt.lint.program.torch_api import DEVICE_COMPUTED_FACTORIES, TENSOR_FACTORIES
+from autoopt.lint.tree.calls import arg, with_keyword
+from autoopt.lint.tree.nodes import int_literal, is_name, method_name
 
 _TO_OPTIONS = ("device", "dtype", "non_blocking", "copy")  # `.to(...)` in positional order
 _TRACERS = ("torch.jit.trace", "torch.jit.script")

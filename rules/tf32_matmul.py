@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import libcst as cst
 
-from autoopt.lint.edits import insert_after_imports, statement_line
-from autoopt.lint.rule import Fix, FixSafety, Invalid, Rule, Valid
-from autoopt.lint.torch_api import torch_imports
+from autoopt.lint.engine.rule import Fix, FixSafety, Invalid, Rule, Valid
+from autoopt.lint.program.torch_api import torch_imports
+from autoopt.lint.tree.edits import insert_after_imports, statement_line
 
 # Any of these in the file means precision was chosen on purpose (either way).
 _CHOSEN = ("set_float32_matmul_precision", "allow_tf32", "fp32_precision")

@@ -4,20 +4,20 @@ from __future__ import annotations
 
 import libcst as cst
 
-from autoopt.lint.calls import arg, with_keyword
-from autoopt.lint.device import GPU_MARKERS
-from autoopt.lint.facts import EVAL_MARKERS
-from autoopt.lint.fixes.preconditions import batch_of_tensors
-from autoopt.lint.handled import is_hogwild, library_places_batches
-from autoopt.lint.loops import (
+from autoopt.lint.engine.rule import Fix, FixSafety, Invalid, Rule, Valid
+from autoopt.lint.program.device import GPU_MARKERS
+from autoopt.lint.program.facts import EVAL_MARKERS
+from autoopt.lint.program.handled import is_hogwild, library_places_batches
+from autoopt.lint.program.loops import (
     batch_transfers,
     data_loops,
     prefetcher_fallback,
     read_on_host_later,
 )
-from autoopt.lint.nodes import method_name
-from autoopt.lint.project_facts import own_to_classes
-from autoopt.lint.rule import Fix, FixSafety, Invalid, Rule, Valid
+from autoopt.lint.program.project_facts import own_to_classes
+from autoopt.lint.rewrite.fixes.preconditions import batch_of_tensors
+from autoopt.lint.tree.calls import arg, with_keyword
+from autoopt.lint.tree.nodes import method_name
 
 _UNPROVEN = (
     "the batch does not come from a DataLoader of this file with the default collate, so it "
@@ -58,7 +58,7 @@ class ToDeviceNonBlocking(Rule):
     - Not when the moved tensor is read on the host later in the same block (`.item()`,
       `.tolist()`, `.numpy()`, `print`): that read waits for the copy anyway.
     - Not in scripts with no GPU path (no CUDA, `torch.accelerator`, device flag or device
-      parameter anywhere; see `autoopt.lint.device`), where there is nothing to overlap.
+      parameter anywhere; see `autoopt.lint.program.device`), where there is nothing to overlap.
     - Not when a library places the batches (`accelerator.prepare(loader)` of HF Accelerate,
       Lightning), nor in Hogwild training (`model.share_memory()` and CPU worker processes,
       also when this file is the module such a script starts).

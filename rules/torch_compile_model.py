@@ -6,18 +6,22 @@ from collections.abc import Sequence
 
 import libcst as cst
 
-from autoopt.lint.edits import statement_line
-from autoopt.lint.fixes.preconditions import double_backward, trains_twice
-from autoopt.lint.handled import (
+from autoopt.lint.engine.rule import Fix, FixSafety, Invalid, Rule, Valid
+from autoopt.lint.program.handled import (
     LIBRARY_TRAINER_MARKERS,
     is_hogwild,
     library_trainer_calls,
     uses_accelerate,
 )
-from autoopt.lint.nodes import contains, names_in, nodes_of_type
-from autoopt.lint.placement import binds_or_places
-from autoopt.lint.rule import Fix, FixSafety, Invalid, Rule, Valid
-from autoopt.lint.trained_models import is_compiled, trained_models
+from autoopt.lint.program.placement import binds_or_places
+from autoopt.lint.program.trained_models import is_compiled, mentions, trained_models
+from autoopt.lint.rewrite.fixes.preconditions import (
+    double_backward,
+    double_backward_only_behind_flags,
+    trains_twice,
+)
+from autoopt.lint.tree.edits import statement_line
+from autoopt.lint.tree.nodes import contains, names_in, nodes_of_type
 
 _SCRIPTED = (
     "torch.jit.script",
@@ -72,7 +76,9 @@ class TorchCompileModel(Rule):
     a WGAN-GP gradient penalty): torch.compile's aot_autograd does not support double backward.
     The model the double backward runs through is not reported at all (compile cannot train
     it), nor is any model when the penalty's module cannot be traced (its outputs are handed
-    in by the caller); the other models (a GAN's generator) are reported without a fix.
+    in by the caller); the other models (a GAN's generator) are reported without a fix. A
+    double backward behind a flag only (`create_graph=is_second_order` of a loss scaler, off
+    for the usual optimizers) is reported without a fix.
     """
 
     code = "AO301"
@@ -87,6 +93,7 @@ class TorchCompileModel(Rule):
     triggers = (".backward(", *LIBRARY_TRAINER_MARKERS)
     applies_to_versions = ((2, 0), None)
     _trainers: list[cst.Call]  # library trainer calls of the file (set per visit)
+    _anchors: set[int]  # statements already reported (set per visit)
 
     VALID = [
         Valid(  # the user's own compile method (Keras style)
@@ -477,42 +484,37 @@ class TorchCompileModel(Rule):
 
     def visit_Module(self, node: cst.Module) -> None:
         self._trainers = library_trainer_calls(self)  # ignite runs the loop for the file
-        if not (self.facts.training_loops or self._trainers) or self._shadowed_or_scripted(node):
+        if not (self.facts.trains or self._trainers) or self._shadowed_or_scripted(node):
             return
         if uses_accelerate(self) or is_hogwild(self):
             return  # Accelerate compiles (`dynamo_backend`); Hogwild shares one eager model
-        done: set[str] = set()
+        self._anchors: set[int] = set()
+        done: set[tuple[int, str]] = set()  # (scope, model): a name may mean two models
         for opt_call, model in trained_models(self):
-            if model in done or is_compiled(self, model):
+            key = (id(self.facts.enclosing_scope(opt_call)), model)
+            if key in done or is_compiled(self, model):
                 continue
-            done.add(model)
+            done.add(key)
             self._offer(opt_call, model)  # each trained model (GANs have two)
 
     def _offer(self, opt_call: cst.Call, model: str) -> None:
-        scope = self.facts.enclosing_scope(opt_call)
-        block = scope.body if isinstance(scope, cst.FunctionDef) else scope
-        if not isinstance(block, cst.IndentedBlock | cst.Module):
+        found = self._where_built(opt_call, model)
+        if found is None:
             return
-        body: Sequence[cst.BaseStatement] = block.body
-        # The first statement that trains (a `def` holding a loop only trains when called).
-        training = next(
-            (
-                i
-                for i, stmt in enumerate(body)
-                if not isinstance(stmt, cst.FunctionDef | cst.ClassDef)
-                and self._has_training_loop(stmt)
-            ),
-            len(body),
-        )
-        builds = [i for i, stmt in enumerate(body[:training]) if binds_or_places(stmt, model)]
+        body, builds, training = found
         # Assigned while training (a best-checkpoint swap): the compiled module would be
         # replaced. A reload after training (to test the best model) leaves training compiled,
         # and so does moving it while training (`model.cpu()` to save, `.to(device)` back).
-        if not builds or (
-            training < len(body) and binds_or_places(body[training], model, rebinds=True)
+        if (
+            training < len(body)
+            and binds_or_places(body[training], model, rebinds=True)
+            and not self._returns_what_it_trains(body[training], model)
         ):
             return
         anchor = body[builds[-1]]
+        if id(anchor) in self._anchors:  # the same model reached from two scopes
+            return
+        self._anchors.add(id(anchor))
         version = self.context.target_version
         if version is not None and version < _IN_PLACE_COMPILE:
             self.report(
@@ -522,13 +524,22 @@ class TorchCompileModel(Rule):
             )
             return
         twice = double_backward(self)
-        if twice is not None and trains_twice(self, model):
+        if (
+            twice is not None
+            and trains_twice(self, model)
+            and not double_backward_only_behind_flags(self)
+        ):
             return  # compile cannot train it (nor, when untraceable, any model of the file)
         if twice is not None:
+            runs = (
+                "may run a double backward (create_graph=<a flag>)"
+                if double_backward_only_behind_flags(self)
+                else f"runs a {twice}"
+            )
             self.report(
                 anchor,
-                f"model `{model}` is trained without torch.compile (not fixed: the script runs a "
-                f"{twice}, which torch.compile's aot_autograd does not support)",
+                f"model `{model}` is trained without torch.compile (not fixed: the script {runs},"
+                " which torch.compile's aot_autograd does not support)",
             )
             return
         new = cst.FlattenSentinel([anchor, statement_line(f"{model}.compile()")])
@@ -539,9 +550,55 @@ class TorchCompileModel(Rule):
             fix=Fix(replacements={anchor: new}, description=f"insert {model}.compile()"),
         )
 
+    def _where_built(
+        self, opt_call: cst.Call, model: str
+    ) -> tuple[Sequence[cst.BaseStatement], list[int], int] | None:
+        """(statements, those that build or place `model`, the first that trains) in the
+        innermost block around `opt_call`, within its function, that both builds the model and
+        then trains it (an `if __name__ == "__main__":` body, a `try:` around the training call
+        counts as training); None when no block does."""
+        scope = self.facts.enclosing_scope(opt_call)
+        blocks: list[cst.IndentedBlock | cst.Module] = [
+            anc
+            for anc in self.facts.ancestors(opt_call)
+            if isinstance(anc, cst.IndentedBlock) and not contains(anc, scope)
+        ]
+        outer = scope.body if isinstance(scope, cst.FunctionDef) else scope
+        if isinstance(outer, cst.IndentedBlock | cst.Module) and outer not in blocks:
+            blocks.append(outer)
+        for block in blocks:
+            body: Sequence[cst.BaseStatement] = block.body
+            # The first statement that trains (a `def` holding a loop only trains when called).
+            training = next(
+                (
+                    i
+                    for i, stmt in enumerate(body)
+                    if not isinstance(stmt, cst.FunctionDef | cst.ClassDef)
+                    and self._has_training_loop(stmt)
+                ),
+                len(body),
+            )
+            builds = [i for i, stmt in enumerate(body[:training]) if binds_or_places(stmt, model)]
+            if builds:
+                return body, builds, training
+        return None
+
+    def _returns_what_it_trains(self, stmt: cst.BaseStatement, model: str) -> bool:
+        """`model = do_train(cfg, model, ...)`: the training call hands back the model it was
+        given (the same object, trained), no swap."""
+        if not isinstance(stmt, cst.SimpleStatementLine) or len(stmt.body) != 1:
+            return False
+        assign = stmt.body[0]
+        return (
+            isinstance(assign, cst.Assign)
+            and any(assign.value is call for call in self.facts.training_calls)
+            and any(mentions(a.value, model) for a in assign.value.args)
+        )
+
     def _has_training_loop(self, stmt: cst.BaseStatement) -> bool:
         """`stmt` holds a training loop, or builds a library trainer that runs one."""
-        return any(contains(stmt, loop) for loop in [*self.facts.training_loops, *self._trainers])
+        points = [*self.facts.training_points, *self._trainers]
+        return any(contains(stmt, point) for point in points)
 
     def _shadowed_or_scripted(self, module: cst.Module) -> bool:
         """A user-defined `compile` (function, method, import, variable), or TorchScript /

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import libcst as cst
 
-from autoopt.lint.calls import arg, with_keyword
-from autoopt.lint.nodes import is_name, string_value
-from autoopt.lint.rule import Fix, FixSafety, Invalid, Rule, Valid
+from autoopt.lint.engine.rule import Fix, FixSafety, Invalid, Rule, Valid
+from autoopt.lint.tree.calls import arg, with_keyword
+from autoopt.lint.tree.nodes import is_name, string_value
 
 _LOAD = ("torch.load", "torch.serialization.load")
 _SAFE_DEFAULT = (2, 6)  # torch.load defaults to weights_only=True since 2.6

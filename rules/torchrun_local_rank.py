@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import libcst as cst
 
-from autoopt.lint.calls import arg
-from autoopt.lint.nodes import code_of, method_name, string_value
-from autoopt.lint.rule import Invalid, Rule, Valid
+from autoopt.lint.engine.rule import Invalid, Rule, Valid
+from autoopt.lint.tree.calls import arg
+from autoopt.lint.tree.nodes import code_of, method_name, string_value
 
 _LAUNCH = "torch.distributed.launch"
 _FLAGS = ("--local_rank", "--local-rank")

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import libcst as cst
 
-from autoopt.lint.edits import enclosing_statement, statement_line
-from autoopt.lint.nodes import before, calls_in, code_of, is_name, method_name, position, walk
-from autoopt.lint.rule import Fix, FixSafety, Invalid, Rule, Valid
+from autoopt.lint.engine.rule import Fix, FixSafety, Invalid, Rule, Valid
+from autoopt.lint.tree.edits import enclosing_statement, statement_line
+from autoopt.lint.tree.nodes import before, calls_in, code_of, is_name, method_name, position, walk
 
 _CLIP = tuple(
     f"torch.nn.utils.{mod}{fn}"

@@ -6,13 +6,13 @@ import functools
 import tokenize
 from collections.abc import Sequence
 
-from autoopt.lint.rule import Finding, Invalid, Rule, Valid
-from autoopt.lint.suppress import ALL, line_suppressions, matches
+from autoopt.lint.engine.rule import Finding, Invalid, Rule, Valid
+from autoopt.lint.engine.suppress import ALL, line_suppressions, matches
 
 
 @functools.cache
 def _builtin_codes() -> frozenset[str]:
-    from autoopt.lint.registry import load_registry
+    from autoopt.lint.engine.registry import load_registry
 
     return frozenset(rule.code for rule in load_registry().all())
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import libcst as cst
 
-from autoopt.lint.calls import arg, with_keyword
-from autoopt.lint.nodes import is_name, method_name, nodes_of_type
-from autoopt.lint.rule import Fix, FixSafety, Invalid, Rule, Valid
+from autoopt.lint.engine.rule import Fix, FixSafety, Invalid, Rule, Valid
+from autoopt.lint.tree.calls import arg, with_keyword
+from autoopt.lint.tree.nodes import is_name, method_name, nodes_of_type
 
 _DEFAULT_TRUE = (2, 0)  # set_to_none defaults to True since torch 2.0
 

@@ -22,12 +22,12 @@ from autoopt.cli.options import (
     warn_skipped_rules,
 )
 from autoopt.cli.output import render
-from autoopt.lint.config import OUTPUT_FORMATS, ConfigError, Options, resolve_settings
-from autoopt.lint.discovery import SUFFIXES, is_notebook
-from autoopt.lint.explain import render_explain, render_rules
-from autoopt.lint.project import Project, load_project, registry_for
-from autoopt.lint.registry import Registry, RuleError
-from autoopt.lint.runner import LintReport, Progress, lint_bytes, run_lint
+from autoopt.lint.engine.config import OUTPUT_FORMATS, ConfigError, Options, resolve_settings
+from autoopt.lint.engine.discovery import SUFFIXES, is_notebook
+from autoopt.lint.engine.explain import render_explain, render_rules
+from autoopt.lint.engine.project import Project, load_project, registry_for
+from autoopt.lint.engine.registry import Registry, RuleError
+from autoopt.lint.engine.runner import LintReport, Progress, lint_bytes, run_lint
 
 PROGRESS_MIN_FILES = 100  # below this a progress bar is noise
 

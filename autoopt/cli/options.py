@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from autoopt.lint.config import ALLOW_PROJECT_RULES_ENV, Options, Settings
+from autoopt.lint.engine.config import ALLOW_PROJECT_RULES_ENV, Options, Settings
 
 
 def split_selectors(values: Sequence[str]) -> tuple[str, ...]:

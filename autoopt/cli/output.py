@@ -16,10 +16,10 @@ from typing import Any
 
 import click
 
-from autoopt.lint.registry import rule_url
-from autoopt.lint.results import Diagnostic, FileError
-from autoopt.lint.rule import Rule
-from autoopt.lint.runner import LintReport
+from autoopt.lint.engine.registry import rule_url
+from autoopt.lint.engine.results import Diagnostic, FileError
+from autoopt.lint.engine.rule import Rule
+from autoopt.lint.engine.runner import LintReport
 
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 INFORMATION_URI = "https://github.com/autoopt/autoopt"

@@ -6,7 +6,7 @@ and writes nothing; `--check` writes nothing; both exit 1 if anything would chan
 cannot be read or parsed is reported and left alone while the others are processed (exit 2); a
 rule that crashes (or whose fix fails) on a file is skipped there, the file still gets the other
 rules' fixes, and the summary names it (exit 2). Every edit, `--wrap`'s too, is verified before
-it is written (`autoopt.lint.verify`); one that fails is left out and the summary names the fix,
+it is written (`autoopt.lint.rewrite.verify`); one that fails is left out and the summary names the fix,
 the file and why ("not applied: ..."). A file is read with its PEP 263 cookie or BOM
 and written back in the same encoding.
 The summary (files rewritten, fixes per code, declined fixes with their reasons, unsafe fixes
@@ -33,16 +33,16 @@ from autoopt.cli.options import (
     selection_options,
     warn_skipped_rules,
 )
-from autoopt.lint.config import ConfigError, Settings
-from autoopt.lint.discovery import display_path, is_notebook
-from autoopt.lint.encoding import SourceDecodeError, decode_source
-from autoopt.lint.project import load_project
-from autoopt.lint.registry import RuleError
-from autoopt.lint.rewrite import RewriteError, fix_source
-from autoopt.lint.rule import Finding, FixSafety, Rule
-from autoopt.lint.suppress import filter_findings
-from autoopt.lint.verify import verify_edit
-from autoopt.lint.wrap import WrapResult, WrapTally, wrap_source
+from autoopt.lint.engine.config import ConfigError, Settings
+from autoopt.lint.engine.discovery import display_path, is_notebook
+from autoopt.lint.engine.project import load_project
+from autoopt.lint.engine.registry import RuleError
+from autoopt.lint.engine.rule import Finding, FixSafety, Rule
+from autoopt.lint.engine.suppress import filter_findings
+from autoopt.lint.rewrite.apply import RewriteError, fix_source
+from autoopt.lint.rewrite.verify import verify_edit
+from autoopt.lint.tree.encoding import SourceDecodeError, decode_source
+from autoopt.lint.wrap.insert import WrapResult, WrapTally, wrap_source
 
 WRAP_UNVERIFIED = "the inserted call failed verification"
 
@@ -233,7 +233,7 @@ def _verified_wrap(
     settings: Settings,
     summary: _Summary,
 ) -> WrapResult:
-    """`wrap_source`, with its edit verified as every fix's is (`autoopt.lint.verify`): an
+    """`wrap_source`, with its edit verified as every fix's is (`autoopt.lint.rewrite.verify`): an
     insertion that would break the script is not written and counts as declined, with why."""
     wrapped = wrap_source(source, path=path)
     if not wrapped.changed:

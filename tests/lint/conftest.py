@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from autoopt.lint.config import ALLOW_PROJECT_RULES_ENV
+from autoopt.lint.engine.config import ALLOW_PROJECT_RULES_ENV
 
 
 @pytest.fixture(autouse=True)

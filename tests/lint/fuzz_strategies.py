@@ -22,9 +22,9 @@ from hypothesis import assume
 from hypothesis import strategies as st
 from libcst.helpers import get_full_name_for_node
 
-from autoopt.lint.config import parse_target_version
-from autoopt.lint.registry import load_registry
-from autoopt.lint.rule import rule_examples
+from autoopt.lint.engine.config import parse_target_version
+from autoopt.lint.engine.registry import load_registry
+from autoopt.lint.engine.rule import rule_examples
 
 NAIVE = Path(__file__).resolve().parents[2] / "examples" / "naive"
 

@@ -1,4 +1,4 @@
-"""The bound-names pass (autoopt.lint.bound_names): for each read of a name, whether every path
+"""The bound-names pass (autoopt.lint.rewrite.bound_names): for each read of a name, whether every path
 reaching it has bound the name. Each construct has a "bound" and a "maybe unbound" case; the
 expected answer lists the maybe-unbound reads as `name@line`."""
 
@@ -9,7 +9,7 @@ import textwrap
 
 import pytest
 
-from autoopt.lint.bound_names import maybe_unbound, maybe_unbound_counts
+from autoopt.lint.rewrite.bound_names import maybe_unbound, maybe_unbound_counts
 
 
 def unbound(code: str) -> list[str]:

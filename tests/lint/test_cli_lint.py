@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from autoopt.cli import main
-from autoopt.lint import registry as registry_module
+from autoopt.lint.engine import registry as registry_module
 
 from .fixtures import keep_cwd, write_project
 

@@ -4,9 +4,9 @@ flag: a false positive of AO306 costs a script its compile)."""
 
 from __future__ import annotations
 
-from autoopt.lint.engine import analyze
-from autoopt.lint.registry import load_registry
-from autoopt.lint.rewrite import fix_source
+from autoopt.lint.engine.analysis import analyze
+from autoopt.lint.engine.registry import load_registry
+from autoopt.lint.rewrite.apply import fix_source
 
 RULES = load_registry().all()
 BY_CODE = {r.code: r for r in RULES}

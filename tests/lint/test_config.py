@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from autoopt.lint.config import (
+from autoopt.lint.engine.config import (
     ConfigError,
     Options,
     find_config,
@@ -14,7 +14,7 @@ from autoopt.lint.config import (
     read_config,
     resolve_settings,
 )
-from autoopt.lint.registry import resolve_selection
+from autoopt.lint.engine.registry import resolve_selection
 
 
 def _pyproject(folder: Path, body: str) -> Path:

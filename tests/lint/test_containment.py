@@ -10,10 +10,10 @@ import pytest
 from click.testing import CliRunner
 
 from autoopt.cli import main
-from autoopt.lint import registry as registry_module
-from autoopt.lint.registry import load_registry
-from autoopt.lint.rewrite import fix_source
-from autoopt.lint.runner import lint_bytes
+from autoopt.lint.engine import registry as registry_module
+from autoopt.lint.engine.registry import load_registry
+from autoopt.lint.engine.runner import lint_bytes
+from autoopt.lint.rewrite.apply import fix_source
 
 from .fixtures import FIXTURE_RULES, FIXTURES
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from autoopt.lint.engine import analyze
-from autoopt.lint.registry import load_registry
+from autoopt.lint.engine.analysis import analyze
+from autoopt.lint.engine.registry import load_registry
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES = load_registry().all()

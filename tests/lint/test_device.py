@@ -1,4 +1,4 @@
-"""The shared "can this script run on a GPU" fact (autoopt.lint.device)."""
+"""The shared "can this script run on a GPU" fact (autoopt.lint.program.device)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import textwrap
 import libcst as cst
 import pytest
 
-from autoopt.lint.facts import FileFacts
+from autoopt.lint.program.facts import FileFacts
 
 
 def _device(source: str):  # type: ignore[no-untyped-def]

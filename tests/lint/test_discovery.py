@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from autoopt.lint.discovery import discover
+from autoopt.lint.engine.discovery import discover
 
 
 def _touch(root: Path, *names: str) -> None:

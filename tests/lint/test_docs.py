@@ -7,7 +7,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from autoopt.cli import main
-from autoopt.lint.registry import load_registry, rule_url
+from autoopt.lint.engine.registry import load_registry, rule_url
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from autoopt.cli import main
-from autoopt.lint.encoding import SourceDecodeError, decode_source
+from autoopt.lint.tree.encoding import SourceDecodeError, decode_source
 
 # AO102 adds `pin_memory=True`: a safe fix that touches these files.
 LOADER = """import torch

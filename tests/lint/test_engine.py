@@ -9,10 +9,12 @@ from pathlib import Path
 import libcst as cst
 import pytest
 
-from autoopt.lint import engine, metadata, runner
-from autoopt.lint.config import Options
-from autoopt.lint.project import load_project
-from autoopt.lint.runner import lint_bytes, run_lint
+from autoopt.lint.engine import analysis as engine
+from autoopt.lint.engine import runner
+from autoopt.lint.engine.config import Options
+from autoopt.lint.engine.project import load_project
+from autoopt.lint.engine.runner import lint_bytes, run_lint
+from autoopt.lint.tree import metadata
 
 from .fixtures import keep_cwd, load_fixture_rules, write_project
 
@@ -160,7 +162,7 @@ def test_cache_invalidated_when_a_rule_source_changes(tmp_path: Path) -> None:
     template = (Path(__file__).parent / "fixtures" / "rules" / "print_call.py").read_text()
     rule_file.write_text(template)
     write_project(tmp_path / "proj", {"a.py": "print(1)\n"})
-    from autoopt.lint import registry as registry_module
+    from autoopt.lint.engine import registry as registry_module
 
     def lint_with_rule_file():  # type: ignore[no-untyped-def]
         os.chdir(tmp_path / "proj")
@@ -178,8 +180,8 @@ def test_cache_invalidated_when_a_rule_source_changes(tmp_path: Path) -> None:
 def test_cache_invalidated_when_a_helper_module_changes(tmp_path: Path) -> None:
     """Rules import helpers (their folder's modules, the engine's nodes/calls/...): editing one
     changes what the rules find, so it must change the cache key too."""
-    from autoopt.lint import nodes
-    from autoopt.lint import registry as registry_module
+    from autoopt.lint.engine import registry as registry_module
+    from autoopt.lint.tree import nodes
 
     rules_dir = tmp_path / "myrules"
     rules_dir.mkdir()

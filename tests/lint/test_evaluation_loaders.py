@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from autoopt.lint.registry import load_registry
-from autoopt.lint.runner import lint_bytes
+from autoopt.lint.engine.registry import load_registry
+from autoopt.lint.engine.runner import lint_bytes
 
 SCRIPT = """
 import torch

@@ -16,8 +16,8 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch import nn
 
-from autoopt.lint.registry import load_registry
-from autoopt.lint.rewrite import fix_source
+from autoopt.lint.engine.registry import load_registry
+from autoopt.lint.rewrite.apply import fix_source
 
 RULES = load_registry().rules
 

@@ -23,11 +23,11 @@ import libcst as cst
 from hypothesis import HealthCheck, currently_in_test_context, given, note, reject, settings
 from hypothesis import strategies as st
 
-from autoopt.lint.engine import active_rules, run_rules
-from autoopt.lint.registry import load_registry
-from autoopt.lint.rewrite import fix_source
-from autoopt.lint.suppress import filter_findings
-from autoopt.lint.wrap import wrap_source
+from autoopt.lint.engine.analysis import active_rules, run_rules
+from autoopt.lint.engine.registry import load_registry
+from autoopt.lint.engine.suppress import filter_findings
+from autoopt.lint.rewrite.apply import fix_source
+from autoopt.lint.wrap.insert import wrap_source
 
 from .fuzz_strategies import Mutant, Seed, compiles, load_seeds, mutants
 

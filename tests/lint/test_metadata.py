@@ -1,4 +1,4 @@
-"""The cheap metadata (autoopt/lint/metadata.py) gives what libcst's providers give."""
+"""The cheap metadata (autoopt/lint/tree/metadata.py) gives what libcst's providers give."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import pytest
 from libcst.metadata import ParentNodeProvider, PositionProvider, QualifiedNameProvider
 from libcst.metadata.base_provider import LazyValue
 
-from autoopt.lint import metadata
-from autoopt.lint.nodes import children, walk
+from autoopt.lint.tree import metadata
+from autoopt.lint.tree.nodes import children, walk
 
 # Aliases, shadowing, scopes and the corners of libcst's name resolution.
 TRICKY = """\

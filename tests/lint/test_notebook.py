@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from autoopt.lint.config import Options
-from autoopt.lint.notebook import NotebookError, notebook_source
-from autoopt.lint.project import load_project
-from autoopt.lint.runner import lint_bytes, run_lint
+from autoopt.lint.engine.config import Options
+from autoopt.lint.engine.project import load_project
+from autoopt.lint.engine.runner import lint_bytes, run_lint
+from autoopt.lint.tree.notebook import NotebookError, notebook_source
 
 from .fixtures import keep_cwd, load_fixture_rules, write_project
 

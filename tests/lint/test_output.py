@@ -11,9 +11,9 @@ import jsonschema
 import pytest
 
 from autoopt.cli.output import render, statistics
-from autoopt.lint.config import Options
-from autoopt.lint.project import load_project
-from autoopt.lint.runner import LintReport, run_lint
+from autoopt.lint.engine.config import Options
+from autoopt.lint.engine.project import load_project
+from autoopt.lint.engine.runner import LintReport, run_lint
 
 from .fixtures import keep_cwd, load_fixture_rules, write_project
 

@@ -12,8 +12,8 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from autoopt.lint.registry import load_registry
-from autoopt.lint.rule import FixSafety
+from autoopt.lint.engine.registry import load_registry
+from autoopt.lint.engine.rule import FixSafety
 
 
 def _epoch_orders(persistent: bool, epochs: int = 2) -> list[list[int]]:

@@ -8,7 +8,7 @@ import textwrap
 import libcst as cst
 import pytest
 
-from autoopt.lint.precision import other_precision_system
+from autoopt.lint.program.precision import other_precision_system
 
 
 def _check(code: str) -> str | None:

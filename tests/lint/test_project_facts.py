@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from autoopt.lint import project_facts
-from autoopt.lint.config import Options
-from autoopt.lint.project import load_project
-from autoopt.lint.runner import run_lint
+from autoopt.lint.engine.config import Options
+from autoopt.lint.engine.project import load_project
+from autoopt.lint.engine.runner import run_lint
+from autoopt.lint.program import project_facts
 
 from .fixtures import keep_cwd
 

@@ -6,15 +6,15 @@ from pathlib import Path
 
 import pytest
 
-from autoopt.lint import registry as registry_module
-from autoopt.lint.registry import RuleError, Selection, load_registry, resolve_selection
+from autoopt.lint.engine import registry as registry_module
+from autoopt.lint.engine.registry import RuleError, Selection, load_registry, resolve_selection
 
 from .fixtures import FIXTURE_RULES, load_fixture_rules
 
 CODES = ["AO101", "AO102", "AO201", "AO202", "AO301", "XT101"]
 
 GOOD_RULE = '''
-from autoopt.lint.rule import Rule
+from autoopt.lint.engine.rule import Rule
 
 class R(Rule):
     """Docs."""
@@ -65,7 +65,7 @@ def test_builtin_rules_load_with_unique_codes() -> None:
         (
             {
                 "a.py": GOOD_RULE.format(code="XY1")
-                + '    INVALID = [__import__("autoopt.lint.rule").lint.rule.Invalid("x\\n", line=5)]\n'
+                + '    INVALID = [__import__("autoopt.lint.engine.rule").lint.engine.rule.Invalid("x\\n", line=5)]\n'
             },
             "line 5",
         ),
@@ -91,7 +91,7 @@ def test_malformed_rules_are_clear_errors(
 
 
 def test_private_modules_and_base_classes_are_skipped(tmp_path: Path) -> None:
-    base = "from autoopt.lint.rule import Rule\n\nclass Base(Rule):\n    name = 'b'\n"
+    base = "from autoopt.lint.engine.rule import Rule\n\nclass Base(Rule):\n    name = 'b'\n"
     rule = base + "\nclass R(Base):\n    code = 'XY7'\n    message = 'm'\n"
     folder = _folder(
         tmp_path, {"_helpers.py": "raise RuntimeError('never imported')\n", "r.py": rule}

@@ -11,8 +11,8 @@ import pytest
 from libcst.codemod.visitors import ImportItem
 from pyflakes import checker as pyflakes_checker
 
-from autoopt.lint.rewrite import RewriteError, fix_source
-from autoopt.lint.rule import Finding, Fix, FixSafety, Rule
+from autoopt.lint.engine.rule import Finding, Fix, FixSafety, Rule
+from autoopt.lint.rewrite.apply import RewriteError, fix_source
 
 
 @pytest.fixture(autouse=True)
@@ -287,8 +287,8 @@ def test_unparsable_source_raises_parser_error() -> None:
 
 
 def test_a_file_no_rule_can_match_is_not_parsed_by_libcst(monkeypatch: pytest.MonkeyPatch) -> None:
-    from autoopt.lint import engine
-    from autoopt.lint.registry import load_registry
+    from autoopt.lint.engine import analysis as engine
+    from autoopt.lint.engine.registry import load_registry
 
     parsed: list[str] = []
     real_parse = cst.parse_module

@@ -1,8 +1,8 @@
-"""The rewrite engine (`autoopt.lint.rewrite.fix_source`) where test_rewrite.py does not look:
+"""The rewrite engine (`autoopt.lint.rewrite.apply.fix_source`) where test_rewrite.py does not look:
 which edits verification keeps and why (suppressions, the target version, a finding the next
 pass fixes, a finding no fix removes), a rejected fix never retried but its alternative tried,
 fixes that break the syntax alone or only together, fixes that change nothing, and a file
-CPython cannot parse that libcst can. Each test kills mutants of `autoopt/lint/rewrite.py` the
+CPython cannot parse that libcst can. Each test kills mutants of `autoopt/lint/rewrite/apply.py` the
 others left alive (docs/benchmarks/mutation.md).
 
 The fixture rules write calls of `bar`, `baz` and `f`, which every source here defines, so the
@@ -17,8 +17,10 @@ import libcst.matchers as m
 import pytest
 from libcst.codemod.visitors import ImportItem
 
-from autoopt.lint.engine import analyze
-from autoopt.lint.rewrite import (
+from autoopt.lint.engine.analysis import analyze
+from autoopt.lint.engine.rule import Fix, FixSafety, Rule
+from autoopt.lint.engine.suppress import filter_findings
+from autoopt.lint.rewrite.apply import (
     AppliedFix,
     RejectedFix,
     RewriteError,
@@ -26,8 +28,6 @@ from autoopt.lint.rewrite import (
     apply_fixes,
     fix_source,
 )
-from autoopt.lint.rule import Fix, FixSafety, Rule
-from autoopt.lint.suppress import filter_findings
 
 DEFS = "def foo(*a): ...\ndef bar(*a): ...\ndef baz(*a): ...\n"
 
@@ -494,7 +494,7 @@ def test_a_rule_of_another_torch_version_does_not_cost_a_parse(
 ) -> None:
     """With the target version, no rule applies to the file: nothing is parsed with libcst and
     the version-gated rule's fix is not applied."""
-    from autoopt.lint import engine
+    from autoopt.lint.engine import analysis as engine
 
     parsed: list[str] = []
     real = cst.parse_module
@@ -693,7 +693,8 @@ def test_each_text_is_analysed_and_name_checked_once(monkeypatch: pytest.MonkeyP
     """Verification reuses what the pass knows of the text before the edit (its findings and
     unbound names) and hands its analysis of the edited text to the next pass: no text is
     analysed, or checked for unbound names, twice (each costs about a parse)."""
-    from autoopt.lint import rewrite, verify
+    from autoopt.lint.rewrite import apply as rewrite
+    from autoopt.lint.rewrite import verify
 
     analysed: list[str] = []
     checked: list[str] = []

@@ -15,10 +15,10 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from autoopt.lint.engine import active_rules
-from autoopt.lint.registry import load_registry
-from autoopt.lint.rewrite import fix_source
-from autoopt.lint.suppress import filter_findings
+from autoopt.lint.engine.analysis import active_rules
+from autoopt.lint.engine.registry import load_registry
+from autoopt.lint.engine.suppress import filter_findings
+from autoopt.lint.rewrite.apply import fix_source
 
 SAMPLE_SIZE = 10  # every n-th file of torch; with HOT_SIZE keeps this module near 30 s
 HOT_SIZE = 4  # files with training-like code

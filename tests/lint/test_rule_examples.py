@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import pytest
 
-from autoopt.lint.config import parse_target_version
-from autoopt.lint.engine import analyze
-from autoopt.lint.registry import load_registry
-from autoopt.lint.rule import Invalid, Rule, Valid
+from autoopt.lint.engine.analysis import analyze
+from autoopt.lint.engine.config import parse_target_version
+from autoopt.lint.engine.registry import load_registry
+from autoopt.lint.engine.rule import Invalid, Rule, Valid
 
 from .fixtures import load_fixture_rules
 

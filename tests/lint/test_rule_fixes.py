@@ -11,14 +11,14 @@ import autoopt.rules
 import libcst as cst
 import pytest
 
-from autoopt.lint.rewrite import fix_source
-from autoopt.lint.rule import FixSafety, Invalid, Rule, Valid
+from autoopt.lint.engine.rule import FixSafety, Invalid, Rule, Valid
+from autoopt.lint.rewrite.apply import fix_source
 
 
 def _all_rules() -> list[type[Rule]]:
     """Every rule of the `autoopt.rules` package (through the registry when it exists)."""
     try:
-        from autoopt.lint.registry import load_registry
+        from autoopt.lint.engine.registry import load_registry
     except ImportError:  # pragma: no cover - before the registry existed
         pass
     else:

@@ -1,11 +1,11 @@
-"""The index's shortcuts (autoopt/lint/nodes.py `Preorder`) give what a descent of the tree gives:
+"""The index's shortcuts (autoopt/lint/tree/nodes.py `Preorder`) give what a descent of the tree gives:
 walks outside scopes as slices, nodes of a class outside scopes, and containment by rank."""
 
 from __future__ import annotations
 
 import libcst as cst
 
-from autoopt.lint import metadata, nodes
+from autoopt.lint.tree import metadata, nodes
 
 # Scopes in scopes, lambdas in default values, comprehensions, a class in a function.
 SOURCE = """\

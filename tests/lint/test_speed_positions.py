@@ -1,4 +1,4 @@
-"""Positions made per statement (autoopt/lint/metadata.py `Positions` with the source) equal
+"""Positions made per statement (autoopt/lint/tree/metadata.py `Positions` with the source) equal
 libcst's PositionProvider, and are made without generating the whole module."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import libcst as cst
 import pytest
 from libcst.metadata import PositionProvider
 
-from autoopt.lint import metadata
+from autoopt.lint.tree import metadata
 
 # Line breaks that are no `Newline` node (strings, continuations), blocks in blocks, decorators
 # with comments, elif chains, semicolons, a comment-only footer, tabs.

@@ -9,8 +9,11 @@ from __future__ import annotations
 import libcst as cst
 import pytest
 
-from autoopt.lint import engine, metadata, nodes, rewrite, verify
-from autoopt.lint.rule import Fix, ImportItem
+from autoopt.lint.engine import analysis as engine
+from autoopt.lint.engine.rule import Fix, ImportItem
+from autoopt.lint.rewrite import apply as rewrite
+from autoopt.lint.rewrite import verify
+from autoopt.lint.tree import metadata, nodes
 
 SOURCE = """\
 #!/usr/bin/env python
@@ -195,8 +198,8 @@ def test_parse_large_gives_the_tree_of_a_whole_parse() -> None:
 def test_lint_of_a_large_file_in_chunks_equals_the_whole_parse(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from autoopt.lint.registry import load_registry
-    from autoopt.lint.runner import lint_bytes
+    from autoopt.lint.engine.registry import load_registry
+    from autoopt.lint.engine.runner import lint_bytes
 
     source = (LARGE + "for b in loader:\n    b = b.cuda()\n    model(b).backward()\n") * 3
     rules = list(load_registry().rules.values())

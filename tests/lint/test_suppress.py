@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from autoopt.lint.suppress import ALL, file_suppressions, filter_findings, line_suppressions
+from autoopt.lint.engine.suppress import ALL, file_suppressions, filter_findings, line_suppressions
 
 
 @dataclass

@@ -9,13 +9,13 @@ import pytest
 from click.testing import CliRunner
 
 from autoopt.cli import main
-from autoopt.lint.config import ALLOW_PROJECT_RULES_ENV
+from autoopt.lint.engine.config import ALLOW_PROJECT_RULES_ENV
 
 HOSTILE_RULE = '''
 import pathlib
 pathlib.Path({marker!r}).write_text("imported")
 
-from autoopt.lint.rule import Rule
+from autoopt.lint.engine.rule import Rule
 
 
 class Evil(Rule):

@@ -3,8 +3,8 @@ judged against the raw findings of the rules that ran."""
 
 from __future__ import annotations
 
-from autoopt.lint.registry import load_registry
-from autoopt.lint.runner import lint_bytes
+from autoopt.lint.engine.registry import load_registry
+from autoopt.lint.engine.runner import lint_bytes
 
 SOURCE = """\
 import torch

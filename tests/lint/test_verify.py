@@ -1,4 +1,4 @@
-"""Every edit is verified before it is written (autoopt.lint.verify): it parses, binds every name
+"""Every edit is verified before it is written (autoopt.lint.rewrite.verify): it parses, binds every name
 it uses, and adds no finding of any rule; a fix that fails is left out alone and named."""
 
 from __future__ import annotations
@@ -11,13 +11,13 @@ import pytest
 from click.testing import CliRunner
 
 import autoopt.cli.rewrite as cli_rewrite
-from autoopt.lint.config import parse_target_version
-from autoopt.lint.engine import analyze
-from autoopt.lint.registry import load_registry
-from autoopt.lint.rewrite import fix_source
-from autoopt.lint.rule import Fix, FixSafety, Invalid, Rule, Valid
-from autoopt.lint.verify import unbound_names, verify_edit
-from autoopt.lint.wrap import wrap_source
+from autoopt.lint.engine.analysis import analyze
+from autoopt.lint.engine.config import parse_target_version
+from autoopt.lint.engine.registry import load_registry
+from autoopt.lint.engine.rule import Fix, FixSafety, Invalid, Rule, Valid
+from autoopt.lint.rewrite.apply import fix_source
+from autoopt.lint.rewrite.verify import unbound_names, verify_edit
+from autoopt.lint.wrap.insert import wrap_source
 
 RULES = load_registry().all()
 
@@ -274,7 +274,7 @@ def test_rewrite_then_lint_leaves_nothing_the_rewrite_could_fix(example: Valid |
 # ----- the CLI: a fix that fails verification is not written, and the summary says why --------
 _SEED_RULE = '''
 import libcst as cst
-from autoopt.lint.rule import Fix, FixSafety, Invalid, Rule, Valid
+from autoopt.lint.engine.rule import Fix, FixSafety, Invalid, Rule, Valid
 
 
 class SeedFirst(Rule):

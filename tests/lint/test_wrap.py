@@ -7,7 +7,7 @@ import textwrap
 import libcst as cst
 import pytest
 
-from autoopt.lint.wrap import wrap_source
+from autoopt.lint.wrap.insert import wrap_source
 
 
 def src(text: str) -> str:

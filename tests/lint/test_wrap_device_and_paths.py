@@ -7,7 +7,7 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
-from autoopt.lint.wrap import wrap_source
+from autoopt.lint.wrap.insert import wrap_source
 
 
 def _inserted(code: str) -> list[str]:

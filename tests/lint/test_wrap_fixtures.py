@@ -9,7 +9,7 @@ from pathlib import Path
 import libcst as cst
 import pytest
 
-from autoopt.lint.wrap import wrap_source
+from autoopt.lint.wrap.insert import wrap_source
 
 FIXTURES = Path(__file__).parent / "fixtures" / "wrap"
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from autoopt.lint.wrap import wrap_source
+from autoopt.lint.wrap.insert import wrap_source
 
 FIXTURES = Path(__file__).parent / "fixtures" / "wrap"
 

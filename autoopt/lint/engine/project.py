@@ -1,0 +1,117 @@
+"""A run's plan: merged settings, the selected rules, the files, and per-file rule filtering.
+
+Shared by `autoopt lint` and `autoopt rewrite`, so both honour the same config, selection,
+excludes and per-file-ignores:
+
+    project = load_project(paths, Options(select=..., ignore=...))
+    for path in project.files:
+        rules = project.rules_for(path)
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pathspec
+
+from autoopt.lint.engine.config import Options, Settings, resolve_settings
+from autoopt.lint.engine.discovery import Discovered, discover
+from autoopt.lint.engine.registry import (
+    Registry,
+    check_selectors,
+    load_registry,
+    normalize_selector,
+)
+from autoopt.lint.engine.rule import Rule
+from autoopt.lint.engine.suppress import matches
+
+
+@dataclass
+class PerFileIgnores:
+    """`per-file-ignores`: gitignore-style patterns (relative to the project root) -> codes."""
+
+    root: Path
+    entries: list[tuple[pathspec.PathSpec, frozenset[str]]] = field(default_factory=list)
+
+    @classmethod
+    def build(
+        cls, root: Path, table: Sequence[tuple[str, Sequence[str]]], codes: Sequence[str]
+    ) -> PerFileIgnores:
+        out = cls(Path(os.path.abspath(root)))
+        for pattern, selectors in table:
+            check_selectors(selectors, codes, f"per-file-ignores[{pattern!r}]")
+            spec = pathspec.GitIgnoreSpec.from_lines([pattern])
+            out.entries.append((spec, frozenset(normalize_selector(s) for s in selectors)))
+        return out
+
+    def ignored(self, path: Path | str) -> frozenset[str]:
+        """Selectors ignored for `path` (empty when no pattern matches)."""
+        if not self.entries:
+            return frozenset()
+        absolute = os.path.abspath(path)
+        rel = os.path.relpath(absolute, self.root).replace(os.sep, "/")
+        if rel.startswith(".."):
+            rel = absolute.replace(os.sep, "/").lstrip("/")
+        found: set[str] = set()
+        for spec, selectors in self.entries:
+            if spec.match_file(rel):
+                found |= selectors
+        return frozenset(found)
+
+    def allows(self, code: str, ignored: frozenset[str]) -> bool:
+        return not ignored or not matches(
+            code, frozenset("*" if s == "ALL" else s for s in ignored)
+        )
+
+
+@dataclass
+class Project:
+    """Everything decided before any file is read."""
+
+    settings: Settings
+    registry: Registry
+    rules: list[type[Rule]]  # selected, sorted by code
+    discovered: Discovered
+    per_file_ignores: PerFileIgnores
+
+    @property
+    def files(self) -> list[Path]:
+        return self.discovered.files
+
+    def rules_for(self, path: Path | str) -> list[type[Rule]]:
+        """The selected rules minus the per-file-ignores that match `path`."""
+        ignored = self.per_file_ignores.ignored(path)
+        return [r for r in self.rules if self.per_file_ignores.allows(r.code, ignored)]
+
+
+def registry_for(settings: Settings) -> Registry:
+    """Built-in rules plus the config's `extra-rules` folders."""
+    return load_registry(settings.extra_rules)
+
+
+def load_project(
+    paths: Sequence[Path | str],
+    options: Options | None = None,
+    registry: Registry | None = None,
+    *,
+    config_from: Sequence[Path | str] | None = None,
+) -> Project:
+    """Resolve config + options, load and select rules, and discover the files under `paths`.
+    The config is the one that applies to `config_from` (default: `paths`; standard input has no
+    files to discover but a name to find its config by). Raises `ConfigError` or `RuleError`
+    (both: exit code 2)."""
+    paths = list(paths) if config_from is not None else list(paths) or ["."]
+    settings = resolve_settings(list(config_from) if config_from else paths, options)
+    registry = registry if registry is not None else registry_for(settings)
+    rules = registry.select(settings.layers)
+    codes = list(registry.rules)
+    per_file = PerFileIgnores.build(settings.project_root, settings.per_file_ignores, codes)
+    discovered = (
+        discover(paths, settings.project_root, settings.exclude, settings.force_exclude)
+        if paths
+        else Discovered()
+    )
+    return Project(settings, registry, rules, discovered, per_file)

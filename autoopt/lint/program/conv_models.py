@@ -1,0 +1,155 @@
+"""Which calls of a file build convolutions, which models it builds from 2-D convolutions, and
+which of those flatten with `.view()`.
+
+A call *builds a convolution* (cuDNN's work, of any dimension) when it is a torch convolution
+layer or function, a convolutional model of a zoo, or a convolutional class or function of
+another module of the project: `builds_convolution`.
+
+A *conv model* is a name bound to a call that builds one (`model = Net(...)`, also with
+`.to(device)`/`.cuda()` on it):
+
+- a class of the file made of `Conv2d` layers (directly, through other such classes, or around
+  a torchvision/timm CNN built inside it: a backbone), see `torch_api.conv_classes`;
+- a class or function of another module of the project (`from models import Net`), read without
+  importing it (`project_facts.local_definition`);
+- a convolutional model of a zoo (`torchvision.models.resnet50()`, `timm.create_model(...)`) or
+  an `nn.Sequential` holding a `Conv2d`;
+- a model built around one of those passed in (`DDPM(eps_model=UNet())`, or a name bound to one
+  above).
+
+A model *flattens* when a part of it merges dimensions with `.view(...)` (`x.view(n, -1)`):
+NHWC (channels_last) activations are not contiguous in NCHW order, so such a view raises.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import libcst as cst
+
+from autoopt.lint.engine.rule import Rule
+from autoopt.lint.program.placement import without_placement
+from autoopt.lint.program.project_facts import local_definition
+from autoopt.lint.program.torch_api import CONV2D, conv_classes, is_conv_call, is_conv_zoo_model
+from autoopt.lint.tree.nodes import calls_in, method_name, nodes_of_type
+
+_SEQUENTIAL = ("torch.nn.Sequential", "torch.nn.modules.container.Sequential")
+
+
+class ConvModel(NamedTuple):
+    """A conv model bound to `name` by `built`; `flattens`: it flattens with `.view()`."""
+
+    name: str
+    built: cst.Assign
+    flattens: bool
+
+
+def builds_convolution(rule: Rule, call: cst.Call) -> bool:
+    """`nn.Conv1d/2d/3d(...)` (transposed too), `F.conv2d(...)`, `torchvision.models.resnet50()`,
+    or a convolutional model of the project (`Net()` after `from models import Net`)."""
+    return is_conv_call(rule, call) or is_conv_zoo_model(rule, call) or _project_conv(rule, call)
+
+
+def _project_conv(rule: Rule, call: cst.Call) -> bool:
+    """A convolutional model imported from the user's project (`from models import Net`)."""
+    if not isinstance(call.func, cst.Name):
+        return False
+    found = local_definition(rule, call.func.value)
+    return found is not None and found.conv
+
+
+def conv2d_models(rule: Rule) -> list[ConvModel]:
+    """Every `name = <conv model>(...)[.to(...)|.cuda()]` of the file, in source order."""
+    module = rule.context.module
+    fit, flattening = _conv2d_classes(rule, module)
+    found: list[ConvModel] = []
+    for n in nodes_of_type(module, cst.Assign):
+        if len(n.targets) != 1:
+            continue
+        target = n.targets[0].target
+        if not isinstance(target, cst.Name):
+            continue
+        base = without_placement(n.value)
+        kind = _conv_model(rule, base, fit, flattening) if isinstance(base, cst.Call) else None
+        if kind is None and isinstance(base, cst.Call):
+            others = [f for f in found if f.name != target.value]  # not `model = DDP(model)`
+            kind = _wrapped_conv_model(rule, base, fit, flattening, others)
+        if kind is not None:
+            found.append(ConvModel(target.value, n, kind == "flattens"))
+    return found
+
+
+def _conv2d_classes(rule: Rule, module: cst.Module) -> tuple[set[str], set[str]]:
+    """Conv2d classes of the file none of whose parts flattens with `.view()`, and those that
+    do (a class made of a flattening class flattens)."""
+    convs = conv_classes(rule, module, CONV2D)
+    classes = {s.name.value: s for s in module.body if isinstance(s, cst.ClassDef)}
+    unfit = {
+        name for name, cls in classes.items() if any(_flattening_view(c) for c in calls_in(cls))
+    }
+    changed = True
+    while changed:  # a class made of an unfit class is unfit
+        changed = False
+        for name, cls in classes.items():
+            if name not in unfit and any(
+                isinstance(c.func, cst.Name) and c.func.value in unfit for c in calls_in(cls)
+            ):
+                unfit.add(name)
+                changed = True
+    return set(convs) - unfit, set(convs) & unfit
+
+
+def _wrapped_conv_model(
+    rule: Rule,
+    call: cst.Call,
+    fit: set[str],
+    flattening: set[str],
+    found: list[ConvModel],
+) -> str | None:
+    """A model built around a conv model passed in (`DDPM(eps_model=UNet(...))`, or a name
+    bound to one above): what the inner model is."""
+    named = {m.name: "flattens" if m.flattens else "fit" for m in found}
+    for a in call.args:
+        value = without_placement(a.value)
+        if isinstance(value, cst.Name) and value.value in named:
+            return named[value.value]
+        if isinstance(value, cst.Call):
+            kind = _conv_model(rule, value, fit, flattening)
+            if kind is not None:
+                return kind
+    return None
+
+
+def _conv_model(rule: Rule, call: cst.Call, fit: set[str], flattening: set[str]) -> str | None:
+    """ "fit" for a Conv2d model, "flattens" for one that flattens with `.view()`."""
+    if isinstance(call.func, cst.Name):
+        if call.func.value in fit:
+            return "fit"
+        if call.func.value in flattening:
+            return "flattens"
+        local = local_definition(rule, call.func.value)  # `from models import Net`
+        if local is not None:
+            if not local.conv2d:
+                return None
+            return "flattens" if local.views else "fit"
+    if is_conv_zoo_model(rule, call):
+        return "fit"
+    if rule.is_call_to(call, *_SEQUENTIAL) and any(
+        is_conv_call(rule, c, CONV2D) for c in calls_in(call)
+    ):
+        return "fit"
+    return None
+
+
+def _flattening_view(call: cst.Call) -> bool:
+    """`x.view(n, -1)`, `x.view(b, c, h * w)`: a view that merges dimensions, which fails on
+    NHWC activations. `out.view(n, 128, s, s)` (a linear layer's output made 4-D for the
+    convolutions after it) merges nothing. (`project_facts` applies the same test to the
+    `ast` of the project's other modules.)"""
+    if method_name(call) != "view":
+        return False
+    values = [a.value for a in call.args]
+    minus_one = any(
+        isinstance(v, cst.UnaryOperation) and isinstance(v.operator, cst.Minus) for v in values
+    )
+    return minus_one or len(values) < 4 or any(a.star for a in call.args)

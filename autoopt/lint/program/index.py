@@ -1,0 +1,491 @@
+"""An index of one module of the user's project, read with `ast` (never imported): its imports,
+classes, functions and methods, and for each function what the program model needs to know.
+
+For every function (methods as `Class.method`, the module's own statements as `<module>`):
+- its parameters, and the calls it makes (`CallSite`: the callee as a dotted name, the
+  arguments as dotted names where they are plain references), with whether each call runs in a
+  loop of the function and under `torch.no_grad()`;
+- what it does to the names it holds (`uses`: a role per dotted name, `model` -> {"called"},
+  `loader` -> {"iterated"}, `optimizer` -> {"stepped"}, ...);
+- what it binds (`assigns`, `self_attrs`) and returns, as `Value`s (a call, a reference, a
+  choice between values, an element of an unpacked tuple);
+- whether it reaches `backward()` by itself (`backward`).
+
+The interprocedural answers (does a call train, which parameters it trains as a model) are
+`summaries`' business; this module only reads one file. An index is cached per process by path,
+modification time and size, like `project_facts`' summaries.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from autoopt.lint.engine.cache import content_digest
+from autoopt.lint.program.project_files import record_read
+
+Dotted = tuple[str, ...]
+
+# Calls on a module-like object that run no forward (everything else called on a model is taken
+# as a forward through a method other than `forward`: `model.pi(state)`, `vae.inference(z)`).
+NO_FORWARD_METHODS = frozenset(
+    {
+        "state_dict", "load_state_dict", "parameters", "named_parameters", "buffers",
+        "named_buffers", "modules", "named_modules", "children", "named_children", "to", "cuda",
+        "cpu", "half", "float", "double", "bfloat16", "type", "train", "eval", "zero_grad",
+        "apply", "register_forward_hook", "register_forward_pre_hook", "register_buffer",
+        "register_parameter", "register_module", "add_module", "requires_grad_", "share_memory",
+        "save_pretrained", "get_parameter", "get_submodule", "compile", "extra_repr", "module",
+        "step", "save", "load", "update", "item", "size", "numel", "keys", "values", "items",
+        "get", "append", "extend", "format", "join", "split", "detach", "clone", "copy_",
+    }
+)  # fmt: skip
+# Wrappers of an iterable that a loop iterates instead of it (`enumerate(loader)`, `tqdm(loader)`).
+ITERATION_WRAPPERS = frozenset(
+    {"enumerate", "tqdm", "zip", "iter", "islice", "cycle", "trange", "list", "Bar", "chain"}
+)
+NO_GRAD_CONTEXTS = frozenset({"no_grad", "inference_mode"})
+# Methods that return the object they are called on (a module placed or cast, in place).
+_SAME_OBJECT = frozenset({"to", "cuda", "cpu", "train", "eval", "half", "float", "double"})
+
+
+@dataclass(frozen=True)
+class Value:
+    """What an expression evaluates to, as far as the program model follows it.
+
+    kind: "call" (`callee(args)`), "ref" (a dotted name), "choice" (one of `options`: both arms
+    of `a if c else b`, the values of `{"adam": Adam(...), ...}[key]`), "item" (element `index`
+    of `options[0]` unpacked: `model, opt = build(...)`), "tuple" (a returned tuple), "other".
+    """
+
+    kind: str
+    dotted: Dotted = ()  # the callee ("call") or the name ("ref")
+    args: tuple[Dotted | None, ...] = ()
+    keywords: tuple[tuple[str, Dotted | None], ...] = ()
+    options: tuple[Value, ...] = ()
+    index: int = 0
+    line: int = 0
+
+
+OTHER = Value("other")
+
+
+@dataclass(frozen=True)
+class CallSite:
+    """One call a function makes."""
+
+    callee: Dotted  # `train` -> ("train",); `self.fit` -> ("self", "fit"); () if not a name
+    args: tuple[Dotted | None, ...]  # each positional argument as a dotted name (None: other)
+    keywords: tuple[tuple[str, Dotted | None], ...]
+    line: int
+    in_loop: bool  # inside a for/while of its function
+    no_grad: bool  # under `with torch.no_grad()` (or the function is decorated so)
+
+
+@dataclass
+class FunctionInfo:
+    """One function, method (`Class.method`) or the module's own statements (`<module>`)."""
+
+    qualname: str
+    params: tuple[str, ...] = ()  # in order; a method's `self`/`cls` left out
+    class_name: str | None = None
+    calls: list[CallSite] = field(default_factory=list)
+    uses: dict[Dotted, set[str]] = field(default_factory=dict)
+    assigns: dict[str, list[Value]] = field(default_factory=dict)
+    self_attrs: dict[str, list[Value]] = field(default_factory=dict)
+    returns: list[Value] = field(default_factory=list)
+    backward: bool = False  # `.backward()` (any receiver), `accelerator.backward(loss)`, ...
+    zero_grad: bool = False  # `.zero_grad()` on anything: a training step's bookkeeping
+    no_grad: bool = False  # decorated with torch.no_grad() / inference_mode()
+    line: int = 0
+
+    def use(self, name: Dotted, role: str) -> None:
+        self.uses.setdefault(name, set()).add(role)
+
+
+@dataclass
+class ClassInfo:
+    name: str
+    bases: tuple[Dotted, ...]
+    methods: dict[str, FunctionInfo] = field(default_factory=dict)
+    line: int = 0
+
+
+@dataclass
+class ModuleIndex:
+    """Everything `index_source` reads off one module."""
+
+    path: Path
+    digest: str
+    functions: dict[str, FunctionInfo] = field(default_factory=dict)  # qualname -> info
+    classes: dict[str, ClassInfo] = field(default_factory=dict)
+    # bound name -> (module, imported name, relative level): `from m import f as g` -> g
+    imports: dict[str, tuple[str, str, int]] = field(default_factory=dict)
+    # bound name -> (module, level): `import a.b as c` -> c: ("a.b", 0); `from . import m` -> m
+    module_aliases: dict[str, tuple[str, int]] = field(default_factory=dict)
+    star_imports: list[tuple[str, int]] = field(default_factory=list)
+    # top-level `Alias = Original` (yolov5's `Model = DetectionModel`)
+    aliases: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def module_code(self) -> FunctionInfo:
+        return self.functions["<module>"]
+
+
+def dotted_of(node: ast.AST | None) -> Dotted | None:
+    """`a.b.c` -> ("a", "b", "c"); None for anything but a chain of names."""
+    parts: list[str] = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        parts.append(node.id)
+        return tuple(reversed(parts))
+    return None
+
+
+def index_source(path: Path, data: bytes | str) -> ModuleIndex:
+    """The index of a module's source (a file that does not parse gives an empty index)."""
+    raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data
+    index = ModuleIndex(path, content_digest(raw))
+    try:
+        tree = ast.parse(data)
+    except (SyntaxError, ValueError, RecursionError):
+        index.functions["<module>"] = FunctionInfo("<module>")
+        return index
+    module_code = FunctionInfo("<module>")
+    index.functions["<module>"] = module_code
+    _read_imports(tree.body, index)
+    top_level: list[ast.stmt] = []
+    for stmt in tree.body:
+        if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef):
+            index.functions[stmt.name] = _scan_function(stmt, None)
+        elif isinstance(stmt, ast.ClassDef):
+            _index_class(stmt, index)
+        else:
+            if (
+                isinstance(stmt, ast.Assign)
+                and len(stmt.targets) == 1
+                and isinstance(stmt.targets[0], ast.Name)
+                and isinstance(stmt.value, ast.Name)
+            ):
+                index.aliases[stmt.targets[0].id] = stmt.value.id
+            top_level.append(stmt)
+    _Scanner(module_code, None).scan_body(top_level)
+    return index
+
+
+def _read_imports(body: list[ast.stmt], index: ModuleIndex) -> None:
+    """Imports at the top level, also inside `try:`/`if:` blocks (optional dependencies)."""
+    for stmt in body:
+        if isinstance(stmt, ast.Try | ast.If):
+            _read_imports(stmt.body, index)
+            if isinstance(stmt, ast.Try):
+                for handler in stmt.handlers:
+                    _read_imports(handler.body, index)
+            continue
+        if isinstance(stmt, ast.Import):
+            for alias in stmt.names:
+                if alias.asname:
+                    index.module_aliases[alias.asname] = (alias.name, 0)
+                else:  # `import a.b` binds `a`
+                    top = alias.name.split(".")[0]
+                    index.module_aliases.setdefault(top, (top, 0))
+        elif isinstance(stmt, ast.ImportFrom):
+            module = stmt.module or ""
+            for alias in stmt.names:
+                if alias.name == "*":
+                    index.star_imports.append((module, stmt.level))
+                else:
+                    index.imports[alias.asname or alias.name] = (module, alias.name, stmt.level)
+
+
+def _index_class(cls: ast.ClassDef, index: ModuleIndex) -> None:
+    bases = tuple(d for d in (dotted_of(b) for b in cls.bases) if d is not None)
+    info = ClassInfo(cls.name, bases, line=cls.lineno)
+    for stmt in cls.body:
+        if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef):
+            method = _scan_function(stmt, cls.name)
+            info.methods[stmt.name] = method
+            index.functions[method.qualname] = method
+    index.classes[cls.name] = info
+
+
+def _scan_function(func: ast.FunctionDef | ast.AsyncFunctionDef, cls: str | None) -> FunctionInfo:
+    args = func.args
+    params = [a.arg for a in (*args.posonlyargs, *args.args)]
+    static = any(dotted_of(d) == ("staticmethod",) for d in func.decorator_list)
+    if cls is not None and params and not static:
+        params = params[1:]
+    params += [a.arg for a in args.kwonlyargs]
+    info = FunctionInfo(
+        f"{cls}.{func.name}" if cls else func.name,
+        tuple(params),
+        class_name=cls,
+        line=func.lineno,
+        no_grad=any(_is_no_grad(d) for d in func.decorator_list),
+    )
+    _Scanner(info, cls).scan_body(func.body)
+    return info
+
+
+def _is_no_grad(expr: ast.expr) -> bool:
+    """`torch.no_grad()`, `@torch.no_grad`, `torch.inference_mode()`,
+    `torch.set_grad_enabled(False)`."""
+    target = expr.func if isinstance(expr, ast.Call) else expr
+    name = dotted_of(target)
+    if not name:
+        return False
+    if name[-1] in NO_GRAD_CONTEXTS:
+        return True
+    return (
+        name[-1] == "set_grad_enabled"
+        and isinstance(expr, ast.Call)
+        and bool(expr.args)
+        and isinstance(expr.args[0], ast.Constant)
+        and expr.args[0].value is False
+    )
+
+
+def _iterated(expr: ast.expr) -> list[Dotted]:
+    """The names a loop over `expr` iterates: `loader`, `enumerate(loader)`, `tqdm(loader)`,
+    `zip(a, b)`, `iter(loader)`."""
+    name = dotted_of(expr)
+    if name is not None:
+        return [name]
+    if isinstance(expr, ast.Call):
+        callee = dotted_of(expr.func)
+        if callee and callee[-1] in ITERATION_WRAPPERS:
+            found: list[Dotted] = []
+            for a in expr.args:
+                found.extend(_iterated(a))
+            return found
+    return []
+
+
+def _names_in(node: ast.AST) -> set[str]:
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+
+
+class _Scanner:
+    """One pass over a function's body (nested functions included: a closure handed to
+    `optimizer.step(closure)` trains with its function)."""
+
+    def __init__(self, info: FunctionInfo, cls: str | None) -> None:
+        self.info = info
+        self.cls = cls
+        self.loops = 0
+        self.no_grad = 1 if info.no_grad else 0
+        # loop variable -> the iterated name (`for x, y in loader`: x, y -> loader)
+        self.batch_of: dict[str, Dotted] = {}
+        self.statement_call: ast.Call | None = None  # the call an expression statement makes
+        self.aliases: dict[str, list[Dotted]] = {}  # `it = tqdm(loader)`: it -> [loader]
+
+    def iterated(self, expr: ast.expr) -> list[Dotted]:
+        """`_iterated`, through the names bound to an iteration wrapper above."""
+        found: list[Dotted] = []
+        for name in _iterated(expr):
+            found.extend(self.aliases.get(name[0], [name]) if len(name) == 1 else [name])
+        return found
+
+    def scan_body(self, body: list[ast.stmt]) -> None:
+        for stmt in body:
+            self.stmt(stmt)
+
+    def stmt(self, node: ast.stmt) -> None:
+        if isinstance(node, ast.For | ast.AsyncFor):
+            self.expr(node.iter)
+            for name in self.iterated(node.iter):
+                self.info.use(name, "iterated")
+                if self.loops:
+                    self.info.use(name, "iterated_in_loop")
+                for target in _names_in(node.target):
+                    self.batch_of[target] = name
+            self.loops += 1
+            self.scan_body(node.body)
+            self.loops -= 1
+            self.scan_body(node.orelse)
+            return
+        if isinstance(node, ast.While):
+            self.expr(node.test)
+            self.loops += 1
+            self.scan_body(node.body)
+            self.loops -= 1
+            self.scan_body(node.orelse)
+            return
+        if isinstance(node, ast.With | ast.AsyncWith):
+            guarded = any(_is_no_grad(item.context_expr) for item in node.items)
+            for item in node.items:
+                self.expr(item.context_expr)
+            self.no_grad += guarded
+            self.scan_body(node.body)
+            self.no_grad -= guarded
+            return
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            self.scan_body(node.body)  # a closure runs with its function (LBFGS, hooks)
+            return
+        if isinstance(node, ast.ClassDef):
+            return
+        if isinstance(node, ast.Assign):
+            self.expr(node.value)
+            value = self.value(node.value)
+            if isinstance(node.value, ast.Call) and not isinstance(node.value.func, ast.Attribute):
+                wrapped = self.iterated(node.value)  # `it = tqdm(loader)`: iterating `it`
+                for target in node.targets:  # iterates the loader
+                    if wrapped and isinstance(target, ast.Name):
+                        self.aliases[target.id] = wrapped
+            for target in node.targets:
+                self.bind(target, value)
+            return
+        if isinstance(node, ast.AnnAssign) and node.value is not None:
+            self.expr(node.value)
+            self.bind(node.target, self.value(node.value))
+            return
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
+            self.statement_call = node.value  # called for its effect: `dataset.resample()`
+        if isinstance(node, ast.Return) and node.value is not None:
+            self.expr(node.value)
+            self.info.returns.append(self.value(node.value))
+            return
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.stmt):
+                self.stmt(child)
+            elif isinstance(child, ast.expr):
+                self.expr(child)
+            elif isinstance(child, ast.excepthandler | ast.match_case):
+                self.scan_body(child.body)
+
+    def bind(self, target: ast.expr, value: Value) -> None:
+        if isinstance(target, ast.Name):
+            self.info.assigns.setdefault(target.id, []).append(value)
+        elif (
+            isinstance(target, ast.Attribute)
+            and isinstance(target.value, ast.Name)
+            and target.value.id == "self"
+        ):
+            self.info.self_attrs.setdefault(target.attr, []).append(value)
+        elif isinstance(target, ast.Tuple | ast.List):
+            for i, element in enumerate(target.elts):
+                if isinstance(element, ast.Starred):
+                    break
+                self.bind(element, Value("item", options=(value,), index=i, line=value.line))
+        # `x.dataset.attr = ...`: the loader's dataset changed in place
+        if isinstance(target, ast.Attribute):
+            owner = dotted_of(target.value)
+            if owner and len(owner) >= 2 and owner[-1] == "dataset":
+                self.info.use(owner[:-1], "dataset_mutated")
+
+    def value(self, node: ast.expr) -> Value:
+        line = getattr(node, "lineno", 0)
+        if isinstance(node, ast.Call):
+            if isinstance(node.func, ast.Attribute) and node.func.attr in _SAME_OBJECT:
+                # `Net().to(device)`, `model.cuda()`: the receiver itself
+                return self.value(node.func.value)
+            callee = dotted_of(node.func)
+            if callee is None:
+                return OTHER
+            return Value(
+                "call",
+                callee,
+                tuple(dotted_of(a) for a in node.args if not isinstance(a, ast.Starred)),
+                tuple((k.arg, dotted_of(k.value)) for k in node.keywords if k.arg),
+                line=line,
+            )
+        name = dotted_of(node)
+        if name is not None:
+            return Value("ref", name, line=line)
+        if isinstance(node, ast.IfExp):
+            return Value("choice", options=(self.value(node.body), self.value(node.orelse)))
+        if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Dict):
+            return Value("choice", options=tuple(self.value(v) for v in node.value.values if v))
+        if isinstance(node, ast.Tuple | ast.List):
+            return Value("tuple", options=tuple(self.value(e) for e in node.elts), line=line)
+        return OTHER
+
+    def expr(self, node: ast.expr) -> None:
+        for sub in ast.walk(node):
+            if isinstance(sub, ast.Call):
+                self.call(sub)
+            elif isinstance(sub, ast.comprehension):
+                for name in _iterated(sub.iter):
+                    self.info.use(name, "iterated")
+
+    def call(self, node: ast.Call) -> None:
+        info = self.info
+        func = node.func
+        callee = dotted_of(func) or ()
+        if isinstance(func, ast.Attribute):
+            attr = func.attr
+            owner = dotted_of(func.value)
+            if attr in ("backward", "manual_backward"):
+                info.backward = True
+            elif attr == "zero_grad":
+                info.zero_grad = True
+            if owner is not None:
+                self.method_use(owner, attr, node)
+        elif callee and callee[-1] == "next" and node.args:  # `next(iter(loader))`
+            for name in self.iterated(node.args[0]):
+                info.use(name, "iterated")
+                if self.loops:
+                    info.use(name, "iterated_in_loop")
+        if callee:
+            info.use(callee, "called_no_grad" if self.no_grad else "called")
+            info.calls.append(
+                CallSite(
+                    callee,
+                    tuple(dotted_of(a) for a in node.args if not isinstance(a, ast.Starred)),
+                    tuple((k.arg, dotted_of(k.value)) for k in node.keywords if k.arg),
+                    node.lineno,
+                    self.loops > 0,
+                    self.no_grad > 0,
+                )
+            )
+
+    def method_use(self, owner: Dotted, attr: str, node: ast.Call) -> None:
+        info = self.info
+        if attr == "step":
+            info.use(owner, "stepped")
+        elif attr == "zero_grad":
+            info.use(owner, "zero_grad")
+        elif attr == "train":
+            info.use(owner, "train_mode")
+        elif attr == "eval":
+            info.use(owner, "eval_mode")
+        elif attr in ("parameters", "named_parameters"):
+            info.use(owner, "parameters")
+        elif attr == "forward":
+            info.use(owner, "called_no_grad" if self.no_grad else "called")
+        elif attr not in NO_FORWARD_METHODS:
+            info.use(owner, "method_called_no_grad" if self.no_grad else "method_called")
+            if self.loops and node is self.statement_call:  # `dataset.resample()` per epoch
+                info.use(owner, "method_called_in_loop")
+        if attr in ("to", "cuda") and owner[0] in self.batch_of:
+            info.use(self.batch_of[owner[0]], "batches_moved")
+        if len(owner) >= 2 and owner[-1] == "dataset" and attr not in NO_FORWARD_METHODS:
+            info.use(owner[:-1], "dataset_mutated")  # `loader.dataset.ng_sample()`
+
+
+# ----- the per-process cache ----------------------------------------------------------------------
+_MAX_BYTES = 2_000_000  # a "module" larger than this is data, not code: not read
+_INDEXES: dict[tuple[str, int, int], ModuleIndex] = {}
+
+
+def load_index(path: Path | str) -> ModuleIndex | None:
+    """The index of the module at `path` (read and parsed once per process; None if unreadable
+    or too large to be code)."""
+    path = os.path.abspath(path)
+    try:
+        stat = os.stat(path)
+        key = (path, stat.st_mtime_ns, stat.st_size)
+        found = _INDEXES.get(key)
+        if found is None:
+            if stat.st_size > _MAX_BYTES:
+                return None
+            with open(path, "rb") as handle:
+                found = _INDEXES[key] = index_source(Path(path), handle.read())
+    except OSError:
+        return None
+    record_read(path, found.digest)
+    return found

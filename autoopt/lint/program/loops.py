@@ -1,0 +1,417 @@
+"""Training and data loops: which loops iterate batches, which names hold the batch, which
+calls move it (or the model's input) to the device, and what waits for such a copy anyway (a
+read on the host, the fallback path of the script's own prefetcher)."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from autoopt.lint.engine.rule import Rule
+from autoopt.lint.program.device import is_cuda_tensor_type
+from autoopt.lint.program.facts import local_callee, named_like_evaluation
+from autoopt.lint.program.placement import device_move
+from autoopt.lint.program.torch_api import DATALOADER
+from autoopt.lint.tree.calls import arg
+from autoopt.lint.tree.edits import enclosing_statement
+from autoopt.lint.tree.nodes import (
+    calls_in,
+    code_of,
+    int_literal,
+    is_name,
+    method_name,
+    names_in,
+    nodes_of_type,
+    root_name,
+    string_value,
+    walk,
+)
+
+
+def loader_names(rule: Rule) -> set[str]:
+    """Names bound to a `torch.utils.data.DataLoader(...)` anywhere in the file."""
+    out: set[str] = set()
+    if "DataLoader" not in rule.context.source:
+        return out  # no name resolves to it without the text (an import or an attribute)
+    for node in nodes_of_type(rule.context.module, cst.Assign):
+        if rule.is_call_to(node.value, *DATALOADER):
+            for t in node.targets:
+                if isinstance(t.target, cst.Name):
+                    out.add(t.target.value)
+    return out
+
+
+def batch_names(loop: cst.For | cst.While) -> set[str]:
+    """Names that hold (parts of) the batch in `loop`: the loop's targets, names bound to
+    `next(...)` (`batch = next(data_iter)`), and names unpacked, indexed or
+    iterated from them in the loop body (`inputs, labels = data`, `x = batch["x"]`,
+    `[t.to(device) for t in batch]`)."""
+    # `x = next(looper)` also in a `for step in range(n):` loop: batches drawn from a generator
+    # that re-iterates the loader (`looper = cycle(loader)`).
+    names = {
+        n
+        for node in nodes_of_type(loop.body, cst.Assign, into_scopes=False)
+        if _is_next_call(node.value)
+        for t in node.targets
+        for n in names_in(t.target)
+    }
+    if isinstance(loop, cst.For):
+        names |= names_in(loop.target)
+    binders = nodes_of_type(loop.body, (cst.Assign, cst.CompFor), into_scopes=False)
+    changed = True
+    while changed:  # a few rounds: `data = batch; x, y = data`
+        changed = False
+        for node in binders:
+            if type(node) is cst.Assign and _is_batch_expr(node.value, names):
+                new = set().union(*(names_in(t.target) for t in node.targets)) - names
+            elif type(node) is cst.CompFor and _is_batch_expr(node.iter, names):
+                new = names_in(node.target) - names
+            else:
+                continue
+            if new:
+                names |= new
+                changed = True
+    return names
+
+
+def _is_next_call(expr: cst.BaseExpression) -> bool:
+    return (
+        isinstance(expr, cst.Call) and isinstance(expr.func, cst.Name) and expr.func.value == "next"
+    )
+
+
+def _is_batch_expr(expr: cst.BaseExpression, names: set[str]) -> bool:
+    if isinstance(expr, cst.Name):
+        return expr.value in names
+    if isinstance(expr, cst.Subscript | cst.Attribute):
+        return _is_batch_expr(expr.value, names)
+    if isinstance(expr, cst.Tuple | cst.List):
+        return bool(expr.elements) and all(_is_batch_expr(e.value, names) for e in expr.elements)
+    return False
+
+
+_DTYPE_PREFIXES = ("torch.float", "torch.bfloat", "torch.half", "torch.double", "torch.int")
+_DTYPES = {
+    "torch.bool",
+    "torch.long",
+    "torch.short",
+    "torch.uint8",
+    "torch.int8",
+    "torch.cfloat",
+    "torch.cdouble",
+    "torch.complex64",
+    "torch.complex128",
+}
+
+
+def is_dtype(rule: Rule, expr: cst.BaseExpression) -> bool:
+    """`torch.float16`, `torch.long`, ... (by qualified name)."""
+    names = rule.qualified_names(expr) if isinstance(expr, cst.Name | cst.Attribute) else set()
+    return any(n in _DTYPES or n.startswith(_DTYPE_PREFIXES) for n in names)
+
+
+def to_destination(rule: Rule, call: cst.Call) -> str | None:
+    """What a `.to(...)` call moves to: "cpu", "device" (anything else that names a device), or
+    None (a dtype, another tensor's properties via `**kwargs`, nothing)."""
+    if any(a.star for a in call.args):
+        return None
+    dest = arg(call, "device", 0)
+    if dest is None:
+        return None
+    value = dest.value
+    if is_dtype(rule, value):
+        return None
+    text = string_value(value)
+    if isinstance(value, cst.Call) and rule.refers_to(value.func, "torch.device") and value.args:
+        text = string_value(value.args[0].value) or text
+    if text is not None:
+        return "cpu" if text.startswith("cpu") else "device"
+    if isinstance(value, cst.Name | cst.Attribute | cst.Call | cst.Subscript):
+        return "device"
+    return None
+
+
+def data_loops(rule: Rule) -> list[cst.For | cst.While]:
+    """Loops that iterate batches: training loops (also `while` loops that pull batches with
+    `next(it)`), evaluation loops, and `for` loops over a name bound to a DataLoader."""
+    loaders = loader_names(rule)
+    facts = rule.facts
+    out: list[cst.For | cst.While] = []
+    for node in nodes_of_type(rule.context.module, (cst.For, cst.While)):
+        if type(node) is cst.While:
+            batches = facts.is_training_loop(node)
+        else:
+            batches = (
+                facts.is_training_loop(node)
+                or facts.is_eval_loop(node)
+                or bool(names_in(node.iter) & loaders)
+            )
+        if batches:
+            out.append(node)
+    return out
+
+
+def batch_transfers(rule: Rule, loop: cst.For | cst.While) -> list[cst.Call]:
+    """`<batch>.to(<device>)`, `<batch>.cuda()` and the legacy `<batch>.type(Tensor)` (with
+    `Tensor = torch.cuda.FloatTensor if cuda else ...`) calls in `loop` whose receiver comes from
+    the batch the loop iterates, also through host-side methods (`x.reshape(n, -1).to(device)`);
+    not a module, not a dtype cast."""
+    names = batch_names(loop)
+    out = []
+    for call in calls_in(loop.body, into_scopes=False):
+        method = method_name(call)
+        if method not in ("to", "cuda", "type"):
+            continue
+        assert isinstance(call.func, cst.Attribute)
+        moved = _through_methods(call.func.value)
+        if root_name(moved) not in names and not _is_next_call(moved):  # `next(dl).to(device)`
+            continue
+        if (
+            method == "cuda"
+            or (method == "to" and to_destination(rule, call) == "device")
+            or (method == "type" and _to_cuda_type(rule, call))
+        ):
+            out.append(call)
+    return out
+
+
+def _through_methods(expr: cst.BaseExpression) -> cst.BaseExpression:
+    """`images` for `images.reshape(n, -1).float()`: a batch reshaped or cast on the host."""
+    while isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute):
+        expr = expr.func.value
+    return expr
+
+
+def _to_cuda_type(rule: Rule, call: cst.Call) -> bool:
+    dest = arg(call, "dtype", 0)
+    return dest is not None and is_cuda_tensor_type(rule.facts.device, dest.value)
+
+
+# Reading a tensor on the host: a copy to the device has to be finished right there anyway.
+_HOST_READS = {"item", "tolist", "numpy", "cpu"}
+_HOST_FUNCS = {"print", "float", "int", "bool", "list"}
+
+
+def read_on_host_later(rule: Rule, call: cst.Call) -> bool:
+    """The result of `call` is bound to a name that the rest of its block reads on the host
+    (`y.item()`, `y[0].tolist()`, `print(y)`, `float(y)`)."""
+    stmt = enclosing_statement(call, rule.parent)
+    if not isinstance(stmt, cst.SimpleStatementLine):
+        return False
+    targets: set[str] = set()
+    for small in stmt.body:
+        if isinstance(small, cst.Assign):
+            for t in small.targets:
+                targets |= names_in(t.target)
+    block = rule.parent(stmt)
+    if not targets or not isinstance(block, cst.IndentedBlock | cst.Module):
+        return False
+    body = list(block.body)
+    index = next(i for i, s in enumerate(body) if s is stmt)
+    for later in body[index + 1 :]:
+        for n in walk(later, into_scopes=False):
+            if not isinstance(n, cst.Call):
+                continue
+            func = n.func
+            if (
+                isinstance(func, cst.Attribute)
+                and func.attr.value in _HOST_READS
+                and root_name(func.value) in targets
+            ):
+                return True  # `y.item()`, `y[0].tolist()`
+            if (
+                isinstance(func, cst.Name)
+                and func.value in _HOST_FUNCS
+                and any(root_name(a.value) in targets for a in n.args)
+            ):
+                return True  # `print(y)`, `float(y)`
+    return False
+
+
+def prefetcher_fallback(rule: Rule, call: cst.Call) -> bool:
+    """`call` is under `if not args.prefetcher:` (within its loop or function): the fallback of
+    a script whose own prefetcher copies batches ahead on a side stream (timm's train.py)."""
+    for anc in rule.facts.ancestors(call):
+        if isinstance(anc, cst.For | cst.While | cst.FunctionDef):
+            return False
+        if isinstance(anc, cst.If) and "prefetch" in code_of(anc.test).lower():
+            return True
+    return False
+
+
+def loops_over(rule: Rule, name: str) -> list[cst.For]:
+    """`for` loops whose iterable mentions `name` (`loader`, `enumerate(loader)`, `tqdm(loader)`)."""
+    return [n for n in nodes_of_type(rule.context.module, cst.For) if name in names_in(n.iter)]
+
+
+def names_device(rule: Rule, expr: cst.BaseExpression) -> bool:
+    """`expr` certainly names a non-CPU device: a device string, `torch.device(...)` of one, or a
+    name/attribute called like a device (`device`, `dev`, `args.device`, `x.device`). Other
+    names may hold a tensor (`.to(other)`) or a dtype, so they do not count."""
+    text = string_value(expr)
+    if isinstance(expr, cst.Call) and rule.refers_to(expr.func, "torch.device") and expr.args:
+        text = string_value(expr.args[0].value)
+        if text is None:
+            return not any(a.star for a in expr.args)
+    if text is not None:
+        return not text.startswith("cpu")
+    leaf = expr.attr.value if isinstance(expr, cst.Attribute) else getattr(expr, "value", None)
+    return (
+        isinstance(leaf, str)
+        and isinstance(expr, cst.Name | cst.Attribute)
+        and ("device" in leaf.lower() or leaf == "dev")
+    )
+
+
+def accumulation_gate(stmt: cst.BaseStatement) -> cst.BinaryOperation | None:
+    """For `if <i> % <N> == 0:` whose body steps an optimizer (not an LR scheduler): the
+    `<i> % <N>` it tests; else None."""
+    if not isinstance(stmt, cst.If) or not isinstance(stmt.test, cst.Comparison):
+        return None
+    test = stmt.test
+    modulo = test.left
+    if (
+        len(test.comparisons) != 1
+        or not isinstance(test.comparisons[0].operator, cst.Equal)
+        or int_literal(test.comparisons[0].comparator) != 0
+        or not isinstance(modulo, cst.BinaryOperation)
+        or not isinstance(modulo.operator, cst.Modulo)
+    ):
+        return None
+    steps = any(
+        isinstance(n.func, cst.Attribute)
+        and n.func.attr.value == "step"
+        and "sched" not in code_of(n.func.value).lower()
+        for n in calls_in(stmt.body)
+    )
+    return modulo if steps else None
+
+
+_READS_SIZE = frozenset({"len", "print", "str", "repr"})  # uses of a loader that read no batch
+
+
+def evaluation_only_loader(rule: Rule, call: cst.Call, option: str) -> bool:
+    """The `DataLoader(...)` `call` feeds evaluation only (its loops are evaluation loops or run
+    under no_grad; or it is handed to an `evaluate(...)`-like function; or, used nowhere in
+    sight, it is named so: `val_loader`) while a loader of the file that feeds the training
+    loop sets `option` (`num_workers=4`, `pin_memory=True`). The evaluation loader's setting is
+    then the author's choice for a held-out set, not an oversight."""
+    name = _bound_leaf(rule, call)
+    if name is None or _loader_use(rule, name) != "eval":
+        return False
+    return any(
+        _sets(other, option) and _loader_use(rule, leaf) == "train"
+        for leaf, other in _loaders(rule)
+        if leaf != name
+    )
+
+
+def _sets(call: cst.Call, option: str) -> bool:
+    """`call` passes `option` by keyword with a value that is not 0/False/None."""
+    given = arg(call, option)
+    return given is not None and not (
+        int_literal(given.value) == 0
+        or (isinstance(given.value, cst.Name) and given.value.value in ("False", "None"))
+    )
+
+
+def _bound_leaf(rule: Rule, call: cst.Call) -> str | None:
+    """`val_loader` for `val_loader = DataLoader(...)` and `self.val_loader = DataLoader(...)`."""
+    parent = rule.parent(call)
+    if isinstance(parent, cst.Assign) and len(parent.targets) == 1:
+        target = parent.targets[0].target
+        if isinstance(target, cst.Name):
+            return target.value
+        if isinstance(target, cst.Attribute):
+            return target.attr.value
+    return None
+
+
+def _loaders(rule: Rule) -> list[tuple[str, cst.Call]]:
+    """(bound name, call) of every `DataLoader(...)` bound to a name or `self.<name>`."""
+    found = []
+    for node in nodes_of_type(rule.context.module, cst.Call):
+        if rule.is_call_to(node, *DATALOADER):
+            leaf = _bound_leaf(rule, node)
+            if leaf is not None:
+                found.append((leaf, node))
+    return found
+
+
+def _loader_use(rule: Rule, name: str) -> str | None:
+    """ "train" when a training loop iterates loader `name` or it is handed to a function of the
+    file that trains; "eval" when only evaluation reads it; None when unknown."""
+    facts = rule.facts
+    loops = loops_over(rule, name)
+    if any(facts.is_training_loop(loop) for loop in loops):
+        return "train"
+    if loops:
+        evaluation = all(facts.is_eval_loop(loop) or facts.in_no_grad(loop) for loop in loops)
+        return "eval" if evaluation else None
+    uses = [
+        c
+        for c in nodes_of_type(rule.context.module, cst.Call)
+        if any(name in names_in(a.value) for a in c.args)
+        and not rule.is_call_to(c, *DATALOADER)
+        and not (isinstance(c.func, cst.Name) and c.func.value in _READS_SIZE)
+    ]
+    callees = [local_callee(c) or (method_name(c) or "") for c in uses]
+    if any(callee in facts.backward_helpers for callee in callees):
+        return "train"
+    if callees and all(named_like_evaluation(callee) for callee in callees):
+        return "eval"
+    if not callees and named_like_evaluation(name):
+        return "eval"
+    return None
+
+
+def model_input_transfer(rule: Rule, model: str) -> cst.Call | None:
+    """The `.to(device)` call that moves `model`'s input in its training loop, when there is
+    one and it is simple: `x = x.to(device)`, `x, y = x.to(device), y.to(device)` or
+    `model(x.to(device))` (a `.cuda()`, several candidates or `*args` give None)."""
+    facts = rule.facts
+    candidates: list[cst.Call] = []
+    for outer in facts.training_loops:
+        for call in calls_in(outer, into_scopes=False):
+            if not (is_name(call.func, model) and call.args):
+                continue
+            # look only in the step loop that makes this call (not in an eval loop nested
+            # in the epoch loop)
+            loop = facts.enclosing_loops(call)[0]
+            if not facts.is_training_loop(loop):
+                continue
+            first = call.args[0].value
+            if isinstance(first, cst.Call) and device_move(rule, first) is not None:
+                candidates.append(first)
+            elif isinstance(first, cst.Name):
+                candidates += _assigned_transfers(rule, loop, first.value)
+    unique = {id(c): c for c in candidates}
+    if len(unique) != 1:
+        return None
+    (call,) = unique.values()
+    if call.func.attr.value != "to" or any(a.star for a in call.args):  # type: ignore[union-attr]
+        return None
+    return call
+
+
+def _assigned_transfers(rule: Rule, loop: cst.CSTNode, name: str) -> list[cst.Call]:
+    """The device moves bound to `name` in `loop`: `name = <x>.to(d)`, `a, name = ..., <x>.to(d)`."""
+    found: list[cst.Call] = []
+    for n in walk(loop, into_scopes=False):
+        if not isinstance(n, cst.Assign) or len(n.targets) != 1:
+            continue
+        target, value = n.targets[0].target, n.value
+        pairs: list[tuple[cst.BaseExpression, cst.BaseExpression]] = []
+        if isinstance(target, cst.Name):
+            pairs = [(target, value)]
+        elif (
+            isinstance(target, cst.Tuple)
+            and isinstance(value, cst.Tuple)
+            and len(target.elements) == len(value.elements)
+        ):
+            pairs = [
+                (t.value, v.value) for t, v in zip(target.elements, value.elements, strict=True)
+            ]
+        for t, v in pairs:
+            if is_name(t, name) and isinstance(v, cst.Call) and device_move(rule, v) is not None:
+                found.append(v)
+    return found

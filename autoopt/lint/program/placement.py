@@ -1,0 +1,155 @@
+"""Where a script builds its model and puts it on the device.
+
+- *A move to the device*: `<x>.cuda()` or `<x>.to(<device>)`, the device a "cuda..." string,
+  `torch.device(...)` or a name or attribute that is not one of torch's own (`torch.float16` is
+  a dtype): `device_move`.
+- *The placement of a model* built by `name = Net(...)`: that line when it moves the model itself
+  (`Net().to(device)`), else the first later line of the same function that moves `name`
+  (`name.to(device)`, `name = name.cuda()`), also inside `if`s however nested (the legacy
+  `if cuda: generator.cuda()`) and after the `if`/`else` or `with` block the model is built in:
+  `model_placement`.
+- *The statements that settle a model*: those that (re)bind it or place it, dtype casts included
+  (`model.half()`), where a call on the finished model (`model.compile()`) may go:
+  `binds_or_places`.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from autoopt.lint.engine.rule import Rule
+from autoopt.lint.program.trained_models import mentions
+from autoopt.lint.tree.calls import arg
+from autoopt.lint.tree.edits import block_statement
+from autoopt.lint.tree.nodes import dotted, is_name, method_name, nodes_of_type, string_value
+
+# Calls that build or place the model: a call on the finished model goes after the last of them.
+_SETTLING = {"to", "cuda", "half", "float", "bfloat16", "double", "xpu", "to_empty", "type"}
+
+
+def device_move(rule: Rule, expr: cst.BaseExpression) -> cst.Call | None:
+    """`expr` itself when it is `<x>.cuda()` or `<x>.to(<device>)` (see the module's docs)."""
+    if not isinstance(expr, cst.Call) or not isinstance(expr.func, cst.Attribute):
+        return None
+    if expr.func.attr.value == "cuda":
+        return expr
+    if expr.func.attr.value != "to":
+        return None
+    dest = arg(expr, "device", 0)
+    if dest is None:
+        return None
+    value = dest.value
+    text = string_value(value)
+    if text is not None:
+        return expr if text.startswith("cuda") else None
+    if isinstance(value, cst.Call):
+        return expr if rule.is_call_to(value, "torch.device") else None
+    names = rule.qualified_names(value)
+    if any(q.startswith("torch.") for q in names):  # a dtype such as torch.float16
+        return None
+    return expr if isinstance(value, cst.Name | cst.Attribute) else None
+
+
+def without_placement(expr: cst.BaseExpression) -> cst.BaseExpression:
+    """`Net()` for `Net().to(device)` / `Net().cuda()`."""
+    while (
+        isinstance(expr, cst.Call)
+        and isinstance(expr.func, cst.Attribute)
+        and expr.func.attr.value in ("to", "cuda")
+    ):
+        expr = expr.func.value
+    return expr
+
+
+def model_placement(rule: Rule, name: str, built: cst.Assign) -> cst.SimpleStatementLine | None:
+    """The line that moves the model `name`, built by `built`, to the device (see the module's
+    docs); None when there is none the search reaches (it leaves no loop, function or module)."""
+    stmt = block_statement(built, rule.parent)
+    if not isinstance(stmt, cst.SimpleStatementLine):
+        return None
+    if device_move(rule, built.value) is not None:
+        return stmt
+    current: cst.BaseStatement | None = stmt
+    while current is not None:
+        body = list(getattr(rule.parent(current), "body", ()))
+        for other in body[next(i for i, s in enumerate(body) if s is current) + 1 :]:
+            found = _placing_line(rule, other, name)
+            if found is not None:
+                return found
+        current = _enclosing_if(rule, current)
+    return None
+
+
+def _placing_line(rule: Rule, stmt: cst.CSTNode, name: str) -> cst.SimpleStatementLine | None:
+    """The first line of `stmt` (a line, or an `if` with its `elif`/`else` branches) that
+    places `name` on the device."""
+    if isinstance(stmt, cst.SimpleStatementLine):
+        return stmt if _places(rule, stmt, name) else None
+    if isinstance(stmt, cst.Else):
+        return _placing_line(rule, stmt.body, name)
+    if isinstance(stmt, cst.IndentedBlock):
+        for line in stmt.body:
+            found = _placing_line(rule, line, name)
+            if found is not None:
+                return found
+        return None
+    if isinstance(stmt, cst.If):
+        found = _placing_line(rule, stmt.body, name)
+        if found is None and stmt.orelse is not None:
+            found = _placing_line(rule, stmt.orelse, name)
+        return found
+    return None
+
+
+def _enclosing_if(rule: Rule, stmt: cst.BaseStatement) -> cst.BaseStatement | None:
+    """The whole `if` (or `with`) statement whose block holds `stmt` directly (None when
+    `stmt` is in a loop, a function body or the module: the search does not leave those)."""
+    owner = rule.parent(rule.parent(stmt))  # the block's owner
+    if isinstance(owner, cst.Else):
+        owner = rule.parent(owner)
+    if not isinstance(owner, cst.If | cst.With):
+        return None
+    return block_statement(owner, rule.parent)
+
+
+def _places(rule: Rule, line: cst.SimpleStatementLine, name: str) -> bool:
+    """`name.to(device)`, `name.cuda()` or `name = name.to(device)`."""
+    for small in line.body:
+        value = None
+        if isinstance(small, cst.Expr) or (
+            isinstance(small, cst.Assign)
+            and len(small.targets) == 1
+            and is_name(small.targets[0].target, name)
+        ):
+            value = small.value
+        call = device_move(rule, value) if value is not None else None
+        if (
+            call is not None
+            and isinstance(call.func, cst.Attribute)
+            and is_name(call.func.value, name)
+        ):
+            return True
+    return False
+
+
+def binds_or_places(stmt: cst.BaseStatement, model: str, rebinds: bool = False) -> bool:
+    """`stmt` (re)binds `model` or places it (`model.to(...)`, `model.cuda()`, `model.half()`,
+    ...); with `rebinds`, only a new binding counts."""
+    kinds = (cst.AssignTarget, cst.For, cst.AsName, cst.NamedExpr, cst.AnnAssign, cst.AugAssign)
+    for n in nodes_of_type(stmt, (*kinds, cst.Call), into_scopes=False):
+        if isinstance(n, cst.AssignTarget | cst.For | cst.AsName | cst.NamedExpr) and (
+            mentions(n.target if not isinstance(n, cst.AsName) else n.name, model)
+        ):
+            return True
+        if isinstance(n, cst.AnnAssign | cst.AugAssign) and mentions(n.target, model):
+            return True
+        if (
+            not rebinds
+            and isinstance(n, cst.Call)
+            and method_name(n) in _SETTLING
+            and isinstance(n.func, cst.Attribute)
+            and isinstance(n.func.value, cst.Name | cst.Attribute)
+            and dotted(n.func.value) == model
+        ):
+            return True
+    return False

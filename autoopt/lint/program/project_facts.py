@@ -1,0 +1,455 @@
+"""What a name imported from the user's own project is (`from models import Net` -> is `Net` a
+convolutional network, does it flatten with `.view()`?), and which scripts of a folder import a
+module (the script that drives a `train.py`).
+
+Local modules are found next to the linted file, then in its parent folders up to the project
+root (the first folder holding pyproject.toml, setup.py, setup.cfg or .git, or the current
+directory if that comes first). They are parsed with
+`ast` (several times cheaper than libcst) and never imported or executed. Each module is read and
+summarised once per process (the runner lints files in worker processes; each keeps its own
+cache). Every module consulted while a file is linted is recorded with its content hash
+(`files_read`), so the results cache can drop that file's entry when one of them changes.
+
+Known model zoos count inside local modules too (`torchvision.models.resnet18(...)`,
+`timm.create_model("resnet50")`); see `torch_api.is_conv_zoo_model` for the linted file itself.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import libcst as cst
+
+from autoopt.lint.engine.cache import content_digest
+from autoopt.lint.program.project_files import record_read, resolve_module
+from autoopt.lint.program.torch_api import is_conv_family
+from autoopt.lint.tree.nodes import dotted
+
+if TYPE_CHECKING:
+    from autoopt.lint.engine.rule import Rule
+
+_MAX_DEPTH = 6  # re-export chains and class-of-class closures followed at most this deep
+_MAX_VISITS = 200  # definitions looked at for one name's closure
+_MAX_BYTES = 2_000_000  # a "module" larger than this is data, not code: not read
+
+_CONV2D_LEAVES = frozenset({"Conv2d", "ConvTranspose2d", "LazyConv2d", "LazyConvTranspose2d"})
+_CONV_LEAVES = _CONV2D_LEAVES | frozenset(
+    f"{kind}{dim}d"
+    for kind in ("Conv", "ConvTranspose", "LazyConv", "LazyConvTranspose")
+    for dim in (1, 3)
+)
+_CONV_FUNCTION_LEAVES = frozenset({"conv1d", "conv2d", "conv3d", "conv_transpose2d"})
+# torch.optim's optimizer classes (`torch.optim.SGD(...)`, `optim.AdamW(...)`)
+_OPTIMIZER_LEAVES = frozenset(
+    {"SGD", "Adam", "AdamW", "Adamax", "Adagrad", "Adadelta", "RMSprop", "Rprop", "NAdam",
+     "RAdam", "ASGD", "LBFGS", "SparseAdam", "Adafactor"}
+)  # fmt: skip
+
+
+# ----- one module's summary ----------------------------------------------------------------------
+@dataclass
+class ModuleSummary:
+    """What the lint needs to know about one local module, from its `ast`."""
+
+    path: Path
+    digest: str
+    classes: dict[str, set[str]] = field(default_factory=dict)  # class -> names it uses
+    functions: dict[str, set[str]] = field(default_factory=dict)  # function -> names it uses
+    conv: set[str] = field(default_factory=set)  # classes/functions with convolution layers
+    conv2d: set[str] = field(default_factory=set)  # ... with 2-D convolutions
+    views: set[str] = field(default_factory=set)  # ... that flatten with `.view(n, -1)`
+    optimizers: set[str] = field(default_factory=set)  # functions that build a torch.optim one
+    own_to: set[str] = field(default_factory=set)  # classes whose `.to()` takes no non_blocking
+    imported_modules: list[tuple[str, int]] = field(default_factory=list)  # (module, level)
+    # bound name -> (module, imported name, relative level)
+    imports: dict[str, tuple[str, str, int]] = field(default_factory=dict)
+    star_imports: list[tuple[str, int]] = field(default_factory=list)  # (module, level)
+
+
+def _leaf(func: ast.expr) -> str | None:
+    if isinstance(func, ast.Name):
+        return func.id
+    if isinstance(func, ast.Attribute):
+        return func.attr
+    return None
+
+
+def summarize(path: Path, data: bytes) -> ModuleSummary:
+    """Summarise a module's source (a file that does not parse gives an empty summary)."""
+    summary = ModuleSummary(path, content_digest(data))
+    try:
+        tree = ast.parse(data)
+    except (SyntaxError, ValueError, RecursionError):
+        return summary
+    for stmt in tree.body:
+        if isinstance(stmt, ast.Import):
+            summary.imported_modules.extend((alias.name, 0) for alias in stmt.names)
+        if isinstance(stmt, ast.ImportFrom):
+            summary.imported_modules.append((stmt.module or "", stmt.level))
+            for alias in stmt.names:
+                if alias.name == "*":
+                    summary.star_imports.append((stmt.module or "", stmt.level))
+                else:
+                    summary.imports[alias.asname or alias.name] = (
+                        stmt.module or "",
+                        alias.name,
+                        stmt.level,
+                    )
+        elif isinstance(stmt, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+            used: set[str] = set()
+            for node in ast.walk(stmt):
+                if isinstance(node, ast.Name):  # `ResNet(BasicBlock, ...)` passes a conv class
+                    used.add(node.id)
+                if not isinstance(node, ast.Call):
+                    continue
+                leaf = _leaf(node.func)
+                if leaf is None:
+                    continue
+                used.add(leaf)
+                if leaf in _CONV_LEAVES or leaf in _CONV_FUNCTION_LEAVES:
+                    summary.conv.add(stmt.name)
+                if leaf in _CONV2D_LEAVES or leaf == "conv2d":
+                    summary.conv2d.add(stmt.name)
+                if leaf == "view" and isinstance(node.func, ast.Attribute) and _flattens(node):
+                    summary.views.add(stmt.name)
+                if leaf in _OPTIMIZER_LEAVES and isinstance(stmt, ast.FunctionDef):
+                    summary.optimizers.add(stmt.name)
+                if _zoo_model(node, leaf):
+                    summary.conv.add(stmt.name)
+                    summary.conv2d.add(stmt.name)
+            if isinstance(stmt, ast.ClassDef) and _own_to(stmt):
+                summary.own_to.add(stmt.name)
+            target = summary.classes if isinstance(stmt, ast.ClassDef) else summary.functions
+            target[stmt.name] = used
+        elif (  # an alias kept for compatibility: `Model = DetectionModel` (yolov5)
+            isinstance(stmt, ast.Assign)
+            and len(stmt.targets) == 1
+            and isinstance(stmt.targets[0], ast.Name)
+            and isinstance(stmt.value, ast.Name)
+        ):
+            original = stmt.value.id
+            target = summary.functions if original in summary.functions else summary.classes
+            target[stmt.targets[0].id] = {original}
+    _close_within(summary)
+    return summary
+
+
+def _own_to(cls: ast.ClassDef) -> bool:
+    """The class defines `def to(self, ...)` that cannot take `non_blocking` (detr's
+    `NestedTensor.to(self, device)`): not a tensor's `.to()`."""
+    for stmt in cls.body:
+        if isinstance(stmt, ast.FunctionDef) and stmt.name == "to":
+            args = stmt.args
+            names = {a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)}
+            return args.kwarg is None and "non_blocking" not in names
+    return False
+
+
+def _flattens(view: ast.Call) -> bool:
+    """`x.view(n, -1)` merges dimensions (fails on NHWC); `x.view(n, c, h, w)` does not (the
+    test `conv_models` applies to the linted file's own libcst tree)."""
+    minus_one = any(isinstance(a, ast.UnaryOp) and isinstance(a.op, ast.USub) for a in view.args)
+    return minus_one or len(view.args) < 4 or any(isinstance(a, ast.Starred) for a in view.args)
+
+
+def _zoo_model(call: ast.Call, leaf: str) -> bool:
+    """`timm.create_model("resnet50")`, `get_model("vgg16")`, `models.resnet18(...)`."""
+    if leaf in ("create_model", "get_model"):
+        first = call.args[0] if call.args else None
+        return (
+            isinstance(first, ast.Constant)
+            and isinstance(first.value, str)
+            and is_conv_family(first.value)
+        )
+    owner = call.func.value if isinstance(call.func, ast.Attribute) else None
+    return _leaf(owner) == "models" and is_conv_family(leaf) if owner is not None else False
+
+
+def _close_within(summary: ModuleSummary) -> None:
+    """A class or function that uses a conv class of the same module is conv too (a `ResNet`
+    made of `Block`s, `def ResNet18(): return ResNet(BasicBlock, ...)`); likewise for views."""
+    defs = {**summary.functions, **summary.classes}
+    for found in (summary.conv, summary.conv2d, summary.views):
+        changed = True
+        while changed:
+            changed = False
+            for name, used in defs.items():
+                if name not in found and used & found:
+                    found.add(name)
+                    changed = True
+
+
+# ----- the per-process cache and the record of what a file's lint read ---------------------------
+# Keyed by path, modification time and size: a module edited during the process is read again.
+_SUMMARIES: dict[tuple[Path, int, int], ModuleSummary] = {}
+
+
+def load(path: Path) -> ModuleSummary | None:
+    """The summary of the module at `path` (read and parsed once per process)."""
+    path = Path(os.path.abspath(path))
+    try:
+        stat = path.stat()
+        key = (path, stat.st_mtime_ns, stat.st_size)
+        summary = _SUMMARIES.get(key)
+        if summary is None:
+            if stat.st_size > _MAX_BYTES:
+                return None
+            summary = _SUMMARIES[key] = summarize(path, path.read_bytes())
+    except OSError:
+        return None
+    record_read(path, summary.digest)
+    return summary
+
+
+def _definition(module_path: Path, name: str, depth: int = 0) -> tuple[ModuleSummary, str] | None:
+    """The module summary that defines `name` as imported from `module_path`, following
+    re-exports (`from .resnet import *` in a package's __init__)."""
+    if depth > _MAX_DEPTH:
+        return None
+    summary = load(module_path)
+    if summary is None:
+        return None
+    if name in summary.classes or name in summary.functions:
+        return summary, name
+    if name in summary.imports:
+        module, original, level = summary.imports[name]
+        target = resolve_module(module_path, module, level)
+        return _definition(target, original, depth + 1) if target else None
+    for module, level in summary.star_imports:
+        target = resolve_module(module_path, module, level)
+        found = _definition(target, name, depth + 1) if target else None
+        if found is not None:
+            return found
+    return None
+
+
+_IMPORTED = re.compile(r"^\s*(?:from\s+([\w.]+)\s+import|import\s+([\w.]+))", re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class _Script:
+    """One file of a folder, as far as "who drives whom" goes."""
+
+    path: Path
+    digest: str
+    imports: frozenset[str]  # top-level module names it imports (`train` for `from train import`)
+    text: str
+
+
+# Keyed by the folder and its modification time (a file added or removed is seen).
+_FOLDERS: dict[tuple[Path, int], list[_Script]] = {}
+
+
+def _folder_scripts(folder: Path) -> list[_Script]:
+    """Every .py file of `folder` with what it imports (read once per process)."""
+    try:
+        key = (folder, folder.stat().st_mtime_ns)
+    except OSError:
+        return []
+    if key not in _FOLDERS:
+        scripts = []
+        try:
+            paths = sorted(folder.glob("*.py"))
+        except OSError:
+            paths = []
+        for path in paths:
+            try:
+                data = path.read_bytes() if path.stat().st_size <= _MAX_BYTES else b""
+            except OSError:
+                continue
+            text = data.decode("utf-8", "replace")
+            imports = frozenset(
+                (a or b).split(".")[0] for a, b in _IMPORTED.findall(text) if a or b
+            )
+            scripts.append(_Script(path, content_digest(data), imports, text))
+        _FOLDERS[key] = scripts
+    return _FOLDERS[key]
+
+
+def sibling_importers_text(linted: Path) -> list[str]:
+    """The texts of the scripts in the linted file's folder that import it
+    (`from train import ...`, `import train`): the scripts that drive a module. Those scripts
+    are recorded as read (a sibling that starts importing the file later is not noticed by
+    the results cache)."""
+    linted = Path(os.path.abspath(linted))
+    found = []
+    for script in _folder_scripts(linted.parent):
+        if script.path != linted and linted.stem in script.imports:
+            record_read(script.path, script.digest)
+            found.append(script.text)
+    return found
+
+
+# ----- what the rules ask ------------------------------------------------------------------------
+def own_to_classes(rule: Rule) -> list[str]:
+    """Classes of the project whose `.to()` takes no `non_blocking`, defined in the linted file
+    or in a local module it imports (also one import further: a batch class is often defined
+    in a utility module that the data module imports). A batch not proven to be tensors may be
+    one of them."""
+    path = Path(rule.context.path)
+    found = (
+        [
+            n.name
+            for n in ast.walk(ast.parse(rule.facts.source))
+            if isinstance(n, ast.ClassDef) and _own_to(n)
+        ]
+        if "def to(" in rule.facts.source
+        else []
+    )
+    pending = [(path, module, level) for module, level in _linted_imports(rule.context.module)]
+    seen: set[Path] = set()
+    for depth in range(2):
+        later = []
+        for origin, module, level in pending:
+            target = resolve_module(origin, module, level)
+            if target is None or target in seen:
+                continue
+            seen.add(target)
+            summary = load(target)
+            if summary is None:
+                continue
+            found.extend(sorted(summary.own_to))
+            if depth == 0:
+                later.extend((target, m, lv) for m, lv in summary.imported_modules)
+        pending = later
+    return found
+
+
+def _linted_imports(module: cst.Module) -> list[tuple[str, int]]:
+    """(module, level) of the linted file's top-level imports (`import util.misc as utils`,
+    `from .datasets import build`)."""
+    out: list[tuple[str, int]] = []
+    for stmt in module.body:
+        for small in _import_froms(stmt):
+            source = (dotted(small.module) if small.module else "") or ""
+            out.append((source, len(small.relative)))
+            if not isinstance(small.names, cst.ImportStar):  # `from util import misc`
+                prefix = f"{source}." if source else ""
+                out.extend(
+                    (prefix + (dotted(a.name) or ""), len(small.relative)) for a in small.names
+                )
+        if isinstance(stmt, cst.SimpleStatementLine):
+            for small in stmt.body:
+                if isinstance(small, cst.Import):
+                    out.extend((dotted(a.name) or "", 0) for a in small.names)
+    return out
+
+
+@dataclass(frozen=True)
+class LocalDefinition:
+    """A class or function of the user's project that a name of the linted file refers to."""
+
+    name: str
+    conv: bool  # built from convolution layers (any dimension)
+    conv2d: bool  # built from 2-D convolutions
+    views: bool  # its code flattens with `.view(n, -1)` (see AO606)
+    optimizer: bool  # a function that builds a torch.optim optimizer (yolov5's smart_optimizer)
+
+
+def local_definition(rule: Rule, name: str) -> LocalDefinition | None:
+    """What `name` (imported into the linted file from a local module) is, or None when it is
+    not imported from the project (or cannot be found)."""
+    for module, original, level in _imports_of(rule, name):
+        target = resolve_module(rule.context.path, module, level)
+        found = _definition(target, original) if target else None
+        if found is not None:
+            summary, defined = found
+            closure = _cross_module_closure(summary, defined)
+            return LocalDefinition(
+                name,
+                conv=bool(closure & {"conv"}),
+                conv2d=bool(closure & {"conv2d"}),
+                views=bool(closure & {"views"}),
+                optimizer=defined in summary.optimizers,
+            )
+    return None
+
+
+def _cross_module_closure(
+    summary: ModuleSummary, name: str, seen: set[tuple[Path, str]] | None = None
+) -> set[str]:
+    """Which of conv/conv2d/views hold for `name`, following the names it uses, in its module
+    and into the modules they are imported from (a model made of blocks defined elsewhere)."""
+    seen = set() if seen is None else seen
+    seen.add((summary.path, name))
+    found = {
+        kind
+        for kind, names in (("conv", summary.conv), ("conv2d", summary.conv2d))
+        if name in names
+    }
+    if name in summary.views:
+        found.add("views")
+    used = summary.classes.get(name) or summary.functions.get(name) or set()
+    for other in sorted(used):
+        if {"conv", "conv2d", "views"} <= found or len(seen) > _MAX_VISITS:
+            break
+        if other in summary.classes or other in summary.functions:
+            target: tuple[ModuleSummary, str] | None = (summary, other)
+        elif other in summary.imports:
+            module, original, level = summary.imports[other]
+            path = resolve_module(summary.path, module, level)
+            target = _definition(path, original) if path else None
+        else:
+            continue
+        if target is not None and (target[0].path, target[1]) not in seen:
+            found |= _cross_module_closure(target[0], target[1], seen)
+    return found
+
+
+@dataclass
+class _ImportTable:
+    """The linted file's top-level `from ... import` statements."""
+
+    module: cst.Module
+    names: dict[str, tuple[str, str, int]]  # bound name -> (module, imported name, level)
+    stars: list[tuple[str, int]]  # `from m import *`: (module, level)
+
+
+_TABLES: dict[int, _ImportTable] = {}  # id(linted module) -> its table (the last few files)
+
+
+def _import_table(module: cst.Module) -> _ImportTable:
+    table = _TABLES.get(id(module))
+    if table is not None and table.module is module:
+        return table
+    names: dict[str, tuple[str, str, int]] = {}
+    stars: list[tuple[str, int]] = []
+    for stmt in module.body:
+        for small in _import_froms(stmt):
+            source = (dotted(small.module) if small.module is not None else "") or ""
+            level = len(small.relative)
+            if isinstance(small.names, cst.ImportStar):
+                stars.append((source, level))
+                continue
+            for alias in small.names:
+                bound = alias.asname.name if alias.asname is not None else alias.name
+                if isinstance(bound, cst.Name):
+                    names[bound.value] = (source, dotted(alias.name) or bound.value, level)
+    if len(_TABLES) > 8:
+        _TABLES.clear()
+    table = _TABLES[id(module)] = _ImportTable(module, names, stars)
+    return table
+
+
+def _imports_of(rule: Rule, name: str) -> list[tuple[str, str, int]]:
+    """Where the linted file may import `name` from: `from m import name [as alias]`, else any
+    `from m import *` (tried in order)."""
+    table = _import_table(rule.context.module)
+    if name in table.names:
+        return [table.names[name]]
+    return [(module, name, level) for module, level in table.stars]
+
+
+def _import_froms(stmt: cst.CSTNode) -> Iterator[cst.ImportFrom]:
+    """`from ... import ...` statements at the top level, also inside `try:`/`if:` blocks."""
+    if isinstance(stmt, cst.SimpleStatementLine):
+        yield from (s for s in stmt.body if isinstance(s, cst.ImportFrom))
+    elif isinstance(stmt, cst.Try | cst.If):
+        for inner in stmt.body.body:
+            yield from _import_froms(inner)

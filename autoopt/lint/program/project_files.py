@@ -1,0 +1,139 @@
+"""Where the user's project is on disk: its root, the file a local import names, and the record
+of every project file a lint read (the results cache drops a file's entry when one changes).
+
+The project root is the first folder at or above the linted file holding pyproject.toml,
+setup.py, setup.cfg or .git, or the current directory if that comes first. Local modules are
+found next to the linted file, then in its parent folders up to the root.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+_ROOT_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
+_READ: dict[str, str] = {}
+
+
+def begin_file() -> None:
+    """Start recording the modules consulted for one linted file."""
+    _READ.clear()
+
+
+def files_read() -> dict[str, str]:
+    """Path -> content hash of every local module consulted since `begin_file()`."""
+    return dict(_READ)
+
+
+def record_read(path: Path | str, digest: str) -> None:
+    """A project file was consulted while linting the current file."""
+    _READ[str(path)] = digest
+
+
+def project_root(start: Path) -> Path:
+    """The nearest folder at or above `start` with a project marker, or the current directory
+    when it is reached first (`autoopt lint train.py` from a checkout with no marker: the user
+    named the project's root by standing in it); else `start` itself."""
+    cwd = Path(os.path.abspath(os.getcwd()))
+    for folder in (start, *start.parents):
+        if folder == cwd or any((folder / marker).exists() for marker in _ROOT_MARKERS):
+            return folder
+    return start
+
+
+def _search_folders(folder: Path) -> Iterator[Path]:
+    """The linted file's folder, then its parents up to the project root."""
+    root = project_root(folder)
+    yield folder
+    for parent in folder.parents:
+        if root not in (parent, *parent.parents):
+            return
+        yield parent
+
+
+def resolve_module(linted: Path, module: str, level: int = 0) -> Path | None:
+    """The file of local module `module` imported from `linted` (`from .x import` when level>0)."""
+    return _resolve_from(Path(os.path.abspath(linted)).parent, module, level, os.getcwd())
+
+
+@functools.lru_cache(maxsize=4096)
+def _resolve_from(folder: Path, module: str, level: int, cwd: str) -> Path | None:
+    """(`cwd` is part of the key: where the search stops depends on it, see `project_root`.)"""
+    parts = [p for p in module.split(".") if p]
+    if level:
+        base = folder
+        for _ in range(level - 1):
+            base = base.parent
+        folders: Iterator[Path] = iter((base,))
+    else:
+        if not parts:
+            return None
+        folders = _search_folders(folder)
+    for folder in folders:
+        candidate = folder.joinpath(*parts)
+        for file in (candidate.with_suffix(".py"), candidate / "__init__.py"):
+            if parts and file.is_file():
+                return file
+        if not parts and (folder / "__init__.py").is_file():
+            return folder / "__init__.py"
+    return None
+
+
+# Folders never holding the project's own modules.
+_SKIPPED_FOLDERS = frozenset(
+    {".git", ".hg", ".venv", "venv", "env", "node_modules", "__pycache__", "build", "dist",
+     ".tox", ".mypy_cache", ".ruff_cache", ".pytest_cache", "site-packages"}
+)  # fmt: skip
+_MAX_PROJECT_FILES = 20_000  # a walk that finds more stops there (the fallback is best effort)
+_PROJECT_MODULES: dict[str, dict[str, list[Path]]] = {}
+
+
+def modules_named(linted: Path, module: str) -> list[Path]:
+    """Every file of the linted file's project that `import <module>` could mean on some
+    `PYTHONPATH` (`from solver import Solver` run with `PYTHONPATH=src/solver`): `.../solver.py`
+    and `.../solver/__init__.py` for `solver`, shallowest first. The fallback when the import
+    does not resolve from the linted file's folders (`resolve_module`)."""
+    parts = [p for p in module.split(".") if p]
+    if not parts:
+        return []
+    table = _project_table(linted)
+    tail = "/".join(parts)
+    found = [
+        path
+        for path in table.get(parts[-1], ())
+        if path.as_posix().endswith((f"/{tail}.py", f"/{tail}/__init__.py"))
+    ]
+    return sorted(found, key=lambda p: (len(p.parts), str(p)))
+
+
+def project_modules(linted: Path) -> list[Path]:
+    """Every module of the linted file's project (at most `_MAX_PROJECT_FILES`)."""
+    return sorted({p for paths in _project_table(linted).values() for p in paths})
+
+
+def _project_table(linted: Path) -> dict[str, list[Path]]:
+    root = project_root(Path(os.path.abspath(linted)).parent)
+    table = _PROJECT_MODULES.get(str(root))
+    if table is None:
+        table = _PROJECT_MODULES[str(root)] = _module_table(root)
+    return table
+
+
+def _module_table(root: Path) -> dict[str, list[Path]]:
+    """Module name (file stem, or package folder for `__init__.py`) -> files, under `root`."""
+    table: dict[str, list[Path]] = {}
+    seen = 0
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if d not in _SKIPPED_FOLDERS and not d.startswith("."))
+        for name in files:
+            if not name.endswith(".py"):
+                continue
+            path = Path(folder, name)
+            stem = Path(folder).name if name == "__init__.py" else name[:-3]
+            table.setdefault(stem, []).append(path)
+            seen += 1
+        if seen > _MAX_PROJECT_FILES:
+            break
+    return table

@@ -1,0 +1,508 @@
+"""What each function of the user's project does with what it is given, computed bottom-up across
+modules: the call graph and the per-function summaries of the program model.
+
+A call is resolved (`Program.resolve`) to the functions, methods or classes it may run: a
+function of the module or one it imports (re-exports followed), `module.f` through an imported
+module, `self.m()` through the class and its bases in the project, `obj.m()` where `obj` was bound
+to `Cls(...)` in the same function (or `self.obj` in any method), `Cls.m()`. Library calls
+(torch, numpy, ...) resolve to nothing.
+
+A `Summary` says whether running the function trains (it reaches `.backward()` or `zero_grad()`,
+itself or through a call it makes) and what each parameter is to it:
+
+    model       it runs it (`p(x)`, `p.forward(x)`, `p.pi(s)`), sets its mode or reads its
+                parameters; "forward" when it runs a forward, "forward_no_grad" when that
+                forward happens only under torch.no_grad()
+    trained     a model in a function that trains
+    loader      it iterates it; "loader_per_epoch" when it iterates it again and again (in a loop
+                of its own, or because the caller calls it in a loop)
+    optimizer   it steps it
+    batches_to_device   it moves the batches it iterates to a device
+    dataset_mutated     it changes the loader's dataset in place (`loader.dataset.resample()`)
+
+For a class, the summary is its construction's: a constructor parameter kept as `self.attr` has
+the roles `self.attr` has in every method, and the class trains when a method does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from autoopt.lint.program.index import (
+    ClassInfo,
+    Dotted,
+    FunctionInfo,
+    ModuleIndex,
+    Value,
+    load_index,
+)
+from autoopt.lint.program.library import MODEL_BASES
+from autoopt.lint.program.project_files import modules_named, project_modules, resolve_module
+
+_MAX_DEPTH = 6  # re-export chains and base classes followed at most this deep
+
+# Direct uses (the index's) -> a parameter's roles (see the module's docs).
+_ROLE_OF_USE = {
+    "called": "forward",
+    "called_no_grad": "forward_no_grad",
+    "method_called": "methods",
+    "method_called_no_grad": "methods_no_grad",
+    "train_mode": "module",
+    "eval_mode": "module",
+    "parameters": "module",
+    "iterated": "loader",
+    "iterated_in_loop": "loader_per_epoch",
+    "batches_moved": "batches_to_device",
+    "dataset_mutated": "dataset_mutated",
+}
+
+
+@dataclass(frozen=True)
+class Target:
+    """A function, method (`Class.method`) or class (its construction) of the project."""
+
+    path: Path
+    qualname: str
+    is_class: bool = False
+
+
+@dataclass
+class Summary:
+    """What running one target does (see the module's docs)."""
+
+    params: tuple[str, ...] = ()
+    trains: bool = False
+    roles: dict[str, set[str]] = field(default_factory=dict)
+    # a class's construction: `trains` says a method trains, not that constructing does
+    constructs: bool = False
+    # the roles of the module-level names it uses (`for x in trainloader` in `def train(epoch)`)
+    global_roles: dict[str, set[str]] = field(default_factory=dict)
+    # ... and of its own local names (what a caller does with a helper's return value)
+    local_roles: dict[str, set[str]] = field(default_factory=dict)
+
+    def roles_of(self, position: int | None = None, keyword: str | None = None) -> set[str]:
+        """The roles of the parameter an argument binds: by position, else by keyword."""
+        if keyword is not None and keyword in self.params:
+            return self.roles.get(keyword, set())
+        if position is not None and position < len(self.params):
+            return self.roles.get(self.params[position], set())
+        return set()
+
+
+EMPTY = Summary()
+
+
+def _roles_of_uses(uses: set[str]) -> set[str]:
+    roles = {_ROLE_OF_USE[u] for u in uses if u in _ROLE_OF_USE}
+    if "stepped" in uses and "iterated" not in uses:
+        roles.add("optimizer")
+    return roles
+
+
+_UNDER_NO_GRAD = {"forward": "forward_no_grad", "methods": "methods_no_grad"}
+
+
+class Program:
+    """The project's modules, resolved calls and summaries, cached for the process."""
+
+    def __init__(self) -> None:
+        self._summaries: dict[tuple[str, str, str], Summary] = {}
+        self._computing: set[tuple[str, str, str]] = set()
+        self._following: set[tuple[int, str]] = set()  # names being followed to their class
+        self._callers: dict[tuple[str, str], list[tuple[ModuleIndex, FunctionInfo, Value]]] = {}
+
+    # ----- modules ------------------------------------------------------------------------------
+    def module(self, path: Path | str) -> ModuleIndex | None:
+        return load_index(path)
+
+    def definition(
+        self, index: ModuleIndex, name: str, depth: int = 0
+    ) -> tuple[ModuleIndex, str] | None:
+        """The module and name that define `name` as seen from `index` (imports and re-exports
+        followed); None for a library's name or one not found."""
+        if depth > _MAX_DEPTH:
+            return None
+        if name in index.functions or name in index.classes:
+            return index, name
+        if name in index.aliases and index.aliases[name] != name:
+            return self.definition(index, index.aliases[name], depth + 1)
+        if name in index.imports:
+            module, original, level = index.imports[name]
+            target = resolve_module(index.path, module, level)
+            candidates = [target] if target is not None else []
+            if not level:  # run with a PYTHONPATH of its own: `from solver import Solver`
+                candidates += [p for p in modules_named(index.path, module) if p != target]
+            for candidate in candidates:
+                found = self.module(candidate)
+                hit = self.definition(found, original, depth + 1) if found is not None else None
+                if hit is not None:
+                    return hit
+            return None
+        for module, level in index.star_imports:
+            target = resolve_module(index.path, module, level)
+            found = self.module(target) if target is not None else None
+            hit = self.definition(found, name, depth + 1) if found is not None else None
+            if hit is not None:
+                return hit
+        return None
+
+    def imported_module(self, index: ModuleIndex, name: str) -> ModuleIndex | None:
+        """The project module a name of `index` is bound to (`import engine`,
+        `import utils.misc as misc`, `from . import engine`)."""
+        if name in index.module_aliases:
+            module, level = index.module_aliases[name]
+            target = resolve_module(index.path, module, level)
+        elif name in index.imports:
+            module, original, level = index.imports[name]
+            target = resolve_module(
+                index.path, f"{module}.{original}" if module else original, level
+            )
+        else:
+            return None
+        return self.module(target) if target is not None else None
+
+    # ----- call resolution ----------------------------------------------------------------------
+    def resolve(
+        self, index: ModuleIndex, func: FunctionInfo | None, callee: Dotted
+    ) -> list[Target]:
+        """The targets a call of `callee` made in `func` of `index` may run (see the docs)."""
+        if not callee:
+            return []
+        head, rest = callee[0], callee[1:]
+        if not rest:
+            return self._named(index, head)
+        if head in ("self", "cls") and func is not None and func.class_name:
+            owner = index.classes.get(func.class_name)
+            if owner is None:
+                return []
+            if len(rest) == 1:
+                return self._method(index, owner, rest[0])
+            # `self.trainer.fit()`: the class `self.trainer` was built from
+            classes = self._attr_classes(index, owner, rest[0])
+            return [t for cls_index, cls in classes for t in self._method(cls_index, cls, rest[1])]
+        module = self.imported_module(index, head)
+        if module is not None:  # `engine.train_one_epoch(...)`, `utils.misc.f(...)`
+            for part in rest[:-1]:
+                sub = self.imported_module(module, part)
+                if sub is None:
+                    break
+                module = sub
+            return self._named(module, rest[-1])
+        if len(rest) == 1:
+            found = self.definition(index, head)
+            if found is not None and found[1] in found[0].classes:  # `Trainer.run(...)`
+                return self._method(found[0], found[0].classes[found[1]], rest[0])
+            if func is not None:  # `trainer.fit()` with `trainer = Trainer(...)` above
+                return [
+                    t
+                    for cls_index, cls in self._local_classes(index, func, head)
+                    for t in self._method(cls_index, cls, rest[0])
+                ]
+        return []
+
+    def _named(self, index: ModuleIndex, name: str) -> list[Target]:
+        found = self.definition(index, name)
+        if found is None:
+            return []
+        module, defined = found
+        return [Target(module.path, defined, defined in module.classes)]
+
+    def _method(
+        self, index: ModuleIndex, cls: ClassInfo, name: str, depth: int = 0
+    ) -> list[Target]:
+        """`cls.name`, looked up through the project's base classes."""
+        if name in cls.methods:
+            return [Target(index.path, f"{cls.name}.{name}")]
+        if depth > _MAX_DEPTH:
+            return []
+        for base_index, base in self._bases(index, cls):
+            found = self._method(base_index, base, name, depth + 1)
+            if found:
+                return found
+        return []
+
+    def _bases(self, index: ModuleIndex, cls: ClassInfo) -> Iterable[tuple[ModuleIndex, ClassInfo]]:
+        for base in cls.bases:
+            if len(base) == 1:
+                found = self.definition(index, base[0])
+            else:
+                module = self.imported_module(index, base[0])
+                found = self.definition(module, base[-1]) if module is not None else None
+            if found is not None and found[1] in found[0].classes:
+                yield found[0], found[0].classes[found[1]]
+
+    def is_module_class(self, index: ModuleIndex, cls: ClassInfo) -> bool:
+        """`cls` derives from `nn.Module` (or a model base class of a library), through the
+        project's own classes."""
+        if any(base[-1] in MODEL_BASES for base in cls.bases):
+            return True
+        return any(
+            base[-1] in MODEL_BASES for _, c in self._all_bases(index, cls) for base in c.bases
+        )
+
+    def classes_of(
+        self, index: ModuleIndex, func: FunctionInfo | None, value: Value
+    ) -> list[tuple[ModuleIndex, ClassInfo]]:
+        """The project classes `value` constructs (`Trainer(...)`, `mod.Solver(...)`)."""
+        if value.kind == "choice":
+            return [c for option in value.options for c in self.classes_of(index, func, option)]
+        if value.kind != "call":
+            return []
+        out = []
+        for target in self.resolve(index, func, value.dotted):
+            if target.is_class:
+                module = self.module(target.path)
+                if module is not None and target.qualname in module.classes:
+                    out.append((module, module.classes[target.qualname]))
+        return out
+
+    def _local_classes(
+        self, index: ModuleIndex, func: FunctionInfo, name: str
+    ) -> list[tuple[ModuleIndex, ClassInfo]]:
+        key = (id(func), name)
+        if key in self._following:  # `x = x.build()`: no class to find by going round
+            return []
+        self._following.add(key)
+        try:
+            return [c for v in func.assigns.get(name, ()) for c in self.classes_of(index, func, v)]
+        finally:
+            self._following.discard(key)
+
+    def _attr_classes(
+        self, index: ModuleIndex, cls: ClassInfo, attr: str
+    ) -> list[tuple[ModuleIndex, ClassInfo]]:
+        key = (id(cls), attr)
+        if key in self._following:
+            return []
+        self._following.add(key)
+        try:
+            return [
+                c
+                for method in cls.methods.values()
+                for v in method.self_attrs.get(attr, ())
+                for c in self.classes_of(index, method, v)
+            ]
+        finally:
+            self._following.discard(key)
+
+    # ----- summaries --------------------------------------------------------------------------
+    def summary(self, target: Target) -> Summary:
+        """The summary of a target (computed once; a recursive call sees an empty summary)."""
+        index = self.module(target.path)
+        if index is None:
+            return EMPTY
+        key = (str(target.path), index.digest, target.qualname)
+        found = self._summaries.get(key)
+        if found is not None:
+            return found
+        if key in self._computing:
+            return EMPTY
+        self._computing.add(key)
+        try:
+            if target.is_class:
+                cls = index.classes.get(target.qualname)
+                result = self._class_summary(index, cls) if cls is not None else EMPTY
+            else:
+                func = index.functions.get(target.qualname)
+                result = self._function_summary(index, func) if func is not None else EMPTY
+        finally:
+            self._computing.discard(key)
+        self._summaries[key] = result
+        return result
+
+    def call_summary(
+        self, index: ModuleIndex, func: FunctionInfo | None, callee: Dotted
+    ) -> Summary:
+        """What a call of `callee` in `func` does: its targets' summaries merged (a call that
+        may run several functions trains if one does, and takes the union of their roles)."""
+        targets = self.resolve(index, func, callee)
+        if not targets:
+            return EMPTY
+        if len(targets) == 1:
+            return self.summary(targets[0])
+        first = self.summary(targets[0])
+        merged = Summary(first.params, constructs=first.constructs)
+        for target in targets:
+            found = self.summary(target)
+            merged.trains |= found.trains
+            for param, roles in found.roles.items():
+                merged.roles.setdefault(param, set()).update(roles)
+        return merged
+
+    # ----- callers ----------------------------------------------------------------------------
+    def callers(self, target: Target) -> list[tuple[ModuleIndex, FunctionInfo, Value]]:
+        """Where the project calls `target`, as (module, function, the call's value) for each
+        call whose result is bound to a name (`train_loader, val_loader = get_loader(args)`)."""
+        key = (str(target.path), target.qualname)
+        found = self._callers.get(key)
+        if found is not None:
+            return found
+        leaf = target.qualname.rsplit(".", 1)[-1].encode()
+        found = []
+        for path in project_modules(target.path):
+            try:
+                with open(path, "rb") as handle:
+                    if leaf not in handle.read():
+                        continue
+            except OSError:
+                continue
+            index = self.module(path)
+            if index is None:
+                continue
+            # the name it is called by here: its own, or an alias it is imported under
+            names = {leaf.decode()} | {
+                alias
+                for alias, (_, original, _) in index.imports.items()
+                if original.encode() == leaf
+            }
+            for func in index.functions.values():
+                for values in (*func.assigns.values(), func.returns):
+                    for value in values:
+                        call = value.options[0] if value.kind == "item" else value
+                        if (
+                            call.kind == "call"
+                            and call.dotted[-1] in names
+                            and target in self.resolve(index, func, call.dotted)
+                        ):
+                            found.append((index, func, value))
+        self._callers[key] = found
+        return found
+
+    def returned_roles(self, target: Target, position: int | None, depth: int = 0) -> set[str]:
+        """The roles the project's callers give what `target` returns (element `position` of
+        a returned tuple, or the whole value when None): `get_loader(args)`'s loader iterated
+        epoch after epoch by the script that called it. A caller that returns the call's value
+        as it is (a package's `build_loader` wrapper) passes the question on to its callers."""
+        roles: set[str] = set()
+        if depth > _MAX_DEPTH:
+            return roles
+        for index, func, value in self.callers(target):
+            if any(v is value for v in func.returns):
+                caller = Target(index.path, func.qualname)
+                if caller != target:
+                    roles |= self.returned_roles(caller, position, depth + 1)
+                continue
+            if (value.kind == "item") != (position is not None):
+                continue
+            if value.kind == "item" and value.index != position:
+                continue
+            summary = self.summary(Target(index.path, func.qualname))
+            for name, values in func.assigns.items():
+                if any(v is value for v in values):
+                    roles |= summary.local_roles.get(name, set())
+        return roles
+
+    def _function_summary(self, index: ModuleIndex, func: FunctionInfo) -> Summary:
+        summary = Summary(func.params, trains=func.backward or func.zero_grad)
+        # roles by dotted name first (params and self attributes), parameters kept at the end
+        by_name: dict[Dotted, set[str]] = {
+            name: _roles_of_uses(uses) for name, uses in func.uses.items()
+        }
+        for site in func.calls:
+            callee = self.call_summary(index, func, site.callee)
+            if callee is EMPTY:
+                continue
+            if not callee.constructs:
+                summary.trains |= callee.trains
+            for position, keyword, arg in _bound_args(site):
+                if arg is None:
+                    continue
+                roles = set(callee.roles_of(position, keyword))
+                if not roles:
+                    continue
+                if site.no_grad:  # the callee's forwards run under the caller's no_grad
+                    roles = {_UNDER_NO_GRAD.get(r, r) for r in roles} - {"trained"}
+                if site.in_loop and "loader" in roles:
+                    roles.add("loader_per_epoch")
+                by_name.setdefault(arg, set()).update(roles)
+        for roles in by_name.values():
+            # a forward under autograd in a function that trains: `model(x)`, or a method of
+            # an object used as a module (`policy.act(s)` with `policy.parameters()` read)
+            if summary.trains and (
+                "forward" in roles or ("methods" in roles and "module" in roles)
+            ):
+                roles.add("trained")
+        for param in func.params:
+            if (param,) in by_name:
+                summary.roles[param] = by_name[(param,)]
+        summary.local_roles = {
+            name[0]: roles for name, roles in by_name.items() if len(name) == 1 and roles
+        }
+        if func.qualname != "<module>":
+            local = set(func.params) | set(func.assigns)
+            summary.global_roles = {
+                name[0]: roles
+                for name, roles in by_name.items()
+                if len(name) == 1 and roles and name[0] not in local and name[0] != "self"
+            }
+        if func.class_name:  # a method: its self attributes' roles go to the class
+            attrs = {
+                name[1]: roles
+                for name, roles in by_name.items()
+                if len(name) == 2 and name[0] == "self"
+            }
+            if attrs:
+                summary.roles.update({f"self.{a}": r for a, r in attrs.items()})
+        return summary
+
+    def _class_summary(self, index: ModuleIndex, cls: ClassInfo) -> Summary:
+        """A construction: the constructor's parameters with the roles of the attributes they
+        are kept in (across every method), and whether any method trains."""
+        init = self._method(index, cls, "__init__")
+        init_info = None
+        params: tuple[str, ...] = ()
+        if init:
+            init_index = self.module(init[0].path)
+            init_info = init_index.functions.get(init[0].qualname) if init_index else None
+            params = init_info.params if init_info is not None else ()
+        summary = Summary(params, constructs=True)
+        attr_roles: dict[str, set[str]] = {}
+        for method_index, owner in [(index, cls), *self._all_bases(index, cls)]:
+            for method in owner.methods.values():
+                found = self.summary(Target(method_index.path, method.qualname))
+                summary.trains |= found.trains
+                for name, roles in found.roles.items():
+                    if name.startswith("self."):
+                        attr_roles.setdefault(name[5:], set()).update(roles)
+        if init_info is not None:
+            init_summary = self.summary(init[0])
+            for param in params:
+                roles = set(init_summary.roles.get(param, set()))
+                for attr, values in init_info.self_attrs.items():
+                    if any(v.kind == "ref" and v.dotted == (param,) for v in values):
+                        roles |= attr_roles.get(attr, set())
+                if roles:
+                    summary.roles[param] = roles
+        return summary
+
+    def _all_bases(
+        self, index: ModuleIndex, cls: ClassInfo, depth: int = 0
+    ) -> list[tuple[ModuleIndex, ClassInfo]]:
+        if depth > _MAX_DEPTH:
+            return []
+        out = []
+        for base_index, base in self._bases(index, cls):
+            out.append((base_index, base))
+            out.extend(self._all_bases(base_index, base, depth + 1))
+        return out
+
+
+def _bound_args(site) -> Iterable[tuple[int | None, str | None, Dotted | None]]:
+    for position, arg in enumerate(site.args):
+        yield position, None, arg
+    for keyword, arg in site.keywords:
+        yield None, keyword, arg
+
+
+_PROGRAM: Program | None = None
+
+
+def program() -> Program:
+    """The process's program model (summaries are keyed by content hash: a module edited while
+    the process runs is summarised again)."""
+    global _PROGRAM
+    if _PROGRAM is None:
+        _PROGRAM = Program()
+    return _PROGRAM

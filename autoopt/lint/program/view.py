@@ -1,0 +1,345 @@
+"""The program model as the linted file sees it: which of its calls run training somewhere in the
+project, and what each call does with the objects it is handed.
+
+The file is indexed like any module of the project (`index`), so a call in it resolves through
+its own imports and definitions (`summaries.Program.resolve`); rules ask with libcst nodes:
+
+    view = rule.context.program
+    view.training_calls            # calls that train: train(model, loader), trainer.fit()
+    view.argument_roles(call)      # [(argument, {"trained", "loader_per_epoch", ...}), ...]
+    view.trained_names()           # names handed to a call that trains them as a model
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import libcst as cst
+
+from autoopt.lint.program.index import FunctionInfo, ModuleIndex, Value, index_source
+from autoopt.lint.program.library import (
+    MODEL_FACTORIES,
+    MODEL_WRAPPERS,
+    not_a_model,
+)
+from autoopt.lint.program.project_files import modules_named, resolve_module
+from autoopt.lint.program.summaries import EMPTY, Summary, Target, program
+from autoopt.lint.tree.nodes import calls_in, dotted
+
+if TYPE_CHECKING:
+    from autoopt.lint.program.facts import FileFacts
+
+# Roots of calls that are never the project's own (a cheap way out before any resolution).
+_LIBRARY_ROOTS = frozenset(
+    {"torch", "nn", "F", "np", "numpy", "math", "os", "sys", "print", "len", "range", "str",
+     "int", "float", "list", "dict", "set", "tuple", "isinstance", "getattr", "setattr",
+     "hasattr", "super", "enumerate", "zip", "min", "max", "sum", "sorted", "open", "logging",
+     "logger", "json", "time", "random", "copy", "argparse", "parser", "args", "plt", "tqdm",
+     "writer", "wandb", "optim", "transforms", "T"}
+)  # fmt: skip
+
+
+@functools.lru_cache(maxsize=8)
+def _file_index(path: str, source: str) -> ModuleIndex:
+    return index_source(Path(path), source)
+
+
+class ProgramView:
+    """See the module's docs. Built once per linted file, lazily."""
+
+    def __init__(self, path: Path, source: str, facts: FileFacts) -> None:
+        self.path = Path(path)
+        self.facts = facts
+        self.index = _file_index(str(self.path.absolute()), source)
+        self.program = program()
+        self._summaries: dict[int, Summary] = {}
+
+    # ----- calls --------------------------------------------------------------------------------
+    def function_of(self, node: cst.CSTNode) -> FunctionInfo | None:
+        """The index's entry for the function holding `node`: the outermost `def` (or the
+        method `Class.name`), the module's own code outside any."""
+        name = None
+        cls = None
+        for anc in self.facts.ancestors(node):
+            if isinstance(anc, cst.FunctionDef):
+                name, cls = anc.name.value, None
+            elif isinstance(anc, cst.ClassDef) and name is not None and cls is None:
+                cls = anc.name.value
+        if name is None:
+            return self.index.functions.get("<module>")
+        return self.index.functions.get(f"{cls}.{name}" if cls else name)
+
+    def call_summary(self, call: cst.Call) -> Summary:
+        """What `call` runs, as far as the project's code tells (EMPTY for a library call)."""
+        found = self._summaries.get(id(call))
+        if found is None:
+            found = self._summaries[id(call)] = self._resolve(call)
+        return found
+
+    def _resolve(self, call: cst.Call) -> Summary:
+        name = dotted(call.func)
+        if name is None:
+            return EMPTY
+        parts = tuple(name.split("."))
+        head = parts[0]
+        index = self.index
+        if head in _LIBRARY_ROOTS and not (
+            head in index.imports or head in index.functions or head in index.classes
+        ):
+            return EMPTY
+        return self.program.call_summary(self.index, self.function_of(call), parts)
+
+    @functools.cached_property
+    def training_calls(self) -> list[cst.Call]:
+        """Calls of the file that run training (a function or method of the project that
+        reaches `backward()`), outside the function they call (recursion)."""
+        found = []
+        for call in calls_in(self.facts.module):
+            summary = self.call_summary(call)
+            if summary.trains and not summary.constructs:
+                found.append(call)
+        return found
+
+    def argument_roles(self, call: cst.Call) -> Iterator[tuple[cst.Arg, set[str]]]:
+        """Each argument of `call` with the roles the callee gives its parameter."""
+        summary = self.call_summary(call)
+        if summary is EMPTY:
+            return
+        position = 0
+        for arg in call.args:
+            if arg.star:
+                return
+            if arg.keyword is not None:
+                roles = summary.roles_of(keyword=arg.keyword.value)
+            else:
+                roles = summary.roles_of(position)
+                position += 1
+            if roles:
+                yield arg, roles
+
+    def runs_forward_with_grad(self, call: cst.Call) -> bool | None:
+        """Whether a call of the project's code runs a forward of something it is handed with
+        autograd on (`evaluate(model, loader)` not decorated with no_grad: True; a
+        `save_model(model, ...)` that only reads its state_dict: False); None when the callee is
+        not the project's (a library's, or unresolved)."""
+        summary = self.call_summary(call)
+        if summary is EMPTY:
+            return None
+        return any(
+            "forward" in roles or {"methods", "module"} <= roles
+            for _, roles in self.argument_roles(call)
+        )
+
+    def trained_names(self) -> dict[str, list[cst.Call]]:
+        """Names (`model`, `self.G`) handed to a call that trains them as a model, with those
+        calls: the driver's half of a loop that lives elsewhere."""
+        return self._names_with_role("trained")
+
+    @functools.cached_property
+    def iterated_per_epoch(self) -> dict[str, list[cst.Call]]:
+        """Names handed to a call that iterates them again and again (once per epoch), or to a
+        call made in a loop that iterates them; also this module's own globals that a function
+        of it iterates when called in a loop (`for epoch ...: train(epoch)` over a module-level
+        `trainloader`)."""
+        found: dict[str, list[cst.Call]] = {}
+        for call in calls_in(self.facts.module):
+            summary = self.call_summary(call)
+            # `trainer = Trainer(model, train_loader=loader)`, then `trainer.train(epoch)` in a
+            # loop: the instance runs its methods again and again
+            in_loop = bool(self.facts.enclosing_loops(call)) or (
+                summary.constructs and self._instance_used_in_loop(call)
+            )
+            for arg, roles in self.argument_roles(call):
+                name = dotted(arg.value)
+                if name is None or "loader" not in roles:
+                    continue
+                if "loader_per_epoch" in roles or in_loop:
+                    found.setdefault(name, []).append(call)
+            for name, roles in summary.global_roles.items():
+                per_epoch = in_loop or "loader_per_epoch" in roles
+                if "loader" in roles and per_epoch and self._is_own_global(call, name):
+                    found.setdefault(name, []).append(call)
+        return found
+
+    def returned_per_epoch(self, node: cst.CSTNode, name: str) -> bool:
+        """`name`, bound in the function holding `node`, is returned by it (alone or in a
+        tuple), and the project's callers of that function iterate what it returns epoch after
+        epoch (`train_loader, test_loader = get_loader(args)` then a loop over epochs)."""
+        func = self.function_of(node)
+        if func is None or func.qualname == "<module>":
+            return False
+        target = Target(self.index.path, func.qualname)
+        for value in func.returns:
+            if value.kind == "ref" and value.dotted == (name,):
+                position = None
+            elif value.kind == "tuple":
+                found = [
+                    i
+                    for i, v in enumerate(value.options)
+                    if v.kind == "ref" and v.dotted == (name,)
+                ]
+                if not found:
+                    continue
+                position = found[0]
+            else:
+                continue
+            if "loader_per_epoch" in self.program.returned_roles(target, position):
+                return True
+        return False
+
+    def changed_between_epochs(self, loader: str, dataset: str | None) -> bool:
+        """The loader's dataset is changed in place in the main process while training: a
+        method of `dataset` called in a loop (`train_dataset.ng_sample()` each epoch), or
+        `loader.dataset.<method>()` anywhere, here or in a callee handed the loader. Worker
+        processes that persist would keep the dataset as it was at the first epoch."""
+        for func in self.index.functions.values():
+            if "dataset_mutated" in func.uses.get((loader,), ()):
+                return True
+            if dataset and "method_called_in_loop" in func.uses.get((dataset,), ()):
+                return True
+        for call in calls_in(self.facts.module):
+            for arg, roles in self.argument_roles(call):
+                if "dataset_mutated" in roles and dotted(arg.value) == loader:
+                    return True
+        return False
+
+    def _instance_used_in_loop(self, call: cst.Call) -> bool:
+        """`call` builds an object bound to a name whose methods are called in a loop."""
+        holder = self.facts.parent(call)
+        if not isinstance(holder, cst.Assign) or len(holder.targets) != 1:
+            return False
+        name = dotted(holder.targets[0].target)
+        func = self.function_of(call)
+        if name is None or func is None:
+            return False
+        return "method_called_in_loop" in func.uses.get(tuple(name.split(".")), ())
+
+    def _is_own_global(self, call: cst.Call, name: str) -> bool:
+        """`call` runs a function of this very file and `name` is a global of it."""
+        name_parts = dotted(call.func)
+        if name_parts is None or name not in self.index.module_code.assigns:
+            return False
+        targets = self.program.resolve(
+            self.index, self.function_of(call), tuple(name_parts.split("."))
+        )
+        return any(t.path == self.index.path for t in targets)
+
+    def _names_with_role(self, role: str) -> dict[str, list[cst.Call]]:
+        found: dict[str, list[cst.Call]] = {}
+        for call in calls_in(self.facts.module):
+            for arg, roles in self.argument_roles(call):
+                name = dotted(arg.value)
+                if name is not None and role in roles:
+                    found.setdefault(name, []).append(call)
+        return found
+
+    # ----- what a name is bound to --------------------------------------------------------------
+    def trained_models(self) -> dict[str, list[cst.Call]]:
+        """`trained_names` that are models: kept as a module by the callee (its mode set, its
+        parameters read), or bound here to what builds a model (`Net(...)` of an `nn.Module`
+        class, a zoo or a factory, `nn.DataParallel(model)`); not a loss or a loss scaler."""
+        found: dict[str, list[cst.Call]] = {}
+        for call in calls_in(self.facts.module):
+            for arg, roles in self.argument_roles(call):
+                name = dotted(arg.value)
+                if name is None or "trained" not in roles:
+                    continue
+                if "module" in roles or self.builds_model(self.function_of(call), name):
+                    found.setdefault(name, []).append(call)
+        return found
+
+    def builds_model(self, func: FunctionInfo | None, name: str, depth: int = 0) -> bool:
+        """`name`, as bound in `func` (or the module's own code), is a model by how it was
+        built (see `trained_models`)."""
+        if func is None or depth > 4:
+            return False
+        parts = tuple(name.split("."))
+        if len(parts) == 2 and parts[0] == "self" and func.class_name:
+            cls = self.index.classes.get(func.class_name)
+            values = (
+                [v for m in cls.methods.values() for v in m.self_attrs.get(parts[1], ())]
+                if cls
+                else []
+            )
+        elif len(parts) == 1:
+            values = list(func.assigns.get(name, ()))
+            if not values and func.qualname != "<module>":
+                values = list(self.index.module_code.assigns.get(name, ()))
+        else:
+            return False
+        return any(self._model_value(func, v, depth) for v in values)
+
+    def _model_value(self, func: FunctionInfo, value: Value, depth: int) -> bool:
+        if value.kind in ("choice", "item"):
+            return any(self._model_value(func, v, depth) for v in value.options)
+        if value.kind == "ref":
+            return self.builds_model(func, ".".join(value.dotted), depth + 1)
+        if value.kind != "call" or not value.dotted:
+            return False
+        leaf = value.dotted[-1]
+        if not_a_model(leaf):
+            return False
+        if leaf in MODEL_WRAPPERS and value.args and value.args[0] is not None:
+            return self.builds_model(func, ".".join(value.args[0]), depth + 1)
+        if leaf in MODEL_FACTORIES or leaf.endswith(("Model", "Net", "net")):
+            return True
+        if len(value.dotted) >= 2 and value.dotted[-2] == "models":  # torchvision.models.x
+            return True
+        for index, cls in self.program.classes_of(self.index, func, value):
+            if self.program.is_module_class(index, cls):
+                return True
+        return False
+
+
+# `import x`, `from x import y` anywhere in a file (the prefilter's cheap look at its imports)
+_IMPORTED = re.compile(r"^\s*(?:from\s+(\.*[\w.]*)\s+import|import\s+([\w.]+))", re.MULTILINE)
+
+
+def drives_training_elsewhere(path: Path | str, source: str) -> bool:
+    """The file trains through code that is not in its own text (a `train_one_epoch(...)` of
+    another module, a `zero_grad()` step whose `backward()` is inside a loss scaler): the lint's
+    pre-filter lets the training rules see it as if it called `backward()` itself. Cheap when
+    the answer is no: the file is parsed only when it zeroes gradients or imports a module of
+    the project that holds training code."""
+    path = Path(os.path.abspath(path))
+    if "zero_grad(" not in source:
+        modules = []
+        for relative, absolute in _IMPORTED.findall(source):
+            name = relative or absolute
+            level = len(name) - len(name.lstrip("."))
+            target = resolve_module(path, name.lstrip("."), level)
+            if target is None and not level:
+                named = modules_named(path, name)
+                target = named[0] if named else None
+            if target is not None:
+                modules.append(target)
+        if not any(_holds_training(m) for m in modules):
+            return False
+    index = _file_index(str(path), source)
+    prog = program()
+    return any(
+        summary.trains and not summary.constructs
+        for func in index.functions.values()
+        for site in func.calls
+        for summary in (prog.call_summary(index, func, site.callee),)
+    )
+
+
+@functools.lru_cache(maxsize=1024)
+def _holds_training(path: Path) -> bool:
+    """Some function or method of the module at `path` trains (its own text or through its
+    calls)."""
+    index = program().module(path)
+    if index is None:
+        return False
+    prog = program()
+    return any(
+        prog.summary(Target(index.path, qualname)).trains
+        for qualname in index.functions
+        if qualname != "<module>"
+    )

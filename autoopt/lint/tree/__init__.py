@@ -1,0 +1,2 @@
+"""Reading and editing libcst trees: nodes, cheap metadata (parents, order, qualified names,
+positions), call arguments, statement edits, notebooks and source encodings."""

@@ -1,0 +1,398 @@
+"""The code `--wrap` reads: the script and the local modules it imports, parsed, never imported.
+
+A `CodeBase` indexes each file's functions, classes and imports, resolves a call to the function
+it runs (a function of the file, a method through `self.` or a local instance, a function
+imported from a module beside the script), finds every caller of a function and maps a call's
+arguments to the callee's parameters. That is what lets the analysis follow an optimizer from
+the helper that steps it back to the function that creates it.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import libcst as cst
+
+from autoopt.lint.tree.nodes import code_of
+
+Scope = cst.FunctionDef | cst.Module
+_PACKING = (cst.Tuple, cst.List, cst.Element, cst.StarredElement)
+# How far up from the script's folder a package import (`from mingpt.trainer import Trainer`)
+# may be found.
+_PARENT_LEVELS = 2
+
+
+@dataclass(eq=False)
+class SourceFile:
+    """One parsed file: its tree, a parent map, imports, top-level functions and classes."""
+
+    path: Path | None
+    module: cst.Module
+    parents: dict[int, cst.CSTNode] = field(default_factory=dict)
+    imports: dict[str, str] = field(default_factory=dict)  # local name -> dotted name
+    functions: dict[str, cst.FunctionDef] = field(default_factory=dict)
+    classes: dict[str, cst.ClassDef] = field(default_factory=dict)
+    order: dict[int, int] = field(default_factory=dict)
+    end: dict[int, int] = field(default_factory=dict)  # order of a node's last descendant
+    nodes: list[cst.CSTNode] = field(default_factory=list)  # every node, in source order
+    _bodies: dict[int, list[cst.CSTNode]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        # One visitor pass: libcst rebuilds `.children` on every access, far too slow to walk.
+        self.module.visit(_Indexer(self))
+        for node in self.nodes:
+            if isinstance(node, cst.Import):
+                for alias in node.names:
+                    dotted = code_of(alias.name)
+                    if alias.asname is not None:
+                        self.imports[code_of(alias.asname.name)] = dotted
+                    else:
+                        self.imports[dotted.split(".")[0]] = dotted.split(".")[0]
+            elif isinstance(node, cst.ImportFrom) and not isinstance(node.names, cst.ImportStar):
+                base = "." * len(node.relative) + (code_of(node.module) if node.module else "")
+                for alias in node.names:
+                    name = code_of(alias.name)
+                    local = code_of(alias.asname.name) if alias.asname else name
+                    self.imports[local] = f"{base}.{name}" if base.rstrip(".") else base + name
+        for stmt in self.module.body:
+            if isinstance(stmt, cst.FunctionDef):
+                self.functions[stmt.name.value] = stmt
+            elif isinstance(stmt, cst.ClassDef):
+                self.classes[stmt.name.value] = stmt
+
+    def qualname(self, expr: cst.BaseExpression) -> str:
+        """`expr`'s dotted name with its head resolved through the imports (`nn.Linear` ->
+        `torch.nn.Linear`); the plain code when the head is not imported."""
+        text = code_of(expr)
+        head, _, rest = text.partition(".")
+        if head in self.imports:
+            return self.imports[head] + ("." + rest if rest else "")
+        return text
+
+    def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
+        return self.parents.get(id(node))
+
+    @functools.cached_property
+    def bound_names(self) -> frozenset[str]:
+        """Every plain name the file binds anywhere (assignment, loop or `with` target,
+        parameter, definition, import): a name outside it comes from elsewhere (`import *`)."""
+        names = set(self.imports)
+        names |= {n.value for n in self.nodes if isinstance(n, cst.Name) and self.binds(n)}
+        return frozenset(names)
+
+    def reads(self, name: cst.Name) -> bool:
+        """`name` is read as a variable here (not bound, not an attribute or keyword name)."""
+        holder = self.parent(name)
+        if isinstance(holder, cst.Attribute) and holder.attr is name:
+            return False
+        if isinstance(holder, cst.Arg) and holder.keyword is name:
+            return False
+        return not self.binds(name)
+
+    def binds(self, name: cst.Name) -> bool:
+        """`name` is bound here (a target, parameter or definition), not read."""
+        child, holder = name, self.parent(name)
+        while isinstance(holder, _PACKING):  # `a, (b, c) = ...`
+            child, holder = holder, self.parent(holder)
+        if isinstance(holder, cst.AssignTarget | cst.AsName | cst.Param):
+            return True
+        if isinstance(holder, cst.For | cst.CompFor | cst.AnnAssign | cst.AugAssign):
+            return holder.target is child
+        if isinstance(holder, cst.NamedExpr):
+            return holder.target is child
+        if isinstance(holder, cst.FunctionDef | cst.ClassDef):
+            return holder.name is child
+        return False
+
+    def ancestors(self, node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+        cur = self.parent(node)
+        while cur is not None:
+            yield cur
+            cur = self.parent(cur)
+
+    def scope_of(self, node: cst.CSTNode) -> Scope:
+        for anc in self.ancestors(node):
+            if isinstance(anc, cst.FunctionDef):
+                return anc
+        return self.module
+
+    def class_of(self, func: Scope) -> cst.ClassDef | None:
+        """The class `func` is a method of (None for a plain function or the module)."""
+        if isinstance(func, cst.Module):
+            return None
+        parent = self.parent(func)
+        grand = self.parent(parent) if parent is not None else None
+        return grand if isinstance(grand, cst.ClassDef) else None
+
+    def body_nodes(self, scope: Scope) -> list[cst.CSTNode]:
+        """The nodes of `scope`'s body, not entering nested functions or classes."""
+        return self._bodies.get(id(scope), [])
+
+    def calls(self, within: cst.CSTNode | None = None) -> list[cst.Call]:
+        """Every call in the file (or within `within`)."""
+        nodes = self.nodes if within is None else self.inside(within)
+        return [n for n in nodes if isinstance(n, cst.Call)]
+
+    def inside(self, outer: cst.CSTNode) -> list[cst.CSTNode]:
+        """`outer`'s descendants."""
+        return self.nodes[self.order[id(outer)] + 1 : self.end[id(outer)] + 1]
+
+    def before(self, a: cst.CSTNode, b: cst.CSTNode) -> bool:
+        return self.order[id(a)] < self.order[id(b)]
+
+
+class _Indexer(cst.CSTVisitor):
+    """Fills a SourceFile's order, parents and per-scope node lists in one pass."""
+
+    def __init__(self, file: SourceFile) -> None:
+        self.file = file
+        self.stack: list[cst.CSTNode] = []
+        self.scopes: list[cst.CSTNode] = []
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        file = self.file
+        file.order[id(node)] = len(file.nodes)
+        file.nodes.append(node)
+        if self.stack:
+            file.parents[id(node)] = self.stack[-1]
+            file._bodies.setdefault(id(self.scopes[-1]), []).append(node)
+        else:
+            file._bodies.setdefault(id(node), []).append(node)
+        self.stack.append(node)
+        if isinstance(node, cst.Module | cst.FunctionDef | cst.ClassDef | cst.Lambda):
+            self.scopes.append(node)
+        return True
+
+    def on_leave(self, original_node: cst.CSTNode) -> None:
+        self.stack.pop()
+        if self.scopes and self.scopes[-1] is original_node:
+            self.scopes.pop()
+        self.file.end[id(original_node)] = len(self.file.nodes) - 1
+
+
+@dataclass(frozen=True, eq=False)
+class Func:
+    """A function (or a module's top-level code) in one of the files."""
+
+    file: SourceFile
+    node: Scope
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Func) and other.node is self.node
+
+    def __hash__(self) -> int:
+        return id(self.node)
+
+    @property
+    def cls(self) -> cst.ClassDef | None:
+        return self.file.class_of(self.node)
+
+    def statements(self) -> list[cst.CSTNode]:
+        """Every node of its body, not entering nested functions or classes."""
+        return self.file.body_nodes(self.node)
+
+    def calls(self) -> Iterator[cst.Call]:
+        return (n for n in self.statements() if isinstance(n, cst.Call))
+
+    def star_kwargs(self) -> str | None:
+        """The name of the `**kwargs` parameter, if any."""
+        if not isinstance(self.node, cst.FunctionDef):
+            return None
+        star = self.node.params.star_kwarg
+        return star.name.value if star is not None else None
+
+    def params(self) -> list[str]:
+        """Parameter names callers bind (without `self`/`cls` of a method)."""
+        if not isinstance(self.node, cst.FunctionDef):
+            return []
+        p = self.node.params
+        names = [x.name.value for x in (*p.posonly_params, *p.params, *p.kwonly_params)]
+        if self.cls is not None and names and names[0] in ("self", "cls"):
+            names = names[1:]
+        return names
+
+    @property
+    def name(self) -> str:
+        return self.node.name.value if isinstance(self.node, cst.FunctionDef) else "<module>"
+
+
+class CodeBase:
+    """The script and the local modules reached from it."""
+
+    def __init__(self, module: cst.Module, path: Path | None) -> None:
+        self.script = SourceFile(path, module)
+        self._files: dict[Path, SourceFile | None] = {}
+        self._callers: dict[Func, list[tuple[Func, cst.Call]]] | None = None
+        self._resolved: dict[int, Func | None] = {}
+        self._backward: dict[Func, bool] = {}
+
+    def files(self) -> list[SourceFile]:
+        return [self.script, *(f for f in self._files.values() if f is not None)]
+
+    def top(self, file: SourceFile) -> Func:
+        return Func(file, file.module)
+
+    def scope(self, file: SourceFile, node: cst.CSTNode) -> Func:
+        return Func(file, file.scope_of(node))
+
+    # ----- local modules -------------------------------------------------------------------------
+    def _load(self, dotted: str) -> SourceFile | None:
+        """The local module `dotted` (`engine`, `mingpt.trainer`, `.utils`) as a parsed file."""
+        if self.script.path is None:
+            return None
+        rel = Path(*dotted.lstrip(".").split("."))
+        bases = [self.script.path.parent, *list(self.script.path.parents)[1 : _PARENT_LEVELS + 1]]
+        for base in bases if not dotted.startswith(".") else bases[:1]:
+            for candidate in (base / rel.with_suffix(".py"), base / rel / "__init__.py"):
+                if candidate.is_file():
+                    key = candidate.resolve()
+                    if key not in self._files:
+                        try:
+                            tree = cst.parse_module(candidate.read_text(encoding="utf-8"))
+                            self._files[key] = SourceFile(candidate, tree)
+                        except (OSError, UnicodeDecodeError, cst.ParserSyntaxError):
+                            self._files[key] = None
+                        self._callers = None
+                    return self._files[key]
+        return None
+
+    def _imported(self, dotted: str) -> Func | tuple[SourceFile, cst.ClassDef] | None:
+        """The function or class `module.name` that `dotted` names, if its module is local."""
+        module, _, name = dotted.rpartition(".")
+        source = self._load(module) if module.strip(".") else None
+        if source is None:
+            return None
+        if name in source.functions:
+            return Func(source, source.functions[name])
+        return (source, source.classes[name]) if name in source.classes else None
+
+    def local_class(self, file: SourceFile, name: str) -> tuple[SourceFile, cst.ClassDef] | None:
+        """The class `name` of `file`, or imported into it from a local module."""
+        if name in file.classes:
+            return file, file.classes[name]
+        found = self._imported(file.imports[name]) if name in file.imports else None
+        return found if isinstance(found, tuple) else None
+
+    # ----- calls -------------------------------------------------------------------------------
+    @staticmethod
+    def method(file: SourceFile, cls: cst.ClassDef, name: str) -> Func | None:
+        for stmt in cls.body.body:
+            if isinstance(stmt, cst.FunctionDef) and stmt.name.value == name:
+                return Func(file, stmt)
+        return None
+
+    def resolve(self, file: SourceFile, call: cst.Call) -> Func | None:
+        """The function `call` runs, when it is defined in the script or a local module."""
+        if id(call) not in self._resolved:
+            self._resolved[id(call)] = self._resolve(file, call)
+        return self._resolved[id(call)]
+
+    def _resolve(self, file: SourceFile, call: cst.Call) -> Func | None:
+        func = call.func
+        if isinstance(func, cst.Name):
+            name = func.value
+            if nested := self._nested(file, call, name):
+                return nested
+            if name in file.functions:
+                return Func(file, file.functions[name])
+            if name in file.imports:
+                found = self._imported(file.imports[name])
+                if isinstance(found, Func):
+                    return found
+            owner = self.local_class(file, name)
+            return self.method(*owner, "__init__") if owner else None
+        if not isinstance(func, cst.Attribute):
+            return None
+        receiver, attr = func.value, func.attr.value
+        if isinstance(receiver, cst.Name):
+            if receiver.value in ("self", "cls"):
+                cls = file.class_of(file.scope_of(call))
+                return self.method(file, cls, attr) if cls is not None else None
+            if receiver.value in file.imports:  # engine.train_one_epoch(...)
+                found = self._imported(f"{file.imports[receiver.value]}.{attr}")
+                return found if isinstance(found, Func) else None
+            owner = self._instance_class(file, receiver.value, file.scope_of(call))
+            return self.method(*owner, attr) if owner else None
+        return None
+
+    @staticmethod
+    def _nested(file: SourceFile, call: cst.Call, name: str) -> Func | None:
+        """The function `name` defined inside a function enclosing `call` (timm's
+        `def _backward(_loss): ...` in train_one_epoch, called from its loop)."""
+        scope = file.scope_of(call)
+        while isinstance(scope, cst.FunctionDef):
+            for node in file.body_nodes(scope):
+                if isinstance(node, cst.FunctionDef) and node.name.value == name:
+                    return Func(file, node)
+            scope = file.scope_of(scope)
+        return None
+
+    def _instance_class(
+        self, file: SourceFile, name: str, scope: Scope
+    ) -> tuple[SourceFile, cst.ClassDef] | None:
+        """The local class of `name = SomeClass(...)` in `scope`."""
+        for node in Func(file, scope).statements():
+            if (
+                isinstance(node, cst.Assign)
+                and len(node.targets) == 1
+                and isinstance(node.targets[0].target, cst.Name)
+                and node.targets[0].target.value == name
+                and isinstance(node.value, cst.Call)
+                and isinstance(node.value.func, cst.Name)
+            ):
+                return self.local_class(file, node.value.func.value)
+        return None
+
+    def callers(self, func: Func) -> list[tuple[Func, cst.Call]]:
+        """Every (calling function, call) that runs `func`, across the loaded files."""
+        if self._callers is None:
+            index: dict[Func, list[tuple[Func, cst.Call]]] = {}
+            for file in self.files():
+                for call in file.calls():
+                    target = self.resolve(file, call)
+                    if target is not None:
+                        index.setdefault(target, []).append((self.scope(file, call), call))
+            self._callers = index
+        return self._callers.get(func, [])
+
+    @staticmethod
+    def argument(call: cst.Call, callee: Func, param: str) -> cst.BaseExpression | None:
+        """The expression `call` passes for `callee`'s parameter `param`."""
+        params = callee.params()
+        positional = [a for a in call.args if a.keyword is None and not a.star]
+        for arg in call.args:
+            if arg.keyword is not None and arg.keyword.value == param:
+                return arg.value
+        if param in params:
+            index = params.index(param)
+            if index < len(positional) and not any(a.star for a in call.args[: index + 1]):
+                return positional[index].value
+        return None
+
+    def does_backward(self, func: Func) -> bool:
+        """`func` calls `.backward()`, itself or through the functions it calls."""
+        if func not in self._backward:
+            self._backward[func] = False  # a recursive call does not count
+            self._backward[func] = any(
+                _is_backward(call)
+                or (
+                    (target := self.resolve(func.file, call)) is not None
+                    and self.does_backward(target)
+                )
+                for call in func.calls()
+            )
+        return self._backward[func]
+
+    def trains(self, func: Func, call: cst.Call) -> bool:
+        """`call` (in `func`) is a backward, or runs a function that does one."""
+        if _is_backward(call):
+            return True
+        target = self.resolve(func.file, call)
+        return target is not None and self.does_backward(target)
+
+
+def _is_backward(call: cst.Call) -> bool:
+    return isinstance(call.func, cst.Attribute) and call.func.attr.value == "backward"
