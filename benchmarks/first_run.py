@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import math
 import os
 import resource
 import runpy
@@ -63,8 +64,10 @@ def child(workload: str, use_autoopt: bool, steps: int, script: str | None) -> N
     the plan and trial figures of the report; one JSON line on stdout."""
     from torch.optim.optimizer import register_optimizer_step_post_hook
 
-    ends: list[float] = []
-    register_optimizer_step_post_hook(lambda *_: ends.append(time.perf_counter()))
+    ends: list[tuple[float, float]] = []  # (wall, CPU) at every optimizer step's end
+    register_optimizer_step_post_hook(
+        lambda *_: ends.append((time.perf_counter(), time.process_time()))
+    )
     models: list[Any] = []
     if use_autoopt:
         import autoopt
@@ -91,10 +94,13 @@ def child(workload: str, use_autoopt: bool, steps: int, script: str | None) -> N
         example = __import__("cnn" if workload == "cnn" else "transformer_lm")
         session = example.Session(use_autoopt, BATCH[workload], verbose=False)
         session.steps(steps)
-    intervals = [b - a for a, b in zip(ends, ends[1:], strict=False)]
+    walls = [b[0] - a[0] for a, b in zip(ends, ends[1:], strict=False)]
+    cpus = [b[1] - a[1] for a, b in zip(ends, ends[1:], strict=False)]
+    half = len(walls) // 2
     row: dict[str, Any] = {
         "steps": len(ends),
-        "steady_s": statistics.median(intervals[len(intervals) // 2 :]) if intervals else None,
+        "steady_s": statistics.median(walls[half:]) if walls else None,
+        "steady_cpu_s": statistics.median(cpus[half:]) if cpus else None,
     }
     if models:
         import autoopt
@@ -186,12 +192,17 @@ def summary(workload: str, rows: dict[str, Any]) -> str:
 
     later = rows["later"]
     steady = [eager["steady_s"] / r["steady_s"] for r in ok + later if r.get("steady_s")]
+    steady_cpu = [
+        eager["steady_cpu_s"] / r["steady_cpu_s"] for r in ok + later if r.get("steady_cpu_s")
+    ]
     loads = [r["load"] for r in [eager, *rows["first"], *later]]
     return (
         f"{workload}: first run / eager {ratio('wall_s', ok)} wall, {ratio('cpu_s', ok)} CPU "
         f"(eager {eager['wall_s']} s wall, {eager['cpu_s']} s CPU); later run / eager "
         f"{ratio('wall_s', later)} wall, {ratio('cpu_s', later)} CPU; steady-state speed-up "
-        f"{statistics.median(steady):.2f}x; the same plan in {same} of {len(rows['first'])} "
+        f"{statistics.median(steady):.2f}x wall, "
+        f"{statistics.median(steady_cpu) if steady_cpu else math.nan:.2f}x CPU; "
+        f"the same plan in {same} of {len(rows['first'])} "
         f"first runs ({common}); load {min(loads)}-{max(loads)}"
         if steady
         else f"{workload}: no steady-state figure ({rows})"
