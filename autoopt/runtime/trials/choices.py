@@ -398,7 +398,7 @@ class Trials:
             figures["lead_band"] = round(math.expm1(lead.band), 4)
             line += f": {timing.verdict(best, lead)}"
         self._notes[choice.name] = line
-        self._figures[choice.name] = figures
+        self._figures.setdefault(choice.name, {}).update(figures)  # beside the payback bound
 
     def _not_worth_it(self, choice: Choice) -> bool:
         """Whether `choice` cannot pay back its one-off cost within the run as far as seen:
