@@ -43,6 +43,10 @@ per step, the choice is not tried on this run: its baseline stays, the report sa
 and every trial step beyond the winner's median time; with the winner's gain per step over the
 all-baseline configuration, the report says when that cost is paid back.
 
+A trial is paid once: with a compile cache directory, the winners of the choices measured are
+recorded there (`record.TrialRecord`, keyed by the model's structure, torch and the hardware),
+and a later run takes them at its first training step without timing; the report says so.
+
 The report: each choice's row says in one short line what it measured (median, noise and
 samples of every option, the lead and the verdict), the `trials` row says the schedule once
 (which steps ran what, the cost, the payback), and every number in them is a field of the row's
@@ -76,6 +80,7 @@ from autoopt.runtime.errors import error_summary
 from autoopt.runtime.loading.batch import tensors_in
 from autoopt.runtime.report import PassResult, Report
 from autoopt.runtime.trials import timing
+from autoopt.runtime.trials.record import TrialRecord
 from autoopt.runtime.trials.replay import in_trial, trial_forwards
 
 EXTRA = "trials"  # the key of the model's Trials in `Context.extras`
@@ -122,6 +127,7 @@ WALL: Callable[[], float] = time.perf_counter
 _FORCED: dict[str, str] = {}
 _FORCED_NOTE = "not timed: winner forced (autoopt.runtime.trials.choices)"
 NOT_TRIED = "not tried on this run"  # how the note of a choice that would not pay back starts
+RECORDED = "taken from this machine's record of an earlier run"
 
 # How long the run is as far as seen: (training steps, how that was counted), or None.
 RunLength = Callable[[], "tuple[int, str] | None"]
@@ -183,6 +189,8 @@ class Trials:
     steps_optimizer: bool = False  # an optimizer step layer ends each step
     # How long the run is as far as seen (None: unknown); set by optimize() from the loader.
     run_length: RunLength | None = None
+    # Winners of an earlier run here, taken without timing; set by optimize() from the cache.
+    record: TrialRecord | None = None
     # (training step number, {choice: option}) of every step run under trial, in order.
     log: list[tuple[int, dict[str, str]]] = field(default_factory=list)
     _winners: dict[str, str] = field(default_factory=dict)
@@ -202,6 +210,8 @@ class Trials:
     _in_force: Config | None = None
     _switch_s: float = 0.0
     _steps_seen: int = 0
+    _from_record: set[str] = field(default_factory=set)
+    _measured: set[str] = field(default_factory=set)  # choices timed on this run
 
     def add(self, choice: Choice) -> None:
         """Register a choice; it is measured after those registered before it."""
@@ -311,17 +321,22 @@ class Trials:
 
     def _queue(self) -> bool:
         """Queue the next steps to run; False once every choice is decided."""
-        if not self._winners:  # the first training step: baselines, forced winners
+        if not self._winners:  # the first training step: baselines, forced, recorded winners
             self._winners = {c.name: _unchanged(c) for c in self.choices}
+            recorded = self.record.read() if self.record is not None else {}
             for c in self.choices:
                 if c.name in _FORCED:
                     self._winners[c.name] = _FORCED[c.name]
                     self._notes[c.name] = _FORCED_NOTE
+                elif c.name in recorded and recorded[c.name][0] in c.options:
+                    self._winners[c.name], line = recorded[c.name]
+                    self._notes[c.name] = f"{RECORDED} ({line})"
+                    self._from_record.add(c.name)
         while not self._pending:
             if self._phase == len(self.choices):
                 return False
             choice = self.choices[self._phase]
-            if choice.name in _FORCED:
+            if choice.name in _FORCED or choice.name in self._from_record:
                 self._phase += 1
                 continue
             if self._running is None:  # start measuring this choice
@@ -386,6 +401,7 @@ class Trials:
     def _decide(self, choice: Choice, winner: str) -> None:
         """Keep `winner`; the choice's short line and figures say what was measured."""
         self._winners[choice.name] = winner
+        self._measured.add(choice.name)
         base = _unchanged(choice)
         times = {o: t for o, t in self._samples.items() if t}
         figures = timing.figures(times)
@@ -454,6 +470,14 @@ class Trials:
         for c in self.choices:
             self._tell(c, self._winners[c.name], self._notes.get(c.name, "not measured"))
         self._report_schedule(gain)
+        if self.record is not None:  # a compile's outcome has its own record
+            self.record.write(
+                {
+                    c.name: (self._winners[c.name], self._notes[c.name])
+                    for c in self.choices
+                    if c.name in self._measured and c.one_off is None
+                }
+            )
 
     def _tell(self, choice: Choice, winner: str, note: str) -> None:
         """The choice's decision, to its pass (the report line) and its figures to that row."""
@@ -474,6 +498,14 @@ class Trials:
             f"{first}-{end} {name}" if end > first else f"{first} {name}"
             for name, first, end in self._phases
         )
+        if not self._steps and self._from_record and self.record is not None:
+            result = PassResult.applied(
+                NAME,
+                f"none: {', '.join(sorted(self._from_record))} {RECORDED} ({self.record.path})",
+            )
+            result.figures.update(steps=0, cost_s=0.0)
+            self.report.replace(result)
+            return
         line = (
             f"training steps {phases or 'none'}, winners from step {last + 1}; cost "
             f"{timing.duration(cost)} (warm-ups and compiles included)"
