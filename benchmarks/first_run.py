@@ -10,9 +10,10 @@ Workloads (each run is a fresh process, timed from its start to its end: interpr
   (benchmarks/scripts/mnist_like.py: 2 epochs of 10 steps), the original against the script
   `autoopt rewrite --wrap` makes of it.
 
-For each workload: one eager run; then `--runs` first runs, each with fresh caches (its own
-AUTOOPT_COMPILE_CACHE, AUTOOPT_CACHE_DIR and TORCHINDUCTOR_CACHE_DIR), the first of them
-followed by `--later` runs on its caches. Per run: wall and CPU seconds (the process and its
+For each workload: `--runs` first runs, each with fresh caches (its own AUTOOPT_COMPILE_CACHE,
+AUTOOPT_CACHE_DIR and TORCHINDUCTOR_CACHE_DIR), the first of them followed by `--later` runs
+on its caches; every one of them right after an eager run of its own, so each ratio is of a
+pair run under the same load. Per run: wall and CPU seconds (the process and its
 children: g++ included), the steady-state seconds per step (median of the last half of the
 steps, by the wall clock), what the report says the trials cost, and the plan (what each
 measured choice kept: layout, amp, compile, the optimizer step). Printed: first run / eager and
@@ -29,7 +30,6 @@ from __future__ import annotations
 import argparse
 import collections
 import json
-import math
 import os
 import resource
 import runpy
@@ -161,52 +161,57 @@ def wrapped_mnist(into: Path) -> Path:
 
 
 def workload_rows(workload: str, runs: int, later: int, steps: int) -> dict[str, Any]:
+    """Every autoopt run right after an eager run of its own (load that comes and goes falls on
+    both; each ratio is of a pair): `runs` first runs, the first one followed by `later` runs
+    on its caches."""
     scratch = Path(tempfile.mkdtemp(prefix=f"ao-first-{workload}-"))
     original = MNIST if workload == "mnist" else None
     wrapped = wrapped_mnist(scratch) if workload == "mnist" else None
-    eager = run(workload, False, steps, fresh_caches(str(scratch / "eager")), original)
-    print(f"[{workload}] eager: {eager}", file=sys.stderr, flush=True)
-    firsts, laters = [], []
+    rows: dict[str, Any] = {"eager": [], "first": [], "later": []}
+
+    def pair(kind: str, caches: dict[str, str]) -> None:
+        eager = run(workload, False, steps, fresh_caches(str(scratch / "eager")), original)
+        mine = run(workload, True, steps, caches, wrapped)
+        mine["eager"] = eager
+        rows["eager"].append(eager)
+        rows[kind].append(mine)
+        print(f"[{workload}] {kind} run: {mine}", file=sys.stderr, flush=True)
+
     for i in range(runs):
         caches = fresh_caches(str(scratch / f"run{i}"))
-        firsts.append(run(workload, True, steps, caches, wrapped))
-        print(f"[{workload}] first run {i + 1}: {firsts[-1]}", file=sys.stderr, flush=True)
+        pair("first", caches)
         if i == 0:
             for _ in range(later):
-                laters.append(run(workload, True, steps, caches, wrapped))
-                print(f"[{workload}] later run: {laters[-1]}", file=sys.stderr, flush=True)
-    return {"eager": eager, "first": firsts, "later": laters}
+                pair("later", caches)
+    return rows
 
 
 def summary(workload: str, rows: dict[str, Any]) -> str:
-    eager = rows["eager"]
-    if "error" in eager:
-        return f"{workload}: eager failed: {eager['error']}"
-    ok = [r for r in rows["first"] if "error" not in r]
-    plans = collections.Counter(json.dumps(r.get("plan"), sort_keys=True) for r in ok)
+    """Medians of the paired ratios (autoopt run / the eager run before it), the steady-state
+    speed-up, and how many first runs made the most common plan."""
+    ok = {k: [r for r in rows[k] if "error" not in r and "error" not in r["eager"]] for k in rows}
+    plans = collections.Counter(json.dumps(r.get("plan"), sort_keys=True) for r in ok["first"])
     common, same = plans.most_common(1)[0] if plans else ("{}", 0)
 
     def ratio(key: str, group: list[dict[str, Any]]) -> str:
-        values = [r[key] / eager[key] for r in group if "error" not in r]
+        values = [r[key] / r["eager"][key] for r in group if r["eager"].get(key)]
         return f"{statistics.median(values):.2f}" if values else "-"
 
-    later = rows["later"]
-    steady = [eager["steady_s"] / r["steady_s"] for r in ok + later if r.get("steady_s")]
-    steady_cpu = [
-        eager["steady_cpu_s"] / r["steady_cpu_s"] for r in ok + later if r.get("steady_cpu_s")
-    ]
-    loads = [r["load"] for r in [eager, *rows["first"], *later]]
+    runs = ok["first"] + ok["later"]
+    loads = [r["load"] for r in runs] + [r["eager"]["load"] for r in runs]
     return (
-        f"{workload}: first run / eager {ratio('wall_s', ok)} wall, {ratio('cpu_s', ok)} CPU "
-        f"(eager {eager['wall_s']} s wall, {eager['cpu_s']} s CPU); later run / eager "
-        f"{ratio('wall_s', later)} wall, {ratio('cpu_s', later)} CPU; steady-state speed-up "
-        f"{statistics.median(steady):.2f}x wall, "
-        f"{statistics.median(steady_cpu) if steady_cpu else math.nan:.2f}x CPU; "
-        f"the same plan in {same} of {len(rows['first'])} "
-        f"first runs ({common}); load {min(loads)}-{max(loads)}"
-        if steady
-        else f"{workload}: no steady-state figure ({rows})"
+        f"{workload}: first run / eager {ratio('wall_s', ok['first'])} wall, "
+        f"{ratio('cpu_s', ok['first'])} CPU; later run / eager {ratio('wall_s', ok['later'])} "
+        f"wall, {ratio('cpu_s', ok['later'])} CPU; steady-state speed-up (eager / autoopt "
+        f"seconds a step) {_inverse(ratio('steady_s', runs))} wall, "
+        f"{_inverse(ratio('steady_cpu_s', runs))} CPU; the same plan in {same} of "
+        f"{len(rows['first'])} first runs ({common}); load {min(loads, default=0)}-"
+        f"{max(loads, default=0)}"
     )
+
+
+def _inverse(text: str) -> str:
+    return f"{1 / float(text):.2f}x" if text != "-" else "-"
 
 
 def main() -> None:
