@@ -276,6 +276,8 @@ class DataLoaderNumWorkers(Rule):
         dataset = options.values.get("dataset") or _first_arg(node)
         if self._unsharded_iterable_dataset(dataset) or self._in_memory(dataset):
             return
+        if self.context.program.dataset_on_device(node):
+            return  # workers would have to start CUDA to run its __getitem__
         if evaluation_only_loader(self, node, "num_workers"):
             return  # the training loader sets it, this evaluation one does not: a choice
         message = self.message

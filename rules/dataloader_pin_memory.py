@@ -355,6 +355,8 @@ class DataLoaderPinMemory(Rule):
             return  # pin_memory + persistent_workers crashed before torch 1.8
         if not self._moves_batches_to_device(node):
             return
+        if self.context.program.dataset_on_device(node):
+            return  # its samples are on the device already: nothing to pin
         if evaluation_only_loader(self, node, "pin_memory"):
             return  # the training loader sets it, this evaluation one does not: a choice
         # Pin only on runs that use CUDA, decided as the script decides its device: torch warns

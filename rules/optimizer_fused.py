@@ -50,7 +50,8 @@ class OptimizerFused(Rule):
     fix_reason = "every parameter must be a float tensor on CUDA (or CPU, torch 2.4+)"
     covered_by_optimize = True  # the backends pass picks fused, else foreach
     triggers = ("Adam", "SGD")
-    requires = ("cuda", ".backward(")
+    # no text requirement: an optimizer factory module names neither CUDA nor backward (the
+    # program model says whether a CUDA training program uses it)
 
     VALID = [
         Valid(
@@ -120,7 +121,9 @@ class OptimizerFused(Rule):
         if not self.is_call_to(node, *FUSED_OPTIMIZERS):
             return
         facts = self.facts
-        if not facts.uses_cuda or not facts.training_loops:
+        program = self.context.program
+        trains_here = facts.trains and program.runs_on_cuda
+        if not trains_here and not program.serves_cuda_training:  # not an optimizer factory
             return
         options = call_options(self, node, positions={})
         if not options.complete or {"fused", "foreach"} & set(options.values):

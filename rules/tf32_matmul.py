@@ -162,17 +162,19 @@ class TF32Matmul(Rule):
     def visit_Module(self, node: cst.Module) -> None:
         facts = self.facts
         source = self.context.source
+        program = self.context.program
         if (
-            not facts.training_loops
-            or not facts.uses_cuda
-            or facts.requests_determinism
+            not facts.trains
+            or not program.runs_on_cuda
+            or not program.is_entry_script  # the driver that imports this trainer says it
+            or facts.switches_determinism_on
             or "autocast(" in source
             or any(flag in source for flag in _CHOSEN)
         ):
             return
         new = statement_line('torch.set_float32_matmul_precision("high")')
         self.report(
-            facts.training_loops[0],
+            facts.training_points[0],
             fix=Fix(
                 replacements=insert_after_imports(node, new, needs=("torch",)),
                 description='torch.set_float32_matmul_precision("high") after the imports',

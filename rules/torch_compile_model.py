@@ -14,6 +14,7 @@ from autoopt.lint.program.handled import (
     uses_accelerate,
 )
 from autoopt.lint.program.placement import binds_or_places
+from autoopt.lint.program.torch_api import torch_imports, torch_name
 from autoopt.lint.program.trained_models import is_compiled, mentions, trained_models
 from autoopt.lint.rewrite.fixes.preconditions import (
     double_backward,
@@ -21,7 +22,14 @@ from autoopt.lint.rewrite.fixes.preconditions import (
     trains_twice,
 )
 from autoopt.lint.tree.edits import statement_line
-from autoopt.lint.tree.nodes import contains, names_in, nodes_of_type
+from autoopt.lint.tree.nodes import (
+    calls_in,
+    contains,
+    dotted,
+    names_in,
+    nodes_of_type,
+    string_value,
+)
 
 _SCRIPTED = (
     "torch.jit.script",
@@ -29,6 +37,11 @@ _SCRIPTED = (
     "torch._dynamo.optimize",
 )
 _IN_PLACE_COMPILE = (2, 2)  # nn.Module.compile() exists since torch 2.2
+
+
+def _parameter_names(func: cst.FunctionDef) -> set[str]:
+    p = func.params
+    return {x.name.value for x in [*p.posonly_params, *p.params, *p.kwonly_params]}
 
 
 class TorchCompileModel(Rule):
@@ -70,7 +83,10 @@ class TorchCompileModel(Rule):
     ## Fix (safe)
     Inserts `model.compile()`: the in-place form compiles the module's forward without wrapping
     it, so `state_dict()` keys stay the same (no `_orig_mod.` prefix) and checkpoints load into a
-    plain model; the optimizer keeps the same parameters. With `--target-version` below 2.2,
+    plain model; the optimizer keeps the same parameters. Where the script picks its device at
+    run time (`model.to(device)` with a CPU fallback) the call goes behind
+    `if torch.device(device).type == "cuda":`: on a CPU the script keeps running eagerly, as
+    before, instead of paying a cold compile that may not pay back there. With `--target-version` below 2.2,
     where `nn.Module.compile` does not exist, the rule reports without a fix, and so it does in
     a script that differentiates through a gradient (`torch.autograd.grad(create_graph=True)`,
     a WGAN-GP gradient penalty): torch.compile's aot_autograd does not support double backward.
@@ -241,7 +257,8 @@ class TorchCompileModel(Rule):
                     self.G = Generator(64)
                     self.g_optimizer = torch.optim.Adam(self.G.parameters(), 1e-4)
                     self.G.to(self.device)
-                    self.G.compile()
+                    if torch.device(self.device).type == "cuda":
+                        self.G.compile()
                 def train(self):
                     for x in self.loader:
                         self.G(x.to(self.device)).mean().backward()
@@ -290,7 +307,8 @@ class TorchCompileModel(Rule):
             def run(loader, device):
                 model = Net()
                 model.to(device)
-                model.compile()
+                if torch.device(device).type == "cuda":
+                    model.compile()
                 optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
                 trainer = create_supervised_trainer(model, optimizer, nn.NLLLoss(), device=device)
                 trainer.run(loader, max_epochs=10)
@@ -323,7 +341,8 @@ class TorchCompileModel(Rule):
                 model = TransformerModel().to(device)
             else:
                 model = RNNModel().to(device)
-            model.compile()
+            if torch.device(device).type == "cuda":
+                model.compile()
             optimizer = torch.optim.AdamW(model.parameters())
 
             def train():
@@ -408,7 +427,8 @@ class TorchCompileModel(Rule):
             fixed="""
             import torch
             net = TransformerNet().to(device)
-            net.compile()
+            if torch.device(device).type == "cuda":
+                net.compile()
             optimizer = torch.optim.Adam(net.parameters(), 1e-3)
             for x in loader:
                 net(x).sum().backward()
@@ -498,6 +518,13 @@ class TorchCompileModel(Rule):
             self._offer(opt_call, model)  # each trained model (GANs have two)
 
     def _offer(self, opt_call: cst.Call, model: str) -> None:
+        scope = self.facts.enclosing_scope(opt_call)
+        if (
+            isinstance(scope, cst.FunctionDef)
+            and model.split(".")[0] in _parameter_names(scope)
+            and self.context.program.called_from_the_project(scope)
+        ):
+            return  # `train(model, ...)` receives it: the caller builds it, compile goes there
         found = self._where_built(opt_call, model)
         if found is None:
             return
@@ -542,13 +569,89 @@ class TorchCompileModel(Rule):
                 " which torch.compile's aot_autograd does not support)",
             )
             return
-        new = cst.FlattenSentinel([anchor, statement_line(f"{model}.compile()")])
+        device = self._runtime_device([body[i] for i in builds])
+        if device is None:
+            added: cst.BaseStatement = statement_line(f"{model}.compile()")
+            where = ""
+        else:  # a CPU fallback must not start paying a cold compile it never paid before
+            added = cst.parse_statement(
+                f'if {self._device_type(device)} == "cuda":\n    {model}.compile()\n'
+            )
+            where = " on CUDA"
+        new = cst.FlattenSentinel([anchor, added])
         self.report(
             anchor,
-            f"model `{model}` is trained without torch.compile; call `{model}.compile()` once it"
-            " is built and placed",
-            fix=Fix(replacements={anchor: new}, description=f"insert {model}.compile()"),
+            f"model `{model}` is trained without torch.compile; call `{model}.compile()`{where}"
+            " once it is built and placed",
+            fix=Fix(
+                replacements={anchor: new},
+                description=f"insert {model}.compile(){where}",
+                add_imports=torch_imports(self.context.module) if device else (),
+            ),
         )
+
+    def _runtime_device(self, builds: Sequence[cst.BaseStatement]) -> str | None:
+        """The device the statements that build and place the model put it on, when the
+        script picks it at run time (`model = Net().to(device)` with `device = "cuda" if
+        available else "cpu"`): the compile goes behind a test of it. None when the model goes
+        to CUDA by name (`.cuda()`, `.to("cuda")`, a device bound to "cuda" only) or its
+        placement is not in sight."""
+        found = None
+        for stmt in builds:
+            for call in calls_in(stmt):
+                if not isinstance(call.func, cst.Attribute):
+                    continue
+                if call.func.attr.value == "cuda":
+                    return None
+                if call.func.attr.value != "to" or not call.args:
+                    continue
+                first = call.args[0]
+                if first.keyword is not None and first.keyword.value != "device":
+                    continue
+                text = string_value(first.value)
+                if text is not None:
+                    return None if text.startswith("cuda") else found
+                name = dotted(first.value)
+                if name is not None and not any(
+                    q.startswith("torch.") for q in self.qualified_names(first.value)
+                ):
+                    found = None if self._names_cuda(name) else name
+        return found
+
+    def _device_type(self, device: str) -> str:
+        """`device.type` for a name bound to `torch.device(...)` only, else
+        `torch.device(<device>).type` (a string, an index or a device alike)."""
+        values = self._assigned(device)
+        if values and all(
+            isinstance(v, cst.Call) and self.is_call_to(v, "torch.device") for v in values
+        ):
+            return f"{device}.type"
+        torch, _ = torch_name(self)
+        return f"{torch}.device({device}).type"
+
+    def _assigned(self, name: str) -> list[cst.BaseExpression]:
+        return [
+            n.value
+            for n in nodes_of_type(self.context.module, cst.Assign)
+            if any(dotted(t.target) == name for t in n.targets)
+        ]
+
+    def _names_cuda(self, name: str) -> bool:
+        """Every assignment of `name` in the file is CUDA by name (`device = "cuda:0"`,
+        `torch.device("cuda")`)."""
+        values = self._assigned(name)
+
+        def cuda(value: cst.BaseExpression) -> bool:
+            if (
+                isinstance(value, cst.Call)
+                and self.is_call_to(value, "torch.device")
+                and value.args
+            ):
+                value = value.args[0].value
+            text = string_value(value)
+            return text is not None and text.startswith("cuda")
+
+        return bool(values) and all(cuda(v) for v in values)
 
     def _where_built(
         self, opt_call: cst.Call, model: str

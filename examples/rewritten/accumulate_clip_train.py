@@ -22,7 +22,8 @@ def main():
     y = x @ torch.randn(32, 1) + 0.1 * torch.randn(16 * args.steps, 1)
     loader = DataLoader(TensorDataset(x, y), batch_size=16, shuffle=True, pin_memory=device.type == "cuda")
     model = nn.Sequential(nn.Linear(32, 128), nn.GELU(), nn.Linear(128, 1)).to(device)
-    model.compile()
+    if device.type == "cuda":
+        model.compile()
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3, fused=True)
     criterion = nn.MSELoss()
 

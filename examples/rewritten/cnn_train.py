@@ -45,7 +45,8 @@ def main():
 
     model = Net().to(device)
     model = model.to(memory_format=torch.channels_last)
-    model.compile()
+    if device.type == "cuda":
+        model.compile()
     criterion = nn.CrossEntropyLoss()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, fused=True)
 

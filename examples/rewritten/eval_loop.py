@@ -34,7 +34,8 @@ def main():
     y = (x[:, :5].sum(1) > 0).long()
     loader = DataLoader(TensorDataset(x, y), batch_size=32, shuffle=True, pin_memory=device.type == "cuda")
     model = nn.Sequential(nn.Linear(20, 64), nn.ReLU(), nn.Linear(64, 2)).to(device)
-    model.compile()
+    if device.type == "cuda":
+        model.compile()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, fused=True)
     loss_fn = nn.CrossEntropyLoss()
     amp_dtype = torch.bfloat16 if device.type == "cpu" or torch.cuda.is_bf16_supported() else torch.float16

@@ -26,9 +26,11 @@ def main():
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     loader = DataLoader(make_real(64 * args.steps), batch_size=64, shuffle=True, num_workers=min(8, (os.cpu_count() or 1) - 1) if device.type == "cuda" else min(4, (os.cpu_count() or 1) // 8), pin_memory=device.type == "cuda")
     generator = nn.Sequential(nn.Linear(8, 64), nn.ReLU(), nn.Linear(64, 2)).to(device)
-    generator.compile()
+    if device.type == "cuda":
+        generator.compile()
     discriminator = nn.Sequential(nn.Linear(2, 64), nn.LeakyReLU(0.2), nn.Linear(64, 1)).to(device)
-    discriminator.compile()
+    if device.type == "cuda":
+        discriminator.compile()
     opt_g = torch.optim.Adam(generator.parameters(), lr=1e-3, betas=(0.5, 0.999), fused=True)
     opt_d = torch.optim.Adam(discriminator.parameters(), lr=1e-3, betas=(0.5, 0.999), fused=True)
     bce = nn.BCEWithLogitsLoss()

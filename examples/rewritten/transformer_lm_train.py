@@ -44,7 +44,8 @@ def main():
     device = "cuda" if torch.cuda.is_available() else "cpu"
     loader = DataLoader(make_tokens(32 * args.steps), batch_size=32, shuffle=True, num_workers=min(8, (os.cpu_count() or 1) - 1) if torch.device(device).type == "cuda" else min(4, (os.cpu_count() or 1) // 8), pin_memory=torch.device(device).type == "cuda")
     model = LM().to(device)
-    model.compile()
+    if torch.device(device).type == "cuda":
+        model.compile()
     optimizer = torch.optim.AdamW(model.parameters(), lr=2e-3, fused=True)
     loss_fn = nn.CrossEntropyLoss()
 

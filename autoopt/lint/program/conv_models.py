@@ -29,9 +29,9 @@ import libcst as cst
 
 from autoopt.lint.engine.rule import Rule
 from autoopt.lint.program.placement import without_placement
-from autoopt.lint.program.project_facts import local_definition
+from autoopt.lint.program.project_facts import LocalDefinition, definition_at, local_definition
 from autoopt.lint.program.torch_api import CONV2D, conv_classes, is_conv_call, is_conv_zoo_model
-from autoopt.lint.tree.nodes import calls_in, method_name, nodes_of_type
+from autoopt.lint.tree.nodes import calls_in, dotted, method_name, nodes_of_type
 
 _SEQUENTIAL = ("torch.nn.Sequential", "torch.nn.modules.container.Sequential")
 
@@ -51,11 +51,34 @@ def builds_convolution(rule: Rule, call: cst.Call) -> bool:
 
 
 def _project_conv(rule: Rule, call: cst.Call) -> bool:
-    """A convolutional model imported from the user's project (`from models import Net`)."""
-    if not isinstance(call.func, cst.Name):
-        return False
-    found = local_definition(rule, call.func.value)
+    """A convolutional model imported from the user's project (`from models import Net`,
+    `model.resnet50(...)` of `from retinanet import model`)."""
+    found = project_definition(rule, call)
     return found is not None and found.conv
+
+
+def project_definition(rule: Rule, call: cst.Call) -> LocalDefinition | None:
+    """What the project's class or function `call` runs is: through the linted file's imports
+    (`from models import Net`), else as the program model resolves the call (a module's
+    attribute, an import found on the project's own PYTHONPATH)."""
+    if isinstance(call.func, cst.Name):
+        found = local_definition(rule, call.func.value)
+        if found is not None:
+            return found
+    elif not isinstance(call.func, cst.Attribute):
+        return None
+    program = rule.context.program
+    name = dotted(call.func)
+    if name is None:
+        return None
+    for target in program.program.resolve(
+        program.index, program.function_of(call), tuple(name.split("."))
+    ):
+        if "." not in target.qualname:
+            found = definition_at(target.path, target.qualname)
+            if found is not None:
+                return found
+    return None
 
 
 def conv2d_models(rule: Rule) -> list[ConvModel]:
@@ -127,11 +150,11 @@ def _conv_model(rule: Rule, call: cst.Call, fit: set[str], flattening: set[str])
             return "fit"
         if call.func.value in flattening:
             return "flattens"
-        local = local_definition(rule, call.func.value)  # `from models import Net`
-        if local is not None:
-            if not local.conv2d:
-                return None
-            return "flattens" if local.views else "fit"
+    local = project_definition(rule, call)  # `from models import Net`, `model.resnet50()`
+    if local is not None:
+        if not local.conv2d:
+            return None
+        return "flattens" if local.views else "fit"
     if is_conv_zoo_model(rule, call):
         return "fit"
     if rule.is_call_to(call, *_SEQUENTIAL) and any(

@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Callable, Iterator
 from collections.abc import Set as AbstractSet
 
@@ -20,6 +21,7 @@ from autoopt.lint.program.device import DeviceFacts, cpu_only, device_facts
 from autoopt.lint.program.precision import other_precision_system
 from autoopt.lint.tree import metadata
 from autoopt.lint.tree.nodes import calls_in, dotted, nodes_of_type
+from autoopt.lint.tree.text import strip_prose
 
 Loop = cst.For | cst.While
 Scope = cst.FunctionDef | cst.Module
@@ -31,6 +33,11 @@ _NO_GRAD = {
     "torch.autograd.grad_mode.no_grad",
     "torch.autograd.grad_mode.inference_mode",
 }
+# A request for determinism that is not a literal False (a flag may be True by default).
+_DETERMINISM = re.compile(
+    r"deterministic\s*=\s*(?!\s*False\b)\S"
+    r"|use_deterministic_algorithms\(\s*(?!False\b)\S"
+)
 # `torch.no_grad` as written where `torch` itself cannot be resolved (a star import brought it).
 _NO_GRAD_SPELLINGS = ("torch.no_grad", "torch.inference_mode", "torch.autograd.no_grad")
 # How many calls deep a helper may hide `.backward()` (loop -> train_one_epoch -> step -> backward).
@@ -388,14 +395,23 @@ class FileFacts:
         return cpu_only(self.device, self.source)
 
     @functools.cached_property
-    def requests_determinism(self) -> bool:
-        """`cudnn.deterministic = True` or `torch.use_deterministic_algorithms(True)`."""
+    def switches_determinism_on(self) -> bool:
+        """`cudnn.deterministic = True` or `torch.use_deterministic_algorithms(True)`, literally
+        (see `requests_determinism` for any spelling)."""
         s = self.source
         return (
             "deterministic = True" in s
             or "deterministic=True" in s
             or "use_deterministic_algorithms(True" in s
         )
+
+    @functools.cached_property
+    def requests_determinism(self) -> bool:
+        """Determinism may be asked for, in any spelling: `cudnn.deterministic = True`, or set
+        from a flag (`= args.torch_deterministic`, True by default in cleanrl), or
+        `torch.use_deterministic_algorithms(<anything but False>)`, or `deterministic=True`
+        handed to a library (Lightning's Trainer)."""
+        return bool(_DETERMINISM.search(strip_prose(self.source)))
 
     # ----- positions ------------------------------------------------------------------------------
     def _depth(self, node: cst.CSTNode) -> int:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ast
 import os
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -97,6 +98,7 @@ class FunctionInfo:
     self_attrs: dict[str, list[Value]] = field(default_factory=dict)
     returns: list[Value] = field(default_factory=list)
     backward: bool = False  # `.backward()` (any receiver), `accelerator.backward(loss)`, ...
+    to_device: bool = False  # moves something to a device: `.cuda()`, `.to(self.device)`
     zero_grad: bool = False  # `.zero_grad()` on anything: a training step's bookkeeping
     no_grad: bool = False  # decorated with torch.no_grad() / inference_mode()
     line: int = 0
@@ -151,7 +153,9 @@ def index_source(path: Path, data: bytes | str) -> ModuleIndex:
     raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data
     index = ModuleIndex(path, content_digest(raw))
     try:
-        tree = ast.parse(data)
+        with warnings.catch_warnings():  # `"\("` in the user's strings: not ours to report
+            warnings.simplefilter("ignore")
+            tree = ast.parse(data)
     except (SyntaxError, ValueError, RecursionError):
         index.functions["<module>"] = FunctionInfo("<module>")
         return index
@@ -263,6 +267,19 @@ def _iterated(expr: ast.expr) -> list[Dotted]:
                 found.extend(_iterated(a))
             return found
     return []
+
+
+def _names_a_device(call: ast.Call) -> bool:
+    """`.to(device)`, `.to(self.device)`, `.to("cuda")`: the argument is a device (not a dtype)."""
+    first = (
+        call.args[0]
+        if call.args
+        else next((k.value for k in call.keywords if k.arg == "device"), None)
+    )
+    if isinstance(first, ast.Constant):
+        return isinstance(first.value, str) and first.value.startswith(("cuda", "mps", "xpu"))
+    name = dotted_of(first) if first is not None else None
+    return bool(name) and "device" in name[-1].lower()
 
 
 def _names_in(node: ast.AST) -> set[str]:
@@ -421,6 +438,8 @@ class _Scanner:
             owner = dotted_of(func.value)
             if attr in ("backward", "manual_backward"):
                 info.backward = True
+            elif attr == "cuda" or (attr == "to" and _names_a_device(node)):
+                info.to_device = True
             elif attr == "zero_grad":
                 info.zero_grad = True
             if owner is not None:

@@ -45,6 +45,9 @@ _CONV_LEAVES = _CONV2D_LEAVES | frozenset(
     for dim in (1, 3)
 )
 _CONV_FUNCTION_LEAVES = frozenset({"conv1d", "conv2d", "conv3d", "conv_transpose2d"})
+# Layers that make a model dense rather than convolutional (transformers, MLPs).
+_DENSE_LEAVES = frozenset({"Linear", "LazyLinear", "Bilinear", "MultiheadAttention"})
+_ZOO_CONVS = 20  # a torchvision/timm CNN counts as this many convolution layers
 # torch.optim's optimizer classes (`torch.optim.SGD(...)`, `optim.AdamW(...)`)
 _OPTIMIZER_LEAVES = frozenset(
     {"SGD", "Adam", "AdamW", "Adamax", "Adagrad", "Adadelta", "RMSprop", "Rprop", "NAdam",
@@ -66,6 +69,10 @@ class ModuleSummary:
     views: set[str] = field(default_factory=set)  # ... that flatten with `.view(n, -1)`
     optimizers: set[str] = field(default_factory=set)  # functions that build a torch.optim one
     own_to: set[str] = field(default_factory=set)  # classes whose `.to()` takes no non_blocking
+    # def -> (2-D convolution layers, dense layers: Linear, MultiheadAttention) it builds itself
+    layers: dict[str, tuple[int, int]] = field(default_factory=dict)
+    # def -> name -> how many times it calls (or passes on) that name: `Down(...)` three times
+    uses: dict[str, dict[str, int]] = field(default_factory=dict)
     imported_modules: list[tuple[str, int]] = field(default_factory=list)  # (module, level)
     # bound name -> (module, imported name, relative level)
     imports: dict[str, tuple[str, str, int]] = field(default_factory=dict)
@@ -103,28 +110,40 @@ def summarize(path: Path, data: bytes) -> ModuleSummary:
                     )
         elif isinstance(stmt, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
             used: set[str] = set()
+            convs = dense = 0
+            times: dict[str, int] = {}
             for node in ast.walk(stmt):
                 if isinstance(node, ast.Name):  # `ResNet(BasicBlock, ...)` passes a conv class
                     used.add(node.id)
+                    times[node.id] = times.get(node.id, 0) + 1
                 if not isinstance(node, ast.Call):
                     continue
                 leaf = _leaf(node.func)
                 if leaf is None:
                     continue
                 used.add(leaf)
+                if isinstance(node.func, ast.Attribute):
+                    times[leaf] = times.get(leaf, 0) + 1
                 if leaf in _CONV_LEAVES or leaf in _CONV_FUNCTION_LEAVES:
                     summary.conv.add(stmt.name)
                 if leaf in _CONV2D_LEAVES or leaf == "conv2d":
                     summary.conv2d.add(stmt.name)
+                    convs += 1
+                elif leaf in _DENSE_LEAVES:
+                    dense += 1
                 if leaf == "view" and isinstance(node.func, ast.Attribute) and _flattens(node):
                     summary.views.add(stmt.name)
                 if leaf in _OPTIMIZER_LEAVES and isinstance(stmt, ast.FunctionDef):
                     summary.optimizers.add(stmt.name)
-                if _zoo_model(node, leaf):
+                if _zoo_model(node, leaf, summary.imports):
                     summary.conv.add(stmt.name)
                     summary.conv2d.add(stmt.name)
+                    convs += _ZOO_CONVS
             if isinstance(stmt, ast.ClassDef) and _own_to(stmt):
                 summary.own_to.add(stmt.name)
+            if convs or dense:
+                summary.layers[stmt.name] = (convs, dense)
+            summary.uses[stmt.name] = times
             target = summary.classes if isinstance(stmt, ast.ClassDef) else summary.functions
             target[stmt.name] = used
         elif (  # an alias kept for compatibility: `Model = DetectionModel` (yolov5)
@@ -136,6 +155,7 @@ def summarize(path: Path, data: bytes) -> ModuleSummary:
             original = stmt.value.id
             target = summary.functions if original in summary.functions else summary.classes
             target[stmt.targets[0].id] = {original}
+            summary.uses[stmt.targets[0].id] = {original: 1}
     _close_within(summary)
     return summary
 
@@ -158,8 +178,14 @@ def _flattens(view: ast.Call) -> bool:
     return minus_one or len(view.args) < 4 or any(isinstance(a, ast.Starred) for a in view.args)
 
 
-def _zoo_model(call: ast.Call, leaf: str) -> bool:
-    """`timm.create_model("resnet50")`, `get_model("vgg16")`, `models.resnet18(...)`."""
+def _zoo_model(
+    call: ast.Call, leaf: str, imports: dict[str, tuple[str, str, int]] | None = None
+) -> bool:
+    """`timm.create_model("resnet50")`, `get_model("vgg16")`, `models.resnet18(...)`, and
+    `resnet50()` imported from torchvision or timm."""
+    if isinstance(call.func, ast.Name) and imports and leaf in imports:
+        source = imports[leaf][0]
+        return source.startswith(("torchvision", "timm")) and is_conv_family(imports[leaf][1])
     if leaf in ("create_model", "get_model"):
         first = call.args[0] if call.args else None
         return (
@@ -359,16 +385,28 @@ def local_definition(rule: Rule, name: str) -> LocalDefinition | None:
         target = resolve_module(rule.context.path, module, level)
         found = _definition(target, original) if target else None
         if found is not None:
-            summary, defined = found
-            closure = _cross_module_closure(summary, defined)
-            return LocalDefinition(
-                name,
-                conv=bool(closure & {"conv"}),
-                conv2d=bool(closure & {"conv2d"}),
-                views=bool(closure & {"views"}),
-                optimizer=defined in summary.optimizers,
-            )
+            return _describe(name, *found)
     return None
+
+
+def definition_at(path: Path, name: str) -> LocalDefinition | None:
+    """What the class or function `name` of the module at `path` is (a call the program model
+    resolved: `model.resnet50(...)` through `from retinanet import model`)."""
+    summary = load(path)
+    if summary is None or (name not in summary.classes and name not in summary.functions):
+        return None
+    return _describe(name, summary, name)
+
+
+def _describe(name: str, summary: ModuleSummary, defined: str) -> LocalDefinition:
+    closure = _cross_module_closure(summary, defined)
+    return LocalDefinition(
+        name,
+        conv=bool(closure & {"conv"}),
+        conv2d=bool(closure & {"conv2d"}) and _convolutions_dominate(summary, defined),
+        views=bool(closure & {"views"}),
+        optimizer=defined in summary.optimizers,
+    )
 
 
 def _cross_module_closure(
@@ -400,6 +438,48 @@ def _cross_module_closure(
         if target is not None and (target[0].path, target[1]) not in seen:
             found |= _cross_module_closure(target[0], target[1], seen)
     return found
+
+
+def _convolutions_dominate(summary: ModuleSummary, name: str) -> bool:
+    """`name` builds at least as many 2-D convolution layers as dense ones, counting every
+    instance it makes of its blocks (a U-Net's `DoubleConv` in each of its six stages), in its
+    module and the modules they come from: a ResNet, a ConvNeXt or a diffusion U-Net with a few
+    attention blocks, not a vision transformer whose only Conv2d is the patch embedding, nor a
+    transformer holding an optional `nn.Conv2d(...) if talking_heads else None` (facts by
+    weight, not by presence)."""
+    convs, dense = _layer_weight(summary, name, {}, 0)
+    return convs > 0 and convs >= dense
+
+
+def _layer_weight(
+    summary: ModuleSummary,
+    name: str,
+    memo: dict[tuple[Path, str], tuple[int, int]],
+    depth: int,
+) -> tuple[int, int]:
+    """(convolution, dense) layers `name` builds, its blocks' counted once per use."""
+    key = (summary.path, name)
+    if key in memo:
+        return memo[key]
+    memo[key] = (0, 0)  # a cycle adds nothing
+    convs, dense = summary.layers.get(name, (0, 0))
+    if depth < _MAX_DEPTH and len(memo) <= _MAX_VISITS:
+        for other, times in sorted(summary.uses.get(name, {}).items()):
+            if other == name:
+                continue
+            if other in summary.classes or other in summary.functions:
+                target: tuple[ModuleSummary, str] | None = (summary, other)
+            elif other in summary.imports:
+                source, original, level = summary.imports[other]
+                path = resolve_module(summary.path, source, level)
+                target = _definition(path, original) if path else None
+            else:
+                continue
+            if target is not None:
+                c, d = _layer_weight(target[0], target[1], memo, depth + 1)
+                convs, dense = convs + times * c, dense + times * d
+    memo[key] = (convs, dense)
+    return convs, dense
 
 
 @dataclass

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,8 +19,10 @@ _READ: dict[str, str] = {}
 
 
 def begin_file() -> None:
-    """Start recording the modules consulted for one linted file."""
+    """Start recording the modules consulted for one linted file (and look at the project's
+    files afresh: one of them may have changed since the last file)."""
     _READ.clear()
+    _STAMPS.clear()
 
 
 def files_read() -> dict[str, str]:
@@ -111,6 +114,60 @@ def modules_named(linted: Path, module: str) -> list[Path]:
 def project_modules(linted: Path) -> list[Path]:
     """Every module of the linted file's project (at most `_MAX_PROJECT_FILES`)."""
     return sorted({p for paths in _project_table(linted).values() for p in paths})
+
+
+_STAMPS: dict[str, tuple[int, int]] = {}  # project root -> its stamp, while one file is linted
+
+
+def project_stamp(path: Path) -> tuple[int, int]:
+    """(number of modules, latest modification) of the project holding `path`: a cache of
+    answers about the whole project is kept while this stays the same (read once per linted
+    file: `begin_file` forgets it)."""
+    root = str(project_root(Path(os.path.abspath(path)).parent))
+    found = _STAMPS.get(root)
+    if found is not None:
+        return found
+    latest = 0
+    modules = project_modules(path)
+    for module in modules:
+        try:
+            latest = max(latest, os.stat(module).st_mtime_ns)
+        except OSError:
+            continue
+    found = _STAMPS[root] = (len(modules), latest)
+    return found
+
+
+# `from a.b import c, d` / `import a.b as e, f`: the words a module's imports name
+_IMPORT_LINE = re.compile(
+    r"^[ \t]*(?:from[ \t]+(\.*[\w.]*)[ \t]+import[ \t]+\(?([^)#\n]*)|import[ \t]+([^#\n]+))",
+    re.MULTILINE,
+)
+_IMPORT_INDEX: dict[str, tuple[tuple[int, int], dict[str, list[Path]]]] = {}
+
+
+def modules_importing(linted: Path, word: str) -> list[Path]:
+    """The project's modules whose imports name `word` (a module or a name imported from
+    one): the only ones that can import the module called `word` or use it. An index built
+    once per project (while its stamp holds), so a question about importers reads no file."""
+    root = str(project_root(Path(os.path.abspath(linted)).parent))
+    stamp = project_stamp(linted)
+    cached = _IMPORT_INDEX.get(root)
+    if cached is None or cached[0] != stamp:
+        index: dict[str, list[Path]] = {}
+        for path in project_modules(linted):
+            try:
+                text = path.read_bytes().decode("utf-8", "replace")
+            except OSError:
+                continue
+            words: set[str] = set()
+            for source, names, plain in _IMPORT_LINE.findall(text):
+                for part in (source, *names.split(","), *plain.split(",")):
+                    words.update(w for w in re.split(r"[\s.]+", part) if w and w != "as")
+            for w in words:
+                index.setdefault(w, []).append(Path(os.path.abspath(path)))
+        cached = _IMPORT_INDEX[root] = (stamp, index)
+    return cached[1].get(word, [])
 
 
 def _project_table(linted: Path) -> dict[str, list[Path]]:

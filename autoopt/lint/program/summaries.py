@@ -10,13 +10,15 @@ to `Cls(...)` in the same function (or `self.obj` in any method), `Cls.m()`. Lib
 A `Summary` says whether running the function trains (it reaches `.backward()` or `zero_grad()`,
 itself or through a call it makes) and what each parameter is to it:
 
-    model       it runs it (`p(x)`, `p.forward(x)`, `p.pi(s)`), sets its mode or reads its
-                parameters; "forward" when it runs a forward, "forward_no_grad" when that
-                forward happens only under torch.no_grad()
-    trained     a model in a function that trains
+    forward     it runs it (`p(x)`, `p.forward(x)`); "forward_no_grad" when only under
+                torch.no_grad()
+    methods     it calls other methods of it (`p.pi(s)`, `p.inference(z)`: a forward through
+                another method when it is a module); "methods_no_grad" likewise
+    module      it treats it as an nn.Module (sets its mode, reads its parameters)
+    trained     it runs its forward (or a method of a module) in a function that trains
     loader      it iterates it; "loader_per_epoch" when it iterates it again and again (in a loop
                 of its own, or because the caller calls it in a loop)
-    optimizer   it steps it
+    optimizer   it steps it or zeroes its gradients
     batches_to_device   it moves the batches it iterates to a device
     dataset_mutated     it changes the loader's dataset in place (`loader.dataset.resample()`)
 
@@ -26,6 +28,7 @@ the roles `self.attr` has in every method, and the class trains when a method do
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,7 +42,12 @@ from autoopt.lint.program.index import (
     load_index,
 )
 from autoopt.lint.program.library import MODEL_BASES
-from autoopt.lint.program.project_files import modules_named, project_modules, resolve_module
+from autoopt.lint.program.project_files import (
+    modules_importing,
+    modules_named,
+    project_stamp,
+    resolve_module,
+)
 
 _MAX_DEPTH = 6  # re-export chains and base classes followed at most this deep
 
@@ -49,6 +57,7 @@ _ROLE_OF_USE = {
     "called_no_grad": "forward_no_grad",
     "method_called": "methods",
     "method_called_no_grad": "methods_no_grad",
+    "zero_grad": "optimizer",
     "train_mode": "module",
     "eval_mode": "module",
     "parameters": "module",
@@ -111,7 +120,10 @@ class Program:
         self._summaries: dict[tuple[str, str, str], Summary] = {}
         self._computing: set[tuple[str, str, str]] = set()
         self._following: set[tuple[int, str]] = set()  # names being followed to their class
-        self._callers: dict[tuple[str, str], list[tuple[ModuleIndex, FunctionInfo, Value]]] = {}
+        # keyed by the project's stamp: a file added or edited is seen
+        self._callers: dict[
+            tuple[str, str, tuple[int, int]], list[tuple[ModuleIndex, FunctionInfo, Value]]
+        ] = {}
 
     # ----- modules ------------------------------------------------------------------------------
     def module(self, path: Path | str) -> ModuleIndex | None:
@@ -233,6 +245,51 @@ class Program:
             if found is not None and found[1] in found[0].classes:
                 yield found[0], found[0].classes[found[1]]
 
+    def holds_dataset_on_device(
+        self, index: ModuleIndex, func: FunctionInfo, name: str, depth: int = 0
+    ) -> bool:
+        """`name`, in `func`, is a dataset whose `__getitem__` moves samples to a device: bound
+        there (or at module level) to such a class, or a parameter the callers hand one
+        (`create_data_loader(usd, 128)` with `usd = UrbanSoundDataset(..., device)`)."""
+        values = func.assigns.get(name) or index.module_code.assigns.get(name, [])
+        for value in values:
+            for cls_index, cls in self.classes_of(index, func, value):
+                if self.getitem_on_device(cls_index, cls):
+                    return True
+        if name in func.params and depth < 2 and func.qualname != "<module>":
+            position = func.params.index(name)
+            for caller_index, caller, value in self.callers(Target(index.path, func.qualname)):
+                call = value.options[0] if value.kind == "item" else value
+                handed = call.args[position] if position < len(call.args) else None
+                if (
+                    handed is not None
+                    and len(handed) == 1
+                    and self.holds_dataset_on_device(caller_index, caller, handed[0], depth + 1)
+                ):
+                    return True
+        return False
+
+    def getitem_on_device(self, index: ModuleIndex, cls: ClassInfo) -> bool:
+        """The class's `__getitem__` (through its bases) moves what it returns to a device,
+        itself or in a method of the class it calls (`self._resample(signal)`)."""
+        for target in self._method(index, cls, "__getitem__"):
+            module = self.module(target.path)
+            func = module.functions.get(target.qualname) if module else None
+            if func is None:
+                continue
+            if func.to_device:
+                return True
+            for site in func.calls:
+                if site.callee[:1] == ("self",) and len(site.callee) == 2:
+                    for helper in self._method(index, cls, site.callee[1]):
+                        helper_module = self.module(helper.path)
+                        found = (
+                            helper_module.functions.get(helper.qualname) if helper_module else None
+                        )
+                        if found is not None and found.to_device:
+                            return True
+        return False
+
     def is_module_class(self, index: ModuleIndex, cls: ClassInfo) -> bool:
         """`cls` derives from `nn.Module` (or a model base class of a library), through the
         project's own classes."""
@@ -335,19 +392,21 @@ class Program:
     def callers(self, target: Target) -> list[tuple[ModuleIndex, FunctionInfo, Value]]:
         """Where the project calls `target`, as (module, function, the call's value) for each
         call whose result is bound to a name (`train_loader, val_loader = get_loader(args)`)."""
-        key = (str(target.path), target.qualname)
+        key = (str(target.path), target.qualname, project_stamp(target.path))
         found = self._callers.get(key)
         if found is not None:
             return found
         leaf = target.qualname.rsplit(".", 1)[-1].encode()
         found = []
-        for path in project_modules(target.path):
-            try:
-                with open(path, "rb") as handle:
-                    if leaf not in handle.read():
-                        continue
-            except OSError:
-                continue
+        # the module itself, and the modules whose imports name it or the function: no other
+        # module can call it
+        stem = target.path.stem if target.path.name != "__init__.py" else target.path.parent.name
+        candidates = {
+            Path(os.path.abspath(target.path)),
+            *modules_importing(target.path, stem),
+            *modules_importing(target.path, leaf.decode()),
+        }
+        for path in sorted(candidates):
             index = self.module(path)
             if index is None:
                 continue

@@ -14,6 +14,7 @@ from __future__ import annotations
 import libcst as cst
 
 from autoopt.lint.engine.rule import Rule
+from autoopt.lint.program.library import OPTIMIZER_CLASSES
 from autoopt.lint.program.project_facts import local_definition
 from autoopt.lint.tree.calls import arg
 from autoopt.lint.tree.nodes import (
@@ -44,21 +45,126 @@ def trained_models(rule: Rule) -> list[tuple[cst.Call, str]]:
 
 def _optimized_models(rule: Rule) -> list[tuple[cst.Call, str]]:
     found = []
+    stepped = _stepped_names(rule)
     for n in nodes_of_type(rule.context.module, cst.Call):
         if method_name(n) == "configure_optimizers" and isinstance(n.func, cst.Attribute):
             if isinstance(n.func.value, cst.Name):
                 found.append((n, n.func.value.value))
             continue
-        if not any(_is_optimizer(q) for q in rule.qualified_names(n.func)):
-            model = _handed_to_optimizer_builder(rule, n)
-            if model is not None:
-                found.append((n, model))
-            continue
         params = arg(n, "params", 0)
-        model = _parameters_owner(rule, n, params.value) if params is not None else None
-        if model is not None:
-            found.append((n, model))
+        owners = []
+        if _builds_optimizer(rule, n, stepped) and params is not None:
+            owners = _parameters_owners(rule, n, params.value)
+        if not owners:  # `build_optimizer(config, model)`: a builder of the project
+            model = _handed_to_optimizer_builder(rule, n)
+            owners = [model] if model is not None else []
+        found.extend((n, owner) for owner in owners)
     return found
+
+
+def _builds_optimizer(rule: Rule, call: cst.Call, stepped: set[str]) -> bool:
+    """A torch.optim optimizer (also through a local alias, `optim_name = optim.SGD`), an
+    optimizer class of another library (transformers' AdamW, apex's FusedAdam), or a call
+    whose result the file steps (`optimizer = optimizer_cls(model.parameters())` with the class
+    picked from a config)."""
+    if any(_is_optimizer(q) for q in rule.qualified_names(call.func)):
+        return True
+    name = dotted(call.func)
+    if name is None:
+        return False
+    if name.rsplit(".", 1)[-1] in OPTIMIZER_CLASSES:
+        return True
+    scope = rule.facts.enclosing_scope(call)
+    for target, value, _ in assignments(scope):
+        if target == name and any(_is_optimizer(q) for q in rule.qualified_names(value)):
+            return True
+    holder = rule.parent(call)
+    return (
+        isinstance(holder, cst.Assign)
+        and len(holder.targets) == 1
+        and dotted(holder.targets[0].target) in stepped
+    )
+
+
+def _stepped_names(rule: Rule) -> set[str]:
+    """Names the file calls `.step()` or `.zero_grad()` on."""
+    return {
+        name
+        for c in nodes_of_type(rule.context.module, cst.Call)
+        if method_name(c) in ("step", "zero_grad") and isinstance(c.func, cst.Attribute)
+        for name in (dotted(c.func.value),)
+        if name is not None
+    }
+
+
+def _parameters_owners(
+    rule: Rule, opt_call: cst.Call, expr: cst.BaseExpression, depth: int = 0
+) -> list[str]:
+    """The models whose parameters an optimizer's `params` hold: `model.parameters()`,
+    parameter groups (`[{"params": model.backbone.parameters()}, ...]`), comprehensions and
+    `filter(...)` over them, a model's own group helper (`model.get_optim_policies()`,
+    `C3D.get_1x_lr_params(model)`), and names bound to any of those above the optimizer in
+    its function (`param_optimizer = list(model.named_parameters())`,
+    `groups = get_params_groups(model)`)."""
+    owners: list[str] = []
+
+    def add(found: str | None) -> None:
+        if found is not None and found not in owners:
+            owners.append(found)
+
+    for node in walk(expr):
+        if isinstance(node, cst.Call):
+            found = _parameters_of(node)
+            if found is None and isinstance(node.func, cst.Attribute):
+                method = node.func.attr.value
+                first = node.args[0].value if node.args else None
+                if "param" in method and isinstance(first, cst.Name):
+                    found = first.value  # `C3D_model.get_1x_lr_params(model)`
+                elif "param" in method or "polic" in method:
+                    found = _model_reference(node.func.value)  # `model.get_optim_policies()`
+            add(found)
+        elif isinstance(node, cst.Name) and depth < 3:
+            # `groups = helper(model)` counts only for the params themselves, not for a name
+            # read inside them (`lr=get_lr(cfg)`)
+            for owner in _bound_owners(rule, opt_call, node.value, depth, node is expr):
+                add(owner)
+    return owners
+
+
+def _bound_owners(rule: Rule, opt_call: cst.Call, name: str, depth: int, whole: bool) -> list[str]:
+    """The owners of what `name` holds, bound above `opt_call` in its function: the
+    parameters of a group list, or the model a helper makes groups of (`groups =
+    get_params_groups(model)`)."""
+    scope = rule.facts.enclosing_scope(opt_call)
+    values = [
+        value
+        for target, value, _ in assignments(scope)
+        if target == name and rule.facts.before(value, opt_call)
+    ]
+    last = values[-1] if values else None
+    if last is None:
+        return []
+    owners = _parameters_owners(rule, opt_call, last, depth + 1)
+    if (
+        whole
+        and not owners
+        and isinstance(last, cst.Call)
+        and last.args
+        and not last.args[0].keyword
+    ):
+        first = last.args[0].value
+        if isinstance(first, cst.Name):
+            return [first.value]
+    return owners
+
+
+def _model_reference(expr: cst.BaseExpression) -> str | None:
+    """`model` or `self.G` (what `_parameters_of` accepts as an owner)."""
+    if isinstance(expr, cst.Name):
+        return expr.value
+    if isinstance(expr, cst.Attribute) and is_name(expr.value, "self"):
+        return f"self.{expr.attr.value}"
+    return None
 
 
 def _handed_to_optimizer_builder(rule: Rule, call: cst.Call) -> str | None:
@@ -78,25 +184,6 @@ def _handed_to_optimizer_builder(rule: Rule, call: cst.Call) -> str | None:
     return models[0] if len(models) == 1 else None
 
 
-def _parameters_owner(rule: Rule, opt_call: cst.Call, expr: cst.BaseExpression) -> str | None:
-    """`model.parameters()` -> "model" (a plain name only); a name bound in the optimizer's
-    function to a helper over the model (`groups = get_params_groups(model)`) -> "model"."""
-    owner = _parameters_of(expr)
-    if owner is not None or not isinstance(expr, cst.Name):
-        return owner
-    scope = rule.facts.enclosing_scope(opt_call)
-    values = [
-        value
-        for target, value, _ in assignments(scope)
-        if target == expr.value and rule.facts.before(value, opt_call)
-    ]
-    last = values[-1] if values else None
-    if isinstance(last, cst.Call) and last.args and not last.args[0].keyword:
-        first = last.args[0].value
-        return first.value if isinstance(first, cst.Name) else _parameters_of(first)
-    return None
-
-
 def _is_optimizer(qualified: str) -> bool:
     """`torch.optim.AdamW` and the like; not an LR scheduler or SWA helper (they take the
     optimizer, not parameters)."""
@@ -107,17 +194,21 @@ def _is_optimizer(qualified: str) -> bool:
 
 def _parameters_of(expr: cst.BaseExpression) -> str | None:
     """`model.parameters()` / `model.named_parameters()` -> "model" (a plain name), and
-    `self.G.parameters()` -> "self.G" (a model held by a trainer/solver class)."""
+    `self.G.parameters()` -> "self.G" (a model held by a trainer/solver class);
+    `model.backbone.parameters()` -> "model" (a part of the model: the model is trained)."""
     if (
         isinstance(expr, cst.Call)
         and isinstance(expr.func, cst.Attribute)
         and expr.func.attr.value in ("parameters", "named_parameters")
     ):
         owner = expr.func.value
-        if isinstance(owner, cst.Name):
-            return owner.value
-        if isinstance(owner, cst.Attribute) and is_name(owner.value, "self"):
-            return f"self.{owner.attr.value}"
+        while (
+            isinstance(owner, cst.Attribute)
+            and isinstance(owner.value, cst.Attribute | cst.Name)
+            and not is_name(owner.value, "self")
+        ):
+            owner = owner.value  # `model.backbone` -> `model`
+        return _model_reference(owner)
     return None
 
 

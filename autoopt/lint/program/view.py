@@ -21,13 +21,20 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
+from autoopt.lint.engine.cache import content_digest
 from autoopt.lint.program.index import FunctionInfo, ModuleIndex, Value, index_source
 from autoopt.lint.program.library import (
     MODEL_FACTORIES,
     MODEL_WRAPPERS,
     not_a_model,
 )
-from autoopt.lint.program.project_files import modules_named, resolve_module
+from autoopt.lint.program.project_files import (
+    modules_importing,
+    modules_named,
+    project_stamp,
+    record_read,
+    resolve_module,
+)
 from autoopt.lint.program.summaries import EMPTY, Summary, Target, program
 from autoopt.lint.tree.nodes import calls_in, dotted
 
@@ -58,6 +65,53 @@ class ProgramView:
         self.index = _file_index(str(self.path.absolute()), source)
         self.program = program()
         self._summaries: dict[int, Summary] = {}
+
+    # ----- the file among the project's modules ---------------------------------------------------
+    @functools.cached_property
+    def runs_on_cuda(self) -> bool:
+        """This file's training runs on CUDA: its own text says so, or a module it imports (a
+        config with `DEVICE = "cuda"`, the trainer it hands the model to)."""
+        return self.facts.uses_cuda or reached_text_uses_cuda(self.index.path, self.facts.source)
+
+    @functools.cached_property
+    def serves_cuda_training(self) -> bool:
+        """A module of the project that imports this one trains on CUDA (an optimizer factory,
+        a model definition, a data module of a CUDA program)."""
+        return used_by_cuda_training(self.index.path)
+
+    @functools.cached_property
+    def is_entry_script(self) -> bool:
+        """The program starts here: an `if __name__ == "__main__":` guard, or no module of the
+        project imports this one. Program-wide switches (TF32, cuDNN autotuning) belong here,
+        not in the trainer module a driver imports."""
+        if "__main__" in self.facts.source:
+            return True
+        importers = list(importers_of(self.index.path))
+        for importer in list(importers):  # through a package's `__init__` that re-exports it
+            if importer.name == "__init__.py":
+                importers.extend(importers_of(importer))
+        return not any(
+            drives_training_elsewhere(importer, _read_text(importer)) for importer in importers
+        )
+
+    def dataset_on_device(self, call: cst.Call) -> bool:
+        """The loader `call` builds iterates a dataset of the project whose `__getitem__` moves
+        its samples to a device (`signal.to(self.device)`): worker processes would have to
+        start CUDA, pinning has nothing to pin, and the batches arrive on the device already."""
+        dataset = call.args[0].value if call.args and not call.args[0].keyword else None
+        name = dotted(dataset) if dataset is not None else None
+        func = self.function_of(call)
+        if name is None or func is None:
+            return False
+        return self.program.holds_dataset_on_device(self.index, func, name)
+
+    def called_from_the_project(self, func: cst.FunctionDef) -> bool:
+        """Some code of the project calls `func` (this file, or a module importing it): what it
+        is handed is built there (the model a `train(model, ...)` receives is the caller's)."""
+        name = func.name.value
+        if any(dotted(c.func) in (name, f"self.{name}") for c in calls_in(self.facts.module)):
+            return True
+        return any(f"{name}(" in _read_text(m) for m in importers_of(self.index.path))
 
     # ----- calls --------------------------------------------------------------------------------
     def function_of(self, node: cst.CSTNode) -> FunctionInfo | None:
@@ -343,3 +397,101 @@ def _holds_training(path: Path) -> bool:
         for qualname in index.functions
         if qualname != "<module>"
     )
+
+
+# ----- the file among the project's modules -----------------------------------------------------
+def text_uses_cuda(text: str) -> bool:
+    """The text runs (or can run) on CUDA: `.cuda()`, a "cuda" device string, `torch.cuda`
+    (the file-level test of `FileFacts.uses_cuda`, for any file of the project)."""
+    return ".cuda(" in text or "'cuda" in text or '"cuda' in text or "torch.cuda" in text
+
+
+def _read_text(path: Path) -> str:
+    """A project file's text (cached while the file keeps its size and modification time)."""
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return ""
+    text, digest = _read_unchanged(path, stat.st_mtime_ns, stat.st_size)
+    if digest:  # the results cache re-lints the file when this one changes
+        record_read(path, digest)
+    return text
+
+
+@functools.lru_cache(maxsize=4096)
+def _read_unchanged(path: Path, mtime_ns: int, size: int) -> tuple[str, str]:
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read()
+    except OSError:
+        return "", ""
+    return data.decode("utf-8", "replace"), content_digest(data)
+
+
+def _imported_paths(path: Path, text: str) -> list[Path]:
+    """The project's modules a file imports (`from .engine import`, `import utils.misc`,
+    `from solver import Solver` run with its own PYTHONPATH)."""
+    found = []
+    for relative, absolute in _IMPORTED.findall(text):
+        name = relative or absolute
+        level = len(name) - len(name.lstrip("."))
+        target = resolve_module(path, name.lstrip("."), level)
+        # run with a PYTHONPATH of its own, `import solver` may mean any module of that name
+        targets = [target] if target is not None else modules_named(path, name) if not level else []
+        found.extend(Path(os.path.abspath(t)) for t in targets if t != path)
+    return found
+
+
+def importers_of(path: Path) -> tuple[Path, ...]:
+    """The project's modules that import the module at `path` (whose text names its stem)."""
+    return _importers(path, project_stamp(path))
+
+
+@functools.lru_cache(maxsize=256)
+def _importers(path: Path, stamp: tuple[int, int]) -> tuple[Path, ...]:
+    stem = path.stem if path.name != "__init__.py" else path.parent.name
+    return tuple(
+        other
+        for other in modules_importing(path, stem)
+        if other != path and path in _imported_paths(other, _read_text(other))
+    )
+
+
+def reached_text_uses_cuda(path: Path, text: str, depth: int = 2) -> bool:
+    """The file, or a project module it imports (`depth` imports deep), runs on CUDA: a driver
+    whose device is chosen in a config module (`cfg.MODEL.DEVICE = "cuda"`) or a trainer."""
+    seen = {path}
+    frontier = [(path, text)]
+    for _ in range(depth + 1):
+        later = []
+        for current, current_text in frontier:
+            if text_uses_cuda(current_text):
+                return True
+            for imported in _imported_paths(current, current_text):
+                if imported not in seen:
+                    seen.add(imported)
+                    later.append((imported, _read_text(imported)))
+        frontier = later
+    return False
+
+
+def used_by_cuda_training(path: Path, depth: int = 2) -> bool:
+    """A project module that imports this one (or imports one that does, `depth` deep) trains
+    on CUDA: an optimizer factory or a model module of a CUDA training program."""
+    frontier = [path]
+    seen = {path}
+    for _ in range(depth):
+        later = []
+        for current in frontier:
+            for importer in importers_of(current):
+                if importer in seen:
+                    continue
+                seen.add(importer)
+                text = _read_text(importer)
+                if reached_text_uses_cuda(importer, text) and (
+                    ".backward(" in text or drives_training_elsewhere(importer, text)
+                ):
+                    return True
+                later.append(importer)
+        frontier = later
+    return False

@@ -1,0 +1,602 @@
+"""The program model (autoopt/lint/program/index.py, summaries.py, view.py): calls resolved
+across functions, methods and modules, what each function does with what it is handed, and the
+rules that use it on programs whose loop, model and loader live in different files (issue 30)."""
+
+from __future__ import annotations
+
+import os
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from autoopt.lint.engine.config import Options
+from autoopt.lint.engine.project import load_project
+from autoopt.lint.engine.runner import run_lint
+from autoopt.lint.program.index import index_source
+from autoopt.lint.program.summaries import Program, Target
+from autoopt.lint.rewrite.apply import fix_source
+
+from .fixtures import keep_cwd
+
+pytestmark = pytest.mark.usefixtures(keep_cwd.__name__)
+
+
+def _write(root: Path, files: dict[str, str]) -> None:
+    (root / "pyproject.toml").write_text("[tool.autoopt]\n")
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(textwrap.dedent(text).lstrip("\n"))
+
+
+def _findings(root: Path, path: str, *select: str) -> list[tuple[str, int, str]]:
+    os.chdir(root)
+    options = Options(select=select, no_cache=True)
+    report = run_lint(load_project([root / path], options), jobs=1)
+    return sorted((d.code, d.line, d.message) for _, d in report.diagnostics)
+
+
+def _codes(root: Path, path: str, *select: str) -> list[str]:
+    return [code for code, _, _ in _findings(root, path, *select)]
+
+
+def _summary(root: Path, path: str, qualname: str, is_class: bool = False):
+    os.chdir(root)
+    return Program().summary(Target(Path(os.path.abspath(root / path)), qualname, is_class))
+
+
+# ----- what a function does with what it is handed ---------------------------------------------
+ENGINE = """
+import torch
+
+def train_one_epoch(model, loader, optimizer, device, criterion=None):
+    model.train()
+    for x, y in loader:
+        x, y = x.to(device), y.to(device)
+        loss = criterion(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+
+@torch.no_grad()
+def evaluate(model, loader):
+    model.eval()
+    return sum(model(x).argmax(1).eq(y).sum() for x, y in loader)
+
+def save_model(model, path):
+    torch.save(model.state_dict(), path)
+
+def fit(model, loader, optimizer, device, epochs, criterion):
+    for epoch in range(epochs):
+        train_one_epoch(model, loader, optimizer, device, criterion)
+        evaluate(model, loader)
+        save_model(model, "last.pt")
+"""
+
+
+def test_roles_of_each_parameter(tmp_path: Path) -> None:
+    _write(tmp_path, {"engine.py": ENGINE})
+    step = _summary(tmp_path, "engine.py", "train_one_epoch")
+    assert step.trains
+    assert {"forward", "trained", "module"} <= step.roles["model"]
+    assert {"loader", "batches_to_device"} <= step.roles["loader"]
+    assert "optimizer" in step.roles["optimizer"]
+    evaluate = _summary(tmp_path, "engine.py", "evaluate")
+    assert not evaluate.trains
+    assert "forward_no_grad" in evaluate.roles["model"]
+    assert "forward" not in evaluate.roles["model"]
+    assert not _summary(tmp_path, "engine.py", "save_model").roles.get("model")
+
+
+def test_roles_pass_through_calls(tmp_path: Path) -> None:
+    """`fit` trains through `train_one_epoch`, which it calls once per epoch."""
+    _write(tmp_path, {"engine.py": ENGINE})
+    fit = _summary(tmp_path, "engine.py", "fit")
+    assert fit.trains
+    assert "trained" in fit.roles["model"]
+    assert "loader_per_epoch" in fit.roles["loader"]
+
+
+def test_a_step_whose_backward_is_inside_a_loss_scaler_trains(tmp_path: Path) -> None:
+    """ConvNeXt/Swin: `loss_scaler(loss, optimizer, ...)` runs backward; the step zeroes
+    gradients itself."""
+    _write(
+        tmp_path,
+        {
+            "engine.py": """
+            def train_one_epoch(model, loader, optimizer, loss_scaler):
+                for x, y in loader:
+                    loss = model(x).sum()
+                    optimizer.zero_grad()
+                    loss_scaler(loss, optimizer, parameters=model.parameters())
+            """
+        },
+    )
+    assert _summary(tmp_path, "engine.py", "train_one_epoch").trains
+
+
+def test_a_class_keeps_its_constructor_arguments(tmp_path: Path) -> None:
+    """A Solver/Trainer class: the constructor's parameters get the roles the methods give
+    the attributes they are kept in."""
+    _write(
+        tmp_path,
+        {
+            "solver.py": """
+            class Solver:
+                def __init__(self, loader, model, optimizer):
+                    self.loader = loader
+                    self.model = model
+                    self.optimizer = optimizer
+
+                def train(self):
+                    for epoch in range(10):
+                        for x in self.loader:
+                            self.model(x).sum().backward()
+                            self.optimizer.step()
+            """
+        },
+    )
+    solver = _summary(tmp_path, "solver.py", "Solver", is_class=True)
+    assert solver.constructs and solver.trains
+    assert "trained" in solver.roles["model"]
+    assert "loader_per_epoch" in solver.roles["loader"]
+
+
+def test_calls_resolve_across_modules(tmp_path: Path) -> None:
+    """`from x import f`, `import engine; engine.f`, `from . import engine`, a method of a base
+    class in another module, `t = Trainer(); t.fit()`, and `from solver import Solver` run with
+    its own PYTHONPATH (src/solver/solver.py)."""
+    _write(
+        tmp_path,
+        {
+            "pkg/__init__.py": "",
+            "pkg/engine.py": ENGINE,
+            "pkg/base.py": "class Base:\n    def fit(self):\n        self.loss.backward()\n",
+            "pkg/trainer.py": "from .base import Base\nclass Trainer(Base):\n    pass\n",
+            "src/solver/__init__.py": "",
+            "src/solver/solver.py": "class Solver:\n    def run(self):\n        pass\n",
+            "src/bin/main.py": "from solver import Solver\n",
+            "pkg/main.py": """
+            import pkg.engine as engine
+            from . import engine as relative
+            from .engine import fit
+            from .trainer import Trainer
+
+            def main():
+                t = Trainer()
+                t.fit()
+            """,
+        },
+    )
+    os.chdir(tmp_path)
+    program = Program()
+    main = program.module(tmp_path / "pkg/main.py")
+    func = main.functions["main"]
+    resolved = {
+        callee: [(t.path.name, t.qualname) for t in program.resolve(main, func, callee)]
+        for callee in [("engine", "fit"), ("relative", "evaluate"), ("fit",), ("t", "fit")]
+    }
+    assert resolved == {
+        ("engine", "fit"): [("engine.py", "fit")],
+        ("relative", "evaluate"): [("engine.py", "evaluate")],
+        ("fit",): [("engine.py", "fit")],
+        ("t", "fit"): [("base.py", "Base.fit")],
+    }
+    runner = program.module(tmp_path / "src/bin/main.py")
+    (target,) = program.resolve(runner, runner.module_code, ("Solver",))
+    assert target.path == (tmp_path / "src/solver/solver.py").absolute() and target.is_class
+
+
+def test_iteration_through_an_alias_of_the_loader() -> None:
+    """ViT: `epoch_iterator = tqdm(train_loader)` inside `while True:`, then a loop over it."""
+    index = index_source(
+        Path("t.py"),
+        "def main(train_loader):\n"
+        "    while True:\n"
+        "        it = tqdm(train_loader)\n"
+        "        for step, batch in enumerate(it):\n"
+        "            pass\n",
+    )
+    uses = index.functions["main"].uses[("train_loader",)]
+    assert {"iterated", "iterated_in_loop"} <= uses
+
+
+# ----- rules over a program whose loop lives elsewhere ----------------------------------------
+DRIVER = """
+import torch
+from torch.utils.data import DataLoader
+from engine import fit
+
+def main():
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    loader = DataLoader(dataset, batch_size=64, num_workers=4)
+    model = Net().to(device)
+    criterion = torch.nn.CrossEntropyLoss()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    fit(model, loader, optimizer, device, 10, criterion)
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_a_driver_whose_loop_is_in_another_module(tmp_path: Path) -> None:
+    """The driver builds the model and the loader and hands them to engine.fit: compile and
+    persistent workers are reported here, TF32 once for the program (the driver), nothing for
+    the criterion."""
+    cuda_engine = ENGINE.replace("x.to(device), y.to(device)", "x.cuda(), y.cuda()")
+    _write(tmp_path, {"engine.py": cuda_engine, "train.py": DRIVER})
+    found = _findings(tmp_path, "train.py", "AO104", "AO301", "AO602")
+    assert [(code, line) for code, line, _ in found] == [
+        ("AO104", 7),
+        ("AO301", 8),
+        ("AO602", 11),
+    ]
+    assert "`model`" in found[1][2]
+    assert _codes(tmp_path, "engine.py", "AO602") == []  # the trainer module a driver imports
+
+
+def test_compile_behind_the_device_the_script_picks(tmp_path: Path) -> None:
+    """A CPU fallback keeps running eagerly: the safe fix compiles only on CUDA."""
+    _write(tmp_path, {"engine.py": ENGINE, "train.py": DRIVER})
+    os.chdir(tmp_path)
+    from autoopt.rules.torch_compile_model import TorchCompileModel
+
+    result = fix_source(
+        (tmp_path / "train.py").read_text(), [TorchCompileModel], path=tmp_path / "train.py"
+    )
+    assert (
+        '    model = Net().to(device)\n    if device.type == "cuda":\n        model.compile()\n'
+        in (result.source)
+    )
+    cuda_only = DRIVER.replace("Net().to(device)", "Net().cuda()")
+    result = fix_source(textwrap.dedent(cuda_only), [TorchCompileModel], path=tmp_path / "c.py")
+    assert "    model = Net().cuda()\n    model.compile()\n" in result.source
+
+
+def test_the_model_an_optimizer_builder_reads(tmp_path: Path) -> None:
+    """Swin: `optimizer = build_optimizer(config, model)`: the model is the argument whose
+    parameters the builder reads, not the config handed first (the old `opt.compile()` on an
+    argparse namespace)."""
+    _write(
+        tmp_path,
+        {
+            "engine.py": ENGINE,
+            "optim.py": """
+            import torch
+            def build_optimizer(config, model):
+                return torch.optim.AdamW(model.parameters(), lr=config.lr)
+            """,
+            "train.py": """
+            import torch
+            from optim import build_optimizer
+            config = load_config()
+            model = Net().cuda()
+            optimizer = build_optimizer(config, model)
+            for x in loader:
+                model(x.cuda()).sum().backward()
+                optimizer.step()
+            """,
+        },
+    )
+    found = _findings(tmp_path, "train.py", "AO301")
+    assert len(found) == 1 and "`model`" in found[0][2]
+
+
+def test_training_call_that_returns_the_model(tmp_path: Path) -> None:
+    """lufficc/SSD: `model = do_train(cfg, model, ...)` hands back the model it trained; a
+    training call inside `try:` (YOLOv4) trains too."""
+    _write(
+        tmp_path,
+        {
+            "engine.py": ENGINE + "\ndef do_train(model, loader, opt):\n"
+            "    fit(model, loader, opt, 'cuda', 1)\n    return model\n",
+            "a.py": """
+            from engine import do_train
+            model = Net().cuda()
+            opt = make_optimizer(model)
+            model = do_train(model, loader, opt)
+            """,
+            "b.py": """
+            from engine import do_train
+            if __name__ == "__main__":
+                model = Net()
+                model.to(device="cuda")
+                try:
+                    do_train(model, loader, make_optimizer(model))
+                except KeyboardInterrupt:
+                    save(model)
+            """,
+        },
+    )
+    assert _codes(tmp_path, "a.py", "AO301") == ["AO301"]
+    assert _codes(tmp_path, "b.py", "AO301") == ["AO301"]
+
+
+def test_returned_loaders_iterated_by_the_caller(tmp_path: Path) -> None:
+    """`get_loader()` builds the loaders; the script that calls it re-iterates them every
+    epoch: persistent workers belong where the DataLoader is built. A dataset re-sampled in
+    the main process between epochs must keep non-persistent workers."""
+    _write(
+        tmp_path,
+        {
+            "data.py": """
+            from torch.utils.data import DataLoader
+            def get_loader(args):
+                train_loader = DataLoader(train_set, batch_size=8, num_workers=4)
+                test_loader = DataLoader(test_set, batch_size=8, num_workers=4)
+                return train_loader, test_loader
+            """,
+            "train.py": """
+            from data import get_loader
+            train_loader, test_loader = get_loader(args)
+            for epoch in range(10):
+                for x in train_loader:
+                    model(x).sum().backward()
+            """,
+            "resampled.py": """
+            from torch.utils.data import DataLoader
+            loader = DataLoader(train_set, batch_size=8, num_workers=4)
+            for epoch in range(10):
+                loader.dataset.ng_sample()
+                for x in loader:
+                    model(x).sum().backward()
+            """,
+        },
+    )
+    assert _findings(tmp_path, "data.py", "AO104")[0][:2] == ("AO104", 3)
+    assert len(_codes(tmp_path, "data.py", "AO104")) == 1  # the test loader is iterated once
+    assert _codes(tmp_path, "resampled.py", "AO104") == []
+
+
+def test_evaluation_helpers_that_run_no_forward_with_autograd(tmp_path: Path) -> None:
+    """`save_model(model)` and an `evaluate()` decorated with no_grad, called every N epochs
+    inside the training loop, are no model run with autograd on (AO403's false positives)."""
+    _write(
+        tmp_path,
+        {
+            "engine.py": ENGINE,
+            "train.py": """
+            import torch
+            from engine import evaluate, save_model
+            model = Net().cuda()
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            for epoch in range(10):
+                for x in loader:
+                    model(x).sum().backward()
+                if epoch % 5 == 0:
+                    evaluate(model, loader)
+                    save_model(model, "m.pt")
+                if epoch % 7 == 0:
+                    samples = model(noise)
+            """,
+        },
+    )
+    assert [line for _, line, _ in _findings(tmp_path, "train.py", "AO403")] == [12]
+
+
+def test_conv_models_by_weight(tmp_path: Path) -> None:
+    """A vision transformer whose only Conv2d is the patch embedding is no convolutional net;
+    a U-Net with attention blocks in some stages is (each block counted once per use)."""
+    vit = """
+    import torch.nn as nn
+    class Block(nn.Module):
+        def __init__(self, d):
+            super().__init__()
+            self.qkv = nn.Linear(d, 3 * d)
+            self.proj = nn.Linear(d, d)
+            self.fc1 = nn.Linear(d, 4 * d)
+            self.fc2 = nn.Linear(4 * d, d)
+    class ViT(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.patch = nn.Conv2d(3, 192, 16, 16)
+            self.blocks = nn.Sequential(*[Block(192) for _ in range(12)])
+            self.head = nn.Linear(192, 10)
+    """
+    unet = """
+    import torch.nn as nn
+    class DoubleConv(nn.Module):
+        def __init__(self, a, b):
+            super().__init__()
+            self.net = nn.Sequential(nn.Conv2d(a, b, 3), nn.Conv2d(b, b, 3))
+    class Attention(nn.Module):
+        def __init__(self, c):
+            super().__init__()
+            self.mha = nn.MultiheadAttention(c, 4)
+            self.ff = nn.Sequential(nn.Linear(c, 4 * c), nn.Linear(4 * c, c))
+    class UNet(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.down1 = DoubleConv(3, 64)
+            self.down2 = DoubleConv(64, 128)
+            self.sa = Attention(128)
+            self.up1 = DoubleConv(128, 64)
+            self.up2 = DoubleConv(64, 3)
+    """
+    driver = """
+    import torch
+    from models import {name}
+    model = {name}().cuda()
+    opt = torch.optim.AdamW(model.parameters())
+    for x in loader:
+        model(x.cuda()).sum().backward()
+    """
+    for name, models, expected in (("ViT", vit, []), ("UNet", unet, ["AO606"])):
+        _write(tmp_path, {"models.py": models, "train.py": driver.format(name=name)})
+        assert _codes(tmp_path, "train.py", "AO606") == expected, name
+
+
+def test_determinism_asked_for_through_a_flag(tmp_path: Path) -> None:
+    """cleanrl: `cudnn.deterministic = args.torch_deterministic` (True by default): turning
+    cudnn.benchmark on there would silently drop reproducibility."""
+    script = """
+    import torch
+    import torch.nn as nn
+    torch.backends.cudnn.deterministic = {value}
+    model = nn.Conv2d(3, 8, 3).cuda()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for x in loader:
+        model(x.cuda()).sum().backward()
+    """
+    for value, expected in (("args.torch_deterministic", []), ("False", ["AO601"])):
+        _write(tmp_path, {"train.py": script.format(value=value)})
+        assert _codes(tmp_path, "train.py", "AO601") == expected, value
+
+
+def test_an_optimizer_factory_of_a_cuda_program(tmp_path: Path) -> None:
+    """The optimizer is built in a factory module; the program that imports it trains on
+    CUDA: fused belongs in the factory."""
+    _write(
+        tmp_path,
+        {
+            "optim_factory.py": """
+            import torch
+            def create_optimizer(model, lr):
+                return torch.optim.AdamW(model.parameters(), lr=lr)
+            """,
+            "train.py": """
+            import torch
+            from optim_factory import create_optimizer
+            model = Net().cuda()
+            opt = create_optimizer(model, 1e-3)
+            for x in loader:
+                model(x.cuda()).sum().backward()
+                opt.step()
+            """,
+            "cpu.py": "",
+        },
+    )
+    assert _codes(tmp_path, "optim_factory.py", "AO605") == ["AO605"]
+    (tmp_path / "train.py").write_text((tmp_path / "train.py").read_text().replace(".cuda()", ""))
+    assert _codes(tmp_path, "optim_factory.py", "AO605") == []
+
+
+def test_a_model_handed_in_is_compiled_where_it_is_built(tmp_path: Path) -> None:
+    """cnn-text-classification: `train.train(train_iter, dev_iter, cnn, args)` builds the
+    optimizer over the model it receives; compile belongs in main.py, which builds it."""
+    _write(
+        tmp_path,
+        {
+            "train.py": """
+            import torch
+            def train(loader, model, args):
+                if args.cuda:
+                    model.cuda()
+                optimizer = torch.optim.Adam(model.parameters())
+                for x in loader:
+                    model(x).sum().backward()
+                    optimizer.step()
+            """,
+            "main.py": """
+            import train
+            cnn = CNN_Text(args)
+            if args.cuda:
+                cnn = cnn.cuda()
+            train.train(train_iter, cnn, args)
+            """,
+        },
+    )
+    assert _codes(tmp_path, "train.py", "AO301") == []
+    assert _codes(tmp_path, "main.py", "AO301") == ["AO301"]
+
+
+@pytest.mark.parametrize(
+    "optimizer",
+    [
+        # parameter groups over parts of the model (DeepLabV3Plus)
+        'torch.optim.SGD([{"params": model.backbone.parameters()},'
+        ' {"params": model.classifier.parameters(), "lr": 0.1}], lr=0.01)',
+        # a local alias of a torch.optim class over a filtered view (person re-id)
+        "optim_name([{'params': filter(lambda p: p.requires_grad, model.parameters())}])",
+        # transformers' AdamW over grouped named parameters (BERT-NER)
+        "AdamW([{'params': [p for n, p in groups]}], lr=5e-5)",
+        # a library optimizer inside a scheduling wrapper (FastSpeech2's ScheduledOptim)
+        "ScheduledOptim(AdamW(model.parameters(), lr=5e-5), warmup=4000)",
+        # a class picked from the config, stepped below (pytorch-semseg)
+        "optimizer_cls(model.parameters(), lr=0.01)",
+        # the model's own group helper (temporal-shift-module)
+        "torch.optim.SGD(model.get_optim_policies(), lr=0.01)",
+    ],
+)
+def test_optimizers_over_a_model_in_every_spelling(tmp_path: Path, optimizer: str) -> None:
+    script = f"""
+    import torch
+    from torch import optim
+    from transformers import AdamW
+    model = Net().cuda()
+    optim_name = optim.SGD
+    optimizer_cls = get_optimizer(cfg)
+    groups = list(model.named_parameters())
+    optimizer = {optimizer}
+    for x in loader:
+        model(x).sum().backward()
+        optimizer.step()
+    """
+    _write(tmp_path, {"train.py": script})
+    found = _findings(tmp_path, "train.py", "AO301")
+    assert len(found) == 1 and "`model`" in found[0][2], optimizer
+
+
+def test_a_dataset_that_moves_its_samples_to_the_device(tmp_path: Path) -> None:
+    """UrbanSoundDataset: `__getitem__` returns `signal.to(self.device)`: workers would have to
+    start CUDA and pinning has nothing to pin (the loader is built by a helper that receives the
+    dataset)."""
+    _write(
+        tmp_path,
+        {
+            "data.py": """
+            from torch.utils.data import Dataset
+            class Sounds(Dataset):
+                def __init__(self, device):
+                    self.device = device
+                def __getitem__(self, i):
+                    return self._load(i).to(self.device)
+            class Plain(Dataset):
+                def __getitem__(self, i):
+                    return load(i)
+            """,
+            "train.py": """
+            import torch
+            from torch.utils.data import DataLoader
+            from data import {dataset}
+            def make_loader(data):
+                return DataLoader(data, batch_size=64)
+            if __name__ == "__main__":
+                device = "cuda" if torch.cuda.is_available() else "cpu"
+                loader = make_loader({dataset}(device))
+                ds = {dataset}(device)
+                loader = make_loader(ds)
+                model = Net().to(device)
+                opt = torch.optim.SGD(model.parameters(), lr=0.1)
+                for x in loader:
+                    model(x.to(device)).sum().backward()
+            """,
+        },
+    )
+    for dataset, expected in (("Sounds", []), ("Plain", ["AO101", "AO102"])):
+        text = (tmp_path / "train.py").read_text().replace("Sounds", "{dataset}")
+        text = text.replace("Plain", "{dataset}").replace("{dataset}", dataset)
+        (tmp_path / "train.py").write_text(text)
+        assert _codes(tmp_path, "train.py", "AO101", "AO102") == expected, dataset
+
+
+def test_a_library_optimizer_stepped_through_a_scaler(tmp_path: Path) -> None:
+    """transformers' AdamW stepped by `scaler.step(optimizer)`: the class says optimizer."""
+    _write(
+        tmp_path,
+        {
+            "train.py": """
+            import torch
+            from transformers import AdamW
+            model = Net().cuda()
+            optimizer = AdamW(model.parameters(), lr=5e-5)
+            scaler = torch.amp.GradScaler("cuda")
+            for x in loader:
+                scaler.scale(model(x).sum()).backward()
+                scaler.step(optimizer)
+                scaler.update()
+            """
+        },
+    )
+    assert _codes(tmp_path, "train.py", "AO301") == ["AO301"]
