@@ -259,6 +259,7 @@ def test_the_trials_add_no_forward_to_the_memory_plan(monkeypatch: pytest.Monkey
     assert TimedStack.now == 1.0  # one forward, in fp32
     assert len(measured.blocks) == 2
     assert measured.memory.before.activations == fixed.memory.before.activations > 0
+
     def saved(blocks: list) -> list:  # bytes; the modes' seconds are timed on each run
         return [(b.cost.plain, b.cost.selective, b.cost.full, b.cost.transient) for b in blocks]
 
