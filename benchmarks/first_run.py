@@ -189,7 +189,10 @@ def workload_rows(workload: str, runs: int, later: int, steps: int) -> dict[str,
 def summary(workload: str, rows: dict[str, Any]) -> str:
     """Medians of the paired ratios (autoopt run / the eager run before it), the steady-state
     speed-up, and how many first runs made the most common plan."""
-    ok = {k: [r for r in rows[k] if "error" not in r and "error" not in r["eager"]] for k in rows}
+    ok = {
+        k: [r for r in rows[k] if "error" not in r and "error" not in r["eager"]]
+        for k in ("first", "later")
+    }
     plans = collections.Counter(json.dumps(r.get("plan"), sort_keys=True) for r in ok["first"])
     common, same = plans.most_common(1)[0] if plans else ("{}", 0)
 
