@@ -15,10 +15,13 @@ import torch
 from torch import nn
 
 from autoopt.runtime import forward, pickling
+from autoopt.runtime.compiling import cache as compile_cache
 from autoopt.runtime.context import Context
 from autoopt.runtime.options import Options
 from autoopt.runtime.passes import PASSES
 from autoopt.runtime.report import PassResult
+from autoopt.runtime.trials import choices
+from autoopt.runtime.trials.record import TrialRecord
 
 APPLIED_ATTR = "_autoopt_report"  # the report, on every model optimize() returned
 
@@ -92,6 +95,14 @@ def prepare(
             result = run_pass(ctx)
             if result is not None:
                 ctx.report.add(result)
+        measured = ctx.extras.get(choices.EXTRA)
+        if measured is not None:  # the trials' schedule, cost and the run they must pay within
+            if ctx.loader is not None:
+                measured.run_length = choices.LoaderLength(ctx.loader)
+            directory = compile_cache.cache_dir(options.compile_cache)
+            if directory is not None and ctx.dist is None:  # what an earlier run decided here
+                measured.record = TrialRecord(directory, _trials_key(model, measured))
+            ctx.report.add(measured.pending())
         forward.install(ctx)
     except BaseException:
         saved.restore()
@@ -105,6 +116,13 @@ def prepare(
     # A pickle (torch.save) of the model holds none of the above; a deep copy keeps it all.
     pickling.install(model, returned)
     return ctx
+
+
+def _trials_key(model: nn.Module, measured: choices.Trials) -> str:
+    """The name of the model's trial record: its structure, torch and the hardware (the
+    compile cache's key), and the choices with their options."""
+    asked = " ".join(f"{c.name}:{'/'.join(sorted(c.options))}" for c in measured.choices)
+    return compile_cache.key(model, (), {}, f"trials {asked}")
 
 
 class _Saved:

@@ -204,6 +204,10 @@ _GPT_MODULE = (
 
 
 def test_doctor_shows_the_memory_plan_under_a_budget(tmp_path, monkeypatch):
+    from autoopt.runtime.checkpointing import checkpoint_plan
+
+    # What the modes cost a step is timed on each run; fixed here, both plans are the same.
+    monkeypatch.setattr(checkpoint_plan, "mode_seconds", lambda *args: (0.001, 0.003))
     (tmp_path / "blocks.py").write_text(_GPT_MODULE)
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))

@@ -292,7 +292,7 @@ def test_cpu_keeps_the_layout_measured_faster(monkeypatch: pytest.MonkeyPatch, w
     train(reference, ref_opt, batches(x, y, 8), epochs=1)
     result = autoopt.report(model)["channels_last"]
     # A step is read twice (its forward, its backward): twice the clock's cost per read.
-    times = f"channels_last {costs['channels_last'] * 2000:g} ms ("
+    times = f"channels_last {costs['channels_last'] * 2000:g} ms ±0% ("
     assert times in result.detail, result.detail
     nhwc = model.features[0].weight.is_contiguous(memory_format=CL)
     assert nhwc == (winner == "channels_last")

@@ -55,6 +55,49 @@ def test_a_corrupt_entry_is_a_miss_with_a_warning(tmp_path: Path) -> None:
         assert CompileCache(tmp_path, "k").load().startswith("miss (cannot load")
 
 
+def test_an_entry_carries_the_kernels_the_models_compile_built(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """On CPU torch's artifacts hold no built C++ kernels: a process with an empty inductor
+    directory rebuilt them all (g++), 0.49 of the cold start. The entry carries the libraries
+    built while the model compiled, and puts them back where inductor looks first."""
+    import time
+    import zipfile
+
+    first, second = tmp_path / "inductor-1", tmp_path / "inductor-2"
+    monkeypatch.setenv(compile_cache.INDUCTOR_ENV, str(first))
+    older = first / "zz" / "czzold.so"  # another model's, built before this one compiled
+    older.parent.mkdir(parents=True)
+    older.write_bytes(b"old")
+    past = time.time() - 60
+    os.utime(older, (past, past))
+    cache = CompileCache(tmp_path / "cache", "k")
+    assert cache.load() == "miss"
+    built = first / "ab" / "cabc.main.so"  # built by this model's compile
+    built.parent.mkdir()
+    built.write_bytes(b"kernel")
+    monkeypatch.setattr(torch.compiler, "save_cache_artifacts", lambda: (b"ART", None))
+    assert cache.save() and cache.kernels == 1
+    loaded: list[bytes] = []
+    monkeypatch.setattr(torch.compiler, "load_cache_artifacts", lambda b: loaded.append(b) or 1)
+    monkeypatch.setenv(compile_cache.INDUCTOR_ENV, str(second))  # a fresh node
+    warm = CompileCache(tmp_path / "cache", "k")
+    assert warm.load() == "hit" and loaded == [b"ART"] and warm.kernels == 1
+    assert (second / "ab" / "cabc.main.so").read_bytes() == b"kernel"
+    assert not (second / "zz").exists()
+    # Saved again from the warm process, the restored kernel stays in the entry.
+    assert warm.save() and warm.kernels == 1
+    # An entry of torch's artifacts alone (written before kernels were kept) still loads, and
+    # a name that is not a kernel's path is never written.
+    warm.path.write_bytes(b"ART-only")
+    assert CompileCache(tmp_path / "cache", "k").load() == "hit" and loaded[-1] == b"ART-only"
+    with zipfile.ZipFile(warm.path, "w") as z:
+        z.writestr(CompileCache.ARTIFACTS, b"ART")
+        z.writestr(CompileCache.KERNELS + "../../evil.so", b"x")
+    assert CompileCache(tmp_path / "cache", "k").load() == "hit"
+    assert not (tmp_path / "evil.so").exists() and not list(second.parent.glob("**/evil.so"))
+
+
 CHILD = """
 import json, torch, autoopt
 from torch import nn

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import logging
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
 
 import autoopt
+from autoopt.runtime.memory import state_memory
 from autoopt.runtime.report import PassResult, Report, Status
 
 from .models import MLP
@@ -131,3 +134,70 @@ def test_without_logging_configured_the_report_is_printed_to_stderr() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert done.stderr.count("autoopt report") == 1 and done.stdout == ""
+
+
+# A number the report shows, with its unit: times, bytes, shares, ratios, counts of steps.
+_SHOWN = re.compile(
+    r"(?<![\w.-])(\d+(?:\.\d+)?) ?(ms|s|min|B|KiB|MiB|GiB|%|x|steps|rounds|modules)(?![\w])"
+)
+_SCALE = {
+    "ms": 1e-3, "s": 1.0, "min": 60.0, "B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30,
+    "%": 1e-2, "x": 1.0, "steps": 1, "rounds": 1, "modules": 1,
+}  # fmt: skip
+
+
+def _unfigured(result: PassResult) -> list[str]:
+    """The numbers a report line shows that are no field of its figures (to 3 significant
+    digits, as shown; a ratio 'Nx' may be 1 + a lead)."""
+    values = [abs(v) for v in result.figures.values()]
+    missing = []
+    for number, unit in _SHOWN.findall(result.detail):
+        shown = float(number) * _SCALE[unit]
+        candidates = values + ([v + 1 for v in values] if unit == "x" else [])
+        tolerance = max(0.051 * shown, 0.006 if unit == "%" else 0.0)
+        if shown and not any(abs(v - shown) <= tolerance for v in candidates):
+            missing.append(f"{number} {unit}")
+    return missing
+
+
+def test_every_number_a_report_line_shows_is_one_of_its_figures(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Issue 31: the decisions' timings were only inside `detail` strings. Trials (layout,
+    amp, a compile the run cannot repay), the optimizer step's timing, a checkpoint plan and
+    its measured cost: each line's numbers are fields of its row's `figures`."""
+    from autoopt.runtime import hardware
+
+    from .checkpoint_models import GPT
+    from .models import SmallCNN, cnn_data
+
+    monkeypatch.setattr(hardware, "cpu_supports_bf16", lambda: True)  # the amp trial runs
+    torch.manual_seed(0)
+    model = SmallCNN()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    x, y = cnn_data(8 * 40)
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=8)
+    model, loader, optimizer = autoopt.optimize(
+        model, loader, optimizer, compile_cache=tmp_path, verbose=False
+    )
+    for xb, yb in loader:
+        optimizer.zero_grad()
+        torch.nn.functional.cross_entropy(model(xb), yb).backward()
+        optimizer.step()
+    gpt = GPT(layers=4)
+    tokens = torch.randint(0, 32, (4, 24))
+    budget = state_memory(gpt, torch.optim.AdamW(gpt.parameters())).state + 2 * 2**20 // 10
+    gpt_optimizer = torch.optim.AdamW(gpt.parameters(), lr=1e-3)
+    gpt, gpt_optimizer = autoopt.optimize(
+        gpt, None, gpt_optimizer, amp=False, compile=False, memory_budget=budget, verbose=False
+    )
+    for _ in range(8):
+        gpt_optimizer.zero_grad()
+        gpt(tokens).sum().backward()
+        gpt_optimizer.step()
+    rows = [*autoopt.report(model).results, autoopt.report(gpt)["checkpoint"]]
+    for name in ("channels_last", "amp", "compile", "backends", "trials"):
+        assert autoopt.report(model)[name].figures, name  # measured, and said
+    assert autoopt.report(gpt)["checkpoint"].figures.get("measured_recompute_s")
+    missing = {r.name: _unfigured(r) for r in rows if _unfigured(r)}
+    assert not missing, {n: (m, autoopt.report(model).to_dict()) for n, m in missing.items()}

@@ -56,9 +56,9 @@ from autoopt.runtime.trials import choices
 
 # Steps until `optimize()` has decided everything it measures on real steps: the optimizer-step
 # timing (the first step, then ROUNDS turns of fused, foreach, the default; backends.StepTiming)
-# and the layout and amp trials (three configurations at most, a warm-up step and ROUNDS timed
-# steps each; trials.choices).
-SETTLE_STEPS = 1 + max(backends.ROUNDS * 3, 3 * (1 + choices.ROUNDS))
+# and the layout and amp trials (three configurations at most, a warm-up step each, then at most
+# MAX_ROUNDS rounds of two options per choice; trials.choices).
+SETTLE_STEPS = 1 + max(backends.ROUNDS * 3, 3 + 2 * 2 * choices.MAX_ROUNDS)
 
 SCHEMA = 1
 LR = 1e-3

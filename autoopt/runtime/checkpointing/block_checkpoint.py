@@ -46,6 +46,7 @@ from torch.utils.checkpoint import (
 
 from autoopt.runtime.context import Forward
 from autoopt.runtime.memory import count_saved
+from autoopt.runtime.trials.choices import default_clock
 from autoopt.runtime.trials.replay import in_trial
 
 STATE_ATTR = "_autoopt_checkpoint_block"  # the BlockState, on each patched block
@@ -101,6 +102,9 @@ class BlockState:
     index: int  # the block's position in it
     mode: Mode = Mode.PLAIN
     planner: BlockMeasurer | None = None
+    # Hears the seconds each recomputation of the block takes, while the plan's cost is
+    # measured (the first steps after it is made); None otherwise.
+    recomputed: Callable[[float], None] | None = None
 
     @property
     def name(self) -> str:
@@ -160,16 +164,25 @@ class BlockCheckpoint:
         planner = self.state.planner
         if planner is not None and planner.measuring and not in_trial():
             return planner.measure(self.state, self.forward, self.block, args, kwargs)
-        return run_block(self.forward, self.block, self.state.mode, args, kwargs)
+        state = self.state
+        return run_block(self.forward, self.block, state.mode, args, kwargs, state.recomputed)
 
 
 def run_block(
-    forward: Forward, block: nn.Module, mode: Mode, args: tuple[Any, ...], kwargs: dict[str, Any]
+    forward: Forward,
+    block: nn.Module,
+    mode: Mode,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    recomputed: Callable[[float], None] | None = None,
 ) -> Any:
     """`forward(*args, **kwargs)` of `block`, checkpointed as `mode` says (without a KV cache,
-    see the module docstring)."""
+    see the module docstring); `recomputed` hears the seconds of its recomputation (not
+    under torch.compile, which traces the checkpoint as one graph)."""
     if mode is Mode.PLAIN:
         return forward(*args, **kwargs)
+    if recomputed is not None and not torch.compiler.is_compiling():
+        forward = _Timed(forward, recomputed)
     uncached = without_cache(block, args, kwargs)
     if uncached is None:
         warnings.warn(
@@ -184,6 +197,27 @@ def run_block(
     if contexts is not None:
         kwargs = {"context_fn": contexts, **kwargs}
     return checkpoint(forward, *args, use_reentrant=False, preserve_rng_state=True, **kwargs)
+
+
+class _Timed:
+    """A block's forward as a checkpoint calls it: the first call is the forward, a later one
+    the recomputation in backward, whose seconds go to `recomputed` (an early stop of the
+    recomputation raises inside it: counted too)."""
+
+    def __init__(self, forward: Forward, recomputed: Callable[[float], None]) -> None:
+        self.forward = forward
+        self.recomputed = recomputed
+        self.calls = 0
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        self.calls += 1
+        if self.calls == 1:
+            return self.forward(*args, **kwargs)
+        start = default_clock()
+        try:
+            return self.forward(*args, **kwargs)
+        finally:
+            self.recomputed(default_clock() - start)
 
 
 CACHE_KWARGS = ("past_key_values", "past_key_value", "layer_past")

@@ -41,9 +41,11 @@ What is counted is what `model.forward` saves; a loss computed outside it saves 
 from __future__ import annotations
 
 import copy
+import math
+import statistics
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import groupby
 from typing import Any
 
@@ -71,20 +73,38 @@ from autoopt.runtime.memory import (
     saved_tensor_bytes,
 )
 from autoopt.runtime.report import PassResult, Report, record_plan
+from autoopt.runtime.trials.choices import Trials, default_clock, of_model
 from autoopt.runtime.trials.replay import Replay, in_trial
+from autoopt.runtime.trials.timing import duration
 
 NAME = "checkpoint"
 PLANNER_ATTR = "_autoopt_checkpoint_planner"  # the Planner, on the root module
+EXPECTED = "recompute expected"  # how the line's expected cost begins
 
 
 @dataclass(frozen=True)
 class BlockCost:
-    """Bytes one block keeps for backward on the measured batch, per way of running it."""
+    """Bytes one block keeps for backward on the measured batch, per way of running it, and
+    the seconds a step spends on it beyond its plain forward and backward (the recomputation
+    and the checkpoint's own work), measured on that batch. Unmeasured seconds (None) are
+    taken as a third of what a full recomputation costs for selective (its pointwise ops),
+    one for full: the plan then still prefers selective and fewer checkpointed blocks."""
 
     plain: int
     selective: int
     full: int
     transient: int = 0  # what its plain backward holds at once beyond the saved bytes
+    selective_s: float | None = None
+    full_s: float | None = None
+
+    def extra_s(self, mode: Mode) -> float:
+        """The seconds `mode` adds to a step, or their stand-in when unmeasured."""
+        if mode is Mode.PLAIN:
+            return 0.0
+        full = self.full_s if self.full_s is not None else 1.0
+        if mode is Mode.FULL:
+            return full
+        return self.selective_s if self.selective_s is not None else full / 3
 
 
 @dataclass(frozen=True)
@@ -97,6 +117,7 @@ class CheckpointPlan:
     modes: dict[str, Mode]  # block name -> mode, in module order
     costs: dict[str, BlockCost]  # block name -> what it saves, for the blocks measured
     peak: int = 0  # the step's most bytes at once: `after` plus the worst block's backward
+    expected_s: float = 0.0  # the seconds a step spends recomputing, by the measured costs
 
     @property
     def excess(self) -> int:
@@ -120,6 +141,18 @@ class CheckpointPlan:
         if self.excess:
             line += f"; still exceeds the budget by {format_bytes(self.excess)}"
         return line
+
+    def figures(self) -> dict[str, float]:
+        """The report row's figures: bytes, and the expected recompute seconds a step."""
+        return {
+            "activations_before_bytes": self.before.activations or 0,
+            "activations_after_bytes": self.after.activations or 0,
+            "step_bytes": self.after.total,
+            "budget_bytes": self.budget,
+            "peak_bytes": self.peak,
+            "excess_bytes": self.excess,
+            "expected_recompute_s": round(self.expected_s, 6),
+        }
 
 
 def describe_blocks(modes: dict[str, Mode]) -> str:
@@ -157,32 +190,154 @@ def backward_peak(costs: Sequence[BlockCost], modes: Sequence[Mode]) -> int:
 
 
 def choose_modes(costs: Sequence[BlockCost], base: int, budget: int) -> list[Mode]:
-    """Each block's mode: the fewest checkpointed blocks that bring `base` (state bytes plus the
-    activations with every block fully checkpointed) plus each other block's extra under
-    `budget`, selective where that still fits; when nothing fits, every block that saves
-    something checkpointed fully (a block that saves nothing stays plain: checkpointing it only
-    adds recomputation)."""
-    extra_plain = [c.plain - c.full for c in costs]
-    extra_selective = [c.selective - c.full for c in costs]
-    total = base + sum(extra_plain)
-    modes = [Mode.PLAIN] * len(costs)
-    if total <= budget:
-        return modes
-    chosen = []
-    saving = [i for i in range(len(costs)) if extra_plain[i] > 0]
-    for i in sorted(saving, key=lambda i: (-extra_plain[i], i)):
-        modes[i] = Mode.FULL
-        total -= extra_plain[i]
-        chosen.append(i)
-        if total <= budget:
-            break
-    if total > budget:
-        return modes
-    for i in sorted(chosen, reverse=True):
-        if extra_selective[i] < extra_plain[i] and total + extra_selective[i] <= budget:
-            modes[i] = Mode.SELECTIVE
-            total += extra_selective[i]
-    return modes
+    """Each block's mode: the plan that costs the fewest seconds of recomputation (`extra_s`)
+    among those that bring `base` (state bytes plus the activations with every block fully
+    checkpointed) plus each block's extra over full under `budget`: selective checkpointing
+    recomputes only the cheap ops, so several selective blocks often cost less than one full
+    one. When nothing fits, every block that saves something is checkpointed fully (a block that
+    saves nothing stays plain: checkpointing it only adds recomputation).
+
+    A multiple-choice knapsack, solved exactly over the allowance cut into `STEPS` units (each
+    block's bytes rounded up, so a plan found always fits)."""
+    extra = [
+        {Mode.PLAIN: c.plain - c.full, Mode.SELECTIVE: c.selective - c.full, Mode.FULL: 0}
+        for c in costs
+    ]
+    allowance = budget - base
+    if sum(e[Mode.PLAIN] for e in extra) <= allowance:
+        return [Mode.PLAIN] * len(costs)
+    if allowance < 0:
+        return [Mode.FULL if e[Mode.PLAIN] > 0 else Mode.PLAIN for e in extra]
+    unit = max(allowance / STEPS, 1.0)
+    capacity = int(allowance // unit)
+    # best[w]: (seconds, modes so far) of the cheapest plan of the blocks so far in w units.
+    best: list[tuple[float, tuple[Mode, ...]] | None] = [(0.0, ())] + [None] * capacity
+    for cost, sizes in zip(costs, extra, strict=True):
+        options = [
+            (mode, math.ceil(sizes[mode] / unit), cost.extra_s(mode) + _TIE[mode])
+            for mode in Mode
+            if mode is not Mode.SELECTIVE or sizes[mode] < sizes[Mode.PLAIN]
+        ]
+        if sizes[Mode.PLAIN] <= 0:  # saves nothing: plain
+            options = [(Mode.PLAIN, 0, 0.0)]
+        nxt: list[tuple[float, tuple[Mode, ...]] | None] = [None] * (capacity + 1)
+        for used, found in enumerate(best):
+            if found is None:
+                continue
+            for mode, size, seconds in options:
+                total = used + size
+                if total > capacity:
+                    continue
+                candidate = (found[0] + seconds, (*found[1], mode))
+                if nxt[total] is None or candidate[0] < nxt[total][0]:  # type: ignore[index]
+                    nxt[total] = candidate
+        best = nxt
+    plans = [found for found in best if found is not None]
+    if not plans:  # every block full does not fit the rounded allowance
+        return [Mode.FULL if e[Mode.PLAIN] > 0 else Mode.PLAIN for e in extra]
+    return list(min(plans, key=lambda found: found[0])[1])
+
+
+def fit_peak(costs: Sequence[BlockCost], base: int, budget: int) -> list[Mode]:
+    """`choose_modes` for the step's peak: the saved bytes plus what the backward adds at its
+    worst block (`backward_peak`: a checkpointed block's recomputed activations and its
+    gradients) under `budget`. The saved bytes' allowance is searched (halving, PEAK_TRIES
+    times) for the largest whose plan's peak fits; when even every block full peaks over the
+    budget, the plan for the saved bytes alone."""
+
+    def peak(modes: list[Mode]) -> int:
+        kept = sum(_kept(c, m) - c.full for c, m in zip(costs, modes, strict=True))
+        return base + kept + backward_peak(costs, modes)
+
+    saved = choose_modes(costs, base, budget)
+    if peak(saved) <= budget:
+        return saved
+    low, high = base, budget  # a target whose plan fits; one whose plan does not
+    fits = choose_modes(costs, base, low)
+    if peak(fits) > budget:
+        return saved
+    for _ in range(PEAK_TRIES):
+        middle = (low + high) // 2
+        modes = choose_modes(costs, base, middle)
+        if peak(modes) <= budget:
+            low, fits = middle, modes
+        else:
+            high = middle
+    return fits
+
+
+PEAK_TRIES = 10
+
+
+def _kept(cost: BlockCost, mode: Mode) -> int:
+    return {Mode.PLAIN: cost.plain, Mode.SELECTIVE: cost.selective, Mode.FULL: cost.full}[mode]
+
+
+STEPS = 2048  # units the allowance is cut into by `choose_modes`
+# Ties (unmeasured or equal seconds) go to fewer recomputed ops: plain, then selective.
+_TIE = {Mode.PLAIN: 0.0, Mode.SELECTIVE: 1e-9, Mode.FULL: 2e-9}
+
+
+ROUNDS = 2  # timed runs of each mode, per kind of block; the fastest counts
+
+
+def mode_seconds(
+    forward: Forward, block: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[float, float]:
+    """Seconds selective and full checkpointing add to `block`'s forward and backward on these
+    inputs, over its plain run: each mode run ROUNDS times in turns, the fastest run of each."""
+    times: dict[Mode, list[float]] = {mode: [] for mode in Mode}
+    for _ in range(ROUNDS):
+        for mode in Mode:
+            times[mode].append(_forward_backward_seconds(forward, block, mode, args, kwargs))
+    plain = min(times[Mode.PLAIN])
+    return max(min(times[Mode.SELECTIVE]) - plain, 0.0), max(min(times[Mode.FULL]) - plain, 0.0)
+
+
+def _forward_backward_seconds(
+    forward: Forward, block: nn.Module, mode: Mode, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> float:
+    """Seconds (the trials' clock: CPU time with one thread, else wall time) of the block's
+    forward in `mode` and the backward of its outputs' sum to its inputs and parameters
+    (`autograd.grad`: no `.grad` is touched)."""
+    wrt = [t for t in tensors_in((args, kwargs)) if t.requires_grad]
+    wrt += [p for p in block.parameters() if p.requires_grad]
+    cuda = [t.device for t in wrt if t.device.type == "cuda"]
+    start = default_clock()
+    out = run_block(forward, block, mode, args, kwargs)
+    outs = [t for t in tensors_in(out) if t.requires_grad and t.is_floating_point()]
+    if outs and wrt:
+        torch.autograd.grad(sum(t.float().sum() for t in outs), wrt, allow_unused=True)
+    if cuda:
+        torch.cuda.synchronize(cuda[0])
+    return default_clock() - start
+
+
+@dataclass
+class RecomputeClock:
+    """The measured cost of a plan: the seconds its checkpointed blocks spend recomputing in
+    backward (`block_checkpoint.run_block` adds them), over the training steps after the one
+    that made the plan (`STEPS_MEASURED` of them), and those steps' own seconds."""
+
+    seconds: float = 0.0
+    step_seconds: list[float] = field(default_factory=list)
+    started: float | None = None  # when the step under measurement began
+    armed: bool = False  # a plan checkpoints something: measure from the next step
+
+    def add(self, seconds: float) -> None:
+        if self.started is not None:
+            self.seconds += seconds
+
+    def step(self) -> bool:
+        """A training step begins; True once STEPS_MEASURED steps are measured."""
+        now = default_clock()
+        if self.started is not None:
+            self.step_seconds.append(now - self.started)
+        self.started = now
+        return len(self.step_seconds) >= STEPS_MEASURED
+
+
+STEPS_MEASURED = 5
 
 
 class Planner:
@@ -210,10 +365,22 @@ class Planner:
         self._costs: dict[str, BlockCost] = {}
         self.cache_left_out = False  # a checkpointed block ran without the model's KV cache
         self.backward_unmeasured: list[str] = []  # blocks whose backward could not be measured
+        self._timed: dict[Any, tuple[float | None, float | None]] = {}  # by kind of block
+        self.recompute = RecomputeClock()  # the seconds spent recomputing, measured
+        self.trials: Trials | None = None  # undecided trials the plan was made during
+        self.planned_under: dict[str, str] = {}  # their options in force then
 
     def decide(self, forward: Forward, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        """Measure on this batch, set every block's mode and record the plan in the report."""
+        """Measure on this batch, set every block's mode and record the plan in the report.
+        While the model's trials (layout, amp) are undecided, the plan is for the step as it
+        runs now (their baselines) and is made again once they are decided, if a winner
+        changes what a step keeps (bf16 halves the activations)."""
         self.decided = True
+        self._timed = {}  # what the modes cost under the configuration in force now
+        self.recompute = RecomputeClock()
+        measured = of_model(self.root)
+        self.trials = measured if measured is not None and not measured.done else None
+        self.planned_under = measured.winners if measured is not None else {}
         device = module_device(self.root)
         held = resident_bytes(self.root, None, device)
         budget = resolve_budget(self.budget_option, device, held=held)
@@ -237,9 +404,14 @@ class Planner:
         costs = [cost for _, cost in measured]
         step = self._state()
         base = step.state + all_full
-        modes = choose_modes(costs, base, budget)
+        modes = fit_peak(costs, base, budget)
         for (block, _cost), mode in zip(measured, modes, strict=True):
             block.mode = mode
+            block.recomputed = self.recompute.add if mode is not Mode.PLAIN else None
+        timed = all(
+            c.full_s is not None for c, m in zip(costs, modes, strict=True) if m is not Mode.PLAIN
+        )
+        expected = sum(c.extra_s(m) for c, m in zip(costs, modes, strict=True)) if timed else None
         extra = {Mode.PLAIN: lambda c: c.plain, Mode.SELECTIVE: lambda c: c.selective}
         before = all_full + sum(c.plain - c.full for c in costs)
         after = all_full + sum(
@@ -252,6 +424,7 @@ class Planner:
             {block.name: block.mode for _, block in self.blocks},
             {block.name: cost for block, cost in measured},
             step.with_activations(after).total + backward_peak(costs, modes),
+            expected or 0.0,
         )
         record_plan(self.report, self.plan.before, self.plan.after, budget)
         line = self.plan.render() + " (measured one block at a time on the first training batch)"
@@ -274,7 +447,12 @@ class Planner:
                 stacklevel=2,
             )
         applied = applied_modes(modes)
-        self._record(PassResult.applied(NAME, line) if applied else PassResult.skipped(NAME, line))
+        if expected is not None and applied:
+            line += f"; {EXPECTED} {duration(expected)} a step"
+        result = PassResult.applied(NAME, line) if applied else PassResult.skipped(NAME, line)
+        result.figures.update(self.plan.figures())
+        self._record(result)
+        self.recompute.armed = applied
         if self.report.memory is not None and self.report.published:
             # the decision's line is said by report.replace; the memory section follows it
             voice.say("\n".join(self.report.memory.render()), self.verbose)
@@ -353,13 +531,61 @@ class Planner:
         except Exception as err:  # the peak only reports: the plan stands without this term
             self.backward_unmeasured.append(f"{state.name} ({type(err).__name__}: {err})")
             transient = 0
+        selective_s, full_s = self._seconds(forward, block, fresh_args, fresh_kwargs)
         self._costs[state.name] = BlockCost(
             plain=cost(Mode.PLAIN),
             selective=cost(Mode.SELECTIVE),
             full=cost(Mode.FULL),
             transient=transient,
+            selective_s=selective_s,
+            full_s=full_s,
         )
         return run_block(forward, block, Mode.FULL, args, kwargs)
+
+    def _seconds(
+        self, forward: Forward, block: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> tuple[float | None, float | None]:
+        """What selective and full checkpointing add to the block's forward and backward, in
+        seconds: measured on the first block of each kind (class, parameter and input shapes;
+        the blocks of a stack are alike), reused for the others; (None, None) when the
+        backward cannot run here."""
+        kind = (
+            type(block),
+            tuple(tuple(p.shape) for p in block.parameters()),
+            tuple(tuple(t.shape) for t in tensors_in((args, kwargs))),
+        )
+        if kind not in self._timed:
+            try:
+                with not_counted():  # the timed runs are not what the forward keeps
+                    self._timed[kind] = mode_seconds(forward, block, args, kwargs)
+            except Exception:  # noqa: BLE001 - the plan stands on bytes, ties to fewer ops
+                self._timed[kind] = (None, None)
+        return self._timed[kind]
+
+    def measured(self) -> None:
+        """The plan's cost as measured on the steps after it: the recompute seconds a step and
+        their share of a step, added to the report row (quietly: the decision was said)."""
+        clock = self.recompute
+        clock.armed = False
+        clock.started = None
+        for _, state in self.blocks:
+            state.recomputed = None  # nothing more to time
+        steps = len(clock.step_seconds)
+        if not steps or self.plan is None or NAME not in self.report:
+            return
+        per_step = clock.seconds / steps
+        step_s = statistics.median(clock.step_seconds)
+        result = self.report[NAME]
+        result.detail += (
+            f"; measured {duration(per_step)} a step ({per_step / step_s:.0%} of a "
+            f"{duration(step_s)} step, over {steps} steps)"
+        )
+        result.figures.update(
+            measured_recompute_s=round(per_step, 6),
+            step_s=round(step_s, 6),
+            measured_share=round(per_step / step_s, 4),
+            measured_steps=steps,
+        )
 
     def _record(self, result: PassResult) -> None:
         self.report.replace(result)
@@ -374,13 +600,17 @@ class PlanOnFirstForward:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         planner = self.planner
-        if (
-            not planner.decided
-            and torch.is_grad_enabled()
-            and planner.root.training
-            and not in_trial()
-        ):
+        training = torch.is_grad_enabled() and planner.root.training and not in_trial()
+        if training and planner.recompute.armed and planner.recompute.step():
+            planner.measured()
+        if not planner.decided and training:
             planner.decide(self.forward, args, kwargs)
+        elif training and planner.trials is not None and planner.trials.done:
+            # The trials were undecided when the plan was made: again, for their winners.
+            changed = planner.trials.winners != planner.planned_under
+            planner.trials = None
+            if changed:
+                planner.decide(self.forward, args, kwargs)
         return self.forward(*args, **kwargs)
 
 

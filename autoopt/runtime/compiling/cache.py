@@ -9,9 +9,14 @@ artifacts of `torch.compiler.save_cache_artifacts()` are the same entries as one
 of generating and building code again (dynamo's tracing still runs).
 
 On CPU the artifacts carry the generated code but not the C++ kernels built from it (on CUDA
-the Triton kernels are in them), so a fresh inductor directory still runs g++. So, unless the
-user set `TORCHINDUCTOR_CACHE_DIR`, torch's local caches are kept in the autoopt cache directory too (`keep_local_caches`), where /tmp cleaning
-does not reach them.
+the Triton kernels are in them), so a fresh inductor directory still runs g++ for every kernel,
+most of a CPU compile (a warm CNN start took 0.49 of the cold one's CPU time that way). So the
+entry holds both: torch's artifacts and the kernel libraries (`<xx>/<hash>.so` under torch's
+local cache directory) that the model's first compile built or that the entry restored, and
+`load()` puts the libraries back where inductor looks for them before it builds one (their
+names are hashes of their source and compiler flags, so one that is present is the one it would
+build). And, unless the user set `TORCHINDUCTOR_CACHE_DIR`, torch's local caches are kept in the
+autoopt cache directory too (`keep_local_caches`), where /tmp cleaning does not reach them.
 
 Here one blob per model: the file is named by a key of the model's structure (module classes,
 parameter and buffer names, shapes, dtypes), the first batch's signature (tensor shapes and
@@ -26,7 +31,10 @@ torch's own imports and dynamo's tracing.
 
 Beside the blobs, one small record per model structure (`Outcome`, `<key>.outcome.json`): whether
 its compiled training steps measured faster than eager ones on this machine, which is what
-`compile="auto"` decides from on CPU (autoopt.runtime.passes.compile).
+`compile="auto"` decides from on CPU (autoopt.runtime.passes.compile). And one record of what
+compiles cost on this machine (`CompileCosts`, `compile_costs.json`): each model's first compiled
+step, cold or warm, with its size, from which the cost of a compile not yet paid is estimated
+before it is paid (a trial that cannot pay back within the run is not tried).
 
 Where: `optimize(compile_cache=...)`: "auto" (the default) is $AUTOOPT_COMPILE_CACHE, else
 $XDG_CACHE_HOME/autoopt/compile, else ~/.cache/autoopt/compile; a directory; False: off.
@@ -36,13 +44,17 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import io
 import json
 import logging
 import os
 import platform
+import re
+import statistics
 import tempfile
 import time
 import warnings
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -167,15 +179,28 @@ def key(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], extra: 
 
 class CompileCache:
     """One model's entry: `load()` before its first compile, `save()` after its first compiled
-    steps. `status` is "hit", "miss" or "miss (why)"; `loaded_bytes`, `saved_bytes`."""
+    steps. `status` is "hit", "miss" or "miss (why)"; `kernels` how many built kernel libraries
+    the entry restored (`load`) or holds (`save`).
+
+    The file is a zip of torch's artifacts (`ARTIFACTS`) and the kernel libraries (`KERNELS/`
+    + their path under torch's local cache directory); a file of torch's artifacts alone (written
+    before the libraries were kept) is read too."""
+
+    ARTIFACTS = "artifacts.bin"
+    KERNELS = "kernels/"
 
     def __init__(self, directory: Path, name: str) -> None:
         self.path = directory / f"{name}.bin"
         self.status = "not used"
         self.saved = False
+        self.kernels = 0
+        self._restored: set[str] = set()  # kernel paths (relative) this entry put back
+        self._since = time.time()  # kernels built after this belong to the model's compile
 
     def load(self) -> str:
-        """Put the saved artifacts into torch's caches; returns (and keeps) the status."""
+        """Put the saved artifacts into torch's caches and the kernel libraries into its local
+        cache directory; returns (and keeps) the status."""
+        self._since = time.time()
         try:
             blob = self.path.read_bytes()
         except FileNotFoundError:
@@ -184,17 +209,24 @@ class CompileCache:
         except OSError as err:
             return self._miss(f"cannot read {self.path}: {err}")
         try:
+            artifacts, kernels = _unpack(blob)
+        except (zipfile.BadZipFile, KeyError, OSError) as err:
+            return self._miss(f"cannot read {self.path} ({type(err).__name__}: {err})")
+        try:
             with _torch_quiet():
-                loaded = torch.compiler.load_cache_artifacts(blob)
+                loaded = torch.compiler.load_cache_artifacts(artifacts)
         except Exception as err:  # noqa: BLE001 - a stale or corrupt file: compile as without
             return self._miss(f"cannot load {self.path} ({type(err).__name__}: {err})")
         if loaded is None:  # torch logs and returns None for what it cannot un-pickle
             return self._miss(f"cannot load {self.path} (not torch's cache artifacts)")
+        self._restored = _restore_kernels(kernels)
+        self.kernels = len(self._restored)
         self.status = "hit"
         return self.status
 
     def save(self) -> bool:
-        """Write torch's artifacts of what compiled in this process so far (atomically)."""
+        """Write torch's artifacts of what compiled in this process so far and the model's
+        kernel libraries (atomically)."""
         if self.saved:
             return False
         self.saved = True
@@ -202,7 +234,8 @@ class CompileCache:
             found = torch.compiler.save_cache_artifacts()
             if found is None:
                 return False
-            blob = found[0]
+            kernels = self._kernels()
+            blob = _pack(found[0], kernels)
             self.path.parent.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=self.path.parent, suffix=".tmp")
             with os.fdopen(fd, "wb") as out:
@@ -211,12 +244,82 @@ class CompileCache:
         except Exception as err:  # noqa: BLE001 - a cache that cannot be written is no error
             warnings.warn(f"autoopt: compile cache not saved to {self.path}: {err}", stacklevel=3)
             return False
+        self.kernels = len(kernels)
         return True
+
+    def _kernels(self) -> dict[str, Path]:
+        """The kernel libraries of this model: those restored, and those built since `load()`
+        (by relative path under torch's local cache directory)."""
+        root = local_cache_dir()
+        found = {rel: root / rel for rel in self._restored if (root / rel).is_file()}
+        for lib in root.glob("*/*.so"):
+            rel = lib.relative_to(root).as_posix()
+            if _KERNEL_PATH.fullmatch(rel) and lib.stat().st_mtime >= self._since - 1:
+                found[rel] = lib
+        return found
 
     def _miss(self, why: str) -> str:
         warnings.warn(f"autoopt: compile cache: {why}; compiling anew", stacklevel=4)
         self.status = f"miss ({why})"
         return self.status
+
+
+# Where inductor keeps a built kernel library: `<two characters>/<hash>[.main].so`.
+_KERNEL_PATH = re.compile(r"[A-Za-z0-9_]{1,8}/[A-Za-z0-9_]+(\.main)?\.so")
+
+
+def local_cache_dir() -> Path:
+    """Torch's local cache directory (`TORCHINDUCTOR_CACHE_DIR`, else its /tmp default)."""
+    from torch._inductor.runtime.runtime_utils import cache_dir as inductor_cache_dir
+
+    return Path(inductor_cache_dir())
+
+
+def _pack(artifacts: bytes, kernels: dict[str, Path]) -> bytes:
+    """One entry: torch's artifacts and the kernel libraries, as a zip."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED, compresslevel=1) as z:
+        z.writestr(CompileCache.ARTIFACTS, artifacts)
+        for rel, path in sorted(kernels.items()):
+            z.write(path, CompileCache.KERNELS + rel)
+    return buffer.getvalue()
+
+
+def _unpack(blob: bytes) -> tuple[bytes, dict[str, bytes]]:
+    """(torch's artifacts, {relative path: kernel library}) of an entry; an entry of torch's
+    artifacts alone (not a zip) has no kernels."""
+    if not blob.startswith(b"PK"):
+        return blob, {}
+    with zipfile.ZipFile(io.BytesIO(blob)) as z:
+        kernels = {
+            name[len(CompileCache.KERNELS) :]: z.read(name)
+            for name in z.namelist()
+            if name.startswith(CompileCache.KERNELS)
+        }
+        return z.read(CompileCache.ARTIFACTS), kernels
+
+
+def _restore_kernels(kernels: dict[str, bytes]) -> set[str]:
+    """Write the kernel libraries missing from torch's local cache directory (atomically: a
+    library inductor finds is whole); the relative paths present afterwards. A name that is not
+    a kernel's path (`_KERNEL_PATH`) is skipped: the entry never writes elsewhere."""
+    root = local_cache_dir()
+    present: set[str] = set()
+    for rel, data in kernels.items():
+        if not _KERNEL_PATH.fullmatch(rel):
+            continue
+        target = root / rel
+        if not target.is_file():
+            try:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                fd, tmp = tempfile.mkstemp(dir=target.parent, suffix=".tmp")
+                with os.fdopen(fd, "wb") as out:
+                    out.write(data)
+                os.replace(tmp, target)
+            except OSError:
+                continue  # inductor builds this one itself
+        present.add(rel)
+    return present
 
 
 class Outcome:
@@ -247,6 +350,80 @@ class Outcome:
             os.replace(tmp, self.path)
         except OSError as err:
             warnings.warn(f"autoopt: compile outcome not saved to {self.path}: {err}", stacklevel=3)
+
+
+def model_size(model: nn.Module) -> int:
+    """What a compile's cost grows with: the model's leaf modules (its graph's size, roughly)."""
+    return sum(1 for m in model.modules() if next(m.children(), None) is None)
+
+
+# A cold CPU compile with no record on this machine: BASE + PER_MODULE per leaf module. From
+# this project's 2-core machine (docs/benchmarks/compile.md): a 10-module CNN 17-44 s, a
+# 21-module transformer 30-90 s of wall time, by load.
+DEFAULT_BASE_S = 8.0
+DEFAULT_PER_MODULE_S = 2.0
+# A warm compile (this model's entry found) against its cold one, with no warm record yet.
+WARM_SHARE = 0.25
+
+
+class CompileCosts:
+    """What compiles cost on this machine (`compile_costs.json` in the cache directory): per
+    model (the `Outcome` name), its size and the wall seconds of its first compiled step, cold
+    and warm, and its entry's file. Estimates a compile before it is paid (`estimate`)."""
+
+    FILE = "compile_costs.json"
+
+    def __init__(self, directory: Path) -> None:
+        self.path = directory / self.FILE
+
+    def read(self) -> dict[str, dict[str, Any]]:
+        try:
+            found = json.loads(self.path.read_text())
+        except (OSError, ValueError):
+            return {}
+        return found if isinstance(found, dict) else {}
+
+    def write(self, name: str, size: int, seconds: float, warm: bool, entry: Path) -> None:
+        """Record a first compiled step (atomically; a record that cannot be written is none)."""
+        records = self.read()
+        record = records.get(name) if isinstance(records.get(name), dict) else {}
+        record.update({"size": size, "warm_s" if warm else "cold_s": round(seconds, 3)})
+        record["entry"] = str(entry)
+        records[name] = record
+        with contextlib.suppress(OSError):
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=self.path.parent, suffix=".tmp")
+            with os.fdopen(fd, "w") as out:
+                json.dump(records, out)
+            os.replace(tmp, self.path)
+
+    def estimate(self, name: str, size: int) -> tuple[float, str]:
+        """(seconds, what and how it was estimated) of compiling model `name` of `size` leaf
+        modules now: its own record (warm when its entry exists), else the seconds per module
+        of the cold compiles recorded here, else the defaults."""
+        records = self.read()
+        own = records.get(name) if isinstance(records.get(name), dict) else None
+        if own is not None and own.get("entry") and Path(own["entry"]).is_file():
+            if own.get("warm_s") is not None:
+                return float(own["warm_s"]), "a warm compile (this model's last one here)"
+            if own.get("cold_s") is not None:
+                seconds = float(own["cold_s"]) * WARM_SHARE
+                return seconds, f"a warm compile ({WARM_SHARE:.0%} of this model's cold one)"
+        if own is not None and own.get("cold_s") is not None:
+            return float(own["cold_s"]), "a cold compile (this model's last one here)"
+        per_module = [
+            float(r["cold_s"]) / int(r["size"])
+            for r in records.values()
+            if isinstance(r, dict) and r.get("cold_s") is not None and r.get("size")
+        ]
+        if per_module:
+            rate = statistics.median(per_module)
+            return rate * size, (
+                f"a cold compile ({len(per_module)} recorded here: {rate:.2g} s per module x "
+                f"{size} modules)"
+            )
+        seconds = DEFAULT_BASE_S + DEFAULT_PER_MODULE_S * size
+        return seconds, f"a cold compile ({size} modules, no compile recorded here)"
 
 
 @contextlib.contextmanager

@@ -228,16 +228,13 @@ class AmpChoice:
         if self.layer.user_amp.reason is not None:
             return
         if winner == "bf16":
-            self.report.replace(PassResult.applied(NAME, f"{self.result.detail}; {measured}"))
+            self.report.replace(PassResult.applied(NAME, f"bf16 autocast: {measured}"))
             return
         if measured.startswith("not measured"):
             self.report.replace(PassResult.skipped(NAME, f"fp32 kept ({measured})"))
             return
         self.report.replace(
-            PassResult.skipped(
-                NAME,
-                f"fp32 is faster than bf16 autocast here ({measured}); pass amp='bf16' to force it",
-            )
+            PassResult.skipped(NAME, f"fp32 kept: {measured}; amp='bf16' forces it")
         )
 
 

@@ -9,8 +9,9 @@ depends on the machine and the parameters (the fused kernel won 4x on one CPU an
 default loop on the channels-last CNN of another; figures in docs/benchmarks/optimizer-step.md),
 so the candidates (fused, foreach, the default step) are timed on the real optimizer: after the
 first step (which creates the state), each runs real steps in turn (ROUNDS turns; a candidate
-twice as slow as the best drops out), and the fastest by median stays; the report says what was
-measured. They compute the same update up to fp32 rounding, so the training is the same
+twice as slow as the best drops out), and the fastest by median stays if it is ahead of the
+user's own (default) step beyond the noise of their side-by-side samples (`timing.choose`),
+else the user's own stays; the report says what was measured. They compute the same update up to fp32 rounding, so the training is the same
 whichever runs. Under torchrun every rank must make the same choice, so there the rule stands.
 Support is probed by building and stepping a throwaway optimizer of the same class, which covers
 every version- and device-specific check torch makes. The user's param groups and their options
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,6 +43,7 @@ NAME = "backends"
 # thread, else wall time); a test injects a fake clock here.
 CLOCK: Callable[[], float] = default_clock
 ROUNDS = 3  # timed steps each candidate step implementation gets, at most
+DEFAULT = "default"  # the user's own step: it stays unless another is ahead beyond the noise
 
 
 @dataclass
@@ -160,7 +163,7 @@ def run(ctx: Context) -> PassResult:
     if device.type == "cpu" and ctx.dist is None:
         timing = StepTiming(
             ctx.optimizer,
-            {**impls, "default": OptimizerImpl(user)},
+            {**impls, DEFAULT: OptimizerImpl(user)},
             _original_attrs(ctx.optimizer, impls),
             ours,
             ctx.report,
@@ -206,7 +209,7 @@ class StepTiming:
         cls = type(self.optimizer).__name__
         return (
             f"{cls} step: timing {', '.join(self.impls)} on the first training steps "
-            f"({next(iter(self.impls))} until then); the fastest stays"
+            f"({next(iter(self.impls))} until then); the fastest stays if ahead of {DEFAULT} beyond the noise"
         )
 
     def wrap(self, step: Callable[..., Any]) -> Callable[..., Any]:
@@ -235,17 +238,21 @@ class StepTiming:
         return out
 
     def decide(self) -> None:
-        """Keep the fastest; the report says what was measured."""
-        self.chosen = timing.fastest(self.times)
+        """Keep the fastest if it is ahead of the user's own step beyond the noise, else the
+        user's own; the report says what was measured."""
+        self.chosen, versus = timing.choose(self.times, DEFAULT)
         self.install(self.chosen)
         cls = type(self.optimizer).__name__
-        self.report.replace(
-            PassResult.applied(
-                NAME,
-                f"{self.flags_note}; {self.chosen} {cls} step: fastest of "
-                f"{timing.summary(self.times)} timed on training steps 2-{self.steps_seen}",
-            )
-        )
+        line = f"{self.chosen} {cls} step ({timing.summary(self.times)}, training steps 2-"
+        line += f"{self.steps_seen})"
+        figures = timing.figures(self.times)
+        if versus is not None:
+            line += f": {timing.verdict(timing.fastest(self.times), versus)}"
+            figures.update(lead=round(versus.lead, 4), lead_noise=round(versus.noise, 4))
+            figures["lead_band"] = round(math.expm1(versus.band), 4)
+        result = PassResult.applied(NAME, f"{self.flags_note}; {line}")
+        result.figures.update(figures)
+        self.report.replace(result)
 
 
 _SETTINGS = {

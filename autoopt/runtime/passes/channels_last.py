@@ -146,6 +146,7 @@ def run(ctx: Context) -> PassResult:
     if measure:
         why += "; on CPU: kept only if training steps measure faster than in NCHW"
     state.result = PassResult.applied(NAME, why)
+    state.result.figures["conv_share"] = round(conv_share(ctx.model), 4)  # shown as "~N%"
     return state.result
 
 
@@ -186,11 +187,12 @@ class _State:
         if measured.startswith("not measured"):
             self.report.replace(PassResult.skipped(NAME, f"NCHW kept ({measured})"))
         elif winner == "channels_last":
-            assert self.result is not None
-            self.result = PassResult.applied(NAME, f"{self.result.detail}; {measured}")
+            self.result = PassResult.applied(
+                NAME, f"model and 4-D inputs in channels_last: {measured}"
+            )
             self.report.replace(self.result)
         else:
-            self.report.replace(PassResult.skipped(NAME, f"NCHW is faster here ({measured})"))
+            self.report.replace(PassResult.skipped(NAME, f"NCHW kept: {measured}"))
 
     def fall_back(self, err: BaseException) -> None:
         self.fallen_back = True

@@ -41,10 +41,16 @@ How a candidate is measured:
   the same batch: relative L2 error of the outputs and relative error of the loss must be within
   `rtol` (default 0.05, loose enough for bf16, tight enough to catch a broken plan); every loss of
   the timed steps must be finite; a pass that failed and fell back (e.g. compile) rejects the
-  plan. Another plan displaces the default only if it beat it step for step: the median ratio
-  of their i-th timed steps (run side by side in interleaved rounds) is below 1 - NOISE_MARGIN.
-  Among the accepted candidates left within NOISE_MARGIN of the fastest (median ms/step over the
-  timed steps), the default plan wins, else the simplest.
+  plan. That first step runs with dropout off; the warm-up and timed steps with the model's own
+  dropout, as the loop will run (a compiled plan recompiles for it in the warm-up).
+- The pick, with a noise band (`decision.pick`, `trials.timing.compare`): the default plan (else
+  the simplest accepted one) stays unless another is ahead of it beyond the noise of their
+  side-by-side steps (the paired ratios of their i-th timed steps, run in interleaved rounds:
+  a lead of NOISE_MARGIN at least, the bottom of its interval half of that); among those ahead,
+  the simplest, replaced by a faster one only when that one is ahead of it beyond the noise too.
+- What tuning cost (wall time of every candidate's copies, warm-ups, compiles and timed steps)
+  and when the chosen plan repays it against the default plan are in the report line, and
+  every figure of it in `figures`.
 - Only options the user left on "auto" are searched; the others are held as given.
 
 The decision is cached on disk (`$AUTOOPT_CACHE_DIR/tune.json`, default

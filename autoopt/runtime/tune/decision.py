@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as _dt
 import math
-import statistics
+import time
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -17,6 +17,7 @@ from torch import nn
 
 from autoopt.runtime.options import Options
 from autoopt.runtime.report import PassResult
+from autoopt.runtime.trials import timing
 from autoopt.runtime.tune import cache as disk_cache
 from autoopt.runtime.tune.batches import draw
 from autoopt.runtime.tune.loss import LossFn
@@ -33,10 +34,10 @@ from autoopt.runtime.tune.plans import (
 )
 
 NAME = "tune"
-# A plan must beat the default plan, or a simpler one, by more than this to be chosen:
-# differences below it are within the run-to-run noise of a few timed steps, and a choice made on
-# noise is cached for good.
-NOISE_MARGIN = 0.03
+# The least lead over the default plan, or a simpler one, that replaces it, whatever the noise
+# (`timing.MIN_LEAD`); beyond it the lead must also clear the noise of the steps timed side by
+# side (`ahead`): a choice made on noise is cached for good.
+NOISE_MARGIN = timing.MIN_LEAD
 
 
 @dataclass
@@ -100,18 +101,22 @@ def choose(
                 f"{plan.label} (cached {entry['created']} in {path}; delete it to re-measure)\n"
                 + table(measurements, plan)
             )
+            result = PassResult.applied(NAME, detail)
+            result.figures.update(plan_figures(measurements))
             return Decision(
                 with_plan(options, plan),
-                PassResult.applied(NAME, detail),
+                result,
                 plan,
                 measurements,
                 cache_hit=True,
                 cache_path=path,
             )
 
+    started = time.perf_counter()
     measurements, accepted = measure_all(
         model, optimizer, options, plans, drawn, loss_fn, warmup, steps, rtol, default
     )
+    cost_s = time.perf_counter() - started
     chosen = pick(accepted, default)
     disagreement = all_disagree(measurements)
     if disagreement:
@@ -132,9 +137,11 @@ def choose(
     speedup = ""
     if eager is not None and eager.ms_per_step and chosen[1].ms_per_step:
         speedup = f", {eager.ms_per_step / chosen[1].ms_per_step:.2f}x vs fp32 eager"
+    payback, figures = cost_line(measurements, chosen, cost_s)
     detail = (
         f"{chosen[0].label}{speedup}; measured {len(plans)} plan(s) on {len(drawn)} batch(es), "
-        f"{warmup} warm-up + {steps} timed step(s) each\n" + table(measurements, chosen[0])
+        f"1 compared + {warmup} warm-up + {steps} timed step(s) each; {payback}\n"
+        + table(measurements, chosen[0])
     )
     if disagreement:
         detail += f"\n{disagreement}"
@@ -148,12 +155,43 @@ def choose(
                 "measurements": [dataclasses.asdict(m) for m in measurements],
             },
         )
-    return Decision(
-        with_plan(options, chosen[0]),
-        PassResult.applied(NAME, detail),
-        chosen[0],
-        measurements,
-        cache_path=path,
+    result = PassResult.applied(NAME, detail)
+    result.figures.update(figures)
+    return Decision(with_plan(options, chosen[0]), result, chosen[0], measurements, cache_path=path)
+
+
+def cost_line(
+    measurements: list[Measurement], chosen: tuple[Plan, Measurement], cost_s: float
+) -> tuple[str, dict[str, float]]:
+    """What tuning cost (every candidate's copies, warm-ups, compiles and timed steps, by the
+    wall clock) and when the chosen plan repays it against the default plan; with the figures
+    of every plan."""
+    figures = plan_figures(measurements)
+    figures["tune_cost_s"] = round(cost_s, 3)
+    line = f"tuning took {timing.duration(cost_s)} (compiles included)"
+    default = next((m for m in measurements if m.default and m.ok), None)
+    mine = chosen[1]
+    if default is None or default is mine or not (default.ms_per_step and mine.ms_per_step):
+        return f"{line}; the default plan kept: not repaid by a faster step", figures
+    gain = (default.ms_per_step - mine.ms_per_step) / 1000
+    lead = versus(mine, default)
+    figures.update(gain_s=round(gain, 6), lead=round(lead.lead, 4))
+    figures["lead_band"] = round(math.expm1(lead.band), 4) if math.isfinite(lead.band) else -1
+    if gain <= 0:
+        return f"{line}; not faster than the default plan by the median", figures
+    payback = math.ceil(figures["tune_cost_s"] / figures["gain_s"])  # as the figures say
+    figures["payback_steps"] = payback
+    return (
+        f"{line}; {timing.verdict(mine.plan, lead)} than the default plan, {timing.duration(gain)} "
+        f"a step: repaid after {payback} steps",
+        figures,
+    )
+
+
+def plan_figures(measurements: list[Measurement]) -> dict[str, float]:
+    """Each measured plan's median step (`<plan>_s`), its noise and its samples."""
+    return timing.figures(
+        {m.plan: [t / 1000 for t in m.steps_ms] for m in measurements if m.steps_ms}
     )
 
 
@@ -177,40 +215,46 @@ def all_disagree(measurements: list[Measurement]) -> str:
 def pick(
     accepted: list[tuple[Plan, Measurement]], default: Plan | None = None
 ) -> tuple[Plan, Measurement] | None:
-    """The fastest plan, unless the default plan or a simpler one is within NOISE_MARGIN of it
-    (the default first). Another plan replaces an accepted default only when it also beat it
-    step for step: the median of their paired step-time ratios is below 1 - NOISE_MARGIN. So
-    the plan picked is never one measured slower than the default."""
-    base = next((m for p, m in accepted if p == default), None)
-    if base is not None:
-        accepted = [(p, m) for p, m in accepted if p == default or beats(m, base)]
+    """The plan to run: the default plan (else the simplest accepted one) unless another is
+    ahead of it beyond the noise (`ahead`); among those ahead, the simplest, replaced by a
+    faster one only when that one is ahead of it beyond the noise too. So the plan picked is
+    never one measured slower than the default, and a lead within the noise of a few steps
+    keeps the simpler plan."""
     if not accepted:
         return None
-    fastest = min(m.ms_per_step or math.inf for _, m in accepted)
-    close = [
-        (p, m) for p, m in accepted if (m.ms_per_step or math.inf) <= fastest * (1 + NOISE_MARGIN)
-    ]
-    return min(
-        close,
-        key=lambda pm: (pm[0] != default, complexity(pm[0]), pm[1].ms_per_step or math.inf),
-    )
+    current = next(((p, m) for p, m in accepted if p == default), None)
+    if current is None:
+        current = min(accepted, key=_simple_first)
+    base = current
+    for pm in sorted((pm for pm in accepted if pm is not base), key=_simple_first):
+        if ahead(pm[1], base[1]) and ahead(pm[1], current[1]):
+            current = pm
+    return current
 
 
-def beats(candidate: Measurement, default: Measurement) -> bool:
-    """Whether `candidate` was faster than `default` by more than NOISE_MARGIN: by the median
-    of the ratios of their i-th timed steps (side by side when the rounds were interleaved),
-    else, for measurements without steps (an old cache entry), by their medians."""
-    mine, theirs = candidate.steps_ms, default.steps_ms
-    if mine and len(mine) == len(theirs) and all(theirs):
-        ratio = statistics.median(c / d for c, d in zip(mine, theirs, strict=True))
-    else:
-        ratio = (candidate.ms_per_step or math.inf) / (default.ms_per_step or math.inf)
-    return ratio < 1 - NOISE_MARGIN
+def _simple_first(pm: tuple[Plan, Measurement]) -> tuple[int, float]:
+    return complexity(pm[0]), pm[1].ms_per_step or math.inf
+
+
+def ahead(candidate: Measurement, reference: Measurement) -> bool:
+    """Whether `candidate` is faster than `reference` beyond the noise (`timing.compare`: the
+    paired ratios of their i-th timed steps, run side by side in interleaved rounds); for
+    measurements without steps (an old cache entry), by their medians and MIN_LEAD alone."""
+    mine, theirs = candidate.steps_ms, reference.steps_ms
+    if mine and len(mine) == len(theirs):
+        return versus(candidate, reference).ahead()
+    lead = (reference.ms_per_step or math.inf) / (candidate.ms_per_step or math.inf) - 1
+    return lead >= NOISE_MARGIN
+
+
+def versus(candidate: Measurement, reference: Measurement) -> timing.Comparison:
+    """`candidate` against `reference` by their side-by-side timed steps."""
+    return timing.compare(reference.steps_ms, candidate.steps_ms)
 
 
 def table(measurements: list[Measurement], chosen: Plan) -> str:
     """The measurements as an aligned text table, the chosen and the default plan marked."""
-    rows = [("plan", "ms/step", "warm-up s", "rel. err", "status")]
+    rows = [("plan", "ms/step", "noise", "warm-up s", "rel. err", "status")]
     for m in measurements:
         err = max((e for e in (m.output_error, m.loss_error) if e is not None), default=None)
         mark = "  <- chosen" if m.plan == chosen.label and m.ok else ""
@@ -218,18 +262,19 @@ def table(measurements: list[Measurement], chosen: Plan) -> str:
             (
                 m.plan + (" (default)" if m.default else ""),
                 f"{m.ms_per_step:.2f}" if m.ms_per_step is not None else "-",
+                f"±{timing.noise(m.steps_ms):.0%}" if len(m.steps_ms) > 1 else "-",
                 f"{m.warmup_s:.2f}" if m.warmup_s is not None else "-",
                 f"{err:.2g}" if err is not None else "-",
                 m.status + mark,
             )
         )
-    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    widths = [max(len(r[i]) for r in rows) for i in range(5)]
     return "\n".join(
         "  ".join(
             c.ljust(w) if i == 0 else c.rjust(w)
-            for i, (c, w) in enumerate(zip(r[:4], widths, strict=True))
+            for i, (c, w) in enumerate(zip(r[:5], widths, strict=True))
         )
         + "  "
-        + r[4]
+        + r[5]
         for r in rows
     )
