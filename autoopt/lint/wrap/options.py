@@ -1,0 +1,114 @@
+"""What the script already does itself, read before the call is written: a library or way of
+running that owns the loop (Accelerate, Lightning, ignite, RPC, Hogwild) or its precision (apex
+amp, a half model, a loss scaler object) declines the file; its own autocast/GradScaler,
+torch.compile or data-parallel wrap turns the overlapping option of the call off, with the
+reason; a parallel wrap made before the optimizer exists rules out every place for the call."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from autoopt.lint.program.precision import other_precision_system
+from autoopt.lint.tree.nodes import code_of
+from autoopt.lint.wrap import decline
+from autoopt.lint.wrap.codebase import CodeBase, Func, SourceFile
+from autoopt.lint.wrap.decline import Decline
+
+_AMP = ("autocast", "GradScaler")
+_COMPILE = {"torch.compile"}
+# The user's own data/model parallel wraps (DDP, DataParallel, FSDP 1 and 2, tensor parallel).
+_PARALLEL = {
+    "DistributedDataParallel",
+    "DataParallel",
+    "FullyShardedDataParallel",
+    "fully_shard",
+    "parallelize_module",
+}
+
+
+def conflict(file: SourceFile) -> Decline | None:
+    """A decline when `file` trains through a library or a way of running that owns the loop."""
+    dotted = set(file.imports.values())
+    source = file.module.code
+    if any(d == "accelerate" or d.startswith("accelerate.") for d in dotted):
+        return decline.accelerate()
+    if any(d.split(".")[0] in ("lightning", "pytorch_lightning") for d in dotted):
+        return decline.lightning()
+    if any(d.startswith("ignite.engine") for d in dotted):
+        return decline.ignite()
+    if any(d.startswith(("torch.distributed.rpc", "torch.distributed.autograd")) for d in dotted):
+        return decline.rpc()
+    if ".share_memory()" in source and ".Process(" in source:
+        return decline.hogwild()
+    return None
+
+
+def own_precision(file: SourceFile) -> Decline | None:
+    """A decline when `file` (the script, or where its optimizer is stepped) already runs
+    another mixed-precision system (apex amp, a half model, loss scaling by hand)."""
+    if why := other_precision_system(file.module, file.module.code):
+        return decline.own_precision(why)
+    return None
+
+
+def scaler_steps(steppers: list[Func], stepped: set[str]) -> Decline | None:
+    """A decline when an optimizer (one of `stepped`) is handed to a loss scaler object that
+    does the backward and the step itself (timm's and MAE's `loss_scaler(loss, optimizer,
+    ...)`): a mixed-precision system optimize() cannot see into. torch's GradScaler is stepped
+    as `scaler.step(optimizer)` and is not this."""
+    for func in steppers:
+        for call in func.calls():
+            callee = code_of(call.func)
+            if "scaler" not in callee.rsplit(".", 1)[-1].lower():
+                continue
+            if any(code_of(a.value) in stepped for a in call.args):
+                return decline.loss_scaler(callee, func.name)
+    return None
+
+
+def own_options(code: CodeBase, trainers: list[Func]) -> dict[str, str]:
+    """The options the script's own code already covers, each with the reason."""
+    files = {id(code.script): code.script} | {id(f.file): f.file for f in trainers}
+    calls = [(f, c) for f in files.values() for c in f.calls()]
+    options: dict[str, str] = {}
+    if any(f.qualname(c.func).split(".")[-1] in _AMP for f, c in calls):
+        options["amp"] = "own autocast/GradScaler"
+    if any(f.qualname(c.func) in _COMPILE for f, c in calls):
+        options["compile"] = "own torch.compile"
+    if any(is_parallel_wrap(f, c) for f, c in calls):
+        options["distributed"] = "own DDP/FSDP/DataParallel wrap"
+    return options
+
+
+def call_options(code: CodeBase, trainers: list[Func], forced: dict[str, str]) -> dict[str, str]:
+    """The options turned off in the call: what the script covers, and what the pairing forced
+    (`amp` for an optimizer over several models), each with its reason."""
+    options = own_options(code, trainers)
+    if "amp" in forced and "amp" in options:
+        options["amp"] += "; " + forced["amp"]
+    return forced | options
+
+
+def is_parallel_wrap(file: SourceFile, call: cst.Call) -> bool:
+    """`call` wraps a model in DDP, DataParallel, FSDP or tensor parallelism."""
+    name = file.qualname(call.func).split(".")[-1]
+    return name in _PARALLEL
+
+
+def wrapped_before(code: CodeBase, home: Func, anchor: cst.CSTNode) -> str | None:
+    """Why the model is already DDP-wrapped when the call would run, if it is."""
+    file = home.file
+    for call in home.calls():
+        if is_parallel_wrap(file, call) and file.before(call, anchor):
+            return (
+                "the model is wrapped in DDP/FSDP/DataParallel before the optimizer exists; "
+                "optimize() must get the bare model"
+            )
+        target = code.resolve(file, call)
+        if (
+            target is not None
+            and file.before(call, anchor)
+            and any(is_parallel_wrap(target.file, c) for c in target.calls())
+        ):
+            return f"{target.name}() wraps the model in DDP before the optimizer exists"
+    return None
