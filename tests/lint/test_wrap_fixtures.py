@@ -185,6 +185,15 @@ WRAPPED = {
             'net, loader, optimizer = autoopt.optimize(net, loader, optimizer, device="cpu")',
         ),
     ],
+    "lbfgs_closure.py": [
+        ("import torch", IMPORT),
+        (
+            "optimizer = torch.optim.LBFGS(seq.parameters(), lr=0.5)",
+            'seq, optimizer = autoopt.optimize(seq, optimizer=optimizer, device="cpu", amp=False)'
+            "  # autoopt: amp=False (the optimizer steps through a closure: loss scaling cannot "
+            "check it first)",
+        ),
+    ],
     "gpu_flag.py": [
         ("from torch.utils.data import DataLoader, TensorDataset", IMPORT),
         (

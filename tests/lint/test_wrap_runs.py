@@ -61,6 +61,7 @@ def run(script: Path) -> list[str]:
         "nested_backward.py",
         "factory_gpu_flag/train.py",
         "step_helper.py",
+        "lbfgs_closure.py",
     ],
 )
 def test_wrapped_script_trains_with_the_same_fp32_losses(name: str, tmp_path: Path) -> None:

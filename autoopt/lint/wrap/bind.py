@@ -19,7 +19,7 @@ from autoopt.lint.wrap import decline
 from autoopt.lint.wrap.call import Pair
 from autoopt.lint.wrap.codebase import CodeBase, Func
 from autoopt.lint.wrap.decline import Decline
-from autoopt.lint.wrap.origins import Origin
+from autoopt.lint.wrap.origins import Origin, elements
 from autoopt.lint.wrap.tree import (
     assignments_of,
     bound_name,
@@ -30,6 +30,7 @@ from autoopt.lint.wrap.tree import (
     is_self,
     methods_of,
     model_like,
+    unpacked_from,
     unwrap_iter,
 )
 
@@ -140,6 +141,12 @@ def reaches(code: CodeBase, func: Func, expr: str, home: Func, depth: int) -> st
         return expr
     if depth > _MAX_DEPTH:
         return None
+    sources = {unpacked_from(a, expr) for a in assignments_of(func, expr)}
+    if len(sources) == 1 and (source := sources.pop()) is not None:
+        # `train_loader, eval_loader = loaders`: where the list handed in names it
+        for owner, _node, item in elements(code, func, *source, None):
+            if (found := reaches(code, owner, item, home, depth + 1)) is not None:
+                return found
     if expr.startswith("self.") and func.cls is not None:
         if home.cls is func.cls:
             return expr

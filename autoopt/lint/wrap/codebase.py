@@ -372,26 +372,47 @@ class CodeBase:
                 return positional[index].value
         return None
 
+    def runs(self, file: SourceFile, call: cst.Call) -> list[Func]:
+        """The functions of the code base `call` runs: the one it calls, and the closure an
+        optimizer's `step(closure)` calls (LBFGS: the forward and backward live in it)."""
+        found = [target] if (target := self.resolve(file, call)) is not None else []
+        if closure := self.step_closure(file, call):
+            found.append(closure)
+        return found
+
+    @staticmethod
+    def step_closure(file: SourceFile, call: cst.Call) -> Func | None:
+        """The local function `X.step(closure)` hands the optimizer, if `call` is one."""
+        func = call.func
+        if not (isinstance(func, cst.Attribute) and func.attr.value == "step" and call.args):
+            return None
+        first = call.args[0]
+        if first.keyword is not None and first.keyword.value != "closure":
+            return None
+        if not isinstance(first.value, cst.Name):
+            return None
+        name = first.value.value
+        scope: Scope = file.scope_of(call)
+        while True:  # the closure is defined in the scope of the step or one enclosing it
+            for node in file.body_nodes(scope):
+                if isinstance(node, cst.FunctionDef) and node.name.value == name:
+                    return Func(file, node)
+            if isinstance(scope, cst.Module):
+                return None
+            scope = file.scope_of(scope)
+
     def does_backward(self, func: Func) -> bool:
         """`func` calls `.backward()`, itself or through the functions it calls."""
         if func not in self._backward:
             self._backward[func] = False  # a recursive call does not count
-            self._backward[func] = any(
-                _is_backward(call)
-                or (
-                    (target := self.resolve(func.file, call)) is not None
-                    and self.does_backward(target)
-                )
-                for call in func.calls()
-            )
+            self._backward[func] = any(self.trains(func, call) for call in func.calls())
         return self._backward[func]
 
     def trains(self, func: Func, call: cst.Call) -> bool:
         """`call` (in `func`) is a backward, or runs a function that does one."""
         if _is_backward(call):
             return True
-        target = self.resolve(func.file, call)
-        return target is not None and self.does_backward(target)
+        return any(self.does_backward(target) for target in self.runs(func.file, call))
 
 
 def _is_backward(call: cst.Call) -> bool:

@@ -26,6 +26,7 @@ from autoopt.lint.wrap.tree import (
     guard_of,
     is_object,
     is_self,
+    methods_of,
     read_names,
 )
 
@@ -38,6 +39,8 @@ def device_for(code: CodeBase, home: Func, model: str, anchor: cst.CSTNode) -> s
     (`Trainer(model, ...)` moving it to `self.gpu_id`) gets that placement, written with
     this function's names."""
     placed, device = placement(home, model, anchor)
+    if not placed:
+        placed, device = placed_by_class(home, model)
     if not placed:
         device = placed_elsewhere(code, home, model, anchor)
         if device is None and not any(
@@ -61,18 +64,7 @@ def placement(func: Func, model: str, anchor: cst.CSTNode) -> tuple[bool, str | 
     branches: list[str | None] = []
     guarded_to: set[str | None] = set()  # where the guarded placements move it
     placed = False
-    for call in func.calls():
-        callee = call.func
-        if not (isinstance(callee, cst.Attribute) and callee.attr.value in ("to", "cuda")):
-            continue
-        holder = file.parent(call)
-        assigned = isinstance(holder, cst.Assign) and any(
-            code_of(t) == model and holder.value is call for t in assign_targets(holder)
-        )
-        if code_of(callee.value) != model and not assigned:
-            continue
-        if (device := device_of(call)) is NOT_PLACED:
-            continue
+    for call, device in placing_calls(func, model):
         placed = True
         # A placement that runs whenever the inserted call does is where the model stays;
         # one under `if <flag>:` (no else) is the flag's choice, else the CPU.
@@ -96,6 +88,42 @@ def placement(func: Func, model: str, anchor: cst.CSTNode) -> tuple[bool, str | 
     if len(set(branches)) == 1:
         return placed, branches[0]
     return placed, None
+
+
+def placing_calls(func: Func, model: str) -> list[tuple[cst.Call, str | None]]:
+    """(call, device) for each `.to(...)`/`.cuda()` of `func` that places `model` (on it, or
+    assigned to it: `model = Net().to(device)`); the device as `device_of` writes it."""
+    file = func.file
+    found: list[tuple[cst.Call, str | None]] = []
+    for call in func.calls():
+        callee = call.func
+        if not (isinstance(callee, cst.Attribute) and callee.attr.value in ("to", "cuda")):
+            continue
+        holder = file.parent(call)
+        assigned = isinstance(holder, cst.Assign) and any(
+            code_of(t) == model and holder.value is call for t in assign_targets(holder)
+        )
+        if code_of(callee.value) != model and not assigned:
+            continue
+        if (device := device_of(call)) is not NOT_PLACED:
+            found.append((call, device))
+    return found
+
+
+def placed_by_class(home: Func, model: str) -> tuple[bool, str | None]:
+    """(whether another method of `home`'s class places the attribute `model`, the device when
+    every such placement always runs and they agree): TabNet's `_set_network()` builds
+    `self.network` on `self.device`, `_set_optimizer()` is where the call goes."""
+    if not model.startswith("self.") or home.cls is None:
+        return False, None
+    devices: set[str | None] = set()
+    for method in methods_of(home.file, home.cls):
+        if method != home:
+            devices |= {
+                None if branched(method, call) else device
+                for call, device in placing_calls(method, model)
+            }
+    return bool(devices), devices.pop() if len(devices) == 1 else None
 
 
 def placed_elsewhere(code: CodeBase, home: Func, model: str, anchor: cst.CSTNode) -> str | None:
@@ -130,14 +158,7 @@ def placed_elsewhere(code: CodeBase, home: Func, model: str, anchor: cst.CSTNode
             if arg is None or code_of(arg) != model:
                 continue
             # Only a placement the callee always runs (no branch of its own around it).
-            moves = [
-                c
-                for c in target.calls()
-                if isinstance(c.func, cst.Attribute)
-                and c.func.attr.value in ("to", "cuda")
-                and code_of(c.func.value) == param
-                and device_of(c) is not NOT_PLACED
-            ]
+            moves = [c for c, _ in placing_calls(target, param)]
             if len(moves) != 1 or branched(target, moves[0]):
                 continue
             device = device_of(moves[0])

@@ -45,6 +45,7 @@ class Training:
     steppers: list[Func]
     uses: list[Use] = field(default_factory=list)
     collections: set[str] = field(default_factory=set)
+    closures: set[str] = field(default_factory=set)  # stepped as `opt.step(closure)` (LBFGS)
 
     @property
     def stepped(self) -> set[str]:
@@ -62,7 +63,7 @@ def training_functions(code: CodeBase) -> list[Func]:
         if func in found or not code.does_backward(func):
             continue
         found[func] = None
-        todo += [t for c in func.calls() if (t := code.resolve(func.file, c))]
+        todo += [t for c in func.calls() for t in code.runs(func.file, c)]
     return list(found)
 
 
@@ -94,31 +95,38 @@ def find_training(code: CodeBase, trainers: list[Func], wrappers: OptimizerWrapp
     """The optimizers stepped by `trainers` and the helpers beside them."""
     training = Training(trainers, stepping_functions(code, trainers))
     for func in training.steppers:
-        training.uses += optimizer_uses(func, wrappers, training.collections)
+        training.uses += optimizer_uses(code, func, wrappers, training)
     return training
 
 
 def optimizer_uses(
-    func: Func, wrappers: OptimizerWrappers, collections: set[str] | None = None
+    code: CodeBase, func: Func, wrappers: OptimizerWrappers, training: Training | None = None
 ) -> list[Use]:
     """Each optimizer stepped in `func`; the collections stepped through a loop over them
-    (`for opt in optimizers: opt.step()`) are added to `collections`."""
+    (`for opt in optimizers: opt.step()`) and the optimizers stepped with a closure are noted
+    in `training`."""
     stepped: dict[str, cst.CSTNode] = {}
     zeroed: set[str] = set()
-    scaled: set[str] = set()
+    certain: set[str] = set()  # stepped as only an optimizer is: scaler.step(X), X.step(closure)
     for call in func.calls():
         if not isinstance(call.func, cst.Attribute):
             continue
         attr, receiver = call.func.attr.value, call.func.value
         if isinstance(receiver, cst.Name) and (source := loop_source(func, receiver, call)):
             receiver = source  # `for opt in optimizers: opt.step()`
-            if collections is not None:
-                collections.add(code_of(source))
+            if training is not None:
+                training.collections.add(code_of(source))
         if attr != "step" and is_object(receiver) and wrappers.wrapper_of(call):
             # `optimizer.step_and_update_lr()` of a class wrapping the optimizer
             stepped.setdefault(code_of(receiver), call)
         elif attr == "step" and not call.args and is_object(receiver):
             stepped.setdefault(code_of(receiver), call)
+        elif is_object(receiver) and code.step_closure(func.file, call):
+            # `optimizer.step(closure)`: LBFGS re-runs the forward and backward in the closure
+            stepped.setdefault(code_of(receiver), call)
+            certain.add(code_of(receiver))
+            if training is not None:
+                training.closures.add(code_of(receiver))
         elif attr == "zero_grad" and is_object(receiver):
             zeroed.add(code_of(receiver))
         elif (
@@ -128,14 +136,14 @@ def optimizer_uses(
             and is_object(call.args[0].value)
         ):
             expr = code_of(call.args[0].value)  # scaler.step(optimizer)
-            scaled.add(expr)
+            certain.add(expr)
             stepped.setdefault(expr, call)
     uses = []
     for expr, node in stepped.items():
         word = expr.lower()
         if "sched" in word or "scaler" in word or "ema" in word.split("."):
             continue
-        if expr in zeroed or expr in scaled or "opt" in word:
+        if expr in zeroed or expr in certain or "opt" in word:
             uses.append(Use(func, expr, node))
     return uses
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from autoopt.lint.program.handled import ACCELERATOR
 from autoopt.lint.program.precision import other_precision_system
 from autoopt.lint.tree.nodes import code_of
 from autoopt.lint.wrap import decline
@@ -30,7 +31,7 @@ def conflict(file: SourceFile) -> Decline | None:
     """A decline when `file` trains through a library or a way of running that owns the loop."""
     dotted = set(file.imports.values())
     source = file.module.code
-    if any(d == "accelerate" or d.startswith("accelerate.") for d in dotted):
+    if runs_accelerate(file):
         return decline.accelerate()
     if any(d.split(".")[0] in ("lightning", "pytorch_lightning") for d in dotted):
         return decline.lightning()
@@ -41,6 +42,25 @@ def conflict(file: SourceFile) -> Decline | None:
     if ".share_memory()" in source and ".Process(" in source:
         return decline.hogwild()
     return None
+
+
+def runs_accelerate(file: SourceFile) -> bool:
+    """`file` builds an Accelerate `Accelerator`, or trains through one it is handed
+    (`accelerator.backward(loss)`, `accelerator.prepare(...)`); helpers imported from
+    `accelerate.utils` (`set_seed`) are no Accelerate training."""
+    if "ccelerat" not in file.module.code:
+        return False
+    for call in file.calls():
+        if file.qualname(call.func) in ACCELERATOR:
+            return True
+        func = call.func
+        if (
+            isinstance(func, cst.Attribute)
+            and func.attr.value in ("backward", "prepare")
+            and code_of(func.value).rsplit(".", 1)[-1].endswith("accelerator")
+        ):
+            return True
+    return False
 
 
 def own_precision(file: SourceFile) -> Decline | None:

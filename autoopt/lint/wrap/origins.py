@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from autoopt.lint.tree.nodes import code_of
+from autoopt.lint.tree.nodes import code_of, is_name
 from autoopt.lint.wrap import decline
 from autoopt.lint.wrap.codebase import CodeBase, Func
 from autoopt.lint.wrap.decline import Decline
@@ -19,8 +19,10 @@ from autoopt.lint.wrap.tree import (
     bound_kwarg,
     bound_name,
     bound_to,
+    element_at,
     is_object,
     methods_of,
+    unpacked_from,
 )
 
 _MAX_DEPTH = 6
@@ -64,13 +66,26 @@ class Tracer:
             return []
         assigns = assignments_of(func, expr)
         if assigns:
+            sources = {unpacked_from(a, expr) for a in assigns}
+            if len(sources) == 1 and (source := sources.pop()) is not None:
+                # `optim_g, optim_d = optims`: where the list handed in names it
+                found = [
+                    origin
+                    for owner, node, item in elements(self.code, func, *source, entry)
+                    for origin in self.origins(owner, item, node, depth + 1)
+                ]
+                if found:
+                    return found
             return [Origin(func, expr, assigns, entry)]
         found: list[Origin] = []
         if expr.startswith("self.") and func.cls is not None:
-            for method in methods_of(func.file, func.cls):
-                binds = assignments_of(method, expr)
-                if not binds:
-                    continue
+            binding = [
+                (m, b) for m in methods_of(func.file, func.cls) if (b := assignments_of(m, expr))
+            ]
+            if any(not placeholder(b, expr) for _, b in binding):
+                # `self.optimizer = None` in `__init__`: a placeholder, not a second optimizer
+                binding = [(m, b) for m, b in binding if not placeholder(b, expr)]
+            for method, binds in binding:
                 sources = {bound_name(b, expr) for b in binds}
                 param = next(iter(sources)) if len(sources) == 1 else None
                 # `self.optimizer = kwargs["optimizer"]`: the callers' `optimizer=` keyword
@@ -141,6 +156,31 @@ class Tracer:
         )
         kind = "parameter" if param in func.params() else "keyword argument"
         return decline.handed_in(expr, kind, param, callee)
+
+
+def elements(
+    code: CodeBase, func: Func, name: str, index: int, entry: cst.CSTNode | None
+) -> list[tuple[Func, cst.CSTNode | None, str]]:
+    """(function, node, element) for each list or tuple display `name` (a parameter of `func`,
+    or a local) is built from, with its `index`-th element there: the caller's
+    `train(..., [optim_g, optim_d])` gives `optim_d` for index 1."""
+    found: list[tuple[Func, cst.CSTNode | None, str]] = []
+    if name in func.params():
+        for caller, call in code.callers(func):
+            item = element_at(code.argument(call, func, name), index)
+            if item is not None and is_object(item):
+                found.append((caller, call, code_of(item)))
+        return found
+    for assign in assignments_of(func, name):
+        item = element_at(bound_to(assign, name), index)
+        if item is not None and is_object(item):
+            found.append((func, entry, code_of(item)))
+    return found
+
+
+def placeholder(binds: list[cst.CSTNode], expr: str) -> bool:
+    """Every one of `binds` gives `expr` the value None (a slot filled elsewhere)."""
+    return all(is_name(bound_to(b, expr), "None") for b in binds)
 
 
 def bind_optimizers(code: CodeBase, training: Training) -> Bound | Decline:

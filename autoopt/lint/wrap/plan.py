@@ -119,6 +119,10 @@ def _place(
     if isinstance(pairing, Decline):
         return pairing
     pairs, forced = pairing.pairs, pairing.forced
+    if training.closures:
+        # The runtime's fp16 loss scaling checks the gradients before a step; a step that runs
+        # its own closure (LBFGS) cannot be checked first: the script keeps fp32.
+        forced["amp"] = "the optimizer steps through a closure: loss scaling cannot check it first"
     # optimize() only accepts an optimizer over its own model's parameters, and fp16 loss
     # scaling lives in the optimizer's step: without the optimizer, mixed precision would
     # step on unscaled (or non-finite) gradients. So every call of such a script is fp32.

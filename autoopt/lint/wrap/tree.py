@@ -85,6 +85,31 @@ def bound_to(assign: cst.CSTNode, expr: str) -> cst.BaseExpression | None:
     return value
 
 
+def unpacked_from(assign: cst.CSTNode, expr: str) -> tuple[str, int] | None:
+    """(source, index) when `assign` unpacks `expr` from a plain name or `self.attr`:
+    `optim_g, optim_d = optims` gives ("optims", 1) for `optim_d`."""
+    if not isinstance(assign, cst.Assign) or len(assign.targets) != 1:
+        return None
+    target, value = assign.targets[0].target, assign.value
+    if not isinstance(target, cst.Tuple | cst.List) or not is_object(value):
+        return None
+    elements = target.elements
+    if any(isinstance(e, cst.StarredElement) for e in elements):
+        return None
+    for index, element in enumerate(elements):
+        if code_of(element.value) == expr:
+            return code_of(value), index
+    return None
+
+
+def element_at(value: cst.BaseExpression | None, index: int) -> cst.BaseExpression | None:
+    """The `index`-th element of a list or tuple display (`[optim_g, optim_d]`), if it is one."""
+    if not isinstance(value, cst.List | cst.Tuple) or index >= len(value.elements):
+        return None
+    found = value.elements[index]
+    return None if isinstance(found, cst.StarredElement) else found.value
+
+
 def bound_name(assign: cst.CSTNode, expr: str) -> str | None:
     value = bound_to(assign, expr)
     return value.value if isinstance(value, cst.Name) else None
