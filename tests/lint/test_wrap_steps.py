@@ -16,7 +16,7 @@ from autoopt.lint.wrap.codebase import CodeBase, Func
 from autoopt.lint.wrap.decline import Decline
 from autoopt.lint.wrap.device import device_for
 from autoopt.lint.wrap.loop import OptimizerWrappers, find_training, training_functions
-from autoopt.lint.wrap.options import own_options
+from autoopt.lint.wrap.options import own_options, wrapped_before
 from autoopt.lint.wrap.origins import Bound, bind_optimizers
 from autoopt.lint.wrap.tree import assignments_of, bound_to
 
@@ -167,7 +167,14 @@ def test_the_call_is_written_with_the_scripts_names_and_the_reasons() -> None:
     ]
 
 
-def test_every_decline_has_a_reason_and_a_detail() -> None:
+def test_every_decline_states_the_reason_and_the_change_to_make() -> None:
+    given = {
+        "str": "x",
+        "int": 2,
+        "object": "x",
+        "set[str]": {"step"},
+        "ParallelWrap": decline.ParallelWrap("net = nn.DataParallel(net)", "DataParallel"),
+    }
     made = [
         f
         for f in vars(decline).values()
@@ -175,9 +182,47 @@ def test_every_decline_has_a_reason_and_a_detail() -> None:
     ]
     assert len(made) > 20
     for make in made:
-        args = make.__code__.co_argcount
-        found = make(*(["x"] * args)) if make is not decline.optimizer_wrapper else None
-        if found is None:
-            found = make("x", "W", {"step"})
+        params = inspect.signature(make).parameters.values()
+        found = make(*(given[p.annotation] for p in params))
         assert isinstance(found, Decline)
-        assert found.reason and found.detail, make.__name__
+        assert found.reason and found.detail and found.change, make.__name__
+        assert found.message.endswith(found.change)
+
+
+def test_a_parallel_wrap_before_the_optimizer_names_the_edit() -> None:
+    found = decline.parallel_before_optimizer(
+        decline.ParallelWrap("net = torch.nn.DataParallel(net)", "DataParallel")
+    )
+    assert "`net = torch.nn.DataParallel(net)` wraps the model in DataParallel before" in (
+        found.detail
+    )
+    assert "create the optimizer above that line" in found.change
+    assert "torchrun" in found.change
+    ddp = decline.parallel_before_optimizer(
+        decline.ParallelWrap(
+            "model = make(model)", "DistributedDataParallel", "make", "if args.distributed"
+        )
+    )
+    assert "(in `if args.distributed`)" in ddp.detail and "through make()" in ddp.detail
+    assert "create the optimizer above `if args.distributed`" in ddp.change
+    assert "torchrun" not in ddp.change
+
+
+def test_the_wrap_is_quoted_with_the_branch_that_holds_it() -> None:
+    code = code_of(
+        """
+        import torch
+
+        def main():
+            net = Net().to(device)
+            if device == "cuda":
+                # several GPUs
+                net = torch.nn.DataParallel(net)  # make parallel
+            optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
+        """
+    )
+    main = function(code, "main")
+    (anchor,) = assignments_of(main, "optimizer")
+    assert wrapped_before(code, main, anchor) == decline.ParallelWrap(
+        "net = torch.nn.DataParallel(net)", "DataParallel", None, 'if device == "cuda"'
+    )

@@ -147,6 +147,15 @@ def reaches(code: CodeBase, func: Func, expr: str, home: Func, depth: int) -> st
         for owner, _node, item in elements(code, func, *source, None):
             if (found := reaches(code, owner, item, home, depth + 1)) is not None:
                 return found
+    if (
+        home.node is home.file.module
+        and func.file is home.file
+        and "." not in expr
+        and expr not in func.params()
+        and not assignments_of(func, expr)
+        and assignments_of(home, expr)
+    ):
+        return expr  # a global of the module the function reads (`for x in trainloader`)
     if expr.startswith("self.") and func.cls is not None:
         if home.cls is func.cls:
             return expr

@@ -52,6 +52,28 @@ def device_for(code: CodeBase, home: Func, model: str, anchor: cst.CSTNode) -> s
     return device
 
 
+def moved_after(
+    code: CodeBase, home: Func, model: str, anchor: cst.CSTNode, device: str | None
+) -> cst.Call | None:
+    """A placement of `model` after the call (before training starts) that may put it
+    elsewhere than `device`, the call's: optimize() would keep moving inputs to its own device
+    (imagenet's `model.cuda(args.gpu)` in a branch after the optimizer)."""
+    file = home.file
+    trains = [c for c in home.calls() if file.before(anchor, c) and code.trains(home, c)]
+    for call, placed in placing_calls(home, model):
+        if not file.before(anchor, call) or any(file.before(t, call) for t in trains):
+            continue
+        # Under a flag, the model stays where the call put it when the flag is off: the same
+        # device, or the call's own `"cuda" if args.cuda else "cpu"`, is no move.
+        flag = guard_of(file, call, anchor)
+        same = placed is not None and (
+            placed == device or (flag is not None and f'{placed} if {flag} else "cpu"' == device)
+        )
+        if not same:
+            return call
+    return None
+
+
 def placement(func: Func, model: str, anchor: cst.CSTNode) -> tuple[bool, str | None]:
     """(whether `func` places `model` at all, the device it leaves it on when the call after
     `anchor` runs, as code of `func`, or None when that cannot be told)."""

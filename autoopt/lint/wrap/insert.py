@@ -56,9 +56,8 @@ def wrap_source(source: str, *, path: Path | str | None = None) -> WrapResult:
     if plan is None:
         return WrapResult(source, source, ALREADY_WRAPPED, reason=ALREADY_WRAPPED)
     if isinstance(plan, Decline):
-        detail = plan.detail or plan.reason
         return WrapResult(
-            source, source, f"--wrap declined: {detail}", declined=True, reason=plan.reason
+            source, source, f"--wrap declined: {plan.message}", declined=True, reason=plan.reason
         )
     lines = plan.lines()
     statements = [cst.parse_statement(line + "\n") for line in lines]

@@ -13,7 +13,8 @@ from autoopt.lint.program.precision import other_precision_system
 from autoopt.lint.tree.nodes import code_of
 from autoopt.lint.wrap import decline
 from autoopt.lint.wrap.codebase import CodeBase, Func, SourceFile
-from autoopt.lint.wrap.decline import Decline
+from autoopt.lint.wrap.decline import Decline, ParallelWrap
+from autoopt.lint.wrap.tree import child_of, common_block
 
 _AMP = ("autocast", "GradScaler")
 _COMPILE = {"torch.compile"}
@@ -111,24 +112,55 @@ def call_options(code: CodeBase, trainers: list[Func], forced: dict[str, str]) -
 
 def is_parallel_wrap(file: SourceFile, call: cst.Call) -> bool:
     """`call` wraps a model in DDP, DataParallel, FSDP or tensor parallelism."""
-    name = file.qualname(call.func).split(".")[-1]
-    return name in _PARALLEL
+    return wrapper_name(file, call) in _PARALLEL
 
 
-def wrapped_before(code: CodeBase, home: Func, anchor: cst.CSTNode) -> str | None:
-    """Why the model is already DDP-wrapped when the call would run, if it is."""
+def wrapped_before(code: CodeBase, home: Func, anchor: cst.CSTNode) -> ParallelWrap | None:
+    """The data-parallel wrap of the model that runs before the statement `anchor` of `home`
+    (the model is no longer bare where the call would go), if there is one: the last, the one
+    nearest the optimizer (dino wraps its teacher, then the student it trains)."""
     file = home.file
+    found: ParallelWrap | None = None
     for call in home.calls():
-        if is_parallel_wrap(file, call) and file.before(call, anchor):
-            return (
-                "the model is wrapped in DDP/FSDP/DataParallel before the optimizer exists; "
-                "optimize() must get the bare model"
+        if not file.before(call, anchor):
+            continue
+        if is_parallel_wrap(file, call):
+            wrapper, helper = wrapper_name(file, call), None
+        else:
+            target = code.resolve(file, call)
+            inner = (
+                next((c for c in target.calls() if is_parallel_wrap(target.file, c)), None)
+                if target is not None
+                else None
             )
-        target = code.resolve(file, call)
-        if (
-            target is not None
-            and file.before(call, anchor)
-            and any(is_parallel_wrap(target.file, c) for c in target.calls())
-        ):
-            return f"{target.name}() wraps the model in DDP before the optimizer exists"
-    return None
+            if target is None or inner is None:
+                continue
+            wrapper, helper = wrapper_name(target.file, inner), target.name
+        # The statement beside the optimizer's that holds the wrap: where the optimizer must go.
+        block = common_block(file, [anchor, call])
+        outer = statement_of(file, child_of(file, block, call)) if block is not None else None
+        statement = statement_of(file, call)
+        found = ParallelWrap(statement, wrapper, helper, outer if outer != statement else None)
+    return found
+
+
+def wrapper_name(file: SourceFile, call: cst.Call) -> str:
+    """`DataParallel` for `torch.nn.DataParallel(model)`: the wrap's own name."""
+    return file.qualname(call.func).split(".")[-1]
+
+
+def statement_of(file: SourceFile, node: cst.CSTNode) -> str:
+    """The statement holding `node` (or `node` itself, a statement) as written, without its
+    comments: a compound statement by its header (`if device == "cuda"`)."""
+    statement = node
+    if not isinstance(node, cst.SimpleStatementLine | cst.BaseCompoundStatement):
+        for anc in file.ancestors(node):
+            if isinstance(anc, cst.SimpleStatementLine | cst.BaseCompoundStatement):
+                statement = anc
+                break
+    if isinstance(statement, cst.SimpleStatementLine):
+        return "; ".join(file.module.code_for_node(s).strip() for s in statement.body)
+    if isinstance(statement, cst.BaseCompoundStatement):
+        header = statement.with_changes(leading_lines=(), body=cst.IndentedBlock(body=()))
+        return file.module.code_for_node(header).strip().splitlines()[0].rstrip(":")
+    return file.module.code_for_node(statement).strip()

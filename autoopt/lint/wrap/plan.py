@@ -46,9 +46,15 @@ from autoopt.lint.wrap.bind import loader_of, pair_models
 from autoopt.lint.wrap.call import Pair, Plan
 from autoopt.lint.wrap.codebase import CodeBase, Func
 from autoopt.lint.wrap.decline import Decline
-from autoopt.lint.wrap.device import device_for
+from autoopt.lint.wrap.device import device_for, moved_after
 from autoopt.lint.wrap.loop import OptimizerWrappers, Training, find_training, training_functions
-from autoopt.lint.wrap.options import conflict, own_precision, scaler_steps, wrapped_before
+from autoopt.lint.wrap.options import (
+    conflict,
+    own_precision,
+    scaler_steps,
+    statement_of,
+    wrapped_before,
+)
 from autoopt.lint.wrap.origins import Origin, bind_optimizers
 
 __all__ = ["Decline", "Pair", "Plan", "plan_wrap"]
@@ -149,6 +155,8 @@ def _place(
             elif called_in(trainers, target):
                 return decline.trained_through(pair.model, target)
         pair.device = device_for(code, home, pair.model, placed.anchor)
+        if moved := moved_after(code, home, pair.model, placed.anchor, pair.device):
+            return decline.moved_after_call(pair.model, statement_of(home.file, moved))
         if pair.optimizer and only_under_a_flag(home, pair.optimizer, placed.anchor):
             # `if args.use_optimizer: optimizer = AdamW(...)`: passing it would raise a
             # NameError on the other path. The model alone, in fp32 (fp16 loss scaling lives
