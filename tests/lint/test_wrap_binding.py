@@ -211,3 +211,221 @@ def test_an_lbfgs_closure_is_the_training_step() -> None:
         "  # autoopt: amp=False (the optimizer steps through a closure: loss scaling cannot "
         "check it first)"
     ]
+
+
+def test_a_model_handed_to_a_function_that_runs_every_epoch_is_wrapped_there() -> None:
+    """cnn-text-classification's train(): nothing here calls it, but it builds the optimizer
+    and runs all the epochs itself, so it runs once: the call goes there, with its device."""
+    assert calls(
+        """
+        import torch
+
+        def train(train_iter, model, args):
+            if args.cuda:
+                model.cuda()
+            optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
+            for epoch in range(1, args.epochs + 1):
+                for batch in train_iter:
+                    optimizer.zero_grad()
+                    model(batch.text).sum().backward()
+                    optimizer.step()
+        """
+    ) == [
+        "model, train_iter, optimizer = autoopt.optimize(model, train_iter, optimizer, "
+        'device="cuda" if args.cuda else "cpu")'
+    ]
+
+
+def test_an_optimizer_created_in_a_function_called_every_epoch_is_declined() -> None:
+    """Text-Classification-Pytorch: train_model() creates Adam each time the epoch loop calls
+    it, over the same model: optimize() would wrap that model again on every epoch."""
+    result = wrap(
+        """
+        import torch
+
+        def train_model(model, train_iter, epoch):
+            optim = torch.optim.Adam(model.parameters())
+            for batch in train_iter:
+                optim.zero_grad()
+                model(batch).sum().backward()
+                optim.step()
+
+        model = Net()
+        for epoch in range(10):
+            train_model(model, train_iter, epoch)
+        """
+    )
+    assert result.declined and result.reason == "optimizer created inside the loop"
+    assert "`optim` is created inside train_model(), which `for epoch in range(10)` calls" in (
+        result.message
+    )
+    assert "create `optim` once, before `for epoch in range(10)`" in result.message
+
+
+def test_a_function_started_by_a_hogwild_script_beside_it_is_declined(tmp_path) -> None:
+    """mnist_hogwild: train.py's train() is what main.py's processes run on a shared model."""
+    (tmp_path / "main.py").write_text(
+        "import torch.multiprocessing as mp\nfrom train import train\n"
+        "model.share_memory()\np = mp.Process(target=train, args=(model,))\n"
+    )
+    code = textwrap.dedent(
+        """
+        import torch
+
+        def train(model, loader, epochs):
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for epoch in range(epochs):
+                for x in loader:
+                    model(x).sum().backward()
+                    optimizer.step()
+        """
+    )
+    result = wrap_source(code, path=tmp_path / "train.py")
+    assert result.declined and result.reason == "Hogwild"
+
+
+def test_parameter_groups_read_from_named_parameters_name_the_model() -> None:
+    """BERT fine-tunes: `param_optimizer = list(model.named_parameters())`, read by the
+    comprehensions of the groups handed to the optimizer."""
+    found = calls(
+        """
+        import torch
+
+        def main():
+            model = Bert()
+            loader = DataLoader(ds)
+            param_optimizer = list(model.named_parameters())
+            no_decay = ["bias", "LayerNorm.weight"]
+            groups = [
+                {"params": [p for n, p in param_optimizer if not any(d in n for d in no_decay)]},
+                {"params": [p for n, p in param_optimizer if any(d in n for d in no_decay)]},
+            ]
+            optimizer = AdamW(groups, lr=2e-5)
+            for batch in loader:
+                model(batch).sum().backward()
+                optimizer.step()
+        """
+    )
+    assert found == [
+        'model, loader, optimizer = autoopt.optimize(model, loader, optimizer, device="cpu")'
+    ]
+
+
+def test_a_models_own_parameter_method_and_a_tuple_alias() -> None:
+    """pytorch-deeplab-xception: groups from `model.get_1x_lr_params()`, then
+    `self.model, self.optimizer = model, optimizer`; the loop trains self.model."""
+    found = calls(
+        """
+        import torch
+
+        class Trainer:
+            def __init__(self, args):
+                model = DeepLab()
+                train_params = [{"params": model.get_1x_lr_params()},
+                                {"params": model.get_10x_lr_params()}]
+                optimizer = torch.optim.SGD(train_params, lr=args.lr)
+                self.model, self.optimizer = model, optimizer
+
+            def training(self, loader):
+                for x in loader:
+                    self.optimizer.zero_grad()
+                    self.model(x).sum().backward()
+                    self.optimizer.step()
+
+        Trainer(args).training(loader)
+        """
+    )
+    assert found == [
+        "self.model, self.optimizer = autoopt.optimize(self.model, optimizer=self.optimizer, "
+        'device="cpu")'
+    ]
+
+
+def test_a_model_chosen_in_branches_whose_else_raises_is_bound() -> None:
+    """pytorch-video-recognition: `if/elif` build the model, `else: raise NotImplementedError`."""
+    found = calls(
+        """
+        import torch
+
+        def train_model(name, loader):
+            if name == "C3D":
+                model = C3D()
+            elif name == "R3D":
+                model = R3D()
+            else:
+                print("We only implemented C3D and R3D models.")
+                raise NotImplementedError
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for epoch in range(3):
+                for x in loader:
+                    model(x).sum().backward()
+                    optimizer.step()
+
+        train_model("C3D", loader)
+        """
+    )
+    assert found == [
+        'model, loader, optimizer = autoopt.optimize(model, loader, optimizer, device="cpu")'
+    ]
+
+
+def test_the_call_goes_before_apex_amp_and_a_checkpoint_restore() -> None:
+    """tacotron2: Adam, then `amp.initialize` under the fp16 flag, the loader, and a restore
+    that hands back the same optimizer: the call right after Adam, precision left to apex."""
+    found = calls(
+        """
+        import torch
+
+        def load_checkpoint(path, model, optimizer):
+            optimizer.load_state_dict(torch.load(path)["optimizer"])
+            return model, optimizer, 1e-3, 0
+
+        def train(hparams, checkpoint_path):
+            model = load_model(hparams)
+            optimizer = torch.optim.Adam(model.parameters(), lr=hparams.lr)
+            if hparams.fp16_run:
+                from apex import amp
+                model, optimizer = amp.initialize(model, optimizer, opt_level="O2")
+            train_loader = prepare_dataloaders(hparams)
+            if checkpoint_path is not None:
+                model, optimizer, lr, it = load_checkpoint(checkpoint_path, model, optimizer)
+            for epoch in range(hparams.epochs):
+                for batch in train_loader:
+                    loss = model(batch)
+                    if hparams.fp16_run:
+                        with amp.scale_loss(loss, optimizer) as scaled_loss:
+                            scaled_loss.backward()
+                    else:
+                        loss.backward()
+                    optimizer.step()
+
+        train(hparams, None)
+        """
+    )
+    assert found == [
+        'model, optimizer = autoopt.optimize(model, optimizer=optimizer, device="cpu", amp=False, '
+        "compile=False)  # autoopt: amp=False (own apex amp), compile=False (apex amp casts and "
+        "patches the model after the call)"
+    ]
+
+
+def test_an_optimizer_re_bound_to_a_wrapper_class_is_declined_with_the_hand_edit() -> None:
+    """swav: `optimizer = LARC(optimizer=optimizer, ...)`: the loop steps the wrapper."""
+    result = wrap(
+        """
+        import torch
+        from apex.parallel.LARC import LARC
+
+        model = Net()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        optimizer = LARC(optimizer=optimizer, trust_coefficient=0.001)
+        for x in loader:
+            model(x).sum().backward()
+            optimizer.step()
+        """
+    )
+    assert result.declined and result.reason == "optimizer wrapped in a class"
+    assert "`optimizer = LARC(optimizer=optimizer, trust_coefficient=0.001)` wraps" in (
+        result.message
+    )
+    assert "before LARC wraps it" in result.message

@@ -194,6 +194,15 @@ WRAPPED = {
             "check it first)",
         ),
     ],
+    "apex_amp.py": [
+        ("from apex import amp", IMPORT),
+        (
+            "optimizer = torch.optim.SGD(model.parameters(), lr=0.05)",
+            'model, optimizer = autoopt.optimize(model, optimizer=optimizer, device="cuda", '
+            "amp=False, compile=False)  # autoopt: amp=False (own apex amp), compile=False (apex "
+            "amp casts and patches the model after the call)",
+        ),
+    ],
     "gpu_flag.py": [
         ("from torch.utils.data import DataLoader, TensorDataset", IMPORT),
         (
@@ -266,7 +275,6 @@ WRAPPED = {
 }
 
 DECLINED = {
-    "apex_amp.py": ("another mixed-precision system", "apex amp (`amp.initialize`)"),
     "fp16_master_weights.py": ("another mixed-precision system", "fp32 master weights"),
     "model_in_wrapper.py": (
         "model trained through another object",

@@ -15,12 +15,13 @@ from autoopt.lint.wrap.bind import Loader
 from autoopt.lint.wrap.call import Pair, Plan
 from autoopt.lint.wrap.codebase import CodeBase, Func
 from autoopt.lint.wrap.decline import Decline
-from autoopt.lint.wrap.options import call_options, wrapped_before
+from autoopt.lint.wrap.options import apex_before, call_options, wrapped_before
 from autoopt.lint.wrap.origins import Origin
 from autoopt.lint.wrap.tree import (
     assign_targets,
     assignments_of,
     blocks_holding,
+    bound_to,
     child_of,
     common_block,
     if_block,
@@ -28,6 +29,7 @@ from autoopt.lint.wrap.tree import (
     read_before,
     read_names,
     runs_by,
+    statement_of,
 )
 
 
@@ -60,6 +62,8 @@ def place_call(
     options = call_options(code, trainers, forced)
     if "distributed" in options and (why := wrapped_before(code, home, anchor)):
         return decline.parallel_before_optimizer(why)
+    if (apex := apex_before(home, anchor)) is not None:
+        return decline.own_precision_late("apex amp", statement_of(file, apex))
     return Plan(anchor, pairs, options)
 
 
@@ -121,9 +125,12 @@ def captures(home: Func, expr: str, anchor: cst.CSTNode) -> list[tuple[str, bool
         targets = [code_of(t) for t in assign_targets(node)]
         if expr in targets:
             continue
-        alias = code_of(node.value) == expr
-        if alias or keeps(node.value, expr):
-            found += [(t, alias) for t in targets]
+        for target in targets:
+            # `self.model, self.optimizer = model, optimizer`: each target its own value
+            value = bound_to(node, target)
+            alias = value is not None and code_of(value) == expr
+            if alias or (value is not None and keeps(value, expr)):
+                found.append((target, alias))
     return found
 
 

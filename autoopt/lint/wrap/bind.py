@@ -19,6 +19,7 @@ from autoopt.lint.wrap import decline
 from autoopt.lint.wrap.call import Pair
 from autoopt.lint.wrap.codebase import CodeBase, Func
 from autoopt.lint.wrap.decline import Decline
+from autoopt.lint.wrap.loop import loop_around_calls, runs_epochs
 from autoopt.lint.wrap.origins import Origin, elements
 from autoopt.lint.wrap.tree import (
     assignments_of,
@@ -30,6 +31,7 @@ from autoopt.lint.wrap.tree import (
     is_self,
     methods_of,
     model_like,
+    statement_of,
     unpacked_from,
     unwrap_iter,
 )
@@ -64,8 +66,15 @@ def pair_models(
         if "self" in models:
             return decline.optimizer_inside_model(opt.expr)
         for model in sorted(models):
-            if model in home.params() and not code.callers(home):
+            if model not in home.params():
+                continue
+            # A model handed in: wrapped once only where the function runs once.
+            if not code.callers(home) and not runs_epochs(code, home):
                 return decline.model_from_outside(model, home.name)
+            if (around := loop_around_calls(code, home)) is not None:
+                caller, loop = around
+                header = statement_of(caller.file, loop)
+                return decline.created_per_call(opt.expr, home.name, header)
         if len(models) > 1:
             shared += sorted(models)
             forced["amp"] = "an optimizer spans several models"
@@ -78,20 +87,29 @@ def pair_models(
     return Pairing(pairs, forced)
 
 
-def models_of(home: Func, value: cst.BaseExpression | None, depth: int = 0) -> set[str]:
+def models_of(home: Func, value: cst.BaseExpression | None) -> set[str]:
     """Model expressions whose parameters `value` (an optimizer's construction) takes."""
+    return _either(home, value, 0)
+
+
+def _either(home: Func, value: cst.BaseExpression | None, depth: int) -> set[str]:
+    roots, factories = _models(home, value, depth)
+    return roots or factories
+
+
+def _models(home: Func, value: cst.BaseExpression | None, depth: int) -> tuple[set[str], set[str]]:
+    """(models whose `.parameters()` it reads, model-like names handed to a factory)."""
     if value is None or depth > 3:
-        return set()
+        return set(), set()
     roots: set[str] = set()
     factories: set[str] = set()
     for node in [value, *home.file.inside(value)]:
         if not isinstance(node, cst.Call):
             continue
         func = node.func
-        if isinstance(func, cst.Attribute) and func.attr.value in (
-            "parameters",
-            "named_parameters",
-            "configure_optimizers",
+        if isinstance(func, cst.Attribute) and (
+            func.attr.value in ("parameters", "named_parameters", "configure_optimizers")
+            or _returns_params(home, func)
         ):
             root = func.value
             while isinstance(root, cst.Attribute) and not is_self(root.value):
@@ -105,11 +123,29 @@ def models_of(home: Func, value: cst.BaseExpression | None, depth: int = 0) -> s
                     factories.add(name)
                 elif assigns := assignments_of(home, name):
                     for a in assigns:
-                        factories |= models_of(home, bound_to(a, name), depth + 1)
+                        factories |= _either(home, bound_to(a, name), depth + 1)
     if isinstance(value, cst.Name) and (assigns := assignments_of(home, value.value)):
         for a in assigns:
-            roots |= models_of(home, bound_to(a, value.value), depth + 1)
-    return roots or factories
+            roots |= _either(home, bound_to(a, value.value), depth + 1)
+    # Names the construction reads that were built from a model's parameters before it (BERT's
+    # `param_optimizer = list(model.named_parameters())`, read by the comprehensions of the
+    # parameter groups): those models.
+    for node in home.file.inside(value):
+        if isinstance(node, cst.Name) and home.file.reads(node):
+            for a in assignments_of(home, node.value):
+                roots |= _models(home, bound_to(a, node.value), depth + 1)[0]
+    return roots, factories
+
+
+def _returns_params(home: Func, func: cst.Attribute) -> bool:
+    """`model.get_1x_lr_params()` (DeepLab): a method of an object of the script, named for
+    the parameters it returns; not a module's function (`C3D_model.get_1x_lr_params(m)`)."""
+    name = func.attr.value.lower()
+    head = func.value
+    while isinstance(head, cst.Attribute):
+        head = head.value
+    local = isinstance(head, cst.Name) and head.value not in home.file.imports
+    return local and name.endswith(("params", "parameters"))
 
 
 def models_beside(home: Func, opt: Origin) -> set[str]:

@@ -180,9 +180,9 @@ def optimizer_in_module(path: object) -> Decline:
 def created_per_call(expr: str, func: str, loop: str) -> Decline:
     return Decline(
         "optimizer created inside the loop",
-        f"`{expr}` is created anew in {func}(), which runs once per pass of `{loop}`: "
-        "optimize() would wrap the model again on every pass",
-        f"create `{expr}` once, before `{loop}`, and pass it to {func}() {_AGAIN}",
+        f"`{expr}` is created inside {func}(), which `{loop}` calls on every pass: "
+        "optimize() would wrap the same model again each time",
+        f"create `{expr}` once, before `{loop}`, pass it to {func}(), and run --wrap again",
     )
 
 
@@ -212,10 +212,29 @@ def optimizer_wrapper(expr: str, wrapper: str, methods: set[str]) -> Decline:
         "optimizer wrapped in a class",
         f"`{expr}` is a {wrapper}, which steps the torch optimizer it holds in "
         f"{'/'.join(f'{m}()' for m in sorted(methods))}: optimize() needs the "
-        "optimizer itself (AMP's loss scaling lives in its step) and cannot reach "
+        "optimizer itself (AMP's loss scaling lives in its step) and --wrap cannot reach "
         "it there",
-        f"bind the torch optimizer to a name before handing it to {wrapper}(...) {_AGAIN}",
+        _BY_HAND.format(wrapper=wrapper),
     )
+
+
+def optimizer_rewrapped(expr: str, statement: str) -> Decline:
+    wrapper = statement.split("=", 1)[-1].strip().split("(", 1)[0]
+    return Decline(
+        "optimizer wrapped in a class",
+        f"`{statement}` wraps the torch optimizer the loop steps: optimize() needs the "
+        "optimizer itself (AMP's loss scaling lives in its step), before it is wrapped",
+        _BY_HAND.format(wrapper=wrapper),
+    )
+
+
+# optimize() patches the optimizer in place: a wrapper built afterwards steps the patched one.
+_BY_HAND = (
+    "hand optimize() the torch optimizer by hand before {wrapper} wraps it (`model, "
+    "optimizer = autoopt.optimize(model, optimizer=optimizer)` right after "
+    "`optimizer = torch.optim....`): it patches the optimizer in place, so {wrapper} steps the "
+    "patched one"
+)
 
 
 def unknown_model(expr: str) -> Decline:

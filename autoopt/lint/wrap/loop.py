@@ -187,3 +187,45 @@ class OptimizerWrappers:
                 if found is not None and (methods := self.steppers(*found)):
                     return value.func.value, methods
         return None
+
+
+def runs_epochs(code: CodeBase, func: Func) -> bool:
+    """`func` runs the whole training, not one pass: a loop of it holds another loop that
+    trains (`for epoch ...: for batch in loader:`), its own or a helper's it calls."""
+    file = func.file
+    loops = [n for n in func.statements() if isinstance(n, cst.For | cst.While)]
+    for outer in loops:
+        inner = [n for n in loops if n is not outer and any(a is outer for a in file.ancestors(n))]
+        if any(trains_in(code, func, n) for n in inner):
+            return True
+        for call in file.calls(outer):
+            target = code.resolve(file, call)
+            if (
+                target is not None
+                and target != func
+                and any(
+                    trains_in(code, target, n)
+                    for n in target.statements()
+                    if isinstance(n, cst.For | cst.While)
+                )
+            ):
+                return True
+    return False
+
+
+def trains_in(code: CodeBase, func: Func, loop: cst.CSTNode) -> bool:
+    """Something in the body of `loop` (a loop of `func`) trains."""
+    body = loop.body  # type: ignore[attr-defined]
+    return any(code.trains(func, c) for c in func.file.calls(body))
+
+
+def loop_around_calls(code: CodeBase, func: Func) -> tuple[Func, cst.CSTNode] | None:
+    """(caller, loop) where a caller calls `func` on every pass of a loop (`for epoch in
+    range(10): train_model(model, ...)`), if one does."""
+    for caller, call in code.callers(func):
+        for anc in caller.file.ancestors(call):
+            if anc is caller.node:
+                break
+            if isinstance(anc, cst.For | cst.While):
+                return caller, anc
+    return None

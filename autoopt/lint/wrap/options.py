@@ -10,13 +10,16 @@ import libcst as cst
 
 from autoopt.lint.program.handled import ACCELERATOR
 from autoopt.lint.program.precision import other_precision_system
+from autoopt.lint.program.project_facts import sibling_importers_text
 from autoopt.lint.tree.nodes import code_of
 from autoopt.lint.wrap import decline
 from autoopt.lint.wrap.codebase import CodeBase, Func, SourceFile
 from autoopt.lint.wrap.decline import Decline, ParallelWrap
-from autoopt.lint.wrap.tree import child_of, common_block
+from autoopt.lint.wrap.tree import child_of, common_block, runs_by, statement_of
 
 _AMP = ("autocast", "GradScaler")
+# NVIDIA apex amp: it casts and patches the model and optimizer it is handed, after the call.
+_APEX_AMP = {"apex.amp.initialize", "apex.amp.scale_loss"}
 _COMPILE = {"torch.compile"}
 # The user's own data/model parallel wraps (DDP, DataParallel, FSDP 1 and 2, tensor parallel).
 _PARALLEL = {
@@ -31,7 +34,6 @@ _PARALLEL = {
 def conflict(file: SourceFile) -> Decline | None:
     """A decline when `file` trains through a library or a way of running that owns the loop."""
     dotted = set(file.imports.values())
-    source = file.module.code
     if runs_accelerate(file):
         return decline.accelerate()
     if any(d.split(".")[0] in ("lightning", "pytorch_lightning") for d in dotted):
@@ -40,9 +42,17 @@ def conflict(file: SourceFile) -> Decline | None:
         return decline.ignite()
     if any(d.startswith(("torch.distributed.rpc", "torch.distributed.autograd")) for d in dotted):
         return decline.rpc()
-    if ".share_memory()" in source and ".Process(" in source:
+    if _hogwild(file.module.code) or (
+        file.path is not None and any(_hogwild(t) for t in sibling_importers_text(file.path))
+    ):
+        # the script, or one beside it that imports it (mnist_hogwild's main.py starts the
+        # processes that run train.py's train())
         return decline.hogwild()
     return None
+
+
+def _hogwild(source: str) -> bool:
+    return ".share_memory()" in source and ".Process(" in source
 
 
 def runs_accelerate(file: SourceFile) -> bool:
@@ -66,9 +76,35 @@ def runs_accelerate(file: SourceFile) -> bool:
 
 def own_precision(file: SourceFile) -> Decline | None:
     """A decline when `file` (the script, or where its optimizer is stepped) already runs
-    another mixed-precision system (apex amp, a half model, loss scaling by hand)."""
+    another mixed-precision system (a half model, loss scaling by hand, fp16 optimizers). apex
+    amp is left to the script instead: the call goes before `amp.initialize(model, optimizer)`
+    and leaves precision to it (`own_options`)."""
+    if apex_amp(file):
+        return None
     if why := other_precision_system(file.module, file.module.code):
         return decline.own_precision(why)
+    return None
+
+
+def apex_amp(file: SourceFile) -> list[cst.Call]:
+    """The calls of `file` to apex amp (`amp.initialize`, `amp.scale_loss`)."""
+    if "apex" not in file.module.code:
+        return []
+    return [c for c in file.calls() if file.qualname(c.func) in _APEX_AMP]
+
+
+def is_apex_initialize(file: SourceFile, node: cst.CSTNode | None) -> bool:
+    """`node` is a call of apex's `amp.initialize(model, optimizer, ...)`."""
+    return isinstance(node, cst.Call) and file.qualname(node.func) == "apex.amp.initialize"
+
+
+def apex_before(home: Func, anchor: cst.CSTNode) -> cst.Call | None:
+    """An `amp.initialize(...)` of `home` that has run once the statement `anchor` has: the
+    model and optimizer are apex's by then."""
+    file = home.file
+    for call in apex_amp(file):
+        if is_apex_initialize(file, call) and runs_by(file, call, anchor):
+            return call
     return None
 
 
@@ -92,10 +128,18 @@ def own_options(code: CodeBase, trainers: list[Func]) -> dict[str, str]:
     files = {id(code.script): code.script} | {id(f.file): f.file for f in trainers}
     calls = [(f, c) for f in files.values() for c in f.calls()]
     options: dict[str, str] = {}
+    amp = []
     if any(f.qualname(c.func).split(".")[-1] in _AMP for f, c in calls):
-        options["amp"] = "own autocast/GradScaler"
+        amp.append("own autocast/GradScaler")
+    apex = any(f.qualname(c.func) in _APEX_AMP for f, c in calls)
+    if apex:
+        amp.append("own apex amp")
+    if amp:
+        options["amp"] = "; ".join(amp)
     if any(f.qualname(c.func) in _COMPILE for f, c in calls):
         options["compile"] = "own torch.compile"
+    elif apex:
+        options["compile"] = "apex amp casts and patches the model after the call"
     if any(is_parallel_wrap(f, c) for f, c in calls):
         options["distributed"] = "own DDP/FSDP/DataParallel wrap"
     return options
@@ -147,20 +191,3 @@ def wrapped_before(code: CodeBase, home: Func, anchor: cst.CSTNode) -> ParallelW
 def wrapper_name(file: SourceFile, call: cst.Call) -> str:
     """`DataParallel` for `torch.nn.DataParallel(model)`: the wrap's own name."""
     return file.qualname(call.func).split(".")[-1]
-
-
-def statement_of(file: SourceFile, node: cst.CSTNode) -> str:
-    """The statement holding `node` (or `node` itself, a statement) as written, without its
-    comments: a compound statement by its header (`if device == "cuda"`)."""
-    statement = node
-    if not isinstance(node, cst.SimpleStatementLine | cst.BaseCompoundStatement):
-        for anc in file.ancestors(node):
-            if isinstance(anc, cst.SimpleStatementLine | cst.BaseCompoundStatement):
-                statement = anc
-                break
-    if isinstance(statement, cst.SimpleStatementLine):
-        return "; ".join(file.module.code_for_node(s).strip() for s in statement.body)
-    if isinstance(statement, cst.BaseCompoundStatement):
-        header = statement.with_changes(leading_lines=(), body=cst.IndentedBlock(body=()))
-        return file.module.code_for_node(header).strip().splitlines()[0].rstrip(":")
-    return file.module.code_for_node(statement).strip()

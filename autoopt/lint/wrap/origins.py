@@ -11,10 +11,12 @@ import libcst as cst
 
 from autoopt.lint.tree.nodes import code_of, is_name
 from autoopt.lint.wrap import decline
-from autoopt.lint.wrap.codebase import CodeBase, Func
+from autoopt.lint.wrap.codebase import CodeBase, Func, SourceFile
 from autoopt.lint.wrap.decline import Decline
 from autoopt.lint.wrap.loop import Training
+from autoopt.lint.wrap.options import is_apex_initialize
 from autoopt.lint.wrap.tree import (
+    assign_targets,
     assignments_of,
     bound_kwarg,
     bound_name,
@@ -22,6 +24,8 @@ from autoopt.lint.wrap.tree import (
     element_at,
     is_object,
     methods_of,
+    rebinds,
+    statement_of,
     unpacked_from,
 )
 
@@ -183,6 +187,62 @@ def placeholder(binds: list[cst.CSTNode], expr: str) -> bool:
     return all(is_name(bound_to(b, expr), "None") for b in binds)
 
 
+def _creations(code: CodeBase, origin: Origin) -> list[cst.CSTNode] | Decline:
+    """The statements that create the optimizer, without those that re-bind the same object:
+    a local helper that restores and returns it (`optimizer = restore(optimizer)`) or apex's
+    `amp.initialize` (the options leave precision to it); both may come after the call. Any
+    other wrap of the optimizer the loop steps (`optimizer = LARC(optimizer=optimizer)`) is
+    declined: the loop would step the wrapper."""
+    file, expr = origin.func.file, origin.expr
+    kept: list[cst.CSTNode] = []
+    for assign in origin.assigns:
+        value = bound_to(assign, expr)
+        if not rebinds(file, assign, expr) or not isinstance(value, cst.Call):
+            kept.append(assign)
+        elif is_apex_initialize(file, value) or _returns_it(code, file, assign, expr):
+            continue
+        elif code.resolve(file, value) is None and _is_class(value):
+            return decline.optimizer_rewrapped(expr, statement_of(file, assign))
+        else:
+            kept.append(assign)  # a helper that builds a new one from it, or restores it
+    return kept or origin.assigns
+
+
+def _is_class(call: cst.Call) -> bool:
+    """`LARC(...)`, `hvd.DistributedOptimizer(...)`: an instance of a class is made (by its
+    capitalised name), not a function's result."""
+    name = code_of(call.func).rsplit(".", 1)[-1]
+    return name[:1].isupper()
+
+
+def _returns_it(code: CodeBase, file: SourceFile, assign: cst.CSTNode, expr: str) -> bool:
+    """`assign` binds `expr` to what a local function returns of the same argument:
+    `model, optimizer, lr, it = load_checkpoint(path, model, optimizer)` whose `return model,
+    optimizer, lr, it` hands back the parameter it got `optimizer` in."""
+    value = bound_to(assign, expr)
+    targets = [code_of(t) for t in assign_targets(assign)]
+    call = value if isinstance(value, cst.Call) else getattr(assign, "value", None)
+    if not isinstance(call, cst.Call) or (callee := code.resolve(file, call)) is None:
+        return False
+    param = next(
+        (
+            p
+            for p in callee.params()
+            if (a := code.argument(call, callee, p)) is not None and code_of(a) == expr
+        ),
+        None,
+    )
+    returns = [n for n in callee.statements() if isinstance(n, cst.Return) and n.value]
+    if param is None or not returns:
+        return False
+    index = targets.index(expr) if len(targets) > 1 else None
+    for ret in returns:
+        got = ret.value if index is None else element_at(ret.value, index)
+        if got is None or code_of(got) != param:
+            return False
+    return True
+
+
 def bind_optimizers(code: CodeBase, training: Training) -> Bound | Decline:
     """Each optimizer the loop steps, followed to where it is created; all of them must be
     created in one function of the script."""
@@ -208,6 +268,11 @@ def bind_optimizers(code: CodeBase, training: Training) -> Bound | Decline:
                 )
             else:
                 origins[key] = origin
+    for origin in origins.values():
+        kept = _creations(code, origin)
+        if isinstance(kept, Decline):
+            return kept
+        origin.assigns = kept
     homes = {id(o.func.node) for o in origins.values()}
     if len(homes) > 1:
         return decline.optimizers_in_several_functions()

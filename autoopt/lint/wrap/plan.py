@@ -48,14 +48,9 @@ from autoopt.lint.wrap.codebase import CodeBase, Func
 from autoopt.lint.wrap.decline import Decline
 from autoopt.lint.wrap.device import device_for, moved_after
 from autoopt.lint.wrap.loop import OptimizerWrappers, Training, find_training, training_functions
-from autoopt.lint.wrap.options import (
-    conflict,
-    own_precision,
-    scaler_steps,
-    statement_of,
-    wrapped_before,
-)
+from autoopt.lint.wrap.options import conflict, own_precision, scaler_steps, wrapped_before
 from autoopt.lint.wrap.origins import Origin, bind_optimizers
+from autoopt.lint.wrap.tree import statement_of
 
 __all__ = ["Decline", "Pair", "Plan", "plan_wrap"]
 
