@@ -429,3 +429,113 @@ def test_an_optimizer_re_bound_to_a_wrapper_class_is_declined_with_the_hand_edit
         result.message
     )
     assert "before LARC wraps it" in result.message
+
+
+TRAIN_BUILDS_OPTIMIZER = """
+import torch
+
+def train(model, device, config):
+    train_loader = DataLoader(ds)
+    optimizer = torch.optim.Adam(model.parameters(), lr=config.lr)
+    for epoch in range(config.epochs):
+        for images in train_loader:
+            optimizer.zero_grad()
+            model(images.to(device)).sum().backward()
+            optimizer.step()
+
+if __name__ == "__main__":
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    model = Yolov4()
+    if torch.cuda.device_count() > 1:
+        model = torch.nn.{wrap}(model)
+    model.to(device=device)
+    train(model=model, config=cfg, device=device)
+"""
+
+
+def test_a_dataparallel_made_by_the_caller_before_the_optimizer_is_declined() -> None:
+    """YOLOv4: `__main__` wraps the model in DataParallel, then train() builds the optimizer."""
+    result = wrap(TRAIN_BUILDS_OPTIMIZER.replace("{wrap}", "DataParallel"))
+    assert result.declined and result.reason == "model wrapped in DDP/FSDP before the optimizer"
+    assert "before it is handed to train(), which creates the optimizer" in result.message
+    assert "move the wrap into train(), below the optimizer" in result.message
+
+
+def test_a_ddp_made_by_the_caller_is_left_to_the_script() -> None:
+    """detectron2's plain_train_net: `if distributed: model = DDP(model)`, then do_train()."""
+    found = calls(TRAIN_BUILDS_OPTIMIZER.replace("{wrap}", "parallel.DistributedDataParallel"))
+    assert len(found) == 1 and "distributed=False" in found[0]
+
+
+def test_an_optimizer_stepped_through_a_wrapper_class_it_cannot_read_is_declined() -> None:
+    """FastSpeech2: `model, optimizer = get_model(...)` from another module, stepped as
+    `optimizer.step_and_update_lr()`: a ScheduledOptim, not a torch optimizer."""
+    result = wrap(
+        """
+        import torch
+        from utils.model import get_model
+
+        model, optimizer = get_model(args, configs, device, train=True)
+        for batch in loader:
+            model(batch).sum().backward()
+            optimizer.step_and_update_lr()
+            optimizer.zero_grad()
+        """
+    )
+    assert result.declined and result.reason == "optimizer wrapped in a class"
+    assert "through `step_and_update_lr()`" in result.message
+
+
+def test_a_zeroed_scheduling_wrapper_is_an_optimizer_not_a_scheduler() -> None:
+    """BERT-pytorch: `self.optim_schedule` (a ScheduledOptim) is zeroed and stepped: an
+    optimizer's wrapper, though its name says schedule (it was "no optimizer is stepped")."""
+    result = wrap(
+        """
+        import torch
+
+        class BERTTrainer:
+            def __init__(self, bert, with_cuda):
+                self.model = BERTLM(bert)
+                if with_cuda and torch.cuda.device_count() > 1:
+                    self.model = torch.nn.DataParallel(self.model)
+                self.optim = torch.optim.Adam(self.model.parameters())
+                self.optim_schedule = ScheduledOptim(self.optim, n_warmup_steps=10)
+
+            def iteration(self, loader):
+                for data in loader:
+                    loss = self.model(data).sum()
+                    self.optim_schedule.zero_grad()
+                    loss.backward()
+                    self.optim_schedule.step_and_update_lr()
+        """
+    )
+    assert result.declined and result.reason == "optimizer wrapped in a class"
+    assert "`self.optim_schedule` through `step_and_update_lr()`" in result.message
+
+
+def test_a_ddp_before_the_optimizer_is_named_before_the_loss_scaler() -> None:
+    """ConvNeXt's main.py: DDP before the optimizer, and a loss scaler object in the loop of
+    engine.py: the first thing to change is the wrap."""
+    result = wrap(
+        """
+        import torch
+
+        def train_one_epoch(model, loader, optimizer, loss_scaler):
+            for x in loader:
+                loss = model(x).sum()
+                if loss_scaler is None:
+                    loss.backward()
+                    optimizer.step()
+                else:
+                    loss_scaler(loss, optimizer, parameters=model.parameters())
+
+        def main(args):
+            model = Net().cuda()
+            if args.distributed:
+                model = torch.nn.parallel.DistributedDataParallel(model)
+            optimizer = torch.optim.AdamW(model.parameters())
+            for epoch in range(3):
+                train_one_epoch(model, loader, optimizer, NativeScaler())
+        """
+    )
+    assert result.declined and result.reason == "model wrapped in DDP/FSDP before the optimizer"

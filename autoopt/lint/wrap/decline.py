@@ -36,6 +36,7 @@ class ParallelWrap:
     wrapper: str
     helper: str | None = None
     block: str | None = None  # the statement holding it where the optimizer is created (an `if`)
+    handed_to: str | None = None  # the function the wrapped model is then handed to
 
 
 # ----- what the script already does ---------------------------------------------------------
@@ -197,14 +198,28 @@ def parallel_before_optimizer(wrap: ParallelWrap) -> Decline:
         if wrap.wrapper == "DataParallel"
         else ""
     )
-    return Decline(
-        "model wrapped in DDP/FSDP before the optimizer",
-        f"`{wrap.statement}`{where} wraps the model in {wrap.wrapper}{by} before the optimizer "
-        "exists; optimize() must get the bare model, with the wrap after it",
-        f"create the optimizer above {above}, once the model is on its device ({wrap.wrapper} "
-        f"trains the model's own parameters: the same optimizer), {_AGAIN}: the call then "
-        f"goes between them, with distributed=False{torchrun}",
-    )
+    if wrap.handed_to:
+        detail = (
+            f"`{wrap.statement}`{where} wraps the model in {wrap.wrapper}{by} before it is "
+            f"handed to {wrap.handed_to}(), which creates the optimizer; optimize() must get the "
+            "bare model, with the wrap after it"
+        )
+        change = (
+            f"move the wrap into {wrap.handed_to}(), below the optimizer ({wrap.wrapper} trains "
+            f"the model's own parameters: the same optimizer), {_AGAIN}: the call then goes "
+            f"between them, with distributed=False{torchrun}"
+        )
+    else:
+        detail = (
+            f"`{wrap.statement}`{where} wraps the model in {wrap.wrapper}{by} before the "
+            "optimizer exists; optimize() must get the bare model, with the wrap after it"
+        )
+        change = (
+            f"create the optimizer above {above}, once the model is on its device "
+            f"({wrap.wrapper} trains the model's own parameters: the same optimizer), {_AGAIN}: "
+            f"the call then goes between them, with distributed=False{torchrun}"
+        )
+    return Decline("model wrapped in DDP/FSDP before the optimizer", detail, change)
 
 
 def optimizer_wrapper(expr: str, wrapper: str, methods: set[str]) -> Decline:
@@ -215,6 +230,16 @@ def optimizer_wrapper(expr: str, wrapper: str, methods: set[str]) -> Decline:
         "optimizer itself (AMP's loss scaling lives in its step) and --wrap cannot reach "
         "it there",
         _BY_HAND.format(wrapper=wrapper),
+    )
+
+
+def optimizer_wrapper_unseen(expr: str, method: str) -> Decline:
+    return Decline(
+        "optimizer wrapped in a class",
+        f"the loop steps `{expr}` through `{method}()`, a method of a wrapper class in a module "
+        "--wrap cannot read: optimize() needs the torch optimizer it holds (AMP's loss scaling "
+        "lives in its step)",
+        _BY_HAND.format(wrapper="the wrapper"),
     )
 
 

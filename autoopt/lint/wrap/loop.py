@@ -46,6 +46,8 @@ class Training:
     uses: list[Use] = field(default_factory=list)
     collections: set[str] = field(default_factory=set)
     closures: set[str] = field(default_factory=set)  # stepped as `opt.step(closure)` (LBFGS)
+    # stepped through a method of a class --wrap cannot read: `optimizer.step_and_update_lr()`
+    unseen_wrappers: dict[str, str] = field(default_factory=dict)
 
     @property
     def stepped(self) -> set[str]:
@@ -108,6 +110,7 @@ def optimizer_uses(
     stepped: dict[str, cst.CSTNode] = {}
     zeroed: set[str] = set()
     certain: set[str] = set()  # stepped as only an optimizer is: scaler.step(X), X.step(closure)
+    unseen: dict[str, str] = {}  # stepped through a method of a wrapper class not found
     for call in func.calls():
         if not isinstance(call.func, cst.Attribute):
             continue
@@ -119,6 +122,10 @@ def optimizer_uses(
         if attr != "step" and is_object(receiver) and wrappers.wrapper_of(call):
             # `optimizer.step_and_update_lr()` of a class wrapping the optimizer
             stepped.setdefault(code_of(receiver), call)
+        elif attr != "step" and "step" in attr.lower() and not call.args and is_object(receiver):
+            # the same through a class --wrap cannot read (in a module it does not reach)
+            stepped.setdefault(code_of(receiver), call)
+            unseen[code_of(receiver)] = attr
         elif attr == "step" and not call.args and is_object(receiver):
             stepped.setdefault(code_of(receiver), call)
         elif is_object(receiver) and code.step_closure(func.file, call):
@@ -141,10 +148,13 @@ def optimizer_uses(
     uses = []
     for expr, node in stepped.items():
         word = expr.lower()
-        if "sched" in word or "scaler" in word or "ema" in word.split("."):
+        sure = expr in zeroed or expr in certain  # no scheduler or EMA is zeroed or scaled
+        if not sure and ("sched" in word or "scaler" in word or "ema" in word.split(".")):
             continue
-        if expr in zeroed or expr in certain or "opt" in word:
+        if sure or "opt" in word:
             uses.append(Use(func, expr, node))
+            if expr in unseen and training is not None:
+                training.unseen_wrappers[expr] = unseen[expr]
     return uses
 
 

@@ -6,6 +6,8 @@ reason; a parallel wrap made before the optimizer exists rules out every place f
 
 from __future__ import annotations
 
+import dataclasses
+
 import libcst as cst
 
 from autoopt.lint.program.handled import ACCELERATOR
@@ -159,10 +161,13 @@ def is_parallel_wrap(file: SourceFile, call: cst.Call) -> bool:
     return wrapper_name(file, call) in _PARALLEL
 
 
-def wrapped_before(code: CodeBase, home: Func, anchor: cst.CSTNode) -> ParallelWrap | None:
+def wrapped_before(
+    code: CodeBase, home: Func, anchor: cst.CSTNode, skip: Func | None = None
+) -> ParallelWrap | None:
     """The data-parallel wrap of the model that runs before the statement `anchor` of `home`
     (the model is no longer bare where the call would go), if there is one: the last, the one
-    nearest the optimizer (dino wraps its teacher, then the student it trains)."""
+    nearest the optimizer (dino wraps its teacher, then the student it trains). Calls of
+    `skip` are not looked into."""
     file = home.file
     found: ParallelWrap | None = None
     for call in home.calls():
@@ -172,6 +177,8 @@ def wrapped_before(code: CodeBase, home: Func, anchor: cst.CSTNode) -> ParallelW
             wrapper, helper = wrapper_name(file, call), None
         else:
             target = code.resolve(file, call)
+            if target is not None and target == skip:
+                continue  # the function the model is handed to, not a wrap before it
             inner = (
                 next((c for c in target.calls() if is_parallel_wrap(target.file, c)), None)
                 if target is not None
@@ -186,6 +193,21 @@ def wrapped_before(code: CodeBase, home: Func, anchor: cst.CSTNode) -> ParallelW
         statement = statement_of(file, call)
         found = ParallelWrap(statement, wrapper, helper, outer if outer != statement else None)
     return found
+
+
+def wrapped_by_callers(code: CodeBase, home: Func) -> ParallelWrap | None:
+    """A DataParallel wrap a caller of `home` makes before it hands the model to `home`, the
+    function that creates the optimizer (YOLOv4's `__main__` wraps the model, then
+    `train(model=model)` builds the optimizer): optimize() would get the DataParallel, which
+    replicates the module on every forward. (A caller's DDP keeps one module per process:
+    detectron2's `do_train(cfg, model)` after `if distributed: model = DDP(model)` is wrapped.)"""
+    for caller, call in code.callers(home):
+        if caller == home:
+            continue
+        found = wrapped_before(code, caller, call, skip=home)
+        if found is not None and found.wrapper == "DataParallel":
+            return dataclasses.replace(found, handed_to=home.name)
+    return None
 
 
 def wrapper_name(file: SourceFile, call: cst.Call) -> str:

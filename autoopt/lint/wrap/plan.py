@@ -48,7 +48,13 @@ from autoopt.lint.wrap.codebase import CodeBase, Func
 from autoopt.lint.wrap.decline import Decline
 from autoopt.lint.wrap.device import device_for, moved_after
 from autoopt.lint.wrap.loop import OptimizerWrappers, Training, find_training, training_functions
-from autoopt.lint.wrap.options import conflict, own_precision, scaler_steps, wrapped_before
+from autoopt.lint.wrap.options import (
+    conflict,
+    own_precision,
+    scaler_steps,
+    wrapped_before,
+    wrapped_by_callers,
+)
 from autoopt.lint.wrap.origins import Origin, bind_optimizers
 from autoopt.lint.wrap.tree import statement_of
 
@@ -81,6 +87,8 @@ def _plan(code: CodeBase) -> Plan | Decline:
     training = find_training(code, trainers, wrappers)
     if not training.uses:
         return decline.no_optimizer()
+    for expr, method in training.unseen_wrappers.items():
+        return decline.optimizer_wrapper_unseen(expr, method)
     # Only a script that trains and steps an optimizer is declined for its own precision
     # scheme (an export or validation script that casts a model to half has no loop).
     stepping = {id(code.script): code.script} | {
@@ -89,8 +97,6 @@ def _plan(code: CodeBase) -> Plan | Decline:
     for file in stepping.values():
         if why := own_precision(file):
             return why
-    if why := scaler_steps(training.steppers, training.stepped):
-        return why
     bound = bind_optimizers(code, training)
     if isinstance(bound, Decline):
         return bound
@@ -111,8 +117,10 @@ def _place(
     # the call, whatever the optimizer is built over: say so first (parameter groups
     # gathered in a loop would otherwise be "cannot tell the model").
     first = min((a for o in optimizers for a in o.assigns), key=lambda a: home.file.order[id(a)])
-    if early := wrapped_before(code, home, first):
+    if early := wrapped_before(code, home, first) or wrapped_by_callers(code, home):
         return decline.parallel_before_optimizer(early)
+    if why := scaler_steps(training.steppers, stepped):
+        return why
     for opt in optimizers:
         if wrapped := wrappers.wrapper_class(home, opt.expr, opt.assigns):
             return decline.optimizer_wrapper(opt.expr, *wrapped)
