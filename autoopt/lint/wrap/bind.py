@@ -20,6 +20,7 @@ from autoopt.lint.wrap.call import Pair
 from autoopt.lint.wrap.codebase import CodeBase, Func
 from autoopt.lint.wrap.decline import Decline
 from autoopt.lint.wrap.loop import loop_around_calls, runs_epochs
+from autoopt.lint.wrap.options import wrapped_by_callers
 from autoopt.lint.wrap.origins import Origin, elements
 from autoopt.lint.wrap.tree import (
     assignments_of,
@@ -68,9 +69,11 @@ def pair_models(
         for model in sorted(models):
             if model not in home.params():
                 continue
-            # A model handed in: wrapped once only where the function runs once.
+            # A model handed in: wrapped once only where the function runs once, and bare.
             if not code.callers(home) and not runs_epochs(code, home):
                 return decline.model_from_outside(model, home.name)
+            if (wrap := wrapped_by_callers(code, home)) is not None:
+                return decline.parallel_before_optimizer(wrap)
             if (around := loop_around_calls(code, home)) is not None:
                 caller, loop = around
                 header = statement_of(caller.file, loop)

@@ -39,6 +39,7 @@ class SourceFile:
     end: dict[int, int] = field(default_factory=dict)  # order of a node's last descendant
     nodes: list[cst.CSTNode] = field(default_factory=list)  # every node, in source order
     _bodies: dict[int, list[cst.CSTNode]] = field(default_factory=dict)
+    _bindings: dict[int, dict[str, list[cst.CSTNode]]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         # One visitor pass: libcst rebuilds `.children` on every access, far too slow to walk.
@@ -126,6 +127,27 @@ class SourceFile:
         parent = self.parent(func)
         grand = self.parent(parent) if parent is not None else None
         return grand if isinstance(grand, cst.ClassDef) else None
+
+    def bindings(self, scope: Scope) -> dict[str, list[cst.CSTNode]]:
+        """The assignments of `scope`'s body with a value, by the code of each target
+        (`x = ...`, `a, x = ...`, `x: T = ...`), in source order; indexed once per scope."""
+        if id(scope) not in self._bindings:
+            index: dict[str, list[cst.CSTNode]] = {}
+            for node in self.body_nodes(scope):
+                if isinstance(node, cst.Assign):
+                    targets: list[cst.BaseExpression] = []
+                    for t in node.targets:
+                        target = t.target
+                        tuple_ = isinstance(target, cst.Tuple)
+                        targets += [e.value for e in target.elements] if tuple_ else [target]
+                elif isinstance(node, cst.AnnAssign) and node.value is not None:
+                    targets = [node.target]
+                else:
+                    continue
+                for code in dict.fromkeys(code_of(t) for t in targets):
+                    index.setdefault(code, []).append(node)
+            self._bindings[id(scope)] = index
+        return self._bindings[id(scope)]
 
     def body_nodes(self, scope: Scope) -> list[cst.CSTNode]:
         """The nodes of `scope`'s body, not entering nested functions or classes."""
@@ -334,12 +356,11 @@ class CodeBase:
         self, file: SourceFile, name: str, scope: Scope
     ) -> tuple[SourceFile, cst.ClassDef] | None:
         """The local class of `name = SomeClass(...)` in `scope`."""
-        for node in Func(file, scope).statements():
+        for node in file.bindings(scope).get(name, ()):
             if (
                 isinstance(node, cst.Assign)
                 and len(node.targets) == 1
                 and isinstance(node.targets[0].target, cst.Name)
-                and node.targets[0].target.value == name
                 and isinstance(node.value, cst.Call)
                 and isinstance(node.value.func, cst.Name)
             ):

@@ -64,9 +64,9 @@ def runs_accelerate(file: SourceFile) -> bool:
     if "ccelerat" not in file.module.code:
         return False
     for call in file.calls():
-        if file.qualname(call.func) in ACCELERATOR:
-            return True
         func = call.func
+        if code_of(func).endswith("Accelerator") and file.qualname(func) in ACCELERATOR:
+            return True
         if (
             isinstance(func, cst.Attribute)
             and func.attr.value in ("backward", "prepare")
@@ -92,7 +92,13 @@ def apex_amp(file: SourceFile) -> list[cst.Call]:
     """The calls of `file` to apex amp (`amp.initialize`, `amp.scale_loss`)."""
     if "apex" not in file.module.code:
         return []
-    return [c for c in file.calls() if file.qualname(c.func) in _APEX_AMP]
+    return [
+        c
+        for c in file.calls()
+        if isinstance(c.func, cst.Attribute)
+        and c.func.attr.value in ("initialize", "scale_loss")
+        and file.qualname(c.func) in _APEX_AMP
+    ]
 
 
 def is_apex_initialize(file: SourceFile, node: cst.CSTNode | None) -> bool:
@@ -201,6 +207,8 @@ def wrapped_by_callers(code: CodeBase, home: Func) -> ParallelWrap | None:
     `train(model=model)` builds the optimizer): optimize() would get the DataParallel, which
     replicates the module on every forward. (A caller's DDP keeps one module per process:
     detectron2's `do_train(cfg, model)` after `if distributed: model = DDP(model)` is wrapped.)"""
+    if isinstance(home.node, cst.Module):
+        return None  # the script's own code: nothing calls it
     for caller, call in code.callers(home):
         if caller == home:
             continue

@@ -48,13 +48,7 @@ from autoopt.lint.wrap.codebase import CodeBase, Func
 from autoopt.lint.wrap.decline import Decline
 from autoopt.lint.wrap.device import device_for, moved_after
 from autoopt.lint.wrap.loop import OptimizerWrappers, Training, find_training, training_functions
-from autoopt.lint.wrap.options import (
-    conflict,
-    own_precision,
-    scaler_steps,
-    wrapped_before,
-    wrapped_by_callers,
-)
+from autoopt.lint.wrap.options import conflict, own_precision, scaler_steps, wrapped_before
 from autoopt.lint.wrap.origins import Origin, bind_optimizers
 from autoopt.lint.wrap.tree import statement_of
 
@@ -117,7 +111,7 @@ def _place(
     # the call, whatever the optimizer is built over: say so first (parameter groups
     # gathered in a loop would otherwise be "cannot tell the model").
     first = min((a for o in optimizers for a in o.assigns), key=lambda a: home.file.order[id(a)])
-    if early := wrapped_before(code, home, first) or wrapped_by_callers(code, home):
+    if early := wrapped_before(code, home, first):
         return decline.parallel_before_optimizer(early)
     if why := scaler_steps(training.steppers, stepped):
         return why

@@ -66,13 +66,7 @@ def assign_targets(node: cst.CSTNode) -> list[cst.BaseExpression]:
 
 def assignments_of(func: Func, expr: str) -> list[cst.CSTNode]:
     """Statements of `func` binding `expr` (`x = ...`, `a, x = ...`, `x: T = ...`)."""
-    return [
-        n
-        for n in func.statements()
-        if isinstance(n, cst.Assign | cst.AnnAssign)
-        and getattr(n, "value", None) is not None
-        and any(code_of(t) == expr for t in assign_targets(n))
-    ]
+    return func.file.bindings(func.node).get(expr, [])
 
 
 def bound_to(assign: cst.CSTNode, expr: str) -> cst.BaseExpression | None:
