@@ -292,7 +292,7 @@ def test_reference_trainer_shape() -> None:
                     model(x).sum().backward()
                     optimizer.step()
             """,
-            "wrap the script that builds the model",
+            "run --wrap on the script that builds the model and calls train()",
         ),
     ],
 )
@@ -414,35 +414,56 @@ def test_a_cpu_only_or_flag_gated_script_keeps_its_device(placement: str, device
     ]
 
 
-def test_a_device_not_yet_defined_at_the_insertion_point_is_not_used() -> None:
-    """The model is moved inside the loop, with the loop's own variable: `device=d` would be
-    read before `d` exists."""
-    code = """
-        import torch
-        model = Net()
-        opt = torch.optim.SGD(model.parameters(), lr=0.1)
-        for d in devices:
-            model.to(d)
-            for x in loader:
-                model(x).sum().backward()
-                opt.step()
+@pytest.mark.parametrize(
+    "placement",
+    [
+        # moved inside the loop, with the loop's own variable: `device=d` cannot be read at the
+        # call, and optimize() would keep moving the inputs to the device it chose
+        "for d in devices:\n    model.to(d)\n    for x in loader:",
+        # a device defined after the call
+        "dev = pick()\nmodel.to(dev)\nfor x in loader:",
+        # not expressible as device= (imagenet's `model.cuda(args.gpu)` after the optimizer)
+        "model.cuda(args.gpu)\nfor x in loader:",
+    ],
+)
+def test_a_model_placed_after_the_call_where_it_cannot_say_so_is_declined(placement: str) -> None:
+    """optimize() moves the inputs to the device it was given or chose: a model the script
+    moves afterwards to a device the call cannot name would get inputs elsewhere."""
+    loop = textwrap.indent(placement, "    ")
+    body = textwrap.indent(
+        "model(x).sum().backward()\nopt.step()", "    " * (2 + ("for d" in placement))
+    )
+    code = (
+        "import torch\ndef main():\n    model = Net()\n"
+        "    opt = torch.optim.SGD(model.parameters(), lr=0.1)\n" + loop + "\n" + body + "\n"
+    )
+    result = wrap_source(code)
+    assert result.declined and result.reason == "model moved after the call", result.message
+    assert "put `model` on its device before the optimizer is created" in result.message
+
+
+def test_a_later_placement_on_the_calls_device_is_no_move() -> None:
+    """VainF DeepLabV3+, pytorch-deeplab-xception: the model is placed again after the
+    optimizer, on the device the call names (or under the flag the call's device reads)."""
+    assert inserted(
         """
-    assert inserted(code) == ["model, loader, opt = autoopt.optimize(model, loader, opt)"]
-
-
-def test_a_device_defined_after_the_insertion_point_is_not_used() -> None:
-    code = """
         import torch
-        def main():
+        def main(args):
             model = Net()
+            if args.cuda:
+                model = model.cuda()
             opt = torch.optim.SGD(model.parameters(), lr=0.1)
-            dev = pick()
-            model.to(dev)
+            if args.cuda:
+                model = torch.nn.DataParallel(model).cuda()
             for x in loader:
                 model(x).sum().backward()
                 opt.step()
         """
-    assert inserted(code) == ["model, loader, opt = autoopt.optimize(model, loader, opt)"]
+    ) == [
+        'model, loader, opt = autoopt.optimize(model, loader, opt, device="cuda" if args.cuda '
+        'else "cpu", distributed=False)  # autoopt: distributed=False (own DDP/FSDP/DataParallel '
+        "wrap)"
+    ]
 
 
 def test_a_loader_drawn_with_iter_and_next_is_passed() -> None:

@@ -185,6 +185,24 @@ WRAPPED = {
             'net, loader, optimizer = autoopt.optimize(net, loader, optimizer, device="cpu")',
         ),
     ],
+    "lbfgs_closure.py": [
+        ("import torch", IMPORT),
+        (
+            "optimizer = torch.optim.LBFGS(seq.parameters(), lr=0.5)",
+            'seq, optimizer = autoopt.optimize(seq, optimizer=optimizer, device="cpu", amp=False)'
+            "  # autoopt: amp=False (the optimizer steps through a closure: loss scaling cannot "
+            "check it first)",
+        ),
+    ],
+    "apex_amp.py": [
+        ("from apex import amp", IMPORT),
+        (
+            "optimizer = torch.optim.SGD(model.parameters(), lr=0.05)",
+            'model, optimizer = autoopt.optimize(model, optimizer=optimizer, device="cuda", '
+            "amp=False, compile=False)  # autoopt: amp=False (own apex amp), compile=False (apex "
+            "amp casts and patches the model after the call)",
+        ),
+    ],
     "gpu_flag.py": [
         ("from torch.utils.data import DataLoader, TensorDataset", IMPORT),
         (
@@ -220,7 +238,7 @@ WRAPPED = {
         ("from torch.utils.data import DataLoader, TensorDataset", IMPORT),
         (
             "optimizer = torch.optim.SGD(net.parameters(), lr=0.1)",
-            "    net, optimizer = autoopt.optimize(net, optimizer=optimizer, "
+            "    net, loader, optimizer = autoopt.optimize(net, loader, optimizer, "
             'device="cuda" if args.gpu else "cpu")',
         ),
     ],
@@ -257,7 +275,6 @@ WRAPPED = {
 }
 
 DECLINED = {
-    "apex_amp.py": ("another mixed-precision system", "apex amp (`amp.initialize`)"),
     "fp16_master_weights.py": ("another mixed-precision system", "fp32 master weights"),
     "model_in_wrapper.py": (
         "model trained through another object",
@@ -314,6 +331,36 @@ def test_declines_scripts_that_already_do_it_their_way(name: str) -> None:
     assert result.declined and result.source == source
     assert result.reason == reason
     assert detail in result.message
+
+
+DATAPARALLEL_EDIT = (
+    "optimizer = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9)\n",
+    "net = torch.nn.DataParallel(net)\n",
+)
+
+
+def parallel_edit(source: str) -> str:
+    """The edit the DataParallel decline names: the optimizer created above the wrap."""
+    optimizer, wrap = DATAPARALLEL_EDIT
+    return source.replace(optimizer, "").replace(wrap, optimizer + wrap)
+
+
+def test_a_parallel_wrap_before_the_optimizer_is_declined_with_the_edit_that_wraps() -> None:
+    """pytorch-cifar, imagenet: the decline quotes the wrap and says where the optimizer goes;
+    after that edit the call goes between them, leaving the DataParallel to the script."""
+    source, result = wrap_fixture("dataparallel_first.py")
+    assert result.declined and result.reason == "model wrapped in DDP/FSDP before the optimizer"
+    assert "`net = torch.nn.DataParallel(net)` wraps the model in DataParallel before" in (
+        result.message
+    )
+    assert "create the optimizer above that line" in result.message
+    edited = wrap_source(parallel_edit(source), path=FIXTURES / "dataparallel_first.py")
+    assert edited.inserted == (
+        "net, trainloader, optimizer = autoopt.optimize(net, trainloader, optimizer, "
+        "device=device, distributed=False)  # autoopt: distributed=False (own "
+        "DDP/FSDP/DataParallel wrap)",
+    )
+    assert edited.source.index("autoopt.optimize(") < edited.source.index("DataParallel(net)")
 
 
 def test_the_loop_in_a_local_module_is_found_only_through_that_module(tmp_path: Path) -> None:

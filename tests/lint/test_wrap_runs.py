@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from autoopt.lint.wrap.insert import wrap_source
+from tests.lint.test_wrap_fixtures import parallel_edit
 
 FIXTURES = Path(__file__).parent / "fixtures" / "wrap"
 
@@ -43,6 +44,16 @@ def run(script: Path) -> list[str]:
     return losses
 
 
+def wrap_fp32(script: Path) -> None:
+    """`--wrap` `script` in place, the inserted calls held to fp32 eager on the CPU."""
+    result = wrap_source(script.read_text(), path=script)
+    assert result.inserted and not result.declined, result.message
+    text = result.source
+    for line in result.inserted:
+        text = text.replace(line, fp32(line))
+    script.write_text(text)
+
+
 @pytest.mark.parametrize(
     "name",
     [
@@ -61,6 +72,7 @@ def run(script: Path) -> list[str]:
         "nested_backward.py",
         "factory_gpu_flag/train.py",
         "step_helper.py",
+        "lbfgs_closure.py",
     ],
 )
 def test_wrapped_script_trains_with_the_same_fp32_losses(name: str, tmp_path: Path) -> None:
@@ -70,12 +82,19 @@ def test_wrapped_script_trains_with_the_same_fp32_losses(name: str, tmp_path: Pa
     script = tmp_path / source.name
     before = run(script)
 
-    result = wrap_source(script.read_text(), path=script)
-    assert result.inserted and not result.declined
-    text = result.source
-    for line in result.inserted:
-        text = text.replace(line, fp32(line))
-    script.write_text(text)
+    wrap_fp32(script)
     after = run(script)
 
     assert after == before
+
+
+def test_the_edit_a_parallel_wrap_decline_names_trains_the_same(tmp_path: Path) -> None:
+    """The DataParallel decline's edit (the optimizer above the wrap), then --wrap: the script
+    trains as the original did (DataParallel on the CPU runs the module itself)."""
+    script = tmp_path / "train.py"
+    script.write_text((FIXTURES / "dataparallel_first.py").read_text())
+    before = run(script)
+    script.write_text(parallel_edit(script.read_text()))
+    wrap_fp32(script)
+    assert "DataParallel" in script.read_text()
+    assert run(script) == before

@@ -16,7 +16,7 @@ import tokenize
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Protocol, TypeVar
 
-# Ruff's shape: "# noqa" optionally followed by ":" and codes separated by commas/whitespace.
+# Ruff's shape: a "noqa" comment, optionally followed by ":" and codes separated by commas/whitespace.
 _LINE_NOQA = re.compile(
     r"(?i:#\s*noqa)(?::\s?(?P<codes>[A-Z]+[0-9]*(?:(?:,\s*|\s+)[A-Z]+[0-9]*)*))?"
 )

@@ -39,6 +39,7 @@ class SourceFile:
     end: dict[int, int] = field(default_factory=dict)  # order of a node's last descendant
     nodes: list[cst.CSTNode] = field(default_factory=list)  # every node, in source order
     _bodies: dict[int, list[cst.CSTNode]] = field(default_factory=dict)
+    _bindings: dict[int, dict[str, list[cst.CSTNode]]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         # One visitor pass: libcst rebuilds `.children` on every access, far too slow to walk.
@@ -126,6 +127,27 @@ class SourceFile:
         parent = self.parent(func)
         grand = self.parent(parent) if parent is not None else None
         return grand if isinstance(grand, cst.ClassDef) else None
+
+    def bindings(self, scope: Scope) -> dict[str, list[cst.CSTNode]]:
+        """The assignments of `scope`'s body with a value, by the code of each target
+        (`x = ...`, `a, x = ...`, `x: T = ...`), in source order; indexed once per scope."""
+        if id(scope) not in self._bindings:
+            index: dict[str, list[cst.CSTNode]] = {}
+            for node in self.body_nodes(scope):
+                if isinstance(node, cst.Assign):
+                    targets: list[cst.BaseExpression] = []
+                    for t in node.targets:
+                        target = t.target
+                        tuple_ = isinstance(target, cst.Tuple)
+                        targets += [e.value for e in target.elements] if tuple_ else [target]
+                elif isinstance(node, cst.AnnAssign) and node.value is not None:
+                    targets = [node.target]
+                else:
+                    continue
+                for code in dict.fromkeys(code_of(t) for t in targets):
+                    index.setdefault(code, []).append(node)
+            self._bindings[id(scope)] = index
+        return self._bindings[id(scope)]
 
     def body_nodes(self, scope: Scope) -> list[cst.CSTNode]:
         """The nodes of `scope`'s body, not entering nested functions or classes."""
@@ -334,12 +356,11 @@ class CodeBase:
         self, file: SourceFile, name: str, scope: Scope
     ) -> tuple[SourceFile, cst.ClassDef] | None:
         """The local class of `name = SomeClass(...)` in `scope`."""
-        for node in Func(file, scope).statements():
+        for node in file.bindings(scope).get(name, ()):
             if (
                 isinstance(node, cst.Assign)
                 and len(node.targets) == 1
                 and isinstance(node.targets[0].target, cst.Name)
-                and node.targets[0].target.value == name
                 and isinstance(node.value, cst.Call)
                 and isinstance(node.value.func, cst.Name)
             ):
@@ -372,26 +393,47 @@ class CodeBase:
                 return positional[index].value
         return None
 
+    def runs(self, file: SourceFile, call: cst.Call) -> list[Func]:
+        """The functions of the code base `call` runs: the one it calls, and the closure an
+        optimizer's `step(closure)` calls (LBFGS: the forward and backward live in it)."""
+        found = [target] if (target := self.resolve(file, call)) is not None else []
+        if closure := self.step_closure(file, call):
+            found.append(closure)
+        return found
+
+    @staticmethod
+    def step_closure(file: SourceFile, call: cst.Call) -> Func | None:
+        """The local function `X.step(closure)` hands the optimizer, if `call` is one."""
+        func = call.func
+        if not (isinstance(func, cst.Attribute) and func.attr.value == "step" and call.args):
+            return None
+        first = call.args[0]
+        if first.keyword is not None and first.keyword.value != "closure":
+            return None
+        if not isinstance(first.value, cst.Name):
+            return None
+        name = first.value.value
+        scope: Scope = file.scope_of(call)
+        while True:  # the closure is defined in the scope of the step or one enclosing it
+            for node in file.body_nodes(scope):
+                if isinstance(node, cst.FunctionDef) and node.name.value == name:
+                    return Func(file, node)
+            if isinstance(scope, cst.Module):
+                return None
+            scope = file.scope_of(scope)
+
     def does_backward(self, func: Func) -> bool:
         """`func` calls `.backward()`, itself or through the functions it calls."""
         if func not in self._backward:
             self._backward[func] = False  # a recursive call does not count
-            self._backward[func] = any(
-                _is_backward(call)
-                or (
-                    (target := self.resolve(func.file, call)) is not None
-                    and self.does_backward(target)
-                )
-                for call in func.calls()
-            )
+            self._backward[func] = any(self.trains(func, call) for call in func.calls())
         return self._backward[func]
 
     def trains(self, func: Func, call: cst.Call) -> bool:
         """`call` (in `func`) is a backward, or runs a function that does one."""
         if _is_backward(call):
             return True
-        target = self.resolve(func.file, call)
-        return target is not None and self.does_backward(target)
+        return any(self.does_backward(target) for target in self.runs(func.file, call))
 
 
 def _is_backward(call: cst.Call) -> bool:

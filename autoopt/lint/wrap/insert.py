@@ -3,7 +3,7 @@
     model, loader, optimizer = autoopt.optimize(model, loader, optimizer)
 
 goes where the script's optimizer, model and loader all exist, before training starts, with the
-script's own names (see `wrap_plan` for how they are found). A script whose loop draws batches
+script's own names (see `autoopt.lint.wrap.plan` for how they are found). A script whose loop draws batches
 from tensors gets `model, optimizer = autoopt.optimize(model, optimizer=optimizer)`; a GAN gets
 one call per model/optimizer pair; `device=` repeats where the script puts the model. When the analysis cannot prove where the call belongs, or the
 script already does what optimize() would (Accelerate, Hogwild), the file is left alone and the
@@ -56,9 +56,8 @@ def wrap_source(source: str, *, path: Path | str | None = None) -> WrapResult:
     if plan is None:
         return WrapResult(source, source, ALREADY_WRAPPED, reason=ALREADY_WRAPPED)
     if isinstance(plan, Decline):
-        detail = plan.detail or plan.reason
         return WrapResult(
-            source, source, f"--wrap declined: {detail}", declined=True, reason=plan.reason
+            source, source, f"--wrap declined: {plan.message}", declined=True, reason=plan.reason
         )
     lines = plan.lines()
     statements = [cst.parse_statement(line + "\n") for line in lines]

@@ -4,6 +4,8 @@ a loop iterates, which classes wrap an optimizer. Pure functions of a parsed `So
 
 from __future__ import annotations
 
+import re
+
 import libcst as cst
 
 from autoopt.lint.tree.nodes import code_of, is_name, string_value
@@ -64,13 +66,7 @@ def assign_targets(node: cst.CSTNode) -> list[cst.BaseExpression]:
 
 def assignments_of(func: Func, expr: str) -> list[cst.CSTNode]:
     """Statements of `func` binding `expr` (`x = ...`, `a, x = ...`, `x: T = ...`)."""
-    return [
-        n
-        for n in func.statements()
-        if isinstance(n, cst.Assign | cst.AnnAssign)
-        and getattr(n, "value", None) is not None
-        and any(code_of(t) == expr for t in assign_targets(n))
-    ]
+    return func.file.bindings(func.node).get(expr, [])
 
 
 def bound_to(assign: cst.CSTNode, expr: str) -> cst.BaseExpression | None:
@@ -83,6 +79,45 @@ def bound_to(assign: cst.CSTNode, expr: str) -> cst.BaseExpression | None:
                 if code_of(t.value) == expr:
                     return v.value
     return value
+
+
+def unpacked_from(assign: cst.CSTNode, expr: str) -> tuple[str, int] | None:
+    """(source, index) when `assign` unpacks `expr` from a plain name or `self.attr`:
+    `optim_g, optim_d = optims` gives ("optims", 1) for `optim_d`."""
+    if not isinstance(assign, cst.Assign) or len(assign.targets) != 1:
+        return None
+    target, value = assign.targets[0].target, assign.value
+    if not isinstance(target, cst.Tuple | cst.List) or not is_object(value):
+        return None
+    elements = target.elements
+    if any(isinstance(e, cst.StarredElement) for e in elements):
+        return None
+    for index, element in enumerate(elements):
+        if code_of(element.value) == expr:
+            return code_of(value), index
+    return None
+
+
+def element_at(value: cst.BaseExpression | None, index: int) -> cst.BaseExpression | None:
+    """The `index`-th element of a list or tuple display (`[optim_g, optim_d]`), if it is one."""
+    if not isinstance(value, cst.List | cst.Tuple) or index >= len(value.elements):
+        return None
+    found = value.elements[index]
+    return None if isinstance(found, cst.StarredElement) else found.value
+
+
+def rebinds(file: SourceFile, assign: cst.CSTNode, expr: str) -> bool:
+    """`assign` gives `expr` a value built from `expr` itself: a wrap of the object it held
+    (`optimizer = LARC(optimizer=optimizer)`, `model, optimizer = amp.initialize(model,
+    optimizer)`), not a new one."""
+    value = bound_to(assign, expr)
+    if value is None:
+        return False
+    return any(
+        (isinstance(n, cst.Name) and n.value == expr and file.reads(n))
+        or (isinstance(n, cst.Attribute) and code_of(n) == expr)
+        for n in [value, *file.inside(value)]
+    )
 
 
 def bound_name(assign: cst.CSTNode, expr: str) -> str | None:
@@ -210,8 +245,9 @@ def blocks_holding(file: SourceFile, node: cst.CSTNode) -> list[cst.CSTNode]:
 
 
 def if_block(file: SourceFile, assign: cst.CSTNode, name: str) -> cst.CSTNode | None:
-    """The block holding the `if` whose every branch (else included) binds `name`, when
-    `assign` is one of them (`if use_accel: device = ... else: device = torch.device("cpu")`)."""
+    """The block holding the `if` whose every branch (else included) binds `name` or raises,
+    when `assign` is one of them (`if use_accel: device = ... else: device =
+    torch.device("cpu")`; `else: raise NotImplementedError`)."""
     branch = common_block(file, [assign])
     node = file.parent(branch) if branch is not None else None
     if not isinstance(node, cst.If):
@@ -229,10 +265,12 @@ def if_block(file: SourceFile, assign: cst.CSTNode, name: str) -> cst.CSTNode | 
     branches.append(cur.body)
 
     def binds(suite: cst.BaseSuite) -> bool:
+        """The branch binds `name`, or raises (no path goes on from it unbound)."""
         return any(
             isinstance(s, cst.SimpleStatementLine)
             and any(
-                isinstance(a, cst.Assign) and name in (code_of(t) for t in assign_targets(a))
+                isinstance(a, cst.Raise)
+                or (isinstance(a, cst.Assign) and name in (code_of(t) for t in assign_targets(a)))
                 for a in s.body
             )
             for s in getattr(suite, "body", ())
@@ -346,3 +384,21 @@ def child_of(file: SourceFile, block: cst.CSTNode, node: cst.CSTNode) -> cst.CST
     while file.parent(cur) is not block:
         cur = file.parent(cur)  # type: ignore[assignment]
     return cur
+
+
+def statement_of(file: SourceFile, node: cst.CSTNode) -> str:
+    """The statement holding `node` (or `node` itself, a statement) as written, without its
+    comments: a compound statement by its header (`if device == "cuda"`)."""
+    statement = node
+    if not isinstance(node, cst.SimpleStatementLine | cst.BaseCompoundStatement):
+        for anc in file.ancestors(node):
+            if isinstance(anc, cst.SimpleStatementLine | cst.BaseCompoundStatement):
+                statement = anc
+                break
+    if isinstance(statement, cst.SimpleStatementLine):
+        code = "; ".join(file.module.code_for_node(s).strip() for s in statement.body)
+        return re.sub(r"\s*\n\s*", " ", code)  # a call written over several lines, on one
+    if isinstance(statement, cst.BaseCompoundStatement):
+        header = statement.with_changes(leading_lines=(), body=cst.IndentedBlock(body=()))
+        return file.module.code_for_node(header).strip().splitlines()[0].rstrip(":")
+    return file.module.code_for_node(statement).strip()

@@ -1,0 +1,175 @@
+"""Choose where the call goes: after the statements that create the optimizers and the loader,
+before the statement that starts training, in the block that holds them all; and check that
+what the call names is bound there on every path and not already kept by something built
+before it."""
+
+from __future__ import annotations
+
+import builtins
+
+import libcst as cst
+
+from autoopt.lint.tree.nodes import code_of
+from autoopt.lint.wrap import decline
+from autoopt.lint.wrap.bind import Loader
+from autoopt.lint.wrap.call import Pair, Plan
+from autoopt.lint.wrap.codebase import CodeBase, Func
+from autoopt.lint.wrap.decline import Decline
+from autoopt.lint.wrap.options import apex_before, call_options, wrapped_before
+from autoopt.lint.wrap.origins import Origin
+from autoopt.lint.wrap.tree import (
+    assign_targets,
+    assignments_of,
+    blocks_holding,
+    bound_to,
+    child_of,
+    common_block,
+    if_block,
+    keeps,
+    read_before,
+    read_names,
+    runs_by,
+    statement_of,
+)
+
+
+def place_call(
+    code: CodeBase,
+    home: Func,
+    optimizers: list[Origin],
+    loader: Loader | None,
+    pairs: list[Pair],
+    trainers: list[Func],
+    forced: dict[str, str],
+) -> Plan | Decline:
+    """The plan with the statement to insert after, once the objects all exist."""
+    file = home.file
+    relevant = [a for o in optimizers for a in o.assigns]
+    entries = [o.entry for o in optimizers if o.entry is not None]
+    if not entries:  # a global stepped by functions: the first call in `home` that trains
+        entries = [c for c in home.calls() if code.trains(home, c)][:1]
+    if loader is not None:
+        pairs[0].loader = loader[0]
+        relevant += loader[1]
+    block = common_block(file, relevant + entries)
+    if block is None:
+        return decline.unrelated_blocks()
+    tops = [child_of(file, block, n) for n in relevant]
+    anchor = max(tops, key=lambda n: file.order[id(n)])
+    late = any(not file.before(anchor, child_of(file, block, e)) for e in entries)
+    if late or in_training_loop(code, home, anchor):
+        return decline.created_in_loop()
+    options = call_options(code, trainers, forced)
+    if "distributed" in options and (why := wrapped_before(code, home, anchor)):
+        return decline.parallel_before_optimizer(why)
+    if (apex := apex_before(home, anchor)) is not None:
+        return decline.own_precision_late("apex amp", statement_of(file, apex))
+    return Plan(anchor, pairs, options)
+
+
+def in_training_loop(code: CodeBase, home: Func, node: cst.CSTNode) -> bool:
+    """`node` sits inside a loop of `home` that trains."""
+    for anc in home.file.ancestors(node):
+        if anc is home.node:
+            return False
+        if isinstance(anc, cst.For | cst.While) and any(
+            code.trains(home, c) for c in home.file.calls(anc)
+        ):
+            return True
+    return False
+
+
+def defined(code: CodeBase, home: Func, expr: str, anchor: cst.CSTNode) -> bool:
+    """Every name `expr` reads is bound when the statement after `anchor` runs: a
+    parameter, an import, a builtin, a global of the module, or a name assigned before
+    `anchor` in a block that holds it (not a later loop's variable)."""
+    file = home.file
+    tree = cst.parse_expression(expr)
+    reads = [n.value for n in read_names(tree)]
+    blocks = blocks_holding(file, anchor)
+    top = code.top(file)
+    given = {*home.params(), *(("self", "cls") if home.cls is not None else ())}
+    for name in reads:
+        if name in given or name in file.imports or hasattr(builtins, name):
+            continue
+        if name not in file.bound_names:
+            continue  # bound nowhere in the file: it comes from elsewhere (`import *`)
+        if read_before(home, name, anchor, blocks):
+            continue  # read on every path before the call: bound there, or it had failed
+        if any(
+            runs_by(file, a, anchor)
+            and any(b is common_block(file, [a]) or b is if_block(file, a, name) for b in blocks)
+            for a in assignments_of(home, name)
+        ):
+            continue
+        if home != top and any(
+            isinstance(file.parent(a), cst.SimpleStatementLine)
+            and file.parent(file.parent(a)) is file.module
+            for a in assignments_of(top, name)
+        ):
+            continue  # a module global, set before any function runs
+        return False
+    return True
+
+
+def captures(home: Func, expr: str, anchor: cst.CSTNode) -> list[tuple[str, bool]]:
+    """(target, is a plain alias) for each statement of `home` before `anchor` that keeps
+    the object `expr` in another name: `looper = cycle(loader)`, `self.model = model`,
+    `trainer = Diffusion(model)`. Reads that keep nothing (`len(loader)`, `model.parameters()`)
+    and a re-binding of `expr` itself do not count."""
+    file = home.file
+    found: list[tuple[str, bool]] = []
+    for node in home.statements():
+        if not isinstance(node, cst.Assign) or not runs_by(file, node, anchor):
+            continue
+        targets = [code_of(t) for t in assign_targets(node)]
+        if expr in targets:
+            continue
+        for target in targets:
+            # `self.model, self.optimizer = model, optimizer`: each target its own value
+            value = bound_to(node, target)
+            alias = value is not None and code_of(value) == expr
+            if alias or (value is not None and keeps(value, expr)):
+                found.append((target, alias))
+    return found
+
+
+def loader_intact(code: CodeBase, home: Func, plan: Plan) -> bool:
+    """The plan's loader is bound where the call goes, and nothing built before it from the
+    loader (a generator, an iterator) would keep iterating the original."""
+    loader = plan.pairs[0].loader
+    assert loader is not None
+    if not defined(code, home, loader, plan.anchor):
+        return False
+    return not captures(home, loader, plan.anchor)
+
+
+def called_in(trainers: list[Func], target: str) -> bool:
+    """`target(...)` is called in a training function (the forward the loop runs)."""
+    return any(code_of(c.func) == target for f in trainers for c in f.calls())
+
+
+def only_under_a_flag(home: Func, expr: str, anchor: cst.CSTNode) -> bool:
+    """Every binding of `expr` in `home` sits under an `if` (or `if/elif` chain) with no
+    `else` that does not also hold the call: `if args.use_optimizer: optimizer = ...`,
+    unbound when the flag is off. (A chain whose `else` raises, or binds it too, leaves it
+    bound wherever the code goes on; an `if __name__ == "__main__":` holding the call too
+    runs both.)"""
+    binds = assignments_of(home, expr)
+    if not binds:
+        return False
+    around_call = {id(a) for a in home.file.ancestors(anchor)}
+    for bind in binds:
+        flagged = False
+        for anc in home.file.ancestors(bind):
+            if anc is home.node:
+                break
+            if isinstance(anc, cst.If) and id(anc) not in around_call:
+                chain: cst.If | cst.Else | None = anc
+                while isinstance(chain, cst.If):
+                    chain = chain.orelse
+                flagged = chain is None
+                break
+        if not flagged:
+            return False
+    return True

@@ -1,0 +1,276 @@
+"""Bind the model and the loader the loop really uses.
+
+The model is whose `.parameters()` build each optimizer (the receiver of
+`configure_optimizers`, or the model passed to a factory); several optimizers over several
+models get one call each (a GAN); a model stepped by an optimizer over several models gets a
+call without it, and then every call is fp32 (loss scaling needs the optimizer). The loader is
+what the training loop iterates (`for`, or `next()` on `iter(loader)` or on a local generator
+that re-iterates it), followed back to the function where the call goes; never a progress bar
+or a range of step numbers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import libcst as cst
+
+from autoopt.lint.tree.nodes import code_of
+from autoopt.lint.wrap import decline
+from autoopt.lint.wrap.call import Pair
+from autoopt.lint.wrap.codebase import CodeBase, Func
+from autoopt.lint.wrap.decline import Decline
+from autoopt.lint.wrap.loop import loop_around_calls, runs_epochs
+from autoopt.lint.wrap.options import wrapped_by_callers
+from autoopt.lint.wrap.origins import Origin, elements
+from autoopt.lint.wrap.tree import (
+    assignments_of,
+    bound_name,
+    bound_to,
+    counts_steps,
+    is_iter_wrapper,
+    is_object,
+    is_self,
+    methods_of,
+    model_like,
+    statement_of,
+    unpacked_from,
+    unwrap_iter,
+)
+
+_MAX_DEPTH = 6
+Loader = tuple[str, list[cst.CSTNode]]  # the loader's expression in `home`, its assignments there
+
+
+@dataclass
+class Pairing:
+    """One call per model: its optimizer, or none for a model stepped by an optimizer over
+    several models; `forced` turns options off for the whole script, with the reason."""
+
+    pairs: list[Pair]
+    forced: dict[str, str] = field(default_factory=dict)
+
+
+def pair_models(
+    code: CodeBase, home: Func, optimizers: list[Origin], stepped: set[str]
+) -> Pairing | Decline:
+    """The model each optimizer is built over (`stepped`: expressions that name optimizers)."""
+    pairs: list[Pair] = []
+    shared: list[str] = []  # models stepped only by an optimizer over several models
+    forced: dict[str, str] = {}
+    for opt in optimizers:
+        models = {m for a in opt.assigns for m in models_of(home, bound_to(a, opt.expr))}
+        if not models:
+            models = models_beside(home, opt)
+        models -= stepped  # optimize() takes the module first, never an optimizer
+        if not models:
+            return decline.unknown_model(opt.expr)
+        if "self" in models:
+            return decline.optimizer_inside_model(opt.expr)
+        for model in sorted(models):
+            if model not in home.params():
+                continue
+            # A model handed in: wrapped once only where the function runs once, and bare.
+            if not code.callers(home) and not runs_epochs(code, home):
+                return decline.model_from_outside(model, home.name)
+            if (wrap := wrapped_by_callers(code, home)) is not None:
+                return decline.parallel_before_optimizer(wrap)
+            if (around := loop_around_calls(code, home)) is not None:
+                caller, loop = around
+                header = statement_of(caller.file, loop)
+                return decline.created_per_call(opt.expr, home.name, header)
+        if len(models) > 1:
+            shared += sorted(models)
+            forced["amp"] = "an optimizer spans several models"
+        else:
+            pairs.append(Pair(models.pop(), opt.expr))
+    if len({p.model for p in pairs}) != len(pairs):
+        return decline.optimizers_over_one_model(len(pairs))
+    paired = {p.model for p in pairs}
+    pairs += [Pair(m, None) for m in dict.fromkeys(shared) if m not in paired]
+    return Pairing(pairs, forced)
+
+
+def models_of(home: Func, value: cst.BaseExpression | None) -> set[str]:
+    """Model expressions whose parameters `value` (an optimizer's construction) takes."""
+    return _either(home, value, 0)
+
+
+def _either(home: Func, value: cst.BaseExpression | None, depth: int) -> set[str]:
+    roots, factories = _models(home, value, depth)
+    return roots or factories
+
+
+def _models(home: Func, value: cst.BaseExpression | None, depth: int) -> tuple[set[str], set[str]]:
+    """(models whose `.parameters()` it reads, model-like names handed to a factory)."""
+    if value is None or depth > 3:
+        return set(), set()
+    roots: set[str] = set()
+    factories: set[str] = set()
+    for node in [value, *home.file.inside(value)]:
+        if not isinstance(node, cst.Call):
+            continue
+        func = node.func
+        if isinstance(func, cst.Attribute) and (
+            func.attr.value in ("parameters", "named_parameters", "configure_optimizers")
+            or _returns_params(home, func)
+        ):
+            root = func.value
+            while isinstance(root, cst.Attribute) and not is_self(root.value):
+                root = root.value  # model.backbone.parameters() -> model
+            if is_object(root):
+                roots.add(code_of(root))
+        for arg in node.args:
+            if isinstance(arg.value, cst.Name):
+                name = arg.value.value
+                if model_like(home, name):
+                    factories.add(name)
+                elif assigns := assignments_of(home, name):
+                    for a in assigns:
+                        factories |= _either(home, bound_to(a, name), depth + 1)
+    if isinstance(value, cst.Name) and (assigns := assignments_of(home, value.value)):
+        for a in assigns:
+            roots |= _either(home, bound_to(a, value.value), depth + 1)
+    # Names the construction reads that were built from a model's parameters before it (BERT's
+    # `param_optimizer = list(model.named_parameters())`, read by the comprehensions of the
+    # parameter groups): those models.
+    for node in home.file.inside(value):
+        if isinstance(node, cst.Name) and home.file.reads(node):
+            for a in assignments_of(home, node.value):
+                roots |= _models(home, bound_to(a, node.value), depth + 1)[0]
+    return roots, factories
+
+
+def _returns_params(home: Func, func: cst.Attribute) -> bool:
+    """`model.get_1x_lr_params()` (DeepLab): a method of an object of the script, named for
+    the parameters it returns; not a module's function (`C3D_model.get_1x_lr_params(m)`)."""
+    name = func.attr.value.lower()
+    head = func.value
+    while isinstance(head, cst.Attribute):
+        head = head.value
+    local = isinstance(head, cst.Name) and head.value not in home.file.imports
+    return local and name.endswith(("params", "parameters"))
+
+
+def models_beside(home: Func, opt: Origin) -> set[str]:
+    """For an optimizer from a factory returning several things: the model-like names passed
+    with it into training (`Trainer(model, loader, optimizer)`)."""
+    if not isinstance(opt.entry, cst.Call):
+        return set()
+    return {
+        a.value.value
+        for a in opt.entry.args
+        if isinstance(a.value, cst.Name) and model_like(home, a.value.value)
+    }
+
+
+def loader_of(code: CodeBase, home: Func, trainers: list[Func]) -> Loader | None:
+    """The loader expression in `home` and the statements creating it there, if the loop
+    iterates one that reaches `home`."""
+    for func in trainers:
+        for expr, _loop in iterated(code, func):
+            here = reaches(code, func, expr, home, 0)
+            if here is not None:
+                return here, assignments_of(home, here)
+    return None
+
+
+def reaches(code: CodeBase, func: Func, expr: str, home: Func, depth: int) -> str | None:
+    """What `expr` of `func` is called in `home`, if it comes from there."""
+    if func == home:
+        return expr
+    if depth > _MAX_DEPTH:
+        return None
+    sources = {unpacked_from(a, expr) for a in assignments_of(func, expr)}
+    if len(sources) == 1 and (source := sources.pop()) is not None:
+        # `train_loader, eval_loader = loaders`: where the list handed in names it
+        for owner, _node, item in elements(code, func, *source, None):
+            if (found := reaches(code, owner, item, home, depth + 1)) is not None:
+                return found
+    if (
+        home.node is home.file.module
+        and func.file is home.file
+        and "." not in expr
+        and expr not in func.params()
+        and not assignments_of(func, expr)
+        and assignments_of(home, expr)
+    ):
+        return expr  # a global of the module the function reads (`for x in trainloader`)
+    if expr.startswith("self.") and func.cls is not None:
+        if home.cls is func.cls:
+            return expr
+        for method in methods_of(func.file, func.cls):
+            for bind in assignments_of(method, expr):
+                param = bound_name(bind, expr)
+                if param in method.params():
+                    return reaches(code, method, param, home, depth + 1)  # type: ignore[arg-type]
+        return None
+    if expr in func.params():
+        for caller, call in code.callers(func):
+            arg = code.argument(call, func, expr)
+            if arg is not None and is_object(arg):
+                found = reaches(code, caller, code_of(arg), home, depth + 1)
+                if found is not None:
+                    return found
+    return None
+
+
+def iterated(code: CodeBase, func: Func) -> list[tuple[str, cst.CSTNode]]:
+    """(expression, loop) for what each training loop of `func` iterates, innermost first."""
+    found = []
+    for node in func.statements():
+        if not isinstance(node, cst.For | cst.While):
+            continue
+        trains = any(code.trains(func, c) for c in func.file.calls(node.body))
+        if not trains:
+            continue
+        exprs = [drawn_from(func, node.iter)] if isinstance(node, cst.For) else []
+        # `data_iter = iter(loader)` ... `batch = next(data_iter)` (minGPT's Trainer): each
+        # iter() of the loader optimize() returns starts a fresh pass, as the user's did.
+        for call in func.file.calls(node.body):
+            if code_of(call.func) == "next" and call.args:
+                arg = call.args[0].value
+                if isinstance(arg, cst.Name):
+                    for a in assignments_of(func, arg.value):
+                        value = bound_to(a, arg.value)
+                        if isinstance(value, cst.Call) and code_of(value.func) == "iter":
+                            exprs.append(unwrap_iter(value))
+                        elif isinstance(value, cst.Call) and regenerates(code, func, value):
+                            # `looper = cycle(loader)`: a generator re-iterating the loader
+                            exprs.append(value.args[0].value)
+        depth = len(list(func.file.ancestors(node)))
+        found += [(code_of(e), node, depth) for e in exprs if is_object(e)]
+    found.sort(key=lambda t: -t[2])
+    return [(e, n) for e, n, _ in found]
+
+
+def regenerates(code: CodeBase, func: Func, call: cst.Call) -> bool:
+    """`call` runs a local generator function that iterates its first argument
+    (`def cycle(dl): while True: yield from dl`)."""
+    target = code.resolve(func.file, call)
+    if target is None or not call.args or call.args[0].keyword is not None:
+        return False
+    params = target.params()
+    if not params:
+        return False
+    first = params[0]
+    iterates = False
+    for node in target.statements():
+        if isinstance(node, cst.For) and code_of(unwrap_iter(node.iter)) == first:
+            iterates = True
+        elif isinstance(node, cst.From) and code_of(unwrap_iter(node.item)) == first:
+            iterates = True  # `yield from dl`
+    return iterates and any(isinstance(n, cst.Yield) for n in target.statements())
+
+
+def drawn_from(func: Func, iterated: cst.BaseExpression) -> cst.BaseExpression:
+    """What a for loop over `iterated` draws from, through `enumerate`/`tqdm` wrappers."""
+    expr = unwrap_iter(iterated)
+    if isinstance(expr, cst.Name) and expr.value not in func.params():
+        # `pbar = tqdm(enumerate(loader))` then `for ... in pbar`
+        for a in assignments_of(func, expr.value):
+            value = bound_to(a, expr.value)
+            if isinstance(value, cst.Call) and is_iter_wrapper(value.func):
+                expr = unwrap_iter(value)
+            elif isinstance(value, cst.Call) and counts_steps(value):
+                return value  # `pbar = trange(n)`: step numbers, not batches
+    return expr

@@ -1,0 +1,46 @@
+"""The `autoopt.optimize(...)` statements `--wrap` writes: one per model/optimizer pair, with the
+script's own names and the options the script already covers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import libcst as cst
+
+
+@dataclass
+class Pair:
+    """One `autoopt.optimize` call: the model expression, and the optimizer (None for a model
+    stepped by an optimizer over several models), loader and device where the script has them."""
+
+    model: str
+    optimizer: str | None
+    loader: str | None = None
+    device: str | None = None  # where the script itself puts the model (`model.to(device)`)
+
+
+@dataclass
+class Plan:
+    """The calls to insert after `anchor` (a statement of `file`), and their shared options."""
+
+    anchor: cst.CSTNode
+    pairs: list[Pair]
+    options: dict[str, str] = field(default_factory=dict)  # option -> why (for the comment)
+
+    def lines(self) -> list[str]:
+        """The statements to insert, in order."""
+        opts = "".join(f", {name}=False" for name in self.options)
+        why = ", ".join(f"{name}=False ({reason})" for name, reason in self.options.items())
+        comment = f"  # autoopt: {why}" if why else ""
+        out = []
+        for p in self.pairs:
+            device = f", device={p.device}" if p.device else ""
+            given = [p.model, *([p.loader] if p.loader else [])]
+            args = list(given)
+            if p.optimizer:
+                given.append(p.optimizer)
+                args.append(p.optimizer if p.loader else f"optimizer={p.optimizer}")
+            out.append(
+                f"{', '.join(given)} = autoopt.optimize({', '.join(args)}{device}{opts}){comment}"
+            )
+        return out

@@ -1,0 +1,223 @@
+"""What the script already does itself, read before the call is written: a library or way of
+running that owns the loop (Accelerate, Lightning, ignite, RPC, Hogwild) or its precision (apex
+amp, a half model, a loss scaler object) declines the file; its own autocast/GradScaler,
+torch.compile or data-parallel wrap turns the overlapping option of the call off, with the
+reason; a parallel wrap made before the optimizer exists rules out every place for the call."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import libcst as cst
+
+from autoopt.lint.program.handled import ACCELERATOR
+from autoopt.lint.program.precision import other_precision_system
+from autoopt.lint.program.project_facts import sibling_importers_text
+from autoopt.lint.tree.nodes import code_of
+from autoopt.lint.wrap import decline
+from autoopt.lint.wrap.codebase import CodeBase, Func, SourceFile
+from autoopt.lint.wrap.decline import Decline, ParallelWrap
+from autoopt.lint.wrap.tree import child_of, common_block, runs_by, statement_of
+
+_AMP = ("autocast", "GradScaler")
+# NVIDIA apex amp: it casts and patches the model and optimizer it is handed, after the call.
+_APEX_AMP = {"apex.amp.initialize", "apex.amp.scale_loss"}
+_COMPILE = {"torch.compile"}
+# The user's own data/model parallel wraps (DDP, DataParallel, FSDP 1 and 2, tensor parallel).
+_PARALLEL = {
+    "DistributedDataParallel",
+    "DataParallel",
+    "FullyShardedDataParallel",
+    "fully_shard",
+    "parallelize_module",
+}
+
+
+def conflict(file: SourceFile) -> Decline | None:
+    """A decline when `file` trains through a library or a way of running that owns the loop."""
+    dotted = set(file.imports.values())
+    if runs_accelerate(file):
+        return decline.accelerate()
+    if any(d.split(".")[0] in ("lightning", "pytorch_lightning") for d in dotted):
+        return decline.lightning()
+    if any(d.startswith("ignite.engine") for d in dotted):
+        return decline.ignite()
+    if any(d.startswith(("torch.distributed.rpc", "torch.distributed.autograd")) for d in dotted):
+        return decline.rpc()
+    if _hogwild(file.module.code) or (
+        file.path is not None and any(_hogwild(t) for t in sibling_importers_text(file.path))
+    ):
+        # the script, or one beside it that imports it (mnist_hogwild's main.py starts the
+        # processes that run train.py's train())
+        return decline.hogwild()
+    return None
+
+
+def _hogwild(source: str) -> bool:
+    return ".share_memory()" in source and ".Process(" in source
+
+
+def runs_accelerate(file: SourceFile) -> bool:
+    """`file` builds an Accelerate `Accelerator`, or trains through one it is handed
+    (`accelerator.backward(loss)`, `accelerator.prepare(...)`); helpers imported from
+    `accelerate.utils` (`set_seed`) are no Accelerate training."""
+    if "ccelerat" not in file.module.code:
+        return False
+    for call in file.calls():
+        func = call.func
+        if code_of(func).endswith("Accelerator") and file.qualname(func) in ACCELERATOR:
+            return True
+        if (
+            isinstance(func, cst.Attribute)
+            and func.attr.value in ("backward", "prepare")
+            and code_of(func.value).rsplit(".", 1)[-1].endswith("accelerator")
+        ):
+            return True
+    return False
+
+
+def own_precision(file: SourceFile) -> Decline | None:
+    """A decline when `file` (the script, or where its optimizer is stepped) already runs
+    another mixed-precision system (a half model, loss scaling by hand, fp16 optimizers). apex
+    amp is left to the script instead: the call goes before `amp.initialize(model, optimizer)`
+    and leaves precision to it (`own_options`)."""
+    if apex_amp(file):
+        return None
+    if why := other_precision_system(file.module, file.module.code):
+        return decline.own_precision(why)
+    return None
+
+
+def apex_amp(file: SourceFile) -> list[cst.Call]:
+    """The calls of `file` to apex amp (`amp.initialize`, `amp.scale_loss`)."""
+    if "apex" not in file.module.code:
+        return []
+    return [
+        c
+        for c in file.calls()
+        if isinstance(c.func, cst.Attribute)
+        and c.func.attr.value in ("initialize", "scale_loss")
+        and file.qualname(c.func) in _APEX_AMP
+    ]
+
+
+def is_apex_initialize(file: SourceFile, node: cst.CSTNode | None) -> bool:
+    """`node` is a call of apex's `amp.initialize(model, optimizer, ...)`."""
+    return isinstance(node, cst.Call) and file.qualname(node.func) == "apex.amp.initialize"
+
+
+def apex_before(home: Func, anchor: cst.CSTNode) -> cst.Call | None:
+    """An `amp.initialize(...)` of `home` that has run once the statement `anchor` has: the
+    model and optimizer are apex's by then."""
+    file = home.file
+    for call in apex_amp(file):
+        if is_apex_initialize(file, call) and runs_by(file, call, anchor):
+            return call
+    return None
+
+
+def scaler_steps(steppers: list[Func], stepped: set[str]) -> Decline | None:
+    """A decline when an optimizer (one of `stepped`) is handed to a loss scaler object that
+    does the backward and the step itself (timm's and MAE's `loss_scaler(loss, optimizer,
+    ...)`): a mixed-precision system optimize() cannot see into. torch's GradScaler is stepped
+    as `scaler.step(optimizer)` and is not this."""
+    for func in steppers:
+        for call in func.calls():
+            callee = code_of(call.func)
+            if "scaler" not in callee.rsplit(".", 1)[-1].lower():
+                continue
+            if any(code_of(a.value) in stepped for a in call.args):
+                return decline.loss_scaler(callee, func.name)
+    return None
+
+
+def own_options(code: CodeBase, trainers: list[Func]) -> dict[str, str]:
+    """The options the script's own code already covers, each with the reason."""
+    files = {id(code.script): code.script} | {id(f.file): f.file for f in trainers}
+    calls = [(f, c) for f in files.values() for c in f.calls()]
+    options: dict[str, str] = {}
+    amp = []
+    if any(f.qualname(c.func).split(".")[-1] in _AMP for f, c in calls):
+        amp.append("own autocast/GradScaler")
+    apex = any(f.qualname(c.func) in _APEX_AMP for f, c in calls)
+    if apex:
+        amp.append("own apex amp")
+    if amp:
+        options["amp"] = "; ".join(amp)
+    if any(f.qualname(c.func) in _COMPILE for f, c in calls):
+        options["compile"] = "own torch.compile"
+    elif apex:
+        options["compile"] = "apex amp casts and patches the model after the call"
+    if any(is_parallel_wrap(f, c) for f, c in calls):
+        options["distributed"] = "own DDP/FSDP/DataParallel wrap"
+    return options
+
+
+def call_options(code: CodeBase, trainers: list[Func], forced: dict[str, str]) -> dict[str, str]:
+    """The options turned off in the call: what the script covers, and what the pairing forced
+    (`amp` for an optimizer over several models), each with its reason."""
+    options = own_options(code, trainers)
+    if "amp" in forced and "amp" in options:
+        options["amp"] += "; " + forced["amp"]
+    return forced | options
+
+
+def is_parallel_wrap(file: SourceFile, call: cst.Call) -> bool:
+    """`call` wraps a model in DDP, DataParallel, FSDP or tensor parallelism."""
+    return wrapper_name(file, call) in _PARALLEL
+
+
+def wrapped_before(
+    code: CodeBase, home: Func, anchor: cst.CSTNode, skip: Func | None = None
+) -> ParallelWrap | None:
+    """The data-parallel wrap of the model that runs before the statement `anchor` of `home`
+    (the model is no longer bare where the call would go), if there is one: the last, the one
+    nearest the optimizer (dino wraps its teacher, then the student it trains). Calls of
+    `skip` are not looked into."""
+    file = home.file
+    found: ParallelWrap | None = None
+    for call in home.calls():
+        if not file.before(call, anchor):
+            continue
+        if is_parallel_wrap(file, call):
+            wrapper, helper = wrapper_name(file, call), None
+        else:
+            target = code.resolve(file, call)
+            if target is not None and target == skip:
+                continue  # the function the model is handed to, not a wrap before it
+            inner = (
+                next((c for c in target.calls() if is_parallel_wrap(target.file, c)), None)
+                if target is not None
+                else None
+            )
+            if target is None or inner is None:
+                continue
+            wrapper, helper = wrapper_name(target.file, inner), target.name
+        # The statement beside the optimizer's that holds the wrap: where the optimizer must go.
+        block = common_block(file, [anchor, call])
+        outer = statement_of(file, child_of(file, block, call)) if block is not None else None
+        statement = statement_of(file, call)
+        found = ParallelWrap(statement, wrapper, helper, outer if outer != statement else None)
+    return found
+
+
+def wrapped_by_callers(code: CodeBase, home: Func) -> ParallelWrap | None:
+    """A DataParallel wrap a caller of `home` makes before it hands the model to `home`, the
+    function that creates the optimizer (YOLOv4's `__main__` wraps the model, then
+    `train(model=model)` builds the optimizer): optimize() would get the DataParallel, which
+    replicates the module on every forward. (A caller's DDP keeps one module per process:
+    detectron2's `do_train(cfg, model)` after `if distributed: model = DDP(model)` is wrapped.)"""
+    if isinstance(home.node, cst.Module):
+        return None  # the script's own code: nothing calls it
+    for caller, call in code.callers(home):
+        if caller == home:
+            continue
+        found = wrapped_before(code, caller, call, skip=home)
+        if found is not None and found.wrapper == "DataParallel":
+            return dataclasses.replace(found, handed_to=home.name)
+    return None
+
+
+def wrapper_name(file: SourceFile, call: cst.Call) -> str:
+    """`DataParallel` for `torch.nn.DataParallel(model)`: the wrap's own name."""
+    return file.qualname(call.func).split(".")[-1]

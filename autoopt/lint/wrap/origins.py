@@ -1,0 +1,285 @@
+"""Bind each stepped optimizer to the statement that creates it: followed back through
+parameters, callers and `self.` attributes (also a `**kwargs` keyword, a closure's free variable
+or a module global) to the function that builds it, where the call will go. Assignments of one
+name in `if/elif` branches are one optimizer."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import libcst as cst
+
+from autoopt.lint.tree.nodes import code_of, is_name
+from autoopt.lint.wrap import decline
+from autoopt.lint.wrap.codebase import CodeBase, Func, SourceFile
+from autoopt.lint.wrap.decline import Decline
+from autoopt.lint.wrap.loop import Training
+from autoopt.lint.wrap.options import is_apex_initialize
+from autoopt.lint.wrap.tree import (
+    assign_targets,
+    assignments_of,
+    bound_kwarg,
+    bound_name,
+    bound_to,
+    element_at,
+    is_object,
+    methods_of,
+    rebinds,
+    statement_of,
+    unpacked_from,
+)
+
+_MAX_DEPTH = 6
+
+
+@dataclass
+class Origin:
+    """Where an object used in training is created: `assigns` in `func` bind `expr`; `entry` is
+    the node of `func` through which it reaches training (None when another method of the class
+    trains, later)."""
+
+    func: Func
+    expr: str
+    assigns: list[cst.CSTNode]
+    entry: cst.CSTNode | None
+
+
+@dataclass
+class Bound:
+    """The optimizers the loop steps, where they are created (in source order, all in `home`),
+    and every expression that names an optimizer (never a model)."""
+
+    home: Func
+    optimizers: list[Origin]
+    stepped: set[str]
+
+
+class Tracer:
+    """Follows one object back to where it is created; remembers the parameters it reached of
+    functions nothing here calls (for the decline's reason)."""
+
+    def __init__(self, code: CodeBase) -> None:
+        self.code = code
+        # (function, parameter) an object was followed to, where nothing here calls the function
+        self.outside: list[tuple[Func, str]] = []
+        self.elements: list[str] = []  # the names a collection of optimizers holds
+
+    def origins(self, func: Func, expr: str, entry: cst.CSTNode | None, depth: int) -> list[Origin]:
+        """Where the object `expr` (used in `func` at `entry`) is created."""
+        if depth > _MAX_DEPTH:
+            return []
+        assigns = assignments_of(func, expr)
+        if assigns:
+            sources = {unpacked_from(a, expr) for a in assigns}
+            if len(sources) == 1 and (source := sources.pop()) is not None:
+                # `optim_g, optim_d = optims`: where the list handed in names it
+                found = [
+                    origin
+                    for owner, node, item in elements(self.code, func, *source, entry)
+                    for origin in self.origins(owner, item, node, depth + 1)
+                ]
+                if found:
+                    return found
+            return [Origin(func, expr, assigns, entry)]
+        found: list[Origin] = []
+        if expr.startswith("self.") and func.cls is not None:
+            binding = [
+                (m, b) for m in methods_of(func.file, func.cls) if (b := assignments_of(m, expr))
+            ]
+            if any(not placeholder(b, expr) for _, b in binding):
+                # `self.optimizer = None` in `__init__`: a placeholder, not a second optimizer
+                binding = [(m, b) for m, b in binding if not placeholder(b, expr)]
+            for method, binds in binding:
+                sources = {bound_name(b, expr) for b in binds}
+                param = next(iter(sources)) if len(sources) == 1 else None
+                # `self.optimizer = kwargs["optimizer"]`: the callers' `optimizer=` keyword
+                keys = {bound_kwarg(b, expr, method.star_kwargs()) for b in binds}
+                key = next(iter(keys)) if len(keys) == 1 else None
+                if param in method.params():
+                    found += self._through_callers(method, param, depth)  # type: ignore[arg-type]
+                elif key is not None:
+                    found += self._through_callers(method, key, depth)
+                else:
+                    here = entry if method == func else None
+                    found.append(Origin(method, expr, binds, here))
+            return found
+        if expr in func.params():
+            return self._through_callers(func, expr, depth)
+        outer = func.file.scope_of(func.node)
+        if isinstance(func.node, cst.FunctionDef) and isinstance(outer, cst.FunctionDef):
+            # a closure's free variable (`def _backward(loss): optimizer.step()` inside
+            # train_one_epoch): bound by the enclosing function
+            return self.origins(Func(func.file, outer), expr, None, depth + 1)
+        if isinstance(func.node, cst.FunctionDef):  # a global of the module
+            top = self.code.top(func.file)
+            if assignments_of(top, expr):
+                return self.origins(top, expr, None, depth + 1)
+        return []
+
+    def _through_callers(self, func: Func, param: str, depth: int) -> list[Origin]:
+        if not self.code.callers(func):
+            # Handed in from code this analysis does not see (`SimCLR(optimizer=...)` in the
+            # script that imports this module): remembered for the decline's reason.
+            self.outside.append((func, param))
+            return []
+        found: list[Origin] = []
+        for caller, call in self.code.callers(func):
+            arg = self.code.argument(call, func, param)
+            if arg is not None and is_object(arg):
+                found += self.origins(caller, code_of(arg), call, depth + 1)
+        return found
+
+    def members(self, found: list[Origin]) -> list[Origin]:
+        """The optimizers a collection holds (`optimizers = [opt_g, opt_d]`), each followed to
+        where it is created; [] when any element is not a plain name there."""
+        out: list[Origin] = []
+        for origin in found:
+            for assign in origin.assigns:
+                value = bound_to(assign, origin.expr)
+                if not isinstance(value, cst.List | cst.Tuple) or not value.elements:
+                    return []
+                for element in value.elements:
+                    if not is_object(element.value):
+                        return []
+                    expr = code_of(element.value)
+                    members = self.origins(origin.func, expr, origin.entry, 1)
+                    if not members:
+                        return []
+                    self.elements.append(expr)
+                    out += members
+        return out
+
+    def handed_in(self, expr: str) -> Decline | None:
+        """Why `expr` is created elsewhere, when it was followed to a parameter (or a `**kwargs`
+        keyword) of a function nothing here calls."""
+        if not self.outside:
+            return None
+        func, param = self.outside[-1]
+        callee = (
+            f"{func.cls.name.value}()" if func.name == "__init__" and func.cls else f"{func.name}()"
+        )
+        kind = "parameter" if param in func.params() else "keyword argument"
+        return decline.handed_in(expr, kind, param, callee)
+
+
+def elements(
+    code: CodeBase, func: Func, name: str, index: int, entry: cst.CSTNode | None
+) -> list[tuple[Func, cst.CSTNode | None, str]]:
+    """(function, node, element) for each list or tuple display `name` (a parameter of `func`,
+    or a local) is built from, with its `index`-th element there: the caller's
+    `train(..., [optim_g, optim_d])` gives `optim_d` for index 1."""
+    found: list[tuple[Func, cst.CSTNode | None, str]] = []
+    if name in func.params():
+        for caller, call in code.callers(func):
+            item = element_at(code.argument(call, func, name), index)
+            if item is not None and is_object(item):
+                found.append((caller, call, code_of(item)))
+        return found
+    for assign in assignments_of(func, name):
+        item = element_at(bound_to(assign, name), index)
+        if item is not None and is_object(item):
+            found.append((func, entry, code_of(item)))
+    return found
+
+
+def placeholder(binds: list[cst.CSTNode], expr: str) -> bool:
+    """Every one of `binds` gives `expr` the value None (a slot filled elsewhere)."""
+    return all(is_name(bound_to(b, expr), "None") for b in binds)
+
+
+def _creations(code: CodeBase, origin: Origin) -> list[cst.CSTNode] | Decline:
+    """The statements that create the optimizer, without those that re-bind the same object:
+    a local helper that restores and returns it (`optimizer = restore(optimizer)`) or apex's
+    `amp.initialize` (the options leave precision to it); both may come after the call. Any
+    other wrap of the optimizer the loop steps (`optimizer = LARC(optimizer=optimizer)`) is
+    declined: the loop would step the wrapper."""
+    file, expr = origin.func.file, origin.expr
+    kept: list[cst.CSTNode] = []
+    for assign in origin.assigns:
+        value = bound_to(assign, expr)
+        if not rebinds(file, assign, expr) or not isinstance(value, cst.Call):
+            kept.append(assign)
+        elif is_apex_initialize(file, value) or _returns_it(code, file, assign, expr):
+            continue
+        elif code.resolve(file, value) is None and _is_class(value):
+            return decline.optimizer_rewrapped(expr, statement_of(file, assign))
+        else:
+            kept.append(assign)  # a helper that builds a new one from it, or restores it
+    return kept or origin.assigns
+
+
+def _is_class(call: cst.Call) -> bool:
+    """`LARC(...)`, `hvd.DistributedOptimizer(...)`: an instance of a class is made (by its
+    capitalised name), not a function's result."""
+    name = code_of(call.func).rsplit(".", 1)[-1]
+    return name[:1].isupper()
+
+
+def _returns_it(code: CodeBase, file: SourceFile, assign: cst.CSTNode, expr: str) -> bool:
+    """`assign` binds `expr` to what a local function returns of the same argument:
+    `model, optimizer, lr, it = load_checkpoint(path, model, optimizer)` whose `return model,
+    optimizer, lr, it` hands back the parameter it got `optimizer` in."""
+    value = bound_to(assign, expr)
+    targets = [code_of(t) for t in assign_targets(assign)]
+    call = value if isinstance(value, cst.Call) else getattr(assign, "value", None)
+    if not isinstance(call, cst.Call) or (callee := code.resolve(file, call)) is None:
+        return False
+    param = next(
+        (
+            p
+            for p in callee.params()
+            if (a := code.argument(call, callee, p)) is not None and code_of(a) == expr
+        ),
+        None,
+    )
+    returns = [n for n in callee.statements() if isinstance(n, cst.Return) and n.value]
+    if param is None or not returns:
+        return False
+    index = targets.index(expr) if len(targets) > 1 else None
+    for ret in returns:
+        got = ret.value if index is None else element_at(ret.value, index)
+        if got is None or code_of(got) != param:
+            return False
+    return True
+
+
+def bind_optimizers(code: CodeBase, training: Training) -> Bound | Decline:
+    """Each optimizer the loop steps, followed to where it is created; all of them must be
+    created in one function of the script."""
+    stepped = set(training.stepped)
+    origins: dict[tuple[int, str], Origin] = {}
+    for use in training.uses:
+        tracer = Tracer(code)
+        found = tracer.origins(use.func, use.expr, use.node, 0)
+        if found and use.expr in training.collections:
+            found = tracer.members(found)
+            if not found:
+                return decline.optimizers_in_collection(use.expr)
+            stepped.update(tracer.elements)
+        if not found and (outside := tracer.handed_in(use.expr)):
+            return outside
+        if not found:
+            return decline.optimizer_not_found(use.expr, use.func.name)
+        for origin in found:
+            key = (id(origin.func.node), origin.expr)
+            if key in origins:
+                origins[key].assigns.extend(
+                    a for a in origin.assigns if all(a is not b for b in origins[key].assigns)
+                )
+            else:
+                origins[key] = origin
+    for origin in origins.values():
+        kept = _creations(code, origin)
+        if isinstance(kept, Decline):
+            return kept
+        origin.assigns = kept
+    homes = {id(o.func.node) for o in origins.values()}
+    if len(homes) > 1:
+        return decline.optimizers_in_several_functions()
+    optimizers = sorted(
+        origins.values(), key=lambda o: min(o.func.file.order[id(a)] for a in o.assigns)
+    )
+    home = optimizers[0].func
+    if home.file is not code.script:
+        return decline.optimizer_in_module(home.file.path)
+    return Bound(home, optimizers, stepped)

@@ -1,0 +1,541 @@
+"""`--wrap` binds what the loop really uses (issue 30's first-contact misses): a model placed by
+another method of its class, optimizers unpacked from a list handed to the loop, a `None`
+placeholder beside the one optimizer, an LBFGS closure, helpers imported from Accelerate."""
+
+from __future__ import annotations
+
+import textwrap
+
+from autoopt.lint.wrap.insert import WrapResult, wrap_source
+
+
+def wrap(code: str) -> WrapResult:
+    return wrap_source(textwrap.dedent(code).lstrip("\n"))
+
+
+def calls(code: str) -> list[str]:
+    result = wrap(code)
+    assert not result.declined, result.message
+    return list(result.inserted)
+
+
+def test_a_model_placed_by_another_method_keeps_that_device() -> None:
+    """TabNet: `_set_network()` builds the network on `self.device`, `_set_optimizer()` builds
+    the optimizer; the call must not move the network to the CPU."""
+    assert calls(
+        """
+        import torch
+
+        class TabModel:
+            def __init__(self, device_name="auto"):
+                self.device = torch.device(pick(device_name))
+
+            def _set_network(self):
+                self.network = TabNet(self.input_dim).to(self.device)
+
+            def _set_optimizer(self):
+                self.optimizer = torch.optim.Adam(self.network.parameters())
+
+            def fit(self, X):
+                self._set_network()
+                self._set_optimizer()
+                for epoch in range(10):
+                    self._train_epoch(X)
+
+            def _train_epoch(self, X):
+                for batch in X:
+                    self.optimizer.zero_grad()
+                    self.network(batch).sum().backward()
+                    self.optimizer.step()
+        """
+    ) == [
+        "self.network, self.optimizer = autoopt.optimize(self.network, "
+        "optimizer=self.optimizer, device=self.device)"
+    ]
+
+
+def test_a_model_placed_by_another_method_on_a_flag_is_not_sent_to_the_cpu() -> None:
+    found = calls(
+        """
+        import torch
+
+        class Model:
+            def build(self, gpu):
+                self.net = Net()
+                if gpu:
+                    self.net.to(self.where)
+
+            def configure(self):
+                self.opt = torch.optim.Adam(self.net.parameters())
+                for x in self.loader:
+                    self.net(x).sum().backward()
+                    self.opt.step()
+        """
+    )
+    assert found == [
+        "self.net, self.loader, self.opt = autoopt.optimize(self.net, self.loader, self.opt)"
+    ]
+
+
+def test_helpers_imported_from_accelerate_are_no_accelerate_training() -> None:
+    assert calls(
+        """
+        import torch
+        from accelerate.utils import set_seed, send_to_device
+
+        set_seed(0)
+        model = Net()
+        opt = torch.optim.AdamW(model.parameters())
+        for x in loader:
+            x = send_to_device(x, "cpu")
+            model(x).sum().backward()
+            opt.step()
+        """
+    ) == ['model, loader, opt = autoopt.optimize(model, loader, opt, device="cpu")']
+
+
+def test_a_script_that_builds_an_accelerator_is_still_declined() -> None:
+    result = wrap(
+        """
+        import torch
+        from accelerate import Accelerator
+
+        accelerator = Accelerator()
+        model = Net()
+        opt = torch.optim.AdamW(model.parameters())
+        model, opt, loader = accelerator.prepare(model, opt, loader)
+        for x in loader:
+            accelerator.backward(model(x).sum())
+            opt.step()
+        """
+    )
+    assert result.declined and result.reason == "already uses Accelerate"
+
+
+VITS = """
+import torch
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+def run(rank, hps):
+    train_loader = torch.utils.data.DataLoader(ds, batch_size=hps.batch_size)
+    net_g = SynthesizerTrn(hps).cuda(rank)
+    net_d = MultiPeriodDiscriminator().cuda(rank)
+    optim_g = torch.optim.AdamW(net_g.parameters(), hps.lr)
+    optim_d = torch.optim.AdamW(net_d.parameters(), hps.lr)
+    net_g = DDP(net_g, device_ids=[rank])
+    net_d = DDP(net_d, device_ids=[rank])
+    scaler = torch.amp.GradScaler()
+    for epoch in range(hps.epochs):
+        train_and_evaluate(rank, epoch, [net_g, net_d], [optim_g, optim_d], scaler,
+                           [train_loader, None])
+
+def train_and_evaluate(rank, epoch, nets, optims, scaler, loaders):
+    net_g, net_d = nets
+    optim_g, optim_d = optims
+    train_loader, eval_loader = loaders
+    for batch in train_loader:
+        y_hat = net_g(batch)
+        loss_disc = net_d(y_hat.detach()).mean()
+        optim_d.zero_grad()
+        scaler.scale(loss_disc).backward()
+        scaler.step(optim_d)
+        loss_gen = -net_d(y_hat).mean()
+        optim_g.zero_grad()
+        scaler.scale(loss_gen).backward()
+        scaler.step(optim_g)
+        scaler.update()
+"""
+
+
+def test_optimizers_unpacked_from_a_list_handed_to_the_loop_are_followed() -> None:
+    """VITS: `optim_g, optim_d = optims`, the list built by the caller; the loader likewise."""
+    options = (
+        "amp=False, distributed=False)  # autoopt: amp=False (own autocast/GradScaler), "
+        "distributed=False (own DDP/FSDP/DataParallel wrap)"
+    )
+    assert calls(VITS) == [
+        f"net_g, train_loader, optim_g = autoopt.optimize(net_g, train_loader, optim_g, {options}",
+        f"net_d, optim_d = autoopt.optimize(net_d, optimizer=optim_d, {options}",
+    ]
+
+
+def test_a_none_placeholder_is_no_second_optimizer() -> None:
+    """`self.optimizer = None` in `__init__`, the optimizer itself built in `fit()`, stepped in
+    `_step()`: one optimizer, created in `fit()`."""
+    assert calls(
+        """
+        import torch
+
+        class Trainer:
+            def __init__(self, model):
+                self.model = model
+                self.optimizer = None
+
+            def fit(self, loader):
+                self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.1)
+                for x in loader:
+                    self._step(x)
+
+            def _step(self, x):
+                self.optimizer.zero_grad()
+                self.model(x).sum().backward()
+                self.optimizer.step()
+
+        Trainer(Net()).fit(loader)
+        """
+    ) == [
+        "self.model, loader, self.optimizer = autoopt.optimize(self.model, loader, "
+        'self.optimizer, device="cpu")'
+    ]
+
+
+def test_an_lbfgs_closure_is_the_training_step() -> None:
+    """pytorch/examples time_sequence_prediction: the backward runs in a closure that
+    `optimizer.step(closure)` calls; fp32, since loss scaling cannot check such a step first."""
+    assert calls(
+        """
+        import torch
+
+        seq = Sequence()
+        optimizer = torch.optim.LBFGS(seq.parameters(), lr=0.8)
+        for i in range(15):
+            def closure():
+                optimizer.zero_grad()
+                loss = criterion(seq(input), target)
+                loss.backward()
+                return loss
+            optimizer.step(closure)
+        """
+    ) == [
+        'seq, optimizer = autoopt.optimize(seq, optimizer=optimizer, device="cpu", amp=False)'
+        "  # autoopt: amp=False (the optimizer steps through a closure: loss scaling cannot "
+        "check it first)"
+    ]
+
+
+def test_a_model_handed_to_a_function_that_runs_every_epoch_is_wrapped_there() -> None:
+    """cnn-text-classification's train(): nothing here calls it, but it builds the optimizer
+    and runs all the epochs itself, so it runs once: the call goes there, with its device."""
+    assert calls(
+        """
+        import torch
+
+        def train(train_iter, model, args):
+            if args.cuda:
+                model.cuda()
+            optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
+            for epoch in range(1, args.epochs + 1):
+                for batch in train_iter:
+                    optimizer.zero_grad()
+                    model(batch.text).sum().backward()
+                    optimizer.step()
+        """
+    ) == [
+        "model, train_iter, optimizer = autoopt.optimize(model, train_iter, optimizer, "
+        'device="cuda" if args.cuda else "cpu")'
+    ]
+
+
+def test_an_optimizer_created_in_a_function_called_every_epoch_is_declined() -> None:
+    """Text-Classification-Pytorch: train_model() creates Adam each time the epoch loop calls
+    it, over the same model: optimize() would wrap that model again on every epoch."""
+    result = wrap(
+        """
+        import torch
+
+        def train_model(model, train_iter, epoch):
+            optim = torch.optim.Adam(model.parameters())
+            for batch in train_iter:
+                optim.zero_grad()
+                model(batch).sum().backward()
+                optim.step()
+
+        model = Net()
+        for epoch in range(10):
+            train_model(model, train_iter, epoch)
+        """
+    )
+    assert result.declined and result.reason == "optimizer created inside the loop"
+    assert "`optim` is created inside train_model(), which `for epoch in range(10)` calls" in (
+        result.message
+    )
+    assert "create `optim` once, before `for epoch in range(10)`" in result.message
+
+
+def test_a_function_started_by_a_hogwild_script_beside_it_is_declined(tmp_path) -> None:
+    """mnist_hogwild: train.py's train() is what main.py's processes run on a shared model."""
+    (tmp_path / "main.py").write_text(
+        "import torch.multiprocessing as mp\nfrom train import train\n"
+        "model.share_memory()\np = mp.Process(target=train, args=(model,))\n"
+    )
+    code = textwrap.dedent(
+        """
+        import torch
+
+        def train(model, loader, epochs):
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for epoch in range(epochs):
+                for x in loader:
+                    model(x).sum().backward()
+                    optimizer.step()
+        """
+    )
+    result = wrap_source(code, path=tmp_path / "train.py")
+    assert result.declined and result.reason == "Hogwild"
+
+
+def test_parameter_groups_read_from_named_parameters_name_the_model() -> None:
+    """BERT fine-tunes: `param_optimizer = list(model.named_parameters())`, read by the
+    comprehensions of the groups handed to the optimizer."""
+    found = calls(
+        """
+        import torch
+
+        def main():
+            model = Bert()
+            loader = DataLoader(ds)
+            param_optimizer = list(model.named_parameters())
+            no_decay = ["bias", "LayerNorm.weight"]
+            groups = [
+                {"params": [p for n, p in param_optimizer if not any(d in n for d in no_decay)]},
+                {"params": [p for n, p in param_optimizer if any(d in n for d in no_decay)]},
+            ]
+            optimizer = AdamW(groups, lr=2e-5)
+            for batch in loader:
+                model(batch).sum().backward()
+                optimizer.step()
+        """
+    )
+    assert found == [
+        'model, loader, optimizer = autoopt.optimize(model, loader, optimizer, device="cpu")'
+    ]
+
+
+def test_a_models_own_parameter_method_and_a_tuple_alias() -> None:
+    """pytorch-deeplab-xception: groups from `model.get_1x_lr_params()`, then
+    `self.model, self.optimizer = model, optimizer`; the loop trains self.model."""
+    found = calls(
+        """
+        import torch
+
+        class Trainer:
+            def __init__(self, args):
+                model = DeepLab()
+                train_params = [{"params": model.get_1x_lr_params()},
+                                {"params": model.get_10x_lr_params()}]
+                optimizer = torch.optim.SGD(train_params, lr=args.lr)
+                self.model, self.optimizer = model, optimizer
+
+            def training(self, loader):
+                for x in loader:
+                    self.optimizer.zero_grad()
+                    self.model(x).sum().backward()
+                    self.optimizer.step()
+
+        Trainer(args).training(loader)
+        """
+    )
+    assert found == [
+        "self.model, self.optimizer = autoopt.optimize(self.model, optimizer=self.optimizer, "
+        'device="cpu")'
+    ]
+
+
+def test_a_model_chosen_in_branches_whose_else_raises_is_bound() -> None:
+    """pytorch-video-recognition: `if/elif` build the model, `else: raise NotImplementedError`."""
+    found = calls(
+        """
+        import torch
+
+        def train_model(name, loader):
+            if name == "C3D":
+                model = C3D()
+            elif name == "R3D":
+                model = R3D()
+            else:
+                print("We only implemented C3D and R3D models.")
+                raise NotImplementedError
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for epoch in range(3):
+                for x in loader:
+                    model(x).sum().backward()
+                    optimizer.step()
+
+        train_model("C3D", loader)
+        """
+    )
+    assert found == [
+        'model, loader, optimizer = autoopt.optimize(model, loader, optimizer, device="cpu")'
+    ]
+
+
+def test_the_call_goes_before_apex_amp_and_a_checkpoint_restore() -> None:
+    """tacotron2: Adam, then `amp.initialize` under the fp16 flag, the loader, and a restore
+    that hands back the same optimizer: the call right after Adam, precision left to apex."""
+    found = calls(
+        """
+        import torch
+
+        def load_checkpoint(path, model, optimizer):
+            optimizer.load_state_dict(torch.load(path)["optimizer"])
+            return model, optimizer, 1e-3, 0
+
+        def train(hparams, checkpoint_path):
+            model = load_model(hparams)
+            optimizer = torch.optim.Adam(model.parameters(), lr=hparams.lr)
+            if hparams.fp16_run:
+                from apex import amp
+                model, optimizer = amp.initialize(model, optimizer, opt_level="O2")
+            train_loader = prepare_dataloaders(hparams)
+            if checkpoint_path is not None:
+                model, optimizer, lr, it = load_checkpoint(checkpoint_path, model, optimizer)
+            for epoch in range(hparams.epochs):
+                for batch in train_loader:
+                    loss = model(batch)
+                    if hparams.fp16_run:
+                        with amp.scale_loss(loss, optimizer) as scaled_loss:
+                            scaled_loss.backward()
+                    else:
+                        loss.backward()
+                    optimizer.step()
+
+        train(hparams, None)
+        """
+    )
+    assert found == [
+        'model, optimizer = autoopt.optimize(model, optimizer=optimizer, device="cpu", amp=False, '
+        "compile=False)  # autoopt: amp=False (own apex amp), compile=False (apex amp casts and "
+        "patches the model after the call)"
+    ]
+
+
+def test_an_optimizer_re_bound_to_a_wrapper_class_is_declined_with_the_hand_edit() -> None:
+    """swav: `optimizer = LARC(optimizer=optimizer, ...)`: the loop steps the wrapper."""
+    result = wrap(
+        """
+        import torch
+        from apex.parallel.LARC import LARC
+
+        model = Net()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        optimizer = LARC(optimizer=optimizer, trust_coefficient=0.001)
+        for x in loader:
+            model(x).sum().backward()
+            optimizer.step()
+        """
+    )
+    assert result.declined and result.reason == "optimizer wrapped in a class"
+    assert "`optimizer = LARC(optimizer=optimizer, trust_coefficient=0.001)` wraps" in (
+        result.message
+    )
+    assert "before LARC wraps it" in result.message
+
+
+TRAIN_BUILDS_OPTIMIZER = """
+import torch
+
+def train(model, device, config):
+    train_loader = DataLoader(ds)
+    optimizer = torch.optim.Adam(model.parameters(), lr=config.lr)
+    for epoch in range(config.epochs):
+        for images in train_loader:
+            optimizer.zero_grad()
+            model(images.to(device)).sum().backward()
+            optimizer.step()
+
+if __name__ == "__main__":
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    model = Yolov4()
+    if torch.cuda.device_count() > 1:
+        model = torch.nn.{wrap}(model)
+    model.to(device=device)
+    train(model=model, config=cfg, device=device)
+"""
+
+
+def test_a_dataparallel_made_by_the_caller_before_the_optimizer_is_declined() -> None:
+    """YOLOv4: `__main__` wraps the model in DataParallel, then train() builds the optimizer."""
+    result = wrap(TRAIN_BUILDS_OPTIMIZER.replace("{wrap}", "DataParallel"))
+    assert result.declined and result.reason == "model wrapped in DDP/FSDP before the optimizer"
+    assert "before it is handed to train(), which creates the optimizer" in result.message
+    assert "move the wrap into train(), below the optimizer" in result.message
+
+
+def test_a_ddp_made_by_the_caller_is_left_to_the_script() -> None:
+    """detectron2's plain_train_net: `if distributed: model = DDP(model)`, then do_train()."""
+    found = calls(TRAIN_BUILDS_OPTIMIZER.replace("{wrap}", "parallel.DistributedDataParallel"))
+    assert len(found) == 1 and "distributed=False" in found[0]
+
+
+def test_an_optimizer_stepped_through_a_wrapper_class_it_cannot_read_is_declined() -> None:
+    """FastSpeech2: `model, optimizer = get_model(...)` from another module, stepped as
+    `optimizer.step_and_update_lr()`: a ScheduledOptim, not a torch optimizer."""
+    result = wrap(
+        """
+        import torch
+        from utils.model import get_model
+
+        model, optimizer = get_model(args, configs, device, train=True)
+        for batch in loader:
+            model(batch).sum().backward()
+            optimizer.step_and_update_lr()
+            optimizer.zero_grad()
+        """
+    )
+    assert result.declined and result.reason == "optimizer wrapped in a class"
+    assert "through `step_and_update_lr()`" in result.message
+
+
+def test_a_zeroed_scheduling_wrapper_is_an_optimizer_not_a_scheduler() -> None:
+    """BERT-pytorch: `self.optim_schedule` (a ScheduledOptim) is zeroed and stepped: an
+    optimizer's wrapper, though its name says schedule (it was "no optimizer is stepped")."""
+    result = wrap(
+        """
+        import torch
+
+        class BERTTrainer:
+            def __init__(self, bert, with_cuda):
+                self.model = BERTLM(bert)
+                if with_cuda and torch.cuda.device_count() > 1:
+                    self.model = torch.nn.DataParallel(self.model)
+                self.optim = torch.optim.Adam(self.model.parameters())
+                self.optim_schedule = ScheduledOptim(self.optim, n_warmup_steps=10)
+
+            def iteration(self, loader):
+                for data in loader:
+                    loss = self.model(data).sum()
+                    self.optim_schedule.zero_grad()
+                    loss.backward()
+                    self.optim_schedule.step_and_update_lr()
+        """
+    )
+    assert result.declined and result.reason == "optimizer wrapped in a class"
+    assert "`self.optim_schedule` through `step_and_update_lr()`" in result.message
+
+
+def test_a_ddp_before_the_optimizer_is_named_before_the_loss_scaler() -> None:
+    """ConvNeXt's main.py: DDP before the optimizer, and a loss scaler object in the loop of
+    engine.py: the first thing to change is the wrap."""
+    result = wrap(
+        """
+        import torch
+
+        def train_one_epoch(model, loader, optimizer, loss_scaler):
+            for x in loader:
+                loss = model(x).sum()
+                if loss_scaler is None:
+                    loss.backward()
+                    optimizer.step()
+                else:
+                    loss_scaler(loss, optimizer, parameters=model.parameters())
+
+        def main(args):
+            model = Net().cuda()
+            if args.distributed:
+                model = torch.nn.parallel.DistributedDataParallel(model)
+            optimizer = torch.optim.AdamW(model.parameters())
+            for epoch in range(3):
+                train_one_epoch(model, loader, optimizer, NativeScaler())
+        """
+    )
+    assert result.declined and result.reason == "model wrapped in DDP/FSDP before the optimizer"
