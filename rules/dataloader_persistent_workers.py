@@ -25,7 +25,9 @@ class DataLoaderPersistentWorkers(Rule):
 
     ## When not to
     - `num_workers=0`: `persistent_workers=True` is a `ValueError` there. A literal worker count
-      must be positive; a variable count (`args.workers`) gets `persistent_workers=args.workers > 0`.
+      must be positive; a variable count (`args.workers`) gets `persistent_workers=args.workers > 0`;
+      a count that `**kwargs` sets on some paths only (`{"num_workers": 1} if use_cuda else {}`)
+      is reported without a fix.
     - A loader that is iterated only once, or created anew inside the epoch loop: nothing to keep.
     - Options hidden in `**kwargs` that are not a literal dict in the same scope.
     - Workers that must see per-epoch changes to the dataset object made in the main process
@@ -130,6 +132,56 @@ class DataLoaderPersistentWorkers(Rule):
             """,
             unsafe=True,
         ),
+        Invalid(  # the workers exist on CUDA only: no fix, persistent_workers=True raises on CPU
+            """
+            from torch.utils.data import DataLoader
+            def main(args):
+                kwargs = {"num_workers": 1, "pin_memory": True} if args.cuda else {}
+                train_loader = DataLoader(ds, batch_size=64, shuffle=True, **kwargs)
+                for epoch in range(args.epochs):
+                    for x, y in train_loader:
+                        model(x).sum().backward()
+            """,
+            line=4,
+            unsafe=True,
+        ),
+        Invalid(  # an update under `if` sets the count on some paths only: no fix
+            """
+            from torch.utils.data import DataLoader
+            def main(args):
+                train_kwargs = {"batch_size": 64}
+                if args.cuda:
+                    train_kwargs.update({"num_workers": 1, "pin_memory": True})
+                train_loader = DataLoader(ds, **train_kwargs)
+                for epoch in range(args.epochs):
+                    for x, y in train_loader:
+                        model(x).sum().backward()
+            """,
+            line=6,
+            unsafe=True,
+        ),
+        Invalid(  # the same count on both paths: the fix is safe to write
+            """
+            from torch.utils.data import DataLoader
+            def main(args):
+                kwargs = {"num_workers": 4, "pin_memory": True} if args.cuda else {"num_workers": 4}
+                train_loader = DataLoader(ds, **kwargs)
+                for epoch in range(args.epochs):
+                    for x, y in train_loader:
+                        model(x).sum().backward()
+            """,
+            line=4,
+            fixed="""
+            from torch.utils.data import DataLoader
+            def main(args):
+                kwargs = {"num_workers": 4, "pin_memory": True} if args.cuda else {"num_workers": 4}
+                train_loader = DataLoader(ds, **kwargs, persistent_workers=True)
+                for epoch in range(args.epochs):
+                    for x, y in train_loader:
+                        model(x).sum().backward()
+            """,
+            unsafe=True,
+        ),
     ]
 
     def visit_Call(self, node: cst.Call) -> None:
@@ -161,6 +213,11 @@ class DataLoaderPersistentWorkers(Rule):
         dataset_name = dotted(dataset.value) if dataset is not None else None
         if self.context.program.changed_between_epochs(name, dataset_name):
             return  # persistent workers would keep the first epoch's copy of the dataset
+        if "num_workers" in options.conditional:
+            # `**kwargs` sets the count on some paths only (`{...} if cuda else {}`): where it
+            # is 0, persistent_workers=True raises ValueError, and no expression names it
+            self.report(node)
+            return
         new_call = with_keyword(node, "persistent_workers", value)
         self.report(
             node, fix=Fix(replacements={node: new_call}, description="persistent_workers=True")

@@ -67,6 +67,9 @@ class CallOptions:
 
     values: dict[str, cst.BaseExpression]
     complete: bool
+    # keys a `**kwargs` dict sets on some paths only, or to values that differ by path
+    # (`{"num_workers": 4} if cuda else {}`, an `update` under an `if`)
+    conditional: frozenset[str] = frozenset()
 
     def known_missing(self, keyword: str) -> bool:
         return self.complete and keyword not in self.values
@@ -79,6 +82,7 @@ def call_options(
     dict literal or `dict(...)` call assigned once in the same scope and never mutated."""
     by_pos = {i: k for k, i in positions.items()}
     values: dict[str, cst.BaseExpression] = {}
+    conditional: set[str] = set()
     complete = True
     for i, a in enumerate(call.args):
         if a.star == "*":
@@ -90,20 +94,41 @@ def call_options(
             if resolved is None:
                 complete = False
             else:
-                values.update(resolved)
+                values.update(resolved.values)
+                conditional |= resolved.conditional
         elif a.keyword is not None:
             values[a.keyword.value] = a.value
         elif i in by_pos:
             values[by_pos[i]] = a.value
-    return CallOptions(values, complete)
+    return CallOptions(values, complete, frozenset(conditional))
 
 
-def _literal_dict(expr: cst.BaseExpression) -> dict[str, cst.BaseExpression] | None:
+@dataclass
+class _Keys:
+    """What a literal `**` dict passes, and which of its keys depend on the path taken."""
+
+    values: dict[str, cst.BaseExpression]
+    conditional: frozenset[str] = frozenset()
+
+
+def _literal_dict(expr: cst.BaseExpression) -> _Keys | None:
     """`{"k": v}`, `dict(k=v)`, or `{...} if cond else {...}` (the keys of both branches: a key
-    set on either branch counts as set)."""
+    set on either branch counts as set, and is conditional unless both set it alike)."""
     if isinstance(expr, cst.IfExp):
         body, orelse = _literal_dict(expr.body), _literal_dict(expr.orelse)
-        return None if body is None or orelse is None else {**orelse, **body}
+        if body is None or orelse is None:
+            return None
+        differ = {
+            k
+            for k in body.values.keys() | orelse.values.keys()
+            if k not in body.values
+            or k not in orelse.values
+            or not body.values[k].deep_equals(orelse.values[k])
+        }
+        return _Keys(
+            {**orelse.values, **body.values},
+            frozenset(differ | body.conditional | orelse.conditional),
+        )
     if isinstance(expr, cst.Dict):
         out: dict[str, cst.BaseExpression] = {}
         for el in expr.elements:
@@ -111,36 +136,36 @@ def _literal_dict(expr: cst.BaseExpression) -> dict[str, cst.BaseExpression] | N
             if key is None:  # `**other` or a computed key: not a literal we can read
                 return None
             out[key] = el.value
-        return out
+        return _Keys(out)
     if isinstance(expr, cst.Call) and is_name(expr.func, "dict"):
         out = {}
         for a in expr.args:
             if a.keyword is None:
                 return None
             out[a.keyword.value] = a.value
-        return out
+        return _Keys(out)
     return None
 
 
 _MAX_DICT_DEPTH = 4  # `a.update(b)` where b is built from c...: followed this deep
 
 
-def _resolve_literal_dict(
-    rule: Rule, at: cst.CSTNode, name: str, depth: int = 0
-) -> dict[str, cst.BaseExpression] | None:
+def _resolve_literal_dict(rule: Rule, at: cst.CSTNode, name: str, depth: int = 0) -> _Keys | None:
     """The keys `**name` passes when `name` is built in the scope of `at` from literal dicts:
     assigned once, then only grown by `name.update(<literal or such a name>)` (as in
     pytorch/examples: `train_kwargs.update(cuda_kwargs)`, possibly under an `if`) and
     `name["key"] = value`. A key set on some path counts as set. None when anything else may
-    change it (another method call, `|=`, rebinding, a parameter of the function)."""
+    change it (another method call, `|=`, rebinding, a parameter of the function). Keys added
+    under an `if`, a loop or a `try` are conditional."""
     scope = rule.facts.enclosing_scope(at)
     if depth > _MAX_DICT_DEPTH or (
         isinstance(scope, cst.FunctionDef)
         and name in {p.name.value for p in walk(scope.params) if isinstance(p, cst.Param)}
     ):
         return None
-    found: list[dict[str, cst.BaseExpression] | None] = []
+    found: list[_Keys | None] = []
     grown: dict[str, cst.BaseExpression] = {}
+    conditional: set[str] = set()
     for node in walk(scope, into_scopes=False):
         kind = type(node)  # exact types: this runs for every node of the scope
         if kind is cst.Assign:
@@ -152,6 +177,8 @@ def _resolve_literal_dict(
                     if key is None:
                         return None
                     grown[key] = node.value
+                    if _on_some_paths(rule, node, scope):
+                        conditional.add(key)
                 elif name in names_in(t.target):
                     return None
         elif (kind is cst.AugAssign or kind is cst.AnnAssign) and name in names_in(node.target):
@@ -169,12 +196,28 @@ def _resolve_literal_dict(
             )
             if added is None:
                 return None  # kw.pop(...), kw.setdefault(...), an update we cannot read
-            grown.update(added)
+            grown.update(added.values)
+            conditional |= (
+                added.values.keys() if _on_some_paths(rule, node, scope) else added.conditional
+            )
         elif (target := _bound_target(node)) is not None and name in names_in(target):
             return None  # `with ... as kw`, `for kw in`, `(kw := ...)`, `del kw`
     if len(found) != 1 or found[0] is None:
         return None
-    return {**found[0], **grown}
+    return _Keys({**found[0].values, **grown}, found[0].conditional | conditional)
+
+
+_BRANCHING = (cst.If, cst.For, cst.While, cst.Try, cst.Match, cst.IfExp, cst.BooleanOperation)
+
+
+def _on_some_paths(rule: Rule, node: cst.CSTNode, scope: cst.CSTNode) -> bool:
+    """`node` runs only on some paths through `scope` (inside a branch, loop or `try`)."""
+    for anc in rule.facts.ancestors(node):
+        if anc is scope:
+            return False
+        if isinstance(anc, _BRANCHING):
+            return True
+    return False
 
 
 _TARGET_BINDERS = frozenset((cst.For, cst.NamedExpr, cst.Del))
@@ -190,14 +233,12 @@ def _bound_target(node: cst.CSTNode) -> cst.CSTNode | None:
     return None
 
 
-def _update_argument(
-    rule: Rule, call: cst.Call, depth: int
-) -> dict[str, cst.BaseExpression] | None:
+def _update_argument(rule: Rule, call: cst.Call, depth: int) -> _Keys | None:
     """What `kw.update(...)` adds: a literal dict, keywords, or a name built from literals."""
     if not call.args:
-        return {}
+        return _Keys({})
     if all(a.keyword is not None for a in call.args):
-        return {a.keyword.value: a.value for a in call.args if a.keyword is not None}
+        return _Keys({a.keyword.value: a.value for a in call.args if a.keyword is not None})
     if len(call.args) != 1 or call.args[0].star:
         return None
     value = call.args[0].value
