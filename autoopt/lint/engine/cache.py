@@ -21,14 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from autoopt.lint.engine.results import FileResult
+from autoopt.lint.tree.encoding import content_digest
 
 CACHE_DIR_NAME = ".autoopt_cache"
 _KEEP_KEYS = 8  # settings-key files kept per version (older ones are pruned)
-
-
-def content_digest(data: bytes) -> str:
-    """The content hash that keys a file's cached result."""
-    return hashlib.blake2b(data, digest_size=16).hexdigest()
 
 
 def _unchanged(depends: dict[str, str]) -> bool:

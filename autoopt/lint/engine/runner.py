@@ -33,13 +33,13 @@ import libcst as cst
 
 from autoopt.lint.engine import analysis as engine
 from autoopt.lint.engine import suppress
-from autoopt.lint.engine.cache import Cache, content_digest, settings_key
+from autoopt.lint.engine.cache import Cache, settings_key
 from autoopt.lint.engine.discovery import display_path, is_notebook
 from autoopt.lint.engine.project import Project
 from autoopt.lint.engine.results import Diagnostic, FileError, FileResult
 from autoopt.lint.engine.rule import FixSafety, Rule
 from autoopt.lint.program import project_files
-from autoopt.lint.tree.encoding import SourceDecodeError, decode_source
+from autoopt.lint.tree.encoding import SourceDecodeError, content_digest, decode_source
 from autoopt.lint.tree.notebook import NotebookError, NotebookSource, notebook_source
 
 # Below this many files to analyse, starting worker processes costs more than it saves.

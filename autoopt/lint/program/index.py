@@ -24,8 +24,8 @@ import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from autoopt.lint.engine.cache import content_digest
 from autoopt.lint.program.project_files import record_read
+from autoopt.lint.tree.encoding import content_digest
 
 Dotted = tuple[str, ...]
 

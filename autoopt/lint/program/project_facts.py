@@ -26,10 +26,10 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
-from autoopt.lint.engine.cache import content_digest
 from autoopt.lint.program.index import file_tree, parse_tree
 from autoopt.lint.program.project_files import record_read, resolve_module
 from autoopt.lint.program.torch_api import is_conv_family
+from autoopt.lint.tree.encoding import content_digest
 from autoopt.lint.tree.nodes import dotted
 
 if TYPE_CHECKING:

@@ -11,7 +11,6 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from autoopt.lint.engine.cache import content_digest
 from autoopt.lint.program.project_files import (
     modules_importing,
     modules_named,
@@ -19,6 +18,7 @@ from autoopt.lint.program.project_files import (
     record_read,
     resolve_module,
 )
+from autoopt.lint.tree.encoding import content_digest
 
 if TYPE_CHECKING:
     from autoopt.lint.program.index import ModuleIndex

@@ -1,12 +1,19 @@
 """Source bytes to text and back, as Python reads them: a PEP 263 coding cookie or a UTF-8 BOM
 decides the encoding (UTF-8 otherwise). `lint` and `rewrite` share this, and `rewrite` writes a
-file back in its own encoding, BOM included."""
+file back in its own encoding, BOM included. `content_digest` names a file's bytes (the lint
+cache and the program model key on it)."""
 
 from __future__ import annotations
 
+import hashlib
 import io
 import tokenize
 from dataclasses import dataclass
+
+
+def content_digest(data: bytes) -> str:
+    """The content hash of a file's bytes: what keys its cached results."""
+    return hashlib.blake2b(data, digest_size=16).hexdigest()
 
 
 class SourceDecodeError(ValueError):
