@@ -486,6 +486,94 @@ def test_an_optimizer_stepped_through_a_wrapper_class_it_cannot_read_is_declined
     assert "through `step_and_update_lr()`" in result.message
 
 
+def test_an_optimizer_wrapper_class_of_a_local_module_is_declined(tmp_path) -> None:
+    """LSTNet: `optim = Optim.Optim(model.parameters(), ...)`, a class of the local module
+    Optim.py that builds the torch optimizer and steps it in its own step(); it was wrapped as
+    `optimize(model, optimizer=optim)`, which would get no torch optimizer."""
+    (tmp_path / "Optim.py").write_text(
+        textwrap.dedent(
+            """
+            import torch.optim as optim
+
+            class Optim(object):
+                def __init__(self, params, lr, max_grad_norm):
+                    self.params = list(params)
+                    self.optimizer = optim.Adam(self.params, lr=lr)
+                    self.max_grad_norm = max_grad_norm
+
+                def step(self):
+                    self.optimizer.step()
+            """
+        )
+    )
+    code = textwrap.dedent(
+        """
+        import torch
+        import Optim
+
+        model = Net()
+        optim = Optim.Optim(model.parameters(), 0.001, 10.0)
+        for epoch in range(10):
+            for x in loader:
+                model.zero_grad()
+                model(x).sum().backward()
+                optim.step()
+        """
+    )
+    result = wrap_source(code, path=tmp_path / "main.py")
+    assert result.declined and result.reason == "optimizer wrapped in a class"
+    assert "`optim` is an instance of Optim.Optim, a wrapper class that steps" in result.message
+
+
+META = """
+import torch
+from torch import nn, optim
+
+class Meta(nn.Module):
+    def __init__(self, args):
+        super().__init__()
+        self.net = Learner(args)
+        self.meta_optim = optim.Adam(self.net.parameters(), lr=1e-3)
+
+    def forward(self, x_spt, y_spt, x_qry, y_qry):
+        loss_q = self.net(x_qry).sum()
+        self.meta_optim.zero_grad()
+        loss_q.backward()
+        self.meta_optim.step()
+        return loss_q
+"""
+
+
+def test_an_optimizer_stepped_inside_a_modules_forward_is_declined(tmp_path) -> None:
+    """MAML-Pytorch's meta.py: Meta builds meta_optim in __init__ and steps it in forward();
+    it was wrapped inside __init__ (with device="cpu" for a module the driver moves to CUDA)."""
+    result = wrap_source(textwrap.dedent(META), path=tmp_path / "meta.py")
+    assert result.declined and result.reason == "optimizer stepped inside a model's forward"
+    assert "Meta.forward() steps `self.meta_optim` itself" in result.message
+
+
+def test_a_driver_that_calls_the_meta_learner_is_declined_for_it(tmp_path) -> None:
+    """MAML-Pytorch's driver: `maml = Meta(args).to(device)`, then `maml(x_spt, ...)` per
+    batch: the backward is reached through the instance's forward (it said 'no .backward() is
+    reached from this file')."""
+    (tmp_path / "meta.py").write_text(textwrap.dedent(META))
+    code = textwrap.dedent(
+        """
+        import torch
+        from meta import Meta
+
+        def main(args):
+            device = torch.device("cuda")
+            maml = Meta(args).to(device)
+            for epoch in range(10):
+                for x_spt, y_spt, x_qry, y_qry in loader:
+                    accs = maml(x_spt.to(device), y_spt, x_qry, y_qry)
+        """
+    )
+    result = wrap_source(code, path=tmp_path / "train.py")
+    assert result.declined and result.reason == "optimizer stepped inside a model's forward"
+
+
 def test_a_zeroed_scheduling_wrapper_is_an_optimizer_not_a_scheduler() -> None:
     """BERT-pytorch: `self.optim_schedule` (a ScheduledOptim) is zeroed and stepped: an
     optimizer's wrapper, though its name says schedule (it was "no optimizer is stepped")."""

@@ -297,8 +297,8 @@ DECLINED = {
     ),
     "scheduled_optim.py": (
         "optimizer wrapped in a class",
-        "`optimizer` is a ScheduledOptim, which steps the torch optimizer it holds in "
-        "step_and_update_lr()",
+        "`optimizer` is an instance of ScheduledOptim, a wrapper class that steps the torch "
+        "optimizer it holds in step_and_update_lr()",
     ),
     "ignite_engine.py": ("already uses ignite", "ignite Engine"),
     "library_loss_scaler.py": (

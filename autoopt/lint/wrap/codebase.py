@@ -195,6 +195,10 @@ class _Indexer(cst.CSTVisitor):
         self.file.end[id(original_node)] = len(self.file.nodes) - 1
 
 
+# Methods that return the module they are called on, placed or cast.
+_PLACING = frozenset(("to", "cuda", "cpu", "float", "double", "half", "bfloat16", "train"))
+
+
 @dataclass(frozen=True, eq=False)
 class Func:
     """A function (or a module's top-level code) in one of the files."""
@@ -298,6 +302,22 @@ class CodeBase:
         found = self._imported(file.imports[name]) if name in file.imports else None
         return found if isinstance(found, tuple) else None
 
+    def called_class(
+        self, file: SourceFile, func: cst.BaseExpression
+    ) -> tuple[SourceFile, cst.ClassDef] | None:
+        """The local class a call of `func` instantiates: `Name(...)` or `module.Name(...)` of a
+        local module the file imports (LSTNet's `Optim.Optim(...)`)."""
+        if isinstance(func, cst.Name):
+            return self.local_class(file, func.value)
+        if (
+            isinstance(func, cst.Attribute)
+            and isinstance(func.value, cst.Name)
+            and func.value.value in file.imports
+        ):
+            found = self._imported(f"{file.imports[func.value.value]}.{func.attr.value}")
+            return found if isinstance(found, tuple) else None
+        return None
+
     # ----- calls -------------------------------------------------------------------------------
     @staticmethod
     def method(file: SourceFile, cls: cst.ClassDef, name: str) -> Func | None:
@@ -325,7 +345,11 @@ class CodeBase:
                 if isinstance(found, Func):
                     return found
             owner = self.local_class(file, name)
-            return self.method(*owner, "__init__") if owner else None
+            if owner:
+                return self.method(*owner, "__init__")
+            # `maml(x)` where `maml = Meta(...).to(device)`: the module's forward runs
+            instance = self._instance_class(file, name, file.scope_of(call))
+            return self.method(*instance, "forward") if instance else None
         if not isinstance(func, cst.Attribute):
             return None
         receiver, attr = func.value, func.attr.value
@@ -355,16 +379,24 @@ class CodeBase:
     def _instance_class(
         self, file: SourceFile, name: str, scope: Scope
     ) -> tuple[SourceFile, cst.ClassDef] | None:
-        """The local class of `name = SomeClass(...)` in `scope`."""
+        """The local class of `name = SomeClass(...)` in `scope` (also placed:
+        `SomeClass(...).to(device)`, `.cuda()`)."""
         for node in file.bindings(scope).get(name, ()):
-            if (
+            if not (
                 isinstance(node, cst.Assign)
                 and len(node.targets) == 1
                 and isinstance(node.targets[0].target, cst.Name)
-                and isinstance(node.value, cst.Call)
-                and isinstance(node.value.func, cst.Name)
             ):
-                return self.local_class(file, node.value.func.value)
+                continue
+            value = node.value
+            while (
+                isinstance(value, cst.Call)
+                and isinstance(value.func, cst.Attribute)
+                and value.func.attr.value in _PLACING
+            ):
+                value = value.func.value
+            if isinstance(value, cst.Call) and isinstance(value.func, cst.Name):
+                return self.local_class(file, value.func.value)
         return None
 
     def callers(self, func: Func) -> list[tuple[Func, cst.Call]]:

@@ -135,6 +135,17 @@ def no_optimizer() -> Decline:
     )
 
 
+def steps_inside_forward(cls: str, expr: str) -> Decline:
+    return Decline(
+        "optimizer stepped inside a model's forward",
+        f"{cls}.forward() steps `{expr}` itself (a meta-learner such as MAML: the training "
+        f"step is a call of the {cls} module): optimize() would run that whole step as one "
+        "forward, under autocast and compile, with its backward inside",
+        f"move the optimizer step out of {cls}.forward() into the loop that calls it, or hand "
+        f"optimize() the inner network and its optimizer by hand where {cls} creates them",
+    )
+
+
 def optimizers_in_collection(expr: str) -> Decline:
     return Decline(
         "optimizers kept in a collection",
@@ -225,7 +236,8 @@ def parallel_before_optimizer(wrap: ParallelWrap) -> Decline:
 def optimizer_wrapper(expr: str, wrapper: str, methods: set[str]) -> Decline:
     return Decline(
         "optimizer wrapped in a class",
-        f"`{expr}` is a {wrapper}, which steps the torch optimizer it holds in "
+        f"`{expr}` is an instance of {wrapper}, a wrapper class that steps the torch optimizer "
+        "it holds in "
         f"{'/'.join(f'{m}()' for m in sorted(methods))}: optimize() needs the "
         "optimizer itself (AMP's loss scaling lives in its step) and --wrap cannot reach "
         "it there",

@@ -192,10 +192,10 @@ class OptimizerWrappers:
         take)."""
         for assign in assigns:
             value = bound_to(assign, expr)
-            if isinstance(value, cst.Call) and isinstance(value.func, cst.Name):
-                found = self.code.local_class(home.file, value.func.value)
+            if isinstance(value, cst.Call):
+                found = self.code.called_class(home.file, value.func)
                 if found is not None and (methods := self.steppers(*found)):
-                    return value.func.value, methods
+                    return code_of(value.func), methods
         return None
 
 

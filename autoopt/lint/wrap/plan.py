@@ -83,6 +83,9 @@ def _plan(code: CodeBase) -> Plan | Decline:
         return decline.no_optimizer()
     for expr, method in training.unseen_wrappers.items():
         return decline.optimizer_wrapper_unseen(expr, method)
+    for use in training.uses:
+        if _is_module_forward(use.func):
+            return decline.steps_inside_forward(use.func.cls.name.value, use.expr)  # type: ignore[union-attr]
     # Only a script that trains and steps an optimizer is declined for its own precision
     # scheme (an export or validation script that casts a model to half has no loop).
     stepping = {id(code.script): code.script} | {
@@ -95,6 +98,18 @@ def _plan(code: CodeBase) -> Plan | Decline:
     if isinstance(bound, Decline):
         return bound
     return _place(code, bound.home, bound.optimizers, bound.stepped, training, wrappers)
+
+
+def _is_module_forward(func: Func) -> bool:
+    """`func` is the forward() of a class with bases (an nn.Module: MAML's Meta steps its
+    optimizer there)."""
+    cls = func.cls
+    return (
+        isinstance(func.node, cst.FunctionDef)
+        and func.node.name.value == "forward"
+        and cls is not None
+        and bool(cls.bases)
+    )
 
 
 def _place(
