@@ -40,7 +40,8 @@ class HostSyncEveryStep(Rule):
     - A running metric kept on the device (`total += loss.detach()`, `.item()` when logging).
       AO402's fix writes that form (`total += loss.detach()`), so the two never disagree.
     - Once per epoch (in the epoch loop, after the step loop), in evaluation loops, and in
-      nested helper functions.
+      nested helper functions. A step function (backward outside any loop of its own) counts
+      when a loop runs it, in this file or in a module of the project that imports it.
     - A value the algorithm needs on the host: an RL action handed to an environment's
       `env.step(action)` (`q.argmax().cpu().numpy()`).
 
@@ -303,7 +304,22 @@ class HostSyncEveryStep(Rule):
         if not loops:
             scope = facts.enclosing_scope(node)
             steps = [*facts.step_functions, *engine_step_functions(self)]
-            return scope if any(scope is f for f in steps) else None
+            if any(scope is f for f in steps):
+                return scope
+            # a step function that a batch loop of the project runs (`engine.train(x, y)` from
+            # train.py's loop, `agent.update_parameters(...)`): the backward here, outside any
+            # loop of its own, the loop in its caller
+            backward_here = any(
+                facts.enclosing_scope(b) is scope and not facts.enclosing_loops(b)
+                for b in facts.backward_calls
+            )
+            if (
+                backward_here
+                and isinstance(scope, cst.FunctionDef)
+                and self.context.program.called_in_a_loop(scope)
+            ):
+                return scope
+            return None
         loop = loops[0]
         if not facts.is_training_loop(loop):
             return loop if self._delegated_step(loop) else None

@@ -600,3 +600,54 @@ def test_a_library_optimizer_stepped_through_a_scaler(tmp_path: Path) -> None:
         },
     )
     assert _codes(tmp_path, "train.py", "AO301") == ["AO301"]
+
+
+def test_a_step_function_run_by_another_modules_loop_syncs_every_step(tmp_path: Path) -> None:
+    """Graph-WaveNet, SAC, LightGCN: `engine.train(x, y)` returns `loss.item()`, and train.py's
+    batch loop calls it: a sync per step (AO702 said nothing, the loop being elsewhere). A
+    function no loop calls (an evaluation run once) stays quiet."""
+    _write(
+        tmp_path,
+        {
+            "engine.py": """
+            import torch
+
+            class Trainer:
+                def __init__(self, model):
+                    self.model = model
+                    self.optimizer = torch.optim.Adam(model.parameters())
+
+                def train(self, x, y):
+                    self.optimizer.zero_grad()
+                    loss = torch.nn.functional.mse_loss(self.model(x), y)
+                    loss.backward()
+                    self.optimizer.step()
+                    return loss.item()
+
+            def step(model, optimizer, x):
+                loss = model(x).sum()
+                loss.backward()
+                optimizer.step()
+                return loss.item()
+
+            def once(model, x):
+                loss = model(x).sum()
+                loss.backward()
+                return loss.item()
+            """,
+            "train.py": """
+            import torch
+            from engine import Trainer, step, once
+
+            engine = Trainer(torch.nn.Linear(4, 1))
+            model = torch.nn.Linear(4, 1)
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            once(model, torch.randn(2, 4))
+            for epoch in range(10):
+                for x, y in loader:
+                    metrics = engine.train(x, y)
+                    loss = step(model, opt, x)
+            """,
+        },
+    )
+    assert [line for _, line, _ in _findings(tmp_path, "engine.py", "AO702")] == [13, 19]

@@ -29,7 +29,7 @@ the roles `self.attr` has in every method, and the class trains when a method do
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -126,6 +126,7 @@ class Program:
         self._callers: dict[
             tuple[str, str, tuple[int, int]], list[tuple[ModuleIndex, FunctionInfo, Value]]
         ] = {}
+        self._in_loop: dict[tuple[str, str, tuple[int, int]], bool] = {}
 
     # ----- modules ------------------------------------------------------------------------------
     def module(self, path: Path | str) -> ModuleIndex | None:
@@ -398,26 +399,8 @@ class Program:
         found = self._callers.get(key)
         if found is not None:
             return found
-        leaf = target.qualname.rsplit(".", 1)[-1].encode()
         found = []
-        # the module itself, and the modules whose imports name it or the function: no other
-        # module can call it
-        stem = target.path.stem if target.path.name != "__init__.py" else target.path.parent.name
-        candidates = {
-            Path(os.path.abspath(target.path)),
-            *modules_importing(target.path, stem),
-            *modules_importing(target.path, leaf.decode()),
-        }
-        for path in sorted(candidates):
-            index = self.module(path)
-            if index is None:
-                continue
-            # the name it is called by here: its own, or an alias it is imported under
-            names = {leaf.decode()} | {
-                alias
-                for alias, (_, original, _) in index.imports.items()
-                if original.encode() == leaf
-            }
+        for index, names in self._modules_that_may_call(target):
             for func in index.functions.values():
                 for values in (*func.assigns.values(), func.returns):
                     for value in values:
@@ -430,6 +413,46 @@ class Program:
                             found.append((index, func, value))
         self._callers[key] = found
         return found
+
+    def called_in_a_loop(self, target: Target) -> bool:
+        """Some function of the project calls `target` inside a for/while loop of its own (a
+        step function that another module's loop runs once per batch)."""
+        key = (str(target.path), target.qualname, project_stamp(target.path))
+        if key not in self._in_loop:
+            self._in_loop[key] = any(
+                site.in_loop
+                and site.callee
+                and site.callee[-1] in names
+                and target in self.resolve(index, func, site.callee)
+                for index, names in self._modules_that_may_call(target)
+                for func in index.functions.values()
+                for site in func.calls
+            )
+        return self._in_loop[key]
+
+    def _modules_that_may_call(self, target: Target) -> Iterator[tuple[ModuleIndex, set[str]]]:
+        """The module of `target` and the modules whose imports name it or its module (no other
+        module can call it), each with the names `target` is called by there (its own, or an
+        alias it is imported under)."""
+        leaf = target.qualname.rsplit(".", 1)[-1]
+        stem = target.path.stem if target.path.name != "__init__.py" else target.path.parent.name
+        candidates = {
+            Path(os.path.abspath(target.path)),
+            *modules_importing(target.path, stem),
+            *modules_importing(target.path, leaf),
+        }
+        for path in sorted(candidates):
+            index = self.module(path)
+            if index is not None:
+                yield (
+                    index,
+                    {leaf}
+                    | {
+                        alias
+                        for alias, (_, original, _) in index.imports.items()
+                        if original == leaf
+                    },
+                )
 
     def returned_roles(self, target: Target, position: int | None, depth: int = 0) -> set[str]:
         """The roles the project's callers give what `target` returns (element `position` of

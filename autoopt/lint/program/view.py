@@ -123,6 +123,14 @@ class ProgramView:
             return True
         return any(f"{name}(" in read_text(m) for m in importers_of(self._path))
 
+    def called_in_a_loop(self, func: cst.FunctionDef) -> bool:
+        """The project calls `func` inside a loop (this file or a module importing it): a step
+        function a batch loop elsewhere runs (`loss = engine.train(x, y)` per batch)."""
+        info = self.function_of(func.body)
+        if info is None or info.qualname == "<module>":
+            return False
+        return self.program.called_in_a_loop(Target(self.index.path, info.qualname))
+
     # ----- calls --------------------------------------------------------------------------------
     def function_of(self, node: cst.CSTNode) -> FunctionInfo | None:
         """The index's entry for the function holding `node`: the outermost `def` (or the
