@@ -78,6 +78,7 @@ class Config:
     kind: str  # "baseline" | "trick" | "autoopt" | "peer"
     tricks: frozenset[str] = frozenset()
     package: str | None = None  # a peer's package, checked before running
+    search_s: float | None = None  # a peer's own search budget (pytorch-autotune's `budget`)
 
 
 def configs_for(workload: Workload) -> list[Config]:
@@ -248,6 +249,8 @@ def _prepare(
             model, optimizer, loader, loss_fn, precision, compile="compile" in config.name
         )
         return loader, step, {}
+    if config.name == "pytorch-autotune":
+        return peers.pytorch_autotune(model, loader, loss_fn, device, LR, config.search_s or 60)
     if config.name.startswith("fabric"):
         precision = "bf16-mixed" if "bf16" in config.name else "32-true"
         loader, step = peers.fabric(model, optimizer, loader, loss_fn, precision)
@@ -480,7 +483,7 @@ def run_suite(
     per_config = 1 if isolate else 1 + repeats  # progress events: set-up, then each block
     ticker = _Ticker(progress, sum(len(c) for c in plan.values()) * per_config)
     if not isolate:
-        _allow_recompiles()
+        allow_recompiles()
     for name, wanted in plan.items():
         workload = WORKLOADS[name]
         kwargs: dict[str, Any] = {"steps": steps, "repeats": repeats, "warmup": warmup}
@@ -556,7 +559,7 @@ def _groups_that_fit(
     return [configs[i : i + per_group] for i in range(0, len(configs), per_group)]
 
 
-def _allow_recompiles() -> None:
+def allow_recompiles() -> None:
     """Configurations that compile share this process and the model class's forward code:
     dynamo's per-code recompile limit (8) would otherwise leave later ones silently eager."""
     import torch._dynamo.config as dynamo_config
