@@ -52,7 +52,7 @@ from typing import Any
 
 import torch
 
-from autoopt.diagnostics.bench import harness, peers
+from autoopt.diagnostics.bench import flags, harness, peers
 from autoopt.diagnostics.bench.workloads import Workload
 from autoopt.runtime.options import Options
 from autoopt.runtime.tune import candidate_plans
@@ -72,13 +72,6 @@ CONFIGS = (
 )
 # Configurations that may compile at their first steps (optimize() compiles where it pays).
 COMPILING = {"autoopt", "compile", "autoopt-tune", "pytorch-autotune"}
-# The global flags a configuration may set for the whole process.
-FLAGS: dict[str, tuple[Any, str]] = {
-    "cudnn.benchmark": (torch.backends.cudnn, "benchmark"),
-    "cudnn.deterministic": (torch.backends.cudnn, "deterministic"),
-    "cudnn.allow_tf32": (torch.backends.cudnn, "allow_tf32"),
-    "matmul.allow_tf32": (torch.backends.cuda.matmul, "allow_tf32"),
-}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -247,19 +240,6 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def read_flags() -> dict[str, Any]:
-    flags = {name: getattr(owner, attr) for name, (owner, attr) in FLAGS.items()}
-    flags["float32_matmul_precision"] = torch.get_float32_matmul_precision()
-    return flags
-
-
-def restore_flags(flags: dict[str, Any]) -> None:
-    # The precision first: torch ties it to matmul.allow_tf32 (setting one sets the other).
-    torch.set_float32_matmul_precision(flags["float32_matmul_precision"])
-    for name, (owner, attr) in FLAGS.items():
-        setattr(owner, attr, flags[name])
-
-
 def _clean(device: torch.device) -> None:
     """Nothing of the previous configuration stays: compiled code, memory."""
     torch._dynamo.reset()
@@ -301,7 +281,7 @@ def run(
     budget = Budget(budget_s, clock)
     results = header(device, settings, budget_s, names, every)
     described = results["workloads"]
-    defaults = read_flags()
+    defaults = flags.read()
     harness.allow_recompiles()
     order = plan(names)
     try:
@@ -322,19 +302,18 @@ def run(
                 write(results, out)
                 if config.search_s is None and name == "pytorch-autotune":
                     config = dataclasses.replace(config, search_s=settings.search_s)
-                restore_flags(defaults)
+                flags.restore(defaults)
                 _clean(device)
                 row = {**measure(every[workload], config, settings, device), "name": name}
-                changed = {k: v for k, v in read_flags().items() if v != defaults[k]}
-                if changed:
-                    row["flags_left"] = changed
+                if left_set := flags.changed(defaults):
+                    row["flags_left"] = left_set
             row.update(workload=workload, estimate_s=round(guess.seconds, 1), basis=guess.basis)
             results["rows"].append(row)
             results["running"] = None
             results["used_s"] = round(budget.used(), 1)
             write(results, out)
     finally:
-        restore_flags(defaults)
+        flags.restore(defaults)
         torch.set_num_threads(threads)
     results["complete"] = True
     results["load_avg_end"] = _load_avg()

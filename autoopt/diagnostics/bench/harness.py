@@ -49,7 +49,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint_sequential
 from torch.utils.flop_counter import FlopCounterMode
 
-from autoopt.diagnostics.bench import peers
+from autoopt.diagnostics.bench import flags, peers
 from autoopt.diagnostics.bench.workloads import WORKLOADS, Workload, checkpoint_segments
 from autoopt.runtime.passes import backends
 from autoopt.runtime.trials import choices
@@ -525,21 +525,30 @@ def run_interleaved(
     ticker: Callable[[str], None],
     clock: str = "wall",
 ) -> list[dict[str, Any]]:
-    """The configurations in this process, timed blocks round-robin (see `run_suite`)."""
+    """The configurations in this process, timed blocks round-robin (see `run_suite`). Each
+    is set up from the process-wide backend flags as they were found (`flags`), and each of its
+    blocks runs with the flags it set up: optimize() turns TF32 on for the whole process on
+    CUDA, which would otherwise time eager fp32's blocks in TF32 too."""
     rows: dict[str, dict[str, Any]] = {}
-    for group in _groups_that_fit(workload, configs, device):
-        sessions = []
-        for config in group:
-            ticker(f"{workload.name}: {config.name} (set-up + {warmup} warm-up steps)")
-            session = Session(workload, config, device, clock)
-            session.start(warmup)
-            sessions.append(session)
-        for r in range(repeats):
-            for session in sessions:
-                ticker(f"{workload.name}: {session.config.name} (block {r + 1}/{repeats})")
-                session.block(steps)
-        for session in sessions:
-            rows[session.config.name] = session.finish()
+    found = flags.read()
+    try:
+        for group in _groups_that_fit(workload, configs, device):
+            sessions = []
+            for config in group:
+                ticker(f"{workload.name}: {config.name} (set-up + {warmup} warm-up steps)")
+                flags.restore(found)
+                session = Session(workload, config, device, clock)
+                session.start(warmup)
+                sessions.append((session, flags.read()))
+            for r in range(repeats):
+                for session, own in sessions:
+                    ticker(f"{workload.name}: {session.config.name} (block {r + 1}/{repeats})")
+                    flags.restore(own)
+                    session.block(steps)
+            for session, _ in sessions:
+                rows[session.config.name] = session.finish()
+    finally:
+        flags.restore(found)
     return [rows[c.name] for c in configs]
 
 
