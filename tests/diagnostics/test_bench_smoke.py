@@ -13,7 +13,7 @@ from torch.nn import functional as F
 
 from autoopt.cli import main
 from autoopt.diagnostics import bench
-from autoopt.diagnostics.bench import harness, workloads
+from autoopt.diagnostics.bench import flags, harness, workloads
 
 
 def _tiny_data(n: int, g: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
@@ -170,3 +170,34 @@ def test_bench_cli_passes_clock_and_threads(monkeypatch: pytest.MonkeyPatch) -> 
     result = CliRunner().invoke(main, ["bench", "--clock", "cpu", "--threads", "1"])
     assert result.exit_code == 0, result.output
     assert seen["clock"] == "cpu" and seen["threads"] == 1
+
+
+def test_interleaved_blocks_run_with_each_configurations_own_flags(monkeypatch) -> None:
+    """optimize() turns TF32 on for the whole process on CUDA: eager's blocks, interleaved with
+    autoopt's, still run with the flags the suite found, and autoopt's with the ones it set."""
+    seen: dict[str, list[bool]] = {"eager": [], "autoopt": []}
+
+    def prepare(config, workload, model, loader, optimizer, device):
+        if config.name == "autoopt":  # what optimize()'s backends pass does on CUDA
+            torch.backends.cuda.matmul.allow_tf32 = True
+
+        def step(x, y):
+            seen[config.name].append(torch.backends.cuda.matmul.allow_tf32)
+            return torch.zeros(())
+
+        return loader, step, {}
+
+    monkeypatch.setattr(harness, "_prepare", prepare)
+    configs = [c for c in harness.configs_for(TINY) if c.name in ("eager", "autoopt")]
+    before = flags.read()
+    torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        harness.run_interleaved(
+            TINY, configs, steps=1, repeats=2, warmup=1, device=torch.device("cpu"), ticker=print
+        )
+        after = torch.backends.cuda.matmul.allow_tf32
+    finally:
+        flags.restore(before)
+    # One warm-up step, then two blocks of one step each.
+    assert seen == {"eager": [False] * 3, "autoopt": [True] * 3}
+    assert after is False  # as the suite found it

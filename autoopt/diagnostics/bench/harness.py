@@ -49,7 +49,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint_sequential
 from torch.utils.flop_counter import FlopCounterMode
 
-from autoopt.diagnostics.bench import peers
+from autoopt.diagnostics.bench import flags, peers
 from autoopt.diagnostics.bench.workloads import WORKLOADS, Workload, checkpoint_segments
 from autoopt.runtime.passes import backends
 from autoopt.runtime.trials import choices
@@ -78,6 +78,7 @@ class Config:
     kind: str  # "baseline" | "trick" | "autoopt" | "peer"
     tricks: frozenset[str] = frozenset()
     package: str | None = None  # a peer's package, checked before running
+    search_s: float | None = None  # a peer's own search budget (pytorch-autotune's `budget`)
 
 
 def configs_for(workload: Workload) -> list[Config]:
@@ -248,6 +249,8 @@ def _prepare(
             model, optimizer, loader, loss_fn, precision, compile="compile" in config.name
         )
         return loader, step, {}
+    if config.name == "pytorch-autotune":
+        return peers.pytorch_autotune(model, loader, loss_fn, device, LR, config.search_s or 60)
     if config.name.startswith("fabric"):
         precision = "bf16-mixed" if "bf16" in config.name else "32-true"
         loader, step = peers.fabric(model, optimizer, loader, loss_fn, precision)
@@ -480,7 +483,7 @@ def run_suite(
     per_config = 1 if isolate else 1 + repeats  # progress events: set-up, then each block
     ticker = _Ticker(progress, sum(len(c) for c in plan.values()) * per_config)
     if not isolate:
-        _allow_recompiles()
+        allow_recompiles()
     for name, wanted in plan.items():
         workload = WORKLOADS[name]
         kwargs: dict[str, Any] = {"steps": steps, "repeats": repeats, "warmup": warmup}
@@ -522,21 +525,30 @@ def run_interleaved(
     ticker: Callable[[str], None],
     clock: str = "wall",
 ) -> list[dict[str, Any]]:
-    """The configurations in this process, timed blocks round-robin (see `run_suite`)."""
+    """The configurations in this process, timed blocks round-robin (see `run_suite`). Each
+    is set up from the process-wide backend flags as they were found (`flags`), and each of its
+    blocks runs with the flags it set up: optimize() turns TF32 on for the whole process on
+    CUDA, which would otherwise time eager fp32's blocks in TF32 too."""
     rows: dict[str, dict[str, Any]] = {}
-    for group in _groups_that_fit(workload, configs, device):
-        sessions = []
-        for config in group:
-            ticker(f"{workload.name}: {config.name} (set-up + {warmup} warm-up steps)")
-            session = Session(workload, config, device, clock)
-            session.start(warmup)
-            sessions.append(session)
-        for r in range(repeats):
-            for session in sessions:
-                ticker(f"{workload.name}: {session.config.name} (block {r + 1}/{repeats})")
-                session.block(steps)
-        for session in sessions:
-            rows[session.config.name] = session.finish()
+    found = flags.read()
+    try:
+        for group in _groups_that_fit(workload, configs, device):
+            sessions = []
+            for config in group:
+                ticker(f"{workload.name}: {config.name} (set-up + {warmup} warm-up steps)")
+                flags.restore(found)
+                session = Session(workload, config, device, clock)
+                session.start(warmup)
+                sessions.append((session, flags.read()))
+            for r in range(repeats):
+                for session, own in sessions:
+                    ticker(f"{workload.name}: {session.config.name} (block {r + 1}/{repeats})")
+                    flags.restore(own)
+                    session.block(steps)
+            for session, _ in sessions:
+                rows[session.config.name] = session.finish()
+    finally:
+        flags.restore(found)
     return [rows[c.name] for c in configs]
 
 
@@ -556,7 +568,7 @@ def _groups_that_fit(
     return [configs[i : i + per_group] for i in range(0, len(configs), per_group)]
 
 
-def _allow_recompiles() -> None:
+def allow_recompiles() -> None:
     """Configurations that compile share this process and the model class's forward code:
     dynamo's per-code recompile limit (8) would otherwise leave later ones silently eager."""
     import torch._dynamo.config as dynamo_config

@@ -1,7 +1,8 @@
 """The peers, configured as their users would when they are installed: Hugging Face Accelerate
 and Lightning Fabric, each in its bf16 mixed-precision and its fp32 configuration (a user on a
-CPU without native bf16 picks fp32: there bf16 is emulated and slower). Both are optional; a
-missing one is a skip with a note, never an error."""
+CPU without native bf16 picks fp32: there bf16 is emulated and slower), and pytorch-autotune
+(its search, then its `result.step(x, y)`; the real-size GPU bench uses it). All are optional;
+a missing one is a skip with a note, never an error."""
 
 from __future__ import annotations
 
@@ -17,10 +18,15 @@ from torch import nn
 Step = Callable[[Any, Any], torch.Tensor]
 
 
+# The peers `pip install "autoopt[bench]"` brings.
+BENCH_EXTRA = ("accelerate", "lightning")
+
+
 def missing(package: str) -> str | None:
     """Why a peer cannot run here (None when it can)."""
     if importlib.util.find_spec(package) is None:
-        return f'{package} is not installed (pip install {package}, or "autoopt[bench]")'
+        extra = ', or "autoopt[bench]"' if package in BENCH_EXTRA else ""
+        return f"{package} is not installed (pip install {package}{extra})"
     return None
 
 
@@ -89,3 +95,38 @@ def fabric(
         return loss
 
     return loader, step
+
+
+def pytorch_autotune(
+    model: nn.Module,
+    loader: Any,
+    loss_fn: Callable[[Any, Any], torch.Tensor],
+    device: torch.device,
+    lr: float,
+    search_s: float,
+) -> tuple[Any, Callable[[Any, Any], torch.Tensor], dict[str, Any]]:
+    """`autotune(model, (x, y), loss_fn=..., budget=search_s)` on the loader's first batch, as its
+    README shows, then `result.step(x, y)` in the loop. It builds its own AdamW (`lr`) and
+    leaves the winner's global flags (TF32, cudnn.benchmark) set; `cache=False`, so the search
+    is measured every run. Returns the loader, the step and what it picked."""
+    from pytorch_autotune import autotune
+
+    x, y = next(iter(loader))
+    result = autotune(
+        model,
+        (x.to(device), y.to(device)),
+        loss_fn=loss_fn,
+        optimizer="adamw",
+        lr=lr,
+        budget=max(1, round(search_s)),
+        device=device.type,
+        cache=False,
+        verbose=False,
+    )
+
+    def step(x: Any, y: Any) -> torch.Tensor:
+        x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+        return result.step(x, y)
+
+    notes = {"pick": result.config.label, "search": result.summary(), "trials": str(result.report)}
+    return loader, step, notes
