@@ -210,3 +210,30 @@ def test_lint_of_a_large_file_in_chunks_equals_the_whole_parse(
     monkeypatch.setattr(engine, "parse_large", lambda s: calls.append(1) or real(s, 4))
     chunked = lint_bytes(source.encode(), "t.py", rules)
     assert calls and chunked.diagnostics == whole.diagnostics and whole.diagnostics
+
+
+def test_the_program_index_of_a_large_file_in_chunks_equals_the_whole_parse(
+    monkeypatch: pytest.MonkeyPatch, tmp_path
+) -> None:
+    """The program model indexes a long module a run of top-level statements at a time (its
+    whole `ast` is 180 MB for 50k lines): the same index, line numbers included, as one parse."""
+    from autoopt.lint.program import index as program_index
+
+    source = (
+        LARGE
+        + "class Net:\n    def forward(self, x):\n        return self.f(x)\n\n"
+        + "def train(model, loader, opt):\n    for b in loader:\n        model(b).backward()\n"
+        + "        opt.step()\n\n"
+        + "import torch\nfor epoch in range(3):\n    train(model, loader, opt)\n"
+    ) * 3
+    path = tmp_path / "t.py"
+    whole = program_index.index_source(path, source, program_index.parse_tree(source))
+    monkeypatch.setattr(program_index, "LARGE_FILE_LINES", 10)
+    monkeypatch.setattr(program_index, "CHUNK_LINES", 7)
+    parsed: list[int] = []
+    real = program_index.parse_tree
+    monkeypatch.setattr(program_index, "parse_tree", lambda s: parsed.append(len(s)) or real(s))
+    chunked = program_index.index_source(path, source)
+    assert len(parsed) > 2 and max(parsed) < len(source)  # in runs, never whole
+    assert chunked == whole
+    assert chunked.functions["train"].calls[0].line == whole.functions["train"].calls[0].line

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ast
 import contextlib
 import ctypes
 import traceback
@@ -16,6 +15,7 @@ from libcst.metadata import ExpressionContextProvider, PositionProvider, ScopePr
 
 from autoopt.lint.engine.rule import FileContext, Finding, Rule
 from autoopt.lint.tree import metadata
+from autoopt.lint.tree.chunks import CHUNK_LINES, LARGE_FILE_LINES, top_level_cuts
 from autoopt.lint.tree.nodes import Preorder
 from autoopt.lint.tree.text import strip_prose
 
@@ -59,12 +59,6 @@ def analyze(
     return run_rules(module, source, path, active, target_version)
 
 
-# A file this long is parsed in pieces (`parse_large`): libcst's native parser holds about 16 KB
-# per line while it parses (830 MB for 50k lines), while the tree it returns is a tenth of that.
-LARGE_FILE_LINES = 20_000
-CHUNK_LINES = 5_000
-
-
 def parse_module(source: str) -> cst.Module:
     """`libcst.parse_module(source)`; a file of `LARGE_FILE_LINES` lines or more is parsed in
     chunks of top-level statements and joined into the same tree (`parse_large`)."""
@@ -84,27 +78,10 @@ def parse_large(source: str, chunk_lines: int = CHUNK_LINES) -> cst.Module | Non
     header they become, and go back to its first statement's leading lines, where a parse of
     the whole file puts them. None (parse it whole) when `ast` rejects the text, a chunk does
     not parse, or the chunks infer another indentation or newline than the first."""
-    try:
-        body = ast.parse(source).body
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
+    cuts = top_level_cuts(source, chunk_lines)
+    if cuts is None:
         return None
     lines = source.splitlines(keepends=True)
-    if len(lines) != source.count("\n") + (not source.endswith("\n")):
-        return None  # \r or \f line breaks: line numbers are not `ast`'s
-    cuts, last = [0], 0
-    for statement, following in zip(body, body[1:], strict=False):
-        end = statement.end_lineno or 0
-        start = min(
-            [following.lineno] + [d.lineno for d in getattr(following, "decorator_list", [])]
-        )
-        gap = lines[end : start - 1]
-        if end - last >= chunk_lines and all(g in ("\n", "\r\n") or g.startswith("#") for g in gap):
-            cuts.append(end)
-            last = end
-    del body
-    if len(cuts) == 1:
-        return None
-    cuts.append(len(lines))
     first: cst.Module | None = None
     statements: list[cst.BaseStatement] = []
     for lo, hi in zip(cuts, cuts[1:], strict=False):

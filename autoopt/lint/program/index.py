@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from autoopt.lint.program.project_files import record_read
+from autoopt.lint.tree.chunks import CHUNK_LINES, LARGE_FILE_LINES, top_level_cuts
 from autoopt.lint.tree.encoding import content_digest
 
 Dotted = tuple[str, ...]
@@ -181,15 +182,43 @@ def index_source(path: Path, data: bytes | str, tree: ast.Module | None = None) 
     `tree`: its parse, when the caller has it."""
     raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data
     index = ModuleIndex(path, content_digest(raw))
-    tree = tree if tree is not None else parse_tree(data)
-    if tree is None:
-        index.functions["<module>"] = FunctionInfo("<module>")
-        return index
     module_code = FunctionInfo("<module>")
     index.functions["<module>"] = module_code
-    _read_imports(tree.body, index)
+    scanner = _Scanner(module_code, None)
+    if tree is None and _is_large(data):
+        # a long file, a run of top-level statements at a time: `ast`'s whole tree of a 50k-line
+        # file is 180 MB, on top of the lint's own tree of it
+        text = data if isinstance(data, str) else data.decode("utf-8", "surrogateescape")
+        cuts = top_level_cuts(text, CHUNK_LINES)  # as the lint's parse asked: one ast parse
+        if cuts is not None:
+            lines = text.splitlines(keepends=True)
+            for lo, hi in zip(cuts, cuts[1:], strict=False):
+                chunk = parse_tree("".join(lines[lo:hi]))
+                if chunk is None:
+                    break
+                ast.increment_lineno(chunk, lo)
+                _index_body(chunk.body, index, scanner)
+            else:
+                return index
+            index = ModuleIndex(path, index.digest)  # a run that does not parse alone: whole
+            module_code = FunctionInfo("<module>")
+            index.functions["<module>"] = module_code
+            scanner = _Scanner(module_code, None)
+    tree = tree if tree is not None else parse_tree(data)
+    if tree is not None:
+        _index_body(tree.body, index, scanner)
+    return index
+
+
+def _is_large(data: bytes | str) -> bool:
+    return data.count("\n" if isinstance(data, str) else b"\n") >= LARGE_FILE_LINES  # type: ignore[arg-type]
+
+
+def _index_body(body: list[ast.stmt], index: ModuleIndex, scanner: _Scanner) -> None:
+    """Index top-level statements: imports, functions, classes, the module's own code."""
+    _read_imports(body, index)
     top_level: list[ast.stmt] = []
-    for stmt in tree.body:
+    for stmt in body:
         if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef):
             index.functions[stmt.name] = _scan_function(stmt, None)
         elif isinstance(stmt, ast.ClassDef):
@@ -203,8 +232,7 @@ def index_source(path: Path, data: bytes | str, tree: ast.Module | None = None) 
             ):
                 index.aliases[stmt.targets[0].id] = stmt.value.id
             top_level.append(stmt)
-    _Scanner(module_code, None).scan_body(top_level)
-    return index
+    scanner.scan_body(top_level)
 
 
 def _read_imports(body: list[ast.stmt], index: ModuleIndex) -> None:
@@ -530,7 +558,8 @@ def load_index(path: Path | str) -> ModuleIndex | None:
                 return None
             with open(path, "rb") as handle:
                 data = handle.read()
-            tree = file_tree(path, stat, data)
+            # a long file is indexed a run of statements at a time, never parsed whole here
+            tree = None if _is_large(data) else file_tree(path, stat, data)
             found = _INDEXES[key] = index_source(Path(path), data, tree)
     except OSError:
         return None

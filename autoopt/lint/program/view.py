@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
-from autoopt.lint.program.index import FunctionInfo, ModuleIndex, Value, index_source
+from autoopt.lint.program.index import FunctionInfo, ModuleIndex, Value, index_source, load_index
 from autoopt.lint.program.library import (
     MODEL_FACTORIES,
     MODEL_WRAPPERS,
@@ -38,6 +38,7 @@ from autoopt.lint.program.project_text import (
     text_uses_cuda,
 )
 from autoopt.lint.program.summaries import EMPTY, Summary, Target, program
+from autoopt.lint.tree.encoding import content_digest
 from autoopt.lint.tree.nodes import calls_in, dotted
 
 if TYPE_CHECKING:
@@ -55,6 +56,13 @@ _LIBRARY_ROOTS = frozenset(
 
 @functools.lru_cache(maxsize=8)
 def _file_index(path: str, source: str) -> ModuleIndex:
+    """The linted text's index: the project's own index of the file where the text is what the
+    file holds (one index of it per process, not two), else the text's."""
+    found = load_index(path)
+    if found is not None and found.digest == content_digest(
+        source.encode("utf-8", "surrogatepass")
+    ):
+        return found
     return index_source(Path(path), source)
 
 
