@@ -10,11 +10,11 @@ from collections.abc import Callable
 
 import pytest
 import torch
-from torch import nn
 
 from autoopt.runtime.report import PassResult, Report
 from autoopt.runtime.trials import choices, timing
 from autoopt.runtime.trials.choices import Choice, Trials
+from benchmarks.trial_noise import Costly  # charges the clock it is given, this one too
 
 
 class Clock:
@@ -50,31 +50,6 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
-
-
-class Charged(torch.autograd.Function):
-    """Identity whose forward and backward each charge the clock once."""
-
-    @staticmethod
-    def forward(ctx, x: torch.Tensor, clock: Clock) -> torch.Tensor:  # type: ignore[override]
-        ctx.clock = clock
-        clock.charge()
-        return x.view_as(x)
-
-    @staticmethod
-    def backward(ctx, grad: torch.Tensor):  # type: ignore[override]
-        ctx.clock.charge()
-        return grad, None
-
-
-class Costly(nn.Module):
-    def __init__(self, clock: Clock) -> None:
-        super().__init__()
-        self.lin = nn.Linear(4, 4)
-        self.clock = clock
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return Charged.apply(self.lin(x), self.clock)
 
 
 def measure(
