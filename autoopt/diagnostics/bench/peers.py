@@ -35,8 +35,17 @@ def describe(packages: Sequence[str]) -> str:
     said = []
     for package in packages:
         why = missing(package)
-        said.append(why or f"{package} {importlib.metadata.version(package)}")
+        said.append(why or f"{package} {_version(package)}")
     return "; ".join(said)
+
+
+def _version(package: str) -> str:
+    """The installed version; a package importable without its metadata (a source tree on the
+    path, a module put in place by a test) says so instead of failing the bench's header."""
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return "(version unknown: no package metadata)"
 
 
 def accelerate(
