@@ -222,3 +222,20 @@ def test_a_compile_the_run_cannot_repay_is_not_tried_and_is_recorded_as_a_candid
     assert len(found) == 1 and '"untried"' in found[0].read_text()
     name = found[0].name.removesuffix(".outcome.json")
     assert compile_cache.Outcome(tmp_path, name).read() is None  # weighed again next run
+
+
+def test_an_outcome_an_older_rule_recorded_is_weighed_again(tmp_path: Path) -> None:
+    """A record from before the noise band (one timed step a side: 'eager 2.01 s (1 run),
+    compiled 1.6 s (1 run)') kept the demo transformer compiled at 0.65x of eager's speed: it
+    is no record now, and what this rule writes is read back."""
+    old = compile_cache.Outcome(tmp_path, "model")
+    old.path.write_text(
+        '{"winner": "compiled", "measured": "eager 2.01 s (1 run), compiled 1.6 s (1 run)",'
+        ' "torch": "2.13.0+cpu"}'
+    )
+    assert old.read() is None
+    old.write("eager", "eager 1 s ±2% (6 steps), compiled 1.1 s ±3% (6 steps)")
+    assert old.read() == {
+        "winner": "eager",
+        "measured": "eager 1 s ±2% (6 steps), compiled 1.1 s ±3% (6 steps)",
+    }

@@ -322,10 +322,17 @@ def _restore_kernels(kernels: dict[str, bytes]) -> set[str]:
     return present
 
 
+# The rule an outcome was decided by: 2 = side-by-side rounds with a noise band
+# (trials.timing). A record of another rule (the first took one timed step a side) is weighed
+# again, not followed: it could keep a compile the noise band would not.
+OUTCOME_RULE = 2
+
+
 class Outcome:
     """Whether one model's compiled training steps were faster than its eager ones here: the
     record `compile="auto"` decides from on CPU, so a model whose compiled steps lost is not
-    compiled (and its cold compile not paid) again. A record that cannot be read is no record."""
+    compiled (and its cold compile not paid) again. A record that cannot be read, or that an
+    older decision rule made, is no record."""
 
     def __init__(self, directory: Path, name: str) -> None:
         self.path = directory / f"{name}.outcome.json"
@@ -338,6 +345,8 @@ class Outcome:
             return None
         if not isinstance(found, dict) or found.get("winner") not in ("compiled", "eager"):
             return None
+        if found.get("rule") != OUTCOME_RULE:
+            return None
         return {"winner": found["winner"], "measured": str(found.get("measured", "?"))}
 
     def write(self, winner: str, measured: str) -> None:
@@ -346,7 +355,8 @@ class Outcome:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=self.path.parent, suffix=".tmp")
             with os.fdopen(fd, "w") as out:
-                json.dump({"winner": winner, "measured": measured, "torch": torch.__version__}, out)
+                record = {"winner": winner, "measured": measured, "torch": torch.__version__}
+                json.dump({**record, "rule": OUTCOME_RULE}, out)
             os.replace(tmp, self.path)
         except OSError as err:
             warnings.warn(f"autoopt: compile outcome not saved to {self.path}: {err}", stacklevel=3)
