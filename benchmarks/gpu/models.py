@@ -22,7 +22,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from autoopt.diagnostics.bench.workloads import Workload
+from autoopt.diagnostics.bench.workloads import Workload, token_data
 
 SIZES = ("real", "tiny")
 
@@ -201,17 +201,6 @@ def _images(side: int, classes: int) -> Callable[[int, torch.Generator], tuple[t
     return make
 
 
-def _tokens(seq: int, vocab: int) -> Callable[[int, torch.Generator], tuple[torch.Tensor, ...]]:
-    def make(n: int, g: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-        # A repeating pattern: next-token prediction is learnable.
-        start = torch.randint(0, vocab, (n, 1), generator=g)
-        stride = torch.randint(1, 7, (n, 1), generator=g)
-        seqs = (start + stride * torch.arange(seq + 1)) % vocab
-        return seqs[:, :-1].contiguous(), seqs[:, 1:].contiguous()
-
-    return make
-
-
 def _lm_loss(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(logits.flatten(0, 1), target.flatten())
 
@@ -240,7 +229,7 @@ def workloads(size: str) -> dict[str, Workload]:
             f"GPT-2 {'small (124M)' if real else 'tiny'}: {g_layers} pre-LN blocks, d={g_d}, "
             f"{g_heads} heads, vocab {g_vocab}, seq {g_seq}, batch {g_batch}",
             lambda: GPT2(g_vocab, 1024 if real else g_seq, g_layers, g_d, g_heads),
-            _tokens(g_seq, g_vocab),
+            token_data(g_seq, g_vocab),
             _lm_loss,
             batch_size=g_batch,
         ),
@@ -269,7 +258,7 @@ def workloads(size: str) -> dict[str, Workload]:
             f"{e_layers}-layer nn.TransformerEncoder LM, d={e_d}, {e_heads} heads, "
             f"vocab {e_vocab}, seq {e_seq}, batch {e_batch}",
             lambda: EncoderLM(e_vocab, e_seq, e_layers, e_d, e_heads),
-            _tokens(e_seq, e_vocab),
+            token_data(e_seq, e_vocab),
             _lm_loss,
             batch_size=e_batch,
         ),

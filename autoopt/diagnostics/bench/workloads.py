@@ -146,9 +146,11 @@ def _vectors(n: int, g: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
     return x, (x @ teacher).argmax(1)
 
 
-def _tokens(seq: int, vocab: int = 1000) -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:
+def token_data(seq: int, vocab: int = 1000) -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:
+    """Sequences of `seq` tokens in a repeating pattern (next-token prediction is learnable),
+    and their targets shifted by one: a workload's `make_data`."""
+
     def make(n: int, g: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-        # A repeating pattern with noise: next-token prediction is learnable.
         start = torch.randint(0, vocab, (n, 1), generator=g)
         stride = torch.randint(1, 7, (n, 1), generator=g)
         seqs = (start + stride * torch.arange(seq + 1)) % vocab
@@ -191,7 +193,7 @@ WORKLOADS: dict[str, Workload] = {
             "transformer",
             "4-layer causal transformer encoder LM, d=128, seq 64, vocab 1000, batch 16",
             TransformerLM,
-            _tokens(64),
+            token_data(64),
             _lm_loss,
             batch_size=16,
         ),
@@ -199,7 +201,7 @@ WORKLOADS: dict[str, Workload] = {
             "lstm",
             "2-layer LSTM LM, hidden 256, seq 32, vocab 1000, batch 32",
             LSTMLM,
-            _tokens(32),
+            token_data(32),
             _lm_loss,
             batch_size=32,
         ),
