@@ -40,6 +40,7 @@ SPLITS = {
     # First-contact batches (issue 30): labelled by reading before autoopt ever ran on them.
     "fresh-c": (HERE / "fresh_c.json", HERE / "_repos_fresh_c"),
     "fresh-d": (HERE / "fresh_d.json", HERE / "_repos_fresh_d"),
+    "fresh-e": (HERE / "fresh_e.json", HERE / "_repos_fresh_e"),
 }
 TORCH_DIR = "torch"
 
