@@ -1,9 +1,10 @@
 """The program model's speed mechanisms (issue 30, stop 21): who may call a function is asked
 only of modules whose text names it; the index of an edited text takes the tree `rewrite`'s
-verification parsed."""
+verification parsed; a long module's cut points are found once for every run length."""
 
 from __future__ import annotations
 
+import ast
 import os
 import textwrap
 from pathlib import Path
@@ -13,6 +14,7 @@ import pytest
 from autoopt.lint.program import index as program_index
 from autoopt.lint.program import project_files
 from autoopt.lint.program.summaries import Program, Target
+from autoopt.lint.tree import chunks
 
 from .fixtures import keep_cwd
 
@@ -97,3 +99,36 @@ def test_the_index_of_an_edited_text_takes_the_tree_verification_parsed(monkeypa
     # another text is parsed (never the tree of a text it is not)
     program_index.index_source(Path("t.py"), source + "x = 1\n")
     assert parsed
+
+
+def _cuts_in_one_pass(source: str, chunk_lines: int) -> tuple[int, ...] | None:
+    """The cuts as `top_level_cuts` made them before it kept the cut points (one pass per run
+    length, the gap tested only where the run is long enough)."""
+    body = ast.parse(source).body
+    lines = source.splitlines(keepends=True)
+    cuts, last = [0], 0
+    for statement, following in zip(body, body[1:], strict=False):
+        end = statement.end_lineno or 0
+        start = min(
+            [following.lineno] + [d.lineno for d in getattr(following, "decorator_list", [])]
+        )
+        gap = lines[end : start - 1]
+        if end - last >= chunk_lines and all(g in ("\n", "\r\n") or g.startswith("#") for g in gap):
+            cuts.append(end)
+            last = end
+    return None if len(cuts) == 1 else (*cuts, len(lines))
+
+
+def test_the_cut_points_of_a_long_module_are_found_once_for_any_run_length() -> None:
+    source = "".join(
+        f"def f{i}():\n    return {i}\n\n" if i % 7 else f"x{i} = (\n    {i}\n)\n    \n"
+        for i in range(300)
+    )
+    chunks.top_level_cuts.cache_clear()
+    chunks._cut_points.cache_clear()
+    long_runs = chunks.top_level_cuts(source, 300)
+    short_runs = chunks.top_level_cuts(source, 60)
+    assert chunks._cut_points.cache_info().misses == 1  # one `ast` parse for both
+    assert long_runs == _cuts_in_one_pass(source, 300)
+    assert short_runs == _cuts_in_one_pass(source, 60)
+    assert len(short_runs or ()) > len(long_runs or ()) > 2

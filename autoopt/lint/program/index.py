@@ -196,7 +196,9 @@ def index_source(path: Path, data: bytes | str, tree: ast.Module | None = None) 
         # a long file, a run of top-level statements at a time: `ast`'s whole tree of a 50k-line
         # file is 180 MB, on top of the lint's own tree of it
         text = data if isinstance(data, str) else data.decode("utf-8", "surrogateescape")
-        cuts = top_level_cuts(text, CHUNK_LINES)  # as the lint's parse asked: one ast parse
+        # runs a fifth of the lint's parse's (its tree is alive meanwhile); the cut points are
+        # those the lint's parse found: no second whole `ast` parse
+        cuts = top_level_cuts(text, max(1, CHUNK_LINES // 5))
         if cuts is not None:
             lines = text.splitlines(keepends=True)
             for lo, hi in zip(cuts, cuts[1:], strict=False):
