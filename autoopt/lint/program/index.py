@@ -20,13 +20,14 @@ from __future__ import annotations
 
 import ast
 import os
+import unicodedata
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from autoopt.lint.program.project_files import record_read
 from autoopt.lint.tree.chunks import CHUNK_LINES, LARGE_FILE_LINES, top_level_cuts
-from autoopt.lint.tree.encoding import content_digest
+from autoopt.lint.tree.encoding import SourceDecodeError, content_digest, decode_source
 
 Dotted = tuple[str, ...]
 
@@ -177,6 +178,12 @@ def file_tree(path: str, stat: os.stat_result, data: bytes) -> ast.Module | None
     return _TREES[key]
 
 
+# The trees of the last few texts `rewrite`'s verification parsed (`parse_python` keeps them
+# here): the index of an edited text, asked by the analysis that follows, takes its tree instead
+# of a second `ast.parse` of the same text.
+TEXT_TREES: dict[str, ast.Module] = {}
+
+
 def index_source(path: Path, data: bytes | str, tree: ast.Module | None = None) -> ModuleIndex:
     """The index of a module's source (a file that does not parse gives an empty index);
     `tree`: its parse, when the caller has it."""
@@ -189,7 +196,9 @@ def index_source(path: Path, data: bytes | str, tree: ast.Module | None = None) 
         # a long file, a run of top-level statements at a time: `ast`'s whole tree of a 50k-line
         # file is 180 MB, on top of the lint's own tree of it
         text = data if isinstance(data, str) else data.decode("utf-8", "surrogateescape")
-        cuts = top_level_cuts(text, CHUNK_LINES)  # as the lint's parse asked: one ast parse
+        # runs a fifth of the lint's parse's (its tree is alive meanwhile); the cut points are
+        # those the lint's parse found: no second whole `ast` parse
+        cuts = top_level_cuts(text, max(1, CHUNK_LINES // 5))
         if cuts is not None:
             lines = text.splitlines(keepends=True)
             for lo, hi in zip(cuts, cuts[1:], strict=False):
@@ -204,6 +213,8 @@ def index_source(path: Path, data: bytes | str, tree: ast.Module | None = None) 
             module_code = FunctionInfo("<module>")
             index.functions["<module>"] = module_code
             scanner = _Scanner(module_code, None)
+    if tree is None and isinstance(data, str):
+        tree = TEXT_TREES.get(data)
     tree = tree if tree is not None else parse_tree(data)
     if tree is not None:
         _index_body(tree.body, index, scanner)
@@ -565,3 +576,34 @@ def load_index(path: Path | str) -> ModuleIndex | None:
         return None
     record_read(path, found.digest)
     return found
+
+
+def may_name(path: Path | str, word: str) -> bool:
+    """Whether the module at `path` can name `word` (an identifier) at all: False only when its
+    text holds no such identifier, as Python reads one (decoded by its coding cookie, a non-ASCII
+    name NFKC-normalized). A question about callers of `word` (`Program.callers`) then skips
+    the module without indexing it; it is recorded as read all the same, as `load_index` would
+    (the results cache drops an entry when a file it consulted changes). True when in doubt: a
+    file indexed already, unreadable, too large or not decodable, a `word` such as `<module>`."""
+    if not word.isidentifier():
+        return True
+    path = os.path.abspath(path)
+    try:
+        stat = os.stat(path)
+        if (path, stat.st_mtime_ns, stat.st_size) in _INDEXES or stat.st_size > _MAX_BYTES:
+            return True
+        with open(path, "rb") as handle:
+            data = handle.read()
+    except OSError:
+        return True
+    if word.encode("utf-8") in data:
+        return True
+    if not data.isascii():
+        try:
+            text = decode_source(data).text
+        except SourceDecodeError:
+            return True
+        if word in unicodedata.normalize("NFKC", text):
+            return True
+    record_read(path, content_digest(data))
+    return False

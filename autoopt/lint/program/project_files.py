@@ -23,6 +23,7 @@ def begin_run() -> None:
     that lives on, a test suite or an editor, files change between runs; within a run they
     are read once)."""
     _STAMPS.clear()
+    _RESOLVED.clear()
     _PROJECT_MODULES.clear()
     _MODULE_LISTS.clear()
     _ROOTS.clear()
@@ -77,7 +78,19 @@ def _search_folders(folder: Path) -> Iterator[Path]:
 
 def resolve_module(linted: Path, module: str, level: int = 0) -> Path | None:
     """The file of local module `module` imported from `linted` (`from .x import` when level>0)."""
-    return _resolve_from(Path(os.path.abspath(linted)).parent, module, level, os.getcwd())
+    cwd = os.getcwd()
+    key = (os.fspath(linted), module, level, cwd)
+    try:  # asked thousands of times a run: a dict of plain strings before any `Path` is made
+        return _RESOLVED[key]
+    except KeyError:
+        pass
+    if len(_RESOLVED) >= 4096:  # a process that never calls `begin_run`: kept bounded
+        _RESOLVED.clear()
+    found = _RESOLVED[key] = _resolve_from(Path(os.path.abspath(linted)).parent, module, level, cwd)
+    return found
+
+
+_RESOLVED: dict[tuple[str, str, int, str], Path | None] = {}  # for one run (`begin_run`)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -191,8 +204,9 @@ def modules_importing(linted: Path, word: str) -> list[Path]:
             for source, names, plain in _IMPORT_LINE.findall(text):
                 for part in (source, *names.split(","), *plain.split(",")):
                     words.update(w for w in re.split(r"[\s.]+", part) if w and w != "as")
+            absolute = Path(os.path.abspath(path))  # one `Path` per module, not one per word
             for w in words:
-                index.setdefault(w, []).append(Path(os.path.abspath(path)))
+                index.setdefault(w, []).append(absolute)
         cached = _IMPORT_INDEX[root] = (stamp, index)
     return cached[1].get(word, [])
 

@@ -41,6 +41,7 @@ from autoopt.lint.program.index import (
     ModuleIndex,
     Value,
     load_index,
+    may_name,
 )
 from autoopt.lint.program.library import MODEL_BASES
 from autoopt.lint.program.project_files import (
@@ -442,7 +443,8 @@ class Program:
             *modules_importing(target.path, leaf),
         }
         for path in sorted(candidates):
-            index = self.module(path)
+            # a module whose text never names `leaf` neither imports it nor calls it
+            index = self.module(path) if may_name(path, leaf) else None
             if index is not None:
                 yield (
                     index,

@@ -36,6 +36,7 @@ from pyflakes import messages as _flake_messages
 
 from autoopt.lint.engine.analysis import Analysis, analyze
 from autoopt.lint.engine.rule import Finding, Rule
+from autoopt.lint.program.index import TEXT_TREES
 from autoopt.lint.rewrite.bound_names import maybe_unbound_counts
 
 # pyflakes' messages about a name used where nothing binds it.
@@ -109,8 +110,9 @@ class Names:
         return sorted(after.maybe_unbound - self.maybe_unbound)
 
 
-# The texts parsed last (a rewrite pass checks each text's syntax and then its names).
-_PARSED: dict[str, ast.Module] = {}
+# The texts parsed last (a rewrite pass checks each text's syntax and then its names, and the
+# program model indexes it: the same dict, `TEXT_TREES`).
+_PARSED: dict[str, ast.Module] = TEXT_TREES
 _PARSED_KEPT = 4
 
 
