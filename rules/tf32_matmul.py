@@ -12,6 +12,10 @@ from autoopt.lint.tree.edits import insert_after_imports, statement_line
 _CHOSEN = ("set_float32_matmul_precision", "allow_tf32", "fp32_precision")
 
 
+def _chooses_precision(text: str) -> bool:
+    return any(flag in text for flag in _CHOSEN)
+
+
 class TF32Matmul(Rule):
     """
     ## What it does
@@ -40,7 +44,8 @@ class TF32Matmul(Rule):
       `use_deterministic_algorithms(True)`): such scripts usually want bit-exact fp32 numerics.
     - The script already uses `autocast`: its forward matmuls run in fp16/bf16, TF32 touches
       only the few fp32 ones left. Not flagged.
-    - The file sets any of the precision flags, either way. Not flagged.
+    - The file sets any of the precision flags, either way, or a module of the project it
+      imports does (the setup code a driver calls). Not flagged.
     - GPUs before Ampere ignore the setting; it does no harm there.
     """
 
@@ -170,6 +175,7 @@ class TF32Matmul(Rule):
             or not facts.trains
             or not program.runs_on_cuda
             or not program.is_entry_script  # the driver that imports this trainer says it
+            or program.imports_text_that_says(_chooses_precision)  # a setup() it calls
         ):
             return
         new = statement_line('torch.set_float32_matmul_precision("high")')

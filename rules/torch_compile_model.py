@@ -504,7 +504,8 @@ class TorchCompileModel(Rule):
 
     def visit_Module(self, node: cst.Module) -> None:
         self._trainers = library_trainer_calls(self)  # ignite runs the loop for the file
-        if not (self.facts.trains or self._trainers) or self._shadowed_or_scripted(node):
+        trains = self.facts.trains or self._trainers or self.context.program.steps_run_elsewhere
+        if not trains or self._shadowed_or_scripted(node):
             return
         if uses_accelerate(self) or is_hogwild(self):
             return  # Accelerate compiles (`dynamo_backend`); Hogwild shares one eager model

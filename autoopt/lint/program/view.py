@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -78,7 +78,9 @@ class ProgramView:
     @functools.cached_property
     def index(self) -> ModuleIndex:
         """The file indexed like any module of the project (parsed only when asked)."""
-        return _file_index(str(self.path.absolute()), self.facts.source)
+        index = _file_index(str(self.path.absolute()), self.facts.source)
+        self.program.linting(index)
+        return index
 
     # ----- the file among the project's modules ---------------------------------------------------
     @functools.cached_property
@@ -90,6 +92,14 @@ class ProgramView:
     @functools.cached_property
     def _path(self) -> Path:
         return Path(os.path.abspath(self.path))
+
+    def imports_text_that_says(self, says: Callable[[str], bool]) -> bool:
+        """`says` holds for the text of a project module this file imports, or one they import
+        (two deep): `neuralop.training.setup(config)` setting TF32 for the driver."""
+        return any(
+            reached_text_says(imported, read_text(imported), says, 1)
+            for imported in imported_paths(self._path, self.facts.source)
+        )
 
     @functools.cached_property
     def serves_cuda_training(self) -> bool:
@@ -139,6 +149,25 @@ class ProgramView:
             return False
         return self.program.called_in_a_loop(Target(self.index.path, info.qualname))
 
+    @functools.cached_property
+    def steps_run_elsewhere(self) -> list[cst.FunctionDef]:
+        """This file's step functions that a loop of the project runs: they call `backward()`
+        outside any loop of their own, and some loop calls them (`agent.learn()` once per
+        environment step in main.py, `engine.train(x, y)` per batch). The file trains, its
+        loop elsewhere."""
+        facts = self.facts
+        found: dict[int, cst.FunctionDef] = {}
+        for call in facts.backward_calls:
+            scope = facts.enclosing_scope(call)
+            if (
+                isinstance(scope, cst.FunctionDef)
+                and id(scope) not in found
+                and not facts.enclosing_loops(call)
+                and self.called_in_a_loop(scope)
+            ):
+                found[id(scope)] = scope
+        return list(found.values())
+
     # ----- calls --------------------------------------------------------------------------------
     def function_of(self, node: cst.CSTNode) -> FunctionInfo | None:
         """The index's entry for the function holding `node`: the outermost `def` (or the
@@ -164,7 +193,13 @@ class ProgramView:
     def _resolve(self, call: cst.Call) -> Summary:
         name = dotted(call.func)
         if name is None:
-            return EMPTY
+            built = _built_then_called(call)
+            if built is None:
+                return EMPTY
+            # `Trainer(...).fit()`: whether the method trains (the constructor's call holds
+            # the arguments and their roles)
+            found = self.program.call_summary(self.index, self.function_of(call), built)
+            return Summary(trains=found.trains) if found.trains else EMPTY
         parts = tuple(name.split("."))
         head = parts[0]
         index = self.index
@@ -186,9 +221,9 @@ class ProgramView:
         found = []
         for call in calls_in(self.facts.module):
             name = dotted(call.func)
-            if name is None:
+            parts = name.split(".") if name is not None else _built_then_called(call)
+            if parts is None:
                 continue
-            parts = name.split(".")
             if parts[0] not in heads and parts[-1] not in own:
                 continue  # nothing on its way to the project's training code: not resolved
             summary = self.call_summary(call)
@@ -391,6 +426,17 @@ class ProgramView:
         return False
 
 
+def _built_then_called(call: cst.Call) -> tuple[str, ...] | None:
+    """`Trainer(...).fit()` -> ("Trainer", "fit"): a method of the object the inner call builds
+    (the index records such a call the same way)."""
+    func = call.func
+    if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Call):
+        built = dotted(func.value.func)
+        if built is not None:
+            return (*built.split("."), func.attr.value)
+    return None
+
+
 def drives_training_elsewhere(path: Path | str, source: str) -> bool:
     """See `_drives_training_elsewhere` (asked by the pre-filter and again by the rules: the
     answer for one text is kept)."""
@@ -428,12 +474,18 @@ def _drives_training_elsewhere(path: str, source: str, stamp: tuple[int, int]) -
 def reached_text_uses_cuda(path: Path, text: str, depth: int = 2) -> bool:
     """The file, or a project module it imports (`depth` imports deep), runs on CUDA: a driver
     whose device is chosen in a config module (`cfg.MODEL.DEVICE = "cuda"`) or a trainer."""
+    return reached_text_says(path, text, text_uses_cuda, depth)
+
+
+def reached_text_says(path: Path, text: str, says: Callable[[str], bool], depth: int = 2) -> bool:
+    """`says` holds for the file's text or that of a project module it imports (`depth`
+    imports deep): a setting made by the setup code a driver calls."""
     seen = {path}
     frontier = [(path, text)]
     for _ in range(depth + 1):
         later = []
         for current, current_text in frontier:
-            if text_uses_cuda(current_text):
+            if says(current_text):
                 return True
             for imported in imported_paths(current, current_text):
                 if imported not in seen:
