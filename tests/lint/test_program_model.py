@@ -773,3 +773,46 @@ def test_a_step_function_run_by_another_module_loop(tmp_path: Path) -> None:
     # a CUDA program is left (AO605 reads what the importing code trains)
     _write(tmp_path, {"main.py": AGENT_MAIN.replace("for step in range(1000):\n    ", "")})
     assert _codes(tmp_path, "agent.py", "AO201", "AO301", "AO605", "AO702") == ["AO605"]
+
+
+PPO_ALGO = """
+import torch
+
+
+class PPO:
+    def __init__(self, actor_critic, lr):
+        self.actor_critic = actor_critic
+        self.optimizer = torch.optim.Adam(actor_critic.parameters(), lr=lr)
+
+    def update(self, rollouts):
+        for batch in rollouts.split(4):
+            loss = self.actor_critic(batch).pow(2).mean()
+            self.optimizer.zero_grad()
+            loss.backward()
+            self.optimizer.step()
+"""
+PPO_MAIN = """
+import torch
+from algos import algo
+
+policy = torch.nn.Linear(4, 2).cuda()
+agent = algo.PPO(policy, lr=1e-3)
+for step in range(100):
+    agent.update(torch.randn(8, 4).cuda())
+"""
+
+
+def test_a_model_handed_to_a_constructor_is_compiled_where_it_is_built(tmp_path: Path) -> None:
+    """a2c-ppo-acktr: `PPO.__init__` receives the policy from main.py (through the package's
+    `from .ppo import PPO`): compile goes where main.py builds it, not on the parameter."""
+    _write(
+        tmp_path,
+        {
+            "algos/__init__.py": "",
+            "algos/algo/__init__.py": "from .ppo import PPO\n",
+            "algos/algo/ppo.py": PPO_ALGO,
+            "main.py": PPO_MAIN,
+        },
+    )
+    assert _codes(tmp_path, "algos/algo/ppo.py", "AO301") == []
+    assert _codes(tmp_path, "main.py", "AO301") == ["AO301"]

@@ -114,13 +114,20 @@ class ProgramView:
         not in the trainer module a driver imports."""
         if "__main__" in self.facts.source:
             return True
+        return not any(
+            drives_training_elsewhere(importer, read_text(importer))
+            for importer in self._importers_through_packages
+        )
+
+    @functools.cached_property
+    def _importers_through_packages(self) -> list[Path]:
+        """The project's modules that import this one, also through a package's `__init__`
+        that re-exports it (`from .ppo import PPO`, then `algo.PPO(...)` in main.py)."""
         importers = list(importers_of(self._path))
-        for importer in list(importers):  # through a package's `__init__` that re-exports it
+        for importer in list(importers):
             if importer.name == "__init__.py":
                 importers.extend(importers_of(importer))
-        return not any(
-            drives_training_elsewhere(importer, read_text(importer)) for importer in importers
-        )
+        return importers
 
     def dataset_on_device(self, call: cst.Call) -> bool:
         """The loader `call` builds iterates a dataset of the project whose `__getitem__` moves
@@ -137,6 +144,16 @@ class ProgramView:
         """Some code of the project calls `func` (this file, or a module importing it): what it
         is handed is built there (the model a `train(model, ...)` receives is the caller's)."""
         name = func.name.value
+        if name == "__init__":  # a constructor runs when its class is called: `PPO(policy)`
+            owner = next(
+                (a for a in self.facts.ancestors(func) if isinstance(a, cst.ClassDef)), None
+            )
+            if owner is None:
+                return False
+            name = owner.name.value
+            if any(dotted(c.func) == name for c in calls_in(self.facts.module)):
+                return True
+            return any(f"{name}(" in read_text(m) for m in self._importers_through_packages)
         if any(dotted(c.func) in (name, f"self.{name}") for c in calls_in(self.facts.module)):
             return True
         return any(f"{name}(" in read_text(m) for m in importers_of(self._path))
