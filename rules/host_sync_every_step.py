@@ -182,7 +182,7 @@ class HostSyncEveryStep(Rule):
                     loss_value = loss.item()
                     loss_scaler(loss, optimizer, parameters=model.parameters())
                     optimizer.zero_grad()
-            device = "cuda"
+            model.to(device)
             """,
             line=5,
         ),
@@ -196,7 +196,7 @@ class HostSyncEveryStep(Rule):
                 optimizer.step()
                 return {"batch loss": loss.item()}
             trainer = Engine(train_step)
-            device = "cuda"
+            model.to(device)
             """,
             line=7,
         ),
@@ -208,7 +208,7 @@ class HostSyncEveryStep(Rule):
                 loss = loss_fn(model(x), y)
                 loss.backward()
                 total += loss.item()
-            device = "cuda"
+            model.to(device)
             """,
             line=5,
             message_contains="accumulate loss.detach()",
@@ -219,7 +219,7 @@ class HostSyncEveryStep(Rule):
                 loss = loss_fn(model(x), y)
                 loss.backward()
                 losses_m.update(loss.item(), x.size(0))
-            device = "cuda"
+            model.to(device)
             """,
             line=4,
             message_contains="accumulate loss.detach()",
@@ -230,7 +230,7 @@ class HostSyncEveryStep(Rule):
                 loss = loss_fn(model(x), y)
                 train_loss.append(loss.item())
                 loss.backward()
-            device = "cuda"
+            model.to(device)
             """,
             line=3,
             message_contains="append loss.detach()",
@@ -241,7 +241,7 @@ class HostSyncEveryStep(Rule):
                 loss = loss_fn(model(batch), batch.y)
                 loss.backward()
                 total_loss += float(loss) * batch.num_graphs
-            device = "cuda"
+            model.to(device)
             """,
             line=4,
         ),
@@ -253,7 +253,7 @@ class HostSyncEveryStep(Rule):
                     loss = self.loss(self(batch))
                     self.log_dict({"loss": loss.item()})
                     return loss
-            device = "cuda"
+            model.to(device)
             """,
             line=5,
         ),
@@ -268,7 +268,7 @@ class HostSyncEveryStep(Rule):
                     g_loss.backward()
                     optimizer_G.step()
                     print("[D loss: %f] [G loss: %f]" % (d_loss.item(), g_loss.item()))
-            device = "cuda"
+            model.to(device)
             """,
             line=9,
         ),
@@ -283,7 +283,7 @@ class HostSyncEveryStep(Rule):
                     loss = loss_fn(model(x), y)
                     _backward(loss)
                     losses_m.update(loss.item(), x.size(0))
-            device = "cuda"
+            model.to(device)
             """,
             line=8,
             message_contains="accumulate loss.detach()",
@@ -301,7 +301,7 @@ class HostSyncEveryStep(Rule):
                 def train(self, loader):
                     for x, y in loader:
                         self._run_batch(x, y)
-            device = "cuda"
+            model.to(device)
             """,
             line=6,
         ),
@@ -313,7 +313,7 @@ class HostSyncEveryStep(Rule):
                 loss.backward()
                 optimizer.step()
                 print(loss)
-            device = "cuda"
+            model.to(device)
             """,
             line=6,
         ),
@@ -324,7 +324,7 @@ class HostSyncEveryStep(Rule):
                 loss = loss_fn(out, y)
                 loss.backward()
                 bar.set_postfix(loss=loss.item(), acc=(out.argmax(1) == y).float().mean().cpu())
-            device = "cuda"
+            model.to(device)
             """,
             line=5,
         ),

@@ -520,9 +520,11 @@ class TorchCompileModel(Rule):
 
     def _offer(self, opt_call: cst.Call, model: str) -> None:
         scope = self.facts.enclosing_scope(opt_call)
+        root = model.split(".")[0]
         if (
             isinstance(scope, cst.FunctionDef)
-            and model.split(".")[0] in _parameter_names(scope)
+            and root not in ("self", "cls")  # built by the method itself (`self.net = Net()`)
+            and root in _parameter_names(scope)
             and self.context.program.called_from_the_project(scope)
         ):
             return  # `train(model, ...)` receives it: the caller builds it, compile goes there
