@@ -160,8 +160,17 @@ def batch_transfers(rule: Rule, loop: cst.For | cst.While) -> list[cst.Call]:
     # the batch handed to a helper of this file that moves it (Informer's
     # `self._process_one_batch(dataset, batch_x, batch_y)` doing `batch_x.to(self.device)`)
     seen: set[int] = set()
+    defs: dict[str, list[cst.FunctionDef]] | None = None
     for call in calls_in(loop.body, into_scopes=False):
-        helper = _local_helper(rule, call)
+        name = local_callee(call)
+        if name is None or not any(isinstance(a.value, cst.Name) for a in call.args):
+            continue
+        if defs is None:  # the file's functions by name, once per loop that needs them
+            defs = {}
+            for f in nodes_of_type(rule.context.module, cst.FunctionDef):
+                defs.setdefault(f.name.value, []).append(f)
+        found = defs.get(name, [])
+        helper = found[0] if len(found) == 1 else None  # the one def `f(...)` can run
         if helper is None or id(helper) in seen:
             continue
         seen.add(id(helper))
@@ -191,17 +200,6 @@ def _transfers_of(
         ):
             out.append(call)
     return out
-
-
-def _local_helper(rule: Rule, call: cst.Call) -> cst.FunctionDef | None:
-    """The one function or method of the file that `f(...)` / `self.f(...)` runs."""
-    name = local_callee(call)
-    if name is None:
-        return None
-    found = [
-        f for f in nodes_of_type(rule.context.module, cst.FunctionDef) if f.name.value == name
-    ]
-    return found[0] if len(found) == 1 else None
 
 
 def _params_bound_to(func: cst.FunctionDef, call: cst.Call, names: set[str]) -> set[str]:
