@@ -13,6 +13,10 @@ from autoopt.lint.tree.nodes import calls_in, method_name, names_in, walk
 
 _SYNC_METHODS = ("item", "cpu", "tolist")
 _CONVERSIONS = ("float", "int")
+# Loggers that read a tensor they are handed on the host (TensorBoard, tqdm).
+_LOGGING_METHODS = frozenset(
+    {"add_scalar", "add_scalars", "set_postfix", "set_postfix_str", "set_description"}
+)
 
 
 class HostSyncEveryStep(Rule):
@@ -58,7 +62,7 @@ class HostSyncEveryStep(Rule):
     name = "host-sync-every-step"
     message = "host-device sync on every training step; log every N steps instead"
     fix_reason = "whether a value is needed on the host every step is the user's call"
-    triggers = (".item(", ".cpu(", ".tolist(", "print(", "float(", "int(")
+    triggers = (".item(", ".cpu(", ".tolist(", "print(", "float(", "int(", ".add_scalar", ".set_")
     # `zero_grad(`: a loop whose backward runs in a callable it hands loss and optimizer to
     requires = ((".backward(", "zero_grad(", "def training_step"),)
 
@@ -128,6 +132,16 @@ class HostSyncEveryStep(Rule):
             class Model(L.LightningModule):
                 def validation_step(self, batch, batch_idx):
                     self.log("val", self.loss(self(batch)).item())
+            """
+        ),
+        Valid(  # the logger is handed a host value, or the loss's shape
+            """
+            for step, x in enumerate(loader):
+                loss = model(x).mean()
+                loss.backward()
+                writer.add_scalar("lr", scheduler.get_last_lr()[0], step)
+                pbar.set_postfix(shape=str(loss.shape))
+            model.to(device)
             """
         ),
         Valid(  # a CPU-only script: no device runs ahead, the read waits for nothing
@@ -245,6 +259,18 @@ class HostSyncEveryStep(Rule):
             """,
             line=4,
         ),
+        Invalid(  # TensorBoard and tqdm read the loss tensor on the host (pytorch-ddpm)
+            """
+            for step, x in enumerate(loader):
+                loss = model(x).mean()
+                loss.backward()
+                writer.add_scalar("loss", loss, step)
+                pbar.set_postfix(loss="%.3f" % loss)
+            model.to(device)
+            """,
+            line=4,
+            message_contains="add_scalar",
+        ),
         Invalid(  # Lightning runs training_step once per batch
             """
             import lightning as L
@@ -333,7 +359,8 @@ class HostSyncEveryStep(Rule):
     def visit_Call(self, node: cst.Call) -> None:
         name = method_name(node)
         builtin = node.func.value if isinstance(node.func, cst.Name) else None
-        is_print = builtin == "print"
+        # print(loss), writer.add_scalar("loss", loss, step), pbar.set_postfix(loss=loss)
+        is_print = builtin == "print" or (builtin is None and name in _LOGGING_METHODS)
         converts = builtin in _CONVERSIONS
         if name not in _SYNC_METHODS and not is_print and not converts:
             return
@@ -368,7 +395,13 @@ class HostSyncEveryStep(Rule):
             return
         if is_print:
             losses = self._backward_names(loop)
-            printed = {n.value for a in node.args for n in walk(a.value) if isinstance(n, cst.Name)}
+            # the loss itself (`loss`, `'%.3f' % loss`, f"{loss}"), not an attribute of it
+            printed = {
+                n.value
+                for a in node.args
+                for n in walk(a.value)
+                if isinstance(n, cst.Name) and not isinstance(self.parent(n), cst.Attribute)
+            }
             has_item = any(
                 isinstance(n, cst.Call) and method_name(n) in _SYNC_METHODS
                 for a in node.args
@@ -376,7 +409,8 @@ class HostSyncEveryStep(Rule):
             )
             if has_item or not (printed & losses):
                 return  # the .item() inside reports itself; other prints are not tensors
-            self.report(node, "print() of the loss tensor syncs with the GPU every step")
+            shown = "print()" if builtin == "print" else f".{name}()"
+            self.report(node, f"{shown} of the loss tensor syncs with the GPU every step")
             return
         if name == "cpu" and self._inside_sync(node):
             return  # `.cpu().numpy()` / `.cpu().item()`: one sync, reported once

@@ -5,6 +5,7 @@ from __future__ import annotations
 import libcst as cst
 
 from autoopt.lint.engine.rule import Fix, FixSafety, Invalid, Rule, Valid
+from autoopt.lint.program.device import GPU_MARKERS
 from autoopt.lint.program.torch_api import torch_imports
 from autoopt.lint.tree.edits import insert_after_imports, statement_line
 
@@ -55,9 +56,20 @@ class TF32Matmul(Rule):
     fix_safety = FixSafety.UNSAFE
     fix_reason = "matmuls round their inputs to TF32 (10-bit mantissa): results change ~1e-3"
     covered_by_optimize = True  # the backends pass sets it on Ampere+
-    requires = ("cuda", ".backward(")
+    # any word of a device: the program model decides (a driver whose trainer module, or whose
+    # config, says "cuda")
+    requires = (GPU_MARKERS, ".backward(")
 
     VALID = [
+        Valid(  # a device named, but the CPU
+            """
+            import torch
+            device = torch.device("cpu")
+            model = Net().to(device)
+            for x in loader:
+                model(x.to(device)).sum().backward()
+            """
+        ),
         Valid(
             """
             import torch
