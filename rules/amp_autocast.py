@@ -706,7 +706,13 @@ class AmpAutocast(Rule):
                         "ignite's create_supervised_trainer)",
                     )
         loops = facts.innermost_training_loops
-        step_functions = facts.step_functions
+        step_functions = list(facts.step_functions)
+        program = self.context.program
+        if program.runs_on_cuda or program.serves_cuda_training:
+            # steps that a loop of another module runs (`agent.learn()` from main.py)
+            step_functions += [
+                f for f in program.steps_run_elsewhere if all(f is not g for g in step_functions)
+            ]
         if (loops or step_functions) and is_hogwild(self):
             return
         for func in step_functions:

@@ -114,6 +114,51 @@ class ChannelsLast(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # a trainer object's model (Graph-WaveNet's engine.trainer)
+            """
+            import torch
+            from torch import nn
+            class Net(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.conv = nn.Conv2d(3, 8, 3)
+                def forward(self, x):
+                    return self.conv(x).mean((1, 2, 3))
+            class Trainer:
+                def __init__(self, device):
+                    self.model = Net()
+                    self.model.to(device)
+                    self.opt = torch.optim.SGD(self.model.parameters(), lr=0.1)
+                def train(self, loader, device):
+                    for x in loader:
+                        self.model(x.to(device)).sum().backward()
+                        self.opt.step()
+            trainer = Trainer(torch.device("cuda"))
+            """,
+            line=12,
+            fixed="""
+            import torch
+            from torch import nn
+            class Net(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.conv = nn.Conv2d(3, 8, 3)
+                def forward(self, x):
+                    return self.conv(x).mean((1, 2, 3))
+            class Trainer:
+                def __init__(self, device):
+                    self.model = Net()
+                    self.model.to(device)
+                    self.model = self.model.to(memory_format=torch.channels_last)
+                    self.opt = torch.optim.SGD(self.model.parameters(), lr=0.1)
+                def train(self, loader, device):
+                    for x in loader:
+                        self.model(x.to(device)).sum().backward()
+                        self.opt.step()
+            trainer = Trainer(torch.device("cuda"))
+            """,
+            unsafe=True,
+        ),
         Invalid(  # a torchvision CNN built inside the user's own class (a backbone)
             """
             import torch

@@ -16,7 +16,7 @@ from autoopt.lint.program.loops import (
 from autoopt.lint.program.torch_api import DATALOADER
 from autoopt.lint.rewrite.fixes.preconditions import device_is_cuda
 from autoopt.lint.tree.calls import assigned_name, call_options, with_keyword
-from autoopt.lint.tree.nodes import is_name
+from autoopt.lint.tree.nodes import is_name, nodes_of_type
 
 
 class DataLoaderPinMemory(Rule):
@@ -198,6 +198,35 @@ class DataLoaderPinMemory(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # batches drawn through a generator that re-iterates the loader (pytorch-ddpm)
+            """
+            import torch
+            device = torch.device("cuda:0")
+            def infiniteloop(dataloader):
+                while True:
+                    for x, y in iter(dataloader):
+                        yield x
+            dataloader = torch.utils.data.DataLoader(dataset, batch_size=128, num_workers=4)
+            looper = infiniteloop(dataloader)
+            for step in range(1000):
+                x_0 = next(looper).to(device)
+                model(x_0).mean().backward()
+            """,
+            line=7,
+            fixed="""
+            import torch
+            device = torch.device("cuda:0")
+            def infiniteloop(dataloader):
+                while True:
+                    for x, y in iter(dataloader):
+                        yield x
+            dataloader = torch.utils.data.DataLoader(dataset, batch_size=128, num_workers=4, pin_memory=True)
+            looper = infiniteloop(dataloader)
+            for step in range(1000):
+                x_0 = next(looper).to(device)
+                model(x_0).mean().backward()
+            """,
+        ),
         Invalid(  # torch < 1.8 without persistent_workers: pinning alone is fine
             """
             import torch
@@ -378,11 +407,31 @@ class DataLoaderPinMemory(Rule):
         cannot be found (it is handed to another function), any batch loop of the file counts."""
         name = assigned_name(self, call)
         loops = loops_over(self, name) if name else []
-        if not loops:
+        if loops and any(batch_transfers(self, loop) for loop in loops):
+            return True
+        if not loops or (name is not None and self._wrapped(name)):
             if library_moves_batches(self):  # ignite's create_supervised_trainer(device=...)
                 return True
-            loops = data_loops(self)
-        return any(batch_transfers(self, loop) for loop in loops)
+            # handed to another function, or to a generator the training loop draws from
+            # (`looper = infiniteloop(loader)`, then `next(looper).to(device)`)
+            return any(batch_transfers(self, loop) for loop in data_loops(self))
+        return False
+
+    def _wrapped(self, name: str) -> bool:
+        """The loader is bound into a generator of the file's own (`infiniteloop(loader)`,
+        `cycle(loader)`) that a loop draws from with `next(...)`."""
+        for call in nodes_of_type(self.context.module, cst.Call):
+            if any(isinstance(a.value, cst.Name) and a.value.value == name for a in call.args):
+                holder = self.parent(call)
+                bound = _bound(holder) if isinstance(holder, cst.Assign) else ""
+                if bound and f"next({bound})" in self.context.source:
+                    return True
+        return False
+
+
+def _bound(assign: cst.Assign) -> str:
+    target = assign.targets[0].target
+    return target.value if isinstance(target, cst.Name) else ""
 
 
 def _false(expr: cst.BaseExpression | None) -> bool:

@@ -8,8 +8,17 @@ import libcst as cst
 
 from autoopt.lint.engine.rule import Fix, FixSafety, Invalid, Rule, Valid
 from autoopt.lint.program.facts import EVAL_MARKERS
+from autoopt.lint.program.index import NO_FORWARD_METHODS
 from autoopt.lint.program.torch_api import torch_name
-from autoopt.lint.tree.nodes import calls_in, code_of, is_name, method_name, nodes_of_type, walk
+from autoopt.lint.tree.nodes import (
+    calls_in,
+    code_of,
+    is_name,
+    method_name,
+    names_in,
+    nodes_of_type,
+    walk,
+)
 
 _NEEDS_GRAD = (
     "torch.autograd.grad",
@@ -85,6 +94,34 @@ class EvalLoopNoGrad(Rule):
     triggers = (*EVAL_MARKERS, "def sample", ".backward(")
 
     VALID = [
+        Valid(  # REINFORCE keeps the log-probability for the backward pass of the episode
+            """
+            import torch
+            class Agent:
+                def __init__(self, policy):
+                    self.policy = policy
+                    self.optim = torch.optim.Adam(self.policy.parameters())
+                    self.log_probs = []
+                def select_action(self, state):
+                    m = torch.distributions.Categorical(self.policy(torch.as_tensor(state)))
+                    action = m.sample()
+                    self.log_probs.append(m.log_prob(action))
+                    return action.item()
+                def finish_episode(self):
+                    torch.stack(self.log_probs).sum().backward()
+            """
+        ),
+        Valid(  # the function hands back a tensor its caller may differentiate
+            """
+            import torch
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            def score(x):
+                model.eval()
+                out = model(x)
+                return out.mean()
+            score(x).backward()
+            """
+        ),
         Valid(  # a sampling function whose result the caller may differentiate
             """
             import torch
@@ -185,6 +222,67 @@ class EvalLoopNoGrad(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # the model runs in a helper method of the same object (Informer's Exp)
+            """
+            import torch
+            class Exp:
+                def _process_one_batch(self, x):
+                    return self.model(x.to(self.device))
+                def vali(self, loader):
+                    self.model.eval()
+                    total = []
+                    for x, y in loader:
+                        pred = self._process_one_batch(x)
+                        total.append(torch.nn.functional.mse_loss(pred.detach(), y).item())
+                    return sum(total) / len(total)
+            """,
+            line=8,
+            fixed="""
+            import torch
+            class Exp:
+                def _process_one_batch(self, x):
+                    return self.model(x.to(self.device))
+                def vali(self, loader):
+                    self.model.eval()
+                    total = []
+                    with torch.no_grad():
+                        for x, y in loader:
+                            pred = self._process_one_batch(x)
+                            total.append(torch.nn.functional.mse_loss(pred.detach(), y).item())
+                    return sum(total) / len(total)
+            """,
+        ),
+        Invalid(  # an RL agent's action: the policy runs with autograd on for a numpy action
+            """
+            import torch
+            class Agent:
+                def __init__(self, policy):
+                    self.policy = policy
+                    self.optim = torch.optim.Adam(self.policy.parameters())
+                def select_action(self, state):
+                    action, _ = self.policy.sample(torch.as_tensor(state))
+                    return action.detach().cpu().numpy()[0]
+                def update(self, loss):
+                    loss.backward()
+                    self.optim.step()
+            """,
+            line=6,
+            fixed="""
+            import torch
+            class Agent:
+                def __init__(self, policy):
+                    self.policy = policy
+                    self.optim = torch.optim.Adam(self.policy.parameters())
+                @torch.no_grad()
+                def select_action(self, state):
+                    action, _ = self.policy.sample(torch.as_tensor(state))
+                    return action.detach().cpu().numpy()[0]
+                def update(self, loss):
+                    loss.backward()
+                    self.optim.step()
+            """,
+            message_contains="host values",
+        ),
         Invalid(  # GAN samples saved every N batches (PyTorch-GAN cyclegan)
             """
             import torch
@@ -293,12 +391,17 @@ class EvalLoopNoGrad(Rule):
         )
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
-        """A sampling/evaluation function without a loop: runs a model, returns nothing."""
+        """A sampling/evaluation function without a loop: runs a model, returns nothing; or
+        any function that runs a model only to hand back host values (an RL agent's
+        `select_action(state)` returning `action.cpu().numpy()`, a trainer's `eval(x, y)`
+        returning `loss.item()`)."""
         facts = self.facts
         words = node.name.value.lower()
-        if not any(w in words for w in _INFERENCE_FUNCTION_WORDS) or not node.body.body:
+        if not node.body.body or facts.in_no_grad(node.body) or self._needs_grad(node):
             return
-        if facts.in_no_grad(node.body) or self._needs_grad(node) or _returns_value(node):
+        if _returns_host_values(node) and self._host_result_function(node):
+            return
+        if not any(w in words for w in _INFERENCE_FUNCTION_WORDS) or _returns_value(node):
             return
         if any(isinstance(n, cst.For | cst.While) for n in walk(node.body, into_scopes=False)):
             return  # loops are visit_For's (evaluation loops) or not inference at all
@@ -319,6 +422,58 @@ class EvalLoopNoGrad(Rule):
                 add_imports=imports,
             ),
         )
+
+    def _host_result_function(self, node: cst.FunctionDef) -> bool:
+        """Reports `node` when it runs a model (one put in eval mode here, one an optimizer
+        trains, one named like a model, or a method of one: `self.policy.sample(s)`) and keeps
+        nothing of what it computes: no loop, no optimizer step, nothing stored (no
+        `.append()`, no attribute or item assigned), so no graph can be used later."""
+        if node.name.value.startswith("__") or node.name.value == "forward":
+            return False
+        body = list(walk(node.body, into_scopes=False))
+        if any(isinstance(n, _KEEPS) for n in body) or _steps_optimizer(node.body):
+            return False
+        if any(method_name(c) in _STORES for c in calls_in(node.body, into_scopes=False)):
+            return False
+        if any(
+            isinstance(n, cst.Assign | cst.AugAssign | cst.AnnAssign)
+            and any(isinstance(t, cst.Attribute | cst.Subscript) for t in _targets(n))
+            for n in body
+        ):
+            return False
+        modules = self._evaluated(node) | self._trained_modules
+        if not any(
+            self._runs_module(c, modules)
+            for c in calls_in(node.body, into_scopes=False)
+            if not self.facts.in_no_grad(c)
+        ):
+            return False
+        torch, imports = torch_name(self)
+        decorator = cst.Decorator(decorator=cst.parse_expression(f"{torch}.no_grad()"))
+        self.report(
+            node,
+            "runs the model with autograd on only to return host values; "
+            "decorate it with @torch.no_grad()",
+            fix=Fix(
+                replacements={node: node.with_changes(decorators=[decorator, *node.decorators])},
+                description="decorate with @torch.no_grad()",
+                add_imports=imports,
+            ),
+        )
+        return True
+
+    def _runs_module(self, call: cst.Call, modules: set[str]) -> bool:
+        """`call` runs a model: one of `modules` or one named like a model, or a method of one
+        of `modules` that is not bookkeeping (`self.policy.sample(s)`, `net.forward(x)`)."""
+        if not isinstance(call.func, cst.Name | cst.Attribute):
+            return False
+        text = code_of(call.func)
+        if text in modules or _named_like_model(text):
+            return not self._runs_no_forward(call)
+        if isinstance(call.func, cst.Attribute) and code_of(call.func.value) in modules:
+            attr = call.func.attr.value
+            return attr not in NO_FORWARD_METHODS and not attr.startswith(_BOOKKEEPING_VERBS)
+        return False
 
     def visit_If(self, node: cst.If) -> None:
         """Sampling every N steps inside the training loop (`if i % 100 == 0: netG(noise)`)."""
@@ -390,7 +545,26 @@ class EvalLoopNoGrad(Rule):
             text = code_of(call.func)
             if (text in evaluated or _named_like_model(text)) and not self._runs_no_forward(call):
                 return True
+            if evaluated and self._runs_evaluated_model(call, evaluated):
+                return True
         return False
+
+    def _runs_evaluated_model(self, call: cst.Call, evaluated: set[str]) -> bool:
+        """A call of the project's code that runs a module put in eval mode here with autograd
+        on: a method of the same object (`self._process_one_batch(...)` running `self.model`),
+        or a helper handed the module (`predict_batch(model, x)`)."""
+        program = self.context.program
+        summary = program.call_summary(call)
+        if any(
+            key in evaluated and "forward" in roles
+            for key, roles in summary.roles.items()
+            if key.startswith("self.")
+        ):
+            return True
+        return any(
+            "forward" in roles and code_of(arg.value) in evaluated
+            for arg, roles in program.argument_roles(call)
+        )
 
     def _needs_grad(self, loop: cst.For) -> bool:
         for n in nodes_of_type(loop, _GRAD_NODES, into_scopes=False):
@@ -422,6 +596,75 @@ def _returns_value(func: cst.FunctionDef) -> bool:
         isinstance(n, cst.Return) and n.value is not None
         for n in walk(func.body, into_scopes=False)
     ) or any(isinstance(n, cst.Yield) for n in walk(func.body, into_scopes=False))
+
+
+# What a host-result function must not do: loop, yield, or keep a value beyond the call.
+_KEEPS = (cst.For, cst.While, cst.Yield, cst.Global, cst.Nonlocal, cst.Lambda)
+_STORES = frozenset({"append", "extend", "insert", "add", "push", "put", "store", "register_hook"})
+_HOST_METHODS = frozenset({"item", "tolist", "numpy"})
+_HOST_BUILTINS = frozenset({"float", "int", "bool"})
+_HOST_LIBRARIES = ("np.", "numpy.", "math.", "random.")
+
+
+def _targets(node: cst.Assign | cst.AugAssign | cst.AnnAssign) -> list[cst.BaseExpression]:
+    if isinstance(node, cst.Assign):
+        return [t.target for t in node.targets]
+    return [node.target]
+
+
+def _returns_host_values(func: cst.FunctionDef) -> bool:
+    """Every `return` hands back host values only (`.item()`, `.cpu().numpy()`, `float(x)`,
+    tuples of them, or names bound only to them): nothing a caller could differentiate."""
+    returns = [n for n in walk(func.body, into_scopes=False) if isinstance(n, cst.Return)]
+    if not returns or any(r.value is None for r in returns):
+        return False
+    assigned: dict[str, list[cst.BaseExpression]] = {}
+    for n in walk(func.body, into_scopes=False):
+        if isinstance(n, cst.Assign):
+            for t in n.targets:
+                if isinstance(t.target, cst.Name):
+                    assigned.setdefault(t.target.value, []).append(n.value)
+                else:
+                    for name in names_in(t.target):
+                        assigned.setdefault(name, []).append(cst.Name("__unknown__"))
+        elif isinstance(n, cst.AugAssign | cst.AnnAssign) and isinstance(n.target, cst.Name):
+            assigned.setdefault(n.target.value, []).append(cst.Name("__unknown__"))
+    return all(_host_value(r.value, assigned, 0) for r in returns if r.value is not None)
+
+
+def _host_value(
+    expr: cst.BaseExpression, assigned: dict[str, list[cst.BaseExpression]], depth: int
+) -> bool:
+    if depth > 4:
+        return False
+    if isinstance(expr, cst.Integer | cst.Float | cst.SimpleString):
+        return True
+    if isinstance(expr, cst.Subscript):
+        return _host_value(expr.value, assigned, depth + 1)
+    if isinstance(expr, cst.Tuple | cst.List):
+        return bool(expr.elements) and all(
+            _host_value(e.value, assigned, depth + 1) for e in expr.elements
+        )
+    if isinstance(expr, cst.IfExp):
+        return _host_value(expr.body, assigned, depth + 1) and _host_value(
+            expr.orelse, assigned, depth + 1
+        )
+    if isinstance(expr, cst.Call):
+        func = expr.func
+        if isinstance(func, cst.Name):
+            return func.value in _HOST_BUILTINS
+        if method_name(expr) in _HOST_METHODS or code_of(func).startswith(_HOST_LIBRARIES):
+            return True  # `.item()`, `np.random.randint(n)`
+        # a method of a host value (`action.reshape(shape)` of a numpy array)
+        return isinstance(func, cst.Attribute) and _host_value(func.value, assigned, depth + 1)
+    if isinstance(expr, cst.Name):
+        values = assigned.get(expr.value)
+        if not values:
+            return False
+        # `action = action[0] if ... else action.reshape(...)`: its other values decide
+        others = {**assigned, expr.value: [cst.Integer("0")]}
+        return all(_host_value(v, others, depth + 1) for v in values)
+    return False
 
 
 def _periodic(test: cst.BaseExpression) -> bool:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import libcst as cst
 
 from autoopt.lint.engine.rule import Invalid, Rule, Valid
@@ -10,6 +12,11 @@ from autoopt.lint.program.handled import engine_step_functions
 from autoopt.lint.tree.nodes import calls_in, method_name, names_in, walk
 
 _SYNC_METHODS = ("item", "cpu", "tolist")
+_CONVERSIONS = ("float", "int")
+# Loggers that read a tensor they are handed on the host (TensorBoard, tqdm).
+_LOGGING_METHODS = frozenset(
+    {"add_scalar", "add_scalars", "set_postfix", "set_postfix_str", "set_description"}
+)
 
 
 class HostSyncEveryStep(Rule):
@@ -20,8 +27,10 @@ class HostSyncEveryStep(Rule):
     `Engine(train_step)`, or a loop that hands its loss and optimizer to a callable running
     backward and step, timm's `loss_scaler(loss, optimizer, ...)`), calls that copy a tensor to
     the host on every step: `.item()`, `.cpu()`, `.tolist()`, and `print(loss)` of the tensor
-    that is back-propagated; also `total += loss.item()` and `meter.update(loss.item())`, a
-    running metric read on the host every step.
+    that is back-propagated, `float(loss)` / `int(loss)`; also `total += loss.item()`,
+    `meter.update(loss.item())` and `history.append(loss.item())`, a running metric or a
+    history read on the host every step (keep `loss.detach()` and read it once per epoch). A
+    Lightning `training_step` is a step function too.
 
     ## Why
     CUDA runs asynchronously: the Python loop normally queues the next step's kernels while
@@ -31,12 +40,12 @@ class HostSyncEveryStep(Rule):
     running sum on the device) removes the stall from the other N-1 steps.
 
     ## When not to
+    - A CPU-only script: no device runs ahead of the host, so there is nothing to wait for.
     - Under a logging condition: inside an `if` whose test uses `%` or `==`
       (`if step % 100 == 0:`, `if i == 0:`) — logging every N steps is fine. An `if` that
       runs a training step itself (`.backward()` in its body: a GAN's generator step
       `if i % n_critic == 0:`) is a step schedule, not a logging condition: the sync there
       is paid on every step it runs.
-    - `.append(loss.item())`: a per-step history the author keeps on purpose.
     - A running metric kept on the device (`total += loss.detach()`, `.item()` when logging).
       AO402's fix writes that form (`total += loss.detach()`), so the two never disagree.
     - Once per epoch (in the epoch loop, after the step loop), in evaluation loops, and in
@@ -53,9 +62,9 @@ class HostSyncEveryStep(Rule):
     name = "host-sync-every-step"
     message = "host-device sync on every training step; log every N steps instead"
     fix_reason = "whether a value is needed on the host every step is the user's call"
-    triggers = (".item(", ".cpu(", ".tolist(", "print(")
+    triggers = (".item(", ".cpu(", ".tolist(", "print(", "float(", "int(", ".add_scalar", ".set_")
     # `zero_grad(`: a loop whose backward runs in a callable it hands loss and optimizer to
-    requires = ((".backward(", "zero_grad("),)
+    requires = ((".backward(", "zero_grad(", "def training_step"),)
 
     VALID = [
         Valid(  # an evaluation step run by an Engine: no backward, not a training step
@@ -107,6 +116,42 @@ class HostSyncEveryStep(Rule):
                 print(epoch, loss.item())
             """
         ),
+        Valid(  # float() of a Python number, and of the loss under a logging condition
+            """
+            for step, (x, y) in enumerate(loader):
+                loss = loss_fn(model(x), y)
+                loss.backward()
+                lr = float(scheduler.get_last_lr()[0])
+                if step % 50 == 0:
+                    print(float(loss))
+            """
+        ),
+        Valid(  # a Lightning validation step is not a training step
+            """
+            import lightning as L
+            class Model(L.LightningModule):
+                def validation_step(self, batch, batch_idx):
+                    self.log("val", self.loss(self(batch)).item())
+            """
+        ),
+        Valid(  # the logger is handed a host value, or the loss's shape
+            """
+            for step, x in enumerate(loader):
+                loss = model(x).mean()
+                loss.backward()
+                writer.add_scalar("lr", scheduler.get_last_lr()[0], step)
+                pbar.set_postfix(shape=str(loss.shape))
+            model.to(device)
+            """
+        ),
+        Valid(  # a CPU-only script: no device runs ahead, the read waits for nothing
+            """
+            for x, y in loader:
+                loss = loss_fn(model(x), y)
+                loss.backward()
+                history.append(loss.item())
+            """
+        ),
         Valid(  # once per epoch, after a function that runs the whole step loop
             """
             def train(loader):
@@ -151,6 +196,7 @@ class HostSyncEveryStep(Rule):
                     loss_value = loss.item()
                     loss_scaler(loss, optimizer, parameters=model.parameters())
                     optimizer.zero_grad()
+            model.to(device)
             """,
             line=5,
         ),
@@ -164,6 +210,7 @@ class HostSyncEveryStep(Rule):
                 optimizer.step()
                 return {"batch loss": loss.item()}
             trainer = Engine(train_step)
+            model.to(device)
             """,
             line=7,
         ),
@@ -175,6 +222,7 @@ class HostSyncEveryStep(Rule):
                 loss = loss_fn(model(x), y)
                 loss.backward()
                 total += loss.item()
+            model.to(device)
             """,
             line=5,
             message_contains="accumulate loss.detach()",
@@ -185,9 +233,55 @@ class HostSyncEveryStep(Rule):
                 loss = loss_fn(model(x), y)
                 loss.backward()
                 losses_m.update(loss.item(), x.size(0))
+            model.to(device)
             """,
             line=4,
             message_contains="accumulate loss.detach()",
+        ),
+        Invalid(  # a per-step history read on the host every step (Informer)
+            """
+            for x, y in loader:
+                loss = loss_fn(model(x), y)
+                train_loss.append(loss.item())
+                loss.backward()
+            model.to(device)
+            """,
+            line=3,
+            message_contains="append loss.detach()",
+        ),
+        Invalid(  # float() of the loss tensor is .item() (PyG's reddit example)
+            """
+            for batch in loader:
+                loss = loss_fn(model(batch), batch.y)
+                loss.backward()
+                total_loss += float(loss) * batch.num_graphs
+            model.to(device)
+            """,
+            line=4,
+        ),
+        Invalid(  # TensorBoard and tqdm read the loss tensor on the host (pytorch-ddpm)
+            """
+            for step, x in enumerate(loader):
+                loss = model(x).mean()
+                loss.backward()
+                writer.add_scalar("loss", loss, step)
+                pbar.set_postfix(loss="%.3f" % loss)
+            model.to(device)
+            """,
+            line=4,
+            message_contains="add_scalar",
+        ),
+        Invalid(  # Lightning runs training_step once per batch
+            """
+            import lightning as L
+            class Model(L.LightningModule):
+                def training_step(self, batch, batch_idx):
+                    loss = self.loss(self(batch))
+                    self.log_dict({"loss": loss.item()})
+                    return loss
+            model.to(device)
+            """,
+            line=5,
         ),
         Invalid(  # the generator's step every n_critic batches, printed each time (wgan_gp)
             """
@@ -200,6 +294,7 @@ class HostSyncEveryStep(Rule):
                     g_loss.backward()
                     optimizer_G.step()
                     print("[D loss: %f] [G loss: %f]" % (d_loss.item(), g_loss.item()))
+            model.to(device)
             """,
             line=9,
         ),
@@ -214,6 +309,7 @@ class HostSyncEveryStep(Rule):
                     loss = loss_fn(model(x), y)
                     _backward(loss)
                     losses_m.update(loss.item(), x.size(0))
+            model.to(device)
             """,
             line=8,
             message_contains="accumulate loss.detach()",
@@ -231,6 +327,7 @@ class HostSyncEveryStep(Rule):
                 def train(self, loader):
                     for x, y in loader:
                         self._run_batch(x, y)
+            model.to(device)
             """,
             line=6,
         ),
@@ -242,6 +339,7 @@ class HostSyncEveryStep(Rule):
                 loss.backward()
                 optimizer.step()
                 print(loss)
+            model.to(device)
             """,
             line=6,
         ),
@@ -252,6 +350,7 @@ class HostSyncEveryStep(Rule):
                 loss = loss_fn(out, y)
                 loss.backward()
                 bar.set_postfix(loss=loss.item(), acc=(out.argmax(1) == y).float().mean().cpu())
+            model.to(device)
             """,
             line=5,
         ),
@@ -259,28 +358,50 @@ class HostSyncEveryStep(Rule):
 
     def visit_Call(self, node: cst.Call) -> None:
         name = method_name(node)
-        is_print = isinstance(node.func, cst.Name) and node.func.value == "print"
-        if name not in _SYNC_METHODS and not is_print:
+        builtin = node.func.value if isinstance(node.func, cst.Name) else None
+        # print(loss), writer.add_scalar("loss", loss, step), pbar.set_postfix(loss=loss)
+        is_print = builtin == "print" or (builtin is None and name in _LOGGING_METHODS)
+        converts = builtin in _CONVERSIONS
+        if name not in _SYNC_METHODS and not is_print and not converts:
             return
-        if is_print and not self.refers_to(node.func, "builtins.print"):
+        if builtin is not None and not self.refers_to(node.func, f"builtins.{builtin}"):
             return
+        if self._cpu_only:
+            return  # nothing runs ahead of the host: reading a value waits for nothing
         loop = self._step_loop(node)
         if loop is None:
+            return
+        if converts and not self._converts_the_loss(node, loop):
             return
         kept = self._kept_on_host(node, loop)
         if kept == "logged":
             return
-        if kept == "accumulated":
-            if name == "item":
+        what = f"{builtin}()" if converts else f".{name}()"
+        if kept == "appended":
+            if name == "item" or converts:
                 self.report(
                     node,
-                    ".item() syncs with the GPU every step to add to a running metric; "
+                    f"{what} syncs with the GPU every step to append to a history; "
+                    "append loss.detach() and read the values once per epoch",
+                )
+            return
+        if kept == "accumulated":
+            if name == "item" or converts:
+                self.report(
+                    node,
+                    f"{what} syncs with the GPU every step to add to a running metric; "
                     "accumulate loss.detach() on the device and call .item() when logging",
                 )
             return
         if is_print:
             losses = self._backward_names(loop)
-            printed = {n.value for a in node.args for n in walk(a.value) if isinstance(n, cst.Name)}
+            # the loss itself (`loss`, `'%.3f' % loss`, f"{loss}"), not an attribute of it
+            printed = {
+                n.value
+                for a in node.args
+                for n in walk(a.value)
+                if isinstance(n, cst.Name) and not isinstance(self.parent(n), cst.Attribute)
+            }
             has_item = any(
                 isinstance(n, cst.Call) and method_name(n) in _SYNC_METHODS
                 for a in node.args
@@ -288,13 +409,32 @@ class HostSyncEveryStep(Rule):
             )
             if has_item or not (printed & losses):
                 return  # the .item() inside reports itself; other prints are not tensors
-            self.report(node, "print() of the loss tensor syncs with the GPU every step")
+            shown = "print()" if builtin == "print" else f".{name}()"
+            self.report(node, f"{shown} of the loss tensor syncs with the GPU every step")
             return
         if name == "cpu" and self._inside_sync(node):
             return  # `.cpu().numpy()` / `.cpu().item()`: one sync, reported once
         if self._feeds_an_environment(node, loop):
             return  # the host value is the algorithm's (an RL action for `env.step`)
-        self.report(node, f".{name}() syncs with the GPU every training step; log every N steps")
+        self.report(node, f"{what} syncs with the GPU every training step; log every N steps")
+
+    @functools.cached_property
+    def _cpu_only(self) -> bool:
+        """The program trains on the CPU only: this file names no device, nor does the
+        project's code that imports it or that it imports."""
+        program = self.context.program
+        return self.facts.cpu_only and not (program.runs_on_cuda or program.serves_cuda_training)
+
+    def _converts_the_loss(self, node: cst.Call, loop: cst.CSTNode) -> bool:
+        """`float(loss)`, `int(loss.detach())`: a conversion of the back-propagated tensor
+        (reading a Python number back costs nothing; an `.item()` inside reports itself)."""
+        if len(node.args) != 1:
+            return False
+        value = node.args[0].value
+        if any(isinstance(n, cst.Call) and method_name(n) in _SYNC_METHODS for n in walk(value)):
+            return False
+        names = {n.value for n in walk(value) if isinstance(n, cst.Name)}
+        return bool(names & self._backward_names(loop))
 
     def _step_loop(self, node: cst.Call) -> cst.CSTNode | None:
         """The innermost loop around `node` if it is a step loop (calls backward() itself, not
@@ -304,7 +444,7 @@ class HostSyncEveryStep(Rule):
         if not loops:
             scope = facts.enclosing_scope(node)
             steps = [*facts.step_functions, *engine_step_functions(self)]
-            if any(scope is f for f in steps):
+            if any(scope is f for f in steps) or _lightning_training_step(scope):
                 return scope
             # a step function that a batch loop of the project runs (`engine.train(x, y)` from
             # train.py's loop, `agent.update_parameters(...)`): the backward here, outside any
@@ -365,7 +505,7 @@ class HostSyncEveryStep(Rule):
         return False
 
     def _kept_on_host(self, node: cst.Call, loop: cst.CSTNode) -> str | None:
-        """ "logged": under a condition true on some steps only, or appended to a list;
+        """ "logged": under a condition true on some steps only; "appended": to a list;
         "accumulated": added to a running metric (`total += loss.item()`, or a
         meter's `.update(loss.item())`); None: used right away."""
         child: cst.CSTNode = node
@@ -381,7 +521,7 @@ class HostSyncEveryStep(Rule):
             ):
                 return "logged"
             if isinstance(anc, cst.Call) and method_name(anc) == "append" and child is not anc.func:
-                return "logged"
+                return "appended"
             if isinstance(anc, cst.AugAssign) or (
                 isinstance(anc, cst.Call) and method_name(anc) == "update" and child is not anc.func
             ):
@@ -446,3 +586,11 @@ def _logging_test(test: cst.BaseExpression) -> bool:
         ):
             return True
     return False
+
+
+def _lightning_training_step(scope: cst.CSTNode | None) -> bool:
+    """A method `training_step(self, batch, ...)`: Lightning runs it once per batch."""
+    if not isinstance(scope, cst.FunctionDef) or scope.name.value != "training_step":
+        return False
+    params = [p.name.value for p in scope.params.params]
+    return len(params) >= 2 and params[0] == "self"

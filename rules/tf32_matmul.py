@@ -5,11 +5,16 @@ from __future__ import annotations
 import libcst as cst
 
 from autoopt.lint.engine.rule import Fix, FixSafety, Invalid, Rule, Valid
+from autoopt.lint.program.device import GPU_MARKERS
 from autoopt.lint.program.torch_api import torch_imports
 from autoopt.lint.tree.edits import insert_after_imports, statement_line
 
 # Any of these in the file means precision was chosen on purpose (either way).
 _CHOSEN = ("set_float32_matmul_precision", "allow_tf32", "fp32_precision")
+
+
+def _chooses_precision(text: str) -> bool:
+    return any(flag in text for flag in _CHOSEN)
 
 
 class TF32Matmul(Rule):
@@ -40,7 +45,8 @@ class TF32Matmul(Rule):
       `use_deterministic_algorithms(True)`): such scripts usually want bit-exact fp32 numerics.
     - The script already uses `autocast`: its forward matmuls run in fp16/bf16, TF32 touches
       only the few fp32 ones left. Not flagged.
-    - The file sets any of the precision flags, either way. Not flagged.
+    - The file sets any of the precision flags, either way, or a module of the project it
+      imports does (the setup code a driver calls). Not flagged.
     - GPUs before Ampere ignore the setting; it does no harm there.
     """
 
@@ -50,9 +56,20 @@ class TF32Matmul(Rule):
     fix_safety = FixSafety.UNSAFE
     fix_reason = "matmuls round their inputs to TF32 (10-bit mantissa): results change ~1e-3"
     covered_by_optimize = True  # the backends pass sets it on Ampere+
-    requires = ("cuda", ".backward(")
+    # any word of a device: the program model decides (a driver whose trainer module, or whose
+    # config, says "cuda")
+    requires = (GPU_MARKERS, ".backward(")
 
     VALID = [
+        Valid(  # a device named, but the CPU
+            """
+            import torch
+            device = torch.device("cpu")
+            model = Net().to(device)
+            for x in loader:
+                model(x.to(device)).sum().backward()
+            """
+        ),
         Valid(
             """
             import torch
@@ -170,6 +187,7 @@ class TF32Matmul(Rule):
             or not facts.trains
             or not program.runs_on_cuda
             or not program.is_entry_script  # the driver that imports this trainer says it
+            or program.imports_text_that_says(_chooses_precision)  # a setup() it calls
         ):
             return
         new = statement_line('torch.set_float32_matmul_precision("high")')

@@ -197,6 +197,37 @@ class ToDeviceNonBlocking(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # the batch is moved by a helper method the loop hands it to (Informer)
+            """
+            import torch
+            from torch.utils.data import DataLoader
+            class Exp:
+                device = torch.device("cuda")
+                def _process_one_batch(self, batch_x, batch_y):
+                    return self.model(batch_x.float().to(self.device)), batch_y.to(self.device)
+                def train(self, dataset):
+                    loader = DataLoader(dataset, batch_size=32, pin_memory=True)
+                    for batch_x, batch_y in loader:
+                        pred, true = self._process_one_batch(batch_x, batch_y)
+                        loss = (pred - true).pow(2).mean()
+                        loss.backward()
+            """,
+            line=6,
+            fixed="""
+            import torch
+            from torch.utils.data import DataLoader
+            class Exp:
+                device = torch.device("cuda")
+                def _process_one_batch(self, batch_x, batch_y):
+                    return self.model(batch_x.float().to(self.device, non_blocking=True)), batch_y.to(self.device, non_blocking=True)
+                def train(self, dataset):
+                    loader = DataLoader(dataset, batch_size=32, pin_memory=True)
+                    for batch_x, batch_y in loader:
+                        pred, true = self._process_one_batch(batch_x, batch_y)
+                        loss = (pred - true).pow(2).mean()
+                        loss.backward()
+            """,
+        ),
         Invalid(  # a DataLoader of this file, default collate: tensors, so the fix is safe
             """
             import torch

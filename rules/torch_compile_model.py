@@ -504,7 +504,8 @@ class TorchCompileModel(Rule):
 
     def visit_Module(self, node: cst.Module) -> None:
         self._trainers = library_trainer_calls(self)  # ignite runs the loop for the file
-        if not (self.facts.trains or self._trainers) or self._shadowed_or_scripted(node):
+        trains = self.facts.trains or self._trainers or self.context.program.steps_run_elsewhere
+        if not trains or self._shadowed_or_scripted(node):
             return
         if uses_accelerate(self) or is_hogwild(self):
             return  # Accelerate compiles (`dynamo_backend`); Hogwild shares one eager model
@@ -519,9 +520,11 @@ class TorchCompileModel(Rule):
 
     def _offer(self, opt_call: cst.Call, model: str) -> None:
         scope = self.facts.enclosing_scope(opt_call)
+        root = model.split(".")[0]
         if (
             isinstance(scope, cst.FunctionDef)
-            and model.split(".")[0] in _parameter_names(scope)
+            and root not in ("self", "cls")  # built by the method itself (`self.net = Net()`)
+            and root in _parameter_names(scope)
             and self.context.program.called_from_the_project(scope)
         ):
             return  # `train(model, ...)` receives it: the caller builds it, compile goes there

@@ -639,8 +639,8 @@ def test_a_step_function_run_by_another_modules_loop_syncs_every_step(tmp_path: 
             import torch
             from engine import Trainer, step, once
 
-            engine = Trainer(torch.nn.Linear(4, 1))
-            model = torch.nn.Linear(4, 1)
+            engine = Trainer(torch.nn.Linear(4, 1).cuda())
+            model = torch.nn.Linear(4, 1).cuda()
             opt = torch.optim.SGD(model.parameters(), lr=0.1)
             once(model, torch.randn(2, 4))
             for epoch in range(10):
@@ -651,3 +651,168 @@ def test_a_step_function_run_by_another_modules_loop_syncs_every_step(tmp_path: 
         },
     )
     assert [line for _, line, _ in _findings(tmp_path, "engine.py", "AO702")] == [13, 19]
+    # the same program on the CPU only: no device runs ahead of the host, nothing to wait for
+    _write(tmp_path, {"train.py": (tmp_path / "train.py").read_text().replace(".cuda()", "")})
+    assert _findings(tmp_path, "engine.py", "AO702") == []
+
+
+# ----- stop 21: drivers, packages and agents (fresh-d's misses) ----------------------------------
+PACKAGE_TRAINER = """
+import torch
+from torch import nn
+
+
+class TrainLoop:
+    def __init__(self, model, data, lr):
+        self.model = model
+        self.data = data
+        self.opt = torch.optim.AdamW(self.model.parameters(), lr=lr)
+
+    def run_loop(self):
+        for x in self.data:
+            self.opt.zero_grad()
+            self.model(x).sum().backward()
+            self.opt.step()
+"""
+PACKAGE_DEVICE = """
+import torch
+
+
+def dev():
+    if torch.cuda.is_available():
+        return torch.device("cuda:0")
+    return torch.device("cpu")
+"""
+PACKAGE_DRIVER = """
+from torch import nn
+from pkg import dist_util
+from pkg.train_util import TrainLoop
+
+
+def main():
+    model = nn.Linear(8, 8)
+    model.to(dist_util.dev())
+    TrainLoop(model=model, data=[], lr=1e-3).run_loop()
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_driver_of_a_package_trainer_gets_the_entry_script_advice(tmp_path: Path) -> None:
+    """`from pkg import dist_util` reaches the package's submodule (its CUDA device), and
+    `TrainLoop(...).run_loop()` trains: TF32 advice belongs to the driver (improved-diffusion)."""
+    _write(
+        tmp_path,
+        {
+            "pkg/__init__.py": "",
+            "pkg/dist_util.py": PACKAGE_DEVICE,
+            "pkg/train_util.py": PACKAGE_TRAINER,
+            "scripts/train.py": PACKAGE_DRIVER,
+        },
+    )
+    assert _codes(tmp_path, "scripts/train.py", "AO602") == ["AO602"]
+    # the setup code the driver imports chooses the precision: nothing to say
+    _write(
+        tmp_path,
+        {
+            "pkg/dist_util.py": PACKAGE_DEVICE
+            + '\ndef setup():\n    torch.set_float32_matmul_precision("high")\n'
+        },
+    )
+    assert _codes(tmp_path, "scripts/train.py", "AO602") == []
+
+
+def test_submodules_named_by_a_from_import(tmp_path: Path) -> None:
+    from autoopt.lint.program.project_text import imported_paths
+
+    _write(tmp_path, {"pkg/__init__.py": "", "pkg/a.py": "", "pkg/b.py": "", "pkg/c.py": ""})
+    text = "from . import (a,\n    b as other)\nfrom pkg import c as a\n"
+    found = {p.name for p in imported_paths(tmp_path / "pkg" / "m.py", text)}
+    assert found == {"__init__.py", "a.py", "b.py", "c.py"}
+
+
+AGENT = """
+import torch
+from torch import nn
+
+
+class Agent:
+    def __init__(self, device):
+        self.device = device
+        self.policy = nn.Linear(4, 2).to(device)
+        self.optim = torch.optim.Adam(self.policy.parameters())
+
+    def learn(self, batch):
+        loss = self.policy(batch).pow(2).mean()
+        self.optim.zero_grad()
+        loss.backward()
+        self.optim.step()
+        return loss.item()
+"""
+AGENT_MAIN = """
+import torch
+from agent import Agent
+
+device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+agent: Agent = make_agent(device)
+for step in range(1000):
+    agent.learn(torch.randn(32, 4, device=device))
+"""
+
+
+def test_a_step_function_run_by_another_module_loop(tmp_path: Path) -> None:
+    """`Agent.learn` is a training step: main.py's loop runs it (the instance is known by its
+    annotation only). The agent's model, precision, optimizer and per-step sync are reported
+    in agent.py, where they are built."""
+    _write(tmp_path, {"agent.py": AGENT, "main.py": AGENT_MAIN})
+    codes = _codes(tmp_path, "agent.py", "AO201", "AO301", "AO605", "AO702")
+    assert codes == ["AO201", "AO301", "AO605", "AO702"]
+    # without the loop that runs it, `learn` is one call, not a step: only the optimizer of
+    # a CUDA program is left (AO605 reads what the importing code trains)
+    _write(tmp_path, {"main.py": AGENT_MAIN.replace("for step in range(1000):\n    ", "")})
+    assert _codes(tmp_path, "agent.py", "AO201", "AO301", "AO605", "AO702") == ["AO605"]
+
+
+PPO_ALGO = """
+import torch
+
+
+class PPO:
+    def __init__(self, actor_critic, lr):
+        self.actor_critic = actor_critic
+        self.optimizer = torch.optim.Adam(actor_critic.parameters(), lr=lr)
+
+    def update(self, rollouts):
+        for batch in rollouts.split(4):
+            loss = self.actor_critic(batch).pow(2).mean()
+            self.optimizer.zero_grad()
+            loss.backward()
+            self.optimizer.step()
+"""
+PPO_MAIN = """
+import torch
+from algos import algo
+
+policy = torch.nn.Linear(4, 2).cuda()
+agent = algo.PPO(policy, lr=1e-3)
+for step in range(100):
+    agent.update(torch.randn(8, 4).cuda())
+"""
+
+
+def test_a_model_handed_to_a_constructor_is_compiled_where_it_is_built(tmp_path: Path) -> None:
+    """a2c-ppo-acktr: `PPO.__init__` receives the policy from main.py (through the package's
+    `from .ppo import PPO`): compile goes where main.py builds it, not on the parameter."""
+    _write(
+        tmp_path,
+        {
+            "algos/__init__.py": "",
+            "algos/algo/__init__.py": "from .ppo import PPO\n",
+            "algos/algo/ppo.py": PPO_ALGO,
+            "main.py": PPO_MAIN,
+        },
+    )
+    assert _codes(tmp_path, "algos/algo/ppo.py", "AO301") == []
+    assert _codes(tmp_path, "main.py", "AO301") == ["AO301"]

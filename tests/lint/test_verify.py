@@ -82,6 +82,7 @@ def test_a_fix_that_writes_what_another_rule_flags_is_rejected() -> None:
     code = src(
         """
         total = 0.0
+        model.cuda()
         for x, y in loader:
             loss = criterion(model(x), y)
             loss.backward()

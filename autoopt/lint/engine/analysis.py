@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import os
 import traceback
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -231,6 +232,8 @@ def _crash_of(visitor: Rule, wrapper: cst.MetadataWrapper) -> RuleCrash:
 # What the pre-filter reads for a file that trains through the project's other code (its loop in
 # another module's function, its backward inside a loss scaler): it counts as calling backward.
 TRAINS_ELSEWHERE = "\n.backward(\n"
+# ... and for such a file whose device is chosen in a module it imports (`dist_util.dev()`).
+RUNS_ON_CUDA_ELSEWHERE = "\ncuda\n"
 
 
 def active_rules(
@@ -247,6 +250,8 @@ def active_rules(
     `backward()` (`program.view.drives_training_elsewhere`)."""
     if path is not None and ".backward(" not in source and _trains_elsewhere(path, source):
         source += TRAINS_ELSEWHERE
+        if "cuda" not in source and _reaches_cuda(path, source):
+            source += RUNS_ON_CUDA_ELSEWHERE
     candidates = [r for r in rules if r.applies_to(target_version) and _text_matches(r, source)]
     if not any(r.triggers or r.requires or r.covered_by_optimize for r in candidates):
         return candidates
@@ -267,6 +272,15 @@ def _trains_elsewhere(path: Path | str, source: str) -> bool:
     try:
         return drives_training_elsewhere(path, source)
     except (OSError, RecursionError, ValueError):  # the program model is best effort here
+        return False
+
+
+def _reaches_cuda(path: Path | str, source: str) -> bool:
+    from autoopt.lint.program.view import reached_text_uses_cuda
+
+    try:
+        return reached_text_uses_cuda(Path(os.path.abspath(path)), source)
+    except (OSError, RecursionError, ValueError):
         return False
 
 

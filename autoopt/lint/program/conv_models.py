@@ -90,16 +90,19 @@ def conv2d_models(rule: Rule) -> list[ConvModel]:
     for n in nodes_of_type(module, cst.Assign):
         if len(n.targets) != 1:
             continue
-        target = n.targets[0].target
-        if not isinstance(target, cst.Name):
+        target = dotted(n.targets[0].target)
+        # `model = Net()`, or an attribute of the trainer object (`self.model = gwnet(...)`)
+        if target is None or (target.count(".") and not target.startswith("self.")):
+            continue
+        if target.count(".") > 1:
             continue
         base = without_placement(n.value)
         kind = _conv_model(rule, base, fit, flattening) if isinstance(base, cst.Call) else None
         if kind is None and isinstance(base, cst.Call):
-            others = [f for f in found if f.name != target.value]  # not `model = DDP(model)`
+            others = [f for f in found if f.name != target]  # not `model = DDP(model)`
             kind = _wrapped_conv_model(rule, base, fit, flattening, others)
         if kind is not None:
-            found.append(ConvModel(target.value, n, kind == "flattens"))
+            found.append(ConvModel(target, n, kind == "flattens"))
     return found
 
 

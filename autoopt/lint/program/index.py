@@ -424,6 +424,10 @@ class _Scanner:
         if isinstance(node, ast.AnnAssign) and node.value is not None:
             self.expr(node.value)
             self.bind(node.target, self.value(node.value))
+            annotation = dotted_of(node.annotation)
+            if annotation and annotation[-1][:1].isupper():
+                # `bpr: utils.BPRLoss = loss_class`: an instance of the class it names
+                self.bind(node.target, Value("call", annotation, line=node.lineno))
             return
         if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
             self.statement_call = node.value  # called for its effect: `dataset.resample()`
@@ -509,6 +513,13 @@ class _Scanner:
                 info.zero_grad = True
             if owner is not None:
                 self.method_use(owner, attr, node)
+            elif isinstance(func.value, ast.Call) and (built := dotted_of(func.value.func)):
+                # `Trainer(...).fit()`: the method of the class just built (the arguments are
+                # the constructor's: this call records none)
+                site = CallSite(
+                    built + (attr,), (), (), node.lineno, self.loops > 0, self.no_grad > 0
+                )
+                info.calls.append(site)
         elif callee and callee[-1] == "next" and node.args:  # `next(iter(loader))`
             for name in self.iterated(node.args[0]):
                 info.use(name, "iterated")

@@ -156,14 +156,42 @@ def batch_transfers(rule: Rule, loop: cst.For | cst.While) -> list[cst.Call]:
     the batch the loop iterates, also through host-side methods (`x.reshape(n, -1).to(device)`);
     not a module, not a dtype cast."""
     names = batch_names(loop)
-    out = []
+    out = _transfers_of(rule, loop.body, names, next_calls=True)
+    # the batch handed to a helper of this file that moves it (Informer's
+    # `self._process_one_batch(dataset, batch_x, batch_y)` doing `batch_x.to(self.device)`)
+    seen: set[int] = set()
+    defs: dict[str, list[cst.FunctionDef]] | None = None
     for call in calls_in(loop.body, into_scopes=False):
+        name = local_callee(call)
+        if name is None or not any(isinstance(a.value, cst.Name) for a in call.args):
+            continue
+        if defs is None:  # the file's functions by name, once per loop that needs them
+            defs = {}
+            for f in nodes_of_type(rule.context.module, cst.FunctionDef):
+                defs.setdefault(f.name.value, []).append(f)
+        found = defs.get(name, [])
+        helper = found[0] if len(found) == 1 else None  # the one def `f(...)` can run
+        if helper is None or id(helper) in seen:
+            continue
+        seen.add(id(helper))
+        params = _params_bound_to(helper, call, names)
+        if params:
+            out += _transfers_of(rule, helper.body, params, next_calls=False)
+    return out
+
+
+def _transfers_of(
+    rule: Rule, body: cst.CSTNode, names: set[str], next_calls: bool
+) -> list[cst.Call]:
+    out = []
+    for call in calls_in(body, into_scopes=False):
         method = method_name(call)
         if method not in ("to", "cuda", "type"):
             continue
         assert isinstance(call.func, cst.Attribute)
         moved = _through_methods(call.func.value)
-        if root_name(moved) not in names and not _is_next_call(moved):  # `next(dl).to(device)`
+        # `next(dl).to(device)`
+        if root_name(moved) not in names and not (next_calls and _is_next_call(moved)):
             continue
         if (
             method == "cuda"
@@ -172,6 +200,22 @@ def batch_transfers(rule: Rule, loop: cst.For | cst.While) -> list[cst.Call]:
         ):
             out.append(call)
     return out
+
+
+def _params_bound_to(func: cst.FunctionDef, call: cst.Call, names: set[str]) -> set[str]:
+    """The parameters of `func` that `call` hands a batch name (by position or keyword)."""
+    params = [p.name.value for p in (*func.params.posonly_params, *func.params.params)]
+    if params and params[0] in ("self", "cls") and isinstance(call.func, cst.Attribute):
+        params = params[1:]
+    bound = set()
+    for position, a in enumerate(call.args):
+        if a.star or not isinstance(a.value, cst.Name) or a.value.value not in names:
+            continue
+        if a.keyword is not None:
+            bound.add(a.keyword.value)
+        elif position < len(params):
+            bound.add(params[position])
+    return bound
 
 
 def _through_methods(expr: cst.BaseExpression) -> cst.BaseExpression:

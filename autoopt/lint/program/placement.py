@@ -21,7 +21,7 @@ from autoopt.lint.engine.rule import Rule
 from autoopt.lint.program.trained_models import mentions
 from autoopt.lint.tree.calls import arg
 from autoopt.lint.tree.edits import block_statement
-from autoopt.lint.tree.nodes import dotted, is_name, method_name, nodes_of_type, string_value
+from autoopt.lint.tree.nodes import dotted, method_name, nodes_of_type, string_value
 
 # Calls that build or place the model: a call on the finished model goes after the last of them.
 _SETTLING = {"to", "cuda", "half", "float", "bfloat16", "double", "xpu", "to_empty", "type"}
@@ -119,14 +119,14 @@ def _places(rule: Rule, line: cst.SimpleStatementLine, name: str) -> bool:
         if isinstance(small, cst.Expr) or (
             isinstance(small, cst.Assign)
             and len(small.targets) == 1
-            and is_name(small.targets[0].target, name)
+            and dotted(small.targets[0].target) == name
         ):
             value = small.value
         call = device_move(rule, value) if value is not None else None
         if (
             call is not None
             and isinstance(call.func, cst.Attribute)
-            and is_name(call.func.value, name)
+            and dotted(call.func.value) == name  # `model`, or `self.model`
         ):
             return True
     return False

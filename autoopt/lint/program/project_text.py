@@ -24,8 +24,11 @@ if TYPE_CHECKING:
     from autoopt.lint.program.index import ModuleIndex
 
 
-# `import x`, `from x import y` anywhere in a file (the prefilter's cheap look at its imports)
-_IMPORTED = re.compile(r"^\s*(?:from\s+(\.*[\w.]*)\s+import|import\s+([\w.]+))", re.MULTILINE)
+# `import x`, `from x import y, z` anywhere in a file (the prefilter's cheap look at its imports)
+_IMPORTED = re.compile(
+    r"^[ \t]*(?:from[ \t]+(\.*[\w.]*)[ \t]+import[ \t]+(\([^)]*|[\w \t,\\]*)|import[ \t]+([\w.]+))",
+    re.MULTILINE,
+)
 
 
 def read_text(path: Path) -> str:
@@ -54,13 +57,29 @@ def imported_paths(path: Path, text: str) -> list[Path]:
     """The project's modules a file imports (`from .engine import`, `import utils.misc`,
     `from solver import Solver` run with its own PYTHONPATH)."""
     found = []
-    for relative, absolute in _IMPORTED.findall(text):
+    for relative, names, absolute in _IMPORTED.findall(text):
         name = relative or absolute
         level = len(name) - len(name.lstrip("."))
         target = resolve_module(path, name.lstrip("."), level)
         # run with a PYTHONPATH of its own, `import solver` may mean any module of that name
         targets = [target] if target is not None else modules_named(path, name) if not level else []
+        if target is not None and target.name == "__init__.py":
+            # `from pkg import engine` / `from . import engine`: the package's submodules too
+            targets += _submodules(target.parent, names)
         found.extend(Path(os.path.abspath(t)) for t in targets if t != path)
+    return found
+
+
+def _submodules(package: Path, names: str) -> list[Path]:
+    """The modules of `package` among the names a `from package import ...` lists."""
+    found = []
+    words = re.findall(r"\w+", names)
+    for at, word in enumerate(words):
+        if word != "as" and (at == 0 or words[at - 1] != "as"):
+            for file in (package / f"{word}.py", package / word / "__init__.py"):
+                if file.is_file():
+                    found.append(file)
+                    break
     return found
 
 

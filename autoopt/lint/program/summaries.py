@@ -128,10 +128,19 @@ class Program:
             tuple[str, str, tuple[int, int]], list[tuple[ModuleIndex, FunctionInfo, Value]]
         ] = {}
         self._in_loop: dict[tuple[str, str, tuple[int, int]], bool] = {}
+        self._linted: ModuleIndex | None = None
 
     # ----- modules ------------------------------------------------------------------------------
     def module(self, path: Path | str) -> ModuleIndex | None:
+        linted = self._linted
+        if linted is not None and str(linted.path) == os.path.abspath(path):
+            return linted
         return load_index(path)
+
+    def linting(self, index: ModuleIndex) -> None:
+        """`index` is the file being linted, as its text is now (a fix round's edit, stdin, a
+        file not saved yet): calls into it resolve to this text, not to what is on disk."""
+        self._linted = index
 
     def definition(
         self, index: ModuleIndex, name: str, depth: int = 0

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -78,7 +78,9 @@ class ProgramView:
     @functools.cached_property
     def index(self) -> ModuleIndex:
         """The file indexed like any module of the project (parsed only when asked)."""
-        return _file_index(str(self.path.absolute()), self.facts.source)
+        index = _file_index(str(self.path.absolute()), self.facts.source)
+        self.program.linting(index)
+        return index
 
     # ----- the file among the project's modules ---------------------------------------------------
     @functools.cached_property
@@ -90,6 +92,14 @@ class ProgramView:
     @functools.cached_property
     def _path(self) -> Path:
         return Path(os.path.abspath(self.path))
+
+    def imports_text_that_says(self, says: Callable[[str], bool]) -> bool:
+        """`says` holds for the text of a project module this file imports, or one they import
+        (two deep): `neuralop.training.setup(config)` setting TF32 for the driver."""
+        return any(
+            reached_text_says(imported, read_text(imported), says, 1)
+            for imported in imported_paths(self._path, self.facts.source)
+        )
 
     @functools.cached_property
     def serves_cuda_training(self) -> bool:
@@ -104,13 +114,20 @@ class ProgramView:
         not in the trainer module a driver imports."""
         if "__main__" in self.facts.source:
             return True
+        return not any(
+            drives_training_elsewhere(importer, read_text(importer))
+            for importer in self._importers_through_packages
+        )
+
+    @functools.cached_property
+    def _importers_through_packages(self) -> list[Path]:
+        """The project's modules that import this one, also through a package's `__init__`
+        that re-exports it (`from .ppo import PPO`, then `algo.PPO(...)` in main.py)."""
         importers = list(importers_of(self._path))
-        for importer in list(importers):  # through a package's `__init__` that re-exports it
+        for importer in list(importers):
             if importer.name == "__init__.py":
                 importers.extend(importers_of(importer))
-        return not any(
-            drives_training_elsewhere(importer, read_text(importer)) for importer in importers
-        )
+        return importers
 
     def dataset_on_device(self, call: cst.Call) -> bool:
         """The loader `call` builds iterates a dataset of the project whose `__getitem__` moves
@@ -127,6 +144,16 @@ class ProgramView:
         """Some code of the project calls `func` (this file, or a module importing it): what it
         is handed is built there (the model a `train(model, ...)` receives is the caller's)."""
         name = func.name.value
+        if name == "__init__":  # a constructor runs when its class is called: `PPO(policy)`
+            owner = next(
+                (a for a in self.facts.ancestors(func) if isinstance(a, cst.ClassDef)), None
+            )
+            if owner is None:
+                return False
+            name = owner.name.value
+            if any(dotted(c.func) == name for c in calls_in(self.facts.module)):
+                return True
+            return any(f"{name}(" in read_text(m) for m in self._importers_through_packages)
         if any(dotted(c.func) in (name, f"self.{name}") for c in calls_in(self.facts.module)):
             return True
         return any(f"{name}(" in read_text(m) for m in importers_of(self._path))
@@ -138,6 +165,25 @@ class ProgramView:
         if info is None or info.qualname == "<module>":
             return False
         return self.program.called_in_a_loop(Target(self.index.path, info.qualname))
+
+    @functools.cached_property
+    def steps_run_elsewhere(self) -> list[cst.FunctionDef]:
+        """This file's step functions that a loop of the project runs: they call `backward()`
+        outside any loop of their own, and some loop calls them (`agent.learn()` once per
+        environment step in main.py, `engine.train(x, y)` per batch). The file trains, its
+        loop elsewhere."""
+        facts = self.facts
+        found: dict[int, cst.FunctionDef] = {}
+        for call in facts.backward_calls:
+            scope = facts.enclosing_scope(call)
+            if (
+                isinstance(scope, cst.FunctionDef)
+                and id(scope) not in found
+                and not facts.enclosing_loops(call)
+                and self.called_in_a_loop(scope)
+            ):
+                found[id(scope)] = scope
+        return list(found.values())
 
     # ----- calls --------------------------------------------------------------------------------
     def function_of(self, node: cst.CSTNode) -> FunctionInfo | None:
@@ -164,7 +210,13 @@ class ProgramView:
     def _resolve(self, call: cst.Call) -> Summary:
         name = dotted(call.func)
         if name is None:
-            return EMPTY
+            built = _built_then_called(call)
+            if built is None:
+                return EMPTY
+            # `Trainer(...).fit()`: whether the method trains (the constructor's call holds
+            # the arguments and their roles)
+            found = self.program.call_summary(self.index, self.function_of(call), built)
+            return Summary(trains=found.trains) if found.trains else EMPTY
         parts = tuple(name.split("."))
         head = parts[0]
         index = self.index
@@ -186,9 +238,9 @@ class ProgramView:
         found = []
         for call in calls_in(self.facts.module):
             name = dotted(call.func)
-            if name is None:
+            parts = name.split(".") if name is not None else _built_then_called(call)
+            if parts is None:
                 continue
-            parts = name.split(".")
             if parts[0] not in heads and parts[-1] not in own:
                 continue  # nothing on its way to the project's training code: not resolved
             summary = self.call_summary(call)
@@ -391,6 +443,17 @@ class ProgramView:
         return False
 
 
+def _built_then_called(call: cst.Call) -> tuple[str, ...] | None:
+    """`Trainer(...).fit()` -> ("Trainer", "fit"): a method of the object the inner call builds
+    (the index records such a call the same way)."""
+    func = call.func
+    if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Call):
+        built = dotted(func.value.func)
+        if built is not None:
+            return (*built.split("."), func.attr.value)
+    return None
+
+
 def drives_training_elsewhere(path: Path | str, source: str) -> bool:
     """See `_drives_training_elsewhere` (asked by the pre-filter and again by the rules: the
     answer for one text is kept)."""
@@ -428,12 +491,18 @@ def _drives_training_elsewhere(path: str, source: str, stamp: tuple[int, int]) -
 def reached_text_uses_cuda(path: Path, text: str, depth: int = 2) -> bool:
     """The file, or a project module it imports (`depth` imports deep), runs on CUDA: a driver
     whose device is chosen in a config module (`cfg.MODEL.DEVICE = "cuda"`) or a trainer."""
+    return reached_text_says(path, text, text_uses_cuda, depth)
+
+
+def reached_text_says(path: Path, text: str, says: Callable[[str], bool], depth: int = 2) -> bool:
+    """`says` holds for the file's text or that of a project module it imports (`depth`
+    imports deep): a setting made by the setup code a driver calls."""
     seen = {path}
     frontier = [(path, text)]
     for _ in range(depth + 1):
         later = []
         for current, current_text in frontier:
-            if text_uses_cuda(current_text):
+            if says(current_text):
                 return True
             for imported in imported_paths(current, current_text):
                 if imported not in seen:
