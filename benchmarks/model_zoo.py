@@ -8,7 +8,8 @@ Models: small-config, random-init Hugging Face `transformers` models (GPT-2, BER
 ViT, ResNet, ConvNeXt, MobileNetV2; no downloads) and the repo's own CNN workload. Each model
 trains with AdamW in every configuration of one process: plain eager, `optimize()` defaults, and
 defaults with one option turned off at a time (`amp=False`, `channels_last=False`), which says
-what each measured pass earns. The configurations run in interleaved blocks (each block: a few
+what each measured pass earns (`amp=False` keeps eager's kernels: compile, channels-last and a
+fused optimizer step stand down with amp there). The configurations run in interleaved blocks (each block: a few
 steps of each configuration in turn, on the same batches), so a burst of load from other
 processes falls on every configuration alike; the figure per configuration is the median block,
 by wall time and by CPU time (this process's user+system time, which other processes' load

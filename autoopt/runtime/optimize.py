@@ -45,7 +45,10 @@ def optimize(
       device: "auto" (CUDA if available, else CPU) or any torch device.
       amp: "auto" | "bf16" | "fp16" | False. fp16 uses dynamic loss scaling that needs no
         change to the loop; bf16 needs none. "auto" on CPU keeps bf16 only if the first
-        batch's forward and backward measure faster with it.
+        batch's forward and backward measure faster with it. False asks for fp32 as the eager
+        loop computes it: the "auto" choices that change rounding (compile, channels_last, an
+        optimizer step that updates apart from the optimizer's own, TF32/cudnn.benchmark)
+        stand down, each with a report line; explicit ones (compile=True, ...) still apply.
       compile: "auto" | True | False | "jit" (TorchScript). Falls back to eager on failure.
         "auto" compiles on CUDA; on CPU it follows the compile cache's record for the model
         (measured against eager at its first training step when there is none).
@@ -65,8 +68,9 @@ def optimize(
       memory_budget: "auto" (free device memory on CUDA, no limit on CPU) | None | bytes (int)
         | a size such as "2GiB" or "800MB": what one training step may hold on the device.
       deterministic: determinism flags instead of speed flags, and on CPU no choice made by
-        timing or by the compile cache's record (layout, bf16, the optimizer's kernels, compile):
-        the same seeded script trains as the eager loop does, run after run.
+        timing or by the compile cache's record that changes a number (layout, bf16, compile,
+        an optimizer step that updates apart from the optimizer's own): the same seeded script
+        trains as the eager loop does, run after run.
       tune: time candidate plans on real batches and keep the fastest that agrees with fp32.
       verbose: log the report, and each decision made on the first steps, at INFO on the
         `autoopt` logger (rank 0 only; printed to stderr when logging is not configured);

@@ -89,3 +89,21 @@ def _bad(name: str, value: object, allowed: tuple[Any, ...]) -> str:
 
 def _show(value: Any) -> str:
     return value if isinstance(value, str) and value.startswith("an ") else repr(value)
+
+
+def eager_numerics(options: Options, timed: bool) -> str | None:
+    """Why an "auto" choice that changes how fp32 rounds (compile, the layout, bf16, the
+    optimizer's kernels, cuDNN's timed algorithms and TF32) keeps eager's kernels instead, as a
+    clause for its report line; None when it may go ahead. `timed`: here the choice would be
+    made by timing (or by the compile cache's record of a timing), as on CPU.
+
+    One meaning for every pass: `amp=False` asks for fp32 as the user's own eager loop computes
+    it, so eager's kernels stay wherever the choice is made; `deterministic=True` asks for the
+    same training run after run, so a choice that timing would make stands down (a rule, as on
+    CUDA, makes the same choice every run). An explicit option (compile=True, ...) is the
+    user's and is not asked about."""
+    if options.deterministic and timed:
+        return "deterministic=True: on CPU timing would choose, so runs could differ"
+    if options.amp is False:
+        return "amp=False keeps eager's fp32 kernels"
+    return None

@@ -389,6 +389,20 @@ def test_the_default_plan_is_what_the_passes_choose(monkeypatch):
     assert tune.default_plan(conv, options).amp == "fp16"
 
 
+def test_the_default_plan_keeps_eager_kernels_under_amp_false(monkeypatch):
+    """As optimize() does: compile and the layout left on "auto" stand down (on CUDA as well,
+    where the rules would compile and convert), explicit ones stay."""
+    conv = nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU(), nn.Conv2d(8, 8, 3))
+    cuda = torch.device("cuda")
+    monkeypatch.setattr(tune.plans, "target_device", lambda options, model: cuda)
+    assert tune.default_plan(conv, Options(amp="bf16", verbose=False)).compile is True
+    assert tune.default_plan(conv, Options(amp=False, verbose=False)) == tune.Plan(
+        False, False, False
+    )
+    explicit = Options(amp=False, compile=True, channels_last=True, verbose=False)
+    assert tune.default_plan(conv, explicit) == tune.Plan(False, True, True)
+
+
 def test_a_plan_faster_by_median_but_not_step_for_step_keeps_the_default() -> None:
     from autoopt.runtime.tune import Measurement, Plan
     from autoopt.runtime.tune.decision import pick

@@ -39,14 +39,15 @@ def test_fused_adamw_keeps_the_users_param_groups() -> None:
     assert result.status.value == "applied" and "timing fused, foreach, default" in result.detail
 
 
-def test_fused_step_gives_the_same_training_as_the_default_step() -> None:
+def test_fused_step_gives_the_same_training_as_the_default_step(fp32_auto: None) -> None:
     torch.manual_seed(0)
     reference = MLP()
     model = copy.deepcopy(reference)
     ref_opt = torch.optim.Adam(reference.parameters(), lr=0.01)
     optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+    # amp="auto" in fp32: amp=False would leave the fused step out (it rounds apart).
     model, optimizer = autoopt.optimize(
-        model, optimizer=optimizer, amp=False, compile=False, verbose=False
+        model, optimizer=optimizer, device="cpu", compile=False, verbose=False
     )
     assert optimizer.param_groups[0]["fused"] is True
     x, y = mlp_data(64)
@@ -135,15 +136,16 @@ def _timed_optimize(
     optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
     clock = StepClock(optimizer, costs)
     monkeypatch.setattr(backends, "CLOCK", clock)
-    model, optimizer = autoopt.optimize(
-        model, optimizer=optimizer, amp=False, compile=False, verbose=False
-    )
+    # amp="auto" in fp32 (the tests' `fp32_auto`): amp=False would leave the fused step out.
+    model, optimizer = autoopt.optimize(model, optimizer=optimizer, compile=False, verbose=False)
     return model, optimizer, clock
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the timing runs on CPU")
 @pytest.mark.parametrize("winner", ["fused", "foreach", "default"])
-def test_cpu_keeps_the_step_measured_fastest(monkeypatch: pytest.MonkeyPatch, winner: str) -> None:
+def test_cpu_keeps_the_step_measured_fastest(
+    monkeypatch: pytest.MonkeyPatch, fp32_auto: None, winner: str
+) -> None:
     costs = {"fused": 0.0015, "foreach": 0.0016, "default": 0.0018, winner: 0.001}
     model, optimizer, _ = _timed_optimize(monkeypatch, costs)
     reference = MLP()
@@ -175,7 +177,7 @@ def test_cpu_keeps_the_step_measured_fastest(monkeypatch: pytest.MonkeyPatch, wi
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the timing runs on CPU")
 def test_a_step_ahead_within_the_noise_leaves_the_users_own(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, fp32_auto: None
 ) -> None:
     """A 3% lead is within the noise band: the user's own step stays (the same choice on every
     run), and the line says why."""
@@ -193,7 +195,9 @@ def test_a_step_ahead_within_the_noise_leaves_the_users_own(
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the timing runs on CPU")
-def test_a_step_twice_as_slow_drops_out_after_one_turn(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_step_twice_as_slow_drops_out_after_one_turn(
+    monkeypatch: pytest.MonkeyPatch, fp32_auto: None
+) -> None:
     model, optimizer, _ = _timed_optimize(
         monkeypatch, {"fused": 0.001, "foreach": 0.0011, "default": 0.01}
     )

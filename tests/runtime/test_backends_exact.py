@@ -151,6 +151,23 @@ def test_deterministic_on_a_gpu_sets_cudnn_deterministic_and_no_tf32(
     assert _flags() == {**_START, "cudnn.benchmark": True}
 
 
+def test_amp_false_on_a_gpu_sets_no_speed_flag(
+    monkeypatch: pytest.MonkeyPatch, torch_flags: None
+) -> None:
+    """amp=False keeps eager's fp32 kernels: no TF32, no convolution algorithms chosen by
+    timing; the user's flags stay as they are."""
+    _gpus(monkeypatch, (8, 0))
+    ctx = Context(Options(amp=False), MLP(), None, None, device=torch.device("cuda"))
+    result = backends.run(ctx)
+    assert _flags() == _START and ctx.undo == []
+    assert result.status.value == "skipped"
+    assert result.detail == (
+        "no cudnn.benchmark or TF32: amp=False keeps eager's fp32 kernels, and both change how "
+        "fp32 rounds (TF32 matmuls, convolution algorithms chosen by timing); torch's flags "
+        "stay as they are; no optimizer given"
+    )
+
+
 @pytest.mark.parametrize("device", [torch.device("cpu"), None], ids=["cpu", "unset"])
 def test_no_flag_off_cuda_even_where_a_gpu_exists(
     monkeypatch: pytest.MonkeyPatch, torch_flags: None, device: torch.device | None
@@ -277,9 +294,9 @@ def _timed(
     reference = copy.deepcopy(model)
     ref_opt = torch.optim.SGD(reference.parameters(), lr=0.1, momentum=0.9)
     monkeypatch.setattr(backends, "CLOCK", StateClock(optimizer, costs))
-    model, optimizer = autoopt.optimize(
-        model, optimizer=optimizer, amp=False, compile=False, verbose=False
-    )
+    # amp="auto" in fp32 (the callers use `fp32_auto`): amp=False would leave the fused step
+    # out (its updates round apart from SGD's own).
+    model, optimizer = autoopt.optimize(model, optimizer=optimizer, compile=False, verbose=False)
     return model, optimizer, reference, ref_opt
 
 
@@ -289,6 +306,7 @@ def _close(model: nn.Module, reference: nn.Module) -> None:
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the timing runs on CPU")
+@pytest.mark.usefixtures("fp32_auto")
 def test_the_first_step_is_not_timed(monkeypatch: pytest.MonkeyPatch) -> None:
     """The step that creates the state is slow for every implementation: timed, it would put
     the preferred (fused) one out of the running."""
@@ -306,6 +324,7 @@ def test_the_first_step_is_not_timed(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the timing runs on CPU")
+@pytest.mark.usefixtures("fp32_auto")
 def test_a_step_the_users_options_rule_out_is_not_a_candidate() -> None:
     """A tensor learning rate: torch's foreach Adam refuses it, the fused one takes it. Probed
     with the user's options, foreach is never timed (its step would raise)."""
@@ -314,9 +333,7 @@ def test_a_step_the_users_options_rule_out_is_not_a_candidate() -> None:
     model = copy.deepcopy(reference)
     optimizer = torch.optim.Adam(model.parameters(), lr=torch.tensor(0.01))
     ref_opt = torch.optim.Adam(reference.parameters(), lr=torch.tensor(0.01))
-    model, optimizer = autoopt.optimize(
-        model, optimizer=optimizer, amp=False, compile=False, verbose=False
-    )
+    model, optimizer = autoopt.optimize(model, optimizer=optimizer, compile=False, verbose=False)
     assert (
         "Adam step: timing fused, default on the first" in autoopt.report(model)["backends"].detail
     )
@@ -339,6 +356,7 @@ def _scaled_steps(
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the timing runs on CPU")
 @pytest.mark.parametrize("winner", ["foreach", "default"])
+@pytest.mark.usefixtures("fp32_auto")
 def test_a_gradscaler_after_the_timing_gets_the_chosen_steps_own_path(
     monkeypatch: pytest.MonkeyPatch, winner: str
 ) -> None:
@@ -359,6 +377,7 @@ def test_a_gradscaler_after_the_timing_gets_the_chosen_steps_own_path(
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the timing runs on CPU")
+@pytest.mark.usefixtures("fp32_auto")
 def test_steps_through_a_gradscaler_or_with_a_closure_are_not_switched(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -434,6 +453,7 @@ class OwnScalingSGD(torch.optim.SGD):
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the timing runs on CPU")
+@pytest.mark.usefixtures("fp32_auto")
 def test_the_users_own_step_attributes_come_back_when_their_step_wins(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -444,9 +464,7 @@ def test_the_users_own_step_attributes_come_back_when_their_step_wins(
     optimizer = OwnScalingSGD(model.parameters(), lr=0.1, momentum=0.9)
     costs = {"fused": 0.0015, "foreach": 0.0016, "default": 0.001}
     monkeypatch.setattr(backends, "CLOCK", StateClock(optimizer, costs))
-    model, optimizer = autoopt.optimize(
-        model, optimizer=optimizer, amp=False, compile=False, verbose=False
-    )
+    model, optimizer = autoopt.optimize(model, optimizer=optimizer, compile=False, verbose=False)
     x, y = mlp_data(160)
     train(model, optimizer, batches(x, y, 16), epochs=1)
     assert "default OwnScalingSGD step (" in autoopt.report(model)["backends"].detail

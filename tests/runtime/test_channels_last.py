@@ -196,7 +196,7 @@ def test_view_fallback_under_compile_blames_channels_last_not_compile(
     from autoopt.runtime.passes import compile as compile_pass
 
     monkeypatch.setattr(compile_pass, "BACKEND", "aot_eager")  # real dynamo, no C++ codegen
-    model = autoopt.optimize(ViewCNN(), compile=True, amp=False, verbose=False)
+    model = autoopt.optimize(ViewCNN(), compile=True, channels_last=True, amp=False, verbose=False)
     model(torch.randn(2, 3, 16, 16))
     report = autoopt.report(model)
     assert report["channels_last"].status.value == "failed"
@@ -274,6 +274,7 @@ class LayoutClock:
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the measurement runs on CPU")
 @pytest.mark.parametrize("winner", ["channels_last", "contiguous"])
+@pytest.mark.usefixtures("fp32_auto")
 def test_cpu_keeps_the_layout_measured_faster(monkeypatch: pytest.MonkeyPatch, winner: str) -> None:
     torch.manual_seed(0)
     reference = SmallCNN()
@@ -282,7 +283,7 @@ def test_cpu_keeps_the_layout_measured_faster(monkeypatch: pytest.MonkeyPatch, w
     monkeypatch.setattr(cl_pass, "CLOCK", LayoutClock(model, costs))
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     ref_opt = torch.optim.SGD(reference.parameters(), lr=0.1)
-    model, opt = autoopt.optimize(model, optimizer=opt, amp=False, verbose=False)
+    model, opt = autoopt.optimize(model, optimizer=opt, verbose=False)
     assert (
         "kept only if training steps measure faster than in NCHW"
         in autoopt.report(model)["channels_last"].detail
@@ -306,11 +307,12 @@ def test_cpu_keeps_the_layout_measured_faster(monkeypatch: pytest.MonkeyPatch, w
         torch.testing.assert_close(mine, theirs, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.usefixtures("fp32_auto")
 def test_an_explicit_true_or_a_compiled_forward_is_not_measured(monkeypatch) -> None:
     clock = LayoutClock(SmallCNN(), {"channels_last": 1.0, "contiguous": 0.001})
     monkeypatch.setattr(cl_pass, "CLOCK", clock)
     for kwargs in ({"channels_last": True}, {"compile": "jit"}):
-        model = autoopt.optimize(SmallCNN(), amp=False, verbose=False, **kwargs)
+        model = autoopt.optimize(SmallCNN(), verbose=False, **kwargs)
         model(torch.randn(2, 3, 16, 16))
         assert "measured" not in autoopt.report(model)["channels_last"].detail
     assert clock.now == 0.0

@@ -22,7 +22,12 @@ from autoopt.runtime.trials import choices as trials
 from .models import MLP, batches, mlp_data, train
 from .plain_loop import assert_same_training, train_by_hand
 
-pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="auto compiles on CUDA")
+# amp="auto" in fp32 (`fp32_auto`): amp=False keeps eager's kernels, so compile="auto" does not
+# compile there.
+pytestmark = [
+    pytest.mark.skipif(torch.cuda.is_available(), reason="auto compiles on CUDA"),
+    pytest.mark.usefixtures("fp32_auto"),
+]
 
 EPOCHS = 4  # of 3 steps
 
@@ -40,7 +45,7 @@ def fit(cache: Path | bool, **kwargs: Any) -> tuple[torch.nn.Module, list[float]
     torch.manual_seed(0)
     model = MLP()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.2)
-    options: dict[str, Any] = {"amp": False, "compile_cache": cache, "verbose": False}
+    options: dict[str, Any] = {"compile_cache": cache, "verbose": False}
     model, optimizer = autoopt.optimize(model, optimizer=optimizer, **{**options, **kwargs})
     x, y = mlp_data(96)
     # The trials take turns on the first training steps: a warm-up each, then rounds until
@@ -204,7 +209,7 @@ def test_a_compile_the_run_cannot_repay_is_not_tried_and_is_recorded_as_a_candid
     loader = batches(x, y, 32)
     before = frames()
     model, loader, optimizer = autoopt.optimize(
-        model, loader, optimizer, amp=False, compile_cache=tmp_path, verbose=False
+        model, loader, optimizer, compile_cache=tmp_path, verbose=False
     )
     losses = train(model, optimizer, loader, epochs=2)
     assert frames() == before  # nothing compiled

@@ -46,6 +46,7 @@ def _flatten_hook(module: nn.Module, args: tuple[torch.Tensor, ...]) -> None:
 
 
 @pytest.mark.parametrize("layout", ["channels_last", "contiguous"])
+@pytest.mark.usefixtures("fp32_auto")
 def test_the_loop_and_pre_hooks_see_the_users_batches(layout: str) -> None:
     # Bug: the loader handed channels-last batches to user code; `x.view(B, -1)` failed.
     torch.manual_seed(0)
@@ -57,7 +58,7 @@ def test_the_loop_and_pre_hooks_see_the_users_batches(layout: str) -> None:
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     ref_opt = torch.optim.SGD(reference.parameters(), lr=0.1, momentum=0.9)
     model, loader, opt = autoopt.optimize(
-        model, batches(x, y, 8), opt, amp=False, channels_last="auto", verbose=False
+        model, batches(x, y, 8), opt, channels_last="auto", verbose=False
     )
     with forced_winners(channels_last=layout):
         losses = _loop(model, opt, loader)
@@ -82,6 +83,7 @@ def _resume_pair(model_cls: type[nn.Module]) -> tuple[nn.Module, nn.Module, dict
 
 @pytest.mark.parametrize("loaded", ["before optimize", "before the first forward"])
 @pytest.mark.parametrize("layout", ["channels_last", "contiguous"])
+@pytest.mark.usefixtures("fp32_auto")
 def test_a_resumed_optimizer_state_follows_the_layout_the_trials_keep(
     loaded: str, layout: str
 ) -> None:
@@ -95,7 +97,7 @@ def test_a_resumed_optimizer_state_follows_the_layout_the_trials_keep(
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2, fused=True)
     if loaded == "before optimize":
         opt.load_state_dict(copy.deepcopy(state))
-    model, opt = autoopt.optimize(model, optimizer=opt, amp=False, verbose=False)
+    model, opt = autoopt.optimize(model, optimizer=opt, verbose=False)
     if loaded == "before the first forward":
         opt.load_state_dict(copy.deepcopy(state))
     with forced_winners(channels_last=layout):
@@ -109,6 +111,7 @@ def test_a_resumed_optimizer_state_follows_the_layout_the_trials_keep(
                 assert value.stride() == param.stride()
 
 
+@pytest.mark.usefixtures("fp32_auto")
 def test_the_fallback_moves_a_resumed_optimizer_state_back_too() -> None:
     # ViewCNN's `.view` fails on channels-last activations: the layer falls back to NCHW, and
     # the optimizer state loaded before the first forward must follow.
@@ -118,7 +121,7 @@ def test_the_fallback_moves_a_resumed_optimizer_state_back_too() -> None:
     model = ViewCNN()
     model.load_state_dict(weights)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2, fused=True)
-    model, opt = autoopt.optimize(model, optimizer=opt, amp=False, verbose=False)
+    model, opt = autoopt.optimize(model, optimizer=opt, verbose=False)
     opt.load_state_dict(copy.deepcopy(state))
     losses = _loop(model, opt, data)
     expected = _loop(reference, ref_opt, data)

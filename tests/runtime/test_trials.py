@@ -74,19 +74,17 @@ class Spy(SmallCNN):
         return super().forward(x)
 
 
-def test_a_first_call_under_inference_mode_defers_the_trials_and_training_matches_eager(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+@pytest.mark.usefixtures("fp32_auto")
+def test_a_first_call_under_inference_mode_defers_the_trials_and_training_matches_eager() -> None:
     # Bug: the layout trial converted the weights inside inference mode, and the first
     # backward() failed "Inference tensors cannot be saved for backward".
-    monkeypatch.setattr(hardware, "cpu_supports_bf16", lambda: True)
     torch.manual_seed(0)
     reference = SmallCNN()
     model = Spy()
     model.load_state_dict(reference.state_dict())
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     ref_opt = torch.optim.SGD(reference.parameters(), lr=0.1, momentum=0.9)
-    model, opt = autoopt.optimize(model, optimizer=opt, amp=False, verbose=False)
+    model, opt = autoopt.optimize(model, optimizer=opt, verbose=False)
     x, y = cnn_data(32)
     data = [(x[i : i + 8], y[i : i + 8]) for i in range(0, 32, 8)]
     model.eval()
@@ -208,6 +206,7 @@ def test_with_accumulation_the_configuration_changes_only_at_an_optimizer_step(
     assert pairs[0][0][4] != pairs[1][0][4]
 
 
+@pytest.mark.usefixtures("fp32_auto")
 def test_the_optimizer_state_follows_every_switch_of_layout() -> None:
     # Fused AdamW ignores strides: a state left in the previous layout drifts (issue 22 item
     # 2). The trials switch the layout between steps 1 and 2, after the state exists.
@@ -216,7 +215,7 @@ def test_the_optimizer_state_follows_every_switch_of_layout() -> None:
     model = copy.deepcopy(reference)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2, fused=True)
     ref_opt = torch.optim.AdamW(reference.parameters(), lr=1e-2, foreach=False)  # stride-aware
-    model, opt = autoopt.optimize(model, optimizer=opt, amp=False, verbose=False)
+    model, opt = autoopt.optimize(model, optimizer=opt, verbose=False)
     x, y = cnn_data(8 * LAYOUT_STEPS)
     data = [(x[i : i + 8], y[i : i + 8]) for i in range(0, 8 * LAYOUT_STEPS, 8)]
     losses = []
@@ -293,6 +292,7 @@ def test_a_layout_switch_leaves_the_fp16_loss_scaler_as_torch_s_gradscaler(
     _close(model, reference, rtol=1e-3, atol=1e-4, equal_nan=True)
 
 
+@pytest.mark.usefixtures("fp32_auto")
 def test_a_layout_trial_that_fails_falls_back_inside_its_step_and_stays_nchw() -> None:
     # ViewCNN's `.view` fails on channels-last activations. The first step runs in NCHW (the
     # baseline), the second tries channels-last: it falls back and reruns in NCHW inside that
@@ -302,7 +302,7 @@ def test_a_layout_trial_that_fails_falls_back_inside_its_step_and_stays_nchw() -
     model = copy.deepcopy(reference)
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
     ref_opt = torch.optim.SGD(reference.parameters(), lr=0.05)
-    model, opt = autoopt.optimize(model, optimizer=opt, amp=False, verbose=False)
+    model, opt = autoopt.optimize(model, optimizer=opt, verbose=False)
     x, y = cnn_data(64)
     data = [(x[i : i + 8], y[i : i + 8]) for i in range(0, 64, 8)]
     layouts = []
@@ -397,13 +397,14 @@ class CostlyBackward(SmallCNN):
         return BackwardCost.apply(super().forward(x), self.clock)
 
 
+@pytest.mark.usefixtures("fp32_auto")
 def test_the_layout_is_chosen_on_the_training_step_not_the_forward(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # Bug: an eval forward was timed; DeepLabV3's forward was faster in NHWC, its step slower.
     model = CostlyBackward()
     monkeypatch.setattr(cl_pass, "CLOCK", model.clock)
-    model = autoopt.optimize(model, amp=False, verbose=False)
+    model = autoopt.optimize(model, verbose=False)
     for _ in range(7):  # no optimizer: each training forward is a step
         model(torch.randn(4, 3, 16, 16)).sum().backward()
     result = autoopt.report(model)["channels_last"]

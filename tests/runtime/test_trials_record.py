@@ -15,7 +15,11 @@ from autoopt.runtime.trials import choices
 
 from .models import SmallCNN, cnn_data
 
-pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="the trials run on CPU")
+# amp="auto" in fp32 (`fp32_auto`): amp=False keeps eager's kernels, no layout is measured.
+pytestmark = [
+    pytest.mark.skipif(torch.cuda.is_available(), reason="the trials run on CPU"),
+    pytest.mark.usefixtures("fp32_auto"),
+]
 
 
 class LayoutClock:
@@ -37,7 +41,7 @@ def fit(cache: Path | bool, monkeypatch: pytest.MonkeyPatch, steps: int = 10) ->
     monkeypatch.setattr(cl_pass, "CLOCK", LayoutClock(model, 2.0, 1.0))  # NHWC 2x slower
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
     model, optimizer = autoopt.optimize(
-        model, optimizer=optimizer, amp=False, compile=False, compile_cache=cache, verbose=False
+        model, optimizer=optimizer, compile=False, compile_cache=cache, verbose=False
     )
     x, y = cnn_data(8 * steps)
     for i in range(0, 8 * steps, 8):

@@ -36,6 +36,7 @@ import torch
 from autoopt.runtime import hardware
 from autoopt.runtime.context import Context, Forward, ForwardLayer, Stage, StepLayer
 from autoopt.runtime.loading.batch import map_tensors
+from autoopt.runtime.options import eager_numerics
 from autoopt.runtime.report import PassResult, Report
 from autoopt.runtime.scaling import later_optimizers, loss_scaling, root_scaling
 from autoopt.runtime.scaling.grad_scalers import unwatch_grad_scalers, watch_grad_scalers
@@ -76,11 +77,10 @@ def run(ctx: Context) -> PassResult:
     dtype, why = choose(ctx.model, device, ctx.options.amp)
     if dtype is None:
         return PassResult.skipped(NAME, why)
-    if ctx.options.amp == "auto" and device.type == "cpu" and ctx.options.deterministic:
+    cause = eager_numerics(ctx.options, timed=device.type == "cpu")
+    if ctx.options.amp == "auto" and cause is not None:  # amp=False chose no dtype above
         return PassResult.skipped(
-            NAME,
-            f"{why}, but deterministic=True: on CPU bf16 would be kept or not by timing, so "
-            "runs could differ; amp='bf16' forces it",
+            NAME, f"{why}, but {cause} (whether bf16 stays); amp='bf16' forces it"
         )
     if ctx.dist is not None and ctx.dist.strategy == "fsdp":
         return _under_fsdp(ctx, dtype, why)

@@ -1,7 +1,8 @@
 """Pass: backends. cuDNN/TF32 flags on CUDA, and the fused (else foreach) optimizer step.
 
 CUDA: `cudnn.benchmark=True` and TF32 matmul/convolutions (Ampere+), unless `deterministic=True`,
-which sets `cudnn.deterministic=True, benchmark=False` instead.
+which sets `cudnn.deterministic=True, benchmark=False` instead, or `amp=False`, which sets none
+(they change how fp32 rounds; the user's flags stay).
 
 Optimizer: on CUDA the fused step (one kernel for the whole update) is faster than foreach
 (a few kernels) and the default step, on every GPU: it is chosen there, else foreach. On CPU it
@@ -16,6 +17,9 @@ whichever runs. Under torchrun every rank must make the same choice, so there th
 Support is probed by building and stepping a throwaway optimizer of the same class, which covers
 every version- and device-specific check torch makes. The user's param groups and their options
 stay as they are; only `fused`/`foreach` change. An explicit `fused=`/`foreach=` is respected.
+Under `amp=False`, and `deterministic=True` on CPU (`options.eager_numerics`), a candidate must
+also update bit for bit as the user's optimizer as constructed does (`same_updates`); the others
+are left out, and the report line says so.
 `optimizer.state_dict()` still holds the user's own flags (see `optimizer_state`).
 """
 
@@ -33,6 +37,7 @@ from torch.utils._foreach_utils import _get_fused_kernels_supported_devices
 
 from autoopt.runtime import hardware, optimizer_state
 from autoopt.runtime.context import Context, StepLayer
+from autoopt.runtime.options import eager_numerics
 from autoopt.runtime.report import PassResult, Report
 from autoopt.runtime.trials import timing
 from autoopt.runtime.trials.choices import default_clock
@@ -55,14 +60,22 @@ class OptimizerImpl:
     attrs: dict[str, Any] = field(default_factory=dict)
 
 
-def choose_flags(device: torch.device, deterministic: bool) -> tuple[dict[str, Any], str]:
-    """The torch backend settings to make (name -> value), and why."""
+def choose_flags(
+    device: torch.device, deterministic: bool, eager: str | None = None
+) -> tuple[dict[str, Any], str]:
+    """The torch backend settings to make (name -> value), and why. `eager`: why eager's fp32
+    kernels stay (`options.eager_numerics`): then no speed flag is set."""
     if deterministic:
         return {"cudnn.deterministic": True, "cudnn.benchmark": False}, (
             "deterministic=True: cudnn.deterministic=True, cudnn.benchmark=False, no TF32"
         )
     if device.type != "cuda":
         return {}, f"no cuDNN/TF32 flags on {device.type}"
+    if eager is not None:
+        return {}, (
+            f"no cudnn.benchmark or TF32: {eager}, and both change how fp32 rounds (TF32 "
+            "matmuls, convolution algorithms chosen by timing); torch's flags stay as they are"
+        )
     if not hardware.cuda_supports_tf32(device):
         return {
             "cudnn.benchmark": True
@@ -88,10 +101,16 @@ def choose_optimizer(
     measurement on CPU (see `StepTiming`) starts from. `sharded`: the parameters become FSDP2
     DTensors, whose fused step exists for `_FUSED_ON_DTENSOR` only."""
     impls, why = step_candidates(optimizer, device, sharded)
+    return _rule(impls, why, type(optimizer).__name__, sharded)
+
+
+def _rule(
+    impls: dict[str, OptimizerImpl], why: str, cls: str, sharded: bool
+) -> tuple[OptimizerImpl | None, str]:
+    """`choose_optimizer` from the candidates `step_candidates` found (`why`: none found)."""
     if not impls:
         return None, why
     name, impl = next(iter(impls.items()))
-    cls = type(optimizer).__name__
     if name == "fused":
         return impl, f"fused {cls} step"
     reason = (
@@ -138,25 +157,35 @@ def step_candidates(
 def run(ctx: Context) -> PassResult:
     """Set the backend flags and pick the optimizer implementation (on CPU: start timing it)."""
     device = ctx.device if ctx.device is not None else torch.device("cpu")
-    settings, flags_note = choose_flags(device, ctx.options.deterministic)
+    eager = eager_numerics(ctx.options, timed=device.type == "cpu")
+    settings, flags_note = choose_flags(device, ctx.options.deterministic, eager)
     _apply_flags(ctx, settings)
     if ctx.optimizer is None:
         detail = f"{flags_note}; no optimizer given"
         return PassResult.applied(NAME, detail) if settings else PassResult.skipped(NAME, detail)
     sharded = ctx.dist is not None and ctx.dist.strategy == "fsdp"
-    impl, note = choose_optimizer(ctx.optimizer, device, sharded)
+    impls, why = step_candidates(ctx.optimizer, device, sharded)
+    apart: list[str] = []
+    if eager is not None:
+        # Only a step that updates as the user's own does bit for bit: timing then picks among
+        # steps that compute the same numbers (foreach, on CPU as on CUDA, for most optimizers).
+        impls, apart = same_updates(ctx.optimizer, device, impls)
+    cls = type(ctx.optimizer).__name__
+    if apart:
+        steps, its = (f"{apart[0]} step", "its") if len(apart) == 1 else ("steps", "their")
+        if len(apart) > 1:
+            steps = f"{' and '.join(apart)} steps"
+        flags_note += (
+            f"; {steps} left out: {eager}, and {its} updates round apart from {cls}'s own "
+            f"step ({cls}(..., {apart[0]}=True) takes it)"
+        )
+        why = f"{cls}'s own step"
+    impl, note = _rule(impls, why, cls, sharded)
+    if apart and impls:  # the rule's reason for foreach ("no fused kernel") would be wrong
+        note = f"{next(iter(impls))} {cls} step (updates as {cls}'s own step does)"
     if impl is None:
         detail = f"{flags_note}; {note}"
         return PassResult.applied(NAME, detail) if settings else PassResult.skipped(NAME, detail)
-    if device.type == "cpu" and ctx.options.deterministic:
-        # Timing picks the kernels on CPU: one run could take fused, the next the default loop,
-        # and their updates round apart. The optimizer's own step stays.
-        detail = (
-            f"{flags_note}; {type(ctx.optimizer).__name__}'s own step (deterministic=True: on "
-            "CPU the step implementation would be chosen by timing, so runs could differ)"
-        )
-        return PassResult.applied(NAME, detail) if settings else PassResult.skipped(NAME, detail)
-    impls, _ = step_candidates(ctx.optimizer, device, sharded)
     user = {key: ctx.optimizer.defaults.get(key) for key in ("fused", "foreach")}
     ours = dict(impl.flags)  # the flags a loaded checkpoint gets: the choice in force
     optimizer_state.hide_flags(ctx.optimizer, user, ours)
@@ -318,6 +347,50 @@ def _install(
     for attr, value in impl.attrs.items():
         setattr(optimizer, attr, value)
     ours.update(impl.flags)
+
+
+def same_updates(
+    optimizer: torch.optim.Optimizer, device: torch.device, impls: dict[str, OptimizerImpl]
+) -> tuple[dict[str, OptimizerImpl], list[str]]:
+    """The candidates whose steps update parameters bit for bit as the user's optimizer as
+    constructed does, and the names of the others. Probed like support (`_probe`): throwaway
+    optimizers of the same class and options take 3 steps from the same random parameters and
+    gradients, of shapes that leave vector tails. Measured on CPU with torch 2.13: foreach
+    matches for Adam, AdamW, SGD, RMSprop, Adagrad, Adamax and Adadelta, not for NAdam, RAdam
+    and ASGD; fused differs by an ulp for Adam, AdamW and SGD with momentum."""
+    dtype = next((p.dtype for g in optimizer.param_groups for p in g["params"]), torch.float32)
+    accepted = inspect.signature(type(optimizer).__init__).parameters
+    options = {k: v for k, v in optimizer.defaults.items() if k in accepted}
+    generator = torch.Generator().manual_seed(0)  # the global generator is the user's
+
+    def draw() -> list[torch.Tensor]:
+        shapes = ((3, 5), (17,), (64, 33))
+        return [torch.randn(s, generator=generator).to(device, dtype) for s in shapes]
+
+    start, grads = draw(), [draw() for _ in range(3)]
+
+    def trained(flags: dict[str, bool]) -> list[torch.Tensor] | None:
+        params = [p.clone().requires_grad_() for p in start]
+        try:
+            probe = type(optimizer)(params, **{**options, **flags})
+            for step in grads:
+                for param, grad in zip(params, step, strict=True):
+                    param.grad = grad.clone()
+                probe.step()
+        except Exception:  # noqa: BLE001 - a step that cannot run here is not the same
+            return None
+        return params
+
+    own = trained({})
+    same: dict[str, OptimizerImpl] = {}
+    apart: list[str] = []
+    for name, impl in impls.items():
+        got = trained(impl.flags) if own is not None else None
+        if got is not None and own is not None and all(map(torch.equal, got, own)):
+            same[name] = impl
+        else:
+            apart.append(name)
+    return same, apart
 
 
 def _probe(

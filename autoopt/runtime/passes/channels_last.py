@@ -14,7 +14,9 @@ run some of the first real training steps (forward and backward timed), first of
 choices, and the faster stays from the next step on. Each switch moves the parameters, buffers
 and the optimizer's state together, between optimizer steps. A compiled forward is not measured
 (that would compile it twice more): the rule stands there, and `tune=True` measures the whole
-step.
+step. "auto" stands down under `amp=False` (on any device: NHWC kernels round apart from
+eager's NCHW ones, and amp=False asks for eager's fp32) and under `deterministic=True` where it
+would be measured (`options.eager_numerics`); channels_last=True still applies.
 
 Channels-last stays inside the model. `module.to(memory_format=...)` swaps `param.data` and keeps
 Parameter identity; 4-D floating inputs are converted at the model's boundary, inside the patched
@@ -46,6 +48,7 @@ from autoopt.runtime import optimizer_state
 from autoopt.runtime.context import Context, Forward, ForwardLayer, Stage
 from autoopt.runtime.errors import error_summary
 from autoopt.runtime.loading.batch import map_tensors
+from autoopt.runtime.options import eager_numerics
 from autoopt.runtime.passes import compile as compile_pass
 from autoopt.runtime.report import PassResult, Report
 from autoopt.runtime.trials.choices import Choice, default_clock, trials_of
@@ -112,12 +115,12 @@ def run(ctx: Context) -> PassResult:
     device = ctx.device if ctx.device is not None else torch.device("cpu")
     compiled, _ = compile_pass.choose(ctx.options.compile, device)
     measure = ctx.options.channels_last == "auto" and device.type == "cpu" and compiled is None
-    if measure and ctx.options.deterministic:
+    cause = eager_numerics(ctx.options, timed=measure)
+    if ctx.options.channels_last == "auto" and cause is not None:
         return PassResult.skipped(
             NAME,
-            f"{why}, but deterministic=True: on CPU the layout would be chosen by timing, and "
-            "the two layouts' kernels round apart, so runs could differ (channels_last=True "
-            "forces it)",
+            f"{why}, but {cause}, and NHWC kernels round apart from NCHW ones; "
+            "channels_last=True forces it",
         )
     if measure and ctx.dist is not None:
         # Ranks timing apart could keep different layouts: DDP reduces gradients as flat

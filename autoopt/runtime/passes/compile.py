@@ -17,6 +17,9 @@ epochs started) cannot repay it even if compiled steps were `BEST_GAIN` faster, 
 on this run (eager stays; recorded as a candidate, and a later run weighs it again). Without a compile cache (compile_cache=False) a cold compile would be paid at
 every start, so "auto" does not compile on CPU; under torchrun it is not measured (every rank
 must decide alike). `compile=True` forces it, `tune=True` measures whole plans.
+"auto" does not compile under `amp=False` (on any device: compiled kernels round apart from
+eager's, and amp=False asks for eager's fp32) nor under `deterministic=True` on CPU (timing
+would decide), `options.eager_numerics`; compile=True still compiles.
 
 Regional compile: on CUDA, a model made of repeated blocks (an `nn.ModuleList`/`nn.Sequential` of
 two or more modules of one class, each with submodules: transformer layers) gets
@@ -88,6 +91,7 @@ from autoopt.runtime.compiling.log import (
 from autoopt.runtime.context import Context, Forward, ForwardLayer, Stage
 from autoopt.runtime.errors import error_summary
 from autoopt.runtime.loading.batch import map_tensors, tensors_in
+from autoopt.runtime.options import eager_numerics
 from autoopt.runtime.report import Event, PassResult, Report
 from autoopt.runtime.trials.choices import NOT_TRIED, Choice, of_model, trials_of
 from autoopt.runtime.trials.replay import Replay, in_trial
@@ -158,6 +162,14 @@ def choose(
     return "torch.compile", f"torch.compile (backend {_backend_name()!r}; {why})"
 
 
+def stand_down(cause: str) -> str:
+    """The report line of compile="auto" standing down for `cause` (`eager_numerics`)."""
+    return (
+        f"not compiled: {cause}, and compiled kernels round apart from eager's (Inductor fuses "
+        "and reorders reductions); compile=True compiles"
+    )
+
+
 def _backend_name() -> str:
     return BACKEND if isinstance(BACKEND, str) else getattr(BACKEND, "__name__", "custom")
 
@@ -179,12 +191,9 @@ def run(ctx: Context) -> PassResult:
     auto: AutoCompile | None = None
     outcome = None
     on_cpu = ctx.device is None or ctx.device.type != "cuda"
-    if ctx.options.compile == "auto" and on_cpu and ctx.options.deterministic:
-        return PassResult.skipped(
-            NAME,
-            "deterministic=True: on CPU compile='auto' is decided by timing and by the compile "
-            "cache's record of it, so a run would depend on both; compile=True forces it",
-        )
+    cause = eager_numerics(ctx.options, timed=on_cpu)
+    if ctx.options.compile == "auto" and cause is not None:
+        return PassResult.skipped(NAME, stand_down(cause))
     if ctx.options.compile == "auto" and on_cpu and cache_dir is not None:
         name = compile_cache.key(ctx.model, (), {}, _cache_extra(regions))
         auto = AutoCompile(ctx.report, compile_cache.Outcome(cache_dir, name))

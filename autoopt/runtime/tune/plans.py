@@ -11,7 +11,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from autoopt.runtime.options import Options
+from autoopt.runtime.options import Options, eager_numerics
 from autoopt.runtime.passes import amp as amp_pass
 from autoopt.runtime.passes import channels_last as channels_last_pass
 from autoopt.runtime.passes import compile as compile_pass
@@ -62,7 +62,9 @@ REFERENCE = Plan()  # eager fp32: the baseline every candidate is checked agains
 
 def default_plan(model: nn.Module, options: Options) -> Plan | None:
     """The plan `optimize()` makes for `model` without tuning: the passes' own `choose()`
-    decisions (nothing runs, nothing is copied); None when the device asked for is not here."""
+    decisions, and their stand-downs where eager's kernels stay (`eager_numerics`: compile and
+    the layout left on "auto" stay off); nothing runs, nothing is copied. None when the device
+    asked for is not here."""
     try:
         device = target_device(options, model)
     except ValueError:
@@ -70,6 +72,9 @@ def default_plan(model: nn.Module, options: Options) -> Plan | None:
     dtype, _ = amp_pass.choose(model, device, options.amp)
     how, _ = compile_pass.choose(options.compile, device)
     layout, _ = channels_last_pass.choose(options.channels_last, model)
+    if eager_numerics(options, timed=device.type == "cpu") is not None:
+        how = None if options.compile == "auto" else how
+        layout = False if options.channels_last == "auto" else layout
     return Plan(
         amp=_AMP_NAMES[dtype] if dtype is not None else False,
         compile={None: False, "torch.compile": True, "jit": "jit"}[how],
