@@ -11,7 +11,8 @@ first step, and:
   after `--warmup`, one thread; CPU time per step (the steadier figure on a shared machine) and
   wall time, medians; the ratio eager / planned (>= 0.85 is the goal);
 * memory: the step's peak measured by torch's profiler (`diagnostics.measured_memory.step_peak`,
-  no code shared with the planner) against the budget;
+  no code shared with the planner) against the budget, from the state a step begins in (after
+  its `zero_grad()`: parameters and AdamW state, no gradients);
 * the plan: the report's checkpoint row, its expected step-time cost and the measured one.
 
 Usage: `python -m benchmarks.checkpoint_speed [--models gpt2 llama t5] [--steps 12]
@@ -118,6 +119,10 @@ def run(name: str, fraction: float, steps: int, warmup: int, defaults: bool) -> 
             measured = timed(lambda m=model, o=optimizer, b=batch: step(m, o, b))
             if i >= warmup:
                 times[label].append(measured)
+    # Each step begins with zero_grad(set_to_none=True): done before measuring, so the
+    # gradients it frees (unseen by the profiler) are not counted as well as the new ones.
+    eager_opt.zero_grad(set_to_none=True)
+    opt.zero_grad(set_to_none=True)
     peaks = {
         "eager": step_peak(eager, eager_opt, lambda: step(eager, eager_opt, batches[0])),
         "planned": step_peak(planned, opt, lambda: step(planned, opt, batches[0])),

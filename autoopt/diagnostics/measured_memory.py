@@ -62,7 +62,13 @@ def profiler_quiet() -> Iterator[None]:
 
 def allocated_peak(fn: Callable[[], Any]) -> int:
     """The most bytes the CPU allocator held at once during `fn()` beyond what it held before
-    (torch's profiler memory events; tensors allocated earlier are not counted)."""
+    (torch's profiler memory events; tensors allocated earlier are not counted).
+
+    The profiler's running total is the process's, not this session's: it goes on counting the
+    blocks an earlier profiled run allocated and left alive (a first measurement's gradients),
+    so the peak is taken above its level when `fn` began (the first event's total less its
+    own size). Blocks allocated while no profiler ran are not in the total, and their frees
+    are not seen: a step that frees one before its peak is counted as if it still held it."""
     from torch._C._profiler import _EventType  # the event kind torch's memory timeline reads
 
     with (
@@ -71,10 +77,13 @@ def allocated_peak(fn: Callable[[], Any]) -> int:
     ):
         fn()
     tree = prof.profiler.kineto_results.experimental_event_tree()
-    totals = [
-        e.extra_fields.total_allocated for e in _events(tree) if e.tag == _EventType.Allocation
-    ]
-    return max(totals, default=0)
+    events = sorted(
+        (e for e in _events(tree) if e.tag == _EventType.Allocation), key=lambda e: e.start_time_ns
+    )
+    if not events:
+        return 0
+    start = events[0].extra_fields.total_allocated - events[0].extra_fields.alloc_size
+    return max(0, max(e.extra_fields.total_allocated for e in events) - start)
 
 
 def cuda_peak(fn: Callable[[], Any], device: torch.device) -> int:
@@ -105,7 +114,11 @@ def resident(model: nn.Module, optimizer: torch.optim.Optimizer) -> int:
 def step_peak(model: nn.Module, optimizer: torch.optim.Optimizer, step: Callable[[], Any]) -> int:
     """Peak bytes of one training `step` of `model`: the parameters, gradients and optimizer
     state resident when it begins (torch's storages) plus the allocator's peak of what the step
-    allocates: CUDA's own counters on a GPU, torch's profiler on the CPU."""
+    allocates: CUDA's own counters on a GPU, torch's profiler on the CPU. A step that frees
+    gradients (`zero_grad(set_to_none=True)`) and makes them again is counted twice for them
+    on the CPU (the profiler does not see the free): call `zero_grad(set_to_none=True)` before,
+    so the step begins as it would after its own zero_grad."""
     device = next(model.parameters()).device
+    held = resident(model, optimizer)
     peak = cuda_peak(step, device) if device.type == "cuda" else allocated_peak(step)
-    return resident(model, optimizer) + peak
+    return held + peak

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import math
 import random
+from collections.abc import Callable
 
 import pytest
 import torch
@@ -471,3 +472,86 @@ def test_a_plan_made_while_the_trials_run_is_made_again_for_their_winners(
     planned_fp32 = plan(fp32, x)
     assert made is not None and planned_fp32 is not None
     assert made.costs["blocks.0"].plain < 0.8 * planned_fp32.costs["blocks.0"].plain
+
+
+def test_backward_peak_counts_the_gradients_the_backward_has_made() -> None:
+    """A loop that frees the gradients before its forward: at block i the backward holds the
+    head's gradients and those of every block after i, not all of them."""
+    from autoopt.runtime.checkpointing.checkpoint_plan import backward_peak
+
+    costs = [BlockCost(100, 40, 10, transient=30, grads=50)] * 3
+    modes = [Mode.FULL] * 3
+    # Last block: 90 + 30 recomputed and transient, plus the head's 7.
+    assert backward_peak(costs, modes, growing=7) == 90 + 30 + 7 + 2 * 50 - 2 * 10
+    assert backward_peak(costs, modes) == 90 + 30  # held all along: in the state, not here
+    # Plain: each block frees its 100 before the next makes 50 of gradients.
+    assert backward_peak(costs, [Mode.PLAIN] * 3, growing=0) == 30
+
+
+def _cross_entropy_loop(
+    plain: nn.Module, budget: int, set_to_none: bool, steps: int = 4
+) -> tuple[nn.Module, torch.optim.Optimizer, Callable[[], None]]:
+    tokens = torch.randint(0, 64, (8, 49), generator=torch.Generator().manual_seed(0))
+    x, y = tokens[:, :-1], tokens[:, 1:]
+    model, optimizer = _optimize(copy.deepcopy(plain), budget)
+
+    def step() -> None:
+        optimizer.zero_grad(set_to_none=set_to_none)
+        nn.functional.cross_entropy(model(x).flatten(0, -2), y.flatten()).backward()
+        optimizer.step()
+
+    for _ in range(steps):
+        step()
+    return model, optimizer, step
+
+
+def test_a_loop_that_frees_its_gradients_gets_a_plan_for_that_and_its_peak_fits(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """zero_grad(set_to_none=True) (torch's default): the gradients are not held with the
+    forward's activations, so once a forward after an optimizer step finds none, the plan is
+    made again with them made by the backward: less recomputation, and the peak torch's
+    profiler measures still under the budget. A loop that keeps them keeps the first plan.
+    The modes' seconds are fixed (selective 0.4 of full), so the choice is the bytes'."""
+    from autoopt.diagnostics.measured_memory import step_peak
+    from autoopt.runtime.checkpointing import checkpoint_plan
+
+    monkeypatch.setattr(checkpoint_plan, "mode_seconds", lambda *args: (0.4, 1.0))
+    torch.manual_seed(0)
+    plain = GPT(vocab=64, width=64, layers=6, heads=4)
+    x = torch.randint(0, 64, (8, 48), generator=torch.Generator().manual_seed(0))
+    budget, _ = _budget(plain, x, activations=0.6)
+    plans = {}
+    for set_to_none in (False, True):
+        model, optimizer, step = _cross_entropy_loop(plain, budget, set_to_none)
+        made = memory_plan(model)
+        assert made is not None and made.grads_freed is set_to_none
+        optimizer.zero_grad(set_to_none=True)  # the step begins so: nothing freed unseen
+        measured = step_peak(autoopt.unwrap(model), optimizer, step)
+        assert measured <= made.peak <= budget, (set_to_none, made.render())
+        plans[set_to_none] = made
+    kept, freed = plans[False], plans[True]
+    assert (kept.blocks(), freed.blocks()) == (
+        "blocks.0-2 (full)",
+        "blocks.0-1 (full), blocks.2 (selective)",
+    )
+    assert freed.expected_s < kept.expected_s
+    assert "frees them before each forward" in autoopt.report(model)["checkpoint"].detail
+    assert autoopt.report(model)["checkpoint"].figures["grads_freed"] == 1.0
+
+
+def test_a_loop_that_accumulates_keeps_the_plan_that_holds_the_gradients() -> None:
+    """Two micro-batches a step: the second forward finds the first one's gradients, so the
+    gradients are held with the activations and the plan stays as made."""
+    torch.manual_seed(0)
+    plain = GPT(vocab=64, width=64, layers=6, heads=4)
+    x = torch.randint(0, 64, (8, 48), generator=torch.Generator().manual_seed(0))
+    budget, _ = _budget(plain, x, activations=0.6)
+    model, optimizer = _optimize(copy.deepcopy(plain), budget)
+    for _ in range(3):
+        optimizer.zero_grad(set_to_none=True)
+        for half in (x[:4], x[4:]):
+            model(half).sum().backward()
+        optimizer.step()
+    made = memory_plan(model)
+    assert made is not None and made.grads_freed is False

@@ -28,6 +28,18 @@ def test_the_profiler_peak_is_the_allocators() -> None:
     assert allocated_peak(work) == pytest.approx(8_000_000, abs=1024)
 
 
+def test_a_later_measurement_counts_only_its_own_allocations() -> None:
+    """The profiler's running total is the process's: a first measured run that leaves 10 MB
+    alive (a step's gradients) must not be counted again in the next one's peak."""
+    kept = []
+    assert allocated_peak(lambda: kept.append(torch.empty(10_000_000, dtype=torch.uint8))) == (
+        pytest.approx(10_000_000, abs=1024)
+    )
+    assert allocated_peak(lambda: torch.empty(1_000_000, dtype=torch.uint8)) == pytest.approx(
+        1_000_000, abs=1024
+    )
+
+
 @pytest.mark.parametrize("fraction", [1.0, 0.34], ids=["eager", "a third"])
 def test_planned_peak_is_within_10_percent_of_the_measured_one(fraction: float) -> None:
     """Gradients kept between steps (`zero_grad(set_to_none=False)`): every kind the plan adds

@@ -25,8 +25,19 @@ fits; then, last first, each chosen block that still fits with selective checkpo
 recompute) is switched to it. If checkpointing every block is not enough, every block that saves
 something is checkpointed (one that saves nothing stays plain) and the report says by how much the
 step still exceeds the budget. The plan's `peak` adds the backward's transient buffers at its
-worst block (`backward_peak`); the budget is compared with the saved bytes, not the peak. The
-plan goes into the report's checkpoint row and its memory section (`report.record_plan`), and is
+worst block (`backward_peak`); the budget is compared with the saved bytes, not the peak.
+
+Gradients: the first plan holds them all step long (a loop that keeps them, or accumulates).
+At each training forward after it (`Planner.grads_seen`) the parameters' `.grad` are looked at:
+one found means they are held, and the plan stands; none found at a forward after an optimizer
+step (a parameter's version moved), and none at every forward before, means the loop frees
+them before its forward (`zero_grad(set_to_none=True)`, torch's default). The plan is then made
+again from the measured costs (nothing is measured again): the forward's end holds no
+gradients, and the backward makes them as it goes (the head's from its start, each block's
+once its backward ran), so the step keeps more activations for the same peak. The report line
+says so and gives that peak.
+
+The plan goes into the report's checkpoint row and its memory section (`report.record_plan`), and is
 logged (`voice`) when it is made.
 
 Transformers blocks take the model's KV cache (`use_cache=True` by default): the isolated runs
@@ -45,7 +56,7 @@ import math
 import statistics
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import groupby
 from typing import Any
 
@@ -96,6 +107,7 @@ class BlockCost:
     transient: int = 0  # what its plain backward holds at once beyond the saved bytes
     selective_s: float | None = None
     full_s: float | None = None
+    grads: int = 0  # the bytes of the gradients its parameters get (made by its backward)
 
     def extra_s(self, mode: Mode) -> float:
         """The seconds `mode` adds to a step, or their stand-in when unmeasured."""
@@ -118,11 +130,21 @@ class CheckpointPlan:
     costs: dict[str, BlockCost]  # block name -> what it saves, for the blocks measured
     peak: int = 0  # the step's most bytes at once: `after` plus the worst block's backward
     expected_s: float = 0.0  # the seconds a step spends recomputing, by the measured costs
+    # The training loop frees the gradients before each forward (`zero_grad(set_to_none=True)`,
+    # seen at its second step): they are not held with the forward's activations, and the
+    # backward makes them block by block (`backward_peak`'s `growing`).
+    grads_freed: bool = False
+
+    @property
+    def held(self) -> int:
+        """What the step holds at the forward's end: the state and the saved activations (the
+        gradients left out when the loop frees them before the forward)."""
+        return self.after.total - (self.after.gradients if self.grads_freed else 0)
 
     @property
     def excess(self) -> int:
         """Bytes by which the step still exceeds the budget (0 when it fits)."""
-        return max(0, self.after.total - self.budget)
+        return max(0, self.held - self.budget)
 
     def blocks(self) -> str:
         """The checkpointed blocks as ranges: 'blocks.0-7 (full), blocks.8-9 (selective)'."""
@@ -135,9 +157,15 @@ class CheckpointPlan:
         checkpointed = self.blocks() or "no block"
         line = (
             f"{checkpointed}: saved activations {format_bytes(before)} -> "
-            f"{format_bytes(after)}; step {format_bytes(self.after.total)} for a budget of "
+            f"{format_bytes(after)}; step {format_bytes(self.held)} for a budget of "
             f"{format_bytes(self.budget)}"
         )
+        if self.grads_freed:
+            line += (
+                f" (without the gradients, {format_bytes(self.after.gradients)}: the loop frees "
+                f"them before each forward, zero_grad(set_to_none=True), seen after its first "
+                f"step; peak {format_bytes(self.peak)} as the backward makes them)"
+            )
         if self.excess:
             line += f"; still exceeds the budget by {format_bytes(self.excess)}"
         return line
@@ -147,11 +175,12 @@ class CheckpointPlan:
         return {
             "activations_before_bytes": self.before.activations or 0,
             "activations_after_bytes": self.after.activations or 0,
-            "step_bytes": self.after.total,
+            "step_bytes": self.held,
             "budget_bytes": self.budget,
             "peak_bytes": self.peak,
             "excess_bytes": self.excess,
             "expected_recompute_s": round(self.expected_s, 6),
+            "grads_freed": float(self.grads_freed),
         }
 
 
@@ -175,17 +204,27 @@ def applied_modes(modes: Sequence[Mode]) -> bool:
     return any(m is not Mode.PLAIN for m in modes)
 
 
-def backward_peak(costs: Sequence[BlockCost], modes: Sequence[Mode]) -> int:
+def backward_peak(
+    costs: Sequence[BlockCost], modes: Sequence[Mode], growing: int | None = None
+) -> int:
     """Bytes the backward adds, at its worst block, to the activations a plan keeps: the
     backward runs the blocks last first, each freeing what it kept; block i, when it runs, holds
     what the blocks before it keep (the ones after it are freed), its recomputed activations (a
-    checkpointed block saves its plain bytes again) and its backward's transient buffers."""
+    checkpointed block saves its plain bytes again) and its backward's transient buffers.
+
+    `growing`: None when the gradients are held all along (counted in the state); else the
+    loop freed them before the forward and the backward makes them: the `growing` bytes of the
+    gradients made before the blocks' (the head's, counted from the start) and, at block i, the
+    `grads` of every block after it."""
     kept = {Mode.PLAIN: lambda c: c.plain, Mode.SELECTIVE: lambda c: c.selective}
     worst = freed = 0
+    made = growing or 0
     for cost, mode in reversed(list(zip(costs, modes, strict=True))):
         keeps = kept.get(mode, lambda c: c.full)(cost)
-        worst = max(worst, cost.plain - keeps + cost.transient - freed)
+        worst = max(worst, cost.plain - keeps + cost.transient - freed + made)
         freed += keeps
+        if growing is not None:
+            made += cost.grads
     return worst
 
 
@@ -238,16 +277,18 @@ def choose_modes(costs: Sequence[BlockCost], base: int, budget: int) -> list[Mod
     return list(min(plans, key=lambda found: found[0])[1])
 
 
-def fit_peak(costs: Sequence[BlockCost], base: int, budget: int) -> list[Mode]:
+def fit_peak(
+    costs: Sequence[BlockCost], base: int, budget: int, growing: int | None = None
+) -> list[Mode]:
     """`choose_modes` for the step's peak: the saved bytes plus what the backward adds at its
     worst block (`backward_peak`: a checkpointed block's recomputed activations and its
     gradients) under `budget`. The saved bytes' allowance is searched (halving, PEAK_TRIES
     times) for the largest whose plan's peak fits; when even every block full peaks over the
-    budget, the plan for the saved bytes alone."""
+    budget, the plan for the saved bytes alone. `growing`: see `backward_peak` (`base` then
+    leaves the gradients out)."""
 
     def peak(modes: list[Mode]) -> int:
-        kept = sum(_kept(c, m) - c.full for c, m in zip(costs, modes, strict=True))
-        return base + kept + backward_peak(costs, modes)
+        return plan_peak(costs, base, modes, growing)
 
     saved = choose_modes(costs, base, budget)
     if peak(saved) <= budget:
@@ -267,6 +308,15 @@ def fit_peak(costs: Sequence[BlockCost], base: int, budget: int) -> list[Mode]:
 
 
 PEAK_TRIES = 10
+
+
+def plan_peak(
+    costs: Sequence[BlockCost], base: int, modes: Sequence[Mode], growing: int | None = None
+) -> int:
+    """The step's most bytes at once under `modes`: `base`, what the blocks keep beyond their
+    inputs, and the backward's worst block (`backward_peak`)."""
+    kept = sum(_kept(c, m) - c.full for c, m in zip(costs, modes, strict=True))
+    return base + kept + backward_peak(costs, modes, growing)
 
 
 def _kept(cost: BlockCost, mode: Mode) -> int:
@@ -369,6 +419,13 @@ class Planner:
         self.recompute = RecomputeClock()  # the seconds spent recomputing, measured
         self.trials: Trials | None = None  # undecided trials the plan was made during
         self.planned_under: dict[str, str] = {}  # their options in force then
+        # Whether the loop frees the gradients before each forward (`grads_seen`): None until
+        # a forward after an optimizer step tells; the plan holds them until then.
+        self.grads_freed: bool | None = None
+        self._versions: list[int] | None = None  # the parameters' versions when planned
+        self._measured: list[tuple[BlockState, BlockCost]] = []
+        self._budget = 0
+        self._all_full = 0
 
     def decide(self, forward: Forward, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         """Measure on this batch, set every block's mode and record the plan in the report.
@@ -396,15 +453,67 @@ class Planner:
             warnings.warn(f"autoopt checkpoint: {message}; running without it", stacklevel=2)
             self._record(PassResult.failed(NAME, message, "no checkpointing"))
             return
-        measured = [
+        self._measured = [
             (state, self._costs[state.name])
             for _, state in self.blocks
             if state.name in self._costs
         ]
+        self._budget, self._all_full = budget, all_full
+        self._watch_grads()
+        self._choose(announce=True)
+
+    def _watch_grads(self) -> None:
+        """Note the parameters' versions, so `grads_seen` can tell an optimizer step."""
+        if self.grads_freed is None:
+            self._versions = [p._version for p in self._trainable()]
+
+    def _trainable(self) -> list[nn.Parameter]:
+        return [p for p in self.root.parameters() if p.requires_grad]
+
+    def grads_seen(self) -> bool:
+        """At a training forward after the plan: whether the loop frees the gradients before
+        its forwards. Kept (the plan stands) as soon as one such forward finds a gradient (a
+        loop that keeps them, or accumulates); freed once a forward after an optimizer step (a
+        parameter's version moved) finds none, and every one before it found none too. True
+        when that makes the plan again (with the measured costs: nothing is measured)."""
+        if self.grads_freed is not None or self._versions is None:
+            return False
+        params = self._trainable()
+        if any(p.grad is not None for p in params):
+            self.grads_freed = False
+            return False
+        if [p._version for p in params] == self._versions:
+            return False  # no optimizer step yet (plan() made it before the loop began)
+        self.grads_freed = True
+        if self.plan is None or not self._measured:
+            return False
+        before = [state.mode for state, _ in self._measured]
+        self._choose(announce=False)
+        if [state.mode for state, _ in self._measured] != before:
+            # Another plan: its cost is measured from here (the steps so far ran the old one).
+            fresh = RecomputeClock(armed=self.recompute.armed)
+            for state, _ in self._measured:
+                if state.recomputed is not None:
+                    state.recomputed = fresh.add
+            self.recompute = fresh
+        return True
+
+    def _choose(self, announce: bool) -> None:
+        """Each block's mode from the measured costs, the plan and its report row; the memory
+        section is said when `announce`."""
+        measured, budget, all_full = self._measured, self._budget, self._all_full
         costs = [cost for _, cost in measured]
         step = self._state()
+        growing: int | None = None
         base = step.state + all_full
-        modes = fit_peak(costs, base, budget)
+        if self.grads_freed:
+            # Made by the backward: the blocks' as each block's runs, the rest's from its start.
+            made = sum(c.grads for c in costs)
+            share = min(1.0, step.gradients / made) if made else 0.0
+            costs = [replace(c, grads=int(c.grads * share)) for c in costs]
+            growing = max(0, step.gradients - sum(c.grads for c in costs))
+            base -= step.gradients
+        modes = fit_peak(costs, base, budget, growing)
         for (block, _cost), mode in zip(measured, modes, strict=True):
             block.mode = mode
             block.recomputed = self.recompute.add if mode is not Mode.PLAIN else None
@@ -422,9 +531,10 @@ class Planner:
             step.with_activations(before),
             step.with_activations(after),
             {block.name: block.mode for _, block in self.blocks},
-            {block.name: cost for block, cost in measured},
-            step.with_activations(after).total + backward_peak(costs, modes),
+            {block.name: cost for (block, _), cost in zip(measured, costs, strict=True)},
+            plan_peak(costs, base, modes, growing),
             expected or 0.0,
+            bool(self.grads_freed),
         )
         record_plan(self.report, self.plan.before, self.plan.after, budget)
         line = self.plan.render() + " (measured one block at a time on the first training batch)"
@@ -441,11 +551,13 @@ class Planner:
                 f"; the peak leaves out the backward buffers of {len(self.backward_unmeasured)} "
                 "block(s) whose backward could not be measured"
             )
-            warnings.warn(
-                "autoopt checkpoint: could not measure the backward of "
-                f"{', '.join(self.backward_unmeasured)}; the planned peak leaves their buffers out",
-                stacklevel=2,
-            )
+            if announce:
+                warnings.warn(
+                    "autoopt checkpoint: could not measure the backward of "
+                    f"{', '.join(self.backward_unmeasured)}; the planned peak leaves their "
+                    "buffers out",
+                    stacklevel=2,
+                )
         applied = applied_modes(modes)
         if expected is not None and applied:
             line += f"; {EXPECTED} {duration(expected)} a step"
@@ -453,7 +565,7 @@ class Planner:
         result.figures.update(self.plan.figures())
         self._record(result)
         self.recompute.armed = applied
-        if self.report.memory is not None and self.report.published:
+        if announce and self.report.memory is not None and self.report.published:
             # the decision's line is said by report.replace; the memory section follows it
             voice.say("\n".join(self.report.memory.render()), self.verbose)
 
@@ -533,6 +645,7 @@ class Planner:
             transient = 0
         selective_s, full_s = self._seconds(forward, block, fresh_args, fresh_kwargs)
         self._costs[state.name] = BlockCost(
+            grads=sum(p.numel() * p.element_size() for p in block.parameters() if p.requires_grad),
             plain=cost(Mode.PLAIN),
             selective=cost(Mode.SELECTIVE),
             full=cost(Mode.FULL),
@@ -601,6 +714,8 @@ class PlanOnFirstForward:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         planner = self.planner
         training = torch.is_grad_enabled() and planner.root.training and not in_trial()
+        if training and planner.decided:
+            planner.grads_seen()
         if training and planner.recompute.armed and planner.recompute.step():
             planner.measured()
         if not planner.decided and training:
