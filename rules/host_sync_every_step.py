@@ -13,6 +13,11 @@ from autoopt.lint.tree.nodes import calls_in, method_name, names_in, walk
 
 _SYNC_METHODS = ("item", "cpu", "tolist")
 _CONVERSIONS = ("float", "int")
+_KEPT_ADVICE = {
+    "appended": "to append to a history; append loss.detach() and read the values once per epoch",
+    "accumulated": "to add to a running metric; accumulate loss.detach() on the device and call "
+    ".item() when logging",
+}
 # Loggers that read a tensor they are handed on the host (TensorBoard, tqdm).
 _LOGGING_METHODS = frozenset(
     {"add_scalar", "add_scalars", "set_postfix", "set_postfix_str", "set_description"}
@@ -377,21 +382,9 @@ class HostSyncEveryStep(Rule):
         if kept == "logged":
             return
         what = f"{builtin}()" if converts else f".{name}()"
-        if kept == "appended":
+        if kept is not None:  # a history or a running metric: say how to keep it on the device
             if name == "item" or converts:
-                self.report(
-                    node,
-                    f"{what} syncs with the GPU every step to append to a history; "
-                    "append loss.detach() and read the values once per epoch",
-                )
-            return
-        if kept == "accumulated":
-            if name == "item" or converts:
-                self.report(
-                    node,
-                    f"{what} syncs with the GPU every step to add to a running metric; "
-                    "accumulate loss.detach() on the device and call .item() when logging",
-                )
+                self.report(node, f"{what} syncs with the GPU every step {_KEPT_ADVICE[kept]}")
             return
         if is_print:
             losses = self._backward_names(loop)

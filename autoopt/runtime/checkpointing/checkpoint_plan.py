@@ -181,6 +181,7 @@ class CheckpointPlan:
             "excess_bytes": self.excess,
             "expected_recompute_s": round(self.expected_s, 6),
             "grads_freed": float(self.grads_freed),
+            "gradients_bytes": self.after.gradients or 0,
         }
 
 

@@ -174,6 +174,14 @@ def _backend_name() -> str:
     return BACKEND if isinstance(BACKEND, str) else getattr(BACKEND, "__name__", "custom")
 
 
+def _left_to_the_user(model: nn.Module) -> PassResult:
+    return PassResult.skipped(
+        NAME,
+        f"{compiled_in_place(model)} was compiled in place by the user (Module.compile()): left "
+        "to its own compile",
+    )
+
+
 def compiled_in_place(model: nn.Module) -> str | None:
     """The name of the first module (outermost first) that `Module.compile()` compiled in place
     ("the model" for the model itself), else None. Compiling its forward again would nest one
@@ -193,6 +201,8 @@ def run(ctx: Context) -> PassResult:
     on_cpu = ctx.device is None or ctx.device.type != "cuda"
     cause = eager_numerics(ctx.options, timed=on_cpu)
     if ctx.options.compile == "auto" and cause is not None:
+        if compiled_in_place(ctx.model) is not None:
+            return _left_to_the_user(ctx.model)  # the user's compile is theirs either way
         return PassResult.skipped(NAME, stand_down(cause))
     if ctx.options.compile == "auto" and on_cpu and cache_dir is not None:
         name = compile_cache.key(ctx.model, (), {}, _cache_extra(regions))
@@ -201,13 +211,8 @@ def run(ctx: Context) -> PassResult:
         auto.name, auto.size = name, compile_cache.model_size(ctx.model)
         outcome = auto.record.read()
     how, why = choose(ctx.options.compile, ctx.device, cache_dir, outcome)
-    compiled_by_user = compiled_in_place(ctx.model)
-    if how is not None and compiled_by_user is not None:
-        return PassResult.skipped(
-            NAME,
-            f"{compiled_by_user} was compiled in place by the user (Module.compile()): left to "
-            "its own compile",
-        )
+    if how is not None and compiled_in_place(ctx.model) is not None:
+        return _left_to_the_user(ctx.model)
     if how in ("measure", "torch.compile") and not randomness.draws_eager_random(BACKEND):
         if ctx.options.deterministic:
             return PassResult.skipped(
