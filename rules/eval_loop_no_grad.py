@@ -533,12 +533,7 @@ class EvalLoopNoGrad(Rule):
     def _runs_model(self, loop: cst.For) -> bool:
         """The loop calls the module that was put in eval mode, or something named like a
         model."""
-        scope = self.facts.enclosing_scope(loop)
-        evaluated = {
-            code_of(c.func.value)
-            for c in self.facts.eval_calls
-            if isinstance(c.func, cst.Attribute) and self.facts.enclosing_scope(c) is scope
-        }
+        evaluated = self._evaluated(self.facts.enclosing_scope(loop))
         for call in calls_in(loop.body, into_scopes=False):
             if not isinstance(call.func, cst.Name | cst.Attribute) or self.facts.in_no_grad(call):
                 continue  # a model call already under `with torch.no_grad():` inside the loop

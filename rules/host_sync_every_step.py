@@ -556,7 +556,12 @@ class HostSyncEveryStep(Rule):
         return False
 
     def _backward_names(self, loop: cst.CSTNode) -> set[str]:
-        """Names whose `.backward()` is called in `loop` (`loss` in `loss.backward()`)."""
+        """Names whose `.backward()` is called in `loop` (`loss` in `loss.backward()`); one walk
+        per loop, however many calls of it ask."""
+        cache: dict[int, tuple[cst.CSTNode, set[str]]] = self.__dict__.setdefault("_losses", {})
+        found = cache.get(id(loop))
+        if found is not None and found[0] is loop:
+            return found[1]
         names: set[str] = set()
         for n in walk(loop, into_scopes=False):
             if (
@@ -566,6 +571,7 @@ class HostSyncEveryStep(Rule):
                 and isinstance(n.func.value, cst.Name)
             ):
                 names.add(n.func.value.value)
+        cache[id(loop)] = (loop, names)
         return names
 
 

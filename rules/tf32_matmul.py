@@ -183,11 +183,11 @@ class TF32Matmul(Rule):
         if (  # the text first, then the program (cheapest first)
             facts.switches_determinism_on
             or "autocast(" in source
-            or any(flag in source for flag in _CHOSEN)
+            or _chooses_precision(source)
             or not facts.trains
             or not program.runs_on_cuda
             or not program.is_entry_script  # the driver that imports this trainer says it
-            or program.imports_text_that_says(_chooses_precision)  # a setup() it calls
+            or program.reaches_text_that_says(_chooses_precision)  # a setup() it calls
         ):
             return
         new = statement_line('torch.set_float32_matmul_precision("high")')

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -93,13 +93,10 @@ class ProgramView:
     def _path(self) -> Path:
         return Path(os.path.abspath(self.path))
 
-    def imports_text_that_says(self, says: Callable[[str], bool]) -> bool:
-        """`says` holds for the text of a project module this file imports, or one they import
-        (two deep): `neuralop.training.setup(config)` setting TF32 for the driver."""
-        return any(
-            reached_text_says(imported, read_text(imported), says, 1)
-            for imported in imported_paths(self._path, self.facts.source)
-        )
+    def reaches_text_that_says(self, says: Callable[[str], bool]) -> bool:
+        """`says` holds for this file's text or that of a project module it imports, two deep
+        (`neuralop.training.setup(config)` setting TF32 for the driver)."""
+        return reached_text_says(self._path, self.facts.source, says)
 
     @functools.cached_property
     def serves_cuda_training(self) -> bool:
@@ -144,6 +141,8 @@ class ProgramView:
         """Some code of the project calls `func` (this file, or a module importing it): what it
         is handed is built there (the model a `train(model, ...)` receives is the caller's)."""
         name = func.name.value
+        own = (name, f"self.{name}")
+        importers: Iterable[Path] = importers_of(self._path)
         if name == "__init__":  # a constructor runs when its class is called: `PPO(policy)`
             owner = next(
                 (a for a in self.facts.ancestors(func) if isinstance(a, cst.ClassDef)), None
@@ -151,12 +150,11 @@ class ProgramView:
             if owner is None:
                 return False
             name = owner.name.value
-            if any(dotted(c.func) == name for c in calls_in(self.facts.module)):
-                return True
-            return any(f"{name}(" in read_text(m) for m in self._importers_through_packages)
-        if any(dotted(c.func) in (name, f"self.{name}") for c in calls_in(self.facts.module)):
+            own = (name,)
+            importers = self._importers_through_packages  # `algo.PPO(...)` via algo/__init__
+        if any(dotted(c.func) in own for c in calls_in(self.facts.module)):
             return True
-        return any(f"{name}(" in read_text(m) for m in importers_of(self._path))
+        return any(f"{name}(" in read_text(m) for m in importers)
 
     def called_in_a_loop(self, func: cst.FunctionDef) -> bool:
         """The project calls `func` inside a loop (this file or a module importing it): a step

@@ -172,9 +172,8 @@ def run(ctx: Context) -> PassResult:
         impls, apart = same_updates(ctx.optimizer, device, impls)
     cls = type(ctx.optimizer).__name__
     if apart:
-        steps, its = (f"{apart[0]} step", "its") if len(apart) == 1 else ("steps", "their")
-        if len(apart) > 1:
-            steps = f"{' and '.join(apart)} steps"
+        one = len(apart) == 1
+        steps, its = " and ".join(apart) + (" step" if one else " steps"), "its" if one else "their"
         flags_note += (
             f"; {steps} left out: {eager}, and {its} updates round apart from {cls}'s own "
             f"step ({cls}(..., {apart[0]}=True) takes it)"
