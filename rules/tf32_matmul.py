@@ -47,6 +47,8 @@ class TF32Matmul(Rule):
       only the few fp32 ones left. Not flagged.
     - The file sets any of the precision flags, either way, or a module of the project it
       imports does (the setup code a driver calls). Not flagged.
+    - A module with only definitions that another module of the project imports (a trainer
+      class): the switch belongs to the script that starts the program. Not flagged there.
     - GPUs before Ampere ignore the setting; it does no harm there.
     """
 
@@ -116,7 +118,7 @@ class TF32Matmul(Rule):
                 return argparse.ArgumentParser().parse_args()
             import torch
             import torchvision
-            model = torchvision.models.resnet18().cuda()
+            model = torchvision.models.vit_b_16().cuda()
             for x, y in loader:
                 model(x.cuda()).sum().backward()
             """,
@@ -128,7 +130,7 @@ class TF32Matmul(Rule):
             import torch
             import torchvision
             torch.set_float32_matmul_precision("high")
-            model = torchvision.models.resnet18().cuda()
+            model = torchvision.models.vit_b_16().cuda()
             for x, y in loader:
                 model(x.cuda()).sum().backward()
             """,

@@ -298,3 +298,193 @@ def test_a_batch_of_the_projects_own_class(
         },
     )
     assert _codes(tmp_path, "engine.py", select=("AO103",)) == expected
+
+
+# ----- facts by weight: what a model's constructor builds, counted as it runs ---------------------
+CRNN_MODELS = """
+import torch.nn as nn
+
+class BidirectionalLSTM(nn.Module):
+    def __init__(self, n_in, n_out):
+        super().__init__()
+        self.rnn = nn.LSTM(n_in, n_in, bidirectional=True)
+        self.embedding = nn.Linear(n_in * 2, n_out)
+
+class CRNN(nn.Module):
+    def __init__(self, n_class):
+        super().__init__()
+        cnn = nn.Sequential()
+
+        def conv_relu(i):
+            cnn.add_module(f"conv{i}", nn.Conv2d(64, 64, 3, 1, 1))
+
+        conv_relu(0)
+        conv_relu(1)
+        conv_relu(2)
+        self.cnn = cnn
+        self.rnn = nn.Sequential(BidirectionalLSTM(64, 64), BidirectionalLSTM(64, n_class))
+"""
+
+VGG_MODELS = """
+import torch.nn as nn
+
+class VGG(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        layers = []
+        for v in cfg:
+            layers += [nn.Conv2d(3, v, 3, padding=1), nn.ReLU()]
+        self.features = nn.Sequential(*layers)
+        self.classifier = nn.Sequential(nn.Linear(512, 512), nn.Linear(512, 512), nn.Linear(512, 10))
+"""
+
+
+@pytest.mark.parametrize(("models", "name"), [(CRNN_MODELS, "CRNN"), (VGG_MODELS, "VGG")])
+def test_layers_count_as_often_as_the_constructor_builds_them(
+    tmp_path: Path, models: str, name: str
+) -> None:
+    """meijieru/crnn.pytorch: one `nn.Conv2d` in a helper the constructor calls seven times
+    outweighs the two Linear layers of its LSTM head; a VGG builds its convolutions in a loop
+    over its configuration and three Linear layers after them. Both are convolutional."""
+    main = MAIN.format(imports=f"from models import {name}").replace(
+        "net = ResNet18()", f"net = {name}(10)"
+    )
+    _write(tmp_path, {"models.py": models, "main.py": main})
+    assert _codes(tmp_path, "main.py", select=("AO606",)) == ["AO606"]
+
+
+REGISTRY_PACKAGE = {
+    "core/__init__.py": "",
+    "core/models/__init__.py": "",
+    "core/models/fcn.py": CONV_MODELS.replace("def ResNet18", "def get_fcn"),
+    "core/models/psp.py": CONV_MODELS.replace("def ResNet18", "def get_psp"),
+    "core/models/model_zoo.py": (
+        "from .fcn import *\nfrom .psp import *\n\n"
+        "_models = {'fcn': get_fcn, 'psp': get_psp}\n\n"
+        "def get_segmentation_model(model, **kwargs):\n"
+        "    return _models[model](**kwargs)\n"
+    ),
+}
+
+
+def test_a_model_from_a_table_of_builders(tmp_path: Path) -> None:
+    """Tramac/awesome-semantic-segmentation: `get_segmentation_model(...)` picks from a
+    module-level table of builders the module star-imports: weighed as the table's entries."""
+    main = MAIN.format(imports="from core.models.model_zoo import get_segmentation_model").replace(
+        "net = ResNet18()", "net = get_segmentation_model(args.model)"
+    )
+    _write(tmp_path, {**REGISTRY_PACKAGE, "main.py": main})
+    assert _codes(tmp_path, "main.py", select=("AO606",)) == ["AO606"]
+    # the same table over dense models: not convolutional
+    mlp = {k: v.replace(CONV_MODELS, MLP_MODELS) for k, v in REGISTRY_PACKAGE.items()}
+    mlp["core/models/fcn.py"] = MLP_MODELS.replace("def ResNet18", "def get_fcn")
+    mlp["core/models/psp.py"] = MLP_MODELS.replace("def ResNet18", "def get_psp")
+    _write(tmp_path, {**mlp, "main.py": main})
+    assert _codes(tmp_path, "main.py", select=("AO606",)) == []
+
+
+VICREG_MAIN = """
+import torch
+from torch import nn
+import resnet
+
+class VICReg(nn.Module):
+    def __init__(self, args):
+        super().__init__()
+        self.backbone = resnet.__dict__[args.arch](zero_init_residual=True)
+
+    def forward(self, x):
+        return self.backbone(x)
+
+model = VICReg(args).cuda(gpu)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for x in loader:
+    model(x.cuda(gpu, non_blocking=True)).sum().backward()
+    optimizer.step()
+"""
+
+
+# akamaster/pytorch_resnet_cifar10: the table's model itself
+DIRECT_TABLE_MAIN = VICREG_MAIN.replace(
+    "model = VICReg(args).cuda(gpu)", "model = resnet.__dict__[args.arch]().cuda(gpu)"
+)
+
+
+@pytest.mark.parametrize("main", [VICREG_MAIN, DIRECT_TABLE_MAIN])
+@pytest.mark.parametrize(("models", "expected"), [(CONV_MODELS, ["AO606"]), (MLP_MODELS, [])])
+def test_a_model_from_a_module_used_as_a_table(
+    tmp_path: Path, main: str, models: str, expected: list[str]
+) -> None:
+    """facebookresearch/vicreg: `resnet.__dict__[args.arch](...)` of the project's resnet.py
+    inside the file's model class, or as the model itself: convolutional when that module's
+    models are."""
+    _write(tmp_path, {"resnet.py": models, "main.py": main})
+    assert _codes(tmp_path, "main.py", select=("AO606",)) == expected
+
+
+MOCO_MAIN = """
+import torch
+from functools import partial
+import torchvision.models as torchvision_models
+from moco.builder import MoCo
+
+model = MoCo(partial(torchvision_models.__dict__[args.arch], zero_init_residual=True), 256)
+model.cuda()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for x in loader:
+    model(x.cuda()).sum().backward()
+    optimizer.step()
+"""
+
+
+def test_a_wrapper_model_handed_a_zoo_builder(tmp_path: Path) -> None:
+    """facebookresearch/moco-v3: the builder of a torchvision CNN handed to the project's
+    wrapper class through `functools.partial`."""
+    builder = "import torch.nn as nn\nclass MoCo(nn.Module):\n    def __init__(self, base, dim):\n        super().__init__()\n        self.encoder = base(num_classes=dim)\n"
+    _write(tmp_path, {"moco/__init__.py": "", "moco/builder.py": builder, "main.py": MOCO_MAIN})
+    assert _codes(tmp_path, "main.py", select=("AO606",)) == ["AO606"]
+
+
+BUILDER_CLASS = (
+    CONV_MODELS
+    + """
+
+class ModelBuilder:
+    @staticmethod
+    def build_encoder(arch="resnet18"):
+        return ResNet18()
+"""
+)
+
+
+def test_a_static_builder_method_of_a_project_class(tmp_path: Path) -> None:
+    """CSAILVision/semantic-segmentation: `ModelBuilder.build_encoder(...)`."""
+    main = MAIN.format(imports="from models import ModelBuilder").replace(
+        "net = ResNet18()", "net = ModelBuilder.build_encoder(arch='resnet18')"
+    )
+    _write(tmp_path, {"models.py": BUILDER_CLASS, "main.py": main})
+    assert _codes(tmp_path, "main.py", select=("AO606",)) == ["AO606"]
+
+
+TRAINER_MODULE = """
+import torch
+
+class Trainer:
+    def __init__(self, model, optimizer, loader, device):
+        self.model, self.optimizer, self.loader, self.device = model, optimizer, loader, device
+
+    def train(self):
+        for x, y in self.loader:
+            loss = self.model(x.to(self.device)).sum()
+            loss.backward()
+            self.optimizer.step()
+"""
+
+
+def test_tf32_belongs_to_the_script_that_starts_the_program(tmp_path: Path) -> None:
+    """AO602 in victoresque/pytorch-template's trainer/trainer.py (only definitions, imported
+    by train.py): the program-wide switch goes in the driver, not the trainer module."""
+    _write(tmp_path, {"trainer.py": TRAINER_MODULE.replace("device):", "device='cuda'):")})
+    assert _codes(tmp_path, "trainer.py", select=("AO602",)) == ["AO602"]  # nobody imports it
+    (tmp_path / "train.py").write_text("from trainer import Trainer\nprint(Trainer)\n")
+    assert _codes(tmp_path, "trainer.py", select=("AO602",)) == []

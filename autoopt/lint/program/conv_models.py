@@ -29,7 +29,12 @@ import libcst as cst
 
 from autoopt.lint.engine.rule import Rule
 from autoopt.lint.program.placement import without_placement
-from autoopt.lint.program.project_facts import LocalDefinition, definition_at, local_definition
+from autoopt.lint.program.project_facts import (
+    LocalDefinition,
+    definition_at,
+    local_definition,
+    module_table_definition,
+)
 from autoopt.lint.program.torch_api import CONV2D, conv_classes, is_conv_call, is_conv_zoo_model
 from autoopt.lint.tree.nodes import calls_in, dotted, method_name, nodes_of_type
 
@@ -75,10 +80,10 @@ def project_definition(rule: Rule, call: cst.Call) -> LocalDefinition | None:
     for target in program.program.resolve(
         program.index, program.function_of(call), tuple(name.split("."))
     ):
-        if "." not in target.qualname:
-            found = definition_at(target.path, target.qualname)
-            if found is not None:
-                return found
+        # a method (`ModelBuilder.build_encoder(...)`): its class's definitions weighed together
+        found = definition_at(target.path, target.qualname.split(".")[0])
+        if found is not None:
+            return found
     return None
 
 
@@ -140,11 +145,29 @@ def _wrapped_conv_model(
         value = without_placement(a.value)
         if isinstance(value, cst.Name) and value.value in named:
             return named[value.value]
-        if isinstance(value, cst.Call):
+        if isinstance(value, cst.Call) and rule.is_call_to(value, "functools.partial"):
+            # the builder handed in (`MoCo_ResNet(partial(models.__dict__[arch], ...))`)
+            kind = _conv_table(rule, value.args[0].value) if value.args else None
+            if kind is not None:
+                return kind
+        elif isinstance(value, cst.Call):
             kind = _conv_model(rule, value, fit, flattening)
             if kind is not None:
                 return kind
     return None
+
+
+def _conv_table(rule: Rule, func: cst.BaseExpression) -> str | None:
+    """`models.__dict__[arch]` of torchvision ("fit"), or of a module of the project whose
+    definitions are 2-D convolutional networks by weight ("fit", or "flattens")."""
+    if not isinstance(func, cst.Subscript):
+        return None
+    if is_conv_zoo_model(rule, cst.Call(func=func)):  # torchvision's table: no metadata needed
+        return "fit"
+    table = module_table_definition(rule, func)
+    if table is None or not table.conv2d:
+        return None
+    return "flattens" if table.views else "fit"
 
 
 def _conv_model(rule: Rule, call: cst.Call, fit: set[str], flattening: set[str]) -> str | None:
@@ -154,6 +177,9 @@ def _conv_model(rule: Rule, call: cst.Call, fit: set[str], flattening: set[str])
             return "fit"
         if call.func.value in flattening:
             return "flattens"
+    table = _conv_table(rule, call.func)  # `resnet.__dict__[args.arch](...)`
+    if table is not None:
+        return table
     local = project_definition(rule, call)  # `from models import Net`, `model.resnet50()`
     if local is not None:
         if not local.conv2d:

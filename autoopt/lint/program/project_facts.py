@@ -17,6 +17,7 @@ Known model zoos count inside local modules too (`torchvision.models.resnet18(..
 from __future__ import annotations
 
 import ast
+import builtins
 import os
 import re
 from collections.abc import Iterator
@@ -30,7 +31,7 @@ from autoopt.lint.program.index import file_tree, parse_tree
 from autoopt.lint.program.project_files import record_read, resolve_module
 from autoopt.lint.program.torch_api import is_conv_family
 from autoopt.lint.tree.encoding import content_digest
-from autoopt.lint.tree.nodes import dotted
+from autoopt.lint.tree.nodes import code_of, dotted, top_level_imports
 
 if TYPE_CHECKING:
     from autoopt.lint.engine.rule import Rule
@@ -49,6 +50,8 @@ _CONV_FUNCTION_LEAVES = frozenset({"conv1d", "conv2d", "conv3d", "conv_transpose
 # Layers that make a model dense rather than convolutional (transformers, MLPs).
 _DENSE_LEAVES = frozenset({"Linear", "LazyLinear", "Bilinear", "MultiheadAttention"})
 _ZOO_CONVS = 20  # a torchvision/timm CNN counts as this many convolution layers
+_WHOLE_MODULE = "*"  # a module used as a table of model builders (`resnet.__dict__[arch]`)
+_BUILTIN_NAMES = frozenset(dir(builtins)) | {"self", "cls", "super", "nn", "F", "torch"}
 # torch.optim's optimizer classes (`torch.optim.SGD(...)`, `optim.AdamW(...)`)
 _OPTIMIZER_LEAVES = frozenset(
     {"SGD", "Adam", "AdamW", "Adamax", "Adagrad", "Adadelta", "RMSprop", "Rprop", "NAdam",
@@ -75,6 +78,8 @@ class ModuleSummary:
     # def -> name -> how many times it calls (or passes on) that name: `Down(...)` three times
     uses: dict[str, dict[str, int]] = field(default_factory=dict)
     imported_modules: list[tuple[str, int]] = field(default_factory=list)  # (module, level)
+    # name bound by `import x.y as name` / `import name` -> (module, level)
+    module_aliases: dict[str, tuple[str, int]] = field(default_factory=dict)
     # bound name -> (module, imported name, relative level)
     imports: dict[str, tuple[str, str, int]] = field(default_factory=dict)
     star_imports: list[tuple[str, int]] = field(default_factory=list)  # (module, level)
@@ -98,6 +103,11 @@ def summarize(path: Path, data: bytes, tree: ast.Module | None = None) -> Module
     for stmt in tree.body:
         if isinstance(stmt, ast.Import):
             summary.imported_modules.extend((alias.name, 0) for alias in stmt.names)
+            for alias in stmt.names:  # `import models.crnn as crnn` binds the module itself
+                if alias.asname:
+                    summary.module_aliases[alias.asname] = (alias.name, 0)
+                else:  # `import a.b` binds `a`
+                    summary.module_aliases[alias.name.split(".")[0]] = (alias.name.split(".")[0], 0)
         if isinstance(stmt, ast.ImportFrom):
             summary.imported_modules.append((stmt.module or "", stmt.level))
             for alias in stmt.names:
@@ -113,25 +123,29 @@ def summarize(path: Path, data: bytes, tree: ast.Module | None = None) -> Module
             used: set[str] = set()
             convs = dense = 0
             times: dict[str, int] = {}
-            for node in ast.walk(stmt):
+            for node, weight in _weighted_walk(stmt):
                 if isinstance(node, ast.Name):  # `ResNet(BasicBlock, ...)` passes a conv class
                     used.add(node.id)
-                    times[node.id] = times.get(node.id, 0) + 1
+                    times[node.id] = times.get(node.id, 0) + weight
                 if not isinstance(node, ast.Call):
                     continue
+                registry = _module_registry(node.func)
+                if registry is not None:  # `resnet.__dict__[args.arch](...)`: one of a module's
+                    used.add(registry)
+                    times[registry] = times.get(registry, 0) + weight
                 leaf = _leaf(node.func)
                 if leaf is None:
                     continue
                 used.add(leaf)
                 if isinstance(node.func, ast.Attribute):
-                    times[leaf] = times.get(leaf, 0) + 1
+                    times[leaf] = times.get(leaf, 0) + weight
                 if leaf in _CONV_LEAVES or leaf in _CONV_FUNCTION_LEAVES:
                     summary.conv.add(stmt.name)
                 if leaf in _CONV2D_LEAVES or leaf == "conv2d":
                     summary.conv2d.add(stmt.name)
-                    convs += 1
+                    convs += weight
                 elif leaf in _DENSE_LEAVES:
-                    dense += 1
+                    dense += weight
                 if leaf == "view" and isinstance(node.func, ast.Attribute) and _flattens(node):
                     summary.views.add(stmt.name)
                 if leaf in _OPTIMIZER_LEAVES and isinstance(stmt, ast.FunctionDef):
@@ -157,8 +171,81 @@ def summarize(path: Path, data: bytes, tree: ast.Module | None = None) -> Module
             target = summary.functions if original in summary.functions else summary.classes
             target[stmt.targets[0].id] = {original}
             summary.uses[stmt.targets[0].id] = {original: 1}
+        elif (entries := _registry_entries(stmt)) is not None:
+            # a table of model builders (`_models = {"fcn": get_fcn, ...}`) a factory picks
+            # from: weighed as all its entries together
+            summary.functions[entries[0]] = set(entries[1])
+            summary.uses[entries[0]] = dict.fromkeys(entries[1], 1)
     _close_within(summary)
     return summary
+
+
+_LOOP_TIMES = 4  # a layer built in a loop or comprehension counts as this many (blocks, stages)
+_LOOPS = (
+    ast.For,
+    ast.AsyncFor,
+    ast.While,
+    ast.ListComp,
+    ast.SetComp,
+    ast.GeneratorExp,
+    ast.DictComp,
+)
+_DEFS = (ast.FunctionDef, ast.AsyncFunctionDef)
+
+
+def _weighted_walk(top: ast.AST) -> Iterator[tuple[ast.AST, int]]:
+    """Every node under `top` with how many times it runs when `top` builds its model, as far
+    as the text says: a layer in a loop or comprehension counts `_LOOP_TIMES`, a layer in a
+    helper defined inside a function counts once per call of that helper (CRNN's `convRelu`,
+    called seven times). Facts by weight: a VGG whose convolutions are built in a loop over its
+    configuration outweighs its three Linear layers."""
+    stack: list[tuple[ast.AST, int]] = [(top, 1)]
+    while stack:
+        node, weight = stack.pop()
+        yield node, weight
+        calls: dict[str, int] | None = None
+        for child in ast.iter_child_nodes(node):
+            times = weight
+            if isinstance(node, _LOOPS) and child not in getattr(node, "orelse", ()):
+                times = weight * _LOOP_TIMES
+            elif isinstance(child, _DEFS) and isinstance(node, _DEFS):
+                if calls is None:  # how often this function calls each helper it defines
+                    calls = {}
+                    for sub in ast.walk(node):
+                        if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Name):
+                            calls[sub.func.id] = calls.get(sub.func.id, 0) + 1
+                times = weight * max(1, calls.get(child.name, 0))
+            stack.append((child, times))
+
+
+def _module_registry(func: ast.expr) -> str | None:
+    """`resnet.__dict__[arch]`: the module `resnet` used as a table of its model builders,
+    recorded as the name `resnet.__dict__`."""
+    if (
+        isinstance(func, ast.Subscript)
+        and isinstance(func.value, ast.Attribute)
+        and func.value.attr == "__dict__"
+        and isinstance(func.value.value, ast.Name)
+    ):
+        return f"{func.value.value.id}.__dict__"
+    return None
+
+
+def _registry_entries(stmt: ast.stmt) -> tuple[str, list[str]] | None:
+    """`name = {"a": build_a, "b": BuildB}` (or a list/tuple of names) at module level: the
+    table's name and the names it holds, when it holds at least two."""
+    if not (
+        isinstance(stmt, ast.Assign)
+        and len(stmt.targets) == 1
+        and isinstance(stmt.targets[0], ast.Name)
+    ):
+        return None
+    value = stmt.value
+    items = value.values if isinstance(value, ast.Dict) else getattr(value, "elts", None)
+    if not isinstance(value, ast.Dict | ast.List | ast.Tuple) or items is None:
+        return None
+    names = [v.id for v in items if isinstance(v, ast.Name)]
+    return (stmt.targets[0].id, names) if len(names) >= 2 else None
 
 
 def _own_to(cls: ast.ClassDef) -> bool:
@@ -392,6 +479,32 @@ def local_definition(rule: Rule, name: str) -> LocalDefinition | None:
     return None
 
 
+def module_table_definition(rule: Rule, func: cst.BaseExpression) -> LocalDefinition | None:
+    """What `resnet.__dict__[args.arch]` builds when `resnet` is a module of the project the
+    linted file imports (`import resnet`, `from models import resnet`): its definitions weighed
+    together (vicreg's backbone). None for anything else."""
+    if not (
+        isinstance(func, cst.Subscript)
+        and isinstance(func.value, cst.Attribute)
+        and func.value.attr.value == "__dict__"
+        and isinstance(func.value.value, cst.Name)
+    ):
+        return None
+    alias = func.value.value.value
+    module: tuple[str, int] | None = None
+    for _, imported in top_level_imports(rule.context.module):
+        bound = imported.asname.name if imported.asname is not None else None
+        name = dotted(imported.name) or ""
+        if (code_of(bound) if bound is not None else name.split(".")[0]) == alias:
+            module = (name if bound is not None else alias, 0)
+    if module is None and alias in (table := _import_table(rule.context.module)).names:
+        source, original, level = table.names[alias]
+        module = (f"{source}.{original}" if source else original, level)
+    path = resolve_module(rule.context.path, *module) if module is not None else None
+    summary = load(path) if path is not None else None
+    return _describe(alias, summary, _WHOLE_MODULE) if summary is not None else None
+
+
 def definition_at(path: Path, name: str) -> LocalDefinition | None:
     """What the class or function `name` of the module at `path` is (a call the program model
     resolved: `model.resnet50(...)` through `from retinanet import model`)."""
@@ -426,21 +539,52 @@ def _cross_module_closure(
     }
     if name in summary.views:
         found.add("views")
-    used = summary.classes.get(name) or summary.functions.get(name) or set()
-    for other in sorted(used):
+    for other in sorted(_uses(summary, name)):
         if {"conv", "conv2d", "views"} <= found or len(seen) > _MAX_VISITS:
             break
-        if other in summary.classes or other in summary.functions:
-            target: tuple[ModuleSummary, str] | None = (summary, other)
-        elif other in summary.imports:
-            module, original, level = summary.imports[other]
-            path = resolve_module(summary.path, module, level)
-            target = _definition(path, original) if path else None
-        else:
-            continue
+        target = _used_definition(summary, other)
         if target is not None and (target[0].path, target[1]) not in seen:
             found |= _cross_module_closure(target[0], target[1], seen)
     return found
+
+
+def _uses(summary: ModuleSummary, name: str) -> set[str]:
+    """The names the definition `name` uses; for a whole module (`_WHOLE_MODULE`), its
+    definitions."""
+    if name == _WHOLE_MODULE:
+        return set(summary.classes) | set(summary.functions)
+    return summary.classes.get(name) or summary.functions.get(name) or set()
+
+
+def _used_definition(summary: ModuleSummary, other: str) -> tuple[ModuleSummary, str] | None:
+    """Where a name a definition of `summary` uses is defined: in the same module, through its
+    imports (star imports too), or a whole module used as a table of builders
+    (`resnet.__dict__[arch]`)."""
+    if other in summary.classes or other in summary.functions:
+        return summary, other
+    if other in summary.imports:
+        module, original, level = summary.imports[other]
+        path = resolve_module(summary.path, module, level)
+        return _definition(path, original) if path else None
+    if other.endswith(".__dict__"):
+        return _whole_module(summary, other.removesuffix(".__dict__"))
+    if summary.star_imports and other not in _BUILTIN_NAMES:
+        return _definition(summary.path, other)
+    return None
+
+
+def _whole_module(summary: ModuleSummary, alias: str) -> tuple[ModuleSummary, str] | None:
+    """The module bound to `alias` in `summary`'s module (`import resnet`, `from . import
+    resnet`), as a whole."""
+    if alias in summary.module_aliases:
+        path = resolve_module(summary.path, *summary.module_aliases[alias])
+    elif alias in summary.imports:
+        module, original, level = summary.imports[alias]
+        path = resolve_module(summary.path, f"{module}.{original}" if module else original, level)
+    else:
+        return None
+    found = load(path) if path else None
+    return (found, _WHOLE_MODULE) if found is not None else None
 
 
 def _convolutions_dominate(summary: ModuleSummary, name: str) -> bool:
@@ -466,18 +610,16 @@ def _layer_weight(
         return memo[key]
     memo[key] = (0, 0)  # a cycle adds nothing
     convs, dense = summary.layers.get(name, (0, 0))
+    uses = (
+        dict.fromkeys(_uses(summary, name), 1)
+        if name == _WHOLE_MODULE
+        else summary.uses.get(name, {})
+    )
     if depth < _MAX_DEPTH and len(memo) <= _MAX_VISITS:
-        for other, times in sorted(summary.uses.get(name, {}).items()):
+        for other, times in sorted(uses.items()):
             if other == name:
                 continue
-            if other in summary.classes or other in summary.functions:
-                target: tuple[ModuleSummary, str] | None = (summary, other)
-            elif other in summary.imports:
-                source, original, level = summary.imports[other]
-                path = resolve_module(summary.path, source, level)
-                target = _definition(path, original) if path else None
-            else:
-                continue
+            target = _used_definition(summary, other)
             if target is not None:
                 c, d = _layer_weight(target[0], target[1], memo, depth + 1)
                 convs, dense = convs + times * c, dense + times * d

@@ -111,9 +111,11 @@ class ProgramView:
         not in the trainer module a driver imports."""
         if "__main__" in self.facts.source:
             return True
+        importers = self._importers_through_packages
+        if importers and not _runs_at_top_level(self.facts.module):
+            return False  # only definitions, imported: a trainer module, run from elsewhere
         return not any(
-            drives_training_elsewhere(importer, read_text(importer))
-            for importer in self._importers_through_packages
+            drives_training_elsewhere(importer, read_text(importer)) for importer in importers
         )
 
     @functools.cached_property
@@ -563,3 +565,20 @@ def training_heads(index: ModuleIndex) -> tuple[set[str], set[str]]:
                 own.add(leaf)
                 changed = True
     return heads, own
+
+
+def _runs_at_top_level(module: cst.Module) -> bool:
+    """Running the module does something beyond defining names: a call or a loop at its top
+    level (`main()`, `for epoch in ...`), also inside a top-level `if`/`with`/`try`."""
+    for stmt in module.body:
+        if isinstance(stmt, cst.For | cst.While | cst.With):
+            return True
+        if isinstance(stmt, cst.SimpleStatementLine) and any(
+            isinstance(small, cst.Expr) and isinstance(small.value, cst.Call) for small in stmt.body
+        ):
+            return True
+        if isinstance(stmt, cst.If | cst.Try) and _runs_at_top_level(
+            cst.Module(body=list(stmt.body.body))
+        ):
+            return True
+    return False
