@@ -426,6 +426,32 @@ class ToDeviceNonBlocking(Rule):
             """,
             unsafe=True,
         ),
+        Invalid(  # the batch wrapped in the legacy Variable, then copied (pytorch-vdsr)
+            """
+            import torch
+            from torch.autograd import Variable
+            def train(training_data_loader, model, cuda):
+                for iteration, batch in enumerate(training_data_loader, 1):
+                    input, target = Variable(batch[0]), Variable(batch[1], requires_grad=False)
+                    if cuda:
+                        input = input.cuda()
+                    loss = criterion(model(input), target)
+                    loss.backward()
+            """,
+            line=7,
+            fixed="""
+            import torch
+            from torch.autograd import Variable
+            def train(training_data_loader, model, cuda):
+                for iteration, batch in enumerate(training_data_loader, 1):
+                    input, target = Variable(batch[0]), Variable(batch[1], requires_grad=False)
+                    if cuda:
+                        input = input.cuda(non_blocking=True)
+                    loss = criterion(model(input), target)
+                    loss.backward()
+            """,
+            unsafe=True,
+        ),
         Invalid(  # a batch reshaped on the host, then copied (yunjey/pytorch-tutorial GAN)
             """
             import torch

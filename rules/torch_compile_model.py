@@ -112,6 +112,21 @@ class TorchCompileModel(Rule):
     _anchors: set[int]  # statements already reported (set per visit)
 
     VALID = [
+        Valid(  # the training method swaps the model it trains: a compiled one would be missed
+            """
+            import torch
+            class Trainer:
+                def __init__(self, model):
+                    self.model = model.cuda()
+
+                def train(self, loader, best):
+                    optimizer = torch.optim.SGD(self.model.parameters(), lr=0.1)
+                    for x in loader:
+                        self.model(x.cuda()).sum().backward()
+                        optimizer.step()
+                        self.model = best
+            """
+        ),
         Valid(  # the user's own compile method (Keras style)
             """
             import torch
@@ -236,6 +251,44 @@ class TorchCompileModel(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # a trainer class: the model built in __init__, the optimizer in train()
+            """
+            import torch
+            class Trainer:
+                def __init__(self, model, loader):
+                    self.loader = loader
+                    self.model = model
+                    self.model.to("cuda")
+
+                def train(self):
+                    groups = list()
+                    groups.append({"params": self.model.parameters(), "lr": 0.1})
+                    optimizer = torch.optim.SGD(groups, lr=0.1)
+                    for x, y in self.loader:
+                        loss = self.model(x.cuda()).sum()
+                        loss.backward()
+                        optimizer.step()
+            """,
+            line=6,
+            fixed="""
+            import torch
+            class Trainer:
+                def __init__(self, model, loader):
+                    self.loader = loader
+                    self.model = model
+                    self.model.to("cuda")
+                    self.model.compile()
+
+                def train(self):
+                    groups = list()
+                    groups.append({"params": self.model.parameters(), "lr": 0.1})
+                    optimizer = torch.optim.SGD(groups, lr=0.1)
+                    for x, y in self.loader:
+                        loss = self.model(x.cuda()).sum()
+                        loss.backward()
+                        optimizer.step()
+            """,
+        ),
         Invalid(  # models held by a solver class, built in a method (stargan's Solver)
             """
             import torch
@@ -687,6 +740,28 @@ class TorchCompileModel(Rule):
             builds = [i for i, stmt in enumerate(body[:training]) if binds_or_places(stmt, model)]
             if builds:
                 return body, builds, training
+        return self._built_by_another_method(scope, model)
+
+    def _built_by_another_method(
+        self, scope: cst.CSTNode, model: str
+    ) -> tuple[Sequence[cst.BaseStatement], list[int], int] | None:
+        """A trainer class's model (`self.model`) built by another of its methods (its
+        `__init__`) than the one that builds the optimizer and trains: that method's statements
+        and those that build or place the model. None when the training method
+        rebinds the model (a swap the compiled module would miss)."""
+        owner = self.facts.ancestors(scope)
+        cls = next((a for a in owner if isinstance(a, cst.ClassDef)), None)
+        if not model.startswith("self.") or cls is None or not isinstance(scope, cst.FunctionDef):
+            return None
+        if any(binds_or_places(stmt, model, rebinds=True) for stmt in scope.body.body):
+            return None
+        for method in cls.body.body:
+            if not isinstance(method, cst.FunctionDef) or method is scope:
+                continue
+            body = method.body.body
+            builds = [i for i, stmt in enumerate(body) if binds_or_places(stmt, model)]
+            if builds:
+                return body, builds, len(body)
         return None
 
     def _returns_what_it_trains(self, stmt: cst.BaseStatement, model: str) -> bool:

@@ -84,9 +84,20 @@ def _is_batch_expr(expr: cst.BaseExpression, names: set[str]) -> bool:
         return expr.value in names
     if isinstance(expr, cst.Subscript | cst.Attribute):
         return _is_batch_expr(expr.value, names)
+    if isinstance(expr, cst.Call) and expr.args and _is_variable(expr.func):
+        # the legacy `Variable(batch[0])` wraps the batch's tensor, still on the host
+        return _is_batch_expr(expr.args[0].value, names)
     if isinstance(expr, cst.Tuple | cst.List):
         return bool(expr.elements) and all(_is_batch_expr(e.value, names) for e in expr.elements)
     return False
+
+
+def _is_variable(func: cst.BaseExpression) -> bool:
+    """`Variable` or `autograd.Variable` / `torch.autograd.Variable` (by name: the wrapper of
+    torch before 0.4, a no-op since)."""
+    return (isinstance(func, cst.Name) and func.value == "Variable") or (
+        isinstance(func, cst.Attribute) and func.attr.value == "Variable"
+    )
 
 
 _DTYPE_PREFIXES = ("torch.float", "torch.bfloat", "torch.half", "torch.double", "torch.int")

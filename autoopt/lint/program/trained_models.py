@@ -145,6 +145,10 @@ def _bound_owners(rule: Rule, opt_call: cst.Call, name: str, depth: int, whole: 
     if last is None:
         return []
     owners = _parameters_owners(rule, opt_call, last, depth + 1)
+    for grown in _grown_by(rule, scope, name, opt_call):  # `groups.append({"params": ...})`
+        owners += [
+            o for o in _parameters_owners(rule, opt_call, grown, depth + 1) if o not in owners
+        ]
     if (
         whole
         and not owners
@@ -156,6 +160,22 @@ def _bound_owners(rule: Rule, opt_call: cst.Call, name: str, depth: int, whole: 
         if isinstance(first, cst.Name):
             return [first.value]
     return owners
+
+
+def _grown_by(
+    rule: Rule, scope: cst.CSTNode, name: str, opt_call: cst.Call
+) -> list[cst.BaseExpression]:
+    """What `name.append(x)` / `name.extend(x)` add to the list `name` in `scope` before
+    `opt_call` (parameter groups gathered one by one: `params_list.append({"params": ...})`)."""
+    return [
+        call.args[0].value
+        for call in nodes_of_type(scope, cst.Call)
+        if method_name(call) in ("append", "extend")
+        and isinstance(call.func, cst.Attribute)
+        and is_name(call.func.value, name)
+        and call.args
+        and rule.facts.before(call, opt_call)
+    ]
 
 
 def _model_reference(expr: cst.BaseExpression) -> str | None:
