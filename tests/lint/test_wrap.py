@@ -136,6 +136,31 @@ def test_loader_passed_as_parameter_and_self_attributes() -> None:
             """,
             "training starts before the optimizer",
         ),
+        (  # the loop is a Trainer's of another module (pytorch-template, CenterNet)
+            """
+            import torch
+            from trainer import Trainer
+            model = Net().cuda()
+            opt = torch.optim.Adam(model.parameters())
+            model, opt, start = load_checkpoint(model, path, opt)
+            trainer = Trainer(model, opt, loader)
+            trainer.train()
+            """,
+            "`opt` is handed to `Trainer(...)`, whose training loop --wrap cannot follow",
+        ),
+        (  # ... and the model wrapped before the optimizer exists: that says it all
+            """
+            import torch
+            from trainer import Trainer
+            model = Net().cuda()
+            if n_gpu > 1:
+                model = torch.nn.DataParallel(model)
+            opt = config.init_obj("optimizer", torch.optim, model.parameters())
+            trainer = Trainer(model, opt, loader)
+            trainer.train()
+            """,
+            "wraps the model in DataParallel before the optimizer exists",
+        ),
         (
             """
             import torch

@@ -77,6 +77,39 @@ def test_a_model_placed_by_another_method_on_a_flag_is_not_sent_to_the_cpu() -> 
     ]
 
 
+def test_a_reload_onto_the_same_device_keeps_the_constructors_placement() -> None:
+    """JointBERT: `__init__` places `self.model` on `self.device`; `load_model()` reloads it in
+    a `try:` and places it there again. The call in `train()` keeps that device."""
+    found = calls(
+        """
+        import torch
+
+        class Trainer:
+            def __init__(self, model, use_cuda):
+                self.model = model
+                self.device = "cuda" if use_cuda else "cpu"
+                self.model.to(self.device)
+
+            def load_model(self, path):
+                try:
+                    self.model = Model.from_pretrained(path)
+                    self.model.to(self.device)
+                except Exception:
+                    raise
+
+            def train(self, loader):
+                optimizer = torch.optim.AdamW(self.model.parameters())
+                for x in loader:
+                    self.model(x).sum().backward()
+                    optimizer.step()
+        """
+    )
+    assert found == [
+        "self.model, loader, optimizer = autoopt.optimize(self.model, loader, optimizer, "
+        "device=self.device)"
+    ]
+
+
 def test_helpers_imported_from_accelerate_are_no_accelerate_training() -> None:
     assert calls(
         """

@@ -126,6 +126,17 @@ def no_training_loop() -> Decline:
     )
 
 
+def trained_in_unread_code(callee: str, optimizer: str) -> Decline:
+    return Decline(
+        "training loop in code --wrap cannot read",
+        f"`{optimizer}` is handed to `{callee}(...)`, whose training loop --wrap cannot follow "
+        "from this file (no .backward() is reached)",
+        f"run --wrap on the module that defines `{callee}` if it builds the optimizer there, or "
+        f"insert `model, {optimizer} = autoopt.optimize(model, optimizer={optimizer})` by hand "
+        f"before `{callee}(...)`",
+    )
+
+
 def no_optimizer() -> Decline:
     return Decline(
         "no optimizer",

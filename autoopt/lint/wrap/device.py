@@ -139,13 +139,14 @@ def placed_by_class(home: Func, model: str) -> tuple[bool, str | None]:
     if not model.startswith("self.") or home.cls is None:
         return False, None
     devices: set[str | None] = set()
+    always = False  # some placement runs whenever its method does (the constructor's)
     for method in methods_of(home.file, home.cls):
         if method != home:
-            devices |= {
-                None if branched(method, call) else device
-                for call, device in placing_calls(method, model)
-            }
-    return bool(devices), devices.pop() if len(devices) == 1 else None
+            for call, device in placing_calls(method, model):
+                devices.add(device)
+                always = always or not branched(method, call)
+    # A placement under a branch (a reload in `try:`) onto the same device changes nothing.
+    return bool(devices), devices.pop() if len(devices) == 1 and always else None
 
 
 def placed_elsewhere(code: CodeBase, home: Func, model: str, anchor: cst.CSTNode) -> str | None:

@@ -33,6 +33,8 @@ from pathlib import Path
 
 import libcst as cst
 
+from autoopt.lint.program.library import OPTIMIZER_CLASSES, OPTIMIZER_FACTORIES
+from autoopt.lint.tree.nodes import code_of, names_in
 from autoopt.lint.wrap import decline
 from autoopt.lint.wrap.anchor import (
     called_in,
@@ -44,7 +46,7 @@ from autoopt.lint.wrap.anchor import (
 )
 from autoopt.lint.wrap.bind import loader_of, pair_models
 from autoopt.lint.wrap.call import Pair, Plan
-from autoopt.lint.wrap.codebase import CodeBase, Func
+from autoopt.lint.wrap.codebase import CodeBase, Func, SourceFile
 from autoopt.lint.wrap.decline import Decline
 from autoopt.lint.wrap.device import device_for, moved_after
 from autoopt.lint.wrap.loop import OptimizerWrappers, Training, find_training, training_functions
@@ -73,7 +75,7 @@ def _plan(code: CodeBase) -> Plan | Decline:
         return why
     trainers = training_functions(code)
     if not trainers:
-        return decline.no_training_loop()
+        return _no_loop_reached(code)
     for func in trainers:
         if func.file is not code.script and (why := conflict(func.file)):
             return why
@@ -98,6 +100,59 @@ def _plan(code: CodeBase) -> Plan | Decline:
     if isinstance(bound, Decline):
         return bound
     return _place(code, bound.home, bound.optimizers, bound.stepped, training, wrappers)
+
+
+def _no_loop_reached(code: CodeBase) -> Decline:
+    """Why nothing is inserted in a script whose `.backward()` --wrap cannot reach: what it
+    sees of the script still tells the true reason where it can. A model wrapped in
+    DataParallel/DDP before the optimizer exists rules the call out wherever the loop is; an
+    optimizer handed to a class or function of another module (a `Trainer(model, optimizer,
+    ...)`) trains there, in code --wrap cannot follow."""
+    file = code.script
+    for call in file.calls():
+        if not _creates_optimizer(file, call):
+            continue
+        home = code.scope(file, call)
+        if early := wrapped_before(code, home, call):
+            return decline.parallel_before_optimizer(early)
+        holder = file.parent(call)
+        bound = holder.targets[0].target if isinstance(holder, cst.Assign) else None
+        if not isinstance(bound, cst.Name):
+            continue
+        for later in home.calls():
+            if (
+                file.before(call, later)
+                and any(_is_name(a.value, bound.value) for a in later.args)
+                and not _rebinds(file, later, bound.value)  # a checkpoint loader hands it back
+            ):
+                return decline.trained_in_unread_code(code_of(later.func), bound.value)
+    return decline.no_training_loop()
+
+
+def _creates_optimizer(file: SourceFile, call: cst.Call) -> bool:
+    """`torch.optim.X(...)`, an optimizer class of another library (transformers' AdamW), a
+    project's optimizer builder (`get_optimizer(cfg, model)`), by name, or a factory handed
+    the `torch.optim` module (`config.init_obj("optimizer", torch.optim, params)`)."""
+    qualified = file.qualname(call.func)
+    if qualified.startswith("torch.optim.") and ".lr_scheduler." not in qualified:
+        return True
+    leaf = qualified.rsplit(".", 1)[-1]
+    if leaf in OPTIMIZER_CLASSES or leaf in OPTIMIZER_FACTORIES:
+        return True
+    return any(file.qualname(a.value) == "torch.optim" for a in call.args)
+
+
+def _is_name(expr: cst.BaseExpression, name: str) -> bool:
+    return isinstance(expr, cst.Name) and expr.value == name
+
+
+def _rebinds(file: SourceFile, call: cst.Call, name: str) -> bool:
+    """`call`'s result is bound to `name` again (`model, optimizer = load_model(model,
+    path, optimizer)`)."""
+    holder = file.parent(call)
+    return isinstance(holder, cst.Assign) and any(
+        name in names_in(t.target) for t in holder.targets
+    )
 
 
 def _is_module_forward(func: Func) -> bool:
