@@ -143,6 +143,8 @@ def test_loader_passed_as_parameter_and_self_attributes() -> None:
             model = Net().cuda()
             opt = torch.optim.Adam(model.parameters())
             model, opt, start = load_checkpoint(model, path, opt)
+            sched = torch.optim.lr_scheduler.StepLR(opt, 30)
+            warmup = get_linear_schedule_with_warmup(opt, 100, 1000)
             trainer = Trainer(model, opt, loader)
             trainer.train()
             """,

@@ -660,3 +660,75 @@ def test_a_ddp_before_the_optimizer_is_named_before_the_loss_scaler() -> None:
         """
     )
     assert result.declined and result.reason == "model wrapped in DDP/FSDP before the optimizer"
+
+
+def test_a_config_handed_to_the_optimizer_builder_is_not_the_model() -> None:
+    """Prototypical Networks, hysts' classification: `optim = init_optim(options, model)` with
+    `options.cuda` and `options.train.epochs` read as fields: the model is `model`."""
+    found = calls(
+        """
+        import torch
+
+        def main(options):
+            device = "cuda" if options.cuda else "cpu"
+            model = init_protonet(options).to(device)
+            optim = init_optim(options, model)
+            for epoch in range(options.train.epochs):
+                for x in loader:
+                    model(x).sum().backward()
+                    optim.step()
+        """
+    )
+    assert found == ["model, loader, optim = autoopt.optimize(model, loader, optim, device=device)"]
+
+
+def test_a_parallel_wrap_by_a_helper_of_the_project(tmp_path) -> None:
+    """hysts' classification: `model = apply_data_parallel_wrapper(config, model)`, a helper of
+    the project that wraps in DDP: the script's own wrap, so the call says distributed=False."""
+    (tmp_path / "helpers.py").write_text(
+        "import torch.nn as nn\n\n"
+        "def wrap_model(config, model):\n"
+        "    return nn.parallel.DistributedDataParallel(model, device_ids=[config.rank])\n"
+    )
+    code = textwrap.dedent(
+        """
+        import torch
+        from helpers import wrap_model
+
+        model = Net().to("cuda")
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        model = wrap_model(config, model)
+        for x in loader:
+            model(x).sum().backward()
+            optimizer.step()
+        """
+    )
+    result = wrap_source(code, path=tmp_path / "train.py")
+    assert not result.declined, result.message
+    assert "distributed=False" in result.inserted[-1]
+
+
+def test_a_factory_that_places_the_model_on_a_device_of_its_own() -> None:
+    """Prototypical Networks: `init_protonet(opt)` picks `device = "cuda:0" if ... opt.cuda
+    else "cpu"` itself and returns the model placed there: the call carries that choice."""
+    found = calls(
+        """
+        import torch
+
+        def init_protonet(opt):
+            device = "cuda:0" if torch.cuda.is_available() and opt.cuda else "cpu"
+            model = ProtoNet().to(device)
+            return model
+
+        def main(options):
+            model = init_protonet(options)
+            optim = torch.optim.Adam(model.parameters())
+            for x in loader:
+                model(x).sum().backward()
+                optim.step()
+        """
+    )
+    assert found == [
+        "model, loader, optim = autoopt.optimize(model, loader, optim, "
+        'device="cuda:0" if torch.cuda.is_available() and options.cuda else "cpu")'
+    ]

@@ -245,6 +245,14 @@ def translate(
         elif word in callee.file.imports:
             if caller.file.imports.get(word) != callee.file.imports[word]:
                 return None
+        elif len(binds := assignments_of(callee, word)) == 1 and depth < 2:
+            # a local of the callee bound once (`device = "cuda:0" if opt.cuda else "cpu"`):
+            # its value, carried over in turn
+            value = bound_to(binds[0], word)
+            text = translate(code, code_of(value), callee, call, depth + 1) if value else None
+            if text is None:
+                return None
+            replace[word] = f"({text})"
         elif not hasattr(builtins, word):
             return None
 

@@ -148,7 +148,7 @@ def own_options(code: CodeBase, trainers: list[Func]) -> dict[str, str]:
         options["compile"] = "own torch.compile"
     elif apex:
         options["compile"] = "apex amp casts and patches the model after the call"
-    if any(is_parallel_wrap(f, c) for f, c in calls):
+    if any(is_parallel_wrap(f, c) or _wraps_through(code, f, c) for f, c in calls):
         options["distributed"] = "own DDP/FSDP/DataParallel wrap"
     return options
 
@@ -160,6 +160,13 @@ def call_options(code: CodeBase, trainers: list[Func], forced: dict[str, str]) -
     if "amp" in forced and "amp" in options:
         options["amp"] += "; " + forced["amp"]
     return forced | options
+
+
+def _wraps_through(code: CodeBase, file: SourceFile, call: cst.Call) -> bool:
+    """`call` runs a helper of the project that wraps the model in DDP/FSDP/DataParallel
+    (`model = apply_data_parallel_wrapper(config, model)`)."""
+    target = code.resolve(file, call)
+    return target is not None and any(is_parallel_wrap(target.file, c) for c in target.calls())
 
 
 def is_parallel_wrap(file: SourceFile, call: cst.Call) -> bool:

@@ -124,6 +124,7 @@ def _no_loop_reached(code: CodeBase) -> Decline:
                 file.before(call, later)
                 and any(_is_name(a.value, bound.value) for a in later.args)
                 and not _rebinds(file, later, bound.value)  # a checkpoint loader hands it back
+                and not _schedules(file, later)
             ):
                 return decline.trained_in_unread_code(code_of(later.func), bound.value)
     return decline.no_training_loop()
@@ -140,6 +141,13 @@ def _creates_optimizer(file: SourceFile, call: cst.Call) -> bool:
     if leaf in OPTIMIZER_CLASSES or leaf in OPTIMIZER_FACTORIES:
         return True
     return any(file.qualname(a.value) == "torch.optim" for a in call.args)
+
+
+def _schedules(file: SourceFile, call: cst.Call) -> bool:
+    """A learning-rate scheduler (or anything else of torch's) built over the optimizer: it
+    runs no training."""
+    qualified = file.qualname(call.func)
+    return qualified.startswith("torch.") or "sched" in qualified.rsplit(".", 1)[-1].lower()
 
 
 def _is_name(expr: cst.BaseExpression, name: str) -> bool:

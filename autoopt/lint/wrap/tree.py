@@ -216,11 +216,14 @@ def model_like(func: Func, name: str) -> bool:
         return False
     if any(w in name.lower() for w in MODEL_WORDS):
         return True
+    # called, not read: `args.cuda` and `config.train.epochs` are a config's fields
     return any(
         isinstance(n, cst.Attribute)
         and isinstance(n.value, cst.Name)
         and n.value.value == name
         and n.attr.value in MODEL_METHODS
+        and isinstance(call := func.file.parent(n), cst.Call)
+        and call.func is n
         for n in func.statements()
     )
 
