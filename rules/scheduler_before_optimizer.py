@@ -25,8 +25,11 @@ class SchedulerBeforeOptimizer(Rule):
     - `optimizer.step()` first, then `scheduler.step()` (in the same loop or after the inner
       step loop): the intended order.
     - Objects that are not known schedulers/optimizers: schedulers are names assigned from
-      `torch.optim.lr_scheduler.*` (or transformers' `get_*_schedule_with_warmup`), optimizers
-      names assigned from `torch.optim.*`, or whose name contains "optim".
+      `torch.optim.lr_scheduler.*` (or transformers' `get_*_schedule_with_warmup`), or from a
+      project class named `...LR`/`...Scheduler` under a name that says scheduler
+      (`self.lr_scheduler = WarmupPolyLR(...)`); optimizers are names assigned from
+      `torch.optim.*`, or whose name contains "optim". A call named for training that is
+      handed the optimizer (`train(loader, model, optimizer, epoch)`) steps it.
     - With `--target-version` below 1.1 (the old order was correct then).
 
     ## Fix
@@ -43,6 +46,17 @@ class SchedulerBeforeOptimizer(Rule):
     applies_to_versions = ((1, 1), None)
 
     VALID = [
+        Valid(  # saving the optimizer after the scheduler steps is no training
+            """
+            import torch
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            scheduler = torch.optim.lr_scheduler.StepLR(optimizer, 10)
+            for epoch in range(10):
+                train(loader, model, optimizer)
+                scheduler.step()
+                save_checkpoint(model, optimizer, epoch)
+            """
+        ),
         Valid(
             """
             import torch
@@ -79,6 +93,34 @@ class SchedulerBeforeOptimizer(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # the epoch's training in another module, after the step (human-pose)
+            """
+            import torch
+            from core.function import train
+            optimizer = get_optimizer(config, model)
+            lr_scheduler = torch.optim.lr_scheduler.MultiStepLR(optimizer, [90, 120])
+            for epoch in range(140):
+                lr_scheduler.step()
+                train(config, train_loader, model, criterion, optimizer, epoch)
+            """,
+            line=6,
+        ),
+        Invalid(  # a scheduler class of the project at the top of each iteration (Tramac)
+            """
+            import torch
+            class Trainer:
+                def __init__(self, model):
+                    self.optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+                    self.lr_scheduler = WarmupPolyLR(self.optimizer, max_iters=1000)
+                def train(self, loader):
+                    for images, targets in loader:
+                        self.lr_scheduler.step()
+                        loss = self.model(images).sum()
+                        loss.backward()
+                        self.optimizer.step()
+            """,
+            line=8,
+        ),
         Invalid(
             """
             import torch.optim as optim
@@ -124,7 +166,8 @@ class SchedulerBeforeOptimizer(Rule):
                 continue
             loop = loops[0]
             if any(
-                self._is_optimizer_step(other, optimizers) and before(self, call, other)
+                (self._is_optimizer_step(other, optimizers) or self._trains_with(other, optimizers))
+                and before(self, call, other)
                 for other in walk(loop.body, into_scopes=False)
             ):
                 self.report(call)
@@ -143,7 +186,7 @@ class SchedulerBeforeOptimizer(Rule):
                         q.startswith("torch.optim.lr_scheduler.")
                         or q.endswith("_schedule_with_warmup")
                         for q in names
-                    ):
+                    ) or _project_scheduler(name, value.func):
                         schedulers.add(name)
                     elif any(q.startswith("torch.optim.") for q in names):
                         optimizers.add(name)
@@ -164,3 +207,24 @@ class SchedulerBeforeOptimizer(Rule):
             return True
         # scaler.step(optimizer)
         return bool(node.args) and is_optimizer(dotted(node.args[0].value))
+
+    def _trains_with(self, node: cst.CSTNode, optimizers: set[str]) -> bool:
+        """`train(config, loader, model, criterion, optimizer, epoch)`: a call named for
+        training that is handed an optimizer steps it (in another module, often)."""
+        if not isinstance(node, cst.Call) or method_name(node) == "step":
+            return False
+        callee = (dotted(node.func) or "").rsplit(".", 1)[-1].lower()
+        if not callee.startswith(("train", "fit", "run_epoch")):
+            return False
+        return any(
+            (name := dotted(a.value)) is not None
+            and (name in optimizers or "optim" in name.lower())
+            for a in node.args
+        )
+
+
+def _project_scheduler(name: str, func: cst.BaseExpression) -> bool:
+    """`self.lr_scheduler = WarmupPolyLR(...)`: a class of the project named as an LR
+    scheduler (they subclass torch's `_LRScheduler`), bound to a name that says so."""
+    callee = (dotted(func) or "").rsplit(".", 1)[-1]
+    return "sched" in name.lower() and callee.endswith(("LR", "Scheduler"))
