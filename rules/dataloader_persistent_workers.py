@@ -7,7 +7,15 @@ import libcst as cst
 from autoopt.lint.engine.rule import Fix, FixSafety, Invalid, Rule, Valid
 from autoopt.lint.program.torch_api import DATALOADER
 from autoopt.lint.tree.calls import arg, assigned_name, call_options, with_keyword
-from autoopt.lint.tree.nodes import contains, dotted, int_literal, names_in, walk
+from autoopt.lint.tree.nodes import (
+    calls_in,
+    contains,
+    dotted,
+    int_literal,
+    names_in,
+    nodes_of_type,
+    walk,
+)
 
 
 class DataLoaderPersistentWorkers(Rule):
@@ -57,6 +65,17 @@ class DataLoaderPersistentWorkers(Rule):
     requires = ("num_workers",)
 
     VALID = [
+        Valid(  # a trainer's loader read once by a method nothing calls in a loop
+            """
+            import torch
+            class Trainer:
+                def __init__(self, val_set):
+                    self.val_loader = torch.utils.data.DataLoader(val_set, num_workers=4)
+                def validation(self):
+                    for image, target in self.val_loader:
+                        evaluate(image, target)
+            """
+        ),
         Valid(  # no workers: persistent_workers would raise
             """
             from torch.utils.data import DataLoader
@@ -94,6 +113,56 @@ class DataLoaderPersistentWorkers(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # a trainer's validation loader, re-read every few hundred iterations (Tramac)
+            """
+            import torch
+            class Trainer:
+                def __init__(self, args, val_set):
+                    self.val_loader = torch.utils.data.DataLoader(val_set, num_workers=4)
+                def train(self, loader):
+                    for i, batch in enumerate(loader):
+                        step(batch)
+                        if i % 500 == 0:
+                            self.validation()
+                def validation(self):
+                    for image, target in self.val_loader:
+                        evaluate(image, target)
+            """,
+            line=4,
+            fixed="""
+            import torch
+            class Trainer:
+                def __init__(self, args, val_set):
+                    self.val_loader = torch.utils.data.DataLoader(val_set, num_workers=4, persistent_workers=True)
+                def train(self, loader):
+                    for i, batch in enumerate(loader):
+                        step(batch)
+                        if i % 500 == 0:
+                            self.validation()
+                def validation(self):
+                    for image, target in self.val_loader:
+                        evaluate(image, target)
+            """,
+            unsafe=True,
+        ),
+        Invalid(  # the count from the command line through int() (crnn.pytorch)
+            """
+            import torch
+            loader = torch.utils.data.DataLoader(ds, num_workers=int(opt.workers))
+            for epoch in range(10):
+                it = iter(loader)
+                train_batch(next(it))
+            """,
+            line=2,
+            fixed="""
+            import torch
+            loader = torch.utils.data.DataLoader(ds, num_workers=int(opt.workers), persistent_workers=int(opt.workers) > 0)
+            for epoch in range(10):
+                it = iter(loader)
+                train_batch(next(it))
+            """,
+            unsafe=True,
+        ),
         Invalid(
             """
             import torch
@@ -196,7 +265,9 @@ class DataLoaderPersistentWorkers(Rule):
             if count <= 0:
                 return
             value: cst.BaseExpression = cst.Name("True")
-        elif isinstance(workers, cst.Name | cst.Attribute | cst.Subscript):
+        elif isinstance(workers, cst.Name | cst.Attribute | cst.Subscript) or (
+            isinstance(workers, cst.Call) and _is_int_of_a_setting(workers)
+        ):
             # a variable count may be 0 at run time, where persistent_workers=True would raise
             value = cst.Comparison(
                 left=workers.deep_clone(),
@@ -206,7 +277,7 @@ class DataLoaderPersistentWorkers(Rule):
             )
         else:
             return
-        name = assigned_name(self, node)
+        name = assigned_name(self, node) or _self_attribute(self, node)
         if name is None or not self._iterated_every_epoch(node, name):
             return
         dataset = arg(node, "dataset", 0)
@@ -232,4 +303,47 @@ class DataLoaderPersistentWorkers(Rule):
             if name in names_in(node.body):
                 return True
         program = self.context.program
+        if name.startswith("self.") and self._iterated_by_a_method_called_in_a_loop(call, name):
+            return True
         return name in program.iterated_per_epoch or program.returned_per_epoch(call, name)
+
+    def _iterated_by_a_method_called_in_a_loop(self, call: cst.Call, name: str) -> bool:
+        """A trainer class's loader (`self.val_loader`) that one of its methods loops over,
+        and that method is called from inside a loop of the class (`self.validation()` every
+        `val_per_iters` iterations): each call starts the workers again."""
+        cls = next((a for a in self.facts.ancestors(call) if isinstance(a, cst.ClassDef)), None)
+        if cls is None:
+            return False
+        methods = [m for m in cls.body.body if isinstance(m, cst.FunctionDef)]
+        readers = {
+            m.name.value
+            for m in methods
+            for loop in nodes_of_type(m, cst.For)
+            if any(dotted(n) == name for n in walk(loop.iter) if isinstance(n, cst.Attribute))
+        }
+        return any(
+            isinstance(c.func, cst.Attribute) and dotted(c.func) in {f"self.{r}" for r in readers}
+            for m in methods
+            for loop in nodes_of_type(m, (cst.For, cst.While))
+            for c in calls_in(loop.body)
+        )
+
+
+def _is_int_of_a_setting(call: cst.Call) -> bool:
+    """`int(opt.workers)`: a count read from the command line."""
+    return (
+        isinstance(call.func, cst.Name)
+        and call.func.value == "int"
+        and len(call.args) == 1
+        and isinstance(call.args[0].value, cst.Name | cst.Attribute | cst.Subscript)
+    )
+
+
+def _self_attribute(rule: Rule, call: cst.Call) -> str | None:
+    """`self.val_loader = call` -> "self.val_loader" (a trainer class's loader)."""
+    parent = rule.parent(call)
+    if isinstance(parent, cst.Assign) and len(parent.targets) == 1:
+        target = dotted(parent.targets[0].target)
+        if target is not None and target.startswith("self.") and target.count(".") == 1:
+            return target
+    return None
