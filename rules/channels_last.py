@@ -114,6 +114,49 @@ class ChannelsLast(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # built and placed by a one-line `if`/`else` (an Atari DQN agent)
+            """
+            import torch
+            from torch import nn
+            class QNet(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.conv = nn.Conv2d(4, 32, 8, stride=4)
+                def forward(self, x):
+                    return self.conv(x).mean((1, 2, 3))
+            class Agent:
+                def __init__(self, duel, dvc):
+                    if duel: self.q_net = QNet().to(dvc)
+                    else: self.q_net = QNet().to(dvc)
+                    self.opt = torch.optim.Adam(self.q_net.parameters())
+                def train(self, s):
+                    self.q_net(s).sum().backward()
+                    self.opt.step()
+            agent = Agent(True, torch.device("cuda"))
+            """,
+            line=11,
+            fixed="""
+            import torch
+            from torch import nn
+            class QNet(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.conv = nn.Conv2d(4, 32, 8, stride=4)
+                def forward(self, x):
+                    return self.conv(x).mean((1, 2, 3))
+            class Agent:
+                def __init__(self, duel, dvc):
+                    if duel: self.q_net = QNet().to(dvc)
+                    else: self.q_net = QNet().to(dvc)
+                    self.q_net = self.q_net.to(memory_format=torch.channels_last)
+                    self.opt = torch.optim.Adam(self.q_net.parameters())
+                def train(self, s):
+                    self.q_net(s).sum().backward()
+                    self.opt.step()
+            agent = Agent(True, torch.device("cuda"))
+            """,
+            unsafe=True,
+        ),
         Invalid(  # a trainer object's model (Graph-WaveNet's engine.trainer)
             """
             import torch
@@ -567,7 +610,7 @@ class ChannelsLast(Rule):
             else:
                 self._report(name, placement)
 
-    def _report(self, name: str, placement: cst.SimpleStatementLine) -> None:
+    def _report(self, name: str, placement: cst.BaseStatement) -> None:
         new = statement_line(f"{name} = {name}.to(memory_format=torch.channels_last)")
         replacements: dict[cst.CSTNode, cst.CSTNode | cst.FlattenSentinel[cst.BaseStatement]] = {
             placement: cst.FlattenSentinel([placement, new])

@@ -50,6 +50,20 @@ def device_move(rule: Rule, expr: cst.BaseExpression) -> cst.Call | None:
     return expr if isinstance(value, cst.Name | cst.Attribute) else None
 
 
+def _holds_on_its_line(stmt: cst.BaseStatement | None, built: cst.Assign) -> bool:
+    """`stmt` is an `if` (with its `else`) whose bodies are one-line suites, one of them
+    `built`: the model is built and placed by the `if`, whichever branch runs."""
+    if not isinstance(stmt, cst.If):
+        return False
+    suites = [stmt.body]
+    if isinstance(stmt.orelse, cst.Else):
+        suites.append(stmt.orelse.body)
+    return all(isinstance(s, cst.SimpleStatementSuite) for s in suites) and any(
+        built in s.body
+        for s in suites  # type: ignore[union-attr]
+    )
+
+
 def without_placement(expr: cst.BaseExpression) -> cst.BaseExpression:
     """`Net()` for `Net().to(device)` / `Net().cuda()`."""
     while (
@@ -61,10 +75,12 @@ def without_placement(expr: cst.BaseExpression) -> cst.BaseExpression:
     return expr
 
 
-def model_placement(rule: Rule, name: str, built: cst.Assign) -> cst.SimpleStatementLine | None:
+def model_placement(rule: Rule, name: str, built: cst.Assign) -> cst.BaseStatement | None:
     """The line that moves the model `name`, built by `built`, to the device (see the module's
     docs); None when there is none the search reaches (it leaves no loop, function or module)."""
     stmt = block_statement(built, rule.parent)
+    if device_move(rule, built.value) is not None and _holds_on_its_line(stmt, built):
+        return stmt  # `if duel: self.q_net = DuelNet().to(dvc)` on one line: after that `if`
     if not isinstance(stmt, cst.SimpleStatementLine):
         return None
     if device_move(rule, built.value) is not None:
