@@ -41,6 +41,7 @@ SPLITS = {
     "fresh-c": (HERE / "fresh_c.json", HERE / "_repos_fresh_c"),
     "fresh-d": (HERE / "fresh_d.json", HERE / "_repos_fresh_d"),
     "fresh-e": (HERE / "fresh_e.json", HERE / "_repos_fresh_e"),
+    "fresh-f": (HERE / "fresh_f.json", HERE / "_repos_fresh_f"),
 }
 TORCH_DIR = "torch"
 
