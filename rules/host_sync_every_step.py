@@ -9,7 +9,7 @@ import libcst as cst
 from autoopt.lint.engine.rule import Invalid, Rule, Valid
 from autoopt.lint.program.facts import local_callee
 from autoopt.lint.program.handled import engine_step_functions
-from autoopt.lint.tree.nodes import calls_in, method_name, names_in, walk
+from autoopt.lint.tree.nodes import calls_in, code_of, method_name, names_in, walk
 
 _SYNC_METHODS = ("item", "cpu", "tolist")
 _CONVERSIONS = ("float", "int")
@@ -72,6 +72,19 @@ class HostSyncEveryStep(Rule):
     requires = ((".backward(", "zero_grad(", "def training_step"),)
 
     VALID = [
+        Valid(  # once per epoch: the loop around the data loop iterates no loader
+            """
+            import torch
+            device = torch.device("cuda")
+            for epoch in range(10):
+                batches = make_batches()
+                for x in batches:
+                    loss = model(x.to(device)).sum()
+                    loss.backward()
+                    optimizer.step()
+                print(loss.item())
+            """
+        ),
         Valid(  # an evaluation step run by an Engine: no backward, not a training step
             """
             from ignite.engine import Engine
@@ -192,6 +205,20 @@ class HostSyncEveryStep(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # the backward in a loop over the step's micro-batches (hysts' subdivision)
+            """
+            import torch
+            device = torch.device("cuda")
+            for step, (data, targets) in enumerate(train_loader):
+                data_chunks, target_chunks = data.chunk(4), targets.chunk(4)
+                for data_chunk, target_chunk in zip(data_chunks, target_chunks):
+                    loss = loss_fn(model(data_chunk.to(device)), target_chunk.to(device))
+                    loss.backward()
+                optimizer.step()
+                loss = loss.item()
+            """,
+            line=9,
+        ),
         Invalid(  # backward and step inside timm's NativeScaler: loss_scaler(loss, optimizer) (MAE)
             """
             def train_one_epoch(model, data_loader, optimizer, loss_scaler):
@@ -460,6 +487,7 @@ class HostSyncEveryStep(Rule):
         steps = {f.name.value for f in facts.step_functions}
         own_backward = any(
             (facts.enclosing_loops(b) or [None])[0] is loop
+            or _micro_batch_loop(facts.enclosing_loops(b), loop)
             for b in [
                 *facts.backward_calls,
                 *(c for c in facts.backward_helper_calls if local_callee(c) in steps),
@@ -573,6 +601,19 @@ class HostSyncEveryStep(Rule):
                 names.add(n.func.value.value)
         cache[id(loop)] = (loop, names)
         return names
+
+
+def _micro_batch_loop(loops: list[cst.CSTNode], step: cst.CSTNode) -> bool:
+    """The backward's innermost loop (`loops[0]`) sits right inside the step loop `step`, which
+    iterates a loader (`enumerate(train_loader)`): a loop over the step's micro-batches
+    (`for chunk in zip(data_chunks, target_chunks)`), so `step` is the loop that steps. An
+    epoch loop (`for epoch in range(n)`) iterates no loader."""
+    return (
+        len(loops) >= 2
+        and loops[1] is step
+        and isinstance(step, cst.For)
+        and "loader" in code_of(step.iter).lower()
+    )
 
 
 def _logging_test(test: cst.BaseExpression) -> bool:
