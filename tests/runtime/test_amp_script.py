@@ -46,6 +46,8 @@ def test_script_adds_no_autocast_and_no_loss_scaling(monkeypatch: pytest.MonkeyP
     script's precision: fp32 outputs without the script's autocast, bf16 ones inside it, no
     loss scaler and no GradScaler watch; the report says why."""
     monkeypatch.setattr(hardware, "cpu_supports_bf16", lambda: True)
+    # torch's own scale() to start from (an earlier test's model may have left the watch on)
+    monkeypatch.setattr(torch.amp.GradScaler, "scale", _original_grad_scaler_scale)
     model = nn.Sequential(nn.Linear(16, 4))
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     model, opt = autoopt.optimize(model, optimizer=opt, amp="script", compile=False, verbose=False)
