@@ -4,6 +4,7 @@ numbers included, on its first run (empty caches) and on the run after (warm cac
     python -m benchmarks.zoo_exact                      # every model, amp=False and deterministic=True
     python -m benchmarks.zoo_exact --models gpt2 cvae --configs amp=False
     python -m benchmarks.zoo_exact --configs compile=True   # compiled from the first step
+    python -m benchmarks.zoo_exact --configs amp=bf16       # against the user's autocast loop
 
 Each model trains STEPS steps of AdamW in a child process, twice in that process: as plain eager
 (the reference: the loop a user writes without autoopt) and through `optimize(**config)`, from the
@@ -16,6 +17,13 @@ compiled artifacts). The models are `transformers` models in small configs with 
 drop-path on (no torchvision or timm: their CPU wheels do not load beside this torch), the repo's
 CNN workload and a conditional VAE (reparameterised with `randn_like`). Results: a Markdown table
 on stdout.
+
+bf16 configs (`amp=bf16`) have a second reference, the user's own loop under
+`torch.autocast("cpu", dtype=torch.bfloat16)` (bf16 needs no GradScaler): the child reports
+autocast's own distance from eager fp32, optimize()'s distance from eager fp32 and from the
+autocast loop, and the table says whether optimize() is within FACTOR x autocast's own distance
+(bf16 rounding, ~1e-2 relative, moves with every kernel choice; a different dropout mask or
+autocast op list moves it further).
 """
 
 from __future__ import annotations
@@ -42,7 +50,16 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "deterministic=True": {"deterministic": True},
     "compile=True": {"compile": True, "amp": False},
     "compile=False": {"compile": False, "amp": False},
+    "amp=bf16": {"amp": "bf16"},
+    # bf16 with no timed kernel choice (no compile, no fused step): the autocast loop exactly
+    "amp=bf16,deterministic=True": {"amp": "bf16", "deterministic": True},
 }
+# Configs whose reference is the user's own loop under `torch.autocast("cpu", bfloat16)` (bf16
+# needs no GradScaler); their child also reports autocast's own distance from eager fp32.
+AUTOCAST_REFERENCE = {"amp=bf16": torch.bfloat16, "amp=bf16,deterministic=True": torch.bfloat16}
+# "within torch.autocast's own difference": optimize()'s distance from eager fp32 is at most
+# FACTOR times autocast's (bf16 rounding noise, ~1e-2 relative, differs with every kernel choice).
+FACTOR = 2.0
 Batch = dict[str, torch.Tensor]
 
 
@@ -263,8 +280,11 @@ def zoo() -> dict[str, tuple[Callable[[], nn.Module], Callable[[torch.Generator]
     }
 
 
-def _train(name: str, options: dict[str, Any] | None) -> list[torch.Tensor]:
-    """The parameters after STEPS steps of the user's loop (optimize()d unless None)."""
+def _train(
+    name: str, options: dict[str, Any] | None, autocast: torch.dtype | None = None
+) -> list[torch.Tensor]:
+    """The parameters after STEPS steps of the user's loop (optimize()d unless None; under the
+    user's own `torch.autocast("cpu", autocast)` when given)."""
     build, batch = zoo()[name]
     g = torch.Generator().manual_seed(SEED + 1)
     data = [batch(g) for _ in range(4)]
@@ -279,25 +299,43 @@ def _train(name: str, options: dict[str, Any] | None) -> list[torch.Tensor]:
     torch.manual_seed(SEED + 2)  # what dropout, drop-path and randn_like draw from
     for step in range(STEPS):
         opt.zero_grad()
-        out = model(**data[step % len(data)])
+        with torch.autocast("cpu", dtype=autocast or torch.bfloat16, enabled=autocast is not None):
+            out = model(**data[step % len(data)])
         loss = out["loss"] if isinstance(out, dict) else out.loss
         loss.backward()
         opt.step()
     return [p.detach().clone() for p in model.parameters()]
 
 
+def _distance(ours: list[torch.Tensor], reference: list[torch.Tensor]) -> dict[str, float]:
+    """The largest relative difference of a parameter tensor, and of all as one vector."""
+    worst = max(
+        float((a - b).norm() / b.norm().clamp_min(1e-12))
+        for a, b in zip(ours, reference, strict=True)
+    )
+    flat, ref = (torch.cat([p.flatten().double() for p in ps]) for ps in (ours, reference))
+    return {"max_rel": worst, "all_rel": float((flat - ref).norm() / ref.norm())}
+
+
 def child(name: str, config: str) -> dict[str, Any]:
-    """One run: eager, then optimize(); the largest relative parameter difference."""
+    """One run: eager, then optimize(); the largest relative parameter difference. For a config
+    with an autocast reference, also the user's autocast loop: its distance from eager
+    ("autocast"), optimize()'s from it ("vs_autocast"); "max_rel"/"all_rel" stay optimize()'s
+    distance from eager fp32."""
     torch.set_num_threads(1)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         eager = _train(name, None)
         ours = _train(name, CONFIGS[config])
-    worst = max(
-        float((a - b).norm() / b.norm().clamp_min(1e-12)) for a, b in zip(ours, eager, strict=True)
-    )
-    flat, reference = (torch.cat([p.flatten().double() for p in ps]) for ps in (ours, eager))
-    return {"max_rel": worst, "all_rel": float((flat - reference).norm() / reference.norm())}
+        dtype = AUTOCAST_REFERENCE.get(config)
+        if dtype is None:
+            return _distance(ours, eager)
+        autocast = _train(name, None, autocast=dtype)
+    return {
+        **_distance(ours, eager),
+        "autocast": _distance(autocast, eager),
+        "vs_autocast": _distance(ours, autocast),
+    }
 
 
 def _decision(cache: Path) -> str:
@@ -335,19 +373,54 @@ def run(name: str, config: str) -> dict[str, Any]:
         return {"model": name, "config": config, "runs": runs, "compile": _decision(cache)}
 
 
+def _cell(run: dict[str, Any], key: str | None = None) -> str:
+    if "max_rel" not in run:
+        return f"error: {run['error']}"
+    d = run if key is None else run[key]
+    return f"{d['max_rel']:.1e} ({d['all_rel']:.1e})"
+
+
+def within(run: dict[str, Any]) -> bool:
+    """optimize()'s distance from eager fp32 is within FACTOR x autocast's own, for the largest
+    tensor and for all parameters as one vector."""
+    return "max_rel" in run and all(
+        run[k] <= FACTOR * run["autocast"][k] for k in ("max_rel", "all_rel")
+    )
+
+
 def table(results: list[dict[str, Any]]) -> str:
+    """Markdown: one row per (model, config); autocast configs get their own columns."""
+    if any(r["config"] in AUTOCAST_REFERENCE for r in results):
+        return _autocast_table(results)
     lines = [
         "| model | config | first run (empty caches) | second run (warm) | compile recorded |",
         "|---|---|---:|---:|---|",
     ]
     for r in results:
-        cells = [
-            f"{run['max_rel']:.1e} ({run['all_rel']:.1e})"
-            if "max_rel" in run
-            else f"error: {run['error']}"
-            for run in r["runs"]
-        ]
+        cells = [_cell(run) for run in r["runs"]]
         lines.append(f"| {r['model']} | {r['config']} | {cells[0]} | {cells[1]} | {r['compile']} |")
+    return "\n".join(lines)
+
+
+def _autocast_table(results: list[dict[str, Any]]) -> str:
+    lines = [
+        "| model | config | autocast vs eager | first: optimize vs eager | first: vs autocast "
+        f"| second: optimize vs eager | second: vs autocast | within {FACTOR:g}x (1st, 2nd) "
+        "| compile recorded |",
+        "|---|---|---:|---:|---:|---:|---:|---|---|",
+    ]
+    for r in results:
+        first, second = r["runs"]
+        ok = ", ".join(
+            ("yes" if within(run) else "**no**") if "autocast" in run else "-"
+            for run in (first, second)
+        )
+        reference = _cell(first, "autocast") if "autocast" in first else "-"
+        vs = [_cell(run, "vs_autocast") if "autocast" in run else "-" for run in (first, second)]
+        lines.append(
+            f"| {r['model']} | {r['config']} | {reference} | {_cell(first)} | {vs[0]} "
+            f"| {_cell(second)} | {vs[1]} | {ok} | {r['compile']} |"
+        )
     return "\n".join(lines)
 
 

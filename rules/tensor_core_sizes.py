@@ -67,6 +67,14 @@ class TensorCoreSizes(Rule):
             head = nn.Linear(768, 50257)
             """
         ),
+        Valid(  # precision left to a script that runs no autocast: fp32
+            """
+            import autoopt
+            from torch import nn
+            head = nn.Linear(768, 50257)
+            head, opt = autoopt.optimize(head, opt, amp="script")
+            """
+        ),
     ]
     INVALID = [
         Invalid(

@@ -43,12 +43,16 @@ def optimize(
 
     Options ("auto" lets autoopt decide per hardware and model, and say why in the report):
       device: "auto" (CUDA if available, else CPU) or any torch device.
-      amp: "auto" | "bf16" | "fp16" | False. fp16 uses dynamic loss scaling that needs no
-        change to the loop; bf16 needs none. "auto" on CPU keeps bf16 only if the first
-        batch's forward and backward measure faster with it. False asks for fp32 as the eager
-        loop computes it: the "auto" choices that change rounding (compile, channels_last, an
-        optimizer step that updates apart from the optimizer's own, TF32/cudnn.benchmark)
-        stand down, each with a report line; explicit ones (compile=True, ...) still apply.
+      amp: "auto" | "bf16" | "fp16" | "script" | False. fp16 uses dynamic loss scaling that
+        needs no change to the loop; bf16 needs none. "auto" on CPU keeps bf16 only if the
+        first batch's forward and backward measure faster with it. False asks for fp32 as the
+        eager loop computes it: the "auto" choices that change rounding (compile,
+        channels_last, an optimizer step that updates apart from the optimizer's own,
+        TF32/cudnn.benchmark) stand down, each with a report line; explicit ones
+        (compile=True, ...) still apply. "script" leaves precision to the script (its own
+        autocast/GradScaler or apex amp, or an fp32 it keeps): autoopt adds no autocast and no
+        loss scaling, and makes the other choices as usual (what `autoopt rewrite --wrap`
+        writes for such scripts).
       compile: "auto" | True | False | "jit" (TorchScript). Falls back to eager on failure.
         "auto" compiles on CUDA; on CPU it follows the compile cache's record for the model
         (measured against eager at its first training step when there is none).

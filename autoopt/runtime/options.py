@@ -11,7 +11,9 @@ import torch
 from autoopt.runtime.memory import parse_budget
 
 _CHOICES: dict[str, tuple[Any, ...]] = {
-    "amp": ("auto", "bf16", "fp16", False),
+    # "script": the precision is the script's own (its autocast/GradScaler, apex amp, or fp32 it
+    # keeps): autoopt adds no autocast and no loss scaling, the other choices are made as usual.
+    "amp": ("auto", "bf16", "fp16", "script", False),
     "compile": ("auto", True, False, "jit"),
     "channels_last": ("auto", True, False),
     "distributed": ("auto", True, False, "ddp", "fsdp"),
@@ -101,7 +103,8 @@ def eager_numerics(options: Options, timed: bool) -> str | None:
     it, so eager's kernels stay wherever the choice is made; `deterministic=True` asks for the
     same training run after run, so a choice that timing would make stands down (a rule, as on
     CUDA, makes the same choice every run). An explicit option (compile=True, ...) is the
-    user's and is not asked about."""
+    user's and is not asked about. `amp="script"` is not `amp=False`: the script keeps its own
+    precision and the other choices go ahead."""
     if options.deterministic and timed:
         return "deterministic=True: on CPU timing would choose, so runs could differ"
     if options.amp is False:

@@ -257,7 +257,7 @@ def test_reference_trainer_shape() -> None:
     result = wrap_source(code)
     line = (
         "    model, data_loader, optimizer = autoopt.optimize(model, data_loader, optimizer, "
-        "amp=False, distributed=False)  # autoopt: amp=False (own autocast/GradScaler), "
+        'amp="script", distributed=False)  # autoopt: amp="script" (own autocast/GradScaler), '
         "distributed=False (own DDP/FSDP/DataParallel wrap)\n"
     )
     assert "        raise RuntimeError(args.opt)\n" + line + "    scaler = " in result.source
@@ -539,12 +539,12 @@ def test_one_optimizer_over_several_models_wraps_each_model_in_fp32() -> None:
             D_A(batch).sum().backward()
             optimizer_D_A.step()
         """
-    why = "  # autoopt: amp=False (an optimizer spans several models)"
+    why = '  # autoopt: amp="script" (an optimizer spans several models)'
     assert inserted(code) == [
         "D_A, dataloader, optimizer_D_A = autoopt.optimize(D_A, dataloader, optimizer_D_A, "
-        'device="cpu", amp=False)' + why,
-        'G_AB = autoopt.optimize(G_AB, device="cpu", amp=False)' + why,
-        'G_BA = autoopt.optimize(G_BA, device="cpu", amp=False)' + why,
+        'device="cpu", amp="script")' + why,
+        'G_AB = autoopt.optimize(G_AB, device="cpu", amp="script")' + why,
+        'G_BA = autoopt.optimize(G_BA, device="cpu", amp="script")' + why,
     ]
 
 

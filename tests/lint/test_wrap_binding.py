@@ -183,7 +183,7 @@ def train_and_evaluate(rank, epoch, nets, optims, scaler, loaders):
 def test_optimizers_unpacked_from_a_list_handed_to_the_loop_are_followed() -> None:
     """VITS: `optim_g, optim_d = optims`, the list built by the caller; the loader likewise."""
     options = (
-        "amp=False, distributed=False)  # autoopt: amp=False (own autocast/GradScaler), "
+        'amp="script", distributed=False)  # autoopt: amp="script" (own autocast/GradScaler), '
         "distributed=False (own DDP/FSDP/DataParallel wrap)"
     )
     assert calls(VITS) == [
@@ -240,8 +240,8 @@ def test_an_lbfgs_closure_is_the_training_step() -> None:
             optimizer.step(closure)
         """
     ) == [
-        'seq, optimizer = autoopt.optimize(seq, optimizer=optimizer, device="cpu", amp=False)'
-        "  # autoopt: amp=False (the optimizer steps through a closure: loss scaling cannot "
+        'seq, optimizer = autoopt.optimize(seq, optimizer=optimizer, device="cpu", amp="script")'
+        '  # autoopt: amp="script" (the optimizer steps through a closure: loss scaling cannot '
         "check it first)"
     ]
 
@@ -436,8 +436,8 @@ def test_the_call_goes_before_apex_amp_and_a_checkpoint_restore() -> None:
         """
     )
     assert found == [
-        'model, optimizer = autoopt.optimize(model, optimizer=optimizer, device="cpu", amp=False, '
-        "compile=False)  # autoopt: amp=False (own apex amp), compile=False (apex amp casts and "
+        'model, optimizer = autoopt.optimize(model, optimizer=optimizer, device="cpu", amp="script", '
+        'compile=False)  # autoopt: amp="script" (own apex amp), compile=False (apex amp casts and '
         "patches the model after the call)"
     ]
 

@@ -78,7 +78,7 @@ def test_optimizer_bound_only_under_a_flag_is_not_passed() -> None:
         """
     )
     assert len(calls) == 1
-    assert calls[0].startswith("model = autoopt.optimize(model, device=device, amp=False)")
+    assert calls[0].startswith('model = autoopt.optimize(model, device=device, amp="script")')
     assert "`optimizer` exists only on some paths" in calls[0]
 
 

@@ -43,7 +43,7 @@ WRAPPED = {
         (
             "loader = DataLoader(list(torch.randn(32, 8)), batch_size=8)",
             'model, loader, optimizer = autoopt.optimize(model, loader, optimizer, device="cpu", '
-            "amp=False)  # autoopt: amp=False (own autocast/GradScaler)",
+            'amp="script")  # autoopt: amp="script" (own autocast/GradScaler)',
         ),
     ],
     "optimizer_choice.py": [
@@ -94,7 +94,7 @@ WRAPPED = {
         (
             "loader = DataLoader(torch.randn(32, 8), batch_size=8)",
             'model, loader, optimizer = autoopt.optimize(model, loader, optimizer, device="cpu", '
-            "amp=False)  # autoopt: amp=False (own autocast/GradScaler)",
+            'amp="script")  # autoopt: amp="script" (own autocast/GradScaler)',
         ),
     ],
     "own_ddp.py": [
@@ -152,13 +152,13 @@ WRAPPED = {
             (
                 "dataloader = DataLoader(TensorDataset(torch.randn(48, 8), torch.randn(48, 8)), "
                 "batch_size=16)",
-                line + "  # autoopt: amp=False (an optimizer spans several models)",
+                line + '  # autoopt: amp="script" (an optimizer spans several models)',
             )
             for line in (
                 "D_A, dataloader, optimizer_D_A = autoopt.optimize(D_A, dataloader, "
-                'optimizer_D_A, device="cpu", amp=False)',
-                'G_AB = autoopt.optimize(G_AB, device="cpu", amp=False)',
-                'G_BA = autoopt.optimize(G_BA, device="cpu", amp=False)',
+                'optimizer_D_A, device="cpu", amp="script")',
+                'G_AB = autoopt.optimize(G_AB, device="cpu", amp="script")',
+                'G_BA = autoopt.optimize(G_BA, device="cpu", amp="script")',
             )
         ],
     ],
@@ -189,8 +189,8 @@ WRAPPED = {
         ("import torch", IMPORT),
         (
             "optimizer = torch.optim.LBFGS(seq.parameters(), lr=0.5)",
-            'seq, optimizer = autoopt.optimize(seq, optimizer=optimizer, device="cpu", amp=False)'
-            "  # autoopt: amp=False (the optimizer steps through a closure: loss scaling cannot "
+            'seq, optimizer = autoopt.optimize(seq, optimizer=optimizer, device="cpu", amp="script")'
+            '  # autoopt: amp="script" (the optimizer steps through a closure: loss scaling cannot '
             "check it first)",
         ),
     ],
@@ -199,7 +199,7 @@ WRAPPED = {
         (
             "optimizer = torch.optim.SGD(model.parameters(), lr=0.05)",
             'model, optimizer = autoopt.optimize(model, optimizer=optimizer, device="cuda", '
-            "amp=False, compile=False)  # autoopt: amp=False (own apex amp), compile=False (apex "
+            'amp="script", compile=False)  # autoopt: amp="script" (own apex amp), compile=False (apex '
             "amp casts and patches the model after the call)",
         ),
     ],
@@ -265,10 +265,10 @@ WRAPPED = {
         *[
             ("loader = DataLoader(TensorDataset(torch.randn(32, 8)), batch_size=8)", line)
             for line in (
-                'decoder, loader = autoopt.optimize(decoder, loader, device="cpu", amp=False)'
-                "  # autoopt: amp=False (an optimizer spans several models)",
-                'encoder = autoopt.optimize(encoder, device="cpu", amp=False)'
-                "  # autoopt: amp=False (an optimizer spans several models)",
+                'decoder, loader = autoopt.optimize(decoder, loader, device="cpu", amp="script")'
+                '  # autoopt: amp="script" (an optimizer spans several models)',
+                'encoder = autoopt.optimize(encoder, device="cpu", amp="script")'
+                '  # autoopt: amp="script" (an optimizer spans several models)',
             )
         ],
     ],

@@ -20,7 +20,7 @@ def fp32(line: str) -> str:
     """The inserted call held to fp32 eager on the CPU: amp=False, compile=False, and
     device='cpu' unless the script's own device is already passed."""
     call = line.split("  # autoopt:")[0].removesuffix(")")
-    for option in (", amp=False", ", compile=False"):
+    for option in (', amp="script"', ", amp=False", ", compile=False"):
         call = call.replace(option, "")
     device = "" if ", device=" in call else ", device='cpu'"
     return call + f", amp=False, compile=False{device}, verbose=False)"

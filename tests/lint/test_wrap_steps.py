@@ -161,9 +161,9 @@ def test_the_call_is_written_with_the_scripts_names_and_the_reasons() -> None:
         {"amp": "own autocast/GradScaler"},
     )
     assert plan.lines() == [
-        "net, loader, opt = autoopt.optimize(net, loader, opt, device=device, amp=False)"
-        "  # autoopt: amp=False (own autocast/GradScaler)",
-        "disc = autoopt.optimize(disc, amp=False)  # autoopt: amp=False (own autocast/GradScaler)",
+        'net, loader, opt = autoopt.optimize(net, loader, opt, device=device, amp="script")'
+        '  # autoopt: amp="script" (own autocast/GradScaler)',
+        'disc = autoopt.optimize(disc, amp="script")  # autoopt: amp="script" (own autocast/GradScaler)',
     ]
 
 

@@ -14,8 +14,8 @@ from .models import MLP
 @pytest.mark.parametrize(
     ("option", "value", "allowed"),
     [
-        ("amp", "fp8", "'auto', 'bf16', 'fp16', False"),
-        ("amp", True, "'auto', 'bf16', 'fp16', False"),
+        ("amp", "fp8", "'auto', 'bf16', 'fp16', 'script', False"),
+        ("amp", True, "'auto', 'bf16', 'fp16', 'script', False"),
         ("compile", "max", "'auto', True, False, 'jit'"),
         ("compile", 1, "'auto', True, False, 'jit'"),  # 1 == True, but it is not True
         ("channels_last", "yes", "'auto', True, False"),

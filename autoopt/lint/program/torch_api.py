@@ -207,13 +207,16 @@ _TRANSPOSES = ("transpose", "permute", "t", "mT", "T")
 
 def uses_amp(rule: Rule) -> bool:
     """The script runs its forward under mixed precision: it opens `autocast`, or hands its
-    model to `autoopt.optimize()` without `amp=False`."""
+    model to `autoopt.optimize()` without `amp=False` or `amp="script"` (precision left to the
+    script, whose own autocast the first test finds)."""
     from autoopt.lint.engine.analysis import calls_autoopt_optimize
 
     source = rule.context.source
     if "autocast(" in source:
         return True
-    return calls_autoopt_optimize(source) and "amp=False" not in source
+    return calls_autoopt_optimize(source) and not any(
+        off in source for off in ("amp=False", 'amp="script"', "amp='script'")
+    )
 
 
 def functional_name(rule: Rule) -> tuple[str, tuple[ImportItem, ...]]:

@@ -29,8 +29,8 @@ class Plan:
 
     def lines(self) -> list[str]:
         """The statements to insert, in order."""
-        opts = "".join(f", {name}=False" for name in self.options)
-        why = ", ".join(f"{name}=False ({reason})" for name, reason in self.options.items())
+        opts = "".join(f", {name}={_off(name)}" for name in self.options)
+        why = ", ".join(f"{name}={_off(name)} ({reason})" for name, reason in self.options.items())
         comment = f"  # autoopt: {why}" if why else ""
         out = []
         for p in self.pairs:
@@ -44,3 +44,12 @@ class Plan:
                 f"{', '.join(given)} = autoopt.optimize({', '.join(args)}{device}{opts}){comment}"
             )
         return out
+
+
+def _off(name: str) -> str:
+    """The value that hands option `name` to the script. amp="script", not amp=False: every amp
+    reason (the script's own autocast/GradScaler or apex amp, an optimizer over several models,
+    a closure step, an optimizer bound on some paths only) rules out autoopt's autocast and loss
+    scaling, not compile, the layout or the optimizer step, which amp=False would also stand
+    down (it asks for eager's fp32 kernels)."""
+    return '"script"' if name == "amp" else "False"

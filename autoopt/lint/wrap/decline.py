@@ -101,7 +101,7 @@ def own_precision_late(why: str, statement: str) -> Decline:
         f"the script runs its own mixed precision ({why}) on the model and optimizer before "
         f"the call could go (`{statement}` comes before the loader exists)",
         f"create the loader before `{statement}` {_AGAIN}: the call then goes before it, "
-        "with amp=False",
+        'with amp="script"',
     )
 
 

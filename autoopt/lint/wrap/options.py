@@ -1,8 +1,8 @@
 """What the script already does itself, read before the call is written: a library or way of
 running that owns the loop (Accelerate, Lightning, ignite, RPC, Hogwild) or its precision (apex
 amp, a half model, a loss scaler object) declines the file; its own autocast/GradScaler,
-torch.compile or data-parallel wrap turns the overlapping option of the call off, with the
-reason; a parallel wrap made before the optimizer exists rules out every place for the call."""
+torch.compile or data-parallel wrap hands the overlapping option of the call to the script
+(amp="script", compile=False, distributed=False), with the reason; a parallel wrap made before the optimizer exists rules out every place for the call."""
 
 from __future__ import annotations
 
@@ -154,8 +154,9 @@ def own_options(code: CodeBase, trainers: list[Func]) -> dict[str, str]:
 
 
 def call_options(code: CodeBase, trainers: list[Func], forced: dict[str, str]) -> dict[str, str]:
-    """The options turned off in the call: what the script covers, and what the pairing forced
-    (`amp` for an optimizer over several models), each with its reason."""
+    """The options the call leaves to the script (`Plan.lines` writes amp="script", the others
+    =False): what the script covers, and what the pairing forced (`amp` for an optimizer over
+    several models), each with its reason."""
     options = own_options(code, trainers)
     if "amp" in forced and "amp" in options:
         options["amp"] += "; " + forced["amp"]

@@ -15,14 +15,16 @@ The analysis starts from what training does, not from where things are written, 
    is where the call goes (`main()` that builds the optimizer and calls `train()` later).
 4. **Bind the model and the loader** (`bind`): whose `.parameters()` build each optimizer (one
    call per pair; a model stepped by an optimizer over several models gets a call without it,
-   in fp32), and what the training loop iterates, followed back to that function.
+   in the script's precision: `amp="script"`), and what the training loop iterates, followed
+   back to that function.
 5. **Choose the insertion point** (`anchor`): after the optimizers and the loader exist, before
    the statement that starts training; what the call names must be bound there on every path,
    and not already kept by something built before it (`looper = cycle(loader)`: the call goes
    without the loader).
 6. **Decide the options and the device** (`options`, `device`): what the script already does
-   itself turns the overlapping option off with a comment (its own autocast/GradScaler,
-   torch.compile, DDP wrap); `device=` is where the script itself puts the model, in its names.
+   itself hands the overlapping option to it with a comment (its own autocast/GradScaler:
+   `amp="script"`; torch.compile, DDP wrap: `=False`); `device=` is where the script itself
+   puts the model, in its names.
 7. **Write the call** (`call`), or **explain the decline** (`decline`): every decline says
    why, in one place.
 """
@@ -202,11 +204,13 @@ def _place(
     pairs, forced = pairing.pairs, pairing.forced
     if training.closures:
         # The runtime's fp16 loss scaling checks the gradients before a step; a step that runs
-        # its own closure (LBFGS) cannot be checked first: the script keeps fp32.
+        # its own closure (LBFGS) cannot be checked first: the script keeps its precision
+        # (amp="script": no autocast or loss scaling added; compile and the rest as usual).
         forced["amp"] = "the optimizer steps through a closure: loss scaling cannot check it first"
     # optimize() only accepts an optimizer over its own model's parameters, and fp16 loss
     # scaling lives in the optimizer's step: without the optimizer, mixed precision would
-    # step on unscaled (or non-finite) gradients. So every call of such a script is fp32.
+    # step on unscaled (or non-finite) gradients. So every call of such a script keeps the
+    # script's precision (amp="script").
     loader = loader_of(code, home, trainers)
     placed = place_call(code, home, optimizers, loader, pairs, trainers, forced)
     if isinstance(placed, Decline) and loader is not None:

@@ -16,7 +16,9 @@ and the report says so.
 Explicit "bf16"/"fp16" are honoured on any device autocast supports (fp16 on CPU is how the
 fp16 path is tested without a GPU). fp16 adds dynamic loss scaling at the root of every backward
 (`loss_scaling`, `root_scaling`). A loop with its own autocast or GradScaler makes both step aside
-(`user_amp`). Under FSDP2 the dtype goes to FSDP's own mixed-precision policy instead of
+(`user_amp`); `amp="script"` says so up front: no autocast and no loss scaling from autoopt,
+the precision is the script's (`SCRIPT`), while compile, the layout and the optimizer step are
+chosen as usual (unlike `amp=False`, which keeps eager's fp32 kernels). Under FSDP2 the dtype goes to FSDP's own mixed-precision policy instead of
 autocast, and fp16 stands down (`_under_fsdp`). The layers are objects of module-level classes, so the model deep-copies and
 pickles with them (an EMA copy computes with its own weights). A copy is not registered with
 `root_scaling`: its backward is unscaled, because no step of its own skips non-finite gradients
@@ -49,6 +51,11 @@ _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 UNMEASURED_UNDER_TORCHRUN = (
     "not measured under torchrun (every rank must make the same choice); pass amp=False for fp32"
 )
+SCRIPT = (
+    "amp='script': the precision is the script's own (its autocast/GradScaler, or fp32): autoopt "
+    "adds no autocast and no loss scaling; compile, the layout and the optimizer step are chosen "
+    "as usual"
+)
 # How this pass's trials read the time (`trials.Choice.clock`); a test injects a fake clock here.
 CLOCK: Callable[[], float] = default_clock
 
@@ -64,6 +71,8 @@ def choose(
     and why. Pure: `tune` and `doctor` reuse it."""
     if requested is False:
         return None, "amp=False"
+    if requested == "script":
+        return None, SCRIPT
     if requested == "auto":
         return _auto(model, device)
     if not torch.amp.is_autocast_available(device.type):

@@ -75,8 +75,10 @@ def default_plan(model: nn.Module, options: Options) -> Plan | None:
     if eager_numerics(options, timed=device.type == "cpu") is not None:
         how = None if options.compile == "auto" else how
         layout = False if options.channels_last == "auto" else layout
+    # amp="script" is held as given (the script's precision), as `combinations` holds it.
+    held = options.amp if options.amp == "script" else False
     return Plan(
-        amp=_AMP_NAMES[dtype] if dtype is not None else False,
+        amp=_AMP_NAMES[dtype] if dtype is not None else held,
         compile={None: False, "torch.compile": True, "jit": "jit"}[how],
         channels_last=layout,
     )
