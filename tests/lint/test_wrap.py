@@ -136,6 +136,32 @@ def test_loader_passed_as_parameter_and_self_attributes() -> None:
             """,
             "training starts before the optimizer",
         ),
+        (  # a project's DataParallel subclass before the optimizer (EfficientDet)
+            """
+            import torch
+            model = Net().cuda()
+            if n_gpu > 1:
+                model = CustomDataParallel(model, n_gpu)
+            opt = torch.optim.AdamW(model.parameters())
+            for x in loader:
+                model(x).sum().backward()
+                opt.step()
+            """,
+            "wraps the model in CustomDataParallel before the optimizer exists",
+        ),
+        (  # the dataset re-sampled in place each epoch (NCF's negatives)
+            """
+            import torch
+            model = Net().cuda()
+            opt = torch.optim.Adam(model.parameters())
+            for epoch in range(20):
+                train_loader.dataset.ng_sample()
+                for x in train_loader:
+                    model(x).sum().backward()
+                    opt.step()
+            """,
+            "changes the loader's dataset in place (`train_loader.dataset.ng_sample()`)",
+        ),
         (  # the loop is a Trainer's of another module (pytorch-template, CenterNet)
             """
             import torch

@@ -137,6 +137,17 @@ def trained_in_unread_code(callee: str, optimizer: str) -> Decline:
     )
 
 
+def dataset_changed_between_epochs(call: str) -> Decline:
+    return Decline(
+        "dataset changed between epochs",
+        f"the loop changes the loader's dataset in place (`{call}`): optimize() rebuilds the "
+        "loader with persistent workers, which would keep serving the dataset as it was when "
+        "they started",
+        "hand optimize() the model and optimizer without the loader by hand (`model, optimizer "
+        "= autoopt.optimize(model, optimizer=optimizer)`), or keep the script as it is",
+    )
+
+
 def no_optimizer() -> Decline:
     return Decline(
         "no optimizer",
@@ -217,7 +228,7 @@ def parallel_before_optimizer(wrap: ParallelWrap) -> Decline:
     torchrun = (
         "; or remove the DataParallel wrap and launch with torchrun, where optimize() runs "
         "DDP itself"
-        if wrap.wrapper == "DataParallel"
+        if wrap.wrapper.endswith("DataParallel") and "Distributed" not in wrap.wrapper
         else ""
     )
     if wrap.handed_to:

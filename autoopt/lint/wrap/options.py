@@ -171,8 +171,11 @@ def _wraps_through(code: CodeBase, file: SourceFile, call: cst.Call) -> bool:
 
 
 def is_parallel_wrap(file: SourceFile, call: cst.Call) -> bool:
-    """`call` wraps a model in DDP, DataParallel, FSDP or tensor parallelism."""
-    return wrapper_name(file, call) in _PARALLEL
+    """`call` wraps a model in DDP, DataParallel, FSDP or tensor parallelism, also through a
+    project's subclass named for it (EfficientDet's `CustomDataParallel`, mit_semseg's
+    `UserScatteredDataParallel`)."""
+    name = wrapper_name(file, call)
+    return name in _PARALLEL or name.endswith("DataParallel")
 
 
 def wrapped_before(

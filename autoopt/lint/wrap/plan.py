@@ -165,6 +165,24 @@ def _rebinds(file: SourceFile, call: cst.Call, name: str) -> bool:
     )
 
 
+def _dataset_changed(home: Func, trainers: list[Func], loader: str) -> str | None:
+    """A call that changes the loader's dataset in place while training
+    (`train_loader.dataset.ng_sample()`, NCF's negatives drawn again each epoch), as written:
+    optimize() rebuilds the loader with persistent workers, which keep the dataset as it was
+    at their start."""
+    for func in dict.fromkeys([home, *trainers]):
+        for call in func.calls():
+            owner = call.func.value if isinstance(call.func, cst.Attribute) else None
+            if (
+                isinstance(owner, cst.Attribute)
+                and owner.attr.value == "dataset"
+                and code_of(owner.value) == loader
+                and not call.func.attr.value.startswith("__")  # type: ignore[union-attr]
+            ):
+                return code_of(call)
+    return None
+
+
 def _is_module_forward(func: Func) -> bool:
     """`func` is the forward() of a class with bases (an nn.Module: MAML's Meta steps its
     optimizer there)."""
@@ -212,6 +230,8 @@ def _place(
     # step on unscaled (or non-finite) gradients. So every call of such a script keeps the
     # script's precision (amp="script").
     loader = loader_of(code, home, trainers)
+    if loader is not None and (changed := _dataset_changed(home, trainers, loader[0])):
+        return decline.dataset_changed_between_epochs(changed)
     placed = place_call(code, home, optimizers, loader, pairs, trainers, forced)
     if isinstance(placed, Decline) and loader is not None:
         # e.g. the loader is built after the user's own DataParallel wrap: a call without
