@@ -488,3 +488,14 @@ def test_tf32_belongs_to_the_script_that_starts_the_program(tmp_path: Path) -> N
     assert _codes(tmp_path, "trainer.py", select=("AO602",)) == ["AO602"]  # nobody imports it
     (tmp_path / "train.py").write_text("from trainer import Trainer\nprint(Trainer)\n")
     assert _codes(tmp_path, "trainer.py", select=("AO602",)) == []
+
+
+def test_a_module_imported_in_a_list_of_imports_is_the_drivers(tmp_path: Path) -> None:
+    """mrdbourke/pytorch-deep-learning's going_modular: `import data_setup, engine, utils` in
+    train.py imports engine.py too (its AO602 belongs to train.py)."""
+    engine = TRAINER_MODULE.replace("device):", "device='cuda'):")
+    _write(tmp_path, {"engine.py": engine, "utils.py": "", "data_setup.py": ""})
+    (tmp_path / "train.py").write_text(
+        "import data_setup, engine as eng, utils\nprint(eng.Trainer)\n"
+    )
+    assert _codes(tmp_path, "engine.py", select=("AO602",)) == []

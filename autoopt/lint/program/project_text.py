@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 # `import x`, `from x import y, z` anywhere in a file (the prefilter's cheap look at its imports)
 _IMPORTED = re.compile(
-    r"^[ \t]*(?:from[ \t]+(\.*[\w.]*)[ \t]+import[ \t]+(\([^)]*|[\w \t,\\]*)|import[ \t]+([\w.]+))",
+    r"^[ \t]*(?:from[ \t]+(\.*[\w.]*)[ \t]+import[ \t]+(\([^)]*|[\w \t,\\]*)|import[ \t]+([\w.]+(?:[ \t]+as[ \t]+\w+)?(?:[ \t]*,[ \t]*[\w.]+(?:[ \t]+as[ \t]+\w+)?)*))",
     re.MULTILINE,
 )
 
@@ -58,15 +58,19 @@ def imported_paths(path: Path, text: str) -> list[Path]:
     `from solver import Solver` run with its own PYTHONPATH)."""
     found = []
     for relative, names, absolute in _IMPORTED.findall(text):
-        name = relative or absolute
-        level = len(name) - len(name.lstrip("."))
-        target = resolve_module(path, name.lstrip("."), level)
-        # run with a PYTHONPATH of its own, `import solver` may mean any module of that name
-        targets = [target] if target is not None else modules_named(path, name) if not level else []
-        if target is not None and target.name == "__init__.py":
-            # `from pkg import engine` / `from . import engine`: the package's submodules too
-            targets += _submodules(target.parent, names)
-        found.extend(Path(os.path.abspath(t)) for t in targets if t != path)
+        # `import data_setup, engine, utils`: each module of the list
+        listed = [part.split()[0] for part in absolute.split(",")] if absolute else [relative]
+        for name in listed:
+            level = len(name) - len(name.lstrip("."))
+            target = resolve_module(path, name.lstrip("."), level)
+            # run with a PYTHONPATH of its own, `import solver` may mean any module of that name
+            targets = (
+                [target] if target is not None else modules_named(path, name) if not level else []
+            )
+            if target is not None and target.name == "__init__.py":
+                # `from pkg import engine` / `from . import engine`: the package's submodules too
+                targets += _submodules(target.parent, names)
+            found.extend(Path(os.path.abspath(t)) for t in targets if t != path)
     return found
 
 
