@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from collections.abc import Set as AbstractSet
 
 import libcst as cst
@@ -458,7 +458,7 @@ class FileFacts:
         return self._order[id(a)] < self._order[id(b)]
 
     @property
-    def _order(self) -> dict[int, int]:
+    def _order(self) -> Mapping[int, int]:
         """id(node) -> rank in source order."""
         return self._parents.order
 
