@@ -11,7 +11,7 @@ from array import array
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from itertools import chain, compress, repeat
-from operator import attrgetter, is_not
+from operator import add, attrgetter, is_not
 from typing import TypeVar
 
 import libcst as cst
@@ -24,7 +24,7 @@ SCOPE_NODES = (cst.FunctionDef, cst.ClassDef, cst.Lambda)
 # Exact types: `type(n) in S` / `type(n) is C` is a hash lookup or a pointer test, while an
 # `isinstance` against libcst's node classes (ABCs) that fails is slow, and walks test every
 # node. The same answer: no concrete libcst node class has subclasses.
-_SCOPE_TYPES = frozenset(SCOPE_NODES)
+SCOPE_TYPES = frozenset(SCOPE_NODES)
 
 
 # ----- walking --------------------------------------------------------------------------------
@@ -192,16 +192,30 @@ class Preorder:
     are ranks in typed arrays (4 bytes a node), not dicts or lists of int objects: a 50k-line
     file has a million nodes, and a dict of them with its int keys and values is 100 MB."""
 
-    def __init__(self, root: cst.CSTNode) -> None:
+    def __init__(self, root: cst.CSTNode, previous: Preorder | None = None) -> None:
+        """`previous`: the index of another tree, which may share whole top-level statements
+        with `root` (a rewrite's edited module keeps the statements no fix rebuilt): those are
+        copied from it, slices of its arrays, instead of walked node by node again."""
         nodes: list[cst.CSTNode] = []
         up_ranks = array("i")
         stack: list[tuple[cst.CSTNode, int]] = [(root, -1)]
-        pop, push, add, add_up = stack.pop, stack.append, nodes.append, up_ranks.append
+        pop, push, add_node, add_up = stack.pop, stack.append, nodes.append, up_ranks.append
         pushers, node_types, other_types = _PUSHERS, _NODE_TYPES, _OTHER_TYPES
+        shared = _shared_statements(root, previous)
+        copied: list[tuple[int, int, int]] = []  # (rank here, start, stop in `previous`)
         while stack:  # this loop runs for every node of every file
             node, up = pop()
             here = len(nodes)
-            add(node)
+            if shared and id(node) in shared:
+                assert previous is not None
+                start = shared[id(node)]
+                stop = previous.end[start]
+                nodes.extend(previous.nodes[start:stop])
+                add_up(up)
+                up_ranks.extend(map(add, previous.up[start + 1 : stop], repeat(here - start)))
+                copied.append((here, start, stop))
+                continue
+            add_node(node)
             add_up(up)
             pusher = pushers.get(type(node)) or _pusher(node)
             pusher(node, here, push, node_types, other_types, _is_node)
@@ -221,10 +235,13 @@ class Preorder:
         self.up = up_ranks
         # end[i]: the rank just after node i's last descendant (descendants come after it).
         self.end = end = array("i", range(1, len(nodes) + 1))
-        for i in range(len(nodes) - 1, 0, -1):
-            up = up_ranks[i]
-            if end[i] > end[up]:
-                end[up] = end[i]
+        if copied:
+            _copy_ends(end, up_ranks, previous, copied)  # type: ignore[arg-type]
+        else:
+            for i in range(len(nodes) - 1, 0, -1):
+                up = up_ranks[i]
+                if end[i] > end[up]:
+                    end[up] = end[i]
         self._ranks_of_type: dict[type | tuple[type, ...], array[int]] = {}
 
     def rank_of(self, node: cst.CSTNode) -> int | None:
@@ -315,15 +332,54 @@ class Preorder:
         return start <= at < self.end[start]
 
 
+def _shared_statements(root: cst.CSTNode, previous: Preorder | None) -> dict[int, int]:
+    """id -> rank in `previous` of the top-level statements of `root` (a module) that
+    `previous` indexes. Nodes are immutable, so such a statement's subtree there is its subtree
+    here; `previous` keeps its nodes alive, so their ids are no other node's."""
+    if previous is None or type(root) is not cst.Module:
+        return {}
+    ranks = previous.rank
+    found = {}
+    for statement in root.body:  # type: ignore[attr-defined]
+        rank = ranks.get(id(statement))
+        if rank is not None:
+            found[id(statement)] = rank
+    return found
+
+
+def _copy_ends(
+    end: array[int], up: array[int], previous: Preorder, copied: list[tuple[int, int, int]]
+) -> None:
+    """`Preorder.end` for a tree with subtrees copied from `previous` (`copied`: their ranks
+    here, and start and stop there): the copied nodes' ends are theirs there, shifted; every
+    other node's end grows to its last descendant's, as in `Preorder`, with each copied
+    subtree passed up by its root alone."""
+    root_of_last: dict[int, int] = {}
+    for here, start, stop in copied:
+        shift = here - start
+        end[here : here + stop - start] = array(
+            "i", map(add, previous.end[start:stop], repeat(shift))
+        )
+        root_of_last[here + stop - start - 1] = here
+    i = len(end) - 1
+    while i > 0:
+        i = root_of_last.get(i, i)
+        parent = up[i]
+        if end[i] > end[parent]:
+            end[parent] = end[i]
+        i -= 1
+
+
 # The tree being analysed (see `index_tree`): walks of its nodes read its preorder.
 _current: Preorder | None = None
 
 
 def index_tree(root: cst.CSTNode) -> Preorder:
     """Index `root` in preorder and make `walk` use that index for its nodes (until the next
-    tree is indexed). Nodes of other trees are walked as usual."""
+    tree is indexed). Nodes of other trees are walked as usual; the top-level statements that
+    the tree indexed before holds too (a rewrite's next text) are copied from its index."""
     global _current
-    _current = Preorder(root)
+    _current = Preorder(root, _current)
     return _current
 
 
@@ -347,7 +403,7 @@ def _descend(node: cst.CSTNode, into_scopes: bool) -> Iterator[cst.CSTNode]:
     while stack:
         cur = stack.pop()
         yield cur
-        if not into_scopes and cur is not node and type(cur) in _SCOPE_TYPES:
+        if not into_scopes and cur is not node and type(cur) in SCOPE_TYPES:
             continue
         stack.extend(reversed(children(cur)))
 
@@ -400,11 +456,12 @@ def code_of(node: cst.CSTNode) -> str:
 
 def dotted(expr: cst.CSTNode | None) -> str | None:
     """`a.b.c` for a Name/Attribute chain, else None."""
-    if isinstance(expr, cst.Name):
-        return expr.value
-    if isinstance(expr, cst.Attribute):
-        base = dotted(expr.value)
-        return None if base is None else f"{base}.{expr.attr.value}"
+    kind = type(expr)  # exact types: asked of most nodes a rule looks at (see `SCOPE_TYPES`)
+    if kind is cst.Name:
+        return expr.value  # type: ignore[union-attr]
+    if kind is cst.Attribute:
+        base = dotted(expr.value)  # type: ignore[union-attr]
+        return None if base is None else f"{base}.{expr.attr.value}"  # type: ignore[union-attr]
     return None
 
 
@@ -422,12 +479,12 @@ def root_name(expr: cst.BaseExpression) -> str | None:
 
 def method_name(call: cst.Call) -> str | None:
     """`x.foo(...)` -> "foo"."""
-    return call.func.attr.value if isinstance(call.func, cst.Attribute) else None
+    return call.func.attr.value if type(call.func) is cst.Attribute else None  # type: ignore[attr-defined]
 
 
 def is_name(expr: cst.CSTNode | None, value: str) -> bool:
     """`expr` is the plain name `value`."""
-    return isinstance(expr, cst.Name) and expr.value == value
+    return type(expr) is cst.Name and expr.value == value  # type: ignore[union-attr]
 
 
 def assignments(node: cst.CSTNode) -> Iterator[tuple[str, cst.BaseExpression, cst.Assign]]:
