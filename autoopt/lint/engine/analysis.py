@@ -15,7 +15,7 @@ import libcst as cst
 from libcst.metadata import ExpressionContextProvider, PositionProvider, ScopeProvider
 
 from autoopt.lint.engine.rule import FileContext, Finding, Rule
-from autoopt.lint.tree import metadata
+from autoopt.lint.tree import metadata, parsing
 from autoopt.lint.tree.chunks import CHUNK_LINES, LARGE_FILE_LINES, top_level_cuts
 from autoopt.lint.tree.nodes import Preorder
 from autoopt.lint.tree.text import strip_prose
@@ -56,7 +56,7 @@ def analyze(
     `rules` on it (those whose triggers appear in the text and that apply to
     `target_version`). Raises `libcst.ParserSyntaxError` on unparsable code."""
     active = active_rules(rules, source, target_version, path)
-    module = cst.parse_module(source) if parse is None else parse(source)
+    module = parsing.parse_module(source) if parse is None else parse(source)
     return run_rules(module, source, path, active, target_version)
 
 
@@ -67,7 +67,7 @@ def parse_module(source: str) -> cst.Module:
         module = parse_large(source)
         if module is not None:
             return module
-    return cst.parse_module(source)
+    return parsing.parse_module(source)
 
 
 def parse_large(source: str, chunk_lines: int = CHUNK_LINES) -> cst.Module | None:
@@ -87,7 +87,7 @@ def parse_large(source: str, chunk_lines: int = CHUNK_LINES) -> cst.Module | Non
     statements: list[cst.BaseStatement] = []
     for lo, hi in zip(cuts, cuts[1:], strict=False):
         try:
-            chunk = cst.parse_module("".join(lines[lo:hi]))
+            chunk = parsing.parse_module("".join(lines[lo:hi]))
         except Exception:
             return None
         part = list(chunk.body)

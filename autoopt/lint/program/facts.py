@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from collections.abc import Set as AbstractSet
 
 import libcst as cst
@@ -20,7 +20,7 @@ from libcst.metadata.base_provider import LazyValue
 from autoopt.lint.program.device import DeviceFacts, cpu_only, device_facts
 from autoopt.lint.program.precision import other_precision_system
 from autoopt.lint.tree import metadata
-from autoopt.lint.tree.nodes import assignments, calls_in, dotted, nodes_of_type
+from autoopt.lint.tree.nodes import SCOPE_TYPES, assignments, calls_in, dotted, nodes_of_type
 from autoopt.lint.tree.text import strip_prose
 
 Loop = cst.For | cst.While
@@ -85,15 +85,12 @@ class FileFacts:
 
     def ancestors(self, node: cst.CSTNode) -> Iterator[cst.CSTNode]:
         """Parents of `node`, innermost first, up to the module."""
-        cur = self._parents.get(node)
-        while cur is not None:
-            yield cur
-            cur = self._parents.get(cur)
+        return self._parents.tree.ancestors(node)  # climbs by rank: one lookup, not one a step
 
     def enclosing_scope(self, node: cst.CSTNode) -> Scope:
         """The function (or the module) that contains `node`."""
         for anc in self.ancestors(node):
-            if isinstance(anc, cst.FunctionDef):
+            if type(anc) is cst.FunctionDef:  # (exact types: see `nodes.SCOPE_TYPES`)
                 return anc
         return self.module
 
@@ -136,10 +133,11 @@ class FileFacts:
         """Loops around `node` within its function, innermost first."""
         loops: list[Loop] = []
         for anc in self.ancestors(node):
-            if isinstance(anc, cst.FunctionDef | cst.Lambda | cst.ClassDef):
+            kind = type(anc)
+            if kind in SCOPE_TYPES:
                 break
-            if isinstance(anc, Loop):
-                loops.append(anc)
+            if kind is cst.For or kind is cst.While:
+                loops.append(anc)  # type: ignore[arg-type]
         return loops
 
     def qualified_names(self, node: cst.CSTNode) -> AbstractSet[str]:
@@ -458,7 +456,7 @@ class FileFacts:
         return self._order[id(a)] < self._order[id(b)]
 
     @property
-    def _order(self) -> dict[int, int]:
+    def _order(self) -> Mapping[int, int]:
         """id(node) -> rank in source order."""
         return self._parents.order
 
@@ -466,12 +464,12 @@ class FileFacts:
 def local_callee(call: cst.Call) -> str | None:
     """`f` for `f(...)` and `self.f(...)`/`cls.f(...)`: a call that can reach a def of this file."""
     func = call.func
-    if isinstance(func, cst.Name):
+    if type(func) is cst.Name:
         return func.value
-    # (plain tests, not libcst matchers: this runs for every call of a file, several times)
+    # (exact types, not libcst matchers: this runs for every call of a file, several times)
     if (
-        isinstance(func, cst.Attribute)
-        and isinstance(func.value, cst.Name)
+        type(func) is cst.Attribute
+        and type(func.value) is cst.Name
         and func.value.value in ("self", "cls")
     ):
         return func.attr.value

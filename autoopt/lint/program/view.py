@@ -192,10 +192,11 @@ class ProgramView:
         name = None
         cls = None
         for anc in self.facts.ancestors(node):
-            if isinstance(anc, cst.FunctionDef):
-                name, cls = anc.name.value, None
-            elif isinstance(anc, cst.ClassDef) and name is not None and cls is None:
-                cls = anc.name.value
+            kind = type(anc)  # exact types (see `nodes.SCOPE_TYPES`): asked for every call
+            if kind is cst.FunctionDef:
+                name, cls = anc.name.value, None  # type: ignore[attr-defined]
+            elif kind is cst.ClassDef and name is not None and cls is None:
+                cls = anc.name.value  # type: ignore[attr-defined]
         if name is None:
             return self.index.functions.get("<module>")
         return self.index.functions.get(f"{cls}.{name}" if cls else name)

@@ -36,6 +36,7 @@ from autoopt.lint.rewrite.verify import (
 )
 from autoopt.lint.tree.metadata import statement_offsets
 from autoopt.lint.tree.nodes import code_of, indexed_tree, walk
+from autoopt.lint.tree.parsing import parse_module
 
 MAX_PASSES = 10  # a rule set needing more than this is broken (or oscillating)
 
@@ -440,7 +441,7 @@ def parse_edited(source: str) -> cst.Module:
         module = _spliced(splice)
         if module is not None:
             return module
-    return cst.parse_module(source)
+    return parse_module(source)
 
 
 def _spliced(splice: _Splice) -> cst.Module | None:
@@ -460,7 +461,7 @@ def _spliced(splice: _Splice) -> cst.Module | None:
         while j < len(body) and isinstance(body[j], str):
             j += 1
         try:
-            chunk = cst.parse_module("".join(body[i:j]))  # type: ignore[arg-type]
+            chunk = parse_module("".join(body[i:j]))  # type: ignore[arg-type]
         except Exception:
             return None  # the whole text's parse gives the error
         if (chunk.default_indent, chunk.default_newline) != settings or chunk.footer:

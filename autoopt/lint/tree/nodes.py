@@ -9,9 +9,9 @@ import dataclasses
 import re
 from array import array
 from bisect import bisect_left
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from itertools import chain, compress, repeat
-from operator import attrgetter, is_not
+from operator import add, attrgetter, is_not
 from typing import TypeVar
 
 import libcst as cst
@@ -24,7 +24,7 @@ SCOPE_NODES = (cst.FunctionDef, cst.ClassDef, cst.Lambda)
 # Exact types: `type(n) in S` / `type(n) is C` is a hash lookup or a pointer test, while an
 # `isinstance` against libcst's node classes (ABCs) that fails is slow, and walks test every
 # node. The same answer: no concrete libcst node class has subclasses.
-_SCOPE_TYPES = frozenset(SCOPE_NODES)
+SCOPE_TYPES = frozenset(SCOPE_NODES)
 
 
 # ----- walking --------------------------------------------------------------------------------
@@ -143,25 +143,79 @@ def _pusher(node: cst.CSTNode) -> Callable[..., None]:
     return pusher
 
 
+# A tree of this many nodes (a module of about 13,000 lines) keeps its ranks in `SortedRanks`.
+COMPACT_RANKS_FROM = 250_000
+
+
+class SortedRanks(Mapping[int, int]):
+    """`id(node) -> rank` as two arrays sorted by id, 12 bytes an entry, where a dict with its
+    int objects takes about 100: on a 50k-line file (550k ranked nodes) 7 MB instead of 55,
+    held until the file's last rule is done. A lookup is a binary search (slower than a dict's
+    hash: used only for trees past `COMPACT_RANKS_FROM` nodes)."""
+
+    __slots__ = ("_ids", "_ranks")
+
+    def __init__(self, ids: Iterable[int], ranks: Iterable[int]) -> None:
+        unsorted_ids, unsorted_ranks = array("Q", ids), array("i", ranks)
+        order = sorted(range(len(unsorted_ids)), key=unsorted_ids.__getitem__)
+        self._ids = array("Q", map(unsorted_ids.__getitem__, order))
+        self._ranks = array("i", map(unsorted_ranks.__getitem__, order))
+
+    def get(self, key: int, default: int | None = None) -> int | None:  # type: ignore[override]
+        ids = self._ids
+        at = bisect_left(ids, key)
+        return self._ranks[at] if at < len(ids) and ids[at] == key else default
+
+    def __getitem__(self, key: int) -> int:
+        rank = self.get(key)
+        if rank is None:
+            raise KeyError(key)
+        return rank
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, int) and self.get(key) is not None
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._ids)
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+
 class Preorder:
     """A whole tree in source order (preorder) with each node's parent: walking it or any of
     its subtrees is then a slice of one list instead of a fresh descent. Keyed by `id()` (a
     node's own `__hash__` is a Python call); `nodes` keeps every node alive, so ids stay unique.
 
-    One dict entry per node but whitespace (`rank`, see `rank_of`); parents and subtree ends
+    One dict entry per node but whitespace (`rank`, see `rank_of`; `SortedRanks` for a very
+    large tree); parents and subtree ends
     are ranks in typed arrays (4 bytes a node), not dicts or lists of int objects: a 50k-line
     file has a million nodes, and a dict of them with its int keys and values is 100 MB."""
 
-    def __init__(self, root: cst.CSTNode) -> None:
+    def __init__(self, root: cst.CSTNode, previous: Preorder | None = None) -> None:
+        """`previous`: the index of another tree, which may share whole top-level statements
+        with `root` (a rewrite's edited module keeps the statements no fix rebuilt): those are
+        copied from it, slices of its arrays, instead of walked node by node again."""
         nodes: list[cst.CSTNode] = []
         up_ranks = array("i")
         stack: list[tuple[cst.CSTNode, int]] = [(root, -1)]
-        pop, push, add, add_up = stack.pop, stack.append, nodes.append, up_ranks.append
+        pop, push, add_node, add_up = stack.pop, stack.append, nodes.append, up_ranks.append
         pushers, node_types, other_types = _PUSHERS, _NODE_TYPES, _OTHER_TYPES
+        shared = _shared_statements(root, previous)
+        copied: list[tuple[int, int, int]] = []  # (rank here, start, stop in `previous`)
         while stack:  # this loop runs for every node of every file
             node, up = pop()
             here = len(nodes)
-            add(node)
+            if shared and id(node) in shared:
+                assert previous is not None
+                start = shared[id(node)]
+                stop = previous.end[start]
+                nodes.extend(previous.nodes[start:stop])
+                add_up(up)
+                up_ranks.extend(map(add, previous.up[start + 1 : stop], repeat(here - start)))
+                copied.append((here, start, stop))
+                continue
+            add_node(node)
             add_up(up)
             pusher = pushers.get(type(node)) or _pusher(node)
             pusher(node, here, push, node_types, other_types, _is_node)
@@ -169,17 +223,25 @@ class Preorder:
         self._types = types = list(map(type, nodes))
         # id(node) -> rank, for every node but the whitespace (see `rank_of`).
         ranked = map(is_not, types, repeat(cst.SimpleWhitespace))
-        ids_and_ranks = zip(map(id, nodes), range(len(nodes)), strict=True)
-        self.rank: dict[int, int] = dict(compress(ids_and_ranks, ranked))
+        self.rank: Mapping[int, int]
+        if len(nodes) >= COMPACT_RANKS_FROM:
+            kept = array("i", compress(range(len(nodes)), ranked))
+            self.rank = SortedRanks(map(id, map(nodes.__getitem__, kept)), kept)
+        else:
+            ids_and_ranks = zip(map(id, nodes), range(len(nodes)), strict=True)
+            self.rank = dict(compress(ids_and_ranks, ranked))
         self._whitespace_rank: dict[int, int] | None = None
         # up[i]: the rank of node i's parent (-1 for the root).
         self.up = up_ranks
         # end[i]: the rank just after node i's last descendant (descendants come after it).
         self.end = end = array("i", range(1, len(nodes) + 1))
-        for i in range(len(nodes) - 1, 0, -1):
-            up = up_ranks[i]
-            if end[i] > end[up]:
-                end[up] = end[i]
+        if copied:
+            _copy_ends(end, up_ranks, previous, copied)  # type: ignore[arg-type]
+        else:
+            for i in range(len(nodes) - 1, 0, -1):
+                up = up_ranks[i]
+                if end[i] > end[up]:
+                    end[up] = end[i]
         self._ranks_of_type: dict[type | tuple[type, ...], array[int]] = {}
 
     def rank_of(self, node: cst.CSTNode) -> int | None:
@@ -270,15 +332,54 @@ class Preorder:
         return start <= at < self.end[start]
 
 
+def _shared_statements(root: cst.CSTNode, previous: Preorder | None) -> dict[int, int]:
+    """id -> rank in `previous` of the top-level statements of `root` (a module) that
+    `previous` indexes. Nodes are immutable, so such a statement's subtree there is its subtree
+    here; `previous` keeps its nodes alive, so their ids are no other node's."""
+    if previous is None or type(root) is not cst.Module:
+        return {}
+    ranks = previous.rank
+    found = {}
+    for statement in root.body:  # type: ignore[attr-defined]
+        rank = ranks.get(id(statement))
+        if rank is not None:
+            found[id(statement)] = rank
+    return found
+
+
+def _copy_ends(
+    end: array[int], up: array[int], previous: Preorder, copied: list[tuple[int, int, int]]
+) -> None:
+    """`Preorder.end` for a tree with subtrees copied from `previous` (`copied`: their ranks
+    here, and start and stop there): the copied nodes' ends are theirs there, shifted; every
+    other node's end grows to its last descendant's, as in `Preorder`, with each copied
+    subtree passed up by its root alone."""
+    root_of_last: dict[int, int] = {}
+    for here, start, stop in copied:
+        shift = here - start
+        end[here : here + stop - start] = array(
+            "i", map(add, previous.end[start:stop], repeat(shift))
+        )
+        root_of_last[here + stop - start - 1] = here
+    i = len(end) - 1
+    while i > 0:
+        i = root_of_last.get(i, i)
+        parent = up[i]
+        if end[i] > end[parent]:
+            end[parent] = end[i]
+        i -= 1
+
+
 # The tree being analysed (see `index_tree`): walks of its nodes read its preorder.
 _current: Preorder | None = None
 
 
 def index_tree(root: cst.CSTNode) -> Preorder:
     """Index `root` in preorder and make `walk` use that index for its nodes (until the next
-    tree is indexed). Nodes of other trees are walked as usual."""
+    tree is indexed). Nodes of other trees are walked as usual; the top-level statements that
+    the tree indexed before holds too (a rewrite's next text) are copied from its index."""
     global _current
-    _current = Preorder(root)
+    _current = Preorder(root, _current)
     return _current
 
 
@@ -302,7 +403,7 @@ def _descend(node: cst.CSTNode, into_scopes: bool) -> Iterator[cst.CSTNode]:
     while stack:
         cur = stack.pop()
         yield cur
-        if not into_scopes and cur is not node and type(cur) in _SCOPE_TYPES:
+        if not into_scopes and cur is not node and type(cur) in SCOPE_TYPES:
             continue
         stack.extend(reversed(children(cur)))
 
@@ -355,11 +456,12 @@ def code_of(node: cst.CSTNode) -> str:
 
 def dotted(expr: cst.CSTNode | None) -> str | None:
     """`a.b.c` for a Name/Attribute chain, else None."""
-    if isinstance(expr, cst.Name):
-        return expr.value
-    if isinstance(expr, cst.Attribute):
-        base = dotted(expr.value)
-        return None if base is None else f"{base}.{expr.attr.value}"
+    kind = type(expr)  # exact types: asked of most nodes a rule looks at (see `SCOPE_TYPES`)
+    if kind is cst.Name:
+        return expr.value  # type: ignore[union-attr]
+    if kind is cst.Attribute:
+        base = dotted(expr.value)  # type: ignore[union-attr]
+        return None if base is None else f"{base}.{expr.attr.value}"  # type: ignore[union-attr]
     return None
 
 
@@ -377,12 +479,12 @@ def root_name(expr: cst.BaseExpression) -> str | None:
 
 def method_name(call: cst.Call) -> str | None:
     """`x.foo(...)` -> "foo"."""
-    return call.func.attr.value if isinstance(call.func, cst.Attribute) else None
+    return call.func.attr.value if type(call.func) is cst.Attribute else None  # type: ignore[attr-defined]
 
 
 def is_name(expr: cst.CSTNode | None, value: str) -> bool:
     """`expr` is the plain name `value`."""
-    return isinstance(expr, cst.Name) and expr.value == value
+    return type(expr) is cst.Name and expr.value == value  # type: ignore[union-attr]
 
 
 def assignments(node: cst.CSTNode) -> Iterator[tuple[str, cst.BaseExpression, cst.Assign]]:
