@@ -364,11 +364,13 @@ def test_a_parallel_wrap_before_the_optimizer_is_declined_with_the_edit_that_wra
 
 
 def test_the_loop_in_a_local_module_is_found_only_through_that_module(tmp_path: Path) -> None:
-    """Without engine.py beside it, the script has no backward: the helper was what counted."""
+    """Without engine.py beside it, the script reaches no backward: the helper was what
+    counted, and the decline names the call its optimizer goes to."""
     script = (FIXTURES / "helper_module" / "train.py").read_text()
     (tmp_path / "train.py").write_text(script)
     result = wrap_source(script, path=tmp_path / "train.py")
-    assert result.declined and result.reason == "no training loop"
+    assert result.declined and result.reason == "training loop in code --wrap cannot read"
+    assert "is handed to `train_one_epoch(...)`" in result.message
 
 
 def test_a_helper_called_after_training_is_no_placement(tmp_path: Path) -> None:
