@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -112,7 +112,7 @@ class ProgramView:
         if "__main__" in self.facts.source:
             return True
         importers = self._importers_through_packages
-        if importers and not _runs_at_top_level(self.facts.module):
+        if importers and not _runs_at_top_level(self.facts.module.body):
             return False  # only definitions, imported: a trainer module, run from elsewhere
         return not any(
             drives_training_elsewhere(importer, read_text(importer)) for importer in importers
@@ -568,18 +568,16 @@ def training_heads(index: ModuleIndex) -> tuple[set[str], set[str]]:
     return heads, own
 
 
-def _runs_at_top_level(module: cst.Module) -> bool:
-    """Running the module does something beyond defining names: a call or a loop at its top
-    level (`main()`, `for epoch in ...`), also inside a top-level `if`/`with`/`try`."""
-    for stmt in module.body:
+def _runs_at_top_level(statements: Sequence[cst.BaseStatement]) -> bool:
+    """Running these module-level statements does something beyond defining names: a call or a
+    loop (`main()`, `for epoch in ...`), also inside a top-level `if`/`with`/`try`."""
+    for stmt in statements:
         if isinstance(stmt, cst.For | cst.While | cst.With):
             return True
         if isinstance(stmt, cst.SimpleStatementLine) and any(
             isinstance(small, cst.Expr) and isinstance(small.value, cst.Call) for small in stmt.body
         ):
             return True
-        if isinstance(stmt, cst.If | cst.Try) and _runs_at_top_level(
-            cst.Module(body=list(stmt.body.body))
-        ):
+        if isinstance(stmt, cst.If | cst.Try) and _runs_at_top_level(stmt.body.body):  # type: ignore[arg-type]
             return True
     return False
