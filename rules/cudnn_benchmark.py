@@ -244,8 +244,13 @@ class CudnnBenchmark(Rule):
         self._eligible = (
             "cudnn.flags(" not in source
             and facts.device.gpu_path
-            # a script: it trains or has a main block (never a library's import side effect)
-            and ("__main__" in source or bool(facts.training_loops))
+            # a script: it trains or has a main block (never a library's import side effect);
+            # a driver whose loop is in another module (`engine.train(model, ...)`) counts
+            and (
+                "__main__" in source
+                or bool(facts.training_loops)
+                or (bool(facts.training_calls) and context.program.is_entry_script)
+            )
         )
         self._has_settings = "cudnn.benchmark" in source or facts.requests_determinism
 

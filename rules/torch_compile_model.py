@@ -251,6 +251,58 @@ class TorchCompileModel(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # `model = model.train()` in the loop rebinds the same module: no swap
+            """
+            import torch
+            classifier = Net().cuda()
+            optimizer = torch.optim.Adam(classifier.parameters())
+            for epoch in range(10):
+                classifier = classifier.train()
+                for x in loader:
+                    classifier(x.cuda()).sum().backward()
+                    optimizer.step()
+            """,
+            line=2,
+            fixed="""
+            import torch
+            classifier = Net().cuda()
+            classifier.compile()
+            optimizer = torch.optim.Adam(classifier.parameters())
+            for epoch in range(10):
+                classifier = classifier.train()
+                for x in loader:
+                    classifier(x.cuda()).sum().backward()
+                    optimizer.step()
+            """,
+        ),
+        Invalid(  # the optimizer class picked by name from a flag (TCN's pmnist_test.py)
+            """
+            import torch
+            from torch import optim
+            model = Net()
+            if args.cuda:
+                model.cuda()
+            optimizer = getattr(optim, args.optim)(model.parameters(), lr=0.1)
+            for x, y in loader:
+                optimizer.zero_grad()
+                model(x).sum().backward()
+                optimizer.step()
+            """,
+            line=4,
+            fixed="""
+            import torch
+            from torch import optim
+            model = Net()
+            if args.cuda:
+                model.cuda()
+            model.compile()
+            optimizer = getattr(optim, args.optim)(model.parameters(), lr=0.1)
+            for x, y in loader:
+                optimizer.zero_grad()
+                model(x).sum().backward()
+                optimizer.step()
+            """,
+        ),
         Invalid(  # a trainer class: the model built in __init__, the optimizer in train()
             """
             import torch

@@ -236,6 +236,24 @@ def test_a_driver_whose_loop_is_in_another_module(tmp_path: Path) -> None:
     assert _codes(tmp_path, "engine.py", "AO602") == []  # the trainer module a driver imports
 
 
+def test_a_module_level_driver_of_a_conv_net_gets_cudnn_benchmark(tmp_path: Path) -> None:
+    """going_modular's train.py: no `__main__` guard and no loop of its own, it builds a
+    convolutional net and hands it to engine.fit: the program starts here, so cuDNN
+    autotuning is reported here (and not in the engine it imports)."""
+    driver = """
+    import torch
+    from torch import nn
+    from engine import fit
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.Flatten()).to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    fit(model, loader, optimizer, device, 10, torch.nn.CrossEntropyLoss())
+    """
+    _write(tmp_path, {"engine.py": ENGINE, "train.py": driver})
+    assert _codes(tmp_path, "train.py", "AO601") == ["AO601"]
+    assert _codes(tmp_path, "engine.py", "AO601") == []
+
+
 def test_compile_behind_the_device_the_script_picks(tmp_path: Path) -> None:
     """A CPU fallback keeps running eagerly: the safe fix compiles only on CUDA."""
     _write(tmp_path, {"engine.py": ENGINE, "train.py": DRIVER})

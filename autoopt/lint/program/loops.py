@@ -10,6 +10,7 @@ from autoopt.lint.engine.rule import Rule
 from autoopt.lint.program.device import is_cuda_tensor_type
 from autoopt.lint.program.facts import local_callee, named_like_evaluation
 from autoopt.lint.program.placement import device_move
+from autoopt.lint.program.summaries import EMPTY
 from autoopt.lint.program.torch_api import DATALOADER
 from autoopt.lint.tree.calls import arg
 from autoopt.lint.tree.edits import enclosing_statement
@@ -400,7 +401,9 @@ def _loader_use(rule: Rule, name: str) -> str | None:
     if any(facts.is_training_loop(loop) for loop in loops):
         return "train"
     if loops:
-        evaluation = all(facts.is_eval_loop(loop) or facts.in_no_grad(loop) for loop in loops)
+        evaluation = all(
+            facts.is_eval_loop(loop) or facts.in_no_grad(loop) or not _steps(loop) for loop in loops
+        )
         return "eval" if evaluation else None
     uses = [
         c
@@ -412,10 +415,36 @@ def _loader_use(rule: Rule, name: str) -> str | None:
     callees = [local_callee(c) or (method_name(c) or "") for c in uses]
     if any(callee in facts.backward_helpers for callee in callees):
         return "train"
-    if callees and all(named_like_evaluation(callee) for callee in callees):
+    kinds = [_use_by_project_function(rule, c, name) for c in uses]
+    if "train" in kinds:
+        return "train"
+    if callees and all(
+        kind == "eval" or named_like_evaluation(callee)
+        for kind, callee in zip(kinds, callees, strict=True)
+    ):
         return "eval"
     if not callees and named_like_evaluation(name):
         return "eval"
+    return None
+
+
+def _steps(loop: cst.CSTNode) -> bool:
+    """The loop steps something (`optimizer.step()`, `zero_grad()`, `scheduler.step()`): a
+    loop that trains in a way the file cannot show, not one that only reads its loader
+    (sampling class images with a pipeline)."""
+    return any(method_name(c) in ("step", "zero_grad") for c in nodes_of_type(loop, cst.Call))
+
+
+def _use_by_project_function(rule: Rule, call: cst.Call, name: str) -> str | None:
+    """ "train"/"eval" when `call` hands loader `name` to a function of the project that
+    iterates it and does (or does not) train (`metrics(model, test_loader, k)` of an
+    evaluate.py); None when the callee is not the project's or does not iterate it."""
+    summary = rule.context.program.call_summary(call)
+    if summary is EMPTY:
+        return None
+    for argument, roles in rule.context.program.argument_roles(call):
+        if "loader" in roles and name in names_in(argument.value):
+            return "train" if summary.trains else "eval"
     return None
 
 

@@ -51,13 +51,13 @@ def _optimized_models(rule: Rule) -> list[tuple[cst.Call, str]]:
             if isinstance(n.func.value, cst.Name):
                 found.append((n, n.func.value.value))
             continue
+        # `build_optimizer(config, model)`: a builder of the project says which argument it
+        # reads the parameters of
+        model = _handed_to_optimizer_builder(rule, n)
+        owners = [model] if model is not None else []
         params = arg(n, "params", 0)
-        owners = []
-        if _builds_optimizer(rule, n, stepped) and params is not None:
+        if not owners and params is not None and _builds_optimizer(rule, n, stepped):
             owners = _parameters_owners(rule, n, params.value)
-        if not owners:  # `build_optimizer(config, model)`: a builder of the project
-            model = _handed_to_optimizer_builder(rule, n)
-            owners = [model] if model is not None else []
         found.extend((n, owner) for owner in owners)
     return found
 
@@ -67,22 +67,37 @@ def _builds_optimizer(rule: Rule, call: cst.Call, stepped: set[str]) -> bool:
     optimizer class of another library (transformers' AdamW, apex's FusedAdam), or a call
     whose result the file steps (`optimizer = optimizer_cls(model.parameters())` with the class
     picked from a config)."""
-    if any(_is_optimizer(q) for q in rule.qualified_names(call.func)):
+    qualified = rule.qualified_names(call.func)
+    if any(_is_optimizer(q) for q in qualified):
+        return True
+    if any(q.startswith("torch.optim.") for q in qualified):
+        return False  # an LR scheduler over the optimizer (`scheduler.step()` is stepped too)
+    if _optimizer_by_name(rule, call.func):  # `getattr(optim, args.optim)(...)`
         return True
     name = dotted(call.func)
-    if name is None:
-        return False
-    if name.rsplit(".", 1)[-1] in OPTIMIZER_CLASSES:
+    if name is not None and name.rsplit(".", 1)[-1] in OPTIMIZER_CLASSES:
         return True
     scope = rule.facts.enclosing_scope(call)
-    for value, _ in rule.facts.assigned_in(scope).get(name, ()):
+    for value, _ in rule.facts.assigned_in(scope).get(name, ()) if name else ():
         if any(_is_optimizer(q) for q in rule.qualified_names(value)):
+            return True
+        if _optimizer_by_name(rule, value):  # `optim_cls = getattr(torch.optim, name)`
             return True
     holder = rule.parent(call)
     return (
         isinstance(holder, cst.Assign)
         and len(holder.targets) == 1
         and dotted(holder.targets[0].target) in stepped
+    )
+
+
+def _optimizer_by_name(rule: Rule, expr: cst.BaseExpression) -> bool:
+    """`getattr(torch.optim, name)`: an optimizer class picked by its name from a flag."""
+    return (
+        isinstance(expr, cst.Call)
+        and is_name(expr.func, "getattr")
+        and bool(expr.args)
+        and "torch.optim" in rule.qualified_names(expr.args[0].value)
     )
 
 
@@ -155,6 +170,7 @@ def _bound_owners(rule: Rule, opt_call: cst.Call, name: str, depth: int, whole: 
         and isinstance(last, cst.Call)
         and last.args
         and not last.args[0].keyword
+        and method_name(last) not in ("to", "cuda")  # `Net().to(device)`: not a group helper
     ):
         first = last.args[0].value
         if isinstance(first, cst.Name):
@@ -196,11 +212,19 @@ def _handed_to_optimizer_builder(rule: Rule, call: cst.Call) -> str | None:
     found = local_definition(rule, call.func.value)
     if found is None or not found.optimizer:
         return None
+    program = rule.context.program
     models = [
         arg.value.value
-        for arg, roles in rule.context.program.argument_roles(call)
+        for arg, roles in program.argument_roles(call)
         if "module" in roles and isinstance(arg.value, cst.Name)
     ]
+    if not models:  # the builder walks `model.modules()`: the argument the caller built as a model
+        func = program.function_of(call)
+        models = [
+            a.value.value
+            for a in call.args
+            if isinstance(a.value, cst.Name) and program.builds_model(func, a.value.value)
+        ]
     return models[0] if len(models) == 1 else None
 
 
