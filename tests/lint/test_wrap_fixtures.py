@@ -30,6 +30,17 @@ def insertions(old: str, new: str) -> list[tuple[str, str]]:
 IMPORT = "import autoopt"
 
 WRAPPED = {
+    # a module global rebound from main(): declared global first; the perturbation's
+    # optimizer (over a tensor) gets no call
+    "global_loader_attack.py": [
+        ("from torch.utils.data import DataLoader, TensorDataset", IMPORT),
+        ("def main():", "    global train_loader"),
+        (
+            "optimizer = torch.optim.SGD(model.parameters(), lr=0.05)",
+            "    model, train_loader, optimizer = autoopt.optimize(model, train_loader, optimizer, "
+            'device="cpu")',
+        ),
+    ],
     "main_train_split.py": [
         ("from torch.utils.data import DataLoader, TensorDataset", IMPORT),
         (
@@ -275,6 +286,7 @@ WRAPPED = {
 }
 
 DECLINED = {
+    "tensor_optimizer.py": ("optimizer over tensors, not a model", "steps a list of tensors"),
     "fp16_master_weights.py": ("another mixed-precision system", "fp32 master weights"),
     "model_in_wrapper.py": (
         "model trained through another object",

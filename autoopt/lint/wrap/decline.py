@@ -203,6 +203,15 @@ def optimizers_in_several_functions() -> Decline:
     )
 
 
+def optimizer_over_tensors(expr: str) -> Decline:
+    return Decline(
+        "optimizer over tensors, not a model",
+        f"`{expr}` steps a list of tensors (an input or a perturbation being optimised), not a"
+        " model's parameters: optimize() has no model to take",
+        "keep the script as it is",
+    )
+
+
 def optimizer_in_module(path: object) -> Decline:
     return Decline(
         "optimizer created in another module",
