@@ -286,6 +286,7 @@ WRAPPED = {
 }
 
 DECLINED = {
+    "hf_trainer.py": ("already uses the transformers Trainer", "transformers Trainer"),
     "tensor_optimizer.py": ("optimizer over tensors, not a model", "steps a list of tensors"),
     "fp16_master_weights.py": ("another mixed-precision system", "fp32 master weights"),
     "model_in_wrapper.py": (

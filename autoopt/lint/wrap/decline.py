@@ -59,6 +59,15 @@ def lightning() -> Decline:
     )
 
 
+def hf_trainer() -> Decline:
+    return Decline(
+        "already uses the transformers Trainer",
+        "training runs inside the Hugging Face transformers Trainer (its own loop)",
+        "nothing to insert: set precision and compile through TrainingArguments "
+        "(--bf16/--fp16, --tf32, --torch_compile)",
+    )
+
+
 def ignite() -> Decline:
     # `Engine(train_step)` / `create_supervised_trainer`: the library drives the loop
     return Decline(
@@ -195,10 +204,11 @@ def optimizer_not_found(expr: str, func: str) -> Decline:
     )
 
 
-def optimizers_in_several_functions() -> Decline:
+def optimizers_in_several_functions(where: list[str]) -> Decline:
     return Decline(
         "optimizers created in several functions",
-        "the optimizers are created in different functions: no single place for the call",
+        f"several optimizers are created in different functions ({', '.join(where)}): no"
+        " single place for the call",
         f"create them in one function, where the models are built, {_AGAIN}",
     )
 

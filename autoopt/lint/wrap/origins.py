@@ -295,7 +295,8 @@ def bind_optimizers(code: CodeBase, training: Training) -> Bound | Decline:
         del origins[key]
     homes = {id(o.func.node) for o in origins.values()}
     if len(homes) > 1:
-        return decline.optimizers_in_several_functions()
+        where = {f"`{o.expr}` in {o.func.name}()": None for o in origins.values()}
+        return decline.optimizers_in_several_functions(list(where))
     optimizers = sorted(
         origins.values(), key=lambda o: min(o.func.file.order[id(a)] for a in o.assigns)
     )
