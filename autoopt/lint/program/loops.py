@@ -249,7 +249,7 @@ _HOST_FUNCS = {"print", "float", "int", "bool", "list"}
 
 def read_on_host_later(rule: Rule, call: cst.Call) -> bool:
     """The result of `call` is bound to a name that the rest of its block reads on the host
-    (`y.item()`, `y[0].tolist()`, `print(y)`, `float(y)`)."""
+    (`y.item()`, `y[0].tolist()`, `print(y)`, `float(y)`) every time, not only under an `if`."""
     stmt = enclosing_statement(call, rule.parent)
     if not isinstance(stmt, cst.SimpleStatementLine):
         return False
@@ -264,6 +264,8 @@ def read_on_host_later(rule: Rule, call: cst.Call) -> bool:
     body = list(block.body)
     index = next(i for i, s in enumerate(body) if s is stmt)
     for later in body[index + 1 :]:
+        if isinstance(later, cst.If):
+            continue  # read now and then (`if batch_idx % log_step == 0:` to log images)
         for n in walk(later, into_scopes=False):
             if not isinstance(n, cst.Call):
                 continue
