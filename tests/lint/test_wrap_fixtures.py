@@ -30,6 +30,15 @@ def insertions(old: str, new: str) -> list[tuple[str, str]]:
 IMPORT = "import autoopt"
 
 WRAPPED = {
+    # the loader held by an object of the agent: the call assigns that attribute
+    "held_loader.py": [
+        ("from torch.utils.data import DataLoader, TensorDataset", IMPORT),
+        (
+            "self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.05)",
+            "        self.model, self.data_loader.train_loader, self.optimizer = autoopt.optimize("
+            'self.model, self.data_loader.train_loader, self.optimizer, device="cpu")',
+        ),
+    ],
     # a module global rebound from main(): declared global first; the perturbation's
     # optimizer (over a tensor) gets no call
     "global_loader_attack.py": [
