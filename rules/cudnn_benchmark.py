@@ -244,12 +244,12 @@ class CudnnBenchmark(Rule):
         self._eligible = (
             "cudnn.flags(" not in source
             and facts.device.gpu_path
-            # a script: it trains or has a main block (never a library's import side effect);
-            # a driver whose loop is in another module (`engine.train(model, ...)`) counts
+            # a script: it has a main block, or it trains (a loop here, or a driver whose loop
+            # is in another module: `engine.train(model, ...)`) and no module of the project
+            # imports it (the driver of a Solver module sets the flag, not the module)
             and (
                 "__main__" in source
-                or bool(facts.training_loops)
-                or (bool(facts.training_calls) and context.program.is_entry_script)
+                or (facts.trains and context.program.is_entry_script)
             )
         )
         self._has_settings = "cudnn.benchmark" in source or facts.requests_determinism
