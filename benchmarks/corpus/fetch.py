@@ -42,6 +42,7 @@ SPLITS = {
     "fresh-d": (HERE / "fresh_d.json", HERE / "_repos_fresh_d"),
     "fresh-e": (HERE / "fresh_e.json", HERE / "_repos_fresh_e"),
     "fresh-f": (HERE / "fresh_f.json", HERE / "_repos_fresh_f"),
+    "fresh-g": (HERE / "fresh_g.json", HERE / "_repos_fresh_g"),
 }
 TORCH_DIR = "torch"
 
