@@ -247,10 +247,7 @@ class CudnnBenchmark(Rule):
             # a script: it has a main block, or it trains (a loop here, or a driver whose loop
             # is in another module: `engine.train(model, ...)`) and no module of the project
             # imports it (the driver of a Solver module sets the flag, not the module)
-            and (
-                "__main__" in source
-                or (facts.trains and context.program.is_entry_script)
-            )
+            and ("__main__" in source or (facts.trains and context.program.is_entry_script))
         )
         self._has_settings = "cudnn.benchmark" in source or facts.requests_determinism
 

@@ -79,6 +79,22 @@ class DataLoaderNumWorkers(Rule):
     triggers = ("DataLoader",)
 
     VALID = [
+        Valid(  # a loader only read by a loop that steps nothing (class images sampled with a
+            # pipeline) beside a training loader that sets num_workers
+            """
+            import torch
+            from torch.utils.data import DataLoader
+
+            sample_loader = DataLoader(PromptDataset(prompt, 100), batch_size=4)
+            for example in sample_loader:
+                images = pipeline(example["prompt"]).images
+            train_loader = DataLoader(dataset, batch_size=8, num_workers=4)
+            for batch in train_loader:
+                optimizer.zero_grad()
+                model(batch).sum().backward()
+                optimizer.step()
+            """
+        ),
         Valid(  # a TensorDataset a function of the file returns, handed to train() (BERT-NER)
             """
             import torch

@@ -107,12 +107,11 @@ class TF32Matmul(Rule):
         Valid(  # the HF Trainer's flags choose the precision (--fp16, --bf16, --tf32)
             """
             import torch
-            from transformers import HfArgumentParser, Trainer, TrainingArguments
+            from transformers import HfArgumentParser, TrainingArguments
             args = HfArgumentParser(TrainingArguments).parse_args_into_dataclasses()[0]
             model = Net().cuda()
-            class MyTrainer(Trainer):
-                def training_step(self, model, inputs):
-                    model(inputs).sum().backward()
+            for x in loader:
+                model(x.cuda()).sum().backward()
             """
         ),
         Valid(  # Accelerate's mixed_precision (an argument or the launch config)

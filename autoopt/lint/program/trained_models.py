@@ -57,7 +57,7 @@ def _optimized_models(rule: Rule) -> list[tuple[cst.Call, str]]:
         owners = [model] if model is not None else []
         params = arg(n, "params", 0)
         if not owners and params is not None and _builds_optimizer(rule, n, stepped):
-            owners = _parameters_owners(rule, n, params.value)
+            owners = _parameters_owners(rule, n, params.value) or _handed_model(rule, n, params)
         found.extend((n, owner) for owner in owners)
     return found
 
@@ -66,14 +66,12 @@ def _builds_optimizer(rule: Rule, call: cst.Call, stepped: set[str]) -> bool:
     """A torch.optim optimizer (also through a local alias, `optim_name = optim.SGD`), an
     optimizer class of another library (transformers' AdamW, apex's FusedAdam), or a call
     whose result the file steps (`optimizer = optimizer_cls(model.parameters())` with the class
-    picked from a config)."""
+    picked from a config, `getattr(optim, args.optim)(model.parameters())`)."""
     qualified = rule.qualified_names(call.func)
     if any(_is_optimizer(q) for q in qualified):
         return True
     if any(q.startswith("torch.optim.") for q in qualified):
         return False  # an LR scheduler over the optimizer (`scheduler.step()` is stepped too)
-    if _optimizer_by_name(rule, call.func):  # `getattr(optim, args.optim)(...)`
-        return True
     name = dotted(call.func)
     if name is not None and name.rsplit(".", 1)[-1] in OPTIMIZER_CLASSES:
         return True
@@ -81,23 +79,11 @@ def _builds_optimizer(rule: Rule, call: cst.Call, stepped: set[str]) -> bool:
     for value, _ in rule.facts.assigned_in(scope).get(name, ()) if name else ():
         if any(_is_optimizer(q) for q in rule.qualified_names(value)):
             return True
-        if _optimizer_by_name(rule, value):  # `optim_cls = getattr(torch.optim, name)`
-            return True
     holder = rule.parent(call)
     return (
         isinstance(holder, cst.Assign)
         and len(holder.targets) == 1
         and dotted(holder.targets[0].target) in stepped
-    )
-
-
-def _optimizer_by_name(rule: Rule, expr: cst.BaseExpression) -> bool:
-    """`getattr(torch.optim, name)`: an optimizer class picked by its name from a flag."""
-    return (
-        isinstance(expr, cst.Call)
-        and is_name(expr.func, "getattr")
-        and bool(expr.args)
-        and "torch.optim" in rule.qualified_names(expr.args[0].value)
     )
 
 
@@ -201,6 +187,16 @@ def _model_reference(expr: cst.BaseExpression) -> str | None:
     if isinstance(expr, cst.Attribute) and is_name(expr.value, "self"):
         return f"self.{expr.attr.value}"
     return None
+
+
+def _handed_model(rule: Rule, call: cst.Call, params: cst.Arg) -> list[str]:
+    """`optimizer = create_optimizer(model, ...)` of a library: the model itself handed first
+    (a name the caller built as a model, `Net().to(device)`)."""
+    value = params.value
+    program = rule.context.program
+    if isinstance(value, cst.Name) and program.builds_model(program.function_of(call), value.value):
+        return [value.value]
+    return []
 
 
 def _handed_to_optimizer_builder(rule: Rule, call: cst.Call) -> str | None:
