@@ -374,6 +374,43 @@ def test_a_loader_a_project_function_only_evaluates_keeps_its_workers_choice(
     assert _codes(tmp_path, "train.py", "AO101") == []
 
 
+def test_a_solver_module_a_driver_imports_leaves_cudnn_benchmark_to_the_driver(
+    tmp_path: Path,
+) -> None:
+    """Image_Segmentation: solver.py's Solver trains a conv net in its own loop, main.py
+    builds the Solver and sets cudnn.benchmark: nothing to report in solver.py; without the
+    driver's line, the driver (the entry script) is told."""
+    solver = """
+    import torch
+    from torch import nn
+
+    class Solver:
+        def __init__(self, loader):
+            self.loader = loader
+            self.net = nn.Sequential(nn.Conv2d(3, 8, 3), nn.Flatten()).cuda()
+            self.optimizer = torch.optim.Adam(self.net.parameters())
+
+        def train(self):
+            for x, y in self.loader:
+                self.net(x.cuda()).sum().backward()
+                self.optimizer.step()
+    """
+    driver = """
+    import torch
+    from torch.backends import cudnn
+    from solver import Solver
+
+    def main():
+        cudnn.benchmark = True
+        Solver(loader).train()
+
+    if __name__ == "__main__":
+        main()
+    """
+    _write(tmp_path, {"solver.py": solver, "main.py": driver})
+    assert _codes(tmp_path, "solver.py", "AO601") == []
+
+
 def test_compile_behind_the_device_the_script_picks(tmp_path: Path) -> None:
     """A CPU fallback keeps running eagerly: the safe fix compiles only on CUDA."""
     _write(tmp_path, {"engine.py": ENGINE, "train.py": DRIVER})

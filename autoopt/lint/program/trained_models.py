@@ -214,13 +214,6 @@ def _handed_to_optimizer_builder(rule: Rule, call: cst.Call) -> str | None:
         for arg, roles in program.argument_roles(call)
         if "module" in roles and isinstance(arg.value, cst.Name)
     ]
-    if not models:  # the builder walks `model.modules()`: the argument the caller built as a model
-        func = program.function_of(call)
-        models = [
-            a.value.value
-            for a in call.args
-            if isinstance(a.value, cst.Name) and program.builds_model(func, a.value.value)
-        ]
     return models[0] if len(models) == 1 else None
 
 
