@@ -4,6 +4,7 @@ inserted, where, or why the script is declined."""
 from __future__ import annotations
 
 import difflib
+import textwrap
 from pathlib import Path
 
 import libcst as cst
@@ -415,3 +416,36 @@ def test_a_helper_called_after_training_is_no_placement(tmp_path: Path) -> None:
     )
     result = wrap_source(alone, path=tmp_path / "train.py")
     assert result.inserted and "device=" not in result.inserted[0], result.inserted
+
+
+def test_the_global_declaration_goes_below_the_docstring() -> None:
+    """`global train_loader` is the function's first statement after its docstring (above
+    the docstring it would turn the docstring into a plain expression)."""
+    source = textwrap.dedent(
+        '''
+        import torch
+        from torch.utils.data import DataLoader
+
+        train_loader = DataLoader(list(torch.randn(8, 4)), batch_size=4)
+
+
+        def train(model, loader, optimizer):
+            for x in loader:
+                optimizer.zero_grad()
+                model(x).sum().backward()
+                optimizer.step()
+
+
+        def main():
+            """Build the model and train it."""
+            model = torch.nn.Linear(4, 1)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            train(model, train_loader, optimizer)
+        '''
+    )
+    result = wrap_source(source)
+    assert not result.declined, result.message
+    body = result.source.split("def main():\n", 1)[1].splitlines()
+    assert body[0].strip() == '"""Build the model and train it."""'
+    assert body[1].strip() == "global train_loader"
+    compile(result.source, "<wrapped>", "exec")
