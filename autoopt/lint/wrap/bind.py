@@ -175,11 +175,13 @@ def loader_of(code: CodeBase, home: Func, trainers: list[Func]) -> Loader | None
 
 
 def _held(expr: cst.BaseExpression) -> bool:
-    """`self.data_loader.train_loader`: a loader an object of the trainer holds."""
+    """`self.data_loader.train_loader`: a loader an object of the trainer holds, by its name
+    (`self.clustering_machine.clusters` is a list of cluster ids, not a loader)."""
     return (
         isinstance(expr, cst.Attribute)
         and isinstance(expr.value, cst.Attribute)
         and is_object(expr.value)  # `self.data_loader`
+        and "loader" in expr.attr.value.lower()
     )
 
 

@@ -208,6 +208,11 @@ def _creations(code: CodeBase, origin: Origin) -> list[cst.CSTNode] | Decline:
     return kept or origin.assigns
 
 
+def _shown(file: SourceFile) -> str:
+    """A module of the project as the decline names it."""
+    return file.path.name if file.path is not None else "another module"
+
+
 def _over_tensors(origin: Origin) -> bool:
     """Every creation of the optimizer steps a list of tensors (`SGD([delta], lr=...)`: an
     adversarial perturbation, an image being optimised), not a model's parameters."""
@@ -295,7 +300,11 @@ def bind_optimizers(code: CodeBase, training: Training) -> Bound | Decline:
         del origins[key]
     homes = {id(o.func.node) for o in origins.values()}
     if len(homes) > 1:
-        where = {f"`{o.expr}` in {o.func.name}()": None for o in origins.values()}
+        where = {
+            f"`{o.expr}` in {o.func.name}()"
+            + ("" if o.func.file is code.script else f" of {_shown(o.func.file)}"): None
+            for o in origins.values()
+        }
         return decline.optimizers_in_several_functions(list(where))
     optimizers = sorted(
         origins.values(), key=lambda o: min(o.func.file.order[id(a)] for a in o.assigns)
