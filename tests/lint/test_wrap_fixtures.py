@@ -449,3 +449,70 @@ def test_the_global_declaration_goes_below_the_docstring() -> None:
     assert body[0].strip() == '"""Build the model and train it."""'
     assert body[1].strip() == "global train_loader"
     compile(result.source, "<wrapped>", "exec")
+
+
+def test_an_attribute_of_a_held_object_that_is_no_loader_is_left_out() -> None:
+    """ClusterGCN iterates `self.clustering_machine.clusters` (cluster ids): no loader in the
+    call, unlike `self.data_loader.train_loader`."""
+    source = textwrap.dedent(
+        """
+        import torch
+
+        class Trainer:
+            def __init__(self, machine):
+                self.clustering_machine = machine
+                self.model = torch.nn.Linear(4, 1)
+                self.optimizer = torch.optim.Adam(self.model.parameters())
+
+            def train(self):
+                for cluster in self.clustering_machine.clusters:
+                    self.optimizer.zero_grad()
+                    self.model(self.clustering_machine.features[cluster]).sum().backward()
+                    self.optimizer.step()
+        """
+    )
+    result = wrap_source(source)
+    assert result.inserted == (
+        "self.model, self.optimizer = autoopt.optimize(self.model, optimizer=self.optimizer, "
+        'device="cpu")',
+    ), result.message
+
+
+def test_the_several_optimizers_decline_names_each_and_its_module(tmp_path: Path) -> None:
+    """SimSiam: main() trains, then runs linear_eval.main(), which builds its own optimizer."""
+    (tmp_path / "linear_eval.py").write_text(
+        textwrap.dedent(
+            """
+            import torch
+
+            def main(model, loader):
+                classifier = torch.nn.Linear(4, 2)
+                optimizer = torch.optim.SGD(classifier.parameters(), lr=0.1)
+                for x in loader:
+                    optimizer.zero_grad()
+                    classifier(model(x)).sum().backward()
+                    optimizer.step()
+            """
+        )
+    )
+    script = tmp_path / "main.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            import torch
+            import linear_eval
+
+            def main(loader):
+                model = torch.nn.Linear(4, 4)
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                for x in loader:
+                    optimizer.zero_grad()
+                    model(x).sum().backward()
+                    optimizer.step()
+                linear_eval.main(model, loader)
+            """
+        )
+    )
+    result = wrap_source(script.read_text(), path=script)
+    assert result.declined
+    assert "`optimizer` in main(), `optimizer` in main() of linear_eval.py" in result.message
