@@ -63,7 +63,8 @@ class ChannelsLast(Rule):
     fix_safety = FixSafety.UNSAFE
     fix_reason = "a .view() on NHWC activations (or a non-4-D input) raises after the change"
     covered_by_optimize = True  # autoopt.optimize() applies it at run time
-    triggers = ("Conv2d", "conv2d", "models", "create_model", "from ")  # `from models import Net`
+    # `from models import Net`, `import resnet as RN`
+    triggers = ("Conv2d", "conv2d", "models", "create_model", "from ", "import ")
     requires = (GPU_MARKERS, (".backward(", *LIBRARY_TRAINER_MARKERS))
 
     VALID = [
@@ -114,6 +115,33 @@ class ChannelsLast(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # `model = nn.DataParallel(model).cuda()` places the model it wraps (CutMix)
+            """
+            import torch
+            from torch import nn
+
+            model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU())
+            model = nn.DataParallel(model).cuda()
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for x in loader:
+                model(x.cuda()).sum().backward()
+                optimizer.step()
+            """,
+            line=5,
+            fixed="""
+            import torch
+            from torch import nn
+
+            model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU())
+            model = nn.DataParallel(model).cuda()
+            model = model.to(memory_format=torch.channels_last)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for x in loader:
+                model(x.cuda()).sum().backward()
+                optimizer.step()
+            """,
+            unsafe=True,
+        ),
         Invalid(  # built and placed by a one-line `if`/`else` (an Atari DQN agent)
             """
             import torch

@@ -7,6 +7,7 @@ import libcst as cst
 from autoopt.lint.engine.rule import FileContext, Fix, FixSafety, Invalid, Rule, Valid
 from autoopt.lint.program.conv_models import builds_convolution
 from autoopt.lint.program.device import GPU_MARKERS
+from autoopt.lint.program.project_facts import sibling_importers_text
 from autoopt.lint.program.torch_api import torch_imports
 from autoopt.lint.tree.edits import insert_after_imports, statement_line
 from autoopt.lint.tree.nodes import is_true, nodes_of_type
@@ -244,8 +245,15 @@ class CudnnBenchmark(Rule):
         self._eligible = (
             "cudnn.flags(" not in source
             and facts.device.gpu_path
-            # a script: it trains or has a main block (never a library's import side effect)
-            and ("__main__" in source or bool(facts.training_loops))
+            # a script: it trains or has a main block (never a library's import side effect);
+            # a driver whose loop is in another module (`engine.train(model, ...)`) counts
+            and (
+                "__main__" in source
+                or bool(facts.training_loops)
+                or (bool(facts.training_calls) and context.program.is_entry_script)
+            )
+            # the driver that imports this Solver module already sets it
+            and not any("cudnn.benchmark" in t for t in sibling_importers_text(context.path))
         )
         self._has_settings = "cudnn.benchmark" in source or facts.requests_determinism
 

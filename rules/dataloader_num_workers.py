@@ -79,6 +79,42 @@ class DataLoaderNumWorkers(Rule):
     triggers = ("DataLoader",)
 
     VALID = [
+        Valid(  # a loader only read by a loop that steps nothing (class images sampled with a
+            # pipeline) beside a training loader that sets num_workers
+            """
+            import torch
+            from torch.utils.data import DataLoader
+
+            sample_loader = DataLoader(PromptDataset(prompt, 100), batch_size=4)
+            for example in sample_loader:
+                images = pipeline(example["prompt"]).images
+            train_loader = DataLoader(dataset, batch_size=8, num_workers=4)
+            for batch in train_loader:
+                optimizer.zero_grad()
+                model(batch).sum().backward()
+                optimizer.step()
+            """
+        ),
+        Valid(  # a TensorDataset a function of the file returns, handed to train() (BERT-NER)
+            """
+            import torch
+            from torch.utils.data import DataLoader, TensorDataset
+
+            def load_examples(path):
+                ids = torch.tensor(read(path))
+                dataset = TensorDataset(ids, ids)
+                return dataset
+
+            def train(args, train_dataset, model):
+                loader = DataLoader(train_dataset, batch_size=32)
+                for x, y in loader:
+                    model(x).sum().backward()
+
+            def main():
+                examples = load_examples("train.txt")
+                train(args, examples, model)
+            """
+        ),
         Valid(  # an in-memory TensorDataset: the runtime keeps 0 workers (IPC would cost more)
             """
             import torch
@@ -322,13 +358,70 @@ class DataLoaderNumWorkers(Rule):
             return cuda, ()
         return f"{cuda} if {test[0]} else {cpu}", test[1]
 
-    def _in_memory(self, dataset: cst.BaseExpression | None) -> bool:
+    def _in_memory(self, dataset: cst.BaseExpression | None, hops: int = 0) -> bool:
         """A `TensorDataset`: indexing resident tensors is cheaper than a worker's IPC, so the
-        runtime keeps 0 workers for it, and so does the rule."""
-        if dataset is None:
+        runtime keeps 0 workers for it, and so does the rule. Also one a function of the file
+        returns (`load_and_cache_examples(...)`, the old transformers examples), and one a
+        function receives from every caller in the file (`train(args, train_dataset, ...)`)."""
+        if dataset is None or hops > 2:
             return False
         call = dataset if isinstance(dataset, cst.Call) else self._assigned_call(dataset)
-        return call is not None and self.refers_to(call.func, *_TENSOR_DATASET)
+        if call is None:
+            callers = self._arguments_for(dataset)
+            return bool(callers) and all(self._in_memory(a, hops + 1) for a in callers)
+        if self.refers_to(call.func, *_TENSOR_DATASET):
+            return True
+        func = self._function(call.func)
+        if func is None:
+            return False
+        returns = [r.value for r in nodes_of_type(func, cst.Return) if r.value is not None]
+        return bool(returns) and all(self._in_memory_in(func, r) for r in returns)
+
+    def _in_memory_in(self, func: cst.FunctionDef, value: cst.BaseExpression) -> bool:
+        """`value` (returned by `func`) is a TensorDataset built there."""
+        if isinstance(value, cst.Name):
+            built = [
+                a.value
+                for a in nodes_of_type(func, cst.Assign)
+                if any(is_name(t.target, value.value) for t in a.targets)
+            ]
+            return bool(built) and all(self._in_memory_in(func, b) for b in built)
+        return isinstance(value, cst.Call) and self.refers_to(value.func, *_TENSOR_DATASET)
+
+    def _function(self, func: cst.BaseExpression) -> cst.FunctionDef | None:
+        """The module-level function of this file that `func` names."""
+        if not isinstance(func, cst.Name):
+            return None
+        return next(
+            (
+                d
+                for d in self.context.module.body
+                if isinstance(d, cst.FunctionDef) and d.name.value == func.value
+            ),
+            None,
+        )
+
+    def _arguments_for(self, dataset: cst.BaseExpression | None) -> list[cst.BaseExpression]:
+        """What every call in the file passes for the parameter `dataset` of the module-level
+        function around it (empty when it is not a parameter or a call passes nothing)."""
+        if not isinstance(dataset, cst.Name):
+            return []
+        scope = self.facts.enclosing_scope(dataset)
+        if not isinstance(scope, cst.FunctionDef) or scope not in self.context.module.body:
+            return []
+        params = [p.name.value for p in scope.params.params]
+        if dataset.value not in params:
+            return []
+        position = params.index(dataset.value)
+        found = []
+        for call in nodes_of_type(self.context.module, cst.Call):
+            if not is_name(call.func, scope.name.value):
+                continue
+            given = arg(call, dataset.value, position)
+            if given is None:
+                return []
+            found.append(given.value)
+        return found
 
     def _unsharded_iterable_dataset(self, dataset: cst.BaseExpression | None) -> bool:
         """The dataset is an instance of a file-local IterableDataset subclass that never asks

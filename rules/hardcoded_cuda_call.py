@@ -7,7 +7,7 @@ import re
 import libcst as cst
 
 from autoopt.lint.engine.rule import FileContext, Fix, FixSafety, Invalid, Rule, Valid
-from autoopt.lint.tree.nodes import before, code_of, dotted, walk
+from autoopt.lint.tree.nodes import before, code_of, dotted, nodes_of_type, walk
 
 # Signs that a script is CUDA-only by design: moving it off `.cuda()` buys no portability.
 _CUDA_ONLY_MARKERS = (
@@ -174,6 +174,20 @@ class HardcodedCudaCall(Rule):
             line=4,
             message_contains="never names a device",
         ),
+        # ... also when a string says "device" (pytorch/examples' warning) and a
+        # DataParallel takes `device_ids=` (neither names the script's device)
+        Invalid(
+            """
+            import torch
+            if torch.cuda.is_available() and not opt.cuda:
+                print("WARNING: You have a CUDA device, so you should probably run with --cuda")
+            model = torch.nn.DataParallel(Net(), device_ids=range(opt.ngpu))
+            if opt.cuda:
+                model.cuda()
+            """,
+            line=6,
+            message_contains="never names a device",
+        ),
     ]
 
     def __init__(self, context: FileContext) -> None:
@@ -225,7 +239,7 @@ class HardcodedCudaCall(Rule):
     def _report_device_less(self, node: cst.Call) -> None:
         """Guarded `.cuda()` in a script that never names a device (the legacy
         `if cuda: model.cuda()` style): reported once per file, without a fix."""
-        if self._device_less_reported or "device" in self.context.source:
+        if self._device_less_reported or self._names_a_device():
             return
         self._device_less_reported = True
         self.report(
@@ -233,6 +247,13 @@ class HardcodedCudaCall(Rule):
             "`.cuda()` behind a CUDA check in a script that never names a device: it runs on "
             "CUDA or CPU only and repeats the choice at every `if cuda:`; choose the device "
             "once (torch.accelerator.current_accelerator() or torch.device) and use .to(device)",
+        )
+
+    def _names_a_device(self) -> bool:
+        """The code names a device (`device = ...`, `args.device`, `torch.device(...)`): not
+        `device_ids=`, nor the word in a string ("You have a CUDA device, ...")."""
+        return "device" in self.context.source and any(
+            n.value == "device" for n in nodes_of_type(self.context.module, cst.Name)
         )
 
     def _guarded(self, node: cst.Call) -> bool:

@@ -6,6 +6,7 @@ import libcst as cst
 
 from autoopt.lint.engine.rule import Fix, FixSafety, Invalid, Rule, Valid
 from autoopt.lint.program.device import GPU_MARKERS
+from autoopt.lint.program.handled import library_handles_precision
 from autoopt.lint.program.torch_api import torch_imports
 from autoopt.lint.tree.edits import insert_after_imports, statement_line
 
@@ -49,6 +50,9 @@ class TF32Matmul(Rule):
       imports does (the setup code a driver calls). Not flagged.
     - A module with only definitions that another module of the project imports (a trainer
       class): the switch belongs to the script that starts the program. Not flagged there.
+    - A library owns the precision: an Accelerate `Accelerator` (`mixed_precision`, also from
+      the launch config), Lightning's `precision=`, transformers' `TrainingArguments`
+      (`--fp16`/`--bf16`/`--tf32` on the command line). Not flagged.
     - GPUs before Ampere ignore the setting; it does no harm there.
     """
 
@@ -98,6 +102,26 @@ class TF32Matmul(Rule):
                 with torch.autocast("cuda", dtype=torch.bfloat16):
                     loss = model(x.cuda()).sum()
                 loss.backward()
+            """
+        ),
+        Valid(  # the HF Trainer's flags choose the precision (--fp16, --bf16, --tf32)
+            """
+            import torch
+            from transformers import HfArgumentParser, TrainingArguments
+            args = HfArgumentParser(TrainingArguments).parse_args_into_dataclasses()[0]
+            model = Net().cuda()
+            for x in loader:
+                model(x.cuda()).sum().backward()
+            """
+        ),
+        Valid(  # Accelerate's mixed_precision (an argument or the launch config)
+            """
+            import torch
+            from accelerate import Accelerator
+            accelerator = Accelerator(mixed_precision=args.mixed_precision)
+            model = Net().cuda()
+            for x in loader:
+                accelerator.backward(model(x.cuda()).sum())
             """
         ),
         Valid(  # no training loop: a library module
@@ -189,6 +213,7 @@ class TF32Matmul(Rule):
             or not facts.trains
             or not program.runs_on_cuda
             or not program.is_entry_script  # the driver that imports this trainer says it
+            or library_handles_precision(self)  # Accelerate's, Lightning's, the HF Trainer's
             or program.reaches_text_that_says(_chooses_precision)  # a setup() it calls
         ):
             return

@@ -56,7 +56,8 @@ class ToDeviceNonBlocking(Rule):
       `if not args.prefetcher:`, timm's train.py): by default batches arrive on the device
       already, copied ahead on a side stream.
     - Not when the moved tensor is read on the host later in the same block (`.item()`,
-      `.tolist()`, `.numpy()`, `print`): that read waits for the copy anyway.
+      `.tolist()`, `.numpy()`, `print`) on every step: that read waits for the copy anyway (a
+      read under an `if`, logging now and then, does not count).
     - Not in scripts with no GPU path (no CUDA, `torch.accelerator`, device flag or device
       parameter anywhere; see `autoopt.lint.program.device`), where there is nothing to overlap.
     - Not when a library places the batches (`accelerator.prepare(loader)` of HF Accelerate,
@@ -197,6 +198,35 @@ class ToDeviceNonBlocking(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # the batch read on the host only now and then (to log it): still overlap
+            """
+            import torch
+            from torch.utils.data import DataLoader
+
+            device = torch.device("cuda")
+            loader = DataLoader(dataset, batch_size=8, pin_memory=True)
+            for step, (data, target) in enumerate(loader):
+                data, target = data.to(device), target.to(device)
+                loss = model(data).sum()
+                loss.backward()
+                if step % 100 == 0:
+                    log_images(data.cpu().numpy())
+            """,
+            line=7,
+            fixed="""
+            import torch
+            from torch.utils.data import DataLoader
+
+            device = torch.device("cuda")
+            loader = DataLoader(dataset, batch_size=8, pin_memory=True)
+            for step, (data, target) in enumerate(loader):
+                data, target = data.to(device, non_blocking=True), target.to(device, non_blocking=True)
+                loss = model(data).sum()
+                loss.backward()
+                if step % 100 == 0:
+                    log_images(data.cpu().numpy())
+            """,
+        ),
         Invalid(  # the batch is moved by a helper method the loop hands it to (Informer)
             """
             import torch

@@ -39,6 +39,20 @@ _SCRIPTED = (
 _IN_PLACE_COMPILE = (2, 2)  # nn.Module.compile() exists since torch 2.2
 
 
+def _handed_in(stmt: cst.BaseStatement, model: str, method: cst.FunctionDef) -> bool:
+    """`stmt` binds `model` (`self.model`) to a parameter of `method`, placed or not
+    (`self.model = model.to(self.device)`, BERT4Rec's trainer): an object its caller built."""
+    if not isinstance(stmt, cst.SimpleStatementLine) or not isinstance(stmt.body[0], cst.Assign):
+        return False
+    assign = stmt.body[0]
+    if not any(dotted(t.target) == model for t in assign.targets):
+        return False
+    value = assign.value
+    while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute):
+        value = value.func.value  # `model.to(device)`, `model.cuda()`
+    return isinstance(value, cst.Name) and value.value in _parameter_names(method)
+
+
 def _parameter_names(func: cst.FunctionDef) -> set[str]:
     p = func.params
     return {x.name.value for x in [*p.posonly_params, *p.params, *p.kwonly_params]}
@@ -70,7 +84,9 @@ class TorchCompileModel(Rule):
       method on the user's class, or a helper that shadows the name): not flagged.
     - A model re-assigned while training (e.g. a best-checkpoint swap inside the epoch loop),
       or built only inside another function: the rule cannot place the call safely and stays
-      quiet. A model reloaded after training (to test the best checkpoint) is compiled where it
+      quiet. A model a function or a trainer class is handed (`train(model, ...)`,
+      `self.model = model.to(device)` in `__init__`) is the caller's to compile. A model
+      reloaded after training (to test the best checkpoint) is compiled where it
       is first built; one moved while training (`model.cpu()` to save, `.to(device)` back) too.
     - A model already compiled (`model.compile()`, `torch.compile(model)` under any name), and
       files that use TorchScript or `torch._dynamo.optimize`.
@@ -112,6 +128,47 @@ class TorchCompileModel(Rule):
     _anchors: set[int]  # statements already reported (set per visit)
 
     VALID = [
+        Valid(  # the trainer class is handed a model its caller built: compile goes there
+            """
+            import torch
+            class Trainer:
+                def __init__(self, model, device):
+                    self.model = model.to(device)
+
+                def train(self, loader):
+                    optimizer = torch.optim.Adam(self.model.parameters())
+                    for x in loader:
+                        self.model(x.cuda()).sum().backward()
+                        optimizer.step()
+            """
+        ),
+        Valid(  # the trainer class is handed a model its caller built: compile goes there
+            """
+            import torch
+            class Trainer:
+                def __init__(self, model, device):
+                    self.model = model.to(device)
+
+                def train(self, loader):
+                    optimizer = torch.optim.Adam(self.model.parameters())
+                    for x in loader:
+                        self.model(x.cuda()).sum().backward()
+                        optimizer.step()
+            """
+        ),
+        Valid(  # apex amp patches the model after it is built (waveglow)
+            """
+            import torch
+            from apex import amp
+            model = Net().cuda()
+            optimizer = torch.optim.Adam(model.parameters())
+            model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+            for x in loader:
+                with amp.scale_loss(model(x.cuda()).sum(), optimizer) as loss:
+                    loss.backward()
+                optimizer.step()
+            """
+        ),
         Valid(  # the training method swaps the model it trains: a compiled one would be missed
             """
             import torch
@@ -251,13 +308,65 @@ class TorchCompileModel(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # `model = model.train()` in the loop rebinds the same module: no swap
+            """
+            import torch
+            classifier = Net().cuda()
+            optimizer = torch.optim.Adam(classifier.parameters())
+            for epoch in range(10):
+                classifier = classifier.train()
+                for x in loader:
+                    classifier(x.cuda()).sum().backward()
+                    optimizer.step()
+            """,
+            line=2,
+            fixed="""
+            import torch
+            classifier = Net().cuda()
+            classifier.compile()
+            optimizer = torch.optim.Adam(classifier.parameters())
+            for epoch in range(10):
+                classifier = classifier.train()
+                for x in loader:
+                    classifier(x.cuda()).sum().backward()
+                    optimizer.step()
+            """,
+        ),
+        Invalid(  # the optimizer class picked by name from a flag (TCN's pmnist_test.py)
+            """
+            import torch
+            from torch import optim
+            model = Net()
+            if args.cuda:
+                model.cuda()
+            optimizer = getattr(optim, args.optim)(model.parameters(), lr=0.1)
+            for x, y in loader:
+                optimizer.zero_grad()
+                model(x).sum().backward()
+                optimizer.step()
+            """,
+            line=4,
+            fixed="""
+            import torch
+            from torch import optim
+            model = Net()
+            if args.cuda:
+                model.cuda()
+            model.compile()
+            optimizer = getattr(optim, args.optim)(model.parameters(), lr=0.1)
+            for x, y in loader:
+                optimizer.zero_grad()
+                model(x).sum().backward()
+                optimizer.step()
+            """,
+        ),
         Invalid(  # a trainer class: the model built in __init__, the optimizer in train()
             """
             import torch
             class Trainer:
-                def __init__(self, model, loader):
+                def __init__(self, config, loader):
                     self.loader = loader
-                    self.model = model
+                    self.model = Net(config)
                     self.model.to("cuda")
 
                 def train(self):
@@ -273,9 +382,9 @@ class TorchCompileModel(Rule):
             fixed="""
             import torch
             class Trainer:
-                def __init__(self, model, loader):
+                def __init__(self, config, loader):
                     self.loader = loader
-                    self.model = model
+                    self.model = Net(config)
                     self.model.to("cuda")
                     self.model.compile()
 
@@ -760,6 +869,8 @@ class TorchCompileModel(Rule):
                 continue
             body = method.body.body
             builds = [i for i, stmt in enumerate(body) if binds_or_places(stmt, model)]
+            if builds and _handed_in(body[builds[0]], model, method):
+                return None  # `self.model = model.to(device)`: the caller built it, compiles it
             if builds:
                 return body, builds, len(body)
         return None

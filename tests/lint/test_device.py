@@ -29,6 +29,7 @@ def _device(source: str):  # type: ignore[no-untyped-def]
         "parser.add_argument('--device', default='cpu')",
         "def train(model, device, loader):\n    model.to(device)",
         "from accelerate import Accelerator\naccelerator = Accelerator()",
+        'def train(config):\n    device = torch.device(config["device"])',  # DDPM's config
     ],
 )
 def test_gpu_path(source: str) -> None:
@@ -43,6 +44,7 @@ def test_gpu_path(source: str) -> None:
         'device = torch.device("cpu")\ndef train(model, device):\n    model.to(device)',
         '"""Train on cuda if you have one."""\n# model.cuda()\nmodel = Net()',
         'trainer = Trainer(accelerator="cpu")',
+        'name = "cpu"\ndevice = torch.device(name)',
     ],
 )
 def test_no_gpu_path(source: str) -> None:

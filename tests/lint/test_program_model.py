@@ -236,6 +236,181 @@ def test_a_driver_whose_loop_is_in_another_module(tmp_path: Path) -> None:
     assert _codes(tmp_path, "engine.py", "AO602") == []  # the trainer module a driver imports
 
 
+def test_a_module_level_driver_of_a_conv_net_gets_cudnn_benchmark(tmp_path: Path) -> None:
+    """going_modular's train.py: no `__main__` guard and no loop of its own, it builds a
+    convolutional net and hands it to engine.fit: the program starts here, so cuDNN
+    autotuning is reported here (and not in the engine it imports)."""
+    driver = """
+    import torch
+    from torch import nn
+    from engine import fit
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.Flatten()).to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    fit(model, loader, optimizer, device, 10, torch.nn.CrossEntropyLoss())
+    """
+    _write(tmp_path, {"engine.py": ENGINE, "train.py": driver})
+    assert _codes(tmp_path, "train.py", "AO601") == ["AO601"]
+    assert _codes(tmp_path, "engine.py", "AO601") == []
+
+
+LIBRARY_BUILDER_DRIVER = """
+import torch
+from torch.optim import lr_scheduler
+from timm.optim import create_optimizer_v2
+from nets import Net
+
+def main():
+    device = torch.device("cuda")
+    model = Net().to(device)
+    optimizer = create_optimizer_v2(model, "sgd", lr=0.1)
+    scheduler = lr_scheduler.LambdaLR(optimizer, lr_lambda=lambda e: 1.0)
+    for x in loader:
+        optimizer.zero_grad()
+        model(x.to(device)).sum().backward()
+        optimizer.step()
+    scheduler.step()
+
+if __name__ == "__main__":
+    main()
+"""
+
+NETS = """
+import torch.nn as nn
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+"""
+
+
+def test_an_optimizer_a_library_builds_from_the_model_trains_that_model(tmp_path: Path) -> None:
+    """timm's `create_optimizer_v2(model, ...)`: the model handed first is the one trained,
+    not `device` (what `Net().to(device)` is called with); the LR scheduler over the optimizer
+    is no optimizer of its own."""
+    _write(tmp_path, {"nets.py": NETS, "train.py": LIBRARY_BUILDER_DRIVER})
+    found = _findings(tmp_path, "train.py", "AO301")
+    assert [(code, line) for code, line, _ in found] == [("AO301", 8)]
+    assert "`model`" in found[0][2]
+
+
+def test_an_lr_scheduler_is_not_read_as_an_optimizer(tmp_path: Path) -> None:
+    _write(tmp_path, {"nets.py": NETS, "train.py": LIBRARY_BUILDER_DRIVER})
+    os.chdir(tmp_path)
+    from autoopt.lint.engine.rule import Rule
+    from autoopt.lint.program.trained_models import trained_models
+
+    seen: list[str] = []
+
+    class Probe(Rule):
+        code = "AO999"
+
+        def visit_Module(self, node) -> None:  # noqa: ANN001
+            seen.extend(self.context.module.code_for_node(c.func) for c, _ in trained_models(self))
+
+    from autoopt.lint.engine.runner import lint_path
+
+    lint_path(tmp_path / "train.py", [Probe])
+    assert seen == ["create_optimizer_v2"]
+
+
+def test_a_project_optimizer_builder_that_walks_the_modules(tmp_path: Path) -> None:
+    """yolov5's `smart_optimizer(model, ...)` reads `model.modules()` (no parameters() call):
+    the argument the caller built as a model is the one trained."""
+    builder = """
+    import torch
+
+    def smart_optimizer(model, lr=0.1):
+        groups = [], []
+        for m in model.modules():
+            for name, p in m.named_parameters(recurse=False):
+                (groups[0] if name == "bias" else groups[1]).append(p)
+        optimizer = torch.optim.SGD(groups[1], lr=lr)
+        optimizer.add_param_group({"params": groups[0]})
+        return optimizer
+    """
+    driver = LIBRARY_BUILDER_DRIVER.replace(
+        "from timm.optim import create_optimizer_v2", "from opt_utils import smart_optimizer"
+    ).replace('create_optimizer_v2(model, "sgd", lr=0.1)', "smart_optimizer(model, 0.1)")
+    _write(tmp_path, {"nets.py": NETS, "opt_utils.py": builder, "train.py": driver})
+    found = _findings(tmp_path, "train.py", "AO301")
+    assert [(code, line) for code, line, _ in found] == [("AO301", 8)]
+    assert "`model`" in found[0][2]
+
+
+def test_a_loader_a_project_function_only_evaluates_keeps_its_workers_choice(
+    tmp_path: Path,
+) -> None:
+    """NCF: `hit_ratio(model, test_loader)` of evaluate.py iterates the loader and trains
+    nothing; the training loader sets num_workers, so the test loader's 0 is a choice."""
+    metrics = """
+    def hit_ratio(model, loader):
+        hits = 0
+        for user, item in loader:
+            hits += int(model(user, item).argmax() == item[0])
+        return hits
+    """
+    driver = """
+    import torch
+    from torch.utils.data import DataLoader
+    from engine import train_one_epoch
+    from evaluate import hit_ratio
+
+    def main():
+        device = torch.device("cuda")
+        train_loader = DataLoader(train_set, batch_size=64, num_workers=4)
+        test_loader = DataLoader(test_set, batch_size=100, num_workers=0)
+        model = Net().to(device)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for epoch in range(10):
+            train_one_epoch(model, train_loader, optimizer, device)
+            print(hit_ratio(model, test_loader))
+
+    if __name__ == "__main__":
+        main()
+    """
+    _write(tmp_path, {"engine.py": ENGINE, "evaluate.py": metrics, "train.py": driver})
+    assert _codes(tmp_path, "train.py", "AO101") == []
+
+
+def test_a_solver_module_a_driver_imports_leaves_cudnn_benchmark_to_the_driver(
+    tmp_path: Path,
+) -> None:
+    """Image_Segmentation: solver.py's Solver trains a conv net in its own loop, main.py
+    builds the Solver and sets cudnn.benchmark: nothing to report in solver.py; without the
+    driver's line, the driver (the entry script) is told."""
+    solver = """
+    import torch
+    from torch import nn
+
+    class Solver:
+        def __init__(self, loader):
+            self.loader = loader
+            self.net = nn.Sequential(nn.Conv2d(3, 8, 3), nn.Flatten()).cuda()
+            self.optimizer = torch.optim.Adam(self.net.parameters())
+
+        def train(self):
+            for x, y in self.loader:
+                self.net(x.cuda()).sum().backward()
+                self.optimizer.step()
+    """
+    driver = """
+    import torch
+    from torch.backends import cudnn
+    from solver import Solver
+
+    def main():
+        cudnn.benchmark = True
+        Solver(loader).train()
+
+    if __name__ == "__main__":
+        main()
+    """
+    _write(tmp_path, {"solver.py": solver, "main.py": driver})
+    assert _codes(tmp_path, "solver.py", "AO601") == []
+
+
 def test_compile_behind_the_device_the_script_picks(tmp_path: Path) -> None:
     """A CPU fallback keeps running eagerly: the safe fix compiles only on CUDA."""
     _write(tmp_path, {"engine.py": ENGINE, "train.py": DRIVER})

@@ -4,6 +4,7 @@ inserted, where, or why the script is declined."""
 from __future__ import annotations
 
 import difflib
+import textwrap
 from pathlib import Path
 
 import libcst as cst
@@ -30,6 +31,26 @@ def insertions(old: str, new: str) -> list[tuple[str, str]]:
 IMPORT = "import autoopt"
 
 WRAPPED = {
+    # the loader held by an object of the agent: the call assigns that attribute
+    "held_loader.py": [
+        ("from torch.utils.data import DataLoader, TensorDataset", IMPORT),
+        (
+            "self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.05)",
+            "        self.model, self.data_loader.train_loader, self.optimizer = autoopt.optimize("
+            'self.model, self.data_loader.train_loader, self.optimizer, device="cpu")',
+        ),
+    ],
+    # a module global rebound from main(): declared global first; the perturbation's
+    # optimizer (over a tensor) gets no call
+    "global_loader_attack.py": [
+        ("from torch.utils.data import DataLoader, TensorDataset", IMPORT),
+        ("def main():", "    global train_loader"),
+        (
+            "optimizer = torch.optim.SGD(model.parameters(), lr=0.05)",
+            "    model, train_loader, optimizer = autoopt.optimize(model, train_loader, optimizer, "
+            'device="cpu")',
+        ),
+    ],
     "main_train_split.py": [
         ("from torch.utils.data import DataLoader, TensorDataset", IMPORT),
         (
@@ -275,6 +296,8 @@ WRAPPED = {
 }
 
 DECLINED = {
+    "hf_trainer.py": ("already uses the transformers Trainer", "transformers Trainer"),
+    "tensor_optimizer.py": ("optimizer over tensors, not a model", "steps a list of tensors"),
     "fp16_master_weights.py": ("another mixed-precision system", "fp32 master weights"),
     "model_in_wrapper.py": (
         "model trained through another object",
@@ -393,3 +416,103 @@ def test_a_helper_called_after_training_is_no_placement(tmp_path: Path) -> None:
     )
     result = wrap_source(alone, path=tmp_path / "train.py")
     assert result.inserted and "device=" not in result.inserted[0], result.inserted
+
+
+def test_the_global_declaration_goes_below_the_docstring() -> None:
+    """`global train_loader` is the function's first statement after its docstring (above
+    the docstring it would turn the docstring into a plain expression)."""
+    source = textwrap.dedent(
+        '''
+        import torch
+        from torch.utils.data import DataLoader
+
+        train_loader = DataLoader(list(torch.randn(8, 4)), batch_size=4)
+
+
+        def train(model, loader, optimizer):
+            for x in loader:
+                optimizer.zero_grad()
+                model(x).sum().backward()
+                optimizer.step()
+
+
+        def main():
+            """Build the model and train it."""
+            model = torch.nn.Linear(4, 1)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            train(model, train_loader, optimizer)
+        '''
+    )
+    result = wrap_source(source)
+    assert not result.declined, result.message
+    body = result.source.split("def main():\n", 1)[1].splitlines()
+    assert body[0].strip() == '"""Build the model and train it."""'
+    assert body[1].strip() == "global train_loader"
+    compile(result.source, "<wrapped>", "exec")
+
+
+def test_an_attribute_of_a_held_object_that_is_no_loader_is_left_out() -> None:
+    """ClusterGCN iterates `self.clustering_machine.clusters` (cluster ids): no loader in the
+    call, unlike `self.data_loader.train_loader`."""
+    source = textwrap.dedent(
+        """
+        import torch
+
+        class Trainer:
+            def __init__(self, machine):
+                self.clustering_machine = machine
+                self.model = torch.nn.Linear(4, 1)
+                self.optimizer = torch.optim.Adam(self.model.parameters())
+
+            def train(self):
+                for cluster in self.clustering_machine.clusters:
+                    self.optimizer.zero_grad()
+                    self.model(self.clustering_machine.features[cluster]).sum().backward()
+                    self.optimizer.step()
+        """
+    )
+    result = wrap_source(source)
+    assert result.inserted == (
+        "self.model, self.optimizer = autoopt.optimize(self.model, optimizer=self.optimizer, "
+        'device="cpu")',
+    ), result.message
+
+
+def test_the_several_optimizers_decline_names_each_and_its_module(tmp_path: Path) -> None:
+    """SimSiam: main() trains, then runs linear_eval.main(), which builds its own optimizer."""
+    (tmp_path / "linear_eval.py").write_text(
+        textwrap.dedent(
+            """
+            import torch
+
+            def main(model, loader):
+                classifier = torch.nn.Linear(4, 2)
+                optimizer = torch.optim.SGD(classifier.parameters(), lr=0.1)
+                for x in loader:
+                    optimizer.zero_grad()
+                    classifier(model(x)).sum().backward()
+                    optimizer.step()
+            """
+        )
+    )
+    script = tmp_path / "main.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            import torch
+            import linear_eval
+
+            def main(loader):
+                model = torch.nn.Linear(4, 4)
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                for x in loader:
+                    optimizer.zero_grad()
+                    model(x).sum().backward()
+                    optimizer.step()
+                linear_eval.main(model, loader)
+            """
+        )
+    )
+    result = wrap_source(script.read_text(), path=script)
+    assert result.declined
+    assert "`optimizer` in main(), `optimizer` in main() of linear_eval.py" in result.message

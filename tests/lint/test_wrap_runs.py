@@ -73,6 +73,8 @@ def wrap_fp32(script: Path) -> None:
         "factory_gpu_flag/train.py",
         "step_helper.py",
         "lbfgs_closure.py",
+        "global_loader_attack.py",
+        "held_loader.py",
     ],
 )
 def test_wrapped_script_trains_with_the_same_fp32_losses(name: str, tmp_path: Path) -> None:

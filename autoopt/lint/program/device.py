@@ -60,6 +60,17 @@ _READ_KINDS = (
 )
 
 
+def _run_time_device(value: cst.BaseExpression) -> bool:
+    """`torch.device(config["device"])`: a device read from a config or the caller, not a
+    literal (DDPM's `modelConfig["device"]`, "cuda:0" in the driver)."""
+    return (
+        isinstance(value, cst.Call)
+        and (dotted(value.func) or "").rsplit(".", 1)[-1] == "device"
+        and bool(value.args)
+        and isinstance(value.args[0].value, cst.Subscript | cst.Attribute)
+    )
+
+
 def device_facts(module: cst.Module, parent: Parent) -> DeviceFacts:
     """The device facts of `module` (computed once per file through `FileFacts.device`);
     `parent` maps a node to its parent."""
@@ -95,6 +106,8 @@ def device_facts(module: cst.Module, parent: Parent) -> DeviceFacts:
                 if name in _DEVICE_PARAMS or (name or "").endswith(".device"):
                     cpu = _is_cpu(node.value)
                     cpu_only_binding = cpu if cpu_only_binding is None else cpu_only_binding and cpu
+                    if _run_time_device(node.value):
+                        why = why or "a device chosen at run time"
                 if isinstance(target.target, cst.Name) and _is_cuda_tensor_type(node.value):
                     tensor_types.add(target.target.value)
     if not why and params and not cpu_only_binding:

@@ -24,7 +24,7 @@ import libcst as cst
 from autoopt.lint.engine.rule import Rule
 from autoopt.lint.program.project_facts import sibling_importers_text
 from autoopt.lint.tree.calls import arg
-from autoopt.lint.tree.nodes import calls_in, is_name
+from autoopt.lint.tree.nodes import calls_in, dotted, is_name, nodes_of_type
 
 ACCELERATOR = ("accelerate.Accelerator", "accelerate.accelerator.Accelerator")
 LIGHTNING = (
@@ -62,11 +62,30 @@ def uses_accelerate(rule: Rule) -> bool:
 
 def library_handles_precision(rule: Rule) -> bool:
     """Mixed precision is the library's to set: an Accelerate `Accelerator` (its argument or the
-    launch config), Lightning `Trainer(precision=...)`/`Fabric(precision=...)`."""
+    launch config), Lightning `Trainer(precision=...)`/`Fabric(precision=...)`, transformers'
+    `TrainingArguments` (`--fp16`, `--bf16`, `--tf32` on the command line)."""
     source = rule.context.source
-    return uses_accelerate(rule) or (
-        "precision" in source and _constructs(rule, LIGHTNING, keyword="precision")
+    return (
+        uses_accelerate(rule)
+        or ("precision" in source and _constructs(rule, LIGHTNING, keyword="precision"))
+        or uses_hf_training_arguments(rule)
     )
+
+
+def uses_hf_training_arguments(rule: Rule) -> bool:
+    """The file imports transformers' `TrainingArguments` (or a subclass of it,
+    `Seq2SeqTrainingArguments`): the HF Trainer's flags set the precision."""
+    if "TrainingArguments" not in rule.context.source:
+        return False
+    for node in nodes_of_type(rule.context.module, cst.ImportFrom):
+        module = dotted(node.module) if node.module is not None else None
+        if module is None or module.split(".")[0] != "transformers":
+            continue
+        if isinstance(node.names, cst.ImportStar):
+            return True
+        if any(dotted(a.name).endswith("TrainingArguments") for a in node.names):
+            return True
+    return False
 
 
 def library_places_batches(rule: Rule) -> bool:

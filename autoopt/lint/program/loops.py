@@ -10,6 +10,7 @@ from autoopt.lint.engine.rule import Rule
 from autoopt.lint.program.device import is_cuda_tensor_type
 from autoopt.lint.program.facts import local_callee, named_like_evaluation
 from autoopt.lint.program.placement import device_move
+from autoopt.lint.program.summaries import EMPTY
 from autoopt.lint.program.torch_api import DATALOADER
 from autoopt.lint.tree.calls import arg
 from autoopt.lint.tree.edits import enclosing_statement
@@ -248,7 +249,7 @@ _HOST_FUNCS = {"print", "float", "int", "bool", "list"}
 
 def read_on_host_later(rule: Rule, call: cst.Call) -> bool:
     """The result of `call` is bound to a name that the rest of its block reads on the host
-    (`y.item()`, `y[0].tolist()`, `print(y)`, `float(y)`)."""
+    (`y.item()`, `y[0].tolist()`, `print(y)`, `float(y)`) every time, not only under an `if`."""
     stmt = enclosing_statement(call, rule.parent)
     if not isinstance(stmt, cst.SimpleStatementLine):
         return False
@@ -263,6 +264,8 @@ def read_on_host_later(rule: Rule, call: cst.Call) -> bool:
     body = list(block.body)
     index = next(i for i, s in enumerate(body) if s is stmt)
     for later in body[index + 1 :]:
+        if isinstance(later, cst.If):
+            continue  # read now and then (`if batch_idx % log_step == 0:` to log images)
         for n in walk(later, into_scopes=False):
             if not isinstance(n, cst.Call):
                 continue
@@ -400,7 +403,9 @@ def _loader_use(rule: Rule, name: str) -> str | None:
     if any(facts.is_training_loop(loop) for loop in loops):
         return "train"
     if loops:
-        evaluation = all(facts.is_eval_loop(loop) or facts.in_no_grad(loop) for loop in loops)
+        evaluation = all(
+            facts.is_eval_loop(loop) or facts.in_no_grad(loop) or not _steps(loop) for loop in loops
+        )
         return "eval" if evaluation else None
     uses = [
         c
@@ -412,10 +417,36 @@ def _loader_use(rule: Rule, name: str) -> str | None:
     callees = [local_callee(c) or (method_name(c) or "") for c in uses]
     if any(callee in facts.backward_helpers for callee in callees):
         return "train"
-    if callees and all(named_like_evaluation(callee) for callee in callees):
+    kinds = [_use_by_project_function(rule, c, name) for c in uses]
+    if "train" in kinds:
+        return "train"
+    if callees and all(
+        kind == "eval" or named_like_evaluation(callee)
+        for kind, callee in zip(kinds, callees, strict=True)
+    ):
         return "eval"
     if not callees and named_like_evaluation(name):
         return "eval"
+    return None
+
+
+def _steps(loop: cst.CSTNode) -> bool:
+    """The loop steps something (`optimizer.step()`, `zero_grad()`, `scheduler.step()`): a
+    loop that trains in a way the file cannot show, not one that only reads its loader
+    (sampling class images with a pipeline)."""
+    return any(method_name(c) in ("step", "zero_grad") for c in nodes_of_type(loop, cst.Call))
+
+
+def _use_by_project_function(rule: Rule, call: cst.Call, name: str) -> str | None:
+    """ "train"/"eval" when `call` hands loader `name` to a function of the project that
+    iterates it and does (or does not) train (`metrics(model, test_loader, k)` of an
+    evaluate.py); None when the callee is not the project's or does not iterate it."""
+    summary = rule.context.program.call_summary(call)
+    if summary is EMPTY:
+        return None
+    for argument, roles in rule.context.program.argument_roles(call):
+        if "loader" in roles and name in names_in(argument.value):
+            return "train" if summary.trains else "eval"
     return None
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import libcst as cst
 
 from autoopt.lint.engine.rule import Rule
+from autoopt.lint.program.library import MODEL_WRAPPERS
 from autoopt.lint.program.trained_models import mentions
 from autoopt.lint.tree.calls import arg
 from autoopt.lint.tree.edits import block_statement
@@ -25,6 +26,8 @@ from autoopt.lint.tree.nodes import dotted, method_name, nodes_of_type, string_v
 
 # Calls that build or place the model: a call on the finished model goes after the last of them.
 _SETTLING = {"to", "cuda", "half", "float", "bfloat16", "double", "xpu", "to_empty", "type"}
+# nn.Module methods that return the module itself (`model = model.train()` keeps the object).
+_RETURN_THE_MODULE = _SETTLING - {"type"} | {"train", "eval", "cpu", "requires_grad_", "apply"}
 
 
 def device_move(rule: Rule, expr: cst.BaseExpression) -> cst.Call | None:
@@ -142,17 +145,50 @@ def _places(rule: Rule, line: cst.SimpleStatementLine, name: str) -> bool:
         if (
             call is not None
             and isinstance(call.func, cst.Attribute)
-            and dotted(call.func.value) == name  # `model`, or `self.model`
+            and dotted(_unwrapped(call.func.value)) == name  # `model`, or `self.model`
         ):
             return True
     return False
+
+
+def _unwrapped(expr: cst.BaseExpression) -> cst.BaseExpression:
+    """`model` for `nn.DataParallel(model)` (`model = DataParallel(model).cuda()` places
+    the model it wraps), else `expr`."""
+    if (
+        isinstance(expr, cst.Call)
+        and expr.args
+        and not expr.args[0].keyword
+        and (dotted(expr.func) or "").rsplit(".", 1)[-1] in MODEL_WRAPPERS
+    ):
+        return expr.args[0].value
+    return expr
+
+
+def _same_module_rebinds(stmt: cst.BaseStatement, model: str) -> set[int]:
+    """The targets of `model = model.train()` (`.eval()`, `.to(...)`, `.cuda()`, ...) in
+    `stmt`: nn.Module's methods that return the module itself."""
+    kept = set()
+    for assign in nodes_of_type(stmt, cst.Assign, into_scopes=False):
+        value = assign.value
+        while (
+            isinstance(value, cst.Call)
+            and isinstance(value.func, cst.Attribute)
+            and value.func.attr.value in _RETURN_THE_MODULE
+        ):
+            value = value.func.value
+        if value is not assign.value and dotted(value) == model:
+            kept.update(id(t) for t in assign.targets if dotted(t.target) == model)
+    return kept
 
 
 def binds_or_places(stmt: cst.BaseStatement, model: str, rebinds: bool = False) -> bool:
     """`stmt` (re)binds `model` or places it (`model.to(...)`, `model.cuda()`, `model.half()`,
     ...); with `rebinds`, only a new binding counts."""
     kinds = (cst.AssignTarget, cst.For, cst.AsName, cst.NamedExpr, cst.AnnAssign, cst.AugAssign)
+    kept = _same_module_rebinds(stmt, model) if rebinds else set()
     for n in nodes_of_type(stmt, (*kinds, cst.Call), into_scopes=False):
+        if id(n) in kept:
+            continue  # `model = model.train()`: the same module, not a swap
         if isinstance(n, cst.AssignTarget | cst.For | cst.AsName | cst.NamedExpr) and (
             mentions(n.target if not isinstance(n, cst.AsName) else n.name, model)
         ):

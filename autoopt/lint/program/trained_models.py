@@ -51,13 +51,13 @@ def _optimized_models(rule: Rule) -> list[tuple[cst.Call, str]]:
             if isinstance(n.func.value, cst.Name):
                 found.append((n, n.func.value.value))
             continue
+        # `build_optimizer(config, model)`: a builder of the project says which argument it
+        # reads the parameters of
+        model = _handed_to_optimizer_builder(rule, n)
+        owners = [model] if model is not None else []
         params = arg(n, "params", 0)
-        owners = []
-        if _builds_optimizer(rule, n, stepped) and params is not None:
-            owners = _parameters_owners(rule, n, params.value)
-        if not owners:  # `build_optimizer(config, model)`: a builder of the project
-            model = _handed_to_optimizer_builder(rule, n)
-            owners = [model] if model is not None else []
+        if not owners and params is not None and _builds_optimizer(rule, n, stepped):
+            owners = _parameters_owners(rule, n, params.value) or _handed_model(rule, n, params)
         found.extend((n, owner) for owner in owners)
     return found
 
@@ -66,16 +66,17 @@ def _builds_optimizer(rule: Rule, call: cst.Call, stepped: set[str]) -> bool:
     """A torch.optim optimizer (also through a local alias, `optim_name = optim.SGD`), an
     optimizer class of another library (transformers' AdamW, apex's FusedAdam), or a call
     whose result the file steps (`optimizer = optimizer_cls(model.parameters())` with the class
-    picked from a config)."""
-    if any(_is_optimizer(q) for q in rule.qualified_names(call.func)):
+    picked from a config, `getattr(optim, args.optim)(model.parameters())`)."""
+    qualified = rule.qualified_names(call.func)
+    if any(_is_optimizer(q) for q in qualified):
         return True
+    if any(q.startswith("torch.optim.") for q in qualified):
+        return False  # an LR scheduler over the optimizer (`scheduler.step()` is stepped too)
     name = dotted(call.func)
-    if name is None:
-        return False
-    if name.rsplit(".", 1)[-1] in OPTIMIZER_CLASSES:
+    if name is not None and name.rsplit(".", 1)[-1] in OPTIMIZER_CLASSES:
         return True
     scope = rule.facts.enclosing_scope(call)
-    for value, _ in rule.facts.assigned_in(scope).get(name, ()):
+    for value, _ in rule.facts.assigned_in(scope).get(name, ()) if name else ():
         if any(_is_optimizer(q) for q in rule.qualified_names(value)):
             return True
     holder = rule.parent(call)
@@ -155,6 +156,7 @@ def _bound_owners(rule: Rule, opt_call: cst.Call, name: str, depth: int, whole: 
         and isinstance(last, cst.Call)
         and last.args
         and not last.args[0].keyword
+        and method_name(last) not in ("to", "cuda")  # `Net().to(device)`: not a group helper
     ):
         first = last.args[0].value
         if isinstance(first, cst.Name):
@@ -187,6 +189,16 @@ def _model_reference(expr: cst.BaseExpression) -> str | None:
     return None
 
 
+def _handed_model(rule: Rule, call: cst.Call, params: cst.Arg) -> list[str]:
+    """`optimizer = create_optimizer(model, ...)` of a library: the model itself handed first
+    (a name the caller built as a model, `Net().to(device)`)."""
+    value = params.value
+    program = rule.context.program
+    if isinstance(value, cst.Name) and program.builds_model(program.function_of(call), value.value):
+        return [value.value]
+    return []
+
+
 def _handed_to_optimizer_builder(rule: Rule, call: cst.Call) -> str | None:
     """`smart_optimizer(model, ...)`, `build_optimizer(config, model)`: the argument a function
     of the project that builds a torch.optim optimizer reads the parameters of (the program
@@ -196,9 +208,10 @@ def _handed_to_optimizer_builder(rule: Rule, call: cst.Call) -> str | None:
     found = local_definition(rule, call.func.value)
     if found is None or not found.optimizer:
         return None
+    program = rule.context.program
     models = [
         arg.value.value
-        for arg, roles in rule.context.program.argument_roles(call)
+        for arg, roles in program.argument_roles(call)
         if "module" in roles and isinstance(arg.value, cst.Name)
     ]
     return models[0] if len(models) == 1 else None

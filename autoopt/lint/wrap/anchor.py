@@ -64,7 +64,29 @@ def place_call(
         return decline.parallel_before_optimizer(why)
     if (apex := apex_before(home, anchor)) is not None:
         return decline.own_precision_late("apex amp", statement_of(file, apex))
-    return Plan(anchor, pairs, options)
+    return Plan(anchor, pairs, options, _module_globals(code, home, pairs), home.node)
+
+
+def _module_globals(code: CodeBase, home: Func, pairs: list[Pair]) -> tuple[str, ...]:
+    """The names the call rebinds that are globals of the module `home` (a function) never
+    binds itself (TRADES: `train_loader` built at the top, read by `train()`): without
+    `global`, the call would make them local to `home` and read them before assignment, and
+    the functions reading the global would keep the original."""
+    if not isinstance(home.node, cst.FunctionDef):
+        return ()
+    top = code.top(home.file)
+    names = [n for p in pairs for n in (p.model, p.loader, p.optimizer) if n and "." not in n]
+    return tuple(
+        name
+        for name in dict.fromkeys(names)
+        if name not in home.params()
+        and not assignments_of(home, name)
+        and any(
+            isinstance(home.file.parent(a), cst.SimpleStatementLine)
+            and home.file.parent(home.file.parent(a)) is home.file.module
+            for a in assignments_of(top, name)
+        )
+    )
 
 
 def in_training_loop(code: CodeBase, home: Func, node: cst.CSTNode) -> bool:

@@ -170,8 +170,28 @@ def loader_of(code: CodeBase, home: Func, trainers: list[Func]) -> Loader | None
         for expr, _loop in iterated(code, func):
             here = reaches(code, func, expr, home, 0)
             if here is not None:
-                return here, assignments_of(home, here)
+                return here, assignments_of(home, here) or _holder_assignments(home, here)
     return None
+
+
+def _held(expr: cst.BaseExpression) -> bool:
+    """`self.data_loader.train_loader`: a loader an object of the trainer holds, by its name
+    (`self.clustering_machine.clusters` is a list of cluster ids, not a loader)."""
+    return (
+        isinstance(expr, cst.Attribute)
+        and isinstance(expr.value, cst.Attribute)
+        and is_object(expr.value)  # `self.data_loader`
+        and "loader" in expr.attr.value.lower()
+    )
+
+
+def _holder_assignments(home: Func, expr: str) -> list[cst.CSTNode]:
+    """Where `home` builds the object that holds the loader `expr` as an attribute
+    (`self.data_loader = MnistDataLoader(config)` for `self.data_loader.train_loader`)."""
+    head, _, _ = expr.rpartition(".")
+    if head.count(".") < 1:  # `self.x.loader` has a holder; `loaders.train` is not one
+        return []
+    return assignments_of(home, head)
 
 
 def reaches(code: CodeBase, func: Func, expr: str, home: Func, depth: int) -> str | None:
@@ -238,7 +258,7 @@ def iterated(code: CodeBase, func: Func) -> list[tuple[str, cst.CSTNode]]:
                             # `looper = cycle(loader)`: a generator re-iterating the loader
                             exprs.append(value.args[0].value)
         depth = len(list(func.file.ancestors(node)))
-        found += [(code_of(e), node, depth) for e in exprs if is_object(e)]
+        found += [(code_of(e), node, depth) for e in exprs if is_object(e) or _held(e)]
     found.sort(key=lambda t: -t[2])
     return [(e, n) for e, n, _ in found]
 

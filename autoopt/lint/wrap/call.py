@@ -26,6 +26,9 @@ class Plan:
     anchor: cst.CSTNode
     pairs: list[Pair]
     options: dict[str, str] = field(default_factory=dict)  # option -> why (for the comment)
+    # module globals the call rebinds from inside `scope`, a function (`global train_loader`)
+    globals_: tuple[str, ...] = ()
+    scope: cst.CSTNode | None = None
 
     def lines(self) -> list[str]:
         """The statements to insert, in order."""

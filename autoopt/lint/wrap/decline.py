@@ -59,6 +59,15 @@ def lightning() -> Decline:
     )
 
 
+def hf_trainer() -> Decline:
+    return Decline(
+        "already uses the transformers Trainer",
+        "training runs inside the Hugging Face transformers Trainer (its own loop)",
+        "nothing to insert: set precision and compile through TrainingArguments "
+        "(--bf16/--fp16, --tf32, --torch_compile)",
+    )
+
+
 def ignite() -> Decline:
     # `Engine(train_step)` / `create_supervised_trainer`: the library drives the loop
     return Decline(
@@ -195,11 +204,21 @@ def optimizer_not_found(expr: str, func: str) -> Decline:
     )
 
 
-def optimizers_in_several_functions() -> Decline:
+def optimizers_in_several_functions(where: list[str]) -> Decline:
     return Decline(
         "optimizers created in several functions",
-        "the optimizers are created in different functions: no single place for the call",
+        f"several optimizers are created in different functions ({', '.join(where)}): no"
+        " single place for the call",
         f"create them in one function, where the models are built, {_AGAIN}",
+    )
+
+
+def optimizer_over_tensors(expr: str) -> Decline:
+    return Decline(
+        "optimizer over tensors, not a model",
+        f"`{expr}` steps a list of tensors (an input or a perturbation being optimised), not a"
+        " model's parameters: optimize() has no model to take",
+        "keep the script as it is",
     )
 
 

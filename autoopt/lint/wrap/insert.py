@@ -61,12 +61,31 @@ def wrap_source(source: str, *, path: Path | str | None = None) -> WrapResult:
         )
     lines = plan.lines()
     statements = [cst.parse_statement(line + "\n") for line in lines]
-    fix = Fix(
-        replacements={plan.anchor: cst.FlattenSentinel([plan.anchor, *statements])},
-        add_imports=[ImportItem("autoopt")],
-    )
+    replacements: dict[cst.CSTNode, cst.CSTNode | cst.FlattenSentinel] = {
+        plan.anchor: cst.FlattenSentinel([plan.anchor, *statements])
+    }
+    if plan.globals_ and isinstance(plan.scope, cst.FunctionDef):
+        declared = f"global {', '.join(plan.globals_)}"
+        first = _first_statement(plan.scope)
+        ahead = cst.parse_statement(declared + "\n")
+        after = statements if first is plan.anchor else []
+        replacements[first] = cst.FlattenSentinel([ahead, first, *after])
+    fix = Fix(replacements=replacements, add_imports=[ImportItem("autoopt")])
     new = apply_fixes(module, [fix]).code
-    return WrapResult(new, source, "inserted " + "; ".join(lines), inserted=tuple(lines))
+    shown = [f"global {', '.join(plan.globals_)}"] if plan.globals_ else []
+    return WrapResult(new, source, "inserted " + "; ".join(shown + lines), inserted=tuple(lines))
+
+
+def _first_statement(func: cst.FunctionDef) -> cst.BaseStatement:
+    """The first statement of `func` after its docstring (where `global` goes)."""
+    body = list(func.body.body) if isinstance(func.body, cst.IndentedBlock) else []
+    if len(body) > 1 and isinstance(body[0], cst.SimpleStatementLine):
+        only = body[0].body[0] if len(body[0].body) == 1 else None
+        if isinstance(only, cst.Expr) and isinstance(
+            only.value, cst.SimpleString | cst.ConcatenatedString
+        ):
+            return body[1]
+    return body[0]
 
 
 @dataclass

@@ -208,6 +208,26 @@ def _creations(code: CodeBase, origin: Origin) -> list[cst.CSTNode] | Decline:
     return kept or origin.assigns
 
 
+def _shown(file: SourceFile) -> str:
+    """A module of the project as the decline names it."""
+    return file.path.name if file.path is not None else "another module"
+
+
+def _over_tensors(origin: Origin) -> bool:
+    """Every creation of the optimizer steps a list of tensors (`SGD([delta], lr=...)`: an
+    adversarial perturbation, an image being optimised), not a model's parameters."""
+    values = [bound_to(a, origin.expr) for a in origin.assigns]
+    return bool(values) and all(
+        isinstance(v, cst.Call)
+        and v.args
+        and not v.args[0].keyword
+        and isinstance(v.args[0].value, cst.List | cst.Tuple)
+        and v.args[0].value.elements
+        and all(isinstance(e.value, cst.Name) for e in v.args[0].value.elements)
+        for v in values
+    )
+
+
 def _is_class(call: cst.Call) -> bool:
     """`LARC(...)`, `hvd.DistributedOptimizer(...)`: an instance of a class is made (by its
     capitalised name), not a function's result."""
@@ -273,9 +293,19 @@ def bind_optimizers(code: CodeBase, training: Training) -> Bound | Decline:
         if isinstance(kept, Decline):
             return kept
         origin.assigns = kept
+    tensors = {key for key, o in origins.items() if _over_tensors(o)}
+    if tensors and len(tensors) == len(origins):
+        return decline.optimizer_over_tensors(next(iter(origins.values())).expr)
+    for key in tensors:  # an attack's perturbation stepped beside the model (TRADES)
+        del origins[key]
     homes = {id(o.func.node) for o in origins.values()}
     if len(homes) > 1:
-        return decline.optimizers_in_several_functions()
+        where = {
+            f"`{o.expr}` in {o.func.name}()"
+            + ("" if o.func.file is code.script else f" of {_shown(o.func.file)}"): None
+            for o in origins.values()
+        }
+        return decline.optimizers_in_several_functions(list(where))
     optimizers = sorted(
         origins.values(), key=lambda o: min(o.func.file.order[id(a)] for a in o.assigns)
     )

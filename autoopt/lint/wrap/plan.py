@@ -111,6 +111,8 @@ def _no_loop_reached(code: CodeBase) -> Decline:
     optimizer handed to a class or function of another module (a `Trainer(model, optimizer,
     ...)`) trains there, in code --wrap cannot follow."""
     file = code.script
+    if _uses_hf_trainer(file):
+        return decline.hf_trainer()
     for call in file.calls():
         if not _creates_optimizer(file, call):
             continue
@@ -130,6 +132,18 @@ def _no_loop_reached(code: CodeBase) -> Decline:
             ):
                 return decline.trained_in_unread_code(code_of(later.func), bound.value)
     return decline.no_training_loop()
+
+
+def _uses_hf_trainer(file: SourceFile) -> bool:
+    """The file imports transformers' Trainer (to run it, or to subclass it: SimCSE's
+    `CLTrainer(Trainer)`), and no loop of its own trains."""
+    return any(
+        d.split(".")[0] == "transformers" and d.rsplit(".", 1)[-1] in _HF_TRAINERS
+        for d in file.imports.values()
+    )
+
+
+_HF_TRAINERS = {"Trainer", "Seq2SeqTrainer"}
 
 
 def _creates_optimizer(file: SourceFile, call: cst.Call) -> bool:
