@@ -263,9 +263,7 @@ def read_on_host_later(rule: Rule, call: cst.Call) -> bool:
     body = list(block.body)
     index = next(i for i, s in enumerate(body) if s is stmt)
     for later in body[index + 1 :]:
-        for n in walk(later, into_scopes=False):
-            if not isinstance(n, cst.Call):
-                continue
+        for n in calls_in(later, into_scopes=False):
             func = n.func
             if (
                 isinstance(func, cst.Attribute)
