@@ -297,8 +297,9 @@ class DataLoaderPersistentWorkers(Rule):
     def _iterated_every_epoch(self, call: cst.Call, name: str) -> bool:
         """`name` is used inside the body of a loop that does not itself create the loader, or
         handed to the project's code that iterates it epoch after epoch (the program model)."""
-        for node in walk(self.facts.enclosing_scope(call), into_scopes=False):
-            if not isinstance(node, cst.For | cst.While) or contains(node, call):
+        scope = self.facts.enclosing_scope(call)
+        for node in nodes_of_type(scope, (cst.For, cst.While), into_scopes=False):
+            if contains(node, call):
                 continue
             if name in names_in(node.body):
                 return True

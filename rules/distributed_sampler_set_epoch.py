@@ -316,10 +316,9 @@ def _mentions(node: cst.CSTNode, name: str) -> bool:
 def _assigned_loaders(rule: Rule, module: cst.Module) -> list[tuple[cst.Call, str]]:
     """`(DataLoader call, name)` for every `name = DataLoader(...)` in the file."""
     found: list[tuple[cst.Call, str]] = []
-    for n in walk(module):
+    for n in nodes_of_type(module, cst.Assign):
         if (
-            isinstance(n, cst.Assign)
-            and len(n.targets) == 1
+            len(n.targets) == 1
             and isinstance(n.value, cst.Call)
             and rule.is_call_to(n.value, *_LOADER)
         ):

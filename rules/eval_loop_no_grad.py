@@ -403,7 +403,7 @@ class EvalLoopNoGrad(Rule):
             return
         if not any(w in words for w in _INFERENCE_FUNCTION_WORDS) or _returns_value(node):
             return
-        if any(isinstance(n, cst.For | cst.While) for n in walk(node.body, into_scopes=False)):
+        if nodes_of_type(node.body, (cst.For, cst.While), into_scopes=False):
             return  # loops are visit_For's (evaluation loops) or not inference at all
         evaluated = self._evaluated(node)
         calls = self._model_calls(node.body, evaluated)
@@ -588,9 +588,8 @@ def _named_like_model(text: str) -> bool:
 
 def _returns_value(func: cst.FunctionDef) -> bool:
     return any(
-        isinstance(n, cst.Return) and n.value is not None
-        for n in walk(func.body, into_scopes=False)
-    ) or any(isinstance(n, cst.Yield) for n in walk(func.body, into_scopes=False))
+        n.value is not None for n in nodes_of_type(func.body, cst.Return, into_scopes=False)
+    ) or bool(nodes_of_type(func.body, cst.Yield, into_scopes=False))
 
 
 # What a host-result function must not do: loop, yield, or keep a value beyond the call.
@@ -607,14 +606,17 @@ def _targets(node: cst.Assign | cst.AugAssign | cst.AnnAssign) -> list[cst.BaseE
     return [node.target]
 
 
+_BINDINGS = (cst.Assign, cst.AugAssign, cst.AnnAssign)
+
+
 def _returns_host_values(func: cst.FunctionDef) -> bool:
     """Every `return` hands back host values only (`.item()`, `.cpu().numpy()`, `float(x)`,
     tuples of them, or names bound only to them): nothing a caller could differentiate."""
-    returns = [n for n in walk(func.body, into_scopes=False) if isinstance(n, cst.Return)]
+    returns = nodes_of_type(func.body, cst.Return, into_scopes=False)
     if not returns or any(r.value is None for r in returns):
         return False
     assigned: dict[str, list[cst.BaseExpression]] = {}
-    for n in walk(func.body, into_scopes=False):
+    for n in nodes_of_type(func.body, _BINDINGS, into_scopes=False):
         if isinstance(n, cst.Assign):
             for t in n.targets:
                 if isinstance(t.target, cst.Name):

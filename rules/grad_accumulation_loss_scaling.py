@@ -6,7 +6,15 @@ import libcst as cst
 
 from autoopt.lint.engine.rule import FixSafety, Invalid, Rule, Valid
 from autoopt.lint.tree.calls import arg
-from autoopt.lint.tree.nodes import code_of, is_name, method_name, names_in, string_value, walk
+from autoopt.lint.tree.nodes import (
+    calls_in,
+    code_of,
+    is_name,
+    method_name,
+    names_in,
+    string_value,
+    walk,
+)
 
 
 class GradAccumulationLossScaling(Rule):
@@ -171,10 +179,8 @@ class GradAccumulationLossScaling(Rule):
         whose generator steps every N: which loss feeds which step is not known, so silent)."""
         steps = [
             n
-            for n in walk(loop, into_scopes=False)
-            if isinstance(n, cst.Call)
-            and method_name(n) == "step"
-            and "sched" not in code_of(n.func.value).lower()  # type: ignore[attr-defined]
+            for n in calls_in(loop, into_scopes=False)
+            if method_name(n) == "step" and "sched" not in code_of(n.func.value).lower()  # type: ignore[attr-defined]
         ]
         if any(not self._conditional_within(n, loop) for n in steps):
             return None

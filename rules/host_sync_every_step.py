@@ -9,7 +9,14 @@ import libcst as cst
 from autoopt.lint.engine.rule import Invalid, Rule, Valid
 from autoopt.lint.program.facts import local_callee
 from autoopt.lint.program.handled import engine_step_functions
-from autoopt.lint.tree.nodes import calls_in, code_of, method_name, names_in, walk
+from autoopt.lint.tree.nodes import (
+    calls_in,
+    code_of,
+    method_name,
+    names_in,
+    nodes_of_type,
+    walk,
+)
 
 _SYNC_METHODS = ("item", "cpu", "tolist")
 _CONVERSIONS = ("float", "int")
@@ -508,10 +515,9 @@ class HostSyncEveryStep(Rule):
             and isinstance(c.func.value, cst.Name)
         }
         bound: set[str] = set()
-        for n in walk(loop, into_scopes=False):
-            if isinstance(n, cst.Assign):
-                for t in n.targets:
-                    bound |= names_in(t.target)
+        for n in nodes_of_type(loop, cst.Assign, into_scopes=False):
+            for t in n.targets:
+                bound |= names_in(t.target)
         for call in calls_in(loop, into_scopes=False):
             positional = [a.value for a in call.args if a.keyword is None and not a.star]
             if isinstance(call.func, cst.Name) and len(positional) >= 2:

@@ -5,7 +5,14 @@ from __future__ import annotations
 import libcst as cst
 
 from autoopt.lint.engine.rule import Invalid, Rule, Valid
-from autoopt.lint.tree.nodes import assignments, before, dotted, method_name, walk
+from autoopt.lint.tree.nodes import (
+    assignments,
+    before,
+    dotted,
+    method_name,
+    nodes_of_type,
+    walk,
+)
 
 
 class SchedulerBeforeOptimizer(Rule):
@@ -176,20 +183,18 @@ class SchedulerBeforeOptimizer(Rule):
         """Names assigned a scheduler, and names assigned an optimizer, anywhere in the file."""
         schedulers: set[str] = set()
         optimizers: set[str] = set()
-        for n in walk(module):
-            if isinstance(n, cst.FunctionDef | cst.Module):
-                for name, value, _ in assignments(n):
-                    if not isinstance(value, cst.Call):
-                        continue
-                    names = self.qualified_names(value.func)
-                    if any(
-                        q.startswith("torch.optim.lr_scheduler.")
-                        or q.endswith("_schedule_with_warmup")
-                        for q in names
-                    ) or _project_scheduler(name, value.func):
-                        schedulers.add(name)
-                    elif any(q.startswith("torch.optim.") for q in names):
-                        optimizers.add(name)
+        for n in nodes_of_type(module, (cst.Module, cst.FunctionDef)):
+            for name, value, _ in assignments(n):
+                if not isinstance(value, cst.Call):
+                    continue
+                names = self.qualified_names(value.func)
+                if any(
+                    q.startswith("torch.optim.lr_scheduler.") or q.endswith("_schedule_with_warmup")
+                    for q in names
+                ) or _project_scheduler(name, value.func):
+                    schedulers.add(name)
+                elif any(q.startswith("torch.optim.") for q in names):
+                    optimizers.add(name)
         return schedulers, optimizers
 
     def _is_optimizer_step(self, node: cst.CSTNode, optimizers: set[str]) -> bool:

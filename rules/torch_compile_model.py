@@ -142,33 +142,6 @@ class TorchCompileModel(Rule):
                         optimizer.step()
             """
         ),
-        Valid(  # the trainer class is handed a model its caller built: compile goes there
-            """
-            import torch
-            class Trainer:
-                def __init__(self, model, device):
-                    self.model = model.to(device)
-
-                def train(self, loader):
-                    optimizer = torch.optim.Adam(self.model.parameters())
-                    for x in loader:
-                        self.model(x.cuda()).sum().backward()
-                        optimizer.step()
-            """
-        ),
-        Valid(  # apex amp patches the model after it is built (waveglow)
-            """
-            import torch
-            from apex import amp
-            model = Net().cuda()
-            optimizer = torch.optim.Adam(model.parameters())
-            model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
-            for x in loader:
-                with amp.scale_loss(model(x.cuda()).sum(), optimizer) as loss:
-                    loss.backward()
-                optimizer.step()
-            """
-        ),
         Valid(  # the training method swaps the model it trains: a compiled one would be missed
             """
             import torch

@@ -51,11 +51,14 @@ def analyze(
     rules: Sequence[type[Rule]],
     target_version: tuple[int, int] | None = None,
     parse: Callable[[str], cst.Module] | None = None,
+    active: Sequence[type[Rule]] | None = None,
 ) -> Analysis:
     """Parse `source` (with `parse` if given: it must give `libcst.parse_module`'s tree) and run
     `rules` on it (those whose triggers appear in the text and that apply to
-    `target_version`). Raises `libcst.ParserSyntaxError` on unparsable code."""
-    active = active_rules(rules, source, target_version, path)
+    `target_version`; `active`: that list, when the caller has just computed it).
+    Raises `libcst.ParserSyntaxError` on unparsable code."""
+    if active is None:
+        active = active_rules(rules, source, target_version, path)
     module = parsing.parse_module(source) if parse is None else parse(source)
     return run_rules(module, source, path, active, target_version)
 

@@ -19,7 +19,9 @@ modification time and size, like `project_facts`' summaries.
 from __future__ import annotations
 
 import ast
+import io
 import os
+import tokenize
 import unicodedata
 import warnings
 from dataclasses import dataclass, field
@@ -182,6 +184,35 @@ def file_tree(path: str, stat: os.stat_result, data: bytes) -> ast.Module | None
 # here): the index of an edited text, asked by the analysis that follows, takes its tree instead
 # of a second `ast.parse` of the same text.
 TEXT_TREES: dict[str, ast.Module] = {}
+_TEXT_TREES_KEPT = 4
+
+
+def keep_text_tree(text: str, tree: ast.Module) -> None:
+    """Remember `tree` as the parse of `text` in `TEXT_TREES` (the last few texts only)."""
+    if text not in TEXT_TREES and len(TEXT_TREES) >= _TEXT_TREES_KEPT:
+        del TEXT_TREES[next(iter(TEXT_TREES))]
+    TEXT_TREES[text] = tree
+
+
+def share_file_tree(path: str, text: str, raw: bytes) -> None:
+    """`raw`, `text` in UTF-8, is what the file at `path` holds: the parse `file_tree` still
+    keeps of the file becomes `text`'s in `TEXT_TREES` (a rewrite's verification then reads the
+    original text's names without parsing it again). Only where Python reads those bytes as
+    UTF-8 (no BOM, no other coding cookie): their parse is then the parse of `text`."""
+    path = os.path.abspath(path)
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return
+    tree = _TREES.get((path, stat.st_mtime_ns, stat.st_size))
+    if tree is None or stat.st_size != len(raw):
+        return
+    try:
+        encoding, _ = tokenize.detect_encoding(io.BytesIO(raw).readline)
+    except SyntaxError:
+        return
+    if encoding == "utf-8":
+        keep_text_tree(text, tree)
 
 
 def index_source(path: Path, data: bytes | str, tree: ast.Module | None = None) -> ModuleIndex:

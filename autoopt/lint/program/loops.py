@@ -266,9 +266,7 @@ def read_on_host_later(rule: Rule, call: cst.Call) -> bool:
     for later in body[index + 1 :]:
         if isinstance(later, cst.If):
             continue  # read now and then (`if batch_idx % log_step == 0:` to log images)
-        for n in walk(later, into_scopes=False):
-            if not isinstance(n, cst.Call):
-                continue
+        for n in calls_in(later, into_scopes=False):
             func = n.func
             if (
                 isinstance(func, cst.Attribute)

@@ -20,7 +20,14 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
-from autoopt.lint.program.index import FunctionInfo, ModuleIndex, Value, index_source, load_index
+from autoopt.lint.program.index import (
+    FunctionInfo,
+    ModuleIndex,
+    Value,
+    index_source,
+    load_index,
+    share_file_tree,
+)
 from autoopt.lint.program.library import (
     MODEL_FACTORIES,
     MODEL_WRAPPERS,
@@ -59,9 +66,9 @@ def _file_index(path: str, source: str) -> ModuleIndex:
     """The linted text's index: the project's own index of the file where the text is what the
     file holds (one index of it per process, not two), else the text's."""
     found = load_index(path)
-    if found is not None and found.digest == content_digest(
-        source.encode("utf-8", "surrogatepass")
-    ):
+    raw = source.encode("utf-8", "surrogatepass")
+    if found is not None and found.digest == content_digest(raw):
+        share_file_tree(path, source, raw)
         return found
     return index_source(Path(path), source)
 

@@ -116,10 +116,8 @@ def fix_source(
     source cannot be parsed, `RewriteError` if the fixes do not converge.
     """
     result = FixResult(source=source, original=source)
-    if (
-        not active_rules(rules, source, target_version, path)
-        and check_syntax(source, str(path)) is None
-    ):
+    prefiltered: list[type[Rule]] | None = active_rules(rules, source, target_version, path)
+    if not prefiltered and check_syntax(source, str(path)) is None:
         # No rule can fire and CPython compiles it: nothing to fix, and no libcst parse (most
         # files of a real repository; a compile is ~8x cheaper). A file CPython rejects still
         # goes to libcst below, which raises the ParserSyntaxError callers report.
@@ -133,7 +131,9 @@ def fix_source(
     for n_pass in range(1, max_passes + 1):
         result.passes = n_pass
         if analysis is None:
-            analysis = analyze(current, path, active, target_version)
+            # the first pass reads `source` with every rule: the pre-filter above answered that
+            analysis = analyze(current, path, active, target_version, active=prefiltered)
+        prefiltered = None
         _skip(result, active, [(c.code, c.describe()) for c in analysis.crashes])
         findings = list(analysis.findings)
         if finding_filter is not None:

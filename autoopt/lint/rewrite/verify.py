@@ -36,7 +36,7 @@ from pyflakes import messages as _flake_messages
 
 from autoopt.lint.engine.analysis import Analysis, analyze
 from autoopt.lint.engine.rule import Finding, Rule
-from autoopt.lint.program.index import TEXT_TREES
+from autoopt.lint.program.index import TEXT_TREES, keep_text_tree
 from autoopt.lint.rewrite.bound_names import maybe_unbound_counts
 
 # pyflakes' messages about a name used where nothing binds it.
@@ -110,20 +110,14 @@ class Names:
         return sorted(after.maybe_unbound - self.maybe_unbound)
 
 
-# The texts parsed last (a rewrite pass checks each text's syntax and then its names, and the
-# program model indexes it: the same dict, `TEXT_TREES`).
-_PARSED: dict[str, ast.Module] = TEXT_TREES
-_PARSED_KEPT = 4
-
-
 def parse_python(source: str) -> ast.Module:
-    """`ast.parse(source)` (raising as it does), remembered for the last few texts."""
-    tree = _PARSED.get(source)
+    """`ast.parse(source)` (raising as it does), remembered for the last few texts (a rewrite
+    pass checks each text's syntax and then its names, and the program model indexes it; the
+    original text's parse is the program model's of the file: `TEXT_TREES`)."""
+    tree = TEXT_TREES.get(source)
     if tree is None:
         tree = ast.parse(source)
-        if len(_PARSED) >= _PARSED_KEPT:
-            del _PARSED[next(iter(_PARSED))]
-        _PARSED[source] = tree
+        keep_text_tree(source, tree)
     return tree
 
 

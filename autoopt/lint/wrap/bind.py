@@ -170,7 +170,7 @@ def loader_of(code: CodeBase, home: Func, trainers: list[Func]) -> Loader | None
         for expr, _loop in iterated(code, func):
             here = reaches(code, func, expr, home, 0)
             if here is not None:
-                return here, assignments_of(home, here) or _holder_assignments(home, here)
+                return here, assignments_of(home, here)
     return None
 
 
@@ -183,15 +183,6 @@ def _held(expr: cst.BaseExpression) -> bool:
         and is_object(expr.value)  # `self.data_loader`
         and "loader" in expr.attr.value.lower()
     )
-
-
-def _holder_assignments(home: Func, expr: str) -> list[cst.CSTNode]:
-    """Where `home` builds the object that holds the loader `expr` as an attribute
-    (`self.data_loader = MnistDataLoader(config)` for `self.data_loader.train_loader`)."""
-    head, _, _ = expr.rpartition(".")
-    if head.count(".") < 1:  # `self.x.loader` has a holder; `loaders.train` is not one
-        return []
-    return assignments_of(home, head)
 
 
 def reaches(code: CodeBase, func: Func, expr: str, home: Func, depth: int) -> str | None:
