@@ -13,6 +13,7 @@ from pathlib import Path
 
 import libcst as cst
 import pytest
+from autoopt.rules.zero_grad_set_to_none import ZeroGradSetToNone
 
 from autoopt.lint.engine import analysis
 from autoopt.lint.program import index as program_index
@@ -20,7 +21,6 @@ from autoopt.lint.program import view
 from autoopt.lint.rewrite import apply
 from autoopt.lint.rewrite.verify import parse_python
 from autoopt.lint.tree import nodes
-from autoopt.rules.zero_grad_set_to_none import ZeroGradSetToNone
 
 SOURCE = """\
 import torch
