@@ -101,9 +101,9 @@ def test_wheel_works_in_a_fresh_environment(wheel: Path, tmp_path: Path) -> None
 
     script = work / "train.py"
     script.write_text((ROOT / "examples" / "naive" / "cnn_train.py").read_text())
-    lint = run(autoopt, "lint", "--select", "AO101", "train.py")
+    lint = run(autoopt, "lint", "--select", "AO102", "train.py")
     assert lint.returncode == 1, lint.stdout + lint.stderr
-    assert "AO101" in lint.stdout
+    assert "AO102" in lint.stdout
     for wrap in ((), ("--wrap",)):
         diff = run(autoopt, "rewrite", *wrap, "--diff", "train.py")
         assert diff.returncode == 1 and diff.stdout.startswith("--- a/train.py"), diff.stderr

@@ -6,8 +6,6 @@ import argparse
 import torch
 import torch.nn as nn
 from torch.utils.data import DataLoader, TensorDataset
-import os
-
 torch.backends.cudnn.benchmark = True
 
 
@@ -40,8 +38,8 @@ def main():
 
     torch.manual_seed(0)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    train_loader = DataLoader(make_data(64 * args.steps, 0), batch_size=64, shuffle=True, num_workers=min(8, (os.cpu_count() or 1) - 1) if device.type == "cuda" else min(4, (os.cpu_count() or 1) // 8), pin_memory=device.type == "cuda")
-    val_loader = DataLoader(make_data(256, 1), batch_size=128, num_workers=min(8, (os.cpu_count() or 1) - 1) if device.type == "cuda" else min(4, (os.cpu_count() or 1) // 8), pin_memory=device.type == "cuda")
+    train_loader = DataLoader(make_data(64 * args.steps, 0), batch_size=64, shuffle=True, pin_memory=device.type == "cuda")
+    val_loader = DataLoader(make_data(256, 1), batch_size=128, pin_memory=device.type == "cuda")
 
     model = Net().to(device)
     model = model.to(memory_format=torch.channels_last)

@@ -5,8 +5,6 @@ import argparse
 import torch
 import torch.nn as nn
 from torch.utils.data import DataLoader, TensorDataset
-import os
-
 torch.set_float32_matmul_precision("high")
 
 
@@ -24,7 +22,7 @@ def main():
 
     torch.manual_seed(0)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    loader = DataLoader(make_real(64 * args.steps), batch_size=64, shuffle=True, num_workers=min(8, (os.cpu_count() or 1) - 1) if device.type == "cuda" else min(4, (os.cpu_count() or 1) // 8), pin_memory=device.type == "cuda")
+    loader = DataLoader(make_real(64 * args.steps), batch_size=64, shuffle=True, pin_memory=device.type == "cuda")
     generator = nn.Sequential(nn.Linear(8, 64), nn.ReLU(), nn.Linear(64, 2)).to(device)
     if device.type == "cuda":
         generator.compile()

@@ -5,8 +5,6 @@ import argparse
 import torch
 import torch.nn as nn
 from torch.utils.data import DataLoader, TensorDataset
-import os
-
 torch.set_float32_matmul_precision("high")
 
 VOCAB, SEQ = 128, 32
@@ -42,7 +40,7 @@ def main():
 
     torch.manual_seed(0)
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    loader = DataLoader(make_tokens(32 * args.steps), batch_size=32, shuffle=True, num_workers=min(8, (os.cpu_count() or 1) - 1) if torch.device(device).type == "cuda" else min(4, (os.cpu_count() or 1) // 8), pin_memory=torch.device(device).type == "cuda")
+    loader = DataLoader(make_tokens(32 * args.steps), batch_size=32, shuffle=True, pin_memory=torch.device(device).type == "cuda")
     model = LM().to(device)
     if torch.device(device).type == "cuda":
         model.compile()
