@@ -252,8 +252,6 @@ class CudnnBenchmark(Rule):
                 or bool(facts.training_loops)
                 or (bool(facts.training_calls) and context.program.is_entry_script)
             )
-            # the driver that imports this Solver module already sets it
-            and not any("cudnn.benchmark" in t for t in sibling_importers_text(context.path))
         )
         self._has_settings = "cudnn.benchmark" in source or facts.requests_determinism
 
@@ -301,6 +299,8 @@ class CudnnBenchmark(Rule):
         if not builds_convolution(self, node):
             return
         self._done = True  # one finding per file: the fix is one line for the whole script
+        if any("cudnn.benchmark" in t for t in sibling_importers_text(self.context.path)):
+            return  # the driver that imports this Solver module already sets it
         new = statement_line("torch.backends.cudnn.benchmark = True")
         branch = self._determinism_branch
         if branch is None:

@@ -13,7 +13,7 @@ from autoopt.lint.program.handled import (
     library_trainer_calls,
     uses_accelerate,
 )
-from autoopt.lint.program.placement import binds_or_places
+from autoopt.lint.program.placement import binds_or_places, without_placement
 from autoopt.lint.program.torch_api import torch_imports, torch_name
 from autoopt.lint.program.trained_models import is_compiled, mentions, trained_models
 from autoopt.lint.rewrite.fixes.preconditions import (
@@ -47,9 +47,7 @@ def _handed_in(stmt: cst.BaseStatement, model: str, method: cst.FunctionDef) -> 
     assign = stmt.body[0]
     if not any(dotted(t.target) == model for t in assign.targets):
         return False
-    value = assign.value
-    while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute):
-        value = value.func.value  # `model.to(device)`, `model.cuda()`
+    value = without_placement(assign.value, None)  # `model.to(device)`, `model.cuda()`
     return isinstance(value, cst.Name) and value.value in _parameter_names(method)
 
 

@@ -15,6 +15,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 import libcst as cst
 
 from autoopt.lint.engine.rule import Rule
@@ -67,12 +69,15 @@ def _holds_on_its_line(stmt: cst.BaseStatement | None, built: cst.Assign) -> boo
     )
 
 
-def without_placement(expr: cst.BaseExpression) -> cst.BaseExpression:
-    """`Net()` for `Net().to(device)` / `Net().cuda()`."""
+def without_placement(
+    expr: cst.BaseExpression, methods: Collection[str] | None = ("to", "cuda")
+) -> cst.BaseExpression:
+    """`Net()` for `Net().to(device)` / `Net().cuda()`: the receiver under a chain of calls of
+    `methods` (None: of any method, `model.to(device).half()` -> `model`)."""
     while (
         isinstance(expr, cst.Call)
         and isinstance(expr.func, cst.Attribute)
-        and expr.func.attr.value in ("to", "cuda")
+        and (methods is None or expr.func.attr.value in methods)
     ):
         expr = expr.func.value
     return expr
@@ -169,13 +174,7 @@ def _same_module_rebinds(stmt: cst.BaseStatement, model: str) -> set[int]:
     `stmt`: nn.Module's methods that return the module itself."""
     kept = set()
     for assign in nodes_of_type(stmt, cst.Assign, into_scopes=False):
-        value = assign.value
-        while (
-            isinstance(value, cst.Call)
-            and isinstance(value.func, cst.Attribute)
-            and value.func.attr.value in _RETURN_THE_MODULE
-        ):
-            value = value.func.value
+        value = without_placement(assign.value, _RETURN_THE_MODULE)
         if value is not assign.value and dotted(value) == model:
             kept.update(id(t) for t in assign.targets if dotted(t.target) == model)
     return kept

@@ -57,14 +57,22 @@ def _is_import_line(stmt: cst.CSTNode) -> bool:
     )
 
 
+def is_docstring(stmt: cst.CSTNode) -> bool:
+    """`stmt` is a line holding only a string (a module's or function's docstring when first)."""
+    return (
+        isinstance(stmt, cst.SimpleStatementLine)
+        and len(stmt.body) == 1
+        and isinstance(stmt.body[0], cst.Expr)
+        and isinstance(stmt.body[0].value, cst.SimpleString | cst.ConcatenatedString)
+    )
+
+
 def _is_docstring_or_future(stmt: cst.CSTNode) -> bool:
+    if is_docstring(stmt):
+        return True
     if not isinstance(stmt, cst.SimpleStatementLine) or len(stmt.body) != 1:
         return False
     small = stmt.body[0]
-    if isinstance(small, cst.Expr) and isinstance(
-        small.value, cst.SimpleString | cst.ConcatenatedString
-    ):
-        return True
     return isinstance(small, cst.ImportFrom) and dotted(small.module) == "__future__"
 
 

@@ -22,6 +22,7 @@ from libcst.codemod.visitors import ImportItem
 
 from autoopt.lint.engine.rule import Fix
 from autoopt.lint.rewrite.apply import apply_fixes
+from autoopt.lint.tree.edits import is_docstring
 from autoopt.lint.wrap.plan import Decline, plan_wrap
 
 ALREADY_WRAPPED = "already calls autoopt.optimize()"
@@ -79,13 +80,7 @@ def wrap_source(source: str, *, path: Path | str | None = None) -> WrapResult:
 def _first_statement(func: cst.FunctionDef) -> cst.BaseStatement:
     """The first statement of `func` after its docstring (where `global` goes)."""
     body = list(func.body.body) if isinstance(func.body, cst.IndentedBlock) else []
-    if len(body) > 1 and isinstance(body[0], cst.SimpleStatementLine):
-        only = body[0].body[0] if len(body[0].body) == 1 else None
-        if isinstance(only, cst.Expr) and isinstance(
-            only.value, cst.SimpleString | cst.ConcatenatedString
-        ):
-            return body[1]
-    return body[0]
+    return body[1] if len(body) > 1 and is_docstring(body[0]) else body[0]
 
 
 @dataclass
