@@ -43,6 +43,7 @@ SPLITS = {
     "fresh-e": (HERE / "fresh_e.json", HERE / "_repos_fresh_e"),
     "fresh-f": (HERE / "fresh_f.json", HERE / "_repos_fresh_f"),
     "fresh-g": (HERE / "fresh_g.json", HERE / "_repos_fresh_g"),
+    "fresh-h": (HERE / "fresh_h.json", HERE / "_repos_fresh_h"),
 }
 TORCH_DIR = "torch"
 
