@@ -2,17 +2,26 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import libcst as cst
 
 from autoopt.lint.engine.rule import FileContext, Fix, FixSafety, Invalid, Rule, Valid
 from autoopt.lint.program.conv_models import builds_convolution
 from autoopt.lint.program.device import GPU_MARKERS
-from autoopt.lint.program.project_facts import sibling_importers_text
+from autoopt.lint.program.project_facts import definition_at
+from autoopt.lint.program.project_text import text_uses_cuda
 from autoopt.lint.program.torch_api import torch_imports
 from autoopt.lint.tree.edits import insert_after_imports, statement_line
 from autoopt.lint.tree.nodes import is_true, nodes_of_type
 
 _BENCHMARK = "torch.backends.cudnn.benchmark"
+
+
+def _sets_benchmark(text: str) -> bool:
+    return "cudnn.benchmark" in text
+
+
 _DETERMINISTIC = "torch.backends.cudnn.deterministic"
 _USE_DETERMINISTIC = "torch.use_deterministic_algorithms"
 
@@ -293,14 +302,35 @@ class CudnnBenchmark(Rule):
             below = anc
         return None
 
+    def _driver_builds_it(self, node: cst.Call) -> bool:
+        """A layer of a convolutional model class defined in this trainer module, whose driver
+        (a module importing it, the program's entry) builds that class: the driver is told
+        there (TextCNN's model.py holds the loop, train.py calls `TextCNN(...)`)."""
+        program = self.context.program
+        cls = next((a for a in self.facts.ancestors(node) if isinstance(a, cst.ClassDef)), None)
+        if cls is None or program.is_entry_script:
+            return False
+        name = cls.name.value
+        found = definition_at(Path(self.context.path), name)
+        return (
+            found is not None
+            and found.conv
+            and program.importer_text_says(lambda text: f"{name}(" in text and text_uses_cuda(text))
+        )
+
     def visit_Call(self, node: cst.Call) -> None:
         if self._done or not self._eligible:
             return
-        if not builds_convolution(self, node):
+        if not builds_convolution(self, node) or self._driver_builds_it(node):
             return
         self._done = True  # one finding per file: the fix is one line for the whole script
-        if any("cudnn.benchmark" in t for t in sibling_importers_text(self.context.path)):
-            return  # the driver that imports this Solver module already sets it
+        program = self.context.program
+        if program.importer_text_says(_sets_benchmark) or program.reaches_text_that_says(
+            _sets_benchmark, own=False
+        ):
+            # the driver that imports this Solver module sets it, or a setup function of the
+            # project the script imports and calls (`initialize(args)`) does
+            return
         new = statement_line("torch.backends.cudnn.benchmark = True")
         branch = self._determinism_branch
         if branch is None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 
 import libcst as cst
@@ -42,7 +43,8 @@ class HardcodedCudaCall(Rule):
     - Scripts that are CUDA-only by design: they pin ranks with `torch.cuda.set_device`, use the
       `nccl` backend, wrap DDP with `device_ids=[gpu]`, need CUDA-only packages (apex, cupy,
       triton), or spread over GPUs with `nn.DataParallel` with no CPU path anywhere (no "cpu"
-      device, no availability test). Not flagged.
+      device, no availability test). Not flagged; nor is a module without a CPU path of its own
+      that such a script imports (its trainer or engine).
     - A `.cuda()` already guarded by a CUDA check (`if torch.cuda.is_available():`,
       `if args.cuda:`) in a script that has a device (a `device` variable, parameter or flag):
       that code is portable as written. Not flagged. Where the script never names a device (the
@@ -198,9 +200,21 @@ class HardcodedCudaCall(Rule):
         )
         self._device_less_reported = False
 
+    @functools.cached_property
+    def _driven_by_cuda_only_script(self) -> bool:
+        """A module without a CPU path of its own that a CUDA-only script imports (HRNet's
+        lib/core/function.py, run by tools/train.py with `set_device` and nccl)."""
+        return not _CPU_PATH.search(
+            self.context.source
+        ) and self.context.program.importer_text_says(
+            lambda text: any(marker in text for marker in _CUDA_ONLY_MARKERS)
+        )
+
     def visit_Call(self, node: cst.Call) -> None:
         func = node.func
         if self._cuda_only or not isinstance(func, cst.Attribute) or func.attr.value != "cuda":
+            return
+        if self._driven_by_cuda_only_script:
             return
         if any(q.startswith("torch.") or q == "torch" for q in self.qualified_names(func.value)):
             return  # `torch.Tensor.cuda(x)`, a module attribute: not a method call on a value

@@ -196,6 +196,16 @@ class HostSyncEveryStep(Rule):
                 preds.append(model(x).argmax(1).cpu())
             """
         ),
+        Valid(  # training predictions collected on the host for a metric: not the loss
+            """
+            for x, y in loader:
+                out = model(x)
+                loss_fn(out, y).backward()
+                preds.append(out.argmax(1).cpu())
+                optimizer.step()
+            model.to(device)
+            """
+        ),
         Valid(  # an RL action for the environment: the host value is the algorithm's
             """
             import torch
@@ -286,6 +296,18 @@ class HostSyncEveryStep(Rule):
             model.to(device)
             """,
             line=3,
+            message_contains="append loss.detach()",
+        ),
+        Invalid(  # the loss copied to the host for a history (TextCNN's run_epoch)
+            """
+            for x, y in loader:
+                loss = loss_fn(model(x), y)
+                loss.backward()
+                losses.append(loss.data.cpu().numpy())
+                optimizer.step()
+            model.to(device)
+            """,
+            line=4,
             message_contains="append loss.detach()",
         ),
         Invalid(  # float() of the loss tensor is .item() (PyG's reddit example)
@@ -417,7 +439,9 @@ class HostSyncEveryStep(Rule):
             return
         what = f"{builtin}()" if converts else f".{name}()"
         if kept is not None:  # a history or a running metric: say how to keep it on the device
-            if name == "item" or converts:
+            # `.cpu()` kept only of the loss itself (`losses.append(loss.data.cpu().numpy())`):
+            # other tensors collected on the host may be what the loop is for
+            if name == "item" or converts or (name == "cpu" and self._of_the_loss(node, loop)):
                 self.report(node, f"{what} syncs with the GPU every step {_KEPT_ADVICE[kept]}")
             return
         if is_print:
@@ -462,6 +486,20 @@ class HostSyncEveryStep(Rule):
             return False
         names = {n.value for n in walk(value) if isinstance(n, cst.Name)}
         return bool(names & self._backward_names(loop))
+
+    def _of_the_loss(self, node: cst.Call, loop: cst.CSTNode) -> bool:
+        """`loss.cpu()`, `loss.data.cpu()`, `loss.detach().cpu()`: the back-propagated tensor."""
+        receiver = node.func.value if isinstance(node.func, cst.Attribute) else None
+        while isinstance(receiver, cst.Attribute | cst.Call):
+            if isinstance(receiver, cst.Call):
+                if method_name(receiver) != "detach":
+                    return False
+                receiver = receiver.func
+            elif receiver.attr.value in ("data", "detach"):
+                receiver = receiver.value
+            else:
+                return False
+        return isinstance(receiver, cst.Name) and receiver.value in self._backward_names(loop)
 
     def _step_loop(self, node: cst.Call) -> cst.CSTNode | None:
         """The innermost loop around `node` if it is a step loop (calls backward() itself, not

@@ -18,6 +18,12 @@ def _chooses_precision(text: str) -> bool:
     return any(flag in text for flag in _CHOSEN)
 
 
+def _trains_under_autocast(text: str) -> bool:
+    """A module of the project that trains under autocast (the trainer a driver hands its
+    model to: torch-ngp's `Trainer(..., fp16=opt.fp16)`)."""
+    return "autocast(" in text and (".backward(" in text or "zero_grad(" in text)
+
+
 class TF32Matmul(Rule):
     """
     ## What it does
@@ -44,8 +50,9 @@ class TF32Matmul(Rule):
     ## When not to
     - Determinism is requested (`cudnn.deterministic = True`,
       `use_deterministic_algorithms(True)`): such scripts usually want bit-exact fp32 numerics.
-    - The script already uses `autocast`: its forward matmuls run in fp16/bf16, TF32 touches
-      only the few fp32 ones left. Not flagged.
+    - The script already uses `autocast`, or the project's trainer it imports trains under
+      it: its forward matmuls run in fp16/bf16, TF32 touches only the few fp32 ones left. Not
+      flagged.
     - The file sets any of the precision flags, either way, or a module of the project it
       imports does (the setup code a driver calls). Not flagged.
     - A module with only definitions that another module of the project imports (a trainer
@@ -215,6 +222,7 @@ class TF32Matmul(Rule):
             or not program.is_entry_script  # the driver that imports this trainer says it
             or library_handles_precision(self)  # Accelerate's, Lightning's, the HF Trainer's
             or program.reaches_text_that_says(_chooses_precision)  # a setup() it calls
+            or program.reaches_text_that_says(_trains_under_autocast, own=False)
         ):
             return
         new = statement_line('torch.set_float32_matmul_precision("high")')

@@ -198,6 +198,28 @@ class ToDeviceNonBlocking(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # the device chosen in the project's config module (pytorch-book's `opt`)
+            """
+            from config import opt
+            from torch.utils.data import DataLoader
+
+            loader = DataLoader(dataset, batch_size=8, pin_memory=True)
+            for data, label in loader:
+                loss = criterion(model(data.to(opt.device)), label.to(opt.device))
+                loss.backward()
+            """,
+            line=6,
+            fixed="""
+            from config import opt
+            from torch.utils.data import DataLoader
+
+            loader = DataLoader(dataset, batch_size=8, pin_memory=True)
+            for data, label in loader:
+                loss = criterion(model(data.to(opt.device, non_blocking=True)), label.to(opt.device, non_blocking=True))
+                loss.backward()
+            """,
+            message_contains="non_blocking",
+        ),
         Invalid(  # the batch read on the host only now and then (to log it): still overlap
             """
             import torch

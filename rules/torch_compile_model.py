@@ -243,6 +243,20 @@ class TorchCompileModel(Rule):
                 opt_d.step()
             """
         ),
+        Valid(  # second-order MAML (learn2learn's default): adapt() differentiates twice
+            """
+            import learn2learn as l2l
+            import torch
+            model = Net().cuda()
+            maml = l2l.algorithms.MAML(model, lr=0.5)
+            opt = torch.optim.Adam(maml.parameters())
+            for batch in tasks:
+                learner = maml.clone()
+                learner.adapt(loss_fn(learner(batch.x), batch.y))
+                loss_fn(learner(batch.x), batch.y).backward()
+                opt.step()
+            """
+        ),
         Valid(  # R1 on predictions handed in by the caller: any model may be the one, silent
             """
             import torch
@@ -279,6 +293,57 @@ class TorchCompileModel(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # the model's own optimizer factory (pytorch-book's BasicModule.get_optimizer)
+            """
+            model = Net()
+            model.cuda()
+            optimizer = model.get_optimizer(0.1, 1e-4)
+            for x, y in loader:
+                optimizer.zero_grad()
+                criterion(model(x.cuda()), y.cuda()).backward()
+                optimizer.step()
+            """,
+            line=2,
+            fixed="""
+            model = Net()
+            model.cuda()
+            model.compile()
+            optimizer = model.get_optimizer(0.1, 1e-4)
+            for x, y in loader:
+                optimizer.zero_grad()
+                criterion(model(x.cuda()), y.cuda()).backward()
+                optimizer.step()
+            """,
+        ),
+        Invalid(  # first-order MAML differentiates once: compiled like any model
+            """
+            import learn2learn as l2l
+            import torch
+            model = Net().cuda()
+            maml = l2l.algorithms.MAML(model, lr=0.5, first_order=True)
+            opt = torch.optim.Adam(maml.parameters())
+            for batch in tasks:
+                learner = maml.clone()
+                learner.adapt(loss_fn(learner(batch.x), batch.y))
+                loss_fn(learner(batch.x), batch.y).backward()
+                opt.step()
+            """,
+            line=4,
+            fixed="""
+            import learn2learn as l2l
+            import torch
+            model = Net().cuda()
+            maml = l2l.algorithms.MAML(model, lr=0.5, first_order=True)
+            maml.compile()
+            opt = torch.optim.Adam(maml.parameters())
+            for batch in tasks:
+                learner = maml.clone()
+                learner.adapt(loss_fn(learner(batch.x), batch.y))
+                loss_fn(learner(batch.x), batch.y).backward()
+                opt.step()
+            """,
+            message_contains="maml.compile()",
+        ),
         Invalid(  # `model = model.train()` in the loop rebinds the same module: no swap
             """
             import torch

@@ -411,6 +411,248 @@ def test_a_solver_module_a_driver_imports_leaves_cudnn_benchmark_to_the_driver(
     assert _codes(tmp_path, "solver.py", "AO601") == []
 
 
+def test_a_solver_in_a_package_leaves_cudnn_benchmark_to_the_root_driver(tmp_path: Path) -> None:
+    """stargan-v2: core/solver.py trains, main.py at the root imports it (`from core.solver
+    import Solver`) and sets cudnn.benchmark; without the driver's line solver.py is told."""
+    solver = """
+    import torch
+    from torch import nn
+
+    class Solver:
+        def __init__(self, loader):
+            self.loader = loader
+            self.net = nn.Sequential(nn.Conv2d(3, 8, 3), nn.Flatten()).cuda()
+            self.optimizer = torch.optim.Adam(self.net.parameters())
+
+        def train(self):
+            for x, y in self.loader:
+                self.net(x.cuda()).sum().backward()
+                self.optimizer.step()
+    """
+    driver = """
+    from torch.backends import cudnn
+    from core.solver import Solver
+
+    def main(loader):
+        cudnn.benchmark = True
+        Solver(loader).train()
+
+    if __name__ == "__main__":
+        main(None)
+    """
+    files = {"core/__init__.py": "", "core/solver.py": solver, "main.py": driver}
+    _write(tmp_path, files)
+    assert _codes(tmp_path, "core/solver.py", "AO601") == []
+    _write(tmp_path, {**files, "main.py": driver.replace("cudnn.benchmark = True", "pass")})
+    assert _codes(tmp_path, "core/solver.py", "AO601") == ["AO601"]
+
+
+def test_cudnn_benchmark_set_by_a_setup_function_the_script_calls(tmp_path: Path) -> None:
+    """sam: train.py calls `initialize(args, seed=42)` from utility/initialize.py, which sets
+    cudnn.benchmark: nothing to report; a determinism branch in the script itself still is."""
+    setup = """
+    import torch
+
+    def initialize(args, seed):
+        torch.manual_seed(seed)
+        torch.backends.cudnn.benchmark = True
+    """
+    script = """
+    import torch
+    from torch import nn
+    from utility.initialize import initialize
+
+    initialize(None, seed=42)
+    device = torch.device("cuda")
+    model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.Flatten()).to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for x, y in loader:
+        model(x.to(device)).sum().backward()
+        optimizer.step()
+    """
+    files = {"utility/__init__.py": "", "utility/initialize.py": setup, "train.py": script}
+    _write(tmp_path, files)
+    assert _codes(tmp_path, "train.py", "AO601") == []
+    quiet_setup = setup.replace("torch.backends.cudnn.benchmark = True", "pass")
+    _write(tmp_path, {**files, "utility/initialize.py": quiet_setup})
+    assert _codes(tmp_path, "train.py", "AO601") == ["AO601"]
+
+
+TEXTCNN_MODEL = """
+import torch
+from torch import nn
+from utils import *
+
+class TextCNN(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Sequential(nn.Conv1d(8, 8, 3), nn.Flatten())
+
+    def add_optimizer(self, optimizer):
+        self.optimizer = optimizer
+
+    def run_epoch(self, train_iterator, val_iterator):
+        for i, batch in enumerate(train_iterator):
+            self.optimizer.zero_grad()
+            loss = self(batch.text.cuda()).sum()
+            loss.backward()
+            self.optimizer.step()
+            if i % 100 == 0:
+                print(evaluate_model(self, val_iterator))
+"""
+TEXTCNN_UTILS = """
+def evaluate_model(model, iterator):
+    scores = []
+    for batch in iterator:
+        scores.append(model(batch.text.cuda()).sum().item())
+    return sum(scores)
+"""
+TEXTCNN_DRIVER = """
+import torch
+from torch import optim
+from utils import *
+from model import *
+
+if __name__ == "__main__":
+    model = TextCNN()
+    if torch.cuda.is_available():
+        model.cuda()
+    optimizer = optim.SGD(model.parameters(), lr=0.1)
+    model.add_optimizer(optimizer)
+    for epoch in range(10):
+        model.run_epoch(train_iterator, val_iterator)
+"""
+
+
+def test_a_model_class_that_trains_itself_behind_a_star_import(tmp_path: Path) -> None:
+    """TextCNN: `from model import *` brings the class whose `run_epoch` holds the loop. The
+    driver is told what belongs to the program's start (compile, TF32, the fused step, cuDNN's
+    autotuning); model.py is not told cuDNN's flag again, nor about the periodic evaluation
+    whose loop (utils.evaluate_model) is told where it is written."""
+    _write(
+        tmp_path,
+        {"model.py": TEXTCNN_MODEL, "utils.py": TEXTCNN_UTILS, "train.py": TEXTCNN_DRIVER},
+    )
+    assert set(_codes(tmp_path, "train.py", "AO301", "AO601", "AO602", "AO605")) == {
+        "AO301",
+        "AO601",
+        "AO602",
+        "AO605",
+    }
+    assert _codes(tmp_path, "model.py", "AO601", "AO403") == []
+    assert _codes(tmp_path, "utils.py", "AO403") == ["AO403"]
+    # a driver that does not build the class itself leaves cuDNN's flag to model.py
+    _write(tmp_path, {"train.py": TEXTCNN_DRIVER.replace("TextCNN()", "build()")})
+    assert _codes(tmp_path, "model.py", "AO601") == ["AO601"]
+
+
+def test_tf32_left_alone_when_the_trainer_the_driver_imports_runs_autocast(
+    tmp_path: Path,
+) -> None:
+    """torch-ngp: main_nerf.py hands its model to `Trainer(..., fp16=opt.fp16)` (a star
+    import of nerf/utils.py), whose steps run under autocast: no TF32 advice for the driver;
+    the same trainer without autocast gets it."""
+    trainer = """
+    import torch
+
+    class Trainer:
+        def __init__(self, model, optimizer, fp16):
+            self.model, self.optimizer, self.fp16 = model.cuda(), optimizer, fp16
+
+        def train(self, loader):
+            for x in loader:
+                self.optimizer.zero_grad()
+                with torch.cuda.amp.autocast(enabled=self.fp16):
+                    loss = self.model(x.cuda()).sum()
+                loss.backward()
+                self.optimizer.step()
+    """
+    driver = """
+    import torch
+    from nerf.utils import *
+
+    if __name__ == "__main__":
+        model = torch.nn.Linear(8, 8)
+        optimizer = torch.optim.Adam(model.parameters())
+        Trainer(model, optimizer, fp16=True).train(loader)
+    """
+    files = {"nerf/__init__.py": "", "nerf/utils.py": trainer, "main_nerf.py": driver}
+    _write(tmp_path, files)
+    assert _codes(tmp_path, "main_nerf.py", "AO602") == []
+    plain = trainer.replace("with torch.cuda.amp.autocast(enabled=self.fp16):", "if True:")
+    _write(tmp_path, {**files, "nerf/utils.py": plain})
+    assert _codes(tmp_path, "main_nerf.py", "AO602") == ["AO602"]
+
+
+def test_cuda_calls_of_a_trainer_module_a_cuda_only_driver_runs(tmp_path: Path) -> None:
+    """HRNet: lib/core/function.py moves batches with `.cuda()`; tools/train.py, which imports
+    it, pins its rank with set_device and nccl: CUDA-only by design, nothing to report; a
+    driver with a CPU path leaves the trainer's `.cuda()` reported."""
+    function = """
+    def train(model, loader, optimizer):
+        for images, labels in loader:
+            loss = model(images.cuda()).sum()
+            loss.backward()
+            optimizer.step()
+    """
+    driver = """
+    import torch
+    import torch.distributed as dist
+    from core.function import train
+
+    if __name__ == "__main__":
+        dist.init_process_group("nccl")
+        torch.cuda.set_device(0)
+        train(model, loader, optimizer)
+    """
+    files = {"core/__init__.py": "", "core/function.py": function, "train.py": driver}
+    _write(tmp_path, files)
+    assert _codes(tmp_path, "core/function.py", "AO603") == []
+    portable = driver.replace('dist.init_process_group("nccl")', "pass").replace(
+        "torch.cuda.set_device(0)", 'device = "cpu"'
+    )
+    _write(tmp_path, {**files, "train.py": portable})
+    assert _codes(tmp_path, "core/function.py", "AO603") == ["AO603"]
+
+
+def test_a_model_picked_by_name_from_a_package_of_conv_nets(tmp_path: Path) -> None:
+    """pytorch-book: `model = getattr(models, opt.model)()` over a package whose `__init__`
+    re-exports its networks (`from .resnet34 import ResNet34`): convolutional, so cuDNN's
+    flag and channels-last are told; a package of MLPs is not."""
+    resnet = """
+    from torch import nn
+
+    class ResNet34(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv2d(3, 64, 7)
+            self.fc = nn.Linear(64, 2)
+    """
+    driver = """
+    import torch
+    import models
+
+    device = torch.device("cuda")
+    model = getattr(models, "ResNet34")()
+    model.to(device)
+    optimizer = torch.optim.Adam(model.parameters())
+    for x, y in loader:
+        optimizer.zero_grad()
+        model(x.to(device)).sum().backward()
+        optimizer.step()
+    """
+    files = {
+        "models/__init__.py": "from .resnet34 import ResNet34\n",
+        "models/resnet34.py": resnet,
+        "main.py": driver,
+    }
+    _write(tmp_path, files)
+    assert _codes(tmp_path, "main.py", "AO601", "AO606") == ["AO601", "AO606"]
+    mlp = resnet.replace("nn.Conv2d(3, 64, 7)", "nn.Linear(3, 64)")
+    _write(tmp_path, {**files, "models/resnet34.py": mlp})
+    assert _codes(tmp_path, "main.py", "AO601", "AO606") == []
+
+
 def test_compile_behind_the_device_the_script_picks(tmp_path: Path) -> None:
     """A CPU fallback keeps running eagerly: the safe fix compiles only on CUDA."""
     _write(tmp_path, {"engine.py": ENGINE, "train.py": DRIVER})

@@ -52,7 +52,21 @@ class ConvModel(NamedTuple):
 def builds_convolution(rule: Rule, call: cst.Call) -> bool:
     """`nn.Conv1d/2d/3d(...)` (transposed too), `F.conv2d(...)`, `torchvision.models.resnet50()`,
     or a convolutional model of the project (`Net()` after `from models import Net`)."""
-    return is_conv_call(rule, call) or is_conv_zoo_model(rule, call) or _project_conv(rule, call)
+    return (
+        is_conv_call(rule, call)
+        or is_conv_zoo_model(rule, call)
+        or _project_conv(rule, call)
+        or _project_table_conv(rule, call)
+    )
+
+
+def _project_table_conv(rule: Rule, call: cst.Call) -> bool:
+    """`getattr(models, opt.model)()` / `models.__dict__[arch]()` over a module of the
+    project whose definitions are convolutional networks."""
+    if not isinstance(call.func, cst.Call | cst.Subscript):
+        return False
+    table = module_table_definition(rule, call.func)
+    return table is not None and table.conv
 
 
 def _project_conv(rule: Rule, call: cst.Call) -> bool:
@@ -158,12 +172,13 @@ def _wrapped_conv_model(
 
 
 def _conv_table(rule: Rule, func: cst.BaseExpression) -> str | None:
-    """`models.__dict__[arch]` of torchvision ("fit"), or of a module of the project whose
+    """`models.__dict__[arch]` of torchvision ("fit"), or of (or `getattr(models, arch)` over) a
+    module of the project whose
     definitions are 2-D convolutional networks by weight ("fit", or "flattens")."""
-    if not isinstance(func, cst.Subscript):
+    if not isinstance(func, cst.Subscript | cst.Call):
         return None
-    if is_conv_zoo_model(rule, cst.Call(func=func)):  # torchvision's table: no metadata needed
-        return "fit"
+    if isinstance(func, cst.Subscript) and is_conv_zoo_model(rule, cst.Call(func=func)):
+        return "fit"  # torchvision's table: no metadata needed
     table = module_table_definition(rule, func)
     if table is None or not table.conv2d:
         return None

@@ -112,8 +112,29 @@ def device_facts(module: cst.Module, parent: Parent) -> DeviceFacts:
                     tensor_types.add(target.target.value)
     if not why and params and not cpu_only_binding:
         why = "a device passed in by the caller"
+    if not why and not cpu_only_binding and _imported_config_device(module):
+        why = "a device from an imported config"
     no_device = not why and (not device_named or cpu_only_binding is True)
     return DeviceFacts(bool(why), why, frozenset(tensor_types), no_device)
+
+
+def _imported_config_device(module: cst.Module) -> bool:
+    """`from config import opt` and then `opt.device` read: a device chosen in a config module
+    (pytorch-book's `opt.device = t.device('cuda') if opt.use_gpu else ...`)."""
+    imported = {
+        (alias.asname.name if alias.asname else alias.name).value  # type: ignore[union-attr]
+        for stmt in module.body
+        if isinstance(stmt, cst.SimpleStatementLine)
+        for small in stmt.body
+        if isinstance(small, cst.ImportFrom) and not isinstance(small.names, cst.ImportStar)
+        for alias in small.names
+        if isinstance(alias.asname.name if alias.asname else alias.name, cst.Name)
+    }
+    return bool(imported) and any(
+        isinstance(node.value, cst.Name) and node.value.value in imported
+        for node in nodes_of_type(module, cst.Attribute)
+        if node.attr.value == "device"
+    )
 
 
 # Text of a script that runs where a launcher or a library puts it (detectron2's `launch`,

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import libcst as cst
+import libcst.matchers as m
 
 from autoopt.lint.program.index import file_tree, parse_tree
 from autoopt.lint.program.project_files import record_read, resolve_module
@@ -480,17 +481,25 @@ def local_definition(rule: Rule, name: str) -> LocalDefinition | None:
 
 
 def module_table_definition(rule: Rule, func: cst.BaseExpression) -> LocalDefinition | None:
-    """What `resnet.__dict__[args.arch]` builds when `resnet` is a module of the project the
+    """What `resnet.__dict__[args.arch]` (or `getattr(resnet, args.arch)`) builds when `resnet` is a module of the project the
     linted file imports (`import resnet`, `from models import resnet`): its definitions weighed
     together (vicreg's backbone). None for anything else."""
-    if not (
+    if (
+        isinstance(func, cst.Call)
+        and m.matches(func.func, m.Name("getattr"))
+        and len(func.args) == 2
+        and isinstance(func.args[0].value, cst.Name)
+    ):
+        alias = func.args[0].value.value  # `getattr(models, opt.model)` (pytorch-book)
+    elif (
         isinstance(func, cst.Subscript)
         and isinstance(func.value, cst.Attribute)
         and func.value.attr.value == "__dict__"
         and isinstance(func.value.value, cst.Name)
     ):
+        alias = func.value.value.value
+    else:
         return None
-    alias = func.value.value.value
     module: tuple[str, int] | None = None
     for _, imported in top_level_imports(rule.context.module):
         bound = imported.asname.name if imported.asname is not None else None
@@ -502,7 +511,27 @@ def module_table_definition(rule: Rule, func: cst.BaseExpression) -> LocalDefini
         module = (f"{source}.{original}" if source else original, level)
     path = resolve_module(rule.context.path, *module) if module is not None else None
     summary = load(path) if path is not None else None
-    return _describe(alias, summary, _WHOLE_MODULE) if summary is not None else None
+    if summary is None:
+        return None
+    if path is not None and not summary.classes and not summary.functions and summary.imports:
+        return _re_exports(alias, path, summary)
+    return _describe(alias, summary, _WHOLE_MODULE)
+
+
+def _re_exports(alias: str, path: Path, summary: ModuleSummary) -> LocalDefinition | None:
+    """A package whose `__init__` only re-exports its models (`from .resnet34 import
+    ResNet34`): what they are, weighed together."""
+    hits = [(name, _definition(path, name)) for name in summary.imports]
+    described = [_describe(name, *hit) for name, hit in hits if hit is not None]
+    if not described:
+        return None
+    return LocalDefinition(
+        alias,
+        conv=any(d.conv for d in described),
+        conv2d=all(d.conv2d for d in described),
+        views=any(d.views for d in described),
+        optimizer=False,
+    )
 
 
 def definition_at(path: Path, name: str) -> LocalDefinition | None:

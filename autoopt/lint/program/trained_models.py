@@ -14,7 +14,7 @@ from __future__ import annotations
 import libcst as cst
 
 from autoopt.lint.engine.rule import Rule
-from autoopt.lint.program.library import OPTIMIZER_CLASSES
+from autoopt.lint.program.library import OPTIMIZER_CLASSES, OPTIMIZER_FACTORIES
 from autoopt.lint.program.project_facts import local_definition
 from autoopt.lint.tree.calls import arg
 from autoopt.lint.tree.nodes import (
@@ -51,6 +51,9 @@ def _optimized_models(rule: Rule) -> list[tuple[cst.Call, str]]:
             if isinstance(n.func.value, cst.Name):
                 found.append((n, n.func.value.value))
             continue
+        if _model_builds_its_optimizer(rule, n, stepped):
+            found.append((n, n.func.value.value))  # type: ignore[attr-defined]
+            continue
         # `build_optimizer(config, model)`: a builder of the project says which argument it
         # reads the parameters of
         model = _handed_to_optimizer_builder(rule, n)
@@ -60,6 +63,32 @@ def _optimized_models(rule: Rule) -> list[tuple[cst.Call, str]]:
             owners = _parameters_owners(rule, n, params.value) or _handed_model(rule, n, params)
         found.extend((n, owner) for owner in owners)
     return found
+
+
+def _model_builds_its_optimizer(rule: Rule, call: cst.Call, stepped: set[str]) -> bool:
+    """`optimizer = model.get_optimizer(lr, wd)` (pytorch-book's BasicModule): a factory method
+    of an object the file runs or places as a model, whose result the file steps."""
+    if method_name(call) not in OPTIMIZER_FACTORIES or not isinstance(call.func, cst.Attribute):
+        return False
+    owner = call.func.value
+    holder = rule.parent(call)
+    if not (
+        isinstance(owner, cst.Name)
+        and isinstance(holder, cst.Assign)
+        and len(holder.targets) == 1
+        and dotted(holder.targets[0].target) in stepped
+    ):
+        return False
+    return any(  # `model(x)`, `model.to(device)`, `model.cuda()`, `model.train()`
+        (isinstance(c.func, cst.Name) and c.func.value == owner.value)
+        or (
+            isinstance(c.func, cst.Attribute)
+            and c.func.attr.value in ("to", "cuda", "train")
+            and isinstance(c.func.value, cst.Name)
+            and c.func.value.value == owner.value
+        )
+        for c in nodes_of_type(rule.context.module, cst.Call)
+    )
 
 
 def _builds_optimizer(rule: Rule, call: cst.Call, stepped: set[str]) -> bool:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -35,6 +35,7 @@ from autoopt.lint.program.library import (
 )
 from autoopt.lint.program.project_files import (
     project_stamp,
+    resolve_module,
 )
 from autoopt.lint.program.project_text import (
     imported_paths,
@@ -100,10 +101,16 @@ class ProgramView:
     def _path(self) -> Path:
         return Path(os.path.abspath(self.path))
 
-    def reaches_text_that_says(self, says: Callable[[str], bool]) -> bool:
-        """`says` holds for this file's text or that of a project module it imports, two deep
-        (`neuralop.training.setup(config)` setting TF32 for the driver)."""
-        return reached_text_says(self._path, self.facts.source, says)
+    def reaches_text_that_says(self, says: Callable[[str], bool], *, own: bool = True) -> bool:
+        """`says` holds for this file's text (unless `own` is false) or that of a project
+        module it imports, two deep (`neuralop.training.setup(config)` setting TF32 for the
+        driver)."""
+        return reached_text_says(self._path, self.facts.source, says, own=own)
+
+    def importer_text_says(self, says: Callable[[str], bool]) -> bool:
+        """`says` holds for the text of a project module that imports this one (the driver
+        that sets cuDNN's flag before it builds the Solver this module defines)."""
+        return any(says(read_text(importer)) for importer in self._importers_through_packages)
 
     @functools.cached_property
     def serves_cuda_training(self) -> bool:
@@ -151,7 +158,9 @@ class ProgramView:
         is handed is built there (the model a `train(model, ...)` receives is the caller's)."""
         name = func.name.value
         own = (name, f"self.{name}")
-        importers: Iterable[Path] = importers_of(self._path)
+        # also through a package's `__init__` that re-exports it (`from seq2seq.trainer import
+        # SupervisedTrainer`, then `t.train(model, ...)`)
+        importers = self._importers_through_packages
         if name == "__init__":  # a constructor runs when its class is called: `PPO(policy)`
             owner = next(
                 (a for a in self.facts.ancestors(func) if isinstance(a, cst.ClassDef)), None
@@ -160,7 +169,6 @@ class ProgramView:
                 return False
             name = owner.name.value
             own = (name,)
-            importers = self._importers_through_packages  # `algo.PPO(...)` via algo/__init__
         if any(dotted(c.func) in own for c in calls_in(self.facts.module)):
             return True
         return any(f"{name}(" in read_text(m) for m in importers)
@@ -502,15 +510,17 @@ def reached_text_uses_cuda(path: Path, text: str, depth: int = 2) -> bool:
     return reached_text_says(path, text, text_uses_cuda, depth)
 
 
-def reached_text_says(path: Path, text: str, says: Callable[[str], bool], depth: int = 2) -> bool:
-    """`says` holds for the file's text or that of a project module it imports (`depth`
-    imports deep): a setting made by the setup code a driver calls."""
+def reached_text_says(
+    path: Path, text: str, says: Callable[[str], bool], depth: int = 2, *, own: bool = True
+) -> bool:
+    """`says` holds for the file's text (unless `own` is false) or that of a project module
+    it imports (`depth` imports deep): a setting made by the setup code a driver calls."""
     seen = {path}
     frontier = [(path, text)]
     for _ in range(depth + 1):
         later = []
         for current, current_text in frontier:
-            if says(current_text):
+            if (own or current != path) and says(current_text):
                 return True
             for imported in imported_paths(current, current_text):
                 if imported not in seen:
@@ -550,6 +560,13 @@ def training_heads(index: ModuleIndex) -> tuple[set[str], set[str]]:
     heads = {
         name for name in (*index.imports, *index.module_aliases) if imports_training(index, name)
     }
+    for module, level in index.star_imports:  # `from model import *`: what that module defines
+        target = resolve_module(index.path, module, level)
+        if target is None or not text_trains(Path(os.path.abspath(target)), 2):
+            continue
+        found = program().module(target)
+        if found is not None:
+            heads.update(n for n in (*found.functions, *found.classes) if n.isidentifier())
     for func in index.functions.values():  # `trainer = Trainer(...)`: `trainer.fit()`
         for name, values in func.assigns.items():
             if any(v.kind == "call" and v.dotted[0] in heads for v in values):

@@ -24,6 +24,14 @@ from autoopt.lint.tree.calls import arg
 from autoopt.lint.tree.nodes import assignments, dotted, is_name, names_in, nodes_of_type
 
 _AUTOGRAD_GRAD = ("torch.autograd.grad",)
+# Second-order meta-learning wrappers: their `adapt()` differentiates through the inner step
+# unless `first_order=True` (learn2learn's default is second order).
+_META_LEARNERS = (
+    "learn2learn.algorithms.MAML",
+    "learn2learn.algorithms.MetaSGD",
+    "learn2learn.algorithms.maml.MAML",
+    "learn2learn.algorithms.meta_sgd.MetaSGD",
+)
 # Wrappers a loop's iterable goes through that yield the loader's own batches.
 _PASS_THROUGH = frozenset({"enumerate", "tqdm", "iter", "zip"})
 _DEFAULT_COLLATE = (
@@ -42,6 +50,8 @@ def double_backward(rule: Rule) -> str | None:
         return None
     if any(rule.refers_to(call.func, *_AUTOGRAD_GRAD) for call in sites):
         return "double backward (torch.autograd.grad, e.g. a gradient penalty)"
+    if any(_second_order_learner(rule, call) for call in sites):
+        return "double backward (second-order MAML: learn2learn's adapt() without first_order)"
     return "double backward (create_graph=True)"
 
 
@@ -51,7 +61,9 @@ def double_backward_sites(rule: Rule) -> list[cst.Call]:
     return [
         call
         for call in nodes_of_type(rule.context.module, cst.Call)
-        if rule.refers_to(call.func, *_AUTOGRAD_GRAD) or _creates_graph(call)
+        if rule.refers_to(call.func, *_AUTOGRAD_GRAD)
+        or _creates_graph(call)
+        or _second_order_learner(rule, call)
     ]
 
 
@@ -61,6 +73,7 @@ def double_backward_only_behind_flags(rule: Rule) -> bool:
     sites = double_backward_sites(rule)
     return bool(sites) and not any(
         rule.refers_to(call.func, *_AUTOGRAD_GRAD)
+        or _second_order_learner(rule, call)
         or any(
             a.keyword is not None
             and a.keyword.value == "create_graph"
@@ -69,6 +82,14 @@ def double_backward_only_behind_flags(rule: Rule) -> bool:
         )
         for call in sites
     )
+
+
+def _second_order_learner(rule: Rule, call: cst.Call) -> bool:
+    """`l2l.algorithms.MAML(model, lr=...)` (first_order False by default)."""
+    if not rule.refers_to(call.func, *_META_LEARNERS):
+        return False
+    first_order = arg(call, "first_order", 2)
+    return first_order is None or not m.matches(first_order.value, m.Name("True"))
 
 
 def _creates_graph(call: cst.Call) -> bool:
@@ -99,7 +120,14 @@ def twice_differentiated_models(rule: Rule) -> set[str] | None:
 def _models_behind(rule: Rule, site: cst.Call) -> set[str] | None:
     """The callees whose outputs are the differentiated outputs of `site`, traced back through
     the assignments of its function and stopping at the first call of a module (None when they
-    cannot all be named)."""
+    cannot all be named). A meta-learning wrapper: the model it wraps and the wrapper."""
+    if _second_order_learner(rule, site):
+        wrapped = arg(site, "model", 0)
+        names = {dotted(wrapped.value)} if wrapped is not None else set()
+        parent = rule.parent(site)
+        if isinstance(parent, cst.Assign):
+            names |= {dotted(t.target) for t in parent.targets}
+        return {n for n in names if n is not None} or None
     if isinstance(site.func, cst.Attribute) and site.func.attr.value == "backward":
         outputs: cst.BaseExpression | None = site.func.value
     else:
