@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import libcst as cst
@@ -18,8 +19,13 @@ from autoopt.lint.tree.nodes import is_true, nodes_of_type
 _BENCHMARK = "torch.backends.cudnn.benchmark"
 
 
+_TURNS_BENCHMARK_ON = re.compile(r"cudnn\.benchmark\s*=\s*True\b")
+
+
 def _sets_benchmark(text: str) -> bool:
-    return "cudnn.benchmark" in text
+    """The text turns cuDNN's autotuning on (a seed helper that turns it off when asked for
+    determinism leaves the default run without it: still told)."""
+    return _TURNS_BENCHMARK_ON.search(text) is not None
 
 
 _DETERMINISTIC = "torch.backends.cudnn.deterministic"

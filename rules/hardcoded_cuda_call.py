@@ -21,6 +21,9 @@ _CUDA_ONLY_MARKERS = (
     "pycuda",
     "triton",
 )
+# The same, said by a driver about the modules it runs: a `set_device` alone may sit behind the
+# driver's own `if args.cuda:` (cnn-text-classification), nccl and DDP's device ids do not.
+_DRIVER_CUDA_ONLY_MARKERS = ("nccl", "device_ids=[", "import apex", "from apex")
 # A script that can run on the CPU says so somewhere: a "cpu" device or an availability test.
 _CPU_PATH = re.compile(r"""["']cpu|is_available\(|no[-_]cuda|use_cuda""")
 _CUDA_INDEX = re.compile(r"^cuda:(\d+)$")
@@ -204,10 +207,10 @@ class HardcodedCudaCall(Rule):
     def _driven_by_cuda_only_script(self) -> bool:
         """A module without a CPU path of its own that a CUDA-only script imports (HRNet's
         lib/core/function.py, run by tools/train.py with `set_device` and nccl)."""
-        return not _CPU_PATH.search(
-            self.context.source
-        ) and self.context.program.importer_text_says(
-            lambda text: any(marker in text for marker in _CUDA_ONLY_MARKERS)
+        if _CPU_PATH.search(self.context.source):
+            return False
+        return self.context.program.importer_text_says(
+            lambda text: any(marker in text for marker in _DRIVER_CUDA_ONLY_MARKERS)
         )
 
     def visit_Call(self, node: cst.Call) -> None:

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import ast
+
 import libcst as cst
 
 from autoopt.lint.engine.rule import Fix, FixSafety, Invalid, Rule, Valid
 from autoopt.lint.program.device import GPU_MARKERS
 from autoopt.lint.program.handled import library_handles_precision
+from autoopt.lint.program.index import parse_tree
 from autoopt.lint.program.torch_api import torch_imports
 from autoopt.lint.tree.edits import insert_after_imports, statement_line
 
@@ -19,9 +22,40 @@ def _chooses_precision(text: str) -> bool:
 
 
 def _trains_under_autocast(text: str) -> bool:
-    """A module of the project that trains under autocast (the trainer a driver hands its
-    model to: torch-ngp's `Trainer(..., fp16=opt.fp16)`)."""
-    return "autocast(" in text and (".backward(" in text or "zero_grad(" in text)
+    """A module of the project that trains under autocast whatever its flags say (the trainer a
+    driver hands its model to runs `with autocast():` outside any `if`, without `enabled=`):
+    its precision is chosen. Autocast behind a switch (`if use_amp:`, `enabled=self.fp16`)
+    leaves the default run in fp32, where TF32 still pays."""
+    if "autocast(" not in text or (".backward(" not in text and "zero_grad(" not in text):
+        return False
+    tree = parse_tree(text)
+    return tree is not None and _unconditional_autocast(tree.body)
+
+
+def _unconditional_autocast(body: list[ast.stmt]) -> bool:
+    for stmt in body:
+        if isinstance(stmt, ast.With | ast.AsyncWith) and any(
+            _always_autocast(item.context_expr) for item in stmt.items
+        ):
+            return True
+        if isinstance(stmt, ast.If | ast.Match):
+            continue  # a branch: taken on some runs only
+        for field in ("body", "orelse", "finalbody"):
+            inner = getattr(stmt, field, None)
+            if isinstance(inner, list) and inner and _unconditional_autocast(inner):
+                return True
+    return False
+
+
+def _always_autocast(expr: ast.expr) -> bool:
+    if not isinstance(expr, ast.Call):
+        return False
+    func = expr.func
+    name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+    enabled = next((k.value for k in expr.keywords if k.arg == "enabled"), None)
+    return name == "autocast" and (
+        enabled is None or (isinstance(enabled, ast.Constant) and enabled.value is True)
+    )
 
 
 class TF32Matmul(Rule):

@@ -549,9 +549,10 @@ def test_a_model_class_that_trains_itself_behind_a_star_import(tmp_path: Path) -
 def test_tf32_left_alone_when_the_trainer_the_driver_imports_runs_autocast(
     tmp_path: Path,
 ) -> None:
-    """torch-ngp: main_nerf.py hands its model to `Trainer(..., fp16=opt.fp16)` (a star
-    import of nerf/utils.py), whose steps run under autocast: no TF32 advice for the driver;
-    the same trainer without autocast gets it."""
+    """A driver hands its model to a Trainer (a star import of nerf/utils.py) whose steps
+    always run under autocast: no TF32 advice for the driver; the same trainer with autocast
+    behind a switch (torch-ngp's `enabled=self.fp16`, ConvNeXt's `if use_amp:`) leaves the
+    default run in fp32, and without autocast at all too: the driver is told."""
     trainer = """
     import torch
 
@@ -562,7 +563,7 @@ def test_tf32_left_alone_when_the_trainer_the_driver_imports_runs_autocast(
         def train(self, loader):
             for x in loader:
                 self.optimizer.zero_grad()
-                with torch.cuda.amp.autocast(enabled=self.fp16):
+                with torch.cuda.amp.autocast():
                     loss = self.model(x.cuda()).sum()
                 loss.backward()
                 self.optimizer.step()
@@ -579,9 +580,17 @@ def test_tf32_left_alone_when_the_trainer_the_driver_imports_runs_autocast(
     files = {"nerf/__init__.py": "", "nerf/utils.py": trainer, "main_nerf.py": driver}
     _write(tmp_path, files)
     assert _codes(tmp_path, "main_nerf.py", "AO602") == []
-    plain = trainer.replace("with torch.cuda.amp.autocast(enabled=self.fp16):", "if True:")
-    _write(tmp_path, {**files, "nerf/utils.py": plain})
-    assert _codes(tmp_path, "main_nerf.py", "AO602") == ["AO602"]
+    switched = {
+        "enabled=self.fp16": "with torch.cuda.amp.autocast(enabled=self.fp16):",
+        "if self.fp16": "if self.fp16:\n                  with torch.cuda.amp.autocast():",
+        "none": "if True:",
+    }
+    for how, line in switched.items():
+        text = trainer.replace("with torch.cuda.amp.autocast():", line)
+        if how == "if self.fp16":  # the body one level deeper
+            text = text.replace("    loss = self.model", "      loss = self.model")
+        _write(tmp_path, {**files, "nerf/utils.py": text})
+        assert _codes(tmp_path, "main_nerf.py", "AO602") == ["AO602"], how
 
 
 def test_cuda_calls_of_a_trainer_module_a_cuda_only_driver_runs(tmp_path: Path) -> None:
@@ -612,6 +621,12 @@ def test_cuda_calls_of_a_trainer_module_a_cuda_only_driver_runs(tmp_path: Path) 
         "torch.cuda.set_device(0)", 'device = "cpu"'
     )
     _write(tmp_path, {**files, "train.py": portable})
+    assert _codes(tmp_path, "core/function.py", "AO603") == ["AO603"]
+    # a `set_device` behind the driver's own flag (cnn-text-classification): not CUDA-only
+    flagged = driver.replace('dist.init_process_group("nccl")', "pass").replace(
+        "torch.cuda.set_device(0)", "if args.cuda:\n            torch.cuda.set_device(0)"
+    )
+    _write(tmp_path, {**files, "train.py": flagged})
     assert _codes(tmp_path, "core/function.py", "AO603") == ["AO603"]
 
 
