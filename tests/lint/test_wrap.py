@@ -200,6 +200,21 @@ def test_loader_passed_as_parameter_and_self_attributes() -> None:
             """,
             "Lightning",
         ),
+        (  # learn2learn's MAML: per-task clones adapted through differentiable steps
+            """
+            import learn2learn as l2l
+            import torch
+            model = Net().cuda()
+            maml = l2l.algorithms.MAML(model, lr=0.5)
+            opt = torch.optim.Adam(maml.parameters())
+            for batch in tasks:
+                learner = maml.clone()
+                learner.adapt(loss_fn(learner(batch.x), batch.y))
+                loss_fn(learner(batch.x), batch.y).backward()
+                opt.step()
+            """,
+            "l2l.algorithms.MAML",
+        ),
     ],
 )
 def test_declines_with_a_reason(code: str, reason: str) -> None:

@@ -732,3 +732,111 @@ def test_a_factory_that_places_the_model_on_a_device_of_its_own() -> None:
         "model, loader, optim = autoopt.optimize(model, loader, optim, "
         'device="cuda:0" if torch.cuda.is_available() and options.cuda else "cpu")'
     ]
+
+
+def test_a_model_class_brought_by_a_star_import_trains_itself(tmp_path) -> None:
+    """TextCNN: `from model import *` brings the class whose `run_epoch` holds the loop; the
+    optimizer is handed to `model.add_optimizer(...)`: the call goes before that hand-over."""
+    (tmp_path / "model.py").write_text(
+        textwrap.dedent(
+            """
+            import torch
+            from torch import nn
+
+            class TextCNN(nn.Module):
+                def add_optimizer(self, optimizer):
+                    self.optimizer = optimizer
+
+                def run_epoch(self, iterator):
+                    for batch in iterator:
+                        self.optimizer.zero_grad()
+                        self(batch.text).sum().backward()
+                        self.optimizer.step()
+            """
+        )
+    )
+    code = textwrap.dedent(
+        """
+        import torch
+        from model import *
+
+        model = TextCNN()
+        model.cuda()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        model.add_optimizer(optimizer)
+        for epoch in range(10):
+            model.run_epoch(dataset.train_iterator)
+        """
+    ).lstrip("\n")
+    result = wrap_source(code, path=tmp_path / "train.py")
+    assert not result.declined, result.message
+    assert list(result.inserted) == [
+        'model, optimizer = autoopt.optimize(model, optimizer=optimizer, device="cuda")'
+    ]
+    lines = result.source.splitlines()
+    assert lines.index("model.add_optimizer(optimizer)") > lines.index(
+        'model, optimizer = autoopt.optimize(model, optimizer=optimizer, device="cuda")'
+    )
+
+
+def test_parameter_lists_a_model_holds_feed_the_optimizer() -> None:
+    """GCNII: `optim.Adam([dict(params=model.params1, ...), dict(params=model.params2, ...)])`."""
+    assert calls(
+        """
+        import torch
+        device = torch.device("cuda")
+        model = GCNII(nfeat=8).to(device)
+        optimizer = torch.optim.Adam(
+            [dict(params=model.params1, weight_decay=0.01), dict(params=model.params2)], lr=0.01
+        )
+        for epoch in range(100):
+            optimizer.zero_grad()
+            model(features).sum().backward()
+            optimizer.step()
+        """
+    ) == ["model, optimizer = autoopt.optimize(model, optimizer=optimizer, device=device)"]
+
+
+def test_an_optimizer_the_model_builds_itself() -> None:
+    """pytorch-book: `optimizer = model.get_optimizer(lr, weight_decay)` (BasicModule)."""
+    assert calls(
+        """
+        import torch
+        device = torch.device("cuda")
+        model = Net()
+        model.to(device)
+        optimizer = model.get_optimizer(0.1, 1e-4)
+        for x in loader:
+            optimizer.zero_grad()
+            model(x.to(device)).sum().backward()
+            optimizer.step()
+        """
+    ) == ["model, loader, optimizer = autoopt.optimize(model, loader, optimizer, device=device)"]
+
+
+def test_an_iterator_taken_only_to_look_at_a_batch_leaves_the_loader_to_the_call() -> None:
+    """pytorchTutorial: `dataiter = iter(train_loader)` shows a few images before training;
+    nothing reads it afterwards, so the loader goes to optimize() too. An iterator the
+    training reads keeps the call without the loader."""
+    code = """
+    import torch
+    device = torch.device("cuda")
+    train_loader = torch.utils.data.DataLoader(train_dataset, batch_size=4)
+    dataiter = iter(train_loader)
+    images, labels = next(dataiter)
+    model = ConvNet().to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    for epoch in range(2):
+        for images, labels in train_loader:
+            optimizer.zero_grad()
+            model(images.to(device)).sum().backward()
+            optimizer.step()
+    """
+    assert calls(code) == [
+        "model, train_loader, optimizer = autoopt.optimize(model, train_loader, optimizer, "
+        "device=device)"
+    ]
+    reread = code.replace("optimizer.step()", "optimizer.step()\n            next(dataiter)")
+    assert calls(reread) == [
+        "model, optimizer = autoopt.optimize(model, optimizer=optimizer, device=device)"
+    ]

@@ -163,7 +163,27 @@ def loader_intact(code: CodeBase, home: Func, plan: Plan) -> bool:
     assert loader is not None
     if not defined(code, home, loader, plan.anchor):
         return False
-    return not captures(home, loader, plan.anchor)
+    # `dataiter = iter(train_loader)` to show a few images before training: a capture the
+    # training never reads again leaves nothing iterating the original
+    return not any(
+        _read_from(home, target, plan.anchor) for target, _ in captures(home, loader, plan.anchor)
+    )
+
+
+def _read_from(home: Func, target: str, anchor: cst.CSTNode) -> bool:
+    """`target` (a plain name) is read at or after `anchor` in `home`'s file, or by another
+    function (which may run later); an attribute (`self.looper`) may be read by any method:
+    always True."""
+    if not target.isidentifier():
+        return True
+    file = home.file
+    return any(
+        isinstance(node, cst.Name)
+        and node.value == target
+        and file.reads(node)
+        and (not file.before(node, anchor) or file.scope_of(node) is not home.node)
+        for node in file.nodes
+    )
 
 
 def called_in(trainers: list[Func], target: str) -> bool:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
+from autoopt.lint.program.library import OPTIMIZER_FACTORIES
 from autoopt.lint.tree.nodes import code_of
 from autoopt.lint.wrap import decline
 from autoopt.lint.wrap.call import Pair
@@ -107,12 +108,15 @@ def _models(home: Func, value: cst.BaseExpression | None, depth: int) -> tuple[s
     roots: set[str] = set()
     factories: set[str] = set()
     for node in [value, *home.file.inside(value)]:
+        if _parameter_list(home, node):  # `dict(params=model.params1, ...)` (GCNII)
+            roots.add(code_of(node.value))  # type: ignore[attr-defined]
         if not isinstance(node, cst.Call):
             continue
         func = node.func
         if isinstance(func, cst.Attribute) and (
             func.attr.value in ("parameters", "named_parameters", "configure_optimizers")
             or _returns_params(home, func)
+            or _model_factory_method(home, func)
         ):
             root = func.value
             while isinstance(root, cst.Attribute) and not is_self(root.value):
@@ -138,6 +142,28 @@ def _models(home: Func, value: cst.BaseExpression | None, depth: int) -> tuple[s
             for a in assignments_of(home, node.value):
                 roots |= _models(home, bound_to(a, node.value), depth + 1)[0]
     return roots, factories
+
+
+def _model_factory_method(home: Func, func: cst.Attribute) -> bool:
+    """`model.get_optimizer(lr, wd)` (pytorch-book's BasicModule): an optimizer factory that is
+    a method of a model of the script."""
+    return (
+        func.attr.value in OPTIMIZER_FACTORIES
+        and isinstance(func.value, cst.Name)
+        and model_like(home, func.value.value)
+    )
+
+
+def _parameter_list(home: Func, node: cst.CSTNode) -> bool:
+    """`model.params1`: an attribute of a model of the script that holds a list of its
+    parameters (read, not called), by its name."""
+    if not isinstance(node, cst.Attribute) or not isinstance(node.value, cst.Name):
+        return False
+    holder = home.file.parent(node)
+    if isinstance(holder, cst.Call) and holder.func is node:
+        return False  # a method: `_returns_params` and `.parameters()` decide
+    name = node.attr.value.lower().rstrip("0123456789_")
+    return name.endswith(("params", "parameters")) and model_like(home, node.value.value)
 
 
 def _returns_params(home: Func, func: cst.Attribute) -> bool:

@@ -33,6 +33,7 @@ class SourceFile:
     module: cst.Module
     parents: dict[int, cst.CSTNode] = field(default_factory=dict)
     imports: dict[str, str] = field(default_factory=dict)  # local name -> dotted name
+    star_imports: list[str] = field(default_factory=list)  # `from model import *`: modules
     functions: dict[str, cst.FunctionDef] = field(default_factory=dict)
     classes: dict[str, cst.ClassDef] = field(default_factory=dict)
     order: dict[int, int] = field(default_factory=dict)
@@ -52,7 +53,10 @@ class SourceFile:
                         self.imports[code_of(alias.asname.name)] = dotted
                     else:
                         self.imports[dotted.split(".")[0]] = dotted.split(".")[0]
-            elif isinstance(node, cst.ImportFrom) and not isinstance(node.names, cst.ImportStar):
+            elif isinstance(node, cst.ImportFrom) and isinstance(node.names, cst.ImportStar):
+                base = "." * len(node.relative) + (code_of(node.module) if node.module else "")
+                self.star_imports.append(base)
+            elif isinstance(node, cst.ImportFrom):
                 base = "." * len(node.relative) + (code_of(node.module) if node.module else "")
                 for alias in node.names:
                     name = code_of(alias.name)
@@ -300,7 +304,21 @@ class CodeBase:
         if name in file.classes:
             return file, file.classes[name]
         found = self._imported(file.imports[name]) if name in file.imports else None
+        if found is None and name not in file.imports:
+            found = self._star_imported(file, name)
         return found if isinstance(found, tuple) else None
+
+    def _star_imported(
+        self, file: SourceFile, name: str
+    ) -> Func | tuple[SourceFile, cst.ClassDef] | None:
+        """`name` brought by a star import of a local module (`from model import *`)."""
+        if name in file.bound_names:
+            return None  # bound here: the star import does not provide it
+        for module in file.star_imports:
+            found = self._imported(f"{module}.{name}")
+            if found is not None:
+                return found
+        return None
 
     def called_class(
         self, file: SourceFile, func: cst.BaseExpression
@@ -344,6 +362,8 @@ class CodeBase:
                 found = self._imported(file.imports[name])
                 if isinstance(found, Func):
                     return found
+            elif isinstance(found := self._star_imported(file, name), Func):
+                return found
             owner = self.local_class(file, name)
             if owner:
                 return self.method(*owner, "__init__")

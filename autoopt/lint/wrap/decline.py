@@ -59,6 +59,16 @@ def lightning() -> Decline:
     )
 
 
+def meta_learning(wrapper: str) -> Decline:
+    return Decline(
+        "meta-learning wrapper",
+        f"the model is wrapped in `{wrapper}` (learn2learn), whose learners are cloned per task "
+        "and adapted through differentiable inner steps (second order by default)",
+        "nothing to insert: optimize() compiles and wraps the module it is handed, and the "
+        "meta-learner's clones must stay differentiable through it; keep this loop as it is",
+    )
+
+
 def hf_trainer() -> Decline:
     return Decline(
         "already uses the transformers Trainer",

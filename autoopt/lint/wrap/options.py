@@ -44,6 +44,10 @@ def conflict(file: SourceFile) -> Decline | None:
         return decline.ignite()
     if any(d.startswith(("torch.distributed.rpc", "torch.distributed.autograd")) for d in dotted):
         return decline.rpc()
+    if "learn2learn" in file.module.code:
+        for call in file.calls():
+            if file.qualname(call.func).startswith("learn2learn.algorithms."):
+                return decline.meta_learning(code_of(call.func))
     if _hogwild(file.module.code) or (
         file.path is not None and any(_hogwild(t) for t in sibling_importers_text(file.path))
     ):
