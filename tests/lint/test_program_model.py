@@ -668,6 +668,37 @@ def test_a_model_picked_by_name_from_a_package_of_conv_nets(tmp_path: Path) -> N
     assert _codes(tmp_path, "main.py", "AO601", "AO606") == []
 
 
+def test_an_optimizer_class_of_the_project_trains_the_model(tmp_path: Path) -> None:
+    """sam: `SAM(model.parameters(), torch.optim.SGD, ...)` with `class SAM(Optimizer)` in
+    sam.py, stepped by `first_step`/`second_step`: the model is trained, so compile is told;
+    a class of the same name that is no optimizer is not one."""
+    sam = """
+    import torch
+
+    class SAM(torch.optim.Optimizer):
+        def __init__(self, params, base_optimizer, **kwargs):
+            super().__init__(params, dict(**kwargs))
+            self.base_optimizer = base_optimizer(self.param_groups, **kwargs)
+    """
+    script = """
+    import torch
+    from sam import SAM
+
+    device = torch.device("cuda")
+    model = Net().to(device)
+    optimizer = SAM(model.parameters(), torch.optim.SGD, lr=0.1)
+    for x, y in loader:
+        model(x.to(device)).sum().backward()
+        optimizer.first_step(zero_grad=True)
+        model(x.to(device)).sum().backward()
+        optimizer.second_step(zero_grad=True)
+    """
+    _write(tmp_path, {"sam.py": sam, "train.py": script})
+    assert _codes(tmp_path, "train.py", "AO301") == ["AO301"]
+    _write(tmp_path, {"sam.py": sam.replace("(torch.optim.Optimizer)", "")})
+    assert _codes(tmp_path, "train.py", "AO301") == []
+
+
 def test_compile_behind_the_device_the_script_picks(tmp_path: Path) -> None:
     """A CPU fallback keeps running eagerly: the safe fix compiles only on CUDA."""
     _write(tmp_path, {"engine.py": ENGINE, "train.py": DRIVER})

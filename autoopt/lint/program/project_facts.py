@@ -72,7 +72,8 @@ class ModuleSummary:
     conv: set[str] = field(default_factory=set)  # classes/functions with convolution layers
     conv2d: set[str] = field(default_factory=set)  # ... with 2-D convolutions
     views: set[str] = field(default_factory=set)  # ... that flatten with `.view(n, -1)`
-    optimizers: set[str] = field(default_factory=set)  # functions that build a torch.optim one
+    # functions that build a torch.optim optimizer, classes that are one (`class SAM(Optimizer)`)
+    optimizers: set[str] = field(default_factory=set)
     own_to: set[str] = field(default_factory=set)  # classes whose `.to()` takes no non_blocking
     # def -> (2-D convolution layers, dense layers: Linear, MultiheadAttention) it builds itself
     layers: dict[str, tuple[int, int]] = field(default_factory=dict)
@@ -157,6 +158,10 @@ def summarize(path: Path, data: bytes, tree: ast.Module | None = None) -> Module
                     convs += _ZOO_CONVS
             if isinstance(stmt, ast.ClassDef) and _own_to(stmt):
                 summary.own_to.add(stmt.name)
+            if isinstance(stmt, ast.ClassDef) and any(
+                _leaf(base) == "Optimizer" for base in stmt.bases
+            ):  # the project's own optimizer (SAM, a RAdam copy): built from parameters
+                summary.optimizers.add(stmt.name)
             if convs or dense:
                 summary.layers[stmt.name] = (convs, dense)
             summary.uses[stmt.name] = times

@@ -104,6 +104,10 @@ def _builds_optimizer(rule: Rule, call: cst.Call, stepped: set[str]) -> bool:
     name = dotted(call.func)
     if name is not None and name.rsplit(".", 1)[-1] in OPTIMIZER_CLASSES:
         return True
+    if isinstance(call.func, cst.Name):  # the project's own `class SAM(torch.optim.Optimizer)`
+        found = local_definition(rule, call.func.value)
+        if found is not None and found.optimizer:
+            return True
     scope = rule.facts.enclosing_scope(call)
     for value, _ in rule.facts.assigned_in(scope).get(name, ()) if name else ():
         if any(_is_optimizer(q) for q in rule.qualified_names(value)):
