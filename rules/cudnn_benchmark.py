@@ -332,7 +332,7 @@ class CudnnBenchmark(Rule):
         self._done = True  # one finding per file: the fix is one line for the whole script
         program = self.context.program
         if program.importer_text_says(_sets_benchmark) or program.reaches_text_that_says(
-            _sets_benchmark, own=False
+            _sets_benchmark
         ):
             # the driver that imports this Solver module sets it, or a setup function of the
             # project the script imports and calls (`initialize(args)`) does

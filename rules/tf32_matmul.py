@@ -256,7 +256,7 @@ class TF32Matmul(Rule):
             or not program.is_entry_script  # the driver that imports this trainer says it
             or library_handles_precision(self)  # Accelerate's, Lightning's, the HF Trainer's
             or program.reaches_text_that_says(_chooses_precision)  # a setup() it calls
-            or program.reaches_text_that_says(_trains_under_autocast, own=False)
+            or program.reaches_text_that_says(_trains_under_autocast)
         ):
             return
         new = statement_line('torch.set_float32_matmul_precision("high")')

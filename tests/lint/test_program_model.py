@@ -476,6 +476,14 @@ def test_cudnn_benchmark_set_by_a_setup_function_the_script_calls(tmp_path: Path
     quiet_setup = setup.replace("torch.backends.cudnn.benchmark = True", "pass")
     _write(tmp_path, {**files, "utility/initialize.py": quiet_setup})
     assert _codes(tmp_path, "train.py", "AO601") == ["AO601"]
+    # a seed helper that turns it off only when asked for determinism (YOLOv3, SimSiam):
+    # the default run has no autotuning, the script is still told
+    seeded = setup.replace(
+        "torch.backends.cudnn.benchmark = True",
+        "if args.deterministic:\n        torch.backends.cudnn.benchmark = False",
+    )
+    _write(tmp_path, {**files, "utility/initialize.py": seeded})
+    assert _codes(tmp_path, "train.py", "AO601") == ["AO601"]
 
 
 TEXTCNN_MODEL = """

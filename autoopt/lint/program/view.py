@@ -101,11 +101,10 @@ class ProgramView:
     def _path(self) -> Path:
         return Path(os.path.abspath(self.path))
 
-    def reaches_text_that_says(self, says: Callable[[str], bool], *, own: bool = True) -> bool:
-        """`says` holds for this file's text (unless `own` is false) or that of a project
-        module it imports, two deep (`neuralop.training.setup(config)` setting TF32 for the
-        driver)."""
-        return reached_text_says(self._path, self.facts.source, says, own=own)
+    def reaches_text_that_says(self, says: Callable[[str], bool]) -> bool:
+        """`says` holds for this file's text or that of a project module it imports, two deep
+        (`neuralop.training.setup(config)` setting TF32 for the driver)."""
+        return reached_text_says(self._path, self.facts.source, says)
 
     def importer_text_says(self, says: Callable[[str], bool]) -> bool:
         """`says` holds for the text of a project module that imports this one (the driver
@@ -510,17 +509,15 @@ def reached_text_uses_cuda(path: Path, text: str, depth: int = 2) -> bool:
     return reached_text_says(path, text, text_uses_cuda, depth)
 
 
-def reached_text_says(
-    path: Path, text: str, says: Callable[[str], bool], depth: int = 2, *, own: bool = True
-) -> bool:
-    """`says` holds for the file's text (unless `own` is false) or that of a project module
-    it imports (`depth` imports deep): a setting made by the setup code a driver calls."""
+def reached_text_says(path: Path, text: str, says: Callable[[str], bool], depth: int = 2) -> bool:
+    """`says` holds for the file's text or that of a project module it imports (`depth`
+    imports deep): a setting made by the setup code a driver calls."""
     seen = {path}
     frontier = [(path, text)]
     for _ in range(depth + 1):
         later = []
         for current, current_text in frontier:
-            if (own or current != path) and says(current_text):
+            if says(current_text):
                 return True
             for imported in imported_paths(current, current_text):
                 if imported not in seen:
