@@ -215,6 +215,21 @@ def test_loader_passed_as_parameter_and_self_attributes() -> None:
             """,
             "l2l.algorithms.MAML",
         ),
+        (  # minRF: `rf = RF(model)` before the optimizer, the loop runs `rf.forward(x, c)`
+            """
+            import torch
+            model = DiT().cuda()
+            rf = RF(model)
+            optimizer = torch.optim.Adam(model.parameters())
+            loader = torch.utils.data.DataLoader(data, batch_size=256)
+            for x, c in loader:
+                optimizer.zero_grad()
+                loss = rf.forward(x.cuda(), c.cuda())
+                loss.backward()
+                optimizer.step()
+            """,
+            "the loop trains `model` through `rf`",
+        ),
     ],
 )
 def test_declines_with_a_reason(code: str, reason: str) -> None:

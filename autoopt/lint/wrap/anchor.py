@@ -187,8 +187,10 @@ def _read_from(home: Func, target: str, anchor: cst.CSTNode) -> bool:
 
 
 def called_in(trainers: list[Func], target: str) -> bool:
-    """`target(...)` is called in a training function (the forward the loop runs)."""
-    return any(code_of(c.func) == target for f in trainers for c in f.calls())
+    """`target(...)` (or `target.forward(...)`, minRF's `rf.forward(x, c)`) is called in a
+    training function (the forward the loop runs)."""
+    names = (target, f"{target}.forward")
+    return any(code_of(c.func) in names for f in trainers for c in f.calls())
 
 
 def only_under_a_flag(home: Func, expr: str, anchor: cst.CSTNode) -> bool:
