@@ -23,7 +23,8 @@ class DataLoaderPersistentWorkers(Rule):
     ## What it does
     Flags a `torch.utils.data.DataLoader` with `num_workers > 0` and no `persistent_workers`
     that is iterated inside an epoch loop (a loop around the loop over the loader, or a loop
-    that passes the loader to a function each time round).
+    that passes the loader to a function each time round), or that a Lightning module's
+    `train_dataloader()` returns (the Trainer iterates it every epoch).
 
     ## Why
     Without `persistent_workers=True` every `iter(loader)` — every epoch — shuts the worker
@@ -113,6 +114,26 @@ class DataLoaderPersistentWorkers(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # Lightning's Trainer iterates what train_dataloader() returns every epoch
+            """
+            import lightning as L
+            from torch.utils.data import DataLoader
+
+            class NeRFSystem(L.LightningModule):
+                def train_dataloader(self):
+                    return DataLoader(self.train_dataset, shuffle=True, num_workers=4)
+            """,
+            line=6,
+            fixed="""
+            import lightning as L
+            from torch.utils.data import DataLoader
+
+            class NeRFSystem(L.LightningModule):
+                def train_dataloader(self):
+                    return DataLoader(self.train_dataset, shuffle=True, num_workers=4, persistent_workers=True)
+            """,
+            unsafe=True,
+        ),
         Invalid(  # a trainer's validation loader, re-read every few hundred iterations (Tramac)
             """
             import torch
@@ -278,7 +299,9 @@ class DataLoaderPersistentWorkers(Rule):
         else:
             return
         name = assigned_name(self, node) or _self_attribute(self, node)
-        if name is None or not self._iterated_every_epoch(node, name):
+        if self._lightning_train_loader(node):
+            name = name or "train_dataloader"  # the Trainer iterates it every epoch
+        elif name is None or not self._iterated_every_epoch(node, name):
             return
         dataset = arg(node, "dataset", 0)
         dataset_name = dotted(dataset.value) if dataset is not None else None
@@ -292,6 +315,17 @@ class DataLoaderPersistentWorkers(Rule):
         new_call = with_keyword(node, "persistent_workers", value)
         self.report(
             node, fix=Fix(replacements={node: new_call}, description="persistent_workers=True")
+        )
+
+    def _lightning_train_loader(self, call: cst.Call) -> bool:
+        """`return DataLoader(...)` from a Lightning module's `train_dataloader()` hook: the
+        Trainer iterates it once per epoch (nerf_pl)."""
+        scope = self.facts.enclosing_scope(call)
+        return (
+            isinstance(self.parent(call), cst.Return)
+            and isinstance(scope, cst.FunctionDef)
+            and scope.name.value == "train_dataloader"
+            and "lightning" in self.context.source
         )
 
     def _iterated_every_epoch(self, call: cst.Call, name: str) -> bool:
