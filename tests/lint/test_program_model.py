@@ -552,6 +552,15 @@ def test_a_model_class_that_trains_itself_behind_a_star_import(tmp_path: Path) -
     # a driver that does not build the class itself leaves cuDNN's flag to model.py
     _write(tmp_path, {"train.py": TEXTCNN_DRIVER.replace("TextCNN()", "build()")})
     assert _codes(tmp_path, "model.py", "AO601") == ["AO601"]
+    # a periodic call of a helper not named for evaluation is told where it runs
+    _write(
+        tmp_path,
+        {
+            "model.py": TEXTCNN_MODEL.replace("evaluate_model", "render_model"),
+            "utils.py": TEXTCNN_UTILS.replace("evaluate_model", "render_model"),
+        },
+    )
+    assert _codes(tmp_path, "model.py", "AO403") == ["AO403"]
 
 
 def test_tf32_left_alone_when_the_trainer_the_driver_imports_runs_autocast(
