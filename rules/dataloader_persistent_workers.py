@@ -66,6 +66,16 @@ class DataLoaderPersistentWorkers(Rule):
     requires = ("num_workers",)
 
     VALID = [
+        Valid(  # a Lightning validation loader: iterated once per validation run, left alone
+            """
+            import lightning as L
+            from torch.utils.data import DataLoader
+
+            class NeRFSystem(L.LightningModule):
+                def val_dataloader(self):
+                    return DataLoader(self.val_dataset, batch_size=1, num_workers=4)
+            """
+        ),
         Valid(  # a trainer's loader read once by a method nothing calls in a loop
             """
             import torch
