@@ -66,7 +66,7 @@ class DataLoaderPersistentWorkers(Rule):
     requires = ("num_workers",)
 
     VALID = [
-        Valid(  # a Lightning validation loader: iterated once per validation run, left alone
+        Valid(  # a Lightning validation loader: how often it runs is the Trainer's setting
             """
             import lightning as L
             from torch.utils.data import DataLoader
