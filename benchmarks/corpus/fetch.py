@@ -44,6 +44,7 @@ SPLITS = {
     "fresh-f": (HERE / "fresh_f.json", HERE / "_repos_fresh_f"),
     "fresh-g": (HERE / "fresh_g.json", HERE / "_repos_fresh_g"),
     "fresh-h": (HERE / "fresh_h.json", HERE / "_repos_fresh_h"),
+    "fresh-i": (HERE / "fresh_i.json", HERE / "_repos_fresh_i"),
 }
 TORCH_DIR = "torch"
 
