@@ -243,6 +243,15 @@ class TorchCompileModel(Rule):
                 opt_d.step()
             """
         ),
+        Valid(  # an optimizer factory of a config object, not of a model: nothing to compile
+            """
+            optimizer = cfg.get_optimizer(0.1)
+            for x, y in loader:
+                optimizer.zero_grad()
+                criterion(net(x), y).backward()
+                optimizer.step()
+            """
+        ),
         Valid(  # second-order MAML (learn2learn's default): adapt() differentiates twice
             """
             import learn2learn as l2l
