@@ -245,6 +245,8 @@ class TorchCompileModel(Rule):
         ),
         Valid(  # an optimizer factory of a config object, not of a model: nothing to compile
             """
+            cfg = Config()
+            net = Net().cuda()
             optimizer = cfg.get_optimizer(0.1)
             for x, y in loader:
                 optimizer.zero_grad()
