@@ -11,6 +11,7 @@ from array import array
 from bisect import bisect_left
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from itertools import chain, compress, repeat
 from operator import add, attrgetter, is_not
 from typing import TypeVar
@@ -318,6 +319,14 @@ class Preorder:
                 found = parts[0] if len(parts) == 1 else sorted(chain.from_iterable(parts))
             ranks = self._ranks_of_type[kind] = array("i", found)
         return ranks
+
+    def ranks_of_named(self, names: AbstractSet[str]) -> Sequence[int]:
+        """The ranks of the nodes whose class is called one of `names` (`Call`, `If`), in
+        order: the only nodes a batched visit with methods for those classes needs to stop at."""
+        kinds = tuple(k for k in set(self._types) if k.__name__ in names)
+        if not kinds:
+            return ()
+        return self.ranks_of_type(kinds[0] if len(kinds) == 1 else kinds)
 
     def of_type(
         self,
