@@ -77,7 +77,7 @@ def test_a_visit_of_some_classes_is_libcsts() -> None:
 
 def _iterative(root: cst.CSTNode, monkeypatch: pytest.MonkeyPatch) -> nodes.Preorder:
     with monkeypatch.context() as patch:
-        patch.setattr(nodes, "_preorder", lambda root: None)
+        patch.setattr(nodes, "_preorder", lambda root, previous, shared: None)
         return nodes.Preorder(root)
 
 
@@ -100,6 +100,25 @@ def test_the_recursive_index_equals_the_iterative_one(monkeypatch: pytest.Monkey
     # a subtree alone (the index of any node, not only of a module)
     function = module.body[3]
     assert _same(nodes.Preorder(function), _iterative(function, monkeypatch))
+
+
+def test_an_index_sharing_statements_equals_the_iterative_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    before = cst.parse_module(SOURCE)
+    old = nodes.Preorder(before)
+    body = list(before.body)
+    body[3] = body[3].deep_clone()  # rebuilt by a "fix"; the others are shared
+    body.insert(1, cst.parse_statement("x = 1\n"))
+    after = before.with_changes(body=body)
+    shared = nodes._shared_statements(after, old)
+    assert len(shared) == len(before.body) - 1
+    assert nodes._preorder(after, old, shared) is not None  # the recursive walk copies them
+    with monkeypatch.context() as patch:
+        patch.setattr(nodes, "_preorder", lambda root, previous, shared: None)
+        iterative = nodes.Preorder(after, old)
+    assert _same(nodes.Preorder(after, old), iterative)
+    assert _same(nodes.Preorder(after), iterative)
 
 
 def test_a_tree_too_deep_to_recurse_is_indexed_iteratively(

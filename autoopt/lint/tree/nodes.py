@@ -203,10 +203,14 @@ def _indexer(node: cst.CSTNode) -> Callable[[cst.CSTNode, int], None]:
     return index  # type: ignore[return-value]
 
 
-def _preorder(root: cst.CSTNode) -> tuple[list[cst.CSTNode], array[int], array[int]] | None:
+def _preorder(
+    root: cst.CSTNode, previous: Preorder | None = None, shared: Mapping[int, int] | None = None
+) -> tuple[list[cst.CSTNode], array[int], array[int]] | None:
     """(nodes in preorder, each one's parent's rank, each one's end) of `root`'s tree, from the
     indexers; None for a tree nested deeper than the recursion allows (the iterative walk
-    indexes it, in the same order)."""
+    indexes it, in the same order). `shared`: id -> rank in `previous` of children of `root`
+    whose subtrees are copied from `previous` (shifted) instead of walked: the same nodes in
+    the same order, nodes being immutable."""
     nodes: list[cst.CSTNode] = []
     ups, ends = array("i"), array("i")
     _SCOPE.update(
@@ -223,7 +227,23 @@ def _preorder(root: cst.CSTNode) -> tuple[list[cst.CSTNode], array[int], array[i
         make=_indexer,
     )
     try:
-        (_INDEXERS.get(type(root)) or _indexer(root))(root, -1)
+        if shared and previous is not None:
+            nodes.append(root)
+            ups.append(-1)
+            ends.append(0)
+            for child in children(root):
+                start = shared.get(id(child))
+                if start is None:
+                    (_INDEXERS.get(type(child)) or _indexer(child))(child, 0)
+                    continue
+                stop, shift = previous.end[start], len(nodes) - start
+                nodes.extend(previous.nodes[start:stop])
+                ups.append(0)
+                ups.extend(map(add, previous.up[start + 1 : stop], repeat(shift)))
+                ends.extend(map(add, previous.end[start:stop], repeat(shift)))
+            ends[0] = len(nodes)
+        else:
+            (_INDEXERS.get(type(root)) or _indexer(root))(root, -1)
     except RecursionError:
         return None
     finally:  # the scope must not keep the tree alive
@@ -292,7 +312,7 @@ class Preorder:
         pushers, node_types, other_types = _PUSHERS, _NODE_TYPES, _OTHER_TYPES
         shared = _shared_statements(root, previous)
         copied: list[tuple[int, int, int]] = []  # (rank here, start, stop in `previous`)
-        built = None if shared else _preorder(root)
+        built = _preorder(root, previous, shared)
         if built is not None:
             nodes, up_ranks, ends = built
             stack.clear()
