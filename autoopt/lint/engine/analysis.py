@@ -179,7 +179,9 @@ def _visit_batched(wrapper: cst.MetadataWrapper, tree: Preorder, visitors: list[
     `visit_<Node>` methods in source order, its `leave_<Node>` methods after its last
     descendant's, every visitor in turn. libcst's traversal rebuilds every node it passes
     (validating each), which cost more than all the rules together. Rules with attribute
-    visitors (`visit_<Node>_<field>`) get libcst's traversal."""
+    visitors (`visit_<Node>_<field>`) get libcst's traversal. Only the nodes of a class some
+    rule has a method for are stepped on (a tenth of a tree's nodes): the others would call
+    nothing."""
     methods: dict[str, list[Callable[[cst.CSTNode], None]]] = {}
     for visitor in visitors:
         for name, method in visitor.get_visitors().items():
@@ -195,7 +197,8 @@ def _visit_batched(wrapper: cst.MetadataWrapper, tree: Preorder, visitors: list[
     with contextlib.ExitStack() as stack:
         for visitor in visitors:
             stack.enter_context(visitor.resolve(wrapper))
-        for rank, node in enumerate(nodes):
+        for rank in tree.ranks_of_named({name.split("_", 1)[1] for name in methods}):
+            node = nodes[rank]
             while pending and end[pending[-1]] <= rank:
                 done = nodes[pending.pop()]
                 for method in leaves[type(done)]:

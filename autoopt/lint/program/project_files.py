@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 _ROOT_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
@@ -27,6 +27,8 @@ def begin_run() -> None:
     _PROJECT_MODULES.clear()
     _MODULE_LISTS.clear()
     _ROOTS.clear()
+    _NAMED.clear()
+    _ROOT_OF.clear()
 
 
 def begin_file() -> None:
@@ -56,6 +58,21 @@ def project_root(start: Path) -> Path:
     return found
 
 
+def root_of(file: Path | str) -> Path:
+    """`project_root` of the folder holding `file`, kept per run by the plain strings (the
+    program model asks it for every module it reads, tens of thousands of times a run)."""
+    key = (os.fspath(file), os.getcwd())
+    found = _ROOT_OF.get(key)
+    if found is None:
+        if len(_ROOT_OF) >= 4096:  # a process that never calls `begin_run`: kept bounded
+            _ROOT_OF.clear()
+        found = _ROOT_OF[key] = project_root(Path(os.path.abspath(key[0])).parent)
+    return found
+
+
+_ROOT_OF: dict[tuple[str, str], Path] = {}
+
+
 def _find_root(start: Path, cwd: Path) -> Path:
     for folder in (start, *start.parents):
         if folder == cwd or any((folder / marker).exists() for marker in _ROOT_MARKERS):
@@ -66,14 +83,18 @@ def _find_root(start: Path, cwd: Path) -> Path:
 _ROOTS: dict[tuple[str, str], Path] = {}
 
 
-def _search_folders(folder: Path) -> Iterator[Path]:
-    """The linted file's folder, then its parents up to the project root."""
-    root = project_root(folder)
+def _search_folders(folder: str) -> Iterator[str]:
+    """The linted file's folder, then its parents up to the project root (absolute paths, as
+    strings: the search runs for every import of every module read)."""
+    root = str(project_root(Path(folder)))
+    inside = root if root.endswith(os.sep) else root + os.sep
     yield folder
-    for parent in folder.parents:
-        if root not in (parent, *parent.parents):
+    current = folder
+    while (parent := os.path.dirname(current)) != current:
+        if parent != root and not parent.startswith(inside):
             return
         yield parent
+        current = parent
 
 
 def resolve_module(linted: Path, module: str, level: int = 0) -> Path | None:
@@ -86,7 +107,8 @@ def resolve_module(linted: Path, module: str, level: int = 0) -> Path | None:
         pass
     if len(_RESOLVED) >= 4096:  # a process that never calls `begin_run`: kept bounded
         _RESOLVED.clear()
-    found = _RESOLVED[key] = _resolve_from(Path(os.path.abspath(linted)).parent, module, level, cwd)
+    folder = os.path.dirname(os.path.abspath(linted))
+    found = _RESOLVED[key] = _resolve_from(folder, module, level, cwd)
     return found
 
 
@@ -94,25 +116,28 @@ _RESOLVED: dict[tuple[str, str, int, str], Path | None] = {}  # for one run (`be
 
 
 @functools.lru_cache(maxsize=4096)
-def _resolve_from(folder: Path, module: str, level: int, cwd: str) -> Path | None:
+def _resolve_from(folder: str, module: str, level: int, cwd: str) -> Path | None:
     """(`cwd` is part of the key: where the search stops depends on it, see `project_root`.)"""
     parts = [p for p in module.split(".") if p]
     if level:
         base = folder
         for _ in range(level - 1):
-            base = base.parent
-        folders: Iterator[Path] = iter((base,))
+            base = os.path.dirname(base)
+        folders: Iterable[str] = (base,)
     else:
         if not parts:
             return None
         folders = _search_folders(folder)
     for folder in folders:
-        candidate = folder.joinpath(*parts)
-        for file in (candidate.with_suffix(".py"), candidate / "__init__.py"):
-            if parts and file.is_file():
-                return file
-        if not parts and (folder / "__init__.py").is_file():
-            return folder / "__init__.py"
+        if not parts:
+            init = os.path.join(folder, "__init__.py")
+            if os.path.isfile(init):
+                return Path(init)
+            continue
+        candidate = os.path.join(folder, *parts)
+        for file in (candidate + ".py", os.path.join(candidate, "__init__.py")):
+            if os.path.isfile(file):
+                return Path(file)
     return None
 
 
@@ -130,6 +155,19 @@ def modules_named(linted: Path, module: str) -> list[Path]:
     `PYTHONPATH` (`from solver import Solver` run with `PYTHONPATH=src/solver`): `.../solver.py`
     and `.../solver/__init__.py` for `solver`, shallowest first. The fallback when the import
     does not resolve from the linted file's folders (`resolve_module`)."""
+    key = (os.fspath(linted), module, os.getcwd())
+    found = _NAMED.get(key)  # asked thousands of times a run, mostly for the same few
+    if found is None:
+        if len(_NAMED) >= 4096:  # a process that never calls `begin_run`: kept bounded
+            _NAMED.clear()
+        found = _NAMED[key] = _modules_named(linted, module)
+    return list(found)
+
+
+_NAMED: dict[tuple[str, str, str], list[Path]] = {}  # for one run (`begin_run`)
+
+
+def _modules_named(linted: Path, module: str) -> list[Path]:
     parts = [p for p in module.split(".") if p]
     if not parts:
         return []
@@ -148,7 +186,7 @@ _MODULE_LISTS: dict[str, list[Path]] = {}
 
 def project_modules(linted: Path) -> list[Path]:
     """Every module of the linted file's project (at most `_MAX_PROJECT_FILES`)."""
-    root = str(project_root(Path(os.path.abspath(linted)).parent))
+    root = str(root_of(linted))
     found = _MODULE_LISTS.get(root)
     if found is None:
         table = _project_table(linted)
@@ -163,7 +201,7 @@ def project_stamp(path: Path) -> tuple[int, int]:
     """(number of modules, latest modification) of the project holding `path`: a cache of
     answers about the whole project is kept while this stays the same (read once per run:
     `begin_run` forgets it)."""
-    root = str(project_root(Path(os.path.abspath(path)).parent))
+    root = str(root_of(path))
     found = _STAMPS.get(root)
     if found is not None:
         return found
@@ -190,7 +228,7 @@ def modules_importing(linted: Path, word: str) -> list[Path]:
     """The project's modules whose imports name `word` (a module or a name imported from
     one): the only ones that can import the module called `word` or use it. An index built
     once per project (while its stamp holds), so a question about importers reads no file."""
-    root = str(project_root(Path(os.path.abspath(linted)).parent))
+    root = str(root_of(linted))
     stamp = project_stamp(linted)
     cached = _IMPORT_INDEX.get(root)
     if cached is None or cached[0] != stamp:
@@ -212,7 +250,7 @@ def modules_importing(linted: Path, word: str) -> list[Path]:
 
 
 def _project_table(linted: Path) -> dict[str, list[Path]]:
-    root = project_root(Path(os.path.abspath(linted)).parent)
+    root = root_of(linted)
     table = _PROJECT_MODULES.get(str(root))
     if table is None:
         table = _PROJECT_MODULES[str(root)] = _module_table(root)

@@ -11,6 +11,7 @@ from array import array
 from bisect import bisect_left
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from itertools import chain, compress, repeat
 from operator import add, attrgetter, is_not
 from typing import TypeVar
@@ -144,6 +145,113 @@ def _pusher(node: cst.CSTNode) -> Callable[..., None]:
     return pusher
 
 
+# The recursive walk `_preorder` makes a fresh tree's index with: per node class, a function
+# that records the node (its rank, parent and, once its children are done, its end) and goes
+# into each child in source order; a child of a class without node fields (the whitespace
+# leaves, 40% of a tree) is recorded in place, without a call. One Python call per inner node,
+# and the ends come with the walk (the iterative walk pushes and pops every node, then makes
+# the ends in a second pass over all of them).
+_INDEXERS: dict[type[cst.CSTNode], Callable[[cst.CSTNode, int], None]] = {}
+_LEAF_TYPES: set[type[cst.CSTNode]] = set()  # node classes with no field that holds a node
+# The indexers' globals: the lists of the tree being walked (set for each walk) and the tables.
+_SCOPE: dict[str, object] = {}
+
+
+def _indexer(node: cst.CSTNode) -> Callable[[cst.CSTNode, int], None]:
+    kind = type(node)
+    declared = {f.name: str(f.type) for f in dataclasses.fields(node)}
+    fields = [
+        name
+        for name in (_FIELD_ORDER.get(kind) or _field_order(node))
+        if not _NEVER_NODE.fullmatch(declared.get(name, ""))
+    ]
+    if not fields:
+        _LEAF_TYPES.add(kind)
+    lines = [
+        "def index(n, up):",
+        "    here = len(nodes)",
+        "    add_node(n)",
+        "    add_up(up)",
+        "    add_end(0)",
+    ]
+    for name in fields:
+        # (tuples and lists are no node classes: testing them after those is the same test)
+        lines += [
+            f"    v = n.{name}",
+            "    t = type(v)",
+            "    if t in leaf_types:",
+            "        add_node(v)",
+            "        add_up(here)",
+            "        add_end(len(nodes))",
+            "    elif t in node_types:",
+            "        (indexers.get(t) or make(v))(v, here)",
+            "    elif t is tuple or t is list:",
+            "        for x in v:",
+            "            tx = type(x)",
+            "            if tx in leaf_types:",
+            "                add_node(x)",
+            "                add_up(here)",
+            "                add_end(len(nodes))",
+            "            elif tx in node_types or (tx not in other_types and is_node(tx)):",
+            "                (indexers.get(tx) or make(x))(x, here)",
+            "    elif t not in other_types and is_node(t):",
+            "        (indexers.get(t) or make(v))(v, here)",
+        ]
+    lines.append("    ends[here] = len(nodes)")
+    exec("\n".join(lines), _SCOPE)  # noqa: S102 - our own code, from libcst's field names
+    index = _INDEXERS[kind] = _SCOPE.pop("index")  # type: ignore[assignment]
+    return index  # type: ignore[return-value]
+
+
+def _preorder(
+    root: cst.CSTNode, previous: Preorder | None = None, shared: Mapping[int, int] | None = None
+) -> tuple[list[cst.CSTNode], array[int], array[int]] | None:
+    """(nodes in preorder, each one's parent's rank, each one's end) of `root`'s tree, from the
+    indexers; None for a tree nested deeper than the recursion allows (the iterative walk
+    indexes it, in the same order). `shared`: id -> rank in `previous` of children of `root`
+    whose subtrees are copied from `previous` (shifted) instead of walked: the same nodes in
+    the same order, nodes being immutable."""
+    nodes: list[cst.CSTNode] = []
+    ups, ends = array("i"), array("i")
+    _SCOPE.update(
+        nodes=nodes,
+        ends=ends,
+        add_node=nodes.append,
+        add_up=ups.append,
+        add_end=ends.append,
+        leaf_types=_LEAF_TYPES,
+        node_types=_NODE_TYPES,
+        other_types=_OTHER_TYPES,
+        is_node=_is_node,
+        indexers=_INDEXERS,
+        make=_indexer,
+    )
+    try:
+        if shared and previous is not None:
+            nodes.append(root)
+            ups.append(-1)
+            ends.append(0)
+            for child in children(root):
+                start = shared.get(id(child))
+                if start is None:
+                    (_INDEXERS.get(type(child)) or _indexer(child))(child, 0)
+                    continue
+                stop, shift = previous.end[start], len(nodes) - start
+                nodes.extend(previous.nodes[start:stop])
+                ups.append(0)
+                ups.extend(map(add, previous.up[start + 1 : stop], repeat(shift)))
+                ends.extend(map(add, previous.end[start:stop], repeat(shift)))
+            ends[0] = len(nodes)
+        else:
+            (_INDEXERS.get(type(root)) or _indexer(root))(root, -1)
+    except RecursionError:
+        return None
+    finally:  # the scope must not keep the tree alive
+        for name in ("nodes", "ends", "add_node", "add_up", "add_end"):
+            _SCOPE.pop(name, None)
+    return nodes, ups, ends
+
+
 # A tree of this many nodes (a module of about 13,000 lines) keeps its ranks in `SortedRanks`.
 COMPACT_RANKS_FROM = 250_000
 
@@ -204,7 +312,11 @@ class Preorder:
         pushers, node_types, other_types = _PUSHERS, _NODE_TYPES, _OTHER_TYPES
         shared = _shared_statements(root, previous)
         copied: list[tuple[int, int, int]] = []  # (rank here, start, stop in `previous`)
-        while stack:  # this loop runs for every node of every file
+        built = _preorder(root, previous, shared)
+        if built is not None:
+            nodes, up_ranks, ends = built
+            stack.clear()
+        while stack:  # the iterative walk: a tree sharing statements, or one nested too deep
             node, up = pop()
             here = len(nodes)
             if shared and id(node) in shared:
@@ -235,10 +347,13 @@ class Preorder:
         # up[i]: the rank of node i's parent (-1 for the root).
         self.up = up_ranks
         # end[i]: the rank just after node i's last descendant (descendants come after it).
-        self.end = end = array("i", range(1, len(nodes) + 1))
-        if copied:
+        if built is not None:
+            self.end = ends
+        elif copied:
+            self.end = end = array("i", range(1, len(nodes) + 1))
             _copy_ends(end, up_ranks, previous, copied)  # type: ignore[arg-type]
         else:
+            self.end = end = array("i", range(1, len(nodes) + 1))
             for i in range(len(nodes) - 1, 0, -1):
                 up = up_ranks[i]
                 if end[i] > end[up]:
@@ -318,6 +433,14 @@ class Preorder:
                 found = parts[0] if len(parts) == 1 else sorted(chain.from_iterable(parts))
             ranks = self._ranks_of_type[kind] = array("i", found)
         return ranks
+
+    def ranks_of_named(self, names: AbstractSet[str]) -> Sequence[int]:
+        """The ranks of the nodes whose class is called one of `names` (`Call`, `If`), in
+        order: the only nodes a batched visit with methods for those classes needs to stop at."""
+        kinds = tuple(k for k in set(self._types) if k.__name__ in names)
+        if not kinds:
+            return ()
+        return self.ranks_of_type(kinds[0] if len(kinds) == 1 else kinds)
 
     def of_type(
         self,
