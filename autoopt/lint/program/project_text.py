@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -100,6 +101,26 @@ def _importers(path: Path, stamp: tuple[int, int]) -> tuple[Path, ...]:
         for other in modules_importing(path, stem)
         if other != path and path in imported_paths(other, read_text(other))
     )
+
+
+def an_importer_says(path: Path, says: Callable[[str], bool], depth: int = 1) -> bool:
+    """`says` holds for the text of a project module that imports the module at `path`, also
+    through a package `__init__` that imports it (`depth` such packages up). The same answer
+    as asking each of `importers_of(path)`, but `says` is read first: a module's imports are
+    resolved only when its text says it (resolving every importer's imports is the cost)."""
+    stem = path.stem if path.name != "__init__.py" else path.parent.name
+    for other in modules_importing(path, stem):
+        if other == path:
+            continue
+        text = read_text(other)
+        package = other.name == "__init__.py" and depth > 0
+        if not says(text) and not package:
+            continue
+        if path not in imported_paths(other, text):
+            continue
+        if says(text) or an_importer_says(other, says, depth - 1):
+            return True
+    return False
 
 
 def imports_training(index: ModuleIndex, name: str) -> bool:

@@ -38,6 +38,7 @@ from autoopt.lint.program.project_files import (
     resolve_module,
 )
 from autoopt.lint.program.project_text import (
+    an_importer_says,
     imported_paths,
     importers_of,
     imports_training,
@@ -109,7 +110,7 @@ class ProgramView:
     def importer_text_says(self, says: Callable[[str], bool]) -> bool:
         """`says` holds for the text of a project module that imports this one (the driver
         that sets cuDNN's flag before it builds the Solver this module defines)."""
-        return any(says(read_text(importer)) for importer in self._importers_through_packages)
+        return an_importer_says(self._path, says)
 
     @functools.cached_property
     def serves_cuda_training(self) -> bool:
