@@ -374,27 +374,30 @@ def test_a_loader_a_project_function_only_evaluates_keeps_its_workers_choice(
     assert _codes(tmp_path, "train.py", "AO101") == []
 
 
+SOLVER = """
+import torch
+from torch import nn
+
+class Solver:
+    def __init__(self, loader):
+        self.loader = loader
+        self.net = nn.Sequential(nn.Conv2d(3, 8, 3), nn.Flatten()).cuda()
+        self.optimizer = torch.optim.Adam(self.net.parameters())
+
+    def train(self):
+        for x, y in self.loader:
+            self.net(x.cuda()).sum().backward()
+            self.optimizer.step()
+"""
+
+
 def test_a_solver_module_a_driver_imports_leaves_cudnn_benchmark_to_the_driver(
     tmp_path: Path,
 ) -> None:
     """Image_Segmentation: solver.py's Solver trains a conv net in its own loop, main.py
     builds the Solver and sets cudnn.benchmark: nothing to report in solver.py; without the
     driver's line, the driver (the entry script) is told."""
-    solver = """
-    import torch
-    from torch import nn
-
-    class Solver:
-        def __init__(self, loader):
-            self.loader = loader
-            self.net = nn.Sequential(nn.Conv2d(3, 8, 3), nn.Flatten()).cuda()
-            self.optimizer = torch.optim.Adam(self.net.parameters())
-
-        def train(self):
-            for x, y in self.loader:
-                self.net(x.cuda()).sum().backward()
-                self.optimizer.step()
-    """
+    solver = SOLVER
     driver = """
     import torch
     from torch.backends import cudnn
@@ -414,21 +417,7 @@ def test_a_solver_module_a_driver_imports_leaves_cudnn_benchmark_to_the_driver(
 def test_a_solver_in_a_package_leaves_cudnn_benchmark_to_the_root_driver(tmp_path: Path) -> None:
     """stargan-v2: core/solver.py trains, main.py at the root imports it (`from core.solver
     import Solver`) and sets cudnn.benchmark; without the driver's line solver.py is told."""
-    solver = """
-    import torch
-    from torch import nn
-
-    class Solver:
-        def __init__(self, loader):
-            self.loader = loader
-            self.net = nn.Sequential(nn.Conv2d(3, 8, 3), nn.Flatten()).cuda()
-            self.optimizer = torch.optim.Adam(self.net.parameters())
-
-        def train(self):
-            for x, y in self.loader:
-                self.net(x.cuda()).sum().backward()
-                self.optimizer.step()
-    """
+    solver = SOLVER
     driver = """
     from torch.backends import cudnn
     from core.solver import Solver
