@@ -76,7 +76,7 @@ SPLITS = {
             "wrap": CORPUS / f"wrap_{name.replace('-', '_')}.tsv",
             "fixes": CORPUS / f"fixes_{name.replace('-', '_')}.tsv",
         }
-        for name in ("fresh-c", "fresh-d", "fresh-e", "fresh-f", "fresh-g", "fresh-h", "fresh-i")
+        for name in ("fresh-c", "fresh-d", "fresh-e", "fresh-f", "fresh-g", "fresh-h", "fresh-i", "fresh-j")
     },
 }
 # The rules every labelled script has a label for (recall is measured on these); a script's
@@ -1093,7 +1093,7 @@ def main(argv: list[str] | None = None) -> int:
         "--split",
         choices=tuple(SPLITS),
         default="dev",
-        help="dev (tuned on), test (held out) or a first-contact batch (fresh-c, fresh-d, fresh-e, fresh-f, fresh-g, fresh-h, fresh-i)",
+        help="dev (tuned on), test (held out) or a first-contact batch (fresh-c, fresh-d, fresh-e, fresh-f, fresh-g, fresh-h, fresh-i, fresh-j)",
     )
     parser.add_argument("--root", type=Path, help="fetched corpus (default: the split's)")
     parser.add_argument("--labels", type=Path, help="labels TSV (default: the split's)")

@@ -45,6 +45,7 @@ SPLITS = {
     "fresh-g": (HERE / "fresh_g.json", HERE / "_repos_fresh_g"),
     "fresh-h": (HERE / "fresh_h.json", HERE / "_repos_fresh_h"),
     "fresh-i": (HERE / "fresh_i.json", HERE / "_repos_fresh_i"),
+    "fresh-j": (HERE / "fresh_j.json", HERE / "_repos_fresh_j"),
 }
 TORCH_DIR = "torch"
 
