@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import functools
+
 import libcst as cst
 
 from autoopt.lint.engine.rule import Fix, FixSafety, Invalid, Rule, Valid
+from autoopt.lint.program.loops import feeds_evaluation_only
 from autoopt.lint.tree.calls import arg, has_star_kwargs
 from autoopt.lint.tree.edits import statement_line
 from autoopt.lint.tree.nodes import (
@@ -40,6 +43,10 @@ class DistributedSamplerSetEpoch(Rule):
     - `shuffle=False` (typical for validation samplers): the order does not depend on the
       epoch, so nothing is missing. Options hidden in `**kwargs` are not guessed.
     - A loader iterated once, outside any epoch loop.
+    - A loader only evaluation reads (its loops run under `no_grad`/`eval()` or step nothing,
+      or it is handed to a function of the project that does not train) in a file that calls
+      `set_epoch` on another sampler: the author left it on purpose, and an averaged metric
+      does not depend on the order of the samples.
     - Any `set_epoch` call on the sampler (or on `loader.sampler`) anywhere in the file.
 
     ## Fix (safe)
@@ -62,6 +69,25 @@ class DistributedSamplerSetEpoch(Rule):
     triggers = ("DistributedSampler",)
 
     VALID = [
+        Valid(  # the validation loader's sampler shuffles, but evaluation reads it (LoRA)
+            """
+            import torch
+            from torch.utils.data import DataLoader, DistributedSampler
+            train_loader = DataLoader(train_ds, sampler=DistributedSampler(train_ds))
+            valid_loader = DataLoader(valid_ds, sampler=DistributedSampler(valid_ds))
+            def evaluate(model, loader):
+                model.eval()
+                with torch.no_grad():
+                    for x in loader:
+                        total = model(x).sum()
+            for epoch in range(10):
+                train_loader.sampler.set_epoch(epoch)
+                for x in train_loader:
+                    model(x).sum().backward()
+                    optimizer.step()
+                evaluate(model, valid_loader)
+            """
+        ),
         Valid(
             """
             from torch.utils.data import DataLoader, DistributedSampler
@@ -195,6 +221,10 @@ class DistributedSamplerSetEpoch(Rule):
         if not loaders or self._has_set_epoch(handles):
             return
         for loader in loaders:
+            if feeds_evaluation_only(self, loader) and self._sets_any_epoch:
+                # the training sampler gets its set_epoch: the evaluation one was left
+                # alone on purpose (its average does not depend on the order it reads)
+                continue
             epoch_loop = self._epoch_loop(loader)
             if epoch_loop is None:
                 continue
@@ -249,6 +279,10 @@ class DistributedSamplerSetEpoch(Rule):
             if isinstance(anc, cst.If | cst.Try | cst.For | cst.While | cst.With):
                 return True
         return False
+
+    @functools.cached_property
+    def _sets_any_epoch(self) -> bool:
+        return any(method_name(c) == "set_epoch" for c in calls_in(self.context.module))
 
     def _has_set_epoch(self, handles: list[str]) -> bool:
         wanted = {h for h in handles if h}

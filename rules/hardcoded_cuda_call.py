@@ -12,15 +12,15 @@ from autoopt.lint.tree.nodes import before, code_of, dotted, nodes_of_type, walk
 
 # Signs that a script is CUDA-only by design: moving it off `.cuda()` buys no portability.
 _CUDA_ONLY_MARKERS = (
-    "set_device(",
     "nccl",
     "device_ids=[",
-    "import apex",
-    "from apex",
     "cupy",
     "pycuda",
     "triton",
 )
+# The same where the code may make them optional: a `set_device` behind `if use_cuda:`, an
+# apex import in `try: ... except ImportError:` (SupContrast, overhaul-distillation).
+_APEX_IMPORT = ("import apex", "from apex")
 # The same, said by a driver about the modules it runs: a `set_device` alone may sit behind the
 # driver's own `if args.cuda:` (cnn-text-classification), nccl and DDP's device ids do not.
 _DRIVER_CUDA_ONLY_MARKERS = ("nccl", "device_ids=[", "import apex", "from apex")
@@ -43,9 +43,9 @@ class HardcodedCudaCall(Rule):
     the device automatically.
 
     ## When not to
-    - Scripts that are CUDA-only by design: they pin ranks with `torch.cuda.set_device`, use the
-      `nccl` backend, wrap DDP with `device_ids=[gpu]`, need CUDA-only packages (apex, cupy,
-      triton), or spread over GPUs with `nn.DataParallel` with no CPU path anywhere (no "cpu"
+    - Scripts that are CUDA-only by design: they pin ranks with `torch.cuda.set_device`
+      (outside a CUDA check), use the `nccl` backend, wrap DDP with `device_ids=[gpu]`, need
+      CUDA-only packages (apex imported outside a `try:`, cupy, triton), or spread over GPUs with `nn.DataParallel` with no CPU path anywhere (no "cpu"
       device, no availability test). Not flagged; nor is a module without a CPU path of its own
       that such a script imports (its trainer or engine).
     - A `.cuda()` already guarded by a CUDA check (`if torch.cuda.is_available():`,
@@ -122,6 +122,20 @@ class HardcodedCudaCall(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # set_device behind the CUDA check, apex optional: a CPU path (SupContrast)
+            """
+            import torch
+            try:
+                import apex
+            except ImportError:
+                pass
+            use_cuda = torch.cuda.is_available()
+            if use_cuda:
+                torch.cuda.set_device(0)
+                model.cuda()
+            """,
+            line=9,
+        ),
         Invalid(
             """
             import torch
@@ -198,10 +212,34 @@ class HardcodedCudaCall(Rule):
     def __init__(self, context: FileContext) -> None:
         super().__init__(context)
         source = self.context.source
-        self._cuda_only = any(marker in source for marker in _CUDA_ONLY_MARKERS) or (
-            "DataParallel(" in source and not _CPU_PATH.search(source)
+        self._cuda_only = (
+            any(marker in source for marker in _CUDA_ONLY_MARKERS)
+            or self._needs_cuda(source)
+            or ("DataParallel(" in source and not _CPU_PATH.search(source))
         )
         self._device_less_reported = False
+
+    def _needs_cuda(self, source: str) -> bool:
+        """A `set_device(...)` outside any CUDA check, or apex imported outside a `try:`."""
+        module = self.context.module
+        if "set_device(" in source and any(
+            (dotted(c.func) or "").endswith("set_device") and not self._guarded(c)
+            for c in nodes_of_type(module, cst.Call)
+        ):
+            return True
+        if not any(marker in source for marker in _APEX_IMPORT):
+            return False
+        for node in nodes_of_type(module, (cst.Import, cst.ImportFrom)):
+            names = (
+                [dotted(a.name) for a in node.names]
+                if isinstance(node, cst.Import)
+                else [dotted(node.module) if node.module else None]
+            )
+            if any(n and n.split(".")[0] == "apex" for n in names) and not any(
+                isinstance(a, cst.Try) for a in self.context.facts.ancestors(node)
+            ):
+                return True
+        return False
 
     @functools.cached_property
     def _driven_by_cuda_only_script(self) -> bool:

@@ -54,7 +54,8 @@ class HostSyncEveryStep(Rule):
     ## When not to
     - A CPU-only script: no device runs ahead of the host, so there is nothing to wait for.
     - Under a logging condition: inside an `if` whose test uses `%` or `==`
-      (`if step % 100 == 0:`, `if i == 0:`) — logging every N steps is fine. An `if` that
+      (`if step % 100 == 0:`, `if i == 0:`, or names bound to such tests: `late = step % 2000
+      == 0; if early or late:`) — logging every N steps is fine. An `if` that
       runs a training step itself (`.backward()` in its body: a GAN's generator step
       `if i % n_critic == 0:`) is a step schedule, not a logging condition: the sync there
       is paid on every step it runs.
@@ -218,6 +219,20 @@ class HostSyncEveryStep(Rule):
                 optimizer.zero_grad()
                 loss.backward()
                 optimizer.step()
+            """
+        ),
+        Valid(  # the logging condition bound to names first (monodepth2)
+            """
+            for batch_idx, (x, y) in enumerate(loader):
+                loss = loss_fn(model(x), y)
+                loss.backward()
+                optimizer.step()
+                early_phase = batch_idx % 250 == 0 and step < 2000
+                late_phase = step % 2000 == 0
+                if early_phase or late_phase:
+                    log_time(batch_idx, loss.cpu().data)
+                step += 1
+            model.to(device)
             """
         ),
     ]
@@ -581,7 +596,7 @@ class HostSyncEveryStep(Rule):
             if (
                 isinstance(anc, cst.If)
                 and child is not anc.test
-                and _logging_test(anc.test)
+                and self._logging_condition(anc.test, node)
                 and not self._runs_a_step(anc)
             ):
                 return "logged"
@@ -593,6 +608,23 @@ class HostSyncEveryStep(Rule):
                 kept = kept or "accumulated"
             child = anc
         return kept
+
+    def _logging_condition(self, test: cst.BaseExpression, node: cst.CSTNode) -> bool:
+        """A logging test, written in the `if` or bound to the names it reads
+        (`early = i % freq == 0 and step < 2000; late = step % 2000 == 0; if early or late:`,
+        monodepth2)."""
+        if _logging_test(test):
+            return True
+        names = [n.value for n in walk(test) if isinstance(n, cst.Name)]
+        if not names:
+            return False
+        facts = self.context.facts
+        assigned = facts.assigned_in(facts.enclosing_scope(node))
+        for name in names:
+            bound = assigned.get(name)
+            if not bound or not all(_logging_test(value) for value, _ in bound):
+                return False
+        return True
 
     def _feeds_an_environment(self, node: cst.Call, loop: cst.CSTNode) -> bool:
         """The host value is handed to an environment's `step(action)` in the loop (gym's

@@ -20,7 +20,9 @@ class SchedulerBeforeOptimizer(Rule):
     ## What it does
     Flags `scheduler.step()` that comes, within one loop's body, before the `optimizer.step()`
     (or `scaler.step(optimizer)`) of that loop or of a loop nested in it — for instance the
-    `for epoch in ...: scheduler.step(); train(...)` layout that widely read PyTorch tutorials show.
+    `for epoch in ...: scheduler.step(); train(...)` layout that widely read PyTorch tutorials show,
+    or at the top of a function, before that function's loop of optimizer steps (an epoch
+    function that steps the scheduler first).
 
     ## Why
     Since torch 1.1 the scheduler must be stepped after the optimizer. Stepping it first
@@ -53,6 +55,18 @@ class SchedulerBeforeOptimizer(Rule):
     applies_to_versions = ((1, 1), None)
 
     VALID = [
+        Valid(  # one step per call, after the step loop of the function
+            """
+            import torch
+            opt = torch.optim.Adam(model.parameters())
+            sched = torch.optim.lr_scheduler.StepLR(opt, 15, 0.1)
+            def run_epoch():
+                for batch in loader:
+                    model(batch).sum().backward()
+                    opt.step()
+                sched.step()
+            """
+        ),
         Valid(  # saving the optimizer after the scheduler steps is no training
             """
             import torch
@@ -100,6 +114,21 @@ class SchedulerBeforeOptimizer(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # at the top of the epoch function, before its step loop (monodepth2)
+            """
+            import torch
+            class Trainer:
+                def __init__(self, model):
+                    self.opt = torch.optim.Adam(model.parameters())
+                    self.sched = torch.optim.lr_scheduler.StepLR(self.opt, 15, 0.1)
+                def run_epoch(self):
+                    self.sched.step()
+                    for batch in self.loader:
+                        self.model(batch).sum().backward()
+                        self.opt.step()
+            """,
+            line=7,
+        ),
         Invalid(  # the epoch's training in another module, after the step (human-pose)
             """
             import torch
@@ -169,13 +198,20 @@ class SchedulerBeforeOptimizer(Rule):
             if dotted(call.func.value) not in schedulers:
                 continue
             loops = facts.enclosing_loops(call)
-            if not loops:
-                continue
-            loop = loops[0]
+            if loops:
+                region: cst.CSTNode = loops[0].body
+            else:
+                # `def run_epoch(self): self.sched.step(); for batch in loader: ... opt.step()`
+                # (monodepth2): the epoch's first steps run at the schedule's second value
+                scope = facts.enclosing_scope(call)
+                if not isinstance(scope, cst.FunctionDef):
+                    continue
+                region = scope.body
             if any(
                 (self._is_optimizer_step(other, optimizers) or self._trains_with(other, optimizers))
                 and before(self, call, other)
-                for other in walk(loop.body, into_scopes=False)
+                and (loops or facts.enclosing_loops(other))
+                for other in walk(region, into_scopes=False)
             ):
                 self.report(call)
 

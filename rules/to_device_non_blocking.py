@@ -504,6 +504,30 @@ class ToDeviceNonBlocking(Rule):
             """,
             unsafe=True,
         ),
+        Invalid(  # the batch wrapped in Variable and copied in one expression (pytorch-wgan)
+            """
+            import torch
+            from torch.autograd import Variable
+            def train(self, train_loader):
+                for i, (images, _) in enumerate(train_loader):
+                    if self.cuda:
+                        images = Variable(images).cuda(self.cuda_index)
+                    loss = self.D(images).mean()
+                    loss.backward()
+            """,
+            line=6,
+            fixed="""
+            import torch
+            from torch.autograd import Variable
+            def train(self, train_loader):
+                for i, (images, _) in enumerate(train_loader):
+                    if self.cuda:
+                        images = Variable(images).cuda(self.cuda_index, non_blocking=True)
+                    loss = self.D(images).mean()
+                    loss.backward()
+            """,
+            unsafe=True,
+        ),
         Invalid(  # a batch reshaped on the host, then copied (yunjey/pytorch-tutorial GAN)
             """
             import torch

@@ -48,7 +48,12 @@ def _handed_in(stmt: cst.BaseStatement, model: str, method: cst.FunctionDef) -> 
     if not any(dotted(t.target) == model for t in assign.targets):
         return False
     value = without_placement(assign.value, None)  # `model.to(device)`, `model.cuda()`
-    return isinstance(value, cst.Name) and value.value in _parameter_names(method)
+    # `self.model = self.initModel()` is the class's own factory, not an object handed in
+    return (
+        isinstance(value, cst.Name)
+        and value.value not in ("self", "cls")
+        and value.value in _parameter_names(method)
+    )
 
 
 def _parameter_names(func: cst.FunctionDef) -> set[str]:
@@ -304,6 +309,47 @@ class TorchCompileModel(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # the class's own factory methods build model and optimizer (dlwpt's LunaTrainingApp)
+            """
+            import torch
+            class App:
+                def __init__(self):
+                    self.model = self.init_model()
+                    self.optimizer = self.init_optimizer()
+                def init_model(self):
+                    return Net().cuda()
+                def init_optimizer(self):
+                    return torch.optim.SGD(self.model.parameters(), lr=0.01)
+                def train(self, loader):
+                    for x in loader:
+                        self.optimizer.zero_grad()
+                        self.model(x).sum().backward()
+                        self.optimizer.step()
+            """,
+            line=4,
+        ),
+        Invalid(  # parameter groups from a function of the file handed `model.module` (deeplab)
+            """
+            import torch
+            import torch.nn as nn
+            def get_params(model, key):
+                for name, p in model.named_parameters():
+                    if key in name:
+                        yield p
+            model = build_deeplab(n_classes=21)
+            model = nn.DataParallel(model)
+            model.to("cuda")
+            optimizer = torch.optim.SGD(
+                params=[{"params": get_params(model.module, key="1x")}], lr=0.1
+            )
+            model.train()
+            for x, y in loader:
+                optimizer.zero_grad()
+                criterion(model(x), y).backward()
+                optimizer.step()
+            """,
+            line=9,
+        ),
         Invalid(  # the model's own optimizer factory (pytorch-book's BasicModule.get_optimizer)
             """
             model = Net()

@@ -1285,3 +1285,34 @@ def test_a_model_handed_to_a_constructor_is_compiled_where_it_is_built(tmp_path:
     )
     assert _codes(tmp_path, "algos/algo/ppo.py", "AO301") == []
     assert _codes(tmp_path, "main.py", "AO301") == ["AO301"]
+
+
+def test_an_optimizer_factory_handed_the_parameters_after_a_config(tmp_path: Path) -> None:
+    """ddim: `get_optimizer(self.config, model.parameters())`, a function of the project that
+    builds a torch.optim optimizer, trains `model` (AO301), although the config comes first."""
+    _write(
+        tmp_path,
+        {
+            "functions/__init__.py": """
+                import torch.optim as optim
+
+                def get_optimizer(config, parameters):
+                    if config.optimizer == "Adam":
+                        return optim.Adam(parameters, lr=config.lr)
+                    return optim.SGD(parameters, lr=config.lr)
+                """,
+            "runner.py": """
+                import torch
+                from functions import get_optimizer
+
+                def train(config, loader):
+                    model = Model(config).to("cuda")
+                    optimizer = get_optimizer(config, model.parameters())
+                    for x in loader:
+                        optimizer.zero_grad()
+                        model(x).sum().backward()
+                        optimizer.step()
+                """,
+        },
+    )
+    assert [(c, line) for c, line, _ in _findings(tmp_path, "runner.py", "AO301")] == [("AO301", 5)]

@@ -231,9 +231,15 @@ def _params_bound_to(func: cst.FunctionDef, call: cst.Call, names: set[str]) -> 
 
 
 def _through_methods(expr: cst.BaseExpression) -> cst.BaseExpression:
-    """`images` for `images.reshape(n, -1).float()`: a batch reshaped or cast on the host."""
-    while isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute):
-        expr = expr.func.value
+    """`images` for `images.reshape(n, -1).float()`: a batch reshaped or cast on the host;
+    also inside the legacy `Variable(images)` wrapper (pytorch-wgan)."""
+    while isinstance(expr, cst.Call):
+        if isinstance(expr.func, cst.Attribute):
+            expr = expr.func.value
+        elif is_name(expr.func, "Variable") and len(expr.args) == 1:
+            expr = expr.args[0].value
+        else:
+            break
     return expr
 
 
@@ -359,6 +365,12 @@ def evaluation_only_loader(rule: Rule, call: cst.Call, option: str) -> bool:
         for leaf, other in _loaders(rule)
         if leaf != name
     )
+
+
+def feeds_evaluation_only(rule: Rule, name: str) -> bool:
+    """Loader `name` is read only by evaluation (its loops evaluate or run under no_grad, or
+    the functions it is handed to do not train)."""
+    return _loader_use(rule, name) == "eval"
 
 
 def _sets(call: cst.Call, option: str) -> bool:

@@ -156,6 +156,8 @@ def _parameters_owners(
                     found = first.value  # `C3D_model.get_1x_lr_params(model)`
                 elif "param" in method or "polic" in method:
                     found = _model_reference(node.func.value)  # `model.get_optim_policies()`
+            elif found is None and isinstance(node.func, cst.Name):
+                found = _group_helper_model(rule, opt_call, node)
             add(found)
         elif isinstance(node, cst.Name) and depth < 3:
             # `groups = helper(model)` counts only for the params themselves, not for a name
@@ -163,6 +165,23 @@ def _parameters_owners(
             for owner in _bound_owners(rule, opt_call, node.value, depth, node is expr):
                 add(owner)
     return owners
+
+
+def _group_helper_model(rule: Rule, opt_call: cst.Call, call: cst.Call) -> str | None:
+    """`get_params(model.module, key="1x")` (deeplab): a function named for parameters handed
+    a model first (or a part of it), where the function builds or runs that name as a model."""
+    if "param" not in call.func.value.lower() or not call.args:  # type: ignore[attr-defined]
+        return None
+    first = call.args[0].value
+    while isinstance(first, cst.Attribute) and not is_name(first.value, "self"):
+        first = first.value  # `model.module` -> `model`
+    if not isinstance(first, cst.Name):
+        return None
+    program = rule.context.program
+    func = program.function_of(opt_call)
+    # built as a model, or run as one there (`model.train()` after a factory function)
+    runs = func is not None and {"called", "train_mode"} <= func.uses.get((first.value,), set())
+    return first.value if runs or program.builds_model(func, first.value) else None
 
 
 def _bound_owners(rule: Rule, opt_call: cst.Call, name: str, depth: int, whole: bool) -> list[str]:
@@ -247,6 +266,8 @@ def _handed_to_optimizer_builder(rule: Rule, call: cst.Call) -> str | None:
         for arg, roles in program.argument_roles(call)
         if "module" in roles and isinstance(arg.value, cst.Name)
     ]
+    if not models:  # `get_optimizer(self.config, model.parameters())` (ddim)
+        models = [o for a in call.args if (o := _parameters_of(a.value)) is not None]
     return models[0] if len(models) == 1 else None
 
 
