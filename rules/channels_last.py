@@ -115,6 +115,43 @@ class ChannelsLast(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # built in __init__, placed by another method of the trainer (pytorch-wgan)
+            """
+            import torch
+            from torch import nn
+
+            class GAN:
+                def __init__(self):
+                    self.D = nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU())
+                    self.d_optimizer = torch.optim.Adam(self.D.parameters())
+                def check_cuda(self, cuda_flag=False):
+                    if cuda_flag:
+                        self.D.cuda(0)
+                def train(self, loader):
+                    for x in loader:
+                        self.D(x.cuda(0)).mean().backward()
+                        self.d_optimizer.step()
+            """,
+            line=10,
+            fixed="""
+            import torch
+            from torch import nn
+
+            class GAN:
+                def __init__(self):
+                    self.D = nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU())
+                    self.d_optimizer = torch.optim.Adam(self.D.parameters())
+                def check_cuda(self, cuda_flag=False):
+                    if cuda_flag:
+                        self.D.cuda(0)
+                        self.D = self.D.to(memory_format=torch.channels_last)
+                def train(self, loader):
+                    for x in loader:
+                        self.D(x.cuda(0)).mean().backward()
+                        self.d_optimizer.step()
+            """,
+            unsafe=True,
+        ),
         Invalid(  # `model = nn.DataParallel(model).cuda()` places the model it wraps (CutMix)
             """
             import torch

@@ -504,6 +504,21 @@ class ToDeviceNonBlocking(Rule):
             """,
             unsafe=True,
         ),
+        Invalid(  # a dict batch copied key by key in a helper the loop calls (monodepth2)
+            """
+            import torch
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            def process_batch(inputs):
+                for key, ipt in inputs.items():
+                    inputs[key] = ipt.to(device)
+                return model(inputs["image"]).sum()
+            for inputs in train_loader:
+                loss = process_batch(inputs)
+                loss.backward()
+            """,
+            line=5,
+            unsafe=True,
+        ),
         Invalid(  # the batch wrapped in Variable and copied in one expression (pytorch-wgan)
             """
             import torch

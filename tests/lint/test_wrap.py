@@ -134,7 +134,32 @@ def test_loader_passed_as_parameter_and_self_attributes() -> None:
                 model(x).sum().backward()
                 opt.step()
             """,
-            "training starts before the optimizer",
+            "`opt` is created inside the loop `for x in loader`, which trains",
+        ),
+        (  # the project's scheduler class takes the optimizer first; the trainer runs it
+            """
+            import torch
+            from solver import WarmupMultiStepLR
+            from engine.trainer import do_train
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            scheduler = WarmupMultiStepLR(optimizer, [40, 70])
+            do_train(cfg, model, train_loader, optimizer, scheduler)
+            """,
+            "`optimizer` is handed to `do_train(...)`",
+        ),
+        (  # re-created at a learning-rate drop (overhaul-distillation)
+            """
+            import torch
+            for epoch in range(epochs):
+                if epoch == 0:
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                elif epoch == epochs // 2:
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+                for x in loader:
+                    model(x).sum().backward()
+                    optimizer.step()
+            """,
+            "create `optimizer` once before `for epoch in range(epochs)`",
         ),
         (  # a project's DataParallel subclass before the optimizer (EfficientDet)
             """

@@ -51,6 +51,36 @@ WRAPPED = {
             'device="cpu")',
         ),
     ],
+    # SAC's temperature: an Adam over a bare tensor (`[self.log_alpha]`) gets no call
+    "sac_temperature.py": [
+        ("import torch.nn.functional as F", IMPORT),
+        (
+            "self.policy_optimizer = torch.optim.Adam(self.policy_net.parameters(), lr=1e-3)",
+            "        self.q_net, self.q_optimizer = autoopt.optimize(self.q_net, "
+            'optimizer=self.q_optimizer, device="cpu")',
+        ),
+        (
+            "self.policy_optimizer = torch.optim.Adam(self.policy_net.parameters(), lr=1e-3)",
+            "        self.policy_net, self.policy_optimizer = autoopt.optimize(self.policy_net, "
+            'optimizer=self.policy_optimizer, device="cpu")',
+        ),
+    ],
+    # one optimizer over a list grown with `+=` from two models, the second optional (nerf):
+    # a call per model, the optional one under `if ... is not None`
+    "optional_second_model.py": [
+        ("import torch.nn.functional as F", IMPORT),
+        (
+            "optimizer = torch.optim.Adam(trainable_parameters, lr=1e-2)",
+            '    model_coarse = autoopt.optimize(model_coarse, device=device, amp="script")'
+            '  # autoopt: amp="script" (an optimizer spans several models)',
+        ),
+        (
+            "optimizer = torch.optim.Adam(trainable_parameters, lr=1e-2)",
+            "    if model_fine is not None: model_fine = autoopt.optimize(model_fine, "
+            'device=device if USE_FINE else "cpu", amp="script")'
+            '  # autoopt: amp="script" (an optimizer spans several models)',
+        ),
+    ],
     "main_train_split.py": [
         ("from torch.utils.data import DataLoader, TensorDataset", IMPORT),
         (

@@ -75,6 +75,8 @@ def wrap_fp32(script: Path) -> None:
         "lbfgs_closure.py",
         "global_loader_attack.py",
         "held_loader.py",
+        "sac_temperature.py",
+        "optional_second_model.py",
     ],
 )
 def test_wrapped_script_trains_with_the_same_fp32_losses(name: str, tmp_path: Path) -> None:

@@ -196,6 +196,13 @@ def _transfers_of(
     rule: Rule, body: cst.CSTNode, names: set[str], next_calls: bool
 ) -> list[cst.Call]:
     out = []
+    # `for key, ipt in inputs.items(): inputs[key] = ipt.to(self.device)` (monodepth2)
+    names = names | {
+        n
+        for loop in nodes_of_type(body, cst.For, into_scopes=False)
+        if root_name(_through_methods(loop.iter)) in names
+        for n in names_in(loop.target)
+    }
     for call in calls_in(body, into_scopes=False):
         method = method_name(call)
         if method not in ("to", "cuda", "type"):
@@ -236,7 +243,7 @@ def _through_methods(expr: cst.BaseExpression) -> cst.BaseExpression:
     while isinstance(expr, cst.Call):
         if isinstance(expr.func, cst.Attribute):
             expr = expr.func.value
-        elif is_name(expr.func, "Variable") and len(expr.args) == 1:
+        elif _is_variable(expr.func) and len(expr.args) == 1:
             expr = expr.args[0].value
         else:
             break

@@ -6,7 +6,8 @@
 - *The placement of a model* built by `name = Net(...)`: that line when it moves the model itself
   (`Net().to(device)`), else the first later line of the same function that moves `name`
   (`name.to(device)`, `name = name.cuda()`), also inside `if`s however nested (the legacy
-  `if cuda: generator.cuda()`) and after the `if`/`else` or `with` block the model is built in:
+  `if cuda: generator.cuda()`) and after the `if`/`else` or `with` block the model is built in;
+  for a trainer's `self.model`, the one line of another method of its class that places it:
   `model_placement`.
 - *The statements that settle a model*: those that (re)bind it or place it, dtype casts included
   (`model.half()`), where a call on the finished model (`model.compile()`) may go:
@@ -101,7 +102,29 @@ def model_placement(rule: Rule, name: str, built: cst.Assign) -> cst.BaseStateme
             if found is not None:
                 return found
         current = _enclosing_if(rule, current)
-    return None
+    return _placed_by_another_method(rule, name, built)
+
+
+def _placed_by_another_method(
+    rule: Rule, name: str, built: cst.Assign
+) -> cst.SimpleStatementLine | None:
+    """`self.D = Discriminator()` in `__init__`, `self.D.cuda(self.cuda_index)` in the class's
+    `check_cuda()` (pytorch-wgan): the one line of another method of the class that places it."""
+    if not name.startswith("self."):
+        return None
+    ancestors = list(rule.facts.ancestors(built))
+    method = next((a for a in ancestors if isinstance(a, cst.FunctionDef)), None)
+    cls = next((a for a in ancestors if isinstance(a, cst.ClassDef)), None)
+    if method is None or cls is None:
+        return None
+    found = [
+        line
+        for other in cls.body.body
+        if isinstance(other, cst.FunctionDef) and other is not method
+        for line in (_placing_line(rule, other.body, name),)
+        if line is not None
+    ]
+    return found[0] if len(found) == 1 else None
 
 
 def _placing_line(rule: Rule, stmt: cst.CSTNode, name: str) -> cst.SimpleStatementLine | None:

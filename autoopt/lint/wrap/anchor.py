@@ -58,6 +58,11 @@ def place_call(
     anchor = max(tops, key=lambda n: file.order[id(n)])
     late = any(not file.before(anchor, child_of(file, block, e)) for e in entries)
     if late or in_training_loop(code, home, anchor):
+        for origin in optimizers:
+            for assign in origin.assigns:
+                loop = training_loop_around(code, home, assign)
+                if loop is not None:
+                    return decline.optimizer_in_training_loop(origin.expr, _header(loop))
         return decline.created_in_loop()
     options = call_options(code, trainers, forced)
     if "distributed" in options and (why := wrapped_before(code, home, anchor)):
@@ -91,14 +96,29 @@ def _module_globals(code: CodeBase, home: Func, pairs: list[Pair]) -> tuple[str,
 
 def in_training_loop(code: CodeBase, home: Func, node: cst.CSTNode) -> bool:
     """`node` sits inside a loop of `home` that trains."""
+    return training_loop_around(code, home, node) is not None
+
+
+def training_loop_around(
+    code: CodeBase, home: Func, node: cst.CSTNode
+) -> cst.For | cst.While | None:
+    """The innermost loop of `home` around `node` that trains."""
     for anc in home.file.ancestors(node):
         if anc is home.node:
-            return False
+            return None
         if isinstance(anc, cst.For | cst.While) and any(
             code.trains(home, c) for c in home.file.calls(anc)
         ):
-            return True
-    return False
+            return anc
+    return None
+
+
+def _header(loop: cst.For | cst.While) -> str:
+    """`for epoch in range(args.epochs)`: the loop's first line, without its colon."""
+    bare = loop.with_changes(body=cst.IndentedBlock(body=[cst.SimpleStatementLine([cst.Pass()])]))
+    if isinstance(bare, cst.For | cst.While):
+        bare = bare.with_changes(orelse=None)
+    return code_of(bare).strip().splitlines()[0].rstrip(":").strip()
 
 
 def defined(code: CodeBase, home: Func, expr: str, anchor: cst.CSTNode) -> bool:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from autoopt.lint.program.library import OPTIMIZER_FACTORIES
-from autoopt.lint.tree.nodes import code_of
+from autoopt.lint.tree.nodes import code_of, is_name
 from autoopt.lint.wrap import decline
 from autoopt.lint.wrap.call import Pair
 from autoopt.lint.wrap.codebase import CodeBase, Func
@@ -87,8 +87,20 @@ def pair_models(
     if len({p.model for p in pairs}) != len(pairs):
         return decline.optimizers_over_one_model(len(pairs))
     paired = {p.model for p in pairs}
-    pairs += [Pair(m, None) for m in dict.fromkeys(shared) if m not in paired]
+    pairs += [
+        Pair(m, None, guard=_not_none(home, m)) for m in dict.fromkeys(shared) if m not in paired
+    ]
     return Pairing(pairs, forced)
+
+
+def _not_none(home: Func, model: str) -> str | None:
+    """`model_fine is not None` where `home` binds `model_fine = None` (nerf's optional fine
+    network, built under an `if`): optimize() must not be handed None."""
+    for a in assignments_of(home, model):
+        value = bound_to(a, model)
+        if isinstance(value, cst.Name) and value.value == "None":
+            return f"{model} is not None"
+    return None
 
 
 def models_of(home: Func, value: cst.BaseExpression | None) -> set[str]:
@@ -128,20 +140,40 @@ def _models(home: Func, value: cst.BaseExpression | None, depth: int) -> tuple[s
                 name = arg.value.value
                 if model_like(home, name):
                     factories.add(name)
-                elif assigns := assignments_of(home, name):
-                    for a in assigns:
-                        factories |= _either(home, bound_to(a, name), depth + 1)
-    if isinstance(value, cst.Name) and (assigns := assignments_of(home, value.value)):
-        for a in assigns:
-            roots |= _either(home, bound_to(a, value.value), depth + 1)
+                else:
+                    for bound in _values_of(home, name):
+                        factories |= _either(home, bound, depth + 1)
+    if isinstance(value, cst.Name):
+        for bound in _values_of(home, value.value):
+            roots |= _either(home, bound, depth + 1)
     # Names the construction reads that were built from a model's parameters before it (BERT's
     # `param_optimizer = list(model.named_parameters())`, read by the comprehensions of the
     # parameter groups): those models.
     for node in home.file.inside(value):
         if isinstance(node, cst.Name) and home.file.reads(node):
-            for a in assignments_of(home, node.value):
-                roots |= _models(home, bound_to(a, node.value), depth + 1)[0]
+            for bound in _values_of(home, node.value):
+                roots |= _models(home, bound, depth + 1)[0]
     return roots, factories
+
+
+def _values_of(home: Func, name: str) -> list[cst.BaseExpression | None]:
+    """What `name` is bound to in `home`, and what `name += ...`, `name.extend(...)` and
+    `name.append(...)` add to it (nerf's `trainable_parameters += list(model_fine.parameters())`)."""
+    values = [bound_to(a, name) for a in assignments_of(home, name)]
+    if not values:
+        return values
+    for node in home.file.body_nodes(home.node):
+        if isinstance(node, cst.AugAssign) and is_name(node.target, name):
+            values.append(node.value)
+        elif (
+            isinstance(node, cst.Call)
+            and isinstance(node.func, cst.Attribute)
+            and node.func.attr.value in ("append", "extend")
+            and is_name(node.func.value, name)
+            and node.args
+        ):
+            values.append(node.args[0].value)
+    return values
 
 
 def _model_factory_method(home: Func, func: cst.Attribute) -> bool:

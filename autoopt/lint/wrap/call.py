@@ -17,6 +17,8 @@ class Pair:
     optimizer: str | None
     loader: str | None = None
     device: str | None = None  # where the script itself puts the model (`model.to(device)`)
+    # the model may be None (`model_fine = None`, built under an `if`): the call goes under it
+    guard: str | None = None
 
 
 @dataclass
@@ -43,9 +45,8 @@ class Plan:
             if p.optimizer:
                 given.append(p.optimizer)
                 args.append(p.optimizer if p.loader else f"optimizer={p.optimizer}")
-            out.append(
-                f"{', '.join(given)} = autoopt.optimize({', '.join(args)}{device}{opts}){comment}"
-            )
+            call = f"{', '.join(given)} = autoopt.optimize({', '.join(args)}{device}{opts})"
+            out.append(f"if {p.guard}: {call}{comment}" if p.guard else f"{call}{comment}")
         return out
 
 

@@ -376,6 +376,18 @@ def created_in_loop() -> Decline:
     )
 
 
+def optimizer_in_training_loop(expr: str, loop: str) -> Decline:
+    return Decline(
+        "optimizer created inside the loop",
+        f"`{expr}` is created inside the loop `{loop}`, which trains, and re-created on "
+        "its passes (for a learning-rate drop, or for parameters that exist only after a "
+        "first forward), while optimize() takes one optimizer, created once before training",
+        f"create `{expr}` once before `{loop}` (a torch.optim.lr_scheduler such as "
+        "MultiStepLR makes learning-rate drops; lazily built parameters need one forward "
+        f"before it) {_AGAIN}",
+    )
+
+
 def model_unbound(model: str) -> Decline:
     return Decline(
         "model not bound at the call",

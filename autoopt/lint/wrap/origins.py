@@ -215,7 +215,8 @@ def _shown(file: SourceFile) -> str:
 
 def _over_tensors(origin: Origin) -> bool:
     """Every creation of the optimizer steps a list of tensors (`SGD([delta], lr=...)`: an
-    adversarial perturbation, an image being optimised), not a model's parameters."""
+    adversarial perturbation, an image being optimised; `Adam([self.log_alpha])`: SAC's
+    temperature), not a model's parameters."""
     values = [bound_to(a, origin.expr) for a in origin.assigns]
     return bool(values) and all(
         isinstance(v, cst.Call)
@@ -223,7 +224,7 @@ def _over_tensors(origin: Origin) -> bool:
         and not v.args[0].keyword
         and isinstance(v.args[0].value, cst.List | cst.Tuple)
         and v.args[0].value.elements
-        and all(isinstance(e.value, cst.Name) for e in v.args[0].value.elements)
+        and all(isinstance(e.value, cst.Name | cst.Attribute) for e in v.args[0].value.elements)
         for v in values
     )
 

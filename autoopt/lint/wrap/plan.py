@@ -161,9 +161,10 @@ def _creates_optimizer(file: SourceFile, call: cst.Call) -> bool:
 
 def _schedules(file: SourceFile, call: cst.Call) -> bool:
     """A learning-rate scheduler (or anything else of torch's) built over the optimizer: it
-    runs no training."""
+    runs no training (the project's `WarmupMultiStepLR(optimizer, ...)` by its name)."""
     qualified = file.qualname(call.func)
-    return qualified.startswith("torch.") or "sched" in qualified.rsplit(".", 1)[-1].lower()
+    leaf = qualified.rsplit(".", 1)[-1]
+    return qualified.startswith("torch.") or "sched" in leaf.lower() or leaf.endswith("LR")
 
 
 def _is_name(expr: cst.BaseExpression, name: str) -> bool:
