@@ -517,6 +517,17 @@ class ToDeviceNonBlocking(Rule):
                 loss.backward()
             """,
             line=5,
+            fixed="""
+            import torch
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            def process_batch(inputs):
+                for key, ipt in inputs.items():
+                    inputs[key] = ipt.to(device, non_blocking=True)
+                return model(inputs["image"]).sum()
+            for inputs in train_loader:
+                loss = process_batch(inputs)
+                loss.backward()
+            """,
             unsafe=True,
         ),
         Invalid(  # the batch wrapped in Variable and copied in one expression (pytorch-wgan)

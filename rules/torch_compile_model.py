@@ -327,6 +327,23 @@ class TorchCompileModel(Rule):
                         self.optimizer.step()
             """,
             line=4,
+            fixed="""
+            import torch
+            class App:
+                def __init__(self):
+                    self.model = self.init_model()
+                    self.model.compile()
+                    self.optimizer = self.init_optimizer()
+                def init_model(self):
+                    return Net().cuda()
+                def init_optimizer(self):
+                    return torch.optim.SGD(self.model.parameters(), lr=0.01)
+                def train(self, loader):
+                    for x in loader:
+                        self.optimizer.zero_grad()
+                        self.model(x).sum().backward()
+                        self.optimizer.step()
+            """,
         ),
         Invalid(  # parameter groups from a function of the file handed `model.module` (deeplab)
             """
@@ -349,6 +366,26 @@ class TorchCompileModel(Rule):
                 optimizer.step()
             """,
             line=9,
+            fixed="""
+            import torch
+            import torch.nn as nn
+            def get_params(model, key):
+                for name, p in model.named_parameters():
+                    if key in name:
+                        yield p
+            model = build_deeplab(n_classes=21)
+            model = nn.DataParallel(model)
+            model.to("cuda")
+            model.compile()
+            optimizer = torch.optim.SGD(
+                params=[{"params": get_params(model.module, key="1x")}], lr=0.1
+            )
+            model.train()
+            for x, y in loader:
+                optimizer.zero_grad()
+                criterion(model(x), y).backward()
+                optimizer.step()
+            """,
         ),
         Invalid(  # the model's own optimizer factory (pytorch-book's BasicModule.get_optimizer)
             """
