@@ -37,7 +37,10 @@ class TensorCreatedOnHost(Rule):
     they are used (`.to(device, dtype)` becomes `device=..., dtype=...`). Unsafe for random and
     computed ranges: `torch.randn(..., device="cuda")` draws from the CUDA generator (other
     numbers for the same seed) and `arange`/`linspace` may round the last bit differently; also
-    unsafe with `requires_grad=True`, where the result becomes a leaf that gets a `.grad`.
+    unsafe with `requires_grad=True`, where the result becomes a leaf that gets a `.grad`, and
+    for `.cuda(<expression>)` (`.cuda(self.cuda_index)`): `device=` of an index is the same GPU,
+    but where the expression is None `.cuda(None)` meant the current GPU and `device=None` means
+    the CPU.
 
     ## When not to
     - `.to(dtype)`, `.to(other_tensor)`, `.to(memory_format=...)`, `.to("cpu")`, `**kwargs`: not
@@ -81,6 +84,18 @@ class TensorCreatedOnHost(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # a device index the code holds (pytorch-wgan's gradient penalty)
+            """
+            import torch
+            grad_outputs = torch.ones(out.size()).cuda(self.cuda_index)
+            """,
+            line=2,
+            fixed="""
+            import torch
+            grad_outputs = torch.ones(out.size(), device=self.cuda_index)
+            """,
+            unsafe=True,
+        ),
         Invalid(
             """
             import torch
@@ -148,6 +163,11 @@ class TensorCreatedOnHost(Rule):
         if any(self.is_call_to(a, *_TRACERS) for a in self.facts.ancestors(node)):
             return  # a traced graph records the copy on purpose (CLIP's device-node trick)
         options = _cuda_options(node) if method == "cuda" else self._to_options(node)
+        # `.cuda(self.cuda_index)`: `device=self.cuda_index` is the same GPU for an index, but
+        # the CPU where the expression is None (`.cuda(None)` is the current GPU)
+        inexact = method == "cuda" and options is None and _cuda_index_expression(node)
+        if inexact:
+            options = {"device": arg(node, "device", 0).value}  # type: ignore[union-attr]
         if options is None:
             return
         new = factory
@@ -156,7 +176,11 @@ class TensorCreatedOnHost(Rule):
                 new = with_keyword(new, keyword, options[keyword])
         requires_grad = arg(factory, "requires_grad")
         computed = self.is_call_to(factory, *DEVICE_COMPUTED_FACTORIES)
-        unsafe = computed or not (requires_grad is None or is_name(requires_grad.value, "False"))
+        unsafe = (
+            computed
+            or inexact
+            or not (requires_grad is None or is_name(requires_grad.value, "False"))
+        )
         fix = Fix(
             replacements={node: new},
             description="create the tensor with device=",
@@ -179,6 +203,18 @@ class TensorCreatedOnHost(Rule):
         if dtype is not None and not is_dtype(self, dtype):
             return None
         return {k: v for k, v in values.items() if k in ("device", "dtype")}
+
+
+def _cuda_index_expression(call: cst.Call) -> bool:
+    """`.cuda(<name or attribute>)` and nothing else: a device index (or device) the code
+    computes."""
+    device = arg(call, "device", 0)
+    return (
+        device is not None
+        and len(call.args) == 1
+        and isinstance(device.value, cst.Name | cst.Attribute)
+        and not is_name(device.value, "None")
+    )
 
 
 def _cuda_options(call: cst.Call) -> dict[str, cst.BaseExpression] | None:
