@@ -1316,3 +1316,64 @@ def test_an_optimizer_factory_handed_the_parameters_after_a_config(tmp_path: Pat
         },
     )
     assert [(c, line) for c, line, _ in _findings(tmp_path, "runner.py", "AO301")] == [("AO301", 5)]
+
+
+def test_a_model_picking_its_backbone_from_a_table_of_builder_and_size_pairs(
+    tmp_path: Path,
+) -> None:
+    """SupContrast: `model_dict = {"resnet50": [resnet50, 2048], ...}` pairs each conv builder
+    with its feature size; the class that picks from it is a Conv2d model (AO606)."""
+    _write(
+        tmp_path,
+        {
+            "networks/resnet_big.py": """
+                import torch.nn as nn
+
+                class ResNet(nn.Module):
+                    def __init__(self):
+                        super().__init__()
+                        self.conv1 = nn.Conv2d(3, 64, 3)
+                        self.conv2 = nn.Conv2d(64, 64, 3)
+
+                    def forward(self, x):
+                        return self.conv2(self.conv1(x)).mean((2, 3))
+
+                def resnet18():
+                    return ResNet()
+
+                def resnet50():
+                    return ResNet()
+
+                model_dict = {"resnet18": [resnet18, 512], "resnet50": [resnet50, 2048]}
+
+                class SupConResNet(nn.Module):
+                    def __init__(self, name="resnet50"):
+                        super().__init__()
+                        model_fun, dim_in = model_dict[name]
+                        self.encoder = model_fun()
+                        self.head = nn.Linear(dim_in, 128)
+
+                    def forward(self, x):
+                        return self.head(self.encoder(x))
+                """,
+            "main.py": """
+                import torch
+                from networks.resnet_big import SupConResNet
+
+                def set_model():
+                    model = SupConResNet(name="resnet50")
+                    if torch.cuda.is_available():
+                        model = model.cuda()
+                    return model
+
+                def main(loader):
+                    model = set_model()
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    for x in loader:
+                        optimizer.zero_grad()
+                        model(x.cuda()).sum().backward()
+                        optimizer.step()
+                """,
+        },
+    )
+    assert _codes(tmp_path, "main.py", "AO606") == ["AO606"]

@@ -239,7 +239,8 @@ def _module_registry(func: ast.expr) -> str | None:
 
 def _registry_entries(stmt: ast.stmt) -> tuple[str, list[str]] | None:
     """`name = {"a": build_a, "b": BuildB}` (or a list/tuple of names) at module level: the
-    table's name and the names it holds, when it holds at least two."""
+    table's name and the names it holds, when it holds at least two; an entry may pair the
+    builder with its sizes (SupContrast's `{"resnet50": [resnet50, 2048], ...}`)."""
     if not (
         isinstance(stmt, ast.Assign)
         and len(stmt.targets) == 1
@@ -250,7 +251,12 @@ def _registry_entries(stmt: ast.stmt) -> tuple[str, list[str]] | None:
     items = value.values if isinstance(value, ast.Dict) else getattr(value, "elts", None)
     if not isinstance(value, ast.Dict | ast.List | ast.Tuple) or items is None:
         return None
-    names = [v.id for v in items if isinstance(v, ast.Name)]
+    names = [
+        n.id
+        for v in items
+        for n in (v.elts if isinstance(v, ast.List | ast.Tuple) else [v])
+        if isinstance(n, ast.Name)
+    ]
     return (stmt.targets[0].id, names) if len(names) >= 2 else None
 
 
