@@ -822,6 +822,7 @@ class TorchCompileModel(Rule):
             return  # `train(model, ...)` receives it: the caller builds it, compile goes there
         found = self._where_built(opt_call, model)
         if found is None:
+            self._built_by_a_base(opt_call, model)
             return
         body, builds, training = found
         # Assigned while training (a best-checkpoint swap): the compiled module would be
@@ -1004,6 +1005,30 @@ class TorchCompileModel(Rule):
             if builds:
                 return body, builds, len(body)
         return None
+
+    def _built_by_a_base(self, opt_call: cst.Call, model: str) -> None:
+        """`self.model` built by a base class of the project in another module (Autoformer's
+        `Exp_Basic.__init__`), trained by this class's optimizer: reported at the optimizer,
+        without a fix (the compile goes in the base class, once the model is placed)."""
+        scope = self.facts.enclosing_scope(opt_call)
+        cls = next((a for a in self.facts.ancestors(scope) if isinstance(a, cst.ClassDef)), None)
+        if not model.startswith("self.") or model.count(".") != 1 or cls is None:
+            return
+        if any(
+            binds_or_places(stmt, model, rebinds=True)
+            for method in cls.body.body
+            if isinstance(method, cst.FunctionDef)
+            for stmt in method.body.body
+        ):
+            return  # the class binds it itself: `_where_built` decided
+        where = self.context.program.base_binding(cls.name.value, model.removeprefix("self."))
+        if where is None or double_backward(self) is not None:
+            return
+        self.report(
+            opt_call,
+            f"model `{model}` is trained without torch.compile (not fixed: it is built in "
+            f"{where}; call `{model}.compile()` there, once it is built and placed)",
+        )
 
     def _returns_what_it_trains(self, stmt: cst.BaseStatement, model: str) -> bool:
         """`model = do_train(cfg, model, ...)`: the training call hands back the model it was

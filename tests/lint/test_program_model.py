@@ -1377,3 +1377,49 @@ def test_a_model_picking_its_backbone_from_a_table_of_builder_and_size_pairs(
         },
     )
     assert _codes(tmp_path, "main.py", "AO606") == ["AO606"]
+
+
+def test_a_model_built_by_a_base_class_in_another_module_is_trained_uncompiled(
+    tmp_path: Path,
+) -> None:
+    """Autoformer: `Exp_Basic.__init__` (exp/exp_basic.py) builds and places `self.model`;
+    `Exp_Main(Exp_Basic)` trains it with its Adam: AO301 at the optimizer, without a fix,
+    naming where the model is built. A class that binds `self.model` itself decides alone."""
+    basic = """
+        import torch
+
+        class Exp_Basic:
+            def __init__(self, args):
+                self.device = torch.device("cuda")
+                self.model = self._build_model().to(self.device)
+        """
+    main = """
+        import torch
+        from exp.exp_basic import Exp_Basic
+
+        class Exp_Main(Exp_Basic):
+            def _build_model(self):
+                return Net()
+
+            def _select_optimizer(self):
+                return torch.optim.Adam(self.model.parameters(), lr=1e-3)
+
+            def train(self, loader):
+                model_optim = self._select_optimizer()
+                for x in loader:
+                    model_optim.zero_grad()
+                    self.model(x.to(self.device)).sum().backward()
+                    model_optim.step()
+        """
+    _write(tmp_path, {"exp/__init__.py": "", "exp/exp_basic.py": basic, "exp/exp_main.py": main})
+    found = _findings(tmp_path, "exp/exp_main.py", "AO301")
+    assert [(c, line) for c, line, _ in found] == [("AO301", 9)]
+    assert "built in Exp_Basic.__init__ of exp/exp_basic.py" in found[0][2]
+
+    rebinding = main.replace(
+        "def _build_model(self):",
+        "def load(self):\n        self.model = Net()\n\n    def _build_model(self):",
+    )
+    _write(tmp_path, {"exp/exp_main.py": rebinding})
+    found = _findings(tmp_path, "exp/exp_main.py", "AO301")
+    assert not any("built in Exp_Basic" in message for _, _, message in found)

@@ -309,7 +309,7 @@ class Program:
         if any(base[-1] in MODEL_BASES for base in cls.bases):
             return True
         return any(
-            base[-1] in MODEL_BASES for _, c in self._all_bases(index, cls) for base in c.bases
+            base[-1] in MODEL_BASES for _, c in self.all_bases(index, cls) for base in c.bases
         )
 
     def classes_of(
@@ -556,7 +556,7 @@ class Program:
             params = init_info.params if init_info is not None else ()
         summary = Summary(params, constructs=True)
         attr_roles: dict[str, set[str]] = {}
-        for method_index, owner in [(index, cls), *self._all_bases(index, cls)]:
+        for method_index, owner in [(index, cls), *self.all_bases(index, cls)]:
             for method in owner.methods.values():
                 found = self.summary(Target(method_index.path, method.qualname))
                 summary.trains |= found.trains
@@ -574,15 +574,16 @@ class Program:
                     summary.roles[param] = roles
         return summary
 
-    def _all_bases(
+    def all_bases(
         self, index: ModuleIndex, cls: ClassInfo, depth: int = 0
     ) -> list[tuple[ModuleIndex, ClassInfo]]:
+        """The project's base classes of `cls`, nearest first (with the module of each)."""
         if depth > _MAX_DEPTH:
             return []
         out = []
         for base_index, base in self._bases(index, cls):
             out.append((base_index, base))
-            out.extend(self._all_bases(base_index, base, depth + 1))
+            out.extend(self.all_bases(base_index, base, depth + 1))
         return out
 
 

@@ -216,6 +216,19 @@ class ProgramView:
             return self.index.functions.get("<module>")
         return self.index.functions.get(f"{cls}.{name}" if cls else name)
 
+    def base_binding(self, class_name: str, attr: str) -> str | None:
+        """Where a base class of the project binds `self.<attr>` for the class `class_name` of
+        this file (Autoformer's `Exp_Main(Exp_Basic)`, whose `Exp_Basic.__init__` builds
+        `self.model`): `Exp_Basic.__init__ of exp/exp_basic.py`, or None."""
+        cls = self.index.classes.get(class_name)
+        if cls is None:
+            return None
+        for index, base in self.program.all_bases(self.index, cls):
+            for method in base.methods.values():
+                if attr in method.self_attrs:
+                    return f"{method.qualname} of {_shown_path(index.path)}"
+        return None
+
     def call_summary(self, call: cst.Call) -> Summary:
         """What `call` runs, as far as the project's code tells (EMPTY for a library call)."""
         found = self._summaries.get(id(call))
@@ -603,3 +616,11 @@ def _runs_at_top_level(statements: Sequence[cst.BaseStatement]) -> bool:
         if isinstance(stmt, cst.If | cst.Try) and _runs_at_top_level(stmt.body.body):  # type: ignore[arg-type]
             return True
     return False
+
+
+def _shown_path(path: Path) -> str:
+    """A module as a report names it: relative to the working folder where it is inside."""
+    try:
+        return path.relative_to(Path.cwd()).as_posix()
+    except ValueError:
+        return path.name
