@@ -7,8 +7,8 @@ import ast
 import libcst as cst
 
 from autoopt.lint.engine.rule import Fix, FixSafety, Invalid, Rule, Valid
-from autoopt.lint.program.device import GPU_MARKERS
 from autoopt.lint.program.conv_models import conv2d_models
+from autoopt.lint.program.device import GPU_MARKERS
 from autoopt.lint.program.handled import library_handles_precision
 from autoopt.lint.program.index import parse_tree
 from autoopt.lint.program.torch_api import torch_imports
