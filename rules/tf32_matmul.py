@@ -7,12 +7,10 @@ import ast
 import libcst as cst
 
 from autoopt.lint.engine.rule import Fix, FixSafety, Invalid, Rule, Valid
-from autoopt.lint.program.conv_models import conv2d_models
 from autoopt.lint.program.device import GPU_MARKERS
 from autoopt.lint.program.handled import library_handles_precision
 from autoopt.lint.program.index import parse_tree
 from autoopt.lint.program.torch_api import torch_imports
-from autoopt.lint.program.trained_models import trained_models
 from autoopt.lint.tree.edits import insert_after_imports, statement_line
 
 # Any of these in the file means precision was chosen on purpose (either way).
@@ -96,9 +94,6 @@ class TF32Matmul(Rule):
     - A library owns the precision: an Accelerate `Accelerator` (`mixed_precision`, also from
       the launch config), Lightning's `precision=`, transformers' `TrainingArguments`
       (`--fp16`/`--bf16`/`--tf32` on the command line). Not flagged.
-    - Every model the script trains is a network of 2-D convolutions (by weight, as AO606
-      tells them): cuDNN already runs convolutions in TF32 (`torch.backends.cudnn.allow_tf32`
-      is on by default), so the matmul flag would touch only a small classifier head.
     - GPUs before Ampere ignore the setting; it does no harm there.
     """
 
@@ -113,24 +108,6 @@ class TF32Matmul(Rule):
     requires = (GPU_MARKERS, ".backward(")
 
     VALID = [
-        Valid(  # an all-convolution network: cuDNN already runs it in TF32 (vdsr)
-            """
-            import torch
-            import torch.nn as nn
-            class Net(nn.Module):
-                def __init__(self):
-                    super().__init__()
-                    self.body = nn.Sequential(nn.Conv2d(1, 64, 3), nn.ReLU(), nn.Conv2d(64, 1, 3))
-                def forward(self, x):
-                    return self.body(x)
-            model = Net().cuda()
-            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-            for x, y in loader:
-                optimizer.zero_grad()
-                nn.functional.mse_loss(model(x.cuda()), y.cuda()).backward()
-                optimizer.step()
-            """
-        ),
         Valid(  # a device named, but the CPU
             """
             import torch
@@ -266,13 +243,6 @@ class TF32Matmul(Rule):
         ),
     ]
 
-    def _trains_only_conv_nets(self) -> bool:
-        """Every model the file trains is a network of 2-D convolutions (by weight): cuDNN
-        already runs those in TF32 (`torch.backends.cudnn.allow_tf32` is on by default), so the
-        matmul flag would touch only a small head."""
-        trained = {model for _, model in trained_models(self)}
-        return bool(trained) and trained <= {m.name for m in conv2d_models(self)}
-
     def visit_Module(self, node: cst.Module) -> None:
         facts = self.facts
         source = self.context.source
@@ -287,7 +257,6 @@ class TF32Matmul(Rule):
             or library_handles_precision(self)  # Accelerate's, Lightning's, the HF Trainer's
             or program.reaches_text_that_says(_chooses_precision)  # a setup() it calls
             or program.reaches_text_that_says(_trains_under_autocast)
-            or self._trains_only_conv_nets()
         ):
             return
         new = statement_line('torch.set_float32_matmul_precision("high")')
