@@ -73,6 +73,14 @@ class HardcodedCudaCall(Rule):
     triggers = (".cuda(",)
 
     VALID = [
+        Valid(  # apex imported unconditionally: the script needs CUDA
+            """
+            import torch
+            from apex import amp
+            model = Net().cuda()
+            model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+            """
+        ),
         Valid(  # DDP pinned to a GPU index: CUDA-only by design (dino)
             """
             import torch

@@ -210,7 +210,6 @@ class SchedulerBeforeOptimizer(Rule):
             if any(
                 (self._is_optimizer_step(other, optimizers) or self._trains_with(other, optimizers))
                 and before(self, call, other)
-                and (loops or facts.enclosing_loops(other))
                 for other in walk(region, into_scopes=False)
             ):
                 self.report(call)

@@ -1416,9 +1416,13 @@ def test_a_model_built_by_a_base_class_in_another_module_is_trained_uncompiled(
     assert [(c, line) for c, line, _ in found] == [("AO301", 9)]
     assert "built in Exp_Basic.__init__ of exp/exp_basic.py" in found[0][2]
 
+    # the subclass takes the model it is handed: its caller built it, the base's is replaced
     rebinding = main.replace(
         "def _build_model(self):",
-        "def load(self):\n        self.model = Net()\n\n    def _build_model(self):",
+        "def __init__(self, args, model):\n"
+        "        super().__init__(args)\n"
+        "        self.model = model\n\n"
+        "    def _build_model(self):",
     )
     _write(tmp_path, {"exp/exp_main.py": rebinding})
     found = _findings(tmp_path, "exp/exp_main.py", "AO301")

@@ -109,7 +109,8 @@ def _placed_by_another_method(
     rule: Rule, name: str, built: cst.Assign
 ) -> cst.SimpleStatementLine | None:
     """`self.D = Discriminator()` in `__init__`, `self.D.cuda(self.cuda_index)` in the class's
-    `check_cuda()` (pytorch-wgan): the one line of another method of the class that places it."""
+    `check_cuda()` (pytorch-wgan): the first line of another method of the class that places
+    it (a later `.cuda()` elsewhere keeps the memory format)."""
     if not name.startswith("self."):
         return None
     ancestors = list(rule.facts.ancestors(built))
@@ -124,7 +125,7 @@ def _placed_by_another_method(
         for line in (_placing_line(rule, other.body, name),)
         if line is not None
     ]
-    return found[0] if len(found) == 1 else None
+    return found[0] if found else None
 
 
 def _placing_line(rule: Rule, stmt: cst.CSTNode, name: str) -> cst.SimpleStatementLine | None:
