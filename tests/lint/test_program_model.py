@@ -1420,10 +1420,11 @@ def test_a_model_built_by_a_base_class_in_another_module_is_trained_uncompiled(
     rebinding = main.replace(
         "def _build_model(self):",
         "def __init__(self, args, model):\n"
-        "        super().__init__(args)\n"
-        "        self.model = model\n\n"
-        "    def _build_model(self):",
+        "                super().__init__(args)\n"
+        "                self.model = model\n\n"
+        "            def _build_model(self):",
     )
     _write(tmp_path, {"exp/exp_main.py": rebinding})
+    compile((tmp_path / "exp/exp_main.py").read_text(), "exp_main.py", "exec")
     found = _findings(tmp_path, "exp/exp_main.py", "AO301")
     assert not any("built in Exp_Basic" in message for _, _, message in found)
