@@ -258,7 +258,7 @@ def _handed_to_optimizer_builder(rule: Rule, call: cst.Call) -> str | None:
     if not isinstance(call.func, cst.Name) or not isinstance(rule.parent(call), cst.Assign):
         return None
     found = local_definition(rule, call.func.value)
-    if found is None or not found.optimizer:
+    if (found is None or not found.optimizer) and not _builds_optimizer_here(rule, call.func.value):
         return None
     program = rule.context.program
     models = [
@@ -269,6 +269,21 @@ def _handed_to_optimizer_builder(rule: Rule, call: cst.Call) -> str | None:
     if not models:  # `get_optimizer(self.config, model.parameters())` (ddim)
         models = [o for a in call.args if (o := _parameters_of(a.value)) is not None]
     return models[0] if len(models) == 1 else None
+
+
+def _builds_optimizer_here(rule: Rule, name: str) -> bool:
+    """`name` is a module-level function of the linted file that builds a torch.optim
+    optimizer (RAFT's `fetch_optimizer(args, model)`, returning it with its scheduler)."""
+    return any(
+        isinstance(d, cst.FunctionDef)
+        and d.name.value == name
+        and any(
+            _is_optimizer(q)
+            for c in nodes_of_type(d, cst.Call)
+            for q in rule.qualified_names(c.func)
+        )
+        for d in rule.context.module.body
+    )
 
 
 def _is_optimizer(qualified: str) -> bool:
