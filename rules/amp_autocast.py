@@ -15,27 +15,6 @@ from autoopt.lint.program.handled import (
 )
 from autoopt.lint.rewrite.fixes.autocast import AutocastPlan
 from autoopt.lint.tree.calls import arg
-from autoopt.lint.tree.nodes import code_of
-
-
-def chooses_precision(text: str) -> bool:
-    """A module that picks its own precision, whatever the flags: autocast, a GradScaler, apex
-    amp, half-precision models or a mixed-precision option (code, not a comment's "fp16")."""
-    return any(marker in text for marker in _PRECISION_MARKERS)
-
-
-_PRECISION_MARKERS = (
-    "autocast(",
-    "GradScaler(",
-    "amp.initialize(",
-    ".half()",
-    "mixed_precision",
-    "use_amp",
-    "--fp16",
-    "--bf16",
-    "fp16=",
-    "bf16=",
-)
 
 
 class AmpAutocast(Rule):
@@ -736,9 +715,6 @@ class AmpAutocast(Rule):
             ]
         if (loops or step_functions) and is_hogwild(self):
             return
-        if not loops and not step_functions:
-            self._report_driver()
-            return
         for func in step_functions:
             self.report(
                 func,
@@ -753,26 +729,3 @@ class AmpAutocast(Rule):
                 self.report(loop, f"{self.message} (fix declined: {reason})")
             else:
                 self.report(loop, fix=plan.fix())
-
-    def _report_driver(self) -> None:
-        """A driver whose training runs in the project's code it calls (`policy.train(buffer)`
-        of an agent class in BCQ.py), on a GPU, where no module it reaches chooses a precision:
-        reported at the first such call, without a fix (the forward pass to wrap is there)."""
-        facts = self.facts
-        program = self.context.program
-        calls = facts.training_calls
-        if (
-            not calls
-            or not facts.device.gpu_path
-            or not program.is_entry_script
-            or is_hogwild(self)
-            or program.reaches_text_that_says(chooses_precision)
-        ):
-            return
-        call = calls[0]
-        self.report(
-            call,
-            f"{self.message} (not fixed: the training step runs in `{code_of(call.func)}(...)`, "
-            "the project's code this script calls; put its forward pass and loss under "
-            "torch.autocast there, or hand the objects to autoopt.optimize())",
-        )

@@ -55,7 +55,8 @@ class EvalLoopNoGrad(Rule):
     Flags model inference that records autograd graphs it never uses, outside
     `torch.no_grad()` / `torch.inference_mode()`:
     - an evaluation loop — a `for` loop after `model.eval()` (or in a function named like
-      `evaluate`/`validate`/`test`) that runs the model and never calls `backward()`;
+      `evaluate`/`validate`/`test`, or over a loader named so: `testing_data_loader`) that
+      runs the model and never calls `backward()`;
     - a sampling function with no loop that runs a model and returns nothing
       (`def sample_images(...)`, which saves a GAN's samples to disk), or an evaluation
       function with no loop that runs the model it put in eval mode;
@@ -222,6 +223,46 @@ class EvalLoopNoGrad(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # sampling through the DDP wrapper's module every N steps (glow-tts)
+            """
+            import torch
+            for batch_idx, (x, y) in enumerate(train_loader):
+                optimizer_g.zero_grad()
+                loss_g = generator(x, y).mean()
+                loss_g.backward()
+                optimizer_g.step()
+                if batch_idx % log_interval == 0:
+                    y_gen = generator.module(x[:1], gen=True)
+                    save_image(y_gen)
+            """,
+            line=8,
+        ),
+        Invalid(  # the epoch's test pass over a loader named for it (pix2pix)
+            """
+            import torch
+            for epoch in range(10):
+                for x, y in training_data_loader:
+                    optimizer.zero_grad()
+                    loss_fn(net_g(x), y).backward()
+                    optimizer.step()
+                for x, y in testing_data_loader:
+                    prediction = net_g(x)
+                    psnr = loss_fn(prediction, y).item()
+            """,
+            line=7,
+            fixed="""
+            import torch
+            for epoch in range(10):
+                for x, y in training_data_loader:
+                    optimizer.zero_grad()
+                    loss_fn(net_g(x), y).backward()
+                    optimizer.step()
+                with torch.no_grad():
+                    for x, y in testing_data_loader:
+                        prediction = net_g(x)
+                        psnr = loss_fn(prediction, y).item()
+            """,
+        ),
         Invalid(  # the model runs in a helper method of the same object (Informer's Exp)
             """
             import torch
@@ -509,7 +550,7 @@ class EvalLoopNoGrad(Rule):
         for call in calls_in(body, into_scopes=False):
             if not isinstance(call.func, cst.Name | cst.Attribute):
                 continue
-            text = code_of(call.func)
+            text = _model_text(call.func)
             if text not in evaluated and text not in trained and not _named_like_model(text):
                 continue
             if self._runs_no_forward(call):
@@ -550,7 +591,7 @@ class EvalLoopNoGrad(Rule):
         for call in calls_in(loop.body, into_scopes=False):
             if not isinstance(call.func, cst.Name | cst.Attribute) or self.facts.in_no_grad(call):
                 continue  # a model call already under `with torch.no_grad():` inside the loop
-            text = code_of(call.func)
+            text = _model_text(call.func)
             if (text in evaluated or _named_like_model(text)) and not self._runs_no_forward(call):
                 return True
             if evaluated and self._runs_evaluated_model(call, evaluated):
@@ -591,6 +632,12 @@ class EvalLoopNoGrad(Rule):
 
 # The nodes `_needs_grad` looks at (read off the tree's index, not by testing every node).
 _GRAD_NODES = (cst.Call, cst.Attribute, cst.Arg)
+
+
+def _model_text(func: cst.BaseExpression) -> str:
+    """`generator` for `generator.module(...)`: the model a DDP/DataParallel wrapper holds is
+    the model (glow-tts samples through it)."""
+    return code_of(func).removesuffix(".module")
 
 
 def _named_like_model(text: str) -> bool:

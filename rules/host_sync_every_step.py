@@ -237,6 +237,32 @@ class HostSyncEveryStep(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # a metric summed on the host every step (mixup-cifar10)
+            """
+            for x, y in loader:
+                out = model(x)
+                loss = loss_fn(out, y)
+                correct += out.argmax(1).eq(y).cpu().sum()
+                loss.backward()
+                optimizer.step()
+            model.to(device)
+            """,
+            line=4,
+        ),
+        Invalid(  # a loss helper of the file that reads its metrics every step (RAFT)
+            """
+            def sequence_loss(pred, gt):
+                loss = (pred - gt).abs().mean()
+                metrics = {"epe": loss.item()}
+                return loss, metrics
+            for x, y in loader:
+                loss, metrics = sequence_loss(model(x), y)
+                loss.backward()
+                optimizer.step()
+            model.to(device)
+            """,
+            line=3,
+        ),
         Invalid(  # the backward in a loop over the step's micro-batches (hysts' subdivision)
             """
             import torch
@@ -456,7 +482,12 @@ class HostSyncEveryStep(Rule):
         if kept is not None:  # a history or a running metric: say how to keep it on the device
             # `.cpu()` kept only of the loss itself (`losses.append(loss.data.cpu().numpy())`):
             # other tensors collected on the host may be what the loop is for
-            if name == "item" or converts or (name == "cpu" and self._of_the_loss(node, loop)):
+            # a running metric summed on the host (`correct += pred.eq(y).cpu().sum()`) syncs
+            if (
+                name == "item"
+                or converts
+                or (name == "cpu" and (kept == "accumulated" or self._of_the_loss(node, loop)))
+            ):
                 self.report(node, f"{what} syncs with the GPU every step {_KEPT_ADVICE[kept]}")
             return
         if is_print:
@@ -539,7 +570,7 @@ class HostSyncEveryStep(Rule):
                 and self.context.program.called_in_a_loop(scope)
             ):
                 return scope
-            return None
+            return self._step_loop_calling(scope)
         loop = loops[0]
         if not facts.is_training_loop(loop):
             return loop if self._delegated_step(loop) else None
@@ -554,6 +585,30 @@ class HostSyncEveryStep(Rule):
             ]
         )
         return loop if own_backward else None
+
+    def _step_loop_calling(self, scope: cst.CSTNode) -> cst.CSTNode | None:
+        """A function of the file that a step loop of the file calls on every step, not under a
+        logging condition (RAFT's `loss, metrics = sequence_loss(...)`): that loop."""
+        if not isinstance(scope, cst.FunctionDef) or self.parent(scope) is not self.context.module:
+            return None
+        for call in self._calls_by_name.get(scope.name.value, ()):
+            if self.facts.enclosing_scope(call) is scope:
+                continue
+            loops = self.facts.enclosing_loops(call)
+            if not loops or self._step_loop(call) is not loops[0]:
+                continue
+            if self._kept_on_host(call, loops[0]) != "logged":
+                return loops[0]
+        return None
+
+    @functools.cached_property
+    def _calls_by_name(self) -> dict[str, list[cst.Call]]:
+        """The file's calls of a plain name (`sequence_loss(...)`), by that name."""
+        found: dict[str, list[cst.Call]] = {}
+        for call in calls_in(self.context.module):
+            if isinstance(call.func, cst.Name):
+                found.setdefault(call.func.value, []).append(call)
+        return found
 
     def _delegated_step(self, loop: cst.CSTNode) -> bool:
         """`loop` hands its loss and its optimizer to a callable that runs the backward and the

@@ -24,7 +24,6 @@ from autoopt.lint.rewrite.fixes.preconditions import (
 from autoopt.lint.tree.edits import statement_line
 from autoopt.lint.tree.nodes import (
     calls_in,
-    code_of,
     contains,
     dotted,
     names_in,
@@ -54,13 +53,6 @@ def _handed_in(stmt: cst.BaseStatement, model: str, method: cst.FunctionDef) -> 
         isinstance(value, cst.Name)
         and value.value not in ("self", "cls")
         and value.value in _parameter_names(method)
-    )
-
-
-def _compiles_or_twice(text: str) -> bool:
-    """Code that compiles already, or takes a double backward compile cannot train."""
-    return any(
-        m in text for m in (".compile(", "torch.compile", "create_graph=True", "autograd.grad(")
     )
 
 
@@ -853,40 +845,6 @@ class TorchCompileModel(Rule):
                 continue
             done.add(key)
             self._offer(opt_call, model)  # each trained model (GANs have two)
-        if not done:
-            self._offer_trainer_objects()
-
-    def _offer_trainer_objects(self) -> None:
-        """A driver that builds an object of the project which builds its models and trains
-        them itself (`policy = BCQ.BCQ(...)`, then `policy.train(buffer)`): reported at the
-        construction, without a fix (the compile goes in the class, once the models are placed),
-        where nothing the driver reaches compiles or differentiates twice."""
-        facts = self.facts
-        program = self.context.program
-        if not program.is_entry_script or program.reaches_text_that_says(_compiles_or_twice):
-            return
-        for call in facts.training_calls:
-            receiver = call.func.value if isinstance(call.func, cst.Attribute) else None
-            if not isinstance(receiver, cst.Name):
-                continue
-            bound = facts.assigned_in(facts.enclosing_scope(call)).get(receiver.value, [])
-            built = [v for v, _ in bound if isinstance(v, cst.Call)]
-            if len(built) != 1 or any(
-                a.value is not None
-                and isinstance(a.value, cst.Name)
-                and program.builds_model(program.function_of(call), a.value.value)
-                for a in built[0].args
-            ):
-                continue  # a model handed in is the caller's: `trained_models` decides
-            summary = program.call_summary(built[0])
-            if summary.constructs and summary.trains:
-                self.report(
-                    built[0],
-                    f"the models that `{code_of(built[0].func)}(...)` builds are trained without "
-                    "torch.compile (not fixed: call `.compile()` on each in its class, once it "
-                    "is built and placed)",
-                )
-                return
 
     def _offer(self, opt_call: cst.Call, model: str) -> None:
         scope = self.facts.enclosing_scope(opt_call)

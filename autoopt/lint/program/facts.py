@@ -58,6 +58,18 @@ def named_like_evaluation(name: str) -> bool:
     return any(w in lowered for w in (*_EVAL_WORDS, "val_")) or lowered.startswith("val")
 
 
+def _iterated_leaf(expr: cst.BaseExpression) -> str | None:
+    """`test_loader` for `test_loader`, `self.test_loader`, `enumerate(test_loader)` or
+    `tqdm(test_loader)`: the last name of what a loop iterates."""
+    while isinstance(expr, cst.Call) and expr.args and isinstance(expr.func, cst.Name):
+        expr = expr.args[0].value  # enumerate(...), tqdm(...), iter(...)
+    if isinstance(expr, cst.Name):
+        return expr.value
+    if isinstance(expr, cst.Attribute):
+        return expr.attr.value
+    return None
+
+
 class FileFacts:
     """Lazily computed facts; each property walks the tree at most once."""
 
@@ -304,6 +316,13 @@ class FileFacts:
             w in scope.name.value.lower() for w in _EVAL_WORDS
         ):
             return True
+        iterated = _iterated_leaf(loop.iter)
+        if (
+            iterated is not None
+            and "loader" in iterated.lower()
+            and named_like_evaluation(iterated)
+        ):
+            return True  # `for batch in testing_data_loader:` in the epoch loop (pix2pix)
         for call in self.eval_calls:
             if self.enclosing_scope(call) is not scope or not self.before(call, loop):
                 continue
