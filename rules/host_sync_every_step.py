@@ -9,6 +9,8 @@ import libcst as cst
 from autoopt.lint.engine.rule import Invalid, Rule, Valid
 from autoopt.lint.program.facts import local_callee
 from autoopt.lint.program.handled import engine_step_functions
+from autoopt.lint.program.torch_api import TENSOR_FACTORIES
+from autoopt.lint.tree.calls import arg
 from autoopt.lint.tree.nodes import (
     calls_in,
     code_of,
@@ -232,6 +234,19 @@ class HostSyncEveryStep(Rule):
                 if early_phase or late_phase:
                     log_time(batch_idx, loss.cpu().data)
                 step += 1
+            model.to(device)
+            """
+        ),
+        Valid(  # host tensors made for a plot in a helper run every step (ssd.pytorch)
+            """
+            import torch
+            def update_plot(it, loc):
+                viz.line(X=torch.ones((1, 3)).cpu() * it, Y=torch.Tensor([loc]).unsqueeze(0).cpu())
+            for x, y in loader:
+                loss = loss_fn(model(x), y)
+                loss.backward()
+                optimizer.step()
+                update_plot(step, 1.0)
             model.to(device)
             """
         ),
@@ -470,6 +485,8 @@ class HostSyncEveryStep(Rule):
             return
         if self._cpu_only:
             return  # nothing runs ahead of the host: reading a value waits for nothing
+        if name == "cpu" and self._made_on_host(node):
+            return  # `torch.ones(1, 3).cpu()`: a host tensor's copy waits for nothing
         loop = self._step_loop(node)
         if loop is None:
             return
@@ -585,6 +602,20 @@ class HostSyncEveryStep(Rule):
             ]
         )
         return loop if own_backward else None
+
+    def _made_on_host(self, node: cst.Call) -> bool:
+        """`node` (`<x>.cpu()`) reads a tensor a torch factory made on the host just before
+        (`torch.ones((1, 3)).cpu()`, `torch.Tensor([a, b]).unsqueeze(0).cpu()`)."""
+        receiver = node.func.value if isinstance(node.func, cst.Attribute) else None
+        while isinstance(receiver, cst.Call) and isinstance(receiver.func, cst.Attribute):
+            if self.is_call_to(receiver, *TENSOR_FACTORIES, "torch.Tensor"):
+                break
+            receiver = receiver.func.value
+        return (
+            isinstance(receiver, cst.Call)
+            and self.is_call_to(receiver, *TENSOR_FACTORIES, "torch.Tensor")
+            and arg(receiver, "device") is None
+        )
 
     def _step_loop_calling(self, scope: cst.CSTNode) -> cst.CSTNode | None:
         """A function of the file that a step loop of the file calls on every step, not under a

@@ -736,3 +736,28 @@ def test_a_placement_beside_the_call_under_main_is_not_a_flag() -> None:
     assert inserted(code) == [
         "net, loader, optimizer = autoopt.optimize(net, loader, optimizer, device=device)"
     ]
+
+
+def test_a_torchtext_iterator_is_no_loader_for_optimize() -> None:
+    """keon/seq2seq: batches from torchtext's `BucketIterator` are its own `Batch` objects, not
+    a DataLoader's: the call binds the model and the optimizer only."""
+    result = wrap_source(
+        src(
+            """
+        import torch
+        from torchtext.data import BucketIterator
+
+        def main():
+            train_iter = BucketIterator(train, batch_size=32)
+            model = Seq2Seq().cuda()
+            optimizer = torch.optim.Adam(model.parameters())
+            for batch in train_iter:
+                optimizer.zero_grad()
+                model(batch.src).sum().backward()
+                optimizer.step()
+        """
+        )
+    )
+    assert result.inserted == (
+        'model, optimizer = autoopt.optimize(model, optimizer=optimizer, device="cuda")',
+    )

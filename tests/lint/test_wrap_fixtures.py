@@ -546,3 +546,60 @@ def test_the_several_optimizers_decline_names_each_and_its_module(tmp_path: Path
     result = wrap_source(script.read_text(), path=script)
     assert result.declined
     assert "`optimizer` in main(), `optimizer` in main() of linear_eval.py" in result.message
+
+
+def test_an_optimizer_a_trainer_class_creates_names_its_method_and_module(tmp_path: Path) -> None:
+    """SimGNN: main.py builds `SimGNNTrainer(args)` and calls `fit()`, which creates the Adam and
+    runs the loop in simgnn.py: the decline names the method and its module."""
+    (tmp_path / "simgnn.py").write_text(
+        textwrap.dedent(
+            """
+            import torch
+
+            class SimGNNTrainer:
+                def __init__(self, args):
+                    self.model = torch.nn.Linear(4, 1)
+
+                def fit(self, batches):
+                    self.optimizer = torch.optim.Adam(self.model.parameters())
+                    for x in batches:
+                        self.optimizer.zero_grad()
+                        self.model(x).sum().backward()
+                        self.optimizer.step()
+            """
+        )
+    )
+    script = "from simgnn import SimGNNTrainer\n\ntrainer = SimGNNTrainer(None)\ntrainer.fit([])\n"
+    (tmp_path / "main.py").write_text(script)
+    result = wrap_source(script, path=tmp_path / "main.py")
+    assert result.declined and result.reason == "optimizer created in another module"
+    assert "created in SimGNNTrainer.fit() of " in result.message
+    assert "simgnn.py, which this script runs" in result.message
+
+
+def test_an_agent_of_a_local_module_that_creates_its_optimizers_is_named(tmp_path: Path) -> None:
+    """BCQ: main.py builds `policy = BCQ.BCQ(...)` (after `import BCQ`) and calls its train();
+    the networks and their Adams are created in `BCQ.__init__`: the decline says where."""
+    (tmp_path / "BCQ.py").write_text(
+        textwrap.dedent(
+            """
+            import torch
+
+            class BCQ:
+                def __init__(self, device):
+                    self.actor = torch.nn.Linear(4, 1).to(device)
+                    self.actor_optimizer = torch.optim.Adam(self.actor.parameters())
+
+                def train(self, buffer):
+                    for x in buffer:
+                        self.actor_optimizer.zero_grad()
+                        self.actor(x).sum().backward()
+                        self.actor_optimizer.step()
+            """
+        )
+    )
+    script = "import BCQ\n\npolicy = BCQ.BCQ('cpu')\nfor it in range(3):\n    policy.train([])\n"
+    (tmp_path / "main.py").write_text(script)
+    result = wrap_source(script, path=tmp_path / "main.py")
+    assert result.declined and result.reason == "optimizer created in another module"
+    assert "created in BCQ.__init__() of " in result.message

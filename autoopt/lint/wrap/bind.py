@@ -228,8 +228,30 @@ def loader_of(code: CodeBase, home: Func, trainers: list[Func]) -> Loader | None
         for expr, _loop in iterated(code, func):
             here = reaches(code, func, expr, home, 0)
             if here is not None:
-                return here, assignments_of(home, here)
+                assigns = assignments_of(home, here)
+                if _torchtext_iterators(code, home, here, assigns):
+                    return None  # batches of torchtext's own class: no loader for optimize()
+                return here, assigns
     return None
+
+
+def _torchtext_iterators(code: CodeBase, home: Func, expr: str, assigns: list[cst.CSTNode]) -> bool:
+    """`expr` is a torchtext iterator (`BucketIterator.splits(...)`), made here or by a local
+    function that builds it (keon/seq2seq's `load_dataset()`): its batches are torchtext's
+    `Batch` objects, not a DataLoader's."""
+    for assign in assigns:
+        value = getattr(assign, "value", None)
+        if not isinstance(value, cst.Call):
+            return False
+        if home.file.qualname(value.func).startswith("torchtext."):
+            continue
+        target = code.resolve(home.file, value)
+        if target is None or not any(
+            target.file.qualname(c.func).startswith("torchtext.")
+            for c in target.file.calls(target.node)
+        ):
+            return False
+    return bool(assigns)
 
 
 def _held(expr: cst.BaseExpression) -> bool:

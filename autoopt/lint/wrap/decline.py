@@ -232,11 +232,18 @@ def optimizer_over_tensors(expr: str) -> Decline:
     )
 
 
-def optimizer_in_module(path: object) -> Decline:
+def optimizer_in_module(where: list[str]) -> Decline:
+    """`where`: each creation as "Class.method() of path"."""
+    if len(where) == 1:
+        return Decline(
+            "optimizer created in another module",
+            f"the optimizer is created in {where[0]}, which this script runs",
+            "run --wrap on that file",
+        )
     return Decline(
         "optimizer created in another module",
-        f"the optimizer is created in {path}",
-        "run --wrap on that file",
+        f"the optimizers are created in {', '.join(where)}, which this script runs",
+        "run --wrap on those files",
     )
 
 

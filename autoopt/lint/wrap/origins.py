@@ -208,6 +208,12 @@ def _creations(code: CodeBase, origin: Origin) -> list[cst.CSTNode] | Decline:
     return kept or origin.assigns
 
 
+def _qualified(func: Func) -> str:
+    """`SimGNNTrainer.fit`, or `train` for a function outside any class."""
+    owner = func.cls
+    return f"{owner.name.value}.{func.name}" if owner is not None else func.name
+
+
 def _shown(file: SourceFile) -> str:
     """A module of the project as the decline names it."""
     return file.path.name if file.path is not None else "another module"
@@ -299,6 +305,10 @@ def bind_optimizers(code: CodeBase, training: Training) -> Bound | Decline:
         return decline.optimizer_over_tensors(next(iter(origins.values())).expr)
     for key in tensors:  # an attack's perturbation stepped beside the model (TRADES)
         del origins[key]
+    if origins and all(o.func.file is not code.script for o in origins.values()):
+        # an object of a local module creates and steps them (BCQ's agent, SimGNN's trainer)
+        where = {f"{_qualified(o.func)}() of {o.func.file.path}": None for o in origins.values()}
+        return decline.optimizer_in_module(list(where))
     homes = {id(o.func.node) for o in origins.values()}
     if len(homes) > 1:
         where = {
@@ -312,5 +322,5 @@ def bind_optimizers(code: CodeBase, training: Training) -> Bound | Decline:
     )
     home = optimizers[0].func
     if home.file is not code.script:
-        return decline.optimizer_in_module(home.file.path)
+        return decline.optimizer_in_module([f"{_qualified(home)}() of {home.file.path}"])
     return Bound(home, optimizers, stepped)

@@ -54,7 +54,7 @@ from autoopt.lint.wrap.device import device_for, moved_after
 from autoopt.lint.wrap.loop import OptimizerWrappers, Training, find_training, training_functions
 from autoopt.lint.wrap.options import conflict, own_precision, scaler_steps, wrapped_before
 from autoopt.lint.wrap.origins import Origin, bind_optimizers
-from autoopt.lint.wrap.tree import statement_of
+from autoopt.lint.wrap.tree import methods_of, statement_of
 
 __all__ = ["Decline", "Pair", "Plan", "plan_wrap"]
 
@@ -131,7 +131,25 @@ def _no_loop_reached(code: CodeBase) -> Decline:
                 and not _schedules(file, later)
             ):
                 return decline.trained_in_unread_code(code_of(later.func), bound.value)
+    if where := _optimizers_of_built_objects(code, file):
+        return decline.optimizer_in_module(where)
     return decline.no_training_loop()
+
+
+def _optimizers_of_built_objects(code: CodeBase, file: SourceFile) -> list[str]:
+    """Where the classes of local modules the script instantiates create their optimizers
+    (`policy = BCQ.BCQ(...)`, whose `__init__` builds the networks and their Adams): each as
+    "BCQ.__init__() of BCQ.py"."""
+    found: dict[str, None] = {}
+    for call in file.calls():
+        owner = code.called_class(file, call.func)
+        if owner is None or owner[0] is file:
+            continue
+        source, cls = owner
+        for method in methods_of(source, cls):
+            if any(_creates_optimizer(source, c) for c in method.calls()):
+                found[f"{cls.name.value}.{method.name}() of {source.path}"] = None
+    return list(found)
 
 
 def _uses_hf_trainer(file: SourceFile) -> bool:
