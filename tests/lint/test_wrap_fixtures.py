@@ -603,3 +603,61 @@ def test_an_agent_of_a_local_module_that_creates_its_optimizers_is_named(tmp_pat
     result = wrap_source(script, path=tmp_path / "main.py")
     assert result.declined and result.reason == "optimizer created in another module"
     assert "created in BCQ.__init__() of " in result.message
+
+
+def test_a_trainer_subclass_runs_its_base_class_loop(tmp_path: Path) -> None:
+    """decision-transformer: `SequenceTrainer(Trainer)` overrides only `train_step`; the
+    script calls `trainer.train_iteration(...)`, which the base class of another module
+    defines (with its own `train_step`).
+    The loop is reached through the base: the call goes after the optimizer (no loader: the
+    batches come from `get_batch`)."""
+    (tmp_path / "trainer.py").write_text(
+        textwrap.dedent(
+            """
+            class Trainer:
+                def __init__(self, model, optimizer, get_batch):
+                    self.model, self.optimizer, self.get_batch = model, optimizer, get_batch
+
+                def train_iteration(self, num_steps):
+                    for _ in range(num_steps):
+                        self.train_step()
+
+                def train_step(self):
+                    self.optimizer.zero_grad()
+                    self.model(self.get_batch()).mean().backward()
+                    self.optimizer.step()
+            """
+        )
+    )
+    (tmp_path / "seq_trainer.py").write_text(
+        textwrap.dedent(
+            """
+            from trainer import Trainer
+
+            class SequenceTrainer(Trainer):
+                def train_step(self):
+                    x = self.get_batch()
+                    self.optimizer.zero_grad()
+                    self.model(x).sum().backward()
+                    self.optimizer.step()
+            """
+        )
+    )
+    script = textwrap.dedent(
+        """
+        import torch
+        from seq_trainer import SequenceTrainer
+
+        def experiment(get_batch):
+            model = torch.nn.Linear(4, 1)
+            optimizer = torch.optim.AdamW(model.parameters())
+            trainer = SequenceTrainer(model=model, optimizer=optimizer, get_batch=get_batch)
+            trainer.train_iteration(10)
+        """
+    )
+    (tmp_path / "experiment.py").write_text(script)
+    result = wrap_source(script, path=tmp_path / "experiment.py")
+    assert not result.declined, result.message
+    assert result.inserted == (
+        'model, optimizer = autoopt.optimize(model, optimizer=optimizer, device="cpu")',
+    )

@@ -203,6 +203,9 @@ class _Indexer(cst.CSTVisitor):
 _PLACING = frozenset(("to", "cuda", "cpu", "float", "double", "half", "bfloat16", "train"))
 
 
+_MAX_BASES = 4  # base classes followed for a method (a cycle or a deep tree stops there)
+
+
 @dataclass(frozen=True, eq=False)
 class Func:
     """A function (or a module's top-level code) in one of the files."""
@@ -337,11 +340,20 @@ class CodeBase:
         return None
 
     # ----- calls -------------------------------------------------------------------------------
-    @staticmethod
-    def method(file: SourceFile, cls: cst.ClassDef, name: str) -> Func | None:
+    def method(self, file: SourceFile, cls: cst.ClassDef, name: str, depth: int = 0) -> Func | None:
+        """The method `name` of `cls`, or of the first of its local base classes that defines
+        it (decision-transformer's `SequenceTrainer(Trainer)` runs `Trainer.train_iteration`)."""
         for stmt in cls.body.body:
             if isinstance(stmt, cst.FunctionDef) and stmt.name.value == name:
                 return Func(file, stmt)
+        if depth >= _MAX_BASES:
+            return None
+        for base in cls.bases:
+            owner = self.called_class(file, base.value)
+            if owner is not None and owner[1] is not cls:
+                found = self.method(*owner, name, depth + 1)
+                if found is not None:
+                    return found
         return None
 
     def resolve(self, file: SourceFile, call: cst.Call) -> Func | None:
