@@ -115,6 +115,35 @@ class ChannelsLast(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # a zoo's builder handed to the model that wraps it (moco's MoCo)
+            """
+            import torch
+            import torchvision.models as models
+            import moco.builder
+            model = moco.builder.MoCo(models.__dict__[arch], 128)
+            model.cuda()
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.03)
+            for images, _ in train_loader:
+                loss = model(images.cuda()).sum()
+                loss.backward()
+                optimizer.step()
+            """,
+            line=5,
+            fixed="""
+            import torch
+            import torchvision.models as models
+            import moco.builder
+            model = moco.builder.MoCo(models.__dict__[arch], 128)
+            model.cuda()
+            model = model.to(memory_format=torch.channels_last)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.03)
+            for images, _ in train_loader:
+                loss = model(images.cuda()).sum()
+                loss.backward()
+                optimizer.step()
+            """,
+            unsafe=True,
+        ),
         Invalid(  # built in __init__, placed by another method of the trainer (pytorch-wgan)
             """
             import torch

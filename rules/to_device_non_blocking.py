@@ -504,6 +504,28 @@ class ToDeviceNonBlocking(Rule):
             """,
             unsafe=True,
         ),
+        Invalid(  # only the label is read on the host later: the data's copy can overlap (dgcnn)
+            """
+            import torch
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            for data, label in train_loader:
+                data, label = data.to(device), label.to(device).squeeze()
+                loss = criterion(model(data), label)
+                loss.backward()
+                train_true.append(label.cpu().numpy())
+            """,
+            line=4,
+            fixed="""
+            import torch
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            for data, label in train_loader:
+                data, label = data.to(device, non_blocking=True), label.to(device).squeeze()
+                loss = criterion(model(data), label)
+                loss.backward()
+                train_true.append(label.cpu().numpy())
+            """,
+            unsafe=True,
+        ),
         Invalid(  # a dict batch copied key by key in a helper the loop calls (monodepth2)
             """
             import torch

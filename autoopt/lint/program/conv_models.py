@@ -152,8 +152,9 @@ def _wrapped_conv_model(
     flattening: set[str],
     found: list[ConvModel],
 ) -> str | None:
-    """A model built around a conv model passed in (`DDPM(eps_model=UNet(...))`, or a name
-    bound to one above): what the inner model is."""
+    """A model built around a conv model passed in (`DDPM(eps_model=UNet(...))`, a name bound
+    to one above, or a zoo's builder: `MoCo(models.__dict__[arch], ...)`): what the inner
+    model is."""
     named = {m.name: "flattens" if m.flattens else "fit" for m in found}
     for a in call.args:
         value = without_placement(a.value)
@@ -166,6 +167,11 @@ def _wrapped_conv_model(
                 return kind
         elif isinstance(value, cst.Call):
             kind = _conv_model(rule, value, fit, flattening)
+            if kind is not None:
+                return kind
+        elif isinstance(value, cst.Subscript):
+            # the builder itself handed in (`MoCo(models.__dict__[args.arch], ...)`, moco)
+            kind = _conv_table(rule, value)
             if kind is not None:
                 return kind
     return None

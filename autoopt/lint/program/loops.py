@@ -270,7 +270,7 @@ def read_on_host_later(rule: Rule, call: cst.Call) -> bool:
     for small in stmt.body:
         if isinstance(small, cst.Assign):
             for t in small.targets:
-                targets |= names_in(t.target)
+                targets |= _bound_by(t.target, small.value, call)
     block = rule.parent(stmt)
     if not targets or not isinstance(block, cst.IndentedBlock | cst.Module):
         return False
@@ -294,6 +294,21 @@ def read_on_host_later(rule: Rule, call: cst.Call) -> bool:
             ):
                 return True  # `print(y)`, `float(y)`
     return False
+
+
+def _bound_by(target: cst.BaseExpression, value: cst.BaseExpression, call: cst.Call) -> set[str]:
+    """The names of `target = value` that hold what `call` returns: in `data, label =
+    data.to(d), label.to(d)`, `data` for the first copy only (dgcnn reads `label` on the
+    host, not `data`)."""
+    if (
+        isinstance(target, cst.Tuple | cst.List)
+        and isinstance(value, cst.Tuple | cst.List)
+        and len(target.elements) == len(value.elements)
+    ):
+        for t, v in zip(target.elements, value.elements, strict=True):
+            if any(n is call for n in walk(v.value)):
+                return names_in(t.value)
+    return names_in(target)
 
 
 def prefetcher_fallback(rule: Rule, call: cst.Call) -> bool:
