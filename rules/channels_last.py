@@ -115,6 +115,43 @@ class ChannelsLast(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # built on the device by its builder's `device=` (pix2pix's define_G(gpu_id=))
+            """
+            import torch
+            import torch.nn as nn
+            class Net(nn.Module):
+                def __init__(self, device=None):
+                    super().__init__()
+                    self.conv = nn.Conv2d(3, 8, 3, device=device)
+                def forward(self, x):
+                    return self.conv(x)
+            device = torch.device("cuda")
+            net = Net(device=device)
+            opt = torch.optim.SGD(net.parameters(), lr=0.1)
+            for x in loader:
+                net(x.to(device)).sum().backward()
+                opt.step()
+            """,
+            line=10,
+            fixed="""
+            import torch
+            import torch.nn as nn
+            class Net(nn.Module):
+                def __init__(self, device=None):
+                    super().__init__()
+                    self.conv = nn.Conv2d(3, 8, 3, device=device)
+                def forward(self, x):
+                    return self.conv(x)
+            device = torch.device("cuda")
+            net = Net(device=device)
+            net = net.to(memory_format=torch.channels_last)
+            opt = torch.optim.SGD(net.parameters(), lr=0.1)
+            for x in loader:
+                net(x.to(device, memory_format=torch.channels_last)).sum().backward()
+                opt.step()
+            """,
+            unsafe=True,
+        ),
         Invalid(  # a zoo's builder handed to the model that wraps it (moco's MoCo)
             """
             import torch

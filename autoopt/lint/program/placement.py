@@ -22,6 +22,7 @@ import libcst as cst
 
 from autoopt.lint.engine.rule import Rule
 from autoopt.lint.program.library import MODEL_WRAPPERS
+from autoopt.lint.program.project_facts import local_definition
 from autoopt.lint.program.trained_models import mentions
 from autoopt.lint.tree.calls import arg
 from autoopt.lint.tree.edits import block_statement
@@ -102,7 +103,33 @@ def model_placement(rule: Rule, name: str, built: cst.Assign) -> cst.BaseStateme
             if found is not None:
                 return found
         current = _enclosing_if(rule, current)
+    if _builds_on_a_device(rule, built.value):
+        return stmt  # `net_g = define_G(..., gpu_id=device)`: the builder places it (pix2pix)
     return _placed_by_another_method(rule, name, built)
+
+
+_DEVICE_KEYWORDS = frozenset({"device", "gpu_id", "gpu", "device_id"})
+
+
+def _builds_on_a_device(rule: Rule, value: cst.BaseExpression) -> bool:
+    """`define_G(..., gpu_id=device)`: a builder of the project (this file's or another
+    module's, not a library's) handed the device by keyword, a name the script holds a device
+    in (`device = torch.device(...)`) or a "cuda..." string."""
+    if not isinstance(value, cst.Call) or not isinstance(value.func, cst.Name):
+        return False
+    name = value.func.value
+    facts = rule.facts
+    if name not in facts.defined_names and local_definition(rule, name) is None:
+        return False
+    for a in value.args:
+        if a.keyword is None or a.keyword.value not in _DEVICE_KEYWORDS:
+            continue
+        text = string_value(a.value)
+        if text is not None:
+            return text.startswith("cuda")
+        if isinstance(a.value, cst.Name | cst.Attribute) and "device" in (dotted(a.value) or ""):
+            return True
+    return False
 
 
 def _placed_by_another_method(
