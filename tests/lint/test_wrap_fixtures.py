@@ -603,6 +603,7 @@ def test_an_agent_of_a_local_module_that_creates_its_optimizers_is_named(tmp_pat
     result = wrap_source(script, path=tmp_path / "main.py")
     assert result.declined and result.reason == "optimizer created in another module"
     assert "created in BCQ.__init__() of " in result.message
+    assert "no .backward() is reached from this script itself" in result.message
 
 
 def test_a_trainer_subclass_runs_its_base_class_loop(tmp_path: Path) -> None:

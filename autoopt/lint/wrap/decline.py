@@ -232,17 +232,19 @@ def optimizer_over_tensors(expr: str) -> Decline:
     )
 
 
-def optimizer_in_module(where: list[str]) -> Decline:
-    """`where`: each creation as "Class.method() of path"."""
+def optimizer_in_module(where: list[str], unreached: bool = False) -> Decline:
+    """`where`: each creation as "Class.method() of path"; `unreached`: the script reaches no
+    `.backward()` of its own (the training is in those classes too)."""
+    after = "; no .backward() is reached from this script itself" if unreached else ""
     if len(where) == 1:
         return Decline(
             "optimizer created in another module",
-            f"the optimizer is created in {where[0]}, which this script runs",
+            f"the optimizer is created in {where[0]}, which this script runs{after}",
             "run --wrap on that file",
         )
     return Decline(
         "optimizer created in another module",
-        f"the optimizers are created in {', '.join(where)}, which this script runs",
+        f"the optimizers are created in {', '.join(where)}, which this script runs{after}",
         "run --wrap on those files",
     )
 

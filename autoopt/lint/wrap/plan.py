@@ -132,7 +132,7 @@ def _no_loop_reached(code: CodeBase) -> Decline:
             ):
                 return decline.trained_in_unread_code(code_of(later.func), bound.value)
     if where := _optimizers_of_built_objects(code, file):
-        return decline.optimizer_in_module(where)
+        return decline.optimizer_in_module(where, unreached=True)
     return decline.no_training_loop()
 
 
