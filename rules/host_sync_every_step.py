@@ -237,6 +237,19 @@ class HostSyncEveryStep(Rule):
             model.to(device)
             """
         ),
+        Valid(  # a helper of the file that syncs, called only under a logging condition
+            """
+            def log_metrics(loss):
+                print(loss.item())
+            for step, (x, y) in enumerate(loader):
+                loss = loss_fn(model(x), y)
+                loss.backward()
+                optimizer.step()
+                if step % 100 == 0:
+                    log_metrics(loss)
+            model.to(device)
+            """
+        ),
         Valid(  # host tensors made for a plot in a helper run every step (ssd.pytorch)
             """
             import torch

@@ -662,3 +662,37 @@ def test_a_trainer_subclass_runs_its_base_class_loop(tmp_path: Path) -> None:
     assert result.inserted == (
         'model, optimizer = autoopt.optimize(model, optimizer=optimizer, device="cpu")',
     )
+
+
+def test_optimizers_two_methods_of_a_local_class_create_are_named(tmp_path: Path) -> None:
+    """A trainer class of another module creates one optimizer in `__init__` and another in
+    `fit()`, and steps both there: the decline names both places, not "several functions"."""
+    (tmp_path / "gan.py").write_text(
+        textwrap.dedent(
+            """
+            import torch
+
+            class GANTrainer:
+                def __init__(self):
+                    self.G = torch.nn.Linear(4, 4)
+                    self.D = torch.nn.Linear(4, 1)
+                    self.opt_g = torch.optim.Adam(self.G.parameters())
+
+                def fit(self, batches):
+                    self.opt_d = torch.optim.Adam(self.D.parameters())
+                    for x in batches:
+                        self.opt_d.zero_grad()
+                        self.D(x).mean().backward()
+                        self.opt_d.step()
+                        self.opt_g.zero_grad()
+                        (-self.D(self.G(x)).mean()).backward()
+                        self.opt_g.step()
+            """
+        )
+    )
+    script = "from gan import GANTrainer\n\ntrainer = GANTrainer()\ntrainer.fit([])\n"
+    (tmp_path / "main.py").write_text(script)
+    result = wrap_source(script, path=tmp_path / "main.py")
+    assert result.declined and result.reason == "optimizer created in another module"
+    assert "GANTrainer.fit() of " in result.message
+    assert "GANTrainer.__init__() of " in result.message
