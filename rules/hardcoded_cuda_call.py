@@ -12,6 +12,7 @@ from autoopt.lint.tree.nodes import before, code_of, dotted, nodes_of_type, walk
 
 # Signs that a script is CUDA-only by design: moving it off `.cuda()` buys no portability.
 _CUDA_ONLY_MARKERS = (
+    "assert torch.cuda.is_available()",  # keon/seq2seq: refuses to start without a GPU
     "nccl",
     "device_ids=[",
     "cupy",
@@ -43,8 +44,8 @@ class HardcodedCudaCall(Rule):
     the device automatically.
 
     ## When not to
-    - Scripts that are CUDA-only by design: they pin ranks with `torch.cuda.set_device`
-      (outside a CUDA check), use the `nccl` backend, wrap DDP with `device_ids=[gpu]`, need
+    - Scripts that are CUDA-only by design: they assert `torch.cuda.is_available()`, pin ranks
+      with `torch.cuda.set_device` (outside a CUDA check), use the `nccl` backend, wrap DDP with `device_ids=[gpu]`, need
       CUDA-only packages (apex imported outside a `try:`, cupy, triton), or spread over GPUs with `nn.DataParallel` with no CPU path anywhere (no "cpu"
       device, no availability test). Not flagged; nor is a module without a CPU path of its own
       that such a script imports (its trainer or engine).
@@ -73,6 +74,14 @@ class HardcodedCudaCall(Rule):
     triggers = (".cuda(",)
 
     VALID = [
+        Valid(  # the script refuses to start without CUDA (keon/seq2seq)
+            """
+            import torch
+            def main():
+                assert torch.cuda.is_available()
+                model = Seq2Seq().cuda()
+            """
+        ),
         Valid(  # apex imported unconditionally: the script needs CUDA
             """
             import torch
