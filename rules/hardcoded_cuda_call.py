@@ -25,6 +25,8 @@ _APEX_IMPORT = ("import apex", "from apex")
 # The same, said by a driver about the modules it runs: a `set_device` alone may sit behind the
 # driver's own `if args.cuda:` (cnn-text-classification), nccl and DDP's device ids do not.
 _DRIVER_CUDA_ONLY_MARKERS = ("nccl", "device_ids=[", "import apex", "from apex")
+# ... and by a setup module the script imports (apex there may be optional, as here).
+_SETUP_CUDA_ONLY_MARKERS = ("nccl", "device_ids=[")
 # A script that can run on the CPU says so somewhere: a "cpu" device or an availability test.
 _CPU_PATH = re.compile(r"""["']cpu|is_available\(|no[-_]cuda|use_cuda""")
 _CUDA_INDEX = re.compile(r"^cuda:(\d+)$")
@@ -45,10 +47,12 @@ class HardcodedCudaCall(Rule):
 
     ## When not to
     - Scripts that are CUDA-only by design: they assert `torch.cuda.is_available()`, pin ranks
-      with `torch.cuda.set_device` (outside a CUDA check), use the `nccl` backend, wrap DDP with `device_ids=[gpu]`, need
-      CUDA-only packages (apex imported outside a `try:`, cupy, triton), or spread over GPUs with `nn.DataParallel` with no CPU path anywhere (no "cpu"
+      with `torch.cuda.set_device` (outside a CUDA check), use the `nccl` backend, wrap DDP
+      with `device_ids=[gpu]`, need CUDA-only packages (apex imported outside a `try:`, cupy,
+      triton), or spread over GPUs with `nn.DataParallel` with no CPU path anywhere (no "cpu"
       device, no availability test). Not flagged; nor is a module without a CPU path of its own
-      that such a script imports (its trainer or engine).
+      that such a script imports (its trainer or engine), nor a script whose imported setup
+      module starts `nccl` or DDP with device ids (LoRA's gpu.py).
     - A `.cuda()` already guarded by a CUDA check (`if torch.cuda.is_available():`,
       `if args.cuda:`) in a script that has a device (a `device` variable, parameter or flag):
       that code is portable as written. Not flagged. Where the script never names a device (the
@@ -259,6 +263,14 @@ class HardcodedCudaCall(Rule):
         return False
 
     @functools.cached_property
+    def _sets_up_cuda_only(self) -> bool:
+        """A project module this script imports sets up CUDA-only training (LoRA's gpu.py:
+        nccl, `set_device(local_rank)`, DDP's device ids)."""
+        return self.context.program.reaches_text_that_says(
+            lambda text: any(marker in text for marker in _SETUP_CUDA_ONLY_MARKERS)
+        )
+
+    @functools.cached_property
     def _driven_by_cuda_only_script(self) -> bool:
         """A module without a CPU path of its own that a CUDA-only script imports (HRNet's
         lib/core/function.py, run by tools/train.py with `set_device` and nccl)."""
@@ -272,7 +284,7 @@ class HardcodedCudaCall(Rule):
         func = node.func
         if self._cuda_only or not isinstance(func, cst.Attribute) or func.attr.value != "cuda":
             return
-        if self._driven_by_cuda_only_script:
+        if self._driven_by_cuda_only_script or self._sets_up_cuda_only:
             return
         if any(q.startswith("torch.") or q == "torch" for q in self.qualified_names(func.value)):
             return  # `torch.Tensor.cuda(x)`, a module attribute: not a method call on a value

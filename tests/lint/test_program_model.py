@@ -1428,3 +1428,42 @@ def test_a_model_built_by_a_base_class_in_another_module_is_trained_uncompiled(
     compile((tmp_path / "exp/exp_main.py").read_text(), "exp_main.py", "exec")
     found = _findings(tmp_path, "exp/exp_main.py", "AO301")
     assert not any("built in Exp_Basic" in message for _, _, message in found)
+
+
+def test_a_script_whose_setup_module_starts_nccl_is_cuda_only(tmp_path: Path) -> None:
+    """LoRA: gpt2_ft.py imports its apex amp in a `try:` (optional) and calls `.cuda()`; the
+    distributed setup it imports (gpu.py) starts nccl and pins the rank with `set_device`: the
+    program is CUDA-only, so AO603 stays quiet. Without that setup, `.cuda()` is reported."""
+    setup = """
+        import torch
+        import torch.distributed as dist
+
+        def parse_gpu(args):
+            dist.init_process_group(backend="nccl")
+            torch.cuda.set_device(args.local_rank)
+        """
+    script = """
+        import torch
+        from gpu import parse_gpu
+
+        try:
+            from apex import amp
+        except ImportError:
+            amp = None
+
+        def main(args):
+            parse_gpu(args)
+            model = Net()
+            model = model.cuda()
+        """
+    _write(tmp_path, {"gpu.py": setup, "train.py": script})
+    assert _codes(tmp_path, "train.py", "AO603") == []
+    _write(
+        tmp_path,
+        {
+            "gpu.py": setup.replace('backend="nccl"', 'backend="gloo"').replace(
+                "torch.cuda.set_device(args.local_rank)", "pass"
+            )
+        },
+    )
+    assert _codes(tmp_path, "train.py", "AO603") == ["AO603"]
