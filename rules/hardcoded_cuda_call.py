@@ -25,8 +25,9 @@ _APEX_IMPORT = ("import apex", "from apex")
 # The same, said by a driver about the modules it runs: a `set_device` alone may sit behind the
 # driver's own `if args.cuda:` (cnn-text-classification), nccl and DDP's device ids do not.
 _DRIVER_CUDA_ONLY_MARKERS = ("nccl", "device_ids=[", "import apex", "from apex")
-# ... and by a setup module the script imports (apex there may be optional, as here).
-_SETUP_CUDA_ONLY_MARKERS = ("nccl", "device_ids=[")
+# ... and by a setup module the script imports: the nccl backend (a `device_ids=[...]` there may
+# be a DataParallel utility's, sync_batchnorm's replicate.py).
+_SETUP_CUDA_ONLY_MARKERS = ("nccl",)
 # A script that can run on the CPU says so somewhere: a "cpu" device or an availability test.
 _CPU_PATH = re.compile(r"""["']cpu|is_available\(|no[-_]cuda|use_cuda""")
 _CUDA_INDEX = re.compile(r"^cuda:(\d+)$")
@@ -52,7 +53,7 @@ class HardcodedCudaCall(Rule):
       triton), or spread over GPUs with `nn.DataParallel` with no CPU path anywhere (no "cpu"
       device, no availability test). Not flagged; nor is a module without a CPU path of its own
       that such a script imports (its trainer or engine), nor a script whose imported setup
-      module starts `nccl` or DDP with device ids (LoRA's gpu.py).
+      module starts the `nccl` backend (LoRA's gpu.py).
     - A `.cuda()` already guarded by a CUDA check (`if torch.cuda.is_available():`,
       `if args.cuda:`) in a script that has a device (a `device` variable, parameter or flag):
       that code is portable as written. Not flagged. Where the script never names a device (the
@@ -265,7 +266,7 @@ class HardcodedCudaCall(Rule):
     @functools.cached_property
     def _sets_up_cuda_only(self) -> bool:
         """A project module this script imports sets up CUDA-only training (LoRA's gpu.py:
-        nccl, `set_device(local_rank)`, DDP's device ids)."""
+        the nccl backend, `set_device(local_rank)`)."""
         return self.context.program.reaches_text_that_says(
             lambda text: any(marker in text for marker in _SETUP_CUDA_ONLY_MARKERS)
         )
