@@ -76,7 +76,16 @@ SPLITS = {
             "wrap": CORPUS / f"wrap_{name.replace('-', '_')}.tsv",
             "fixes": CORPUS / f"fixes_{name.replace('-', '_')}.tsv",
         }
-        for name in ("fresh-c", "fresh-d", "fresh-e", "fresh-f", "fresh-g", "fresh-h", "fresh-i", "fresh-j")
+        for name in (
+            "fresh-c",
+            "fresh-d",
+            "fresh-e",
+            "fresh-f",
+            "fresh-g",
+            "fresh-h",
+            "fresh-i",
+            "fresh-j",
+        )
     },
 }
 # The rules every labelled script has a label for (recall is measured on these); a script's
