@@ -548,12 +548,22 @@ def test_the_several_optimizers_decline_names_each_and_its_module(tmp_path: Path
     assert "`optimizer` in main(), `optimizer` in main() of linear_eval.py" in result.message
 
 
+def wrap_beside(tmp_path: Path, modules: dict[str, str], name: str, script: str):
+    """`--wrap` on `script` (written as `name`) with the local `modules` beside it."""
+    for module, text in modules.items():
+        (tmp_path / module).write_text(textwrap.dedent(text))
+    script = textwrap.dedent(script)
+    (tmp_path / name).write_text(script)
+    return wrap_source(script, path=tmp_path / name)
+
+
 def test_an_optimizer_a_trainer_class_creates_names_its_method_and_module(tmp_path: Path) -> None:
     """SimGNN: main.py builds `SimGNNTrainer(args)` and calls `fit()`, which creates the Adam and
     runs the loop in simgnn.py: the decline names the method and its module."""
-    (tmp_path / "simgnn.py").write_text(
-        textwrap.dedent(
-            """
+    result = wrap_beside(
+        tmp_path,
+        {
+            "simgnn.py": """
             import torch
 
             class SimGNNTrainer:
@@ -566,12 +576,11 @@ def test_an_optimizer_a_trainer_class_creates_names_its_method_and_module(tmp_pa
                         self.optimizer.zero_grad()
                         self.model(x).sum().backward()
                         self.optimizer.step()
-            """
-        )
+            """,
+        },
+        "main.py",
+        "from simgnn import SimGNNTrainer\n\ntrainer = SimGNNTrainer(None)\ntrainer.fit([])\n",
     )
-    script = "from simgnn import SimGNNTrainer\n\ntrainer = SimGNNTrainer(None)\ntrainer.fit([])\n"
-    (tmp_path / "main.py").write_text(script)
-    result = wrap_source(script, path=tmp_path / "main.py")
     assert result.declined and result.reason == "optimizer created in another module"
     assert "created in SimGNNTrainer.fit() of " in result.message
     assert "simgnn.py, which this script runs" in result.message
@@ -580,9 +589,10 @@ def test_an_optimizer_a_trainer_class_creates_names_its_method_and_module(tmp_pa
 def test_an_agent_of_a_local_module_that_creates_its_optimizers_is_named(tmp_path: Path) -> None:
     """BCQ: main.py builds `policy = BCQ.BCQ(...)` (after `import BCQ`) and calls its train();
     the networks and their Adams are created in `BCQ.__init__`: the decline says where."""
-    (tmp_path / "BCQ.py").write_text(
-        textwrap.dedent(
-            """
+    result = wrap_beside(
+        tmp_path,
+        {
+            "BCQ.py": """
             import torch
 
             class BCQ:
@@ -595,12 +605,11 @@ def test_an_agent_of_a_local_module_that_creates_its_optimizers_is_named(tmp_pat
                         self.actor_optimizer.zero_grad()
                         self.actor(x).sum().backward()
                         self.actor_optimizer.step()
-            """
-        )
+            """,
+        },
+        "main.py",
+        "import BCQ\n\npolicy = BCQ.BCQ('cpu')\nfor it in range(3):\n    policy.train([])\n",
     )
-    script = "import BCQ\n\npolicy = BCQ.BCQ('cpu')\nfor it in range(3):\n    policy.train([])\n"
-    (tmp_path / "main.py").write_text(script)
-    result = wrap_source(script, path=tmp_path / "main.py")
     assert result.declined and result.reason == "optimizer created in another module"
     assert "created in BCQ.__init__() of " in result.message
     assert "no .backward() is reached from this script itself" in result.message
@@ -612,9 +621,10 @@ def test_a_trainer_subclass_runs_its_base_class_loop(tmp_path: Path) -> None:
     defines (with its own `train_step`).
     The loop is reached through the base: the call goes after the optimizer (no loader: the
     batches come from `get_batch`)."""
-    (tmp_path / "trainer.py").write_text(
-        textwrap.dedent(
-            """
+    result = wrap_beside(
+        tmp_path,
+        {
+            "trainer.py": """
             class Trainer:
                 def __init__(self, model, optimizer, get_batch):
                     self.model, self.optimizer, self.get_batch = model, optimizer, get_batch
@@ -627,12 +637,8 @@ def test_a_trainer_subclass_runs_its_base_class_loop(tmp_path: Path) -> None:
                     self.optimizer.zero_grad()
                     self.model(self.get_batch()).mean().backward()
                     self.optimizer.step()
-            """
-        )
-    )
-    (tmp_path / "seq_trainer.py").write_text(
-        textwrap.dedent(
-            """
+            """,
+            "seq_trainer.py": """
             from trainer import Trainer
 
             class SequenceTrainer(Trainer):
@@ -641,10 +647,9 @@ def test_a_trainer_subclass_runs_its_base_class_loop(tmp_path: Path) -> None:
                     self.optimizer.zero_grad()
                     self.model(x).sum().backward()
                     self.optimizer.step()
-            """
-        )
-    )
-    script = textwrap.dedent(
+            """,
+        },
+        "experiment.py",
         """
         import torch
         from seq_trainer import SequenceTrainer
@@ -654,10 +659,8 @@ def test_a_trainer_subclass_runs_its_base_class_loop(tmp_path: Path) -> None:
             optimizer = torch.optim.AdamW(model.parameters())
             trainer = SequenceTrainer(model=model, optimizer=optimizer, get_batch=get_batch)
             trainer.train_iteration(10)
-        """
+        """,
     )
-    (tmp_path / "experiment.py").write_text(script)
-    result = wrap_source(script, path=tmp_path / "experiment.py")
     assert not result.declined, result.message
     assert result.inserted == (
         'model, optimizer = autoopt.optimize(model, optimizer=optimizer, device="cpu")',
@@ -667,9 +670,10 @@ def test_a_trainer_subclass_runs_its_base_class_loop(tmp_path: Path) -> None:
 def test_optimizers_two_methods_of_a_local_class_create_are_named(tmp_path: Path) -> None:
     """A trainer class of another module creates one optimizer in `__init__` and another in
     `fit()`, and steps both there: the decline names both places, not "several functions"."""
-    (tmp_path / "gan.py").write_text(
-        textwrap.dedent(
-            """
+    result = wrap_beside(
+        tmp_path,
+        {
+            "gan.py": """
             import torch
 
             class GANTrainer:
@@ -687,12 +691,11 @@ def test_optimizers_two_methods_of_a_local_class_create_are_named(tmp_path: Path
                         self.opt_g.zero_grad()
                         (-self.D(self.G(x)).mean()).backward()
                         self.opt_g.step()
-            """
-        )
+            """,
+        },
+        "main.py",
+        "from gan import GANTrainer\n\ntrainer = GANTrainer()\ntrainer.fit([])\n",
     )
-    script = "from gan import GANTrainer\n\ntrainer = GANTrainer()\ntrainer.fit([])\n"
-    (tmp_path / "main.py").write_text(script)
-    result = wrap_source(script, path=tmp_path / "main.py")
     assert result.declined and result.reason == "optimizer created in another module"
     assert "GANTrainer.fit() of " in result.message
     assert "GANTrainer.__init__() of " in result.message
