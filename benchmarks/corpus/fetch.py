@@ -46,6 +46,7 @@ SPLITS = {
     "fresh-h": (HERE / "fresh_h.json", HERE / "_repos_fresh_h"),
     "fresh-i": (HERE / "fresh_i.json", HERE / "_repos_fresh_i"),
     "fresh-j": (HERE / "fresh_j.json", HERE / "_repos_fresh_j"),
+    "fresh-k": (HERE / "fresh_k.json", HERE / "_repos_fresh_k"),
 }
 TORCH_DIR = "torch"
 
