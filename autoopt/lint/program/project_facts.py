@@ -31,6 +31,7 @@ import libcst.matchers as m
 from autoopt.lint.program.index import file_tree, parse_tree
 from autoopt.lint.program.project_files import record_read, resolve_module
 from autoopt.lint.program.torch_api import is_conv_family
+from autoopt.lint.tree.ast_walk import child_nodes, walk
 from autoopt.lint.tree.encoding import content_digest
 from autoopt.lint.tree.nodes import code_of, dotted, top_level_imports
 
@@ -210,14 +211,14 @@ def _weighted_walk(top: ast.AST) -> Iterator[tuple[ast.AST, int]]:
         node, weight = stack.pop()
         yield node, weight
         calls: dict[str, int] | None = None
-        for child in ast.iter_child_nodes(node):
+        for child in child_nodes(node):
             times = weight
             if isinstance(node, _LOOPS) and child not in getattr(node, "orelse", ()):
                 times = weight * _LOOP_TIMES
             elif isinstance(child, _DEFS) and isinstance(node, _DEFS):
                 if calls is None:  # how often this function calls each helper it defines
                     calls = {}
-                    for sub in ast.walk(node):
+                    for sub in walk(node):
                         if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Name):
                             calls[sub.func.id] = calls.get(sub.func.id, 0) + 1
                 times = weight * max(1, calls.get(child.name, 0))
