@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from autoopt.lint.program.project_files import record_read
+from autoopt.lint.tree.ast_walk import child_nodes, walk
 from autoopt.lint.tree.chunks import CHUNK_LINES, LARGE_FILE_LINES, top_level_cuts
 from autoopt.lint.tree.encoding import SourceDecodeError, content_digest, decode_source
 
@@ -379,7 +380,7 @@ def _names_a_device(call: ast.Call) -> bool:
 
 
 def _names_in(node: ast.AST) -> set[str]:
-    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+    return {n.id for n in walk(node) if isinstance(n, ast.Name)}
 
 
 class _Scanner:
@@ -466,7 +467,7 @@ class _Scanner:
             self.expr(node.value)
             self.info.returns.append(self.value(node.value))
             return
-        for child in ast.iter_child_nodes(node):
+        for child in child_nodes(node):
             if isinstance(child, ast.stmt):
                 self.stmt(child)
             elif isinstance(child, ast.expr):
@@ -522,7 +523,7 @@ class _Scanner:
         return OTHER
 
     def expr(self, node: ast.expr) -> None:
-        for sub in ast.walk(node):
+        for sub in walk(node):
             if isinstance(sub, ast.Call):
                 self.call(sub)
             elif isinstance(sub, ast.comprehension):
