@@ -22,6 +22,7 @@ from autoopt.lint.tree.nodes import (
 
 _SYNC_METHODS = ("item", "cpu", "tolist")
 _CONVERSIONS = ("float", "int")
+_VALUE_ITERATORS = ("items", "values", "parameters", "named_parameters")
 _KEPT_ADVICE = {
     "appended": "to append to a history; append loss.detach() and read the values once per epoch",
     "accumulated": "to add to a running metric; accumulate loss.detach() on the device and call "
@@ -77,7 +78,8 @@ class HostSyncEveryStep(Rule):
     name = "host-sync-every-step"
     message = "host-device sync on every training step; log every N steps instead"
     fix_reason = "whether a value is needed on the host every step is the user's call"
-    triggers = (".item(", ".cpu(", ".tolist(", "print(", "float(", "int(", ".add_scalar", ".set_")
+    # No text pre-filter of the syncs themselves: a step loop may read on the host only through
+    # a helper of another module (`commons.clip_grad_value_(...)`).
     # `zero_grad(`: a loop whose backward runs in a callable it hands loss and optimizer to
     requires = ((".backward(", "zero_grad(", "def training_step"),)
 
@@ -114,6 +116,39 @@ class HostSyncEveryStep(Rule):
                 loss.backward()
                 if step % 100 == 0:
                     print(f"step {step}: {loss.item():.4f}")
+            """
+        ),
+        Valid(  # a pass over other batches inside the step loop is an evaluation, not the
+            # step's own logging (only loops over the step's values count: `.items()`)
+            """
+            for x, y in loader:
+                loss = loss_fn(model(x.to(device)), y.to(device))
+                loss.backward()
+                optimizer.step()
+                for xv, yv in probe_batches:
+                    correct += (model(xv).argmax(1) == yv).sum().item()
+            """
+        ),
+        Valid(  # the helper reads on the host only on logging steps (its own condition, or the
+            # caller's)
+            """
+            class Trainer:
+                def record(self, step, loss):
+                    if step % self.log_every == 0:
+                        self.history.append(loss.item())
+
+                def record_norms(self):
+                    self.norms.append(self.model.weight.grad.norm().item())
+
+                def train(self, loader):
+                    for step, (x, y) in enumerate(loader):
+                        loss = self.loss_fn(self.model(x), y)
+                        loss.backward()
+                        self.record(step, loss)
+                        if step % 100 == 0:
+                            self.record_norms()
+                        self.optimizer.step()
+            model.to(device)
             """
         ),
         Valid(
@@ -473,6 +508,54 @@ class HostSyncEveryStep(Rule):
             """,
             line=6,
         ),
+        # A loop over the step's losses, inside the step loop; the generator's step every
+        # n_critic batches is a step schedule, not a logging condition.
+        Invalid(
+            """
+            def train_D(x):
+                loss = d_loss(D(x), D(G(z())))
+                loss.backward()
+                D_optimizer.step()
+                return {"d_loss": loss}
+
+            def train_G():
+                loss = g_loss(D(G(z())))
+                loss.backward()
+                G_optimizer.step()
+                return {"g_loss": loss}
+
+            for it, x in enumerate(loader):
+                d_losses = train_D(x.to(device))
+                for k, v in d_losses.items():
+                    writer.add_scalar(k, v.cpu(), it)
+                if it % n_critic == 0:
+                    g_losses = train_G()
+                    for k, v in g_losses.items():
+                        writer.add_scalar(k, v.cpu().numpy(), it)
+            """,
+            line=20,
+        ),
+        # A helper that reads every gradient norm on the host, run on every step: reported at
+        # the call (the same holds for a helper in another module of the project: glow-tts's
+        # `commons.clip_grad_value_`).
+        Invalid(
+            """
+            class Trainer:
+                def record_grad_norms(self):
+                    for p in self.model.parameters():
+                        self.norms.append(p.grad.norm().item())
+
+                def train(self, loader):
+                    for x, y in loader:
+                        loss = self.loss_fn(self.model(x), y)
+                        loss.backward()
+                        self.record_grad_norms()
+                        self.optimizer.step()
+            model.to(device)
+            """,
+            line=10,
+            message_contains="record_grad_norms() reads a tensor on the host",
+        ),
         Invalid(
             """
             for i, (x, y) in enumerate(loader):
@@ -493,6 +576,7 @@ class HostSyncEveryStep(Rule):
         is_print = builtin == "print" or (builtin is None and name in _LOGGING_METHODS)
         converts = builtin in _CONVERSIONS
         if name not in _SYNC_METHODS and not is_print and not converts:
+            self._check_callee(node)
             return
         if builtin is not None and not self.refers_to(node.func, f"builtins.{builtin}"):
             return
@@ -544,6 +628,26 @@ class HostSyncEveryStep(Rule):
         if self._feeds_an_environment(node, loop):
             return  # the host value is the algorithm's (an RL action for `env.step`)
         self.report(node, f"{what} syncs with the GPU every training step; log every N steps")
+
+    def _check_callee(self, node: cst.Call) -> None:
+        """A project function that reads a tensor on the host, called on every step of a step
+        loop here (`commons.clip_grad_value_(params)`, whose `.item()` is in commons.py):
+        reported at the call, where the step runs it."""
+        if not self.context.facts.enclosing_loops(node) or self._cpu_only:
+            return
+        found = self.context.program.host_read_in_callee(node)
+        if found is None:
+            return
+        loop = self._step_loop(node)
+        if loop is None or self._kept_on_host(node, loop) == "logged":
+            return
+        path, line = found
+        callee = code_of(node.func)
+        self.report(
+            node,
+            f"{callee}() reads a tensor on the host ({path}:{line}) on every training step; "
+            "log every N steps",
+        )
 
     @functools.cached_property
     def _cpu_only(self) -> bool:
@@ -603,7 +707,13 @@ class HostSyncEveryStep(Rule):
             return self._step_loop_calling(scope)
         loop = loops[0]
         if not facts.is_training_loop(loop):
-            return loop if self._delegated_step(loop) else None
+            if self._delegated_step(loop):
+                return loop
+            # `for k, v in losses.items(): writer.add_scalar(k, v.cpu())` in the step loop: a
+            # loop over the step's own values, run on every step
+            if len(loops) < 2 or not _over_values(loop) or not facts.is_training_loop(loops[1]):
+                return None
+            loop = loops[1]
         # the loop's own step: backward() itself or a call to a step function (`_backward(loss)`)
         steps = {f.name.value for f in facts.step_functions}
         own_backward = any(
@@ -746,10 +856,18 @@ class HostSyncEveryStep(Rule):
         return False
 
     def _runs_a_step(self, branch: cst.If) -> bool:
-        """The `if` calls `.backward()` in its body: a step schedule (a GAN's generator step
-        every `n_critic` batches), not a logging condition."""
+        """The `if` calls `.backward()` in its body, or a step function of the file
+        (`G_loss_dict = train_G()`): a step schedule (a GAN's generator step every `n_critic`
+        batches), not a logging condition."""
         facts = self.context.facts
-        return any(any(a is branch.body for a in facts.ancestors(b)) for b in facts.backward_calls)
+        steps = {f.name.value for f in facts.step_functions}
+        return any(
+            any(a is branch.body for a in facts.ancestors(b))
+            for b in [
+                *facts.backward_calls,
+                *(c for c in facts.backward_helper_calls if local_callee(c) in steps),
+            ]
+        )
 
     def _inside_sync(self, node: cst.Call) -> bool:
         parent = self.parent(node)
@@ -776,6 +894,13 @@ class HostSyncEveryStep(Rule):
                 names.add(n.func.value.value)
         cache[id(loop)] = (loop, names)
         return names
+
+
+def _over_values(loop: cst.CSTNode) -> bool:
+    """`for k, v in losses.items()`, `for p in model.parameters()`: a loop over a dict's or a
+    model's values, not over batches."""
+    it = loop.iter if isinstance(loop, cst.For) else None
+    return isinstance(it, cst.Call) and method_name(it) in _VALUE_ITERATORS
 
 
 def _micro_batch_loop(loops: list[cst.CSTNode], step: cst.CSTNode) -> bool:

@@ -1467,3 +1467,54 @@ def test_a_script_whose_setup_module_starts_nccl_is_cuda_only(tmp_path: Path) ->
         },
     )
     assert _codes(tmp_path, "train.py", "AO603") == ["AO603"]
+
+
+# ----- a helper of another module that reads tensors on the host, run on every step -----------
+COMMONS = """
+import torch
+
+def clip_grad_value_(parameters, clip_value):
+    total = 0
+    for p in parameters:
+        norm = p.grad.data.norm(2)
+        total += norm.item() ** 2
+    return total ** 0.5
+
+def log_every(step, loss, every):
+    if step % every == 0:
+        print(loss.item())
+
+def train_step(model, x, y, optimizer):
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    loss.backward()
+    optimizer.step()
+    return loss.item()
+"""
+
+GLOW_DRIVER = """
+import torch
+import commons
+
+def train(model, loader, optimizer):
+    for step, (x, y) in enumerate(loader):
+        optimizer.zero_grad()
+        loss = torch.nn.functional.mse_loss(model(x.cuda()), y.cuda())
+        loss.backward()
+        grad_norm = commons.clip_grad_value_(model.parameters(), None)
+        commons.log_every(step, loss, 100)
+        optimizer.step()
+        commons.train_step(model, x.cuda(), y.cuda(), optimizer)
+"""
+
+
+def test_a_helper_of_another_module_reading_on_the_host_every_step(tmp_path: Path) -> None:
+    """glow-tts: the step loop calls `commons.clip_grad_value_`, whose `.item()` per parameter
+    is in commons.py: reported at the call, naming where the read is. Quiet for a helper that
+    reads only under its own condition, and for a training step of that module (its reads are
+    that module's findings)."""
+    _write(tmp_path, {"commons.py": COMMONS, "train.py": GLOW_DRIVER})
+    found = _findings(tmp_path, "train.py", "AO702")
+    assert [(line, message.split(" reads")[0]) for _, line, message in found] == [
+        (9, "commons.clip_grad_value_()")
+    ]
+    assert "(commons.py:7)" in found[0][2]
