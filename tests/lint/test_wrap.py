@@ -528,8 +528,10 @@ def test_a_cpu_only_or_flag_gated_script_keeps_its_device(placement: str, device
         # moved inside the loop, with the loop's own variable: `device=d` cannot be read at the
         # call, and optimize() would keep moving the inputs to the device it chose
         "for d in devices:\n    model.to(d)\n    for x in loader:",
-        # a device defined after the call
-        "dev = pick()\nmodel.to(dev)\nfor x in loader:",
+        # a device defined after the call, the placement not a statement of its own
+        "dev = pick()\nnet = model.to(dev)\nfor x in loader:",
+        # ... or something between the optimizer and the placement uses the model
+        "dev = pick()\nmodel.apply(init)\nmodel.to(dev)\nfor x in loader:",
         # not expressible as device= (imagenet's `model.cuda(args.gpu)` after the optimizer)
         "model.cuda(args.gpu)\nfor x in loader:",
     ],
@@ -548,6 +550,24 @@ def test_a_model_placed_after_the_call_where_it_cannot_say_so_is_declined(placem
     result = wrap_source(code)
     assert result.declined and result.reason == "model moved after the call", result.message
     assert "put `model` on its device before the optimizer is created" in result.message
+
+
+def test_the_call_follows_a_placement_after_the_optimizer() -> None:
+    """nanoVLM: the device is picked after the optimizer and the model placed there by a
+    statement of its own, nothing between them using the model: the call goes after it."""
+    assert inserted(
+        """
+        import torch
+        def main():
+            model = Net()
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            dev = pick()
+            model.to(dev)
+            for x in loader:
+                model(x).sum().backward()
+                opt.step()
+        """
+    ) == ["model, loader, opt = autoopt.optimize(model, loader, opt, device=dev)"]
 
 
 def test_a_later_placement_on_the_calls_device_is_no_move() -> None:

@@ -166,6 +166,16 @@ WRAPPED = {
             "  # autoopt: compile=False (own torch.compile)",
         ),
     ],
+    # the model placed after its optimizer, once the device is picked (nanoVLM): the call goes
+    # after that placement
+    "placed_after_optimizer.py": [
+        ("from torch.utils.data import DataLoader, TensorDataset", IMPORT),
+        (
+            "model.to(device)",
+            "    model, loader, optimizer = autoopt.optimize(model, loader, optimizer, "
+            "device=device)",
+        ),
+    ],
     "mnist_device.py": [
         ("from torch.utils.data import DataLoader, TensorDataset", IMPORT),
         (
