@@ -7,7 +7,7 @@ import functools
 import libcst as cst
 
 from autoopt.lint.engine.rule import Invalid, Rule, Valid
-from autoopt.lint.program.facts import local_callee
+from autoopt.lint.program.facts import FileFacts, local_callee
 from autoopt.lint.program.handled import engine_step_functions
 from autoopt.lint.program.torch_api import TENSOR_FACTORIES
 from autoopt.lint.tree.calls import arg
@@ -508,6 +508,19 @@ class HostSyncEveryStep(Rule):
             """,
             line=6,
         ),
+        # The step loop steps after a loop of micro-batch backwards (lucidrains' PaLM).
+        Invalid(
+            """
+            for i in range(num_batches):
+                for __ in range(GRADIENT_ACCUMULATE_EVERY):
+                    loss = model(next(train_loader).to(device))
+                    loss.backward()
+                print(f"training loss: {loss.item()}")
+                optim.step()
+                optim.zero_grad()
+            """,
+            line=5,
+        ),
         # A loop over the step's losses, inside the step loop; the generator's step every
         # n_critic batches is a step schedule, not a logging condition.
         Invalid(
@@ -718,7 +731,7 @@ class HostSyncEveryStep(Rule):
         steps = {f.name.value for f in facts.step_functions}
         own_backward = any(
             (facts.enclosing_loops(b) or [None])[0] is loop
-            or _micro_batch_loop(facts.enclosing_loops(b), loop)
+            or _micro_batch_loop(facts.enclosing_loops(b), loop, facts)
             for b in [
                 *facts.backward_calls,
                 *(c for c in facts.backward_helper_calls if local_callee(c) in steps),
@@ -903,17 +916,30 @@ def _over_values(loop: cst.CSTNode) -> bool:
     return isinstance(it, cst.Call) and method_name(it) in _VALUE_ITERATORS
 
 
-def _micro_batch_loop(loops: list[cst.CSTNode], step: cst.CSTNode) -> bool:
+def _micro_batch_loop(loops: list[cst.CSTNode], step: cst.CSTNode, facts: FileFacts) -> bool:
     """The backward's innermost loop (`loops[0]`) sits right inside the step loop `step`, which
     iterates a loader (`enumerate(train_loader)`): a loop over the step's micro-batches
     (`for chunk in zip(data_chunks, target_chunks)`), so `step` is the loop that steps. An
-    epoch loop (`for epoch in range(n)`) iterates no loader."""
-    return (
-        len(loops) >= 2
-        and loops[1] is step
-        and isinstance(step, cst.For)
-        and "loader" in code_of(step.iter).lower()
-    )
+    epoch loop (`for epoch in range(n)`) iterates no loader. Or `step` itself steps and zeroes
+    an optimizer after that loop, which steps none (PaLM's `for __ in
+    range(GRADIENT_ACCUMULATE_EVERY): loss.backward()`, then `optim.step()`)."""
+    if len(loops) < 2 or loops[1] is not step:
+        return False
+    if isinstance(step, cst.For) and "loader" in code_of(step.iter).lower():
+        return True
+    return bool(_optimizers_stepped(step, facts)) and not _optimizers_stepped(loops[0], facts)
+
+
+def _optimizers_stepped(loop: cst.CSTNode, facts: FileFacts) -> set[str]:
+    """Names both `.step()`ped and `.zero_grad()`ed in `loop`'s own body (an optimizer, not a
+    scheduler)."""
+    found: dict[str, set[str]] = {"step": set(), "zero_grad": set()}
+    for c in calls_in(loop.body, into_scopes=False):  # type: ignore[attr-defined]
+        name = method_name(c)
+        if name in found and isinstance(c.func, cst.Attribute):
+            if facts.enclosing_loops(c)[0] is loop:
+                found[name].add(code_of(c.func.value))
+    return found["step"] & found["zero_grad"]
 
 
 def _logging_test(test: cst.BaseExpression) -> bool:
