@@ -94,8 +94,9 @@ class TorchCompileModel(Rule):
     - A model already compiled (`model.compile()`, `torch.compile(model)` under any name), and
       files that use TorchScript or `torch._dynamo.optimize`.
     - Scripts driven by HF Accelerate (`Accelerator(...)` compiles through its `dynamo_backend`
-      setting) and Hogwild training (`model.share_memory()` with CPU worker processes, also
-      the module such a script starts).
+      setting) and Hogwild training (`model.share_memory()` of the trained model with CPU
+      worker processes, also the module such a script starts; a shared inference copy beside
+      a learner model, as TorchBeast's actors, is no Hogwild).
     - Each model that an optimizer trains gets its own report (a GAN's generator and
       discriminator both do).
 

@@ -1518,3 +1518,51 @@ def test_a_helper_of_another_module_reading_on_the_host_every_step(tmp_path: Pat
         (9, "commons.clip_grad_value_()")
     ]
     assert "(commons.py:7)" in found[0][2]
+
+
+TORCHBEAST = '''
+import torch
+import torch.multiprocessing as mp
+from torch import nn
+
+
+class AtariNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(4, 32, 8, stride=4)
+        self.fc = nn.Linear(32 * 20 * 20, 6)
+
+    def forward(self, x):
+        return self.fc(self.conv(x).view(x.shape[0], -1))
+
+
+Net = AtariNet
+
+model = Net()
+model.share_memory()
+actors = [mp.Process(target=act, args=(model,)) for _ in range(4)]
+learner_model = Net().to(device="cuda")
+optimizer = torch.optim.RMSprop(learner_model.parameters(), lr=1e-3)
+for batch in batches:
+    loss = learner_model(batch.cuda()).sum()
+    loss.backward()
+    optimizer.step()
+'''
+
+
+def test_a_shared_actor_copy_beside_a_trained_learner_is_no_hogwild(tmp_path: Path) -> None:
+    """TorchBeast: `model.share_memory()` is the actors' inference copy; the optimizer trains
+    `learner_model` in an ordinary loop: compile, mixed precision and channels-last (the conv
+    net under its alias `Net = AtariNet`, flattening with `.view`: no fix) are reported. With
+    the trained model itself shared (Hogwild) they are not."""
+    _write(tmp_path, {"monobeast.py": TORCHBEAST})
+    found = _findings(tmp_path, "monobeast.py", "AO201", "AO301", "AO606")
+    assert [(code, line) for code, line, _ in found] == [
+        ("AO201", 23),
+        ("AO301", 21),
+        ("AO606", 21),
+    ]
+    assert "flattens activations with .view()" in found[2][2]
+    hogwild = TORCHBEAST.replace("model.share_memory()", "learner_model.share_memory()")
+    _write(tmp_path, {"monobeast.py": hogwild})
+    assert _codes(tmp_path, "monobeast.py", "AO201", "AO301") == []
