@@ -936,9 +936,9 @@ def _optimizers_stepped(loop: cst.CSTNode, facts: FileFacts) -> set[str]:
     found: dict[str, set[str]] = {"step": set(), "zero_grad": set()}
     for c in calls_in(loop.body, into_scopes=False):  # type: ignore[attr-defined]
         name = method_name(c)
-        if name in found and isinstance(c.func, cst.Attribute):
-            if facts.enclosing_loops(c)[0] is loop:
-                found[name].add(code_of(c.func.value))
+        own = name in found and isinstance(c.func, cst.Attribute)
+        if own and facts.enclosing_loops(c)[0] is loop:
+            found[name].add(code_of(c.func.value))  # type: ignore[union-attr]
     return found["step"] & found["zero_grad"]
 
 
