@@ -223,6 +223,36 @@ class EvalLoopNoGrad(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # an RL test's episode loop after model.eval() (TorchBeast's test())
+            """
+            import torch
+
+            def test(model, env, episodes):
+                model.eval()
+                returns = []
+                observation = env.initial()
+                while len(returns) < episodes:
+                    policy = model(observation)
+                    observation = env.step(policy["action"])
+                    if observation["done"]:
+                        returns.append(observation["episode_return"])
+            """,
+            line=7,
+            fixed="""
+            import torch
+
+            def test(model, env, episodes):
+                model.eval()
+                returns = []
+                observation = env.initial()
+                with torch.no_grad():
+                    while len(returns) < episodes:
+                        policy = model(observation)
+                        observation = env.step(policy["action"])
+                        if observation["done"]:
+                            returns.append(observation["episode_return"])
+            """,
+        ),
         Invalid(  # sampling through the DDP wrapper's module every N steps (glow-tts)
             """
             import torch
@@ -406,11 +436,11 @@ class EvalLoopNoGrad(Rule):
         ),
     ]
 
-    def visit_For(self, node: cst.For) -> None:
+    def visit_For(self, node: cst.For | cst.While) -> None:
         facts = self.facts
-        if not facts.is_eval_loop(node) or facts.in_no_grad(node):
+        if not facts.is_eval_loop(node, whiles=True) or facts.in_no_grad(node):
             return
-        if any(facts.is_eval_loop(outer) for outer in facts.enclosing_loops(node)):
+        if any(facts.is_eval_loop(outer, whiles=True) for outer in facts.enclosing_loops(node)):
             return  # the outermost evaluation loop gets the report
         if not self._runs_model(node) or self._needs_grad(node):
             return
@@ -430,6 +460,10 @@ class EvalLoopNoGrad(Rule):
                 add_imports=imports,
             ),
         )
+
+    def visit_While(self, node: cst.While) -> None:
+        """An episode loop after `model.eval()` (an RL agent's `test()`): as a `for` loop."""
+        self.visit_For(node)
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         """A sampling/evaluation function without a loop: runs a model, returns nothing; or
@@ -584,7 +618,7 @@ class EvalLoopNoGrad(Rule):
             if isinstance(c.func, cst.Attribute) and self.facts.enclosing_scope(c) is scope
         }
 
-    def _runs_model(self, loop: cst.For) -> bool:
+    def _runs_model(self, loop: cst.For | cst.While) -> bool:
         """The loop calls the module that was put in eval mode, or something named like a
         model."""
         evaluated = self._evaluated(self.facts.enclosing_scope(loop))

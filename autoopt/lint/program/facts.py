@@ -304,10 +304,12 @@ class FileFacts:
             if not c.args and isinstance(c.func, cst.Attribute) and c.func.attr.value == "eval"
         ]
 
-    def is_eval_loop(self, loop: cst.CSTNode) -> bool:
-        """A `for` with no backward inside that follows `.eval()` in its function (or whose
-        function is named like evaluation)."""
-        if not isinstance(loop, cst.For) or self.is_training_loop(loop):
+    def is_eval_loop(self, loop: cst.CSTNode, whiles: bool = False) -> bool:
+        """A `for` (or, with `whiles`, a `while`: an RL test's episode loop) with no backward
+        inside that follows `.eval()` in its function (or whose function is named like
+        evaluation)."""
+        kinds = (cst.For, cst.While) if whiles else cst.For
+        if not isinstance(loop, kinds) or self.is_training_loop(loop):
             return False
         if any(self._parents.encloses(loop, call) for call in self.backward_calls):
             return False
@@ -316,7 +318,7 @@ class FileFacts:
             w in scope.name.value.lower() for w in _EVAL_WORDS
         ):
             return True
-        iterated = _iterated_leaf(loop.iter)
+        iterated = _iterated_leaf(loop.iter) if isinstance(loop, cst.For) else None
         if (
             iterated is not None
             and "loader" in iterated.lower()
