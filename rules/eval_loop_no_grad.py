@@ -194,6 +194,22 @@ class EvalLoopNoGrad(Rule):
                     correct += (model(x).argmax(1) == y).sum().item()
             """
         ),
+        Valid(  # decorated with a name bound to torch's no-grad modes (TabM)
+            """
+            import torch
+
+            def run(model, loaders, compiled):
+                evaluation_mode = torch.no_grad if compiled else torch.inference_mode
+                if compiled:
+                    evaluation_mode = torch.no_grad
+
+                @evaluation_mode()
+                def evaluate(loader):
+                    model.eval()
+                    for x, y in loader:
+                        correct += (model(x).argmax(1) == y).sum()
+            """
+        ),
         Valid(  # decorated helper
             """
             import torch

@@ -416,7 +416,27 @@ class FileFacts:
             "torch.autograd.set_grad_enabled",
         }:
             return bool(expr.args) and m.matches(expr.args[0].value, m.Name("False"))
+        if isinstance(target, cst.Name):
+            return self._bound_to_no_grad(target)
         return False
+
+    def _bound_to_no_grad(self, name: cst.Name) -> bool:
+        """`name` is bound, in the nearest scope that binds it, only to torch's no-grad modes
+        (TabM: `evaluation_mode = torch.no_grad` or `torch.inference_mode`, then
+        `@evaluation_mode()`)."""
+        for scope in self.ancestors(name):
+            if not isinstance(scope, cst.FunctionDef | cst.Module):
+                continue
+            values = [value for value, _ in self.assigned_in(scope).get(name.value, ())]
+            if values:
+                return all(self._no_grad_mode(v) for v in values)
+        return False
+
+    def _no_grad_mode(self, value: cst.BaseExpression) -> bool:
+        """`torch.no_grad`, `torch.inference_mode`, or `a if flag else b` of those."""
+        if isinstance(value, cst.IfExp):
+            return self._no_grad_mode(value.body) and self._no_grad_mode(value.orelse)
+        return bool(self.qualified_names(value) & _NO_GRAD)
 
     # ----- whole-file facts ------------------------------------------------------------------
     @functools.cached_property
