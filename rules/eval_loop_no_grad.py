@@ -41,6 +41,8 @@ _MODEL_WORDS = (
 # Helpers that take a model and run no forward (`save_model(model, path)`), by the verb they
 # start with, when their code is not the project's to read.
 _BOOKKEEPING_VERBS = ("save", "load", "log", "print", "write", "update", "export", "copy")
+# Functions that make or fetch a model or its inputs, whatever model word their name holds.
+_FACTORY_VERBS = ("create_", "build_", "make_", "get_", "init_", "prepare_", "set_")
 # Functions that only produce samples or scores: GAN `sample_images()`, `evaluate()`, ...
 _INFERENCE_FUNCTION_WORDS = ("sample", "eval", "valid", "test", "infer", "predict")
 _PERIODIC_MESSAGE = (
@@ -192,6 +194,24 @@ class EvalLoopNoGrad(Rule):
             with torch.no_grad():
                 for x, y in val_loader:
                     correct += (model(x).argmax(1) == y).sum().item()
+            """
+        ),
+        Valid(  # DPR: the forward helper turns autograd off itself when the model is in eval
+            # mode; `create_biencoder_input` makes the batch (a factory, not a forward)
+            """
+            import torch
+
+            def biencoder_fwd_pass(model, batch):
+                if model.training:
+                    return model(batch)
+                with torch.no_grad():
+                    return model(batch)
+
+            def validate(biencoder, loader):
+                biencoder.eval()
+                for samples in loader:
+                    batch = biencoder.create_biencoder_input(samples)
+                    loss = biencoder_fwd_pass(biencoder, batch)
             """
         ),
         Valid(  # decorated with a name bound to torch's no-grad modes (TabM)
@@ -660,8 +680,8 @@ class EvalLoopNoGrad(Rule):
             if key.startswith("self.")
         ):
             return True
-        return any(
-            "forward" in roles and code_of(arg.value) in evaluated
+        return any(  # (one that runs it under no_grad too picks the mode itself)
+            "forward" in roles and "forward_no_grad" not in roles and code_of(arg.value) in evaluated
             for arg, roles in program.argument_roles(call)
         )
 
@@ -691,9 +711,10 @@ def _model_text(func: cst.BaseExpression) -> str:
 
 
 def _named_like_model(text: str) -> bool:
-    """`netG`, `self.generator`, `model`: the last part names a model."""
+    """`netG`, `self.generator`, `model`: the last part names a model (not a factory or getter
+    named for one: DPR's `biencoder.create_biencoder_input(...)`, `build_model(cfg)`)."""
     last = text.rsplit(".", 1)[-1].lower()
-    return any(w in last for w in _MODEL_WORDS)
+    return any(w in last for w in _MODEL_WORDS) and not last.startswith(_FACTORY_VERBS)
 
 
 def _returns_value(func: cst.FunctionDef) -> bool:

@@ -332,8 +332,11 @@ class ProgramView:
         summary = self.call_summary(call)
         if summary is EMPTY:
             return None
+        # a forward both with and without autograd (DPR's `_do_biencoder_fwd_pass`: under
+        # `torch.no_grad()` when `not model.training`): the callee picks the mode itself
         return any(
-            "forward" in roles or {"methods", "module"} <= roles
+            ("forward" in roles and "forward_no_grad" not in roles)
+            or {"methods", "module"} <= roles
             for _, roles in self.argument_roles(call)
         )
 
