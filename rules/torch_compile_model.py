@@ -310,6 +310,37 @@ class TorchCompileModel(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # an attribute of the model set while training is no swap (self-critical's
+            # scheduled-sampling probability)
+            """
+            import torch
+
+            model = Net().cuda()
+            optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+            for epoch in range(10):
+                model.ss_prob = min(0.05 * epoch, 0.25)
+                for x, y in loader:
+                    loss = criterion(model(x.cuda()), y.cuda())
+                    optimizer.zero_grad()
+                    loss.backward()
+                    optimizer.step()
+            """,
+            line=3,
+            fixed="""
+            import torch
+
+            model = Net().cuda()
+            model.compile()
+            optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+            for epoch in range(10):
+                model.ss_prob = min(0.05 * epoch, 0.25)
+                for x, y in loader:
+                    loss = criterion(model(x.cuda()), y.cuda())
+                    optimizer.zero_grad()
+                    loss.backward()
+                    optimizer.step()
+            """,
+        ),
         Invalid(  # a function of the file builds the optimizer and its scheduler (RAFT)
             """
             import torch.optim as optim
