@@ -681,7 +681,9 @@ class EvalLoopNoGrad(Rule):
         ):
             return True
         return any(  # (one that runs it under no_grad too picks the mode itself)
-            "forward" in roles and "forward_no_grad" not in roles and code_of(arg.value) in evaluated
+            "forward" in roles
+            and "forward_no_grad" not in roles
+            and code_of(arg.value) in evaluated
             for arg, roles in program.argument_roles(call)
         )
 

@@ -1520,7 +1520,7 @@ def test_a_helper_of_another_module_reading_on_the_host_every_step(tmp_path: Pat
     assert "(commons.py:7)" in found[0][2]
 
 
-TORCHBEAST = '''
+TORCHBEAST = """
 import torch
 import torch.multiprocessing as mp
 from torch import nn
@@ -1547,7 +1547,7 @@ for batch in batches:
     loss = learner_model(batch.cuda()).sum()
     loss.backward()
     optimizer.step()
-'''
+"""
 
 
 def test_a_shared_actor_copy_beside_a_trained_learner_is_no_hogwild(tmp_path: Path) -> None:

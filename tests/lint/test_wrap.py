@@ -781,3 +781,29 @@ def test_a_torchtext_iterator_is_no_loader_for_optimize() -> None:
     assert result.inserted == (
         'model, optimizer = autoopt.optimize(model, optimizer=optimizer, device="cuda")',
     )
+
+
+def test_a_shared_actor_copy_beside_a_trained_learner_is_wrapped() -> None:
+    """TorchBeast: the actors' processes share `model` (an inference copy); the optimizer
+    trains `learner_model`: an ordinary loop, wrapped. Sharing the trained model itself is
+    Hogwild, declined."""
+    code = """
+        import torch
+        import torch.multiprocessing as mp
+        def train(flags):
+            model = Net()
+            model.share_memory()
+            actors = [mp.Process(target=act, args=(model,)) for _ in range(4)]
+            learner_model = Net().to(device=flags.device)
+            optimizer = torch.optim.RMSprop(learner_model.parameters(), lr=1e-3)
+            for batch in batches:
+                loss = learner_model(batch).sum()
+                loss.backward()
+                optimizer.step()
+        """
+    assert inserted(code) == [
+        "learner_model, batches, optimizer = autoopt.optimize(learner_model, batches, optimizer, "
+        "device=flags.device)"
+    ]
+    hogwild = wrap_source(src(code.replace("model.share_memory()", "learner_model.share_memory()")))
+    assert hogwild.declined and hogwild.reason == "Hogwild"
