@@ -807,3 +807,32 @@ def test_a_shared_actor_copy_beside_a_trained_learner_is_wrapped() -> None:
     ]
     hogwild = wrap_source(src(code.replace("model.share_memory()", "learner_model.share_memory()")))
     assert hogwild.declined and hogwild.reason == "Hogwild"
+
+
+def test_a_run_per_seed_that_builds_its_model_and_a_probe_optimizer_are_wrapped() -> None:
+    """GraphMAE: each pass of the seed loop builds a model and its optimizer, then trains: the
+    call goes in the loop. The linear probe's optimizer, created by an evaluation function,
+    trains a classifier to score the model: it is no second place for the call."""
+    code = """
+        import torch
+        def probe_evaluation(model, graph):
+            clf = torch.nn.Linear(16, 4)
+            optimizer_f = torch.optim.Adam(clf.parameters(), lr=1e-2)
+            for _ in range(100):
+                loss = clf(model.embed(graph)).sum()
+                loss.backward()
+                optimizer_f.step()
+        def main(seeds, graph, device):
+            for seed in seeds:
+                model = build_model()
+                model.to(device)
+                optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+                for epoch in range(10):
+                    loss = model(graph)
+                    loss.backward()
+                    optimizer.step()
+                probe_evaluation(model, graph)
+        """
+    assert inserted(code) == [
+        "model, optimizer = autoopt.optimize(model, optimizer=optimizer, device=device)"
+    ]
