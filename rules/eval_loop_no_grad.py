@@ -196,6 +196,23 @@ class EvalLoopNoGrad(Rule):
                     correct += (model(x).argmax(1) == y).sum().item()
             """
         ),
+        Valid(  # a model's own decoding loop in its inference method (Tacotron 2's decoder):
+            # the caller chooses the grad mode
+            """
+            import torch
+
+            class Decoder(torch.nn.Module):
+                def inference(self, memory):
+                    outputs = []
+                    decoder_input = self.go_frame(memory)
+                    while True:
+                        decoder_input = self.prenet(decoder_input)
+                        outputs.append(decoder_input)
+                        if len(outputs) == self.max_steps:
+                            break
+                    return outputs
+            """
+        ),
         Valid(  # DPR: the forward helper turns autograd off itself when the model is in eval
             # mode; `create_biencoder_input` makes the batch (a factory, not a forward)
             """

@@ -314,8 +314,12 @@ class FileFacts:
         if any(self._parents.encloses(loop, call) for call in self.backward_calls):
             return False
         scope = self.enclosing_scope(loop)
-        if isinstance(scope, cst.FunctionDef) and any(
-            w in scope.name.value.lower() for w in _EVAL_WORDS
+        # a `while` counts only after `.eval()`: in a method named for inference it is more
+        # often the model's own decoding loop (Tacotron 2's `Decoder.inference`)
+        if (
+            isinstance(loop, cst.For)
+            and isinstance(scope, cst.FunctionDef)
+            and any(w in scope.name.value.lower() for w in _EVAL_WORDS)
         ):
             return True
         iterated = _iterated_leaf(loop.iter) if isinstance(loop, cst.For) else None
