@@ -118,6 +118,21 @@ class HostSyncEveryStep(Rule):
                     print(f"step {step}: {loss.item():.4f}")
             """
         ),
+        Valid(  # the step is timed: synchronize() first, so the read waits for nothing more
+            """
+            import time
+            import torch
+            for step in range(max_steps):
+                t0 = time.time()
+                x, y = next_batch()
+                loss = model(x.to(device), y.to(device))
+                loss.backward()
+                optimizer.step()
+                optimizer.zero_grad()
+                torch.cuda.synchronize()
+                print(f"step {step} | loss {loss.item():.4f} | dt {time.time() - t0:.3f}s")
+            """
+        ),
         Valid(  # a pass over other batches inside the step loop is an evaluation, not the
             # step's own logging (only loops over the step's values count: `.items()`)
             """
@@ -603,7 +618,7 @@ class HostSyncEveryStep(Rule):
         if converts and not self._converts_the_loss(node, loop):
             return
         kept = self._kept_on_host(node, loop)
-        if kept == "logged":
+        if kept == "logged" or self._after_a_synchronize(node, loop):
             return
         what = f"{builtin}()" if converts else f".{name}()"
         if kept is not None:  # a history or a running metric: say how to keep it on the device
@@ -641,6 +656,18 @@ class HostSyncEveryStep(Rule):
         if self._feeds_an_environment(node, loop):
             return  # the host value is the algorithm's (an RL action for `env.step`)
         self.report(node, f"{what} syncs with the GPU every training step; log every N steps")
+
+    def _after_a_synchronize(self, node: cst.Call, loop: cst.CSTNode) -> bool:
+        """`torch.cuda.synchronize()` runs earlier in the same step (build-nanogpt times each
+        step so): the GPU is done by then, so reading a value after it waits for nothing more."""
+        facts = self.context.facts
+        return any(
+            method_name(c) == "synchronize"
+            and self.refers_to(c.func, "torch.cuda.synchronize")
+            and (facts.enclosing_loops(c) or [None])[0] is loop
+            and facts.before(c, node)
+            for c in calls_in(loop, into_scopes=False)
+        )
 
     def _check_callee(self, node: cst.Call) -> None:
         """A project function that reads a tensor on the host, called on every step of a step
