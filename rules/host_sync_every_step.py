@@ -23,6 +23,7 @@ from autoopt.lint.tree.nodes import (
 _SYNC_METHODS = ("item", "cpu", "tolist")
 _CONVERSIONS = ("float", "int")
 _VALUE_ITERATORS = ("items", "values", "parameters", "named_parameters")
+_METADATA = ("shape", "size", "ndim", "dim", "dtype", "device")
 _KEPT_ADVICE = {
     "appended": "to append to a history; append loss.detach() and read the values once per epoch",
     "accumulated": "to add to a running metric; accumulate loss.detach() on the device and call "
@@ -116,6 +117,16 @@ class HostSyncEveryStep(Rule):
                 loss.backward()
                 if step % 100 == 0:
                     print(f"step {step}: {loss.item():.4f}")
+            """
+        ),
+        Valid(  # a shape is host metadata: int() of it reads nothing back (self-critical)
+            """
+            import torch
+            for x, y in loader:
+                loss = criterion(model(x.to(device)), y.to(device))
+                loss = torch.topk(loss, k=int(loss.shape[0] * 0.9), largest=False)[0].mean()
+                loss.backward()
+                optimizer.step()
             """
         ),
         Valid(  # the step is timed: synchronize() first, so the read waits for nothing more
@@ -523,6 +534,20 @@ class HostSyncEveryStep(Rule):
             """,
             line=6,
         ),
+        Invalid(  # a synchronize at the step's start does not make a later read free
+            """
+            import torch
+            for step in range(max_steps):
+                torch.cuda.synchronize()
+                x, y = next_batch()
+                loss = model(x.to(device), y.to(device))
+                loss.backward()
+                optimizer.step()
+                optimizer.zero_grad()
+                print(f"step {step} | loss {loss.item():.4f}")
+            """,
+            line=9,
+        ),
         # The step loop steps after a loop of micro-batch backwards (lucidrains' PaLM).
         Invalid(
             """
@@ -658,15 +683,19 @@ class HostSyncEveryStep(Rule):
         self.report(node, f"{what} syncs with the GPU every training step; log every N steps")
 
     def _after_a_synchronize(self, node: cst.Call, loop: cst.CSTNode) -> bool:
-        """`torch.cuda.synchronize()` runs earlier in the same step (build-nanogpt times each
-        step so): the GPU is done by then, so reading a value after it waits for nothing more."""
+        """`torch.cuda.synchronize()` runs earlier in the same step, after its backward
+        (build-nanogpt times each step so): the GPU is done by then, so reading a value after
+        it waits for nothing more. One before the backward (at the step's start) is no help."""
         facts = self.context.facts
+        inside = list(calls_in(loop, into_scopes=False))
+        backwards = [b for b in facts.backward_calls if any(b is c for c in inside)]
         return any(
             method_name(c) == "synchronize"
             and self.refers_to(c.func, "torch.cuda.synchronize")
             and (facts.enclosing_loops(c) or [None])[0] is loop
             and facts.before(c, node)
-            for c in calls_in(loop, into_scopes=False)
+            and all(facts.before(b, c) for b in backwards)
+            for c in inside
         )
 
     def _check_callee(self, node: cst.Call) -> None:
@@ -704,8 +733,18 @@ class HostSyncEveryStep(Rule):
         value = node.args[0].value
         if any(isinstance(n, cst.Call) and method_name(n) in _SYNC_METHODS for n in walk(value)):
             return False
-        names = {n.value for n in walk(value) if isinstance(n, cst.Name)}
+        # `int(loss.shape[0] * rate)`: the shape is known on the host, nothing is read back
+        names = {
+            n.value
+            for n in walk(value)
+            if isinstance(n, cst.Name) and not self._reads_metadata(n)
+        }
         return bool(names & self._backward_names(loop))
+
+    def _reads_metadata(self, name: cst.Name) -> bool:
+        """`name.shape`, `name.size(...)`, `name.ndim`, `name.dim()`: host-side metadata."""
+        parent = self.parent(name)
+        return isinstance(parent, cst.Attribute) and parent.attr.value in _METADATA
 
     def _of_the_loss(self, node: cst.Call, loop: cst.CSTNode) -> bool:
         """`loss.cpu()`, `loss.data.cpu()`, `loss.detach().cpu()`: the back-propagated tensor."""
