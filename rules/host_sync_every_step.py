@@ -735,9 +735,7 @@ class HostSyncEveryStep(Rule):
             return False
         # `int(loss.shape[0] * rate)`: the shape is known on the host, nothing is read back
         names = {
-            n.value
-            for n in walk(value)
-            if isinstance(n, cst.Name) and not self._reads_metadata(n)
+            n.value for n in walk(value) if isinstance(n, cst.Name) and not self._reads_metadata(n)
         }
         return bool(names & self._backward_names(loop))
 
