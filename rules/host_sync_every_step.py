@@ -548,6 +548,18 @@ class HostSyncEveryStep(Rule):
             """,
             line=9,
         ),
+        Invalid(  # the backward runs in a loss scaler: the synchronize is the step's own sync
+            """
+            import torch
+            for idx, (samples, targets) in enumerate(data_loader):
+                loss = criterion(model(samples.cuda()), targets.cuda())
+                grad_norm = loss_scaler(loss, optimizer, parameters=model.parameters())
+                optimizer.zero_grad()
+                torch.cuda.synchronize()
+                loss_meter.update(loss.item(), targets.size(0))
+            """,
+            line=7,
+        ),
         # The step loop steps after a loop of micro-batch backwards (lucidrains' PaLM).
         Invalid(
             """
@@ -689,6 +701,8 @@ class HostSyncEveryStep(Rule):
         facts = self.context.facts
         inside = list(calls_in(loop, into_scopes=False))
         backwards = [b for b in facts.backward_calls if any(b is c for c in inside)]
+        if not backwards:
+            return False  # the backward runs in a callable (a loss scaler): not known done
         return any(
             method_name(c) == "synchronize"
             and self.refers_to(c.func, "torch.cuda.synchronize")
