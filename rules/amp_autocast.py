@@ -51,8 +51,8 @@ class AmpAutocast(Rule):
     the runtime `autoopt.optimize()` does this without editing the loop. Not flagged where a
     library owns the precision: HF Accelerate's `Accelerator(...)` (its `mixed_precision=`
     argument or `accelerate launch --mixed_precision`), Lightning `Trainer(precision=...)` /
-    `Fabric(precision=...)`; nor in Hogwild training (`model.share_memory()` with CPU worker
-    processes, also the module such a script starts); nor in a CPU-only script (no device but
+    `Fabric(precision=...)`; nor in Hogwild training (`model.share_memory()` of the trained
+    model with CPU worker processes, also the module such a script starts); nor in a CPU-only script (no device but
     the CPU, no GPU or distributed launcher in its text: `autoopt.lint.program.device.cpu_only`), whose
     author has not asked for a GPU's mixed precision.
 

@@ -41,6 +41,8 @@ _MODEL_WORDS = (
 # Helpers that take a model and run no forward (`save_model(model, path)`), by the verb they
 # start with, when their code is not the project's to read.
 _BOOKKEEPING_VERBS = ("save", "load", "log", "print", "write", "update", "export", "copy")
+# Functions that make or fetch a model or its inputs, whatever model word their name holds.
+_FACTORY_VERBS = ("create_", "build_", "make_", "get_", "init_", "prepare_", "set_")
 # Functions that only produce samples or scores: GAN `sample_images()`, `evaluate()`, ...
 _INFERENCE_FUNCTION_WORDS = ("sample", "eval", "valid", "test", "infer", "predict")
 _PERIODIC_MESSAGE = (
@@ -194,6 +196,57 @@ class EvalLoopNoGrad(Rule):
                     correct += (model(x).argmax(1) == y).sum().item()
             """
         ),
+        Valid(  # a model's own decoding loop in its inference method (Tacotron 2's decoder):
+            # the caller chooses the grad mode
+            """
+            import torch
+
+            class Decoder(torch.nn.Module):
+                def inference(self, memory):
+                    outputs = []
+                    decoder_input = self.go_frame(memory)
+                    while True:
+                        decoder_input = self.prenet(decoder_input)
+                        outputs.append(decoder_input)
+                        if len(outputs) == self.max_steps:
+                            break
+                    return outputs
+            """
+        ),
+        Valid(  # DPR: the forward helper turns autograd off itself when the model is in eval
+            # mode; `create_biencoder_input` makes the batch (a factory, not a forward)
+            """
+            import torch
+
+            def biencoder_fwd_pass(model, batch):
+                if model.training:
+                    return model(batch)
+                with torch.no_grad():
+                    return model(batch)
+
+            def validate(biencoder, loader):
+                biencoder.eval()
+                for samples in loader:
+                    batch = biencoder.create_biencoder_input(samples)
+                    loss = biencoder_fwd_pass(biencoder, batch)
+            """
+        ),
+        Valid(  # decorated with a name bound to torch's no-grad modes (TabM)
+            """
+            import torch
+
+            def run(model, loaders, compiled):
+                evaluation_mode = torch.no_grad if compiled else torch.inference_mode
+                if compiled:
+                    evaluation_mode = torch.no_grad
+
+                @evaluation_mode()
+                def evaluate(loader):
+                    model.eval()
+                    for x, y in loader:
+                        correct += (model(x).argmax(1) == y).sum()
+            """
+        ),
         Valid(  # decorated helper
             """
             import torch
@@ -223,6 +276,36 @@ class EvalLoopNoGrad(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # an RL test's episode loop after model.eval() (TorchBeast's test())
+            """
+            import torch
+
+            def test(model, env, episodes):
+                model.eval()
+                returns = []
+                observation = env.initial()
+                while len(returns) < episodes:
+                    policy = model(observation)
+                    observation = env.step(policy["action"])
+                    if observation["done"]:
+                        returns.append(observation["episode_return"])
+            """,
+            line=7,
+            fixed="""
+            import torch
+
+            def test(model, env, episodes):
+                model.eval()
+                returns = []
+                observation = env.initial()
+                with torch.no_grad():
+                    while len(returns) < episodes:
+                        policy = model(observation)
+                        observation = env.step(policy["action"])
+                        if observation["done"]:
+                            returns.append(observation["episode_return"])
+            """,
+        ),
         Invalid(  # sampling through the DDP wrapper's module every N steps (glow-tts)
             """
             import torch
@@ -406,11 +489,11 @@ class EvalLoopNoGrad(Rule):
         ),
     ]
 
-    def visit_For(self, node: cst.For) -> None:
+    def visit_For(self, node: cst.For | cst.While) -> None:
         facts = self.facts
-        if not facts.is_eval_loop(node) or facts.in_no_grad(node):
+        if not facts.is_eval_loop(node, whiles=True) or facts.in_no_grad(node):
             return
-        if any(facts.is_eval_loop(outer) for outer in facts.enclosing_loops(node)):
+        if any(facts.is_eval_loop(outer, whiles=True) for outer in facts.enclosing_loops(node)):
             return  # the outermost evaluation loop gets the report
         if not self._runs_model(node) or self._needs_grad(node):
             return
@@ -430,6 +513,10 @@ class EvalLoopNoGrad(Rule):
                 add_imports=imports,
             ),
         )
+
+    def visit_While(self, node: cst.While) -> None:
+        """An episode loop after `model.eval()` (an RL agent's `test()`): as a `for` loop."""
+        self.visit_For(node)
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         """A sampling/evaluation function without a loop: runs a model, returns nothing; or
@@ -584,7 +671,7 @@ class EvalLoopNoGrad(Rule):
             if isinstance(c.func, cst.Attribute) and self.facts.enclosing_scope(c) is scope
         }
 
-    def _runs_model(self, loop: cst.For) -> bool:
+    def _runs_model(self, loop: cst.For | cst.While) -> bool:
         """The loop calls the module that was put in eval mode, or something named like a
         model."""
         evaluated = self._evaluated(self.facts.enclosing_scope(loop))
@@ -610,8 +697,10 @@ class EvalLoopNoGrad(Rule):
             if key.startswith("self.")
         ):
             return True
-        return any(
-            "forward" in roles and code_of(arg.value) in evaluated
+        return any(  # (one that runs it under no_grad too picks the mode itself)
+            "forward" in roles
+            and "forward_no_grad" not in roles
+            and code_of(arg.value) in evaluated
             for arg, roles in program.argument_roles(call)
         )
 
@@ -641,9 +730,10 @@ def _model_text(func: cst.BaseExpression) -> str:
 
 
 def _named_like_model(text: str) -> bool:
-    """`netG`, `self.generator`, `model`: the last part names a model."""
+    """`netG`, `self.generator`, `model`: the last part names a model (not a factory or getter
+    named for one: DPR's `biencoder.create_biencoder_input(...)`, `build_model(cfg)`)."""
     last = text.rsplit(".", 1)[-1].lower()
-    return any(w in last for w in _MODEL_WORDS)
+    return any(w in last for w in _MODEL_WORDS) and not last.startswith(_FACTORY_VERBS)
 
 
 def _returns_value(func: cst.FunctionDef) -> bool:

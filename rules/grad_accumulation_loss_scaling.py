@@ -21,8 +21,9 @@ class GradAccumulationLossScaling(Rule):
     """
     ## What it does
     Flags a gradient-accumulation loop — `backward()` on every iteration, the optimizer stepped
-    only under an `if (i + 1) % N == 0:`-style condition — whose loss is not divided by the
-    number of accumulated micro-batches.
+    only under an `if (i + 1) % N == 0:`-style condition, or `for _ in range(N): ...
+    loss.backward()` followed by one optimizer step — whose loss is not divided by the number
+    of accumulated micro-batches.
 
     ## Why
     `backward()` adds into `.grad`. Accumulating N micro-batches of a mean-reduced loss gives N
@@ -51,10 +52,45 @@ class GradAccumulationLossScaling(Rule):
     message = "gradients are accumulated over several backward() calls but the loss is not divided"
     fix_safety = FixSafety.NONE
     fix_reason = "dividing changes the effective learning rate the script was tuned with"
-    triggers = ("%",)
+    triggers = ("%", "range(")
     requires = (".backward(",)
 
     VALID = [
+        Valid(  # a loop over tasks (a meta-batch) is the algorithm's sum, not micro-batches
+            """
+            for epoch in range(epochs):
+                for batch in loader:
+                    for task in split_tasks(batch):
+                        loss = inner_adapt(model, task)
+                        loss.backward()
+                    meta_optimizer.step()
+                    meta_optimizer.zero_grad()
+            """
+        ),
+        Valid(  # no optimizer stepped after the inner loop: its steps are not accumulated here
+            """
+            for epoch in range(epochs):
+                for _ in range(steps_per_epoch):
+                    loss = model(next(batches))
+                    loss.backward()
+                    apply_update(model)
+            """
+        ),
+        Valid(  # micro-batches divided; a critic that steps inside its own loop accumulates none
+            """
+            for i in range(num_batches):
+                for __ in range(GRADIENT_ACCUMULATE_EVERY):
+                    loss = model(next(train_loader))
+                    (loss / GRADIENT_ACCUMULATE_EVERY).backward()
+                optim.step()
+                optim.zero_grad()
+                for _ in range(n_critic):
+                    d_loss = critic(fake) - critic(real)
+                    d_loss.backward()
+                    d_optim.step()
+                g_optim.step()
+            """
+        ),
         Valid(
             """
             for i, (x, y) in enumerate(loader):
@@ -109,6 +145,18 @@ class GradAccumulationLossScaling(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # micro-batches in a loop of their own, one step after it (lucidrains' PaLM)
+            """
+            for i in range(num_batches):
+                for __ in range(GRADIENT_ACCUMULATE_EVERY):
+                    loss = model(next(train_loader))
+                    loss.backward()
+                optim.step()
+                optim.zero_grad()
+            """,
+            line=4,
+            message_contains="GRADIENT_ACCUMULATE_EVERY",
+        ),
         Invalid(  # the loss computed in the backward call itself (same verdict once named)
             """
             import torch
@@ -158,6 +206,8 @@ class GradAccumulationLossScaling(Rule):
                 continue
             every = self._step_interval(loop)
             if every is None:
+                every = self._micro_batch_count(call, loop)
+            if every is None:
                 continue
             assert isinstance(call.func, cst.Attribute)
             loss = _unscaled(call.func.value)
@@ -177,11 +227,7 @@ class GradAccumulationLossScaling(Rule):
         """N when an optimizer `step` in `loop` runs under an `if ... % N ...` condition, and no
         other optimizer steps on every iteration (a GAN whose critic steps each iteration and
         whose generator steps every N: which loss feeds which step is not known, so silent)."""
-        steps = [
-            n
-            for n in calls_in(loop, into_scopes=False)
-            if method_name(n) == "step" and "sched" not in code_of(n.func.value).lower()  # type: ignore[attr-defined]
-        ]
+        steps = _optimizer_steps(loop)
         if any(not self._conditional_within(n, loop) for n in steps):
             return None
         for n in steps:
@@ -195,6 +241,22 @@ class GradAccumulationLossScaling(Rule):
                         ):
                             return op.right
         return None
+
+    def _micro_batch_count(self, call: cst.Call, loop: cst.CSTNode) -> cst.BaseExpression | None:
+        """N for `for _ in range(N): ... loss.backward()` with no optimizer step of its own,
+        right inside a loop that steps after it (lucidrains' `GRADIENT_ACCUMULATE_EVERY`)."""
+        loops = self.facts.enclosing_loops(call)
+        if len(loops) < 2 or loops[0] is not loop or not isinstance(loop, cst.For):
+            return None
+        it = loop.iter
+        if not (isinstance(it, cst.Call) and is_name(it.func, "range") and len(it.args) == 1):
+            return None
+        if _optimizer_steps(loop):
+            return None
+        outer = loops[1]
+        if not any(self.facts.enclosing_loops(n)[0] is outer for n in _optimizer_steps(outer)):
+            return None
+        return it.args[0].value
 
     def _divided(self, loop: cst.CSTNode, loss: cst.BaseExpression) -> bool:
         if _has_division(loss):
@@ -249,6 +311,17 @@ class GradAccumulationLossScaling(Rule):
             ):
                 return n.value
         return None
+
+
+def _optimizer_steps(loop: cst.CSTNode) -> list[cst.Call]:
+    """`x.step()` calls in `loop` on anything but a scheduler."""
+    return [
+        n
+        for n in calls_in(loop, into_scopes=False)
+        if method_name(n) == "step"
+        and isinstance(n.func, cst.Attribute)
+        and "sched" not in code_of(n.func.value).lower()
+    ]
 
 
 def _unscaled(expr: cst.BaseExpression) -> cst.BaseExpression:

@@ -7,7 +7,7 @@ import functools
 import libcst as cst
 
 from autoopt.lint.engine.rule import Invalid, Rule, Valid
-from autoopt.lint.program.facts import local_callee
+from autoopt.lint.program.facts import FileFacts, local_callee
 from autoopt.lint.program.handled import engine_step_functions
 from autoopt.lint.program.torch_api import TENSOR_FACTORIES
 from autoopt.lint.tree.calls import arg
@@ -22,6 +22,8 @@ from autoopt.lint.tree.nodes import (
 
 _SYNC_METHODS = ("item", "cpu", "tolist")
 _CONVERSIONS = ("float", "int")
+_VALUE_ITERATORS = ("items", "values", "parameters", "named_parameters")
+_METADATA = ("shape", "size", "ndim", "dim", "dtype", "device")
 _KEPT_ADVICE = {
     "appended": "to append to a history; append loss.detach() and read the values once per epoch",
     "accumulated": "to add to a running metric; accumulate loss.detach() on the device and call "
@@ -77,7 +79,8 @@ class HostSyncEveryStep(Rule):
     name = "host-sync-every-step"
     message = "host-device sync on every training step; log every N steps instead"
     fix_reason = "whether a value is needed on the host every step is the user's call"
-    triggers = (".item(", ".cpu(", ".tolist(", "print(", "float(", "int(", ".add_scalar", ".set_")
+    # No text pre-filter of the syncs themselves: a step loop may read on the host only through
+    # a helper of another module (`commons.clip_grad_value_(...)`).
     # `zero_grad(`: a loop whose backward runs in a callable it hands loss and optimizer to
     requires = ((".backward(", "zero_grad(", "def training_step"),)
 
@@ -114,6 +117,64 @@ class HostSyncEveryStep(Rule):
                 loss.backward()
                 if step % 100 == 0:
                     print(f"step {step}: {loss.item():.4f}")
+            """
+        ),
+        Valid(  # a shape is host metadata: int() of it reads nothing back (self-critical)
+            """
+            import torch
+            for x, y in loader:
+                loss = criterion(model(x.to(device)), y.to(device))
+                loss = torch.topk(loss, k=int(loss.shape[0] * 0.9), largest=False)[0].mean()
+                loss.backward()
+                optimizer.step()
+            """
+        ),
+        Valid(  # the step is timed: synchronize() first, so the read waits for nothing more
+            """
+            import time
+            import torch
+            for step in range(max_steps):
+                t0 = time.time()
+                x, y = next_batch()
+                loss = model(x.to(device), y.to(device))
+                loss.backward()
+                optimizer.step()
+                optimizer.zero_grad()
+                torch.cuda.synchronize()
+                print(f"step {step} | loss {loss.item():.4f} | dt {time.time() - t0:.3f}s")
+            """
+        ),
+        Valid(  # a pass over other batches inside the step loop is an evaluation, not the
+            # step's own logging (only loops over the step's values count: `.items()`)
+            """
+            for x, y in loader:
+                loss = loss_fn(model(x.to(device)), y.to(device))
+                loss.backward()
+                optimizer.step()
+                for xv, yv in probe_batches:
+                    correct += (model(xv).argmax(1) == yv).sum().item()
+            """
+        ),
+        Valid(  # the helper reads on the host only on logging steps (its own condition, or the
+            # caller's)
+            """
+            class Trainer:
+                def record(self, step, loss):
+                    if step % self.log_every == 0:
+                        self.history.append(loss.item())
+
+                def record_norms(self):
+                    self.norms.append(self.model.weight.grad.norm().item())
+
+                def train(self, loader):
+                    for step, (x, y) in enumerate(loader):
+                        loss = self.loss_fn(self.model(x), y)
+                        loss.backward()
+                        self.record(step, loss)
+                        if step % 100 == 0:
+                            self.record_norms()
+                        self.optimizer.step()
+            model.to(device)
             """
         ),
         Valid(
@@ -473,6 +534,93 @@ class HostSyncEveryStep(Rule):
             """,
             line=6,
         ),
+        Invalid(  # a synchronize at the step's start does not make a later read free
+            """
+            import torch
+            for step in range(max_steps):
+                torch.cuda.synchronize()
+                x, y = next_batch()
+                loss = model(x.to(device), y.to(device))
+                loss.backward()
+                optimizer.step()
+                optimizer.zero_grad()
+                print(f"step {step} | loss {loss.item():.4f}")
+            """,
+            line=9,
+        ),
+        Invalid(  # the backward runs in a loss scaler: the synchronize is the step's own sync
+            """
+            import torch
+            for idx, (samples, targets) in enumerate(data_loader):
+                loss = criterion(model(samples.cuda()), targets.cuda())
+                grad_norm = loss_scaler(loss, optimizer, parameters=model.parameters())
+                optimizer.zero_grad()
+                torch.cuda.synchronize()
+                loss_meter.update(loss.item(), targets.size(0))
+            """,
+            line=7,
+        ),
+        # The step loop steps after a loop of micro-batch backwards (lucidrains' PaLM).
+        Invalid(
+            """
+            for i in range(num_batches):
+                for __ in range(GRADIENT_ACCUMULATE_EVERY):
+                    loss = model(next(train_loader).to(device))
+                    loss.backward()
+                print(f"training loss: {loss.item()}")
+                optim.step()
+                optim.zero_grad()
+            """,
+            line=5,
+        ),
+        # A loop over the step's losses, inside the step loop; the generator's step every
+        # n_critic batches is a step schedule, not a logging condition.
+        Invalid(
+            """
+            def train_D(x):
+                loss = d_loss(D(x), D(G(z())))
+                loss.backward()
+                D_optimizer.step()
+                return {"d_loss": loss}
+
+            def train_G():
+                loss = g_loss(D(G(z())))
+                loss.backward()
+                G_optimizer.step()
+                return {"g_loss": loss}
+
+            for it, x in enumerate(loader):
+                d_losses = train_D(x.to(device))
+                for k, v in d_losses.items():
+                    writer.add_scalar(k, v.cpu(), it)
+                if it % n_critic == 0:
+                    g_losses = train_G()
+                    for k, v in g_losses.items():
+                        writer.add_scalar(k, v.cpu().numpy(), it)
+            """,
+            line=20,
+        ),
+        # A helper that reads every gradient norm on the host, run on every step: reported at
+        # the call (the same holds for a helper in another module of the project: glow-tts's
+        # `commons.clip_grad_value_`).
+        Invalid(
+            """
+            class Trainer:
+                def record_grad_norms(self):
+                    for p in self.model.parameters():
+                        self.norms.append(p.grad.norm().item())
+
+                def train(self, loader):
+                    for x, y in loader:
+                        loss = self.loss_fn(self.model(x), y)
+                        loss.backward()
+                        self.record_grad_norms()
+                        self.optimizer.step()
+            model.to(device)
+            """,
+            line=10,
+            message_contains="record_grad_norms() reads a tensor on the host",
+        ),
         Invalid(
             """
             for i, (x, y) in enumerate(loader):
@@ -493,6 +641,7 @@ class HostSyncEveryStep(Rule):
         is_print = builtin == "print" or (builtin is None and name in _LOGGING_METHODS)
         converts = builtin in _CONVERSIONS
         if name not in _SYNC_METHODS and not is_print and not converts:
+            self._check_callee(node)
             return
         if builtin is not None and not self.refers_to(node.func, f"builtins.{builtin}"):
             return
@@ -506,7 +655,7 @@ class HostSyncEveryStep(Rule):
         if converts and not self._converts_the_loss(node, loop):
             return
         kept = self._kept_on_host(node, loop)
-        if kept == "logged":
+        if kept == "logged" or self._after_a_synchronize(node, loop):
             return
         what = f"{builtin}()" if converts else f".{name}()"
         if kept is not None:  # a history or a running metric: say how to keep it on the device
@@ -545,6 +694,44 @@ class HostSyncEveryStep(Rule):
             return  # the host value is the algorithm's (an RL action for `env.step`)
         self.report(node, f"{what} syncs with the GPU every training step; log every N steps")
 
+    def _after_a_synchronize(self, node: cst.Call, loop: cst.CSTNode) -> bool:
+        """`torch.cuda.synchronize()` runs earlier in the same step, after its backward
+        (build-nanogpt times each step so): the GPU is done by then, so reading a value after
+        it waits for nothing more. One before the backward (at the step's start) is no help."""
+        facts = self.context.facts
+        inside = list(calls_in(loop, into_scopes=False))
+        backwards = [b for b in facts.backward_calls if any(b is c for c in inside)]
+        if not backwards:
+            return False  # the backward runs in a callable (a loss scaler): not known done
+        return any(
+            method_name(c) == "synchronize"
+            and self.refers_to(c.func, "torch.cuda.synchronize")
+            and (facts.enclosing_loops(c) or [None])[0] is loop
+            and facts.before(c, node)
+            and all(facts.before(b, c) for b in backwards)
+            for c in inside
+        )
+
+    def _check_callee(self, node: cst.Call) -> None:
+        """A project function that reads a tensor on the host, called on every step of a step
+        loop here (`commons.clip_grad_value_(params)`, whose `.item()` is in commons.py):
+        reported at the call, where the step runs it."""
+        if not self.context.facts.enclosing_loops(node) or self._cpu_only:
+            return
+        found = self.context.program.host_read_in_callee(node)
+        if found is None:
+            return
+        loop = self._step_loop(node)
+        if loop is None or self._kept_on_host(node, loop) == "logged":
+            return
+        path, line = found
+        callee = code_of(node.func)
+        self.report(
+            node,
+            f"{callee}() reads a tensor on the host ({path}:{line}) on every training step; "
+            "log every N steps",
+        )
+
     @functools.cached_property
     def _cpu_only(self) -> bool:
         """The program trains on the CPU only: this file names no device, nor does the
@@ -560,8 +747,16 @@ class HostSyncEveryStep(Rule):
         value = node.args[0].value
         if any(isinstance(n, cst.Call) and method_name(n) in _SYNC_METHODS for n in walk(value)):
             return False
-        names = {n.value for n in walk(value) if isinstance(n, cst.Name)}
+        # `int(loss.shape[0] * rate)`: the shape is known on the host, nothing is read back
+        names = {
+            n.value for n in walk(value) if isinstance(n, cst.Name) and not self._reads_metadata(n)
+        }
         return bool(names & self._backward_names(loop))
+
+    def _reads_metadata(self, name: cst.Name) -> bool:
+        """`name.shape`, `name.size(...)`, `name.ndim`, `name.dim()`: host-side metadata."""
+        parent = self.parent(name)
+        return isinstance(parent, cst.Attribute) and parent.attr.value in _METADATA
 
     def _of_the_loss(self, node: cst.Call, loop: cst.CSTNode) -> bool:
         """`loss.cpu()`, `loss.data.cpu()`, `loss.detach().cpu()`: the back-propagated tensor."""
@@ -603,12 +798,18 @@ class HostSyncEveryStep(Rule):
             return self._step_loop_calling(scope)
         loop = loops[0]
         if not facts.is_training_loop(loop):
-            return loop if self._delegated_step(loop) else None
+            if self._delegated_step(loop):
+                return loop
+            # `for k, v in losses.items(): writer.add_scalar(k, v.cpu())` in the step loop: a
+            # loop over the step's own values, run on every step
+            if len(loops) < 2 or not _over_values(loop) or not facts.is_training_loop(loops[1]):
+                return None
+            loop = loops[1]
         # the loop's own step: backward() itself or a call to a step function (`_backward(loss)`)
         steps = {f.name.value for f in facts.step_functions}
         own_backward = any(
             (facts.enclosing_loops(b) or [None])[0] is loop
-            or _micro_batch_loop(facts.enclosing_loops(b), loop)
+            or _micro_batch_loop(facts.enclosing_loops(b), loop, facts)
             for b in [
                 *facts.backward_calls,
                 *(c for c in facts.backward_helper_calls if local_callee(c) in steps),
@@ -746,10 +947,18 @@ class HostSyncEveryStep(Rule):
         return False
 
     def _runs_a_step(self, branch: cst.If) -> bool:
-        """The `if` calls `.backward()` in its body: a step schedule (a GAN's generator step
-        every `n_critic` batches), not a logging condition."""
+        """The `if` calls `.backward()` in its body, or a step function of the file
+        (`G_loss_dict = train_G()`): a step schedule (a GAN's generator step every `n_critic`
+        batches), not a logging condition."""
         facts = self.context.facts
-        return any(any(a is branch.body for a in facts.ancestors(b)) for b in facts.backward_calls)
+        steps = {f.name.value for f in facts.step_functions}
+        return any(
+            any(a is branch.body for a in facts.ancestors(b))
+            for b in [
+                *facts.backward_calls,
+                *(c for c in facts.backward_helper_calls if local_callee(c) in steps),
+            ]
+        )
 
     def _inside_sync(self, node: cst.Call) -> bool:
         parent = self.parent(node)
@@ -778,17 +987,37 @@ class HostSyncEveryStep(Rule):
         return names
 
 
-def _micro_batch_loop(loops: list[cst.CSTNode], step: cst.CSTNode) -> bool:
+def _over_values(loop: cst.CSTNode) -> bool:
+    """`for k, v in losses.items()`, `for p in model.parameters()`: a loop over a dict's or a
+    model's values, not over batches."""
+    it = loop.iter if isinstance(loop, cst.For) else None
+    return isinstance(it, cst.Call) and method_name(it) in _VALUE_ITERATORS
+
+
+def _micro_batch_loop(loops: list[cst.CSTNode], step: cst.CSTNode, facts: FileFacts) -> bool:
     """The backward's innermost loop (`loops[0]`) sits right inside the step loop `step`, which
     iterates a loader (`enumerate(train_loader)`): a loop over the step's micro-batches
     (`for chunk in zip(data_chunks, target_chunks)`), so `step` is the loop that steps. An
-    epoch loop (`for epoch in range(n)`) iterates no loader."""
-    return (
-        len(loops) >= 2
-        and loops[1] is step
-        and isinstance(step, cst.For)
-        and "loader" in code_of(step.iter).lower()
-    )
+    epoch loop (`for epoch in range(n)`) iterates no loader. Or `step` itself steps and zeroes
+    an optimizer after that loop, which steps none (PaLM's `for __ in
+    range(GRADIENT_ACCUMULATE_EVERY): loss.backward()`, then `optim.step()`)."""
+    if len(loops) < 2 or loops[1] is not step:
+        return False
+    if isinstance(step, cst.For) and "loader" in code_of(step.iter).lower():
+        return True
+    return bool(_optimizers_stepped(step, facts)) and not _optimizers_stepped(loops[0], facts)
+
+
+def _optimizers_stepped(loop: cst.CSTNode, facts: FileFacts) -> set[str]:
+    """Names both `.step()`ped and `.zero_grad()`ed in `loop`'s own body (an optimizer, not a
+    scheduler)."""
+    found: dict[str, set[str]] = {"step": set(), "zero_grad": set()}
+    for c in calls_in(loop.body, into_scopes=False):  # type: ignore[attr-defined]
+        name = method_name(c)
+        own = name in found and isinstance(c.func, cst.Attribute)
+        if own and facts.enclosing_loops(c)[0] is loop:
+            found[name].add(code_of(c.func.value))  # type: ignore[union-attr]
+    return found["step"] & found["zero_grad"]
 
 
 def _logging_test(test: cst.BaseExpression) -> bool:

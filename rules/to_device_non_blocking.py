@@ -17,7 +17,14 @@ from autoopt.lint.program.loops import (
 from autoopt.lint.program.project_facts import own_to_classes
 from autoopt.lint.rewrite.fixes.preconditions import batch_of_tensors
 from autoopt.lint.tree.calls import arg, with_keyword
-from autoopt.lint.tree.nodes import method_name
+from autoopt.lint.tree.nodes import method_name, names_in, nodes_of_type
+
+_TORCHTEXT_ITERATORS = ("BucketIterator", "BPTTIterator", "torchtext.data.Iterator")
+
+
+def _builds_torchtext_iterators(text: str) -> bool:
+    return "torchtext" in text and any(name in text for name in _TORCHTEXT_ITERATORS)
+
 
 _UNPROVEN = (
     "the batch does not come from a DataLoader of this file with the default collate, so it "
@@ -142,6 +149,19 @@ class ToDeviceNonBlocking(Rule):
             if __name__ == "__main__":
                 model.share_memory()
                 procs = [mp.Process(target=train, args=(model, device, loader)) for _ in range(4)]
+            """
+        ),
+        Valid(  # torchtext's iterator makes the batches (keon/seq2seq): no DataLoader, no
+            # pinned memory for a non-blocking copy to start from
+            """
+            import torch
+            from torchtext.data import BucketIterator
+            train_iter, val_iter = BucketIterator.splits((train, val), batch_size=32)
+            for b, batch in enumerate(train_iter):
+                src, len_src = batch.src
+                src, trg = src.cuda(), batch.trg.cuda()
+                loss = criterion(model(src, trg), trg)
+                loss.backward()
             """
         ),
         Valid(  # a tensor made on the host each step is not the loader's batch
@@ -576,6 +596,28 @@ class ToDeviceNonBlocking(Rule):
             """,
             unsafe=True,
         ),
+        Invalid(  # torchtext in the program, but this loop's batches are a DataLoader's tuples
+            """
+            import torch
+            from torchtext.data import BucketIterator
+            text_iter = BucketIterator(text_data, batch_size=32)
+            for x, y in image_loader:
+                x, y = x.cuda(), y.cuda()
+                loss = criterion(model(x), y)
+                loss.backward()
+            """,
+            line=5,
+            fixed="""
+            import torch
+            from torchtext.data import BucketIterator
+            text_iter = BucketIterator(text_data, batch_size=32)
+            for x, y in image_loader:
+                x, y = x.cuda(non_blocking=True), y.cuda(non_blocking=True)
+                loss = criterion(model(x), y)
+                loss.backward()
+            """,
+            unsafe=True,
+        ),
         Invalid(  # a batch reshaped on the host, then copied (yunjey/pytorch-tutorial GAN)
             """
             import torch
@@ -685,6 +727,22 @@ class ToDeviceNonBlocking(Rule):
                 more += f"; unsafe fix: {_UNPROVEN}"
             self.report(calls[0], self.message + more, fix=fix)
 
+    def _torchtext_batches(self, loop: cst.For | cst.While) -> bool:
+        """`loop` reads its batch's fields as attributes (`src, len_src = batch.src`) in a
+        program that builds torchtext iterators (`BucketIterator.splits(...)` here or in a
+        module it imports): the batches are torchtext's, not a DataLoader's (no pinned memory
+        to copy from; `BucketIterator(device=...)` already puts them on the device)."""
+        if not isinstance(loop, cst.For):
+            return False
+        targets = names_in(loop.target)
+        fields = any(
+            isinstance(n.value, cst.Name)
+            and n.value.value in targets
+            and not isinstance(self.parent(n), cst.Call)
+            for n in nodes_of_type(loop.body, cst.Attribute, into_scopes=False)
+        )
+        return fields and self.context.program.reaches_text_that_says(_builds_torchtext_iterators)
+
     def _blocking_transfers(self) -> list[tuple[cst.For | cst.While, list[cst.Call]]]:
         """Per batch loop, the copies of batches to the device that do not pass `non_blocking`;
         none for a loop where some copy already passes it (the author chose which overlap)."""
@@ -709,6 +767,8 @@ class ToDeviceNonBlocking(Rule):
         for loop in loops:
             if chosen and not self.facts.is_training_loop(loop):
                 continue
+            if self._torchtext_batches(loop):
+                continue  # torchtext's iterator makes the batch (unpinned, or on the device)
             copies = [c for c in copies_of(loop) if id(c) not in seen]
             seen |= {id(c) for c in copies}
             # `.cuda(gpu, non_blocking=True)` counts as the author's choice too

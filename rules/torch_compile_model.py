@@ -94,8 +94,9 @@ class TorchCompileModel(Rule):
     - A model already compiled (`model.compile()`, `torch.compile(model)` under any name), and
       files that use TorchScript or `torch._dynamo.optimize`.
     - Scripts driven by HF Accelerate (`Accelerator(...)` compiles through its `dynamo_backend`
-      setting) and Hogwild training (`model.share_memory()` with CPU worker processes, also
-      the module such a script starts).
+      setting) and Hogwild training (`model.share_memory()` of the trained model with CPU
+      worker processes, also the module such a script starts; a shared inference copy beside
+      a learner model, as TorchBeast's actors, is no Hogwild).
     - Each model that an optimizer trains gets its own report (a GAN's generator and
       discriminator both do).
 
@@ -309,6 +310,37 @@ class TorchCompileModel(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # an attribute of the model set while training is no swap (self-critical's
+            # scheduled-sampling probability)
+            """
+            import torch
+
+            model = Net().cuda()
+            optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+            for epoch in range(10):
+                model.ss_prob = min(0.05 * epoch, 0.25)
+                for x, y in loader:
+                    loss = criterion(model(x.cuda()), y.cuda())
+                    optimizer.zero_grad()
+                    loss.backward()
+                    optimizer.step()
+            """,
+            line=3,
+            fixed="""
+            import torch
+
+            model = Net().cuda()
+            model.compile()
+            optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+            for epoch in range(10):
+                model.ss_prob = min(0.05 * epoch, 0.25)
+                for x, y in loader:
+                    loss = criterion(model(x.cuda()), y.cuda())
+                    optimizer.zero_grad()
+                    loss.backward()
+                    optimizer.step()
+            """,
+        ),
         Invalid(  # a function of the file builds the optimizer and its scheduler (RAFT)
             """
             import torch.optim as optim

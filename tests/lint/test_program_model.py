@@ -1467,3 +1467,102 @@ def test_a_script_whose_setup_module_starts_nccl_is_cuda_only(tmp_path: Path) ->
         },
     )
     assert _codes(tmp_path, "train.py", "AO603") == ["AO603"]
+
+
+# ----- a helper of another module that reads tensors on the host, run on every step -----------
+COMMONS = """
+import torch
+
+def clip_grad_value_(parameters, clip_value):
+    total = 0
+    for p in parameters:
+        norm = p.grad.data.norm(2)
+        total += norm.item() ** 2
+    return total ** 0.5
+
+def log_every(step, loss, every):
+    if step % every == 0:
+        print(loss.item())
+
+def train_step(model, x, y, optimizer):
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    loss.backward()
+    optimizer.step()
+    return loss.item()
+"""
+
+GLOW_DRIVER = """
+import torch
+import commons
+
+def train(model, loader, optimizer):
+    for step, (x, y) in enumerate(loader):
+        optimizer.zero_grad()
+        loss = torch.nn.functional.mse_loss(model(x.cuda()), y.cuda())
+        loss.backward()
+        grad_norm = commons.clip_grad_value_(model.parameters(), None)
+        commons.log_every(step, loss, 100)
+        optimizer.step()
+        commons.train_step(model, x.cuda(), y.cuda(), optimizer)
+"""
+
+
+def test_a_helper_of_another_module_reading_on_the_host_every_step(tmp_path: Path) -> None:
+    """glow-tts: the step loop calls `commons.clip_grad_value_`, whose `.item()` per parameter
+    is in commons.py: reported at the call, naming where the read is. Quiet for a helper that
+    reads only under its own condition, and for a training step of that module (its reads are
+    that module's findings)."""
+    _write(tmp_path, {"commons.py": COMMONS, "train.py": GLOW_DRIVER})
+    found = _findings(tmp_path, "train.py", "AO702")
+    assert [(line, message.split(" reads")[0]) for _, line, message in found] == [
+        (9, "commons.clip_grad_value_()")
+    ]
+    assert "(commons.py:7)" in found[0][2]
+
+
+TORCHBEAST = """
+import torch
+import torch.multiprocessing as mp
+from torch import nn
+
+
+class AtariNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(4, 32, 8, stride=4)
+        self.fc = nn.Linear(32 * 20 * 20, 6)
+
+    def forward(self, x):
+        return self.fc(self.conv(x).view(x.shape[0], -1))
+
+
+Net = AtariNet
+
+model = Net()
+model.share_memory()
+actors = [mp.Process(target=act, args=(model,)) for _ in range(4)]
+learner_model = Net().to(device="cuda")
+optimizer = torch.optim.RMSprop(learner_model.parameters(), lr=1e-3)
+for batch in batches:
+    loss = learner_model(batch.cuda()).sum()
+    loss.backward()
+    optimizer.step()
+"""
+
+
+def test_a_shared_actor_copy_beside_a_trained_learner_is_no_hogwild(tmp_path: Path) -> None:
+    """TorchBeast: `model.share_memory()` is the actors' inference copy; the optimizer trains
+    `learner_model` in an ordinary loop: compile, mixed precision and channels-last (the conv
+    net under its alias `Net = AtariNet`, flattening with `.view`: no fix) are reported. With
+    the trained model itself shared (Hogwild) they are not."""
+    _write(tmp_path, {"monobeast.py": TORCHBEAST})
+    found = _findings(tmp_path, "monobeast.py", "AO201", "AO301", "AO606")
+    assert [(code, line) for code, line, _ in found] == [
+        ("AO201", 23),
+        ("AO301", 21),
+        ("AO606", 21),
+    ]
+    assert "flattens activations with .view()" in found[2][2]
+    hogwild = TORCHBEAST.replace("model.share_memory()", "learner_model.share_memory()")
+    _write(tmp_path, {"monobeast.py": hogwild})
+    assert _codes(tmp_path, "monobeast.py", "AO201", "AO301") == []

@@ -528,8 +528,10 @@ def test_a_cpu_only_or_flag_gated_script_keeps_its_device(placement: str, device
         # moved inside the loop, with the loop's own variable: `device=d` cannot be read at the
         # call, and optimize() would keep moving the inputs to the device it chose
         "for d in devices:\n    model.to(d)\n    for x in loader:",
-        # a device defined after the call
-        "dev = pick()\nmodel.to(dev)\nfor x in loader:",
+        # a device defined after the call, the placement not a statement of its own
+        "dev = pick()\nnet = model.to(dev)\nfor x in loader:",
+        # ... or something between the optimizer and the placement uses the model
+        "dev = pick()\nmodel.apply(init)\nmodel.to(dev)\nfor x in loader:",
         # not expressible as device= (imagenet's `model.cuda(args.gpu)` after the optimizer)
         "model.cuda(args.gpu)\nfor x in loader:",
     ],
@@ -548,6 +550,24 @@ def test_a_model_placed_after_the_call_where_it_cannot_say_so_is_declined(placem
     result = wrap_source(code)
     assert result.declined and result.reason == "model moved after the call", result.message
     assert "put `model` on its device before the optimizer is created" in result.message
+
+
+def test_the_call_follows_a_placement_after_the_optimizer() -> None:
+    """nanoVLM: the device is picked after the optimizer and the model placed there by a
+    statement of its own, nothing between them using the model: the call goes after it."""
+    assert inserted(
+        """
+        import torch
+        def main():
+            model = Net()
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            dev = pick()
+            model.to(dev)
+            for x in loader:
+                model(x).sum().backward()
+                opt.step()
+        """
+    ) == ["model, loader, opt = autoopt.optimize(model, loader, opt, device=dev)"]
 
 
 def test_a_later_placement_on_the_calls_device_is_no_move() -> None:
@@ -761,3 +781,58 @@ def test_a_torchtext_iterator_is_no_loader_for_optimize() -> None:
     assert result.inserted == (
         'model, optimizer = autoopt.optimize(model, optimizer=optimizer, device="cuda")',
     )
+
+
+def test_a_shared_actor_copy_beside_a_trained_learner_is_wrapped() -> None:
+    """TorchBeast: the actors' processes share `model` (an inference copy); the optimizer
+    trains `learner_model`: an ordinary loop, wrapped. Sharing the trained model itself is
+    Hogwild, declined."""
+    code = """
+        import torch
+        import torch.multiprocessing as mp
+        def train(flags):
+            model = Net()
+            model.share_memory()
+            actors = [mp.Process(target=act, args=(model,)) for _ in range(4)]
+            learner_model = Net().to(device=flags.device)
+            optimizer = torch.optim.RMSprop(learner_model.parameters(), lr=1e-3)
+            for batch in batches:
+                loss = learner_model(batch).sum()
+                loss.backward()
+                optimizer.step()
+        """
+    assert inserted(code) == [
+        "learner_model, batches, optimizer = autoopt.optimize(learner_model, batches, optimizer, "
+        "device=flags.device)"
+    ]
+    hogwild = wrap_source(src(code.replace("model.share_memory()", "learner_model.share_memory()")))
+    assert hogwild.declined and hogwild.reason == "Hogwild"
+
+
+def test_a_run_per_seed_that_builds_its_model_and_a_probe_optimizer_are_wrapped() -> None:
+    """GraphMAE: each pass of the seed loop builds a model and its optimizer, then trains: the
+    call goes in the loop. The linear probe's optimizer, created by an evaluation function,
+    trains a classifier to score the model: it is no second place for the call."""
+    code = """
+        import torch
+        def probe_evaluation(model, graph):
+            clf = torch.nn.Linear(16, 4)
+            optimizer_f = torch.optim.Adam(clf.parameters(), lr=1e-2)
+            for _ in range(100):
+                loss = clf(model.embed(graph)).sum()
+                loss.backward()
+                optimizer_f.step()
+        def main(seeds, graph, device):
+            for seed in seeds:
+                model = build_model()
+                model.to(device)
+                optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+                for epoch in range(10):
+                    loss = model(graph)
+                    loss.backward()
+                    optimizer.step()
+                probe_evaluation(model, graph)
+        """
+    assert inserted(code) == [
+        "model, optimizer = autoopt.optimize(model, optimizer=optimizer, device=device)"
+    ]

@@ -166,6 +166,25 @@ WRAPPED = {
             "  # autoopt: compile=False (own torch.compile)",
         ),
     ],
+    # a training run per seed (GraphMAE): the call inside the seed loop; the linear probe's
+    # optimizer in an evaluation function is no second place for it
+    "run_per_seed.py": [
+        ("from torch.utils.data import DataLoader, TensorDataset", IMPORT),
+        (
+            "optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)",
+            '        model, optimizer = autoopt.optimize(model, optimizer=optimizer, device="cpu")',
+        ),
+    ],
+    # the model placed after its optimizer, once the device is picked (nanoVLM): the call goes
+    # after that placement
+    "placed_after_optimizer.py": [
+        ("from torch.utils.data import DataLoader, TensorDataset", IMPORT),
+        (
+            "model.to(device)",
+            "    model, loader, optimizer = autoopt.optimize(model, loader, optimizer, "
+            "device=device)",
+        ),
+    ],
     "mnist_device.py": [
         ("from torch.utils.data import DataLoader, TensorDataset", IMPORT),
         (

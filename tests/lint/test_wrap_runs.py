@@ -77,6 +77,8 @@ def wrap_fp32(script: Path) -> None:
         "held_loader.py",
         "sac_temperature.py",
         "optional_second_model.py",
+        "placed_after_optimizer.py",
+        "run_per_seed.py",
     ],
 )
 def test_wrapped_script_trains_with_the_same_fp32_losses(name: str, tmp_path: Path) -> None:

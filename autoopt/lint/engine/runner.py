@@ -34,6 +34,7 @@ import libcst as cst
 from autoopt.lint.engine import analysis as engine
 from autoopt.lint.engine import suppress
 from autoopt.lint.engine.cache import Cache, settings_key
+from autoopt.lint.engine.collector import collector_paused
 from autoopt.lint.engine.discovery import display_path, is_notebook
 from autoopt.lint.engine.project import Project
 from autoopt.lint.engine.results import Diagnostic, FileError, FileResult
@@ -123,6 +124,7 @@ def _relocate_error(error: FileError, nb: NotebookSource | None) -> FileError:
     return FileError(error.reason, line, error.column, cell, error.kind)
 
 
+@collector_paused()
 def lint_bytes(
     data: bytes,
     path: str,

@@ -142,6 +142,8 @@ def _conv2d_classes(rule: Rule, module: cst.Module) -> tuple[set[str], set[str]]
             ):
                 unfit.add(name)
                 changed = True
+    # an alias (`Net = AtariNet`) is unfit where its class is
+    unfit |= {name for name, cls in convs.items() if cls.name.value in unfit}
     return set(convs) - unfit, set(convs) & unfit
 
 

@@ -304,19 +304,25 @@ class FileFacts:
             if not c.args and isinstance(c.func, cst.Attribute) and c.func.attr.value == "eval"
         ]
 
-    def is_eval_loop(self, loop: cst.CSTNode) -> bool:
-        """A `for` with no backward inside that follows `.eval()` in its function (or whose
-        function is named like evaluation)."""
-        if not isinstance(loop, cst.For) or self.is_training_loop(loop):
+    def is_eval_loop(self, loop: cst.CSTNode, whiles: bool = False) -> bool:
+        """A `for` (or, with `whiles`, a `while`: an RL test's episode loop) with no backward
+        inside that follows `.eval()` in its function (or whose function is named like
+        evaluation)."""
+        kinds = (cst.For, cst.While) if whiles else cst.For
+        if not isinstance(loop, kinds) or self.is_training_loop(loop):
             return False
         if any(self._parents.encloses(loop, call) for call in self.backward_calls):
             return False
         scope = self.enclosing_scope(loop)
-        if isinstance(scope, cst.FunctionDef) and any(
-            w in scope.name.value.lower() for w in _EVAL_WORDS
+        # a `while` counts only after `.eval()`: in a method named for inference it is more
+        # often the model's own decoding loop (Tacotron 2's `Decoder.inference`)
+        if (
+            isinstance(loop, cst.For)
+            and isinstance(scope, cst.FunctionDef)
+            and any(w in scope.name.value.lower() for w in _EVAL_WORDS)
         ):
             return True
-        iterated = _iterated_leaf(loop.iter)
+        iterated = _iterated_leaf(loop.iter) if isinstance(loop, cst.For) else None
         if (
             iterated is not None
             and "loader" in iterated.lower()
@@ -414,7 +420,27 @@ class FileFacts:
             "torch.autograd.set_grad_enabled",
         }:
             return bool(expr.args) and m.matches(expr.args[0].value, m.Name("False"))
+        if isinstance(target, cst.Name):
+            return self._bound_to_no_grad(target)
         return False
+
+    def _bound_to_no_grad(self, name: cst.Name) -> bool:
+        """`name` is bound, in the nearest scope that binds it, only to torch's no-grad modes
+        (TabM: `evaluation_mode = torch.no_grad` or `torch.inference_mode`, then
+        `@evaluation_mode()`)."""
+        for scope in self.ancestors(name):
+            if not isinstance(scope, cst.FunctionDef | cst.Module):
+                continue
+            values = [value for value, _ in self.assigned_in(scope).get(name.value, ())]
+            if values:
+                return all(self._no_grad_mode(v) for v in values)
+        return False
+
+    def _no_grad_mode(self, value: cst.BaseExpression) -> bool:
+        """`torch.no_grad`, `torch.inference_mode`, or `a if flag else b` of those."""
+        if isinstance(value, cst.IfExp):
+            return self._no_grad_mode(value.body) and self._no_grad_mode(value.orelse)
+        return bool(self.qualified_names(value) & _NO_GRAD)
 
     # ----- whole-file facts ------------------------------------------------------------------
     @functools.cached_property

@@ -23,6 +23,7 @@ import libcst as cst
 
 from autoopt.lint.engine.rule import Rule
 from autoopt.lint.program.project_facts import sibling_importers_text
+from autoopt.lint.program.trained_models import trained_models
 from autoopt.lint.tree.calls import arg
 from autoopt.lint.tree.nodes import calls_in, dotted, is_name, nodes_of_type
 
@@ -100,12 +101,27 @@ def is_hogwild(rule: Rule) -> bool:
     """Hogwild training: this file, or a script next to it that imports it, shares the model's
     memory (`share_memory()`) between `multiprocessing` processes."""
     if _hogwild_text(rule.context.source):
-        return True
+        return not _shares_only_untrained_models(rule)
     return any(_hogwild_text(text) for text in sibling_importers_text(Path(rule.context.path)))
 
 
 def _hogwild_text(source: str) -> bool:
     return ".share_memory()" in source and "Process(" in source
+
+
+def _shares_only_untrained_models(rule: Rule) -> bool:
+    """The models the file shares (`model.share_memory()`) are none of those its optimizers
+    train: TorchBeast's actors run a shared inference copy while one learner process trains
+    `learner_model`, an ordinary training loop."""
+    shared = {
+        dotted(c.func.value)
+        for c in calls_in(rule.context.module)
+        if isinstance(c.func, cst.Attribute) and c.func.attr.value == "share_memory"
+    }
+    if None in shared:
+        return False  # `Net().share_memory()`: which model is shared cannot be told
+    trained = {model for _, model in trained_models(rule)}
+    return bool(trained) and not (shared & trained)
 
 
 def library_trainer_calls(rule: Rule) -> list[cst.Call]:

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from autoopt.lint.program.project_files import record_read
+from autoopt.lint.tree.ast_walk import child_nodes, walk
 from autoopt.lint.tree.chunks import CHUNK_LINES, LARGE_FILE_LINES, top_level_cuts
 from autoopt.lint.tree.encoding import SourceDecodeError, content_digest, decode_source
 
@@ -105,6 +106,9 @@ class FunctionInfo:
     to_device: bool = False  # moves something to a device: `.cuda()`, `.to(self.device)`
     zero_grad: bool = False  # `.zero_grad()` on anything: a training step's bookkeeping
     no_grad: bool = False  # decorated with torch.no_grad() / inference_mode()
+    # the line of its first `.item()` / `.tolist()` / `.cpu()` outside any `if` of its own: a
+    # read of a tensor on the host each time it runs (0: none)
+    host_read: int = 0
     line: int = 0
 
     def use(self, name: Dotted, role: str) -> None:
@@ -379,7 +383,10 @@ def _names_a_device(call: ast.Call) -> bool:
 
 
 def _names_in(node: ast.AST) -> set[str]:
-    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+    return {n.id for n in walk(node) if isinstance(n, ast.Name)}
+
+
+_HOST_READS = ("item", "tolist", "cpu")  # methods that wait for a tensor's value on the host
 
 
 class _Scanner:
@@ -390,6 +397,7 @@ class _Scanner:
         self.info = info
         self.cls = cls
         self.loops = 0
+        self.ifs = 0  # `if` blocks around the statement (a read under one may be throttled)
         self.no_grad = 1 if info.no_grad else 0
         # loop variable -> the iterated name (`for x, y in loader`: x, y -> loader)
         self.batch_of: dict[str, Dotted] = {}
@@ -427,6 +435,13 @@ class _Scanner:
             self.scan_body(node.body)
             self.loops -= 1
             self.scan_body(node.orelse)
+            return
+        if isinstance(node, ast.If):
+            self.expr(node.test)
+            self.ifs += 1
+            self.scan_body(node.body)
+            self.scan_body(node.orelse)
+            self.ifs -= 1
             return
         if isinstance(node, ast.With | ast.AsyncWith):
             guarded = any(_is_no_grad(item.context_expr) for item in node.items)
@@ -466,7 +481,7 @@ class _Scanner:
             self.expr(node.value)
             self.info.returns.append(self.value(node.value))
             return
-        for child in ast.iter_child_nodes(node):
+        for child in child_nodes(node):
             if isinstance(child, ast.stmt):
                 self.stmt(child)
             elif isinstance(child, ast.expr):
@@ -522,7 +537,7 @@ class _Scanner:
         return OTHER
 
     def expr(self, node: ast.expr) -> None:
-        for sub in ast.walk(node):
+        for sub in walk(node):
             if isinstance(sub, ast.Call):
                 self.call(sub)
             elif isinstance(sub, ast.comprehension):
@@ -542,6 +557,8 @@ class _Scanner:
                 info.to_device = True
             elif attr == "zero_grad":
                 info.zero_grad = True
+            elif attr in _HOST_READS and not node.args and not self.ifs and not info.host_read:
+                info.host_read = node.lineno
             if owner is not None:
                 self.method_use(owner, attr, node)
             elif isinstance(func.value, ast.Call) and (built := dotted_of(func.value.func)):

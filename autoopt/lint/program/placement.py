@@ -231,6 +231,15 @@ def _same_module_rebinds(stmt: cst.BaseStatement, model: str) -> set[int]:
     return kept
 
 
+def _rebound(target: cst.BaseExpression, model: str) -> bool:
+    """The assignment target `target` binds `model` itself (also as an element of a tuple)."""
+    if isinstance(target, cst.Tuple | cst.List):
+        return any(_rebound(e.value, model) for e in target.elements)
+    if isinstance(target, cst.StarredElement):
+        return _rebound(target.value, model)
+    return dotted(target) == model
+
+
 def binds_or_places(stmt: cst.BaseStatement, model: str, rebinds: bool = False) -> bool:
     """`stmt` (re)binds `model` or places it (`model.to(...)`, `model.cuda()`, `model.half()`,
     ...); with `rebinds`, only a new binding counts."""
@@ -239,10 +248,11 @@ def binds_or_places(stmt: cst.BaseStatement, model: str, rebinds: bool = False) 
     for n in nodes_of_type(stmt, (*kinds, cst.Call), into_scopes=False):
         if id(n) in kept:
             continue  # `model = model.train()`: the same module, not a swap
-        if isinstance(n, cst.AssignTarget | cst.For | cst.AsName | cst.NamedExpr) and (
-            mentions(n.target if not isinstance(n, cst.AsName) else n.name, model)
-        ):
-            return True
+        if isinstance(n, cst.AssignTarget | cst.For | cst.AsName | cst.NamedExpr):
+            target = n.target if not isinstance(n, cst.AsName) else n.name
+            # with `rebinds`, `model.ss_prob = p` sets an attribute: the model stays
+            if _rebound(target, model) if rebinds else mentions(target, model):
+                return True
         if isinstance(n, cst.AnnAssign | cst.AugAssign) and mentions(n.target, model):
             return True
         if (

@@ -31,6 +31,7 @@ import libcst.matchers as m
 from autoopt.lint.program.index import file_tree, parse_tree
 from autoopt.lint.program.project_files import record_read, resolve_module
 from autoopt.lint.program.torch_api import is_conv_family
+from autoopt.lint.tree.ast_walk import child_nodes, walk
 from autoopt.lint.tree.encoding import content_digest
 from autoopt.lint.tree.nodes import code_of, dotted, top_level_imports
 
@@ -210,14 +211,14 @@ def _weighted_walk(top: ast.AST) -> Iterator[tuple[ast.AST, int]]:
         node, weight = stack.pop()
         yield node, weight
         calls: dict[str, int] | None = None
-        for child in ast.iter_child_nodes(node):
+        for child in child_nodes(node):
             times = weight
             if isinstance(node, _LOOPS) and child not in getattr(node, "orelse", ()):
                 times = weight * _LOOP_TIMES
             elif isinstance(child, _DEFS) and isinstance(node, _DEFS):
                 if calls is None:  # how often this function calls each helper it defines
                     calls = {}
-                    for sub in ast.walk(node):
+                    for sub in walk(node):
                         if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Name):
                             calls[sub.func.id] = calls.get(sub.func.id, 0) + 1
                 times = weight * max(1, calls.get(child.name, 0))
@@ -483,8 +484,18 @@ class LocalDefinition:
 def local_definition(rule: Rule, name: str) -> LocalDefinition | None:
     """What `name` (imported into the linted file from a local module) is, or None when it is
     not imported from the project (or cannot be found)."""
-    for module, original, level in _imports_of(rule, name):
-        target = resolve_module(rule.context.path, module, level)
+    # Rules ask it call after call for the same few names: answered once per linted tree (the
+    # modules it read are recorded for this file by that first answer).
+    table = _import_table(rule.context.module)
+    key = (str(rule.context.path), name)
+    if key not in table.definitions:
+        table.definitions[key] = _local_definition(rule.context.path, table, name)
+    return table.definitions[key]
+
+
+def _local_definition(path: Path, table: _ImportTable, name: str) -> LocalDefinition | None:
+    for module, original, level in table.imports_of(name):
+        target = resolve_module(path, module, level)
         found = _definition(target, original) if target else None
         if found is not None:
             return _describe(name, *found)
@@ -674,6 +685,15 @@ class _ImportTable:
     module: cst.Module
     names: dict[str, tuple[str, str, int]]  # bound name -> (module, imported name, level)
     stars: list[tuple[str, int]]  # `from m import *`: (module, level)
+    # (linted path, name) -> `local_definition`'s answer for this tree
+    definitions: dict[tuple[str, str], LocalDefinition | None] = field(default_factory=dict)
+
+    def imports_of(self, name: str) -> list[tuple[str, str, int]]:
+        """Where the linted file may import `name` from: `from m import name [as alias]`, else
+        any `from m import *` (tried in order)."""
+        if name in self.names:
+            return [self.names[name]]
+        return [(module, name, level) for module, level in self.stars]
 
 
 _TABLES: dict[int, _ImportTable] = {}  # id(linted module) -> its table (the last few files)
@@ -700,15 +720,6 @@ def _import_table(module: cst.Module) -> _ImportTable:
         _TABLES.clear()
     table = _TABLES[id(module)] = _ImportTable(module, names, stars)
     return table
-
-
-def _imports_of(rule: Rule, name: str) -> list[tuple[str, str, int]]:
-    """Where the linted file may import `name` from: `from m import name [as alias]`, else any
-    `from m import *` (tried in order)."""
-    table = _import_table(rule.context.module)
-    if name in table.names:
-        return [table.names[name]]
-    return [(module, name, level) for module, level in table.stars]
 
 
 def _import_froms(stmt: cst.CSTNode) -> Iterator[cst.ImportFrom]:

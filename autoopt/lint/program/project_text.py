@@ -54,9 +54,17 @@ def _read_unchanged(path: Path, mtime_ns: int, size: int) -> tuple[str, str]:
     return data.decode("utf-8", "replace"), content_digest(data)
 
 
-def imported_paths(path: Path, text: str) -> list[Path]:
+def imported_paths(path: Path, text: str) -> tuple[Path, ...]:
     """The project's modules a file imports (`from .engine import`, `import utils.misc`,
     `from solver import Solver` run with its own PYTHONPATH)."""
+    # Asked of the same module by every file that reaches it (its importers, the modules two
+    # imports deep of each driver): its imports are resolved once while the project stays as
+    # it is (the stamp) and from the same folder (`cwd`: where resolution stops).
+    return _imported_paths(path, text, project_stamp(path), os.getcwd())
+
+
+@functools.lru_cache(maxsize=1024)
+def _imported_paths(path: Path, text: str, stamp: tuple[int, int], cwd: str) -> tuple[Path, ...]:
     found = []
     for relative, names, absolute in _IMPORTED.findall(text):
         # `import data_setup, engine, utils`: each module of the list
@@ -72,7 +80,7 @@ def imported_paths(path: Path, text: str) -> list[Path]:
                 # `from pkg import engine` / `from . import engine`: the package's submodules too
                 targets += _submodules(target.parent, names)
             found.extend(Path(os.path.abspath(t)) for t in targets if t != path)
-    return found
+    return tuple(found)
 
 
 def _submodules(package: Path, names: str) -> list[Path]:

@@ -132,15 +132,37 @@ def conv_classes(
             for c in calls_in(cls)
         ):  # a conv layer, or a torchvision CNN built inside the class (a backbone)
             found[name] = cls
+    aliases = _class_aliases(module)
     changed = True
-    while changed:  # close over "uses a conv class"
+    while changed:  # close over "uses a conv class" (also under an alias: `Net = AtariNet`)
         changed = False
+        for alias, name in aliases.items():
+            if alias not in found and name in found:
+                found[alias] = found[name]
+                changed = True
         for name, cls in classes.items():
             if name in found:
                 continue
             if any(isinstance(c.func, cst.Name) and c.func.value in found for c in calls_in(cls)):
                 found[name] = cls
                 changed = True
+    return found
+
+
+def _class_aliases(module: cst.Module) -> dict[str, str]:
+    """`Net = AtariNet` at the module's top level: alias -> name."""
+    found = {}
+    for stmt in module.body:
+        if not isinstance(stmt, cst.SimpleStatementLine):
+            continue
+        for small in stmt.body:
+            if (
+                isinstance(small, cst.Assign)
+                and len(small.targets) == 1
+                and isinstance(small.targets[0].target, cst.Name)
+                and isinstance(small.value, cst.Name)
+            ):
+                found[small.targets[0].target.value] = small.value.value
     return found
 
 

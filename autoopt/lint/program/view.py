@@ -236,6 +236,32 @@ class ProgramView:
             found = self._summaries[id(call)] = self._resolve(call)
         return found
 
+    def host_read_in_callee(self, call: cst.Call) -> tuple[str, int] | None:
+        """Where a function of the project that `call` runs reads a tensor on the host every
+        time it runs (glow-tts's `commons.clip_grad_value_(...)` calls `.item()` for every
+        parameter): (its file as a report names it, the line). None for a library call, a
+        training step (its reads are its own findings) and a top-level function of this file
+        (its read reports itself where it is)."""
+        name = dotted(call.func)
+        if name is None:
+            return None
+        parts = tuple(name.split("."))
+        index = self.index
+        if parts[0] in _LIBRARY_ROOTS and not (
+            parts[0] in index.imports or parts[0] in index.functions or parts[0] in index.classes
+        ):
+            return None
+        for target in self.program.resolve(index, self.function_of(call), parts):
+            module = self.program.module(target.path) if not target.is_class else None
+            func = module.functions.get(target.qualname) if module is not None else None
+            if func is None or not func.host_read or func.backward:
+                continue
+            here = os.path.abspath(module.path) == os.path.abspath(index.path)
+            if here and "." not in target.qualname:
+                continue
+            return _shown_path(module.path), func.host_read
+        return None
+
     def _resolve(self, call: cst.Call) -> Summary:
         name = dotted(call.func)
         if name is None:
@@ -306,8 +332,11 @@ class ProgramView:
         summary = self.call_summary(call)
         if summary is EMPTY:
             return None
+        # a forward both with and without autograd (DPR's `_do_biencoder_fwd_pass`: under
+        # `torch.no_grad()` when `not model.training`): the callee picks the mode itself
         return any(
-            "forward" in roles or {"methods", "module"} <= roles
+            ("forward" in roles and "forward_no_grad" not in roles)
+            or {"methods", "module"} <= roles
             for _, roles in self.argument_roles(call)
         )
 

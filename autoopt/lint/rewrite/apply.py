@@ -24,6 +24,7 @@ from libcst.codemod import CodemodContext
 from libcst.codemod.visitors import AddImportsVisitor, RemoveImportsVisitor
 
 from autoopt.lint.engine.analysis import Analysis, active_rules, analyze
+from autoopt.lint.engine.collector import collector_paused
 from autoopt.lint.engine.rule import Finding, Fix, FixSafety, Rule
 from autoopt.lint.engine.runner import check_syntax
 from autoopt.lint.rewrite.verify import (
@@ -97,6 +98,7 @@ class FixResult:
         return self.source != self.original
 
 
+@collector_paused()
 def fix_source(
     source: str,
     rules: Sequence[type[Rule]],

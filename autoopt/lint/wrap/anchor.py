@@ -9,7 +9,7 @@ import builtins
 
 import libcst as cst
 
-from autoopt.lint.tree.nodes import code_of
+from autoopt.lint.tree.nodes import code_of, names_in
 from autoopt.lint.wrap import decline
 from autoopt.lint.wrap.bind import Loader
 from autoopt.lint.wrap.call import Pair, Plan
@@ -57,7 +57,8 @@ def place_call(
     tops = [child_of(file, block, n) for n in relevant]
     anchor = max(tops, key=lambda n: file.order[id(n)])
     late = any(not file.before(anchor, child_of(file, block, e)) for e in entries)
-    if late or in_training_loop(code, home, anchor):
+    around = training_loop_around(code, home, anchor)
+    if late or (around is not None and not _builds_the_models(home, around, pairs, anchor)):
         for origin in optimizers:
             for assign in origin.assigns:
                 loop = training_loop_around(code, home, assign)
@@ -70,6 +71,21 @@ def place_call(
     if (apex := apex_before(home, anchor)) is not None:
         return decline.own_precision_late("apex amp", statement_of(file, apex))
     return Plan(anchor, pairs, options, _module_globals(code, home, pairs), home.node)
+
+
+def _builds_the_models(
+    home: Func, loop: cst.CSTNode, pairs: list[Pair], anchor: cst.CSTNode
+) -> bool:
+    """`loop` builds every model anew before the optimizer (GraphMAE's run per seed: model,
+    optimizer, then training): each pass is a training run of its own, the call goes in it."""
+    file = home.file
+    return all(
+        any(
+            any(a is loop for a in file.ancestors(assign)) and file.before(assign, anchor)
+            for assign in assignments_of(home, pair.model)
+        )
+        for pair in pairs
+    )
 
 
 def _module_globals(code: CodeBase, home: Func, pairs: list[Pair]) -> tuple[str, ...]:
@@ -183,6 +199,11 @@ def loader_intact(code: CodeBase, home: Func, plan: Plan) -> bool:
     assert loader is not None
     if not defined(code, home, loader, plan.anchor):
         return False
+    if any(
+        isinstance(a, cst.For) and loader in names_in(a.iter)
+        for a in home.file.ancestors(plan.anchor)
+    ):
+        return False  # the call runs inside the loop over it (a run per seed): no loader
     # `dataiter = iter(train_loader)` to show a few images before training: a capture the
     # training never reads again leaves nothing iterating the original
     return not any(

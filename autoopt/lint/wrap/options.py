@@ -13,7 +13,7 @@ import libcst as cst
 from autoopt.lint.program.handled import ACCELERATOR
 from autoopt.lint.program.precision import other_precision_system
 from autoopt.lint.program.project_facts import sibling_importers_text
-from autoopt.lint.tree.nodes import code_of
+from autoopt.lint.tree.nodes import code_of, nodes_of_type
 from autoopt.lint.wrap import decline
 from autoopt.lint.wrap.codebase import CodeBase, Func, SourceFile
 from autoopt.lint.wrap.decline import Decline, ParallelWrap
@@ -48,7 +48,7 @@ def conflict(file: SourceFile) -> Decline | None:
         for call in file.calls():
             if file.qualname(call.func).startswith("learn2learn.algorithms."):
                 return decline.meta_learning(code_of(call.func))
-    if _hogwild(file.module.code) or (
+    if (_hogwild(file.module.code) and not _shares_only_untrained(file)) or (
         file.path is not None and any(_hogwild(t) for t in sibling_importers_text(file.path))
     ):
         # the script, or one beside it that imports it (mnist_hogwild's main.py starts the
@@ -59,6 +59,23 @@ def conflict(file: SourceFile) -> Decline | None:
 
 def _hogwild(source: str) -> bool:
     return ".share_memory()" in source and ".Process(" in source
+
+
+def _shares_only_untrained(file: SourceFile) -> bool:
+    """The models `file` shares (`model.share_memory()`) are none of those its torch.optim
+    optimizers are built over: TorchBeast's actors share an inference copy while one learner
+    trains `learner_model` (no Hogwild; as the lint's `handled.is_hogwild`)."""
+    shared: set[str] = set()
+    trained: set[str] = set()
+    for call in file.calls():
+        func = call.func
+        if isinstance(func, cst.Attribute) and func.attr.value == "share_memory":
+            shared.add(code_of(func.value))
+        elif file.qualname(func).startswith("torch.optim.") and call.args:
+            for n in nodes_of_type(call.args[0].value, cst.Call):
+                if isinstance(n.func, cst.Attribute) and n.func.attr.value == "parameters":
+                    trained.add(code_of(n.func.value))
+    return bool(shared) and bool(trained) and not shared & trained
 
 
 def runs_accelerate(file: SourceFile) -> bool:

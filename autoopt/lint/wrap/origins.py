@@ -270,6 +270,13 @@ def _returns_it(code: CodeBase, file: SourceFile, assign: cst.CSTNode, expr: str
     return True
 
 
+def _evaluation_probe(function: str) -> bool:
+    """A function named for evaluation and not for training (`node_classification_evaluation`,
+    `linear_probe`): an optimizer it creates trains a probe to score the model, not the model."""
+    name = function.lower()
+    return any(w in name for w in ("eval", "valid", "probe")) and "train" not in name
+
+
 def bind_optimizers(code: CodeBase, training: Training) -> Bound | Decline:
     """Each optimizer the loop steps, followed to where it is created; all of them must be
     created in one function of the script."""
@@ -309,6 +316,10 @@ def bind_optimizers(code: CodeBase, training: Training) -> Bound | Decline:
         # an object of a local module creates and steps them (BCQ's agent, SimGNN's trainer)
         where = {f"{_qualified(o.func)}() of {o.func.file.path}": None for o in origins.values()}
         return decline.optimizer_in_module(list(where))
+    probes = {key for key, o in origins.items() if _evaluation_probe(o.func.name)}
+    if probes and len(probes) < len(origins):
+        for key in probes:  # a linear probe's optimizer, trained to evaluate (GraphMAE)
+            del origins[key]
     homes = {id(o.func.node) for o in origins.values()}
     if len(homes) > 1:
         where = {

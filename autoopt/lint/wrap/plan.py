@@ -228,6 +228,25 @@ def _is_module_forward(func: Func) -> bool:
     )
 
 
+def _placement_to_follow(
+    file: SourceFile, model: str, anchor: cst.CSTNode, moved: cst.Call
+) -> cst.CSTNode | None:
+    """The statement `moved` (a placement of `model` after the call's place) when the call can
+    go after it instead: a statement of its own (`model.to(device)`) in the anchor's block, and
+    no statement between them names the model (a wrap, a compile, a use)."""
+    block = file.parent(anchor)
+    statement = file.parent(file.parent(moved))
+    if not isinstance(statement, cst.SimpleStatementLine) or file.parent(statement) is not block:
+        return None
+    if not isinstance(file.parent(moved), cst.Expr):
+        return None  # `net = model.to(device)` binds another name: the call cannot follow it
+    body = list(block.body)  # type: ignore[attr-defined]
+    start, end = body.index(anchor), body.index(statement)
+    if end <= start or any(model in names_in(s) for s in body[start + 1 : end]):
+        return None
+    return statement
+
+
 def _place(
     code: CodeBase,
     home: Func,
@@ -287,7 +306,14 @@ def _place(
             elif called_in(trainers, target):
                 return decline.trained_through(pair.model, target)
         pair.device = device_for(code, home, pair.model, placed.anchor)
-        if moved := moved_after(code, home, pair.model, placed.anchor, pair.device):
+        moved = moved_after(code, home, pair.model, placed.anchor, pair.device)
+        if moved and (later := _placement_to_follow(home.file, pair.model, placed.anchor, moved)):
+            # nanoVLM: AdamW, then `model.to(device)` once the device is picked: the call goes
+            # after the placement, the model then on its device
+            placed.anchor = later
+            pair.device = device_for(code, home, pair.model, placed.anchor)
+            moved = moved_after(code, home, pair.model, placed.anchor, pair.device)
+        if moved:
             return decline.moved_after_call(pair.model, statement_of(home.file, moved))
         if pair.optimizer and only_under_a_flag(home, pair.optimizer, placed.anchor):
             # `if args.use_optimizer: optimizer = AdamW(...)`: passing it would raise a
