@@ -9,6 +9,7 @@ import libcst as cst
 from autoopt.lint.engine.rule import Invalid, Rule, Valid
 from autoopt.lint.program.facts import FileFacts, local_callee
 from autoopt.lint.program.handled import engine_step_functions
+from autoopt.lint.program.index import HOST_READS
 from autoopt.lint.program.torch_api import TENSOR_FACTORIES
 from autoopt.lint.tree.calls import arg
 from autoopt.lint.tree.nodes import (
@@ -20,7 +21,6 @@ from autoopt.lint.tree.nodes import (
     walk,
 )
 
-_SYNC_METHODS = ("item", "cpu", "tolist")
 _CONVERSIONS = ("float", "int")
 _VALUE_ITERATORS = ("items", "values", "parameters", "named_parameters")
 _METADATA = ("shape", "size", "ndim", "dim", "dtype", "device")
@@ -640,7 +640,7 @@ class HostSyncEveryStep(Rule):
         # print(loss), writer.add_scalar("loss", loss, step), pbar.set_postfix(loss=loss)
         is_print = builtin == "print" or (builtin is None and name in _LOGGING_METHODS)
         converts = builtin in _CONVERSIONS
-        if name not in _SYNC_METHODS and not is_print and not converts:
+        if name not in HOST_READS and not is_print and not converts:
             self._check_callee(node)
             return
         if builtin is not None and not self.refers_to(node.func, f"builtins.{builtin}"):
@@ -679,7 +679,7 @@ class HostSyncEveryStep(Rule):
                 if isinstance(n, cst.Name) and not isinstance(self.parent(n), cst.Attribute)
             }
             has_item = any(
-                isinstance(n, cst.Call) and method_name(n) in _SYNC_METHODS
+                isinstance(n, cst.Call) and method_name(n) in HOST_READS
                 for a in node.args
                 for n in walk(a.value)
             )
@@ -745,7 +745,7 @@ class HostSyncEveryStep(Rule):
         if len(node.args) != 1:
             return False
         value = node.args[0].value
-        if any(isinstance(n, cst.Call) and method_name(n) in _SYNC_METHODS for n in walk(value)):
+        if any(isinstance(n, cst.Call) and method_name(n) in HOST_READS for n in walk(value)):
             return False
         # `int(loss.shape[0] * rate)`: the shape is known on the host, nothing is read back
         names = {

@@ -386,7 +386,7 @@ def _names_in(node: ast.AST) -> set[str]:
     return {n.id for n in walk(node) if isinstance(n, ast.Name)}
 
 
-_HOST_READS = ("item", "tolist", "cpu")  # methods that wait for a tensor's value on the host
+HOST_READS = ("item", "cpu", "tolist")  # methods that wait for a tensor's value on the host
 
 
 class _Scanner:
@@ -557,7 +557,7 @@ class _Scanner:
                 info.to_device = True
             elif attr == "zero_grad":
                 info.zero_grad = True
-            elif attr in _HOST_READS and not node.args and not self.ifs and not info.host_read:
+            elif attr in HOST_READS and not node.args and not self.ifs and not info.host_read:
                 info.host_read = node.lineno
             if owner is not None:
                 self.method_use(owner, attr, node)

@@ -242,15 +242,10 @@ class ProgramView:
         parameter): (its file as a report names it, the line). None for a library call, a
         training step (its reads are its own findings) and a top-level function of this file
         (its read reports itself where it is)."""
-        name = dotted(call.func)
-        if name is None:
+        parts = self._project_callee(call)
+        if parts is None:
             return None
-        parts = tuple(name.split("."))
         index = self.index
-        if parts[0] in _LIBRARY_ROOTS and not (
-            parts[0] in index.imports or parts[0] in index.functions or parts[0] in index.classes
-        ):
-            return None
         for target in self.program.resolve(index, self.function_of(call), parts):
             module = self.program.module(target.path) if not target.is_class else None
             func = module.functions.get(target.qualname) if module is not None else None
@@ -262,9 +257,23 @@ class ProgramView:
             return _shown_path(module.path), func.host_read
         return None
 
-    def _resolve(self, call: cst.Call) -> Summary:
+    def _project_callee(self, call: cst.Call) -> tuple[str, ...] | None:
+        """The dotted name `call` calls (`("engine", "train_one_epoch")`), or None when it has
+        none or it names a library the file does not rebind (`torch.nn.functional.relu`)."""
         name = dotted(call.func)
         if name is None:
+            return None
+        parts = tuple(name.split("."))
+        head = parts[0]
+        index = self.index
+        if head in _LIBRARY_ROOTS and not (
+            head in index.imports or head in index.functions or head in index.classes
+        ):
+            return None
+        return parts
+
+    def _resolve(self, call: cst.Call) -> Summary:
+        if dotted(call.func) is None:
             built = _built_then_called(call)
             if built is None:
                 return EMPTY
@@ -272,12 +281,8 @@ class ProgramView:
             # the arguments and their roles)
             found = self.program.call_summary(self.index, self.function_of(call), built)
             return Summary(trains=found.trains) if found.trains else EMPTY
-        parts = tuple(name.split("."))
-        head = parts[0]
-        index = self.index
-        if head in _LIBRARY_ROOTS and not (
-            head in index.imports or head in index.functions or head in index.classes
-        ):
+        parts = self._project_callee(call)
+        if parts is None:
             return EMPTY
         return self.program.call_summary(self.index, self.function_of(call), parts)
 
