@@ -47,6 +47,7 @@ SPLITS = {
     "fresh-i": (HERE / "fresh_i.json", HERE / "_repos_fresh_i"),
     "fresh-j": (HERE / "fresh_j.json", HERE / "_repos_fresh_j"),
     "fresh-k": (HERE / "fresh_k.json", HERE / "_repos_fresh_k"),
+    "fresh-l": (HERE / "fresh_l.json", HERE / "_repos_fresh_l"),
 }
 TORCH_DIR = "torch"
 
