@@ -495,6 +495,16 @@ def _lint_labelled(root: Path, rules: list[str], repo: str, path: str):
     )
 
 
+def _found_in(root: Path, repo: str, path: str, finding: dict, scripts: list) -> str:
+    """The labelled script a finding counts for: the module it is in when that module is a
+    labelled script of the split (it is linted on its own as well: counted once, there), else
+    the script linted (a driver's finding in the module holding the training it runs, which
+    `autoopt lint` follows)."""
+    where = os.path.relpath(finding["filename"], script_path(root, repo, ""))
+    where = where.replace(os.sep, "/")
+    return where if (repo, where) in scripts else path
+
+
 def accuracy(root: Path, labels_path: Path, jobs: int = 1) -> dict:
     """Lint the labelled scripts and score the findings against labels.tsv."""
     labels = read_labels(labels_path)
@@ -514,7 +524,9 @@ def accuracy(root: Path, labels_path: Path, jobs: int = 1) -> dict:
             if is_internal_error(f):  # it hides that rule's findings: a miss to fix first
                 errors.append({"script": f"{repo}/{path}", "message": f.get("message")})
             else:
-                fired[(repo, path, f["code"])].append(f["location"]["row"])
+                fired[(repo, _found_in(root, repo, path, f, scripts), f["code"])].append(
+                    f["location"]["row"]
+                )
     per_rule: dict[str, Counter] = {rule: Counter() for rule in rules}
     false_pos, false_neg = [], []
     labelled = {(r["repo"], r["path"], r["rule"]) for r in labels}
@@ -924,7 +936,7 @@ def _fixes_one(root: Path, verdicts: list[dict], repo: str, path: str) -> dict:
     with scratch(root, repo) as copy:
         file = copy / path
         before = file.read_text(encoding="utf-8", errors="replace")
-        findings, _ = lint_findings([file], ("-j", "1"), cwd=copy)
+        findings, _ = lint_findings([file], ("-j", "1", "--no-follow"), cwd=copy)
         fixable = {
             (f["code"], (f.get("fix") or {}).get("applicability")) for f in findings if f.get("fix")
         }
@@ -933,7 +945,7 @@ def _fixes_one(root: Path, verdicts: list[dict], repo: str, path: str) -> dict:
             after, proc = rewrite_once(file, before, *extra, cwd=copy)
             row[variant] = fix_entry(before, after, proc, verdicts, repo, path, variant)
             if variant == "unsafe":
-                left, _ = lint_findings([file], ("-j", "1"), cwd=copy)
+                left, _ = lint_findings([file], ("-j", "1", "--no-follow"), cwd=copy)
                 left = [f for f in left if not is_internal_error(f)]
                 row[variant]["left"] = sorted({f["code"] for f in left})
                 row[variant]["left_fixable"] = sorted(

@@ -132,6 +132,12 @@ def progress_bar(n_files: int, quiet: bool) -> Iterator[Progress | None]:
     type=click.Path(dir_okay=False, path_type=Path),
     help="Write the findings to this file instead of standard output.",
 )
+@click.option(
+    "--no-follow",
+    is_flag=True,
+    help="Check only the files named, not the modules holding the training they run (a "
+    "driver's `Solver` or `engine.py`: followed by default, as mypy follows imports).",
+)
 @stdin_filename_option
 @click.pass_context
 def lint(
@@ -153,6 +159,7 @@ def lint(
     add_noqa: bool,
     extend_exclude: tuple[str, ...],
     output_file: Path | None,
+    no_follow: bool,
     stdin_filename: str | None,
     **selection: Any,
 ) -> None:
@@ -185,9 +192,12 @@ def lint(
         unsafe_fixes=unsafe_fixes,
         extend_exclude=extend_exclude,
     )
-    project = open_project(paths, options, stdin_filename)
+    # --add-noqa edits the files it reports on: only those named
+    project = open_project(paths, options, stdin_filename, follow=not (no_follow or add_noqa))
     if verbose:
         say_settings(project)
+    if not quiet:
+        say_followed(project)
     settings = project.settings
     fixed: Fixed | None = None
     stdin: dict[str, bytes] = {}
@@ -244,6 +254,16 @@ def lint(
     else:
         click.echo(text, nl=False, color=color_setting(color), err=from_stdin and fix)
     sys.exit(exit_code(report, fixed, settings.exit_zero, exit_non_zero_on_fix))
+
+
+def say_followed(project: Project) -> None:
+    """On stderr, the modules checked although not named, and why (`--fix` leaves them)."""
+    for module, named in project.discovered.followed:
+        click.echo(
+            f"autoopt: also checking {module.as_posix()}, where the training of "
+            f"{named.as_posix()} runs (--no-follow: only the files named)",
+            err=True,
+        )
 
 
 def exit_code(

@@ -172,13 +172,18 @@ def refuse_non_python(paths: Sequence[Path]) -> None:
             )
 
 
-def open_project(paths: Sequence[Path], options: Options, stdin_filename: str | None) -> Project:
+def open_project(
+    paths: Sequence[Path], options: Options, stdin_filename: str | None, follow: bool = False
+) -> Project:
     """The project of `paths` (standard input: no files, the config of `stdin_filename`), or
-    exit 2 with the configuration's or the rules' error."""
+    exit 2 with the configuration's or the rules' error; `follow`: with the modules holding
+    the training the files named run."""
     from_stdin = tuple(paths) == (STDIN,)
     where = [stdin_filename or "."] if from_stdin else list(paths) or ["."]
     try:
-        project = load_project([] if from_stdin else where, options, config_from=where)
+        project = load_project(
+            [] if from_stdin else where, options, config_from=where, follow=follow
+        )
     except (ConfigError, RuleError) as exc:
         fail(str(exc))
         raise  # unreachable: fail exits

@@ -207,7 +207,7 @@ def test_pre_commit_hook_definition() -> None:
     assert "- id: autoopt-lint" in text
     assert "language: python" in text
     assert "types_or: [python, jupyter]" in text
-    assert "entry: autoopt lint --force-exclude" in text
+    assert "entry: autoopt lint --force-exclude --no-follow" in text  # staged files only
 
 
 @pytest.mark.slow

@@ -50,10 +50,13 @@ DEFAULT_EXCLUDES = (
 
 @dataclass
 class Discovered:
-    """The files to lint (in a stable order) and the paths that could not be walked."""
+    """The files to lint (in a stable order) and the paths that could not be walked;
+    `followed`: modules linted too because a file named on the command line runs the training
+    they hold (`follow_training`), each with the file it was followed from."""
 
     files: list[Path] = field(default_factory=list)
     errors: list[tuple[str, FileError]] = field(default_factory=list)
+    followed: list[tuple[Path, Path]] = field(default_factory=list)
 
 
 def is_notebook(path: Path | str) -> bool:
@@ -179,3 +182,33 @@ def discover(
                 (display_path(path), FileError("no such file or folder", kind="read"))
             )
     return out
+
+
+def follow_training(
+    out: Discovered,
+    paths: Sequence[Path | str],
+    root: Path,
+    exclude: Sequence[str] = (),
+) -> None:
+    """Add to `out.followed` the project modules holding the training that the files named
+    in `paths` run (`program.followed`): `autoopt lint train.py` checks the `Solver` module its
+    loop is in. Folders are not followed from (their modules are linted already); excluded,
+    unreadable and already listed modules are left out."""
+    from autoopt.lint.program.followed import training_modules
+    from autoopt.lint.tree.encoding import SourceDecodeError, decode_source
+
+    excluder = Excluder(root, exclude)
+    listed = {os.path.abspath(p) for p in out.files}
+    for named in paths:
+        if not os.path.isfile(named) or is_notebook(named):
+            continue
+        try:
+            source = decode_source(Path(named).read_bytes()).text
+        except (OSError, SourceDecodeError):
+            continue  # the lint reports it
+        for module in training_modules(Path(named), source):
+            key = os.path.abspath(module)
+            if key in listed or excluder.excluded(module, is_dir=False):
+                continue
+            listed.add(key)
+            out.followed.append((Path(display_path(module)), Path(named)))

@@ -18,7 +18,7 @@ from pathlib import Path
 import pathspec
 
 from autoopt.lint.engine.config import Options, Settings, resolve_settings
-from autoopt.lint.engine.discovery import Discovered, discover
+from autoopt.lint.engine.discovery import Discovered, discover, follow_training
 from autoopt.lint.engine.registry import (
     Registry,
     check_selectors,
@@ -82,6 +82,11 @@ class Project:
     def files(self) -> list[Path]:
         return self.discovered.files
 
+    @property
+    def checked_files(self) -> list[Path]:
+        """What the lint reads: the files discovered, then the modules followed from them."""
+        return [*self.discovered.files, *(module for module, _ in self.discovered.followed)]
+
     def rules_for(self, path: Path | str) -> list[type[Rule]]:
         """The selected rules minus the per-file-ignores that match `path`."""
         ignored = self.per_file_ignores.ignored(path)
@@ -99,11 +104,13 @@ def load_project(
     registry: Registry | None = None,
     *,
     config_from: Sequence[Path | str] | None = None,
+    follow: bool = False,
 ) -> Project:
     """Resolve config + options, load and select rules, and discover the files under `paths`.
     The config is the one that applies to `config_from` (default: `paths`; standard input has no
-    files to discover but a name to find its config by). Raises `ConfigError` or `RuleError`
-    (both: exit code 2)."""
+    files to discover but a name to find its config by). `follow`: also the modules holding the
+    training that the files named run (`discovery.follow_training`; the lint's default).
+    Raises `ConfigError` or `RuleError` (both: exit code 2)."""
     project_files.begin_run()  # a new run sees the project's files as they are now
     paths = list(paths) if config_from is not None else list(paths) or ["."]
     settings = resolve_settings(list(config_from) if config_from else paths, options)
@@ -116,4 +123,6 @@ def load_project(
         if paths
         else Discovered()
     )
+    if follow and paths:
+        follow_training(discovered, paths, settings.project_root, settings.exclude)
     return Project(settings, registry, rules, discovered, per_file)

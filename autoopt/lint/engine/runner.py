@@ -348,7 +348,7 @@ def run_lint(
     settings = project.settings
     rules = project.rules
     target = settings.target_version
-    files = project.files
+    files = project.checked_files
     enabled = settings.use_cache if use_cache is None else use_cache
     key = settings_key(project.registry.fingerprint(rules), target)
     cache = Cache(settings.project_root, key, __version__, enabled=enabled and bool(files))

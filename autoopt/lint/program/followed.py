@@ -1,0 +1,64 @@
+"""The modules of the project that hold the training a script runs.
+
+`autoopt lint train.py` checks train.py and, as mypy follows imports, the modules where the
+training it runs lives: Conv-TasNet's `src/train.py` builds a `Solver` whose `train()` loop is in
+`src/solver.py`; MelGAN's `trainer.py` calls `train(...)` of `utils/train.py`. A driver's
+findings are those of the program it runs, reported where the code is (the file and line to
+edit), once: a module already linted is not added again.
+
+A call leads on when the program model says it trains (`Program.call_summary(...).trains`: the
+callee reaches `backward()`, a constructor excepted) and resolves to a module of the project;
+the modules found are followed in turn (`depth` calls deep: a driver, its trainer, the
+trainer's step helper).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from autoopt.lint.program.index import load_index
+from autoopt.lint.program.project_files import root_of
+from autoopt.lint.program.summaries import program
+from autoopt.lint.program.view import drives_training_elsewhere, training_heads
+
+
+def training_modules(path: Path, source: str, depth: int = 3) -> list[Path]:
+    """The project modules (other than `path`) whose code the training `path` runs lives in,
+    in the order the calls reach them; [] when the script trains only in its own text."""
+    if not drives_training_elsewhere(path, source):
+        return []
+    prog = program()
+    root = os.path.abspath(root_of(path))
+    start = os.path.abspath(path)
+    seen = {start}
+    found: list[Path] = []
+    frontier = [start]
+    for _ in range(depth):
+        later = []
+        for module in frontier:
+            index = load_index(module)
+            if index is None:
+                continue
+            heads, own = training_heads(index)
+            for func in index.functions.values():
+                for site in func.calls:
+                    callee = site.callee
+                    if not callee or (callee[0] not in heads and callee[-1] not in own):
+                        continue  # nothing on its way to the project's training code
+                    summary = prog.call_summary(index, func, callee)
+                    if not summary.trains or summary.constructs:
+                        continue
+                    for target in prog.resolve(index, func, callee):
+                        where = os.path.abspath(target.path)
+                        if where in seen or not _inside(where, root):
+                            continue
+                        seen.add(where)
+                        found.append(Path(where))
+                        later.append(where)
+        frontier = later
+    return found
+
+
+def _inside(path: str, root: str) -> bool:
+    return path.endswith(".py") and os.path.commonpath([path, root]) == root

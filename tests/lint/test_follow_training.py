@@ -1,0 +1,172 @@
+"""`autoopt lint train.py` also checks the modules holding the training train.py runs (a
+driver's `engine.py`, a `Solver` class), reports each finding once, where its code is, and
+edits only the files named."""
+
+from __future__ import annotations
+
+import json
+import os
+import textwrap
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from autoopt.cli import main
+from autoopt.lint.engine.config import Options
+from autoopt.lint.engine.project import load_project
+
+from .fixtures import keep_cwd
+
+pytestmark = pytest.mark.usefixtures(keep_cwd.__name__)
+
+# The loop, on CUDA, in fp32 (AO201) with a per-step `.item()` (AO702).
+ENGINE = """
+import torch
+
+def train_one_epoch(model, loader, optimizer):
+    model.train()
+    for x, y in loader:
+        x, y = x.cuda(), y.cuda()
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        print(loss.item())
+"""
+
+DRIVER = """
+import torch
+from engine import train_one_epoch
+
+def main():
+    model = torch.nn.Linear(8, 2).cuda()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(10):
+        train_one_epoch(model, loader, optimizer)
+
+main()
+"""
+
+
+def _project(root: Path, files: dict[str, str], config: str = "") -> Path:
+    (root / "pyproject.toml").write_text(f"[tool.autoopt]\n{config}")
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(textwrap.dedent(text).lstrip("\n"))
+    os.chdir(root)
+    return root
+
+
+def _lint(*args: str) -> tuple[list[tuple[str, str]], str]:
+    result = CliRunner().invoke(
+        main, ["lint", "--no-cache", "--output-format", "json", "--select", "AO201", *args]
+    )
+    assert result.exit_code in (0, 1), result.output
+    found = [
+        (os.path.relpath(f["filename"]).replace(os.sep, "/"), f["code"])
+        for f in json.loads(result.stdout)
+    ]
+    return sorted(found), result.stderr
+
+
+def test_a_driver_is_checked_with_the_module_its_loop_is_in(tmp_path: Path) -> None:
+    _project(tmp_path, {"engine.py": ENGINE, "train.py": DRIVER})
+    found, said = _lint("train.py")
+    assert found == [("engine.py", "AO201")]
+    assert "also checking engine.py" in said and "train.py" in said
+    assert _lint("train.py", "--no-follow")[0] == []
+
+
+def test_a_module_linted_anyway_is_reported_once(tmp_path: Path) -> None:
+    _project(tmp_path, {"engine.py": ENGINE, "train.py": DRIVER})
+    assert _lint("train.py", "engine.py")[0] == [("engine.py", "AO201")]
+    found, said = _lint(".")
+    assert found == [("engine.py", "AO201")]
+    assert "also checking" not in said  # a folder's modules are all linted already
+
+
+def test_the_training_is_followed_through_a_trainer_to_its_step(tmp_path: Path) -> None:
+    """train.py -> trainer.Trainer.fit -> step.step (the backward): both modules; not the
+    module of a builder the driver calls, although another function of it trains."""
+    step = ENGINE.replace(
+        "def train_one_epoch(model, loader, optimizer):", "def step(model, loader, optimizer):"
+    )
+    trainer = """
+    from step import step
+
+    class Trainer:
+        def __init__(self, model, loader, optimizer):
+            self.model, self.loader, self.optimizer = model, loader, optimizer
+
+        def fit(self):
+            for epoch in range(3):
+                step(self.model, self.loader, self.optimizer)
+    """
+    tools = """
+    import torch
+
+    def make_model():
+        return torch.nn.Linear(8, 2)
+
+    def finetune(model, x):
+        model(x).sum().backward()
+    """
+    driver = """
+    import torch
+    from tools import make_model
+    from trainer import Trainer
+
+    model = make_model().cuda()
+    Trainer(model, loader, torch.optim.SGD(model.parameters(), lr=0.1)).fit()
+    """
+    root = _project(
+        tmp_path, {"step.py": step, "trainer.py": trainer, "tools.py": tools, "train.py": driver}
+    )
+    project = load_project([Path("train.py")], Options(no_cache=True), follow=True)
+    assert [(m.as_posix(), n.as_posix()) for m, n in project.discovered.followed] == [
+        ("trainer.py", "train.py"),
+        ("step.py", "train.py"),
+    ]
+    assert load_project([root / "train.py"], Options(no_cache=True)).discovered.followed == []
+
+
+def test_an_excluded_module_is_not_followed(tmp_path: Path) -> None:
+    _project(
+        tmp_path,
+        {
+            "vendor/engine.py": ENGINE,
+            "train.py": DRIVER.replace("from engine", "from vendor.engine"),
+        },
+        config='extend-exclude = ["vendor"]\n',
+    )
+    assert _lint("train.py")[0] == []
+    (tmp_path / "pyproject.toml").write_text("[tool.autoopt]\n")
+    assert _lint("train.py")[0] == [("vendor/engine.py", "AO201")]
+
+
+def test_a_library_trainer_is_not_followed(tmp_path: Path) -> None:
+    driver = """
+    import lightning as L
+    trainer = L.Trainer(max_epochs=3)
+    trainer.fit(model, loader)
+    """
+    _project(tmp_path, {"train.py": driver})
+    assert load_project([Path("train.py")], Options(), follow=True).discovered.followed == []
+
+
+def test_edits_touch_only_the_files_named(tmp_path: Path) -> None:
+    """`--add-noqa` and `--fix` edit the files named; a followed module is left as it is."""
+    _project(tmp_path, {"engine.py": ENGINE, "train.py": DRIVER})
+    engine = (tmp_path / "engine.py").read_bytes()
+    runner = CliRunner()
+    result = runner.invoke(
+        main, ["lint", "--no-cache", "--select", "AO201,AO702", "--add-noqa", "train.py"]
+    )
+    assert result.exit_code == 0, result.output
+    result = runner.invoke(
+        main,
+        ["lint", "--no-cache", "--select", "AO201,AO702", "--fix", "--unsafe-fixes", "train.py"],
+    )
+    assert (tmp_path / "engine.py").read_bytes() == engine
+    assert "engine.py" in result.stdout  # still reported: nothing was fixed there
