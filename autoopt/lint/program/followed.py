@@ -20,7 +20,7 @@ from pathlib import Path
 from autoopt.lint.program.index import load_index
 from autoopt.lint.program.project_files import root_of
 from autoopt.lint.program.summaries import program
-from autoopt.lint.program.view import drives_training_elsewhere, training_heads
+from autoopt.lint.program.view import drives_training_elsewhere, training_call_sites
 
 
 def training_modules(path: Path, source: str, depth: int = 3) -> list[Path]:
@@ -40,22 +40,14 @@ def training_modules(path: Path, source: str, depth: int = 3) -> list[Path]:
             index = load_index(module)
             if index is None:
                 continue
-            heads, own = training_heads(index)
-            for func in index.functions.values():
-                for site in func.calls:
-                    callee = site.callee
-                    if not callee or (callee[0] not in heads and callee[-1] not in own):
-                        continue  # nothing on its way to the project's training code
-                    summary = prog.call_summary(index, func, callee)
-                    if not summary.trains or summary.constructs:
+            for func, site in training_call_sites(index):
+                for target in prog.resolve(index, func, site.callee):
+                    where = os.path.abspath(target.path)
+                    if where in seen or not _inside(where, root):
                         continue
-                    for target in prog.resolve(index, func, callee):
-                        where = os.path.abspath(target.path)
-                        if where in seen or not _inside(where, root):
-                            continue
-                        seen.add(where)
-                        found.append(Path(where))
-                        later.append(where)
+                    seen.add(where)
+                    found.append(Path(where))
+                    later.append(where)
         frontier = later
     return found
 

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 import libcst as cst
 
 from autoopt.lint.program.index import (
+    CallSite,
     FunctionInfo,
     ModuleIndex,
     Value,
@@ -535,7 +536,12 @@ def _drives_training_elsewhere(path: str, source: str, stamp: tuple[int, int]) -
         text_trains(module, 2) for module in imported_paths(file, source)
     ):
         return False
-    index = _file_index(path, source)
+    return any(True for _ in training_call_sites(_file_index(path, source)))
+
+
+def training_call_sites(index: ModuleIndex) -> Iterator[tuple[FunctionInfo, CallSite]]:
+    """The calls of a module that run training in a function of the project (a constructor
+    excepted): (the function making the call, the call)."""
     prog = program()
     heads, own = training_heads(index)
     for func in index.functions.values():
@@ -546,8 +552,7 @@ def _drives_training_elsewhere(path: str, source: str, stamp: tuple[int, int]) -
                 continue
             summary = prog.call_summary(index, func, site.callee)
             if summary.trains and not summary.constructs:
-                return True
-    return False
+                yield func, site
 
 
 # ----- the file among the project's modules -----------------------------------------------------
