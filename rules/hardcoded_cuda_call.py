@@ -31,6 +31,8 @@ _SETUP_CUDA_ONLY_MARKERS = ("nccl",)
 # A script that can run on the CPU says so somewhere: a "cpu" device or an availability test.
 _CPU_PATH = re.compile(r"""["']cpu|is_available\(|no[-_]cuda|use_cuda""")
 _CUDA_INDEX = re.compile(r"^cuda:(\d+)$")
+# A driver that chooses the device (`device = torch.device(...)`, `args.device = ...`).
+_DEVICE_CHOSEN = re.compile(r"\bdevice\s*=[^=]|torch\.device\(")
 
 
 class HardcodedCudaCall(Rule):
@@ -59,7 +61,9 @@ class HardcodedCudaCall(Rule):
       that code is portable as written. Not flagged. Where the script never names a device (the
       legacy `cuda = torch.cuda.is_available()` / `if cuda: model.cuda()` style), it runs on
       CUDA or CPU only (not MPS/XPU) and repeats the choice at every branch: reported once per
-      file, without a fix.
+      file, without a fix. A module that a script imports (its trainer, its engine) follows
+      the device that script chooses: where the script names one, the module's guarded
+      `.cuda()` is not reported either.
     - `torch.Tensor.cuda(x)` spelled through torch, and anything that is not a method call.
 
     ## Fix (safe)
@@ -336,9 +340,16 @@ class HardcodedCudaCall(Rule):
 
     def _names_a_device(self) -> bool:
         """The code names a device (`device = ...`, `args.device`, `torch.device(...)`): not
-        `device_ids=`, nor the word in a string ("You have a CUDA device, ...")."""
-        return "device" in self.context.source and any(
+        `device_ids=`, nor the word in a string ("You have a CUDA device, ..."); or, for a
+        module of the program that a script imports (its trainer, its engine), that script
+        does: the module's `if cuda:` follows the device the driver chose."""
+        if "device" in self.context.source and any(
             n.value == "device" for n in nodes_of_type(self.context.module, cst.Name)
+        ):
+            return True
+        program = self.context.program
+        return not program.is_entry_script and program.importer_text_says(
+            lambda text: _DEVICE_CHOSEN.search(text) is not None
         )
 
     def _guarded(self, node: cst.Call) -> bool:

@@ -636,6 +636,37 @@ def test_cuda_calls_of_a_trainer_module_a_cuda_only_driver_runs(tmp_path: Path) 
     assert _codes(tmp_path, "core/function.py", "AO603") == ["AO603"]
 
 
+def test_a_trainer_module_follows_the_device_its_driver_chooses(tmp_path: Path) -> None:
+    """faster-rcnn's utils_fit.py: `if cuda: images = images.cuda()` in a module whose driver
+    chooses `device = torch.device(...)` is the driver's choice followed, not a script that
+    never names a device; with a driver that names none, it is reported (once)."""
+    function = """
+    def fit(model, loader, optimizer, cuda):
+        for images, labels in loader:
+            if cuda:
+                images, labels = images.cuda(), labels.cuda()
+            loss = model(images).sum()
+            loss.backward()
+            optimizer.step()
+    """
+    driver = """
+    import torch
+    from utils_fit import fit
+
+    if __name__ == "__main__":
+        cuda = torch.cuda.is_available()
+        device = torch.device("cuda" if cuda else "cpu")
+        model = model.to(device)
+        fit(model, loader, optimizer, cuda)
+    """
+    _write(tmp_path, {"utils_fit.py": function, "train.py": driver})
+    assert _codes(tmp_path, "utils_fit.py", "AO603") == []
+    legacy = driver.replace('device = torch.device("cuda" if cuda else "cpu")', "pass")
+    legacy = legacy.replace("model = model.to(device)", "model = model.cuda() if cuda else model")
+    _write(tmp_path, {"utils_fit.py": function, "train.py": legacy})
+    assert _codes(tmp_path, "utils_fit.py", "AO603") == ["AO603"]
+
+
 def test_a_model_picked_by_name_from_a_package_of_conv_nets(tmp_path: Path) -> None:
     """pytorch-book: `model = getattr(models, opt.model)()` over a package whose `__init__`
     re-exports its networks (`from .resnet34 import ResNet34`): convolutional, so cuDNN's
