@@ -8,7 +8,7 @@ from libcst.codemod.visitors import ImportItem
 
 from autoopt.lint.engine.rule import Fix, FixSafety, Invalid, Rule, Valid
 from autoopt.lint.program.torch_api import torch_imports
-from autoopt.lint.tree.nodes import dotted, string_value
+from autoopt.lint.tree.nodes import dotted, nodes_of_type, string_value
 
 # old qualified name -> (new function under `torch.`, device the old API implied)
 _AMP = {
@@ -24,6 +24,7 @@ _AMP = {
 # The old autocast took (enabled, dtype, cache_enabled) positionally; the new one takes the
 # device first and then (dtype, enabled, cache_enabled): positional arguments become keywords.
 _OLD_AUTOCAST_POSITIONS = ("enabled", "dtype", "cache_enabled")
+_NEW_AMP = ("torch.amp.", "torch.autocast")
 _SET_DEFAULT_TENSOR_TYPE = "torch.set_default_tensor_type"
 _FLOAT_TYPES = {
     "torch.FloatTensor": "float32",
@@ -60,6 +61,10 @@ class DeprecatedAmpApi(Rule):
 
     ## When not to
     - `torch.autocast`, `torch.amp.autocast` and a user's own `autocast` are not flagged.
+    - The old spelling as the fallback of a `try:` that calls the new one (`try:
+      torch.amp.GradScaler(device=device)` / `except (AttributeError, TypeError):
+      torch.cuda.amp.GradScaler()`, timm's NativeScaler): it runs only on a torch older than
+      the new API.
     - With `--target-version` below 2.4 the AMP calls are not flagged (no deprecation yet; the
       new `torch.amp.GradScaler` appeared in 2.3); below 2.1 nothing is.
     - `set_default_tensor_type(torch.cuda.FloatTensor)` also moves new tensors to the GPU:
@@ -92,6 +97,15 @@ class DeprecatedAmpApi(Rule):
                 y = model(x)
             """
         ),
+        Valid(  # a fallback for a torch without the new spelling (timm's NativeScaler)
+            """
+            import torch
+            try:
+                scaler = torch.amp.GradScaler(device=device)
+            except (AttributeError, TypeError):
+                scaler = torch.cuda.amp.GradScaler()
+            """
+        ),
         Valid(
             """
             def autocast():
@@ -108,6 +122,23 @@ class DeprecatedAmpApi(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # an `except` whose `try:` does not call the new spelling: no fallback
+            """
+            import torch
+            try:
+                import apex
+            except ImportError:
+                scaler = torch.cuda.amp.GradScaler()
+            """,
+            line=5,
+            fixed="""
+            import torch
+            try:
+                import apex
+            except ImportError:
+                scaler = torch.amp.GradScaler("cuda")
+            """,
+        ),
         Invalid(
             """
             from torch.cuda.amp import autocast, GradScaler
@@ -182,6 +213,8 @@ class DeprecatedAmpApi(Rule):
         names = self.qualified_names(node.func)
         amp = next((_AMP[n] for n in names if n in _AMP), None)
         if amp is not None:
+            if self._fallback_of_the_new_api(node):
+                return
             target = self.context.target_version
             if target is None or target >= (2, 4):
                 self._report_amp(node, *amp)
@@ -189,6 +222,21 @@ class DeprecatedAmpApi(Rule):
             self._report_default_type(node)
 
     # ----- AMP --------------------------------------------------------------------------------
+    def _fallback_of_the_new_api(self, node: cst.Call) -> bool:
+        """In the `except` of a `try:` that calls the new spelling (timm's NativeScaler:
+        `torch.amp.GradScaler(device=...)`, else `torch.cuda.amp.GradScaler()` on a torch
+        older than 2.3)."""
+        previous: cst.CSTNode = node
+        for anc in self.context.facts.ancestors(node):
+            if isinstance(anc, cst.Try) and isinstance(previous, cst.ExceptHandler):
+                return any(
+                    name.startswith(_NEW_AMP)
+                    for call in nodes_of_type(anc.body, cst.Call)
+                    for name in self.qualified_names(call.func)
+                )
+            previous = anc
+        return False
+
     def _report_amp(self, node: cst.Call, new: str, device: str) -> None:
         torch_expr, imports = self._torch_root(node.func)
         args = list(node.args)
