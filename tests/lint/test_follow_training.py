@@ -170,3 +170,17 @@ def test_edits_touch_only_the_files_named(tmp_path: Path) -> None:
     )
     assert (tmp_path / "engine.py").read_bytes() == engine
     assert "engine.py" in result.stdout  # still reported: nothing was fixed there
+
+
+def test_a_script_with_a_loop_of_its_own_is_checked_as_written(tmp_path: Path) -> None:
+    """yolov5's train.py has its own loop and reaches a profiling helper that calls backward()
+    (its batch-size search): the helper's module is no driver's training."""
+    own_loop = DRIVER.replace(
+        "        train_one_epoch(model, loader, optimizer)",
+        "        for x in loader:\n            model(x.cuda()).sum().backward()\n"
+        "        train_one_epoch(model, loader, optimizer)",
+    )
+    _project(tmp_path, {"engine.py": ENGINE, "train.py": own_loop})
+    assert load_project([Path("train.py")], Options(), follow=True).discovered.followed == []
+    found, _ = _lint("train.py")
+    assert found == [("train.py", "AO201")]

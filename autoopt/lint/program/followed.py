@@ -9,7 +9,9 @@ edit), once: a module already linted is not added again.
 A call leads on when the program model says it trains (`Program.call_summary(...).trains`: the
 callee reaches `backward()`, a constructor excepted) and resolves to a module of the project;
 the modules found are followed in turn (`depth` calls deep: a driver, its trainer, the
-trainer's step helper).
+trainer's step helper). Only from a script whose training is all elsewhere: one that calls
+`backward()` itself has its loop in its own text (yolov5's `train.py` reaching a profiling
+helper through its batch-size search is not a driver of that helper).
 """
 
 from __future__ import annotations
@@ -28,6 +30,9 @@ def training_modules(path: Path, source: str, depth: int = 3) -> list[Path]:
     in the order the calls reach them; [] when the script trains only in its own text."""
     if not drives_training_elsewhere(path, source):
         return []
+    index = load_index(path)
+    if index is None or any(func.backward for func in index.functions.values()):
+        return []  # a script with a backward of its own is checked as it is written
     prog = program()
     root = os.path.abspath(root_of(path))
     start = os.path.abspath(path)
