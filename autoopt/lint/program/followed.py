@@ -27,7 +27,8 @@ from autoopt.lint.program.view import drives_training_elsewhere, training_call_s
 
 def training_modules(path: Path, source: str, depth: int = 3) -> list[Path]:
     """The project modules (other than `path`) whose code the training `path` runs lives in,
-    in the order the calls reach them; [] when the script trains only in its own text."""
+    in the order the calls reach them; [] when the script has a backward of its own or
+    trains nowhere else."""
     if not drives_training_elsewhere(path, source):
         return []
     index = load_index(path)
@@ -58,4 +59,4 @@ def training_modules(path: Path, source: str, depth: int = 3) -> list[Path]:
 
 
 def _inside(path: str, root: str) -> bool:
-    return path.endswith(".py") and os.path.commonpath([path, root]) == root
+    return path.endswith(".py") and path.startswith(root.rstrip(os.sep) + os.sep)
