@@ -184,3 +184,58 @@ def test_a_script_with_a_loop_of_its_own_is_checked_as_written(tmp_path: Path) -
     assert load_project([Path("train.py")], Options(), follow=True).discovered.followed == []
     found, _ = _lint("train.py")
     assert found == [("train.py", "AO201")]
+
+
+AGENT = """
+import torch
+
+class Agent:
+    def __init__(self, model, optimizer):
+        self.model, self.optimizer = model, optimizer
+
+    def update(self, x, y):
+        loss = torch.nn.functional.cross_entropy(self.model(x.cuda()), y.cuda())
+        self.optimizer.zero_grad()
+        loss.backward()
+        self.optimizer.step()
+"""
+
+
+def test_an_object_a_factory_of_the_script_returns(tmp_path: Path) -> None:
+    """CURL: `agent = make_agent(...)` returns a `CurlSacAgent(...)`; `agent.update()` trains
+    in curl_sac.py."""
+    driver = """
+    import torch
+    from agent import Agent
+
+    def make_agent(kind):
+        if kind == "sac":
+            return Agent(torch.nn.Linear(8, 2).cuda(), None)
+        raise ValueError(kind)
+
+    def main():
+        agent = make_agent("sac")
+        for step in range(100):
+            agent.update(x, y)
+
+    main()
+    """
+    _project(tmp_path, {"agent.py": AGENT, "train.py": driver})
+    assert _lint("train.py")[0] == [("agent.py", "AO201")]
+
+
+def test_a_class_under_another_name(tmp_path: Path) -> None:
+    """PatchTST: `Exp = Exp_Main` in the `__main__` block, then `exp = Exp(args)` and
+    `exp.train(setting)`."""
+    driver = """
+    import torch
+    from agent import Agent
+
+    if __name__ == "__main__":
+        Exp = Agent
+        exp = Exp(torch.nn.Linear(8, 2).cuda(), None)
+        for step in range(100):
+            exp.update(x, y)
+    """
+    _project(tmp_path, {"agent.py": AGENT, "train.py": driver})
+    assert _lint("train.py")[0] == [("agent.py", "AO201")]

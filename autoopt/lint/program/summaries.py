@@ -197,7 +197,7 @@ class Program:
             return []
         head, rest = callee[0], callee[1:]
         if not rest:
-            return self._named(index, head)
+            return self._named(index, head) or self._renamed(index, func, head)
         if head in ("self", "cls") and func is not None and func.class_name:
             owner = index.classes.get(func.class_name)
             if owner is None:
@@ -226,6 +226,26 @@ class Program:
                     for t in self._method(cls_index, cls, rest[0])
                 ]
         return []
+
+    def _renamed(self, index: ModuleIndex, func: FunctionInfo | None, name: str) -> list[Target]:
+        """`Exp = Exp_Main` in the function (or the module's code) before `Exp(args)`: what the
+        other name is (PatchTST's run_longExp.py, inside its `__main__` block)."""
+        key = (id(index), f"renamed:{name}")
+        if key in self._following:
+            return []
+        self._following.add(key)
+        try:
+            scopes = [func] if func is index.module_code else [func, index.module_code]
+            return [
+                target
+                for scope in scopes
+                if scope is not None
+                for value in scope.assigns.get(name, ())
+                if value.kind == "ref" and value.dotted != (name,)
+                for target in self.resolve(index, scope, value.dotted)
+            ]
+        finally:
+            self._following.discard(key)
 
     def _named(self, index: ModuleIndex, name: str) -> list[Target]:
         found = self.definition(index, name)
@@ -322,11 +342,37 @@ class Program:
             return []
         out = []
         for target in self.resolve(index, func, value.dotted):
+            module = self.module(target.path)
+            if module is None:
+                continue
             if target.is_class:
-                module = self.module(target.path)
-                if module is not None and target.qualname in module.classes:
+                if target.qualname in module.classes:
                     out.append((module, module.classes[target.qualname]))
+            else:  # `agent = make_agent(...)`: the classes the factory returns
+                out.extend(self._returned_classes(module, target.qualname))
         return out
+
+    def _returned_classes(
+        self, index: ModuleIndex, qualname: str
+    ) -> list[tuple[ModuleIndex, ClassInfo]]:
+        """The project classes a function returns instances of (`return CurlSacAgent(...)`,
+        or a name bound to one: `model = Net(); return model`), one factory deep."""
+        func = index.functions.get(qualname)
+        key = (id(index), f"returns:{qualname}")
+        if func is None or key in self._following:
+            return []
+        self._following.add(key)
+        try:
+            out = []
+            for value in func.returns:
+                if value.kind == "ref" and len(value.dotted) == 1:
+                    for bound in func.assigns.get(value.dotted[0], ()):
+                        out.extend(self.classes_of(index, func, bound))
+                else:
+                    out.extend(self.classes_of(index, func, value))
+            return out
+        finally:
+            self._following.discard(key)
 
     def _local_classes(
         self, index: ModuleIndex, func: FunctionInfo, name: str

@@ -617,6 +617,10 @@ def training_heads(index: ModuleIndex) -> tuple[set[str], set[str]]:
         found = program().module(target)
         if found is not None:
             heads.update(n for n in (*found.functions, *found.classes) if n.isidentifier())
+    for func in index.functions.values():  # `Exp = Exp_Main`: another name for it
+        for name, values in func.assigns.items():
+            if any(v.kind == "ref" and v.dotted[:1] and v.dotted[0] in heads for v in values):
+                heads.add(name)
     for func in index.functions.values():  # `trainer = Trainer(...)`: `trainer.fit()`
         for name, values in func.assigns.items():
             if any(v.kind == "call" and v.dotted[0] in heads for v in values):
@@ -639,6 +643,10 @@ def training_heads(index: ModuleIndex) -> tuple[set[str], set[str]]:
             ):
                 own.add(leaf)
                 changed = True
+    for func in index.functions.values():  # `agent = make_agent(...)`: `agent.update()`
+        for name, values in func.assigns.items():
+            if any(v.kind == "call" and v.dotted[-1:] and v.dotted[-1] in own for v in values):
+                heads.add(name)
     return heads, own
 
 
