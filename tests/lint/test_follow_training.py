@@ -239,3 +239,22 @@ def test_a_class_under_another_name(tmp_path: Path) -> None:
     """
     _project(tmp_path, {"agent.py": AGENT, "train.py": driver})
     assert _lint("train.py")[0] == [("agent.py", "AO201")]
+
+
+def test_a_function_imported_inside_the_function_that_calls_it(tmp_path: Path) -> None:
+    """benchmarking-gnns: `from train.x import train_epoch_sparse as train_epoch` inside the
+    pipeline function, then `train_epoch(model, ...)` every epoch."""
+    driver = """
+    import torch
+
+    def pipeline():
+        model = torch.nn.Linear(8, 2).cuda()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        from engine import train_one_epoch as train_epoch
+        for epoch in range(10):
+            train_epoch(model, loader, optimizer)
+
+    pipeline()
+    """
+    _project(tmp_path, {"engine.py": ENGINE, "train.py": driver})
+    assert _lint("train.py")[0] == [("engine.py", "AO201")]

@@ -263,6 +263,7 @@ def _is_large(data: bytes | str) -> bool:
 def _index_body(body: list[ast.stmt], index: ModuleIndex, scanner: _Scanner) -> None:
     """Index top-level statements: imports, functions, classes, the module's own code."""
     _read_imports(body, index)
+    _read_local_imports(body, index)
     top_level: list[ast.stmt] = []
     for stmt in body:
         if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef):
@@ -304,6 +305,28 @@ def _read_imports(body: list[ast.stmt], index: ModuleIndex) -> None:
                     index.star_imports.append((module, stmt.level))
                 else:
                     index.imports[alias.asname or alias.name] = (module, alias.name, stmt.level)
+
+
+def _read_local_imports(body: list[ast.stmt], index: ModuleIndex) -> None:
+    """Imports inside functions and classes (benchmarking-gnns' `from train.x import
+    train_epoch_sparse as train_epoch` where the model type is known; pix2pixHD's
+    `create_model`): what the names mean there, unless the module's own imports say otherwise."""
+    for stmt in body:
+        if not isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            continue
+        for node in ast.walk(stmt):
+            if isinstance(node, ast.ImportFrom):
+                for alias in node.names:
+                    if alias.name != "*":
+                        local = (node.module or "", alias.name, node.level)
+                        index.imports.setdefault(alias.asname or alias.name, local)
+            elif isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.asname:
+                        index.module_aliases.setdefault(alias.asname, (alias.name, 0))
+                    else:
+                        top = alias.name.split(".")[0]
+                        index.module_aliases.setdefault(top, (top, 0))
 
 
 def _index_class(cls: ast.ClassDef, index: ModuleIndex) -> None:
