@@ -22,6 +22,8 @@ from autoopt.lint.tree.nodes import (
 )
 
 _CONVERSIONS = ("float", "int")
+# Checks whose result a condition reads on the host (`if torch.isnan(loss).any():`).
+_CHECKS = ("isnan", "isinf", "isfinite")
 _VALUE_ITERATORS = ("items", "values", "parameters", "named_parameters")
 _METADATA = ("shape", "size", "ndim", "dim", "dtype", "device")
 _KEPT_ADVICE = {
@@ -43,7 +45,9 @@ class HostSyncEveryStep(Rule):
     `Engine(train_step)`, or a loop that hands its loss and optimizer to a callable running
     backward and step, timm's `loss_scaler(loss, optimizer, ...)`), calls that copy a tensor to
     the host on every step: `.item()`, `.cpu()`, `.tolist()`, and `print(loss)` of the tensor
-    that is back-propagated, `float(loss)` / `int(loss)`; also `total += loss.item()`,
+    that is back-propagated, `float(loss)` / `int(loss)`, a `torch.isnan/isinf/isfinite(...)`
+    check read by an `if`, `while` or `assert` (its truth value is read on the host: `if
+    torch.isnan(loss).any(): raise ...`); also `total += loss.item()`,
     `meter.update(loss.item())` and `history.append(loss.item())`, a running metric or a
     history read on the host every step (keep `loss.detach()` and read it once per epoch). A
     Lightning `training_step` is a step function too.
@@ -85,6 +89,20 @@ class HostSyncEveryStep(Rule):
     requires = ((".backward(", "zero_grad(", "def training_step"),)
 
     VALID = [
+        Valid(  # the NaN check under a logging condition, and one in the `if`'s body only
+            """
+            import torch
+            device = torch.device("cuda")
+            for step, x in enumerate(loader):
+                loss = model(x.to(device)).sum()
+                loss.backward()
+                optimizer.step()
+                if step % 100 == 0 and torch.isnan(loss).any():
+                    raise RuntimeError("NaN loss")
+                if debug:
+                    bad = torch.isnan(loss)
+            """
+        ),
         Valid(  # once per epoch: the loop around the data loop iterates no loader
             """
             import torch
@@ -326,6 +344,19 @@ class HostSyncEveryStep(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # a NaN guard read by an `if` on every step (diffwave's learner)
+            """
+            import torch
+            device = torch.device("cuda")
+            for x in loader:
+                loss = model(x.to(device)).sum()
+                loss.backward()
+                optimizer.step()
+                if torch.isnan(loss).any():
+                    raise RuntimeError("NaN loss")
+            """,
+            line=7,
+        ),
         Invalid(  # a metric summed on the host every step (mixup-cifar10)
             """
             for x, y in loader:
@@ -641,7 +672,8 @@ class HostSyncEveryStep(Rule):
         is_print = builtin == "print" or (builtin is None and name in _LOGGING_METHODS)
         converts = builtin in _CONVERSIONS
         if name not in HOST_READS and not is_print and not converts:
-            self._check_callee(node)
+            if not self._check_read_as_a_condition(node):
+                self._check_callee(node)
             return
         if builtin is not None and not self.refers_to(node.func, f"builtins.{builtin}"):
             return
@@ -693,6 +725,44 @@ class HostSyncEveryStep(Rule):
         if self._feeds_an_environment(node, loop):
             return  # the host value is the algorithm's (an RL action for `env.step`)
         self.report(node, f"{what} syncs with the GPU every training step; log every N steps")
+
+    def _check_read_as_a_condition(self, node: cst.Call) -> bool:
+        """`if torch.isnan(loss).any(): raise ...` / `assert torch.isfinite(loss)`: a tensor
+        check whose truth value the `if`, `while` or `assert` reads on the host, every step it
+        runs (diffwave's NaN guard). True when `node` is such a check (reported or not)."""
+        if not any(self.refers_to(node.func, f"torch.{check}") for check in _CHECKS):
+            return False
+        test = self._test_holding(node)
+        if test is None or self._cpu_only:
+            return True
+        if (
+            isinstance(test, cst.BooleanOperation)
+            and isinstance(test.operator, cst.And)
+            and self._logging_condition(test.left, node)
+        ):
+            return True  # `if step % 100 == 0 and torch.isnan(loss).any():`
+        loop = self._step_loop(node)
+        if loop is None or self._kept_on_host(node, loop) == "logged":
+            return True
+        self.report(
+            node,
+            f"`{code_of(node.func)}(...)` read as a condition syncs with the GPU every training "
+            "step; check every N steps (or keep the check on the device: "
+            "torch._assert_async, torch.nan_to_num)",
+        )
+        return True
+
+    def _test_holding(self, node: cst.CSTNode) -> cst.BaseExpression | None:
+        """The test of the `if`, `while` or `assert` that `node` is part of (a node of a body
+        meets its suite, or its statement, first)."""
+        for anc in self.context.facts.ancestors(node):
+            if isinstance(anc, cst.If | cst.While | cst.Assert):
+                return anc.test
+            if isinstance(anc, cst.BaseSuite | cst.BaseStatement) and not isinstance(
+                anc, cst.SimpleStatementLine
+            ):
+                return None
+        return None
 
     def _after_a_synchronize(self, node: cst.Call, loop: cst.CSTNode) -> bool:
         """`torch.cuda.synchronize()` runs earlier in the same step, after its backward
