@@ -30,6 +30,8 @@ _DRIVER_CUDA_ONLY_MARKERS = ("nccl", "device_ids=[", "import apex", "from apex")
 _SETUP_CUDA_ONLY_MARKERS = ("nccl",)
 # A script that can run on the CPU says so somewhere: a "cpu" device or an availability test.
 _CPU_PATH = re.compile(r"""["']cpu|is_available\(|no[-_]cuda|use_cuda""")
+# ... but not a checkpoint loaded to the host (`torch.load(path, map_location="cpu")`)
+_LOADED_TO_HOST = re.compile(r"""map_location\s*=\s*["']cpu["']""")
 _CUDA_INDEX = re.compile(r"^cuda:(\d+)$")
 # A driver that chooses the device (`device = torch.device(...)`, `args.device = ...`).
 _DEVICE_CHOSEN = re.compile(r"\bdevice\s*=[^=]|torch\.device\(")
@@ -53,9 +55,11 @@ class HardcodedCudaCall(Rule):
       with `torch.cuda.set_device` (outside a CUDA check), use the `nccl` backend, wrap DDP
       with `device_ids=[gpu]`, need CUDA-only packages (apex imported outside a `try:`, cupy,
       triton), or spread over GPUs with `nn.DataParallel` with no CPU path anywhere (no "cpu"
-      device, no availability test). Not flagged; nor is a module without a CPU path of its own
-      that such a script imports (its trainer or engine), nor a script whose imported setup
-      module starts the `nccl` backend (LoRA's gpu.py).
+      device, no availability test; a checkpoint loaded with `map_location="cpu"` is no CPU
+      path). Not flagged; nor is a module without a CPU path of its own that such a script
+      imports (its trainer or engine), nor a script whose imported setup module starts the
+      `nccl` backend (LoRA's gpu.py), nor a script with no CPU path whose model classes wrap
+      themselves in `nn.DataParallel` (CMC's `InsResNet50`).
     - A `.cuda()` already guarded by a CUDA check (`if torch.cuda.is_available():`,
       `if args.cuda:`) in a script that has a device (a `device` variable, parameter or flag):
       that code is portable as written. Not flagged. Where the script never names a device (the
@@ -241,7 +245,7 @@ class HardcodedCudaCall(Rule):
         self._cuda_only = (
             any(marker in source for marker in _CUDA_ONLY_MARKERS)
             or self._needs_cuda(source)
-            or ("DataParallel(" in source and not _CPU_PATH.search(source))
+            or ("DataParallel(" in source and not _has_cpu_path(source))
         )
         self._device_less_reported = False
 
@@ -279,17 +283,30 @@ class HardcodedCudaCall(Rule):
     def _driven_by_cuda_only_script(self) -> bool:
         """A module without a CPU path of its own that a CUDA-only script imports (HRNet's
         lib/core/function.py, run by tools/train.py with `set_device` and nccl)."""
-        if _CPU_PATH.search(self.context.source):
+        if _has_cpu_path(self.context.source):
             return False
         return self.context.program.importer_text_says(
-            lambda text: any(marker in text for marker in _DRIVER_CUDA_ONLY_MARKERS)
+            lambda text: (
+                any(marker in text for marker in _DRIVER_CUDA_ONLY_MARKERS)
+                or ("DataParallel(" in text and not _has_cpu_path(text))
+            )
         )
+
+    @functools.cached_property
+    def _spread_by_its_models(self) -> bool:
+        """A script with no CPU path whose model classes spread over the GPUs themselves
+        (CMC's InsResNet50 wraps its encoder in `nn.DataParallel` in `__init__`)."""
+        if _has_cpu_path(self.context.source):
+            return False
+        return self.context.program.reaches_text_that_says(lambda text: "DataParallel(" in text)
 
     def visit_Call(self, node: cst.Call) -> None:
         func = node.func
         if self._cuda_only or not isinstance(func, cst.Attribute) or func.attr.value != "cuda":
             return
         if self._driven_by_cuda_only_script or self._sets_up_cuda_only:
+            return
+        if self._spread_by_its_models:
             return
         if any(q.startswith("torch.") or q == "torch" for q in self.qualified_names(func.value)):
             return  # `torch.Tensor.cuda(x)`, a module attribute: not a method call on a value
@@ -412,3 +429,9 @@ class HardcodedCudaCall(Rule):
                 return False
             return self.is_call_to(value, "torch.device") or dotted(value.func) == "torch.device"
         return isinstance(value, cst.SimpleString | cst.IfExp)
+
+
+def _has_cpu_path(text: str) -> bool:
+    """The text can run on the CPU (a "cpu" device, an availability test, a no-cuda flag); a
+    checkpoint loaded to the host is no CPU path."""
+    return _CPU_PATH.search(_LOADED_TO_HOST.sub("", text)) is not None

@@ -636,6 +636,52 @@ def test_cuda_calls_of_a_trainer_module_a_cuda_only_driver_runs(tmp_path: Path) 
     assert _codes(tmp_path, "core/function.py", "AO603") == ["AO603"]
 
 
+def test_cuda_only_programs_spread_by_data_parallel(tmp_path: Path) -> None:
+    """ban-vqa: the trainer module of a driver that spreads over the GPUs with DataParallel and
+    has no CPU path is CUDA-only too; CMC: a script whose model class wraps itself in
+    DataParallel, and which loads checkpoints with map_location="cpu" (no CPU path), is."""
+    trainer = """
+    def train(model, loader, optimizer):
+        for v, a in loader:
+            loss = model(v.cuda()).sum()
+            loss.backward()
+            optimizer.step()
+    """
+    driver = """
+    import torch.nn as nn
+    from train import train
+
+    if __name__ == "__main__":
+        model = nn.DataParallel(Net()).cuda()
+        train(model, loader, optimizer)
+    """
+    _write(tmp_path, {"train.py": trainer, "main.py": driver})
+    assert _codes(tmp_path, "train.py", "AO603") == []
+    portable = driver.replace("nn.DataParallel(Net()).cuda()", 'nn.DataParallel(Net()).to("cpu")')
+    _write(tmp_path, {"train.py": trainer, "main.py": portable})
+    assert _codes(tmp_path, "train.py", "AO603") == ["AO603"]
+    models = """
+    import torch.nn as nn
+    class InsResNet50(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.encoder = nn.DataParallel(nn.Conv2d(3, 8, 3))
+    """
+    script = """
+    import torch
+    from models import InsResNet50
+    model = InsResNet50().cuda()
+    state = torch.load("ckpt.pt", map_location="cpu")
+    for x in loader:
+        model(x.cuda()).sum().backward()
+    """
+    _write(tmp_path, {"models.py": models, "moco.py": script})
+    assert _codes(tmp_path, "moco.py", "AO603") == []
+    plain = models.replace("nn.DataParallel(nn.Conv2d(3, 8, 3))", "nn.Conv2d(3, 8, 3)")
+    _write(tmp_path, {"models.py": plain, "moco.py": script})
+    assert set(_codes(tmp_path, "moco.py", "AO603")) == {"AO603"}
+
+
 def test_a_trainer_module_follows_the_device_its_driver_chooses(tmp_path: Path) -> None:
     """faster-rcnn's utils_fit.py: `if cuda: images = images.cuda()` in a module whose driver
     chooses `device = torch.device(...)` is the driver's choice followed, not a script that
