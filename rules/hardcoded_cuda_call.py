@@ -8,7 +8,7 @@ import re
 import libcst as cst
 
 from autoopt.lint.engine.rule import FileContext, Fix, FixSafety, Invalid, Rule, Valid
-from autoopt.lint.tree.nodes import before, code_of, dotted, nodes_of_type, walk
+from autoopt.lint.tree.nodes import before, code_of, dotted, method_name, nodes_of_type, walk
 
 # Signs that a script is CUDA-only by design: moving it off `.cuda()` buys no portability.
 _CUDA_ONLY_MARKERS = (
@@ -294,9 +294,14 @@ class HardcodedCudaCall(Rule):
 
     @functools.cached_property
     def _spread_by_its_models(self) -> bool:
-        """A script with no CPU path whose model classes spread over the GPUs themselves
-        (CMC's InsResNet50 wraps its encoder in `nn.DataParallel` in `__init__`)."""
-        if _has_cpu_path(self.context.source):
+        """A script with no CPU path, none of whose `.cuda()` calls is behind a CUDA check,
+        whose model classes spread over the GPUs themselves (CMC's InsResNet50 wraps its
+        encoder in `nn.DataParallel` in `__init__`; a `--cuda` flag's `if args.cuda:` is a CPU
+        path: Knowledge-Distillation-Zoo)."""
+        if _has_cpu_path(self.context.source) or any(
+            method_name(c) == "cuda" and self._guarded(c)
+            for c in nodes_of_type(self.context.module, cst.Call)
+        ):
             return False
         return self.context.program.reaches_text_that_says(lambda text: "DataParallel(" in text)
 

@@ -677,6 +677,13 @@ def test_cuda_only_programs_spread_by_data_parallel(tmp_path: Path) -> None:
     """
     _write(tmp_path, {"models.py": models, "moco.py": script})
     assert _codes(tmp_path, "moco.py", "AO603") == []
+    # a `--cuda` flag guarding the moves is a CPU path (Knowledge-Distillation-Zoo)
+    flagged = script.replace(
+        "model = InsResNet50().cuda()",
+        "model = InsResNet50()\n    if args.cuda:\n        model = model.cuda()",
+    )
+    _write(tmp_path, {"models.py": models, "moco.py": flagged})
+    assert "AO603" in _codes(tmp_path, "moco.py", "AO603")
     plain = models.replace("nn.DataParallel(nn.Conv2d(3, 8, 3))", "nn.Conv2d(3, 8, 3)")
     _write(tmp_path, {"models.py": plain, "moco.py": script})
     assert set(_codes(tmp_path, "moco.py", "AO603")) == {"AO603"}
