@@ -605,6 +605,36 @@ def test_an_optimizer_a_trainer_class_creates_names_its_method_and_module(tmp_pa
     assert "simgnn.py, which this script runs" in result.message
 
 
+def test_a_trainer_class_under_another_name_is_followed(tmp_path: Path) -> None:
+    """PatchTST: `Exp = Exp_Main` in the `__main__` block, then `exp = Exp(args)` and
+    `exp.train(setting)`: the decline names Exp_Main's method and module."""
+    trainer = """
+    import torch
+
+    class Exp_Main:
+        def __init__(self, args):
+            self.model = torch.nn.Linear(4, 1)
+
+        def train(self, setting):
+            optimizer = torch.optim.Adam(self.model.parameters())
+            for x in []:
+                optimizer.zero_grad()
+                self.model(x).sum().backward()
+                optimizer.step()
+    """
+    script = """
+    from exp_main import Exp_Main
+
+    if __name__ == "__main__":
+        Exp = Exp_Main
+        exp = Exp(None)
+        exp.train("setting")
+    """
+    result = wrap_beside(tmp_path, {"exp_main.py": trainer}, "run.py", script)
+    assert result.declined and result.reason == "optimizer created in another module"
+    assert "created in Exp_Main.train() of " in result.message
+
+
 def test_an_agent_of_a_local_module_that_creates_its_optimizers_is_named(tmp_path: Path) -> None:
     """BCQ: main.py builds `policy = BCQ.BCQ(...)` (after `import BCQ`) and calls its train();
     the networks and their Adams are created in `BCQ.__init__`: the decline says where."""

@@ -81,6 +81,23 @@ class SourceFile:
         return self.parents.get(id(node))
 
     @functools.cached_property
+    def renamed(self) -> dict[str, str]:
+        """Names bound only to another plain name (`Exp = Exp_Main`, PatchTST's driver):
+        what they stand for."""
+        found: dict[str, set[str]] = {}
+        for node in self.nodes:
+            if isinstance(node, cst.Assign):
+                value = node.value.value if isinstance(node.value, cst.Name) else None
+                for target in node.targets:
+                    if isinstance(target.target, cst.Name):
+                        found.setdefault(target.target.value, set()).add(value or "")
+        return {
+            name: next(iter(values))
+            for name, values in found.items()
+            if len(values) == 1 and "" not in values and name not in values
+        }
+
+    @functools.cached_property
     def bound_names(self) -> frozenset[str]:
         """Every plain name the file binds anywhere (assignment, loop or `with` target,
         parameter, definition, import): a name outside it comes from elsewhere (`import *`)."""
@@ -303,9 +320,13 @@ class CodeBase:
         return (source, source.classes[name]) if name in source.classes else None
 
     def local_class(self, file: SourceFile, name: str) -> tuple[SourceFile, cst.ClassDef] | None:
-        """The class `name` of `file`, or imported into it from a local module."""
+        """The class `name` of `file`, or imported into it from a local module (also under
+        another name: `Exp = Exp_Main`)."""
         if name in file.classes:
             return file, file.classes[name]
+        other = file.renamed.get(name)
+        if other is not None and name not in file.imports and other not in file.renamed:
+            return self.local_class(file, other)
         found = self._imported(file.imports[name]) if name in file.imports else None
         if found is None and name not in file.imports:
             found = self._star_imported(file, name)
