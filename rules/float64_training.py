@@ -6,7 +6,7 @@ import libcst as cst
 
 from autoopt.lint.engine.rule import FixSafety, Invalid, Rule, Valid
 from autoopt.lint.tree.calls import arg
-from autoopt.lint.tree.nodes import method_name, string_value
+from autoopt.lint.tree.nodes import dotted, method_name, string_value
 
 _FLOAT64 = ("torch.float64", "torch.double")
 _DOUBLE_TENSOR = ("torch.DoubleTensor", "torch.cuda.DoubleTensor")
@@ -16,9 +16,11 @@ _GRADCHECK = ("gradcheck", "gradgradcheck")
 class Float64Training(Rule):
     """
     ## What it does
-    Flags float64 in a script that trains (has a loop calling `backward()`): `.double()`,
+    Flags float64 in a script that trains (has a loop calling `backward()`, or runs training
+    that lives in another module of the project): `.double()`,
     `torch.set_default_dtype(torch.float64)`, `set_default_tensor_type(torch.DoubleTensor)`,
-    `dtype=torch.float64` and `.to(torch.float64)` / `.type(torch.float64)`.
+    `dtype=torch.float64` and `.to(torch.float64)` / `.type(torch.float64)`, also through a
+    name bound to `torch.float64` (`dtype = torch.float64; torch.set_default_dtype(dtype)`).
 
     ## Why
     float64 halves the numbers that fit in a cache line and a SIMD register on CPUs (about 2x
@@ -84,6 +86,25 @@ class Float64Training(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # the dtype bound to a name first (PyTorch-RL's examples)
+            """
+            import torch
+            dtype = torch.float64
+            torch.set_default_dtype(dtype)
+            for x in loader:
+                model(x).sum().backward()
+            """,
+            line=3,
+        ),
+        Invalid(  # torch only through a star import of the project's helpers
+            """
+            from utils import *
+            torch.set_default_dtype(torch.float64)
+            for x in loader:
+                model(x).sum().backward()
+            """,
+            line=2,
+        ),
         Invalid(
             """
             import torch
@@ -142,7 +163,7 @@ class Float64Training(Rule):
         method = method_name(call)
         if method == "double" and not call.args and not self._in_metric(call):
             return "`.double()`"
-        if self.is_call_to(call, "torch.set_default_dtype") and call.args:
+        if self._is_torch(call.func, "torch.set_default_dtype") and call.args:
             if self._is_float64(call.args[0].value):
                 return "`set_default_dtype(float64)`"
             return None
@@ -164,7 +185,36 @@ class Float64Training(Rule):
         return None
 
     def _is_float64(self, expr: cst.BaseExpression) -> bool:
-        return isinstance(expr, cst.Name | cst.Attribute) and self.refers_to(expr, *_FLOAT64)
+        """`torch.float64`, or a name bound only to it here or at module level
+        (`dtype = torch.float64; torch.set_default_dtype(dtype)`)."""
+        if not isinstance(expr, cst.Name | cst.Attribute):
+            return False
+        if self._is_torch(expr, *_FLOAT64):
+            return True
+        if not isinstance(expr, cst.Name):
+            return False
+        facts = self.facts
+        for scope in (facts.enclosing_scope(expr), self.context.module):
+            bound = facts.assigned_in(scope).get(expr.value)
+            if bound:
+                return all(self._is_torch(value, *_FLOAT64) for value, _ in bound)
+        return False
+
+    def _is_torch(self, expr: cst.BaseExpression, *qualified: str) -> bool:
+        """`expr` names one of torch's `qualified` objects: through the file's imports, or
+        spelled out in a file that has `torch` only from a star import of its own helpers
+        (PyTorch-RL's `from utils import *`)."""
+        if not isinstance(expr, cst.Name | cst.Attribute):
+            return False
+        if self.refers_to(expr, *qualified):
+            return True
+        facts = self.facts
+        return (
+            dotted(expr) in qualified
+            and "torch" not in facts.imported_names
+            and "torch" not in facts.defined_names
+            and "import *" in self.context.source
+        )
 
     def _in_metric(self, call: cst.Call) -> bool:
         """Part of a division, a print or an f-string: a statistic, not the model or data."""

@@ -689,6 +689,31 @@ def test_cuda_only_programs_spread_by_data_parallel(tmp_path: Path) -> None:
     assert set(_codes(tmp_path, "moco.py", "AO603")) == {"AO603"}
 
 
+def test_float64_set_by_a_driver_whose_training_is_elsewhere(tmp_path: Path) -> None:
+    """PyTorch-RL: examples/ppo_gym.py sets float64 as the default dtype and calls ppo_step
+    of core/ppo.py, which trains; a script that trains nowhere is left alone."""
+    ppo = """
+    def ppo_step(policy, optimizer, states):
+        loss = policy(states).sum()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    """
+    driver = """
+    import torch
+    from ppo import ppo_step
+
+    torch.set_default_dtype(torch.float64)
+    for i in range(100):
+        ppo_step(policy, optimizer, states)
+    """
+    _write(tmp_path, {"ppo.py": ppo, "train.py": driver})
+    assert _codes(tmp_path, "train.py", "AO203") == ["AO203"]
+    idle = driver.replace("ppo_step(policy, optimizer, states)", "print(i)")
+    _write(tmp_path, {"ppo.py": ppo, "train.py": idle})
+    assert _codes(tmp_path, "train.py", "AO203") == []
+
+
 def test_a_trainer_module_follows_the_device_its_driver_chooses(tmp_path: Path) -> None:
     """faster-rcnn's utils_fit.py: `if cuda: images = images.cuda()` in a module whose driver
     chooses `device = torch.device(...)` is the driver's choice followed, not a script that
