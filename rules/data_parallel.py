@@ -6,8 +6,9 @@ import libcst as cst
 
 from autoopt.lint.engine.rule import Invalid, Rule, Valid
 from autoopt.lint.program.device import GPU_MARKERS
+from autoopt.lint.program.placement import without_placement
 from autoopt.lint.tree.calls import arg
-from autoopt.lint.tree.nodes import string_value
+from autoopt.lint.tree.nodes import code_of, string_value
 
 _DATA_PARALLEL = (
     "torch.nn.DataParallel",
@@ -26,7 +27,9 @@ class DataParallel(Rule):
     ## What it does
     Flags `torch.nn.DataParallel(model)`, and its functional form
     `nn.parallel.data_parallel(module, input, device_ids)` called in a `forward`, in a script
-    that can run on a GPU (see `autoopt.lint.program.device`).
+    that can run on a GPU (see `autoopt.lint.program.device`); also a model built by a class
+    or a factory of another module of the project that wraps it in `DataParallel` there
+    (`model = InsResNet50()` whose `__init__` does), reported where the script builds it.
 
     ## Why
     `DataParallel` is one process driving all GPUs with threads: every step it scatters the
@@ -59,7 +62,7 @@ class DataParallel(Rule):
         "/ `autoopt rewrite --wrap`"
     )
     fix_reason = "moving to DDP changes how the script is launched; use `autoopt rewrite --wrap`"
-    triggers = ("DataParallel", "data_parallel(")
+    # no text trigger: the DataParallel may be in the module of a class the script builds
     requires = (GPU_MARKERS,)
 
     VALID = [
@@ -136,10 +139,36 @@ class DataParallel(Rule):
     def visit_Call(self, node: cst.Call) -> None:
         functional = self.is_call_to(node, *_DATA_PARALLEL_FUNCTION)
         if not (functional or self.is_call_to(node, *_DATA_PARALLEL)):
+            self._check_callee(node)
             return
         if not self.facts.device.gpu_path or self._single_gpu(node, 2 if functional else 1):
             return
         self.report(node)
+
+    def _check_callee(self, node: cst.Call) -> None:
+        """A model built by a class or factory of another module of the project that wraps it
+        in DataParallel there (CMC's `InsResNet50(...)`): reported at the call that builds it."""
+        if not self.facts.device.gpu_path or not self._builds_a_bound_model(node):
+            return
+        found = self.context.program.data_parallel_in_callee(node)
+        if found is None:
+            return
+        path, line = found
+        self.report(
+            node,
+            f"{code_of(node.func)}() wraps the model in nn.DataParallel ({path}:{line}): use "
+            "DistributedDataParallel (torchrun), e.g. via autoopt.optimize() / `autoopt "
+            "rewrite --wrap`",
+        )
+
+    def _builds_a_bound_model(self, node: cst.Call) -> bool:
+        """`model = Net(...)`, also placed on the way (`Net(...).cuda()`)."""
+        for anc in self.facts.ancestors(node):
+            if isinstance(anc, cst.Assign):
+                return without_placement(anc.value) is node
+            if not isinstance(anc, cst.Attribute | cst.Call | cst.Arg):
+                return False
+        return False
 
     def _single_gpu(self, node: cst.Call, ids_position: int) -> bool:
         """Pinned to one device, or only one GPU made visible by the script itself."""

@@ -689,6 +689,43 @@ def test_cuda_only_programs_spread_by_data_parallel(tmp_path: Path) -> None:
     assert set(_codes(tmp_path, "moco.py", "AO603")) == {"AO603"}
 
 
+def test_a_model_class_that_wraps_itself_in_data_parallel(tmp_path: Path) -> None:
+    """CMC: `model = InsResNet50()` whose `__init__` wraps its encoder in nn.DataParallel
+    (models/resnet.py) is reported where the script builds it, naming the line; a factory
+    function likewise; a class without DataParallel is not."""
+    models = """
+    import torch.nn as nn
+
+    class InsResNet50(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.encoder = nn.DataParallel(nn.Conv2d(3, 8, 3))
+
+    class Plain(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.encoder = nn.Conv2d(3, 8, 3)
+
+    def create_model():
+        return nn.DataParallel(Plain())
+    """
+    script = """
+    import torch
+    from models import InsResNet50, Plain, create_model
+
+    model = InsResNet50().cuda()
+    plain = Plain().cuda()
+    made = create_model()
+    for x in loader:
+        model(x.cuda()).sum().backward()
+    size = count_parameters(create_model())
+    """
+    _write(tmp_path, {"models.py": models, "train.py": script})
+    found = _findings(tmp_path, "train.py", "AO501")
+    assert [(code, line) for code, line, _ in found] == [("AO501", 4), ("AO501", 6)]
+    assert "models.py:6" in found[0][2] and "models.py:14" in found[1][2]
+
+
 def test_float64_set_by_a_driver_whose_training_is_elsewhere(tmp_path: Path) -> None:
     """PyTorch-RL: examples/ppo_gym.py sets float64 as the default dtype and calls ppo_step
     of core/ppo.py, which trains; a script that trains nowhere is left alone."""

@@ -109,6 +109,9 @@ class FunctionInfo:
     # the line of its first `.item()` / `.tolist()` / `.cpu()` outside any `if` of its own: a
     # read of a tensor on the host each time it runs (0: none)
     host_read: int = 0
+    # the line of its first `nn.DataParallel(...)` (0: none): a constructor or factory that
+    # spreads the model over the GPUs itself (CMC's `InsResNet50.__init__`)
+    data_parallel: int = 0
     line: int = 0
 
     def use(self, name: Dotted, role: str) -> None:
@@ -596,6 +599,13 @@ class _Scanner:
                 info.use(name, "iterated")
                 if self.loops:
                     info.use(name, "iterated_in_loop")
+        if (
+            callee
+            and callee[-1] == "DataParallel"
+            and (len(callee) == 1 or callee[0] in ("nn", "torch"))
+            and not info.data_parallel
+        ):
+            info.data_parallel = node.lineno
         if callee:
             info.use(callee, "called_no_grad" if self.no_grad else "called")
             info.calls.append(

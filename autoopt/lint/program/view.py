@@ -258,6 +258,25 @@ class ProgramView:
             return _shown_path(module.path), func.host_read
         return None
 
+    def data_parallel_in_callee(self, call: cst.Call) -> tuple[str, int] | None:
+        """Where the project's class (its `__init__`) or function that `call` runs wraps a
+        model in `nn.DataParallel` (CMC's `InsResNet50(...)`, score_sde's
+        `mutils.create_model(config)`): (its file as a report names it, the line). None for a
+        library call and for this file's own code (its DataParallel reports itself)."""
+        parts = self._project_callee(call)
+        if parts is None:
+            return None
+        index = self.index
+        for target in self.program.resolve(index, self.function_of(call), parts):
+            module = self.program.module(target.path)
+            if module is None or os.path.abspath(module.path) == os.path.abspath(index.path):
+                continue
+            name = f"{target.qualname}.__init__" if target.is_class else target.qualname
+            func = module.functions.get(name)
+            if func is not None and func.data_parallel:
+                return _shown_path(module.path), func.data_parallel
+        return None
+
     def _project_callee(self, call: cst.Call) -> tuple[str, ...] | None:
         """The dotted name `call` calls (`("engine", "train_one_epoch")`), or None when it has
         none or it names a library the file does not rebind (`torch.nn.functional.relu`)."""
