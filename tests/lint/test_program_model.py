@@ -708,10 +708,16 @@ def test_a_model_class_that_wraps_itself_in_data_parallel(tmp_path: Path) -> Non
 
     def create_model():
         return nn.DataParallel(Plain())
+
+    def maybe_parallel(gpus):
+        model = Plain()
+        if gpus:
+            model = nn.DataParallel(model)
+        return model
     """
     script = """
     import torch
-    from models import InsResNet50, Plain, create_model
+    from models import InsResNet50, Plain, create_model, maybe_parallel
 
     model = InsResNet50().cuda()
     plain = Plain().cuda()
@@ -719,6 +725,7 @@ def test_a_model_class_that_wraps_itself_in_data_parallel(tmp_path: Path) -> Non
     for x in loader:
         model(x.cuda()).sum().backward()
     size = count_parameters(create_model())
+    single = maybe_parallel(None)
     """
     _write(tmp_path, {"models.py": models, "train.py": script})
     found = _findings(tmp_path, "train.py", "AO501")

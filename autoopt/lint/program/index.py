@@ -109,8 +109,9 @@ class FunctionInfo:
     # the line of its first `.item()` / `.tolist()` / `.cpu()` outside any `if` of its own: a
     # read of a tensor on the host each time it runs (0: none)
     host_read: int = 0
-    # the line of its first `nn.DataParallel(...)` (0: none): a constructor or factory that
-    # spreads the model over the GPUs itself (CMC's `InsResNet50.__init__`)
+    # the line of its first `nn.DataParallel(...)` outside any `if` of its own (0: none): a
+    # constructor or factory that spreads the model over the GPUs itself, whatever the
+    # arguments (CMC's `InsResNet50.__init__`; not DeepCTR's `if gpus:`)
     data_parallel: int = 0
     line: int = 0
 
@@ -603,6 +604,7 @@ class _Scanner:
             callee
             and callee[-1] == "DataParallel"
             and (len(callee) == 1 or callee[0] in ("nn", "torch"))
+            and not self.ifs
             and not info.data_parallel
         ):
             info.data_parallel = node.lineno
