@@ -243,39 +243,39 @@ class ProgramView:
         parameter): (its file as a report names it, the line). None for a library call, a
         training step (its reads are its own findings) and a top-level function of this file
         (its read reports itself where it is)."""
-        parts = self._project_callee(call)
-        if parts is None:
-            return None
-        index = self.index
-        for target in self.program.resolve(index, self.function_of(call), parts):
-            module = self.program.module(target.path) if not target.is_class else None
-            func = module.functions.get(target.qualname) if module is not None else None
-            if func is None or not func.host_read or func.backward:
+        for target, module, here in self._callees(call):
+            if target.is_class or (here and "." not in target.qualname):
                 continue
-            here = os.path.abspath(module.path) == os.path.abspath(index.path)
-            if here and "." not in target.qualname:
-                continue
-            return _shown_path(module.path), func.host_read
+            func = module.functions.get(target.qualname)
+            if func is not None and func.host_read and not func.backward:
+                return _shown_path(module.path), func.host_read
         return None
 
     def data_parallel_in_callee(self, call: cst.Call) -> tuple[str, int] | None:
         """Where the project's class (its `__init__`) or function that `call` runs wraps a
-        model in `nn.DataParallel` (CMC's `InsResNet50(...)`, score_sde's
-        `mutils.create_model(config)`): (its file as a report names it, the line). None for a
-        library call and for this file's own code (its DataParallel reports itself)."""
-        parts = self._project_callee(call)
-        if parts is None:
-            return None
-        index = self.index
-        for target in self.program.resolve(index, self.function_of(call), parts):
-            module = self.program.module(target.path)
-            if module is None or os.path.abspath(module.path) == os.path.abspath(index.path):
+        model in `nn.DataParallel` (CMC's `InsResNet50(...)`, a `create_model(config)`
+        factory): (its file as a report names it, the line). None for a library call and for
+        this file's own code (its DataParallel reports itself)."""
+        for target, module, here in self._callees(call):
+            if here:
                 continue
             name = f"{target.qualname}.__init__" if target.is_class else target.qualname
             func = module.functions.get(name)
             if func is not None and func.data_parallel:
                 return _shown_path(module.path), func.data_parallel
         return None
+
+    def _callees(self, call: cst.Call) -> Iterator[tuple[Target, ModuleIndex, bool]]:
+        """The project's targets `call` may run, each with its module's index and whether
+        that module is this file."""
+        parts = self._project_callee(call)
+        if parts is None:
+            return
+        index = self.index
+        for target in self.program.resolve(index, self.function_of(call), parts):
+            module = self.program.module(target.path)
+            if module is not None:
+                yield target, module, os.path.abspath(module.path) == os.path.abspath(index.path)
 
     def _project_callee(self, call: cst.Call) -> tuple[str, ...] | None:
         """The dotted name `call` calls (`("engine", "train_one_epoch")`), or None when it has
