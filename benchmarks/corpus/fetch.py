@@ -48,6 +48,7 @@ SPLITS = {
     "fresh-j": (HERE / "fresh_j.json", HERE / "_repos_fresh_j"),
     "fresh-k": (HERE / "fresh_k.json", HERE / "_repos_fresh_k"),
     "fresh-l": (HERE / "fresh_l.json", HERE / "_repos_fresh_l"),
+    "fresh-m": (HERE / "fresh_m.json", HERE / "_repos_fresh_m"),
 }
 TORCH_DIR = "torch"
 
