@@ -258,3 +258,51 @@ def test_a_function_imported_inside_the_function_that_calls_it(tmp_path: Path) -
     """
     _project(tmp_path, {"engine.py": ENGINE, "train.py": driver})
     assert _lint("train.py")[0] == [("engine.py", "AO201")]
+
+
+@pytest.mark.parametrize(
+    "pick",
+    [
+        # a table of the driver's (TRAINERS = {...}), an entry kept under a name, then built
+        "TRAINERS = {'sac': Agent}\n\ndef main():\n    cls = TRAINERS['sac']\n"
+        "    agent = cls(torch.nn.Linear(8, 2).cuda(), None)\n",
+        # the entry built at once
+        "TRAINERS = {'sac': Agent}\n\ndef main():\n"
+        "    agent = TRAINERS['sac'](torch.nn.Linear(8, 2).cuda(), None)\n",
+        # TabSurvey's `str2model`: a function that returns the class by name
+        "def pick(name):\n    if name == 'sac':\n        return Agent\n"
+        "    raise ValueError(name)\n\ndef main():\n"
+        "    agent = pick('sac')(torch.nn.Linear(8, 2).cuda(), None)\n",
+    ],
+    ids=["table-entry", "table-call", "class-factory"],
+)
+def test_a_trainer_class_picked_at_run_time(tmp_path: Path, pick: str) -> None:
+    """The trainer is chosen by a string: an entry of a dict of classes, or the class a
+    function returns. Its `update` is the training the driver runs."""
+    driver = (
+        "import torch\nfrom agent import Agent\n\n"
+        + pick
+        + "    for step in range(100):\n        agent.update(x, y)\n\nmain()\n"
+    )
+    _project(tmp_path, {"agent.py": AGENT, "train.py": driver})
+    assert _lint("train.py")[0] == [("agent.py", "AO201")]
+
+
+def test_a_factory_returning_an_instance_is_not_a_class_to_call(tmp_path: Path) -> None:
+    """`model = build()` returning `Agent(...)` is a model, not a class: `model(x)` does not
+    run `Agent.__init__` (nothing followed into agent.py for that call)."""
+    driver = """
+    import torch
+    from agent import Agent
+
+    def build():
+        return Agent(torch.nn.Linear(8, 2).cuda(), None)
+
+    def main():
+        agent = build()
+        agent(x)
+
+    main()
+    """
+    _project(tmp_path, {"agent.py": AGENT, "train.py": driver})
+    assert _lint("train.py")[0] == []

@@ -1719,3 +1719,82 @@ def test_a_shared_actor_copy_beside_a_trained_learner_is_no_hogwild(tmp_path: Pa
     hogwild = TORCHBEAST.replace("model.share_memory()", "learner_model.share_memory()")
     _write(tmp_path, {"monobeast.py": hogwild})
     assert _codes(tmp_path, "monobeast.py", "AO201", "AO301") == []
+
+
+TABLE_MODELS = {
+    "models/__init__.py": """
+    from .cnn import ConvNet
+    from .mlp import MLP
+
+    MODELS = {"cnn": ConvNet, "small": MLP}
+    """,
+    "models/cnn.py": """
+    from torch import nn
+
+    class ConvNet(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body = nn.Sequential(
+                nn.Conv2d(3, 8, 3), nn.Conv2d(8, 8, 3), nn.Conv2d(8, 8, 3), nn.Flatten()
+            )
+
+        def forward(self, x):
+            return self.body(x)
+    """,
+    "models/mlp.py": """
+    from torch import nn
+
+    class MLP(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body = nn.Linear(8, 2)
+
+        def forward(self, x):
+            return self.body(x)
+    """,
+}
+TABLE_DRIVER = """
+import torch
+from models import MODELS
+
+device = torch.device("cuda")
+model = MODELS[args.model]().to(device)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for x, y in loader:
+    loss = torch.nn.functional.cross_entropy(model(x.to(device)), y.to(device))
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+"""
+
+
+def test_a_model_picked_from_a_table_of_convolutional_networks(tmp_path: Path) -> None:
+    """`MODELS[args.model]()` with `MODELS = {"cnn": ConvNet, ...}` in models/__init__.py:
+    the table's networks weighed together are convolutional, so cuDNN autotuning and
+    channels-last are reported where the model is built; a table of MLPs gets neither."""
+    _write(tmp_path, {**TABLE_MODELS, "train.py": TABLE_DRIVER})
+    assert _codes(tmp_path, "train.py", "AO601", "AO606") == ["AO601", "AO606"]
+    mlps = TABLE_MODELS["models/__init__.py"].replace('"cnn": ConvNet', '"mlp": MLP')
+    _write(tmp_path, {"models/__init__.py": mlps})
+    assert _codes(tmp_path, "train.py", "AO601", "AO606") == []
+
+
+def test_the_classes_a_table_entry_may_construct(tmp_path: Path) -> None:
+    """The program model resolves `MODELS[name]()` (imported table) and `cls()` after
+    `cls = MODELS[name]` to every class of the table."""
+    driver = """
+    from models import MODELS
+
+    def main(name):
+        cls = MODELS[name]
+        return MODELS[name](), cls()
+    """
+    _write(tmp_path, {**TABLE_MODELS, "train.py": driver})
+    os.chdir(tmp_path)
+    program = Program()
+    index = program.module(tmp_path / "train.py")
+    main = index.functions["main"]
+    for callee in (("MODELS", "[]"), ("cls",)):
+        targets = program.resolve(index, main, callee)
+        assert sorted(t.qualname for t in targets) == ["ConvNet", "MLP"]
+        assert all(t.is_class for t in targets)

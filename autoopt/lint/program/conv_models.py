@@ -62,10 +62,14 @@ def builds_convolution(rule: Rule, call: cst.Call) -> bool:
 
 def _project_table_conv(rule: Rule, call: cst.Call) -> bool:
     """`getattr(models, opt.model)()` / `models.__dict__[arch]()` over a module of the
-    project whose definitions are convolutional networks."""
-    if not isinstance(call.func, cst.Call | cst.Subscript):
+    project whose definitions are convolutional networks, or `MODELS[arch]()` over a table
+    of such networks imported from the project."""
+    func = call.func
+    if not isinstance(func, cst.Call | cst.Subscript):
         return False
-    table = module_table_definition(rule, call.func)
+    table = module_table_definition(rule, func)
+    if table is None and isinstance(func, cst.Subscript) and isinstance(func.value, cst.Name):
+        table = local_definition(rule, func.value.value)
     return table is not None and table.conv
 
 
@@ -188,6 +192,10 @@ def _conv_table(rule: Rule, func: cst.BaseExpression) -> str | None:
     if isinstance(func, cst.Subscript) and is_conv_zoo_model(rule, cst.Call(func=func)):
         return "fit"  # torchvision's table: no metadata needed
     table = module_table_definition(rule, func)
+    if table is None and isinstance(func, cst.Subscript) and isinstance(func.value, cst.Name):
+        # `MODELS[args.model]` of `from models import MODELS`: the dict's entries weighed
+        # together (a module's `MODELS = {"unet": UNet, ...}`)
+        table = local_definition(rule, func.value.value)
     if table is None or not table.conv2d:
         return None
     return "flattens" if table.views else "fit"

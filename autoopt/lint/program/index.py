@@ -63,7 +63,12 @@ class Value:
 
     kind: "call" (`callee(args)`), "ref" (a dotted name), "choice" (one of `options`: both arms
     of `a if c else b`, the values of `{"adam": Adam(...), ...}[key]`), "item" (element `index`
-    of `options[0]` unpacked: `model, opt = build(...)`), "tuple" (a returned tuple), "other".
+    of `options[0]` unpacked: `model, opt = build(...)`), "tuple" (a returned tuple), "table"
+    (a dict literal, its values in `options`: `MODELS = {"unet": UNet, ...}`), "entry" (an
+    entry of the table named `dotted`: `cls = MODELS[args.model]`), "other".
+
+    A callee may end in "[]" (`MODELS[args.model](cfg)`: an entry of the table `MODELS`) or
+    "()" (`str2model(name)(args)`: what the call of `str2model` returns); see `callee_of`.
     """
 
     kind: str
@@ -157,6 +162,20 @@ def dotted_of(node: ast.AST | None) -> Dotted | None:
     if isinstance(node, ast.Name):
         parts.append(node.id)
         return tuple(reversed(parts))
+    return None
+
+
+def callee_of(func: ast.expr) -> Dotted | None:
+    """What a call's `func` names: a dotted name, or a model class picked at run time, from a
+    table (`MODELS[args.model]` -> ("MODELS", "[]")) or by a function that returns a class
+    (`str2model(args.model_name)` -> ("str2model", "()")); None for anything else."""
+    found = dotted_of(func)
+    if found is not None:
+        return found
+    if isinstance(func, ast.Subscript) and (table := dotted_of(func.value)) is not None:
+        return (*table, "[]")
+    if isinstance(func, ast.Call) and (factory := dotted_of(func.func)) is not None:
+        return (*factory, "()")
     return None
 
 
@@ -542,7 +561,7 @@ class _Scanner:
             if isinstance(node.func, ast.Attribute) and node.func.attr in _SAME_OBJECT:
                 # `Net().to(device)`, `model.cuda()`: the receiver itself
                 return self.value(node.func.value)
-            callee = dotted_of(node.func)
+            callee = callee_of(node.func)
             if callee is None:
                 return OTHER
             return Value(
@@ -559,6 +578,10 @@ class _Scanner:
             return Value("choice", options=(self.value(node.body), self.value(node.orelse)))
         if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Dict):
             return Value("choice", options=tuple(self.value(v) for v in node.value.values if v))
+        if isinstance(node, ast.Subscript) and (table := dotted_of(node.value)) is not None:
+            return Value("entry", table, line=line)
+        if isinstance(node, ast.Dict):
+            return Value("table", options=tuple(self.value(v) for v in node.values if v), line=line)
         if isinstance(node, ast.Tuple | ast.List):
             return Value("tuple", options=tuple(self.value(e) for e in node.elts), line=line)
         return OTHER
@@ -588,7 +611,7 @@ class _Scanner:
                 info.host_read = node.lineno
             if owner is not None:
                 self.method_use(owner, attr, node)
-            elif isinstance(func.value, ast.Call) and (built := dotted_of(func.value.func)):
+            elif isinstance(func.value, ast.Call) and (built := callee_of(func.value.func)):
                 # `Trainer(...).fit()`: the method of the class just built (the arguments are
                 # the constructor's: this call records none)
                 site = CallSite(
@@ -610,6 +633,9 @@ class _Scanner:
             info.data_parallel = node.lineno
         if callee:
             info.use(callee, "called_no_grad" if self.no_grad else "called")
+        elif chosen := callee_of(func):  # `MODELS[name](cfg)`: a call site, no name's use
+            callee = chosen
+        if callee:
             info.calls.append(
                 CallSite(
                     callee,

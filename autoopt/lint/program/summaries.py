@@ -195,6 +195,8 @@ class Program:
         """The targets a call of `callee` made in `func` of `index` may run (see the docs)."""
         if not callee:
             return []
+        if callee[-1] in ("[]", "()"):  # `MODELS[args.model](cfg)`, `str2model(name)(args)`
+            return self._chosen(index, func, callee[:-1], callee[-1])
         head, rest = callee[0], callee[1:]
         if not rest:
             return self._named(index, head) or self._renamed(index, func, head)
@@ -229,23 +231,100 @@ class Program:
 
     def _renamed(self, index: ModuleIndex, func: FunctionInfo | None, name: str) -> list[Target]:
         """`Exp = Exp_Main` in the function (or the module's code) before `Exp(args)`: what the
-        other name is (PatchTST's run_longExp.py, inside its `__main__` block)."""
+        other name is (PatchTST's run_longExp.py, inside its `__main__` block); also a class
+        picked at run time: `cls = MODELS[args.model]`, `cls = str2model(args.model_name)`."""
         key = (id(index), f"renamed:{name}")
         if key in self._following:
             return []
         self._following.add(key)
         try:
-            scopes = [func] if func is index.module_code else [func, index.module_code]
-            return [
-                target
-                for scope in scopes
-                if scope is not None
-                for value in scope.assigns.get(name, ())
-                if value.kind == "ref" and value.dotted != (name,)
-                for target in self.resolve(index, scope, value.dotted)
-            ]
+            out = []
+            for scope in [func] if func is index.module_code else [func, index.module_code]:
+                for value in scope.assigns.get(name, ()) if scope is not None else ():
+                    if value.kind == "ref" and value.dotted != (name,):
+                        out += self.resolve(index, scope, value.dotted)
+                    elif value.kind == "entry":
+                        out += self._chosen(index, scope, value.dotted, "[]")
+                    elif value.kind == "call" and value.dotted[-1:] not in (("[]",), ("()",)):
+                        out += self._chosen(index, scope, value.dotted, "()")
+            return out
         finally:
             self._following.discard(key)
+
+    def _chosen(
+        self, index: ModuleIndex, func: FunctionInfo | None, base: Dotted, how: str
+    ) -> list[Target]:
+        """The project classes and functions a name picked at run time may be: the values of
+        the table `base` (how "[]": `MODELS = {"unet": UNet, ...}` here or imported), or the
+        classes and functions the function `base` returns by name (how "()": TabSurvey's
+        `str2model`, `if model == "MLP": return MLP`). Instances are not followed: a factory
+        returning `Net()` gives a model, not a class to call."""
+        key = (id(index), f"chosen:{'.'.join(base)}{how}")
+        if not base or key in self._following:
+            return []
+        self._following.add(key)
+        try:
+            if how == "()":
+                return [
+                    found
+                    for target in self.resolve(index, func, base)
+                    if not target.is_class
+                    for module, factory in [self._function(target)]
+                    if factory is not None
+                    for value in factory.returns
+                    if value.kind == "ref"
+                    for found in self._named_by(module, factory, value.dotted)
+                ]
+            out = []
+            for module, scope, table in self._tables(index, func, base):
+                for option in table.options:
+                    if option.kind == "ref":
+                        out += self._named_by(module, scope, option.dotted)
+            return out
+        finally:
+            self._following.discard(key)
+
+    def _function(self, target: Target) -> tuple[ModuleIndex | None, FunctionInfo | None]:
+        module = self.module(target.path)
+        return module, module.functions.get(target.qualname) if module is not None else None
+
+    def _named_by(self, index: ModuleIndex, func: FunctionInfo, name: Dotted) -> list[Target]:
+        """The project class or function `name` is, seen from `func` of `index` (a local import
+        of the factory's branch included); a variable is not followed."""
+        if len(name) == 1:
+            return self._named(index, name[0])
+        module = self.imported_module(index, name[0])
+        return self._named(module, name[-1]) if module is not None and len(name) == 2 else []
+
+    def _tables(
+        self, index: ModuleIndex, func: FunctionInfo | None, name: Dotted, depth: int = 0
+    ) -> Iterator[tuple[ModuleIndex, FunctionInfo, Value]]:
+        """The dict literals `name` is bound to: in `func`, at module level, or in the module
+        it is imported from (`from models import MODELS`, `models.MODELS`)."""
+        if depth > _MAX_DEPTH:
+            return
+        if len(name) == 2:
+            module = self.imported_module(index, name[0])
+            if module is not None:
+                yield from self._tables(module, None, name[1:], depth + 1)
+            return
+        if len(name) != 1:
+            return
+        scopes = [s for s in (func, index.module_code) if s is not None]
+        found = False
+        for scope in scopes:
+            for value in scope.assigns.get(name[0], ()):
+                if value.kind == "table":
+                    found = True
+                    yield index, scope, value
+            if found:
+                return
+        if name[0] in index.imports:
+            module_name, original, level = index.imports[name[0]]
+            target = resolve_module(index.path, module_name, level)
+            module = self.module(target) if target is not None else None
+            if module is not None:
+                yield from self._tables(module, None, (original,), depth + 1)
 
     def _named(self, index: ModuleIndex, name: str) -> list[Target]:
         found = self.definition(index, name)
@@ -641,6 +720,8 @@ def _worth_resolving(index: ModuleIndex, func: FunctionInfo, site: CallSite) -> 
     resolved: its module is never parsed for this."""
     if not site.callee:
         return False
+    if site.callee[-1] in ("[]", "()"):  # a class picked at run time: `MODELS[name](...)`
+        return True
     head = site.callee[0]
     if head in ("self", "cls") or head in index.functions or head in index.classes:
         return True

@@ -637,8 +637,8 @@ def training_heads(index: ModuleIndex) -> tuple[set[str], set[str]]:
         if found is not None:
             heads.update(n for n in (*found.functions, *found.classes) if n.isidentifier())
     for func in index.functions.values():  # `Exp = Exp_Main`: another name for it
-        for name, values in func.assigns.items():
-            if any(v.kind == "ref" and v.dotted[:1] and v.dotted[0] in heads for v in values):
+        for name, values in func.assigns.items():  # `TRAINERS = {"a": TrainerA}`, `t[k]`
+            if any(_names_a_head(v, heads) for v in values):
                 heads.add(name)
     for func in index.functions.values():  # `trainer = Trainer(...)`: `trainer.fit()`
         for name, values in func.assigns.items():
@@ -655,18 +655,39 @@ def training_heads(index: ModuleIndex) -> tuple[set[str], set[str]]:
             leaf = qualname.rsplit(".", 1)[-1]
             if qualname == "<module>" or leaf in own:
                 continue
-            if func.zero_grad or any(
-                site.callee
-                and (site.callee[0] in heads or site.callee[-1] in own or site.callee[-1] in heads)
-                for site in func.calls
+            if (
+                func.zero_grad
+                or any(
+                    (name := _named_callee(site.callee))
+                    and (name[0] in heads or name[-1] in own or name[-1] in heads)
+                    for site in func.calls
+                )
+                or any(_names_a_head(v, heads) for v in func.returns)  # `return Agent`
             ):
                 own.add(leaf)
                 changed = True
     for func in index.functions.values():  # `agent = make_agent(...)`: `agent.update()`
         for name, values in func.assigns.items():
-            if any(v.kind == "call" and v.dotted[-1:] and v.dotted[-1] in own for v in values):
+            if any(
+                v.kind == "call" and (callee := _named_callee(v.dotted)) and callee[-1] in own
+                for v in values
+            ):
                 heads.add(name)
     return heads, own
+
+
+def _named_callee(callee: tuple[str, ...]) -> tuple[str, ...]:
+    """The name a call goes through: `pick(name)(args)` and `MODELS[k](args)` through `pick`
+    and `MODELS` (see `index.callee_of`)."""
+    return callee[:-1] if callee[-1:] in (("[]",), ("()",)) else callee
+
+
+def _names_a_head(value: Value, heads: set[str]) -> bool:
+    """`value` is another name for one of `heads`: a reference, an entry of a table named so,
+    or a table holding one."""
+    if value.kind in ("ref", "entry"):
+        return bool(value.dotted[:1]) and value.dotted[0] in heads
+    return value.kind == "table" and any(_names_a_head(v, heads) for v in value.options)
 
 
 def _runs_at_top_level(statements: Sequence[cst.BaseStatement]) -> bool:
