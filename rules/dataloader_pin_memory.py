@@ -16,7 +16,7 @@ from autoopt.lint.program.loops import (
 from autoopt.lint.program.torch_api import DATALOADER
 from autoopt.lint.rewrite.fixes.preconditions import device_is_cuda
 from autoopt.lint.tree.calls import assigned_name, call_options, with_keyword
-from autoopt.lint.tree.nodes import is_name, nodes_of_type
+from autoopt.lint.tree.nodes import dotted, is_name, nodes_of_type
 
 
 class DataLoaderPinMemory(Rule):
@@ -26,7 +26,11 @@ class DataLoaderPinMemory(Rule):
     to the GPU (`batch.to(device)`, `.cuda()`, the legacy `imgs.type(torch.cuda.FloatTensor)`
     inside the loop over the loader, or ignite's `create_supervised_trainer(..., device=device)`,
     which copies every batch itself). The device may come from CUDA, `torch.accelerator`, a
-    `--device` flag or a `device` parameter (see `autoopt.lint.program.device`).
+    `--device` flag or a `device` parameter (see `autoopt.lint.program.device`). A `DataLoader`
+    subclass of another module of the project (pytorch-template's `MnistDataLoader`, whose
+    base hands its options to `DataLoader.__init__`) is reported where the script builds it
+    when none of its modules names `pin_memory` (without a fix: the option goes in the
+    class).
 
     ## Why
     A host-to-GPU copy from ordinary (pageable) memory is staged by the driver through a pinned
@@ -371,7 +375,10 @@ class DataLoaderPinMemory(Rule):
     ]
 
     def visit_Call(self, node: cst.Call) -> None:
-        if not self.facts.device.gpu_path or not self.is_call_to(node, *DATALOADER):
+        if not self.facts.device.gpu_path:
+            return
+        if not self.is_call_to(node, *DATALOADER):
+            self._project_loader_class(node)
             return
         if library_places_batches(self):
             return
@@ -400,6 +407,27 @@ class DataLoaderPinMemory(Rule):
                 description=f"pin_memory={value}",
                 add_imports=imports,
             ),
+        )
+
+    def _project_loader_class(self, call: cst.Call) -> None:
+        """`MnistDataLoader(...)`: a DataLoader subclass of the project whose modules never
+        name pin_memory. Reported where the script builds it (no fix: the option belongs in
+        the class's own DataLoader call)."""
+        leaf = (dotted(call.func) or "").rsplit(".", 1)[-1]
+        if not leaf[:1].isupper():  # a class, by Python's naming
+            return
+        found = self.context.program.loader_class_without(call, "pin_memory")
+        if found is None or library_places_batches(self):
+            return
+        if not self._moves_batches_to_device(call):
+            return
+        if evaluation_only_loader(self, call, "pin_memory"):
+            return
+        name, where, line = found
+        self.report(
+            call,
+            f"`{name}` ({where}:{line}) is a DataLoader that feeds a CUDA device from pageable "
+            "memory; pass pin_memory=True to its DataLoader",
         )
 
     def _moves_batches_to_device(self, call: cst.Call) -> bool:

@@ -1798,3 +1798,52 @@ def test_the_classes_a_table_entry_may_construct(tmp_path: Path) -> None:
         targets = program.resolve(index, main, callee)
         assert sorted(t.qualname for t in targets) == ["ConvNet", "MLP"]
         assert all(t.is_class for t in targets)
+
+
+TEMPLATE_LOADERS = """
+from torch.utils.data import DataLoader
+
+
+class BaseDataLoader(DataLoader):
+    def __init__(self, dataset, batch_size, shuffle, num_workers):
+        self.init_kwargs = {"dataset": dataset, "batch_size": batch_size,
+                            "shuffle": shuffle, "num_workers": num_workers}
+        super().__init__(**self.init_kwargs)
+
+
+class MnistDataLoader(BaseDataLoader):
+    def __init__(self, data_dir, batch_size, shuffle=True, num_workers=1):
+        super().__init__(make(data_dir), batch_size, shuffle, num_workers)
+"""
+TEMPLATE_TRAIN = """
+import torch
+from data_loader.data_loaders import MnistDataLoader
+
+device = torch.device("cuda")
+model = torch.nn.Linear(8, 2).to(device)
+loader = MnistDataLoader("data", 64)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(10):
+    for x, y in loader:
+        loss = torch.nn.functional.cross_entropy(model(x.to(device)), y.to(device))
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+"""
+
+
+def test_a_dataloader_subclass_of_the_project_without_pinning(tmp_path: Path) -> None:
+    """pytorch-template: `MnistDataLoader(BaseDataLoader)`, the base a DataLoader that gets
+    its options as kwargs. The script that builds it and copies its batches to CUDA is told
+    (naming the class's line); a base that sets pin_memory, or a CPU script, is not."""
+    files = {"data_loader/data_loaders.py": TEMPLATE_LOADERS, "train.py": TEMPLATE_TRAIN}
+    _write(tmp_path, files)
+    found = _findings(tmp_path, "train.py", "AO102")
+    assert [(code, line) for code, line, _ in found] == [("AO102", 6)]
+    assert "`MnistDataLoader` (data_loader/data_loaders.py:11)" in found[0][2]
+    pinned = TEMPLATE_LOADERS.replace('"num_workers": num_workers}', '"pin_memory": True}')
+    _write(tmp_path, {"data_loader/data_loaders.py": pinned})
+    assert _codes(tmp_path, "train.py", "AO102") == []
+    cpu = TEMPLATE_TRAIN.replace('torch.device("cuda")', '"cpu"')
+    _write(tmp_path, {"data_loader/data_loaders.py": TEMPLATE_LOADERS, "train.py": cpu})
+    assert _codes(tmp_path, "train.py", "AO102") == []

@@ -265,6 +265,24 @@ class ProgramView:
                 return _shown_path(module.path), func.data_parallel
         return None
 
+    def loader_class_without(self, call: cst.Call, option: str) -> tuple[str, str, int] | None:
+        """`call` builds a `DataLoader` subclass of another module of the project
+        (pytorch-template's `MnistDataLoader(BaseDataLoader)`, whose base hands its kwargs to
+        `DataLoader.__init__`) none of whose modules names `option`: (the class, its file as
+        a report names it, its line). None otherwise (a library class, this file's own class,
+        a chain that sets the option somewhere, by any route)."""
+        for target, module, here in self._callees(call):
+            cls = module.classes.get(target.qualname) if target.is_class else None
+            if here or cls is None:
+                continue
+            chain = [(module, cls), *self.program.all_bases(module, cls)]
+            if not any(base[-1] == "DataLoader" for _, c in chain for base in c.bases):
+                continue
+            if any(option in read_text(Path(m.path)) for m, _ in chain):
+                return None
+            return cls.name, _shown_path(module.path), cls.line
+        return None
+
     def _callees(self, call: cst.Call) -> Iterator[tuple[Target, ModuleIndex, bool]]:
         """The project's targets `call` may run, each with its module's index and whether
         that module is this file."""
