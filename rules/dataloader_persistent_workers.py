@@ -5,6 +5,7 @@ from __future__ import annotations
 import libcst as cst
 
 from autoopt.lint.engine.rule import Fix, FixSafety, Invalid, Rule, Valid
+from autoopt.lint.program.loops import holders_of
 from autoopt.lint.program.torch_api import DATALOADER
 from autoopt.lint.tree.calls import arg, assigned_name, call_options, with_keyword
 from autoopt.lint.tree.nodes import (
@@ -124,6 +125,30 @@ class DataLoaderPersistentWorkers(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # loaders kept in a dict the epoch loop picks from (brain-segmentation)
+            """
+            from torch.utils.data import DataLoader
+            def main(epochs):
+                loader_train = DataLoader(train_set, batch_size=16, num_workers=4)
+                loaders = {"train": loader_train}
+                for epoch in range(epochs):
+                    for phase in ["train"]:
+                        for data in loaders[phase]:
+                            model(data.cuda()).sum().backward()
+            """,
+            line=3,
+            fixed="""
+            from torch.utils.data import DataLoader
+            def main(epochs):
+                loader_train = DataLoader(train_set, batch_size=16, num_workers=4, persistent_workers=True)
+                loaders = {"train": loader_train}
+                for epoch in range(epochs):
+                    for phase in ["train"]:
+                        for data in loaders[phase]:
+                            model(data.cuda()).sum().backward()
+            """,
+            unsafe=True,
+        ),
         Invalid(  # Lightning's Trainer iterates what train_dataloader() returns every epoch
             """
             import lightning as L
@@ -342,10 +367,11 @@ class DataLoaderPersistentWorkers(Rule):
         """`name` is used inside the body of a loop that does not itself create the loader, or
         handed to the project's code that iterates it epoch after epoch (the program model)."""
         scope = self.facts.enclosing_scope(call)
+        names = {name, *holders_of(self, name)}  # also `loaders[phase]`, a dict holding it
         for node in nodes_of_type(scope, (cst.For, cst.While), into_scopes=False):
             if contains(node, call):
                 continue
-            if name in names_in(node.body):
+            if names & names_in(node.body):
                 return True
         program = self.context.program
         if name.startswith("self.") and self._iterated_by_a_method_called_in_a_loop(call, name):

@@ -440,6 +440,8 @@ class DataLoaderPinMemory(Rule):
         if not loops or (name is not None and self._wrapped(name)):
             if library_moves_batches(self):  # ignite's create_supervised_trainer(device=...)
                 return True
+            if name is not None and self.context.program.batches_moved_by_callee(name):
+                return True  # a trainer of the project copies them: `Trainer(model, loader)`
             # handed to another function, or to a generator the training loop draws from
             # (`looper = infiniteloop(loader)`, then `next(looper).to(device)`)
             return any(batch_transfers(self, loop) for loop in data_loops(self))

@@ -92,6 +92,17 @@ class ToDeviceNonBlocking(Rule):
     requires = (GPU_MARKERS, (".backward(", "DataLoader", *EVAL_MARKERS))
 
     VALID = [
+        Valid(  # the copied batch is read on the host at once: nothing left to overlap (GaLore)
+            """
+            import torch
+            def train(model, loader, optimizer, device, pad_idx):
+                for batch in loader:
+                    batch = {k: v.to(device) for k, v in batch.items()}
+                    tokens_seen = (batch["input_ids"] != pad_idx).sum().item()
+                    model(**batch).loss.backward()
+                    optimizer.step()
+            """
+        ),
         Valid(  # a module and a dtype cast, not the batch
             """
             import torch
@@ -699,6 +710,26 @@ class ToDeviceNonBlocking(Rule):
                 model.eval()
                 for i, batch in enumerate(loader):
                     out = model(batch["x"].to("cuda", non_blocking=True))
+            """,
+            unsafe=True,
+        ),
+        Invalid(  # a dict batch copied in a comprehension (siren)
+            """
+            import torch
+            def train(model, loader, optimizer):
+                for batch in loader:
+                    batch = {k: v.cuda() for k, v in batch.items()}
+                    model(**batch).loss.backward()
+                    optimizer.step()
+            """,
+            line=4,
+            fixed="""
+            import torch
+            def train(model, loader, optimizer):
+                for batch in loader:
+                    batch = {k: v.cuda(non_blocking=True) for k, v in batch.items()}
+                    model(**batch).loss.backward()
+                    optimizer.step()
             """,
             unsafe=True,
         ),

@@ -259,9 +259,14 @@ def lint(
 def say_followed(project: Project) -> None:
     """On stderr, the modules checked although not named, and why (`--fix` leaves them)."""
     for module, named in project.discovered.followed:
+        where = (
+            f"which builds the loader the training of {named.as_posix()} iterates"
+            if module in project.discovered.loader_builders
+            else f"where the training of {named.as_posix()} runs"
+        )
         click.echo(
-            f"autoopt: also checking {module.as_posix()}, where the training of "
-            f"{named.as_posix()} runs (--no-follow: only the files named)",
+            f"autoopt: also checking {module.as_posix()}, {where} (--no-follow: only the "
+            "files named)",
             err=True,
         )
 

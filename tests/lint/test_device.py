@@ -30,6 +30,7 @@ def _device(source: str):  # type: ignore[no-untyped-def]
         "def train(model, device, loader):\n    model.to(device)",
         "from accelerate import Accelerator\naccelerator = Accelerator()",
         'def train(config):\n    device = torch.device(config["device"])',  # DDPM's config
+        "model.to(dist_util.dev())",  # guided-diffusion's helper picks the device
     ],
 )
 def test_gpu_path(source: str) -> None:
@@ -45,6 +46,7 @@ def test_gpu_path(source: str) -> None:
         '"""Train on cuda if you have one."""\n# model.cuda()\nmodel = Net()',
         'trainer = Trainer(accelerator="cpu")',
         'name = "cpu"\ndevice = torch.device(name)',
+        "version = packaging.dev(3)",  # a `dev` that takes arguments picks no device
     ],
 )
 def test_no_gpu_path(source: str) -> None:
@@ -61,3 +63,16 @@ def test_legacy_tensor_type_names() -> None:
         """
     )
     assert facts.tensor_type_names == {"Tensor", "LongTensor"}
+
+
+def test_a_device_attribute_set_from_the_configuration() -> None:
+    """denoiser's Solver: `self.device = args.device` (the device a config or flag chose),
+    then batches `.to(self.device)`: a GPU path, as `torch.device(args.device)` is."""
+    solver = """
+    class Solver:
+        def __init__(self, args):
+            self.device = args.device
+    """
+    assert _device(solver).gpu_path
+    assert _device(solver.replace("args.device", 'cfg["device"]')).gpu_path
+    assert not _device(solver.replace("args.device", "args.seed")).gpu_path

@@ -306,3 +306,146 @@ def test_a_factory_returning_an_instance_is_not_a_class_to_call(tmp_path: Path) 
     """
     _project(tmp_path, {"agent.py": AGENT, "train.py": driver})
     assert _lint("train.py")[0] == []
+
+
+BASE_TRAINER = """
+class BaseTrainer:
+    def __init__(self, model, optimizer, loader):
+        self.model, self.optimizer, self.loader = model, optimizer, loader
+
+    def train(self, epochs):
+        for epoch in range(epochs):
+            self._train_epoch(epoch)
+
+    def _train_epoch(self, epoch):
+        raise NotImplementedError
+"""
+SUB_TRAINER = """
+import torch
+from base.base_trainer import BaseTrainer
+
+class Trainer(BaseTrainer):
+    def __init__(self, model, optimizer, loader):
+        super().__init__(model, optimizer, loader)
+
+    def _train_epoch(self, epoch):
+        for x, y in self.loader:
+            loss = torch.nn.functional.cross_entropy(self.model(x.cuda()), y.cuda())
+            self.optimizer.zero_grad()
+            loss.backward()
+            self.optimizer.step()
+"""
+
+
+def test_a_base_trainer_whose_step_a_subclass_of_another_module_overrides(
+    tmp_path: Path,
+) -> None:
+    """pytorch-template: `Trainer(BaseTrainer)` in trainer/trainer.py; `BaseTrainer.train`
+    (base/base_trainer.py) calls `self._train_epoch`, which only the subclass defines. The
+    driver's `trainer.train()` trains there."""
+    driver = """
+    import torch
+    from trainer.trainer import Trainer
+
+    def main():
+        model = torch.nn.Linear(8, 2).cuda()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        trainer = Trainer(model, optimizer, loader)
+        trainer.train(10)
+
+    main()
+    """
+    files = {
+        "base/__init__.py": "",
+        "base/base_trainer.py": BASE_TRAINER,
+        "trainer/__init__.py": "",
+        "trainer/trainer.py": SUB_TRAINER,
+        "train.py": driver,
+    }
+    _project(tmp_path, files)
+    assert _lint("train.py")[0] == [("trainer/trainer.py", "AO201")]
+
+
+@pytest.mark.parametrize(
+    "run",
+    [
+        "trainer(10)",  # the instance called: its class's __call__ (disentangling-vae)
+        "retry_call(trainer.fit, tries=3)",  # a bound method handed to a library (lightweight-gan)
+    ],
+    ids=["instance-call", "method-handed-on"],
+)
+def test_a_trainer_run_without_a_method_call_by_name(tmp_path: Path, run: str) -> None:
+    trainer = (
+        SUB_TRAINER.replace("from base.base_trainer import BaseTrainer\n", "")
+        .replace("class Trainer(BaseTrainer):", "class Trainer:")
+        .replace(
+            "super().__init__(model, optimizer, loader)",
+            "self.model, self.optimizer, self.loader = model, optimizer, loader",
+        )
+    )
+    trainer += "\n    def __call__(self, epochs):\n        self._train_epoch(0)\n"
+    trainer += "\n    def fit(self):\n        self._train_epoch(0)\n"
+    driver = f"""
+    import torch
+    from retry.api import retry_call
+    from trainer import Trainer
+
+    def main():
+        model = torch.nn.Linear(8, 2).cuda()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        trainer = Trainer(model, optimizer, loader)
+        while True:
+            {run}
+
+    main()
+    """
+    _project(tmp_path, {"trainer.py": trainer, "train.py": driver})
+    assert _lint("train.py")[0] == [("trainer.py", "AO201")]
+
+
+def test_the_module_that_builds_the_loader_a_driver_trains_on(tmp_path: Path) -> None:
+    """guided-diffusion: `data = load_data(...)` (image_datasets.py builds a DataLoader and
+    re-iterates it forever) is handed to `TrainLoop(data=data)`, whose loop draws from it:
+    image_datasets.py is checked too (its loader restarts its workers on every pass), and
+    stderr says why."""
+    datasets = """
+    from torch.utils.data import DataLoader
+
+    def load_data(dataset, batch_size):
+        loader = DataLoader(dataset, batch_size=batch_size, shuffle=True, num_workers=1)
+        while True:
+            yield from loader
+    """
+    train_util = """
+    import torch
+
+    class TrainLoop:
+        def __init__(self, model, data, optimizer):
+            self.model, self.data, self.optimizer = model, data, optimizer
+
+        def run_loop(self):
+            while True:
+                batch = next(self.data)
+                loss = self.model(batch.cuda()).mean()
+                self.optimizer.zero_grad()
+                loss.backward()
+                self.optimizer.step()
+    """
+    driver = """
+    import torch
+    from image_datasets import load_data
+    from train_util import TrainLoop
+
+    def main():
+        model = torch.nn.Linear(8, 2).cuda()
+        data = load_data(dataset, 16)
+        TrainLoop(model, data, torch.optim.SGD(model.parameters(), lr=0.1)).run_loop()
+
+    main()
+    """
+    files = {"image_datasets.py": datasets, "train_util.py": train_util, "train.py": driver}
+    _project(tmp_path, files, config='select = ["AO104", "AO201"]')
+    result = CliRunner().invoke(main, ["lint", "--no-cache", "--output-format", "json", "train.py"])
+    found = sorted((f["filename"].rsplit("/", 1)[-1], f["code"]) for f in json.loads(result.stdout))
+    assert found == [("image_datasets.py", "AO104"), ("train_util.py", "AO201")]
+    assert "image_datasets.py, which builds the loader the training of train.py" in result.stderr

@@ -1847,3 +1847,137 @@ def test_a_dataloader_subclass_of_the_project_without_pinning(tmp_path: Path) ->
     cpu = TEMPLATE_TRAIN.replace('torch.device("cuda")', '"cpu"')
     _write(tmp_path, {"data_loader/data_loaders.py": TEMPLATE_LOADERS, "train.py": cpu})
     assert _codes(tmp_path, "train.py", "AO102") == []
+
+
+S3REC_TRAINERS = """
+import torch
+import tqdm
+
+
+class Trainer:
+    def __init__(self, model, train_dataloader, args):
+        self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        self.model = model.to(self.device)
+        self.train_dataloader = train_dataloader
+        self.optim = torch.optim.Adam(self.model.parameters(), lr=args.lr)
+
+    def train(self, epoch):
+        self.iteration(epoch, self.train_dataloader)
+
+    def iteration(self, epoch, dataloader):
+        raise NotImplementedError
+
+
+class FinetuneTrainer(Trainer):
+    def __init__(self, model, train_dataloader, args):
+        super().__init__(model, train_dataloader, args)
+
+    def iteration(self, epoch, dataloader):
+        rec_data_iter = tqdm.tqdm(enumerate(dataloader), total=len(dataloader))
+        for i, batch in rec_data_iter:
+            batch = tuple(t.to(self.device) for t in batch)
+            loss = self.model(*batch).mean()
+            self.optim.zero_grad()
+            loss.backward()
+            self.optim.step()
+"""
+S3REC_DRIVER = """
+import torch
+from torch.utils.data import DataLoader
+from trainers import FinetuneTrainer
+
+args.cuda_condition = torch.cuda.is_available()
+train_dataloader = DataLoader(train_dataset, batch_size=256)
+trainer = FinetuneTrainer(model, train_dataloader, args)
+for epoch in range(args.epochs):
+    trainer.train(epoch)
+"""
+
+
+def test_a_loader_a_trainer_subclass_keeps_through_its_base(tmp_path: Path) -> None:
+    """S3Rec: `FinetuneTrainer(model, train_dataloader, args)` hands the loader through
+    `super().__init__` to `Trainer.__init__`, which keeps it; `Trainer.train` runs the
+    subclass's `iteration`, which copies each batch (`tuple(t.to(self.device) for t in
+    batch)`) to the device: the driver's DataLoader is told to pin its memory."""
+    _write(tmp_path, {"trainers.py": S3REC_TRAINERS, "train.py": S3REC_DRIVER})
+    assert _codes(tmp_path, "train.py", "AO102") == ["AO102"]
+    os.chdir(tmp_path)
+    summary = _summary(tmp_path, "trainers.py", "FinetuneTrainer", is_class=True)
+    assert {"loader", "batches_to_device"} <= summary.roles["train_dataloader"]
+    # batches used as they come (never copied) give the loader nothing to pin for
+    host = S3REC_TRAINERS.replace("tuple(t.to(self.device) for t in batch)", "batch")
+    _write(tmp_path, {"trainers.py": host})
+    assert _codes(tmp_path, "train.py", "AO102") == []
+
+
+def test_a_model_a_factory_returns_in_a_tuple(tmp_path: Path) -> None:
+    """Deformable-DETR / guided-diffusion: `model, criterion = build_model(args)`: the
+    factory's model is a Conv2d network (channels-last reported where it is placed); a
+    tuple without one element named as the model is not guessed at."""
+    builder = """
+    from torch import nn
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body = nn.Sequential(nn.Conv2d(3, 8, 3), nn.Conv2d(8, 8, 3), nn.Flatten())
+
+        def forward(self, x):
+            return self.body(x)
+
+    def build_model(args):
+        model = Net()
+        return model, nn.CrossEntropyLoss()
+    """
+    driver = """
+    import torch
+    from builder import build_model
+
+    def main(args):
+        device = torch.device("cuda")
+        model, criterion = build_model(args)
+        model.to(device)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for x, y in loader:
+            loss = criterion(model(x.to(device)), y.to(device))
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+
+    main(args)
+    """
+    _write(tmp_path, {"builder.py": builder, "train.py": driver})
+    assert _codes(tmp_path, "train.py", "AO606") == ["AO606"]
+    _write(
+        tmp_path,
+        {"train.py": driver.replace("model, criterion", "net_a, net_b").replace("model", "net_a")},
+    )
+    assert _codes(tmp_path, "train.py", "AO606") == []
+
+
+def test_loaders_a_helper_returns_kept_in_a_dict_the_epochs_pick_from(tmp_path: Path) -> None:
+    """brain-segmentation: `loader_train, loader_valid = data_loaders(args)`, then
+    `loaders = {"train": loader_train, ...}` and `for data in loaders[phase]` every epoch: the
+    helper's loaders restart their workers each epoch."""
+    script = """
+    import torch
+    from torch.utils.data import DataLoader
+
+    def main(args):
+        loader_train, loader_valid = data_loaders(args)
+        loaders = {"train": loader_train, "valid": loader_valid}
+        for epoch in range(args.epochs):
+            for phase in ["train", "valid"]:
+                for i, data in enumerate(loaders[phase]):
+                    model(data.to(args.device)).sum().backward()
+
+    def data_loaders(args):
+        loader_train = DataLoader(train_set, batch_size=16, num_workers=args.workers)
+        loader_valid = DataLoader(valid_set, batch_size=16, num_workers=args.workers)
+        return loader_train, loader_valid
+    """
+    _write(tmp_path, {"train.py": script})
+    assert _codes(tmp_path, "train.py", "AO104") == ["AO104", "AO104"]
+    once = script.replace("for i, data in enumerate(loaders[phase])", "for i, data in [1]")
+    _write(tmp_path, {"train.py": once})
+    assert _codes(tmp_path, "train.py", "AO104") == []

@@ -52,11 +52,14 @@ DEFAULT_EXCLUDES = (
 class Discovered:
     """The files to lint (in a stable order) and the paths that could not be walked;
     `followed`: modules linted too because a file named on the command line runs the training
-    they hold (`follow_training`), each with the file it was followed from."""
+    they hold or builds its loaders there (`follow_training`), each with the file it was
+    followed from."""
 
     files: list[Path] = field(default_factory=list)
     errors: list[tuple[str, FileError]] = field(default_factory=list)
     followed: list[tuple[Path, Path]] = field(default_factory=list)
+    # the followed modules that build a loader the training iterates (the rest hold training)
+    loader_builders: set[Path] = field(default_factory=set)
 
 
 def is_notebook(path: Path | str) -> bool:
@@ -206,9 +209,12 @@ def follow_training(
             source = decode_source(Path(named).read_bytes()).text
         except (OSError, SourceDecodeError):
             continue  # the lint reports it
-        for module in training_modules(Path(named), source):
+        for module, holds in training_modules(Path(named), source):
             key = os.path.abspath(module)
             if key in listed or excluder.excluded(module, is_dir=False):
                 continue
             listed.add(key)
-            out.followed.append((Path(display_path(module)), Path(named)))
+            shown = Path(display_path(module))
+            out.followed.append((shown, Path(named)))
+            if holds == "loader":
+                out.loader_builders.add(shown)

@@ -113,7 +113,7 @@ def conv2d_models(rule: Rule) -> list[ConvModel]:
     for n in nodes_of_type(module, cst.Assign):
         if len(n.targets) != 1:
             continue
-        target = dotted(n.targets[0].target)
+        target = dotted(n.targets[0].target) or _model_in_tuple(n.targets[0].target)
         # `model = Net()`, or an attribute of the trainer object (`self.model = gwnet(...)`)
         if target is None or (target.count(".") and not target.startswith("self.")):
             continue
@@ -127,6 +127,17 @@ def conv2d_models(rule: Rule) -> list[ConvModel]:
         if kind is not None:
             found.append(ConvModel(target, n, kind == "flattens"))
     return found
+
+
+def _model_in_tuple(target: cst.BaseAssignTargetExpression) -> str | None:
+    """`model, diffusion = create_model_and_diffusion(...)`, `model, criterion, post =
+    build_model(args)`: the element a factory's tuple names as the model (the factory is
+    weighed as a whole, as for `model = build(...)`)."""
+    if not isinstance(target, cst.Tuple):
+        return None
+    names = [e.value.value for e in target.elements if isinstance(e.value, cst.Name)]
+    models = [n for n in names if n in ("model", "net", "network") or n.endswith("_model")]
+    return models[0] if len(models) == 1 else None
 
 
 def _conv2d_classes(rule: Rule, module: cst.Module) -> tuple[set[str], set[str]]:

@@ -23,12 +23,12 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from autoopt.lint.tree.nodes import dotted, nodes_of_type, string_value
+from autoopt.lint.tree.nodes import code_of, dotted, nodes_of_type, string_value
 
 Parent = Callable[[cst.CSTNode], "cst.CSTNode | None"]
 
 # Pre-filter text for rules about GPU tricks: a file with a GPU path contains one of these.
-GPU_MARKERS = ("cuda", "accelerator", "device", "gpu", "mps", "xpu")
+GPU_MARKERS = ("cuda", "accelerator", "device", "gpu", "mps", "xpu", ".dev()")
 
 _GPU_NAMES = frozenset({"cuda", "accelerator"})  # `torch.cuda`, `x.cuda()`, `torch.accelerator`
 _GPU_STRING = re.compile(r"^(cuda|mps|xpu)(:\d+)?$")
@@ -62,13 +62,26 @@ _READ_KINDS = (
 
 def _run_time_device(value: cst.BaseExpression) -> bool:
     """`torch.device(config["device"])`: a device read from a config or the caller, not a
-    literal (DDPM's `modelConfig["device"]`, "cuda:0" in the driver)."""
+    literal (DDPM's `modelConfig["device"]`, "cuda:0" in the driver); also that setting as it
+    is (denoiser's `self.device = args.device`)."""
+    if isinstance(value, cst.Attribute):
+        return value.attr.value == "device"
+    if isinstance(value, cst.Subscript) and len(value.slice) == 1:
+        index = value.slice[0].slice
+        key = string_value(index.value) if isinstance(index, cst.Index) else None
+        return key == "device"
     return (
         isinstance(value, cst.Call)
         and (dotted(value.func) or "").rsplit(".", 1)[-1] == "device"
         and bool(value.args)
         and isinstance(value.args[0].value, cst.Subscript | cst.Attribute)
     )
+
+
+def _called_bare(parent: Parent, node: cst.CSTNode) -> bool:
+    """`node()`: called with no arguments."""
+    call = parent(node)
+    return isinstance(call, cst.Call) and call.func is node and not call.args
 
 
 def device_facts(module: cst.Module, parent: Parent) -> DeviceFacts:
@@ -86,6 +99,9 @@ def device_facts(module: cst.Module, parent: Parent) -> DeviceFacts:
             device_named = True
         if kind is cst.Attribute and node.attr.value in _GPU_NAMES:
             why = why or f"`.{node.attr.value}`"
+        elif kind is cst.Attribute and node.attr.value == "dev" and _called_bare(parent, node):
+            # guided-diffusion's `dist_util.dev()`: the device a helper of the project picks
+            why = why or f"`{code_of(node)}()`"
         elif kind is cst.Name and node.value in _GPU_NAMES and _is_code_name(parent, node):
             why = why or f"`{node.value}`"
         elif kind is cst.SimpleString:

@@ -93,6 +93,9 @@ class CallSite:
     line: int
     in_loop: bool  # inside a for/while of its function
     no_grad: bool  # under `with torch.no_grad()` (or the function is decorated so)
+    # a bound method handed to another call, which may call it (`retry_call(model.train,
+    # tries=3)`): recorded as a call without arguments
+    passed: bool = False
 
 
 @dataclass
@@ -119,6 +122,8 @@ class FunctionInfo:
     # arguments (CMC's `InsResNet50.__init__`; not DeepCTR's `if gpus:`)
     data_parallel: int = 0
     line: int = 0
+    # a method whose body only says "a subclass does this" (`raise NotImplementedError`, `pass`)
+    abstract: bool = False
 
     def use(self, name: Dotted, role: str) -> None:
         self.uses.setdefault(name, set()).add(role)
@@ -163,6 +168,10 @@ def dotted_of(node: ast.AST | None) -> Dotted | None:
         parts.append(node.id)
         return tuple(reversed(parts))
     return None
+
+
+# Names handed to calls that are never a function of the project to call back.
+_NOT_CALLABLES = frozenset({"args", "opt", "cfg", "config", "self", "torch", "np", "os"})
 
 
 def callee_of(func: ast.expr) -> Dotted | None:
@@ -376,9 +385,23 @@ def _scan_function(func: ast.FunctionDef | ast.AsyncFunctionDef, cls: str | None
         class_name=cls,
         line=func.lineno,
         no_grad=any(_is_no_grad(d) for d in func.decorator_list),
+        abstract=cls is not None and all(map(_placeholder, func.body)),
     )
     _Scanner(info, cls).scan_body(func.body)
     return info
+
+
+def _placeholder(stmt: ast.stmt) -> bool:
+    """A statement of a method left for subclasses: a docstring, `pass`, `...`, `raise
+    NotImplementedError`."""
+    if isinstance(stmt, ast.Pass):
+        return True
+    if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant):
+        return True
+    if isinstance(stmt, ast.Raise) and stmt.exc is not None:
+        raised = stmt.exc.func if isinstance(stmt.exc, ast.Call) else stmt.exc
+        return dotted_of(raised) == ("NotImplementedError",)
+    return False
 
 
 def _is_no_grad(expr: ast.expr) -> bool:
@@ -405,6 +428,8 @@ def _iterated(expr: ast.expr) -> list[Dotted]:
     name = dotted_of(expr)
     if name is not None:
         return [name]
+    if isinstance(expr, ast.Subscript) and (held := dotted_of(expr.value)) is not None:
+        return [(*held, "[]")]  # `loaders[phase]`: an entry of the dict `loaders`
     if isinstance(expr, ast.Call):
         callee = dotted_of(expr.func)
         if callee and callee[-1] in ITERATION_WRAPPERS:
@@ -451,9 +476,20 @@ class _Scanner:
         self.aliases: dict[str, list[Dotted]] = {}  # `it = tqdm(loader)`: it -> [loader]
 
     def iterated(self, expr: ast.expr) -> list[Dotted]:
-        """`_iterated`, through the names bound to an iteration wrapper above."""
+        """`_iterated`, through the names bound to an iteration wrapper above and the dicts
+        of loaders (`loaders = {"train": loader_train, ...}`, `loaders[phase]`)."""
         found: list[Dotted] = []
         for name in _iterated(expr):
+            if name[-1] == "[]":
+                found.extend(
+                    option.dotted
+                    for value in self.info.assigns.get(name[0], ())
+                    if len(name) == 2
+                    if value.kind == "table"
+                    for option in value.options
+                    if option.kind == "ref"
+                )
+                continue
             found.extend(self.aliases.get(name[0], [name]) if len(name) == 1 else [name])
         return found
 
@@ -505,7 +541,10 @@ class _Scanner:
         if isinstance(node, ast.Assign):
             self.expr(node.value)
             value = self.value(node.value)
-            if isinstance(node.value, ast.Call) and not isinstance(node.value.func, ast.Attribute):
+            if isinstance(node.value, ast.Call) and (
+                not isinstance(node.value.func, ast.Attribute)
+                or node.value.func.attr in ITERATION_WRAPPERS  # `tqdm.tqdm(enumerate(loader))`
+            ):
                 wrapped = self.iterated(node.value)  # `it = tqdm(loader)`: iterating `it`
                 for target in node.targets:  # iterates the loader
                     if wrapped and isinstance(target, ast.Name):
@@ -548,6 +587,10 @@ class _Scanner:
             for i, element in enumerate(target.elts):
                 if isinstance(element, ast.Starred):
                     break
+                if value.kind == "tuple" and len(value.options) == len(target.elts):
+                    # `self.model, self.data = model, data`: each name its own value
+                    self.bind(element, value.options[i])
+                    continue
                 self.bind(element, Value("item", options=(value,), index=i, line=value.line))
         # `x.dataset.attr = ...`: the loader's dataset changed in place
         if isinstance(target, ast.Attribute):
@@ -587,12 +630,29 @@ class _Scanner:
         return OTHER
 
     def expr(self, node: ast.expr) -> None:
-        for sub in walk(node):
+        subs = list(walk(node))
+        for sub in subs:  # first: what a comprehension's names are elements of
+            if isinstance(sub, ast.comprehension):
+                for name in self.iterated(sub.iter):
+                    self.info.use(name, "iterated")
+                self.elements_of_a_batch(sub)
+        for sub in subs:
             if isinstance(sub, ast.Call):
                 self.call(sub)
-            elif isinstance(sub, ast.comprehension):
-                for name in _iterated(sub.iter):
-                    self.info.use(name, "iterated")
+
+    def elements_of_a_batch(self, comp: ast.comprehension) -> None:
+        """`tuple(t.to(device) for t in batch)`, `{k: v.cuda() for k, v in batch.items()}`:
+        the comprehension's names are parts of a batch of the loader `batch` came from."""
+        source = comp.iter
+        if (
+            isinstance(source, ast.Call)
+            and isinstance(source.func, ast.Attribute)
+            and source.func.attr in ("items", "values")
+        ):
+            source = source.func.value
+        if isinstance(source, ast.Name) and source.id in self.batch_of:
+            for name in _names_in(comp.target):
+                self.batch_of[name] = self.batch_of[source.id]
 
     def call(self, node: ast.Call) -> None:
         info = self.info
@@ -613,9 +673,20 @@ class _Scanner:
                 self.method_use(owner, attr, node)
             elif isinstance(func.value, ast.Call) and (built := callee_of(func.value.func)):
                 # `Trainer(...).fit()`: the method of the class just built (the arguments are
-                # the constructor's: this call records none)
+                # the constructor's: this call records none); `super().__init__(a, b)`: the
+                # base's method, with these arguments
+                mine = built == ("super",)
                 site = CallSite(
-                    built + (attr,), (), (), node.lineno, self.loops > 0, self.no_grad > 0
+                    built + (attr,),
+                    tuple(dotted_of(a) for a in node.args if not isinstance(a, ast.Starred))
+                    if mine
+                    else (),
+                    tuple((k.arg, dotted_of(k.value)) for k in node.keywords if k.arg)
+                    if mine
+                    else (),
+                    node.lineno,
+                    self.loops > 0,
+                    self.no_grad > 0,
                 )
                 info.calls.append(site)
         elif callee and callee[-1] == "next" and node.args:  # `next(iter(loader))`
@@ -646,6 +717,11 @@ class _Scanner:
                     self.no_grad > 0,
                 )
             )
+        for handed in (*node.args, *(k.value for k in node.keywords)):
+            name = dotted_of(handed)  # a bound method: `model.train`, not `self.x` or `args.x`
+            if name is not None and len(name) == 2 and name[0] not in _NOT_CALLABLES:
+                site = CallSite(name, (), (), node.lineno, self.loops > 0, self.no_grad > 0, True)
+                info.calls.append(site)
 
     def method_use(self, owner: Dotted, attr: str, node: ast.Call) -> None:
         info = self.info

@@ -17,6 +17,7 @@ from autoopt.lint.tree.edits import enclosing_statement
 from autoopt.lint.tree.nodes import (
     calls_in,
     code_of,
+    dotted,
     int_literal,
     is_name,
     method_name,
@@ -203,6 +204,14 @@ def _transfers_of(
         if root_name(_through_methods(loop.iter)) in names
         for n in names_in(loop.target)
     }
+    # ... and in a comprehension: `[x.to(self.device) for x in data]` (denoiser),
+    # `{k: v.cuda() for k, v in model_input.items()}` (siren)
+    names = names | {
+        n
+        for comp in nodes_of_type(body, cst.CompFor, into_scopes=False)
+        if root_name(_through_methods(comp.iter)) in names
+        for n in names_in(comp.target)
+    }
     for call in calls_in(body, into_scopes=False):
         method = method_name(call)
         if method not in ("to", "cuda", "type"):
@@ -284,7 +293,12 @@ def read_on_host_later(rule: Rule, call: cst.Call) -> bool:
             if (
                 isinstance(func, cst.Attribute)
                 and func.attr.value in _HOST_READS
-                and root_name(func.value) in targets
+                and (
+                    root_name(func.value) in targets
+                    or any(  # `(batch["input_ids"] != pad).sum().item()` (GaLore)
+                        isinstance(n, cst.Name) and n.value in targets for n in walk(func.value)
+                    )
+                )
             ):
                 return True  # `y.item()`, `y[0].tolist()`
             if (
@@ -323,8 +337,24 @@ def prefetcher_fallback(rule: Rule, call: cst.Call) -> bool:
 
 
 def loops_over(rule: Rule, name: str) -> list[cst.For]:
-    """`for` loops whose iterable mentions `name` (`loader`, `enumerate(loader)`, `tqdm(loader)`)."""
-    return [n for n in nodes_of_type(rule.context.module, cst.For) if name in names_in(n.iter)]
+    """`for` loops whose iterable mentions `name` (`loader`, `enumerate(loader)`, `tqdm(loader)`),
+    or a dict that holds it (`for data in loaders[phase]`, see `holders_of`)."""
+    names = {name, *holders_of(rule, name)}
+    return [n for n in nodes_of_type(rule.context.module, cst.For) if names & names_in(n.iter)]
+
+
+def holders_of(rule: Rule, name: str) -> set[str]:
+    """The names bound to a dict literal that holds `name` as a value (`loaders = {"train":
+    loader_train, "valid": loader_valid}`, then `for data in loaders[phase]` in each epoch:
+    brain-segmentation, wavenet_vocoder)."""
+    return {
+        target
+        for a in nodes_of_type(rule.context.module, cst.Assign)
+        if len(a.targets) == 1
+        and isinstance(a.value, cst.Dict)
+        and (target := dotted(a.targets[0].target)) is not None
+        and any(isinstance(e, cst.DictElement) and is_name(e.value, name) for e in a.value.elements)
+    }
 
 
 def names_device(rule: Rule, expr: cst.BaseExpression) -> bool:

@@ -53,6 +53,8 @@ from autoopt.lint.program.project_files import (
 from autoopt.lint.program.project_text import imports_training
 
 _MAX_DEPTH = 6  # re-export chains and base classes followed at most this deep
+# a class whose module this many others import is a framework's, searched for no subclasses
+_MAX_IMPORTERS = 24
 
 # Direct uses (the index's) -> a parameter's roles (see the module's docs).
 _ROLE_OF_USE = {
@@ -128,6 +130,12 @@ class Program:
             tuple[str, str, tuple[int, int]], list[tuple[ModuleIndex, FunctionInfo, Value]]
         ] = {}
         self._in_loop: dict[tuple[str, str, tuple[int, int]], bool] = {}
+        # what `_returned_classes` and `_local_classes` found, by module content (a walk that
+        # met a name already being followed keeps what it found without it)
+        self._classes: dict[tuple[str, str, str], list[tuple[ModuleIndex, ClassInfo]]] = {}
+        self._subclasses: dict[
+            tuple[str, str, str, tuple[int, int]], list[tuple[ModuleIndex, ClassInfo]]
+        ] = {}
         self._linted: ModuleIndex | None = None
 
     # ----- modules ------------------------------------------------------------------------------
@@ -199,13 +207,27 @@ class Program:
             return self._chosen(index, func, callee[:-1], callee[-1])
         head, rest = callee[0], callee[1:]
         if not rest:
-            return self._named(index, head) or self._renamed(index, func, head)
+            return (
+                self._named(index, head)
+                or self._renamed(index, func, head)
+                or self._called_instance(index, func, head)
+            )
+        if head == "super" and len(rest) == 1 and func is not None and func.class_name:
+            owner = index.classes.get(func.class_name)  # `super().__init__(...)`
+            return [
+                t
+                for base_index, base in (self._bases(index, owner) if owner else ())
+                for t in self._method(base_index, base, rest[0])
+            ][:1]
         if head in ("self", "cls") and func is not None and func.class_name:
             owner = index.classes.get(func.class_name)
             if owner is None:
                 return []
-            if len(rest) == 1:
-                return self._method(index, owner, rest[0])
+            if len(rest) == 1:  # the method, or what a subclass puts in its place
+                found = self._method(index, owner, rest[0])
+                if found and all(self._is_abstract(t) for t in found):
+                    found += self._overrides(index, owner, rest[0])
+                return found
             # `self.trainer.fit()`: the class `self.trainer` was built from
             classes = self._attr_classes(index, owner, rest[0])
             return [t for cls_index, cls in classes for t in self._method(cls_index, cls, rest[1])]
@@ -245,11 +267,37 @@ class Program:
                         out += self.resolve(index, scope, value.dotted)
                     elif value.kind == "entry":
                         out += self._chosen(index, scope, value.dotted, "[]")
-                    elif value.kind == "call" and value.dotted[-1:] not in (("[]",), ("()",)):
+                    elif value.kind == "call" and self._names_a_function(index, value.dotted):
                         out += self._chosen(index, scope, value.dotted, "()")
             return out
         finally:
             self._following.discard(key)
+
+    def _called_instance(
+        self, index: ModuleIndex, func: FunctionInfo | None, name: str
+    ) -> list[Target]:
+        """`trainer(train_loader, epochs=...)` with `trainer = Trainer(...)` above: the
+        `__call__` its project class defines (disentangling-vae's `Trainer`); a module's
+        forward is not this (torch's `__call__` runs it)."""
+        if func is None:
+            return []
+        scopes = [func] if func is index.module_code else [func, index.module_code]
+        return [
+            target
+            for scope in scopes
+            if any(  # built by a class, as Python names them: `trainer = Trainer(...)`
+                v.kind == "call" and v.dotted[-1][:1].isupper() for v in scope.assigns.get(name, ())
+            )
+            for cls_index, cls in self._local_classes(index, scope, name)
+            for target in self._method(cls_index, cls, "__call__")
+        ]
+
+    def _names_a_function(self, index: ModuleIndex, callee: Dotted) -> bool:
+        """`str2model` or `models.str2model`: a name that can only be a function (of this module
+        or one it imports), not a method of an object whose class must be found first."""
+        if len(callee) == 1:
+            return callee[0] in index.functions or callee[0] in index.imports
+        return len(callee) == 2 and self.imported_module(index, callee[0]) is not None
 
     def _chosen(
         self, index: ModuleIndex, func: FunctionInfo | None, base: Dotted, how: str
@@ -347,6 +395,44 @@ class Program:
                 return found
         return []
 
+    def _is_abstract(self, target: Target) -> bool:
+        _, func = self._function(target)
+        return func is not None and func.abstract
+
+    def _overrides(self, index: ModuleIndex, cls: ClassInfo, name: str) -> list[Target]:
+        """The project's subclasses' own `name` methods: what `self.name()` in a method of
+        `cls` runs when the instance is one of them and `cls` leaves it to them (`raise
+        NotImplementedError`, `pass`: pytorch-template's `BaseTrainer.train` calling
+        `self._train_epoch`, S3Rec's `Trainer.train` calling `self.iteration`)."""
+        return [
+            Target(sub_index.path, f"{sub.name}.{name}")
+            for sub_index, sub in self.subclasses(index, cls)
+            if name in sub.methods
+        ]
+
+    def subclasses(self, index: ModuleIndex, cls: ClassInfo) -> list[tuple[ModuleIndex, ClassInfo]]:
+        """The project's classes derived from `cls` (through its bases): in its module and in
+        the modules that import it."""
+        key = (str(index.path), index.digest, cls.name, project_stamp(index.path))
+        found = self._subclasses.get(key)
+        if found is not None:
+            return found
+        self._subclasses[key] = []  # a class hierarchy that goes round finds nothing more
+        if len(self._candidate_modules(Target(index.path, cls.name, True))) > _MAX_IMPORTERS:
+            return []  # a base class much of a framework builds on (torch's own), not a trainer
+        found = [
+            (module, other)
+            for module, _ in self._modules_that_may_call(Target(index.path, cls.name, True))
+            for other in module.classes.values()
+            if other is not cls
+            and any(
+                base.name == cls.name and base_index.path == index.path
+                for base_index, base in self.all_bases(module, other)
+            )
+        ]
+        self._subclasses[key] = found
+        return found
+
     def _bases(self, index: ModuleIndex, cls: ClassInfo) -> Iterable[tuple[ModuleIndex, ClassInfo]]:
         for base in cls.bases:
             if len(base) == 1:
@@ -417,6 +503,16 @@ class Program:
         """The project classes `value` constructs (`Trainer(...)`, `mod.Solver(...)`)."""
         if value.kind == "choice":
             return [c for option in value.options for c in self.classes_of(index, func, option)]
+        if value.kind == "item" and value.options and value.options[0].kind == "call":
+            # `model, diffusion = create_model_and_diffusion(...)`: the factory's element
+            return [
+                c
+                for target in self.resolve(index, func, value.options[0].dotted)
+                if not target.is_class
+                for module in [self.module(target.path)]
+                if module is not None
+                for c in self._returned_classes(module, target.qualname, value.index)
+            ]
         if value.kind != "call":
             return []
         out = []
@@ -432,23 +528,32 @@ class Program:
         return out
 
     def _returned_classes(
-        self, index: ModuleIndex, qualname: str
+        self, index: ModuleIndex, qualname: str, position: int | None = None
     ) -> list[tuple[ModuleIndex, ClassInfo]]:
         """The project classes a function returns instances of (`return CurlSacAgent(...)`,
-        or a name bound to one: `model = Net(); return model`), one factory deep."""
+        or a name bound to one: `model = Net(); return model`), one factory deep; with
+        `position`, of that element of the tuple it returns (`return model, diffusion`)."""
         func = index.functions.get(qualname)
-        key = (id(index), f"returns:{qualname}")
+        key = (id(index), f"returns:{qualname}:{position}")
+        done = (str(index.path), index.digest, f"returns:{qualname}:{position}")
+        if done in self._classes:
+            return self._classes[done]
         if func is None or key in self._following:
             return []
         self._following.add(key)
         try:
-            out = []
+            out: list[tuple[ModuleIndex, ClassInfo]] = []
             for value in func.returns:
+                if position is not None:
+                    if value.kind != "tuple" or position >= len(value.options):
+                        continue
+                    value = value.options[position]
                 if value.kind == "ref" and len(value.dotted) == 1:
                     for bound in func.assigns.get(value.dotted[0], ()):
                         out.extend(self.classes_of(index, func, bound))
                 else:
                     out.extend(self.classes_of(index, func, value))
+            self._classes[done] = out
             return out
         finally:
             self._following.discard(key)
@@ -457,11 +562,16 @@ class Program:
         self, index: ModuleIndex, func: FunctionInfo, name: str
     ) -> list[tuple[ModuleIndex, ClassInfo]]:
         key = (id(func), name)
+        done = (str(index.path), index.digest, f"{func.qualname}:{name}")
+        if done in self._classes:
+            return self._classes[done]
         if key in self._following:  # `x = x.build()`: no class to find by going round
             return []
         self._following.add(key)
         try:
-            return [c for v in func.assigns.get(name, ()) for c in self.classes_of(index, func, v)]
+            found = [c for v in func.assigns.get(name, ()) for c in self.classes_of(index, func, v)]
+            self._classes[done] = found
+            return found
         finally:
             self._following.discard(key)
 
@@ -565,10 +675,8 @@ class Program:
             )
         return self._in_loop[key]
 
-    def _modules_that_may_call(self, target: Target) -> Iterator[tuple[ModuleIndex, set[str]]]:
-        """The module of `target` and the modules whose imports name it or its module (no other
-        module can call it), each with the names `target` is called by there (its own, or an
-        alias it is imported under)."""
+    def _candidate_modules(self, target: Target) -> list[Path]:
+        """The module of `target` and those whose imports name it or its module."""
         leaf = target.qualname.rsplit(".", 1)[-1]
         stem = target.path.stem if target.path.name != "__init__.py" else target.path.parent.name
         candidates = {
@@ -576,7 +684,14 @@ class Program:
             *modules_importing(target.path, stem),
             *modules_importing(target.path, leaf),
         }
-        for path in sorted(candidates):
+        return sorted(candidates)
+
+    def _modules_that_may_call(self, target: Target) -> Iterator[tuple[ModuleIndex, set[str]]]:
+        """The module of `target` and the modules whose imports name it or its module (no other
+        module can call it), each with the names `target` is called by there (its own, or an
+        alias it is imported under)."""
+        leaf = target.qualname.rsplit(".", 1)[-1]
+        for path in self._candidate_modules(target):
             # a module whose text never names `leaf` neither imports it nor calls it
             index = self.module(path) if may_name(path, leaf) else None
             if index is not None:
@@ -690,14 +805,47 @@ class Program:
                         attr_roles.setdefault(name[5:], set()).update(roles)
         if init_info is not None:
             init_summary = self.summary(init[0])
+            kept = self._kept_in(init_index, init_info)
             for param in params:
                 roles = set(init_summary.roles.get(param, set()))
-                for attr, values in init_info.self_attrs.items():
-                    if any(v.kind == "ref" and v.dotted == (param,) for v in values):
-                        roles |= attr_roles.get(attr, set())
+                for attr in kept.get(param, ()):
+                    roles |= attr_roles.get(attr, set())
                 if roles:
                     summary.roles[param] = roles
         return summary
+
+    def _kept_in(
+        self, index: ModuleIndex, init: FunctionInfo, depth: int = 0
+    ) -> dict[str, set[str]]:
+        """The attributes a constructor keeps each parameter in: `self.loader = loader`, also
+        through `super().__init__(model, loader, ...)` to the base's constructor (S3Rec's
+        `FinetuneTrainer`, whose `Trainer.__init__` keeps the loader)."""
+        kept: dict[str, set[str]] = {}
+        for attr, values in init.self_attrs.items():
+            for v in values:
+                if v.kind == "ref" and len(v.dotted) == 1 and v.dotted[0] in init.params:
+                    kept.setdefault(v.dotted[0], set()).add(attr)
+        if depth > _MAX_DEPTH:
+            return kept
+        for site in init.calls:
+            if site.callee != ("super", "__init__"):
+                continue
+            for target in self.resolve(index, init, site.callee):
+                base_index, base_init = self._function(target)
+                if base_init is None or base_index is None:
+                    continue
+                inner = self._kept_in(base_index, base_init, depth + 1)
+                for position, keyword, arg in _bound_args(site):
+                    if arg is None or len(arg) != 1 or arg[0] not in init.params:
+                        continue
+                    if keyword is not None:
+                        base_param = keyword
+                    elif position is not None and position < len(base_init.params):
+                        base_param = base_init.params[position]
+                    else:
+                        continue
+                    kept.setdefault(arg[0], set()).update(inner.get(base_param, ()))
+        return kept
 
     def all_bases(
         self, index: ModuleIndex, cls: ClassInfo, depth: int = 0

@@ -477,6 +477,11 @@ class ProgramView:
         )
         return any(t.path == self.index.path for t in targets)
 
+    def batches_moved_by_callee(self, name: str) -> bool:
+        """`name` (a loader) is handed to a project call that moves the batches it iterates to
+        a device (S3Rec's `FinetuneTrainer(model, train_dataloader, ...)`)."""
+        return name in self._names_with_role("batches_to_device")
+
     def _names_with_role(self, role: str) -> dict[str, list[cst.Call]]:
         found: dict[str, list[cst.Call]] = {}
         for call in calls_in(self.facts.module):
@@ -523,6 +528,11 @@ class ProgramView:
         return any(self._model_value(func, v, depth) for v in values)
 
     def _model_value(self, func: FunctionInfo, value: Value, depth: int) -> bool:
+        if value.kind == "item" and any(
+            self.program.is_module_class(index, cls)
+            for index, cls in self.program.classes_of(self.index, func, value)
+        ):
+            return True  # `model, diffusion = create_model_and_diffusion(...)`
         if value.kind in ("choice", "item"):
             return any(self._model_value(func, v, depth) for v in value.options)
         if value.kind == "ref":
@@ -576,16 +586,25 @@ def _drives_training_elsewhere(path: str, source: str, stamp: tuple[int, int]) -
     return any(True for _ in training_call_sites(_file_index(path, source)))
 
 
-def training_call_sites(index: ModuleIndex) -> Iterator[tuple[FunctionInfo, CallSite]]:
+def training_call_sites(
+    index: ModuleIndex, own_methods: bool = False
+) -> Iterator[tuple[FunctionInfo, CallSite]]:
     """The calls of a module that run training in a function of the project (a constructor
-    excepted): (the function making the call, the call)."""
+    excepted): (the function making the call, the call). `own_methods`: also the calls of a
+    class's own methods (a trainer module reached from a driver: `self._train_epoch()`, which
+    a subclass may define)."""
     prog = program()
     heads, own = training_heads(index)
     for func in index.functions.values():
         for site in func.calls:
             # a call on its way to the project's training code, or of this file's own code
-            # that zeroes gradients (its backward elsewhere: a loss scaler)
-            if not site.callee or (site.callee[0] not in heads and site.callee[-1] not in own):
+            # that zeroes gradients (its backward elsewhere: a loss scaler), or a method of
+            # the class itself (a subclass's override may train: `self._train_epoch()`)
+            if not site.callee or (
+                site.callee[0] not in heads
+                and site.callee[-1] not in own
+                and not (own_methods and site.callee[0] == "self" and func.class_name)
+            ):
                 continue
             summary = prog.call_summary(index, func, site.callee)
             if summary.trains and not summary.constructs:
