@@ -92,17 +92,6 @@ class ToDeviceNonBlocking(Rule):
     requires = (GPU_MARKERS, (".backward(", "DataLoader", *EVAL_MARKERS))
 
     VALID = [
-        Valid(  # the copied batch is read on the host at once: nothing left to overlap (GaLore)
-            """
-            import torch
-            def train(model, loader, optimizer, device, pad_idx):
-                for batch in loader:
-                    batch = {k: v.to(device) for k, v in batch.items()}
-                    tokens_seen = (batch["input_ids"] != pad_idx).sum().item()
-                    model(**batch).loss.backward()
-                    optimizer.step()
-            """
-        ),
         Valid(  # a module and a dtype cast, not the batch
             """
             import torch

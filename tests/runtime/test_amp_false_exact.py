@@ -207,6 +207,28 @@ def test_amp_auto_resolving_to_fp32_still_measures(fp32_auto: None, tmp_path: Pa
     assert "timing fused, foreach, default" in report["backends"].detail
 
 
+def _steps_alike(make: Callable[[Any], torch.optim.Optimizer], flags: dict[str, bool]) -> bool:
+    """The oracle, written with torch alone on data of its own: 3 steps of the optimizer with
+    `flags` leave the parameters bit for bit where the optimizer as the user builds it does."""
+    generator = torch.Generator().manual_seed(1)
+    shapes = ((5, 7), (33,), (40, 65))
+    start = [torch.randn(s, generator=generator) for s in shapes]
+    grads = [[torch.randn(s, generator=generator) for s in shapes] for _ in range(3)]
+
+    def trained(extra: dict[str, bool]) -> list[torch.Tensor]:
+        params = [p.clone().requires_grad_() for p in start]
+        optimizer = make(params)
+        for group in optimizer.param_groups:
+            group.update(extra)
+        for step in grads:
+            for param, grad in zip(params, step, strict=True):
+                param.grad = grad.clone()
+            optimizer.step()
+        return params
+
+    return all(map(torch.equal, trained(flags), trained({})))
+
+
 @pytest.mark.parametrize(
     ("make", "kept"),
     [
@@ -219,12 +241,16 @@ def test_amp_auto_resolving_to_fp32_still_measures(fp32_auto: None, tmp_path: Pa
 def test_only_steps_that_update_as_the_users_own_are_kept(
     make: Callable[[Any], torch.optim.Optimizer], kept: list[str]
 ) -> None:
-    """Probed on throwaway optimizers: fused rounds apart (an ulp), foreach mostly not; torch's
-    foreach NAdam does."""
+    """Probed on throwaway optimizers: foreach updates as the for-loop does for AdamW and SGD
+    and not for NAdam; whether fused does depends on the CPU's kernels (an ulp apart on AMD
+    EPYC, bit for bit on some Intel Xeons), so it is kept exactly where torch's own steps,
+    compared here on other data, agree."""
     optimizer = make(nn.Linear(4, 3).parameters())
     cpu = torch.device("cpu")
     impls, _ = backends.step_candidates(optimizer, cpu)
     same, apart = backends.same_updates(optimizer, cpu, impls)
-    assert list(same) == kept
-    assert sorted(apart) == sorted(set(impls) - set(kept))
+    expected = [name for name, impl in impls.items() if _steps_alike(make, impl.flags)]
+    assert list(same) == expected
+    assert [name for name in expected if name != "fused"] == kept
+    assert sorted(apart) == sorted(set(impls) - set(expected))
     assert not optimizer.state  # the user's optimizer was not stepped

@@ -293,12 +293,7 @@ def read_on_host_later(rule: Rule, call: cst.Call) -> bool:
             if (
                 isinstance(func, cst.Attribute)
                 and func.attr.value in _HOST_READS
-                and (
-                    root_name(func.value) in targets
-                    or any(  # `(batch["input_ids"] != pad).sum().item()` (GaLore)
-                        isinstance(n, cst.Name) and n.value in targets for n in walk(func.value)
-                    )
-                )
+                and root_name(func.value) in targets
             ):
                 return True  # `y.item()`, `y[0].tolist()`
             if (
