@@ -261,8 +261,8 @@ class Program:
         self._following.add(key)
         try:
             out = []
-            for scope in [func] if func is index.module_code else [func, index.module_code]:
-                for value in scope.assigns.get(name, ()) if scope is not None else ():
+            for scope in _scopes(index, func):
+                for value in scope.assigns.get(name, ()):
                     if value.kind == "ref" and value.dotted != (name,):
                         out += self.resolve(index, scope, value.dotted)
                     elif value.kind == "entry":
@@ -281,10 +281,9 @@ class Program:
         forward is not this (torch's `__call__` runs it)."""
         if func is None:
             return []
-        scopes = [func] if func is index.module_code else [func, index.module_code]
         return [
             target
-            for scope in scopes
+            for scope in _scopes(index, func)
             if any(  # built by a class, as Python names them: `trainer = Trainer(...)`
                 v.kind == "call" and v.dotted[-1][:1].isupper() for v in scope.assigns.get(name, ())
             )
@@ -358,9 +357,8 @@ class Program:
             return
         if len(name) != 1:
             return
-        scopes = [s for s in (func, index.module_code) if s is not None]
         found = False
-        for scope in scopes:
+        for scope in _scopes(index, func):
             for value in scope.assigns.get(name[0], ()):
                 if value.kind == "table":
                     found = True
@@ -858,6 +856,13 @@ class Program:
             out.append((base_index, base))
             out.extend(self.all_bases(base_index, base, depth + 1))
         return out
+
+
+def _scopes(index: ModuleIndex, func: FunctionInfo | None) -> list[FunctionInfo]:
+    """Where a name used in `func` may be bound: the function, then the module's own code."""
+    if func is None or func is index.module_code:
+        return [index.module_code]
+    return [func, index.module_code]
 
 
 def _worth_resolving(index: ModuleIndex, func: FunctionInfo, site: CallSite) -> bool:
