@@ -49,6 +49,7 @@ SPLITS = {
     "fresh-k": (HERE / "fresh_k.json", HERE / "_repos_fresh_k"),
     "fresh-l": (HERE / "fresh_l.json", HERE / "_repos_fresh_l"),
     "fresh-m": (HERE / "fresh_m.json", HERE / "_repos_fresh_m"),
+    "fresh-n": (HERE / "fresh_n.json", HERE / "_repos_fresh_n"),
 }
 TORCH_DIR = "torch"
 
