@@ -31,6 +31,15 @@ def insertions(old: str, new: str) -> list[tuple[str, str]]:
 IMPORT = "import autoopt"
 
 WRAPPED = {
+    # an ignite Engine running the script's own step: the loader it is run on is the loop's
+    "ignite_engine.py": [
+        ("from ignite.engine import Engine", IMPORT),
+        (
+            ")",  # after the loader's statement
+            "    model, loader, optimizer = autoopt.optimize(model, loader, optimizer, "
+            'device="cpu")',
+        ),
+    ],
     # the loader held by an object of the agent: the call assigns that attribute
     "held_loader.py": [
         ("from torch.utils.data import DataLoader, TensorDataset", IMPORT),
@@ -372,7 +381,8 @@ DECLINED = {
         "`optimizer` is an instance of ScheduledOptim, a wrapper class that steps the torch "
         "optimizer it holds in step_and_update_lr()",
     ),
-    "ignite_engine.py": ("already uses ignite", "ignite Engine"),
+    "ignite_supervised.py": ("already uses ignite", "ignite Engine"),
+    "ignite_distributed.py": ("already uses ignite", "`idist.auto_model(torch.nn.Linear(8, 1))`"),
     "library_loss_scaler.py": (
         "another mixed-precision system",
         "its loss scaler does the backward and steps the optimizer (`loss_scaler(...)`",

@@ -24,6 +24,7 @@ from autoopt.lint.wrap.loop import loop_around_calls, runs_epochs
 from autoopt.lint.wrap.options import wrapped_by_callers
 from autoopt.lint.wrap.origins import Origin, elements
 from autoopt.lint.wrap.tree import (
+    MODEL_WORDS,
     assignments_of,
     bound_name,
     bound_to,
@@ -31,7 +32,6 @@ from autoopt.lint.wrap.tree import (
     is_iter_wrapper,
     is_object,
     is_self,
-    methods_of,
     model_like,
     statement_of,
     unpacked_from,
@@ -60,6 +60,9 @@ def pair_models(
     forced: dict[str, str] = {}
     for opt in optimizers:
         models = {m for a in opt.assigns for m in models_of(home, bound_to(a, opt.expr))}
+        models |= {
+            m for a in opt.assigns for m in _factory_models(code, home, bound_to(a, opt.expr))
+        }
         if not models:
             models = models_beside(home, opt)
         models -= stepped  # optimize() takes the module first, never an optimizer
@@ -91,6 +94,28 @@ def pair_models(
         Pair(m, None, guard=_not_none(home, m)) for m in dict.fromkeys(shared) if m not in paired
     ]
     return Pairing(pairs, forced)
+
+
+def _factory_models(code: CodeBase, home: Func, value: cst.BaseExpression | None) -> set[str]:
+    """The names handed to a local optimizer factory for the parameters whose `.parameters()`
+    it reads (ijepa's `init_opt(encoder=encoder, predictor=predictor, ...)`: both models)."""
+    if not isinstance(value, cst.Call) or (factory := code.resolve(home.file, value)) is None:
+        return set()
+    params = set(factory.params())
+    read = {
+        n.value.value
+        for n in factory.statements()
+        if isinstance(n, cst.Attribute)
+        and n.attr.value in ("parameters", "named_parameters")
+        and isinstance(n.value, cst.Name)
+        and n.value.value in params
+    }
+    found = set()
+    for param in read:
+        arg = code.argument(value, factory, param)
+        if isinstance(arg, cst.Name):
+            found.add(arg.value)
+    return found
 
 
 def _not_none(home: Func, model: str) -> str | None:
@@ -132,6 +157,8 @@ def _models(home: Func, value: cst.BaseExpression | None, depth: int) -> tuple[s
         ):
             root = func.value
             while isinstance(root, cst.Attribute) and not is_self(root.value):
+                if _holds_model(home, root):
+                    break  # `benchmark.model.parameters()`: the model is the attribute
                 root = root.value  # model.backbone.parameters() -> model
             if is_object(root):
                 roots.add(code_of(root))
@@ -141,28 +168,43 @@ def _models(home: Func, value: cst.BaseExpression | None, depth: int) -> tuple[s
                 if model_like(home, name):
                     factories.add(name)
                 else:
-                    for bound in _values_of(home, name):
+                    for bound in _values_of(home, name, value):
                         factories |= _either(home, bound, depth + 1)
     if isinstance(value, cst.Name):
-        for bound in _values_of(home, value.value):
+        for bound in _values_of(home, value.value, value):
             roots |= _either(home, bound, depth + 1)
     # Names the construction reads that were built from a model's parameters before it (BERT's
     # `param_optimizer = list(model.named_parameters())`, read by the comprehensions of the
     # parameter groups): those models.
     for node in home.file.inside(value):
         if isinstance(node, cst.Name) and home.file.reads(node):
-            for bound in _values_of(home, node.value):
+            for bound in _values_of(home, node.value, value):
                 roots |= _models(home, bound, depth + 1)[0]
     return roots, factories
 
 
-def _values_of(home: Func, name: str) -> list[cst.BaseExpression | None]:
-    """What `name` is bound to in `home`, and what `name += ...`, `name.extend(...)` and
-    `name.append(...)` add to it (nerf's `trainable_parameters += list(model_fine.parameters())`)."""
-    values = [bound_to(a, name) for a in assignments_of(home, name)]
+def _holds_model(home: Func, expr: cst.Attribute) -> bool:
+    """`benchmark.model`: a model named as the attribute of a plain object that is no model
+    itself (pytorch-maml's namedtuple): not `model.backbone`, whose head is the model."""
+    return (
+        isinstance(expr.value, cst.Name)
+        and any(w in expr.attr.value.lower() for w in MODEL_WORDS)
+        and not model_like(home, expr.value.value)
+    )
+
+
+def _values_of(home: Func, name: str, before: cst.CSTNode) -> list[cst.BaseExpression | None]:
+    """What `name` is bound to in `home` before `before` (the optimizer's construction: not
+    ijepa's `encoder, ..., target_encoder, optimizer = load_checkpoint(...)` after it), and
+    what `name += ...`, `name.extend(...)` and `name.append(...)` add to it (nerf's
+    `trainable_parameters += list(model_fine.parameters())`)."""
+    file = home.file
+    values = [bound_to(a, name) for a in assignments_of(home, name) if file.before(a, before)]
     if not values:
         return values
     for node in home.file.body_nodes(home.node):
+        if not file.before(node, before):
+            continue
         if isinstance(node, cst.AugAssign) and is_name(node.target, name):
             values.append(node.value)
         elif (
@@ -289,7 +331,7 @@ def reaches(code: CodeBase, func: Func, expr: str, home: Func, depth: int) -> st
     if expr.startswith("self.") and func.cls is not None:
         if home.cls is func.cls:
             return expr
-        for method in methods_of(func.file, func.cls):
+        for method in code.class_methods(func.file, func.cls):
             for bind in assignments_of(method, expr):
                 param = bound_name(bind, expr)
                 if param in method.params():
@@ -330,8 +372,52 @@ def iterated(code: CodeBase, func: Func) -> list[tuple[str, cst.CSTNode]]:
                             exprs.append(value.args[0].value)
         depth = len(list(func.file.ancestors(node)))
         found += [(code_of(e), node, depth) for e in exprs if is_object(e) or _held(e)]
+    found += [(code_of(e), n, 0) for e, n in _engine_runs(code, func) if is_object(e)]
     found.sort(key=lambda t: -t[2])
     return [(e, n) for e, n, _ in found]
+
+
+def _engine_runs(code: CodeBase, func: Func) -> list[tuple[cst.BaseExpression, cst.CSTNode]]:
+    """(loader, call) for each `trainer.run(loader, ...)` of `func` where the trainer is an
+    ignite `Engine(step)` running a local step function (made here, or returned by a local
+    function: `create_trainer(model, optimizer).run(loader)`): the engine iterates the loader
+    and calls the script's own step on each batch."""
+    found = []
+    for call in func.calls():
+        if (
+            isinstance(call.func, cst.Attribute)
+            and call.func.attr.value == "run"
+            and call.args
+            and call.args[0].keyword is None
+            and _makes_engine(code, func, call.func.value, 0)
+        ):
+            found.append((call.args[0].value, call))
+    return found
+
+
+def _makes_engine(code: CodeBase, func: Func, expr: cst.BaseExpression, depth: int) -> bool:
+    """`expr` (in `func`) is an ignite Engine running a local step function."""
+    if isinstance(expr, cst.Name) and depth <= _MAX_DEPTH:
+        return any(
+            isinstance(value := bound_to(a, expr.value), cst.BaseExpression)
+            and _makes_engine(code, func, value, depth + 1)
+            for a in assignments_of(func, expr.value)
+        )
+    if not isinstance(expr, cst.Call):
+        return False
+    if code.engine_step(func.file, expr) is not None:
+        return True
+    maker = code.resolve(func.file, expr)
+    return (
+        maker is not None
+        and depth <= _MAX_DEPTH
+        and any(
+            isinstance(n, cst.Return)
+            and n.value is not None
+            and _makes_engine(code, maker, n.value, depth + 1)
+            for n in maker.statements()
+        )
+    )
 
 
 def regenerates(code: CodeBase, func: Func, call: cst.Call) -> bool:

@@ -81,21 +81,26 @@ class SourceFile:
         return self.parents.get(id(node))
 
     @functools.cached_property
-    def renamed(self) -> dict[str, str]:
-        """Names bound only to another plain name (`Exp = Exp_Main`, PatchTST's driver):
-        what they stand for."""
-        found: dict[str, set[str]] = {}
+    def aliases(self) -> dict[str, list[str]]:
+        """Names bound only to other plain names (`Exp = Exp_Main`, PatchTST's driver; `Exp =
+        Exp_A` or `Exp = Exp_B` by a flag, iTransformer's): what they stand for, in order."""
+        found: dict[str, dict[str, None]] = {}
         for node in self.nodes:
             if isinstance(node, cst.Assign):
-                value = node.value.value if isinstance(node.value, cst.Name) else None
+                value = node.value.value if isinstance(node.value, cst.Name) else ""
                 for target in node.targets:
                     if isinstance(target.target, cst.Name):
-                        found.setdefault(target.target.value, set()).add(value or "")
+                        found.setdefault(target.target.value, {})[value] = None
         return {
-            name: next(iter(values))
+            name: list(values)
             for name, values in found.items()
-            if len(values) == 1 and "" not in values and name not in values
+            if "" not in values and name not in values
         }
+
+    @functools.cached_property
+    def renamed(self) -> dict[str, str]:
+        """Names bound only to one other plain name (`Exp = Exp_Main`): what they stand for."""
+        return {name: values[0] for name, values in self.aliases.items() if len(values) == 1}
 
     @functools.cached_property
     def bound_names(self) -> frozenset[str]:
@@ -278,6 +283,9 @@ class CodeBase:
         self._callers: dict[Func, list[tuple[Func, cst.Call]]] | None = None
         self._resolved: dict[int, Func | None] = {}
         self._backward: dict[Func, bool] = {}
+        self._subclass_index: (
+            tuple[int, dict[int, list[tuple[SourceFile, cst.ClassDef]]]] | None
+        ) = None
 
     def files(self) -> list[SourceFile]:
         return [self.script, *(f for f in self._files.values() if f is not None)]
@@ -289,14 +297,38 @@ class CodeBase:
         return Func(file, file.scope_of(node))
 
     # ----- local modules -------------------------------------------------------------------------
-    def _load(self, dotted: str) -> SourceFile | None:
-        """The local module `dotted` (`engine`, `mingpt.trainer`, `.utils`) as a parsed file."""
+    def _load(self, dotted: str, importer: SourceFile) -> SourceFile | None:
+        """The local module `dotted` (`engine`, `mingpt.trainer`, `.utils`, `..models`) as
+        `importer` imports it, parsed: a relative import from `importer`'s package, an
+        absolute one from its folder or the script's (or up to two folders above it)."""
         if self.script.path is None:
             return None
-        rel = Path(*dotted.lstrip(".").split("."))
-        bases = [self.script.path.parent, *list(self.script.path.parents)[1 : _PARENT_LEVELS + 1]]
-        for base in bases if not dotted.startswith(".") else bases[:1]:
-            for candidate in (base / rel.with_suffix(".py"), base / rel / "__init__.py"):
+        name = dotted.lstrip(".")
+        level = len(dotted) - len(name)
+        rel = Path(*name.split(".")) if name else Path()
+        if level:
+            if importer.path is None:
+                return None
+            bases = (
+                [importer.path.parents[level - 1]] if level <= len(importer.path.parents) else []
+            )
+        else:
+            script = [
+                self.script.path.parent,
+                *list(self.script.path.parents)[1 : _PARENT_LEVELS + 1],
+            ]
+            bases = list(
+                dict.fromkeys(
+                    [*([importer.path.parent] if importer.path is not None else []), *script]
+                )
+            )
+        for base in bases:
+            candidates = (
+                (base / rel / "__init__.py",)
+                if not name
+                else (base / rel.with_suffix(".py"), base / rel / "__init__.py")
+            )
+            for candidate in candidates:
                 if candidate.is_file():
                     key = candidate.resolve()
                     if key not in self._files:
@@ -309,15 +341,23 @@ class CodeBase:
                     return self._files[key]
         return None
 
-    def _imported(self, dotted: str) -> Func | tuple[SourceFile, cst.ClassDef] | None:
-        """The function or class `module.name` that `dotted` names, if its module is local."""
+    def _imported(
+        self, dotted: str, importer: SourceFile, depth: int = 0
+    ) -> Func | tuple[SourceFile, cst.ClassDef] | None:
+        """The function or class `module.name` that `dotted` names in `importer`, if its
+        module is local; through a package's re-export (`from disvae import Trainer`, which
+        disvae/__init__.py imports from disvae.training)."""
         module, _, name = dotted.rpartition(".")
-        source = self._load(module) if module.strip(".") else None
+        source = self._load(module, importer) if module else None
         if source is None:
             return None
         if name in source.functions:
             return Func(source, source.functions[name])
-        return (source, source.classes[name]) if name in source.classes else None
+        if name in source.classes:
+            return source, source.classes[name]
+        if name in source.imports and depth < _MAX_BASES:
+            return self._imported(source.imports[name], source, depth + 1)
+        return None
 
     def local_class(self, file: SourceFile, name: str) -> tuple[SourceFile, cst.ClassDef] | None:
         """The class `name` of `file`, or imported into it from a local module (also under
@@ -327,7 +367,7 @@ class CodeBase:
         other = file.renamed.get(name)
         if other is not None and name not in file.imports and other not in file.renamed:
             return self.local_class(file, other)
-        found = self._imported(file.imports[name]) if name in file.imports else None
+        found = self._imported(file.imports[name], file) if name in file.imports else None
         if found is None and name not in file.imports:
             found = self._star_imported(file, name)
         return found if isinstance(found, tuple) else None
@@ -339,7 +379,7 @@ class CodeBase:
         if name in file.bound_names:
             return None  # bound here: the star import does not provide it
         for module in file.star_imports:
-            found = self._imported(f"{module}.{name}")
+            found = self._imported(f"{module}.{name}" if module.strip(".") else module + name, file)
             if found is not None:
                 return found
         return None
@@ -356,7 +396,7 @@ class CodeBase:
             and isinstance(func.value, cst.Name)
             and func.value.value in file.imports
         ):
-            found = self._imported(f"{file.imports[func.value.value]}.{func.attr.value}")
+            found = self._imported(f"{file.imports[func.value.value]}.{func.attr.value}", file)
             return found if isinstance(found, tuple) else None
         return None
 
@@ -377,14 +417,72 @@ class CodeBase:
                     return found
         return None
 
+    def class_methods(self, file: SourceFile, cls: cst.ClassDef, depth: int = 0) -> list[Func]:
+        """Every method of `cls` and of its local base classes (S3Rec's `FinetuneTrainer`
+        steps the `self.optim` that the base `Trainer.__init__` creates)."""
+        found = [Func(file, s) for s in cls.body.body if isinstance(s, cst.FunctionDef)]
+        if depth < _MAX_BASES:
+            for base in cls.bases:
+                owner = self.called_class(file, base.value)
+                if owner is not None and owner[1] is not cls:
+                    found += self.class_methods(*owner, depth + 1)
+        return found
+
+    def overrides(self, func: Func) -> list[Func]:
+        """The methods of the loaded files' subclasses of `func`'s class that override it: a
+        base's `self.iteration(...)` runs the subclass's (S3Rec's `Trainer.train` runs
+        `FinetuneTrainer.iteration`)."""
+        cls = func.cls
+        if cls is None:
+            return []
+        found: list[Func] = []
+        for sub_file, sub in self._subclasses().get(id(cls), []):
+            found += [
+                Func(sub_file, s)
+                for s in sub.body.body
+                if isinstance(s, cst.FunctionDef) and s.name.value == func.name
+            ]
+        return found
+
+    def _subclasses(self) -> dict[int, list[tuple[SourceFile, cst.ClassDef]]]:
+        """The local subclasses of each class of the loaded files (also indirect ones), by
+        the base class's id; indexed again whenever another file is loaded."""
+        loaded = len(self._files)
+        if self._subclass_index is None or self._subclass_index[0] != loaded:
+            index: dict[int, list[tuple[SourceFile, cst.ClassDef]]] = {}
+            for file in self.files():
+                for cls in file.classes.values():
+                    for base in self._bases(file, cls):
+                        index.setdefault(id(base[1]), []).append((file, cls))
+            self._subclass_index = (len(self._files), index)
+        return self._subclass_index[1]
+
+    def _bases(
+        self, file: SourceFile, cls: cst.ClassDef, depth: int = 0
+    ) -> list[tuple[SourceFile, cst.ClassDef]]:
+        """`cls`'s local base classes, also indirect ones."""
+        found: list[tuple[SourceFile, cst.ClassDef]] = []
+        for base in cls.bases:
+            owner = self.called_class(file, base.value)
+            if owner is not None and owner[1] is not cls:
+                found.append(owner)
+                if depth < _MAX_BASES:
+                    found += self._bases(*owner, depth + 1)
+        return found
+
     def resolve(self, file: SourceFile, call: cst.Call) -> Func | None:
         """The function `call` runs, when it is defined in the script or a local module."""
         if id(call) not in self._resolved:
+            self._resolved[id(call)] = None  # a call met again while resolving it runs nothing
             self._resolved[id(call)] = self._resolve(file, call)
         return self._resolved[id(call)]
 
     def _resolve(self, file: SourceFile, call: cst.Call) -> Func | None:
-        func = call.func
+        return self._callee(file, call.func, call)
+
+    def _callee(self, file: SourceFile, func: cst.BaseExpression, at: cst.CSTNode) -> Func | None:
+        """The local function a call of `func` at `at` runs."""
+        call = at
         if isinstance(func, cst.Name):
             name = func.value
             if nested := self._nested(file, call, name):
@@ -392,7 +490,7 @@ class CodeBase:
             if name in file.functions:
                 return Func(file, file.functions[name])
             if name in file.imports:
-                found = self._imported(file.imports[name])
+                found = self._imported(file.imports[name], file)
                 if isinstance(found, Func):
                     return found
             elif isinstance(found := self._star_imported(file, name), Func):
@@ -400,9 +498,12 @@ class CodeBase:
             owner = self.local_class(file, name)
             if owner:
                 return self.method(*owner, "__init__")
-            # `maml(x)` where `maml = Meta(...).to(device)`: the module's forward runs
+            # `maml(x)` where `maml = Meta(...).to(device)`: the module's forward runs; a
+            # plain class's `__call__` (disentangling-vae's `trainer(train_loader, ...)`)
             instance = self._instance_class(file, name, file.scope_of(call))
-            return self.method(*instance, "forward") if instance else None
+            if instance is None:
+                return None
+            return self.method(*instance, "__call__") or self.method(*instance, "forward")
         if not isinstance(func, cst.Attribute):
             return None
         receiver, attr = func.value, func.attr.value
@@ -411,14 +512,14 @@ class CodeBase:
                 cls = file.class_of(file.scope_of(call))
                 return self.method(file, cls, attr) if cls is not None else None
             if receiver.value in file.imports:  # engine.train_one_epoch(...)
-                found = self._imported(f"{file.imports[receiver.value]}.{attr}")
+                found = self._imported(f"{file.imports[receiver.value]}.{attr}", file)
                 return found if isinstance(found, Func) else None
             owner = self._instance_class(file, receiver.value, file.scope_of(call))
             return self.method(*owner, attr) if owner else None
         return None
 
     @staticmethod
-    def _nested(file: SourceFile, call: cst.Call, name: str) -> Func | None:
+    def _nested(file: SourceFile, call: cst.CSTNode, name: str) -> Func | None:
         """The function `name` defined inside a function enclosing `call` (timm's
         `def _backward(_loss): ...` in train_one_epoch, called from its loop)."""
         scope = file.scope_of(call)
@@ -434,6 +535,15 @@ class CodeBase:
     ) -> tuple[SourceFile, cst.ClassDef] | None:
         """The local class of `name = SomeClass(...)` in `scope` (also placed:
         `SomeClass(...).to(device)`, `.cuda()`)."""
+        found = self._instance_classes(file, name, scope)
+        return found[0] if found else None
+
+    def _instance_classes(
+        self, file: SourceFile, name: str, scope: Scope, depth: int = 0
+    ) -> list[tuple[SourceFile, cst.ClassDef]]:
+        """Every local class `name` may be an instance of: `name = SomeClass(...)`, or `name =
+        Exp(...)` where `Exp` stands for one class or another, or `name = make(...)` where the
+        local function `make` returns an instance (pytorch-3dunet's `create_trainer(config)`)."""
         for node in file.bindings(scope).get(name, ()):
             if not (
                 isinstance(node, cst.Assign)
@@ -448,9 +558,52 @@ class CodeBase:
                 and value.func.attr.value in _PLACING
             ):
                 value = value.func.value
+            if isinstance(value, cst.Call) and depth < _MAX_BASES:
+                made = self._made_by(file, value, depth)
+                if made:
+                    return made
             if isinstance(value, cst.Call) and isinstance(value.func, cst.Name):
-                return self.local_class(file, value.func.value)
-        return None
+                called = value.func.value
+                if (one := self.local_class(file, called)) is not None:
+                    return [one]
+                if called in file.imports:
+                    return []
+                return [
+                    c
+                    for other in file.aliases.get(called, ())
+                    if other not in file.aliases and (c := self.local_class(file, other))
+                ]
+        return []
+
+    def _made_by(
+        self, file: SourceFile, call: cst.Call, depth: int
+    ) -> list[tuple[SourceFile, cst.ClassDef]]:
+        """The local classes whose instances the local function `call` runs returns."""
+        if depth > _MAX_BASES:
+            return []
+        if self.local_class(file, code_of(call.func)) is not None:
+            return []
+        factory = self.resolve(file, call)
+        if (
+            factory is None
+            or factory.cls is not None
+            or not isinstance(factory.node, cst.FunctionDef)
+        ):
+            return []
+        found: dict[int, tuple[SourceFile, cst.ClassDef]] = {}
+        for node in factory.statements():
+            if not isinstance(node, cst.Return) or node.value is None:
+                continue
+            value = node.value
+            if isinstance(value, cst.Name):
+                classes = self._instance_classes(factory.file, value.value, factory.node, depth + 1)
+            elif isinstance(value, cst.Call):
+                owner = self.called_class(factory.file, value.func)
+                classes = [owner] if owner else self._made_by(factory.file, value, depth + 1)
+            else:
+                classes = []
+            found.update((id(c[1]), c) for c in classes)
+        return list(found.values())
 
     def callers(self, func: Func) -> list[tuple[Func, cst.Call]]:
         """Every (calling function, call) that runs `func`, across the loaded files."""
@@ -479,12 +632,52 @@ class CodeBase:
         return None
 
     def runs(self, file: SourceFile, call: cst.Call) -> list[Func]:
-        """The functions of the code base `call` runs: the one it calls, and the closure an
-        optimizer's `step(closure)` calls (LBFGS: the forward and backward live in it)."""
+        """The functions of the code base `call` runs: the one it calls (and, for a method called
+        on `self`, its overrides in subclasses), and the closure an optimizer's `step(closure)`
+        calls (LBFGS: the forward and backward live in it)."""
         found = [target] if (target := self.resolve(file, call)) is not None else []
+        if target is not None and _on_self(call):
+            found += self.overrides(target)
+        found += self._alternatives(file, call, target)
+        found += [f for f in self._handed(file, call) if f not in found]
         if closure := self.step_closure(file, call):
             found.append(closure)
         return found
+
+    def _handed(self, file: SourceFile, call: cst.Call) -> list[Func]:
+        """The local functions and bound methods handed to `call`, which it runs:
+        `mp.spawn(run_training, ...)`, lightweight-gan's `retry_call(model.train, tries=3)`."""
+        found: list[Func] = []
+        for arg in call.args:
+            value = arg.value
+            if isinstance(value, cst.Name) and value.value in ("self", "cls"):
+                continue
+            if isinstance(value, cst.Name | cst.Attribute):
+                target = self._callee(file, value, call)
+                # a function or bound method, not an instance (Swin's `loss_scaler` handed to
+                # train_one_epoch is called there, with its own arguments) nor a class
+                if target is not None and target.name not in ("__init__", "__call__", "forward"):
+                    found.append(target)
+        return found
+
+    def engine_step(self, file: SourceFile, call: cst.Call) -> Func | None:
+        """The script's own step function an ignite `Engine(step)` runs on every batch."""
+        if not (file.qualname(call.func).startswith("ignite.") and call.args):
+            return None
+        if not code_of(call.func).endswith("Engine") or call.args[0].keyword is not None:
+            return None
+        step = call.args[0].value
+        return self._callee(file, step, call) if isinstance(step, cst.Name) else None
+
+    def _alternatives(self, file: SourceFile, call: cst.Call, target: Func | None) -> list[Func]:
+        """The same method of the other classes `obj` of `obj.method(...)` may be an instance
+        of (`exp = Exp(args)` where `Exp` is one of two experiment classes)."""
+        func = call.func
+        if not (isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name)):
+            return []
+        classes = self._instance_classes(file, func.value.value, file.scope_of(call))
+        found = [self.method(*owner, func.attr.value) for owner in classes[1:]]
+        return [f for f in found if f is not None and f != target]
 
     @staticmethod
     def step_closure(file: SourceFile, call: cst.Call) -> Func | None:
@@ -519,6 +712,16 @@ class CodeBase:
         if _is_backward(call):
             return True
         return any(self.does_backward(target) for target in self.runs(func.file, call))
+
+
+def _on_self(call: cst.Call) -> bool:
+    """`self.method(...)`."""
+    func = call.func
+    return (
+        isinstance(func, cst.Attribute)
+        and isinstance(func.value, cst.Name)
+        and func.value.value == "self"
+    )
 
 
 def _is_backward(call: cst.Call) -> bool:

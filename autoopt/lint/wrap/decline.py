@@ -59,11 +59,21 @@ def lightning() -> Decline:
     )
 
 
-def meta_learning(wrapper: str) -> Decline:
+def meta_learning(wrapper: str, library: str = "learn2learn") -> Decline:
+    """`wrapper`: what the script uses of the meta-learning `library`."""
+    if library == "torchmeta":
+        what = (
+            f"the script meta-learns with torchmeta (`{wrapper}`): its MetaModules are called "
+            "with `params=` adapted through differentiable inner steps, on batches of tasks"
+        )
+    else:
+        what = (
+            f"the model is wrapped in `{wrapper}` (learn2learn), whose learners are cloned per "
+            "task and adapted through differentiable inner steps (second order by default)"
+        )
     return Decline(
         "meta-learning wrapper",
-        f"the model is wrapped in `{wrapper}` (learn2learn), whose learners are cloned per task "
-        "and adapted through differentiable inner steps (second order by default)",
+        what,
         "nothing to insert: optimize() compiles and wraps the module it is handed, and the "
         "meta-learner's clones must stay differentiable through it; keep this loop as it is",
     )
@@ -79,11 +89,21 @@ def hf_trainer() -> Decline:
 
 
 def ignite() -> Decline:
-    # `Engine(train_step)` / `create_supervised_trainer`: the library drives the loop
+    # `create_supervised_trainer(...)`: the library builds the step and drives the loop
     return Decline(
         "already uses ignite",
         "training runs inside an ignite Engine (the library drives the loop)",
         "nothing to insert: --wrap needs the script's own loop (forward, backward, step)",
+    )
+
+
+def ignite_distributed(call: str) -> Decline:
+    return Decline(
+        "already uses ignite",
+        f"ignite.distributed wraps the model or optimizer itself (`{call}`: DDP, DataParallel "
+        "or Horovod, chosen at run time) before the script's own step trains them",
+        "hand optimize() the bare model and optimizer before that wrap by hand, or keep the "
+        "script as it is",
     )
 
 

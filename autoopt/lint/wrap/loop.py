@@ -16,6 +16,7 @@ from autoopt.lint.tree.nodes import code_of
 from autoopt.lint.wrap.codebase import CodeBase, Func, SourceFile
 from autoopt.lint.wrap.tree import (
     bound_to,
+    is_member_object,
     is_object,
     is_plain_class,
     loop_source,
@@ -126,7 +127,9 @@ def optimizer_uses(
             # the same through a class --wrap cannot read (in a module it does not reach)
             stepped.setdefault(code_of(receiver), call)
             unseen[code_of(receiver)] = attr
-        elif attr == "step" and not call.args and is_object(receiver):
+        elif (
+            attr == "step" and not call.args and (is_object(receiver) or is_member_object(receiver))
+        ):
             stepped.setdefault(code_of(receiver), call)
         elif is_object(receiver) and code.step_closure(func.file, call):
             # `optimizer.step(closure)`: LBFGS re-runs the forward and backward in the closure
@@ -140,7 +143,7 @@ def optimizer_uses(
             attr == "step"
             and call.args
             and "scaler" in code_of(receiver).lower()
-            and is_object(call.args[0].value)
+            and (is_object(call.args[0].value) or is_member_object(call.args[0].value))
         ):
             expr = code_of(call.args[0].value)  # scaler.step(optimizer)
             certain.add(expr)

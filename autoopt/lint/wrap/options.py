@@ -33,17 +33,25 @@ _PARALLEL = {
 }
 
 
-def conflict(file: SourceFile) -> Decline | None:
-    """A decline when `file` trains through a library or a way of running that owns the loop."""
+def conflict(code: CodeBase, file: SourceFile) -> Decline | None:
+    """A decline when `file` trains through a library or a way of running that owns the loop
+    (an ignite Engine running the script's own step function does not own it)."""
     dotted = set(file.imports.values())
     if runs_accelerate(file):
         return decline.accelerate()
     if any(d.split(".")[0] in ("lightning", "pytorch_lightning") for d in dotted):
         return decline.lightning()
-    if any(d.startswith("ignite.engine") for d in dotted):
+    if any(d.startswith("ignite.engine") for d in dotted) and not _own_engine_steps(code, file):
         return decline.ignite()
+    for call in file.calls():
+        qualified = file.qualname(call.func)
+        if qualified.startswith("ignite.") and qualified.split(".")[-1] in _IGNITE_WRAPS:
+            return decline.ignite_distributed(code_of(call))
     if any(d.startswith(("torch.distributed.rpc", "torch.distributed.autograd")) for d in dotted):
         return decline.rpc()
+    for name in dotted:
+        if name.startswith(("torchmeta.modules", "torchmeta.utils.data")):
+            return decline.meta_learning(name.rsplit(".", 1)[-1], "torchmeta")
     if "learn2learn" in file.module.code:
         for call in file.calls():
             if file.qualname(call.func).startswith("learn2learn.algorithms."):
@@ -55,6 +63,20 @@ def conflict(file: SourceFile) -> Decline | None:
         # processes that run train.py's train())
         return decline.hogwild()
     return None
+
+
+# ignite.distributed's wraps of the model and optimizer (`idist.auto_model(model)`)
+_IGNITE_WRAPS = {"auto_model", "auto_optim"}
+
+
+def _own_engine_steps(code: CodeBase, file: SourceFile) -> bool:
+    """Every ignite engine of `file` that trains runs a step function of the script's own
+    (`Engine(step)`, the step doing the backward and `optimizer.step()`); none is built by
+    ignite (`create_supervised_trainer(model, optimizer, loss)`)."""
+    engines = [c for c in file.calls() if file.qualname(c.func).startswith("ignite.")]
+    steps = [code.engine_step(file, c) for c in engines if code_of(c.func).endswith("Engine")]
+    built = [c for c in engines if "trainer" in code_of(c.func).rsplit(".", 1)[-1].lower()]
+    return not built and any(s is not None and code.does_backward(s) for s in steps)
 
 
 def _hogwild(source: str) -> bool:

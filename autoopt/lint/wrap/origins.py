@@ -14,7 +14,7 @@ from autoopt.lint.wrap import decline
 from autoopt.lint.wrap.codebase import CodeBase, Func, SourceFile
 from autoopt.lint.wrap.decline import Decline
 from autoopt.lint.wrap.loop import Training
-from autoopt.lint.wrap.options import is_apex_initialize
+from autoopt.lint.wrap.options import is_apex_initialize, wrapped_by_callers
 from autoopt.lint.wrap.tree import (
     assign_targets,
     assignments_of,
@@ -23,7 +23,6 @@ from autoopt.lint.wrap.tree import (
     bound_to,
     element_at,
     is_object,
-    methods_of,
     rebinds,
     statement_of,
     unpacked_from,
@@ -82,9 +81,13 @@ class Tracer:
                     return found
             return [Origin(func, expr, assigns, entry)]
         found: list[Origin] = []
+        if expr.count(".") == 2 and expr.startswith("self.") and func.cls is not None:
+            return self._through_member(func, expr, depth)
         if expr.startswith("self.") and func.cls is not None:
             binding = [
-                (m, b) for m in methods_of(func.file, func.cls) if (b := assignments_of(m, expr))
+                (m, b)
+                for m in self.code.class_methods(func.file, func.cls)
+                if (b := assignments_of(m, expr))
             ]
             if any(not placeholder(b, expr) for _, b in binding):
                 # `self.optimizer = None` in `__init__`: a placeholder, not a second optimizer
@@ -115,6 +118,25 @@ class Tracer:
             if assignments_of(top, expr):
                 return self.origins(top, expr, None, depth + 1)
         return []
+
+    def _through_member(self, func: Func, expr: str, depth: int) -> list[Origin]:
+        """`self.GAN.G_opt`: where the class of `self.GAN` (a local class the methods of
+        `func`'s class instantiate) binds `self.G_opt`."""
+        member, _, attr = expr.rpartition(".")
+        assert func.cls is not None
+        found: list[Origin] = []
+        for method in self.code.class_methods(func.file, func.cls):
+            for bind in assignments_of(method, member):
+                value = bound_to(bind, member)
+                owner = (
+                    self.code.called_class(method.file, value.func)
+                    if isinstance(value, cst.Call)
+                    else None
+                )
+                methods = self.code.class_methods(*owner) if owner else []
+                if methods:
+                    found += self.origins(methods[0], f"self.{attr}", None, depth + 1)
+        return found
 
     def _through_callers(self, func: Func, param: str, depth: int) -> list[Origin]:
         if not self.code.callers(func):
@@ -206,6 +228,17 @@ def _creations(code: CodeBase, origin: Origin) -> list[cst.CSTNode] | Decline:
         else:
             kept.append(assign)  # a helper that builds a new one from it, or restores it
     return kept or origin.assigns
+
+
+def _built_over_a_parameter(origin: Origin) -> bool:
+    """The optimizer is built from something handed in (`def train(model, ...): optim =
+    Adamax(model.parameters())`), not from what the function's own object holds."""
+    params = set(origin.func.params())
+    return any(
+        isinstance(n, cst.Name) and n.value in params
+        for a in origin.assigns
+        for n in origin.func.file.inside(a)
+    )
 
 
 def _qualified(func: Func) -> str:
@@ -313,6 +346,11 @@ def bind_optimizers(code: CodeBase, training: Training) -> Bound | Decline:
     for key in tensors:  # an attack's perturbation stepped beside the model (TRADES)
         del origins[key]
     if origins and all(o.func.file is not code.script for o in origins.values()):
+        for origin in origins.values():
+            if _built_over_a_parameter(origin) and (wrap := wrapped_by_callers(code, origin.func)):
+                # bottom-up-attention-vqa's `model = nn.DataParallel(model).cuda()` before
+                # `train(model, ...)` builds the optimizer: no file holds the bare model there
+                return decline.parallel_before_optimizer(wrap)
         # an object of a local module creates and steps them (BCQ's agent, SimGNN's trainer)
         where = {f"{_qualified(o.func)}() of {o.func.file.path}": None for o in origins.values()}
         return decline.optimizer_in_module(list(where))

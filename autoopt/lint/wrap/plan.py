@@ -54,7 +54,7 @@ from autoopt.lint.wrap.device import device_for, moved_after
 from autoopt.lint.wrap.loop import OptimizerWrappers, Training, find_training, training_functions
 from autoopt.lint.wrap.options import conflict, own_precision, scaler_steps, wrapped_before
 from autoopt.lint.wrap.origins import Origin, bind_optimizers
-from autoopt.lint.wrap.tree import methods_of, statement_of
+from autoopt.lint.wrap.tree import statement_of
 
 __all__ = ["Decline", "Pair", "Plan", "plan_wrap"]
 
@@ -73,13 +73,13 @@ def plan_wrap(module: cst.Module, path: Path | None) -> Plan | Decline | None:
 def _plan(code: CodeBase) -> Plan | Decline:
     """The steps in order: what the script runs on, the loop and its optimizers, where they
     are created, then the call."""
-    if why := conflict(code.script):
+    if why := conflict(code, code.script):
         return why
     trainers = training_functions(code)
     if not trainers:
         return _no_loop_reached(code)
     for func in trainers:
-        if func.file is not code.script and (why := conflict(func.file)):
+        if func.file is not code.script and (why := conflict(code, func.file)):
             return why
     wrappers = OptimizerWrappers(code)
     training = find_training(code, trainers, wrappers)
@@ -146,7 +146,7 @@ def _optimizers_of_built_objects(code: CodeBase, file: SourceFile) -> list[str]:
         if owner is None or owner[0] is file:
             continue
         source, cls = owner
-        for method in methods_of(source, cls):
+        for method in code.class_methods(source, cls):
             if any(_creates_optimizer(source, c) for c in method.calls()):
                 found[f"{cls.name.value}.{method.name}() of {source.path}"] = None
     return list(found)

@@ -36,6 +36,16 @@ def is_object(node: cst.BaseExpression) -> bool:
     return isinstance(node, cst.Attribute) and is_self(node.value)
 
 
+def is_member_object(node: cst.BaseExpression) -> bool:
+    """`self.member.attr`: an object held by an object the class holds (lightweight-gan's
+    `self.GAN.G_opt`); where it is created tells a decline's reason."""
+    return (
+        isinstance(node, cst.Attribute)
+        and isinstance(node.value, cst.Attribute)
+        and is_self(node.value.value)
+    )
+
+
 def is_iter_wrapper(func: cst.BaseExpression) -> bool:
     text = code_of(func)
     return text in ITER_WRAPPERS or text.split(".")[-1] in ITER_WRAPPERS
@@ -209,10 +219,36 @@ def methods_of(file: SourceFile, cls: cst.ClassDef) -> list[Func]:
     return [Func(file, s) for s in cls.body.body if isinstance(s, cst.FunctionDef)]
 
 
+# `model_name`, `model_path`, `net_cfg`: what names or configures a model, not one
+_DESCRIBES_A_MODEL = frozenset(
+    (
+        "name",
+        "names",
+        "path",
+        "dir",
+        "file",
+        "type",
+        "cfg",
+        "config",
+        "conf",
+        "args",
+        "kwargs",
+        "id",
+        "arch",
+        "size",
+        "dim",
+        "str",
+        "url",
+        "key",
+        "fn",
+    )
+)
+
+
 def model_like(func: Func, name: str) -> bool:
     """`name` is used like a model in `func` (`.parameters()`, `.train()`...) or named like one;
     never an optimizer (which has a `.state_dict()` too)."""
-    if "optim" in name.lower():
+    if "optim" in name.lower() or name.lower().rsplit("_", 1)[-1] in _DESCRIBES_A_MODEL:
         return False
     if any(w in name.lower() for w in MODEL_WORDS):
         return True

@@ -1,0 +1,373 @@
+"""--wrap follows the program across modules as the lint's program model does: a class a
+package re-exports, an instance called like a function, a method a base class leaves to its
+subclasses, a class chosen by a flag, a factory that returns the trainer, a bound method
+handed to a call, and a DataParallel wrap made before the model is handed on."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+from autoopt.lint.wrap.insert import wrap_source
+
+LOADER = """\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+def make_loader():
+    return DataLoader(TensorDataset(torch.randn(32, 8), torch.randn(32, 1)), batch_size=8)
+"""
+
+
+def project(tmp_path: Path, files: dict[str, str]) -> Path:
+    """Write the project's files; the path of the script (the first file)."""
+    for name, text in files.items():
+        path = tmp_path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text))
+    return tmp_path / next(iter(files))
+
+
+def wrap(script: Path):
+    return wrap_source(script.read_text(), path=script)
+
+
+def test_a_class_re_exported_by_a_package_and_called_like_a_function(tmp_path: Path) -> None:
+    """disentangling-vae: `from disvae import Trainer`, whose `__init__.py` imports it from
+    disvae/training.py; `trainer(train_loader)` runs its `__call__`, where the loop is."""
+    script = project(
+        tmp_path,
+        {
+            "main.py": """\
+                import torch
+                from data import make_loader
+                from disvae import Trainer
+
+                def main():
+                    model = torch.nn.Linear(8, 1)
+                    optimizer = torch.optim.Adam(model.parameters())
+                    train_loader = make_loader()
+                    trainer = Trainer(model, optimizer)
+                    trainer(train_loader, epochs=2)
+                """,
+            "data.py": LOADER,
+            "disvae/__init__.py": "from disvae.training import Trainer\n",
+            "disvae/training.py": """\
+                import torch
+
+                class Trainer:
+                    def __init__(self, model, optimizer):
+                        self.model = model
+                        self.optimizer = optimizer
+
+                    def __call__(self, data_loader, epochs=1):
+                        for _ in range(epochs):
+                            for x, y in data_loader:
+                                self.optimizer.zero_grad()
+                                torch.nn.functional.mse_loss(self.model(x), y).backward()
+                                self.optimizer.step()
+                """,
+        },
+    )
+    result = wrap(script)
+    assert not result.declined, result.message
+    assert result.inserted == (
+        "model, train_loader, optimizer = autoopt.optimize(model, train_loader, optimizer, "
+        'device="cpu")',
+    )
+
+
+def test_a_method_left_to_subclasses_and_an_optimizer_the_base_creates(tmp_path: Path) -> None:
+    """S3Rec: `Trainer.train` calls `self.iteration(...)`, which only `FinetuneTrainer`
+    implements; the optimizer is `Trainer.__init__`'s. The decline names where it is."""
+    script = project(
+        tmp_path,
+        {
+            "run.py": """\
+                import torch
+                from data import make_loader
+                from trainers import FinetuneTrainer
+
+                model = torch.nn.Linear(8, 1)
+                trainer = FinetuneTrainer(model, make_loader())
+                for epoch in range(2):
+                    trainer.train(epoch)
+                """,
+            "data.py": LOADER,
+            "trainers.py": """\
+                import torch
+
+                class Trainer:
+                    def __init__(self, model, loader):
+                        self.model = model
+                        self.loader = loader
+                        self.optim = torch.optim.Adam(self.model.parameters())
+
+                    def train(self, epoch):
+                        self.iteration(epoch, self.loader)
+
+                    def iteration(self, epoch, loader):
+                        raise NotImplementedError
+
+                class FinetuneTrainer(Trainer):
+                    def iteration(self, epoch, loader):
+                        for x, y in loader:
+                            self.optim.zero_grad()
+                            torch.nn.functional.mse_loss(self.model(x), y).backward()
+                            self.optim.step()
+                """,
+        },
+    )
+    result = wrap(script)
+    assert result.declined and result.reason == "optimizer created in another module"
+    assert "Trainer.__init__() of" in result.message and "trainers.py" in result.message
+    # the loop is reached (through the override), not only the class's constructor
+    assert "no .backward() is reached" not in result.message
+
+
+def test_a_class_chosen_by_a_flag_and_one_a_factory_returns(tmp_path: Path) -> None:
+    """iTransformer's `Exp = A` or `Exp = B`, then `exp = Exp(args)`; pytorch-3dunet's
+    `trainer = create_trainer(config)`: the decline names where each optimizer is created."""
+    experiments = """\
+        import torch
+
+        class Exp{name}:
+            def __init__(self, args):
+                self.model = torch.nn.Linear(8, 1)
+
+            def train(self, loader):
+                optim = torch.optim.Adam(self.model.parameters())
+                for x, y in loader:
+                    optim.zero_grad()
+                    torch.nn.functional.mse_loss(self.model(x), y).backward()
+                    optim.step()
+        """
+    script = project(
+        tmp_path,
+        {
+            "run.py": """\
+                import sys
+                from data import make_loader
+                from exp_a import ExpA
+                from exp_b import ExpB
+
+                if sys.argv[1:] == ["b"]:
+                    Exp = ExpB
+                else:
+                    Exp = ExpA
+                exp = Exp(sys.argv)
+                exp.train(make_loader())
+                """,
+            "data.py": LOADER,
+            "exp_a.py": experiments.format(name="A"),
+            "exp_b.py": experiments.format(name="B"),
+        },
+    )
+    result = wrap(script)
+    assert result.declined and result.reason == "optimizer created in another module"
+    assert "ExpA.train() of" in result.message and "ExpB.train() of" in result.message
+
+    script = project(
+        tmp_path,
+        {
+            "train3d.py": """\
+                from trainer import create_trainer
+
+                trainer = create_trainer({"lr": 0.1})
+                trainer.fit()
+                """,
+            "trainer.py": """\
+                import torch
+                from data import make_loader
+
+                def create_trainer(config):
+                    model = torch.nn.Linear(8, 1)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=config["lr"])
+                    return UNetTrainer(model, optimizer, make_loader())
+
+                class UNetTrainer:
+                    def __init__(self, model, optimizer, loader):
+                        self.model, self.optimizer, self.loader = model, optimizer, loader
+
+                    def fit(self):
+                        for x, y in self.loader:
+                            self.optimizer.zero_grad()
+                            torch.nn.functional.mse_loss(self.model(x), y).backward()
+                            self.optimizer.step()
+                """,
+        },
+    )
+    result = wrap(script)
+    assert result.declined and result.reason == "optimizer created in another module"
+    assert "create_trainer() of" in result.message
+
+
+def test_a_bound_method_handed_to_a_call_and_an_optimizer_a_member_holds(tmp_path: Path) -> None:
+    """lightweight-gan: `retry_call(model.train, tries=3)` runs the Trainer's `train`, which
+    steps `self.GAN.G_opt`, created by the `LightweightGAN` the Trainer builds."""
+    script = project(
+        tmp_path,
+        {
+            "cli.py": """\
+                from retry.api import retry_call
+                from gan import Trainer
+
+                def run_training():
+                    model = Trainer()
+                    for _ in range(10):
+                        retry_call(model.train, tries=3)
+                """,
+            "gan.py": """\
+                import torch
+
+                class LightweightGAN(torch.nn.Module):
+                    def __init__(self):
+                        super().__init__()
+                        self.G = torch.nn.Linear(8, 8)
+                        self.G_opt = torch.optim.Adam(self.G.parameters())
+
+                class Trainer:
+                    def __init__(self):
+                        self.GAN = LightweightGAN()
+
+                    def train(self):
+                        self.GAN.G_opt.zero_grad()
+                        self.GAN.G(torch.randn(4, 8)).sum().backward()
+                        self.GAN.G_opt.step()
+                """,
+        },
+    )
+    result = wrap(script)
+    assert result.declined and result.reason == "optimizer created in another module"
+    assert "LightweightGAN.__init__() of" in result.message
+
+
+def test_a_dataparallel_wrap_before_the_model_is_handed_to_another_module(tmp_path: Path) -> None:
+    """bottom-up-attention-vqa: `model = nn.DataParallel(model).cuda()`, then `train(model,
+    ...)` of train.py builds the optimizer: no file holds the bare model where it is created."""
+    script = project(
+        tmp_path,
+        {
+            "main.py": """\
+                import torch
+                from data import make_loader
+                from train import train
+
+                if __name__ == "__main__":
+                    model = torch.nn.Linear(8, 1)
+                    model = torch.nn.DataParallel(model)
+                    train(model, make_loader(), 2)
+                """,
+            "data.py": LOADER,
+            "train.py": """\
+                import torch
+
+                def train(model, loader, epochs):
+                    optim = torch.optim.Adamax(model.parameters())
+                    for _ in range(epochs):
+                        for x, y in loader:
+                            torch.nn.functional.mse_loss(model(x), y).backward()
+                            optim.step()
+                            optim.zero_grad()
+                """,
+        },
+    )
+    result = wrap(script)
+    assert result.declined and result.reason == "model wrapped in DDP/FSDP before the optimizer"
+    assert "`model = torch.nn.DataParallel(model)`" in result.message
+
+
+IJEPA = """\
+    import copy
+    import torch
+    from data import make_loader
+    from helper import init_model, init_opt, load_checkpoint
+
+    def main(model_name="vit_small"):
+        encoder, predictor = init_model(model_name=model_name)
+        target_encoder = copy.deepcopy(encoder)
+        loader = make_loader()
+        optimizer = init_opt(encoder=encoder, predictor=predictor, lr=1e-3)
+        encoder, predictor, target_encoder, optimizer = load_checkpoint(
+            encoder=encoder, predictor=predictor, target_encoder=target_encoder, opt=optimizer
+        )
+        for x, y in loader:
+            optimizer.zero_grad()
+            torch.nn.functional.mse_loss(predictor(encoder(x)), y).backward()
+            optimizer.step()
+    """
+
+IJEPA_HELPER = """\
+    import torch
+
+    def init_model(model_name):
+        return torch.nn.Linear(8, 8), torch.nn.Linear(8, 1)
+
+    def init_opt(encoder, predictor, lr):
+        groups = [
+            {"params": [p for n, p in encoder.named_parameters() if "bias" not in n]},
+            {"params": [p for n, p in predictor.named_parameters()]},
+        ]
+        return torch.optim.AdamW(groups, lr=lr)
+
+    def load_checkpoint(encoder, predictor, target_encoder, opt):
+        return encoder, predictor, target_encoder, opt
+    """
+
+
+def test_the_models_an_optimizer_factory_reads_and_only_bindings_before_it(
+    tmp_path: Path,
+) -> None:
+    """ijepa: `init_opt(encoder=encoder, predictor=predictor)` builds one optimizer over both
+    (each gets a call without it); `model_name` names a model and is none; what
+    `load_checkpoint(...)` rebinds after the optimizer says nothing about what it trains."""
+    script = project(tmp_path, {"train.py": IJEPA, "data.py": LOADER, "helper.py": IJEPA_HELPER})
+    result = wrap(script)
+    assert not result.declined, result.message
+    calls = [line.split(" = ", 1)[1] for line in result.inserted]
+    assert [c.split("(", 2)[1].split(",")[0].rstrip(")") for c in calls] == [
+        "encoder",
+        "predictor",
+    ]
+    assert all('amp="script"' in c for c in calls)
+
+
+def test_torchmeta_meta_learning_is_declined_and_a_model_held_by_a_plain_object(
+    tmp_path: Path,
+) -> None:
+    """pytorch-maml: a torchmeta MetaModule trained through differentiable inner steps on
+    BatchMetaDataLoader's tasks is declined as meta-learning; without torchmeta, the optimizer
+    over `benchmark.model.parameters()` is never paired with `benchmark` (a namedtuple)."""
+    maml = """\
+        import torch
+        from torchmeta.utils.data import BatchMetaDataLoader
+        from data import make_loader
+        from bench import get_benchmark
+
+        benchmark = get_benchmark()
+        loader = make_loader()
+        meta_optimizer = torch.optim.Adam(benchmark.model.parameters(), lr=1e-3)
+        for x, y in loader:
+            meta_optimizer.zero_grad()
+            torch.nn.functional.mse_loss(benchmark.model(x), y).backward()
+            meta_optimizer.step()
+        """
+    bench = """\
+        import collections
+        import torch
+
+        Benchmark = collections.namedtuple("Benchmark", "model loss")
+
+        def get_benchmark():
+            return Benchmark(torch.nn.Linear(8, 1), None)
+        """
+    script = project(tmp_path, {"train.py": maml, "data.py": LOADER, "bench.py": bench})
+    result = wrap(script)
+    assert result.declined and result.reason == "meta-learning wrapper"
+    assert "torchmeta" in result.message
+
+    script.write_text(
+        textwrap.dedent(maml).replace("from torchmeta.utils.data import BatchMetaDataLoader\n", "")
+    )
+    result = wrap(script)
+    assert result.declined and result.reason == "cannot tell the model", result.inserted
