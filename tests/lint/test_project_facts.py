@@ -422,6 +422,35 @@ def test_a_model_from_a_module_used_as_a_table(
     assert _codes(tmp_path, "main.py", select=("AO606",)) == expected
 
 
+SELECTION = """
+import torch.nn as nn
+
+class channel_selection(nn.Module):
+    def forward(self, x):
+        return x
+"""
+
+
+@pytest.mark.parametrize(("models", "expected"), [(CONV_MODELS, ["AO606"]), (MLP_MODELS, [])])
+def test_a_package_that_star_imports_its_models_used_as_a_table(
+    tmp_path: Path, models: str, expected: list[str]
+) -> None:
+    """Eric-mingjie/network-slimming: `models.__dict__[args.arch](...)` where
+    models/__init__.py star-imports its model modules and a building block they share
+    (`channel_selection`, itself no model): convolutional when the models are."""
+    main = DIRECT_TABLE_MAIN.replace("import resnet", "import models").replace(
+        "resnet.__dict__", "models.__dict__"
+    )
+    package = {
+        "models/__init__.py": "from __future__ import absolute_import\n\n"
+        "from .vgg import *\nfrom .channel_selection import *\n",
+        "models/vgg.py": "from .channel_selection import channel_selection\n" + models,
+        "models/channel_selection.py": SELECTION,
+    }
+    _write(tmp_path, {**package, "main.py": main})
+    assert _codes(tmp_path, "main.py", select=("AO606",)) == expected
+
+
 MOCO_MAIN = """
 import torch
 from functools import partial

@@ -535,7 +535,12 @@ def module_table_definition(rule: Rule, func: cst.BaseExpression) -> LocalDefini
     summary = load(path) if path is not None else None
     if summary is None:
         return None
-    if path is not None and not summary.classes and not summary.functions and summary.imports:
+    if (
+        path is not None
+        and not summary.classes
+        and not summary.functions
+        and (summary.imports or summary.star_imports)
+    ):
         return _re_exports(alias, path, summary)
     return _describe(alias, summary, _WHOLE_MODULE)
 
@@ -545,6 +550,7 @@ def _re_exports(alias: str, path: Path, summary: ModuleSummary) -> LocalDefiniti
     ResNet34`): what they are, weighed together."""
     hits = [(name, _definition(path, name)) for name in summary.imports]
     described = [_describe(name, *hit) for name, hit in hits if hit is not None]
+    described += [_describe(alias, s, _WHOLE_MODULE) for s in _star_model_modules(path, summary)]
     if not described:
         return None
     return LocalDefinition(
@@ -554,6 +560,25 @@ def _re_exports(alias: str, path: Path, summary: ModuleSummary) -> LocalDefiniti
         views=any(d.views for d in described),
         optimizer=False,
     )
+
+
+def _star_model_modules(path: Path, summary: ModuleSummary) -> list[ModuleSummary]:
+    """The modules a package's `__init__` star-imports (`from .vgg import *`, network-slimming)
+    that hold models to pick, not the building blocks the others import
+    (`channel_selection`, which preresnet and densenet use)."""
+    found: list[ModuleSummary] = []
+    for module, level in summary.star_imports:
+        target = resolve_module(path, module, level)
+        star = load(target) if target is not None else None
+        if star is not None and (star.classes or star.functions):
+            found.append(star)
+    used = {
+        resolved
+        for star in found
+        for module, _name, level in star.imports.values()
+        if (resolved := resolve_module(star.path, module, level)) is not None
+    }
+    return [s for s in found if s.path not in used]
 
 
 def definition_at(path: Path, name: str) -> LocalDefinition | None:
