@@ -168,8 +168,10 @@ def test_each_training_step_runs_once_in_one_configuration_as_torch_would(
         _reference_step(reference, ref_opt, xb, yb, c)
         for (xb, yb), c in zip(data, configs, strict=True)
     ]
-    torch.testing.assert_close(losses, expected, rtol=1e-4, atol=1e-5)
-    _close(model, reference, rtol=1e-4, atol=1e-5)
+    # bf16 steps may round a weight near zero an ulp of bf16 apart (1.6e-5 seen once under
+    # load); a step run twice or in another configuration moves weights by ~1e-2
+    torch.testing.assert_close(losses, expected, rtol=1e-4, atol=1e-4)
+    _close(model, reference, rtol=1e-4, atol=1e-4)
     schedule = autoopt.report(model)["trials"]
     last = len(trials.of_model(model).log)
     assert schedule.detail.startswith("training steps 1-"), schedule.detail
