@@ -9,6 +9,7 @@ import libcst as cst
 from autoopt.lint.engine.rule import FixSafety, Invalid, Rule, Valid
 from autoopt.lint.program.handled import (
     LIBRARY_TRAINER_MARKERS,
+    engine_step_functions,
     is_hogwild,
     library_handles_precision,
     library_trainer_calls,
@@ -58,7 +59,8 @@ class AmpAutocast(Rule):
 
     **ignite.** A `create_supervised_trainer(model, optimizer, loss_fn, ...)` without
     `amp_mode=` in a script with a GPU path trains in float32 too: it is reported without a
-    fix (pass `amp_mode="amp", scaler=True`).
+    fix (pass `amp_mode="amp", scaler=True`). A step function of the script's own that an
+    `Engine(step)` runs on every batch is reported like a step called from a loop (no fix).
     """
 
     code = "AO201"
@@ -670,6 +672,26 @@ class AmpAutocast(Rule):
             line=5,
             message_contains="the step runs in _run_batch()",
         ),
+        # The step an ignite Engine runs on every batch (Glow): the script's own, reported.
+        Invalid(
+            """
+            import torch
+            import torch.nn.functional as F
+            from ignite.engine import Engine
+
+            def main(model, optimizer, loader):
+                def step(engine, batch):
+                    optimizer.zero_grad()
+                    x, y = batch
+                    loss = F.cross_entropy(model(x.to("cuda")), y.to("cuda"))
+                    loss.backward()
+                    optimizer.step()
+
+                Engine(step).run(loader, max_epochs=2)
+            """,
+            line=6,
+            message_contains="run by an ignite Engine on every batch",
+        ),
         # Declines: BCELoss on probabilities.
         Invalid(
             """
@@ -707,6 +729,9 @@ class AmpAutocast(Rule):
                     )
         loops = facts.innermost_training_loops
         step_functions = list(facts.step_functions)
+        # the step an ignite `Engine(step)` runs on every batch (Glow): the script's own
+        engine_steps = engine_step_functions(self)
+        step_functions += [f for f in engine_steps if all(f is not g for g in step_functions)]
         program = self.context.program
         if program.runs_on_cuda or program.serves_cuda_training:
             # steps that a loop of another module runs (`agent.learn()` from main.py)
@@ -716,11 +741,15 @@ class AmpAutocast(Rule):
         if (loops or step_functions) and is_hogwild(self):
             return
         for func in step_functions:
+            caller = (
+                "run by an ignite Engine on every batch"
+                if any(func is f for f in engine_steps)
+                else "called from the training loop"
+            )
             self.report(
                 func,
-                f"{self.message} (fix declined: the step runs in {func.name.value}(), called "
-                "from the training loop; put its forward pass and loss under torch.autocast and "
-                "scale the loss by hand)",
+                f"{self.message} (fix declined: the step runs in {func.name.value}(), {caller}; "
+                "put its forward pass and loss under torch.autocast and scale the loss by hand)",
             )
         for loop, backward_calls in loops.items():
             plan = AutocastPlan(self, loop, backward_calls)
