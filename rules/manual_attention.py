@@ -17,14 +17,16 @@ from autoopt.lint.tree.calls import arg
 from autoopt.lint.tree.nodes import assignments, code_of, dotted, method_name, walk
 
 _DEPTH = 4  # how many assignments back a softmax input is traced to its scores
+_SOFTMAX_MODULE = ("torch.nn.Softmax", "torch.nn.modules.activation.Softmax")
 
 
 class ManualAttention(Rule):
     """
     ## What it does
     Flags a softmax over `q @ k.transpose(...)` scores (with or without scaling, a
-    `masked_fill` mask or dropout on the weights, in one expression or over a few statements):
-    hand-written scaled dot-product attention.
+    `masked_fill` mask or dropout on the weights, in one expression or over a few statements;
+    also through an `nn.Softmax(dim=-1)` module, BERT-style): hand-written scaled dot-product
+    attention.
 
     ## Why is this bad?
     Written out, attention materialises the full `L x L` score matrix in memory three times
@@ -60,7 +62,7 @@ class ManualAttention(Rule):
     fix_safety = FixSafety.UNSAFE
     fix_reason = "fused kernels round differently and the attention weights are not materialised"
     applies_to_versions = ((2, 0), None)
-    triggers = ("softmax",)
+    triggers = ("softmax", "Softmax")
     requires = (("@", "matmul", "bmm"),)
 
     VALID = [
@@ -82,6 +84,21 @@ class ManualAttention(Rule):
                 return torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.size(-1)), dim=-1) @ v
             """
         ),
+        Valid(  # a Softmax module over a classifier's logits
+            """
+            import torch
+            from torch import nn
+
+            class Head(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.softmax = nn.Softmax(dim=-1)
+                    self.fc = nn.Linear(8, 3)
+
+                def forward(self, x):
+                    return self.softmax(self.fc(x))
+            """
+        ),
         Valid(  # a user's own softmax
             """
             def softmax(x, dim):
@@ -91,6 +108,35 @@ class ManualAttention(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # BERT-style: a Softmax module over the scores (S3Rec), reported only
+            """
+            import math
+            import torch
+            from torch import nn
+
+            class SelfAttention(nn.Module):
+                def forward(self, q, k, v, mask):
+                    scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(q.size(-1))
+                    probs = nn.Softmax(dim=-1)(scores + mask)
+                    return torch.matmul(probs, v)
+            """,
+            line=8,
+        ),
+        Invalid(  # the module bound in __init__ and called in forward
+            """
+            import torch
+            from torch import nn
+
+            class SelfAttention(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.softmax = nn.Softmax(dim=-1)
+
+                def forward(self, q, k, v):
+                    return torch.matmul(self.softmax(torch.matmul(q, k.transpose(-1, -2))), v)
+            """,
+            line=10,
+        ),
         Invalid(
             """
             import math
@@ -161,6 +207,34 @@ class ManualAttention(Rule):
             assert isinstance(node.func, cst.Attribute)
             if self._is_scores(node.func.value, _DEPTH) and not self._has_fused_path(node):
                 self.report(node)  # `scores.softmax(-1)`: report only
+        elif self._softmax_module(node.func) and node.args:
+            # `nn.Softmax(dim=-1)(scores)`, `self.softmax(scores)` (BERT-style): report only
+            scores = node.args[0].value
+            if self._is_scores(scores, _DEPTH) and not self._has_fused_path(node):
+                self.report(node)
+
+    def _softmax_module(self, func: cst.BaseExpression) -> bool:
+        """`nn.Softmax(...)`, or `self.name` where the class binds `self.name = nn.Softmax(...)`."""
+        if isinstance(func, cst.Call):
+            return self.is_call_to(func, *_SOFTMAX_MODULE)
+        if not (
+            isinstance(func, cst.Attribute)
+            and isinstance(func.value, cst.Name)
+            and func.value.value == "self"
+        ):
+            return False
+        cls = self.parent(func)
+        while cls is not None and not isinstance(cls, cst.ClassDef):
+            cls = self.parent(cls)
+        if cls is None:
+            return False
+        methods = [s for s in cls.body.body if isinstance(s, cst.FunctionDef)]
+        return any(
+            isinstance(value, cst.Call) and self.is_call_to(value, *_SOFTMAX_MODULE)
+            for method in methods
+            for target, value, _ in assignments(method)
+            if target == f"self.{func.attr.value}"
+        )
 
     def _has_fused_path(self, node: cst.Call) -> bool:
         """A fallback next to the fused path (nanoGPT's `if self.flash: ... else:`). Checked only
