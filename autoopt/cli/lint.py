@@ -258,12 +258,15 @@ def lint(
 
 def say_followed(project: Project) -> None:
     """On stderr, the modules checked although not named, and why (`--fix` leaves them)."""
+    from autoopt.lint.program.followed import MODEL_RULES
+
     for module, named in project.discovered.followed:
-        where = (
-            f"which builds the loader the training of {named.as_posix()} iterates"
-            if module in project.discovered.loader_builders
-            else f"where the training of {named.as_posix()} runs"
-        )
+        if module in project.discovered.loader_builders:
+            where = f"which builds the loader the training of {named.as_posix()} iterates"
+        elif module in project.discovered.model_definers:
+            where = f"which defines a module {named.as_posix()} runs (the model rules {', '.join(MODEL_RULES)} only)"
+        else:
+            where = f"where the training of {named.as_posix()} runs"
         click.echo(
             f"autoopt: also checking {module.as_posix()}, {where} (--no-follow: only the "
             "files named)",

@@ -449,3 +449,57 @@ def test_the_module_that_builds_the_loader_a_driver_trains_on(tmp_path: Path) ->
     found = sorted((f["filename"].rsplit("/", 1)[-1], f["code"]) for f in json.loads(result.stdout))
     assert found == [("image_datasets.py", "AO104"), ("train_util.py", "AO201")]
     assert "image_datasets.py, which builds the loader the training of train.py" in result.stderr
+
+
+def test_the_module_that_defines_the_trained_model_is_checked_for_the_model_rules(
+    tmp_path: Path,
+) -> None:
+    """SRGAN: train.py has its own loop; model.py defines the network, with a convolution's
+    bias cancelled by the BatchNorm after it (AO607), and a training helper in fp32 (AO201, a
+    training rule): only the model rule is reported there; the loop's own findings stay in
+    train.py. A module no trained model comes from is not read."""
+    model = """
+    import torch
+    from torch import nn
+
+    class Generator(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.block = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8))
+
+        def forward(self, x):
+            return self.block(x)
+
+    def warm_up(net, loader, optimizer):  # a training helper the script does not run
+        for x in loader:
+            optimizer.zero_grad()
+            net(x.cuda()).sum().backward()
+            optimizer.step()
+    """
+    other = """
+    from torch import nn
+
+    class Unused(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.block = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8))
+    """
+    train = """
+    import torch
+    from model import Generator
+    import other
+
+    net = Generator().cuda()
+    optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
+    for x in loader:
+        optimizer.zero_grad()
+        net(x.cuda()).sum().backward()
+        optimizer.step()
+    """
+    _project(tmp_path, {"model.py": model, "other.py": other, "train.py": train})
+    found, said = _lint("train.py", "--select", "AO201,AO603,AO607")
+    assert [f for f in found if f[0] == "model.py"] == [("model.py", "AO607")]
+    assert ("train.py", "AO201") in found and ("train.py", "AO603") in found
+    assert "also checking model.py, which defines a module train.py runs" in said
+    assert "other.py" not in said
+    assert ("model.py", "AO607") not in _lint("train.py", "--no-follow", "--select", "AO607")[0]

@@ -60,6 +60,8 @@ class Discovered:
     followed: list[tuple[Path, Path]] = field(default_factory=list)
     # the followed modules that build a loader the training iterates (the rest hold training)
     loader_builders: set[Path] = field(default_factory=set)
+    # ... and those that define a model it trains (checked for the model rules only)
+    model_definers: set[Path] = field(default_factory=set)
 
 
 def is_notebook(path: Path | str) -> bool:
@@ -218,3 +220,5 @@ def follow_training(
             out.followed.append((shown, Path(named)))
             if holds == "loader":
                 out.loader_builders.add(shown)
+            elif holds == "model":
+                out.model_definers.add(shown)

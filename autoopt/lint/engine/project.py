@@ -87,6 +87,15 @@ class Project:
         """What the lint reads: the files discovered, then the modules followed from them."""
         return [*self.discovered.files, *(module for module, _ in self.discovered.followed)]
 
+    def reports(self, path: Path | str, code: str) -> bool:
+        """A finding of rule `code` in `path` is reported: the per-file-ignores allow it, and
+        a module checked only because it defines a trained model reports the model rules."""
+        from autoopt.lint.program.followed import MODEL_RULES
+
+        if Path(path) in self.discovered.model_definers and code not in MODEL_RULES:
+            return False
+        return self.per_file_ignores.allows(code, self.per_file_ignores.ignored(path))
+
     def rules_for(self, path: Path | str) -> list[type[Rule]]:
         """The selected rules minus the per-file-ignores that match `path`."""
         ignored = self.per_file_ignores.ignored(path)

@@ -381,10 +381,7 @@ def run_lint(
     ordered: list[FileResult] = []
     for i, path in enumerate(files):
         result = results[i]
-        ignored = project.per_file_ignores.ignored(path)
-        diagnostics = [
-            d for d in result.diagnostics if project.per_file_ignores.allows(d.code, ignored)
-        ]
+        diagnostics = [d for d in result.diagnostics if project.reports(path, d.code)]
         diagnostics.sort(key=_sort_key)
         ordered.append(
             FileResult(

@@ -11,7 +11,10 @@ callee reaches `backward()`, a constructor excepted) and resolves to a module of
 the modules found are followed in turn (`depth` calls deep: a driver, its trainer, the
 trainer's step helper). Only from a script whose training is all elsewhere: one that calls
 `backward()` itself has its loop in its own text (yolov5's `train.py` reaching a profiling
-helper through its batch-size search is not a driver of that helper).
+helper through its batch-size search is not a driver of that helper). From any script, the
+modules that define the models it trains are checked for the rules that judge a model's own
+code (`MODEL_RULES`: SRGAN's conv-then-BatchNorm blocks in model.py, S3Rec's attention, a
+mask built on the host in a forward).
 """
 
 from __future__ import annotations
@@ -20,24 +23,46 @@ import os
 from pathlib import Path
 
 from autoopt.lint.program.index import load_index
-from autoopt.lint.program.project_files import root_of
+from autoopt.lint.program.project_files import resolve_module, root_of
 from autoopt.lint.program.project_text import read_text
 from autoopt.lint.program.summaries import Target, program
 from autoopt.lint.program.view import drives_training_elsewhere, training_call_sites
+
+# What a module followed because it defines the trained model is checked for: the rules that
+# judge a model's own code (its layers, its attention), not the training around it.
+MODEL_RULES = ("AO607", "AO608", "AO609")
 
 
 def training_modules(path: Path, source: str, depth: int = 3) -> list[tuple[Path, str]]:
     """The project modules (other than `path`) whose code the training `path` runs lives in,
     in the order the calls reach them, then those that build the loaders it iterates
-    (`loader_modules`), each with what it holds ("training" or "loader"); [] when the
-    script has a backward of its own or trains nowhere else."""
-    if not drives_training_elsewhere(path, source):
+    (`loader_modules`), then those that define the models it trains (`model_modules`), each
+    with what it holds ("training", "loader" or "model"). Training and loader modules only
+    for a script whose training is all elsewhere (one with a backward of its own is checked
+    as it is written)."""
+    if "torch" not in source:
         return []
-    index = load_index(path)
-    if index is None or any(func.backward for func in index.functions.values()):
-        return []  # a script with a backward of its own is checked as it is written
-    prog = program()
     root = os.path.abspath(root_of(path))
+    start = os.path.abspath(path)
+    index = load_index(path)
+    if index is None:
+        return []
+    drives = drives_training_elsewhere(path, source) and not any(
+        func.backward for func in index.functions.values()
+    )
+    found = _training(path, root, depth) if drives else []
+    loaders = loader_modules([Path(start), *found], root) if drives else []
+    models = model_modules([Path(start), *found], root, exclude=[*found, *loaders])
+    return (
+        [(m, "training") for m in found]
+        + [(m, "loader") for m in loaders]
+        + [(m, "model") for m in models]
+    )
+
+
+def _training(path: Path, root: str, depth: int) -> list[Path]:
+    """The modules the training calls of `path` reach, `depth` calls deep."""
+    prog = program()
     start = os.path.abspath(path)
     seen = {start}
     found: list[Path] = []
@@ -57,8 +82,53 @@ def training_modules(path: Path, source: str, depth: int = 3) -> list[tuple[Path
                     found.append(Path(where))
                     later.append(where)
         frontier = later
-    loaders = loader_modules([Path(start), *found], root)
-    return [(m, "training") for m in found] + [(m, "loader") for m in loaders]
+    return found
+
+
+def model_modules(modules: list[Path], root: str, exclude: list[Path] = ()) -> list[Path]:
+    """The project modules that define the models the training of `modules` runs (a name
+    run as a model, `model = S3RecModel(args)`, bound to a class of the project), and the
+    project modules those import their parts from (S3Rec's models.py takes its attention
+    layers from modules.py). Checked for `MODEL_RULES` only."""
+    prog = program()
+    seen = {os.path.abspath(m) for m in [*modules, *exclude]}
+    defining: list[Path] = []
+    for module in modules:
+        index = load_index(module)
+        if index is None:
+            continue
+        for func in index.functions.values():
+            roles = prog.summary(Target(index.path, func.qualname)).local_roles
+            for name, held in roles.items():
+                if not held & _MODEL_ROLES:
+                    continue
+                for value in func.assigns.get(name, ()):
+                    if value.kind != "call":
+                        continue
+                    for target in prog.resolve(index, func, value.dotted):
+                        where = os.path.abspath(target.path)
+                        if not target.is_class or where in seen or not _inside(where, root):
+                            continue
+                        seen.add(where)
+                        defining.append(Path(where))
+    parts: list[Path] = []
+    for module in defining:
+        index = load_index(module)
+        if index is None:
+            continue
+        imported = [(m, level) for m, _name, level in index.imports.values()]
+        for name, level in [*imported, *index.star_imports]:
+            resolved = resolve_module(module, name, level)
+            where = os.path.abspath(resolved) if resolved is not None else None
+            if where is None or where in seen or not _inside(where, root):
+                continue
+            seen.add(where)
+            parts.append(Path(where))
+    return [*defining, *parts][:_MAX_MODEL_MODULES]
+
+
+_MODEL_ROLES = {"module", "forward"}
+_MAX_MODEL_MODULES = 8  # a model zoo's package is not read whole
 
 
 def loader_modules(modules: list[Path], root: str) -> list[Path]:
