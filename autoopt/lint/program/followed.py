@@ -20,6 +20,7 @@ mask built on the host in a forward).
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 from autoopt.lint.program.index import load_index
@@ -90,27 +91,13 @@ def model_modules(modules: list[Path], root: str, exclude: list[Path] = ()) -> l
     run as a model, `model = S3RecModel(args)`, bound to a class of the project), and the
     project modules those import their parts from (S3Rec's models.py takes its attention
     layers from modules.py). Checked for `MODEL_RULES` only."""
-    prog = program()
     seen = {os.path.abspath(m) for m in [*modules, *exclude]}
     defining: list[Path] = []
-    for module in modules:
-        index = load_index(module)
-        if index is None:
-            continue
-        for func in index.functions.values():
-            roles = prog.summary(Target(index.path, func.qualname)).local_roles
-            for name, held in roles.items():
-                if not held & _MODEL_ROLES:
-                    continue
-                for value in func.assigns.get(name, ()):
-                    if value.kind != "call":
-                        continue
-                    for target in prog.resolve(index, func, value.dotted):
-                        where = os.path.abspath(target.path)
-                        if not target.is_class or where in seen or not _inside(where, root):
-                            continue
-                        seen.add(where)
-                        defining.append(Path(where))
+    for target in _builders(modules, _MODEL_ROLES):
+        where = os.path.abspath(target.path)
+        if target.is_class and where not in seen and _inside(where, root):
+            seen.add(where)
+            defining.append(Path(where))
     parts: list[Path] = []
     for module in defining:
         index = load_index(module)
@@ -136,31 +123,36 @@ def loader_modules(modules: list[Path], root: str) -> list[Path]:
     training of `modules` iterates: guided-diffusion's `data = load_data(...)`, handed to
     `TrainLoop(data=data)`, built by a generator of image_datasets.py that re-iterates its
     DataLoader forever."""
-    prog = program()
     seen = {os.path.abspath(m) for m in modules}
     found: list[Path] = []
+    for target in _builders(modules, {"loader"}):
+        where = os.path.abspath(target.path)
+        if target.is_class or where in seen or not _inside(where, root):
+            continue
+        if "DataLoader" not in read_text(Path(where)):
+            continue  # a list the training iterates (metric names), no loader
+        seen.add(where)
+        found.append(Path(where))
+    return found
+
+
+def _builders(modules: list[Path], roles: set[str]) -> Iterator[Target]:
+    """The project functions and classes whose calls bind the names that the functions of
+    `modules` use in one of `roles` (`model = S3RecModel(args)`, `data = load_data(...)`)."""
+    prog = program()
     for module in modules:
         index = load_index(module)
         if index is None:
             continue
         for func in index.functions.values():
-            roles = prog.summary(Target(index.path, func.qualname)).local_roles
-            for name, held in roles.items():
-                if "loader" not in held:
+            local = prog.summary(Target(index.path, func.qualname)).local_roles
+            for name, held in local.items():
+                if not held & roles:
                     continue
                 for value in func.assigns.get(name, ()):
                     call = value.options[0] if value.kind == "item" else value
-                    if call.kind != "call":
-                        continue
-                    for target in prog.resolve(index, func, call.dotted):
-                        where = os.path.abspath(target.path)
-                        if target.is_class or where in seen or not _inside(where, root):
-                            continue
-                        if "DataLoader" not in read_text(Path(where)):
-                            continue  # a list the training iterates (metric names), no loader
-                        seen.add(where)
-                        found.append(Path(where))
-    return found
+                    if call.kind == "call":
+                        yield from prog.resolve(index, func, call.dotted)
 
 
 def _inside(path: str, root: str) -> bool:
