@@ -13,8 +13,8 @@ trainer's step helper). Only from a script whose training is all elsewhere: one 
 `backward()` itself has its loop in its own text (yolov5's `train.py` reaching a profiling
 helper through its batch-size search is not a driver of that helper). From any script, the
 modules that define the models it trains are checked for the rules that judge a model's own
-code (`MODEL_RULES`: SRGAN's conv-then-BatchNorm blocks in model.py, S3Rec's attention, a
-mask built on the host in a forward).
+code (`MODEL_RULES`: SRGAN's conv-then-BatchNorm blocks in model.py, S3Rec's attention; not
+AO608, whose host-built tensors in a model's helpers may run once, not every step).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from autoopt.lint.program.view import drives_training_elsewhere, training_call_s
 
 # What a module followed because it defines the trained model is checked for: the rules that
 # judge a model's own code (its layers, its attention), not the training around it.
-MODEL_RULES = ("AO607", "AO608", "AO609")
+MODEL_RULES = ("AO607", "AO609")
 
 
 def training_modules(path: Path, source: str, depth: int = 3) -> list[tuple[Path, str]]:
@@ -41,8 +41,6 @@ def training_modules(path: Path, source: str, depth: int = 3) -> list[tuple[Path
     with what it holds ("training", "loader" or "model"). Training and loader modules only
     for a script whose training is all elsewhere (one with a backward of its own is checked
     as it is written)."""
-    if "torch" not in source:
-        return []
     root = os.path.abspath(root_of(path))
     start = os.path.abspath(path)
     index = load_index(path)
