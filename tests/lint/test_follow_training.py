@@ -503,3 +503,26 @@ def test_the_module_that_defines_the_trained_model_is_checked_for_the_model_rule
     assert "also checking model.py, which defines a module train.py runs" in said
     assert "other.py" not in said
     assert ("model.py", "AO607") not in _lint("train.py", "--no-follow", "--select", "AO607")[0]
+
+
+def test_a_driver_that_never_names_torch_is_followed(tmp_path: Path) -> None:
+    """melgan's trainer.py: the model, loader and optimizer come from helpers and the loop
+    from utils/train.py; the driver's own text never names torch."""
+    build = """
+    import torch
+
+    def make():
+        model = torch.nn.Linear(8, 2).cuda()
+        return model, loader, torch.optim.SGD(model.parameters(), lr=0.1)
+    """
+    driver = """
+    from build import make
+    from engine import train_one_epoch
+
+    model, loader, optimizer = make()
+    for epoch in range(3):
+        train_one_epoch(model, loader, optimizer)
+    """
+    _project(tmp_path, {"engine.py": ENGINE, "build.py": build, "train.py": driver})
+    assert "torch" not in (tmp_path / "train.py").read_text()
+    assert _lint("train.py")[0] == [("engine.py", "AO201")]
