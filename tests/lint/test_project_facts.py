@@ -451,6 +451,25 @@ def test_a_package_that_star_imports_its_models_used_as_a_table(
     assert _codes(tmp_path, "main.py", select=("AO606",)) == expected
 
 
+@pytest.mark.parametrize(("dense", "expected"), [(1, ["AO606"]), (2, [])])
+def test_a_star_imported_zoo_is_convolutional_when_most_of_its_modules_are(
+    tmp_path: Path, dense: int, expected: list[str]
+) -> None:
+    """facebookresearch/mixup-cifar10: `models.__dict__[args.model]()` over a package that
+    star-imports vgg, lenet, resnet, ...: LeNet's dense layers outweigh its convolutions, the
+    zoo is still a zoo of CNNs; a package mostly of dense models is not."""
+    main = DIRECT_TABLE_MAIN.replace("import resnet", "import models").replace(
+        "resnet.__dict__", "models.__dict__"
+    )
+    conv = ["vgg", "resnet"][: 3 - dense]
+    mlp = [f"mlp{i}" for i in range(dense)]
+    package = {f"models/{name}.py": CONV_MODELS for name in conv}
+    package |= {f"models/{name}.py": MLP_MODELS for name in mlp}
+    package["models/__init__.py"] = "".join(f"from .{n} import *\n" for n in [*conv, *mlp])
+    _write(tmp_path, {**package, "main.py": main})
+    assert _codes(tmp_path, "main.py", select=("AO606",)) == expected
+
+
 MOCO_MAIN = """
 import torch
 from functools import partial

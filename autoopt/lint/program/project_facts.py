@@ -550,13 +550,21 @@ def _re_exports(alias: str, path: Path, summary: ModuleSummary) -> LocalDefiniti
     ResNet34`): what they are, weighed together."""
     hits = [(name, _definition(path, name)) for name in summary.imports]
     described = [_describe(name, *hit) for name, hit in hits if hit is not None]
-    described += [_describe(alias, s, _WHOLE_MODULE) for s in _star_model_modules(path, summary)]
+    zoo = [_describe(alias, s, _WHOLE_MODULE) for s in _star_model_modules(path, summary)]
+    described += zoo
     if not described:
         return None
+    # Named re-exports: every one a Conv2d network. A star-imported zoo (mixup-cifar10's
+    # vgg, lenet, resnet, ...): most of its modules, LeNet's dense layers outweighing its convs.
+    conv2d = (
+        2 * sum(d.conv2d for d in described) > len(described)
+        if zoo
+        else all(d.conv2d for d in described)
+    )
     return LocalDefinition(
         alias,
         conv=any(d.conv for d in described),
-        conv2d=all(d.conv2d for d in described),
+        conv2d=conv2d,
         views=any(d.views for d in described),
         optimizer=False,
     )
