@@ -141,14 +141,14 @@ class DataParallel(Rule):
         if not (functional or self.is_call_to(node, *_DATA_PARALLEL)):
             self._check_callee(node)
             return
-        if not self.facts.device.gpu_path or self._single_gpu(node, 2 if functional else 1):
+        if not self.context.program.gpu_path or self._single_gpu(node, 2 if functional else 1):
             return
         self.report(node)
 
     def _check_callee(self, node: cst.Call) -> None:
         """A model built by a class or factory of another module of the project that wraps it
         in DataParallel there (CMC's `InsResNet50(...)`): reported at the call that builds it."""
-        if not self.facts.device.gpu_path or not self._builds_a_bound_model(node):
+        if not self.context.program.gpu_path or not self._builds_a_bound_model(node):
             return
         found = self.context.program.data_parallel_in_callee(node)
         if found is None:

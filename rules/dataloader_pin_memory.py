@@ -375,7 +375,7 @@ class DataLoaderPinMemory(Rule):
     ]
 
     def visit_Call(self, node: cst.Call) -> None:
-        if not self.facts.device.gpu_path:
+        if not self.context.program.gpu_path:
             return
         if not self.is_call_to(node, *DATALOADER):
             self._project_loader_class(node)

@@ -725,7 +725,7 @@ class ToDeviceNonBlocking(Rule):
     ]
 
     def visit_Module(self, node: cst.Module) -> None:
-        if not self.facts.device.gpu_path or library_places_batches(self):
+        if not self.context.program.gpu_path or library_places_batches(self):
             return
         groups = self._blocking_transfers()
         if groups and is_hogwild(self):

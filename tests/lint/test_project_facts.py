@@ -547,3 +547,49 @@ def test_a_module_imported_in_a_list_of_imports_is_the_drivers(tmp_path: Path) -
         "import data_setup, engine as eng, utils\nprint(eng.Trainer)\n"
     )
     assert _codes(tmp_path, "engine.py", select=("AO602",)) == []
+
+
+EXP_BASIC = """
+import torch
+
+class Exp_Basic(object):
+    def __init__(self, args):
+        self.args = args
+        self.device = self._acquire_device()
+        self.model = self._build_model().to(self.device)
+
+    def _acquire_device(self):
+        if self.args.use_gpu:
+            return torch.device("cuda:{}".format(self.args.gpu))
+        return torch.device("cpu")
+"""
+
+EXP = """
+import torch
+from torch.utils.data import DataLoader
+from exp_basic import Exp_Basic
+
+class Exp(Exp_Basic):
+    def _build_model(self):
+        return torch.nn.Linear(4, 2)
+
+    def train(self, dataset):
+        loader = DataLoader(dataset, batch_size=8, num_workers=2)
+        opt = torch.optim.Adam(self.model.parameters())
+        for x, y in loader:
+            opt.zero_grad()
+            out = self.model(x.float().to(self.device))
+            torch.nn.functional.mse_loss(out, y.to(self.device)).backward()
+            opt.step()
+"""
+
+
+def test_a_device_a_base_class_of_another_module_sets(tmp_path: Path) -> None:
+    """Crossformer: `.to(self.device)` where `Exp_Basic.__init__` of exp_basic.py picks
+    "cuda:N" when asked: the loader and the copies are checked as on a GPU. A program that
+    never runs on CUDA (the base picks only the CPU) is not."""
+    _write(tmp_path, {"exp_basic.py": EXP_BASIC, "exp.py": EXP})
+    assert _codes(tmp_path, "exp.py", select=("AO102", "AO103")) == ["AO102", "AO103"]
+    cpu_only = EXP_BASIC.replace('"cuda:{}".format(self.args.gpu)', '"cpu"')
+    _write(tmp_path, {"exp_basic.py": cpu_only, "exp.py": EXP})
+    assert _codes(tmp_path, "exp.py", select=("AO102", "AO103")) == []

@@ -12,7 +12,9 @@ comments or docstrings):
   flag, or a function that takes its `device` as a parameter (`train(model, device, loader)`),
   unless the file itself binds `device` to the CPU only.
 
-A CPU-only tutorial (no device at all, or `device = "cpu"`) has no GPU path.
+A CPU-only tutorial (no device at all, or `device = "cpu"`) has no GPU path. A file that reads
+a device of unknown origin (`.to(self.device)`, the attribute set by a base class of another
+module) is on a GPU path when the program it belongs to runs on CUDA: the view's `gpu_path`.
 """
 
 from __future__ import annotations

@@ -100,6 +100,14 @@ class ProgramView:
         return self.facts.uses_cuda or reached_text_uses_cuda(self._path, self.facts.source)
 
     @functools.cached_property
+    def gpu_path(self) -> bool:
+        """The file can run on a GPU: its own code says so (`facts.device.gpu_path`), or it
+        reads a device of unknown origin in a program that runs on CUDA (Crossformer's
+        `.to(self.device)`, the device set by `Exp_Basic` of another module)."""
+        device = self.facts.device
+        return device.gpu_path or (not device.no_device and self.runs_on_cuda)
+
+    @functools.cached_property
     def _path(self) -> Path:
         return Path(os.path.abspath(self.path))
 
