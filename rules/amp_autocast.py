@@ -14,6 +14,7 @@ from autoopt.lint.program.handled import (
     library_handles_precision,
     library_trainer_calls,
 )
+from autoopt.lint.program.precision import fp32_beside_apex
 from autoopt.lint.rewrite.fixes.autocast import AutocastPlan
 from autoopt.lint.tree.calls import arg
 
@@ -40,10 +41,13 @@ class AmpAutocast(Rule):
     loss scaling on older GPUs (a script with no CUDA in it gets bfloat16). Gradient
     accumulation keeps its `if`: the step and the update stay under it.
 
-    **When not to apply.** The fix declines, saying why, when the loop has no optimizer object
-    to route through a scaler (manual updates), uses an LBFGS closure (`step(closure)`), already
-    runs another mixed-precision system (apex amp, a hand-written loss scale, models cast to
-    `.half()`/`.bfloat16()`, see `autoopt.lint.program.precision`), reads tensors with `.numpy()` (which
+    **When not to apply.** A script that already runs another mixed-precision system (apex amp,
+    a hand-written loss scale, models cast to `.half()`/`.bfloat16()`, see
+    `autoopt.lint.program.precision`) is not flagged, unless its apex leaves the training in
+    fp32: `opt_level="O0"`, or a plain `loss.backward()` beside the `amp.scale_loss` one (apex
+    only when a flag asks for it): then it is reported without a fix. The fix declines, saying
+    why, when the loop has no optimizer object
+    to route through a scaler (manual updates), uses an LBFGS closure (`step(closure)`), reads tensors with `.numpy()` (which
     fails on bf16 outputs), takes a double backward (`create_graph=True`,
     `torch.autograd.grad`, e.g. a gradient penalty: it needs the scaled-gradient recipe by
     hand), or uses `BCELoss`/`binary_cross_entropy` on
@@ -672,6 +676,44 @@ class AmpAutocast(Rule):
             line=5,
             message_contains="the step runs in _run_batch()",
         ),
+        # apex amp at O0 is pure fp32 (FloWaveNet's train_apex.py): reported, no fix.
+        Invalid(
+            """
+            import torch
+            from apex import amp
+
+            model, optimizer = amp.initialize(model, optimizer, opt_level="O0")
+            for x, y in loader:
+                optimizer.zero_grad()
+                loss = model(x.cuda()).mean()
+                with amp.scale_loss(loss, optimizer) as scaled_loss:
+                    scaled_loss.backward()
+                optimizer.step()
+            """,
+            line=5,
+            message_contains='opt_level="O0"',
+        ),
+        # apex only when asked: the default path's plain backward trains in fp32 (XLM).
+        Invalid(
+            """
+            import torch
+            import apex
+
+            def optimize(loss, optimizer, use_amp):
+                optimizer.zero_grad()
+                if not use_amp:
+                    loss.backward()
+                else:
+                    with apex.amp.scale_loss(loss, optimizer) as scaled_loss:
+                        scaled_loss.backward()
+                optimizer.step()
+
+            for x in loader:
+                optimize(model(x.cuda()).mean(), optimizer, use_amp=False)
+            """,
+            line=4,
+            message_contains="apex amp only on one path",
+        ),
         # The step an ignite Engine runs on every batch (Glow): the script's own, reported.
         Invalid(
             """
@@ -715,8 +757,15 @@ class AmpAutocast(Rule):
         facts = self.facts
         if "torch" not in facts.source or facts.names_torch_amp:
             return
-        if library_handles_precision(self) or facts.other_precision:
-            return  # the script's own precision scheme (apex amp, .half() model, loss scaling)
+        if library_handles_precision(self):
+            return
+        fp32_apex = None
+        if facts.other_precision:
+            # the script's own precision scheme (apex amp, .half() model, loss scaling) is left
+            # alone, unless its apex leaves the training in fp32 (O0, or only when asked)
+            fp32_apex = fp32_beside_apex(facts.module, facts.source)
+            if fp32_apex is None:
+                return
         if facts.cpu_only:
             return  # a CPU-only script: CUDA mixed precision is not its concern
         if facts.device.gpu_path:
@@ -739,6 +788,12 @@ class AmpAutocast(Rule):
                 f for f in program.steps_run_elsewhere if all(f is not g for g in step_functions)
             ]
         if (loops or step_functions) and is_hogwild(self):
+            return
+        if fp32_apex is not None:
+            why, func = fp32_apex
+            found = [*step_functions, *loops] or ([func] if func is not None else [])
+            for where in found:
+                self.report(where, f"{self.message} (fix declined: {why})")
             return
         for func in step_functions:
             caller = (
