@@ -43,9 +43,9 @@ class AmpAutocast(Rule):
 
     **When not to apply.** A script that already runs another mixed-precision system (apex amp,
     a hand-written loss scale, models cast to `.half()`/`.bfloat16()`, see
-    `autoopt.lint.program.precision`) is not flagged, unless its apex leaves the training in
-    fp32: `opt_level="O0"`, or a plain `loss.backward()` beside the `amp.scale_loss` one (apex
-    only when a flag asks for it): then it is reported without a fix. The fix declines, saying
+    `autoopt.lint.program.precision`) is not flagged (also where a flag turns apex on: the
+    precision is the script's choice), unless its apex leaves the training in fp32
+    (`opt_level="O0"`): then it is reported without a fix. The fix declines, saying
     why, when the loop has no optimizer object
     to route through a scaler (manual updates), uses an LBFGS closure (`step(closure)`), reads tensors with `.numpy()` (which
     fails on bf16 outputs), takes a double backward (`create_graph=True`,
@@ -693,27 +693,6 @@ class AmpAutocast(Rule):
             line=5,
             message_contains='opt_level="O0"',
         ),
-        # apex only when asked: the default path's plain backward trains in fp32 (XLM).
-        Invalid(
-            """
-            import torch
-            import apex
-
-            def optimize(loss, optimizer, use_amp):
-                optimizer.zero_grad()
-                if not use_amp:
-                    loss.backward()
-                else:
-                    with apex.amp.scale_loss(loss, optimizer) as scaled_loss:
-                        scaled_loss.backward()
-                optimizer.step()
-
-            for x in loader:
-                optimize(model(x.cuda()).mean(), optimizer, use_amp=False)
-            """,
-            line=4,
-            message_contains="apex amp only on one path",
-        ),
         # The step an ignite Engine runs on every batch (Glow): the script's own, reported.
         Invalid(
             """
@@ -790,10 +769,8 @@ class AmpAutocast(Rule):
         if (loops or step_functions) and is_hogwild(self):
             return
         if fp32_apex is not None:
-            why, func = fp32_apex
-            found = [*step_functions, *loops] or ([func] if func is not None else [])
-            for where in found:
-                self.report(where, f"{self.message} (fix declined: {why})")
+            for where in [*step_functions, *loops]:
+                self.report(where, f"{self.message} (fix declined: {fp32_apex})")
             return
         for func in step_functions:
             caller = (

@@ -371,3 +371,117 @@ def test_torchmeta_meta_learning_is_declined_and_a_model_held_by_a_plain_object(
     )
     result = wrap(script)
     assert result.declined and result.reason == "cannot tell the model", result.inserted
+
+
+def test_a_package_class_by_attribute_and_an_optimizer_wrapper_stepped_as_step(
+    tmp_path: Path,
+) -> None:
+    """GRU4REC: `trainer = lib.Trainer(model, optim=optimizer)` of the package `lib`, whose
+    loop steps `self.optim.step()`, a `lib.Optimizer` that holds the torch optimizer and steps
+    it in its own `step()`: declined as a wrapper class (optimize() needs the optimizer)."""
+    script = project(
+        tmp_path,
+        {
+            "main.py": """\
+                import torch
+                import lib
+
+                model = torch.nn.Linear(8, 1)
+                optimizer = lib.Optimizer(model.parameters(), lr=0.1)
+                trainer = lib.Trainer(model, optim=optimizer)
+                trainer.train(0, 3)
+                """,
+            "lib/__init__.py": "from .optimizer import Optimizer\nfrom .trainer import Trainer\n",
+            "lib/optimizer.py": """\
+                import torch
+
+                class Optimizer:
+                    def __init__(self, params, lr):
+                        self.optimizer = torch.optim.Adam(params, lr=lr)
+
+                    def zero_grad(self):
+                        self.optimizer.zero_grad()
+
+                    def step(self):
+                        self.optimizer.step()
+                """,
+            "lib/trainer.py": """\
+                import torch
+
+                class Trainer:
+                    def __init__(self, model, optim):
+                        self.model, self.optim = model, optim
+
+                    def train(self, start, end):
+                        for epoch in range(start, end):
+                            self.optim.zero_grad()
+                            self.model(torch.randn(4, 8)).sum().backward()
+                            self.optim.step()
+                """,
+        },
+    )
+    result = wrap(script)
+    assert result.declined and result.reason == "optimizer wrapped in a class", result.message
+    assert "lib.Optimizer, a wrapper class" in result.message
+
+
+def test_optimizers_a_trainer_of_another_module_holds_in_a_collection(tmp_path: Path) -> None:
+    """XLM: the Trainer of xlm/trainer.py builds its optimizers in a dict and steps them
+    with `for optimizer in optimizers`: the decline names that class, not the collection."""
+    script = project(
+        tmp_path,
+        {
+            "train.py": """\
+                import torch
+                from trainer import Trainer
+
+                model = torch.nn.Linear(8, 1)
+                trainer = Trainer(model)
+                for step in range(10):
+                    trainer.step(model(torch.randn(4, 8)).sum())
+                """,
+            "trainer.py": """\
+                import torch
+
+                class Trainer:
+                    def __init__(self, model):
+                        self.optimizers = {"model": torch.optim.Adam(model.parameters())}
+
+                    def step(self, loss):
+                        optimizers = [self.optimizers[k] for k in self.optimizers]
+                        for optimizer in optimizers:
+                            optimizer.zero_grad()
+                        loss.backward()
+                        for optimizer in optimizers:
+                            optimizer.step()
+                """,
+        },
+    )
+    result = wrap(script)
+    assert result.declined and result.reason == "optimizer created in another module"
+    assert "Trainer.step() of" in result.message and "trainer.py" in result.message
+
+
+def test_a_batcher_of_another_library_is_no_loader(tmp_path: Path) -> None:
+    """ConvE: batches from spodernet's `StreamBatcher`, no torch DataLoader: the call binds
+    the model and the optimizer only (as for torchtext's iterators)."""
+    script = project(
+        tmp_path,
+        {
+            "main.py": """\
+                import torch
+                from spodernet.preprocessing.batching import StreamBatcher
+
+                model = torch.nn.Linear(8, 1)
+                opt = torch.optim.Adam(model.parameters())
+                train_batcher = StreamBatcher("FB15k", "train", 128)
+                for epoch in range(3):
+                    for i, batch in enumerate(train_batcher):
+                        opt.zero_grad()
+                        model(batch).sum().backward()
+                        opt.step()
+                """
+        },
+    )
+    result = wrap(script)
+    assert result.inserted == ('model, opt = autoopt.optimize(model, optimizer=opt, device="cpu")',)

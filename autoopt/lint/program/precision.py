@@ -82,13 +82,11 @@ def other_precision_system(module: cst.Module, source: str | None = None) -> str
     return None
 
 
-def fp32_beside_apex(
-    module: cst.Module, source: str | None = None
-) -> tuple[str, cst.FunctionDef | None] | None:
-    """Why a script that uses apex amp still trains in fp32 (and the function that does, where
-    one does), or None: `opt_level="O0"` (apex's pure fp32 level: FloWaveNet's
-    train_apex.py), or a plain `loss.backward()` beside the `amp.scale_loss` one in the same
-    function (XLM's `optimize()`: apex only when `--amp` is given)."""
+def fp32_beside_apex(module: cst.Module, source: str | None = None) -> str | None:
+    """Why a script that uses apex amp still trains in fp32, or None: `opt_level="O0"`, apex's
+    pure fp32 level (FloWaveNet's train_apex.py). Apex only when a flag asks for it (`if
+    args.fp16: amp.scale_loss(...) else: loss.backward()`) is the script's own choice of
+    precision: not reported (twelve labelled scripts of the corpus, one against)."""
     text = source if source is not None else module.code
     if "apex" not in text:
         return None
@@ -105,25 +103,7 @@ def fp32_beside_apex(
                     and isinstance(level, cst.SimpleString)
                     and level.evaluated_value == "O0"
                 ):
-                    return 'apex amp at opt_level="O0" (pure fp32)', None
-    for func in walk(module):
-        if not isinstance(func, cst.FunctionDef):
-            continue
-        calls = [n for n in walk(func) if isinstance(n, cst.Call)]
-        scaled = any((dotted(c.func) or "").endswith("amp.scale_loss") for c in calls)
-        plain = [
-            c
-            for c in calls
-            if isinstance(c.func, cst.Attribute)
-            and c.func.attr.value == "backward"
-            and "scaled" not in code_of(c.func.value)
-        ]
-        if scaled and plain:
-            why = (
-                f"apex amp only on one path: `{code_of(plain[0])}` in {func.name.value}() "
-                "trains in fp32 beside it"
-            )
-            return why, func
+                    return 'apex amp at opt_level="O0" (pure fp32)'
     return None
 
 

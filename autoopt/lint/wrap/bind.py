@@ -273,6 +273,8 @@ def loader_of(code: CodeBase, home: Func, trainers: list[Func]) -> Loader | None
                 assigns = assignments_of(home, here)
                 if _torchtext_iterators(code, home, here, assigns):
                     return None  # batches of torchtext's own class: no loader for optimize()
+                if _library_batcher(code, home, here, assigns):
+                    return None  # spodernet's StreamBatcher: no torch loader either
                 return here, assigns
     return None
 
@@ -293,6 +295,24 @@ def _torchtext_iterators(code: CodeBase, home: Func, expr: str, assigns: list[cs
             for c in target.file.calls(target.node)
         ):
             return False
+    return bool(assigns)
+
+
+def _library_batcher(code: CodeBase, home: Func, expr: str, assigns: list[cst.CSTNode]) -> bool:
+    """`expr` is built by a class of another library that is no torch loader (ConvE's
+    `StreamBatcher(...)` of spodernet): optimize() takes a DataLoader, not such a batcher."""
+    for assign in assigns:
+        value = bound_to(assign, expr)
+        if not isinstance(value, cst.Call) or code.resolve(home.file, value) is not None:
+            return False
+        qualified = home.file.qualname(value.func)
+        head, _, leaf = qualified.rpartition(".")
+        if not head or head.split(".")[0] in ("torch", "torchvision", "torchaudio"):
+            return False
+        if code_of(value.func).split(".")[0] not in home.file.imports:
+            return False  # not an imported name: a local or built-in
+        if leaf.endswith("Loader") or not leaf[:1].isupper():
+            return False  # a library's DataLoader subclass (PyG), or a factory function
     return bool(assigns)
 
 

@@ -513,7 +513,9 @@ class CodeBase:
                 return self.method(file, cls, attr) if cls is not None else None
             if receiver.value in file.imports:  # engine.train_one_epoch(...)
                 found = self._imported(f"{file.imports[receiver.value]}.{attr}", file)
-                return found if isinstance(found, Func) else None
+                if isinstance(found, tuple):  # `lib.Trainer(...)`: its constructor runs
+                    return self.method(*found, "__init__")
+                return found
             owner = self._instance_class(file, receiver.value, file.scope_of(call))
             return self.method(*owner, attr) if owner else None
         return None
@@ -562,6 +564,10 @@ class CodeBase:
                 made = self._made_by(file, value, depth)
                 if made:
                     return made
+            if isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute):
+                # `trainer = lib.Trainer(...)` of a local package (GRU4REC)
+                one = self.called_class(file, value.func)
+                return [one] if one is not None else []
             if isinstance(value, cst.Call) and isinstance(value.func, cst.Name):
                 called = value.func.value
                 if (one := self.local_class(file, called)) is not None:

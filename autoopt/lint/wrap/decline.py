@@ -269,6 +269,16 @@ def optimizer_in_module(where: list[str], unreached: bool = False) -> Decline:
     )
 
 
+def optimizers_held_in_module(expr: str, where: list[str]) -> Decline:
+    """`where`: each function that gathers the collection, as "Class.method() of path"."""
+    return Decline(
+        "optimizer created in another module",
+        f"the loop steps the optimizers of `{expr}`, gathered by {', '.join(where)} from what "
+        "its object holds: they belong to that class, which this script runs",
+        "run --wrap on that file",
+    )
+
+
 def created_per_call(expr: str, func: str, loop: str) -> Decline:
     return Decline(
         "optimizer created inside the loop",

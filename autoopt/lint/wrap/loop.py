@@ -19,6 +19,7 @@ from autoopt.lint.wrap.tree import (
     is_member_object,
     is_object,
     is_plain_class,
+    is_self,
     loop_source,
     stepping_methods,
 )
@@ -78,9 +79,13 @@ def script_defs(file: SourceFile) -> list[cst.FunctionDef]:
     return out
 
 
-def stepping_functions(code: CodeBase, trainers: list[Func]) -> list[Func]:
+def stepping_functions(
+    code: CodeBase, trainers: list[Func], wrappers: OptimizerWrappers | None = None
+) -> list[Func]:
     """The training functions and the helpers they call, where an optimizer may be stepped
-    apart from the backward (`self._apply_gradients()` after `loss.backward()`)."""
+    apart from the backward (`self._apply_gradients()` after `loss.backward()`); not the
+    methods of a class wrapping an optimizer (LSTNet's `Optim.step()`: the loop steps the
+    wrapper, which `wrappers` tells)."""
     found: dict[Func, None] = dict.fromkeys(trainers)
     layer = list(trainers)
     for _ in range(_STEP_HELPER_DEPTH):
@@ -88,15 +93,30 @@ def stepping_functions(code: CodeBase, trainers: list[Func]) -> list[Func]:
             t
             for f in layer
             for c in f.calls()
-            if (t := code.resolve(f.file, c)) is not None and t not in found
+            if (t := code.resolve(f.file, c)) is not None
+            and t not in found
+            and not _steps_a_wrapper(c, t, wrappers)
         ]
         found.update(dict.fromkeys(layer))
     return list(found)
 
 
+def _steps_a_wrapper(call: cst.Call, target: Func, wrappers: OptimizerWrappers | None) -> bool:
+    """`optim.step()` on an object of a class wrapping an optimizer (LSTNet's `Optim`), not a
+    trainer's own helper (`self._apply_gradients()`)."""
+    receiver = call.func.value if isinstance(call.func, cst.Attribute) else None
+    return (
+        wrappers is not None
+        and target.cls is not None
+        and receiver is not None
+        and not is_self(receiver)
+        and bool(wrappers.steppers(target.file, target.cls))
+    )
+
+
 def find_training(code: CodeBase, trainers: list[Func], wrappers: OptimizerWrappers) -> Training:
     """The optimizers stepped by `trainers` and the helpers beside them."""
-    training = Training(trainers, stepping_functions(code, trainers))
+    training = Training(trainers, stepping_functions(code, trainers, wrappers))
     for func in training.steppers:
         training.uses += optimizer_uses(code, func, wrappers, training)
     return training

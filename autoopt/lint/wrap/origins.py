@@ -319,7 +319,13 @@ def bind_optimizers(code: CodeBase, training: Training) -> Bound | Decline:
         tracer = Tracer(code)
         found = tracer.origins(use.func, use.expr, use.node, 0)
         if found and use.expr in training.collections:
+            held = found
             found = tracer.members(found)
+            if not found and all(o.func.file is not code.script for o in held):
+                # XLM: `for optimizer in optimizers` in the Trainer of xlm/trainer.py, which
+                # builds and holds them: that class is where --wrap could go
+                where = {f"{_qualified(o.func)}() of {o.func.file.path}": None for o in held}
+                return decline.optimizers_held_in_module(use.expr, list(where))
             if not found:
                 return decline.optimizers_in_collection(use.expr)
             stepped.update(tracer.elements)
