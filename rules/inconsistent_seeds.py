@@ -39,7 +39,8 @@ class InconsistentSeeds(Rule):
     ## When not to
     - Seeds computed on purpose (`seed + rank`, `seed + worker_id`, `int(time.time())`, or a
       variable the function computes them into) are not compared: only literals, names bound
-      to a literal, and settings such as `args.seed` or a `seed` parameter count.
+      to a literal, and settings such as `args.seed`, `config["seed"]` or a `seed` parameter
+      count.
     - Seeding in different functions (a `worker_init_fn`, an evaluation helper) is separate.
     - Re-seeding the same library later with another value is not this rule's business.
 
@@ -130,6 +131,16 @@ class InconsistentSeeds(Rule):
             """,
             line=5,
         ),
+        Invalid(  # a setting from the config beside a literal (GRACE)
+            """
+            import random
+            import torch
+            config = load_config()
+            torch.manual_seed(config["seed"])
+            random.seed(12345)
+            """,
+            line=5,
+        ),
     ]
 
     def visit_Module(self, node: cst.Module) -> None:
@@ -184,6 +195,8 @@ def _seed_value(expr: cst.BaseExpression, constants: dict[str, str]) -> str | No
     known); None for computed seeds."""
     if isinstance(expr, cst.Integer):
         return expr.value
+    if isinstance(expr, cst.Subscript) and _keyed_setting(expr):
+        return code_of(expr)  # `config["seed"]`: a setting, compared by name
     if isinstance(expr, cst.Name | cst.Attribute):
         text = code_of(expr)
         if text not in constants:
@@ -191,3 +204,13 @@ def _seed_value(expr: cst.BaseExpression, constants: dict[str, str]) -> str | No
         # a literal it was given, or None: a value computed in the file is deliberate
         return constants[text] or None
     return None
+
+
+def _keyed_setting(expr: cst.Subscript) -> bool:
+    """`config["seed"]`, `cfg['train']['seed']`: a setting read by a literal key."""
+    return (
+        len(expr.slice) == 1
+        and isinstance(expr.slice[0].slice, cst.Index)
+        and isinstance(expr.slice[0].slice.value, cst.SimpleString)
+        and isinstance(expr.value, cst.Name | cst.Attribute | cst.Subscript)
+    )
