@@ -87,7 +87,9 @@ class TorchCompileModel(Rule):
       method on the user's class, or a helper that shadows the name): not flagged.
     - A model re-assigned while training (e.g. a best-checkpoint swap inside the epoch loop),
       or built only inside another function: the rule cannot place the call safely and stays
-      quiet. A model a function or a trainer class is handed (`train(model, ...)`,
+      quiet. (A model a trainer or agent class builds in its own `__init__`, `self.actor =
+      Actor(...).to(device)` beside its optimizer, is built where it is trained: reported
+      there.) A model a function or a trainer class is handed (`train(model, ...)`,
       `self.model = model.to(device)` in `__init__`) is the caller's to compile. A model
       reloaded after training (to test the best checkpoint) is compiled where it
       is first built; one moved while training (`model.cpu()` to save, `.to(device)` back) too.
