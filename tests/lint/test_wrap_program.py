@@ -485,3 +485,44 @@ def test_a_batcher_of_another_library_is_no_loader(tmp_path: Path) -> None:
     )
     result = wrap(script)
     assert result.inserted == ('model, opt = autoopt.optimize(model, optimizer=opt, device="cpu")',)
+
+
+def test_an_agent_bound_in_branches_to_classes_of_two_modules(tmp_path: Path) -> None:
+    """TD3: `policy = TD3.TD3(...)` or `policy = OurDDPG.DDPG(...)` by a flag, then
+    `policy.train(...)`: both classes are followed, and the decline names both files."""
+    agent = """\
+        import torch
+
+        class {name}:
+            def __init__(self):
+                self.actor = torch.nn.Linear(4, 2)
+                self.actor_optimizer = torch.optim.Adam(self.actor.parameters())
+
+            def train(self, batch):
+                self.actor_optimizer.zero_grad()
+                self.actor(batch).sum().backward()
+                self.actor_optimizer.step()
+        """
+    script = project(
+        tmp_path,
+        {
+            "main.py": """\
+                import sys
+                import torch
+                import TD3
+                import OurDDPG
+
+                if sys.argv[1:] == ["ddpg"]:
+                    policy = OurDDPG.DDPG()
+                else:
+                    policy = TD3.TD3()
+                for t in range(100):
+                    policy.train(torch.randn(8, 4))
+                """,
+            "TD3.py": agent.format(name="TD3"),
+            "OurDDPG.py": agent.format(name="DDPG"),
+        },
+    )
+    result = wrap(script)
+    assert result.declined and result.reason == "optimizer created in another module"
+    assert "TD3.__init__() of" in result.message and "DDPG.__init__() of" in result.message

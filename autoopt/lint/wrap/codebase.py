@@ -546,40 +546,48 @@ class CodeBase:
         """Every local class `name` may be an instance of: `name = SomeClass(...)`, or `name =
         Exp(...)` where `Exp` stands for one class or another, or `name = make(...)` where the
         local function `make` returns an instance (pytorch-3dunet's `create_trainer(config)`)."""
+        found: dict[int, tuple[SourceFile, cst.ClassDef]] = {}
         for node in file.bindings(scope).get(name, ()):
-            if not (
+            if (
                 isinstance(node, cst.Assign)
                 and len(node.targets) == 1
                 and isinstance(node.targets[0].target, cst.Name)
             ):
-                continue
-            value = node.value
-            while (
-                isinstance(value, cst.Call)
-                and isinstance(value.func, cst.Attribute)
-                and value.func.attr.value in _PLACING
-            ):
-                value = value.func.value
-            if isinstance(value, cst.Call) and depth < _MAX_BASES:
-                made = self._made_by(file, value, depth)
-                if made:
-                    return made
-            if isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute):
-                # `trainer = lib.Trainer(...)` of a local package (GRU4REC)
-                one = self.called_class(file, value.func)
-                return [one] if one is not None else []
-            if isinstance(value, cst.Call) and isinstance(value.func, cst.Name):
-                called = value.func.value
-                if (one := self.local_class(file, called)) is not None:
-                    return [one]
-                if called in file.imports:
-                    return []
-                return [
-                    c
-                    for other in file.aliases.get(called, ())
-                    if other not in file.aliases and (c := self.local_class(file, other))
-                ]
-        return []
+                # each binding, in order (TD3's `policy = TD3.TD3(...)` or `OurDDPG.DDPG(...)`)
+                for owner in self._classes_of(file, node.value, depth):
+                    found.setdefault(id(owner[1]), owner)
+        return list(found.values())
+
+    def _classes_of(
+        self, file: SourceFile, value: cst.BaseExpression, depth: int
+    ) -> list[tuple[SourceFile, cst.ClassDef]]:
+        """The local classes whose instance `value` (a call, maybe placed) makes."""
+        while (
+            isinstance(value, cst.Call)
+            and isinstance(value.func, cst.Attribute)
+            and value.func.attr.value in _PLACING
+        ):
+            value = value.func.value
+        if not isinstance(value, cst.Call):
+            return []
+        if depth < _MAX_BASES and (made := self._made_by(file, value, depth)):
+            return made
+        if isinstance(value.func, cst.Attribute):
+            # `trainer = lib.Trainer(...)` of a local package (GRU4REC)
+            one = self.called_class(file, value.func)
+            return [one] if one is not None else []
+        if not isinstance(value.func, cst.Name):
+            return []
+        called = value.func.value
+        if (one := self.local_class(file, called)) is not None:
+            return [one]
+        if called in file.imports:
+            return []
+        return [
+            c
+            for other in file.aliases.get(called, ())
+            if other not in file.aliases and (c := self.local_class(file, other))
+        ]
 
     def _made_by(
         self, file: SourceFile, call: cst.Call, depth: int
