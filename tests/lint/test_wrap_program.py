@@ -526,3 +526,40 @@ def test_an_agent_bound_in_branches_to_classes_of_two_modules(tmp_path: Path) ->
     result = wrap(script)
     assert result.declined and result.reason == "optimizer created in another module"
     assert "TD3.__init__() of" in result.message and "DDPG.__init__() of" in result.message
+
+
+def test_a_module_level_loader_and_the_optimizer_under_the_main_guard(tmp_path: Path) -> None:
+    """FloWaveNet: `train_loader = DataLoader(...)` at the module's top, read by `train()`;
+    the model and optimizer built under `if __name__ == "__main__":` after a data-dependent
+    init reads one batch: the call goes after the optimizer, with the loader."""
+    script = project(
+        tmp_path,
+        {
+            "train.py": """\
+                import torch
+                from torch.utils.data import DataLoader, TensorDataset
+
+                train_loader = DataLoader(TensorDataset(torch.randn(16, 8)), batch_size=4)
+
+                def train(model, optimizer):
+                    for (x,) in train_loader:
+                        optimizer.zero_grad()
+                        model(x).sum().backward()
+                        optimizer.step()
+
+                if __name__ == "__main__":
+                    model = torch.nn.Linear(8, 1)
+                    (x_seed,) = next(iter(train_loader))
+                    with torch.no_grad():
+                        model(x_seed)
+                    optimizer = torch.optim.Adam(model.parameters())
+                    for epoch in range(2):
+                        train(model, optimizer)
+                """
+        },
+    )
+    result = wrap(script)
+    assert result.inserted == (
+        "model, train_loader, optimizer = autoopt.optimize(model, train_loader, optimizer, "
+        'device="cpu")',
+    ), result.message

@@ -50,7 +50,10 @@ def place_call(
         entries = [c for c in home.calls() if code.trains(home, c)][:1]
     if loader is not None:
         pairs[0].loader = loader[0]
-        relevant += loader[1]
+        if not _bound_above(home, loader[1], relevant):
+            relevant += loader[1]
+        # else: FloWaveNet's module-level `train_loader = DataLoader(...)`, the optimizer in
+        # `if __name__ == "__main__":`: the loader exists wherever the optimizer does
     block = common_block(file, relevant + entries)
     if block is None:
         return decline.unrelated_blocks()
@@ -168,6 +171,18 @@ def defined(code: CodeBase, home: Func, expr: str, anchor: cst.CSTNode) -> bool:
             continue  # a module global, set before any function runs
         return False
     return True
+
+
+def _bound_above(home: Func, assigns: list[cst.CSTNode], optimizers: list[cst.CSTNode]) -> bool:
+    """Every statement binding the loader is a top-level statement of `home` that runs before
+    any optimizer is created: the loader is bound wherever the call can go."""
+    file = home.file
+    top = [s for s in (home.node.body if isinstance(home.node, cst.Module) else ())]
+    return bool(assigns) and all(
+        any(file.parent(a) is s or a is s for s in top)
+        and all(file.before(a, o) for o in optimizers)
+        for a in assigns
+    )
 
 
 def captures(home: Func, expr: str, anchor: cst.CSTNode) -> list[tuple[str, bool]]:
