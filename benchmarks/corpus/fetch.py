@@ -50,6 +50,7 @@ SPLITS = {
     "fresh-l": (HERE / "fresh_l.json", HERE / "_repos_fresh_l"),
     "fresh-m": (HERE / "fresh_m.json", HERE / "_repos_fresh_m"),
     "fresh-n": (HERE / "fresh_n.json", HERE / "_repos_fresh_n"),
+    "fresh-o": (HERE / "fresh_o.json", HERE / "_repos_fresh_o"),
 }
 TORCH_DIR = "torch"
 
