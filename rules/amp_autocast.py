@@ -734,7 +734,7 @@ class AmpAutocast(Rule):
 
     def visit_Module(self, node: cst.Module) -> None:
         facts = self.facts
-        if "torch" not in facts.source or facts.names_torch_amp:
+        if facts.names_torch_amp or not _torch_program(self):
             return
         if library_handles_precision(self):
             return
@@ -790,3 +790,12 @@ class AmpAutocast(Rule):
                 self.report(loop, f"{self.message} (fix declined: {reason})")
             else:
                 self.report(loop, fix=plan.fix())
+
+
+def _torch_program(rule: Rule) -> bool:
+    """The file is torch code: it names torch, or the project modules it imports do (SPADE's
+    trainer steps a model of another module and never writes `torch`; a Chainer or MXNet
+    script, whose `loss.backward()` looks the same, reaches no torch)."""
+    if "torch" in rule.context.source:
+        return True
+    return rule.context.program.reaches_text_that_says(lambda text: "torch" in text)

@@ -21,6 +21,9 @@ _DATA_PARALLEL_FUNCTION = (
     "torch.nn.parallel.data_parallel.data_parallel",
 )
 
+# DataParallel subclasses widely vendored into projects (same scatter/replicate/gather).
+_DATA_PARALLEL_SUBCLASSES = frozenset({"DataParallelWithCallback"})
+
 
 class DataParallel(Rule):
     """
@@ -29,7 +32,9 @@ class DataParallel(Rule):
     `nn.parallel.data_parallel(module, input, device_ids)` called in a `forward`, in a script
     that can run on a GPU (see `autoopt.lint.program.device`); also a model built by a class
     or a factory of another module of the project that wraps it in `DataParallel` there
-    (`model = InsResNet50()` whose `__init__` does), reported where the script builds it.
+    (`model = InsResNet50()` whose `__init__` does), reported where the script builds it;
+    and `DataParallelWithCallback`, Synchronized-BatchNorm-PyTorch's subclass that projects
+    vendor as `sync_batchnorm` (the same scatter, replicate and gather).
 
     ## Why
     `DataParallel` is one process driving all GPUs with threads: every step it scatters the
@@ -102,6 +107,16 @@ class DataParallel(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # Synchronized-BatchNorm-PyTorch's DataParallel subclass, vendored (SPADE)
+            """
+            import torch
+            from models.networks.sync_batchnorm import DataParallelWithCallback
+
+            model = Pix2PixModel(opt).cuda()
+            model = DataParallelWithCallback(model, device_ids=opt.gpu_ids)
+            """,
+            line=5,
+        ),
         Invalid(
             """
             import torch
@@ -138,12 +153,30 @@ class DataParallel(Rule):
 
     def visit_Call(self, node: cst.Call) -> None:
         functional = self.is_call_to(node, *_DATA_PARALLEL_FUNCTION)
-        if not (functional or self.is_call_to(node, *_DATA_PARALLEL)):
+        if not (functional or self.is_call_to(node, *_DATA_PARALLEL) or self._subclass(node)):
             self._check_callee(node)
             return
-        if not self.context.program.gpu_path or self._single_gpu(node, 2 if functional else 1):
+        ids_position = 2 if functional else 1
+        if not self._on_gpus(node, ids_position) or self._single_gpu(node, ids_position):
             return
         self.report(node)
+
+    def _on_gpus(self, node: cst.Call, ids_position: int) -> bool:
+        """The script can run on a GPU, or it hands the wrapper GPU ids in a program that runs on
+        CUDA (SPADE's trainer: `device_ids=opt.gpu_ids`, the `.cuda()` in the model's module)."""
+        program = self.context.program
+        if program.gpu_path:
+            return True
+        return arg(node, "device_ids", ids_position) is not None and program.runs_on_cuda
+
+    def _subclass(self, node: cst.Call) -> bool:
+        """A known subclass of DataParallel, imported from the project
+        (`DataParallelWithCallback` of Synchronized-BatchNorm-PyTorch, vendored as the
+        `sync_batchnorm` package or a git submodule that a checkout may lack)."""
+        return any(
+            q.rsplit(".", 1)[-1] in _DATA_PARALLEL_SUBCLASSES
+            for q in self.qualified_names(node.func)
+        )
 
     def _check_callee(self, node: cst.Call) -> None:
         """A model built by a class or factory of another module of the project that wraps it

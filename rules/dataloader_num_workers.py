@@ -42,6 +42,8 @@ class DataLoaderNumWorkers(Rule):
     ## When not to
     - An evaluation loader beside a training loader that sets `num_workers`: leaving it out
       of the evaluation loader is the author's choice for a held-out set (not reported).
+    - A loader the driver draws one batch from, once (`fixed, _ = next(iter(test_loader))`
+      outside any loop: images to log), beside a training loader that sets `num_workers`.
     - The options come through `**kwargs` that the rule cannot read: the value may well be set
       there, so the rule stays quiet. A dict built in the same scope from literals is read,
       also when grown with `kw.update({...})` / `kw.update(other_literal_dict)` /
@@ -190,8 +192,60 @@ class DataLoaderNumWorkers(Rule):
                 evaluate(model, val_loader)
             """
         ),
+        Valid(  # one fixed batch drawn once from a test loader, beside a training loader with
+            # workers (pytorch-vqvae)
+            """
+            import torch
+            from torch.utils.data import DataLoader
+
+            def train(loader, model, optimizer):
+                for x, y in loader:
+                    model(x.cuda()).sum().backward()
+                    optimizer.step()
+
+            def main():
+                train_loader = DataLoader(ds, batch_size=8, num_workers=4, pin_memory=True)
+                test_loader = DataLoader(ts, batch_size=16, shuffle=True)
+                fixed_images, _ = next(iter(test_loader))
+                for epoch in range(10):
+                    train(train_loader, model, optimizer)
+            """
+        ),
     ]
     INVALID = [
+        Invalid(  # a loopless helper may draw a batch every step: still reported
+            """
+            import torch
+            from torch.utils.data import DataLoader
+
+            train_loader = DataLoader(ds, batch_size=8, num_workers=4)
+            side_loader = DataLoader(ts, batch_size=16)
+
+            def get_batch():
+                return next(iter(side_loader))
+
+            for x, y in train_loader:
+                model(x, get_batch()).sum().backward()
+                optimizer.step()
+            """,
+            line=5,
+            fixed="""
+            import torch
+            from torch.utils.data import DataLoader
+            import os
+
+            train_loader = DataLoader(ds, batch_size=8, num_workers=4)
+            side_loader = DataLoader(ts, batch_size=16, num_workers=min(4, (os.cpu_count() or 1) // 8))
+
+            def get_batch():
+                return next(iter(side_loader))
+
+            for x, y in train_loader:
+                model(x, get_batch()).sum().backward()
+                optimizer.step()
+            """,
+            unsafe=True,
+        ),
         Invalid(  # the device is chosen at run time: the runtime's CUDA or CPU rule, as it runs
             """
             import torch

@@ -149,6 +149,58 @@ class DataLoaderPersistentWorkers(Rule):
             """,
             unsafe=True,
         ),
+        Invalid(  # a dict of loaders built split by split, picked from every epoch (pvcnn)
+            """
+            from torch.utils.data import DataLoader
+            def main(epochs):
+                loaders = {}
+                for split in dataset:
+                    loaders[split] = DataLoader(dataset[split], batch_size=8, num_workers=4)
+                for epoch in range(epochs):
+                    train(model, loader=loaders["train"])
+            """,
+            line=5,
+            fixed="""
+            from torch.utils.data import DataLoader
+            def main(epochs):
+                loaders = {}
+                for split in dataset:
+                    loaders[split] = DataLoader(dataset[split], batch_size=8, num_workers=4, persistent_workers=True)
+                for epoch in range(epochs):
+                    train(model, loader=loaders["train"])
+            """,
+            unsafe=True,
+        ),
+        Invalid(  # the hook installed in __init__ (latent-diffusion's DataModuleFromConfig)
+            """
+            import pytorch_lightning as pl
+            from torch.utils.data import DataLoader
+
+            class DataModuleFromConfig(pl.LightningDataModule):
+                def __init__(self, train=None):
+                    super().__init__()
+                    if train is not None:
+                        self.train_dataloader = self._train_dataloader
+
+                def _train_dataloader(self):
+                    return DataLoader(self.train_set, batch_size=8, num_workers=4)
+            """,
+            line=11,
+            fixed="""
+            import pytorch_lightning as pl
+            from torch.utils.data import DataLoader
+
+            class DataModuleFromConfig(pl.LightningDataModule):
+                def __init__(self, train=None):
+                    super().__init__()
+                    if train is not None:
+                        self.train_dataloader = self._train_dataloader
+
+                def _train_dataloader(self):
+                    return DataLoader(self.train_set, batch_size=8, num_workers=4, persistent_workers=True)
+            """,
+            unsafe=True,
+        ),
         Invalid(  # Lightning's Trainer iterates what train_dataloader() returns every epoch
             """
             import lightning as L
@@ -333,7 +385,7 @@ class DataLoaderPersistentWorkers(Rule):
             )
         else:
             return
-        name = assigned_name(self, node) or _self_attribute(self, node)
+        name = assigned_name(self, node) or _self_attribute(self, node) or _dict_entry(self, node)
         if self._lightning_train_loader(node):
             name = name or "train_dataloader"  # the Trainer iterates it every epoch
         elif name is None or not self._iterated_every_epoch(node, name):
@@ -354,12 +406,16 @@ class DataLoaderPersistentWorkers(Rule):
 
     def _lightning_train_loader(self, call: cst.Call) -> bool:
         """`return DataLoader(...)` from a Lightning module's `train_dataloader()` hook: the
-        Trainer iterates it once per epoch (nerf_pl)."""
+        Trainer iterates it once per epoch (nerf_pl); also from a method the class installs as
+        that hook (`self.train_dataloader = self._train_dataloader`, latent-diffusion)."""
         scope = self.facts.enclosing_scope(call)
         return (
             isinstance(self.parent(call), cst.Return)
             and isinstance(scope, cst.FunctionDef)
-            and scope.name.value == "train_dataloader"
+            and (
+                scope.name.value == "train_dataloader"
+                or f"self.train_dataloader = self.{scope.name.value}\n" in self.context.source
+            )
             and "lightning" in self.context.source
         )
 
@@ -417,4 +473,15 @@ def _self_attribute(rule: Rule, call: cst.Call) -> str | None:
         target = dotted(parent.targets[0].target)
         if target is not None and target.startswith("self.") and target.count(".") == 1:
             return target
+    return None
+
+
+def _dict_entry(rule: Rule, call: cst.Call) -> str | None:
+    """`loaders[split] = call` -> "loaders": a dict of loaders built split by split, which
+    the epoch loop picks from (`train(model, loader=loaders["train"])`, pvcnn)."""
+    parent = rule.parent(call)
+    if isinstance(parent, cst.Assign) and len(parent.targets) == 1:
+        target = parent.targets[0].target
+        if isinstance(target, cst.Subscript) and isinstance(target.value, cst.Name):
+            return target.value.value
     return None

@@ -5,7 +5,6 @@ from __future__ import annotations
 import libcst as cst
 
 from autoopt.lint.engine.rule import Fix, FixSafety, Invalid, Rule, Valid
-from autoopt.lint.program.device import GPU_MARKERS
 from autoopt.lint.program.handled import library_moves_batches, library_places_batches
 from autoopt.lint.program.loops import (
     batch_transfers,
@@ -13,7 +12,7 @@ from autoopt.lint.program.loops import (
     evaluation_only_loader,
     loops_over,
 )
-from autoopt.lint.program.torch_api import DATALOADER
+from autoopt.lint.program.torch_api import DATALOADER, torch_name
 from autoopt.lint.rewrite.fixes.preconditions import device_is_cuda
 from autoopt.lint.tree.calls import assigned_name, call_options, with_keyword
 from autoopt.lint.tree.nodes import dotted, is_name, nodes_of_type
@@ -30,7 +29,10 @@ class DataLoaderPinMemory(Rule):
     subclass of another module of the project (pytorch-template's `MnistDataLoader`, whose
     base hands its options to `DataLoader.__init__`) is reported where the script builds it
     when none of its modules names `pin_memory` (without a fix: the option goes in the
-    class).
+    class). A loader factory that names no device itself is reported when it returns the
+    loader and the project's callers move its batches to the device (PatchTST's
+    `data_provider`, whose loader `Exp_Main.train` feeds to CUDA); its fix tests
+    `torch.cuda.is_available()`, the device being its callers'.
 
     ## Why
     A host-to-GPU copy from ordinary (pageable) memory is staged by the driver through a pinned
@@ -70,7 +72,7 @@ class DataLoaderPinMemory(Rule):
     fix_reason = "pinning changes where the batch lives on the host, not its values"
     covered_by_optimize = True  # autoopt.optimize() applies it at run time
     triggers = ("DataLoader",)
-    requires = (GPU_MARKERS,)
+    # no text `requires`: a loader factory of a CUDA program may name no device itself
 
     VALID = [
         Valid(  # torch < 1.8 crashed with pin_memory + persistent_workers: left alone
@@ -375,10 +377,13 @@ class DataLoaderPinMemory(Rule):
     ]
 
     def visit_Call(self, node: cst.Call) -> None:
-        if not self.context.program.gpu_path:
-            return
+        program = self.context.program
         if not self.is_call_to(node, *DATALOADER):
-            self._project_loader_class(node)
+            if program.gpu_path:
+                self._project_loader_class(node)
+            return
+        factory = self._returned_to_cuda_training(node)
+        if not (program.gpu_path or factory):
             return
         if library_places_batches(self):
             return
@@ -389,7 +394,7 @@ class DataLoaderPinMemory(Rule):
         persistent = options.values.get("persistent_workers")
         if version is not None and version < (1, 8) and not _false(persistent):
             return  # pin_memory + persistent_workers crashed before torch 1.8
-        if not self._moves_batches_to_device(node):
+        if not (factory or self._moves_batches_to_device(node)):
             return
         if self.context.program.dataset_on_device(node):
             return  # its samples are on the device already: nothing to pin
@@ -398,6 +403,8 @@ class DataLoaderPinMemory(Rule):
         # Pin only on runs that use CUDA, decided as the script decides its device: torch warns
         # on every CPU run of a loader that pins without an accelerator.
         cuda = device_is_cuda(self, node)
+        if factory and not program.gpu_path:  # the device is the callers': test it here
+            cuda = (f"{torch_name(self)[0]}.cuda.is_available()", torch_name(self)[1])
         value, imports = ("True", ()) if cuda is None else cuda
         new_call = with_keyword(node, "pin_memory", cst.parse_expression(value))
         self.report(
@@ -408,6 +415,23 @@ class DataLoaderPinMemory(Rule):
                 add_imports=imports,
             ),
         )
+
+    def _returned_to_cuda_training(self, call: cst.Call) -> bool:
+        """A loader factory of a CUDA training program, which names no device itself: it
+        returns the loader, and its callers move the batches to a device (SPADE's
+        `data.create_dataloader(opt)`)."""
+        program = self.context.program
+        name = assigned_name(self, call)
+        returned = (
+            name is not None and program.returned_to_device(call, name)
+        ) or self._returned_directly(call)
+        return returned and program.serves_cuda_training
+
+    def _returned_directly(self, call: cst.Call) -> bool:
+        """`return DataLoader(...)` whose callers move its batches to a device."""
+        if not isinstance(self.parent(call), cst.Return):
+            return False
+        return self.context.program.returned_to_device(call, "")
 
     def _project_loader_class(self, call: cst.Call) -> None:
         """`MnistDataLoader(...)`: a DataLoader subclass of the project whose modules never

@@ -15,6 +15,7 @@ from autoopt.lint.tree.calls import arg
 from autoopt.lint.tree.nodes import (
     calls_in,
     code_of,
+    int_literal,
     method_name,
     names_in,
     nodes_of_type,
@@ -89,6 +90,21 @@ class HostSyncEveryStep(Rule):
     requires = ((".backward(", "zero_grad(", "def training_step"),)
 
     VALID = [
+        Valid(  # `.data[0]` of something that is no loss (a batch's first sample), and of the
+            # loss under a logging condition
+            """
+            import torch
+            model = Net().cuda()
+            for i, (x, y) in enumerate(loader):
+                optimizer.zero_grad()
+                loss = loss_fn(model(x.cuda()), y.cuda())
+                loss.backward()
+                optimizer.step()
+                first = x.data[0]
+                if i % 100 == 0:
+                    print(loss.data[0])
+            """
+        ),
         Valid(  # the NaN check under a logging condition, and one in the `if`'s body only
             """
             import torch
@@ -344,6 +360,20 @@ class HostSyncEveryStep(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # torch < 0.4's `.data[0]` of the loss, printed every step (WassersteinGAN)
+            """
+            import torch
+            model = Net().cuda()
+            for x, y in loader:
+                optimizer.zero_grad()
+                errD = loss_fn(model(x.cuda()), y.cuda())
+                errD.backward()
+                optimizer.step()
+                print(errD.data[0])
+            """,
+            line=8,
+            message_contains=".data[0]",
+        ),
         Invalid(  # a NaN guard read by an `if` on every step (diffwave's learner)
             """
             import torch
@@ -725,6 +755,39 @@ class HostSyncEveryStep(Rule):
         if self._feeds_an_environment(node, loop):
             return  # the host value is the algorithm's (an RL action for `env.step`)
         self.report(node, f"{what} syncs with the GPU every training step; log every N steps")
+
+    def visit_Subscript(self, node: cst.Subscript) -> None:
+        """`loss.data[0]`: torch < 0.4's spelling of `loss.item()` (WassersteinGAN's
+        `errD.data[0]`, deepcluster's `losses.update(loss.data[0])`), of a tensor whose
+        `backward()` the step loop calls or named as a loss."""
+        value = node.value
+        if not (
+            isinstance(value, cst.Attribute)
+            and value.attr.value == "data"
+            and isinstance(value.value, cst.Name)
+            and len(node.slice) == 1
+            and isinstance(node.slice[0].slice, cst.Index)
+            and int_literal(node.slice[0].slice.value) == 0
+        ):
+            return
+        if self._cpu_only:
+            return
+        loop = self._step_loop(node)  # type: ignore[arg-type]
+        if loop is None:
+            return
+        tensor = value.value.value
+        if tensor not in self._backward_names(loop) and not _named_as_a_loss(tensor):
+            return
+        kept = self._kept_on_host(node, loop)  # type: ignore[arg-type]
+        if kept == "logged" or self._after_a_synchronize(node, loop):  # type: ignore[arg-type]
+            return
+        advice = (
+            _KEPT_ADVICE[kept] if kept is not None else "every training step; log every N steps"
+        )
+        self.report(
+            node,
+            f".data[0] (torch < 0.4's .item()) syncs with the GPU {advice}",
+        )
 
     def _check_read_as_a_condition(self, node: cst.Call) -> bool:
         """`if torch.isnan(loss).any(): raise ...` / `assert torch.isfinite(loss)`: a tensor
@@ -1108,3 +1171,9 @@ def _lightning_training_step(scope: cst.CSTNode | None) -> bool:
         return False
     params = [p.name.value for p in scope.params.params]
     return len(params) >= 2 and params[0] == "self"
+
+
+def _named_as_a_loss(name: str) -> bool:
+    """`loss`, `errD_real`, `g_loss`: the names losses go by in old GAN scripts."""
+    lowered = name.lower()
+    return "loss" in lowered or lowered.startswith("err")

@@ -916,6 +916,8 @@ class TorchCompileModel(Rule):
                 "`torch.compile(model)` would prefix state_dict keys with `_orig_mod.`)",
             )
             return
+        if double_backward(self) is None and self._model_modules_differentiate_a_gradient():
+            return  # the model's own forward runs a double backward (FFJORD's divergence)
         twice = double_backward(self)
         if (
             twice is not None
@@ -955,6 +957,12 @@ class TorchCompileModel(Rule):
                 add_imports=torch_imports(self.context.module) if device else (),
             ),
         )
+
+    def _model_modules_differentiate_a_gradient(self) -> bool:
+        """A module class of the project modules the file imports (two deep) differentiates
+        through a gradient in its own code (`torch.autograd.grad(..., create_graph=True)` in
+        FFJORD's ODE function): compile cannot train a model built of it."""
+        return self.context.program.reaches_text_that_says(_module_with_double_backward)
 
     def _runtime_device(self, builds: Sequence[cst.BaseStatement]) -> str | None:
         """The device the statements that build and place the model put it on, when the
@@ -1134,3 +1142,13 @@ class TorchCompileModel(Rule):
             if isinstance(n, cst.Call) and self.refers_to(n.func, *_SCRIPTED):
                 return True
         return False
+
+
+def _module_with_double_backward(text: str) -> bool:
+    """The text defines a module class (a `forward`) and differentiates through a gradient."""
+    return (
+        "create_graph=True" in text
+        and "autograd.grad(" in text
+        and "def forward(" in text
+        and "nn.Module" in text
+    )

@@ -526,3 +526,184 @@ def test_a_driver_that_never_names_torch_is_followed(tmp_path: Path) -> None:
     _project(tmp_path, {"engine.py": ENGINE, "build.py": build, "train.py": driver})
     assert "torch" not in (tmp_path / "train.py").read_text()
     assert _lint("train.py")[0] == [("engine.py", "AO201")]
+
+
+def test_a_trainer_that_never_names_torch_steps_a_model_of_another_module(
+    tmp_path: Path,
+) -> None:
+    """SPADE: train.py's loop calls `trainer.run_generator_one_step(data)`; the trainer's
+    module steps a model of another module (which holds the `.cuda()`) and never writes
+    `torch`, and wraps the model in the vendored `DataParallelWithCallback(...,
+    device_ids=opt.gpu_ids)`."""
+    model = """
+    import torch
+
+    class Pix2PixModel(torch.nn.Module):
+        def __init__(self, opt):
+            super().__init__()
+            self.net = torch.nn.Conv2d(3, 3, 3).cuda()
+
+        def forward(self, data):
+            return self.net(data.cuda()).mean()
+
+        def create_optimizers(self, opt):
+            return torch.optim.Adam(self.net.parameters())
+    """
+    trainer = """
+    from sync_batchnorm import DataParallelWithCallback
+    from model import Pix2PixModel
+
+    class Pix2PixTrainer:
+        def __init__(self, opt):
+            self.model = Pix2PixModel(opt)
+            self.optimizer = self.model.create_optimizers(opt)
+            self.model = DataParallelWithCallback(self.model, device_ids=opt.gpu_ids)
+
+        def run_one_step(self, data):
+            self.optimizer.zero_grad()
+            loss = self.model(data)
+            loss.backward()
+            self.optimizer.step()
+    """
+    driver = """
+    from trainer import Pix2PixTrainer
+
+    trainer = Pix2PixTrainer(opt)
+    for epoch in range(3):
+        for data in dataloader:
+            trainer.run_one_step(data)
+    """
+    _project(tmp_path, {"model.py": model, "trainer.py": trainer, "train.py": driver})
+    assert "torch" not in (tmp_path / "trainer.py").read_text()
+    found, _ = _lint("train.py", "--select", "AO201,AO501")
+    assert ("trainer.py", "AO201") in found
+    assert ("trainer.py", "AO501") in found
+
+
+@pytest.mark.parametrize("create_graph", [True, False])
+def test_a_model_whose_forward_differentiates_a_gradient_is_not_told_to_compile(
+    tmp_path: Path, create_graph: bool
+) -> None:
+    """FFJORD: the ODE function's forward takes `torch.autograd.grad(..., create_graph=True)`
+    (the divergence); compile's aot_autograd cannot train through it."""
+    model = f"""
+    import torch
+
+    class ODEFunc(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.net = torch.nn.Linear(8, 8)
+
+        def forward(self, y):
+            f = self.net(y)
+            (g,) = torch.autograd.grad(f.sum(), y, create_graph={create_graph})
+            return f + g
+    """
+    driver = """
+    import torch
+    from odefunc import ODEFunc
+
+    model = ODEFunc().cuda()
+    optimizer = torch.optim.Adam(model.parameters())
+    for x in loader:
+        optimizer.zero_grad()
+        model(x.cuda().requires_grad_()).sum().backward()
+        optimizer.step()
+    """
+    _project(tmp_path, {"odefunc.py": model, "train.py": driver})
+    found, _ = _lint("train.py", "--select", "AO301")
+    assert (("train.py", "AO301") in found) is not create_graph
+
+
+def test_a_data_parallel_in_the_forward_of_the_trained_model_is_reported(tmp_path: Path) -> None:
+    """EDSR: the model's forward runs `nn.parallel.data_parallel(self.model, x, ...)` when
+    several GPUs are asked for; the driver only builds `model.Model(args)`."""
+    model = """
+    import torch
+    import torch.nn as nn
+    import torch.nn.parallel as P
+
+    class Model(nn.Module):
+        def __init__(self, args):
+            super().__init__()
+            self.device = torch.device('cpu' if args.cpu else 'cuda')
+            self.model = nn.Conv2d(3, 3, 3).to(self.device)
+            self.n_GPUs = args.n_GPUs
+
+        def forward(self, x):
+            if self.n_GPUs > 1:
+                return P.data_parallel(self.model, x, range(self.n_GPUs))
+            return self.model(x)
+    """
+    driver = """
+    import torch
+    import model
+
+    net = model.Model(args)
+    optimizer = torch.optim.Adam(net.parameters())
+    for x in loader:
+        optimizer.zero_grad()
+        net(x.cuda()).sum().backward()
+        optimizer.step()
+    """
+    _project(tmp_path, {"model.py": model, "train.py": driver})
+    found, said = _lint("train.py", "--select", "AO501")
+    assert [f for f in found if f[1] == "AO501"] == [("model.py", "AO501")]
+    assert "the model rules AO501" in said
+    assert ("model.py", "AO501") not in _lint("train.py", "--no-follow", "--select", "AO501")[0]
+
+
+def test_a_loader_factory_that_names_no_device_feeds_a_cuda_training(tmp_path: Path) -> None:
+    """PatchTST: `Exp_Main._get_data` hands on what `data_provider(args, flag)` returns;
+    `Exp_Main.train` moves every batch with `.float().to(self.device)` on CUDA. The factory's
+    DataLoader, in a module that names no device, is told to pin memory."""
+    factory = """
+    from torch.utils.data import DataLoader
+
+    def data_provider(args, flag):
+        data_set = Dataset_Custom(args.root_path, flag=flag)
+        data_loader = DataLoader(data_set, batch_size=args.batch_size, num_workers=4)
+        return data_set, data_loader
+    """
+    exp = """
+    import torch
+    from data_factory import data_provider
+
+    class Exp_Main:
+        def __init__(self, args):
+            self.args = args
+            self.device = torch.device("cuda:0")
+            self.model = torch.nn.Linear(8, 1).to(self.device)
+
+        def _get_data(self, flag):
+            data_set, data_loader = data_provider(self.args, flag)
+            return data_set, data_loader
+
+        def train(self):
+            train_data, train_loader = self._get_data(flag="train")
+            optimizer = torch.optim.Adam(self.model.parameters())
+            for epoch in range(10):
+                for batch_x, batch_y in train_loader:
+                    batch_x = batch_x.float().to(self.device)
+                    optimizer.zero_grad()
+                    self.model(batch_x).sum().backward()
+                    optimizer.step()
+    """
+    driver = """
+    from exp_main import Exp_Main
+
+    exp = Exp_Main(args)
+    exp.train()
+    """
+    _project(tmp_path, {"data_factory.py": factory, "exp_main.py": exp, "run.py": driver})
+    found, said = _lint("run.py", "--select", "AO102")
+    assert ("data_factory.py", "AO102") in found
+    assert "data_factory.py, which builds the loader" in said
+    # its fix tests the device at run time: the device is the callers' to choose
+    fixed = CliRunner().invoke(main, ["rewrite", "--diff", "--select", "AO102", "data_factory.py"])
+    assert "pin_memory=torch.cuda.is_available()" in fixed.stdout, fixed.output
+    # the same factory feeding a loop that never moves its batches: nothing to pin for
+    (tmp_path / "exp_main.py").write_text(
+        textwrap.dedent(exp).replace("batch_x = batch_x.float().to(self.device)", "pass")
+    )
+    assert ("data_factory.py", "AO102") not in _lint("run.py", "--select", "AO102")[0]

@@ -13,7 +13,8 @@ trainer's step helper). Only from a script whose training is all elsewhere: one 
 `backward()` itself has its loop in its own text (yolov5's `train.py` reaching a profiling
 helper through its batch-size search is not a driver of that helper). From any script, the
 modules that define the models it trains are checked for the rules that judge a model's own
-code (`MODEL_RULES`: SRGAN's conv-then-BatchNorm blocks in model.py, S3Rec's attention; not
+code (`MODEL_RULES`: SRGAN's conv-then-BatchNorm blocks in model.py, S3Rec's attention,
+EDSR's `nn.parallel.data_parallel` in its model's forward; not
 AO608, whose host-built tensors in a model's helpers may run once, not every step).
 """
 
@@ -30,8 +31,9 @@ from autoopt.lint.program.summaries import Target, program
 from autoopt.lint.program.view import drives_training_elsewhere, training_call_sites
 
 # What a module followed because it defines the trained model is checked for: the rules that
-# judge a model's own code (its layers, its attention), not the training around it.
-MODEL_RULES = ("AO607", "AO609")
+# judge a model's own code (its layers, its attention, a DataParallel in its forward), not the
+# training around it.
+MODEL_RULES = ("AO501", "AO607", "AO609")
 
 
 def training_modules(path: Path, source: str, depth: int = 3) -> list[tuple[Path, str]]:
@@ -123,7 +125,7 @@ def loader_modules(modules: list[Path], root: str) -> list[Path]:
     DataLoader forever."""
     seen = {os.path.abspath(m) for m in modules}
     found: list[Path] = []
-    for target in _builders(modules, {"loader"}):
+    for target in _loader_builders(modules):
         where = os.path.abspath(target.path)
         if target.is_class or where in seen or not _inside(where, root):
             continue
@@ -132,6 +134,32 @@ def loader_modules(modules: list[Path], root: str) -> list[Path]:
         seen.add(where)
         found.append(Path(where))
     return found
+
+
+def _loader_builders(modules: list[Path]) -> Iterator[Target]:
+    """`_builders` of loaders, and one step further where a builder only hands on what
+    another function returns (PatchTST's `Exp_Main._get_data`: `data_set, data_loader =
+    data_provider(self.args, flag)`, `return data_set, data_loader`)."""
+    prog = program()
+    for target in _builders(modules, {"loader"}):
+        yield target
+        if target.is_class:
+            continue
+        index = load_index(target.path)
+        func = index.functions.get(target.qualname) if index is not None else None
+        if func is None:
+            continue
+        returned = {
+            v.dotted[0]
+            for r in func.returns
+            for v in (r.options if r.kind == "tuple" else (r,))
+            if v.kind == "ref" and len(v.dotted) == 1
+        }
+        for name in returned:
+            for value in func.assigns.get(name, ()):
+                call = value.options[0] if value.kind == "item" else value
+                if call.kind == "call":
+                    yield from prog.resolve(index, func, call.dotted)
 
 
 def _builders(modules: list[Path], roles: set[str]) -> Iterator[Target]:

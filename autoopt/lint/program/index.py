@@ -669,6 +669,8 @@ class _Scanner:
                 info.zero_grad = True
             elif attr in HOST_READS and not node.args and not self.ifs and not info.host_read:
                 info.host_read = node.lineno
+            if attr in ("to", "cuda") and owner is None:
+                self._converted_batch_moved(func.value)
             if owner is not None:
                 self.method_use(owner, attr, node)
             elif isinstance(func.value, ast.Call) and (built := callee_of(func.value.func)):
@@ -722,6 +724,13 @@ class _Scanner:
             if name is not None and len(name) == 2 and name[0] not in _NOT_CALLABLES:
                 site = CallSite(name, (), (), node.lineno, self.loops > 0, self.no_grad > 0, True)
                 info.calls.append(site)
+
+    def _converted_batch_moved(self, value: ast.expr) -> None:
+        """`batch_x.float().to(self.device)`: a batch converted on the host, then moved."""
+        while isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute):
+            value = value.func.value
+        if isinstance(value, ast.Name) and value.id in self.batch_of:
+            self.info.use(self.batch_of[value.id], "batches_moved")
 
     def method_use(self, owner: Dotted, attr: str, node: ast.Call) -> None:
         info = self.info

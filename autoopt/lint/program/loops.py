@@ -484,7 +484,30 @@ def _loader_use(rule: Rule, name: str) -> str | None:
         return "eval"
     if not callees and named_like_evaluation(name):
         return "eval"
+    if uses and all(_draws_one_batch(rule, c) for c in uses):
+        return "eval"  # `fixed_images, _ = next(iter(test_loader))`: one batch, read once
     return None
+
+
+def _draws_one_batch(rule: Rule, call: cst.Call) -> bool:
+    """`call` is the `iter(loader)` of a `next(iter(loader))` outside any loop, in a scope that
+    runs loops of its own (the driver): a fixed batch drawn once (images to log, a shape to
+    read), not a per-step input pipeline (a loopless `get_batch()` helper may run every step)."""
+    if is_name(call.func, "next") and len(call.args) == 1:
+        inner = call.args[0].value
+        return isinstance(inner, cst.Call) and _draws_one_batch(rule, inner)
+    if not is_name(call.func, "iter"):
+        return False
+    outer = rule.parent(rule.parent(call))
+    if not (isinstance(outer, cst.Call) and is_name(outer.func, "next")):
+        return False
+    node: cst.CSTNode | None = outer
+    while node is not None and not isinstance(node, cst.FunctionDef | cst.Module):
+        if isinstance(node, cst.For | cst.While | cst.CompFor):
+            return False
+        node = rule.parent(node)
+    scope = node.body if isinstance(node, cst.FunctionDef) else node
+    return scope is not None and any(nodes_of_type(scope, (cst.For, cst.While), into_scopes=False))
 
 
 def _steps(loop: cst.CSTNode) -> bool:

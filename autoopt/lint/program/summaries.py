@@ -722,9 +722,15 @@ class Program:
             if value.kind == "item" and value.index != position:
                 continue
             summary = self.summary(Target(index.path, func.qualname))
+            caller = Target(index.path, func.qualname)
             for name, values in func.assigns.items():
                 if any(v is value for v in values):
                     roles |= summary.local_roles.get(name, set())
+                    # bound, then returned as it is (PatchTST's `_get_data`: `data_set,
+                    # data_loader = data_provider(...)`, `return data_set, data_loader`)
+                    for returned_at in _returned_positions(func, name):
+                        if caller != target:
+                            roles |= self.returned_roles(caller, returned_at, depth + 1)
         return roles
 
     def _function_summary(self, index: ModuleIndex, func: FunctionInfo) -> Summary:
@@ -904,3 +910,17 @@ def program() -> Program:
     if _PROGRAM is None:
         _PROGRAM = Program()
     return _PROGRAM
+
+
+def _returned_positions(func: FunctionInfo, name: str) -> list[int | None]:
+    """Where `func` returns local `name` as it is: None for `return name`, i for element i
+    of a returned tuple."""
+    found: list[int | None] = []
+    for value in func.returns:
+        if value.kind == "ref" and value.dotted == (name,):
+            found.append(None)
+        elif value.kind == "tuple":
+            found += [
+                i for i, v in enumerate(value.options) if v.kind == "ref" and v.dotted == (name,)
+            ]
+    return found

@@ -426,12 +426,26 @@ class ProgramView:
         """`name`, bound in the function holding `node`, is returned by it (alone or in a
         tuple), and the project's callers of that function iterate what it returns epoch after
         epoch (`train_loader, test_loader = get_loader(args)` then a loop over epochs)."""
+        return self.returned_as(node, name, "loader_per_epoch")
+
+    def returned_to_device(self, node: cst.CSTNode, name: str) -> bool:
+        """`name` is returned by the function holding `node` and the project's callers move
+        the batches of what it returns to a device (PatchTST's `data_provider` returning the
+        DataLoader whose batches `Exp_Main.train` moves with `.to(self.device)`)."""
+        return self.returned_as(node, name, "batches_to_device")
+
+    def returned_as(self, node: cst.CSTNode, name: str, role: str) -> bool:
+        """`name`, bound in the function holding `node`, is returned by it (alone or in a
+        tuple), and the project's callers use what it returns in `role`."""
         func = self.function_of(node)
         if func is None or func.qualname == "<module>":
             return False
         target = Target(self.index.path, func.qualname)
         for value in func.returns:
-            if value.kind == "ref" and value.dotted == (name,):
+            # `return name`, or `return DataLoader(...)` when asked with no name
+            if (value.kind == "ref" and value.dotted == (name,)) or (
+                not name and value.kind == "call"
+            ):
                 position = None
             elif value.kind == "tuple":
                 found = [
@@ -444,7 +458,7 @@ class ProgramView:
                 position = found[0]
             else:
                 continue
-            if "loader_per_epoch" in self.program.returned_roles(target, position):
+            if role in self.program.returned_roles(target, position):
                 return True
         return False
 
