@@ -563,3 +563,96 @@ def test_a_module_level_loader_and_the_optimizer_under_the_main_guard(tmp_path: 
         "model, train_loader, optimizer = autoopt.optimize(model, train_loader, optimizer, "
         'device="cpu")',
     ), result.message
+
+
+def test_a_function_picked_from_a_dispatch_table(tmp_path: Path) -> None:
+    """TransUNet: `trainer = {'Synapse': trainer_synapse}` then `trainer[name](args, net)`;
+    the optimizer and the loop are trainer_synapse's, in trainer.py."""
+    script = project(
+        tmp_path,
+        {
+            "train.py": """\
+                import torch
+                from trainer import trainer_synapse
+
+                net = torch.nn.Linear(8, 1)
+                trainer = {'Synapse': trainer_synapse,}
+                trainer[dataset_name](args, net, "out")
+                """,
+            "data.py": LOADER,
+            "trainer.py": """\
+                import torch
+                from data import make_loader
+
+                def trainer_synapse(args, model, snapshot_path):
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+                    for x, y in make_loader():
+                        optimizer.zero_grad()
+                        torch.nn.functional.mse_loss(model(x), y).backward()
+                        optimizer.step()
+                """,
+        },
+    )
+    result = wrap(script)
+    assert result.declined and result.reason == "optimizer created in another module"
+    assert "trainer_synapse() of" in result.message and "trainer.py" in result.message
+
+
+def test_a_helper_object_that_wraps_its_own_modules_is_not_the_model(tmp_path: Path) -> None:
+    """EDSR: `_loss = loss.Loss(args)` wraps its own loss modules in DataParallel and is handed
+    to `Trainer(args, _model, _loss)`, whose optimizer is built over `my_model` (and `args`,
+    by `utility.make_optimizer(args, self.model)`), not `my_loss`: the
+    decline names where the optimizer is, not a DataParallel wrap of the model."""
+    script = project(
+        tmp_path,
+        {
+            "main.py": """\
+                import torch
+                from loss import Loss
+                from trainer import Trainer
+
+                def main():
+                    _model = torch.nn.Linear(8, 1)
+                    _loss = Loss(args) if not args.test_only else None
+                    t = Trainer(args, _model, _loss)
+                    t.train()
+                """,
+            "loss.py": """\
+                import torch
+
+                class Loss(torch.nn.Module):
+                    def __init__(self, args):
+                        super().__init__()
+                        self.loss_module = torch.nn.DataParallel(torch.nn.L1Loss())
+
+                    def forward(self, a, b):
+                        return self.loss_module(a, b)
+                """,
+            "data.py": LOADER,
+            "utility.py": """\
+                import torch
+
+                def make_optimizer(args, target):
+                    return torch.optim.Adam(target.parameters(), lr=args.lr)
+                """,
+            "trainer.py": """\
+                import utility
+                from data import make_loader
+
+                class Trainer:
+                    def __init__(self, args, my_model, my_loss):
+                        self.model = my_model
+                        self.loss = my_loss
+                        self.optimizer = utility.make_optimizer(args, self.model)
+
+                    def train(self):
+                        for x, y in make_loader():
+                            self.optimizer.zero_grad()
+                            self.loss(self.model(x), y).backward()
+                            self.optimizer.step()
+                """,
+        },
+    )
+    result = wrap(script)
+    assert result.declined and result.reason == "optimizer created in another module"
+    assert "Trainer.__init__() of" in result.message, result.message

@@ -504,6 +504,8 @@ class CodeBase:
             if instance is None:
                 return None
             return self.method(*instance, "__call__") or self.method(*instance, "forward")
+        if isinstance(func, cst.Subscript) and isinstance(func.value, cst.Name):
+            return self._dispatched(file, func.value.value, at)
         if not isinstance(func, cst.Attribute):
             return None
         receiver, attr = func.value, func.attr.value
@@ -519,6 +521,22 @@ class CodeBase:
             owner = self._instance_class(file, receiver.value, file.scope_of(call))
             return self.method(*owner, attr) if owner else None
         return None
+
+    def _dispatched(self, file: SourceFile, table: str, at: cst.CSTNode) -> Func | None:
+        """`trainer[dataset_name](args, net)` where `trainer = {'Synapse': trainer_synapse}`
+        (TransUNet): the function of a dispatch table, when all its entries run the same one."""
+        found: list[Func | None] = []
+        for node in file.bindings(file.scope_of(at)).get(table, []):
+            value = node.value if isinstance(node, cst.Assign | cst.AnnAssign) else None
+            if not isinstance(value, cst.Dict) or not value.elements:
+                return None
+            for element in value.elements:
+                entry = element.value if isinstance(element, cst.DictElement) else None
+                found.append(self._callee(file, entry, at) if entry is not None else None)
+        funcs = {id(f.node): f for f in found if f is not None}
+        if len(funcs) != 1 or None in found:
+            return None
+        return next(iter(funcs.values()))
 
     @staticmethod
     def _nested(file: SourceFile, call: cst.CSTNode, name: str) -> Func | None:

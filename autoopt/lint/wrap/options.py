@@ -227,9 +227,12 @@ def wrapped_before(
     """The data-parallel wrap of the model that runs before the statement `anchor` of `home`
     (the model is no longer bare where the call would go), if there is one: the last, the one
     nearest the optimizer (dino wraps its teacher, then the student it trains). Calls of
-    `skip` are not looked into."""
+    `skip` are not looked into; when `anchor` is the call that hands the model to `skip`, a
+    helper's wrap counts only for an object handed on to what `skip`'s optimizer is built
+    over (EDSR's `loss.Loss(...)` wraps its own loss modules, not the model)."""
     file = home.file
     found: ParallelWrap | None = None
+    feeds = _optimizer_inputs(skip) if skip is not None and isinstance(anchor, cst.Call) else None
     for call in home.calls():
         if not file.before(call, anchor):
             continue
@@ -239,6 +242,8 @@ def wrapped_before(
             target = code.resolve(file, call)
             if target is not None and target == skip:
                 continue  # the function the model is handed to, not a wrap before it
+            if feeds is not None and not _handed_to(file, call, anchor, skip, feeds):
+                continue  # an object the optimizer's function gets for another use
             inner = (
                 next((c for c in target.calls() if is_parallel_wrap(target.file, c)), None)
                 if target is not None
@@ -253,6 +258,59 @@ def wrapped_before(
         statement = statement_of(file, call)
         found = ParallelWrap(statement, wrapper, helper, outer if outer != statement else None)
     return found
+
+
+def _optimizer_inputs(func: Func) -> set[str]:
+    """The parameters of `func` its optimizer is built over: named in a call that builds an
+    optimizer (`torch.optim.X(...)`, `make_optimizer(args, self.model)`), directly or through
+    the attribute they are stored in (`self.model = my_model`)."""
+    params = set(func.params())
+    stored = {}
+    for node in func.statements():
+        if (
+            isinstance(node, cst.Assign)
+            and isinstance(node.value, cst.Name)
+            and node.value.value in params
+        ):
+            for target in node.targets:
+                stored[code_of(target.target)] = node.value.value
+    found: set[str] = set()
+    for call in func.calls():
+        if "optim" not in code_of(call.func).lower():
+            continue
+        for node in nodes_of_type(call, (cst.Name, cst.Attribute)):
+            text = code_of(node)
+            if text in params:
+                found.add(text)
+            elif text in stored:
+                found.add(stored[text])
+    return found
+
+
+def _handed_to(
+    file: SourceFile, call: cst.Call, anchor: cst.Call, home: Func, feeds: set[str]
+) -> bool:
+    """What `call` returns (`_loss = loss.Loss(...)`) is handed by `anchor` to a parameter of
+    `home` in `feeds`."""
+    holder = file.parent(call)
+    while isinstance(holder, cst.IfExp | cst.Attribute | cst.Call):  # `X(...) if a else None`
+        holder = file.parent(holder)
+    if not (isinstance(holder, cst.Assign) and isinstance(holder.targets[0].target, cst.Name)):
+        return True  # not bound to a name: cannot tell, keep the wrap
+    bound = holder.targets[0].target.value
+    params = home.params()
+    for position, argument in enumerate(anchor.args):
+        if not (isinstance(argument.value, cst.Name) and argument.value.value == bound):
+            continue
+        if argument.keyword is not None:
+            name = argument.keyword.value
+        elif argument.star:
+            return True
+        else:
+            name = params[position] if position < len(params) else ""
+        if name in feeds:
+            return True
+    return False
 
 
 def wrapped_by_callers(code: CodeBase, home: Func) -> ParallelWrap | None:
