@@ -89,7 +89,10 @@ class TorchCompileModel(Rule):
       or built only inside another function: the rule cannot place the call safely and stays
       quiet. (A model a trainer or agent class builds in its own `__init__`, `self.actor =
       Actor(...).to(device)` beside its optimizer, is built where it is trained: reported
-      there.) A model a function or a trainer class is handed (`train(model, ...)`,
+      there; and one a base class of another module builds, `self.model =
+      self._build_model().to(self.device)` in Autoformer's `Exp_Basic.__init__`, trained by
+      the subclass's optimizer, is reported at that optimizer without a fix, naming the base
+      class where the call goes.) A model a function or a trainer class is handed (`train(model, ...)`,
       `self.model = model.to(device)` in `__init__`) is the caller's to compile. A model
       reloaded after training (to test the best checkpoint) is compiled where it
       is first built; one moved while training (`model.cpu()` to save, `.to(device)` back) too.
@@ -114,8 +117,9 @@ class TorchCompileModel(Rule):
     a WGAN-GP gradient penalty): torch.compile's aot_autograd does not support double backward.
     The model the double backward runs through is not reported at all (compile cannot train
     it), nor is any model when the penalty's module cannot be traced (its outputs are handed
-    in by the caller); the other models (a GAN's generator) are reported without a fix. A
-    double backward behind a flag only (`create_graph=is_second_order` of a loss scaler, off
+    in by the caller, or it lives in a project module the script imports: FFJORD's ODE
+    function, SIREN's `diff_operators`); the other models (a GAN's generator) are reported
+    without a fix. A double backward behind a flag only (`create_graph=is_second_order` of a loss scaler, off
     for the usual optimizers) is reported without a fix.
     """
 
@@ -916,8 +920,11 @@ class TorchCompileModel(Rule):
                 "`torch.compile(model)` would prefix state_dict keys with `_orig_mod.`)",
             )
             return
-        if double_backward(self) is None and self._model_modules_differentiate_a_gradient():
-            return  # the model's own forward runs a double backward (FFJORD's divergence)
+        if double_backward(self) is None and self._modules_differentiate_a_gradient():
+            # the model's own forward runs a double backward (FFJORD's divergence), or a
+            # helper of the project does on outputs it is handed (SIREN's diff_operators):
+            # which model goes through it cannot be traced from here
+            return
         twice = double_backward(self)
         if (
             twice is not None
@@ -958,11 +965,11 @@ class TorchCompileModel(Rule):
             ),
         )
 
-    def _model_modules_differentiate_a_gradient(self) -> bool:
-        """A module class of the project modules the file imports (two deep) differentiates
-        through a gradient in its own code (`torch.autograd.grad(..., create_graph=True)` in
-        FFJORD's ODE function): compile cannot train a model built of it."""
-        return self.context.program.reaches_text_that_says(_module_with_double_backward)
+    def _modules_differentiate_a_gradient(self) -> bool:
+        """A project module the file imports (two deep) differentiates through a gradient
+        (`torch.autograd.grad(..., create_graph=True)` in FFJORD's ODE function, in SIREN's
+        `diff_operators.gradient`): compile cannot train what goes through it."""
+        return self.context.program.reaches_text_that_says(_differentiates_a_gradient)
 
     def _runtime_device(self, builds: Sequence[cst.BaseStatement]) -> str | None:
         """The device the statements that build and place the model put it on, when the
@@ -1144,11 +1151,6 @@ class TorchCompileModel(Rule):
         return False
 
 
-def _module_with_double_backward(text: str) -> bool:
-    """The text defines a module class (a `forward`) and differentiates through a gradient."""
-    return (
-        "create_graph=True" in text
-        and "autograd.grad(" in text
-        and "def forward(" in text
-        and "nn.Module" in text
-    )
+def _differentiates_a_gradient(text: str) -> bool:
+    """The text differentiates through a gradient (`autograd.grad(..., create_graph=True)`)."""
+    return "create_graph=True" in text and "autograd.grad(" in text

@@ -707,3 +707,73 @@ def test_a_loader_factory_that_names_no_device_feeds_a_cuda_training(tmp_path: P
         textwrap.dedent(exp).replace("batch_x = batch_x.float().to(self.device)", "pass")
     )
     assert ("data_factory.py", "AO102") not in _lint("run.py", "--select", "AO102")[0]
+
+
+@pytest.mark.parametrize("create_graph", [True, False])
+def test_a_helper_module_that_differentiates_a_gradient_stands_compile_down(
+    tmp_path: Path, create_graph: bool
+) -> None:
+    """SIREN: the loss takes `diff_operators.gradient(output, coords)`, an
+    `autograd.grad(..., create_graph=True)` of another module, on the model's output: which
+    model goes through it cannot be traced from the script, so none is told to compile."""
+    helper = f"""
+    import torch
+
+    def gradient(y, x):
+        return torch.autograd.grad(y, [x], torch.ones_like(y), create_graph={create_graph})[0]
+    """
+    driver = """
+    import torch
+    import diff_operators
+
+    model = torch.nn.Linear(2, 1).cuda()
+    optimizer = torch.optim.Adam(model.parameters())
+    for coords in loader:
+        coords = coords.cuda().requires_grad_()
+        out = model(coords)
+        loss = diff_operators.gradient(out, coords).norm()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    """
+    _project(tmp_path, {"diff_operators.py": helper, "train.py": driver})
+    found, _ = _lint("train.py", "--select", "AO301")
+    assert (("train.py", "AO301") in found) is not create_graph
+
+
+def test_an_optimizer_built_by_a_function_of_a_project_package(tmp_path: Path) -> None:
+    """TabR: `optimizer = lib.make_optimizer(model, **C.optimizer)`, where `lib/__init__.py`
+    re-exports lib/deep.py, whose `make_optimizer(module, type) -> optim.Optimizer` picks the
+    class with `getattr(optim, type)` over `make_parameter_groups(module)`'s groups."""
+    deep = """
+    import torch.nn as nn
+    from torch import optim
+
+    def make_parameter_groups(model):
+        return [{"params": [p for _, m in model.named_modules() for p in m.parameters(False)]}]
+
+    def make_optimizer(module: nn.Module, type: str, **kwargs) -> optim.Optimizer:
+        Optimizer = getattr(optim, type)
+        return Optimizer(make_parameter_groups(module), **kwargs)
+    """
+    driver = """
+    import torch
+    import lib
+
+    model = torch.nn.Linear(8, 1).cuda()
+    optimizer = lib.make_optimizer(model, "AdamW", lr=1e-3)
+    for x, y in loader:
+        optimizer.zero_grad()
+        torch.nn.functional.mse_loss(model(x.cuda()), y.cuda()).backward()
+        optimizer.step()
+    """
+    _project(
+        tmp_path,
+        {
+            "lib/__init__.py": "from .deep import *  # noqa\n",
+            "lib/deep.py": deep,
+            "train.py": driver,
+        },
+    )
+    found, _ = _lint("train.py", "--select", "AO301")
+    assert ("train.py", "AO301") in found

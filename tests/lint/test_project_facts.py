@@ -593,3 +593,33 @@ def test_a_device_a_base_class_of_another_module_sets(tmp_path: Path) -> None:
     cpu_only = EXP_BASIC.replace('"cuda:{}".format(self.args.gpu)', '"cpu"')
     _write(tmp_path, {"exp_basic.py": cpu_only, "exp.py": EXP})
     assert _codes(tmp_path, "exp.py", select=("AO102", "AO103")) == []
+
+
+@pytest.mark.parametrize("conv", ["nn.Conv1d", "nn.Conv2d"])
+def test_a_conv1d_network_with_one_2d_upsampler_is_not_a_conv2d_model(
+    tmp_path: Path, conv: str
+) -> None:
+    """FloWaveNet: a WaveNet of Conv1d layers beside one 1-channel ConvTranspose2d in the
+    upsampler is no channels_last candidate; the same network of Conv2d layers is."""
+    models = f"""
+import torch.nn as nn
+
+class ResBlock(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.filter_conv = {conv}(c, c, 3)
+        self.gate_conv = {conv}(c, c, 3)
+        self.res_conv = {conv}(c, c, 1)
+
+class Flowavenet(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.blocks = nn.ModuleList([ResBlock(64) for _ in range(4)])
+        self.upsample = nn.ConvTranspose2d(1, 1, (3, 32), stride=(1, 16))
+"""
+    main = MAIN.format(imports="from models import Flowavenet").replace(
+        "net = ResNet18()", "net = Flowavenet(10)"
+    )
+    _write(tmp_path, {"models.py": models, "main.py": main})
+    expected = ["AO606"] if conv == "nn.Conv2d" else []
+    assert _codes(tmp_path, "main.py", select=("AO606",)) == expected

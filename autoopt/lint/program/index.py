@@ -744,6 +744,8 @@ class _Scanner:
             info.use(owner, "eval_mode")
         elif attr in ("parameters", "named_parameters"):
             info.use(owner, "parameters")
+        elif attr in ("named_modules", "modules"):
+            info.use(owner, "submodules")  # a module: TabR's make_parameter_groups(model, ...)
         elif attr == "forward":
             info.use(owner, "called_no_grad" if self.no_grad else "called")
         elif attr not in NO_FORWARD_METHODS:

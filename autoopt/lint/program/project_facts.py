@@ -147,16 +147,20 @@ def summarize(path: Path, data: bytes, tree: ast.Module | None = None) -> Module
                 if leaf in _CONV2D_LEAVES or leaf == "conv2d":
                     summary.conv2d.add(stmt.name)
                     convs += weight
-                elif leaf in _DENSE_LEAVES:
-                    dense += weight
+                elif leaf in _DENSE_LEAVES or leaf in _CONV_LEAVES:
+                    dense += weight  # 1-D/3-D convolutions weigh against the 2-D ones too
                 if leaf == "view" and isinstance(node.func, ast.Attribute) and _flattens(node):
                     summary.views.add(stmt.name)
-                if leaf in _OPTIMIZER_LEAVES and isinstance(stmt, ast.FunctionDef):
+                if isinstance(stmt, ast.FunctionDef) and (
+                    leaf in _OPTIMIZER_LEAVES or _optimizer_by_name(node)
+                ):
                     summary.optimizers.add(stmt.name)
                 if _zoo_model(node, leaf, summary.imports):
                     summary.conv.add(stmt.name)
                     summary.conv2d.add(stmt.name)
                     convs += _ZOO_CONVS
+            if isinstance(stmt, ast.FunctionDef) and _leaf(stmt.returns) == "Optimizer":
+                summary.optimizers.add(stmt.name)  # `def make_optimizer(...) -> optim.Optimizer`
             if isinstance(stmt, ast.ClassDef) and _own_to(stmt):
                 summary.own_to.add(stmt.name)
             if isinstance(stmt, ast.ClassDef) and any(
@@ -481,6 +485,30 @@ class LocalDefinition:
     optimizer: bool  # a function that builds a torch.optim optimizer (yolov5's smart_optimizer)
 
 
+def _optimizer_by_name(node: ast.Call) -> bool:
+    """`getattr(optim, type)` / `getattr(torch.optim, name)`: a torch.optim class by name."""
+    return (
+        isinstance(node.func, ast.Name)
+        and node.func.id == "getattr"
+        and len(node.args) == 2
+        and _leaf(node.args[0]) == "optim"
+    )
+
+
+def module_attribute_definition(rule: Rule, func: cst.BaseExpression) -> LocalDefinition | None:
+    """What `lib.make_optimizer` is when `lib` is a module or package of the project the
+    linted file imports (`import lib`; a package re-exporting its modules' names)."""
+    if not (isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name)):
+        return None
+    alias = func.value.value
+    for _, imported in top_level_imports(rule.context.module):
+        if imported.asname is None and dotted(imported.name) == alias:
+            target = resolve_module(rule.context.path, alias, 0)
+            found = _definition(target, func.attr.value) if target else None
+            return _describe(func.attr.value, *found) if found is not None else None
+    return None
+
+
 def local_definition(rule: Rule, name: str) -> LocalDefinition | None:
     """What `name` (imported into the linted file from a local module) is, or None when it is
     not imported from the project (or cannot be found)."""
@@ -672,11 +700,12 @@ def _whole_module(summary: ModuleSummary, alias: str) -> tuple[ModuleSummary, st
 
 
 def _convolutions_dominate(summary: ModuleSummary, name: str) -> bool:
-    """`name` builds at least as many 2-D convolution layers as dense ones, counting every
-    instance it makes of its blocks (a U-Net's `DoubleConv` in each of its six stages), in its
-    module and the modules they come from: a ResNet, a ConvNeXt or a diffusion U-Net with a few
-    attention blocks, not a vision transformer whose only Conv2d is the patch embedding, nor a
-    transformer holding an optional `nn.Conv2d(...) if talking_heads else None` (facts by
+    """`name` builds at least as many 2-D convolution layers as dense (or 1-D/3-D convolution)
+    ones, counting every instance it makes of its blocks (a U-Net's `DoubleConv` in each of
+    its six stages), in its module and the modules they come from: a ResNet, a ConvNeXt or a
+    diffusion U-Net with a few attention blocks, not a vision transformer whose only Conv2d is the patch embedding, nor a
+    transformer holding an optional `nn.Conv2d(...) if talking_heads else None`, nor
+    FloWaveNet's Conv1d WaveNet beside one 1-channel ConvTranspose2d upsampler (facts by
     weight, not by presence)."""
     convs, dense = _layer_weight(summary, name, {}, 0)
     return convs > 0 and convs >= dense

@@ -66,6 +66,7 @@ _ROLE_OF_USE = {
     "train_mode": "module",
     "eval_mode": "module",
     "parameters": "module",
+    "submodules": "module",
     "iterated": "loader",
     "iterated_in_loop": "loader_per_epoch",
     "batches_moved": "batches_to_device",

@@ -15,7 +15,7 @@ import libcst as cst
 
 from autoopt.lint.engine.rule import Rule
 from autoopt.lint.program.library import OPTIMIZER_CLASSES, OPTIMIZER_FACTORIES
-from autoopt.lint.program.project_facts import local_definition
+from autoopt.lint.program.project_facts import local_definition, module_attribute_definition
 from autoopt.lint.tree.calls import arg
 from autoopt.lint.tree.nodes import (
     assignments,
@@ -255,11 +255,18 @@ def _handed_to_optimizer_builder(rule: Rule, call: cst.Call) -> str | None:
     """`smart_optimizer(model, ...)`, `build_optimizer(config, model)`: the argument a function
     of the project that builds a torch.optim optimizer reads the parameters of (the program
     model's roles: not the config handed first)."""
-    if not isinstance(call.func, cst.Name) or not isinstance(rule.parent(call), cst.Assign):
+    if not isinstance(rule.parent(call), cst.Assign):
         return None
-    found = local_definition(rule, call.func.value)
-    if (found is None or not found.optimizer) and not _builds_optimizer_here(rule, call.func.value):
-        return None
+    if isinstance(call.func, cst.Name):
+        found = local_definition(rule, call.func.value)
+        if (found is None or not found.optimizer) and not _builds_optimizer_here(
+            rule, call.func.value
+        ):
+            return None
+    else:  # `lib.make_optimizer(model, ...)` of the project's `lib` package (TabR)
+        found = module_attribute_definition(rule, call.func)
+        if found is None or not found.optimizer:
+            return None
     program = rule.context.program
     models = [
         arg.value.value
