@@ -777,3 +777,33 @@ def test_an_optimizer_built_by_a_function_of_a_project_package(tmp_path: Path) -
     )
     found, _ = _lint("train.py", "--select", "AO301")
     assert ("train.py", "AO301") in found
+
+
+def test_a_step_function_a_factory_returns_and_the_loop_calls(tmp_path: Path) -> None:
+    """score_sde: `train_step_fn = losses.get_step_fn(...)` returns its nested `step_fn`
+    (forward, `loss.backward()`, the optimizer step); run_lib's loop calls
+    `train_step_fn(state, batch)` on every batch: the step, in fp32 on CUDA, is reported."""
+    losses = """
+    import torch
+
+    def get_step_fn(model, optimizer):
+        def step_fn(batch):
+            optimizer.zero_grad()
+            loss = model(batch.cuda()).mean()
+            loss.backward()
+            optimizer.step()
+            return loss
+        return step_fn
+    """
+    driver = """
+    import torch
+    import losses
+
+    model = torch.nn.Linear(8, 1).cuda()
+    optimizer = torch.optim.Adam(model.parameters())
+    train_step_fn = losses.get_step_fn(model, optimizer)
+    for batch in loader:
+        train_step_fn(batch)
+    """
+    _project(tmp_path, {"losses.py": losses, "train.py": driver})
+    assert ("losses.py", "AO201") in _lint("train.py")[0]

@@ -656,3 +656,42 @@ def test_a_helper_object_that_wraps_its_own_modules_is_not_the_model(tmp_path: P
     result = wrap(script)
     assert result.declined and result.reason == "optimizer created in another module"
     assert "Trainer.__init__() of" in result.message, result.message
+
+
+def test_a_step_function_a_factory_returns(tmp_path: Path) -> None:
+    """score_sde: `train_step_fn = losses.get_step_fn(model, optimizer)` returns its nested
+    `step_fn` (forward, backward, optimizer step), which the loop calls on every batch: the
+    loop's backward is reached through it."""
+    script = project(
+        tmp_path,
+        {
+            "train.py": """\
+                import torch
+                import losses
+                from data import make_loader
+
+                def main():
+                    model = torch.nn.Linear(8, 1)
+                    optimizer = torch.optim.Adam(model.parameters())
+                    train_step_fn = losses.get_step_fn(model, optimizer)
+                    for x, y in make_loader():
+                        train_step_fn(x, y)
+                """,
+            "data.py": LOADER,
+            "losses.py": """\
+                import torch
+
+                def get_step_fn(model, optimizer):
+                    def step_fn(x, y):
+                        optimizer.zero_grad()
+                        loss = torch.nn.functional.mse_loss(model(x), y)
+                        loss.backward()
+                        optimizer.step()
+                        return loss
+                    return step_fn
+                """,
+        },
+    )
+    result = wrap(script)
+    assert not result.declined, result.message
+    assert result.inserted[-1].startswith("model, optimizer = autoopt.optimize(model, ")

@@ -671,8 +671,29 @@ class Program:
                 for index, names in self._modules_that_may_call(target)
                 for func in index.functions.values()
                 for site in func.calls
-            )
+            ) or self._returned_step_called_in_a_loop(target)
         return self._in_loop[key]
+
+    def _returned_step_called_in_a_loop(self, target: Target) -> bool:
+        """`target` returns a function it defines (score_sde's `get_step_fn(...)` returning
+        its nested `step_fn`), and a caller binds it and calls it inside a loop
+        (`train_step_fn = losses.get_step_fn(...)`, then `train_step_fn(state, batch)` per
+        batch): the nested step runs once per batch."""
+        index = self.module(target.path)
+        func = index.functions.get(target.qualname) if index is not None else None
+        if func is None or not any(
+            v.kind == "ref" and len(v.dotted) == 1 and v.dotted[0] not in func.assigns
+            for v in func.returns
+        ):
+            return False
+        for _, caller, value in self.callers(target):
+            bound = [n for n, values in caller.assigns.items() if any(v is value for v in values)]
+            if any(
+                site.in_loop and len(site.callee) == 1 and site.callee[0] in bound
+                for site in caller.calls
+            ):
+                return True
+        return False
 
     def _candidate_modules(self, target: Target) -> list[Path]:
         """The module of `target` and those whose imports name it or its module."""

@@ -498,6 +498,8 @@ class CodeBase:
             owner = self.local_class(file, name)
             if owner:
                 return self.method(*owner, "__init__")
+            if returned := self._returned_function(file, name, call):
+                return returned
             # `maml(x)` where `maml = Meta(...).to(device)`: the module's forward runs; a
             # plain class's `__call__` (disentangling-vae's `trainer(train_loader, ...)`)
             instance = self._instance_class(file, name, file.scope_of(call))
@@ -537,6 +539,30 @@ class CodeBase:
         if len(funcs) != 1 or None in found:
             return None
         return next(iter(funcs.values()))
+
+    def _returned_function(self, file: SourceFile, name: str, at: cst.CSTNode) -> Func | None:
+        """`train_step_fn(state, batch)` where `train_step_fn = losses.get_step_fn(...)` and
+        the project's `get_step_fn` returns the `step_fn` it defines (score_sde)."""
+        for node in file.bindings(file.scope_of(at)).get(name, []):
+            value = node.value if isinstance(node, cst.Assign) else None
+            if not isinstance(value, cst.Call):
+                continue
+            factory = self.resolve(file, value)
+            if factory is None or not isinstance(factory.node, cst.FunctionDef):
+                continue
+            defined = {
+                n.name.value: n
+                for n in factory.file.body_nodes(factory.node)
+                if isinstance(n, cst.FunctionDef)
+            }
+            for returned in factory.statements():
+                if (
+                    isinstance(returned, cst.Return)
+                    and isinstance(returned.value, cst.Name)
+                    and returned.value.value in defined
+                ):
+                    return Func(factory.file, defined[returned.value.value])
+        return None
 
     @staticmethod
     def _nested(file: SourceFile, call: cst.CSTNode, name: str) -> Func | None:
