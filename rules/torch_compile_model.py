@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 from collections.abc import Sequence
 
 import libcst as cst
@@ -1152,5 +1153,43 @@ class TorchCompileModel(Rule):
 
 
 def _differentiates_a_gradient(text: str) -> bool:
-    """The text differentiates through a gradient (`autograd.grad(..., create_graph=True)`)."""
-    return "create_graph=True" in text and "autograd.grad(" in text
+    """The text differentiates through a gradient (`autograd.grad(..., create_graph=True)`)
+    in a module's `forward` (FFJORD's ODE function) or in a free function handed outputs
+    (SIREN's `diff_operators.gradient`), not in another method of a class (GAIL's
+    `Discriminator.compute_grad_pen`, a penalty on that class's own model)."""
+    if "create_graph=True" not in text or "autograd.grad(" not in text:
+        return False
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError):
+        return True  # unreadable: as the text says
+    return _double_backward_outside_a_method(tree, None, None)
+
+
+def _double_backward_outside_a_method(
+    node: ast.AST, cls: ast.ClassDef | None, func: ast.AST | None
+) -> bool:
+    for child in ast.iter_child_nodes(node):
+        if isinstance(child, ast.ClassDef):
+            inner_cls, inner_func = child, None
+        elif isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef):
+            inner_cls, inner_func = cls, func or child
+        else:
+            inner_cls, inner_func = cls, func
+        if (
+            isinstance(child, ast.Call)
+            and isinstance(child.func, ast.Attribute | ast.Name)
+            and (child.func.attr if isinstance(child.func, ast.Attribute) else child.func.id)
+            == "grad"
+            and any(
+                k.arg == "create_graph"
+                and isinstance(k.value, ast.Constant)
+                and k.value.value is True
+                for k in child.keywords
+            )
+            and (cls is None or getattr(func, "name", None) == "forward")
+        ):
+            return True
+        if _double_backward_outside_a_method(child, inner_cls, inner_func):
+            return True
+    return False

@@ -807,3 +807,39 @@ def test_a_step_function_a_factory_returns_and_the_loop_calls(tmp_path: Path) ->
     """
     _project(tmp_path, {"losses.py": losses, "train.py": driver})
     assert ("losses.py", "AO201") in _lint("train.py")[0]
+
+
+def test_a_penalty_method_of_another_models_class_leaves_the_policy_reported(
+    tmp_path: Path,
+) -> None:
+    """pytorch-a2c-ppo-acktr-gail: gail.py's `Discriminator.compute_grad_pen` takes a double
+    backward through the discriminator itself; the policy the script trains is compiled as
+    usual."""
+    gail = """
+    import torch
+
+    class Discriminator(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.trunk = torch.nn.Linear(8, 1)
+
+        def compute_grad_pen(self, data):
+            data.requires_grad = True
+            out = self.trunk(data)
+            grad = torch.autograd.grad(out.sum(), data, create_graph=True)[0]
+            return grad.norm()
+    """
+    driver = """
+    import torch
+    import gail
+
+    actor_critic = torch.nn.Linear(8, 2).cuda()
+    discr = gail.Discriminator().cuda()
+    optimizer = torch.optim.Adam(actor_critic.parameters())
+    for x in loader:
+        optimizer.zero_grad()
+        actor_critic(x.cuda()).sum().backward()
+        optimizer.step()
+    """
+    _project(tmp_path, {"gail.py": gail, "train.py": driver})
+    assert ("train.py", "AO301") in _lint("train.py", "--select", "AO301")[0]

@@ -623,3 +623,31 @@ class Flowavenet(nn.Module):
     _write(tmp_path, {"models.py": models, "main.py": main})
     expected = ["AO606"] if conv == "nn.Conv2d" else []
     assert _codes(tmp_path, "main.py", select=("AO606",)) == expected
+
+
+def test_a_conv_nd_dispatcher_still_makes_a_conv2d_model(tmp_path: Path) -> None:
+    """guided/minimal-diffusion: `conv_nd(dims, ...)` returns nn.Conv1d, nn.Conv2d or
+    nn.Conv3d; a U-Net built of `conv_nd(2, ...)` is a Conv2d model (the dispatcher's 1-D and
+    3-D branches do not weigh against it)."""
+    models = """
+import torch.nn as nn
+
+def conv_nd(dims, *args, **kwargs):
+    if dims == 1:
+        return nn.Conv1d(*args, **kwargs)
+    elif dims == 2:
+        return nn.Conv2d(*args, **kwargs)
+    return nn.Conv3d(*args, **kwargs)
+
+class UNet(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.a = conv_nd(2, 3, 64, 3)
+        self.b = conv_nd(2, 64, 64, 3)
+        self.head = nn.Linear(64, n)
+"""
+    main = MAIN.format(imports="from models import UNet").replace(
+        "net = ResNet18()", "net = UNet(10)"
+    )
+    _write(tmp_path, {"models.py": models, "main.py": main})
+    assert _codes(tmp_path, "main.py", select=("AO606",)) == ["AO606"]

@@ -124,7 +124,7 @@ def summarize(path: Path, data: bytes, tree: ast.Module | None = None) -> Module
                     )
         elif isinstance(stmt, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
             used: set[str] = set()
-            convs = dense = 0
+            convs = dense = other_convs = 0
             times: dict[str, int] = {}
             for node, weight in _weighted_walk(stmt):
                 if isinstance(node, ast.Name):  # `ResNet(BasicBlock, ...)` passes a conv class
@@ -147,8 +147,10 @@ def summarize(path: Path, data: bytes, tree: ast.Module | None = None) -> Module
                 if leaf in _CONV2D_LEAVES or leaf == "conv2d":
                     summary.conv2d.add(stmt.name)
                     convs += weight
-                elif leaf in _DENSE_LEAVES or leaf in _CONV_LEAVES:
-                    dense += weight  # 1-D/3-D convolutions weigh against the 2-D ones too
+                elif leaf in _DENSE_LEAVES:
+                    dense += weight
+                elif leaf in _CONV_LEAVES:
+                    other_convs += weight
                 if leaf == "view" and isinstance(node.func, ast.Attribute) and _flattens(node):
                     summary.views.add(stmt.name)
                 if isinstance(stmt, ast.FunctionDef) and (
@@ -167,6 +169,11 @@ def summarize(path: Path, data: bytes, tree: ast.Module | None = None) -> Module
                 _leaf(base) == "Optimizer" for base in stmt.bases
             ):  # the project's own optimizer (SAM, a RAdam copy): built from parameters
                 summary.optimizers.add(stmt.name)
+            if not convs:
+                # 1-D/3-D convolutions weigh against the 2-D ones too (FloWaveNet's Conv1d
+                # WaveNet), unless the same definition also builds 2-D ones: a `conv_nd(dims)`
+                # dispatcher, Graph-WaveNet's mix of (1, k) Conv2d and Conv1d layers
+                dense += other_convs
             if convs or dense:
                 summary.layers[stmt.name] = (convs, dense)
             summary.uses[stmt.name] = times
