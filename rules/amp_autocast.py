@@ -745,8 +745,8 @@ class AmpAutocast(Rule):
             fp32_apex = fp32_beside_apex(facts.module, facts.source)
             if fp32_apex is None:
                 return
-        if facts.cpu_only:
-            return  # a CPU-only script: CUDA mixed precision is not its concern
+        if self.context.program.cpu_only:
+            return  # a CPU-only program: CUDA mixed precision is not its concern
         if facts.device.gpu_path:
             for trainer in library_trainer_calls(self):
                 if arg(trainer, "amp_mode") is None:

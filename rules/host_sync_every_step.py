@@ -865,12 +865,9 @@ class HostSyncEveryStep(Rule):
             "log every N steps",
         )
 
-    @functools.cached_property
+    @property
     def _cpu_only(self) -> bool:
-        """The program trains on the CPU only: this file names no device, nor does the
-        project's code that imports it or that it imports."""
-        program = self.context.program
-        return self.facts.cpu_only and not (program.runs_on_cuda or program.serves_cuda_training)
+        return self.context.program.cpu_only
 
     def _converts_the_loss(self, node: cst.Call, loop: cst.CSTNode) -> bool:
         """`float(loss)`, `int(loss.detach())`: a conversion of the back-propagated tensor

@@ -5,7 +5,6 @@ from __future__ import annotations
 import libcst as cst
 
 from autoopt.lint.engine.rule import Fix, FixSafety, Invalid, Rule, Valid
-from autoopt.lint.program.device import GPU_MARKERS
 from autoopt.lint.program.facts import EVAL_MARKERS
 from autoopt.lint.program.handled import is_hogwild, library_places_batches
 from autoopt.lint.program.loops import (
@@ -87,9 +86,10 @@ class ToDeviceNonBlocking(Rule):
     fix_reason = "the stream orders the asynchronous copy before every kernel that reads it"
     covered_by_optimize = True  # autoopt.optimize() applies it at run time
     triggers = (".to(", ".type(", ".cuda(")
-    # CUDA-only, and only in batch loops (loops.data_loops): training loops, evaluation
-    # loops (AO403's markers) or loops over a DataLoader.
-    requires = (GPU_MARKERS, (".backward(", "DataLoader", *EVAL_MARKERS))
+    # Only in batch loops (loops.data_loops): training loops, evaluation loops (AO403's
+    # markers) or loops over a DataLoader. CUDA-only, but a training helper may name no GPU
+    # (`x.to(rank)`) where its importer does: `program.gpu_path` decides, not the text.
+    requires = ((".backward(", "DataLoader", *EVAL_MARKERS),)
 
     VALID = [
         Valid(  # a module and a dtype cast, not the batch

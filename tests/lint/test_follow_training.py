@@ -843,3 +843,39 @@ def test_a_penalty_method_of_another_models_class_leaves_the_policy_reported(
     """
     _project(tmp_path, {"gail.py": gail, "train.py": driver})
     assert ("train.py", "AO301") in _lint("train.py", "--select", "AO301")[0]
+
+
+def test_a_training_helper_that_names_no_device_of_a_cuda_script(tmp_path: Path) -> None:
+    """physics_informed: train_2d.py's loop moves batches with `x.to(rank)` and names no
+    device or GPU; train_burgers.py picks `cuda:0` and calls it. The helper trains on CUDA:
+    its fp32 loop and blocking copies are reported there."""
+    helper = """
+    import torch
+
+    def train_2d(model, train_loader, optimizer, rank=0):
+        for e in range(10):
+            for x, y in train_loader:
+                x, y = x.to(rank), y.to(rank)
+                loss = (model(x) - y).pow(2).mean()
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+    """
+    driver = """
+    import torch
+    from train_2d import train_2d
+
+    device = torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
+    model = torch.nn.Linear(8, 1).to(device)
+    optimizer = torch.optim.Adam(model.parameters())
+    train_2d(model, loader, optimizer, rank=0)
+    """
+    _project(tmp_path, {"train_2d.py": helper, "train.py": driver})
+    found, _ = _lint("train.py", "--select", "AO201,AO103")
+    assert ("train_2d.py", "AO201") in found and ("train_2d.py", "AO103") in found
+    # the same helper beside a CPU-only script: neither
+    (tmp_path / "train.py").write_text(
+        textwrap.dedent(driver).replace('"cuda:0" if torch.cuda.is_available() else ', "")
+    )
+    found, _ = _lint("train.py", "--select", "AO201,AO103")
+    assert ("train_2d.py", "AO201") not in found and ("train_2d.py", "AO103") not in found

@@ -699,11 +699,19 @@ class Program:
         """The module of `target` and those whose imports name it or its module."""
         leaf = target.qualname.rsplit(".", 1)[-1]
         stem = target.path.stem if target.path.name != "__init__.py" else target.path.parent.name
+        importers = modules_importing(target.path, stem)
         candidates = {
             Path(os.path.abspath(target.path)),
-            *modules_importing(target.path, stem),
+            *importers,
             *modules_importing(target.path, leaf),
         }
+        if "." in target.qualname:
+            # a method of an object a factory of another module builds (KAIR's
+            # `model = define_Model(opt)` in select_model.py, then `model.optimize_parameters()`
+            # in main_train_psnr.py): the modules importing the factory's module call it too
+            for importer in importers:
+                name = importer.stem if importer.name != "__init__.py" else importer.parent.name
+                candidates.update(modules_importing(importer, name))
         return sorted(candidates)
 
     def _modules_that_may_call(self, target: Target) -> Iterator[tuple[ModuleIndex, set[str]]]:

@@ -103,9 +103,14 @@ class ProgramView:
     def gpu_path(self) -> bool:
         """The file can run on a GPU: its own code says so (`facts.device.gpu_path`), or it
         reads a device of unknown origin in a program that runs on CUDA (Crossformer's
-        `.to(self.device)`, the device set by `Exp_Basic` of another module)."""
+        `.to(self.device)`, the device set by `Exp_Basic` of another module), or it trains
+        without naming a device and a CUDA training script imports it."""
         device = self.facts.device
-        return device.gpu_path or (not device.no_device and self.runs_on_cuda)
+        if device.gpu_path or (not device.no_device and self.runs_on_cuda):
+            return True
+        # a training helper that names no device of its own (physics_informed's train_2d.py,
+        # `x.to(rank)`), imported by a script that trains on CUDA
+        return device.no_device and bool(self.facts.backward_calls) and self.serves_cuda_training
 
     @functools.cached_property
     def _path(self) -> Path:
@@ -120,6 +125,14 @@ class ProgramView:
         """`says` holds for the text of a project module that imports this one (the driver
         that sets cuDNN's flag before it builds the Solver this module defines)."""
         return an_importer_says(self._path, says)
+
+    @functools.cached_property
+    def cpu_only(self) -> bool:
+        """The program trains on the CPU only: this file names no device and says nothing of
+        GPUs (`FileFacts.cpu_only`), nor does the project's code that imports it or that it
+        imports (physics_informed's train_2d.py moves batches with `.to(rank)`; the script
+        that calls it picks `cuda:0`)."""
+        return self.facts.cpu_only and not (self.runs_on_cuda or self.serves_cuda_training)
 
     @functools.cached_property
     def serves_cuda_training(self) -> bool:
