@@ -695,3 +695,92 @@ def test_a_step_function_a_factory_returns(tmp_path: Path) -> None:
     result = wrap(script)
     assert not result.declined, result.message
     assert result.inserted[-1].startswith("model, optimizer = autoopt.optimize(model, ")
+
+
+def test_a_factory_that_imports_its_class_in_each_branch(tmp_path: Path) -> None:
+    """KAIR: `define_Model(opt)` does `from models.model_plain import ModelPlain as M` in one
+    branch and `from models.model_gan import ModelGAN as M` in another, then `return M(opt)`;
+    the loop calls `model.optimize_parameters()`, whose optimizers those classes create."""
+    model_class = """\
+        import torch
+
+        class {name}:
+            def __init__(self, opt):
+                self.net = torch.nn.Linear(8, 1)
+                self.optimizer = torch.optim.Adam(self.net.parameters())
+
+            def feed_data(self, data):
+                self.x, self.y = data
+
+            def optimize_parameters(self):
+                self.optimizer.zero_grad()
+                torch.nn.functional.mse_loss(self.net(self.x), self.y).backward()
+                self.optimizer.step()
+        """
+    script = project(
+        tmp_path,
+        {
+            "main.py": """\
+                from models.select_model import define_Model
+                from data import make_loader
+
+                def main(opt):
+                    model = define_Model(opt)
+                    for data in make_loader():
+                        model.feed_data(data)
+                        model.optimize_parameters()
+                """,
+            "data.py": LOADER,
+            "models/__init__.py": "",
+            "models/select_model.py": """\
+                def define_Model(opt):
+                    if opt["model"] == "plain":
+                        from models.model_plain import ModelPlain as M
+                    else:
+                        from models.model_gan import ModelGAN as M
+                    m = M(opt)
+                    return m
+                """,
+            "models/model_plain.py": model_class.format(name="ModelPlain"),
+            "models/model_gan.py": model_class.format(name="ModelGAN"),
+        },
+    )
+    result = wrap(script)
+    assert result.declined and result.reason == "optimizer created in another module"
+    assert "ModelPlain.__init__() of" in result.message, result.message
+    assert "ModelGAN.__init__() of" in result.message, result.message
+
+
+def test_an_optimizer_handed_in_and_rebuilt_inside_the_loop(tmp_path: Path) -> None:
+    """pysot: `train(loader, model, optimizer)` rebuilds `optimizer = build_opt(model.module,
+    epoch)` inside its loop once the backbone is unfrozen; the decline says so (before any
+    question of which model feeds it)."""
+    script = project(
+        tmp_path,
+        {
+            "train.py": """\
+                import torch
+                from data import make_loader
+
+                def build_opt(model, epoch=0):
+                    params = [p for p in model.parameters() if p.requires_grad]
+                    return torch.optim.SGD(params, lr=0.01)
+
+                def train(loader, model, optimizer):
+                    for idx, (x, y) in enumerate(loader):
+                        if idx == 10:
+                            optimizer = build_opt(model.module, idx)
+                        optimizer.zero_grad()
+                        torch.nn.functional.mse_loss(model(x), y).backward()
+                        optimizer.step()
+
+                def main():
+                    model = torch.nn.Linear(8, 1)
+                    optimizer = build_opt(model)
+                    train(make_loader(), model, optimizer)
+                """,
+            "data.py": LOADER,
+        },
+    )
+    result = wrap(script)
+    assert result.declined and result.reason == "optimizer created inside the loop", result.message

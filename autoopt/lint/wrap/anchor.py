@@ -132,6 +132,26 @@ def training_loop_around(
     return None
 
 
+def recreated_in_training_loop(
+    code: CodeBase, home: Func, origins: list
+) -> tuple[str, cst.For | cst.While] | None:
+    """An optimizer created (or handed in) before the training loop and created again inside
+    it (pysot's `build_opt_lr(model.module, epoch)` once the backbone is unfrozen): (its
+    expression, the loop). One created only inside a loop that also builds its model (a run
+    per seed) is not this."""
+    for origin in origins:
+        inside = [(a, training_loop_around(code, home, a)) for a in origin.assigns]
+        loops = [loop for _, loop in inside if loop is not None]
+        if loops and (len(loops) < len(inside) or origin.expr in home.params()):
+            return origin.expr, loops[0]
+    return None
+
+
+def header(loop: cst.For | cst.While) -> str:
+    """`for epoch in range(args.epochs)`: the loop's first line, without its colon."""
+    return _header(loop)
+
+
 def _header(loop: cst.For | cst.While) -> str:
     """`for epoch in range(args.epochs)`: the loop's first line, without its colon."""
     bare = loop.with_changes(body=cst.IndentedBlock(body=[cst.SimpleStatementLine([cst.Pass()])]))

@@ -33,6 +33,9 @@ class SourceFile:
     module: cst.Module
     parents: dict[int, cst.CSTNode] = field(default_factory=dict)
     imports: dict[str, str] = field(default_factory=dict)  # local name -> dotted name
+    # names bound by several imports, each dotted name in source order (KAIR's
+    # `from models.model_plain import ModelPlain as M` in one branch, `... as M` in others)
+    import_choices: dict[str, list[str]] = field(default_factory=dict)
     star_imports: list[str] = field(default_factory=list)  # `from model import *`: modules
     functions: dict[str, cst.FunctionDef] = field(default_factory=dict)
     classes: dict[str, cst.ClassDef] = field(default_factory=dict)
@@ -62,6 +65,9 @@ class SourceFile:
                     name = code_of(alias.name)
                     local = code_of(alias.asname.name) if alias.asname else name
                     self.imports[local] = f"{base}.{name}" if base.rstrip(".") else base + name
+                    choices = self.import_choices.setdefault(local, [])
+                    if self.imports[local] not in choices:
+                        choices.append(self.imports[local])
         for stmt in self.module.body:
             if isinstance(stmt, cst.FunctionDef):
                 self.functions[stmt.name.value] = stmt
@@ -623,6 +629,11 @@ class CodeBase:
         if not isinstance(value.func, cst.Name):
             return []
         called = value.func.value
+        if len(choices := file.import_choices.get(called, [])) > 1:
+            # a class picked by an import in each branch: every one of them, the first first
+            found = [c for d in choices if isinstance(c := self._imported(d, file), tuple)]
+            if found:
+                return found
         if (one := self.local_class(file, called)) is not None:
             return [one]
         if called in file.imports:

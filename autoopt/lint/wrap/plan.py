@@ -42,9 +42,11 @@ from autoopt.lint.wrap.anchor import (
     called_in,
     captures,
     defined,
+    header,
     loader_intact,
     only_under_a_flag,
     place_call,
+    recreated_in_training_loop,
 )
 from autoopt.lint.wrap.bind import loader_of, pair_models
 from autoopt.lint.wrap.call import Pair, Plan
@@ -268,6 +270,9 @@ def _place(
     for opt in optimizers:
         if wrapped := wrappers.wrapper_class(home, opt.expr, opt.assigns):
             return decline.optimizer_wrapper(opt.expr, *wrapped)
+    if again := recreated_in_training_loop(code, home, optimizers):
+        # say so before binding: what it is rebuilt over may be a part of the model
+        return decline.optimizer_in_training_loop(again[0], header(again[1]))
     pairing = pair_models(code, home, optimizers, stepped)
     if isinstance(pairing, Decline):
         return pairing
