@@ -51,6 +51,7 @@ SPLITS = {
     "fresh-m": (HERE / "fresh_m.json", HERE / "_repos_fresh_m"),
     "fresh-n": (HERE / "fresh_n.json", HERE / "_repos_fresh_n"),
     "fresh-o": (HERE / "fresh_o.json", HERE / "_repos_fresh_o"),
+    "fresh-p": (HERE / "fresh_p.json", HERE / "_repos_fresh_p"),
     "fresh-q": (HERE / "fresh_q.json", HERE / "_repos_fresh_q"),
 }
 TORCH_DIR = "torch"
