@@ -4,6 +4,8 @@ The codemod that converts a loop lives in `autoopt.lint.rewrite.fixes.autocast`.
 
 from __future__ import annotations
 
+import ast
+
 import libcst as cst
 
 from autoopt.lint.engine.rule import FixSafety, Invalid, Rule, Valid
@@ -59,7 +61,10 @@ class AmpAutocast(Rule):
     `Fabric(precision=...)`; nor in Hogwild training (`model.share_memory()` of the trained
     model with CPU worker processes, also the module such a script starts); nor in a CPU-only script (no device but
     the CPU, no GPU or distributed launcher in its text: `autoopt.lint.program.device.cpu_only`), whose
-    author has not asked for a GPU's mixed precision.
+    author has not asked for a GPU's mixed precision; nor in a program that makes float64 the
+    default dtype (`torch.set_default_dtype(torch.float64)`, here or in the script that
+    imports this module: PyTorch-RL's `ppo_gym.py`), where autocast, which casts float32
+    only, would change nothing until the float64 goes.
 
     **ignite.** A `create_supervised_trainer(model, optimizer, loss_fn, ...)` without
     `amp_mode=` in a script with a GPU path trains in float32 too: it is reported without a
@@ -76,6 +81,18 @@ class AmpAutocast(Rule):
     triggers = (".backward(", *LIBRARY_TRAINER_MARKERS)
 
     VALID = [
+        Valid(  # float64 made the default dtype: autocast casts float32 only (PyTorch-RL)
+            """
+            import torch
+            dtype = torch.float64
+            torch.set_default_dtype(dtype)
+            model = Policy().cuda()
+            for x, y in loader:
+                loss = loss_fn(model(x.cuda()), y.cuda())
+                loss.backward()
+                optimizer.step()
+            """
+        ),
         Valid(  # apex amp already runs the loop in mixed precision: silent (not a second scaler)
             """
             import torch
@@ -747,6 +764,9 @@ class AmpAutocast(Rule):
                 return
         if self.context.program.cpu_only:
             return  # a CPU-only program: CUDA mixed precision is not its concern
+        program = self.context.program
+        if _float64_default(facts.source) or program.importer_text_says(_float64_default):
+            return  # autocast only casts float32: the float64 goes first (AO203)
         if facts.device.gpu_path:
             for trainer in library_trainer_calls(self):
                 if arg(trainer, "amp_mode") is None:
@@ -799,3 +819,50 @@ def _torch_program(rule: Rule) -> bool:
     if "torch" in rule.context.source:
         return True
     return rule.context.program.reaches_text_that_says(lambda text: "torch" in text)
+
+
+def _float64_default(text: str) -> bool:
+    """The text makes float64 torch's default dtype, not behind an `if` (hgcn's
+    `--double-precision` flag leaves it off): `torch.set_default_dtype(torch.float64)`, or
+    through a name bound to it (`dtype = torch.float64`, PyTorch-RL)."""
+    if "set_default_dtype" not in text:
+        return False
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError):
+        return False
+    float64 = {"float64", "double"}
+    bound = {
+        t.id
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Assign) and _dtype_name(n.value) in float64
+        for t in n.targets
+        if isinstance(t, ast.Name)
+    }
+    return _unconditional_default(tree, float64, bound)
+
+
+def _dtype_name(node: ast.AST) -> str | None:
+    """`float64` for `torch.float64` or `float64`; the name for a plain name."""
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    return node.id if isinstance(node, ast.Name) else None
+
+
+def _unconditional_default(node: ast.AST, float64: set[str], bound: set[str]) -> bool:
+    for child in ast.iter_child_nodes(node):
+        if isinstance(child, ast.If | ast.IfExp | ast.Try):
+            continue  # on some runs only
+        if (
+            isinstance(child, ast.Call)
+            and _dtype_name(child.func) == "set_default_dtype"
+            and child.args
+            and (
+                _dtype_name(child.args[0]) in float64
+                or (isinstance(child.args[0], ast.Name) and child.args[0].id in bound)
+            )
+        ):
+            return True
+        if _unconditional_default(child, float64, bound):
+            return True
+    return False

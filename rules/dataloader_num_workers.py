@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import os
+
 import libcst as cst
 from libcst.codemod.visitors import ImportItem
 
 from autoopt.lint.engine.rule import Fix, FixSafety, Invalid, Rule, Valid
 from autoopt.lint.program.loops import evaluation_only_loader
+from autoopt.lint.program.project_facts import imported_constant
 from autoopt.lint.program.torch_api import DATALOADER
 from autoopt.lint.rewrite.fixes.preconditions import device_is_cuda
 from autoopt.lint.tree.calls import arg, call_options, with_keyword
-from autoopt.lint.tree.nodes import int_literal, is_name, nodes_of_type, string_value, walk
+from autoopt.lint.tree.nodes import code_of, int_literal, is_name, nodes_of_type, string_value, walk
 
 _ITERABLE_DATASET = (
     "torch.utils.data.IterableDataset",
@@ -30,7 +33,9 @@ class DataLoaderNumWorkers(Rule):
     """
     ## What it does
     Flags a `torch.utils.data.DataLoader` created without `num_workers`, or with
-    `num_workers=0`.
+    `num_workers=0`, also a 0 read from a config module of the project
+    (`num_workers=CFG.num_workers` where config.py binds `num_workers = 0`: reported without a
+    fix, the change belongs in config.py).
 
     ## Why
     With no workers, every batch is read, decoded and augmented in the training process itself,
@@ -190,6 +195,14 @@ class DataLoaderNumWorkers(Rule):
                     loss_fn(model(x), y).backward()
                     opt.step()
                 evaluate(model, val_loader)
+            """
+        ),
+        Valid(  # TensorDatasets bound in one tuple assignment (transfer-learning-conv-ai)
+            """
+            import torch
+            from torch.utils.data import DataLoader, TensorDataset
+            train_dataset, valid_dataset = TensorDataset(*train_tensors), TensorDataset(*valid)
+            train_loader = DataLoader(train_dataset, batch_size=8, shuffle=True)
             """
         ),
         Valid(  # one fixed batch drawn once from a test loader, beside a training loader with
@@ -358,11 +371,14 @@ class DataLoaderNumWorkers(Rule):
             return
         options = call_options(self, node)
         workers = options.values.get("num_workers")
+        configured = None
         if workers is None:
             if not options.complete:
                 return  # `**kwargs` we cannot read may set it
         elif int_literal(workers) != 0:
-            return
+            configured = imported_constant(self, workers)
+            if configured is None or configured[0] != 0:
+                return
         dataset = options.values.get("dataset") or _first_arg(node)
         if self._unsharded_iterable_dataset(dataset) or self._in_memory(dataset):
             return
@@ -376,6 +392,12 @@ class DataLoaderNumWorkers(Rule):
                 ' (and put the script under `if __name__ == "__main__":`: spawned workers'
                 " re-run the module's top level)"
             )
+        if configured is not None:  # the 0 is a config module's: the fix belongs there
+            where = os.path.relpath(
+                configured[1], os.path.dirname(os.path.abspath(self.context.path))
+            )
+            self.report(node, f"{message} ({code_of(workers)} is 0 in {where}: set it there)")
+            return
         explicit = arg(node, "num_workers", 5)
         if workers is not None and explicit is None:
             self.report(node, message)  # the 0 sits in a **dict: say so, leave it to the user
@@ -503,6 +525,13 @@ class DataLoaderNumWorkers(Rule):
                 is_name(t.target, expr.value) for t in node.targets
             ):
                 return node.value
+            # `train_dataset, valid_dataset = TensorDataset(...), TensorDataset(...)`
+            for target in node.targets:
+                if isinstance(target.target, cst.Tuple) and isinstance(node.value, cst.Tuple):
+                    pairs = zip(target.target.elements, node.value.elements, strict=False)
+                    for name, value in pairs:
+                        if is_name(name.value, expr.value) and isinstance(value.value, cst.Call):
+                            return value.value
         return None
 
     def _unguarded_module_level(self, node: cst.CSTNode) -> bool:

@@ -921,10 +921,12 @@ class TorchCompileModel(Rule):
                 "`torch.compile(model)` would prefix state_dict keys with `_orig_mod.`)",
             )
             return
-        if double_backward(self) is None and self._modules_differentiate_a_gradient():
-            # the model's own forward runs a double backward (FFJORD's divergence), or a
-            # helper of the project does on outputs it is handed (SIREN's diff_operators):
-            # which model goes through it cannot be traced from here
+        if double_backward(self) is None and self._modules_differentiate_a_gradient(
+            _built_classes([body[i] for i in builds])
+        ):
+            # the model's own forward or method runs a double backward (FFJORD's divergence,
+            # HNN's time_derivative), or a helper of the project does on outputs it is handed
+            # (SIREN's diff_operators): which model goes through it cannot be traced from here
             return
         twice = double_backward(self)
         if (
@@ -966,11 +968,15 @@ class TorchCompileModel(Rule):
             ),
         )
 
-    def _modules_differentiate_a_gradient(self) -> bool:
+    def _modules_differentiate_a_gradient(self, classes: set[str]) -> bool:
         """A project module the file imports (two deep) differentiates through a gradient
-        (`torch.autograd.grad(..., create_graph=True)` in FFJORD's ODE function, in SIREN's
-        `diff_operators.gradient`): compile cannot train what goes through it."""
-        return self.context.program.reaches_text_that_says(_differentiates_a_gradient)
+        (`torch.autograd.grad(..., create_graph=True)`) in a module's forward or a free
+        function (FFJORD's ODE function, SIREN's `diff_operators.gradient`), or in a method of
+        one of `classes`, those the model is built from (HNN's `time_derivative`): compile
+        cannot train what goes through it."""
+        return self.context.program.reaches_text_that_says(
+            lambda text: _differentiates_a_gradient(text, classes)
+        )
 
     def _runtime_device(self, builds: Sequence[cst.BaseStatement]) -> str | None:
         """The device the statements that build and place the model put it on, when the
@@ -1152,10 +1158,22 @@ class TorchCompileModel(Rule):
         return False
 
 
-def _differentiates_a_gradient(text: str) -> bool:
+def _built_classes(statements: list[cst.BaseStatement]) -> set[str]:
+    """The class names the statements that build the model call (`model = HNN(...)`)."""
+    found: set[str] = set()
+    for statement in statements:
+        for assign in nodes_of_type(statement, cst.Assign):
+            value = without_placement(assign.value)
+            if isinstance(value, cst.Call):
+                found.add((dotted(value.func) or "").rsplit(".", 1)[-1])
+    return found
+
+
+def _differentiates_a_gradient(text: str, classes: set[str]) -> bool:
     """The text differentiates through a gradient (`autograd.grad(..., create_graph=True)`)
-    in a module's `forward` (FFJORD's ODE function) or in a free function handed outputs
-    (SIREN's `diff_operators.gradient`), not in another method of a class (GAIL's
+    in a module's `forward` (FFJORD's ODE function), in a free function handed outputs
+    (SIREN's `diff_operators.gradient`) or in a method of one of `classes` (HNN's
+    `time_derivative`); not in a method of another class (GAIL's
     `Discriminator.compute_grad_pen`, a penalty on that class's own model)."""
     if "create_graph=True" not in text or "autograd.grad(" not in text:
         return False
@@ -1163,12 +1181,16 @@ def _differentiates_a_gradient(text: str) -> bool:
         tree = ast.parse(text)
     except (SyntaxError, ValueError):
         return True  # unreadable: as the text says
-    return _double_backward_outside_a_method(tree, None, None)
+    sites: set[str] = set()
+    _double_backward_sites(tree, None, None, sites)
+    return "*" in sites or bool(sites & classes)
 
 
-def _double_backward_outside_a_method(
-    node: ast.AST, cls: ast.ClassDef | None, func: ast.AST | None
-) -> bool:
+def _double_backward_sites(
+    node: ast.AST, cls: ast.ClassDef | None, func: ast.AST | None, sites: set[str]
+) -> None:
+    """Adds to `sites` "*" for a double backward in a free function or a `forward`, and the
+    class name for one in another method of a class."""
     for child in ast.iter_child_nodes(node):
         if isinstance(child, ast.ClassDef):
             inner_cls, inner_func = child, None
@@ -1187,9 +1209,7 @@ def _double_backward_outside_a_method(
                 and k.value.value is True
                 for k in child.keywords
             )
-            and (cls is None or getattr(func, "name", None) == "forward")
         ):
-            return True
-        if _double_backward_outside_a_method(child, inner_cls, inner_func):
-            return True
-    return False
+            in_forward = cls is None or getattr(func, "name", None) == "forward"
+            sites.add("*" if in_forward else cls.name)  # type: ignore[union-attr]
+        _double_backward_sites(child, inner_cls, inner_func, sites)

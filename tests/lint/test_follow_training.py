@@ -879,3 +879,91 @@ def test_a_training_helper_that_names_no_device_of_a_cuda_script(tmp_path: Path)
     )
     found, _ = _lint("train.py", "--select", "AO201,AO103")
     assert ("train_2d.py", "AO201") not in found and ("train_2d.py", "AO103") not in found
+
+
+def test_a_method_of_the_trained_models_class_that_differentiates_a_gradient(
+    tmp_path: Path,
+) -> None:
+    """hamiltonian-nn: `model = HNN(...)`, whose `time_derivative` (not its forward) takes
+    `autograd.grad(..., create_graph=True)`; the loss trains through it: no compile advice."""
+    hnn = """
+    import torch
+
+    class HNN(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.net = torch.nn.Linear(2, 1)
+
+        def forward(self, x):
+            return self.net(x)
+
+        def time_derivative(self, x):
+            f = self.forward(x)
+            return torch.autograd.grad(f.sum(), x, create_graph=True)[0]
+    """
+    driver = """
+    import torch
+    from hnn import HNN
+
+    model = HNN().cuda()
+    optimizer = torch.optim.Adam(model.parameters())
+    for x, dxdt in loader:
+        x = x.cuda().requires_grad_()
+        loss = (model.time_derivative(x) - dxdt.cuda()).pow(2).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    """
+    _project(tmp_path, {"hnn.py": hnn, "train.py": driver})
+    assert ("train.py", "AO301") not in _lint("train.py", "--select", "AO301")[0]
+
+
+def test_a_step_of_a_program_whose_driver_makes_float64_the_default(tmp_path: Path) -> None:
+    """PyTorch-RL: ppo_gym.py sets `torch.set_default_dtype(torch.float64)` and calls
+    core/ppo.py's `ppo_step` per batch: autocast (float32 only) would change nothing there."""
+    ppo = """
+    import torch
+
+    def ppo_step(policy, optimizer, states, advantages):
+        loss = -(policy(states) * advantages).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    """
+    driver = """
+    import torch
+    from ppo import ppo_step
+
+    torch.set_default_dtype(torch.float64)
+    device = torch.device("cuda")
+    policy = torch.nn.Linear(8, 1).to(device)
+    optimizer = torch.optim.Adam(policy.parameters())
+    for states, advantages in batches:
+        ppo_step(policy, optimizer, states, advantages)
+    """
+    _project(tmp_path, {"ppo.py": ppo, "train.py": driver})
+    assert ("ppo.py", "AO201") not in _lint("train.py")[0]
+    (tmp_path / "train.py").write_text(
+        textwrap.dedent(driver).replace("torch.set_default_dtype(torch.float64)\n", "")
+    )
+    assert ("ppo.py", "AO201") in _lint("train.py")[0]
+
+
+def test_float64_behind_a_flag_leaves_the_fp32_step_reported(tmp_path: Path) -> None:
+    """hgcn: `if int(args.double_precision): torch.set_default_dtype(torch.float64)`, off by
+    default: the default run trains in fp32, so AO201 stands."""
+    driver = """
+    import torch
+
+    def train(args):
+        if int(args.double_precision):
+            torch.set_default_dtype(torch.float64)
+        model = torch.nn.Linear(8, 1).cuda()
+        optimizer = torch.optim.Adam(model.parameters())
+        for x, y in loader:
+            optimizer.zero_grad()
+            torch.nn.functional.mse_loss(model(x.cuda()), y.cuda()).backward()
+            optimizer.step()
+    """
+    _project(tmp_path, {"train.py": driver})
+    assert ("train.py", "AO201") in _lint("train.py")[0]

@@ -651,3 +651,38 @@ class UNet(nn.Module):
     )
     _write(tmp_path, {"models.py": models, "main.py": main})
     assert _codes(tmp_path, "main.py", select=("AO606",)) == ["AO606"]
+
+
+@pytest.mark.parametrize("count", [0, 4])
+def test_a_worker_count_read_from_a_config_module(tmp_path: Path, count: int) -> None:
+    """OpenAI-CLIP: `import config as CFG`, `DataLoader(..., num_workers=CFG.num_workers)`
+    where config.py sets `num_workers = 0`: the default run loads in-process (reported, the
+    change belongs in config.py); a count above 0 there is left alone."""
+    main = """
+import torch
+import config as CFG
+
+loader = torch.utils.data.DataLoader(ds, batch_size=8, num_workers=CFG.num_workers)
+for x, y in loader:
+    loss = model(x.to(CFG.device)).sum()
+    loss.backward()
+"""
+    config = f"import torch\n\nnum_workers = {count}\ndevice = torch.device('cuda')\n"
+    _write(tmp_path, {"config.py": config, "main.py": main})
+    expected = ["AO101"] if count == 0 else []
+    assert _codes(tmp_path, "main.py", select=("AO101",)) == expected
+
+
+def test_the_cache_follows_the_config_module_a_count_is_read_from(tmp_path: Path) -> None:
+    main = """
+import torch
+import config as CFG
+
+loader = torch.utils.data.DataLoader(ds, batch_size=8, num_workers=CFG.num_workers)
+for x, y in loader:
+    model(x.to(CFG.device)).sum().backward()
+"""
+    _write(tmp_path, {"config.py": "num_workers = 0\ndevice = 'cuda'\n", "main.py": main})
+    assert _codes(tmp_path, "main.py", cache=True, select=("AO101",)) == ["AO101"]
+    (tmp_path / "config.py").write_text("num_workers = 8\ndevice = 'cuda'\n")
+    assert _codes(tmp_path, "main.py", cache=True, select=("AO101",)) == []

@@ -502,6 +502,40 @@ def _optimizer_by_name(node: ast.Call) -> bool:
     )
 
 
+def imported_constant(rule: Rule, expr: cst.BaseExpression) -> tuple[object, Path] | None:
+    """`CFG.num_workers` where `import config as CFG` names a module of the project whose top
+    level binds `num_workers = 0` once (OpenAI-CLIP's config.py): (the literal, its module).
+    None for anything else (a value computed, bound twice, or not the project's)."""
+    if not (isinstance(expr, cst.Attribute) and isinstance(expr.value, cst.Name)):
+        return None
+    alias, attr = expr.value.value, expr.attr.value
+    for _, imported in top_level_imports(rule.context.module):
+        bound = code_of(imported.asname.name) if imported.asname is not None else None
+        name = dotted(imported.name) or ""
+        if (bound or name) != alias:
+            continue
+        target = resolve_module(rule.context.path, name, 0)
+        if target is None or target.name == "__init__.py":
+            return None
+        try:
+            data = target.read_bytes()
+            tree = file_tree(str(target), target.stat(), data)
+        except OSError:
+            return None
+        if tree is None:
+            return None
+        values = [
+            stmt.value
+            for stmt in tree.body
+            if isinstance(stmt, ast.Assign)
+            and any(isinstance(t, ast.Name) and t.id == attr for t in stmt.targets)
+        ]
+        if len(values) == 1 and isinstance(values[0], ast.Constant):
+            return values[0].value, target
+        return None
+    return None
+
+
 def module_attribute_definition(rule: Rule, func: cst.BaseExpression) -> LocalDefinition | None:
     """What `lib.make_optimizer` is when `lib` is a module or package of the project the
     linted file imports (`import lib`; a package re-exporting its modules' names)."""
