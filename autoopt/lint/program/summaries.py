@@ -758,7 +758,7 @@ class Program:
                     roles |= summary.local_roles.get(name, set())
                     # bound, then returned as it is (PatchTST's `_get_data`: `data_set,
                     # data_loader = data_provider(...)`, `return data_set, data_loader`)
-                    for returned_at in _returned_positions(func, name):
+                    for returned_at in returned_positions(func, name):
                         if caller != target:
                             roles |= self.returned_roles(caller, returned_at, depth + 1)
         return roles
@@ -942,7 +942,7 @@ def program() -> Program:
     return _PROGRAM
 
 
-def _returned_positions(func: FunctionInfo, name: str) -> list[int | None]:
+def returned_positions(func: FunctionInfo, name: str) -> list[int | None]:
     """Where `func` returns local `name` as it is: None for `return name`, i for element i
     of a returned tuple."""
     found: list[int | None] = []

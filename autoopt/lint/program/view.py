@@ -47,7 +47,7 @@ from autoopt.lint.program.project_text import (
     text_trains,
     text_uses_cuda,
 )
-from autoopt.lint.program.summaries import EMPTY, Summary, Target, program
+from autoopt.lint.program.summaries import EMPTY, Summary, Target, program, returned_positions
 from autoopt.lint.tree.encoding import content_digest
 from autoopt.lint.tree.nodes import calls_in, dotted
 
@@ -454,26 +454,10 @@ class ProgramView:
         if func is None or func.qualname == "<module>":
             return False
         target = Target(self.index.path, func.qualname)
-        for value in func.returns:
-            # `return name`, or `return DataLoader(...)` when asked with no name
-            if (value.kind == "ref" and value.dotted == (name,)) or (
-                not name and value.kind == "call"
-            ):
-                position = None
-            elif value.kind == "tuple":
-                found = [
-                    i
-                    for i, v in enumerate(value.options)
-                    if v.kind == "ref" and v.dotted == (name,)
-                ]
-                if not found:
-                    continue
-                position = found[0]
-            else:
-                continue
-            if role in self.program.returned_roles(target, position):
-                return True
-        return False
+        positions = returned_positions(func, name)
+        if not name and any(value.kind == "call" for value in func.returns):
+            positions.append(None)  # `return DataLoader(...)`, asked with no name
+        return any(role in self.program.returned_roles(target, p) for p in positions)
 
     def changed_between_epochs(self, loader: str, dataset: str | None) -> bool:
         """The loader's dataset is changed in place in the main process while training: a

@@ -66,7 +66,7 @@ def place_call(
             for assign in origin.assigns:
                 loop = training_loop_around(code, home, assign)
                 if loop is not None:
-                    return decline.optimizer_in_training_loop(origin.expr, _header(loop))
+                    return decline.optimizer_in_training_loop(origin.expr, header(loop))
         return decline.created_in_loop()
     options = call_options(code, trainers, forced)
     if "distributed" in options and (why := wrapped_before(code, home, anchor)):
@@ -148,11 +148,6 @@ def recreated_in_training_loop(
 
 
 def header(loop: cst.For | cst.While) -> str:
-    """`for epoch in range(args.epochs)`: the loop's first line, without its colon."""
-    return _header(loop)
-
-
-def _header(loop: cst.For | cst.While) -> str:
     """`for epoch in range(args.epochs)`: the loop's first line, without its colon."""
     bare = loop.with_changes(body=cst.IndentedBlock(body=[cst.SimpleStatementLine([cst.Pass()])]))
     if isinstance(bare, cst.For | cst.While):
