@@ -53,6 +53,7 @@ SPLITS = {
     "fresh-o": (HERE / "fresh_o.json", HERE / "_repos_fresh_o"),
     "fresh-p": (HERE / "fresh_p.json", HERE / "_repos_fresh_p"),
     "fresh-q": (HERE / "fresh_q.json", HERE / "_repos_fresh_q"),
+    "fresh-r": (HERE / "fresh_r.json", HERE / "_repos_fresh_r"),
 }
 TORCH_DIR = "torch"
 
