@@ -54,6 +54,7 @@ SPLITS = {
     "fresh-p": (HERE / "fresh_p.json", HERE / "_repos_fresh_p"),
     "fresh-q": (HERE / "fresh_q.json", HERE / "_repos_fresh_q"),
     "fresh-r": (HERE / "fresh_r.json", HERE / "_repos_fresh_r"),
+    "fresh-s": (HERE / "fresh_s.json", HERE / "_repos_fresh_s"),
 }
 TORCH_DIR = "torch"
 
