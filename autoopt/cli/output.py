@@ -186,11 +186,20 @@ def _summary_lines(report: LintReport, unsafe_fixes: bool, fixed: int | None) ->
     if n_errors:
         # A rule's internal error costs only that rule's findings: the file was still linted.
         partial = {p for p, e in report.errors if e.kind == "internal"}
-        failed = n_errors - len(partial)
+        legacy = {p for p, e in report.errors if e.kind == "legacy"} - partial
+        failed = n_errors - len(partial | legacy)
         if failed:
             out.append(
                 click.style(
                     f"{plural(failed, 'file')} could not be linted (see the errors above).",
+                    fg="red",
+                )
+            )
+        if legacy:
+            out.append(
+                click.style(
+                    f"{plural(len(legacy), 'file')} parsed only as Python < 3.7 (`async=`): "
+                    "linted as if renamed, no fixes (see the errors above).",
                     fg="red",
                 )
             )

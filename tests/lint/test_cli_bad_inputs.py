@@ -214,3 +214,42 @@ def test_a_good_notebook_is_linted_and_left_alone_by_rewrite(bad_project: Path) 
     rewritten = CliRunner().invoke(main, ["rewrite", "good.ipynb"])
     assert rewritten.exit_code == 0, rewritten.output
     assert "skipped: good.ipynb: notebooks are not rewritten" in rewritten.stderr
+
+
+LEGACY_ASYNC = """\
+import torch
+
+model = torch.nn.Linear(4, 2).cuda()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for x, y in torch.utils.data.DataLoader(dataset, batch_size=8):
+    x, y = x.cuda(), y.cuda(async=True)
+    loss = torch.nn.functional.cross_entropy(model(x), y)
+    loss.backward()
+    optimizer.step()
+"""
+
+
+def test_a_pre_37_async_keyword_is_linted_as_if_renamed_and_never_fixed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """speech-commands: `targets.cuda(async=True)` (torch < 0.4) is a syntax error since
+    Python 3.7. lint reads the file as if the keyword were renamed (same positions), says so
+    where it is, and offers no fix; rewrite leaves the file as it is."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text(LEGACY_ASYNC)
+    linted = CliRunner().invoke(main, ["lint", "--no-cache", "--output-format", "json", "train.py"])
+    assert linted.exit_code == 2, linted.output
+    entries = json.loads(linted.stdout)
+    codes = {e["code"] for e in entries if e["code"]}
+    assert {"AO103", "AO201"} <= codes
+    assert all(e["fix"] is None for e in entries if e["code"])
+    (error,) = [e for e in entries if e["code"] is None]
+    assert "`async=` is a keyword since Python 3.7" in error["message"]
+    assert error["location"] == {"row": 6, "column": 29}  # at `async`
+    copy = next(e for e in entries if e["code"] == "AO103")
+    assert copy["location"]["row"] == 6  # the original's positions
+    text = CliRunner().invoke(main, ["lint", "--no-cache", "train.py"])
+    assert "parsed only as Python < 3.7" in text.output
+    rewritten = CliRunner().invoke(main, ["rewrite", "--unsafe-fixes", "train.py"])
+    assert rewritten.exit_code == 2
+    assert (tmp_path / "train.py").read_text() == LEGACY_ASYNC

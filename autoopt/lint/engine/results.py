@@ -72,7 +72,9 @@ class FileError:
     line: int = 0
     column: int = 0
     cell: int | None = None
-    kind: str = "error"  # "read" | "decode" | "parse" | "internal" | "error"
+    # "read" | "decode" | "parse" | "internal" | "error"; "legacy": a file that parses only as
+    # Python < 3.7 (`async=`), linted as if renamed (`tree.legacy_async`)
+    kind: str = "error"
 
     def to_list(self) -> list[Any]:
         return [self.reason, self.line, self.column, self.cell, self.kind]

@@ -17,6 +17,7 @@ Never imports or executes the code it reads: libcst, `ast` and `compile()` only 
 from __future__ import annotations
 
 import ast
+import dataclasses
 import multiprocessing
 import os
 import sys
@@ -41,6 +42,7 @@ from autoopt.lint.engine.results import Diagnostic, FileError, FileResult
 from autoopt.lint.engine.rule import FixSafety, Rule
 from autoopt.lint.program import project_files
 from autoopt.lint.tree.encoding import SourceDecodeError, content_digest, decode_source
+from autoopt.lint.tree.legacy_async import rename_async_keywords
 from autoopt.lint.tree.notebook import NotebookError, NotebookSource, notebook_source
 
 # Below this many files to analyse, starting worker processes costs more than it saves.
@@ -84,6 +86,19 @@ def syntax_error(source: str, exc: cst.ParserSyntaxError) -> FileError:
     if len(message) > 160:
         message = message[:157] + "..."
     return FileError(f"syntax error: {message}", exc.raw_line, exc.raw_column + 1, None, "parse")
+
+
+_LEGACY_ASYNC = (
+    "syntax error: `async=` is a keyword since Python 3.7 (torch 0.4 renamed the argument "
+    "`non_blocking=`); linted as if renamed, no fix offered in this file"
+)
+
+
+def _parsed_or_none(text: str) -> cst.Module | None:
+    try:
+        return engine.parse_module(text)
+    except cst.ParserSyntaxError:
+        return None
 
 
 def _crashed_rule(exc: BaseException) -> str | None:
@@ -153,11 +168,20 @@ def lint_bytes(
             if error is not None:
                 result.errors.append(_relocate_error(error, nb))
             return result
+        legacy = False
         try:
             module = engine.parse_module(text)  # a huge file in chunks, the same tree
         except cst.ParserSyntaxError as exc:
-            result.errors.append(_relocate_error(syntax_error(text, exc), nb))
-            return result
+            renamed = rename_async_keywords(text) if nb is None else None
+            module = _parsed_or_none(renamed.text) if renamed is not None else None
+            if renamed is None or module is None:
+                result.errors.append(_relocate_error(syntax_error(text, exc), nb))
+                return result
+            # `x.cuda(async=True)` of torch < 0.4: linted as if renamed, nothing offered to fix
+            result.errors.append(
+                FileError(_LEGACY_ASYNC, renamed.line, renamed.column + 1, None, "legacy")
+            )
+            text, legacy = renamed.text, True
         result.parsed = True
         project_files.begin_file()
         analysis = engine.run_rules(module, text, path, active, target_version)
@@ -182,6 +206,11 @@ def lint_bytes(
     diagnostics = [Diagnostic.from_finding(f) for f in findings]
     if nb is not None:
         diagnostics = [_relocate(d, nb) for d in diagnostics]
+    if legacy:  # the findings are the renamed text's: no edit of it may reach the file
+        diagnostics = [
+            dataclasses.replace(d, fix_safety=FixSafety.NONE.value, fix_message="")
+            for d in diagnostics
+        ]
     result.diagnostics = diagnostics
     return result
 
