@@ -44,7 +44,8 @@ class AmpAutocast(Rule):
     accumulation keeps its `if`: the step and the update stay under it.
 
     **When not to apply.** A script that already runs another mixed-precision system (apex amp,
-    a hand-written loss scale, models cast to `.half()`/`.bfloat16()`, see
+    a hand-written loss scale, models cast to `.half()`/`.bfloat16()` or their parameters cast
+    in place, `m.weight.data = m.weight.data.bfloat16()`, see
     `autoopt.lint.program.precision`) is not flagged (also where a flag turns apex on: the
     precision is the script's choice), unless its apex leaves the training in fp32
     (`opt_level="O0"`): then it is reported without a fix. The fix declines, saying
@@ -81,6 +82,18 @@ class AmpAutocast(Rule):
     triggers = (".backward(", *LIBRARY_TRAINER_MARKERS)
 
     VALID = [
+        Valid(  # parameters cast to bf16 in place (modded-nanogpt): its own reduced precision
+            """
+            import torch
+            model = Net().cuda()
+            for m in model.modules():
+                if isinstance(m, torch.nn.Linear):
+                    m.weight.data = m.weight.data.bfloat16()
+            for x in loader:
+                model(x.cuda()).sum().backward()
+                optimizer.step()
+            """
+        ),
         Valid(  # float64 made the default dtype: autocast casts float32 only (PyTorch-RL)
             """
             import torch

@@ -23,8 +23,11 @@ class ChannelsLast(Rule):
     script with a GPU path and no `channels_last` anywhere. The placement may come later in
     the same function, inside `if`s however nested and after the `if`/`else` or `with` block
     the model is built in (`if pretrained: model = ... else: model = ...` then
-    `elif device.type == "cuda": if distributed: model.cuda()`). A model trained by ignite's
-    `create_supervised_trainer` counts as trained.
+    `elif device.type == "cuda": if distributed: model.cuda()`). The placement may also be
+    in the chain that builds it (`ModelBuilder().cuda().train()`), inside the wrapper it is
+    handed to (`DistributedDataParallel(Net().cuda())`), or in the project's builder that
+    returns it placed (`model = net_factory(...)` whose branches `.cuda()` what they return).
+    A model trained by ignite's `create_supervised_trainer` counts as trained.
 
     ## Why
     cuDNN's fastest convolution kernels, and Tensor Cores under AMP, work on NHWC

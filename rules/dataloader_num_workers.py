@@ -9,7 +9,7 @@ from libcst.codemod.visitors import ImportItem
 
 from autoopt.lint.engine.rule import Fix, FixSafety, Invalid, Rule, Valid
 from autoopt.lint.program.loops import evaluation_only_loader
-from autoopt.lint.program.project_facts import imported_constant
+from autoopt.lint.program.project_facts import argparse_default, imported_constant
 from autoopt.lint.program.torch_api import DATALOADER
 from autoopt.lint.rewrite.fixes.preconditions import device_is_cuda
 from autoopt.lint.tree.calls import arg, call_options, with_keyword
@@ -35,7 +35,10 @@ class DataLoaderNumWorkers(Rule):
     Flags a `torch.utils.data.DataLoader` created without `num_workers`, or with
     `num_workers=0`, also a 0 read from a config module of the project
     (`num_workers=CFG.num_workers` where config.py binds `num_workers = 0`: reported without a
-    fix, the change belongs in config.py).
+    fix, the change belongs in config.py), or a command-line option whose default is 0
+    (`num_workers=opt.threads` with `add_argument("--threads", type=int, default=0)` in the
+    file or a module of the project it imports: reported without a fix, the default is the
+    author's to raise).
 
     ## Why
     With no workers, every batch is read, decoded and augmented in the training process itself,
@@ -55,7 +58,8 @@ class DataLoaderNumWorkers(Rule):
       `kw["key"] = ...` or chosen by a condition (`{...} if use_cuda else {}`); a key set on
       either branch counts as set.
     - A custom wrapper (a user's own `DataLoader` class or factory) is not torch's and is not
-      flagged.
+      flagged. PyG's and MONAI's `DataLoader`s hand their options to torch's and count as
+      torch's (MONAI's `ThreadDataLoader` does not: its workers are threads).
     - An `IterableDataset` defined in the file that does not shard by
       `torch.utils.data.get_worker_info()`: each worker would replay the whole stream, so every
       sample would be seen `num_workers` times. Not flagged.
@@ -86,6 +90,19 @@ class DataLoaderNumWorkers(Rule):
     triggers = ("DataLoader",)
 
     VALID = [
+        Valid(  # an option whose default is not 0: the count is the user's
+            """
+            import argparse
+            import torch
+            from torch.utils.data import DataLoader
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--threads", type=int, default=4)
+            opt = parser.parse_args()
+            loader = DataLoader(dataset, batch_size=64, num_workers=opt.threads)
+            for x, y in loader:
+                loss_fn(model(x.cuda()), y.cuda()).backward()
+            """
+        ),
         Valid(  # a loader only read by a loop that steps nothing (class images sampled with a
             # pipeline) beside a training loader that sets num_workers
             """
@@ -226,6 +243,47 @@ class DataLoaderNumWorkers(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # PyG's DataLoader hands its options to torch's (GraphCL)
+            """
+            import torch
+            from torch_geometric.loader import DataLoader
+            device = torch.device("cuda")
+            loader = DataLoader(dataset, batch_size=128, shuffle=True)
+            for epoch in range(10):
+                for data in loader:
+                    loss = model(data.to(device)).sum()
+                    loss.backward()
+            """,
+            line=4,
+            fixed="""
+            import torch
+            from torch_geometric.loader import DataLoader
+            import os
+
+            device = torch.device("cuda")
+            loader = DataLoader(dataset, batch_size=128, shuffle=True, num_workers=min(8, (os.cpu_count() or 1) - 1))
+            for epoch in range(10):
+                for data in loader:
+                    loss = model(data.to(device)).sum()
+                    loss.backward()
+            """,
+            unsafe=True,
+        ),
+        Invalid(  # the worker count is an option whose default is 0 (pytorch-SRResNet)
+            """
+            import argparse
+            import torch
+            from torch.utils.data import DataLoader
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--threads", type=int, default=0)
+            opt = parser.parse_args()
+            loader = DataLoader(dataset, batch_size=64, num_workers=opt.threads)
+            for x, y in loader:
+                loss_fn(model(x.cuda()), y.cuda()).backward()
+            """,
+            line=7,
+            message_contains="option whose default is 0",
+        ),
         Invalid(  # a loopless helper may draw a batch every step: still reported
             """
             import torch
@@ -372,11 +430,15 @@ class DataLoaderNumWorkers(Rule):
         options = call_options(self, node)
         workers = options.values.get("num_workers")
         configured = None
+        flag = False  # the 0 is a command-line option's default
         if workers is None:
             if not options.complete:
                 return  # `**kwargs` we cannot read may set it
         elif int_literal(workers) != 0:
             configured = imported_constant(self, workers)
+            if configured is None:
+                configured = argparse_default(self, workers)
+                flag = configured is not None
             if configured is None or configured[0] != 0:
                 return
         dataset = options.values.get("dataset") or _first_arg(node)
@@ -396,7 +458,11 @@ class DataLoaderNumWorkers(Rule):
             where = os.path.relpath(
                 configured[1], os.path.dirname(os.path.abspath(self.context.path))
             )
-            self.report(node, f"{message} ({code_of(workers)} is 0 in {where}: set it there)")
+            if flag:
+                said = f"{code_of(workers)} is an option whose default is 0 ({where}): raise it"
+            else:
+                said = f"{code_of(workers)} is 0 in {where}: set it there"
+            self.report(node, f"{message} ({said})")
             return
         explicit = arg(node, "num_workers", 5)
         if workers is not None and explicit is None:

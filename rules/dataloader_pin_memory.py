@@ -75,6 +75,21 @@ class DataLoaderPinMemory(Rule):
     # no text `requires`: a loader factory of a CUDA program may name no device itself
 
     VALID = [
+        Valid(  # MONAI's `first(check_loader)`: one batch read once, beside the training loader
+            """
+            import torch
+            from monai.data import DataLoader
+            from monai.utils import first
+            device = torch.device("cuda")
+            check_loader = DataLoader(check_ds, batch_size=2, num_workers=4)
+            print(first(check_loader)["img"].shape)
+            train_loader = DataLoader(train_ds, batch_size=2, num_workers=4, pin_memory=True)
+            for epoch in range(10):
+                for batch in train_loader:
+                    loss = model(batch["img"].to(device, non_blocking=True)).sum()
+                    loss.backward()
+            """
+        ),
         Valid(  # torch < 1.8 crashed with pin_memory + persistent_workers: left alone
             """
             import torch
@@ -204,6 +219,29 @@ class DataLoaderPinMemory(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # PyG's DataLoader hands its options to torch's (ogb, GraphCL)
+            """
+            import torch
+            from torch_geometric.loader import DataLoader
+            device = torch.device("cuda")
+            loader = DataLoader(dataset, batch_size=128, shuffle=True, num_workers=4)
+            for epoch in range(10):
+                for data in loader:
+                    loss = model(data.to(device, non_blocking=True)).sum()
+                    loss.backward()
+            """,
+            line=4,
+            fixed="""
+            import torch
+            from torch_geometric.loader import DataLoader
+            device = torch.device("cuda")
+            loader = DataLoader(dataset, batch_size=128, shuffle=True, num_workers=4, pin_memory=True)
+            for epoch in range(10):
+                for data in loader:
+                    loss = model(data.to(device, non_blocking=True)).sum()
+                    loss.backward()
+            """,
+        ),
         Invalid(  # batches drawn through a generator that re-iterates the loader (pytorch-ddpm)
             """
             import torch

@@ -9,6 +9,7 @@ import libcst as cst
 from autoopt.lint.engine.rule import Fix, FixSafety, Invalid, Rule, Valid
 from autoopt.lint.program.facts import EVAL_MARKERS, named_like_evaluation
 from autoopt.lint.program.index import NO_FORWARD_METHODS
+from autoopt.lint.program.placement import RETURN_THE_MODULE
 from autoopt.lint.program.torch_api import torch_name
 from autoopt.lint.tree.nodes import (
     calls_in,
@@ -80,6 +81,9 @@ class EvalLoopNoGrad(Rule):
     - Loops that run no model (over `named_parameters()`, over metrics).
     - A sampling function that returns a value (its caller may differentiate it), and
       periodic blocks of the training loop that step an optimizer or call `backward()`.
+    - A model whose parameters the file freezes (`.requires_grad_(False)` when built, and
+      never turned back on by name) and deep copies of one (stylegan2-ada's `G_ema`): its
+      forward records no graph.
 
     ## Fix (safe)
     Wraps the loop in `with torch.no_grad():`, or decorates the sampling function with
@@ -272,6 +276,22 @@ class EvalLoopNoGrad(Rule):
             model.eval()
             for name, p in model.named_parameters():
                 print(name, p.shape)
+            """
+        ),
+        Valid(  # periodic samples from a frozen copy (stylegan2-ada's netG_ema): no graph
+            """
+            import copy
+            import torch
+            netG = Generator().requires_grad_(False).to(device)
+            netG_ema = copy.deepcopy(netG).eval()
+            for step, (x, c) in enumerate(loader):
+                for module in (netG,):  # unfrozen for its step, as stylegan2-ada's phases
+                    module.requires_grad_(True)
+                loss = netG(x, c).mean()
+                loss.backward()
+                optimizer.step()
+                if step % 100 == 0:
+                    images = netG_ema(z, c).cpu()
             """
         ),
     ]
@@ -640,6 +660,8 @@ class EvalLoopNoGrad(Rule):
             text = _model_text(call.func)
             if text not in evaluated and text not in trained and not _named_like_model(text):
                 continue
+            if text in self._frozen_models:
+                continue
             if self._runs_no_forward(call):
                 continue
             found.append(call)
@@ -653,6 +675,39 @@ class EvalLoopNoGrad(Rule):
             return not runs
         last = code_of(call.func).rsplit(".", 1)[-1].lower()
         return last.startswith(_BOOKKEEPING_VERBS)
+
+    @functools.cached_property
+    def _frozen_models(self) -> set[str]:
+        """Models whose parameters the file freezes: built with `.requires_grad_(False)` in
+        their chain (stylegan2-ada's `G = ...train().requires_grad_(False).to(device)`), frozen
+        by a `G.requires_grad_(False)` line, or deep copies of a frozen one (`G_ema =
+        copy.deepcopy(G).eval()`). Their forward records no graph: nothing to save."""
+        module = self.context.module
+        toggled: dict[str, set[str]] = {"False": set(), "True": set()}
+        for c in calls_in(module):
+            if method_name(c) == "requires_grad_" and isinstance(c.func, cst.Attribute):
+                flag = code_of(c.args[0].value) if c.args else "True"
+                if flag in toggled and isinstance(self.parent(c), cst.Expr):
+                    toggled[flag].add(code_of(c.func.value))
+        frozen = toggled["False"] - toggled["True"]  # a GAN's D, unfrozen for its own step
+        bound: list[tuple[str, cst.BaseExpression]] = [
+            (code_of(t.target), a.value)
+            for a in nodes_of_type(module, cst.Assign)
+            for t in a.targets
+            if isinstance(t.target, cst.Name | cst.Attribute)
+        ]
+        changed = True
+        while changed:
+            changed = False
+            for name, value in bound:
+                if (
+                    name not in frozen
+                    and name not in toggled["True"]
+                    and (_freezes(value) or _copies_one_of(self, value, frozen))
+                ):
+                    frozen.add(name)
+                    changed = True
+        return frozen
 
     @functools.cached_property
     def _trained_modules(self) -> set[str]:
@@ -679,6 +734,8 @@ class EvalLoopNoGrad(Rule):
             if not isinstance(call.func, cst.Name | cst.Attribute) or self.facts.in_no_grad(call):
                 continue  # a model call already under `with torch.no_grad():` inside the loop
             text = _model_text(call.func)
+            if text in self._frozen_models:
+                continue
             if (text in evaluated or _named_like_model(text)) and not self._runs_no_forward(call):
                 return True
             if evaluated and self._runs_evaluated_model(call, evaluated):
@@ -727,6 +784,36 @@ def _model_text(func: cst.BaseExpression) -> str:
     """`generator` for `generator.module(...)`: the model a DDP/DataParallel wrapper holds is
     the model (glow-tts samples through it)."""
     return code_of(func).removesuffix(".module")
+
+
+def _freezes(value: cst.BaseExpression) -> bool:
+    """`Net().requires_grad_(False).to(device)`: the chain freezes what it builds."""
+    while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute):
+        if (
+            value.func.attr.value == "requires_grad_"
+            and value.args
+            and is_name(value.args[0].value, "False")
+        ):
+            return True
+        value = value.func.value
+    return False
+
+
+def _copies_one_of(rule: Rule, value: cst.BaseExpression, frozen: set[str]) -> bool:
+    """`copy.deepcopy(G).eval()`: a deep copy (under module-keeping methods) of a frozen
+    model."""
+    while (
+        isinstance(value, cst.Call)
+        and isinstance(value.func, cst.Attribute)
+        and value.func.attr.value in RETURN_THE_MODULE
+    ):
+        value = value.func.value  # `.eval()`, `.to(device)`
+    return (
+        isinstance(value, cst.Call)
+        and rule.is_call_to(value, "copy.deepcopy")
+        and bool(value.args)
+        and code_of(value.args[0].value) in frozen
+    )
 
 
 def _named_like_model(text: str) -> bool:

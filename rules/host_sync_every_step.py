@@ -360,6 +360,19 @@ class HostSyncEveryStep(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # over the step's loss terms by name (FairMOT's `for l in avg_loss_stats`)
+            """
+            import torch
+            for batch in train_loader:
+                loss, loss_stats = model(batch["input"].cuda())
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+                for l in avg_loss_stats:
+                    avg_loss_stats[l].update(loss_stats[l].mean().item())
+            """,
+            line=8,
+        ),
         Invalid(  # torch < 0.4's `.data[0]` of the loss, printed every step (WassersteinGAN)
             """
             import torch
@@ -925,6 +938,8 @@ class HostSyncEveryStep(Rule):
                 and self.context.program.called_in_a_loop(scope)
             ):
                 return scope
+            if backward_here and self._called_by_a_step(scope):
+                return scope
             return self._step_loop_calling(scope)
         loop = loops[0]
         if not facts.is_training_loop(loop):
@@ -946,6 +961,21 @@ class HostSyncEveryStep(Rule):
             ]
         )
         return loop if own_backward else None
+
+    def _called_by_a_step(self, scope: cst.CSTNode) -> bool:
+        """`scope` is called once by a step function a loop of the project runs (CORL's
+        `trainer.train(batch)` per step, calling `self._update_v(...)`, where the backward and
+        `v_loss.item()` are)."""
+        if not isinstance(scope, cst.FunctionDef):
+            return False
+        facts = self.context.facts
+        steps = self.context.program.steps_run_elsewhere
+        return any(
+            local_callee(c) == scope.name.value
+            and not facts.enclosing_loops(c)
+            and any(facts.enclosing_scope(c) is step for step in steps)
+            for c in facts.backward_helper_calls
+        )
 
     def _made_on_host(self, node: cst.Call) -> bool:
         """`node` (`<x>.cpu()`) reads a tensor a torch factory made on the host just before
@@ -1118,10 +1148,16 @@ class HostSyncEveryStep(Rule):
 
 
 def _over_values(loop: cst.CSTNode) -> bool:
-    """`for k, v in losses.items()`, `for p in model.parameters()`: a loop over a dict's or a
-    model's values, not over batches."""
+    """`for k, v in losses.items()`, `for p in model.parameters()`, `for l in loss_stats`: a
+    loop over a dict's or a model's values, or over a name that holds the step's metrics, not
+    over batches."""
     it = loop.iter if isinstance(loop, cst.For) else None
+    if isinstance(it, cst.Name):  # `for l in avg_loss_stats:` (FairMOT): the step's metrics
+        return any(word in it.value.lower() for word in _METRIC_WORDS)
     return isinstance(it, cst.Call) and method_name(it) in _VALUE_ITERATORS
+
+
+_METRIC_WORDS = ("loss", "stat", "meter", "metric")
 
 
 def _micro_batch_loop(loops: list[cst.CSTNode], step: cst.CSTNode, facts: FileFacts) -> bool:

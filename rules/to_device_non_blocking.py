@@ -8,6 +8,7 @@ from autoopt.lint.engine.rule import Fix, FixSafety, Invalid, Rule, Valid
 from autoopt.lint.program.facts import EVAL_MARKERS
 from autoopt.lint.program.handled import is_hogwild, library_places_batches
 from autoopt.lint.program.loops import (
+    batch_names,
     batch_transfers,
     data_loops,
     prefetcher_fallback,
@@ -16,7 +17,14 @@ from autoopt.lint.program.loops import (
 from autoopt.lint.program.project_facts import own_to_classes
 from autoopt.lint.rewrite.fixes.preconditions import batch_of_tensors
 from autoopt.lint.tree.calls import arg, with_keyword
-from autoopt.lint.tree.nodes import method_name, names_in, nodes_of_type
+from autoopt.lint.tree.nodes import (
+    calls_in,
+    code_of,
+    method_name,
+    names_in,
+    nodes_of_type,
+    root_name,
+)
 
 _TORCHTEXT_ITERATORS = ("BucketIterator", "BPTTIterator", "torchtext.data.Iterator")
 
@@ -38,7 +46,11 @@ class ToDeviceNonBlocking(Rule):
     training loop that pulls batches with `next(data_iter)`, from a generator that re-iterates
     the loader too, and a comprehension over the batch) when it
     does not pass `non_blocking=True`, and the legacy form of the same copy, `imgs.type(Tensor)` with
-    `Tensor = torch.cuda.FloatTensor if cuda else torch.FloatTensor`.
+    `Tensor = torch.cuda.FloatTensor if cuda else torch.FloatTensor`. A training loop that
+    hands its batch to a function or method of the project that makes the blocking copy
+    (KAIR's `model.feed_data(train_data)` doing `data["L"].to(self.device)`) is reported at
+    that call, without a fix (the copy is written elsewhere). A loop whose backward runs in
+    code that cannot be resolved counts as training when it zeroes and steps an optimizer.
 
     ## Why
     A blocking host-to-device copy makes the Python thread wait for the transfer before it can
@@ -85,7 +97,7 @@ class ToDeviceNonBlocking(Rule):
     fix_safety = FixSafety.SAFE
     fix_reason = "the stream orders the asynchronous copy before every kernel that reads it"
     covered_by_optimize = True  # autoopt.optimize() applies it at run time
-    triggers = (".to(", ".type(", ".cuda(")
+    triggers = (".to(", ".type(", ".cuda(", "DataLoader", "loader")  # a callee may copy
     # Only in batch loops (loops.data_loops): training loops, evaluation loops (AO403's
     # markers) or loops over a DataLoader. CUDA-only, but a training helper may name no GPU
     # (`x.to(rank)`) where its importer does: `program.gpu_path` decides, not the text.
@@ -424,6 +436,33 @@ class ToDeviceNonBlocking(Rule):
             """,
             unsafe=True,
         ),
+        Invalid(  # the backward runs in code no one can resolve; the optimizer is zeroed and
+            # stepped here (stylegan2-ada's `loss.accumulate_gradients(...)` of a config class)
+            """
+            import torch
+            device = torch.device("cuda")
+            data_iter = iter(torch.utils.data.DataLoader(dataset, batch_size=32))
+            while True:
+                x = next(data_iter)
+                x = x.to(device)
+                opt.zero_grad(set_to_none=True)
+                loss.accumulate_gradients(x)
+                opt.step()
+            """,
+            line=6,
+            fixed="""
+            import torch
+            device = torch.device("cuda")
+            data_iter = iter(torch.utils.data.DataLoader(dataset, batch_size=32))
+            while True:
+                x = next(data_iter)
+                x = x.to(device, non_blocking=True)
+                opt.zero_grad(set_to_none=True)
+                loss.accumulate_gradients(x)
+                opt.step()
+            """,
+            unsafe=True,
+        ),
         # Every copy of the loop in one fix, reported once.
         Invalid(
             """
@@ -730,6 +769,10 @@ class ToDeviceNonBlocking(Rule):
         groups = self._blocking_transfers()
         if groups and is_hogwild(self):
             return
+        reported = {id(loop) for loop, _ in groups}
+        for loop in data_loops(self):
+            if id(loop) not in reported and self.facts.is_training_loop(loop):
+                self._copied_by_a_callee(loop)
         for loop, calls in groups:
             # One fix for all of a loop's copies: applied whole or (when another rule's fix
             # overlaps one copy) not at all this pass, so a rewrite never leaves the loop half
@@ -746,6 +789,30 @@ class ToDeviceNonBlocking(Rule):
             if not proven:
                 more += f"; unsafe fix: {_UNPROVEN}"
             self.report(calls[0], self.message + more, fix=fix)
+
+    def _copied_by_a_callee(self, loop: cst.For | cst.While) -> None:
+        """The loop hands its batch to the project's code, which copies it to the device
+        with a blocking `.to()` (KAIR's `model.feed_data(train_data)`, SPADE's trainer step):
+        reported at the call, without a fix (the copy is in another function or module)."""
+        if batch_transfers(self, loop) or own_to_classes(self):
+            return  # the loop copies (and chooses) itself; or `.to()` may be the project's own
+        names = batch_names(loop)
+        program = self.context.program
+        for call in calls_in(loop.body, into_scopes=False):
+            if not any(root_name(a.value) in names for a in call.args):
+                continue
+            for handed, roles in program.argument_roles(call):
+                if (
+                    root_name(handed.value) in names
+                    and "copied_to_device" in roles
+                    and "copied_to_device_non_blocking" not in roles
+                ):
+                    self.report(
+                        call,
+                        f"{self.message} (the batch is copied inside `{code_of(call.func)}`, "
+                        "in the project's code: pass non_blocking=True there)",
+                    )
+                    return
 
     def _torchtext_batches(self, loop: cst.For | cst.While) -> bool:
         """`loop` reads its batch's fields as attributes (`src, len_src = batch.src`) in a

@@ -58,3 +58,38 @@ def test_both_loaders_reported_where_neither_sets_it(code: str) -> None:
 def test_evaluation_copies_left_alone_where_training_copies_are_non_blocking() -> None:
     assert _lines("AO103", copy=", non_blocking=True") == {"AO103": []}
     assert _lines("AO103") != {"AO103": []}  # neither: the training loop's copies are reported
+
+
+FACTORY = """
+import torch
+from torch.utils.data import DataLoader
+
+device = torch.device("cuda")
+
+def create_dataloader(train):
+    if train:
+        return DataLoader(train_set, 8, shuffle=True{train_options})
+    else:
+        return DataLoader(test_set, batch_size=1, shuffle=False, num_workers=0)
+
+train_loader = create_dataloader(True)
+for x in train_loader:
+    model(x.to(device, non_blocking=True)).sum().backward()
+"""
+
+
+@pytest.mark.parametrize(
+    ("code", "option"), [("AO101", ", num_workers=4"), ("AO102", ", pin_memory=True")]
+)
+def test_the_else_of_a_train_flag_is_the_evaluation_loader(code: str, option: str) -> None:
+    """voicefilter's `create_dataloader(hp, args, train)`: `if train:` builds the training
+    loader with workers and pinned memory, `else:` a batch-of-one test loader without: the
+    author's choice there. Where the training branch sets nothing, both are reported."""
+
+    def lines(train_options: str) -> list[int]:
+        source = FACTORY.format(train_options=train_options)
+        result = lint_bytes(source.encode(), "train.py", load_registry().all())
+        return sorted(d.line for d in result.diagnostics if d.code == code)
+
+    assert lines(option) == []
+    assert lines("") == [9, 11]

@@ -653,6 +653,71 @@ def test_a_data_parallel_in_the_forward_of_the_trained_model_is_reported(tmp_pat
     assert ("model.py", "AO501") not in _lint("train.py", "--no-follow", "--select", "AO501")[0]
 
 
+ATTENTION = """
+import math
+import torch
+import torch.nn as nn
+
+class SelfAttention(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.qkv = nn.Linear(d, 3 * d)
+
+    def forward(self, x):
+        q, k, v = self.qkv(x).chunk(3, dim=-1)
+        scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(q.size(-1))
+        return torch.matmul(nn.Softmax(dim=-1)(scores), v)
+
+class Encoder(nn.Module):
+    def __init__(self, d=8):
+        super().__init__()
+        self.attn = SelfAttention(d)
+
+    @classmethod
+    def from_pretrained(cls, path):
+        return cls()
+
+    def forward(self, x):
+        return self.attn(x)
+"""
+
+
+@pytest.mark.parametrize(
+    "built",
+    [
+        "Encoder()",  # lxmert: `self.model = VQAModel(...)` in the trainer's __init__
+        "Encoder.from_pretrained(path)",  # UNITER: a classmethod that builds the class
+    ],
+)
+def test_the_model_a_trainer_holds_is_checked_for_the_model_rules(
+    tmp_path: Path, built: str
+) -> None:
+    """The trainer class keeps its model as `self.model`; the modules that define it (and
+    those they take their parts from) are checked for AO609's hand-written attention."""
+    trainer = f"""
+    import torch
+    from encoder import Encoder
+
+    class VQA:
+        def __init__(self, path):
+            self.model = {built}.cuda()
+            self.optim = torch.optim.Adam(self.model.parameters())
+
+        def train(self, loader):
+            for x in loader:
+                self.optim.zero_grad()
+                self.model(x.cuda()).sum().backward()
+                self.optim.step()
+
+    if __name__ == "__main__":
+        VQA("ckpt").train(loader)
+    """
+    _project(tmp_path, {"encoder.py": ATTENTION, "train.py": trainer})
+    found, said = _lint("train.py", "--select", "AO609")
+    assert [f for f in found if f[1] == "AO609"] == [("encoder.py", "AO609")]
+    assert "encoder.py, which defines a module" in said
+
+
 def test_a_loader_factory_that_names_no_device_feeds_a_cuda_training(tmp_path: Path) -> None:
     """PatchTST: `Exp_Main._get_data` hands on what `data_provider(args, flag)` returns;
     `Exp_Main.train` moves every batch with `.float().to(self.device)` on CUDA. The factory's
@@ -775,6 +840,31 @@ def test_an_optimizer_built_by_a_function_of_a_project_package(tmp_path: Path) -
             "train.py": driver,
         },
     )
+    found, _ = _lint("train.py", "--select", "AO301")
+    assert ("train.py", "AO301") in found
+
+
+def test_an_optimizer_built_by_a_module_imported_from_a_package(tmp_path: Path) -> None:
+    """PoinTr: `from tools import builder`, `optimizer = builder.build_optimizer(base_model,
+    config)` (tools/builder.py builds a torch.optim optimizer over the model's parameters)."""
+    builder = """
+    from torch import optim
+
+    def build_optimizer(base_model, config):
+        return optim.AdamW(base_model.parameters(), lr=config.lr)
+    """
+    driver = """
+    import torch
+    from tools import builder
+
+    base_model = torch.nn.Linear(8, 1).cuda()
+    optimizer = builder.build_optimizer(base_model, config)
+    for x, y in loader:
+        optimizer.zero_grad()
+        torch.nn.functional.mse_loss(base_model(x.cuda()), y.cuda()).backward()
+        optimizer.step()
+    """
+    _project(tmp_path, {"tools/__init__.py": "", "tools/builder.py": builder, "train.py": driver})
     found, _ = _lint("train.py", "--select", "AO301")
     assert ("train.py", "AO301") in found
 
@@ -967,3 +1057,50 @@ def test_float64_behind_a_flag_leaves_the_fp32_step_reported(tmp_path: Path) -> 
     """
     _project(tmp_path, {"train.py": driver})
     assert ("train.py", "AO201") in _lint("train.py")[0]
+
+
+def test_a_trainer_class_picked_from_a_table_on_an_extended_sys_path(tmp_path: Path) -> None:
+    """FairMOT: `import _init_paths` puts src/lib on sys.path; `from trains.train_factory
+    import train_factory` (a dict of trainer classes), `Trainer = train_factory[opt.task]`,
+    `trainer.train(...)`: the trainer's loop, in src/lib/trains/base_trainer.py, is followed."""
+    base = """
+    import torch
+
+    class BaseTrainer:
+        def __init__(self, opt, model, optimizer):
+            self.model, self.optimizer = model, optimizer
+
+        def train(self, epoch, loader):
+            for batch in loader:
+                loss = self.model(batch["input"].cuda()).mean()
+                self.optimizer.zero_grad()
+                loss.backward()
+                self.optimizer.step()
+    """
+    driver = """
+    import _init_paths
+    import torch
+    from trains.train_factory import train_factory
+
+    model = torch.nn.Linear(4, 4).cuda()
+    optimizer = torch.optim.Adam(model.parameters())
+    Trainer = train_factory[opt.task]
+    trainer = Trainer(opt, model, optimizer)
+    for epoch in range(10):
+        trainer.train(epoch, train_loader)
+    """
+    _project(
+        tmp_path,
+        {
+            "src/_init_paths.py": "import sys\nsys.path.insert(0, 'lib')\n",
+            "src/lib/trains/__init__.py": "",
+            "src/lib/trains/base_trainer.py": base,
+            "src/lib/trains/mot.py": "from .base_trainer import BaseTrainer\n\n"
+            "class MotTrainer(BaseTrainer):\n    pass\n",
+            "src/lib/trains/train_factory.py": "from .mot import MotTrainer\n\n"
+            "train_factory = {'mot': MotTrainer}\n",
+            "src/train.py": driver,
+        },
+    )
+    found, _ = _lint("src/train.py")
+    assert ("src/lib/trains/base_trainer.py", "AO201") in found

@@ -30,6 +30,11 @@ def found(code: str) -> str | None:
         ("for x in loader:\n    (args.scale * loss).float().backward()\n", "loss scaling"),
         ("master_params = [p.float() for p in model.parameters()]\n", "master weights"),
         ("optimizer = FP16_Optimizer(optimizer, dynamic_loss_scale=True)\n", "FP16_Optimizer"),
+        # parameters cast in place (modded-nanogpt)
+        (
+            "for m in model.modules():\n    m.weight.data = m.weight.data.bfloat16()\n",
+            "parameters are cast",
+        ),
     ],
 )
 def test_finds_the_scripts_own_precision_scheme(code: str, why: str) -> None:
@@ -50,6 +55,9 @@ def test_finds_the_scripts_own_precision_scheme(code: str, why: str) -> None:
         "for x in loader:\n    (loss * weight).backward()\n",
         # `amp.initialize` of something that is not apex
         "import mylib.amp as amp\namp.initialize()\n",
+        # an optimizer's step casting fp16 parameters back to what they were (rtdl's RAdam)
+        "class RAdam(torch.optim.Optimizer):\n    def step(self):\n"
+        "        for p in params:\n            if half:\n                p.data = p.data.half()\n",
     ],
 )
 def test_stays_silent_without_one(code: str) -> None:

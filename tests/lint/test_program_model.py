@@ -315,6 +315,82 @@ def test_an_lr_scheduler_is_not_read_as_an_optimizer(tmp_path: Path) -> None:
     assert seen == ["create_optimizer_v2"]
 
 
+def test_a_project_scheduler_builder_is_not_an_optimizer(tmp_path: Path) -> None:
+    """pysot's `lr_scheduler = build_lr_scheduler(optimizer, ...)`, stepped like an optimizer:
+    a call handed the optimizer wraps it, so its groups' names (`trainable_params`, a list)
+    are no model to compile; the model is."""
+    builder = """
+    import torch
+
+    def build_lr_scheduler(optimizer, epochs=50):
+        return torch.optim.lr_scheduler.StepLR(optimizer, epochs)
+    """
+    driver = """
+    import torch
+    from nets import Net
+    from sched import build_lr_scheduler
+
+    def main():
+        device = torch.device("cuda")
+        model = Net().to(device)
+        trainable_params = []
+        trainable_params += [{"params": model.fc.parameters(), "lr": 0.1}]
+        optimizer = torch.optim.SGD(trainable_params, momentum=0.9)
+        lr_scheduler = build_lr_scheduler(optimizer, epochs=10)
+        for x in loader:
+            optimizer.zero_grad()
+            model(x.to(device)).sum().backward()
+            optimizer.step()
+        lr_scheduler.step()
+
+    if __name__ == "__main__":
+        main()
+    """
+    _write(tmp_path, {"nets.py": NETS, "sched.py": builder, "train.py": driver})
+    found = _findings(tmp_path, "train.py", "AO301")
+    assert ["`trainable_params`" in message for _, _, message in found] == [False]
+    assert "`model`" in found[0][2]
+    # groups this file cannot trace: no model is named, least of all the list
+    untraced = driver.replace(
+        'trainable_params = []\n        trainable_params += [{"params": model.fc.parameters(), "lr": 0.1}]',
+        "trainable_params = gather(model_cfg)",
+    )
+    assert "gather(model_cfg)" in untraced
+    _write(tmp_path, {"train.py": untraced})
+    assert _findings(tmp_path, "train.py", "AO301") == []
+
+
+def test_parameter_groups_gathered_in_a_loop_over_the_model(tmp_path: Path) -> None:
+    """faster-rcnn: `for key, value in dict(fasterRCNN.named_parameters()).items(): params +=
+    [{"params": [value], ...}]`, then `SGD(params)`; the model is also zeroed
+    (`fasterRCNN.zero_grad()`) and wrapped (`nn.DataParallel(fasterRCNN)`)."""
+    driver = """
+    import torch
+    from nets import Net
+
+    def main():
+        fasterRCNN = Net()
+        params = []
+        for key, value in dict(fasterRCNN.named_parameters()).items():
+            if value.requires_grad:
+                params += [{"params": [value], "lr": 0.1}]
+        optimizer = torch.optim.SGD(params, momentum=0.9)
+        fasterRCNN.cuda()
+        fasterRCNN = torch.nn.DataParallel(fasterRCNN)
+        for x in loader:
+            fasterRCNN.zero_grad()
+            fasterRCNN(x.cuda()).sum().backward()
+            optimizer.step()
+
+    if __name__ == "__main__":
+        main()
+    """
+    _write(tmp_path, {"nets.py": NETS, "train.py": driver})
+    found = _findings(tmp_path, "train.py", "AO301")
+    assert [(code, line) for code, line, _ in found] == [("AO301", 12)]
+    assert "`fasterRCNN`" in found[0][2]
+
+
 def test_a_project_optimizer_builder_that_walks_the_modules(tmp_path: Path) -> None:
     """yolov5's `smart_optimizer(model, ...)` reads `model.modules()` (no parameters() call):
     the argument the caller built as a model is the one trained."""
@@ -1981,3 +2057,140 @@ def test_loaders_a_helper_returns_kept_in_a_dict_the_epochs_pick_from(tmp_path: 
     once = script.replace("for i, data in enumerate(loaders[phase])", "for i, data in [1]")
     _write(tmp_path, {"train.py": once})
     assert _codes(tmp_path, "train.py", "AO104") == []
+
+
+FEEDS_DATA = """
+import torch
+
+class ModelPlain:
+    def __init__(self, opt):
+        self.device = torch.device("cuda")
+        self.netG = torch.nn.Linear(4, 4).to(self.device)
+        self.opt = torch.optim.Adam(self.netG.parameters())
+
+    def feed_data(self, data):
+        self.L = data["L"].to(self.device)
+        self.H = data["H"].to(self.device)
+
+    def optimize_parameters(self):
+        self.opt.zero_grad()
+        (self.netG(self.L) - self.H).pow(2).mean().backward()
+        self.opt.step()
+"""
+
+FEEDS_DRIVER = """
+import torch
+from torch.utils.data import DataLoader
+from models import ModelPlain
+
+def main():
+    torch.cuda.manual_seed_all(0)
+    model = ModelPlain(opt)
+    train_loader = DataLoader(dataset, batch_size=16, pin_memory=True)
+    for epoch in range(10):
+        for i, train_data in enumerate(train_loader):
+            model.feed_data(train_data)
+            model.optimize_parameters()
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+@pytest.mark.parametrize(
+    ("copy", "reported"),
+    [
+        ('data["L"].to(self.device)', True),
+        ('data["L"].to(self.device, non_blocking=True)', False),  # the author chose
+    ],
+)
+def test_a_batch_copied_by_a_method_the_loop_hands_it_to(
+    tmp_path: Path, copy: str, reported: bool
+) -> None:
+    """KAIR: `model.feed_data(train_data)` copies the batch with `.to(self.device)` in
+    models/model_plain.py; the loop itself writes no `.to()`: reported at the call, no fix."""
+    models = FEEDS_DATA.replace('data["L"].to(self.device)', copy).replace(
+        'data["H"].to(self.device)', copy.replace('"L"', '"H"')
+    )
+    _write(tmp_path, {"models.py": models, "train.py": FEEDS_DRIVER})
+    found = _findings(tmp_path, "train.py", "AO103")
+    assert [(code, line) for code, line, _ in found] == ([("AO103", 11)] if reported else [])
+    if reported:
+        assert "model.feed_data" in found[0][2]
+        # bound anew first (audioset_tagging_cnn's `x = torch.Tensor(x)`): a new host tensor
+        rebound = models.replace(
+            "    def feed_data(self, data):\n",
+            "    def feed_data(self, data):\n        data = dict(data)\n",
+        )
+        assert rebound != models
+        _write(tmp_path, {"models.py": rebound})
+        assert _findings(tmp_path, "train.py", "AO103") == []
+
+
+def test_a_module_of_torch_before_0_4_is_indexed() -> None:
+    """`x.cuda(async=True)` parses only as Python < 3.7: the project's index still reads the
+    module (a loop in it is followed like any other)."""
+    index = index_source(
+        Path("engine.py"), "def train(model, x):\n    model(x.cuda(async=True)).backward()\n"
+    )
+    assert index.functions["train"].backward
+
+
+CORL_IQL = """
+import torch
+
+class IQL:
+    def __init__(self, net, optimizer):
+        self.net, self.optimizer = net, optimizer
+
+    def _update(self, x, log):
+        loss = self.net(x).pow(2).mean()
+        log["loss"] = loss.item()
+        self.optimizer.zero_grad()
+        loss.backward()
+        self.optimizer.step()
+
+    def train(self, batch):
+        log = {}
+        self._update(batch, log)
+        return log
+
+def main(device="cuda"):
+    net = torch.nn.Linear(4, 4).to(device)
+    trainer = IQL(net, torch.optim.Adam(net.parameters()))
+    for t in range(1000):
+        batch = buffer.sample(256).to(device)
+        trainer.train(batch)
+"""
+
+
+def test_a_step_that_a_loop_runs_through_an_object_and_a_helper(tmp_path: Path) -> None:
+    """CORL's iql.py: the loop calls `trainer.train(batch)`, which calls `self._update(...)`,
+    where the backward and an unconditional `loss.item()` are: a step run on every iteration
+    (AO201 at the step, AO702 at the read)."""
+    _write(tmp_path, {"iql.py": CORL_IQL})
+    found = [(code, line) for code, line, _ in _findings(tmp_path, "iql.py", "AO201", "AO702")]
+    assert found == [("AO201", 14), ("AO702", 9)]
+
+
+def test_a_backward_helper_called_through_a_partial(tmp_path: Path) -> None:
+    """lucidrains' stylegan2: `backwards = partial(loss_backwards, self.fp16)`, then
+    `backwards(disc_loss, ...)` in the step loop: the loop trains (AO201)."""
+    script = """
+    import torch
+    from functools import partial
+
+    def loss_backwards(fp16, loss):
+        loss.backward()
+
+    def main(loader, device="cuda"):
+        model = torch.nn.Linear(4, 4).to(device)
+        optimizer = torch.optim.Adam(model.parameters())
+        backwards = partial(loss_backwards, False)
+        for x in loader:
+            backwards(model(x.to(device)).sum())
+            optimizer.step()
+    """
+    _write(tmp_path, {"gan.py": script})
+    # the step runs in the helper: reported there (no fix)
+    assert [(c, line) for c, line, _ in _findings(tmp_path, "gan.py", "AO201")] == [("AO201", 4)]

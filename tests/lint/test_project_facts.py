@@ -686,3 +686,61 @@ for x, y in loader:
     assert _codes(tmp_path, "main.py", cache=True, select=("AO101",)) == ["AO101"]
     (tmp_path / "config.py").write_text("num_workers = 8\ndevice = 'cuda'\n")
     assert _codes(tmp_path, "main.py", cache=True, select=("AO101",)) == []
+
+
+FACTORY_PLACES = """
+from models import ResNet18
+
+def net_factory(net_type="resnet"):
+    if net_type == "resnet":
+        net = ResNet18().cuda()
+    else:
+        net = None
+    return net
+"""
+
+
+@pytest.mark.parametrize(
+    ("factory", "reported"),
+    [
+        (FACTORY_PLACES, True),
+        # placed in place, then returned (SGC's `get_model`: `model.cuda()`)
+        (FACTORY_PLACES.replace("ResNet18().cuda()", "ResNet18()\n        net.cuda()"), True),
+        (FACTORY_PLACES.replace("ResNet18().cuda()", "ResNet18()"), False),  # never placed
+        # moved back to the host before it is returned: not on the device
+        (FACTORY_PLACES.replace("ResNet18().cuda()", "ResNet18().cuda().cpu()"), False),
+    ],
+)
+def test_a_factory_that_returns_what_it_placed(
+    tmp_path: Path, factory: str, reported: bool
+) -> None:
+    """SSL4MIS: `model = net_factory(net_type=args.model, ...)`, whose branches build
+    `UNet(...).cuda()` and `return net`: the model is placed by the line that builds it."""
+    main = MAIN.format(imports="from factory import net_factory").replace(
+        "net = ResNet18()\nnet = net.to(device)\n", "net = net_factory(args.model)\n"
+    )
+    assert "net.to(device)" not in main
+    _write(tmp_path, {"models.py": CONV_MODELS, "factory.py": factory, "main.py": main})
+    assert _codes(tmp_path, "main.py", select=("AO606",)) == (["AO606"] if reported else [])
+
+
+@pytest.mark.parametrize(
+    ("built", "reported"),
+    [
+        ("ResNet18().cuda().train()", True),  # pysot's `ModelBuilder().cuda().train()`
+        ("ResNet18().train().to(device)", True),
+        ("ResNet18().cuda().cpu()", False),  # moved back to the host
+        # placed inside the wrapper it is handed to (XMem's trainer)
+        ("torch.nn.parallel.DistributedDataParallel(ResNet18().cuda(), device_ids=[0])", True),
+        ("torch.nn.DataParallel(ResNet18())", False),
+    ],
+)
+def test_a_placement_under_methods_that_keep_the_module(
+    tmp_path: Path, built: str, reported: bool
+) -> None:
+    main = MAIN.format(imports="from models import ResNet18").replace(
+        "net = ResNet18()\nnet = net.to(device)\n", f"net = {built}\n"
+    )
+    assert built in main and "net.to(device)" not in main
+    _write(tmp_path, {"models.py": CONV_MODELS, "main.py": main})
+    assert _codes(tmp_path, "main.py", select=("AO606",)) == (["AO606"] if reported else [])

@@ -28,7 +28,7 @@ from typing import NamedTuple
 import libcst as cst
 
 from autoopt.lint.engine.rule import Rule
-from autoopt.lint.program.placement import without_placement
+from autoopt.lint.program.placement import RETURN_THE_MODULE, without_placement
 from autoopt.lint.program.project_facts import (
     LocalDefinition,
     definition_at,
@@ -119,7 +119,7 @@ def conv2d_models(rule: Rule) -> list[ConvModel]:
             continue
         if target.count(".") > 1:
             continue
-        base = without_placement(n.value)
+        base = without_placement(n.value, RETURN_THE_MODULE)  # `Net().cuda().train()` too
         kind = _conv_model(rule, base, fit, flattening) if isinstance(base, cst.Call) else None
         if kind is None and isinstance(base, cst.Call):
             others = [f for f in found if f.name != target]  # not `model = DDP(model)`

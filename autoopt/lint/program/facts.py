@@ -214,10 +214,32 @@ class FileFacts:
         or method of this file that calls it (`self._run_batch(x, y)`, `train_one_epoch(...)`),
         or a call that trains through the project's other code, outermost first."""
         found: dict[int, Loop] = {}
-        for call in [*self.backward_calls, *self.backward_helper_calls, *self.training_calls]:
+        calls = [*self.backward_calls, *self.backward_helper_calls, *self.training_calls]
+        for call in [*calls, *self._optimizer_steps]:
             for loop in self.enclosing_loops(call):
                 found.setdefault(id(loop), loop)
         return sorted(found.values(), key=lambda n: self._depth(n))
+
+    @functools.cached_property
+    def _optimizer_steps(self) -> list[cst.Call]:
+        """`<opt>.step()` calls whose receiver the same function also zeroes
+        (`phase.opt.zero_grad(set_to_none=True)` ... `phase.opt.step()`): an optimizer stepped
+        where the backward runs in code no one can resolve (stylegan2-ada's
+        `loss.accumulate_gradients(...)` of a class built from a config string)."""
+        zeroed: dict[tuple[int, str], bool] = {}
+        steps: list[tuple[int, str, cst.Call]] = []
+        for call in calls_in(self.module):
+            if not isinstance(call.func, cst.Attribute):
+                continue
+            method, receiver = call.func.attr.value, dotted(call.func.value)
+            if receiver is None or method not in ("zero_grad", "step"):
+                continue
+            scope = id(self.enclosing_scope(call))
+            if method == "zero_grad":
+                zeroed[(scope, receiver)] = True
+            elif not call.args:
+                steps.append((scope, receiver, call))
+        return [call for scope, receiver, call in steps if (scope, receiver) in zeroed]
 
     @functools.cached_property
     def backward_helpers(self) -> set[str]:
@@ -238,7 +260,21 @@ class FileFacts:
             if not grown:
                 break
             names |= grown
-        return names
+        return names | set(self._helper_aliases(names))
+
+    def _helper_aliases(self, helpers: set[str]) -> dict[str, str]:
+        """`backwards = partial(loss_backwards, self.fp16)` (lucidrains' stylegan2), `step =
+        train_step`: alias -> the helper of `helpers` it calls."""
+        found: dict[str, str] = {}
+        for assign in nodes_of_type(self.module, cst.Assign):
+            value = assign.value
+            if isinstance(value, cst.Call) and (dotted(value.func) or "").endswith("partial"):
+                value = value.args[0].value if value.args else value
+            if isinstance(value, cst.Name) and value.value in helpers:
+                for target in assign.targets:
+                    if isinstance(target.target, cst.Name):
+                        found[target.target.value] = value.value
+        return found
 
     @functools.cached_property
     def backward_helper_calls(self) -> list[cst.Call]:
@@ -257,8 +293,11 @@ class FileFacts:
     def step_functions(self) -> list[cst.FunctionDef]:
         """Functions that run one training step: they call `.backward()` outside any loop of
         their own and are called from a training loop (`for b in loader: self._run_batch(b)`)."""
+        aliases = self._helper_aliases(self.backward_helpers)
         called_in_loop = {
-            local_callee(c) for c in self.backward_helper_calls if self.enclosing_loops(c)
+            aliases.get(name, name)
+            for c in self.backward_helper_calls
+            if self.enclosing_loops(c) and (name := local_callee(c)) is not None
         }
         found: dict[int, cst.FunctionDef] = {}
         for call in self.backward_calls:

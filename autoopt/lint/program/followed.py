@@ -24,7 +24,7 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from autoopt.lint.program.index import load_index
+from autoopt.lint.program.index import Value, load_index
 from autoopt.lint.program.project_files import resolve_module, root_of
 from autoopt.lint.program.project_text import read_text
 from autoopt.lint.program.summaries import Target, program
@@ -115,6 +115,7 @@ def model_modules(modules: list[Path], root: str, exclude: list[Path] = ()) -> l
 
 
 _MODEL_ROLES = {"module", "forward"}
+_CLASS_BUILDERS = frozenset({"from_pretrained", "from_config"})  # classmethods building `cls`
 _MAX_MODEL_MODULES = 8  # a model zoo's package is not read whole
 
 
@@ -171,14 +172,30 @@ def _builders(modules: list[Path], roles: set[str]) -> Iterator[Target]:
         if index is None:
             continue
         for func in index.functions.values():
-            local = prog.summary(Target(index.path, func.qualname)).local_roles
-            for name, held in local.items():
-                if not held & roles:
+            summary = prog.summary(Target(index.path, func.qualname))
+            bound: list[Value] = [
+                value
+                for name, held in summary.local_roles.items()
+                if held & roles
+                for value in func.assigns.get(name, ())
+            ]
+            cls = index.classes.get(func.class_name) if func.class_name else None
+            if cls is not None:  # `self.model = VQAModel(...)` in a trainer's method (lxmert)
+                bound += [
+                    value
+                    for key, held in summary.roles.items()
+                    if key.startswith("self.") and key.count(".") == 1 and held & roles
+                    for method in cls.methods.values()
+                    for value in method.self_attrs.get(key[5:], ())
+                ]
+            for value in bound:
+                call = value.options[0] if value.kind == "item" else value
+                if call.kind != "call":
                     continue
-                for value in func.assigns.get(name, ()):
-                    call = value.options[0] if value.kind == "item" else value
-                    if call.kind == "call":
-                        yield from prog.resolve(index, func, call.dotted)
+                yield from prog.resolve(index, func, call.dotted)
+                if len(call.dotted) >= 2 and call.dotted[-1] in _CLASS_BUILDERS:
+                    # `UniterForVisualQuestionAnswering.from_pretrained(...)` builds that class
+                    yield from prog.resolve(index, func, call.dotted[:-1])
 
 
 def _inside(path: str, root: str) -> bool:

@@ -121,6 +121,9 @@ class FunctionInfo:
     # constructor or factory that spreads the model over the GPUs itself, whatever the
     # arguments (CMC's `InsResNet50.__init__`; not DeepCTR's `if gpus:`)
     data_parallel: int = 0
+    # every `return` hands back something moved to a device: `return Net().cuda()`, or a name
+    # placed before it (`net = UNet().cuda()`, `model.to(device)`): SSL4MIS's `net_factory`
+    returns_placed: bool = False
     line: int = 0
     # a method whose body only says "a subclass does this" (`raise NotImplementedError`, `pass`)
     abstract: bool = False
@@ -191,12 +194,16 @@ def callee_of(func: ast.expr) -> Dotted | None:
 def parse_tree(data: bytes | str) -> ast.Module | None:
     r"""`ast.parse(data)`, or None for a file that does not parse (its SyntaxWarnings, such as
     `"\("` in the user's strings, are not ours to report)."""
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
             return ast.parse(data)
-    except (SyntaxError, ValueError, RecursionError):
-        return None
+        except (SyntaxError, ValueError, RecursionError):
+            pass
+        try:  # `x.cuda(async=True)` of torch < 0.4: `async` is a name before Python 3.7
+            return ast.parse(data, feature_version=(3, 6))
+        except (SyntaxError, ValueError, RecursionError):
+            return None
 
 
 # The last few trees parsed from disk: `project_facts` summarises the same modules the index
@@ -387,7 +394,9 @@ def _scan_function(func: ast.FunctionDef | ast.AsyncFunctionDef, cls: str | None
         no_grad=any(_is_no_grad(d) for d in func.decorator_list),
         abstract=cls is not None and all(map(_placeholder, func.body)),
     )
-    _Scanner(info, cls).scan_body(func.body)
+    scanner = _Scanner(info, cls)
+    scanner.scan_body(func.body)
+    info.returns_placed = bool(scanner.returns_placed) and all(scanner.returns_placed)
     return info
 
 
@@ -453,6 +462,32 @@ def _names_a_device(call: ast.Call) -> bool:
     return bool(name) and "device" in name[-1].lower()
 
 
+def _device_move(expr: ast.expr) -> ast.Call | None:
+    """The `.cuda()` / `.to(<device>)` call ending the chain `expr` is (`Net().cuda().train()`
+    too: methods that return the module itself), or None."""
+    while isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute):
+        attr = expr.func.attr
+        if attr == "cuda" or (attr == "to" and _names_a_device(expr)):
+            return expr
+        if attr not in _SAME_OBJECT or attr == "cpu":
+            return None
+        expr = expr.func.value
+    return None
+
+
+def _copied_name(expr: ast.expr) -> str | None:
+    """`data` for `data["L"]`, `batch[0].float()`, `x` itself: the name whose contents a
+    `.to(device)` / `.cuda()` on `expr` copies (not `self.x`, nor a module's attribute)."""
+    while True:
+        if isinstance(expr, ast.Subscript):
+            expr = expr.value
+        elif isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute):
+            expr = expr.func.value  # `x.float().cuda()`
+        else:
+            break
+    return expr.id if isinstance(expr, ast.Name) and expr.id != "self" else None
+
+
 def _names_in(node: ast.AST) -> set[str]:
     return {n.id for n in walk(node) if isinstance(n, ast.Name)}
 
@@ -474,6 +509,8 @@ class _Scanner:
         self.batch_of: dict[str, Dotted] = {}
         self.statement_call: ast.Call | None = None  # the call an expression statement makes
         self.aliases: dict[str, list[Dotted]] = {}  # `it = tqdm(loader)`: it -> [loader]
+        self.placed: set[str] = set()  # names moved to a device so far (`net = Net().cuda()`)
+        self.returns_placed: list[bool] = []  # for each `return`: it hands back a placed value
 
     def iterated(self, expr: ast.expr) -> list[Dotted]:
         """`_iterated`, through the names bound to an iteration wrapper above and the dicts
@@ -551,6 +588,8 @@ class _Scanner:
                         self.aliases[target.id] = wrapped
             for target in node.targets:
                 self.bind(target, value)
+                if isinstance(target, ast.Name) and _device_move(node.value) is not None:
+                    self.placed.add(target.id)
             return
         if isinstance(node, ast.AnnAssign) and node.value is not None:
             self.expr(node.value)
@@ -564,6 +603,11 @@ class _Scanner:
             self.statement_call = node.value  # called for its effect: `dataset.resample()`
         if isinstance(node, ast.Return) and node.value is not None:
             self.expr(node.value)
+            returned = node.value
+            self.returns_placed.append(
+                _device_move(returned) is not None
+                or (isinstance(returned, ast.Name) and returned.id in self.placed)
+            )
             self.info.returns.append(self.value(node.value))
             return
         for child in child_nodes(node):
@@ -665,6 +709,12 @@ class _Scanner:
                 info.backward = True
             elif attr == "cuda" or (attr == "to" and _names_a_device(node)):
                 info.to_device = True
+                copied = _copied_name(func.value)
+                # `data["L"].to(self.device)`: what `data` holds is copied (not a name bound
+                # anew first: `x = torch.Tensor(x)` is a new host tensor, audioset_tagging_cnn)
+                if copied is not None and copied not in info.assigns:
+                    waits = not any(k.arg == "non_blocking" for k in node.keywords)
+                    info.use((copied,), "copied_blocking" if waits else "copied_non_blocking")
             elif attr == "zero_grad":
                 info.zero_grad = True
             elif attr in HOST_READS and not node.args and not self.ifs and not info.host_read:
@@ -752,6 +802,8 @@ class _Scanner:
             info.use(owner, "method_called_no_grad" if self.no_grad else "method_called")
             if self.loops and node is self.statement_call:  # `dataset.resample()` per epoch
                 info.use(owner, "method_called_in_loop")
+        if len(owner) == 1 and _device_move(node) is not None:
+            self.placed.add(owner[0])  # `net.cuda()`, `model.to(device)`: placed in place
         if attr in ("to", "cuda") and owner[0] in self.batch_of:
             info.use(self.batch_of[owner[0]], "batches_moved")
         if len(owner) >= 2 and owner[-1] == "dataset" and attr not in NO_FORWARD_METHODS:

@@ -404,6 +404,8 @@ def evaluation_only_loader(rule: Rule, call: cst.Call, option: str) -> bool:
     sight, it is named so: `val_loader`) while a loader of the file that feeds the training
     loop sets `option` (`num_workers=4`, `pin_memory=True`). The evaluation loader's setting is
     then the author's choice for a held-out set, not an oversight."""
+    if _in_the_else_of_a_train_flag(rule, call, option):
+        return True
     name = _bound_leaf(rule, call)
     if name is None or _loader_use(rule, name) != "eval":
         return False
@@ -412,6 +414,26 @@ def evaluation_only_loader(rule: Rule, call: cst.Call, option: str) -> bool:
         for leaf, other in _loaders(rule)
         if leaf != name
     )
+
+
+def _in_the_else_of_a_train_flag(rule: Rule, call: cst.Call, option: str) -> bool:
+    """voicefilter's `create_dataloader(hp, args, train)`: `if train: return DataLoader(...,
+    num_workers=..., pin_memory=True)` `else: return DataLoader(..., batch_size=1,
+    num_workers=0)`: `call` is in the `else` of an `if` on a flag named for training whose
+    branch builds a loader that sets `option`."""
+    for anc in rule.facts.ancestors(call):
+        if isinstance(anc, cst.Else):
+            branch = rule.parent(anc)
+            if not isinstance(branch, cst.If) or "train" not in (dotted(branch.test) or ""):
+                return False
+            return any(
+                _sets(other, option)
+                for other in calls_in(branch.body)
+                if rule.is_call_to(other, "torch.utils.data.DataLoader")
+            )
+        if isinstance(anc, cst.FunctionDef):
+            return False
+    return False
 
 
 def feeds_evaluation_only(rule: Rule, name: str) -> bool:
@@ -490,16 +512,20 @@ def _loader_use(rule: Rule, name: str) -> str | None:
 
 
 def _draws_one_batch(rule: Rule, call: cst.Call) -> bool:
-    """`call` is the `iter(loader)` of a `next(iter(loader))` outside any loop, in a scope that
+    """`call` is the `iter(loader)` of a `next(iter(loader))` (or MONAI's `first(loader)`)
+    outside any loop, in a scope that
     runs loops of its own (the driver): a fixed batch drawn once (images to log, a shape to
     read), not a per-step input pipeline (a loopless `get_batch()` helper may run every step)."""
     if is_name(call.func, "next") and len(call.args) == 1:
         inner = call.args[0].value
         return isinstance(inner, cst.Call) and _draws_one_batch(rule, inner)
-    if not is_name(call.func, "iter"):
-        return False
-    outer = rule.parent(rule.parent(call))
-    if not (isinstance(outer, cst.Call) and is_name(outer.func, "next")):
+    if code_of(call.func).rsplit(".", 1)[-1] == "first" and len(call.args) == 1:
+        outer: cst.CSTNode | None = call  # MONAI's `first(check_loader)`: its first batch
+    elif is_name(call.func, "iter"):
+        outer = rule.parent(rule.parent(call))
+        if not (isinstance(outer, cst.Call) and is_name(outer.func, "next")):
+            return False
+    else:
         return False
     node: cst.CSTNode | None = outer
     while node is not None and not isinstance(node, cst.FunctionDef | cst.Module):

@@ -31,7 +31,7 @@ from autoopt.lint.tree.nodes import dotted, method_name, nodes_of_type, string_v
 # Calls that build or place the model: a call on the finished model goes after the last of them.
 _SETTLING = {"to", "cuda", "half", "float", "bfloat16", "double", "xpu", "to_empty", "type"}
 # nn.Module methods that return the module itself (`model = model.train()` keeps the object).
-_RETURN_THE_MODULE = _SETTLING - {"type"} | {"train", "eval", "cpu", "requires_grad_", "apply"}
+RETURN_THE_MODULE = _SETTLING - {"type"} | {"train", "eval", "cpu", "requires_grad_", "apply"}
 
 
 def device_move(rule: Rule, expr: cst.BaseExpression) -> cst.Call | None:
@@ -89,11 +89,12 @@ def model_placement(rule: Rule, name: str, built: cst.Assign) -> cst.BaseStateme
     """The line that moves the model `name`, built by `built`, to the device (see the module's
     docs); None when there is none the search reaches (it leaves no loop, function or module)."""
     stmt = block_statement(built, rule.parent)
-    if device_move(rule, built.value) is not None and _holds_on_its_line(stmt, built):
+    moved = _moved_in_chain(rule, built.value)
+    if moved and _holds_on_its_line(stmt, built):
         return stmt  # `if duel: self.q_net = DuelNet().to(dvc)` on one line: after that `if`
     if not isinstance(stmt, cst.SimpleStatementLine):
         return None
-    if device_move(rule, built.value) is not None:
+    if moved:
         return stmt
     current: cst.BaseStatement | None = stmt
     while current is not None:
@@ -105,7 +106,25 @@ def model_placement(rule: Rule, name: str, built: cst.Assign) -> cst.BaseStateme
         current = _enclosing_if(rule, current)
     if _builds_on_a_device(rule, built.value):
         return stmt  # `net_g = define_G(..., gpu_id=device)`: the builder places it (pix2pix)
+    if isinstance(built.value, cst.Call) and rule.context.program.returns_placed(built.value):
+        return stmt  # `model = net_factory(...)` whose `return` is `net.cuda()`'d (SSL4MIS)
     return _placed_by_another_method(rule, name, built)
+
+
+def _moved_in_chain(rule: Rule, value: cst.BaseExpression) -> bool:
+    """`Net().to(device)`, also under methods that return the module itself
+    (`ModelBuilder().cuda().train()`, pysot), not moved back by `.cpu()`, or inside the
+    wrapper it is handed to (`DistributedDataParallel(XMem(config).cuda(), ...)`, XMem)."""
+    inner = _unwrapped(value)
+    if inner is not value:
+        return _moved_in_chain(rule, inner)
+    while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute):
+        if device_move(rule, value) is not None:
+            return True
+        if value.func.attr.value not in RETURN_THE_MODULE - {"cpu"}:
+            return False
+        value = value.func.value
+    return False
 
 
 _DEVICE_KEYWORDS = frozenset({"device", "gpu_id", "gpu", "device_id"})
@@ -225,7 +244,7 @@ def _same_module_rebinds(stmt: cst.BaseStatement, model: str) -> set[int]:
     `stmt`: nn.Module's methods that return the module itself."""
     kept = set()
     for assign in nodes_of_type(stmt, cst.Assign, into_scopes=False):
-        value = without_placement(assign.value, _RETURN_THE_MODULE)
+        value = without_placement(assign.value, RETURN_THE_MODULE)
         if value is not assign.value and dotted(value) == model:
             kept.update(id(t) for t in assign.targets if dotted(t.target) == model)
     return kept

@@ -41,6 +41,15 @@ def other_precision_system(module: cst.Module, source: str | None = None) -> str
     if not any(marker in text for marker in _PRECISION_MARKERS):
         return None
     modules: set[str] = set()  # receivers the file treats as nn.Modules
+    # an optimizer's own step casting fp16 parameters back (rtdl's RAdam): not the model's cast
+    in_optimizers = {
+        id(n)
+        for scope in walk(module)
+        if (isinstance(scope, cst.ClassDef) and "Optimizer" in code_of(scope).split(":", 1)[0])
+        or (isinstance(scope, cst.FunctionDef) and scope.name.value == "step")
+        for n in walk(scope)
+        if isinstance(n, cst.Assign)
+    }
     casts: list[tuple[str, str]] = []  # (receiver, cast code)
     undone: set[int] = set()  # `model.half().float()`: cast back at once (yolov5's anchors)
     for node in walk(module):
@@ -75,6 +84,16 @@ def other_precision_system(module: cst.Module, source: str | None = None) -> str
                     return f"hand-written fp32 master weights (`{name}`)"
                 if isinstance(node.value, cst.Call) and _is_constructor(node.value):
                     modules.add(name)  # `model = Net(...)`: a module when it is cast below
+                value = node.value
+                if (
+                    name.endswith(".data")
+                    and id(node) not in in_optimizers
+                    and isinstance(value, cst.Call)
+                    and isinstance(value.func, cst.Attribute)
+                    and value.func.attr.value in _HALF_CASTS
+                ):
+                    # `m.weight.data = m.weight.data.bfloat16()` (modded-nanogpt's parameters)
+                    return f"the model's parameters are cast to reduced precision (`{name} = ...`)"
     for receiver, cast in casts:
         head = receiver.split("(", 1)[0].rsplit(".", 1)[-1]
         if receiver in modules or (receiver.endswith(")") and head[:1].isupper()):

@@ -30,10 +30,11 @@ import libcst.matchers as m
 
 from autoopt.lint.program.index import file_tree, parse_tree
 from autoopt.lint.program.project_files import record_read, resolve_module
+from autoopt.lint.program.project_text import imported_paths
 from autoopt.lint.program.torch_api import is_conv_family
 from autoopt.lint.tree.ast_walk import child_nodes, walk
 from autoopt.lint.tree.encoding import content_digest
-from autoopt.lint.tree.nodes import code_of, dotted, top_level_imports
+from autoopt.lint.tree.nodes import code_of, dotted, is_name, top_level_imports
 
 if TYPE_CHECKING:
     from autoopt.lint.engine.rule import Rule
@@ -536,18 +537,82 @@ def imported_constant(rule: Rule, expr: cst.BaseExpression) -> tuple[object, Pat
     return None
 
 
+def argparse_default(rule: Rule, expr: cst.BaseExpression) -> tuple[object, Path] | None:
+    """`opt.threads` (also `int(opt.threads)`, `self.args.num_workers`) where the file, or a
+    module of the project it imports, declares `add_argument("--threads", default=0, ...)`:
+    (the default, the module declaring it). None where the option is not found, or is declared
+    more than once with other defaults (pytorch-SRResNet's `--threads`, lxmert's param.py)."""
+    if isinstance(expr, cst.Call) and is_name(expr.func, "int") and len(expr.args) == 1:
+        expr = expr.args[0].value
+    if not (isinstance(expr, cst.Attribute) and isinstance(expr.value, cst.Name | cst.Attribute)):
+        return None
+    dest = expr.attr.value
+    here = Path(os.path.abspath(rule.context.path))
+    source = rule.context.source
+    own = parse_tree(source) if "add_argument" in source else None
+    found = [(value, here) for value in _argparse_defaults(own).get(dest, ())]
+    for path in imported_paths(here, source):
+        found += [(value, path) for value in _argparse_defaults(_module_tree(path)).get(dest, ())]
+    values = {value for value, _ in found}
+    return found[0] if len(values) == 1 else None
+
+
+def _module_tree(path: Path) -> ast.Module | None:
+    """The tree of a project module that declares command-line options, else None."""
+    try:
+        data = path.read_bytes()
+        tree = file_tree(str(path), path.stat(), data) if b"add_argument" in data else None
+    except OSError:
+        return None
+    record_read(str(path), content_digest(data))  # a changed default changes the finding
+    return tree
+
+
+def _argparse_defaults(tree: ast.Module | None) -> dict[str, list[object]]:
+    """Each option's destination -> the literal defaults `add_argument(...)` calls give it."""
+    found: dict[str, list[object]] = {}
+    for node in ast.walk(tree) if tree is not None else ():
+        if not (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "add_argument"
+        ):
+            continue
+        flags = [
+            a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)
+        ]
+        keywords = {k.arg: k.value for k in node.keywords if k.arg}
+        named = keywords.get("dest")
+        long = [f for f in flags if f.startswith("--")]
+        if isinstance(named, ast.Constant) and isinstance(named.value, str):
+            dest = named.value
+        elif long or flags:
+            dest = (long or flags)[0].lstrip("-").replace("-", "_")
+        else:
+            continue
+        default = keywords.get("default")
+        found.setdefault(dest, []).append(
+            default.value if isinstance(default, ast.Constant) else object()
+        )
+    return found
+
+
 def module_attribute_definition(rule: Rule, func: cst.BaseExpression) -> LocalDefinition | None:
     """What `lib.make_optimizer` is when `lib` is a module or package of the project the
     linted file imports (`import lib`; a package re-exporting its modules' names)."""
     if not (isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name)):
         return None
     alias = func.value.value
+    module: tuple[str, int] | None = None
     for _, imported in top_level_imports(rule.context.module):
         if imported.asname is None and dotted(imported.name) == alias:
-            target = resolve_module(rule.context.path, alias, 0)
-            found = _definition(target, func.attr.value) if target else None
-            return _describe(func.attr.value, *found) if found is not None else None
-    return None
+            module = (alias, 0)
+    if module is None and alias in (table := _import_table(rule.context.module)).names:
+        source, original, level = table.names[alias]  # `from tools import builder` (PoinTr)
+        module = (f"{source}.{original}" if source else original, level)
+    target = resolve_module(rule.context.path, *module) if module is not None else None
+    found = _definition(target, func.attr.value) if target else None
+    return _describe(func.attr.value, *found) if found is not None else None
 
 
 def local_definition(rule: Rule, name: str) -> LocalDefinition | None:

@@ -20,6 +20,9 @@ itself or through a call it makes) and what each parameter is to it:
                 of its own, or because the caller calls it in a loop)
     optimizer   it steps it or zeroes its gradients
     batches_to_device   it moves the batches it iterates to a device
+    copied_to_device    it copies it (or an element of it) to a device with a blocking
+                        `.to()` / `.cuda()` (KAIR's `feed_data(data)`: `data["L"].to(self.device)`);
+                        "copied_to_device_non_blocking" with `non_blocking=`
     dataset_mutated     it changes the loader's dataset in place (`loader.dataset.resample()`)
 
 For a class, the summary is its construction's: a constructor parameter kept as `self.attr` has
@@ -71,6 +74,8 @@ _ROLE_OF_USE = {
     "iterated_in_loop": "loader_per_epoch",
     "batches_moved": "batches_to_device",
     "dataset_mutated": "dataset_mutated",
+    "copied_blocking": "copied_to_device",
+    "copied_non_blocking": "copied_to_device_non_blocking",
 }
 
 
@@ -119,6 +124,17 @@ def _roles_of_uses(uses: set[str]) -> set[str]:
 _UNDER_NO_GRAD = {"forward": "forward_no_grad", "methods": "methods_no_grad"}
 
 
+def _import_targets(index: ModuleIndex, module: str, level: int) -> list[Path]:
+    """The files `from <module> import ...` in `index` may mean: the one the folders resolve,
+    then (an absolute import, run with a PYTHONPATH of its own: `from solver import Solver`,
+    `import _init_paths`) every module of the project with that dotted name."""
+    target = resolve_module(index.path, module, level)
+    found = [target] if target is not None else []
+    if not level:
+        found += [p for p in modules_named(index.path, module) if p != target]
+    return found
+
+
 class Program:
     """The project's modules, resolved calls and summaries, cached for the process."""
 
@@ -164,11 +180,7 @@ class Program:
             return self.definition(index, index.aliases[name], depth + 1)
         if name in index.imports:
             module, original, level = index.imports[name]
-            target = resolve_module(index.path, module, level)
-            candidates = [target] if target is not None else []
-            if not level:  # run with a PYTHONPATH of its own: `from solver import Solver`
-                candidates += [p for p in modules_named(index.path, module) if p != target]
-            for candidate in candidates:
+            for candidate in _import_targets(index, module, level):
                 found = self.module(candidate)
                 hit = self.definition(found, original, depth + 1) if found is not None else None
                 if hit is not None:
@@ -368,10 +380,12 @@ class Program:
                 return
         if name[0] in index.imports:
             module_name, original, level = index.imports[name[0]]
-            target = resolve_module(index.path, module_name, level)
-            module = self.module(target) if target is not None else None
-            if module is not None:
-                yield from self._tables(module, None, (original,), depth + 1)
+            # FairMOT's `from trains.train_factory import train_factory`, on a sys.path that
+            # `import _init_paths` extends
+            for target in _import_targets(index, module_name, level)[:1]:
+                module = self.module(target)
+                if module is not None:
+                    yield from self._tables(module, None, (original,), depth + 1)
 
     def _named(self, index: ModuleIndex, name: str) -> list[Target]:
         found = self.definition(index, name)

@@ -18,7 +18,17 @@ from autoopt.lint.tree.nodes import (
     top_level_imports,
 )
 
-DATALOADER = ("torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader")
+DATALOADER = (
+    "torch.utils.data.DataLoader",
+    "torch.utils.data.dataloader.DataLoader",
+    # subclasses that hand their keyword options to torch's: PyG's graph batches, MONAI's
+    # (not MONAI's ThreadDataLoader, whose workers are threads)
+    "torch_geometric.loader.DataLoader",
+    "torch_geometric.loader.dataloader.DataLoader",
+    "torch_geometric.data.DataLoader",
+    "monai.data.DataLoader",
+    "monai.data.dataloader.DataLoader",
+)
 
 # DataLoader's positional parameters after `dataset` (torch 1.7 .. 2.x); the later ones
 # (prefetch_factor, persistent_workers, ...) are keyword-only.

@@ -14,7 +14,7 @@ from __future__ import annotations
 import libcst as cst
 
 from autoopt.lint.engine.rule import Rule
-from autoopt.lint.program.library import OPTIMIZER_CLASSES, OPTIMIZER_FACTORIES
+from autoopt.lint.program.library import MODEL_WRAPPERS, OPTIMIZER_CLASSES, OPTIMIZER_FACTORIES
 from autoopt.lint.program.project_facts import local_definition, module_attribute_definition
 from autoopt.lint.tree.calls import arg
 from autoopt.lint.tree.nodes import (
@@ -113,19 +113,25 @@ def _builds_optimizer(rule: Rule, call: cst.Call, stepped: set[str]) -> bool:
         if any(_is_optimizer(q) for q in rule.qualified_names(value)):
             return True
     holder = rule.parent(call)
+    if name is not None and name.rsplit(".", 1)[-1] in MODEL_WRAPPERS:
+        return False  # `model = nn.DataParallel(model)` of a model the file zeroes
     return (
         isinstance(holder, cst.Assign)
         and len(holder.targets) == 1
         and dotted(holder.targets[0].target) in stepped
+        # `lr_scheduler = build_lr_scheduler(optimizer, ...)` (pysot) is stepped too: a call
+        # handed something the file calls `.step()` on wraps that optimizer, it is not one
+        # over a model (a model is zeroed, `base_model.zero_grad()`, never stepped)
+        and not any(dotted(a.value) in _stepped_names(rule, ("step",)) for a in call.args)
     )
 
 
-def _stepped_names(rule: Rule) -> set[str]:
-    """Names the file calls `.step()` or `.zero_grad()` on."""
+def _stepped_names(rule: Rule, methods: tuple[str, ...] = ("step", "zero_grad")) -> set[str]:
+    """Names the file calls `.step()` or `.zero_grad()` on (those of `methods`)."""
     return {
         name
         for c in nodes_of_type(rule.context.module, cst.Call)
-        if method_name(c) in ("step", "zero_grad") and isinstance(c.func, cst.Attribute)
+        if method_name(c) in methods and isinstance(c.func, cst.Attribute)
         for name in (dotted(c.func.value),)
         if name is not None
     }
@@ -196,7 +202,14 @@ def _bound_owners(rule: Rule, opt_call: cst.Call, name: str, depth: int, whole: 
     ]
     last = values[-1] if values else None
     if last is None:
-        return []
+        # `for key, value in dict(model.named_parameters()).items(): params += [{"params":
+        # [value], ...}]` (faster-rcnn): what the loop that binds the name iterates
+        return [
+            owner
+            for loop in nodes_of_type(scope, cst.For)
+            if name in names_in(loop.target) and rule.facts.before(loop, opt_call)
+            for owner in _parameters_owners(rule, opt_call, loop.iter, depth + 1)
+        ][:1]
     owners = _parameters_owners(rule, opt_call, last, depth + 1)
     for grown in _grown_by(rule, scope, name, opt_call):  # `groups.append({"params": ...})`
         owners += [
@@ -220,8 +233,9 @@ def _grown_by(
     rule: Rule, scope: cst.CSTNode, name: str, opt_call: cst.Call
 ) -> list[cst.BaseExpression]:
     """What `name.append(x)` / `name.extend(x)` add to the list `name` in `scope` before
-    `opt_call` (parameter groups gathered one by one: `params_list.append({"params": ...})`)."""
-    return [
+    `opt_call` (parameter groups gathered one by one: `params_list.append({"params": ...})`),
+    and what `name += [...]` adds (pysot's `trainable_params += [{"params": ...}]`)."""
+    appended = [
         call.args[0].value
         for call in nodes_of_type(scope, cst.Call)
         if method_name(call) in ("append", "extend")
@@ -230,6 +244,14 @@ def _grown_by(
         and call.args
         and rule.facts.before(call, opt_call)
     ]
+    added = [
+        aug.value
+        for aug in nodes_of_type(scope, cst.AugAssign)
+        if isinstance(aug.operator, cst.AddAssign)
+        and is_name(aug.target, name)
+        and rule.facts.before(aug, opt_call)
+    ]
+    return appended + added
 
 
 def _model_reference(expr: cst.BaseExpression) -> str | None:

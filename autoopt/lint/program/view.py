@@ -49,7 +49,8 @@ from autoopt.lint.program.project_text import (
 )
 from autoopt.lint.program.summaries import EMPTY, Summary, Target, program, returned_positions
 from autoopt.lint.tree.encoding import content_digest
-from autoopt.lint.tree.nodes import calls_in, dotted
+from autoopt.lint.program.facts import local_callee
+from autoopt.lint.tree.nodes import calls_in, dotted, nodes_of_type
 
 if TYPE_CHECKING:
     from autoopt.lint.program.facts import FileFacts
@@ -211,7 +212,15 @@ class ProgramView:
         loop elsewhere."""
         facts = self.facts
         found: dict[int, cst.FunctionDef] = {}
-        for call in facts.backward_calls:
+        # a backward of its own, or through a helper of this file it calls once
+        # (CORL's `trainer.train(batch)` per step, whose `self._update_v(...)` calls backward)
+        loopless = {  # helpers that run one step (CORL's `_update_v`), not an epoch loop
+            f.name.value
+            for f in nodes_of_type(facts.module, cst.FunctionDef)
+            if not nodes_of_type(f.body, (cst.For, cst.While), into_scopes=False)
+        }
+        helper_calls = [c for c in facts.backward_helper_calls if local_callee(c) in loopless]
+        for call in [*facts.backward_calls, *helper_calls]:
             scope = facts.enclosing_scope(call)
             if (
                 isinstance(scope, cst.FunctionDef)
@@ -285,6 +294,16 @@ class ProgramView:
             if func is not None and func.data_parallel:
                 return _shown_path(module.path), func.data_parallel
         return None
+
+    def returns_placed(self, call: cst.Call) -> bool:
+        """`call` runs a function of the project that hands back what it moved to a device
+        (SSL4MIS's `net_factory`: `net = UNet(...).cuda()` in each branch, `return net`).
+        False for this file's own functions: the model is placed, and reported, in them."""
+        for target, module, here in self._callees(call):
+            func = None if target.is_class or here else module.functions.get(target.qualname)
+            if func is not None and func.returns_placed:
+                return True
+        return False
 
     def loader_class_without(self, call: cst.Call, option: str) -> tuple[str, str, int] | None:
         """`call` builds a `DataLoader` subclass of another module of the project
