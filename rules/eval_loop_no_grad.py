@@ -296,6 +296,32 @@ class EvalLoopNoGrad(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # torch < 0.4's `Variable(y, requires_grad=False)` asks for no gradient
+            """
+            import torch
+            from torch.autograd import Variable
+
+            def valid(model, loader):
+                model.eval()
+                for x, y in loader:
+                    y = Variable(y, requires_grad=False)
+                    loss = criterion(model(x), y)
+                    print(loss.item())
+            """,
+            line=6,
+            fixed="""
+            import torch
+            from torch.autograd import Variable
+
+            def valid(model, loader):
+                model.eval()
+                with torch.no_grad():
+                    for x, y in loader:
+                        y = Variable(y, requires_grad=False)
+                        loss = criterion(model(x), y)
+                        print(loss.item())
+            """,
+        ),
         Invalid(  # an RL test's episode loop after model.eval() (TorchBeast's test())
             """
             import torch
@@ -764,16 +790,35 @@ class EvalLoopNoGrad(Rule):
     def _needs_grad(self, loop: cst.For) -> bool:
         for n in nodes_of_type(loop, _GRAD_NODES, into_scopes=False):
             kind = type(n)
-            if kind is cst.Call and (
-                method_name(n) in ("backward", "requires_grad_")
-                or self.refers_to(n.func, *_NEEDS_GRAD)
+            # `requires_grad=False` / `requires_grad_(False)` (torch < 0.4's
+            # `Variable(targets, requires_grad=False)`) asks for no gradient
+            off = kind is not cst.Attribute and _turns_grad_off(n)
+            if (
+                kind is cst.Call
+                and not off
+                and (
+                    method_name(n) in ("backward", "requires_grad_")
+                    or self.refers_to(n.func, *_NEEDS_GRAD)
+                )
             ):
                 return True
             if kind is cst.Attribute and n.attr.value == "requires_grad":
                 return True
-            if kind is cst.Arg and is_name(n.keyword, "requires_grad"):
+            if kind is cst.Arg and is_name(n.keyword, "requires_grad") and not off:
                 return True
         return False
+
+
+def _turns_grad_off(node: cst.CSTNode) -> bool:
+    """`requires_grad=False` (an argument) or `x.requires_grad_(False)`."""
+    if isinstance(node, cst.Arg):
+        return is_name(node.value, "False")
+    return (
+        isinstance(node, cst.Call)
+        and method_name(node) == "requires_grad_"
+        and bool(node.args)
+        and is_name(node.args[0].value, "False")
+    )
 
 
 # The nodes `_needs_grad` looks at (read off the tree's index, not by testing every node).

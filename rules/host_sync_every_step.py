@@ -15,6 +15,7 @@ from autoopt.lint.tree.calls import arg
 from autoopt.lint.tree.nodes import (
     calls_in,
     code_of,
+    contains,
     int_literal,
     method_name,
     names_in,
@@ -360,6 +361,20 @@ class HostSyncEveryStep(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # read in the iterable of a loop inside the step (lxmert's train accuracy)
+            """
+            import torch
+            for ids, x, target in train_loader:
+                logit = model(x.cuda())
+                loss = criterion(logit, target.cuda())
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+                for qid, l in zip(ids, logit.argmax(1).cpu().numpy()):
+                    answers[qid] = l
+            """,
+            line=8,
+        ),
         Invalid(  # over the step's loss terms by name (FairMOT's `for l in avg_loss_stats`)
             """
             import torch
@@ -920,6 +935,10 @@ class HostSyncEveryStep(Rule):
         only in a nested loop), or the step function `node` is in (outside any loop of it)."""
         facts = self.context.facts
         loops = facts.enclosing_loops(node)
+        if loops and isinstance(loops[0], cst.For) and contains(loops[0].iter, node):
+            # `for qid, l in zip(ques_id, label.cpu().numpy()):` (lxmert): the read runs once
+            # per iteration of the loop around that `for`, not of the `for` itself
+            loops = loops[1:]
         if not loops:
             scope = facts.enclosing_scope(node)
             steps = [*facts.step_functions, *engine_step_functions(self)]

@@ -10,6 +10,7 @@ from autoopt.lint.tree.nodes import (
     before,
     dotted,
     method_name,
+    names_in,
     nodes_of_type,
     walk,
 )
@@ -31,6 +32,8 @@ class SchedulerBeforeOptimizer(Rule):
     `optimizer.step()`".
 
     ## When not to
+    - A step behind an `if` on the loop's own variable (`if epoch > args.warm:
+      train_scheduler.step(epoch)`): the first iterations' optimizer steps come first.
     - `optimizer.step()` first, then `scheduler.step()` (in the same loop or after the inner
       step loop): the intended order.
     - Objects that are not known schedulers/optimizers: schedulers are names assigned from
@@ -38,7 +41,8 @@ class SchedulerBeforeOptimizer(Rule):
       project class named `...LR`/`...Scheduler` under a name that says scheduler
       (`self.lr_scheduler = WarmupPolyLR(...)`); optimizers are names assigned from
       `torch.optim.*`, or whose name contains "optim". A call named for training that is
-      handed the optimizer (`train(loader, model, optimizer, epoch)`) steps it.
+      handed the optimizer (`train(loader, model, optimizer, epoch)`) steps it, and so does a
+      call of a function of the file that steps an optimizer itself (`train(epoch)`).
     - With `--target-version` below 1.1 (the old order was correct then).
 
     ## Fix
@@ -55,6 +59,21 @@ class SchedulerBeforeOptimizer(Rule):
     applies_to_versions = ((1, 1), None)
 
     VALID = [
+        Valid(  # the step waits for the warm-up epochs: the optimizer steps first (cifar100)
+            """
+            import torch
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            train_scheduler = torch.optim.lr_scheduler.MultiStepLR(optimizer, [60, 120])
+            def train(epoch):
+                for x, y in train_loader:
+                    loss_fn(model(x), y).backward()
+                    optimizer.step()
+            for epoch in range(1, 200):
+                if epoch > args.warm:
+                    train_scheduler.step(epoch)
+                train(epoch)
+            """
+        ),
         Valid(  # one step per call, after the step loop of the function
             """
             import torch
@@ -114,6 +133,21 @@ class SchedulerBeforeOptimizer(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # the epoch's function steps the module-level optimizer (speech-commands)
+            """
+            import torch
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            lr_scheduler = torch.optim.lr_scheduler.StepLR(optimizer, 30)
+            def train(epoch):
+                for x, y in train_loader:
+                    loss_fn(model(x), y).backward()
+                    optimizer.step()
+            for epoch in range(90):
+                lr_scheduler.step()
+                train(epoch)
+            """,
+            line=9,
+        ),
         Invalid(  # at the top of the epoch function, before its step loop (monodepth2)
             """
             import torch
@@ -192,12 +226,21 @@ class SchedulerBeforeOptimizer(Rule):
         if not schedulers:
             return
         facts = self.context.facts
+        # this file's functions that step an optimizer themselves: `train(epoch)` of a script
+        # whose optimizer is a module-level name (pytorch-speech-commands)
+        self._stepping = {
+            f.name.value
+            for f in nodes_of_type(node, cst.FunctionDef)
+            if any(self._is_optimizer_step(n, optimizers) for n in walk(f.body))
+        }
         for call in (n for n in walk(node) if isinstance(n, cst.Call)):
             if method_name(call) != "step" or not isinstance(call.func, cst.Attribute):
                 continue
             if dotted(call.func.value) not in schedulers:
                 continue
             loops = facts.enclosing_loops(call)
+            if loops and self._waits_for_the_loop(call, loops[0]):
+                continue
             if loops:
                 region: cst.CSTNode = loops[0].body
             else:
@@ -213,6 +256,20 @@ class SchedulerBeforeOptimizer(Rule):
                 for other in walk(region, into_scopes=False)
             ):
                 self.report(call)
+
+    def _waits_for_the_loop(self, call: cst.Call, loop: cst.CSTNode) -> bool:
+        """`if epoch > args.warm: train_scheduler.step(epoch)` (pytorch-cifar100): an `if` on
+        the loop's own variable keeps the step off the first iterations, whose optimizer steps
+        then come first."""
+        if not isinstance(loop, cst.For):
+            return False
+        counters = names_in(loop.target)
+        node = self.parent(call)
+        while node is not None and node is not loop:
+            if isinstance(node, cst.If) and names_in(node.test) & counters:
+                return True
+            node = self.parent(node)
+        return False
 
     def _objects(self, module: cst.Module) -> tuple[set[str], set[str]]:
         """Names assigned a scheduler, and names assigned an optimizer, anywhere in the file."""
@@ -253,6 +310,8 @@ class SchedulerBeforeOptimizer(Rule):
         training that is handed an optimizer steps it (in another module, often)."""
         if not isinstance(node, cst.Call) or method_name(node) == "step":
             return False
+        if isinstance(node.func, cst.Name) and node.func.value in self._stepping:
+            return True  # a function of this file that steps the optimizer itself
         callee = (dotted(node.func) or "").rsplit(".", 1)[-1].lower()
         if not callee.startswith(("train", "fit", "run_epoch")):
             return False

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
+from autoopt.lint.program.facts import local_callee
 from autoopt.lint.program.index import (
     CallSite,
     FunctionInfo,
@@ -49,7 +50,6 @@ from autoopt.lint.program.project_text import (
 )
 from autoopt.lint.program.summaries import EMPTY, Summary, Target, program, returned_positions
 from autoopt.lint.tree.encoding import content_digest
-from autoopt.lint.program.facts import local_callee
 from autoopt.lint.tree.nodes import calls_in, dotted, nodes_of_type
 
 if TYPE_CHECKING:
