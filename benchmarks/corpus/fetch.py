@@ -55,6 +55,7 @@ SPLITS = {
     "fresh-q": (HERE / "fresh_q.json", HERE / "_repos_fresh_q"),
     "fresh-r": (HERE / "fresh_r.json", HERE / "_repos_fresh_r"),
     "fresh-s": (HERE / "fresh_s.json", HERE / "_repos_fresh_s"),
+    "fresh-t": (HERE / "fresh_t.json", HERE / "_repos_fresh_t"),
 }
 TORCH_DIR = "torch"
 
