@@ -133,6 +133,21 @@ class SchedulerBeforeOptimizer(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # an `if` that picks the phase, true on the first pass (video-recognition)
+            """
+            import torch
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            scheduler = torch.optim.lr_scheduler.StepLR(optimizer, 10)
+            for epoch in range(100):
+                for phase in ["train", "val"]:
+                    if phase == "train":
+                        scheduler.step()
+                    for x, y in loaders[phase]:
+                        loss_fn(model(x), y).backward()
+                        optimizer.step()
+            """,
+            line=7,
+        ),
         Invalid(  # the epoch's function steps the module-level optimizer (speech-commands)
             """
             import torch
@@ -266,7 +281,7 @@ class SchedulerBeforeOptimizer(Rule):
         counters = names_in(loop.target)
         node = self.parent(call)
         while node is not None and node is not loop:
-            if isinstance(node, cst.If) and names_in(node.test) & counters:
+            if isinstance(node, cst.If) and _orders(node.test, counters):
                 return True
             node = self.parent(node)
         return False
@@ -320,6 +335,19 @@ class SchedulerBeforeOptimizer(Rule):
             and (name in optimizers or "optim" in name.lower())
             for a in node.args
         )
+
+
+_ORDERINGS = (cst.GreaterThan, cst.GreaterThanEqual, cst.LessThan, cst.LessThanEqual)
+
+
+def _orders(test: cst.BaseExpression, counters: set[str]) -> bool:
+    """`epoch > args.warm`: the test orders one of the loop's own variables (not `phase ==
+    "train"`, true on the first iteration of `for phase in ["train", "val"]`)."""
+    return any(
+        isinstance(target.operator, _ORDERINGS) and names_in(compare) & counters
+        for compare in nodes_of_type(test, cst.Comparison)
+        for target in compare.comparisons
+    )
 
 
 def _project_scheduler(name: str, func: cst.BaseExpression) -> bool:

@@ -774,6 +774,45 @@ def test_a_loader_factory_that_names_no_device_feeds_a_cuda_training(tmp_path: P
     assert ("data_factory.py", "AO102") not in _lint("run.py", "--select", "AO102")[0]
 
 
+def test_a_loader_factory_whose_loader_a_solver_keeps_as_an_attribute(tmp_path: Path) -> None:
+    """Anomaly-Transformer: `self.train_loader = get_loader_segment(...)` in the Solver's
+    `__init__`; `Solver.train` iterates `self.train_loader` and moves each batch with
+    `.float().to(self.device)` on CUDA: the factory's loader is told to pin memory."""
+    factory = """
+    from torch.utils.data import DataLoader
+
+    def get_loader_segment(data_path, batch_size):
+        return DataLoader(Segments(data_path), batch_size=batch_size, num_workers=4)
+    """
+    solver = """
+    import torch
+    from data_factory import get_loader_segment
+
+    class Solver:
+        def __init__(self, config):
+            self.train_loader = get_loader_segment(config.data_path, config.batch_size)
+            self.device = torch.device("cuda:0")
+            self.model = torch.nn.Linear(8, 1).to(self.device)
+            self.optimizer = torch.optim.Adam(self.model.parameters())
+
+        def train(self):
+            for epoch in range(10):
+                for x, _ in self.train_loader:
+                    x = x.float().to(self.device)
+                    self.optimizer.zero_grad()
+                    self.model(x).sum().backward()
+                    self.optimizer.step()
+    """
+    driver = """
+    from solver import Solver
+
+    Solver(config).train()
+    """
+    _project(tmp_path, {"data_factory.py": factory, "solver.py": solver, "main.py": driver})
+    found, said = _lint("main.py", "--select", "AO102")
+    assert ("data_factory.py", "AO102") in found, said
+
+
 @pytest.mark.parametrize("create_graph", [True, False])
 def test_a_helper_module_that_differentiates_a_gradient_stands_compile_down(
     tmp_path: Path, create_graph: bool
@@ -1104,3 +1143,75 @@ def test_a_trainer_class_picked_from_a_table_on_an_extended_sys_path(tmp_path: P
     )
     found, _ = _lint("src/train.py")
     assert ("src/lib/trains/base_trainer.py", "AO201") in found
+
+
+def test_a_step_a_base_class_of_a_package_runs_through_an_override(tmp_path: Path) -> None:
+    """pixel-nerf: `class PixelNeRFTrainer(trainlib.Trainer)` overrides `train_step`, which
+    calls `self.calc_losses(...)` (a loop to build rays, then `loss.backward()` outside it);
+    `trainlib/__init__.py` re-exports the base, whose `start()` calls `self.train_step(...)`
+    per batch. The step is reported (AO201, AO702); `eval_step`, which runs `calc_losses`
+    without training, is not."""
+    base = """
+    import torch
+
+    class Trainer:
+        def train_step(self, data, global_step):
+            raise NotImplementedError()
+
+        def eval_step(self, data, global_step):
+            raise NotImplementedError()
+
+        def start(self):
+            for epoch in range(10):
+                for data in self.train_data_loader:
+                    losses = self.train_step(data, global_step=0)
+                    self.optim.step()
+                    if epoch % 5 == 0:
+                        with torch.no_grad():
+                            self.eval_step(data, global_step=0)
+    """
+    driver = """
+    import torch
+    import trainlib
+
+    class PixelNeRFTrainer(trainlib.Trainer):
+        def calc_losses(self, data, is_train=True):
+            rays = []
+            for obj in data:
+                rays.append(obj.cuda())
+            loss = self.net(rays).mean()
+            if is_train:
+                loss.backward()
+            return loss.item()
+
+        def train_step(self, data, global_step):
+            return self.calc_losses(data, is_train=True)
+
+        def eval_step(self, data, global_step):
+            return self.calc_losses(data, is_train=False)
+
+    trainer = PixelNeRFTrainer()
+    trainer.start()
+    """
+    _project(
+        tmp_path,
+        {
+            "train/trainlib/__init__.py": "from .trainer import Trainer\n",
+            "train/trainlib/trainer.py": base,
+            "train/train.py": driver,
+        },
+    )
+    result = CliRunner().invoke(
+        main,
+        [
+            "lint",
+            "--no-cache",
+            "--output-format",
+            "json",
+            "--select",
+            "AO201,AO702",
+            "train/train.py",
+        ],
+    )
+    found = sorted((f["code"], f["location"]["row"]) for f in json.loads(result.stdout))
+    assert found == [("AO201", 14), ("AO702", 12)]

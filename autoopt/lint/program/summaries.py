@@ -660,7 +660,7 @@ class Program:
         found = []
         for index, names in self._modules_that_may_call(target):
             for func in index.functions.values():
-                for values in (*func.assigns.values(), func.returns):
+                for values in (*func.assigns.values(), *func.self_attrs.values(), func.returns):
                     for value in values:
                         call = value.options[0] if value.kind == "item" else value
                         if (
@@ -719,6 +719,9 @@ class Program:
             *importers,
             *modules_importing(target.path, leaf),
         }
+        for importer in importers:  # a package re-exporting it (`import trainlib`, pixel-nerf)
+            if importer.name == "__init__.py":
+                candidates.update(modules_importing(importer, importer.parent.name))
         if "." in target.qualname:
             # a method of an object a factory of another module builds (KAIR's
             # `model = define_Model(opt)` in select_model.py, then `model.optimize_parameters()`
@@ -726,6 +729,14 @@ class Program:
             for importer in importers:
                 name = importer.stem if importer.name != "__init__.py" else importer.parent.name
                 candidates.update(modules_importing(importer, name))
+            # a base class's method calls the subclass's override (pixel-nerf's
+            # `trainlib.Trainer.start` runs `self.train_step(...)` per batch)
+            index = self.module(target.path)
+            cls = index.classes.get(target.qualname.split(".")[0]) if index is not None else None
+            if cls is not None:
+                candidates.update(
+                    Path(os.path.abspath(base.path)) for base, _ in self.all_bases(index, cls)
+                )
         return sorted(candidates)
 
     def _modules_that_may_call(self, target: Target) -> Iterator[tuple[ModuleIndex, set[str]]]:
@@ -775,6 +786,14 @@ class Program:
                     for returned_at in returned_positions(func, name):
                         if caller != target:
                             roles |= self.returned_roles(caller, returned_at, depth + 1)
+            owner = index.classes.get(func.class_name) if func.class_name else None
+            for attr, values in func.self_attrs.items() if owner is not None else ():
+                if any(v is value for v in values):
+                    # `self.train_loader = get_loader_segment(...)` (Anomaly-Transformer): what
+                    # the class's methods do with `self.train_loader`
+                    for method in owner.methods.values():
+                        held = self.summary(Target(index.path, method.qualname)).roles
+                        roles |= held.get(f"self.{attr}", set())
         return roles
 
     def _function_summary(self, index: ModuleIndex, func: FunctionInfo) -> Summary:

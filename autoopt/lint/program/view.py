@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
-from autoopt.lint.program.facts import local_callee
+from autoopt.lint.program.facts import local_callee, named_like_evaluation
 from autoopt.lint.program.index import (
     CallSite,
     FunctionInfo,
@@ -214,12 +214,25 @@ class ProgramView:
         found: dict[int, cst.FunctionDef] = {}
         # a backward of its own, or through a helper of this file it calls once
         # (CORL's `trainer.train(batch)` per step, whose `self._update_v(...)` calls backward)
-        loopless = {  # helpers that run one step (CORL's `_update_v`), not an epoch loop
+        # helpers that run one step, not an epoch loop: their backward outside any loop of
+        # theirs (CORL's `_update_v`, pixel-nerf's `calc_losses`), or no loop at all
+        loopless = {
             f.name.value
             for f in nodes_of_type(facts.module, cst.FunctionDef)
             if not nodes_of_type(f.body, (cst.For, cst.While), into_scopes=False)
+        } | {
+            scope.name.value
+            for b in facts.backward_calls
+            if isinstance(scope := facts.enclosing_scope(b), cst.FunctionDef)
+            and not facts.enclosing_loops(b)
         }
-        helper_calls = [c for c in facts.backward_helper_calls if local_callee(c) in loopless]
+        helper_calls = [
+            c
+            for c in facts.backward_helper_calls
+            if local_callee(c) in loopless
+            # pixel-nerf's `eval_step` runs `calc_losses(is_train=False)`: not a step
+            and not _evaluation_function(facts.enclosing_scope(c))
+        ]
         for call in [*facts.backward_calls, *helper_calls]:
             scope = facts.enclosing_scope(call)
             if (
@@ -590,6 +603,11 @@ class ProgramView:
             if self.program.is_module_class(index, cls):
                 return True
         return False
+
+
+def _evaluation_function(scope: cst.CSTNode) -> bool:
+    """`def eval_step(...)`, `def validate(...)`: a function named for evaluation."""
+    return isinstance(scope, cst.FunctionDef) and named_like_evaluation(scope.name.value)
 
 
 def _built_then_called(call: cst.Call) -> tuple[str, ...] | None:
