@@ -382,7 +382,10 @@ class Program:
             module_name, original, level = index.imports[name[0]]
             # FairMOT's `from trains.train_factory import train_factory`, on a sys.path that
             # `import _init_paths` extends
-            for target in _import_targets(index, module_name, level)[:1]:
+            target = resolve_module(index.path, module_name, level)
+            if target is None and not level:
+                target = next(iter(modules_named(index.path, module_name)), None)
+            if target is not None:
                 module = self.module(target)
                 if module is not None:
                     yield from self._tables(module, None, (original,), depth + 1)
@@ -720,7 +723,11 @@ class Program:
             *modules_importing(target.path, leaf),
         }
         for importer in importers:  # a package re-exporting it (`import trainlib`, pixel-nerf)
-            if importer.name == "__init__.py":
+            if (
+                importer.name == "__init__.py"
+                and "." not in target.qualname
+                and may_name(importer, leaf)  # `from .trainer import Trainer`
+            ):
                 candidates.update(modules_importing(importer, importer.parent.name))
         if "." in target.qualname:
             # a method of an object a factory of another module builds (KAIR's
