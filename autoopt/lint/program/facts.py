@@ -244,7 +244,17 @@ class FileFacts:
     @functools.cached_property
     def backward_helpers(self) -> set[str]:
         """Names of this file's functions and methods that call `.backward()`, directly or through
-        other functions of this file (at most `_HELPER_DEPTH` calls deep)."""
+        other functions of this file (at most `_HELPER_DEPTH` calls deep), and the names bound
+        to one of them (`_helper_aliases`)."""
+        return self._backward_defs | set(self._helper_aliases)
+
+    @functools.cached_property
+    def _helper_aliases(self) -> dict[str, str]:
+        return _aliases_of(self.module, self._backward_defs)
+
+    @functools.cached_property
+    def _backward_defs(self) -> set[str]:
+        """`backward_helpers` without the aliases."""
         defs: dict[str, list[cst.FunctionDef]] = {}
         for node in nodes_of_type(self.module, cst.FunctionDef):
             defs.setdefault(node.name.value, []).append(node)
@@ -260,21 +270,7 @@ class FileFacts:
             if not grown:
                 break
             names |= grown
-        return names | set(self._helper_aliases(names))
-
-    def _helper_aliases(self, helpers: set[str]) -> dict[str, str]:
-        """`backwards = partial(loss_backwards, self.fp16)` (lucidrains' stylegan2), `step =
-        train_step`: alias -> the helper of `helpers` it calls."""
-        found: dict[str, str] = {}
-        for assign in nodes_of_type(self.module, cst.Assign):
-            value = assign.value
-            if isinstance(value, cst.Call) and (dotted(value.func) or "").endswith("partial"):
-                value = value.args[0].value if value.args else value
-            if isinstance(value, cst.Name) and value.value in helpers:
-                for target in assign.targets:
-                    if isinstance(target.target, cst.Name):
-                        found[target.target.value] = value.value
-        return found
+        return names
 
     @functools.cached_property
     def backward_helper_calls(self) -> list[cst.Call]:
@@ -293,7 +289,7 @@ class FileFacts:
     def step_functions(self) -> list[cst.FunctionDef]:
         """Functions that run one training step: they call `.backward()` outside any loop of
         their own and are called from a training loop (`for b in loader: self._run_batch(b)`)."""
-        aliases = self._helper_aliases(self.backward_helpers)
+        aliases = self._helper_aliases
         called_in_loop = {
             aliases.get(name, name)
             for c in self.backward_helper_calls
@@ -543,6 +539,21 @@ class FileFacts:
     def _order(self) -> Mapping[int, int]:
         """id(node) -> rank in source order."""
         return self._parents.order
+
+
+def _aliases_of(module: cst.Module, helpers: set[str]) -> dict[str, str]:
+    """`backwards = partial(loss_backwards, self.fp16)` (lucidrains' stylegan2), `step =
+    train_step`: alias -> the helper of `helpers` it calls."""
+    found: dict[str, str] = {}
+    for assign in nodes_of_type(module, cst.Assign):
+        value = assign.value
+        if isinstance(value, cst.Call) and (dotted(value.func) or "").endswith("partial"):
+            value = value.args[0].value if value.args else value
+        if isinstance(value, cst.Name) and value.value in helpers:
+            for target in assign.targets:
+                if isinstance(target.target, cst.Name):
+                    found[target.target.value] = value.value
+    return found
 
 
 def local_callee(call: cst.Call) -> str | None:

@@ -707,7 +707,7 @@ class _Scanner:
             owner = dotted_of(func.value)
             if attr in ("backward", "manual_backward"):
                 info.backward = True
-            elif attr == "cuda" or (attr == "to" and _names_a_device(node)):
+            elif _device_move(node) is node:
                 info.to_device = True
                 copied = _copied_name(func.value)
                 # `data["L"].to(self.device)`: what `data` holds is copied (not a name bound

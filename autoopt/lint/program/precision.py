@@ -41,15 +41,6 @@ def other_precision_system(module: cst.Module, source: str | None = None) -> str
     if not any(marker in text for marker in _PRECISION_MARKERS):
         return None
     modules: set[str] = set()  # receivers the file treats as nn.Modules
-    # an optimizer's own step casting fp16 parameters back (rtdl's RAdam): not the model's cast
-    in_optimizers = {
-        id(n)
-        for scope in walk(module)
-        if (isinstance(scope, cst.ClassDef) and "Optimizer" in code_of(scope).split(":", 1)[0])
-        or (isinstance(scope, cst.FunctionDef) and scope.name.value == "step")
-        for n in walk(scope)
-        if isinstance(n, cst.Assign)
-    }
     casts: list[tuple[str, str]] = []  # (receiver, cast code)
     undone: set[int] = set()  # `model.half().float()`: cast back at once (yolov5's anchors)
     for node in walk(module):
@@ -87,10 +78,10 @@ def other_precision_system(module: cst.Module, source: str | None = None) -> str
                 value = node.value
                 if (
                     name.endswith(".data")
-                    and id(node) not in in_optimizers
                     and isinstance(value, cst.Call)
                     and isinstance(value.func, cst.Attribute)
                     and value.func.attr.value in _HALF_CASTS
+                    and not _in_an_optimizer(module, node)
                 ):
                     # `m.weight.data = m.weight.data.bfloat16()` (modded-nanogpt's parameters)
                     return f"the model's parameters are cast to reduced precision (`{name} = ...`)"
@@ -124,6 +115,17 @@ def fp32_beside_apex(module: cst.Module, source: str | None = None) -> str | Non
                 ):
                     return 'apex amp at opt_level="O0" (pure fp32)'
     return None
+
+
+def _in_an_optimizer(module: cst.Module, node: cst.Assign) -> bool:
+    """`node` is in an optimizer class or a `step` method: an optimizer's own step casting
+    fp16 parameters back (rtdl's RAdam), not the model's cast."""
+    return any(
+        node in walk(scope)
+        for scope in walk(module)
+        if (isinstance(scope, cst.ClassDef) and "Optimizer" in code_of(scope).split(":", 1)[0])
+        or (isinstance(scope, cst.FunctionDef) and scope.name.value == "step")
+    )
 
 
 def _is_constructor(call: cst.Call) -> bool:

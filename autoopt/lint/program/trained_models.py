@@ -46,6 +46,7 @@ def trained_models(rule: Rule) -> list[tuple[cst.Call, str]]:
 def _optimized_models(rule: Rule) -> list[tuple[cst.Call, str]]:
     found = []
     stepped = _stepped_names(rule)
+    steps_only = _stepped_names(rule, ("step",))
     for n in nodes_of_type(rule.context.module, cst.Call):
         if method_name(n) == "configure_optimizers" and isinstance(n.func, cst.Attribute):
             if isinstance(n.func.value, cst.Name):
@@ -59,7 +60,7 @@ def _optimized_models(rule: Rule) -> list[tuple[cst.Call, str]]:
         model = _handed_to_optimizer_builder(rule, n)
         owners = [model] if model is not None else []
         params = arg(n, "params", 0)
-        if not owners and params is not None and _builds_optimizer(rule, n, stepped):
+        if not owners and params is not None and _builds_optimizer(rule, n, stepped, steps_only):
             owners = _parameters_owners(rule, n, params.value) or _handed_model(rule, n, params)
         found.extend((n, owner) for owner in owners)
     return found
@@ -91,7 +92,7 @@ def _model_builds_its_optimizer(rule: Rule, call: cst.Call, stepped: set[str]) -
     )
 
 
-def _builds_optimizer(rule: Rule, call: cst.Call, stepped: set[str]) -> bool:
+def _builds_optimizer(rule: Rule, call: cst.Call, stepped: set[str], steps_only: set[str]) -> bool:
     """A torch.optim optimizer (also through a local alias, `optim_name = optim.SGD`), an
     optimizer class of another library (transformers' AdamW, apex's FusedAdam), or a call
     whose result the file steps (`optimizer = optimizer_cls(model.parameters())` with the class
@@ -120,9 +121,9 @@ def _builds_optimizer(rule: Rule, call: cst.Call, stepped: set[str]) -> bool:
         and len(holder.targets) == 1
         and dotted(holder.targets[0].target) in stepped
         # `lr_scheduler = build_lr_scheduler(optimizer, ...)` (pysot) is stepped too: a call
-        # handed something the file calls `.step()` on wraps that optimizer, it is not one
-        # over a model (a model is zeroed, `base_model.zero_grad()`, never stepped)
-        and not any(dotted(a.value) in _stepped_names(rule, ("step",)) for a in call.args)
+        # handed something the file calls `.step()` on (`steps_only`) wraps that optimizer, it
+        # is not one over a model (a model is zeroed, `base_model.zero_grad()`, never stepped)
+        and not any(dotted(a.value) in steps_only for a in call.args)
     )
 
 
