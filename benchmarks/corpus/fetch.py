@@ -56,6 +56,7 @@ SPLITS = {
     "fresh-r": (HERE / "fresh_r.json", HERE / "_repos_fresh_r"),
     "fresh-s": (HERE / "fresh_s.json", HERE / "_repos_fresh_s"),
     "fresh-t": (HERE / "fresh_t.json", HERE / "_repos_fresh_t"),
+    "fresh-u": (HERE / "fresh_u.json", HERE / "_repos_fresh_u"),
     "fresh-v": (HERE / "fresh_v.json", HERE / "_repos_fresh_v"),
 }
 TORCH_DIR = "torch"
