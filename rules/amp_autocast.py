@@ -106,6 +106,17 @@ class AmpAutocast(Rule):
                 optimizer.step()
             """
         ),
+        Valid(  # built in bf16 by the project's loader (mistral-finetune's load_model)
+            """
+            import torch
+            param_dtype = torch.bfloat16
+            model = load_model(folder, param_dtype=param_dtype).cuda()
+            for x, y in loader:
+                loss = loss_fn(model(x.cuda()), y.cuda())
+                loss.backward()
+                optimizer.step()
+            """
+        ),
         Valid(  # apex amp already runs the loop in mixed precision: silent (not a second scaler)
             """
             import torch

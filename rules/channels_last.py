@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import libcst as cst
 
 from autoopt.lint.engine.rule import Fix, FixSafety, Invalid, Rule, Valid
@@ -9,10 +11,12 @@ from autoopt.lint.program.conv_models import conv2d_models
 from autoopt.lint.program.device import GPU_MARKERS
 from autoopt.lint.program.handled import LIBRARY_TRAINER_MARKERS
 from autoopt.lint.program.loops import model_input_transfer
-from autoopt.lint.program.placement import model_placement
+from autoopt.lint.program.placement import model_placement, without_placement
 from autoopt.lint.program.torch_api import torch_imports
+from autoopt.lint.program.trained_models import aliases, mentions, trained_models
 from autoopt.lint.tree.calls import with_keyword
-from autoopt.lint.tree.edits import statement_line
+from autoopt.lint.tree.edits import block_statement, statement_line
+from autoopt.lint.tree.nodes import dotted, nodes_of_type
 
 
 class ChannelsLast(Rule):
@@ -729,12 +733,36 @@ class ChannelsLast(Rule):
         if "channels_last" in self.context.source or not self.facts.device.gpu_path:
             return
         reported: set[int] = set()
-        for name, built, flattens in conv2d_models(self):
+        reported_names: set[str] = set()
+        models = conv2d_models(self)
+        conv_builds = {id(m.built) for m in models}
+        for name, built, flattens, inner in models:
+            if inner in reported_names:
+                continue  # `trainer = Trainer(model, ...)`: `model` is reported already
             placement = model_placement(self, name, built)
+            if (
+                placement is None
+                and self._handed_on(name, built)
+                and self._trained_on_cuda(name)
+                and not self._built_otherwise(name, built, conv_builds)
+            ):
+                # placed where the search does not reach (a trainer's `set_device`, the
+                # object that holds it calling `self.cuda(rank)`): reported where it is built
+                placement = block_statement(built, self.parent)
+                if id(placement) not in reported:
+                    reported.add(id(placement))
+                    reported_names.add(name)
+                    self.report(
+                        placement,
+                        f"{self.message} (fix declined: the model reaches the device in code "
+                        "this fix does not edit; convert it once it is placed)",
+                    )
+                continue
             # a model built in both branches of an `if` is placed once: report it once
             if placement is None or id(placement) in reported:
                 continue
             reported.add(id(placement))
+            reported_names.add(name)
             if flattens:
                 self.report(
                     placement,
@@ -743,6 +771,58 @@ class ChannelsLast(Rule):
                 )
             else:
                 self._report(name, placement)
+
+    def _trained_on_cuda(self, name: str) -> bool:
+        """`name` holds a model this file trains (an optimizer over its parameters, a call
+        that trains it) in a program that runs on CUDA."""
+        if not self.context.program.runs_on_cuda:
+            return False
+        module = self.context.module
+        return any(name in aliases(module, model) for _, model in self._trained)
+
+    def _handed_on(self, name: str, built: cst.Assign) -> bool:
+        """The model may be placed where the search does not reach: it is a trainer's
+        attribute (`self.G`), handed to a call (`Trainer(opt, model, optimizer)`,
+        `nn.DataParallel(model)`) or kept under another name (`self.model = model`). One only
+        run and stepped here is not placed at all."""
+        if name.startswith("self."):
+            return True
+        scope = self._scope(built)
+        for call in nodes_of_type(scope, cst.Call):
+            if any(dotted(without_placement(a.value)) == name for a in call.args):
+                return True
+        for other in nodes_of_type(scope, cst.Assign):  # `self.model, self.opt = model, opt`
+            values = other.value.elements if isinstance(other.value, cst.Tuple) else ()
+            if other is not built and any(
+                dotted(v) == name for v in (other.value, *(e.value for e in values))
+            ):
+                return True
+        return False
+
+    def _scope(self, node: cst.CSTNode) -> cst.CSTNode:
+        return next(
+            (a for a in self.facts.ancestors(node) if isinstance(a, cst.FunctionDef)),
+            self.context.module,
+        )
+
+    def _built_otherwise(self, name: str, built: cst.Assign, conv_builds: set[int]) -> bool:
+        """Another line of the function binds `name` to a model that is not a Conv2d network
+        (dino: a ViT by default, a torchvision CNN in an `elif`)."""
+        for other in nodes_of_type(self._scope(built), cst.Assign):
+            if other is built or id(other) in conv_builds or len(other.targets) != 1:
+                continue
+            value = without_placement(other.value)
+            if (
+                dotted(other.targets[0].target) == name
+                and isinstance(value, cst.Call)
+                and not mentions(value, name)  # not `model = DataParallel(model)`
+            ):
+                return True
+        return False
+
+    @functools.cached_property
+    def _trained(self) -> list[tuple[cst.Call, str]]:
+        return trained_models(self)
 
     def _report(self, name: str, placement: cst.BaseStatement) -> None:
         new = statement_line(f"{name} = {name}.to(memory_format=torch.channels_last)")

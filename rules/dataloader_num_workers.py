@@ -9,7 +9,11 @@ from libcst.codemod.visitors import ImportItem
 
 from autoopt.lint.engine.rule import Fix, FixSafety, Invalid, Rule, Valid
 from autoopt.lint.program.loops import evaluation_only_loader
-from autoopt.lint.program.project_facts import argparse_default, imported_constant
+from autoopt.lint.program.project_facts import (
+    argparse_default,
+    imported_constant,
+    unpassed_default,
+)
 from autoopt.lint.program.torch_api import DATALOADER
 from autoopt.lint.rewrite.fixes.preconditions import device_is_cuda
 from autoopt.lint.tree.calls import arg, call_options, with_keyword
@@ -37,8 +41,11 @@ class DataLoaderNumWorkers(Rule):
     (`num_workers=CFG.num_workers` where config.py binds `num_workers = 0`: reported without a
     fix, the change belongs in config.py), or a command-line option whose default is 0
     (`num_workers=opt.threads` with `add_argument("--threads", type=int, default=0)` in the
-    file or a module of the project it imports: reported without a fix, the default is the
-    author's to raise).
+    file or a module of the project it imports, or that a package it imports re-exports:
+    reported without a fix, the default is the
+    author's to raise), or the parameter of a loader factory that defaults to 0 where no call
+    in the project passes it (autovc's `get_loader(root, batch_size, len_crop, num_workers=0)`:
+    reported without a fix, naming the calls).
 
     ## Why
     With no workers, every batch is read, decoded and augmented in the training process itself,
@@ -431,6 +438,7 @@ class DataLoaderNumWorkers(Rule):
         workers = options.values.get("num_workers")
         configured = None
         flag = False  # the 0 is a command-line option's default
+        said = None  # the 0 is the default of a parameter no caller passes
         if workers is None:
             if not options.complete:
                 return  # `**kwargs` we cannot read may set it
@@ -439,7 +447,16 @@ class DataLoaderNumWorkers(Rule):
             if configured is None:
                 configured = argparse_default(self, workers)
                 flag = configured is not None
-            if configured is None or configured[0] != 0:
+            if configured is None:
+                unpassed = unpassed_default(self, node, workers)
+                if unpassed is not None and unpassed[0] == 0:
+                    said = (
+                        f"`{code_of(workers)}` defaults to 0 in {unpassed[1]}() and no call "
+                        f"passes it: {', '.join(unpassed[2][:3])}; pass a worker count there"
+                    )
+            elif configured[0] != 0:
+                return
+            if configured is None and said is None:
                 return
         dataset = options.values.get("dataset") or _first_arg(node)
         if self._unsharded_iterable_dataset(dataset) or self._in_memory(dataset):
@@ -454,6 +471,9 @@ class DataLoaderNumWorkers(Rule):
                 ' (and put the script under `if __name__ == "__main__":`: spawned workers'
                 " re-run the module's top level)"
             )
+        if said is not None:
+            self.report(node, f"{message} ({said})")
+            return
         if configured is not None:  # the 0 is a config module's: the fix belongs there
             where = os.path.relpath(
                 configured[1], os.path.dirname(os.path.abspath(self.context.path))

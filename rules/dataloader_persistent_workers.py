@@ -6,6 +6,7 @@ import libcst as cst
 
 from autoopt.lint.engine.rule import Fix, FixSafety, Invalid, Rule, Valid
 from autoopt.lint.program.loops import holders_of
+from autoopt.lint.program.project_facts import unpassed_default
 from autoopt.lint.program.torch_api import DATALOADER
 from autoopt.lint.tree.calls import arg, assigned_name, call_options, with_keyword
 from autoopt.lint.tree.nodes import (
@@ -34,7 +35,8 @@ class DataLoaderPersistentWorkers(Rule):
     during which the accelerator idles. Persistent workers are started once and reused.
 
     ## When not to
-    - `num_workers=0`: `persistent_workers=True` is a `ValueError` there. A literal worker count
+    - `num_workers=0`: `persistent_workers=True` is a `ValueError` there (also the 0 a loader
+      factory's parameter defaults to when no call passes it: AO101's case). A literal worker count
       must be positive; a variable count (`args.workers`) gets `persistent_workers=args.workers > 0`;
       a count that `**kwargs` sets on some paths only (`{"num_workers": 1} if use_cuda else {}`)
       is reported without a fix.
@@ -369,6 +371,8 @@ class DataLoaderPersistentWorkers(Rule):
         if workers is None or not options.known_missing("persistent_workers"):
             return
         count = int_literal(workers)
+        if count is None and (unpassed := unpassed_default(self, node, workers)) is not None:
+            count = unpassed[0] if isinstance(unpassed[0], int) else None  # autovc's get_loader
         if count is not None:
             if count <= 0:
                 return

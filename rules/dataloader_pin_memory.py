@@ -14,7 +14,7 @@ from autoopt.lint.program.loops import (
 )
 from autoopt.lint.program.torch_api import DATALOADER, torch_name
 from autoopt.lint.rewrite.fixes.preconditions import device_is_cuda
-from autoopt.lint.tree.calls import assigned_name, call_options, with_keyword
+from autoopt.lint.tree.calls import arg, assigned_name, call_options, with_keyword
 from autoopt.lint.tree.nodes import dotted, is_name, nodes_of_type
 
 
@@ -478,6 +478,8 @@ class DataLoaderPinMemory(Rule):
         leaf = (dotted(call.func) or "").rsplit(".", 1)[-1]
         if not leaf[:1].isupper():  # a class, by Python's naming
             return
+        if arg(call, "pin_memory") is not None or any(a.star == "**" for a in call.args):
+            return  # handed on to its DataLoader (MACE's `pin_memory=args.pin_memory`)
         found = self.context.program.loader_class_without(call, "pin_memory")
         if found is None or library_places_batches(self):
             return

@@ -129,6 +129,23 @@ class EvalLoopNoGrad(Rule):
             score(x).backward()
             """
         ),
+        Valid(  # every forward of the evaluation function is under no_grad (BasicSR's test)
+            """
+            import torch
+
+            class SRModel:
+                def test(self):
+                    if hasattr(self, "net_g_ema"):
+                        self.net_g_ema.eval()
+                        with torch.no_grad():
+                            self.output = self.net_g_ema(self.lq)
+                    else:
+                        self.net_g.eval()
+                        with torch.no_grad():
+                            self.output = self.net_g(self.lq)
+                        self.net_g.train()
+            """
+        ),
         Valid(  # a sampling function whose result the caller may differentiate
             """
             import torch
@@ -580,7 +597,8 @@ class EvalLoopNoGrad(Rule):
         if nodes_of_type(node.body, (cst.For, cst.While), into_scopes=False):
             return  # loops are visit_For's (evaluation loops) or not inference at all
         evaluated = self._evaluated(node)
-        calls = self._model_calls(node.body, evaluated)
+        # a forward inside `with torch.no_grad():` records nothing (BasicSR's `test()`)
+        calls = [c for c in self._model_calls(node.body, evaluated) if not facts.in_no_grad(c)]
         if "sample" not in words:  # `def test_x()` in a test suite: only after `model.eval()`
             calls = [c for c in calls if code_of(c.func) in evaluated]
         if not calls:

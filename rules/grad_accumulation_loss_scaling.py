@@ -9,6 +9,7 @@ from autoopt.lint.tree.calls import arg
 from autoopt.lint.tree.nodes import (
     calls_in,
     code_of,
+    dotted,
     is_name,
     method_name,
     names_in,
@@ -39,6 +40,8 @@ class GradAccumulationLossScaling(Rule):
       `reduction=` of the criterion the loss comes from, in the call or where the criterion is
       built).
     - A loss computed by a helper function in the file that divides: treated as divided.
+    - Gradients divided before the step instead (`p.grad.div_(n)`, `p.grad /= n`, as
+      mistral-finetune does after its micro-batches): the same thing, not flagged.
     - Framework-managed accumulation (`accelerator.backward(loss)`, DeepSpeed's `engine.backward`):
       they scale the loss themselves; calls passing the loss as an argument are not flagged.
 
@@ -56,6 +59,18 @@ class GradAccumulationLossScaling(Rule):
     requires = (".backward(",)
 
     VALID = [
+        Valid(  # the gradients are divided instead of the loss (mistral-finetune)
+            """
+            for batch in loader:
+                for i in range(num_microbatches):
+                    loss = model(batch[i]).mean()
+                    loss.backward()
+                for p in model.parameters():
+                    p.grad.div_(num_microbatches)
+                optimizer.step()
+                optimizer.zero_grad()
+            """
+        ),
         Valid(  # a loop over tasks (a meta-batch) is the algorithm's sum, not micro-batches
             """
             for epoch in range(epochs):
@@ -211,7 +226,7 @@ class GradAccumulationLossScaling(Rule):
                 continue
             assert isinstance(call.func, cst.Attribute)
             loss = _unscaled(call.func.value)
-            if self._divided(loop, loss):
+            if self._divided(loop, loss) or self._gradients_divided(loop):
                 continue
             self.report(call, f"{self.message} by the {code_of(every)} accumulated steps")
 
@@ -280,6 +295,27 @@ class GradAccumulationLossScaling(Rule):
                     return True
         return False
 
+    def _gradients_divided(self, loop: cst.CSTNode) -> bool:
+        """The function running `loop` divides the accumulated gradients before the step
+        (`p.grad.div_(n)`, `p.grad /= n`: mistral-finetune), which equals dividing the loss."""
+        scope = next(
+            (a for a in self.facts.ancestors(loop) if isinstance(a, cst.FunctionDef)),
+            self.context.module,
+        )
+        for n in walk(scope):
+            if (
+                isinstance(n, cst.Call)
+                and isinstance(n.func, cst.Attribute)
+                and n.func.attr.value in ("div_", "mul_")
+                and _is_gradient(n.func.value)
+            ) or (
+                isinstance(n, cst.AugAssign)
+                and isinstance(n.operator, cst.DivideAssign | cst.MultiplyAssign)
+                and _is_gradient(n.target)
+            ):
+                return True
+        return False
+
     def _sum_reduced(self, value: cst.BaseExpression) -> bool:
         """The loss comes from a criterion built (or called) with `reduction="sum"`."""
         for call in (n for n in walk(value) if isinstance(n, cst.Call)):
@@ -311,6 +347,12 @@ class GradAccumulationLossScaling(Rule):
             ):
                 return n.value
         return None
+
+
+def _is_gradient(expr: cst.BaseExpression) -> bool:
+    """`p.grad`, `p.grad.data`."""
+    name = dotted(expr) or ""
+    return name.endswith((".grad", ".grad.data"))
 
 
 def _optimizer_steps(loop: cst.CSTNode) -> list[cst.Call]:

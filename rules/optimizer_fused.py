@@ -16,7 +16,11 @@ class OptimizerFused(Rule):
     """
     ## What it does
     Flags `torch.optim.Adam`, `AdamW` and `SGD` built without `fused=` or `foreach=` in a
-    training script that runs on CUDA.
+    training script that runs on CUDA, in a trainer class whose step method runs `backward()`
+    (SR3's `optimize_parameters`), or in the project's optimizer factory that such a program
+    calls: `autoopt lint train.py` also checks the module of `build_optimizer(config, model)`
+    for this rule (Swin's optimizer.py), reporting the factories the project calls, not the
+    others of that module.
 
     ## Why is this bad?
     Without either flag torch picks the `foreach` step on CUDA: a few kernels per parameter
@@ -122,9 +126,12 @@ class OptimizerFused(Rule):
             return
         facts = self.facts
         program = self.context.program
-        trains_here = facts.trains and program.runs_on_cuda
+        # a trainer class whose step method runs backward() counts (SR3's `optimize_parameters`)
+        trains_here = (facts.trains or bool(facts.backward_calls)) and program.runs_on_cuda
         if not trains_here and not program.serves_cuda_training:  # not an optimizer factory
             return
+        if not trains_here and not program.called_by_the_project(node):
+            return  # a factory of the module no code calls (LoRA's `create_sgd_optimizer`)
         options = call_options(self, node, positions={})
         if not options.complete or {"fused", "foreach"} & set(options.values):
             return

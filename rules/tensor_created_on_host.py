@@ -14,12 +14,25 @@ _TO_OPTIONS = ("device", "dtype", "non_blocking", "copy")  # `.to(...)` in posit
 _TRACERS = ("torch.jit.trace", "torch.jit.script")
 
 
+# A cast between the factory and the move: the dtype to create the tensor with instead.
+_CASTS = {
+    "float": "torch.float32",
+    "double": "torch.float64",
+    "half": "torch.float16",
+    "bfloat16": "torch.bfloat16",
+    "long": "torch.int64",
+    "int": "torch.int32",
+    "bool": "torch.bool",
+}
+
+
 class TensorCreatedOnHost(Rule):
     """
     ## What it does
     Flags a tensor factory (`torch.zeros`, `ones`, `empty`, `full`, `eye`, `tensor`, `arange`,
     `linspace`, `rand`, `randn`, `randint`, ...) whose result is moved at once with `.cuda()` or
-    `.to(device)`.
+    `.to(device)`, also after a cast (`torch.ones(n, 1).float().to(device)`: created with
+    `dtype=torch.float32` and `device=` instead).
 
     ## Why is this bad?
     The tensor is filled in host memory, then copied over PCIe and the host copy thrown away: an
@@ -84,6 +97,19 @@ class TensorCreatedOnHost(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # a cast between factory and move (Wav2Lip's `get_sync_loss`)
+            """
+            import torch
+            y = torch.ones(g.size(0), 1).float().to(device)
+            labels = torch.zeros(n, dtype=torch.int32).long().cuda()
+            """,
+            line=2,
+            fixed="""
+            import torch
+            y = torch.ones(g.size(0), 1, device=device, dtype=torch.float32)
+            labels = torch.zeros(n, dtype=torch.int64, device="cuda")
+            """,
+        ),
         Invalid(  # a device index the code holds (pytorch-wgan's gradient penalty)
             """
             import torch
@@ -154,6 +180,15 @@ class TensorCreatedOnHost(Rule):
             return
         assert isinstance(node.func, cst.Attribute)
         factory = node.func.value
+        cast = None  # `torch.ones(n, 1).float().to(device)` (Wav2Lip): the dtype it is cast to
+        if (
+            isinstance(factory, cst.Call)
+            and method_name(factory) in _CASTS
+            and not factory.args
+            and isinstance(factory.func, cst.Attribute)
+        ):
+            cast = _CASTS[factory.func.attr.value]
+            factory = factory.func.value
         if not isinstance(factory, cst.Call) or not self.is_call_to(factory, *TENSOR_FACTORIES):
             return
         if any(a.star == "**" for a in factory.args) or arg(factory, "device") is not None:
@@ -171,6 +206,8 @@ class TensorCreatedOnHost(Rule):
         if options is None:
             return
         new = factory
+        if cast is not None and "dtype" not in options:
+            options = {**options, "dtype": cst.parse_expression(cast)}
         for keyword in ("device", "dtype"):
             if keyword in options:
                 new = with_keyword(new, keyword, options[keyword])

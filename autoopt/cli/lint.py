@@ -258,13 +258,20 @@ def lint(
 
 def say_followed(project: Project) -> None:
     """On stderr, the modules checked although not named, and why (`--fix` leaves them)."""
-    from autoopt.lint.program.followed import MODEL_RULES
+    from autoopt.lint.program.followed import LOADER_RULES, MODEL_RULES, OPTIMIZER_RULES
 
     for module, named in project.discovered.followed:
-        if module in project.discovered.loader_builders:
+        if module in project.discovered.loader_option_builders:
+            where = (
+                f"which builds the loader {named.as_posix()} iterates (the loader rules "
+                f"{', '.join(LOADER_RULES)} only)"
+            )
+        elif module in project.discovered.loader_builders:
             where = f"which builds the loader the training of {named.as_posix()} iterates"
         elif module in project.discovered.model_definers:
             where = f"which defines a module {named.as_posix()} runs (the model rules {', '.join(MODEL_RULES)} only)"
+        elif module in project.discovered.optimizer_builders:
+            where = f"which builds the optimizer {named.as_posix()} steps (the optimizer rule {', '.join(OPTIMIZER_RULES)} only)"
         else:
             where = f"where the training of {named.as_posix()} runs"
         click.echo(

@@ -1215,3 +1215,355 @@ def test_a_step_a_base_class_of_a_package_runs_through_an_override(tmp_path: Pat
     )
     found = sorted((f["code"], f["location"]["row"]) for f in json.loads(result.stdout))
     assert found == [("AO201", 14), ("AO702", 12)]
+
+
+def test_the_module_that_builds_the_optimizer_is_checked_for_its_options(
+    tmp_path: Path,
+) -> None:
+    """Swin/SimMIM: `optimizer = build_optimizer(config, model)` of optimizer.py builds an
+    AdamW without `fused=` for the CUDA training of main.py: AO605 is reported there (where
+    the edit goes), and only AO605 (its loader helper is no part of this program), and not
+    for a factory of that module nothing calls."""
+    optimizer = """
+    import torch
+    from torch import optim
+
+    def build_optimizer(config, model):
+        return optim.AdamW(model.parameters(), lr=config.lr)
+
+    def make_sgd(model):  # no code of the project calls it
+        return optim.SGD(model.parameters(), lr=0.1)
+
+    def probe_loader(dataset):  # AO101's business, and not this program's
+        return torch.utils.data.DataLoader(dataset, batch_size=8)
+    """
+    train = """
+    import torch
+    from optimizer import build_optimizer
+
+    model = torch.nn.Linear(8, 2).cuda()
+    optimizer = build_optimizer(config, model)
+    for x in loader:
+        optimizer.zero_grad()
+        model(x.cuda()).sum().backward()
+        optimizer.step()
+    """
+    _project(tmp_path, {"optimizer.py": optimizer, "train.py": train})
+    found, said = _lint("train.py", "--select", "AO101,AO201,AO605")
+    assert found == [("optimizer.py", "AO605"), ("train.py", "AO201")]  # one AO605: AdamW's
+    assert "also checking optimizer.py, which builds the optimizer train.py steps" in said
+    assert ("optimizer.py", "AO605") not in _lint("train.py", "--no-follow", "--select", "AO605")[0]
+    # fused already: nothing to say there
+    fused = optimizer.replace("lr=config.lr)", "lr=config.lr, fused=True)")
+    _project(tmp_path, {"optimizer.py": fused})
+    assert ("optimizer.py", "AO605") not in _lint("train.py", "--select", "AO605")[0]
+
+
+def test_a_trainer_class_whose_step_method_runs_backward_builds_a_cuda_optimizer(
+    tmp_path: Path,
+) -> None:
+    """SR3's `DDPM`: the optimizer is built in `__init__` and stepped by
+    `optimize_parameters()`, whose `backward()` is in no loop; sr.py's loop calls it and
+    never names a device (the class does)."""
+    model = """
+    import torch
+
+    class DDPM:
+        def __init__(self, net):
+            self.net = net.to(torch.device("cuda"))
+            self.opt = torch.optim.Adam(self.net.parameters(), lr=1e-4)
+
+        def feed_data(self, x):
+            self.x = x.to(torch.device("cuda"))
+
+        def optimize_parameters(self):
+            self.opt.zero_grad()
+            self.net(self.x).sum().backward()
+            self.opt.step()
+    """
+    factory = """
+    def create_model(opt):
+        from .model import DDPM
+        return DDPM(opt.net)
+    """
+    train = """
+    import model as Model
+
+    diffusion = Model.create_model(opt)
+    for x in loader:
+        diffusion.feed_data(x)
+        diffusion.optimize_parameters()
+    """
+    package = "from .factory import create_model\n"
+    files = {"model/__init__.py": package, "model/factory.py": factory, "model/model.py": model}
+    _project(tmp_path, {**files, "sr.py": train})
+    assert ("model/model.py", "AO605") in _lint("sr.py", "--select", "AO605")[0]
+
+
+AUTOVC_LOADER = """
+import torch
+from torch.utils import data
+
+def get_loader(root_dir, batch_size=16, num_workers=0):
+    dataset = Utterances(root_dir)
+    data_loader = data.DataLoader(dataset=dataset, batch_size=batch_size, num_workers=num_workers)
+    return data_loader
+"""
+
+AUTOVC_SOLVER = """
+import torch
+
+class Solver:
+    def __init__(self, vcc_loader, config):
+        self.vcc_loader = vcc_loader
+        self.G = Generator().to("cuda")
+        self.opt = torch.optim.Adam(self.G.parameters(), fused=True)
+
+    def train(self):
+        data_loader = self.vcc_loader
+        for i in range(100):
+            try:
+                x = next(data_iter)
+            except:
+                data_iter = iter(data_loader)
+                x = next(data_iter)
+            self.G(x.to("cuda", non_blocking=True)).sum().backward()
+            self.opt.step()
+"""
+
+AUTOVC_MAIN = """
+from solver import Solver
+from data_loader import get_loader
+
+def main(config):
+    loader = get_loader(config.data_dir, config.batch_size)
+    solver = Solver(loader, config)
+    solver.train()
+"""
+
+
+def test_a_loader_factory_whose_worker_default_no_call_passes(tmp_path: Path) -> None:
+    """autovc: `get_loader(..., num_workers=0)` called without `num_workers`; the solver keeps
+    the loader as `self.vcc_loader` and draws from it through a local name and `iter()`. The
+    factory's module is followed, AO101 names the call that should pass a count, and AO104
+    says nothing (persistent workers need workers)."""
+    files = {"data_loader.py": AUTOVC_LOADER, "solver.py": AUTOVC_SOLVER}
+    _project(tmp_path, {**files, "main.py": AUTOVC_MAIN})
+    found, said = _lint("main.py", "--select", "AO101,AO104")
+    assert [f for f in found if f[1] != "AO201"] == [("data_loader.py", "AO101")]
+    assert "data_loader.py, which builds the loader" in said
+    result = CliRunner().invoke(main, ["lint", "--no-cache", "--select", "AO101", "main.py"])
+    assert "defaults to 0 in get_loader() and no call passes it: main.py:5" in result.output
+    # a call that passes a count: the 0 is not what runs
+    passing = AUTOVC_MAIN.replace("config.batch_size)", "config.batch_size, num_workers=4)")
+    _project(tmp_path, {"main.py": passing})
+    found, _ = _lint("main.py", "--select", "AO101")
+    assert ("data_loader.py", "AO101") not in found
+    # both files named, the loader iterated epoch after epoch: AO101, no AO104 (0 workers)
+    epochs = """
+    import torch
+    from data_loader import get_loader
+
+    model = torch.nn.Linear(8, 2).cuda()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, fused=True)
+    loader = get_loader("data")
+    for epoch in range(10):
+        for x in loader:
+            model(x.cuda(non_blocking=True)).sum().backward()
+            optimizer.step()
+    """
+    _project(tmp_path, {"main.py": epochs})
+    found, _ = _lint("main.py", "data_loader.py", "--select", "AO101,AO104")
+    assert [f for f in found if f[1] != "AO201"] == [("data_loader.py", "AO101")]
+
+
+YOWO_MAIN = """
+import sys
+import torch
+from optimization import *
+
+model = Net().cuda()
+optimizer = torch.optim.Adam(model.parameters(), fused=True)
+loss_module = RegionLoss(cfg).cuda()
+train = getattr(sys.modules[__name__], "train_ucf24")
+for epoch in range(10):
+    train(cfg, epoch, model, loader, loss_module, optimizer)
+"""
+
+YOWO_OPTIMIZATION = """
+import torch
+
+def train_ucf24(cfg, epoch, model, loader, loss_module, optimizer):
+    model.train()
+    loss_module.reset_meters()
+    for batch in loader:
+        loss = loss_module(model(batch["clip"].cuda()), batch["cls"])
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+"""
+
+
+def test_a_training_function_picked_by_name_from_the_module_itself(tmp_path: Path) -> None:
+    """YOWO: `train = getattr(sys.modules[__name__], "train_ucf24")`, star-imported from
+    optimization.py: the training runs there (AO201 found in it); the loss module handed
+    to it is run, not trained (no AO301 for `loss_module`)."""
+    _project(tmp_path, {"optimization.py": YOWO_OPTIMIZATION, "main.py": YOWO_MAIN})
+    found, said = _lint("main.py", "--select", "AO201,AO301")
+    assert ("optimization.py", "AO201") in found
+    assert "also checking optimization.py" in said
+    result = CliRunner().invoke(main, ["lint", "--no-cache", "--select", "AO301", "main.py"])
+    assert "model `model`" in result.output and "loss_module" not in result.output
+
+
+BASICSR_MODEL = """
+import torch
+from registry import MODEL_REGISTRY
+
+@MODEL_REGISTRY.register()
+class SRModel:
+    def __init__(self, opt):
+        self.net_g = Net().to(torch.device("cuda"))
+        self.optimizer_g = torch.optim.Adam(self.net_g.parameters(), fused=True)
+
+    def feed_data(self, data):
+        self.lq = data["lq"].to(torch.device("cuda"), non_blocking=True)
+
+    def optimize_parameters(self, step):
+        self.optimizer_g.zero_grad()
+        self.net_g(self.lq).mean().backward()
+        self.optimizer_g.step()
+"""
+
+BASICSR_BUILD = """
+import importlib
+from registry import MODEL_REGISTRY
+
+_modules = [importlib.import_module(f"models.{name}") for name in ("sr_model",)]
+
+def build_model(opt):
+    model = MODEL_REGISTRY.get(opt["model_type"])(opt)
+    return model
+"""
+
+BASICSR_TRAIN = """
+from models import build_model
+
+def train_pipeline(opt, loader):
+    model = build_model(opt)
+    for epoch in range(10):
+        for train_data in loader:
+            model.feed_data(train_data)
+            model.optimize_parameters(epoch)
+"""
+
+
+def test_a_model_class_picked_from_a_registry(tmp_path: Path) -> None:
+    """BasicSR (and detectron2-style registries): `MODEL_REGISTRY.get(opt["model_type"])(opt)`
+    builds one of the classes decorated `@MODEL_REGISTRY.register()`, modules imported by a
+    folder scan: the training in `optimize_parameters` is followed there."""
+    registry = "class Registry:\n    def get(self, name):\n        return self._map[name]\n\nMODEL_REGISTRY = Registry()\n"
+    files = {
+        "registry.py": registry,
+        "models/__init__.py": BASICSR_BUILD,
+        "models/sr_model.py": BASICSR_MODEL,
+        "train.py": BASICSR_TRAIN,
+    }
+    _project(tmp_path, files)
+    found, said = _lint("train.py")
+    assert found == [("models/sr_model.py", "AO201")]
+    assert "also checking models/sr_model.py, where the training of train.py runs" in said
+    # the same class not registered: nothing says it is the one built
+    unregistered = BASICSR_MODEL.replace("@MODEL_REGISTRY.register()\n", "")
+    _project(tmp_path, {"models/sr_model.py": unregistered})
+    assert _lint("train.py")[0] == []
+
+
+def test_a_script_with_its_own_loop_has_its_loader_factory_checked_for_the_loader_rules(
+    tmp_path: Path,
+) -> None:
+    """SimMIM: main_simmim.py runs its own loop over `build_loader(config)` of data/__init__.py,
+    which returns `build_loader_simmim(config)` of data/data_simmim.py: that module is checked
+    for the loader's options (AO104 there), not for the other rules (its fp32 helper loop)."""
+    data = """
+    import torch
+    from torch.utils.data import DataLoader
+
+    def build_loader_simmim(config):
+        loader = DataLoader(make(config), batch_size=64, num_workers=8, pin_memory=True)
+        return loader
+
+    def warm_up(model, loader):  # fp32 training the script does not run
+        for x in loader:
+            model(x.cuda()).sum().backward()
+    """
+    package = """
+    from .data_simmim import build_loader_simmim
+
+    def build_loader(config):
+        return build_loader_simmim(config)
+    """
+    main = """
+    import torch
+    from data import build_loader
+
+    model = torch.nn.Linear(8, 2).cuda()
+    optimizer = torch.optim.AdamW(model.parameters(), fused=True)
+    loader = build_loader(config)
+    for epoch in range(100):
+        for x in loader:
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                loss = model(x.cuda(non_blocking=True)).sum()
+            loss.backward()
+            optimizer.step()
+    """
+    _project(tmp_path, {"data/__init__.py": package, "data/data_simmim.py": data, "main.py": main})
+    found, said = _lint("main.py", "--select", "AO104,AO201")
+    assert found == [("data/data_simmim.py", "AO104")]
+    assert "data/data_simmim.py, which builds the loader main.py iterates (the loader rules" in said
+
+
+def test_a_loader_factory_of_an_accelerate_script_is_not_told_to_pin(tmp_path: Path) -> None:
+    """Time-LLM: data_factory.py builds the loader without pin_memory; run_main.py hands it to
+    `accelerator.prepare(...)`, which places the batches: no AO102 there. The same factory
+    under a script that copies the batches itself is told."""
+    factory = """
+    from torch.utils.data import DataLoader
+
+    def data_provider(args):
+        loader = DataLoader(make(args), batch_size=32, num_workers=4, persistent_workers=True)
+        return loader
+    """
+    accelerate = """
+    import torch
+    from accelerate import Accelerator
+    from data_factory import data_provider
+
+    assert torch.cuda.is_available()
+    accelerator = Accelerator()
+    model = torch.nn.Linear(8, 2)
+    optimizer = torch.optim.AdamW(model.parameters())
+    train_loader = data_provider(args)
+    model, optimizer, train_loader = accelerator.prepare(model, optimizer, train_loader)
+    for epoch in range(10):
+        for x in train_loader:
+            x = x.float().to(accelerator.device)
+            accelerator.backward(model(x).sum())
+            optimizer.step()
+    """
+    plain = """
+    import torch
+    from data_factory import data_provider
+
+    model = torch.nn.Linear(8, 2).cuda()
+    optimizer = torch.optim.AdamW(model.parameters(), fused=True)
+    train_loader = data_provider(args)
+    for epoch in range(10):
+        for x in train_loader:
+            model(x.cuda(non_blocking=True)).sum().backward()
+            optimizer.step()
+    """
+    _project(tmp_path, {"data_factory.py": factory, "run_main.py": accelerate})
+    assert ("data_factory.py", "AO102") not in _lint("run_main.py", "--select", "AO102")[0]
+    _project(tmp_path, {"run_main.py": plain})
+    assert ("data_factory.py", "AO102") in _lint("run_main.py", "--select", "AO102")[0]

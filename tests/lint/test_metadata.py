@@ -119,6 +119,46 @@ def test_aliases_resolve_to_what_they_import(code: str, expected: set[str]) -> N
     assert _names(names[call.func]) == expected
 
 
+STAR = """\
+from utils import *
+
+optimizer = torch.optim.Adam(params)
+layer = nn.Linear(2, 2)
+y = F.relu(x)
+np.zeros(3)
+"""
+
+
+@pytest.mark.parametrize(
+    ("code", "expected"),
+    [
+        ("torch.optim.Adam(params)", {"torch.optim.Adam"}),
+        ("nn.Linear(2, 2)", {"torch.nn.Linear"}),
+        ("F.relu(x)", {"torch.nn.functional.relu"}),
+        ("np.zeros(3)", set()),  # only torch's conventional names
+    ],
+)
+def test_torch_names_a_star_import_brings_in(code: str, expected: set[str]) -> None:
+    """TensoRF's train.py never imports torch: `from utils import *` brings it in. (libcst
+    leaves such names unresolved; without the star import they stay so here too.)"""
+    module = cst.parse_module(STAR)
+    names = metadata.QualifiedNames(metadata.ParentMap(module))
+    call = next(
+        n
+        for n in walk(module)
+        if isinstance(n, cst.Call) and cst.Module([]).code_for_node(n) == code
+    )
+    assert _names(names[call.func]) == expected
+    plain = cst.parse_module(STAR.replace("from utils import *\n", ""))
+    names = metadata.QualifiedNames(metadata.ParentMap(plain))
+    call = next(
+        n
+        for n in walk(plain)
+        if isinstance(n, cst.Call) and cst.Module([]).code_for_node(n) == code
+    )
+    assert _names(names[call.func]) == set()
+
+
 @pytest.mark.parametrize("newline", ["\n", "\r\n"])
 def test_parents_and_positions_match_libcst(newline: str) -> None:
     source = TRICKY.replace("\n", newline)

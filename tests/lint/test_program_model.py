@@ -1923,6 +1923,12 @@ def test_a_dataloader_subclass_of_the_project_without_pinning(tmp_path: Path) ->
     cpu = TEMPLATE_TRAIN.replace('torch.device("cuda")', '"cpu"')
     _write(tmp_path, {"data_loader/data_loaders.py": TEMPLATE_LOADERS, "train.py": cpu})
     assert _codes(tmp_path, "train.py", "AO102") == []
+    # the script hands pin_memory to the class (MACE's `pin_memory=args.pin_memory`)
+    handed = TEMPLATE_TRAIN.replace(
+        'MnistDataLoader("data", 64)', 'MnistDataLoader("data", 64, pin_memory=args.pin)'
+    )
+    _write(tmp_path, {"train.py": handed})
+    assert _codes(tmp_path, "train.py", "AO102") == []
 
 
 S3REC_TRAINERS = """

@@ -62,6 +62,10 @@ class Discovered:
     loader_builders: set[Path] = field(default_factory=set)
     # ... and those that define a model it trains (checked for the model rules only)
     model_definers: set[Path] = field(default_factory=set)
+    # ... and those that build the optimizer it steps (checked for its options only)
+    optimizer_builders: set[Path] = field(default_factory=set)
+    # ... and the loader factories of a script with its own loop (the loader's options only)
+    loader_option_builders: set[Path] = field(default_factory=set)
 
 
 def is_notebook(path: Path | str) -> bool:
@@ -222,3 +226,8 @@ def follow_training(
                 out.loader_builders.add(shown)
             elif holds == "model":
                 out.model_definers.add(shown)
+            elif holds == "optimizer":
+                out.optimizer_builders.add(shown)
+            elif holds == "loader options":
+                out.loader_builders.add(shown)
+                out.loader_option_builders.add(shown)

@@ -32,21 +32,32 @@ from autoopt.lint.program.placement import RETURN_THE_MODULE, without_placement
 from autoopt.lint.program.project_facts import (
     LocalDefinition,
     definition_at,
+    evaluated_path_definition,
     local_definition,
+    module_argument_definition,
     module_table_definition,
+    registered_models_definition,
 )
-from autoopt.lint.program.torch_api import CONV2D, conv_classes, is_conv_call, is_conv_zoo_model
-from autoopt.lint.tree.nodes import calls_in, dotted, method_name, nodes_of_type
+from autoopt.lint.program.torch_api import (
+    CONV2D,
+    TIMM_CREATE_MODEL,
+    conv_classes,
+    is_conv_call,
+    is_conv_zoo_model,
+)
+from autoopt.lint.tree.nodes import calls_in, dotted, method_name, nodes_of_type, string_value
 
 _SEQUENTIAL = ("torch.nn.Sequential", "torch.nn.modules.container.Sequential")
 
 
 class ConvModel(NamedTuple):
-    """A conv model bound to `name` by `built`; `flattens`: it flattens with `.view()`."""
+    """A conv model bound to `name` by `built`; `flattens`: it flattens with `.view()`;
+    `inner`: the conv model named above that it is built around (`trainer = Trainer(model)`)."""
 
     name: str
     built: cst.Assign
     flattens: bool
+    inner: str | None = None
 
 
 def builds_convolution(rule: Rule, call: cst.Call) -> bool:
@@ -75,9 +86,33 @@ def _project_table_conv(rule: Rule, call: cst.Call) -> bool:
 
 def _project_conv(rule: Rule, call: cst.Call) -> bool:
     """A convolutional model imported from the user's project (`from models import Net`,
-    `model.resnet50(...)` of `from retinanet import model`)."""
-    found = project_definition(rule, call)
+    `model.resnet50(...)` of `from retinanet import model`), also picked by name from a
+    module or package of the project (`eval("models." + name + ".get_net")(cfg)`,
+    `config.init_obj("arch", module_arch)`)."""
+    found = picked_definition(rule, call)
     return found is not None and found.conv
+
+
+def picked_definition(rule: Rule, call: cst.Call) -> LocalDefinition | None:
+    """What `call` builds when it is a definition of the project, or one picked by name from
+    a module, a package or timm's registry of the project (`eval("models." + name +
+    ".get_net")(cfg)`, `config.init_obj("arch", module_arch)`, `timm.create_model(args.model)`
+    beside `import models.convnext`)."""
+    found = (
+        project_definition(rule, call)
+        or evaluated_path_definition(rule, call)
+        or module_argument_definition(rule, call)
+    )
+    if found is None and _creates_by_name(rule, call):
+        found = registered_models_definition(rule)
+    return found
+
+
+def _creates_by_name(rule: Rule, call: cst.Call) -> bool:
+    """`timm.create_model(name)` with a name that is not written out."""
+    if not call.args or call.args[0].keyword is not None or string_value(call.args[0].value):
+        return False
+    return any(q in TIMM_CREATE_MODEL for q in rule.qualified_names(call.func))
 
 
 def project_definition(rule: Rule, call: cst.Call) -> LocalDefinition | None:
@@ -121,11 +156,24 @@ def conv2d_models(rule: Rule) -> list[ConvModel]:
             continue
         base = without_placement(n.value, RETURN_THE_MODULE)  # `Net().cuda().train()` too
         kind = _conv_model(rule, base, fit, flattening) if isinstance(base, cst.Call) else None
+        inner = None
         if kind is None and isinstance(base, cst.Call):
             others = [f for f in found if f.name != target]  # not `model = DDP(model)`
             kind = _wrapped_conv_model(rule, base, fit, flattening, others)
+            names = {f.name for f in others}
+            inner = next((a for a in names_in_args(base) if a in names), None)
         if kind is not None:
-            found.append(ConvModel(target, n, kind == "flattens"))
+            found.append(ConvModel(target, n, kind == "flattens", inner))
+    return found
+
+
+def names_in_args(call: cst.Call) -> list[str]:
+    """The plain names handed to `call` (placed or not: `Trainer(model.cuda())`)."""
+    found = []
+    for a in call.args:
+        value = without_placement(a.value)
+        if isinstance(value, cst.Name):
+            found.append(value.value)
     return found
 
 
@@ -222,7 +270,7 @@ def _conv_model(rule: Rule, call: cst.Call, fit: set[str], flattening: set[str])
     table = _conv_table(rule, call.func)  # `resnet.__dict__[args.arch](...)`
     if table is not None:
         return table
-    local = project_definition(rule, call)  # `from models import Net`, `model.resnet50()`
+    local = picked_definition(rule, call)  # `from models import Net`, `model.resnet50()`
     if local is not None:
         if not local.conv2d:
             return None

@@ -34,15 +34,21 @@ from autoopt.lint.program.view import drives_training_elsewhere, training_call_s
 # judge a model's own code (its layers, its attention, a DataParallel in its forward), not the
 # training around it.
 MODEL_RULES = ("AO501", "AO607", "AO609")
+# What a module followed because it builds the optimizer the training steps is checked for.
+OPTIMIZER_RULES = ("AO605",)
+# What a loader factory's module is checked for when the script runs its own loop.
+LOADER_RULES = ("AO101", "AO102", "AO104")
 
 
 def training_modules(path: Path, source: str, depth: int = 3) -> list[tuple[Path, str]]:
     """The project modules (other than `path`) whose code the training `path` runs lives in,
     in the order the calls reach them, then those that build the loaders it iterates
-    (`loader_modules`), then those that define the models it trains (`model_modules`), each
-    with what it holds ("training", "loader" or "model"). Training and loader modules only
+    (`loader_modules`), then those that define the models it trains (`model_modules`), and
+    those that build the optimizers it steps (`optimizer_modules`), each with what it holds
+    ("training", "loader", "loader options", "model" or "optimizer"). Training modules only
     for a script whose training is all elsewhere (one with a backward of its own is checked
-    as it is written)."""
+    as it is written); from such a script a loader factory's module is checked for the
+    loader's options only ("loader options": `LOADER_RULES`, SimMIM's `build_loader_simmim`)."""
     root = os.path.abspath(root_of(path))
     start = os.path.abspath(path)
     index = load_index(path)
@@ -52,12 +58,14 @@ def training_modules(path: Path, source: str, depth: int = 3) -> list[tuple[Path
         func.backward for func in index.functions.values()
     )
     found = _training(path, root, depth) if drives else []
-    loaders = loader_modules([Path(start), *found], root) if drives else []
+    loaders = loader_modules([Path(start), *found], root)
     models = model_modules([Path(start), *found], root, exclude=[*found, *loaders])
+    optimizers = optimizer_modules([Path(start), *found], root, exclude=[*found, *loaders, *models])
     return (
         [(m, "training") for m in found]
-        + [(m, "loader") for m in loaders]
+        + [(m, "loader" if drives else "loader options") for m in loaders]
         + [(m, "model") for m in models]
+        + [(m, "optimizer") for m in optimizers]
     )
 
 
@@ -119,6 +127,23 @@ _CLASS_BUILDERS = frozenset({"from_pretrained", "from_config"})  # classmethods 
 _MAX_MODEL_MODULES = 8  # a model zoo's package is not read whole
 
 
+def optimizer_modules(modules: list[Path], root: str, exclude: list[Path] = ()) -> list[Path]:
+    """The project modules whose functions build the optimizers the training of `modules`
+    steps (Swin's and SimMIM's `optimizer = build_optimizer(config, model)` of optimizer.py).
+    Checked for `OPTIMIZER_RULES` only: the optimizer's own options."""
+    seen = {os.path.abspath(m) for m in [*modules, *exclude]}
+    found: list[Path] = []
+    for target in _builders(modules, {"optimizer"}):
+        where = os.path.abspath(target.path)
+        if target.is_class or where in seen or not _inside(where, root):
+            continue
+        if "optim" not in read_text(Path(where)):
+            continue  # not where a torch.optim optimizer is built
+        seen.add(where)
+        found.append(Path(where))
+    return found
+
+
 def loader_modules(modules: list[Path], root: str) -> list[Path]:
     """The project modules (other than `modules`) whose functions build the loaders the
     training of `modules` iterates: guided-diffusion's `data = load_data(...)`, handed to
@@ -150,6 +175,9 @@ def _loader_builders(modules: list[Path]) -> Iterator[Target]:
         func = index.functions.get(target.qualname) if index is not None else None
         if func is None:
             continue
+        for r in func.returns:  # `return build_loader_simmim(config, logger)` (SimMIM)
+            if r.kind == "call":
+                yield from prog.resolve(index, func, r.dotted)
         returned = {
             v.dotted[0]
             for r in func.returns

@@ -90,11 +90,19 @@ def uses_hf_training_arguments(rule: Rule) -> bool:
 
 
 def library_places_batches(rule: Rule) -> bool:
-    """Batches reach the device through the library (`accelerator.prepare(loader)`, Lightning)."""
+    """Batches reach the device through the library (`accelerator.prepare(loader)`, Lightning),
+    here or in the script that imports this loader factory (Time-LLM's run_main.py)."""
     source = rule.context.source
     if uses_accelerate(rule) and ".prepare(" in source:
         return True
-    return ("Trainer" in source or "Fabric" in source) and _constructs(rule, LIGHTNING)
+    if ("Trainer" in source or "Fabric" in source) and _constructs(rule, LIGHTNING):
+        return True
+    return "DataLoader" in source and rule.context.program.importer_text_says(_prepares_loaders)
+
+
+def _prepares_loaders(text: str) -> bool:
+    """An Accelerate script that hands its objects to `accelerator.prepare(...)`."""
+    return "Accelerator(" in text and ".prepare(" in text
 
 
 def is_hogwild(rule: Rule) -> bool:

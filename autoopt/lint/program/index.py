@@ -138,6 +138,9 @@ class ClassInfo:
     bases: tuple[Dotted, ...]
     methods: dict[str, FunctionInfo] = field(default_factory=dict)
     line: int = 0
+    # `@MODEL_REGISTRY.register()` / `@registry.register_task("x")`: (registry, kind) pairs,
+    # ("MODEL_REGISTRY", ""), ("registry", "task")
+    registered: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass
@@ -370,7 +373,7 @@ def _read_local_imports(body: list[ast.stmt], index: ModuleIndex) -> None:
 
 def _index_class(cls: ast.ClassDef, index: ModuleIndex) -> None:
     bases = tuple(d for d in (dotted_of(b) for b in cls.bases) if d is not None)
-    info = ClassInfo(cls.name, bases, line=cls.lineno)
+    info = ClassInfo(cls.name, bases, line=cls.lineno, registered=_registrations(cls))
     for stmt in cls.body:
         if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef):
             method = _scan_function(stmt, cls.name)
@@ -648,6 +651,9 @@ class _Scanner:
             if isinstance(node.func, ast.Attribute) and node.func.attr in _SAME_OBJECT:
                 # `Net().to(device)`, `model.cuda()`: the receiver itself
                 return self.value(node.func.value)
+            own = _own_attribute(node)
+            if own is not None:  # `getattr(sys.modules[__name__], "train_ava")`: that name
+                return Value("ref", (own,), line=line)
             callee = callee_of(node.func)
             if callee is None:
                 return OTHER
@@ -808,6 +814,40 @@ class _Scanner:
             info.use(self.batch_of[owner[0]], "batches_moved")
         if len(owner) >= 2 and owner[-1] == "dataset" and attr not in NO_FORWARD_METHODS:
             info.use(owner[:-1], "dataset_mutated")  # `loader.dataset.ng_sample()`
+
+
+def _registrations(cls: ast.ClassDef) -> tuple[tuple[str, str], ...]:
+    """The registries a class decorator adds it to: `@ARCH_REGISTRY.register()` (BasicSR,
+    mmcv-style) -> ("ARCH_REGISTRY", ""); `@registry.register_task("pretrain")` (LAVIS,
+    MiniGPT-4) -> ("registry", "task")."""
+    found = []
+    for decorator in cls.decorator_list:
+        func = decorator.func if isinstance(decorator, ast.Call) else decorator
+        name = dotted_of(func)
+        if name and len(name) >= 2 and name[-1].startswith("register"):
+            found.append((name[-2], name[-1][len("register") :].strip("_")))
+    return tuple(found)
+
+
+def _own_attribute(call: ast.Call) -> str | None:
+    """`getattr(sys.modules[__name__], "name")` (YOWO picks its train function so): "name"."""
+    if not (
+        isinstance(call.func, ast.Name)
+        and call.func.id == "getattr"
+        and len(call.args) == 2
+        and isinstance(call.args[1], ast.Constant)
+        and isinstance(call.args[1].value, str)
+    ):
+        return None
+    owner = call.args[0]
+    if (
+        isinstance(owner, ast.Subscript)
+        and dotted_of(owner.value) == ("sys", "modules")
+        and isinstance(owner.slice, ast.Name)
+        and owner.slice.id == "__name__"
+    ):
+        return call.args[1].value
+    return None
 
 
 # ----- the per-process cache ----------------------------------------------------------------------

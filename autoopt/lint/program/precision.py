@@ -21,6 +21,8 @@ from autoopt.lint.tree.nodes import code_of, dotted, walk
 _PRECISION_MARKERS = ("apex", ".half()", ".bfloat16()", "float16", ".half)", "scale", "master_")
 _HALF_DTYPES = {"torch.float16", "torch.half", "torch.bfloat16"}
 _HALF_CASTS = {"half", "bfloat16"}
+# keywords of model builders that set the parameters' dtype (transformers, mistral's load_model)
+_MODEL_DTYPE_KEYWORDS = {"torch_dtype", "param_dtype"}
 # Where a module's own methods show that a receiver is an nn.Module.
 _MODULE_METHODS = {"parameters", "named_parameters", "train", "eval", "state_dict", "modules"}
 # Loss-scaling / master-weight classes of apex, Megatron and fairseq: fp16 run by hand.
@@ -42,6 +44,12 @@ def other_precision_system(module: cst.Module, source: str | None = None) -> str
         return None
     modules: set[str] = set()  # receivers the file treats as nn.Modules
     casts: list[tuple[str, str]] = []  # (receiver, cast code)
+    half_names = {  # `param_dtype = torch.bfloat16`
+        dotted(t.target)
+        for node in walk(module)
+        if type(node) is cst.Assign and (dotted(node.value) or "") in _HALF_DTYPES
+        for t in node.targets
+    }
     undone: set[int] = set()  # `model.half().float()`: cast back at once (yolov5's anchors)
     for node in walk(module):
         kind = type(node)
@@ -54,6 +62,13 @@ def other_precision_system(module: cst.Module, source: str | None = None) -> str
                 return f"apex amp (`{name}`)"
             if last in _FP16_CLASSES:
                 return f"an fp16 optimizer/loss scaler (`{last}`)"
+            for a in node.args:  # `load_model(..., param_dtype=torch.bfloat16)` (mistral)
+                if a.keyword is not None and a.keyword.value in _MODEL_DTYPE_KEYWORDS:
+                    value = dotted(a.value) or ""
+                    if value in _HALF_DTYPES or value in half_names:
+                        return (
+                            f"the model is built in reduced precision (`{a.keyword.value}={value}`)"
+                        )
             if not isinstance(func, cst.Attribute):
                 continue
             receiver = code_of(func.value)

@@ -20,7 +20,7 @@ import ast
 import builtins
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -29,9 +29,9 @@ import libcst as cst
 import libcst.matchers as m
 
 from autoopt.lint.program.index import file_tree, parse_tree
-from autoopt.lint.program.project_files import record_read, resolve_module
-from autoopt.lint.program.project_text import imported_paths
-from autoopt.lint.program.torch_api import is_conv_family
+from autoopt.lint.program.project_files import modules_named, record_read, resolve_module
+from autoopt.lint.program.project_text import imported_paths, read_text
+from autoopt.lint.program.torch_api import is_conv_family, is_transformer_family
 from autoopt.lint.tree.ast_walk import child_nodes, walk
 from autoopt.lint.tree.encoding import content_digest
 from autoopt.lint.tree.nodes import code_of, dotted, is_name, top_level_imports
@@ -54,6 +54,7 @@ _CONV_FUNCTION_LEAVES = frozenset({"conv1d", "conv2d", "conv3d", "conv_transpose
 _DENSE_LEAVES = frozenset({"Linear", "LazyLinear", "Bilinear", "MultiheadAttention"})
 _ZOO_CONVS = 20  # a torchvision/timm CNN counts as this many convolution layers
 _WHOLE_MODULE = "*"  # a module used as a table of model builders (`resnet.__dict__[arch]`)
+_REGISTERED = "@register_model"  # the module's models registered with timm
 _BUILTIN_NAMES = frozenset(dir(builtins)) | {"self", "cls", "super", "nn", "F", "torch"}
 # torch.optim's optimizer classes (`torch.optim.SGD(...)`, `optim.AdamW(...)`)
 _OPTIMIZER_LEAVES = frozenset(
@@ -124,6 +125,10 @@ def summarize(path: Path, data: bytes, tree: ast.Module | None = None) -> Module
                         stmt.level,
                     )
         elif isinstance(stmt, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+            if any(_leaf(d) == "register_model" for d in stmt.decorator_list):
+                # timm's `@register_model`: `create_model(args.model)` may build it
+                summary.functions.setdefault(_REGISTERED, set()).add(stmt.name)
+                summary.uses.setdefault(_REGISTERED, {})[stmt.name] = 1
             used: set[str] = set()
             convs = dense = other_convs = 0
             times: dict[str, int] = {}
@@ -162,6 +167,8 @@ def summarize(path: Path, data: bytes, tree: ast.Module | None = None) -> Module
                     summary.conv.add(stmt.name)
                     summary.conv2d.add(stmt.name)
                     convs += _ZOO_CONVS
+                elif _zoo_model(node, leaf, summary.imports, is_transformer_family):
+                    dense += _ZOO_CONVS  # AST's `timm.create_model("vit_deit_...")` backbone
             if isinstance(stmt, ast.FunctionDef) and _leaf(stmt.returns) == "Optimizer":
                 summary.optimizers.add(stmt.name)  # `def make_optimizer(...) -> optim.Optimizer`
             if isinstance(stmt, ast.ClassDef) and _own_to(stmt):
@@ -292,22 +299,23 @@ def _flattens(view: ast.Call) -> bool:
 
 
 def _zoo_model(
-    call: ast.Call, leaf: str, imports: dict[str, tuple[str, str, int]] | None = None
+    call: ast.Call,
+    leaf: str,
+    imports: dict[str, tuple[str, str, int]] | None = None,
+    family: Callable[[str], bool] = is_conv_family,
 ) -> bool:
     """`timm.create_model("resnet50")`, `get_model("vgg16")`, `models.resnet18(...)`, and
-    `resnet50()` imported from torchvision or timm."""
+    `resnet50()` imported from torchvision or timm (of another `family`: a transformer's)."""
     if isinstance(call.func, ast.Name) and imports and leaf in imports:
         source = imports[leaf][0]
-        return source.startswith(("torchvision", "timm")) and is_conv_family(imports[leaf][1])
+        return source.startswith(("torchvision", "timm")) and family(imports[leaf][1])
     if leaf in ("create_model", "get_model"):
         first = call.args[0] if call.args else None
         return (
-            isinstance(first, ast.Constant)
-            and isinstance(first.value, str)
-            and is_conv_family(first.value)
+            isinstance(first, ast.Constant) and isinstance(first.value, str) and family(first.value)
         )
     owner = call.func.value if isinstance(call.func, ast.Attribute) else None
-    return _leaf(owner) == "models" and is_conv_family(leaf) if owner is not None else False
+    return _leaf(owner) == "models" and family(leaf) if owner is not None else False
 
 
 def _close_within(summary: ModuleSummary) -> None:
@@ -551,10 +559,42 @@ def argparse_default(rule: Rule, expr: cst.BaseExpression) -> tuple[object, Path
     source = rule.context.source
     own = parse_tree(source) if "add_argument" in source else None
     found = [(value, here) for value in _argparse_defaults(own).get(dest, ())]
-    for path in imported_paths(here, source):
+    paths = list(imported_paths(here, source))
+    for path in list(paths):  # a package re-exporting its parser (`from mace import tools`)
+        if path.name == "__init__.py":
+            paths += [p for p in imported_paths(path, read_text(path)) if p not in paths]
+    for path in paths:
         found += [(value, path) for value in _argparse_defaults(_module_tree(path)).get(dest, ())]
     values = {value for value, _ in found}
     return found[0] if len(values) == 1 else None
+
+
+def unpassed_default(
+    rule: Rule, node: cst.CSTNode, expr: cst.BaseExpression
+) -> tuple[object, str, list[str]] | None:
+    """`num_workers=num_workers` inside `def get_loader(..., num_workers=0)` whose every call
+    in the project leaves the parameter out (autovc): (the default, the function's name, where
+    it is called: "main.py:16"). None where the name is no such parameter with a literal
+    default, or some call passes it, or no call is found."""
+    if not isinstance(expr, cst.Name):
+        return None
+    func = next((a for a in rule.facts.ancestors(node) if isinstance(a, cst.FunctionDef)), None)
+    if func is None:
+        return None
+    params = [*func.params.params, *func.params.kwonly_params]
+    param = next((p for p in params if p.name.value == expr.value), None)
+    if param is None or param.default is None:
+        return None
+    try:
+        default = ast.literal_eval(code_of(param.default))
+    except (ValueError, SyntaxError):
+        return None
+    calls = rule.context.program.callers_leave_out(node, expr.value)
+    if calls is None:
+        return None
+    here = os.path.dirname(os.path.abspath(rule.context.path))
+    where = [f"{os.path.relpath(path, here)}:{line}" for path, line in calls]
+    return default, func.name.value, where
 
 
 def _module_tree(path: Path) -> ast.Module | None:
@@ -656,6 +696,107 @@ def module_table_definition(rule: Rule, func: cst.BaseExpression) -> LocalDefini
         alias = func.value.value.value
     else:
         return None
+    return _imported_module_definition(rule, alias)
+
+
+def module_argument_definition(rule: Rule, call: cst.Call) -> LocalDefinition | None:
+    """`config.init_obj("arch", module_arch)` after `import model.model as module_arch`
+    (pytorch-template): a call handed a module of the project picks one of its definitions by
+    name; they are weighed together, as for `getattr(module_arch, name)`."""
+    for a in call.args:
+        if isinstance(a.value, cst.Name):
+            found = _imported_module_definition(rule, a.value.value, modules_only=True)
+            if found is not None:
+                return found
+    return None
+
+
+def evaluated_path_definition(rule: Rule, call: cst.Call) -> LocalDefinition | None:
+    """`eval("models." + cfg.MODEL.NAME + ".get_pose_net")(cfg)` (HRNet and the pose-estimation
+    code copied from it): the function of that name in every module of the package, weighed
+    together."""
+    evaluated = call.func
+    if not (
+        isinstance(evaluated, cst.Call)
+        and m.matches(evaluated.func, m.Name("eval"))
+        and len(evaluated.args) == 1
+    ):
+        return None
+    parts = _concatenated_strings(evaluated.args[0].value)
+    if parts is None or len(parts) != 3 or parts[1] is not None:
+        return None
+    head, _, tail = parts
+    if not (head and tail and head.endswith(".") and tail.startswith(".")):
+        return None
+    package, name = head.rstrip("."), tail.lstrip(".")
+    if not (package.replace(".", "").isidentifier() and name.isidentifier()):
+        return None
+    if package.split(".")[0] not in rule.facts.imported_names:
+        return None  # the script imports the package it names (`import models`)
+    inits = [
+        p
+        for p in (
+            resolve_module(rule.context.path, package),
+            *modules_named(rule.context.path, package),
+        )
+        if p is not None and p.name == "__init__.py"
+    ]
+    if not inits:
+        return None
+    init = inits[0]  # found from the script's folders, else the shallowest (`_init_paths`)
+    described = [
+        _describe(name, summary, name)
+        for path in sorted(init.parent.glob("*.py"))
+        if (summary := load(path)) is not None and name in summary.functions
+    ]
+    return _any_of(name, described)
+
+
+def registered_models_definition(rule: Rule) -> LocalDefinition | None:
+    """What `timm.create_model(args.model)` builds in a script that imports modules of the
+    project registering models with timm's `@register_model` (ConvNeXt's `import
+    models.convnext`): every registered model of those modules, weighed together."""
+    described = []
+    for _, imported in top_level_imports(rule.context.module):
+        name = dotted(imported.name)
+        path = resolve_module(rule.context.path, name) if name else None
+        summary = load(path) if path is not None else None
+        if summary is not None and _REGISTERED in summary.functions:
+            described.append(_describe(_REGISTERED, summary, _REGISTERED))
+    return _any_of(_REGISTERED, described)
+
+
+def _any_of(name: str, described: list[LocalDefinition]) -> LocalDefinition | None:
+    """One of `described`, picked at run time: convolutional when every one is, flattening
+    when any one does."""
+    if not described:
+        return None
+    return LocalDefinition(
+        name,
+        conv=all(d.conv for d in described),
+        conv2d=all(d.conv2d for d in described),
+        views=any(d.views for d in described),
+        optimizer=False,
+    )
+
+
+def _concatenated_strings(expr: cst.BaseExpression) -> list[str | None] | None:
+    """`"a." + x + ".b"` as ["a.", None, ".b"] (None for each part that is not a string)."""
+    if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, cst.Add):
+        left = _concatenated_strings(expr.left)
+        right = _concatenated_strings(expr.right)
+        return None if left is None or right is None else left + right
+    if isinstance(expr, cst.SimpleString):
+        value = expr.evaluated_value
+        return [value] if isinstance(value, str) else None
+    return [None]
+
+
+def _imported_module_definition(
+    rule: Rule, alias: str, modules_only: bool = False
+) -> LocalDefinition | None:
+    """The definitions of the project module the linted file imports as `alias`, weighed
+    together (`modules_only`: not a package re-exporting its models)."""
     module: tuple[str, int] | None = None
     for _, imported in top_level_imports(rule.context.module):
         bound = imported.asname.name if imported.asname is not None else None
@@ -675,7 +816,7 @@ def module_table_definition(rule: Rule, func: cst.BaseExpression) -> LocalDefini
         and not summary.functions
         and (summary.imports or summary.star_imports)
     ):
-        return _re_exports(alias, path, summary)
+        return None if modules_only else _re_exports(alias, path, summary)
     return _describe(alias, summary, _WHOLE_MODULE)
 
 

@@ -80,7 +80,17 @@ def _imported_paths(path: Path, text: str, stamp: tuple[int, int], cwd: str) -> 
                 # `from pkg import engine` / `from . import engine`: the package's submodules too
                 targets += _submodules(target.parent, names)
             found.extend(Path(os.path.abspath(t)) for t in targets if t != path)
+    for registry in set(_REGISTRY_GET.findall(text)):
+        # `MODEL_REGISTRY.get(name)(opt)` (BasicSR, detectron2): the modules registering
+        # classes with it are what runs (they are imported by a folder scan, not by name)
+        for module in modules_importing(path, registry):
+            if module != path and f"{registry}.register" in read_text(module):
+                found.append(Path(os.path.abspath(module)))
     return tuple(found)
+
+
+# `ARCH_REGISTRY.get(`, `registry.get_model_class(`: a registry of classes the module picks from
+_REGISTRY_GET = re.compile(r"\b(\w*(?:REGISTRY|[Rr]egistry)\w*)\.get\w*\(")
 
 
 def _submodules(package: Path, names: str) -> list[Path]:

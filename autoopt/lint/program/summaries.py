@@ -121,6 +121,8 @@ def _roles_of_uses(uses: set[str]) -> set[str]:
     return roles
 
 
+_MAX_REGISTERED_MODULES = 200  # the modules read for a registry's classes
+_LOADER_ROLES = frozenset({"loader", "loader_per_epoch", "batches_to_device", "dataset_mutated"})
 _UNDER_NO_GRAD = {"forward": "forward_no_grad", "methods": "methods_no_grad"}
 
 
@@ -324,6 +326,10 @@ class Program:
             return []
         self._following.add(key)
         try:
+            if how == "()" and len(base) >= 2 and base[-1].startswith("get"):
+                registered = self._registered(index, base[-2], base[-1])
+                if registered:  # `MODEL_REGISTRY.get(opt["model_type"])(opt)` (BasicSR)
+                    return registered
             if how == "()":
                 return [
                     found
@@ -343,6 +349,22 @@ class Program:
             return out
         finally:
             self._following.discard(key)
+
+    def _registered(self, index: ModuleIndex, registry: str, getter: str) -> list[Target]:
+        """The project classes registered with `registry` that `registry.<getter>(name)` may
+        return: `@registry.register()` for `get`, `@registry.register_task(...)` for
+        `get_task_class` (the kind named in the getter). The modules searched are those whose
+        imports name the registry."""
+        wanted = getter[len("get") :].strip("_").removesuffix("_class").removesuffix("class")
+        found: list[Target] = []
+        for path in modules_importing(index.path, registry)[:_MAX_REGISTERED_MODULES]:
+            module = self.module(path)
+            if module is None:
+                continue
+            for cls in module.classes.values():
+                if any(r == registry and kind == wanted for r, kind in cls.registered):
+                    found.append(Target(module.path, cls.name, is_class=True))
+        return found
 
     def _function(self, target: Target) -> tuple[ModuleIndex | None, FunctionInfo | None]:
         module = self.module(target.path)
@@ -740,6 +762,13 @@ class Program:
             # `trainlib.Trainer.start` runs `self.train_step(...)` per batch)
             index = self.module(target.path)
             cls = index.classes.get(target.qualname.split(".")[0]) if index is not None else None
+            for registry, _ in cls.registered if cls is not None else ():
+                # a class a registry builds (BasicSR's `MODEL_REGISTRY.get(...)(opt)` in
+                # models/__init__.py): the modules using the registry, and their importers
+                for user in modules_importing(target.path, registry):
+                    name = user.stem if user.name != "__init__.py" else user.parent.name
+                    candidates.add(user)
+                    candidates.update(modules_importing(user, name))
             if cls is not None:
                 candidates.update(
                     Path(os.path.abspath(base.path)) for base, _ in self.all_bases(index, cls)
@@ -828,6 +857,14 @@ class Program:
                 if site.in_loop and "loader" in roles:
                     roles.add("loader_per_epoch")
                 by_name.setdefault(arg, set()).update(roles)
+        for name, values in func.assigns.items():
+            # `data_loader = self.vcc_loader`, then `iter(data_loader)` (autovc's Solver): what
+            # is done with the local name as a loader is done with what it holds
+            held = by_name.get((name,), set()) & _LOADER_ROLES
+            if held and values and all(v.kind == "ref" for v in values):
+                for v in values:
+                    if v.dotted != (name,):
+                        by_name.setdefault(v.dotted, set()).update(held)
         for roles in by_name.values():
             # a forward under autograd in a function that trains: `model(x)`, or a method of
             # an object used as a module (`policy.act(s)` with `policy.parameters()` read)

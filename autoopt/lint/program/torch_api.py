@@ -92,9 +92,21 @@ CONV_FAMILIES = (
 )  # fmt: skip
 
 
+TRANSFORMER_FAMILIES = ("vit", "deit", "swin", "beit", "cait", "eva", "xcit", "pvt", "twins")
+
+
+def is_transformer_family(model_name: str) -> bool:
+    """A timm/torchvision model name of a vision-transformer family ("vit_base_patch16_224"),
+    whose only convolution is its patch embedding."""
+    return model_name.lower().startswith(TRANSFORMER_FAMILIES)
+
+
 def is_conv_family(model_name: str) -> bool:
     """A torchvision/timm model name of a convolutional family ("resnet50d", "vgg16_bn")."""
     return model_name.lower().startswith(CONV_FAMILIES)
+
+
+TIMM_CREATE_MODEL = ("timm.create_model", "timm.models.create_model")
 
 
 def is_conv_zoo_model(rule: Rule, call: cst.Call) -> bool:
@@ -107,7 +119,7 @@ def is_conv_zoo_model(rule: Rule, call: cst.Call) -> bool:
             return "torchvision.models" in rule.qualified_names(func.value.value)
         return False
     for qualified in rule.qualified_names(func):
-        if qualified in ("timm.create_model", "torchvision.models.get_model"):
+        if qualified in TIMM_CREATE_MODEL or qualified == "torchvision.models.get_model":
             first = call.args[0] if call.args else None
             text = string_value(first.value) if first is not None and not first.keyword else None
             return text is not None and is_conv_family(text)

@@ -260,6 +260,40 @@ class ProgramView:
             return self.index.functions.get("<module>")
         return self.index.functions.get(f"{cls}.{name}" if cls else name)
 
+    def called_by_the_project(self, node: cst.CSTNode) -> bool:
+        """The function holding `node` is called somewhere in the project with its result
+        kept (`optimizer = build_optimizer(config, model)`); code outside any function, a
+        method (its object's making is not followed here) and a function that trains (the
+        `train(config)` a script calls for its effect) count as called."""
+        func = self.function_of(node)
+        if func is None or func.qualname == "<module>" or func.class_name:
+            return True
+        if func.backward or func.zero_grad:
+            return True
+        return bool(self.program.callers(Target(self._path, func.qualname)))
+
+    def callers_leave_out(self, node: cst.CSTNode, param: str) -> list[tuple[Path, int]] | None:
+        """The lines of the project's calls of the function holding `node`, when there are
+        some and none passes its parameter `param` (autovc's `get_loader(root, batch_size,
+        len_crop, num_workers=0)`, called without `num_workers`): the parameter's default is
+        what runs. None when a call passes it, or no call is found."""
+        func = self.function_of(node)
+        if func is None or func.qualname == "<module>" or param not in func.params:
+            return None
+        position = func.params.index(param)
+        if func.class_name:
+            position -= 1  # `self` is not passed
+        calls = [
+            (index.path, value.options[0] if value.kind == "item" else value)
+            for index, _, value in self.program.callers(Target(self._path, func.qualname))
+        ]
+        if not calls:
+            return None
+        for _, call in calls:
+            if len(call.args) > position or any(k == param for k, _ in call.keywords):
+                return None
+        return sorted((path, call.line) for path, call in calls)
+
     def base_binding(self, class_name: str, attr: str) -> str | None:
         """Where a base class of the project binds `self.<attr>` for the class `class_name` of
         this file (Autoformer's `Exp_Main(Exp_Basic)`, whose `Exp_Basic.__init__` builds
@@ -553,6 +587,9 @@ class ProgramView:
                 name = dotted(arg.value)
                 if name is None or "trained" not in roles:
                     continue
+                last = name.rsplit(".", 1)[-1]
+                if not_a_model(last) or last.lower().startswith(("loss", "criterion")):
+                    continue  # `loss_module = RegionLoss(cfg).cuda()` (YOWO): run, not trained
                 if "module" in roles or self.builds_model(self.function_of(call), name):
                     found.setdefault(name, []).append(call)
         return found

@@ -149,6 +149,15 @@ class _Binding:
         return {QualifiedName(name, QualifiedNameSource.LOCAL)}
 
 
+# what a star-imported module conventionally binds (`from utils import *` over `import torch`)
+_STAR_CONVENTIONS = {
+    "torch": "torch",
+    "nn": "torch.nn",
+    "F": "torch.nn.functional",
+    "optim": "torch.optim",
+}
+
+
 def _builtin(name: str) -> set[QualifiedName]:
     return {QualifiedName(f"builtins.{name}", QualifiedNameSource.BUILTIN)}
 
@@ -190,6 +199,7 @@ class QualifiedNames(Mapping[cst.CSTNode, set[QualifiedName]]):
         self._distinct: dict[frozenset[str], frozenset[str]] = {}
         self._bound_here: set[cst.CSTNode] = set()  # nodes that bind a name (not reads)
         self._bound = False  # the binding table is built on the first lookup
+        self._star_imports = False  # the file has `from x import *`
 
     # -- Mapping
     def __getitem__(self, node: cst.CSTNode) -> set[QualifiedName]:
@@ -320,6 +330,7 @@ class QualifiedNames(Mapping[cst.CSTNode, set[QualifiedName]]):
             kind = type(node)
             if kind in _IMPORTS:
                 if isinstance(node.names, cst.ImportStar):
+                    self._star_imports = True
                     continue
                 scope = self._scope_of_statement(node)
                 for alias in node.names:
@@ -414,7 +425,19 @@ class QualifiedNames(Mapping[cst.CSTNode, set[QualifiedName]]):
                 return _builtin(prefix)
             dot = prefix.rfind(".")
             prefix = prefix[:dot] if dot != -1 else None
-        return set()
+        return self._star_imported(full_name)
+
+    def _star_imported(self, full_name: str) -> set[QualifiedName]:
+        """An unbound `torch.optim.Adam` (or `nn.`, `F.`, `optim.`) in a file that star-imports
+        (`from utils import *`, TensoRF): torch's conventional names, which the star import
+        brings in."""
+        if not self._star_imports:
+            return set()
+        head, dot, rest = full_name.partition(".")
+        module = _STAR_CONVENTIONS.get(head)
+        if module is None:
+            return set()
+        return {QualifiedName(module + dot + rest, QualifiedNameSource.IMPORT)}
 
     def _resolve_read(self, node: cst.Name, scope: _Scope) -> set[QualifiedName]:
         """A name that is read: the bindings made before it in its own scope, or (if there are
@@ -422,7 +445,7 @@ class QualifiedNames(Mapping[cst.CSTNode, set[QualifiedName]]):
         name = node.value
         bindings, is_builtin = self._lookup(scope, name)
         if not bindings:
-            return _builtin(name) if is_builtin else set()
+            return _builtin(name) if is_builtin else self._star_imported(name)
         seen = [b for b in bindings if b.scope is not scope or self._sees(b, node)]
         if not seen:
             if scope.parent is None:
