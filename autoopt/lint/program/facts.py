@@ -18,7 +18,7 @@ from libcst.metadata import MetadataWrapper, QualifiedNameProvider
 from libcst.metadata.base_provider import LazyValue
 
 from autoopt.lint.program.device import DeviceFacts, cpu_only, device_facts
-from autoopt.lint.program.precision import other_precision_system
+from autoopt.lint.program.precision import built_in_reduced_precision, other_precision_system
 from autoopt.lint.tree import metadata
 from autoopt.lint.tree.nodes import SCOPE_TYPES, assignments, calls_in, dotted, nodes_of_type
 from autoopt.lint.tree.text import strip_prose
@@ -481,8 +481,10 @@ class FileFacts:
     @functools.cached_property
     def other_precision(self) -> str | None:
         """The mixed-precision scheme the script runs other than torch's autocast/GradScaler
-        (apex amp, a model cast to half/bf16, hand-written loss scaling), or None."""
-        return other_precision_system(self.module, self.source)
+        (apex amp, a model cast to half/bf16 or built so, hand-written loss scaling), or None."""
+        return other_precision_system(self.module, self.source) or built_in_reduced_precision(
+            self.module
+        )
 
     @functools.cached_property
     def names_torch_amp(self) -> bool:

@@ -44,12 +44,6 @@ def other_precision_system(module: cst.Module, source: str | None = None) -> str
         return None
     modules: set[str] = set()  # receivers the file treats as nn.Modules
     casts: list[tuple[str, str]] = []  # (receiver, cast code)
-    half_names = {  # `param_dtype = torch.bfloat16`
-        dotted(t.target)
-        for node in walk(module)
-        if type(node) is cst.Assign and (dotted(node.value) or "") in _HALF_DTYPES
-        for t in node.targets
-    }
     undone: set[int] = set()  # `model.half().float()`: cast back at once (yolov5's anchors)
     for node in walk(module):
         kind = type(node)
@@ -62,13 +56,6 @@ def other_precision_system(module: cst.Module, source: str | None = None) -> str
                 return f"apex amp (`{name}`)"
             if last in _FP16_CLASSES:
                 return f"an fp16 optimizer/loss scaler (`{last}`)"
-            for a in node.args:  # `load_model(..., param_dtype=torch.bfloat16)` (mistral)
-                if a.keyword is not None and a.keyword.value in _MODEL_DTYPE_KEYWORDS:
-                    value = dotted(a.value) or ""
-                    if value in _HALF_DTYPES or value in half_names:
-                        return (
-                            f"the model is built in reduced precision (`{a.keyword.value}={value}`)"
-                        )
             if not isinstance(func, cst.Attribute):
                 continue
             receiver = code_of(func.value)
@@ -104,6 +91,31 @@ def other_precision_system(module: cst.Module, source: str | None = None) -> str
         head = receiver.split("(", 1)[0].rsplit(".", 1)[-1]
         if receiver in modules or (receiver.endswith(")") and head[:1].isupper()):
             return f"the model is cast to reduced precision (`{cast}`)"
+    return None
+
+
+def built_in_reduced_precision(module: cst.Module) -> str | None:
+    """The model is built in bf16/fp16 by a builder's dtype keyword
+    (`load_model(..., param_dtype=param_dtype)` with `param_dtype = torch.bfloat16`: mistral-
+    finetune; `from_pretrained(..., torch_dtype=torch.bfloat16)`): what says so, or None. The
+    lint's precision rules stand down on it; `--wrap` keeps its own reasons (a model so built
+    may still be handed to optimize(), which measures what it runs in)."""
+    if "float16" not in module.code:
+        return None
+    half_names = {  # `param_dtype = torch.bfloat16`
+        dotted(t.target)
+        for node in walk(module)
+        if type(node) is cst.Assign and (dotted(node.value) or "") in _HALF_DTYPES
+        for t in node.targets
+    }
+    for node in walk(module):
+        if type(node) is not cst.Call:
+            continue
+        for a in node.args:
+            if a.keyword is not None and a.keyword.value in _MODEL_DTYPE_KEYWORDS:
+                value = dotted(a.value) or ""
+                if value in _HALF_DTYPES or value in half_names:
+                    return f"the model is built in reduced precision (`{a.keyword.value}={value}`)"
     return None
 
 
