@@ -18,6 +18,7 @@ from autoopt.lint.program.project_files import (
     project_stamp,
     record_read,
     resolve_module,
+    root_of,
 )
 from autoopt.lint.tree.encoding import content_digest
 
@@ -83,14 +84,38 @@ def _imported_paths(path: Path, text: str, stamp: tuple[int, int], cwd: str) -> 
     for registry in set(_REGISTRY_GET.findall(text)):
         # `MODEL_REGISTRY.get(name)(opt)` (BasicSR, detectron2): the modules registering
         # classes with it are what runs (they are imported by a folder scan, not by name)
-        for module in modules_importing(path, registry):
-            if module != path and f"{registry}.register" in read_text(module):
-                found.append(Path(os.path.abspath(module)))
+        found.extend(m for m in registering_modules(path, registry) if m != path)
     return tuple(found)
 
 
+def is_registry_getter(owner: str, method: str) -> bool:
+    """`MODEL_REGISTRY.get`, `registry.get_task_class`: a registry's lookup by name."""
+    return method.startswith("get") and _REGISTRY_NAME.match(owner) is not None
+
+
+def registering_modules(path: Path, registry: str) -> tuple[Path, ...]:
+    """The project's modules that register classes with `registry` (`@registry.register...`,
+    imported under that name), found once per project state."""
+    key = (str(root_of(path)), project_stamp(path), registry)
+    found = _REGISTERING.get(key)
+    if found is None:
+        if len(_REGISTERING) >= 256:
+            _REGISTERING.clear()
+        found = _REGISTERING[key] = tuple(
+            Path(os.path.abspath(module))
+            for module in modules_importing(path, registry)
+            if f"{registry}.register" in read_text(module)
+        )
+    return found
+
+
+_REGISTERING: dict[tuple[str, tuple[int, int], str], tuple[Path, ...]] = {}
+
+
+# `ARCH_REGISTRY`, `META_ARCH_REGISTRY` (BasicSR, detectron2), LAVIS's `registry`
+_REGISTRY_NAME = re.compile(r"^(?:[A-Z][A-Z0-9_]*REGISTRY[A-Z0-9_]*|registry)$")
 # `ARCH_REGISTRY.get(`, `registry.get_model_class(`: a registry of classes the module picks from
-_REGISTRY_GET = re.compile(r"\b(\w*(?:REGISTRY|[Rr]egistry)\w*)\.get\w*\(")
+_REGISTRY_GET = re.compile(r"\b([A-Z][A-Z0-9_]*REGISTRY[A-Z0-9_]*|registry)\.get\w*\(")
 
 
 def _submodules(package: Path, names: str) -> list[Path]:

@@ -53,7 +53,11 @@ from autoopt.lint.program.project_files import (
     project_stamp,
     resolve_module,
 )
-from autoopt.lint.program.project_text import imports_training
+from autoopt.lint.program.project_text import (
+    imports_training,
+    is_registry_getter,
+    registering_modules,
+)
 
 _MAX_DEPTH = 6  # re-export chains and base classes followed at most this deep
 # a class whose module this many others import is a framework's, searched for no subclasses
@@ -326,7 +330,7 @@ class Program:
             return []
         self._following.add(key)
         try:
-            if how == "()" and len(base) >= 2 and base[-1].startswith("get"):
+            if how == "()" and len(base) >= 2 and is_registry_getter(base[-2], base[-1]):
                 registered = self._registered(index, base[-2], base[-1])
                 if registered:  # `MODEL_REGISTRY.get(opt["model_type"])(opt)` (BasicSR)
                     return registered
@@ -357,7 +361,7 @@ class Program:
         imports name the registry."""
         wanted = getter[len("get") :].strip("_").removesuffix("_class").removesuffix("class")
         found: list[Target] = []
-        for path in modules_importing(index.path, registry)[:_MAX_REGISTERED_MODULES]:
+        for path in registering_modules(index.path, registry)[:_MAX_REGISTERED_MODULES]:
             module = self.module(path)
             if module is None:
                 continue
