@@ -787,7 +787,7 @@ class ChannelsLast(Rule):
         run and stepped here is not placed at all."""
         if name.startswith("self."):
             return True
-        scope = self._scope(built)
+        scope = self.facts.enclosing_scope(built)
         for call in nodes_of_type(scope, cst.Call):
             if any(dotted(without_placement(a.value)) == name for a in call.args):
                 return True
@@ -799,16 +799,10 @@ class ChannelsLast(Rule):
                 return True
         return False
 
-    def _scope(self, node: cst.CSTNode) -> cst.CSTNode:
-        return next(
-            (a for a in self.facts.ancestors(node) if isinstance(a, cst.FunctionDef)),
-            self.context.module,
-        )
-
     def _built_otherwise(self, name: str, built: cst.Assign, conv_builds: set[int]) -> bool:
         """Another line of the function binds `name` to a model that is not a Conv2d network
         (dino: a ViT by default, a torchvision CNN in an `elif`)."""
-        for other in nodes_of_type(self._scope(built), cst.Assign):
+        for other in nodes_of_type(self.facts.enclosing_scope(built), cst.Assign):
             if other is built or id(other) in conv_builds or len(other.targets) != 1:
                 continue
             value = without_placement(other.value)

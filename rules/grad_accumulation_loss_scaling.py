@@ -298,11 +298,7 @@ class GradAccumulationLossScaling(Rule):
     def _gradients_divided(self, loop: cst.CSTNode) -> bool:
         """The function running `loop` divides the accumulated gradients before the step
         (`p.grad.div_(n)`, `p.grad /= n`: mistral-finetune), which equals dividing the loss."""
-        scope = next(
-            (a for a in self.facts.ancestors(loop) if isinstance(a, cst.FunctionDef)),
-            self.context.module,
-        )
-        for n in walk(scope):
+        for n in walk(self.facts.enclosing_scope(loop)):
             if (
                 isinstance(n, cst.Call)
                 and isinstance(n.func, cst.Attribute)

@@ -21,7 +21,7 @@ AO608, whose host-built tensors in a model's helpers may run once, not every ste
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from autoopt.lint.program.index import Value, load_index
@@ -131,17 +131,8 @@ def optimizer_modules(modules: list[Path], root: str, exclude: list[Path] = ()) 
     """The project modules whose functions build the optimizers the training of `modules`
     steps (Swin's and SimMIM's `optimizer = build_optimizer(config, model)` of optimizer.py).
     Checked for `OPTIMIZER_RULES` only: the optimizer's own options."""
-    seen = {os.path.abspath(m) for m in [*modules, *exclude]}
-    found: list[Path] = []
-    for target in _builders(modules, {"optimizer"}):
-        where = os.path.abspath(target.path)
-        if target.is_class or where in seen or not _inside(where, root):
-            continue
-        if "optim" not in read_text(Path(where)):
-            continue  # not where a torch.optim optimizer is built
-        seen.add(where)
-        found.append(Path(where))
-    return found
+    # "optim": not where a torch.optim optimizer is built
+    return _function_modules(_builders(modules, {"optimizer"}), [*modules, *exclude], root, "optim")
 
 
 def loader_modules(modules: list[Path], root: str) -> list[Path]:
@@ -149,14 +140,23 @@ def loader_modules(modules: list[Path], root: str) -> list[Path]:
     training of `modules` iterates: guided-diffusion's `data = load_data(...)`, handed to
     `TrainLoop(data=data)`, built by a generator of image_datasets.py that re-iterates its
     DataLoader forever."""
-    seen = {os.path.abspath(m) for m in modules}
+    # "DataLoader": not a list the training iterates (metric names)
+    return _function_modules(_loader_builders(modules), modules, root, "DataLoader")
+
+
+def _function_modules(
+    targets: Iterable[Target], known: list[Path], root: str, word: str
+) -> list[Path]:
+    """The project modules (inside `root`, not among `known`) of the functions in `targets`
+    whose text names `word`, once each, in order."""
+    seen = {os.path.abspath(m) for m in known}
     found: list[Path] = []
-    for target in _loader_builders(modules):
+    for target in targets:
         where = os.path.abspath(target.path)
         if target.is_class or where in seen or not _inside(where, root):
             continue
-        if "DataLoader" not in read_text(Path(where)):
-            continue  # a list the training iterates (metric names), no loader
+        if word not in read_text(Path(where)):
+            continue
         seen.add(where)
         found.append(Path(where))
     return found

@@ -578,8 +578,8 @@ def unpassed_default(
     default, or some call passes it, or no call is found."""
     if not isinstance(expr, cst.Name):
         return None
-    func = next((a for a in rule.facts.ancestors(node) if isinstance(a, cst.FunctionDef)), None)
-    if func is None:
+    func = rule.facts.enclosing_scope(node)
+    if not isinstance(func, cst.FunctionDef):
         return None
     params = [*func.params.params, *func.params.kwonly_params]
     param = next((p for p in params if p.name.value == expr.value), None)

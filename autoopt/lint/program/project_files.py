@@ -150,6 +150,12 @@ _MAX_PROJECT_FILES = 20_000  # a walk that finds more stops there (the fallback 
 _PROJECT_MODULES: dict[str, dict[str, list[Path]]] = {}
 
 
+def import_name(path: Path) -> str:
+    """The last part of the name a module is imported by: `engine` for engine.py, the
+    package's folder name for its `__init__.py`."""
+    return path.stem if path.name != "__init__.py" else path.parent.name
+
+
 def modules_named(linted: Path, module: str) -> list[Path]:
     """Every file of the linted file's project that `import <module>` could mean on some
     `PYTHONPATH` (`from solver import Solver` run with `PYTHONPATH=src/solver`): `.../solver.py`

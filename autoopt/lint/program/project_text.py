@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from autoopt.lint.program.project_files import (
+    import_name,
     modules_importing,
     modules_named,
     project_stamp,
@@ -138,7 +139,7 @@ def importers_of(path: Path) -> tuple[Path, ...]:
 
 @functools.lru_cache(maxsize=256)
 def _importers(path: Path, stamp: tuple[int, int]) -> tuple[Path, ...]:
-    stem = path.stem if path.name != "__init__.py" else path.parent.name
+    stem = import_name(path)
     return tuple(
         other
         for other in modules_importing(path, stem)
@@ -151,7 +152,7 @@ def an_importer_says(path: Path, says: Callable[[str], bool], depth: int = 1) ->
     through a package `__init__` that imports it (`depth` such packages up). The same answer
     as asking each of `importers_of(path)`, but `says` is read first: a module's imports are
     resolved only when its text says it (resolving every importer's imports is the cost)."""
-    stem = path.stem if path.name != "__init__.py" else path.parent.name
+    stem = import_name(path)
     for other in modules_importing(path, stem):
         if other == path:
             continue

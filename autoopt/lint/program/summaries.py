@@ -48,6 +48,7 @@ from autoopt.lint.program.index import (
 )
 from autoopt.lint.program.library import MODEL_BASES
 from autoopt.lint.program.project_files import (
+    import_name,
     modules_importing,
     modules_named,
     project_stamp,
@@ -741,7 +742,7 @@ class Program:
     def _candidate_modules(self, target: Target) -> list[Path]:
         """The module of `target` and those whose imports name it or its module."""
         leaf = target.qualname.rsplit(".", 1)[-1]
-        stem = target.path.stem if target.path.name != "__init__.py" else target.path.parent.name
+        stem = import_name(target.path)
         importers = modules_importing(target.path, stem)
         candidates = {
             Path(os.path.abspath(target.path)),
@@ -760,8 +761,7 @@ class Program:
             # `model = define_Model(opt)` in select_model.py, then `model.optimize_parameters()`
             # in main_train_psnr.py): the modules importing the factory's module call it too
             for importer in importers:
-                name = importer.stem if importer.name != "__init__.py" else importer.parent.name
-                candidates.update(modules_importing(importer, name))
+                candidates.update(modules_importing(importer, import_name(importer)))
             # a base class's method calls the subclass's override (pixel-nerf's
             # `trainlib.Trainer.start` runs `self.train_step(...)` per batch)
             index = self.module(target.path)
@@ -770,9 +770,8 @@ class Program:
                 # a class a registry builds (BasicSR's `MODEL_REGISTRY.get(...)(opt)` in
                 # models/__init__.py): the modules using the registry, and their importers
                 for user in modules_importing(target.path, registry):
-                    name = user.stem if user.name != "__init__.py" else user.parent.name
                     candidates.add(user)
-                    candidates.update(modules_importing(user, name))
+                    candidates.update(modules_importing(user, import_name(user)))
             if cls is not None:
                 candidates.update(
                     Path(os.path.abspath(base.path)) for base, _ in self.all_bases(index, cls)
