@@ -97,6 +97,7 @@ SPLITS = {
             "fresh-t",
             "fresh-u",
             "fresh-v",
+            "fresh-w",
         )
     },
 }

@@ -58,6 +58,7 @@ SPLITS = {
     "fresh-t": (HERE / "fresh_t.json", HERE / "_repos_fresh_t"),
     "fresh-u": (HERE / "fresh_u.json", HERE / "_repos_fresh_u"),
     "fresh-v": (HERE / "fresh_v.json", HERE / "_repos_fresh_v"),
+    "fresh-w": (HERE / "fresh_w.json", HERE / "_repos_fresh_w"),
 }
 TORCH_DIR = "torch"
 
