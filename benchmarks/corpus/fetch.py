@@ -59,6 +59,7 @@ SPLITS = {
     "fresh-u": (HERE / "fresh_u.json", HERE / "_repos_fresh_u"),
     "fresh-v": (HERE / "fresh_v.json", HERE / "_repos_fresh_v"),
     "fresh-w": (HERE / "fresh_w.json", HERE / "_repos_fresh_w"),
+    "fresh-x": (HERE / "fresh_x.json", HERE / "_repos_fresh_x"),
 }
 TORCH_DIR = "torch"
 
