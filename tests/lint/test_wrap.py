@@ -594,6 +594,29 @@ def test_a_later_placement_on_the_calls_device_is_no_move() -> None:
     ]
 
 
+def test_a_projects_data_parallel_class_after_the_call_is_the_scripts_own_wrap() -> None:
+    """DANet: `self.model = DataParallelModel(self.model).cuda()` (encoding's subclass of
+    DataParallel) after the optimizer: the call leaves the wrap to the script."""
+    assert inserted(
+        """
+        import torch
+        from encoding.parallel import DataParallelModel
+        def main(args):
+            model = Net()
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            if args.cuda:
+                model = DataParallelModel(model).cuda()
+            for x in loader:
+                model(x).sum().backward()
+                opt.step()
+        """
+    ) == [
+        'model, loader, opt = autoopt.optimize(model, loader, opt, device="cuda" if args.cuda '
+        'else "cpu", distributed=False)  # autoopt: distributed=False (own DDP/FSDP/DataParallel '
+        "wrap)"
+    ]
+
+
 def test_a_loader_drawn_with_iter_and_next_is_passed() -> None:
     """minGPT's Trainer: `data_iter = iter(train_loader)`, `next(data_iter)` in a while loop,
     re-created on StopIteration."""

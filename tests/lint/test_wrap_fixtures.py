@@ -580,6 +580,7 @@ def test_the_several_optimizers_decline_names_each_and_its_module(tmp_path: Path
 def wrap_beside(tmp_path: Path, modules: dict[str, str], name: str, script: str):
     """`--wrap` on `script` (written as `name`) with the local `modules` beside it."""
     for module, text in modules.items():
+        (tmp_path / module).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / module).write_text(textwrap.dedent(text))
     script = textwrap.dedent(script)
     (tmp_path / name).write_text(script)
@@ -674,6 +675,216 @@ def test_an_agent_of_a_local_module_that_creates_its_optimizers_is_named(tmp_pat
     # the backward is reached through the agent's own train(): the class is where --wrap goes
     assert (
         "BCQ.__init__() of" in result.message and "BCQ.py, which this script runs" in result.message
+    )
+
+
+def test_a_model_built_through_a_registry_names_the_registered_classes(tmp_path: Path) -> None:
+    """BasicSR: `model = build_model(opt)` returns `MODEL_REGISTRY.get(opt["model_type"])(opt)`,
+    whose classes register themselves in modules imported by a folder scan; the registered
+    class creates the optimizer and trains in `optimize_parameters`: the decline names it."""
+    result = wrap_beside(
+        tmp_path,
+        {
+            "registry.py": """
+            class Registry:
+                def __init__(self):
+                    self._classes = {}
+
+                def register(self):
+                    def add(cls):
+                        self._classes[cls.__name__] = cls
+                        return cls
+                    return add
+
+                def get(self, name):
+                    return self._classes[name]
+
+            MODEL_REGISTRY = Registry()
+            """,
+            "models/__init__.py": """
+            from registry import MODEL_REGISTRY
+
+            def build_model(opt):
+                model = MODEL_REGISTRY.get(opt["model_type"])(opt)
+                return model
+            """,
+            "models/sr_model.py": """
+            import torch
+            from registry import MODEL_REGISTRY
+
+            @MODEL_REGISTRY.register()
+            class SRModel:
+                def __init__(self, opt):
+                    self.net = torch.nn.Linear(4, 4)
+                    self.setup_optimizers()
+
+                def setup_optimizers(self):
+                    self.optimizer = torch.optim.Adam(self.net.parameters())
+
+                def optimize_parameters(self, x):
+                    self.optimizer.zero_grad()
+                    self.net(x).sum().backward()
+                    self.optimizer.step()
+            """,
+        },
+        "train.py",
+        """
+        import torch
+        from models import build_model
+
+        model = build_model({"model_type": "SRModel"})
+        for step in range(3):
+            model.optimize_parameters(torch.randn(2, 4))
+        """,
+    )
+    assert result.declined and result.reason == "optimizer created in another module"
+    assert "SRModel.setup_optimizers() of " in result.message
+
+
+def test_a_class_picked_by_a_factory_names_the_base_class_that_trains(tmp_path: Path) -> None:
+    """TALENT: `get_method(name)(args)` returns one of several classes, each imported in its
+    own branch; they inherit `fit` (which creates the optimizer and trains) from a base class
+    of another module: the decline names `Method.fit()` and base.py, not the subclass."""
+    result = wrap_beside(
+        tmp_path,
+        {
+            "base.py": """
+            import torch
+
+            class Method:
+                def __init__(self, args):
+                    self.net = torch.nn.Linear(4, 1)
+
+                def fit(self, data):
+                    self.optimizer = torch.optim.AdamW(self.net.parameters())
+                    for x in data:
+                        self.optimizer.zero_grad()
+                        self.net(x).sum().backward()
+                        self.optimizer.step()
+            """,
+            "mlp.py": "from base import Method\n\nclass MLPMethod(Method):\n    pass\n",
+            "utils.py": """
+            def get_method(model):
+                if model == "mlp":
+                    from mlp import MLPMethod
+                    return MLPMethod
+                raise ValueError(model)
+            """,
+        },
+        "train_model_deep.py",
+        """
+        from utils import get_method
+
+        for seed in range(3):
+            method = get_method("mlp")({"seed": seed})
+            method.fit([])
+        """,
+    )
+    assert result.declined and result.reason == "optimizer created in another module"
+    assert "Method.fit() of " in result.message and "base.py" in result.message
+    assert "MLPMethod" not in result.message
+
+
+def test_agent_classes_handed_to_a_trainer_are_named(tmp_path: Path) -> None:
+    """p-christ's DRL: `AGENTS = [TD3, DDPG]` is handed to the local `Trainer`, which instantiates
+    each class; the agents create their optimizers in `__init__`. `optimizer.step()` in the
+    base class of a module that did `from torch.optim import optimizer` creates nothing."""
+    result = wrap_beside(
+        tmp_path,
+        {
+            "base_agent.py": """
+            from torch.optim import optimizer
+
+            class BaseAgent:
+                def take_optimisation_step(self, optimizer, loss):
+                    optimizer.zero_grad()
+                    loss.backward()
+                    optimizer.step()
+            """,
+            "ddpg.py": """
+            import torch
+            from base_agent import BaseAgent
+
+            class DDPG(BaseAgent):
+                def __init__(self, config):
+                    self.actor = torch.nn.Linear(4, 1)
+                    self.actor_optimizer = torch.optim.Adam(self.actor.parameters())
+            """,
+            "td3.py": "from ddpg import DDPG\n\nclass TD3(DDPG):\n    pass\n",
+            "trainer.py": """
+            class Trainer:
+                def __init__(self, config, agents):
+                    self.config, self.agents = config, agents
+
+                def run_games_for_agents(self):
+                    for agent_class in self.agents:
+                        agent_class(self.config).run_n_episodes()
+            """,
+        },
+        "mountain_car.py",
+        """
+        from ddpg import DDPG
+        from td3 import TD3
+        from trainer import Trainer
+
+        AGENTS = [TD3, DDPG]
+        trainer = Trainer({}, AGENTS)
+        trainer.run_games_for_agents()
+        """,
+    )
+    assert result.declined and result.reason == "optimizer created in another module"
+    assert "DDPG.__init__() of " in result.message
+    # named once, by the class that defines it (TD3 inherits DDPG's __init__)
+    assert "TD3" not in result.message and "take_optimisation_step" not in result.message
+
+
+def test_a_model_method_loop_on_a_parameter_is_followed_through_the_caller(
+    tmp_path: Path,
+) -> None:
+    """CloserLookFewShot: `train(base_loader, model, ...)` builds the Adam and calls
+    `model.train_loop(epoch, base_loader, optimizer)`; `model` is a parameter, and the main
+    block passes `BaselineTrain(...)`, whose method trains. The call goes in train(), after
+    the optimizer."""
+    result = wrap_beside(
+        tmp_path,
+        {
+            "baselinetrain.py": """
+            import torch.nn as nn
+
+            class BaselineTrain(nn.Module):
+                def __init__(self, classes):
+                    super().__init__()
+                    self.fc = nn.Linear(8, classes)
+
+                def forward(self, x):
+                    return self.fc(x)
+
+                def train_loop(self, epoch, loader, optimizer):
+                    for x, y in loader:
+                        optimizer.zero_grad()
+                        nn.functional.cross_entropy(self.forward(x), y).backward()
+                        optimizer.step()
+            """,
+        },
+        "train.py",
+        """
+        import torch
+        from baselinetrain import BaselineTrain
+
+        def train(base_loader, model, stop_epoch):
+            optimizer = torch.optim.Adam(model.parameters())
+            for epoch in range(stop_epoch):
+                model.train()
+                model.train_loop(epoch, base_loader, optimizer)
+
+        if __name__ == "__main__":
+            model = BaselineTrain(10)
+            train(loader, model, 100)
+        """,
+    )
+    assert not result.declined, result.message
+    assert "model, base_loader, optimizer = autoopt.optimize(model, base_loader, optimizer" in (
+        result.source
     )
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import libcst as cst
 
+from autoopt.lint.program.project_text import is_registry_getter, registering_modules
 from autoopt.lint.tree.nodes import code_of
 
 Scope = cst.FunctionDef | cst.Module
@@ -336,16 +337,20 @@ class CodeBase:
             )
             for candidate in candidates:
                 if candidate.is_file():
-                    key = candidate.resolve()
-                    if key not in self._files:
-                        try:
-                            tree = cst.parse_module(candidate.read_text(encoding="utf-8"))
-                            self._files[key] = SourceFile(candidate, tree)
-                        except (OSError, UnicodeDecodeError, cst.ParserSyntaxError):
-                            self._files[key] = None
-                        self._callers = None
-                    return self._files[key]
+                    return self._load_path(candidate)
         return None
+
+    def _load_path(self, path: Path) -> SourceFile | None:
+        """The local module at `path`, parsed once (None: unreadable or not Python)."""
+        key = path.resolve()
+        if key not in self._files:
+            try:
+                tree = cst.parse_module(path.read_text(encoding="utf-8"))
+                self._files[key] = SourceFile(path, tree)
+            except (OSError, UnicodeDecodeError, cst.ParserSyntaxError):
+                self._files[key] = None
+            self._callers = None
+        return self._files[key]
 
     def _imported(
         self, dotted: str, importer: SourceFile, depth: int = 0
@@ -597,7 +602,8 @@ class CodeBase:
         Exp(...)` where `Exp` stands for one class or another, or `name = make(...)` where the
         local function `make` returns an instance (pytorch-3dunet's `create_trainer(config)`)."""
         found: dict[int, tuple[SourceFile, cst.ClassDef]] = {}
-        for node in file.bindings(scope).get(name, ()):
+        bindings = file.bindings(scope).get(name, ())
+        for node in bindings:
             if (
                 isinstance(node, cst.Assign)
                 and len(node.targets) == 1
@@ -606,7 +612,42 @@ class CodeBase:
                 # each binding, in order (TD3's `policy = TD3.TD3(...)` or `OurDDPG.DDPG(...)`)
                 for owner in self._classes_of(file, node.value, depth):
                     found.setdefault(id(owner[1]), owner)
+        if not found and isinstance(scope, cst.FunctionDef) and depth < _MAX_BASES:
+            # a parameter: what its callers pass (CloserLookFewShot's `train(..., model, ...)`
+            # handed `model = BaselineTrain(...)` or `ProtoNet(...)` by the main block)
+            for owner in self._passed_classes(Func(file, scope), name, bool(bindings), depth):
+                found.setdefault(id(owner[1]), owner)
         return list(found.values())
+
+    def _passed_classes(
+        self, func: Func, name: str, rebound: bool, depth: int
+    ) -> list[tuple[SourceFile, cst.ClassDef]]:
+        """The local classes of the objects `func`'s callers pass for its parameter `name`
+        (unless the function binds the name itself: `rebound`)."""
+        if rebound or name not in func.params():
+            return []
+        found: list[tuple[SourceFile, cst.ClassDef]] = []
+        # the calls by its name that run it (not `callers()`: its index resolves every call
+        # of every file, and this runs while one of them is being resolved)
+        for file in self.files():
+            for call in file.calls():
+                called = call.func.attr if isinstance(call.func, cst.Attribute) else call.func
+                if not isinstance(called, cst.Name) or called.value != func.name:
+                    continue
+                if self.resolve(file, call) != func:
+                    continue
+                passed = self.argument(call, func, name)
+                if isinstance(passed, cst.Name):
+                    found += self._instance_classes(
+                        file, passed.value, file.scope_of(call), depth + 1
+                    )
+        return found
+
+    def classes_made(
+        self, file: SourceFile, value: cst.BaseExpression
+    ) -> list[tuple[SourceFile, cst.ClassDef]]:
+        """The local classes whose instance `value` (a call, maybe placed) makes."""
+        return self._classes_of(file, value, 0)
 
     def _classes_of(
         self, file: SourceFile, value: cst.BaseExpression, depth: int
@@ -622,6 +663,9 @@ class CodeBase:
             return []
         if depth < _MAX_BASES and (made := self._made_by(file, value, depth)):
             return made
+        if isinstance(value.func, cst.Call):
+            # `get_method(name)(args)`, `MODEL_REGISTRY.get(name)(opt)`: a class picked by name
+            return self.classes_returned(file, value.func)
         if isinstance(value.func, cst.Attribute):
             # `trainer = lib.Trainer(...)` of a local package (GRU4REC)
             one = self.called_class(file, value.func)
@@ -673,6 +717,49 @@ class CodeBase:
                 classes = []
             found.update((id(c[1]), c) for c in classes)
         return list(found.values())
+
+    def classes_returned(
+        self, file: SourceFile, call: cst.Call
+    ) -> list[tuple[SourceFile, cst.ClassDef]]:
+        """The local classes (not instances) `call` returns: every class registered with a
+        registry it looks up (BasicSR's `MODEL_REGISTRY.get(name)`), or those a local function
+        returns by name (TALENT's `get_method(name)`, importing one class in each branch)."""
+        func = call.func
+        if (
+            isinstance(func, cst.Attribute)
+            and isinstance(func.value, cst.Name)
+            and is_registry_getter(func.value.value, func.attr.value)
+        ):
+            return self._registered(file, func.value.value)
+        factory = self.resolve(file, call)
+        if (
+            factory is None
+            or factory.cls is not None
+            or not isinstance(factory.node, cst.FunctionDef)
+        ):
+            return []
+        found: dict[int, tuple[SourceFile, cst.ClassDef]] = {}
+        for node in factory.statements():
+            if isinstance(node, cst.Return) and isinstance(node.value, cst.Name):
+                owner = self.local_class(factory.file, node.value.value)
+                if owner is not None:
+                    found.setdefault(id(owner[1]), owner)
+        return list(found.values())
+
+    def _registered(self, file: SourceFile, registry: str) -> list[tuple[SourceFile, cst.ClassDef]]:
+        """The project's classes decorated `@registry.register(...)`, in the modules that
+        register with it (imported by a folder scan, not by name)."""
+        if file.path is None:
+            return []
+        found: list[tuple[SourceFile, cst.ClassDef]] = []
+        for path in registering_modules(file.path, registry):
+            source = self._load_path(_shown(path))
+            for cls in source.classes.values() if source is not None else ():
+                if any(
+                    code_of(d.decorator).startswith(f"{registry}.register") for d in cls.decorators
+                ):
+                    found.append((source, cls))
+        return found
 
     def callers(self, func: Func) -> list[tuple[Func, cst.Call]]:
         """Every (calling function, call) that runs `func`, across the loaded files."""
@@ -795,3 +882,12 @@ def _on_self(call: cst.Call) -> bool:
 
 def _is_backward(call: cst.Call) -> bool:
     return isinstance(call.func, cst.Attribute) and call.func.attr.value == "backward"
+
+
+def _shown(path: Path) -> Path:
+    """`path` relative to the working folder when it lies below it, as the script's own
+    imports are found (the names a decline shows)."""
+    try:
+        return path.relative_to(Path.cwd())
+    except ValueError:
+        return path

@@ -252,10 +252,16 @@ def optimizer_over_tensors(expr: str) -> Decline:
     )
 
 
+_LISTED = 4
+
+
 def optimizer_in_module(where: list[str], unreached: bool = False) -> Decline:
     """`where`: each creation as "Class.method() of path"; `unreached`: the script reaches no
     `.backward()` of its own (the training is in those classes too)."""
     after = "; no .backward() is reached from this script itself" if unreached else ""
+    if len(where) > _LISTED:  # a registry's dozen model classes: the first few name the place
+        more = len(where) - _LISTED
+        where = [*where[:_LISTED], f"{more} other class{'es' if more > 1 else ''}"]
     if len(where) == 1:
         return Decline(
             "optimizer created in another module",

@@ -216,9 +216,9 @@ def _wraps_through(code: CodeBase, file: SourceFile, call: cst.Call) -> bool:
 def is_parallel_wrap(file: SourceFile, call: cst.Call) -> bool:
     """`call` wraps a model in DDP, DataParallel, FSDP or tensor parallelism, also through a
     project's subclass named for it (EfficientDet's `CustomDataParallel`, mit_semseg's
-    `UserScatteredDataParallel`)."""
+    `UserScatteredDataParallel`, DANet's `DataParallelModel`)."""
     name = wrapper_name(file, call)
-    return name in _PARALLEL or name.endswith("DataParallel")
+    return name in _PARALLEL or "DataParallel" in name
 
 
 def wrapped_before(

@@ -139,18 +139,27 @@ def _no_loop_reached(code: CodeBase) -> Decline:
 
 
 def _optimizers_of_built_objects(code: CodeBase, file: SourceFile) -> list[str]:
-    """Where the classes of local modules the script instantiates create their optimizers
-    (`policy = BCQ.BCQ(...)`, whose `__init__` builds the networks and their Adams): each as
-    "BCQ.__init__() of BCQ.py"."""
-    found: dict[str, None] = {}
-    for call in file.calls():
-        owner = code.called_class(file, call.func)
-        if owner is None or owner[0] is file:
+    """Where the classes of local modules the script builds or hands on create their
+    optimizers: each as "BCQ.__init__() of BCQ.py" (`policy = BCQ.BCQ(...)`, whose `__init__`
+    builds the networks and their Adams), naming the class that defines the method. The
+    classes: those it instantiates, also through a factory or a registry (`build_model(opt)`,
+    `get_method(name)(args)`), and those it names as values (`AGENTS = [DDPG, TD3]` handed to
+    a trainer that instantiates them)."""
+    classes: dict[int, tuple[SourceFile, cst.ClassDef]] = {}
+    for node in file.nodes:
+        if isinstance(node, cst.Call):
+            owners = code.classes_made(file, node)
+        elif isinstance(node, cst.Name) and file.reads(node):
+            owners = [o] if (o := code.local_class(file, node.value)) is not None else []
+        else:
             continue
-        source, cls = owner
+        classes.update((id(o[1]), o) for o in owners if o[0] is not file)
+    found: dict[str, None] = {}
+    for source, cls in classes.values():
         for method in code.class_methods(source, cls):
-            if any(_creates_optimizer(source, c) for c in method.calls()):
-                found[f"{cls.name.value}.{method.name}() of {source.path}"] = None
+            if any(_creates_optimizer(method.file, c) for c in method.calls()):
+                owner = method.cls.name.value if method.cls is not None else cls.name.value
+                found[f"{owner}.{method.name}() of {method.file.path}"] = None
     return list(found)
 
 
@@ -171,9 +180,15 @@ def _creates_optimizer(file: SourceFile, call: cst.Call) -> bool:
     project's optimizer builder (`get_optimizer(cfg, model)`), by name, or a factory handed
     the `torch.optim` module (`config.init_obj("optimizer", torch.optim, params)`)."""
     qualified = file.qualname(call.func)
-    if qualified.startswith("torch.optim.") and ".lr_scheduler." not in qualified:
-        return True
     leaf = qualified.rsplit(".", 1)[-1]
+    if (
+        qualified.startswith("torch.optim.")
+        and leaf[
+            :1
+        ].isupper()  # a class, not `optimizer.step()` on `from torch.optim import optimizer`
+        and not any(f".{m}." in qualified for m in ("lr_scheduler", "swa_utils"))
+    ):
+        return True
     if leaf in OPTIMIZER_CLASSES or leaf in OPTIMIZER_FACTORIES:
         return True
     return any(file.qualname(a.value) == "torch.optim" for a in call.args)
