@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import re
 
 import libcst as cst
 
@@ -50,6 +51,9 @@ class ChannelsLast(Rule):
     - Scripts with no GPU path (the gain is a CUDA/cuDNN one; see `autoopt.lint.program.device`),
       1-D/3-D convolutions (`Conv1d`, `Conv3d` use other layouts), and scripts that already
       mention `channels_last`.
+    - A program that switches cuDNN off, or leaves it to a command-line flag that is off by
+      default (Rainbow's `torch.backends.cudnn.enabled = args.enable_cudnn`, `store_true`), in
+      the file or in the script that imports it: NHWC convolutions are cuDNN's kernels.
     - A model defined in another module of the project (`from models import Net`) is read
       (without importing it) and held to the same test: it must be built from `Conv2d` layers
       and a part that flattens with `.view()` declines the fix. A model whose module cannot be
@@ -102,6 +106,18 @@ class ChannelsLast(Rule):
             model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.Flatten())
             for x in loader:
                 model(x).sum().backward()
+            """
+        ),
+        Valid(  # Rainbow: cuDNN left to a flag, off by default
+            """
+            import torch
+            from torch import nn
+            parser.add_argument("--enable-cudnn", action="store_true")
+            args = parser.parse_args()
+            torch.backends.cudnn.enabled = args.enable_cudnn
+            model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.Flatten()).cuda()
+            for x in loader:
+                model(x.cuda()).sum().backward()
             """
         ),
         Valid(
@@ -730,7 +746,11 @@ class ChannelsLast(Rule):
     ]
 
     def visit_Module(self, node: cst.Module) -> None:
-        if "channels_last" in self.context.source or not self.facts.device.gpu_path:
+        if "channels_last" in self.context.source or not self.context.program.gpu_path:
+            return
+        if _cudnn_switched(self.context.source) or self.context.program.importer_text_says(
+            _cudnn_switched
+        ):
             return
         reported: set[int] = set()
         reported_names: set[str] = set()
@@ -836,3 +856,23 @@ class ChannelsLast(Rule):
                 add_imports=torch_imports(self.context.module),
             ),
         )
+
+
+# `cudnn.enabled = False`, or `= args.enable_cudnn` of a `store_true` flag (off unless given)
+_CUDNN_OFF = re.compile(r"cudnn\.enabled\s*=\s*(?:False\b|args\.(\w+))")
+
+
+def _cudnn_switched(text: str) -> bool:
+    """`text` switches cuDNN off: `torch.backends.cudnn.enabled = False`, or set from a
+    command-line flag that is off by default (Rainbow's `--enable-cudnn`, `store_true`); a
+    config's `CUDNN.ENABLED` (True in HRNet's defaults) is not."""
+    if "cudnn.enabled" not in text:
+        return False
+    for match in _CUDNN_OFF.finditer(text):
+        flag = match.group(1)
+        if flag is None:
+            return True
+        spelled = flag.replace("_", "[-_]")
+        if re.search(rf"""["']--{spelled}["'][^)]*store_true""", text):
+            return True
+    return False

@@ -259,7 +259,7 @@ class CudnnBenchmark(Rule):
         self._determinism_branch: cst.If | None = None
         self._eligible = (
             "cudnn.flags(" not in source
-            and facts.device.gpu_path
+            and context.program.gpu_path
             # a script: it trains or has a main block (never a library's import side effect);
             # a driver whose loop is in another module (`engine.train(model, ...)`) counts
             and (

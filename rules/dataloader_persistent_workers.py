@@ -14,6 +14,7 @@ from autoopt.lint.tree.nodes import (
     contains,
     dotted,
     int_literal,
+    is_name,
     names_in,
     nodes_of_type,
     walk,
@@ -127,6 +128,63 @@ class DataLoaderPersistentWorkers(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # DANet's train_dist.py: an epoch function nested in the scope of the loader
+            """
+            from torch.utils.data import DataLoader
+            def main_worker(args):
+                trainloader = DataLoader(trainset, batch_size=8, num_workers=4)
+                def training(epoch):
+                    for image, target in trainloader:
+                        model(image.cuda()).sum().backward()
+                for epoch in range(args.epochs):
+                    training(epoch)
+            """,
+            line=3,
+            fixed="""
+            from torch.utils.data import DataLoader
+            def main_worker(args):
+                trainloader = DataLoader(trainset, batch_size=8, num_workers=4, persistent_workers=True)
+                def training(epoch):
+                    for image, target in trainloader:
+                        model(image.cuda()).sum().backward()
+                for epoch in range(args.epochs):
+                    training(epoch)
+            """,
+            unsafe=True,
+        ),
+        Invalid(  # DANet's train.py: a trainer's method loops over its loader (through tqdm),
+            # and the script calls it on its instance every epoch
+            """
+            from torch.utils.data import DataLoader
+            from tqdm import tqdm
+            class Trainer:
+                def __init__(self, args):
+                    self.trainloader = DataLoader(trainset, batch_size=8, num_workers=4)
+                def training(self, epoch):
+                    tbar = tqdm(self.trainloader)
+                    for i, (image, target) in enumerate(tbar):
+                        model(image.cuda()).sum().backward()
+            trainer = Trainer(args)
+            for epoch in range(args.epochs):
+                trainer.training(epoch)
+            """,
+            line=5,
+            fixed="""
+            from torch.utils.data import DataLoader
+            from tqdm import tqdm
+            class Trainer:
+                def __init__(self, args):
+                    self.trainloader = DataLoader(trainset, batch_size=8, num_workers=4, persistent_workers=True)
+                def training(self, epoch):
+                    tbar = tqdm(self.trainloader)
+                    for i, (image, target) in enumerate(tbar):
+                        model(image.cuda()).sum().backward()
+            trainer = Trainer(args)
+            for epoch in range(args.epochs):
+                trainer.training(epoch)
+            """,
+            unsafe=True,
+        ),
         Invalid(  # loaders kept in a dict the epoch loop picks from (brain-segmentation)
             """
             from torch.utils.data import DataLoader
@@ -428,10 +486,20 @@ class DataLoaderPersistentWorkers(Rule):
         handed to the project's code that iterates it epoch after epoch (the program model)."""
         scope = self.facts.enclosing_scope(call)
         names = {name, *holders_of(self, name)}  # also `loaders[phase]`, a dict holding it
+        # a function nested in the scope that reads it (DANet's `def training(epoch)` inside
+        # `main_worker`, looping over the enclosing `trainloader`)
+        readers = {
+            f.name.value
+            for f in nodes_of_type(scope, cst.FunctionDef)
+            if f is not scope and names & names_in(f.body)
+        }
         for node in nodes_of_type(scope, (cst.For, cst.While), into_scopes=False):
             if contains(node, call):
                 continue
-            if names & names_in(node.body):
+            if names & names_in(node.body) or any(
+                isinstance(c.func, cst.Name) and c.func.value in readers
+                for c in calls_in(node.body)
+            ):
                 return True
         program = self.context.program
         if name.startswith("self.") and self._iterated_by_a_method_called_in_a_loop(call, name):
@@ -446,16 +514,41 @@ class DataLoaderPersistentWorkers(Rule):
         if cls is None:
             return False
         methods = [m for m in cls.body.body if isinstance(m, cst.FunctionDef)]
-        readers = {
-            m.name.value
-            for m in methods
-            for loop in nodes_of_type(m, cst.For)
-            if any(dotted(n) == name for n in walk(loop.iter) if isinstance(n, cst.Attribute))
+
+        def reads(expr: cst.CSTNode, aliases: set[str]) -> bool:
+            return any(
+                dotted(n) == name if isinstance(n, cst.Attribute) else n.value in aliases
+                for n in walk(expr)
+                if isinstance(n, cst.Attribute | cst.Name)
+            )
+
+        readers = set()
+        for m in methods:
+            # `tbar = tqdm(self.trainloader)`, then `for i, batch in enumerate(tbar)` (DANet)
+            aliases = {
+                target.target.value
+                for assign in nodes_of_type(m, cst.Assign)
+                if reads(assign.value, set())
+                for target in assign.targets
+                if isinstance(target.target, cst.Name)
+            }
+            if any(reads(loop.iter, aliases) for loop in nodes_of_type(m, cst.For)):
+                readers.add(m.name.value)
+        if not readers:
+            return False
+        # ... or on an instance the file builds, inside a loop (DANet's `trainer =
+        # Trainer(args)`, then `trainer.training(epoch)` for each epoch)
+        holders = {"self"} | {
+            target.target.value
+            for assign in nodes_of_type(self.context.module, cst.Assign)
+            if isinstance(assign.value, cst.Call) and is_name(assign.value.func, cls.name.value)
+            for target in assign.targets
+            if isinstance(target.target, cst.Name)
         }
+        called = {f"{h}.{r}" for h in holders for r in readers}
         return any(
-            isinstance(c.func, cst.Attribute) and dotted(c.func) in {f"self.{r}" for r in readers}
-            for m in methods
-            for loop in nodes_of_type(m, (cst.For, cst.While))
+            isinstance(c.func, cst.Attribute) and dotted(c.func) in called
+            for loop in nodes_of_type(self.context.module, (cst.For, cst.While))
             for c in calls_in(loop.body)
         )
 

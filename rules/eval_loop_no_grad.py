@@ -101,6 +101,20 @@ class EvalLoopNoGrad(Rule):
     triggers = (*EVAL_MARKERS, "def sample", ".backward(")
 
     VALID = [
+        Valid(  # detectron2's inference_on_dataset: no_grad entered on an ExitStack
+            """
+            import torch
+            from contextlib import ExitStack
+            def inference_on_dataset(model, data_loader):
+                model.eval()
+                results = []
+                with ExitStack() as stack:
+                    stack.enter_context(torch.no_grad())
+                    for inputs in data_loader:
+                        results.append(model(inputs))
+                return results
+            """
+        ),
         Valid(  # REINFORCE keeps the log-probability for the backward pass of the episode
             """
             import torch

@@ -128,6 +128,18 @@ class GradAccumulationLossScaling(Rule):
                     optimizer.zero_grad()
             """
         ),
+        Valid(  # mcan-vqa: the sum-reduced criterion placed on the GPU where it is built
+            """
+            import torch
+            loss_fn = torch.nn.BCELoss(reduction="sum").cuda()
+            for x, y in loader:
+                optimizer.zero_grad()
+                for accu_step in range(accu_steps):
+                    loss = loss_fn(model(x[accu_step::accu_steps]), y[accu_step::accu_steps])
+                    loss.backward()
+                optimizer.step()
+            """
+        ),
         Valid(  # steps every iteration: no accumulation
             """
             for i, (x, y) in enumerate(loader):
@@ -319,6 +331,16 @@ class GradAccumulationLossScaling(Rule):
                 return True
             if isinstance(call.func, cst.Name):
                 built = self._assigned_call(call.func.value)
+                # `nn.BCELoss(reduction="sum").cuda()` (mcan-vqa): the criterion under its
+                # placement
+                while (
+                    built is not None
+                    and not _reduction_sum(built)
+                    and isinstance(built.func, cst.Attribute)
+                    and built.func.attr.value in ("cuda", "to")
+                    and isinstance(built.func.value, cst.Call)
+                ):
+                    built = built.func.value
                 if built is not None and _reduction_sum(built):
                     return True
         return False

@@ -258,7 +258,12 @@ def lint(
 
 def say_followed(project: Project) -> None:
     """On stderr, the modules checked although not named, and why (`--fix` leaves them)."""
-    from autoopt.lint.program.followed import LOADER_RULES, MODEL_RULES, OPTIMIZER_RULES
+    from autoopt.lint.program.followed import (
+        EVALUATION_RULES,
+        LOADER_RULES,
+        MODEL_RULES,
+        OPTIMIZER_RULES,
+    )
 
     for module, named in project.discovered.followed:
         if module in project.discovered.loader_option_builders:
@@ -272,6 +277,8 @@ def say_followed(project: Project) -> None:
             where = f"which defines a module {named.as_posix()} runs (the model rules {', '.join(MODEL_RULES)} only)"
         elif module in project.discovered.optimizer_builders:
             where = f"which builds the optimizer {named.as_posix()} steps (the optimizer rule {', '.join(OPTIMIZER_RULES)} only)"
+        elif module in project.discovered.evaluators:
+            where = f"which evaluates a model {named.as_posix()} trains (the evaluation rule {', '.join(EVALUATION_RULES)} only)"
         else:
             where = f"where the training of {named.as_posix()} runs"
         click.echo(

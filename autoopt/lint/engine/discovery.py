@@ -64,6 +64,7 @@ class Discovered:
     model_definers: set[Path] = field(default_factory=set)
     # ... and those that build the optimizer it steps (checked for its options only)
     optimizer_builders: set[Path] = field(default_factory=set)
+    evaluators: set[Path] = field(default_factory=set)  # modules that evaluate a trained model
     # ... and the loader factories of a script with its own loop (the loader's options only)
     loader_option_builders: set[Path] = field(default_factory=set)
 
@@ -228,6 +229,8 @@ def follow_training(
                 out.model_definers.add(shown)
             elif holds == "optimizer":
                 out.optimizer_builders.add(shown)
+            elif holds == "evaluation":
+                out.evaluators.add(shown)
             elif holds == "loader options":
                 out.loader_builders.add(shown)
                 out.loader_option_builders.add(shown)

@@ -91,13 +91,20 @@ class Project:
         """A finding of rule `code` in `path` is reported: the per-file-ignores allow it, and
         a module checked only because it defines a trained model reports the model rules, one
         checked because it builds the optimizer the optimizer's rules."""
-        from autoopt.lint.program.followed import LOADER_RULES, MODEL_RULES, OPTIMIZER_RULES
+        from autoopt.lint.program.followed import (
+            EVALUATION_RULES,
+            LOADER_RULES,
+            MODEL_RULES,
+            OPTIMIZER_RULES,
+        )
 
         if Path(path) in self.discovered.model_definers and code not in MODEL_RULES:
             return False
         if Path(path) in self.discovered.optimizer_builders and code not in OPTIMIZER_RULES:
             return False
         if Path(path) in self.discovered.loader_option_builders and code not in LOADER_RULES:
+            return False
+        if Path(path) in self.discovered.evaluators and code not in EVALUATION_RULES:
             return False
         return self.per_file_ignores.allows(code, self.per_file_ignores.ignored(path))
 

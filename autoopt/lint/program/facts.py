@@ -391,12 +391,44 @@ class FileFacts:
         if self._grad_switched_off_before(node):
             return True
         for anc in self.ancestors(node):
-            if isinstance(anc, cst.With) and any(self._is_no_grad(i.item) for i in anc.items):
+            if isinstance(anc, cst.With) and (
+                any(self._is_no_grad(i.item) for i in anc.items) or self._enters_no_grad(anc, node)
+            ):
                 return True
             if isinstance(anc, cst.FunctionDef):
                 if any(self._is_no_grad(d.decorator) for d in anc.decorators):
                     return True
                 if _depth < _HELPER_DEPTH and self._only_called_in_no_grad(anc, _depth):
+                    return True
+        return False
+
+    def _enters_no_grad(self, block: cst.With, node: cst.CSTNode) -> bool:
+        """`with ExitStack() as stack:` whose body enters no_grad on every path before `node`
+        (detectron2's `stack.enter_context(torch.no_grad())`, a statement of the block)."""
+        stacks = {
+            item.asname.name.value
+            for item in block.items
+            if isinstance(item.item, cst.Call)
+            and (dotted(item.item.func) or "").endswith("ExitStack")
+            and item.asname is not None
+            and isinstance(item.asname.name, cst.Name)
+        }
+        if not stacks or not isinstance(block.body, cst.IndentedBlock):
+            return False
+        for stmt in block.body.body:
+            if not isinstance(stmt, cst.SimpleStatementLine) or not self.before(stmt, node):
+                continue
+            for small in stmt.body:
+                call = small.value if isinstance(small, cst.Expr) else None
+                if (
+                    isinstance(call, cst.Call)
+                    and isinstance(call.func, cst.Attribute)
+                    and call.func.attr.value == "enter_context"
+                    and isinstance(call.func.value, cst.Name)
+                    and call.func.value.value in stacks
+                    and call.args
+                    and self._is_no_grad(call.args[0].value)
+                ):
                     return True
         return False
 

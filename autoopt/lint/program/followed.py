@@ -24,7 +24,7 @@ import os
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from autoopt.lint.program.index import Value, load_index
+from autoopt.lint.program.index import Dotted, FunctionInfo, ModuleIndex, Value, load_index
 from autoopt.lint.program.project_files import resolve_module, root_of
 from autoopt.lint.program.project_text import read_text
 from autoopt.lint.program.summaries import Target, program
@@ -38,6 +38,8 @@ MODEL_RULES = ("AO501", "AO607", "AO609")
 OPTIMIZER_RULES = ("AO605",)
 # What a loader factory's module is checked for when the script runs its own loop.
 LOADER_RULES = ("AO101", "AO102", "AO104")
+# What a module followed because it evaluates the trained model is checked for.
+EVALUATION_RULES = ("AO403",)
 
 
 def training_modules(path: Path, source: str, depth: int = 3) -> list[tuple[Path, str]]:
@@ -60,12 +62,33 @@ def training_modules(path: Path, source: str, depth: int = 3) -> list[tuple[Path
     found = _training(path, root, depth) if drives else []
     loaders = loader_modules([Path(start), *found], root)
     models = model_modules([Path(start), *found], root, exclude=[*found, *loaders])
+    if not any(func.backward for func in index.functions.values()):
+        # a model class that holds its own training loop, which the script calls by name
+        # (CloserLookFewShot's `model.train_loop(epoch, loader, optimizer)` on a parameter
+        # whose class the call graph cannot name): its module is where the training runs
+        trains = [m for m in models if _calls_a_training_method(m, source)]
+        found += trains
+        models = [m for m in models if m not in trains]
     optimizers = optimizer_modules([Path(start), *found], root, exclude=[*found, *loaders, *models])
+    evaluators = evaluation_modules(
+        [Path(start), *found], root, exclude=[*found, *loaders, *models, *optimizers]
+    )
     return (
         [(m, "training") for m in found]
         + [(m, "loader" if drives else "loader options") for m in loaders]
         + [(m, "model") for m in models]
         + [(m, "optimizer") for m in optimizers]
+        + [(m, "evaluation") for m in evaluators]
+    )
+
+
+def _calls_a_training_method(module: Path, source: str) -> bool:
+    """A method of a class of `module` calls `backward()`, and `source` calls a method of
+    that name (`.train_loop(`)."""
+    index = load_index(module)
+    return index is not None and any(
+        func.backward and func.class_name and f".{func.qualname.rsplit('.', 1)[-1]}(" in source
+        for func in index.functions.values()
     )
 
 
@@ -103,7 +126,11 @@ def model_modules(modules: list[Path], root: str, exclude: list[Path] = ()) -> l
     defining: list[Path] = []
     for target in _builders(modules, _MODEL_ROLES):
         where = os.path.abspath(target.path)
-        if target.is_class and where not in seen and _inside(where, root):
+        if where in seen or not _inside(where, root):
+            continue
+        # a class, or a factory that wraps what it builds in DataParallel (Efficient-3DCNNs'
+        # `generate_model(opt)`: AO501 is about its code)
+        if target.is_class or _wraps_what_it_builds(target):
             seen.add(where)
             defining.append(Path(where))
     parts: list[Path] = []
@@ -122,6 +149,24 @@ def model_modules(modules: list[Path], root: str, exclude: list[Path] = ()) -> l
     return [*defining, *parts][:_MAX_MODEL_MODULES]
 
 
+def _wraps_what_it_builds(target: Target) -> bool:
+    """A factory function that wraps a model it builds in DataParallel: not a helper handed
+    the model to wrap (CenterNet's `DataParallel(module, ...)`, ignite's `auto_model(model)`),
+    which is the project's or a library's own parallel scheme."""
+    if "DataParallel(" not in read_text(target.path):
+        return False
+    index = load_index(target.path)
+    func = index.functions.get(target.qualname) if index is not None else None
+    return func is not None and any(
+        site.callee
+        and site.callee[-1] == "DataParallel"
+        and site.args
+        and site.args[0] is not None
+        and site.args[0][0] not in func.params
+        for site in func.calls
+    )
+
+
 _MODEL_ROLES = {"module", "forward"}
 _CLASS_BUILDERS = frozenset({"from_pretrained", "from_config"})  # classmethods building `cls`
 _MAX_MODEL_MODULES = 8  # a model zoo's package is not read whole
@@ -133,6 +178,72 @@ def optimizer_modules(modules: list[Path], root: str, exclude: list[Path] = ()) 
     Checked for `OPTIMIZER_RULES` only: the optimizer's own options."""
     # "optim": not where a torch.optim optimizer is built
     return _function_modules(_builders(modules, {"optimizer"}), [*modules, *exclude], root, "optim")
+
+
+def evaluation_modules(modules: list[Path], root: str, exclude: list[Path] = ()) -> list[Path]:
+    """The project modules whose functions the code of `modules` hands a model to run without
+    training it (federated-learning's `test_img(net_glob, dataset_test, args)` of
+    models/test.py: `net_g.eval()`, then a loop of forwards with autograd on). Checked for
+    `EVALUATION_RULES` only."""
+    prog = program()
+    targets: list[Target] = []
+    for module in modules:
+        index = load_index(module)
+        if index is None:
+            continue
+        imported = {*index.imports, *index.module_aliases}
+        for func in index.functions.values():
+            trained = _trained_arguments(index, func, imported)
+            for site in func.calls:
+                # a project function or a module's function by name (`test_img(...)`,
+                # `engine.evaluate(...)`), handed a name: not every call of the file
+                if (
+                    not site.callee
+                    or site.callee[0] not in imported
+                    or not any(site.args)
+                    or site.no_grad  # melgan's `with torch.no_grad(): validate(...)`
+                ):
+                    continue
+                # the arguments the caller treats as a module (sets its mode, reads its
+                # parameters): a model, not a callable such as `make_env`
+                models = [
+                    i
+                    for i, a in enumerate(site.args)
+                    if a is not None and (func.uses.get(a, set()) & _MODULE_USES or a in trained)
+                ]
+                if not models:
+                    continue
+                for target in prog.resolve(index, func, site.callee):
+                    summary = prog.summary(target)
+                    if (
+                        not target.is_class
+                        and not summary.trains
+                        and any("forward" in summary.roles_of(position=i) for i in models)
+                    ):
+                        targets.append(target)
+    # "eval": a module that never names it has no evaluation loop for the rule to judge
+    return _function_modules(targets, [*modules, *exclude], root, "eval")
+
+
+_MODULE_USES = frozenset({"train_mode", "eval_mode", "parameters", "submodules"})
+
+
+def _trained_arguments(index: ModuleIndex, func: FunctionInfo, imported: set[str]) -> set[Dotted]:
+    """The names `func` hands to a project function that trains them (Efficient-3DCNNs'
+    `train_epoch(i, train_loader, model, criterion, optimizer, ...)`)."""
+    prog = program()
+    found: set[Dotted] = set()
+    for site in func.calls:
+        if not site.callee or site.callee[0] not in imported or not any(site.args):
+            continue
+        summary = prog.call_summary(index, func, site.callee)
+        if summary.trains and not summary.constructs:
+            found.update(
+                a
+                for i, a in enumerate(site.args)
+                if a is not None and summary.roles_of(position=i) & {"forward", "trained"}
+            )
+    return found
 
 
 def loader_modules(modules: list[Path], root: str) -> list[Path]:

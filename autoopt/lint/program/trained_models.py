@@ -175,20 +175,25 @@ def _parameters_owners(
 
 
 def _group_helper_model(rule: Rule, opt_call: cst.Call, call: cst.Call) -> str | None:
-    """`get_params(model.module, key="1x")` (deeplab): a function named for parameters handed
-    a model first (or a part of it), where the function builds or runs that name as a model."""
-    if "param" not in call.func.value.lower() or not call.args:  # type: ignore[attr-defined]
+    """`get_params(model.module, key="1x")` (deeplab), `separate_bn_paras(self.model)`
+    (InsightFace): a function named for parameters handed a model first (or a part of it),
+    where the function builds or runs that name as a model."""
+    helper = call.func.value.lower()  # type: ignore[attr-defined]
+    if not ("param" in helper or "paras" in helper) or not call.args:
         return None
     first = call.args[0].value
     while isinstance(first, cst.Attribute) and not is_name(first.value, "self"):
         first = first.value  # `model.module` -> `model`
-    if not isinstance(first, cst.Name):
+    model = _model_reference(first)  # `model` or `self.model`
+    if model is None:
         return None
     program = rule.context.program
     func = program.function_of(opt_call)
     # built as a model, or run as one there (`model.train()` after a factory function)
-    runs = func is not None and {"called", "train_mode"} <= func.uses.get((first.value,), set())
-    return first.value if runs or program.builds_model(func, first.value) else None
+    runs = func is not None and {"called", "train_mode"} <= func.uses.get(
+        tuple(model.split(".")), set()
+    )
+    return model if runs or program.builds_model(func, model) else None
 
 
 def _bound_owners(rule: Rule, opt_call: cst.Call, name: str, depth: int, whole: bool) -> list[str]:
@@ -202,6 +207,22 @@ def _bound_owners(rule: Rule, opt_call: cst.Call, name: str, depth: int, whole: 
         if rule.facts.before(value, opt_call)
     ]
     last = values[-1] if values else None
+    if last is None:
+        # `paras_only_bn, paras_wo_bn = separate_bn_paras(self.model)` (InsightFace): one of
+        # the groups a helper returns
+        last = next(
+            (
+                assign.value
+                for assign in reversed(nodes_of_type(scope, cst.Assign, into_scopes=False))
+                if isinstance(assign.value, cst.Call)
+                and any(
+                    isinstance(t.target, cst.Tuple) and name in names_in(t.target)
+                    for t in assign.targets
+                )
+                and rule.facts.before(assign, opt_call)
+            ),
+            None,
+        )
     if last is None:
         # `for key, value in dict(model.named_parameters()).items(): params += [{"params":
         # [value], ...}]` (faster-rcnn): what the loop that binds the name iterates

@@ -105,13 +105,14 @@ class ProgramView:
         """The file can run on a GPU: its own code says so (`facts.device.gpu_path`), or it
         reads a device of unknown origin in a program that runs on CUDA (Crossformer's
         `.to(self.device)`, the device set by `Exp_Basic` of another module), or it trains
-        without naming a device and a CUDA training script imports it."""
+        on a device it does not choose and a CUDA training script imports it."""
         device = self.facts.device
         if device.gpu_path or (not device.no_device and self.runs_on_cuda):
             return True
         # a training helper that names no device of its own (physics_informed's train_2d.py,
-        # `x.to(rank)`), imported by a script that trains on CUDA
-        return device.no_device and bool(self.facts.backward_calls) and self.serves_cuda_training
+        # `x.to(rank)`) or reads its caller's (federated-learning's `LocalUpdate.train`,
+        # `.to(self.args.device)`), imported by a script that trains on CUDA
+        return bool(self.facts.backward_calls) and self.serves_cuda_training
 
     @functools.cached_property
     def _path(self) -> Path:
