@@ -696,12 +696,8 @@ class CodeBase:
             return []
         if self.local_class(file, code_of(call.func)) is not None:
             return []
-        factory = self.resolve(file, call)
-        if (
-            factory is None
-            or factory.cls is not None
-            or not isinstance(factory.node, cst.FunctionDef)
-        ):
+        factory = self._factory(file, call)
+        if factory is None:
             return []
         found: dict[int, tuple[SourceFile, cst.ClassDef]] = {}
         for node in factory.statements():
@@ -718,6 +714,17 @@ class CodeBase:
             found.update((id(c[1]), c) for c in classes)
         return list(found.values())
 
+    def _factory(self, file: SourceFile, call: cst.Call) -> Func | None:
+        """The local function (not a method) `call` runs."""
+        factory = self.resolve(file, call)
+        if (
+            factory is None
+            or factory.cls is not None
+            or not isinstance(factory.node, cst.FunctionDef)
+        ):
+            return None
+        return factory
+
     def classes_returned(
         self, file: SourceFile, call: cst.Call
     ) -> list[tuple[SourceFile, cst.ClassDef]]:
@@ -731,12 +738,8 @@ class CodeBase:
             and is_registry_getter(func.value.value, func.attr.value)
         ):
             return self._registered(file, func.value.value)
-        factory = self.resolve(file, call)
-        if (
-            factory is None
-            or factory.cls is not None
-            or not isinstance(factory.node, cst.FunctionDef)
-        ):
+        factory = self._factory(file, call)
+        if factory is None:
             return []
         found: dict[int, tuple[SourceFile, cst.ClassDef]] = {}
         for node in factory.statements():
