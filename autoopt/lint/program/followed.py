@@ -15,7 +15,9 @@ helper through its batch-size search is not a driver of that helper). From any s
 modules that define the models it trains are checked for the rules that judge a model's own
 code (`MODEL_RULES`: SRGAN's conv-then-BatchNorm blocks in model.py, S3Rec's attention,
 EDSR's `nn.parallel.data_parallel` in its model's forward; not
-AO608, whose host-built tensors in a model's helpers may run once, not every step).
+AO608, whose host-built tensors in a model's helpers may run once, not every step), and the
+modules of the functions it hands a trained model to evaluate are checked for AO403
+(`EVALUATION_RULES`: federated-learning's `test_img(net_glob, ...)`).
 """
 
 from __future__ import annotations
@@ -193,7 +195,7 @@ def evaluation_modules(modules: list[Path], root: str, exclude: list[Path] = ())
             continue
         imported = {*index.imports, *index.module_aliases}
         for func in index.functions.values():
-            trained = _trained_arguments(index, func, imported)
+            trained: set[Dotted] | None = None  # computed once a call needs it
             for site in func.calls:
                 # a project function or a module's function by name (`test_img(...)`,
                 # `engine.evaluate(...)`), handed a name: not every call of the file
@@ -205,12 +207,16 @@ def evaluation_modules(modules: list[Path], root: str, exclude: list[Path] = ())
                 ):
                     continue
                 # the arguments the caller treats as a module (sets its mode, reads its
-                # parameters): a model, not a callable such as `make_env`
+                # parameters) or hands to its training: a model, not a callable (`make_env`)
                 models = [
                     i
                     for i, a in enumerate(site.args)
-                    if a is not None and (func.uses.get(a, set()) & _MODULE_USES or a in trained)
+                    if a and func.uses.get(a, set()) & _MODULE_USES
                 ]
+                if not models:
+                    if trained is None:
+                        trained = _trained_arguments(index, func, imported)
+                    models = [i for i, a in enumerate(site.args) if a and a in trained]
                 if not models:
                     continue
                 for target in prog.resolve(index, func, site.callee):
