@@ -169,6 +169,42 @@ def test_channels_last_trains_like_channels_last_by_hand() -> None:
     assert_same_training(losses, expected, None)
 
 
+class StereoNet(nn.Module):
+    """PSMNet's shape: 2-D feature extraction, then a 3-D convolution over a cost volume."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.features = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU())
+        self.volume = nn.Conv3d(1, 1, 3, padding=1)
+        self.head = nn.Linear(8, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        cost = self.volume(self.features(x).unsqueeze(1)).squeeze(1)
+        return self.head(cost.mean((2, 3)))
+
+
+def test_a_model_with_a_conv3d_keeps_its_5d_weights_and_trains_like_eager() -> None:
+    """`Module.to(memory_format=torch.channels_last)` raises on a Conv3d's 5-D weight: the pass
+    converts the 4-D tensors only, and the model trains as the user's own fp32 loop does."""
+    torch.manual_seed(0)
+    reference = StereoNet()
+    model = copy.deepcopy(reference)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    model, optimizer = autoopt.optimize(
+        model, optimizer=optimizer, amp=False, channels_last=True, verbose=False
+    )
+    assert autoopt.report(model)["channels_last"].status.value == "applied"
+    conv2d, conv3d = model.features[0].weight, model.volume.weight
+    assert conv2d.is_contiguous(memory_format=torch.channels_last) and not conv2d.is_contiguous()
+    assert conv3d.is_contiguous()
+    x, y = cnn_data(64)
+    losses = train(model, optimizer, batches(x, y, 16), epochs=2)
+    expected = train_by_hand(
+        reference, torch.optim.SGD(reference.parameters(), lr=0.05), batches(x, y, 16), 2
+    )
+    assert_same_training(losses, expected, None)
+
+
 def test_a_user_error_is_not_blamed_on_channels_last() -> None:
     model = autoopt.optimize(SmallCNN(), amp=False, channels_last=True, verbose=False)
     with pytest.raises(RuntimeError):

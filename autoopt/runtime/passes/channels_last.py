@@ -18,8 +18,9 @@ step. "auto" stands down under `amp=False` (on any device: NHWC kernels round ap
 eager's NCHW ones, and amp=False asks for eager's fp32) and under `deterministic=True` where it
 would be measured (`options.eager_numerics`); channels_last=True still applies.
 
-Channels-last stays inside the model. `module.to(memory_format=...)` swaps `param.data` and keeps
-Parameter identity; 4-D floating inputs are converted at the model's boundary, inside the patched
+Channels-last stays inside the model. The 4-D parameters and buffers change layout as
+`module.to(memory_format=...)` would change them (`param.data` swapped, Parameter identity kept),
+the 5-D weights of a Conv3d in the same model left as they are (`.to` raises on them); 4-D floating inputs are converted at the model's boundary, inside the patched
 forward (INPUT stage, inside the compiled region, after the user's forward pre-hooks), never by
 the loader: user code sees the batches it would see without autoopt. The optimizer's state follows
 the parameters' layout whenever it changes (at optimize(), after the trials, on a fallback, on
@@ -174,8 +175,14 @@ class _State:
         mode (a layout set inside it would leave inference tensors no backward can save)."""
         self.active = channels_last
         fmt = torch.channels_last if channels_last else torch.contiguous_format
+
+        def layout(t: torch.Tensor) -> torch.Tensor:
+            # 4-D tensors only: `Module.to(memory_format=torch.channels_last)` also takes the
+            # 5-D weights of a Conv3d, and raises on them (a 2-D + 3-D stereo or video model)
+            return t.contiguous(memory_format=fmt) if t.dim() == 4 else t
+
         with torch.inference_mode(False), torch.no_grad():
-            self.model.to(memory_format=fmt)
+            self.model._apply(layout)  # as `Module.to` does: same Parameters, new `.data`
             if self.optimizer is not None:
                 optimizer_state.state_like_params(self.optimizer)
 
