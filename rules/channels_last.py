@@ -50,7 +50,9 @@ class ChannelsLast(Rule):
       4-D, merges nothing.
     - Scripts with no GPU path (the gain is a CUDA/cuDNN one; see `autoopt.lint.program.device`),
       1-D/3-D convolutions (`Conv1d`, `Conv3d` use other layouts), and scripts that already
-      mention `channels_last`.
+      mention `channels_last`. A model of another module that has 3-D convolutions beside its
+      2-D ones (PSMNet's cost volume) is not reported: `model.to(memory_format=
+      torch.channels_last)` raises on its 5-D weights.
     - A program that switches cuDNN off, or leaves it to a command-line flag that is off by
       default (Rainbow's `torch.backends.cudnn.enabled = args.enable_cudnn`, `store_true`), in
       the file or in the script that imports it: NHWC convolutions are cuDNN's kernels.

@@ -477,3 +477,50 @@ def test_a_helper_handed_the_model_to_wrap_is_not_a_model_factory(tmp_path: Path
     )
     found, said = _lint_rules("main.py", "AO501")
     assert ("data_parallel.py", "AO501") not in found and "data_parallel.py" not in said
+
+
+def test_a_model_with_3d_convolutions_is_not_told_to_use_channels_last(tmp_path: Path) -> None:
+    """PSMNet: 2-D feature extraction and a Conv3d cost volume in the model's module;
+    `model.to(memory_format=torch.channels_last)` raises on the 5-D weights, so AO606 is not
+    reported. The same model without the Conv3d is."""
+    model = """
+    from torch import nn
+
+    class Features(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.convs = nn.Sequential(nn.Conv2d(3, 32, 3), nn.Conv2d(32, 32, 3))
+
+    class PSMNet(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.features = Features()
+            self.dres = nn.Sequential({})
+
+        def forward(self, left):
+            return self.dres(self.features.convs(left).unsqueeze(2))
+    """
+    main = """
+    import torch
+    from models import PSMNet
+
+    model = PSMNet().cuda()
+    optimizer = torch.optim.Adam(model.parameters())
+    for imgL, disp in loader:
+        optimizer.zero_grad()
+        loss = torch.nn.functional.smooth_l1_loss(model(imgL.cuda()), disp.cuda())
+        loss.backward()
+        optimizer.step()
+    """
+    _project(tmp_path, {"models.py": model.format("nn.Conv3d(32, 32, 3)"), "main.py": main})
+    assert _lint_rules("main.py", "AO606")[0] == []
+    _project(tmp_path, {"models.py": model.format("nn.ReLU()"), "main.py": main})
+    assert _lint_rules("main.py", "AO606")[0] == [("main.py", "AO606")]
+    # guided-diffusion's `conv_nd(dims, ...)` builds Conv3d only for dims=3: not counted
+    conv_nd = """
+    def conv_nd(dims, *args):
+        return nn.Conv2d(*args) if dims == 2 else nn.Conv3d(*args)
+    """
+    models = model.format("conv_nd(2, 32, 32, 3)") + conv_nd
+    _project(tmp_path, {"models.py": models, "main.py": main})
+    assert _lint_rules("main.py", "AO606")[0] == [("main.py", "AO606")]

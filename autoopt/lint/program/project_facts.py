@@ -50,6 +50,7 @@ _CONV_LEAVES = _CONV2D_LEAVES | frozenset(
     for dim in (1, 3)
 )
 _CONV_FUNCTION_LEAVES = frozenset({"conv1d", "conv2d", "conv3d", "conv_transpose2d"})
+_CONV3D_LEAVES = frozenset({"Conv3d", "ConvTranspose3d", "LazyConv3d", "LazyConvTranspose3d"})
 # Layers that make a model dense rather than convolutional (transformers, MLPs).
 _DENSE_LEAVES = frozenset({"Linear", "LazyLinear", "Bilinear", "MultiheadAttention"})
 _ZOO_CONVS = 20  # a torchvision/timm CNN counts as this many convolution layers
@@ -74,6 +75,7 @@ class ModuleSummary:
     functions: dict[str, set[str]] = field(default_factory=dict)  # function -> names it uses
     conv: set[str] = field(default_factory=set)  # classes/functions with convolution layers
     conv2d: set[str] = field(default_factory=set)  # ... with 2-D convolutions
+    conv3d: set[str] = field(default_factory=set)  # ... with 3-D ones (5-D weights)
     views: set[str] = field(default_factory=set)  # ... that flatten with `.view(n, -1)`
     # functions that build a torch.optim optimizer, classes that are one (`class SAM(Optimizer)`)
     optimizers: set[str] = field(default_factory=set)
@@ -150,6 +152,8 @@ def summarize(path: Path, data: bytes, tree: ast.Module | None = None) -> Module
                     times[leaf] = times.get(leaf, 0) + weight
                 if leaf in _CONV_LEAVES or leaf in _CONV_FUNCTION_LEAVES:
                     summary.conv.add(stmt.name)
+                if leaf in _CONV3D_LEAVES:
+                    summary.conv3d.add(stmt.name)
                 if leaf in _CONV2D_LEAVES or leaf == "conv2d":
                     summary.conv2d.add(stmt.name)
                     convs += weight
@@ -878,7 +882,11 @@ def _describe(name: str, summary: ModuleSummary, defined: str) -> LocalDefinitio
     return LocalDefinition(
         name,
         conv=bool(closure & {"conv"}),
-        conv2d=bool(closure & {"conv2d"}) and _convolutions_dominate(summary, defined),
+        # a 2-D network with 3-D convolutions too (PSMNet's cost volume) is not a channels_last
+        # candidate: `model.to(memory_format=torch.channels_last)` raises on its 5-D weights
+        conv2d=bool(closure & {"conv2d"})
+        and _convolutions_dominate(summary, defined)
+        and not _builds_3d_convolutions(summary, defined),
         views=bool(closure & {"views"}),
         optimizer=defined in summary.optimizers,
     )
@@ -905,6 +913,29 @@ def _cross_module_closure(
         if target is not None and (target[0].path, target[1]) not in seen:
             found |= _cross_module_closure(target[0], target[1], seen)
     return found
+
+
+def _builds_3d_convolutions(
+    summary: ModuleSummary, name: str, seen: set[tuple[Path, str]] | None = None
+) -> bool:
+    """`name`, or a definition it uses (in its module or another), builds a 3-D convolution;
+    not a helper that builds one dimension or another (guided-diffusion's `conv_nd(dims,
+    ...)`, which also builds Conv2d)."""
+    seen = set() if seen is None else seen
+    seen.add((summary.path, name))
+    if name in summary.conv3d and not (name in summary.functions and name in summary.conv2d):
+        return True
+    for other in sorted(_uses(summary, name)):
+        if len(seen) > _MAX_VISITS:
+            return False
+        target = _used_definition(summary, other)
+        if (
+            target is not None
+            and (target[0].path, target[1]) not in seen
+            and _builds_3d_convolutions(target[0], target[1], seen)
+        ):
+            return True
+    return False
 
 
 def _uses(summary: ModuleSummary, name: str) -> set[str]:
