@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import copy
+import inspect
+import warnings
 
 import pytest
 import torch
@@ -352,3 +354,119 @@ def test_an_explicit_true_or_a_compiled_forward_is_not_measured(monkeypatch) -> 
         model(torch.randn(2, 3, 16, 16))
         assert "measured" not in autoopt.report(model)["channels_last"].detail
     assert clock.now == 0.0
+
+
+class DropoutCNN(SmallCNN):
+    """SmallCNN with an `nn.Dropout` on its 4-D feature maps (SqueezeNet's, a U-Net's)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.features.insert(3, nn.Dropout(0.3))
+
+
+class FunctionalDropoutCNN(SmallCNN):
+    """A dropout written in the forward (WideResNet's, DenseNet's `F.dropout`)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = nn.functional.dropout(self.features(x), 0.3, self.training)
+        return self.head(torch.flatten(h, 1))
+
+
+class DropPathCNN(SmallCNN):
+    """Draws that do not follow the layout: Dropout2d (one per channel), and stochastic depth
+    drawn into a fresh `new_empty` tensor (timm's DropPath)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.features.insert(3, nn.Dropout2d(0.3))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.features(x)
+        keep = h.new_empty((h.shape[0], 1, 1, 1)).bernoulli_(0.8)
+        return self.head(torch.flatten(h * keep / 0.8, 1))
+
+
+def _nchw_loop_and_optimized(
+    model_class: type[nn.Module], **options: object
+) -> tuple[list[float], list[float], nn.Module]:
+    """Losses of the user's own NCHW fp32 loop and of the same model under optimize(), both
+    from the same seed."""
+    torch.manual_seed(0)
+    reference = model_class()
+    model = copy.deepcopy(reference)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    model, optimizer = autoopt.optimize(
+        model, optimizer=optimizer, amp=False, channels_last=True, verbose=False, **options
+    )
+    x, y = cnn_data(64)
+    torch.manual_seed(1)
+    got = train(model, optimizer, batches(x, y, 16), epochs=2)
+    torch.manual_seed(1)
+    ref_opt = torch.optim.SGD(reference.parameters(), lr=0.05)
+    expected = train_by_hand(reference, ref_opt, batches(x, y, 16), 2)
+    return got, expected, model
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+@pytest.mark.parametrize("model_class", [DropoutCNN, DropPathCNN])
+def test_dropout_draws_the_nchw_loops_masks(model_class: type[nn.Module], compiled: bool) -> None:
+    """A mask is drawn in memory order: an `nn.Dropout` on NHWC activations would draw other
+    masks than the user's NCHW loop at the same seed (every loss ~1e-3 apart)."""
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        got, expected, model = _nchw_loop_and_optimized(model_class, compile=compiled)
+    assert not [w for w in seen if "NHWC" in str(w.message)]  # the draws are the user's
+    result = autoopt.report(model)["channels_last"]
+    assert result.status.value == "applied" and not result.events
+    assert_same_training(got, expected, None)
+
+
+def test_a_draw_written_in_the_forward_is_reported_with_a_warning() -> None:
+    with pytest.warns(
+        UserWarning, match=r"nn\.functional\.dropout\(\.\.\.\) in FunctionalDropoutCNN\.forward"
+    ):
+        got, expected, model = _nchw_loop_and_optimized(FunctionalDropoutCNN)
+    (event,) = autoopt.report(model)["channels_last"].events
+    assert event.kind == "random draw" and event.filename == __file__
+    lines, start = inspect.getsourcelines(FunctionalDropoutCNN.forward)
+    assert "functional.dropout" in lines[event.lineno - start]
+    assert max(abs(a - b) for a, b in zip(got, expected, strict=True)) > 1e-4  # what it warns of
+
+
+def test_a_model_the_user_put_in_channels_last_keeps_its_own_masks() -> None:
+    torch.manual_seed(0)
+    reference = DropoutCNN().to(memory_format=CL)
+    model = copy.deepcopy(reference)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    model, optimizer = autoopt.optimize(
+        model, optimizer=optimizer, amp=False, channels_last=True, verbose=False
+    )
+    assert not model.features[3]._forward_pre_hooks
+    x, y = cnn_data(64)
+    torch.manual_seed(1)
+    got = train(model, optimizer, batches(x, y, 16), epochs=2)
+    torch.manual_seed(1)
+    ref_opt = torch.optim.SGD(reference.parameters(), lr=0.05)
+    expected = train_by_hand(reference, ref_opt, batches(x, y, 16), 2, channels_last=True)
+    assert_same_training(got, expected, None)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the measurement runs on CPU")
+@pytest.mark.parametrize("winner", ["channels_last", "contiguous"])
+@pytest.mark.usefixtures("fp32_auto")
+def test_the_draws_are_reported_only_when_the_trials_keep_nhwc(
+    monkeypatch: pytest.MonkeyPatch, winner: str
+) -> None:
+    model = FunctionalDropoutCNN()
+    costs = {"channels_last": 0.002, "contiguous": 0.002, winner: 0.001}
+    monkeypatch.setattr(cl_pass, "CLOCK", LayoutClock(model, costs))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        model, opt = autoopt.optimize(model, optimizer=opt, verbose=False)
+        assert not autoopt.report(model)["channels_last"].events  # NCHW until the trials end
+        x, y = cnn_data(64)
+        train(model, opt, batches(x, y, 8), epochs=1)
+    events = autoopt.report(model)["channels_last"].events
+    told = [w for w in seen if "draws in the NHWC layout" in str(w.message)]
+    assert (len(events), len(told)) == ((1, 1) if winner == "channels_last" else (0, 0))

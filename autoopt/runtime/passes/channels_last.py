@@ -33,11 +33,17 @@ path that meets the `.view()` may be an eval-only head, a branch taken every k s
 smaller last batch.
 Layout changes happen outside inference mode, so a first call under `torch.inference_mode()`
 leaves parameters that later training can save for backward.
+Random numbers stay the user's (`layout.random_draws`): a dropout mask is drawn in memory order,
+so `nn.Dropout` modules get their 4-D NHWC inputs in NCHW and draw the NCHW loop's masks; a draw
+written in a forward (`F.dropout(x)`, `torch.rand_like(x)`) cannot be, and the report names
+each such place, with a warning, whenever the layout is in force. A model the user put in
+channels_last already keeps its own draws.
 """
 
 from __future__ import annotations
 
 import functools
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -48,10 +54,11 @@ from torch.nn.parameter import is_lazy
 from autoopt.runtime import optimizer_state
 from autoopt.runtime.context import Context, Forward, ForwardLayer, Stage
 from autoopt.runtime.errors import error_summary
+from autoopt.runtime.layout import random_draws
 from autoopt.runtime.loading.batch import map_tensors
 from autoopt.runtime.options import eager_numerics
 from autoopt.runtime.passes import compile as compile_pass
-from autoopt.runtime.report import PassResult, Report
+from autoopt.runtime.report import Event, PassResult, Report
 from autoopt.runtime.trials.choices import Choice, default_clock, trials_of
 from autoopt.runtime.trials.replay import Replay
 
@@ -128,7 +135,11 @@ def run(ctx: Context) -> PassResult:
         # buckets laid out like each rank's parameters, so every rank keeps the rule's choice.
         measure = False
         why += "; not measured under torchrun (every rank must make the same choice)"
+    user_layout = _in_channels_last(ctx.model)
     state = _State(ctx.model, ctx.report, ctx.optimizer)
+    if not user_layout:
+        random_draws.draw_dropout_in_nchw(ctx.model)
+        state.draws = random_draws.memory_order_draws(ctx.model)
     # Measured: NCHW until the trials put a layout in force (the first step runs in NCHW).
     state.set_layout(not measure)
     if ctx.optimizer is not None:
@@ -151,7 +162,20 @@ def run(ctx: Context) -> PassResult:
         why += "; on CPU: kept only if training steps measure faster than in NCHW"
     state.result = PassResult.applied(NAME, why)
     state.result.figures["conv_share"] = round(conv_share(ctx.model), 4)  # shown as "~N%"
+    if not measure:
+        state.announce_draws(state.result)
     return state.result
+
+
+def _in_channels_last(model: nn.Module) -> bool:
+    """Whether the user put `model` in channels_last already (a 4-D weight in NHWC)."""
+    return any(
+        p.dim() == 4
+        and not p.is_contiguous()
+        and p.is_contiguous(memory_format=torch.channels_last)
+        for p in model.parameters()
+        if not is_lazy(p)
+    )
 
 
 class _State:
@@ -166,6 +190,7 @@ class _State:
         self.active = True
         self.fallen_back = False  # NCHW for good: the trials' layout switches are ignored
         self.result: PassResult | None = None  # the APPLIED entry, restored if blame was wrong
+        self.draws: list[Event] = []  # draws in the forwards that NHWC changes (random_draws)
 
     def convert(self) -> None:
         self.set_layout(True)
@@ -200,9 +225,23 @@ class _State:
             self.result = PassResult.applied(
                 NAME, f"model and 4-D inputs in channels_last: {measured}"
             )
+            self.announce_draws(self.result)
             self.report.replace(self.result)
         else:
             self.report.replace(PassResult.skipped(NAME, f"NCHW kept: {measured}"))
+
+    def announce_draws(self, result: PassResult) -> None:
+        """The layout is in force: list the draws it changes on `result`, with a warning."""
+        if not self.draws:
+            return
+        result.events.extend(self.draws)
+        first = self.draws[0]
+        more = f" (and {len(self.draws) - 1} more place(s), listed in the report)"
+        warnings.warn(
+            f"autoopt: channels_last: {first.reason}; at {first.filename}:{first.lineno}"
+            + (more if len(self.draws) > 1 else ""),
+            stacklevel=3,
+        )
 
     def fall_back(self, err: BaseException) -> None:
         self.fallen_back = True
