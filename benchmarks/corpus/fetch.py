@@ -60,6 +60,8 @@ SPLITS = {
     "fresh-v": (HERE / "fresh_v.json", HERE / "_repos_fresh_v"),
     "fresh-w": (HERE / "fresh_w.json", HERE / "_repos_fresh_w"),
     "fresh-x": (HERE / "fresh_x.json", HERE / "_repos_fresh_x"),
+    "fresh-y": (HERE / "fresh_y.json", HERE / "_repos_fresh_y"),
+    "fresh-z": (HERE / "fresh_z.json", HERE / "_repos_fresh_z"),
 }
 TORCH_DIR = "torch"
 
