@@ -784,3 +784,80 @@ def test_an_optimizer_handed_in_and_rebuilt_inside_the_loop(tmp_path: Path) -> N
     )
     result = wrap(script)
     assert result.declined and result.reason == "optimizer created inside the loop", result.message
+
+
+def test_a_training_function_picked_by_a_flag_into_a_local_name(tmp_path: Path) -> None:
+    """vnet: `if nll: train = train_nll` / `else: train = train_dice`, then `train(args, model,
+    loader, optimizer)`: the optimizer is followed to its creation, after the DataParallel."""
+    script = project(
+        tmp_path,
+        {
+            "train.py": """\
+                import torch
+                from data import make_loader
+
+                def train_nll(model, loader, optimizer):
+                    for x, y in loader:
+                        torch.nn.functional.mse_loss(model(x), y).backward()
+                        optimizer.step()
+
+                def train_dice(model, loader, optimizer):
+                    for x, y in loader:
+                        torch.nn.functional.l1_loss(model(x), y).backward()
+                        optimizer.step()
+
+                def main(nll=False):
+                    model = torch.nn.Linear(8, 1)
+                    model = torch.nn.parallel.DataParallel(model)
+                    if nll:
+                        train = train_nll
+                    else:
+                        train = train_dice
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                    for epoch in range(2):
+                        train(model, make_loader(), optimizer)
+                """,
+            "data.py": LOADER,
+        },
+    )
+    result = wrap(script)
+    assert result.declined and result.reason == "model wrapped in DDP/FSDP before the optimizer"
+
+
+def test_a_decline_sending_to_the_trainers_file_says_why_it_would_decline_there(
+    tmp_path: Path,
+) -> None:
+    """Swin-Unet: the optimizer is created in trainer.py, which wraps the model in
+    DataParallel first: one run says both."""
+    script = project(
+        tmp_path,
+        {
+            "main.py": """\
+                import torch
+                from trainer import trainer_synapse
+
+                if __name__ == "__main__":
+                    net = torch.nn.Linear(8, 1)
+                    trainer_synapse(net)
+                """,
+            "data.py": LOADER,
+            "trainer.py": """\
+                import torch
+                from data import make_loader
+
+                def trainer_synapse(model):
+                    model = torch.nn.DataParallel(model)
+                    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+                    for x, y in make_loader():
+                        torch.nn.functional.mse_loss(model(x), y).backward()
+                        optimizer.step()
+                """,
+        },
+    )
+    result = wrap(script)
+    assert result.declined and result.reason == "optimizer created in another module"
+    assert "trainer_synapse() of" in result.message
+    assert "there, `model = torch.nn.DataParallel(model)`" in result.message
+    assert (
+        "in " + str(tmp_path / "trainer.py") in result.message or "in trainer.py" in result.message
+    )

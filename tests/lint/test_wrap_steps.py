@@ -176,6 +176,7 @@ def test_every_decline_states_the_reason_and_the_change_to_make() -> None:
         "list[str]": ["`optimizer` in main()", "`optimizer` in init()"],
         "ParallelWrap": decline.ParallelWrap("net = nn.DataParallel(net)", "DataParallel"),
         "bool": True,
+        "Path | None": None,
     }
     made = [
         f

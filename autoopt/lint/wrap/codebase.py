@@ -771,10 +771,31 @@ class CodeBase:
             for file in self.files():
                 for call in file.calls():
                     target = self.resolve(file, call)
-                    if target is not None:
-                        index.setdefault(target, []).append((self.scope(file, call), call))
+                    for runs in [target, *self._bound_functions(file, call)]:
+                        if runs is not None:
+                            index.setdefault(runs, []).append((self.scope(file, call), call))
             self._callers = index
         return self._callers.get(func, [])
+
+    @staticmethod
+    def _bound_functions(file: SourceFile, call: cst.Call) -> list[Func]:
+        """The functions of the file a local name is bound to before it is called (vnet's
+        `if nll: train = train_nll` / `else: train = train_dice`, then `train(args, ...)`)."""
+        if not isinstance(call.func, cst.Name):
+            return []
+        name = call.func.value
+        found = []
+        for node in file.body_nodes(file.scope_of(call)):
+            if (
+                isinstance(node, cst.Assign)
+                and len(node.targets) == 1
+                and isinstance(node.targets[0].target, cst.Name)
+                and node.targets[0].target.value == name
+                and isinstance(node.value, cst.Name)
+                and node.value.value in file.functions
+            ):
+                found.append(Func(file, file.functions[node.value.value]))
+        return found
 
     @staticmethod
     def argument(call: cst.Call, callee: Func, param: str) -> cst.BaseExpression | None:

@@ -6,6 +6,7 @@ that runs (or why there is nothing to insert)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 _AGAIN = "and run --wrap again"
 
@@ -18,6 +19,9 @@ class Decline:
     reason: str
     detail: str
     change: str
+    # the one file where the optimizer is created, when that is the reason (its own --wrap
+    # outcome is told with this one's: `plan.plan_wrap`)
+    elsewhere: Path | None = None
 
     @property
     def message(self) -> str:
@@ -255,9 +259,12 @@ def optimizer_over_tensors(expr: str) -> Decline:
 _LISTED = 4
 
 
-def optimizer_in_module(where: list[str], unreached: bool = False) -> Decline:
+def optimizer_in_module(
+    where: list[str], unreached: bool = False, path: Path | None = None
+) -> Decline:
     """`where`: each creation as "Class.method() of path"; `unreached`: the script reaches no
-    `.backward()` of its own (the training is in those classes too)."""
+    `.backward()` of its own (the training is in those classes too); `path`: the file, where
+    there is one."""
     after = "; no .backward() is reached from this script itself" if unreached else ""
     if len(where) > _LISTED:  # a registry's dozen model classes: the first few name the place
         more = len(where) - _LISTED
@@ -267,6 +274,7 @@ def optimizer_in_module(where: list[str], unreached: bool = False) -> Decline:
             "optimizer created in another module",
             f"the optimizer is created in {where[0]}, which this script runs{after}",
             "run --wrap on that file",
+            path,
         )
     return Decline(
         "optimizer created in another module",

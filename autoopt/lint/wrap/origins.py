@@ -359,7 +359,8 @@ def bind_optimizers(code: CodeBase, training: Training) -> Bound | Decline:
                 return decline.parallel_before_optimizer(wrap)
         # an object of a local module creates and steps them (BCQ's agent, SimGNN's trainer)
         where = {f"{_qualified(o.func)}() of {o.func.file.path}": None for o in origins.values()}
-        return decline.optimizer_in_module(list(where))
+        files = {o.func.file.path for o in origins.values()}
+        return decline.optimizer_in_module(list(where), path=next(iter(files)))
     probes = {key for key, o in origins.items() if _evaluation_probe(o.func.name)}
     if probes and len(probes) < len(origins):
         for key in probes:  # a linear probe's optimizer, trained to evaluate (GraphMAE)
@@ -377,5 +378,7 @@ def bind_optimizers(code: CodeBase, training: Training) -> Bound | Decline:
     )
     home = optimizers[0].func
     if home.file is not code.script:
-        return decline.optimizer_in_module([f"{_qualified(home)}() of {home.file.path}"])
+        return decline.optimizer_in_module(
+            [f"{_qualified(home)}() of {home.file.path}"], path=home.file.path
+        )
     return Bound(home, optimizers, stepped)

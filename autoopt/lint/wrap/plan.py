@@ -69,7 +69,26 @@ def plan_wrap(module: cst.Module, path: Path | None) -> Plan | Decline | None:
     code = CodeBase(module, path)
     if any(code.script.qualname(c.func) in _OPTIMIZE for c in code.script.calls()):
         return None
-    return _plan(code)
+    return _told_with_the_other_file(_plan(code))
+
+
+def _told_with_the_other_file(found: Plan | Decline) -> Plan | Decline:
+    """A decline that sends the user to the file creating the optimizer says as well why
+    --wrap would decline there (Swin-Unet's trainer.py wraps the model in DataParallel before
+    its optimizer): one run tells the whole change."""
+    if not isinstance(found, Decline) or found.elsewhere is None:
+        return found
+    try:
+        there = _plan(CodeBase(cst.parse_module(found.elsewhere.read_bytes()), found.elsewhere))
+    except (OSError, cst.ParserSyntaxError, RecursionError):
+        return found
+    if not isinstance(there, Decline) or there.reason == found.reason:
+        return found
+    return Decline(
+        found.reason,
+        f"{found.detail}; there, {there.detail}",
+        f"in {found.elsewhere}, {there.change.replace('run --wrap again', 'run --wrap on it')}",
+    )
 
 
 def _plan(code: CodeBase) -> Plan | Decline:
