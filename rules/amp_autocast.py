@@ -16,7 +16,7 @@ from autoopt.lint.program.handled import (
     library_handles_precision,
     library_trainer_calls,
 )
-from autoopt.lint.program.precision import fp32_beside_apex
+from autoopt.lint.program.precision import fp32_beside_apex, runs_apex
 from autoopt.lint.rewrite.fixes.autocast import AutocastPlan
 from autoopt.lint.tree.calls import arg
 
@@ -47,7 +47,8 @@ class AmpAutocast(Rule):
     a hand-written loss scale, models cast to `.half()`/`.bfloat16()` or their parameters cast
     in place, `m.weight.data = m.weight.data.bfloat16()`, see
     `autoopt.lint.program.precision`) is not flagged (also where a flag turns apex on: the
-    precision is the script's choice), unless its apex leaves the training in fp32
+    precision is the script's choice, and where a project base class of the trainer enables
+    apex: End-to-end-ASR's `BaseSolver.enable_apex()`), unless its apex leaves the training in fp32
     (`opt_level="O0"`): then it is reported without a fix. The fix declines, saying
     why, when the loop has no optimizer object
     to route through a scaler (manual updates), uses an LBFGS closure (`step(closure)`), reads tensors with `.numpy()` (which
@@ -786,6 +787,8 @@ class AmpAutocast(Rule):
             fp32_apex = fp32_beside_apex(facts.module, facts.source)
             if fp32_apex is None:
                 return
+        elif self.context.program.base_class_text_says(runs_apex):
+            return  # the apex of a project base class (a Solver's `enable_apex()`)
         if self.context.program.cpu_only:
             return  # a CPU-only program: CUDA mixed precision is not its concern
         program = self.context.program

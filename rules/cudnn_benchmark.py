@@ -28,6 +28,22 @@ def _sets_benchmark(text: str) -> bool:
     return _TURNS_BENCHMARK_ON.search(text) is not None
 
 
+# `cudnn.benchmark = ...` either way, or `cudnn.deterministic = True`: a driver's own choice.
+_SETTING = re.compile(
+    r"^(\s*)(torch\.backends\.)?cudnn\.(benchmark\s*=|deterministic\s*=\s*True\b)"
+)
+
+
+def _chooses_benchmark(text: str) -> bool:
+    """The text sets cuDNN's autotuning either way, or asks for determinism, at its top level,
+    where every run passes (SCINet's run_ETTh.py: `cudnn.benchmark = False`,
+    `cudnn.deterministic = True`, then the Exp module's convolutions); not in a function (a
+    seed helper may run only when a seed is given) nor under an `if`."""
+    return any(
+        found is not None and not found.group(1) for found in map(_SETTING.match, text.splitlines())
+    )
+
+
 _DETERMINISTIC = "torch.backends.cudnn.deterministic"
 _USE_DETERMINISTIC = "torch.use_deterministic_algorithms"
 
@@ -57,7 +73,9 @@ class CudnnBenchmark(Rule):
       flagged, and the fix sets the flag in a new `else:` of that `if`.
     - The script has no GPU path (cuDNN is not used on CPU): not flagged.
     - The script already sets the flag, either way (`benchmark = False` is a choice), outside
-      such a determinism branch.
+      such a determinism branch; or the driver that imports this module does at its top level
+      (SCINet's run_ETTh.py sets `benchmark = False` and `deterministic = True` before its Exp
+      module's convolutions run; a seed helper's settings do not count).
     - A library module that only defines layers (no training loop, no `__main__` block) is not
       flagged: setting a global flag at import would surprise its importers.
     - Input shapes that change every step (variable-length sequences for `Conv1d`, multi-scale
@@ -331,8 +349,10 @@ class CudnnBenchmark(Rule):
             return
         self._done = True  # one finding per file: the fix is one line for the whole script
         program = self.context.program
-        if program.importer_text_says(_sets_benchmark) or program.reaches_text_that_says(
-            _sets_benchmark
+        if (
+            program.importer_text_says(_sets_benchmark)
+            or program.importer_text_says(_chooses_benchmark)
+            or program.reaches_text_that_says(_sets_benchmark)
         ):
             # the driver that imports this Solver module sets it, or a setup function of the
             # project the script imports and calls (`initialize(args)`) does

@@ -41,8 +41,9 @@ class DataLoaderNumWorkers(Rule):
     (`num_workers=CFG.num_workers` where config.py binds `num_workers = 0`: reported without a
     fix, the change belongs in config.py), or a command-line option whose default is 0
     (`num_workers=opt.threads` with `add_argument("--threads", type=int, default=0)` in the
-    file or a module of the project it imports, or that a package it imports re-exports:
-    reported without a fix, the default is the
+    file or a module of the project it imports, or that a package it imports re-exports, or,
+    none of those declaring it, the driver that imports this module (SCINet's run_ETTh.py for
+    its Exp module's loader): reported without a fix, the default is the
     author's to raise), or the parameter of a loader factory that defaults to 0 where no call
     in the project passes it (autovc's `get_loader(root, batch_size, len_crop, num_workers=0)`:
     reported without a fix, naming the calls).

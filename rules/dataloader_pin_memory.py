@@ -32,7 +32,12 @@ class DataLoaderPinMemory(Rule):
     class). A loader factory that names no device itself is reported when it returns the
     loader and the project's callers move its batches to the device (PatchTST's
     `data_provider`, whose loader `Exp_Main.train` feeds to CUDA); its fix tests
-    `torch.cuda.is_available()`, the device being its callers'.
+    `torch.cuda.is_available()`, the device being its callers'. So is a loader of a driver
+    that names no device, handed to the project's training code that copies its batches to
+    CUDA (ECAPA-TDNN's `s.train_network(epoch, loader=trainLoader)`). Copies made in a loop
+    inside the loop over the loader count (PSPNet's `for inputs_slice, gts_slice in
+    zip(inputs, gts): ... .cuda()`), and so does a subclass of torch's DataLoader under an
+    alias (`from torch.utils.data import DataLoader as TorchDataLoader`).
 
     ## Why
     A host-to-GPU copy from ordinary (pageable) memory is staged by the driver through a pinned
@@ -219,6 +224,29 @@ class DataLoaderPinMemory(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # the batch's slices go to the device in an inner loop (PSPNet's sliding crops)
+            """
+            import torch
+            from torch.utils.data import DataLoader
+            loader = DataLoader(train_set, batch_size=8, num_workers=8, shuffle=True)
+            for epoch in range(10):
+                for inputs, gts in loader:
+                    for inputs_slice, gts_slice in zip(inputs, gts):
+                        loss = criterion(net(inputs_slice.cuda()), gts_slice.cuda())
+                        loss.backward()
+            """,
+            line=3,
+            fixed="""
+            import torch
+            from torch.utils.data import DataLoader
+            loader = DataLoader(train_set, batch_size=8, num_workers=8, shuffle=True, pin_memory=True)
+            for epoch in range(10):
+                for inputs, gts in loader:
+                    for inputs_slice, gts_slice in zip(inputs, gts):
+                        loss = criterion(net(inputs_slice.cuda()), gts_slice.cuda())
+                        loss.backward()
+            """,
+        ),
         Invalid(  # PyG's DataLoader hands its options to torch's (ogb, GraphCL)
             """
             import torch
@@ -420,7 +448,7 @@ class DataLoaderPinMemory(Rule):
             if program.gpu_path:
                 self._project_loader_class(node)
             return
-        factory = self._returned_to_cuda_training(node)
+        factory = self._returned_to_cuda_training(node) or self._handed_to_cuda_training(node)
         if not (program.gpu_path or factory):
             return
         if library_places_batches(self):
@@ -465,6 +493,19 @@ class DataLoaderPinMemory(Rule):
         ) or self._returned_directly(call)
         return returned and program.serves_cuda_training
 
+    def _handed_to_cuda_training(self, call: cst.Call) -> bool:
+        """A loader of a driver that names no device, handed to the project's training code
+        that moves its batches to CUDA (ECAPA-TDNN's `s.train_network(epoch, loader=
+        trainLoader)`, whose loop calls `data.cuda()`)."""
+        program = self.context.program
+        name = assigned_name(self, call)
+        return (
+            name is not None
+            and self.context.facts.device.no_device
+            and program.batches_moved_by_callee(name)
+            and program.runs_on_cuda
+        )
+
     def _returned_directly(self, call: cst.Call) -> bool:
         """`return DataLoader(...)` whose callers move its batches to a device."""
         if not isinstance(self.parent(call), cst.Return):
@@ -500,6 +541,12 @@ class DataLoaderPinMemory(Rule):
         name = assigned_name(self, call)
         loops = loops_over(self, name) if name else []
         if loops and any(batch_transfers(self, loop) for loop in loops):
+            return True
+        if loops and any(  # `for inputs_slice, gts_slice in zip(inputs, gts):` (PSPNet's)
+            batch_transfers(self, inner)
+            for inner in data_loops(self)
+            if any(outer in self.facts.ancestors(inner) for outer in loops)
+        ):
             return True
         if not loops or (name is not None and self._wrapped(name)):
             if library_moves_batches(self):  # ignite's create_supervised_trainer(device=...)

@@ -63,6 +63,9 @@ class EvalLoopNoGrad(Rule):
     - a sampling function with no loop that runs a model and returns nothing
       (`def sample_images(...)`, which saves a GAN's samples to disk), or an evaluation
       function with no loop that runs the model it put in eval mode;
+    - a function that runs a model only to hand back host values (every `return` is
+      `.item()`, `.cpu().numpy()`, `float(...)` or detached): an RL agent's `get_action(state)`
+      in a rollout, which no caller can differentiate;
     - sampling every N steps inside the training loop (`if i % 100 == 0:
       fake = netG(fixed_noise)` to save images), reported without a fix.
 
@@ -79,7 +82,8 @@ class EvalLoopNoGrad(Rule):
       `enable_grad()`, or sets `requires_grad` (saliency maps, adversarial examples,
       gradient-based metrics).
     - Loops that run no model (over `named_parameters()`, over metrics).
-    - A sampling function that returns a value (its caller may differentiate it), and
+    - A sampling function that returns a tensor that keeps its graph (its caller may
+      differentiate it), and
       periodic blocks of the training loop that step an optimizer or call `backward()`.
     - A model whose parameters the file freezes (`.requires_grad_(False)` when built, and
       never turned back on by name) and deep copies of one (stylegan2-ada's `G_ema`): its

@@ -51,8 +51,11 @@ class HostSyncEveryStep(Rule):
     check read by an `if`, `while` or `assert` (its truth value is read on the host: `if
     torch.isnan(loss).any(): raise ...`); also `total += loss.item()`,
     `meter.update(loss.item())` and `history.append(loss.item())`, a running metric or a
-    history read on the host every step (keep `loss.detach()` and read it once per epoch). A
-    Lightning `training_step` is a step function too.
+    history read on the host every step (keep `loss.detach()` and read it once per epoch),
+    also in a loop over the step's own values inside the step loop (`for k, v in
+    losses.items():`, or the keys of the dict the step returns: VoteNet's `for key in
+    end_points: stat_dict[key] += end_points[key].item()`). A Lightning `training_step` is a
+    step function too.
 
     ## Why
     CUDA runs asynchronously: the Python loop normally queues the next step's kernels while
@@ -361,6 +364,22 @@ class HostSyncEveryStep(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # summed over the keys of the dict the step returns (VoteNet's end_points)
+            """
+            import torch
+            device = torch.device("cuda")
+            for batch in loader:
+                end_points = net(batch.to(device))
+                loss, end_points = criterion(end_points)
+                loss.backward()
+                optimizer.step()
+                for key in end_points:
+                    if "loss" in key:
+                        stat_dict[key] += end_points[key].item()
+            """,
+            line=10,
+            message_contains="running metric",
+        ),
         Invalid(  # read in the iterable of a loop inside the step (lxmert's train accuracy)
             """
             import torch
@@ -966,7 +985,11 @@ class HostSyncEveryStep(Rule):
                 return loop
             # `for k, v in losses.items(): writer.add_scalar(k, v.cpu())` in the step loop: a
             # loop over the step's own values, run on every step
-            if len(loops) < 2 or not _over_values(loop) or not facts.is_training_loop(loops[1]):
+            if (
+                len(loops) < 2
+                or not (_over_values(loop) or _over_step_output(loop, loops[1]))
+                or not facts.is_training_loop(loops[1])
+            ):
                 return None
             loop = loops[1]
         # the loop's own step: backward() itself or a call to a step function (`_backward(loss)`)
@@ -1177,6 +1200,24 @@ def _over_values(loop: cst.CSTNode) -> bool:
 
 
 _METRIC_WORDS = ("loss", "stat", "meter", "metric")
+
+
+def _over_step_output(loop: cst.CSTNode, step: cst.CSTNode) -> bool:
+    """`for key in end_points:` where the step loop binds `end_points` from a call on every
+    step (VoteNet's `loss, end_points = criterion(end_points, config)`): the step's outputs."""
+    it = loop.iter if isinstance(loop, cst.For) else None
+    if not isinstance(it, cst.Name):
+        return False
+    for node in walk(step):
+        if node is loop:
+            continue
+        if (
+            isinstance(node, cst.Assign)
+            and isinstance(node.value, cst.Call)
+            and any(it.value in names_in(t.target) for t in node.targets)
+        ):
+            return True
+    return False
 
 
 def _micro_batch_loop(loops: list[cst.CSTNode], step: cst.CSTNode, facts: FileFacts) -> bool:

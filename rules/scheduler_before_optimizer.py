@@ -39,7 +39,8 @@ class SchedulerBeforeOptimizer(Rule):
     - Objects that are not known schedulers/optimizers: schedulers are names assigned from
       `torch.optim.lr_scheduler.*` (or transformers' `get_*_schedule_with_warmup`), or from a
       project class named `...LR`/`...Scheduler` under a name that says scheduler
-      (`self.lr_scheduler = WarmupPolyLR(...)`); optimizers are names assigned from
+      (`self.lr_scheduler = WarmupPolyLR(...)`; not one named for what else it schedules,
+      VoteNet's `BNMomentumScheduler`); optimizers are names assigned from
       `torch.optim.*`, or whose name contains "optim". A call named for training that is
       handed the optimizer (`train(loader, model, optimizer, epoch)`) steps it, and so does a
       call of a function of the file that steps an optimizer itself (`train(epoch)`).
@@ -129,6 +130,18 @@ class SchedulerBeforeOptimizer(Rule):
             for epoch in range(10):
                 scheduler.step()
                 optimizer.step()
+            """
+        ),
+        Valid(  # a scheduler of BatchNorm's momentum (VoteNet's), not of the learning rate
+            """
+            import torch
+            optimizer = torch.optim.Adam(net.parameters(), lr=1e-3)
+            bnm_scheduler = BNMomentumScheduler(net, bn_lambda=bn_lbmd)
+            for epoch in range(10):
+                bnm_scheduler.step()
+                for x in loader:
+                    net(x).sum().backward()
+                    optimizer.step()
             """
         ),
     ]
@@ -354,4 +367,10 @@ def _project_scheduler(name: str, func: cst.BaseExpression) -> bool:
     """`self.lr_scheduler = WarmupPolyLR(...)`: a class of the project named as an LR
     scheduler (they subclass torch's `_LRScheduler`), bound to a name that says so."""
     callee = (dotted(func) or "").rsplit(".", 1)[-1]
+    if any(word in callee for word in _NOT_LEARNING_RATE):
+        return False  # VoteNet's `BNMomentumScheduler(net, ...)`: BatchNorm momentum, no LR
     return "sched" in name.lower() and callee.endswith(("LR", "Scheduler"))
+
+
+# What a project scheduler class may schedule other than the learning rate.
+_NOT_LEARNING_RATE = ("BN", "Momentum", "Dropout", "Teacher", "Temperature", "Weight")

@@ -75,7 +75,11 @@ class ToDeviceNonBlocking(Rule):
       already, copied ahead on a side stream.
     - Not when the moved tensor is read on the host later in the same block (`.item()`,
       `.tolist()`, `.numpy()`, `print`) on every step: that read waits for the copy anyway (a
-      read under an `if`, logging now and then, does not count).
+      read under an `if`, logging now and then, does not count). So does an `if` that tests
+      its values (`if batch.batch[-1] == 0:`, not its shape), a read in the `else` of an `if`
+      that only skips (`if odd: pass` / `else:` the step), a host read of what consumes the
+      copy in the same statement (`model(x, e.to(device)).cpu()`), and a helper of the project
+      that it is handed to and that reads on the host (DnCNN's `batch_PSNR(out, img)`).
     - Not in scripts with no GPU path (no CUDA, `torch.accelerator`, device flag or device
       parameter anywhere; see `autoopt.lint.program.device`), where there is nothing to overlap.
     - Not when a library places the batches (`accelerator.prepare(loader)` of HF Accelerate,
@@ -122,6 +126,39 @@ class ToDeviceNonBlocking(Rule):
                 y = y.to(device)
                 print(y.tolist())
                 model(x).sum().backward()
+            """
+        ),
+        Valid(  # the truth value of the moved batch, taken before the step (deep_gcns)
+            """
+            import torch
+            device = torch.device("cuda")
+            for batch in loader:
+                batch = batch.to(device)
+                if batch.batch[-1] == 0:
+                    continue
+                model(batch).sum().backward()
+            """
+        ),
+        Valid(  # `if <odd batch>: pass` / `else:` the step, which reads it on the host
+            """
+            import torch
+            device = torch.device("cuda")
+            for batch in loader:
+                batch = batch.to(device)
+                if batch.x.shape[0] == 1:
+                    pass
+                else:
+                    pred = model(batch)
+                    y_true.append(batch.y.view(pred.shape).detach().cpu())
+            """
+        ),
+        Valid(  # the copy's consumer is read on the host in the same statement
+            """
+            import torch
+            device = torch.device("cuda")
+            for idx in loader:
+                pred = model(x, edges[idx].to(device)).cpu().detach()
+                loss(pred).backward()
             """
         ),
         Valid(  # CPU-only script
@@ -251,6 +288,28 @@ class ToDeviceNonBlocking(Rule):
                 loss.backward()
             """,
             message_contains="non_blocking",
+        ),
+        Invalid(  # a shape's comparison reads no value: the copy can overlap
+            """
+            import torch
+            device = torch.device("cuda")
+            for batch in loader:
+                batch = batch.to(device)
+                if batch.x.shape[0] == 1:
+                    continue
+                model(batch).sum().backward()
+            """,
+            line=4,
+            fixed="""
+            import torch
+            device = torch.device("cuda")
+            for batch in loader:
+                batch = batch.to(device, non_blocking=True)
+                if batch.x.shape[0] == 1:
+                    continue
+                model(batch).sum().backward()
+            """,
+            unsafe=True,
         ),
         Invalid(  # the batch read on the host only now and then (to log it): still overlap
             """

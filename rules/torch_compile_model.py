@@ -27,6 +27,7 @@ from autoopt.lint.tree.nodes import (
     calls_in,
     contains,
     dotted,
+    is_name,
     names_in,
     nodes_of_type,
     string_value,
@@ -55,6 +56,28 @@ def _handed_in(stmt: cst.BaseStatement, model: str, method: cst.FunctionDef) -> 
         and value.value not in ("self", "cls")
         and value.value in _parameter_names(method)
     )
+
+
+def _local_callers(
+    module: cst.Module, func: cst.FunctionDef, param: str
+) -> list[tuple[cst.Call, str]]:
+    """The calls of `func` (a module-level function) in `module`, each with the plain name it
+    passes for `param`."""
+    p = func.params
+    positional = [x.name.value for x in [*p.posonly_params, *p.params]]
+    found = []
+    for call in nodes_of_type(module, cst.Call):
+        if not is_name(call.func, func.name.value):
+            continue
+        passed = next((a.value for a in call.args if a.keyword and a.keyword.value == param), None)
+        if passed is None and param in positional:
+            index = positional.index(param)
+            plain = [a for a in call.args if a.keyword is None and not a.star]
+            if index < len(plain) and not any(a.star for a in call.args[: index + 1]):
+                passed = plain[index].value
+        if isinstance(passed, cst.Name):
+            found.append((call, passed.value))
+    return found
 
 
 def _parameter_names(func: cst.FunctionDef) -> set[str]:
@@ -86,7 +109,8 @@ class TorchCompileModel(Rule):
       ddp else model`), also behind a switch the author turned off on purpose.
     - A function or method named `compile` in the file (a Keras-style `model.compile(...)`
       method on the user's class, or a helper that shadows the name): not flagged.
-    - A model re-assigned while training (e.g. a best-checkpoint swap inside the epoch loop),
+    - A model re-assigned while training (e.g. a best-checkpoint swap inside the epoch loop,
+      or a factory the epoch loop calls again: TimeSformer's multigrid `build_trainer(cfg)`),
       or built only inside another function: the rule cannot place the call safely and stays
       quiet. (A model a trainer or agent class builds in its own `__init__`, `self.actor =
       Actor(...).to(device)` beside its optimizer, is built where it is trained: reported
@@ -94,7 +118,9 @@ class TorchCompileModel(Rule):
       self._build_model().to(self.device)` in Autoformer's `Exp_Basic.__init__`, trained by
       the subclass's optimizer, is reported at that optimizer without a fix, naming the base
       class where the call goes.) A model a function or a trainer class is handed (`train(model, ...)`,
-      `self.model = model.to(device)` in `__init__`) is the caller's to compile. A model
+      `self.model = model.to(device)` in `__init__`) is the caller's to compile, reported
+      where the caller builds it when that is this file (GPT2-chitchat's `main()` building the
+      model it hands to `train()`). A model
       reloaded after training (to test the best checkpoint) is compiled where it
       is first built; one moved while training (`model.cpu()` to save, `.to(device)` back) too.
     - A model already compiled (`model.compile()`, `torch.compile(model)` under any name), and
@@ -317,6 +343,55 @@ class TorchCompileModel(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # main() builds it, hands it to train(), whose optimizer trains it through
+            # train_epoch(); a DataParallel only under a flag keeps the runtime device's test
+            # (GPT2-chitchat)
+            """
+            import torch
+            from torch import nn
+
+            def train_epoch(model, loader, optimizer):
+                for x in loader:
+                    model(x).sum().backward()
+                    optimizer.step()
+
+            def train(model, loader):
+                optimizer = torch.optim.AdamW(model.parameters())
+                for epoch in range(3):
+                    train_epoch(model=model, loader=loader, optimizer=optimizer)
+
+            def main(args, loader):
+                device = "cuda:0" if args.cuda else "cpu"
+                model = nn.Linear(16, 4).to(device)
+                if args.cuda and torch.cuda.device_count() > 1:
+                    model = torch.nn.DataParallel(model).cuda()
+                train(model, loader)
+            """,
+            line=17,
+            fixed="""
+            import torch
+            from torch import nn
+
+            def train_epoch(model, loader, optimizer):
+                for x in loader:
+                    model(x).sum().backward()
+                    optimizer.step()
+
+            def train(model, loader):
+                optimizer = torch.optim.AdamW(model.parameters())
+                for epoch in range(3):
+                    train_epoch(model=model, loader=loader, optimizer=optimizer)
+
+            def main(args, loader):
+                device = "cuda:0" if args.cuda else "cpu"
+                model = nn.Linear(16, 4).to(device)
+                if args.cuda and torch.cuda.device_count() > 1:
+                    model = torch.nn.DataParallel(model).cuda()
+                if torch.device(device).type == "cuda":
+                    model.compile()
+                train(model, loader)
+            """,
+        ),
         Invalid(  # an attribute of the model set while training is no swap (self-critical's
             # scheduled-sampling probability)
             """
@@ -877,12 +952,13 @@ class TorchCompileModel(Rule):
         if uses_accelerate(self) or is_hogwild(self):
             return  # Accelerate compiles (`dynamo_backend`); Hogwild shares one eager model
         self._anchors: set[int] = set()
-        done: set[tuple[int, str]] = set()  # (scope, model): a name may mean two models
+        # (scope, model): a name may mean two models
+        self._done: set[tuple[int, str]] = set()
         for opt_call, model in trained_models(self):
             key = (id(self.facts.enclosing_scope(opt_call)), model)
-            if key in done or is_compiled(self, model):
+            if key in self._done or is_compiled(self, model):
                 continue
-            done.add(key)
+            self._done.add(key)
             self._offer(opt_call, model)  # each trained model (GANs have two)
 
     def _offer(self, opt_call: cst.Call, model: str) -> None:
@@ -894,7 +970,16 @@ class TorchCompileModel(Rule):
             and root in _parameter_names(scope)
             and self.context.program.called_from_the_project(scope)
         ):
-            return  # `train(model, ...)` receives it: the caller builds it, compile goes there
+            # `train(model, ...)` receives it: the caller builds it, compile goes there (a
+            # caller in this file is offered here: GPT2-chitchat's main() -> train())
+            for call, name in _local_callers(self.context.module, scope, root):
+                key = (id(self.facts.enclosing_scope(call)), name)
+                if key not in self._done:
+                    self._done.add(key)
+                    self._offer(call, name)
+            return
+        if isinstance(scope, cst.FunctionDef) and self._rebuilt_while_training(scope):
+            return  # a factory called again in a loop (TimeSformer's multigrid `build_trainer`)
         found = self._where_built(opt_call, model)
         if found is None:
             self._built_by_a_base(opt_call, model)
@@ -968,6 +1053,17 @@ class TorchCompileModel(Rule):
             ),
         )
 
+    def _rebuilt_while_training(self, scope: cst.FunctionDef) -> bool:
+        """`scope` is a module-level function this file calls inside a training loop: what it
+        builds is re-assigned while training, as a best-checkpoint swap is."""
+        if self.parent(scope) is not self.context.module:
+            return False
+        return any(
+            is_name(call.func, scope.name.value)
+            and any(self.facts.is_training_loop(loop) for loop in self.facts.enclosing_loops(call))
+            for call in nodes_of_type(self.context.module, cst.Call)
+        )
+
     def _modules_differentiate_a_gradient(self, classes: set[str]) -> bool:
         """A project module the file imports (two deep) differentiates through a gradient
         (`torch.autograd.grad(..., create_graph=True)`) in a module's forward or a free
@@ -990,6 +1086,8 @@ class TorchCompileModel(Rule):
                 if not isinstance(call.func, cst.Attribute):
                     continue
                 if call.func.attr.value == "cuda":
+                    if found is not None and isinstance(stmt, cst.If):
+                        continue  # `if n_gpu > 1: model = DataParallel(model).cuda()` (GPT2-chitchat)
                     return None
                 if call.func.attr.value != "to" or not call.args:
                     continue

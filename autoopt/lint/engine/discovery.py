@@ -67,6 +67,9 @@ class Discovered:
     evaluators: set[Path] = field(default_factory=set)  # modules that evaluate a trained model
     # ... and the loader factories of a script with its own loop (the loader's options only)
     loader_option_builders: set[Path] = field(default_factory=set)
+    # the lines of the functions of a loader module that build the loaders the training
+    # iterates: the loader rules report there only (`followed.loader_function_lines`)
+    loader_lines: dict[Path, list[tuple[int, int]]] = field(default_factory=dict)
 
 
 def is_notebook(path: Path | str) -> bool:
@@ -204,7 +207,8 @@ def follow_training(
     in `paths` run (`program.followed`): `autoopt lint train.py` checks the `Solver` module its
     loop is in. Folders are not followed from (their modules are linted already); excluded,
     unreadable and already listed modules are left out."""
-    from autoopt.lint.program.followed import training_modules
+    from autoopt.lint.program.followed import loader_function_lines, training_modules
+    from autoopt.lint.program.project_files import root_of
     from autoopt.lint.tree.encoding import SourceDecodeError, decode_source
 
     excluder = Excluder(root, exclude)
@@ -216,13 +220,20 @@ def follow_training(
             source = decode_source(Path(named).read_bytes()).text
         except (OSError, SourceDecodeError):
             continue  # the lint reports it
-        for module, holds in training_modules(Path(named), source):
+        reached = training_modules(Path(named), source)
+        lines = {}
+        if any(holds in ("loader", "loader options") for _, holds in reached):
+            training = [Path(named), *(m for m, holds in reached if holds == "training")]
+            lines = loader_function_lines(training, os.path.abspath(root_of(Path(named))))
+        for module, holds in reached:
             key = os.path.abspath(module)
             if key in listed or excluder.excluded(module, is_dir=False):
                 continue
             listed.add(key)
             shown = Path(display_path(module))
             out.followed.append((shown, Path(named)))
+            if key in lines and holds in ("loader", "loader options"):
+                out.loader_lines[shown] = lines[key]
             if holds == "loader":
                 out.loader_builders.add(shown)
             elif holds == "model":

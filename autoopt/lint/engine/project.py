@@ -87,10 +87,11 @@ class Project:
         """What the lint reads: the files discovered, then the modules followed from them."""
         return [*self.discovered.files, *(module for module, _ in self.discovered.followed)]
 
-    def reports(self, path: Path | str, code: str) -> bool:
-        """A finding of rule `code` in `path` is reported: the per-file-ignores allow it, and
-        a module checked only because it defines a trained model reports the model rules, one
-        checked because it builds the optimizer the optimizer's rules."""
+    def reports(self, path: Path | str, code: str, line: int | None = None) -> bool:
+        """A finding of rule `code` in `path` (at `line`) is reported: the per-file-ignores
+        allow it, and a module checked only because it defines a trained model reports the
+        model rules, one checked because it builds the optimizer the optimizer's rules, and a
+        loader module the loader rules in the functions that build the training's loaders."""
         from autoopt.lint.program.followed import (
             EVALUATION_RULES,
             LOADER_RULES,
@@ -106,6 +107,14 @@ class Project:
             return False
         if Path(path) in self.discovered.evaluators and code not in EVALUATION_RULES:
             return False
+        spans = self.discovered.loader_lines.get(Path(path))
+        if (
+            spans is not None
+            and code in LOADER_RULES
+            and line is not None
+            and not any(first <= line <= last for first, last in spans)
+        ):
+            return False  # a loader its training never builds (`load_textset`)
         return self.per_file_ignores.allows(code, self.per_file_ignores.ignored(path))
 
     def rules_for(self, path: Path | str) -> list[type[Rule]]:

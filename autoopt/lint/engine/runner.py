@@ -410,7 +410,7 @@ def run_lint(
     ordered: list[FileResult] = []
     for i, path in enumerate(files):
         result = results[i]
-        diagnostics = [d for d in result.diagnostics if project.reports(path, d.code)]
+        diagnostics = [d for d in result.diagnostics if project.reports(path, d.code, d.line)]
         diagnostics.sort(key=_sort_key)
         ordered.append(
             FileResult(

@@ -22,11 +22,19 @@ modules of the functions it hands a trained model to evaluate are checked for AO
 
 from __future__ import annotations
 
+import ast
 import os
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from autoopt.lint.program.index import Dotted, FunctionInfo, ModuleIndex, Value, load_index
+from autoopt.lint.program.index import (
+    Dotted,
+    FunctionInfo,
+    ModuleIndex,
+    Value,
+    load_index,
+    parse_tree,
+)
 from autoopt.lint.program.project_files import resolve_module, root_of
 from autoopt.lint.program.project_text import read_text
 from autoopt.lint.program.summaries import Target, program
@@ -259,6 +267,42 @@ def loader_modules(modules: list[Path], root: str) -> list[Path]:
     DataLoader forever."""
     # "DataLoader": not a list the training iterates (metric names)
     return _function_modules(_loader_builders(modules), modules, root, "DataLoader")
+
+
+def loader_function_lines(modules: list[Path], root: str) -> dict[str, list[tuple[int, int]]]:
+    """For each project module whose functions build the loaders the training of `modules`
+    iterates, the lines of those functions (first, last): the loader rules report there only
+    (End-to-end-ASR's src/data.py also holds `load_textset`, whose loader its ASR training
+    never builds). A module where a class builds one is left out (all of it counts)."""
+    functions: dict[str, set[str]] = {}
+    whole: set[str] = set()
+    for target in _loader_builders(modules):
+        where = os.path.abspath(target.path)
+        if target.is_class:
+            whole.add(where)
+        elif _inside(where, root):
+            functions.setdefault(where, set()).add(target.qualname)
+    found: dict[str, list[tuple[int, int]]] = {}
+    for where, names in functions.items():
+        if where in whole:
+            continue
+        tree = parse_tree(read_text(Path(where)))
+        lines = list(_function_spans(tree, names)) if tree is not None else []
+        if len(lines) == len(names):  # every builder found, else the whole module counts
+            found[where] = lines
+    return found
+
+
+def _function_spans(tree: ast.Module, qualnames: set[str]) -> Iterator[tuple[int, int]]:
+    for node in tree.body:
+        inner = node.body if isinstance(node, ast.ClassDef) else [node]
+        prefix = f"{node.name}." if isinstance(node, ast.ClassDef) else ""
+        for func in inner:
+            if (
+                isinstance(func, ast.FunctionDef | ast.AsyncFunctionDef)
+                and prefix + func.name in qualnames
+            ):
+                yield func.lineno, func.end_lineno or func.lineno
 
 
 def _function_modules(

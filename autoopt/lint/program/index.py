@@ -304,7 +304,7 @@ def _is_large(data: bytes | str) -> bool:
 
 def _index_body(body: list[ast.stmt], index: ModuleIndex, scanner: _Scanner) -> None:
     """Index top-level statements: imports, functions, classes, the module's own code."""
-    _read_imports(body, index)
+    _read_imports(body, index, _flag_defaults(body))
     _read_local_imports(body, index)
     top_level: list[ast.stmt] = []
     for stmt in body:
@@ -324,19 +324,31 @@ def _index_body(body: list[ast.stmt], index: ModuleIndex, scanner: _Scanner) -> 
     scanner.scan_body(top_level)
 
 
-def _read_imports(body: list[ast.stmt], index: ModuleIndex) -> None:
-    """Imports at the top level, also inside `try:`/`if:` blocks (optional dependencies)."""
+def _read_imports(
+    body: list[ast.stmt], index: ModuleIndex, flags: dict[str, bool], kept: bool = False
+) -> None:
+    """Imports at the top level, also inside `try:`/`if:` blocks (optional dependencies). Of
+    an `if`/`else` that binds a name in both branches, the branch a run without options takes
+    wins where the test is a command-line flag of this module (End-to-end-ASR's `if paras.lm:
+    from bin.train_lm import Solver` / `else: from bin.train_asr import Solver`, `--lm` a
+    `store_true`), else the `if` branch; `kept`: names already bound stay."""
     for stmt in body:
-        if isinstance(stmt, ast.Try | ast.If):
-            _read_imports(stmt.body, index)
-            if isinstance(stmt, ast.Try):
-                for handler in stmt.handlers:
-                    _read_imports(handler.body, index)
+        if isinstance(stmt, ast.If):
+            taken = _flag_test(stmt.test, flags)
+            first, second = (stmt.orelse, stmt.body) if taken is False else (stmt.body, stmt.orelse)
+            _read_imports(first, index, flags, kept)
+            _read_imports(second, index, flags, kept=True)
+            continue
+        if isinstance(stmt, ast.Try):
+            _read_imports(stmt.body, index, flags, kept)
+            for handler in stmt.handlers:
+                _read_imports(handler.body, index, flags, kept)
             continue
         if isinstance(stmt, ast.Import):
             for alias in stmt.names:
                 if alias.asname:
-                    index.module_aliases[alias.asname] = (alias.name, 0)
+                    if not (kept and alias.asname in index.module_aliases):
+                        index.module_aliases[alias.asname] = (alias.name, 0)
                 else:  # `import a.b` binds `a`
                     top = alias.name.split(".")[0]
                     index.module_aliases.setdefault(top, (top, 0))
@@ -345,8 +357,50 @@ def _read_imports(body: list[ast.stmt], index: ModuleIndex) -> None:
             for alias in stmt.names:
                 if alias.name == "*":
                     index.star_imports.append((module, stmt.level))
-                else:
+                elif not (kept and (alias.asname or alias.name) in index.imports):
                     index.imports[alias.asname or alias.name] = (module, alias.name, stmt.level)
+
+
+def _flag_defaults(body: list[ast.stmt]) -> dict[str, bool]:
+    """The module's boolean command-line flags (`add_argument("--lm", action="store_true")`)
+    by destination -> their value when not given."""
+    flags: dict[str, bool] = {}
+    for stmt in body:
+        for node in ast.walk(stmt) if isinstance(stmt, ast.Expr | ast.If) else ():
+            if not (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "add_argument"
+            ):
+                continue
+            names = [a.value for a in node.args if isinstance(a, ast.Constant)]
+            long = [n for n in names if isinstance(n, str) and n.startswith("--")]
+            keywords = {k.arg: k.value for k in node.keywords if k.arg}
+            dest = keywords.get("dest")
+            if isinstance(dest, ast.Constant) and isinstance(dest.value, str):
+                name = dest.value
+            elif long:
+                name = long[0][2:].replace("-", "_")
+            else:
+                continue
+            action = keywords.get("action")
+            default = keywords.get("default")
+            if isinstance(default, ast.Constant) and isinstance(default.value, bool):
+                flags[name] = default.value
+            elif isinstance(action, ast.Constant) and action.value in ("store_true", "store_false"):
+                flags[name] = action.value == "store_false"
+    return flags
+
+
+def _flag_test(test: ast.expr, flags: dict[str, bool]) -> bool | None:
+    """The value of an `if` test that reads one flag (`args.lm`, `not args.lm`) in a run
+    without options; None for any other test."""
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        value = _flag_test(test.operand, flags)
+        return None if value is None else not value
+    if isinstance(test, ast.Attribute) and isinstance(test.value, ast.Name):
+        return flags.get(test.attr)
+    return None
 
 
 def _read_local_imports(body: list[ast.stmt], index: ModuleIndex) -> None:
@@ -777,14 +831,21 @@ class _Scanner:
             )
         for handed in (*node.args, *(k.value for k in node.keywords)):
             name = dotted_of(handed)  # a bound method: `model.train`, not `self.x` or `args.x`
-            if name is not None and len(name) == 2 and name[0] not in _NOT_CALLABLES:
+            if (
+                name is not None
+                and name[0] not in _NOT_CALLABLES
+                and (len(name) == 2 or (len(name) == 1 and handed.__class__ is ast.Name))
+            ):
                 site = CallSite(name, (), (), node.lineno, self.loops > 0, self.no_grad > 0, True)
                 info.calls.append(site)
 
     def _converted_batch_moved(self, value: ast.expr) -> None:
-        """`batch_x.float().to(self.device)`: a batch converted on the host, then moved."""
-        while isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute):
-            value = value.func.value
+        """`batch_x.float().to(self.device)`: a batch converted on the host, then moved; or a
+        part of it (`batch[0].to(get_device())`, MusicTransformer)."""
+        while (isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute)) or isinstance(
+            value, ast.Subscript
+        ):
+            value = value.func.value if isinstance(value, ast.Call) else value.value
         if isinstance(value, ast.Name) and value.id in self.batch_of:
             self.info.use(self.batch_of[value.id], "batches_moved")
 

@@ -275,6 +275,11 @@ def read_on_host_later(rule: Rule, call: cst.Call) -> bool:
     stmt = enclosing_statement(call, rule.parent)
     if not isinstance(stmt, cst.SimpleStatementLine):
         return False
+    node = rule.parent(call)
+    while node is not None and node is not stmt:
+        if isinstance(node, cst.Call) and method_name(node) in _HOST_READS:
+            return True  # `model(x, edges.to(device)).cpu()`: read in the same statement
+        node = rule.parent(node)
     targets: set[str] = set()
     for small in stmt.body:
         if isinstance(small, cst.Assign):
@@ -285,15 +290,27 @@ def read_on_host_later(rule: Rule, call: cst.Call) -> bool:
         return False
     body = list(block.body)
     index = next(i for i, s in enumerate(body) if s is stmt)
+    program = rule.context.program
     for later in body[index + 1 :]:
         if isinstance(later, cst.If):
-            continue  # read now and then (`if batch_idx % log_step == 0:` to log images)
+            if _truth_read(later.test, targets):
+                return True  # `if batch.batch[-1] == 0:` (deep_gcns' ogbg_mol) reads it now
+            if not (_skips(later) and isinstance(later.orelse, cst.Else)):
+                continue  # read now and then (`if batch_idx % log_step == 0:` to log images)
+            later = later.orelse  # `if <odd batch>: pass` / `else:` the step, every time
         for n in calls_in(later, into_scopes=False):
+            if (
+                any(root_name(a.value) in targets for a in n.args)
+                and method_name(n) != "forward"  # the model's own reads are not a helper's
+                and not _under_an_if(rule, n, later)
+                and program.host_read_in_callee(n) is not None
+            ):
+                return True  # handed to a helper that reads on the host (DnCNN's batch_PSNR)
             func = n.func
             if (
                 isinstance(func, cst.Attribute)
                 and func.attr.value in _HOST_READS
-                and root_name(func.value) in targets
+                and _read_root(func.value) in targets
             ):
                 return True  # `y.item()`, `y[0].tolist()`
             if (
@@ -302,6 +319,55 @@ def read_on_host_later(rule: Rule, call: cst.Call) -> bool:
                 and any(root_name(a.value) in targets for a in n.args)
             ):
                 return True  # `print(y)`, `float(y)`
+    return False
+
+
+def _under_an_if(rule: Rule, node: cst.CSTNode, within: cst.CSTNode) -> bool:
+    """`node` runs only under an `if` inside `within` (`if phase == "valid": log_images(x)`)."""
+    parent = rule.parent(node)
+    while parent is not None and parent is not within:
+        if isinstance(parent, cst.If):
+            return True
+        parent = rule.parent(parent)
+    return False
+
+
+def _read_root(expr: cst.BaseExpression) -> str | None:
+    """The name a value derives from, through methods: `batch.y.view(s).detach()` -> batch."""
+    while isinstance(expr, cst.Subscript | cst.Attribute | cst.Call):
+        expr = expr.func if isinstance(expr, cst.Call) else expr.value
+    return expr.value if isinstance(expr, cst.Name) else None
+
+
+def _skips(branch: cst.If) -> bool:
+    """The `if` body only skips (`pass`, `continue`): its `else` is the usual path."""
+    body = branch.body.body if isinstance(branch.body, cst.IndentedBlock) else ()
+    return bool(body) and all(
+        isinstance(stmt, cst.SimpleStatementLine)
+        and all(isinstance(small, cst.Pass | cst.Continue) for small in stmt.body)
+        for stmt in body
+    )
+
+
+# What a tensor tells without a device sync: its metadata.
+_METADATA = {"shape", "size", "dim", "ndim", "dtype", "device", "numel", "is_cuda"}
+
+
+def _truth_read(test: cst.BaseExpression, targets: set[str]) -> bool:
+    """An `if` test that takes the truth value of a tensor held by one of `targets`: a
+    comparison of its values (`x[-1] == 0`), not of its shape (`x.shape[0] == 1`)."""
+    for node in walk(test):
+        if not isinstance(node, cst.Comparison):
+            continue
+        operands = [node.left, *(c.comparator for c in node.comparisons)]
+        for operand in operands:
+            if root_name(operand) not in targets:
+                continue
+            names = {n.value for n in walk(operand) if isinstance(n, cst.Name)}
+            if not names & _METADATA and not any(
+                isinstance(n, cst.Call) and (dotted(n.func) or "") == "len" for n in walk(operand)
+            ):
+                return True
     return False
 
 

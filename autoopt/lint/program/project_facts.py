@@ -30,7 +30,7 @@ import libcst.matchers as m
 
 from autoopt.lint.program.index import file_tree, parse_tree
 from autoopt.lint.program.project_files import modules_named, record_read, resolve_module
-from autoopt.lint.program.project_text import imported_paths, read_text
+from autoopt.lint.program.project_text import imported_paths, importers_of, read_text
 from autoopt.lint.program.torch_api import is_conv_family, is_transformer_family
 from autoopt.lint.tree.ast_walk import child_nodes, walk
 from autoopt.lint.tree.encoding import content_digest
@@ -163,9 +163,11 @@ def summarize(path: Path, data: bytes, tree: ast.Module | None = None) -> Module
                     other_convs += weight
                 if leaf == "view" and isinstance(node.func, ast.Attribute) and _flattens(node):
                     summary.views.add(stmt.name)
-                if isinstance(stmt, ast.FunctionDef) and (
-                    leaf in _OPTIMIZER_LEAVES or _optimizer_by_name(node)
-                ):
+                if (
+                    isinstance(stmt, ast.FunctionDef)
+                    # End-to-end-ASR's `class Optimizer` builds `getattr(torch.optim, name)(params)`
+                    or (isinstance(stmt, ast.ClassDef) and "optim" in stmt.name.lower())
+                ) and (leaf in _OPTIMIZER_LEAVES or _optimizer_by_name(node)):
                     summary.optimizers.add(stmt.name)
                 if _zoo_model(node, leaf, summary.imports):
                     summary.conv.add(stmt.name)
@@ -551,7 +553,8 @@ def imported_constant(rule: Rule, expr: cst.BaseExpression) -> tuple[object, Pat
 
 def argparse_default(rule: Rule, expr: cst.BaseExpression) -> tuple[object, Path] | None:
     """`opt.threads` (also `int(opt.threads)`, `self.args.num_workers`) where the file, or a
-    module of the project it imports, declares `add_argument("--threads", default=0, ...)`:
+    module of the project it imports (else one that imports it), declares
+    `add_argument("--threads", default=0, ...)`:
     (the default, the module declaring it). None where the option is not found, or is declared
     more than once with other defaults (pytorch-SRResNet's `--threads`, lxmert's param.py)."""
     if isinstance(expr, cst.Call) and is_name(expr.func, "int") and len(expr.args) == 1:
@@ -569,6 +572,11 @@ def argparse_default(rule: Rule, expr: cst.BaseExpression) -> tuple[object, Path
             paths += [p for p in imported_paths(path, read_text(path)) if p not in paths]
     for path in paths:
         found += [(value, path) for value in _argparse_defaults(_module_tree(path)).get(dest, ())]
+    if not found:  # the driver that imports this module parses the options (SCINet's run_ETTh.py)
+        for path in importers_of(here):
+            found += [
+                (value, path) for value in _argparse_defaults(_module_tree(path)).get(dest, ())
+            ]
     values = {value for value, _ in found}
     return found[0] if len(values) == 1 else None
 

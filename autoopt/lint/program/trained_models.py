@@ -244,6 +244,8 @@ def _bound_owners(rule: Rule, opt_call: cst.Call, name: str, depth: int, whole: 
         and last.args
         and not last.args[0].keyword
         and method_name(last) not in ("to", "cuda")  # `Net().to(device)`: not a group helper
+        # `model = build_model(cfg)` (TimeSformer): a model, not groups made of `cfg`
+        and not rule.context.program.builds_model(rule.context.program.function_of(opt_call), name)
     ):
         first = last.args[0].value
         if isinstance(first, cst.Name):

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -23,6 +24,7 @@ import libcst as cst
 from autoopt.lint.program.facts import local_callee, named_like_evaluation
 from autoopt.lint.program.index import (
     CallSite,
+    Dotted,
     FunctionInfo,
     ModuleIndex,
     Value,
@@ -51,6 +53,9 @@ from autoopt.lint.program.project_text import (
 from autoopt.lint.program.summaries import EMPTY, Summary, Target, program, returned_positions
 from autoopt.lint.tree.encoding import content_digest
 from autoopt.lint.tree.nodes import calls_in, dotted, nodes_of_type
+
+# A call's keyword that turns the project's CUDA path off (DeepFM's `use_cuda=False`).
+_ASKS_FOR_CPU = re.compile(r"\b(use_)?(cuda|gpu)\s*=\s*False\b")
 
 if TYPE_CHECKING:
     from autoopt.lint.program.facts import FileFacts
@@ -98,7 +103,11 @@ class ProgramView:
     def runs_on_cuda(self) -> bool:
         """This file's training runs on CUDA: its own text says so, or a module it imports (a
         config with `DEVICE = "cuda"`, the trainer it hands the model to)."""
-        return self.facts.uses_cuda or reached_text_uses_cuda(self._path, self.facts.source)
+        if self.facts.uses_cuda:
+            return True
+        if _ASKS_FOR_CPU.search(self.facts.source):
+            return False  # `DeepFM(feature_sizes, use_cuda=False)`: the CUDA path not taken
+        return reached_text_uses_cuda(self._path, self.facts.source)
 
     @functools.cached_property
     def gpu_path(self) -> bool:
@@ -122,6 +131,16 @@ class ProgramView:
         """`says` holds for this file's text or that of a project module it imports, two deep
         (`neuralop.training.setup(config)` setting TF32 for the driver)."""
         return reached_text_says(self._path, self.facts.source, says)
+
+    def base_class_text_says(self, says: Callable[[str], bool]) -> bool:
+        """`says` holds for the text of a project module that defines a base class of a class
+        of this file (End-to-end-ASR's `Solver(BaseSolver)`, whose `enable_apex()` in
+        src/solver.py the subclass's `set_model()` calls)."""
+        for cls in self.index.classes.values():
+            for index, _ in self.program.all_bases(self.index, cls):
+                if index.path != self.index.path and says(read_text(Path(index.path))):
+                    return True
+        return False
 
     def importer_text_says(self, says: Callable[[str], bool]) -> bool:
         """`says` holds for the text of a project module that imports this one (the driver
@@ -364,7 +383,7 @@ class ProgramView:
             if here or cls is None:
                 continue
             chain = [(module, cls), *self.program.all_bases(module, cls)]
-            if not any(base[-1] == "DataLoader" for _, c in chain for base in c.bases):
+            if not any(_names_data_loader(m, base) for m, c in chain for base in c.bases):
                 continue
             if any(option in read_text(Path(m.path)) for m, _ in chain):
                 return None
@@ -703,6 +722,13 @@ def training_call_sites(
             summary = prog.call_summary(index, func, site.callee)
             if summary.trains and not summary.constructs:
                 yield func, site
+
+
+def _names_data_loader(module: ModuleIndex, base: Dotted) -> bool:
+    """`base` of a class of `module` is torch's DataLoader, also under an alias (meshed-memory-
+    transformer's `from torch.utils.data import DataLoader as TorchDataLoader`)."""
+    imported = module.imports.get(base[-1]) if len(base) == 1 else None
+    return base[-1] == "DataLoader" or (imported is not None and imported[1] == "DataLoader")
 
 
 # ----- the file among the project's modules -----------------------------------------------------
