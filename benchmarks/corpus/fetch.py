@@ -62,6 +62,8 @@ SPLITS = {
     "fresh-x": (HERE / "fresh_x.json", HERE / "_repos_fresh_x"),
     "fresh-y": (HERE / "fresh_y.json", HERE / "_repos_fresh_y"),
     "fresh-z": (HERE / "fresh_z.json", HERE / "_repos_fresh_z"),
+    "fresh-aa": (HERE / "fresh_aa.json", HERE / "_repos_fresh_aa"),
+    "fresh-ab": (HERE / "fresh_ab.json", HERE / "_repos_fresh_ab"),
 }
 TORCH_DIR = "torch"
 
