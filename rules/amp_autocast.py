@@ -83,6 +83,24 @@ class AmpAutocast(Rule):
     triggers = (".backward(", *LIBRARY_TRAINER_MARKERS)
 
     VALID = [
+        Valid(  # apex through another name, behind a flag (End-to-end-ASR's BaseSolver)
+            """
+            import torch
+
+            class BaseSolver:
+                def enable_apex(self):
+                    if self.paras.amp:
+                        from apex import amp
+                        self.amp_lib = amp
+                        self.model, self.opt = self.amp_lib.initialize(self.model, self.opt)
+
+                def train(self, loader):
+                    for x in loader:
+                        loss = self.model(x.cuda()).sum()
+                        loss.backward()
+                        self.opt.step()
+            """
+        ),
         Valid(  # parameters cast to bf16 in place (modded-nanogpt): its own reduced precision
             """
             import torch
@@ -787,8 +805,8 @@ class AmpAutocast(Rule):
             fp32_apex = fp32_beside_apex(facts.module, facts.source)
             if fp32_apex is None:
                 return
-        elif self.context.program.base_class_text_says(runs_apex):
-            return  # the apex of a project base class (a Solver's `enable_apex()`)
+        elif runs_apex(facts.source) or self.context.program.base_class_text_says(runs_apex):
+            return  # apex through another name, or a project base class's (`enable_apex()`)
         if self.context.program.cpu_only:
             return  # a CPU-only program: CUDA mixed precision is not its concern
         program = self.context.program

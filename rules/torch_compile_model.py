@@ -343,6 +343,41 @@ class TorchCompileModel(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # a whole training run again per hyperparameter-evolution round (yolov5):
+            # each round builds its own model, no swap while training
+            """
+            import torch
+            from torch import nn
+
+            def train(hyp):
+                model = nn.Linear(4, 2).cuda()
+                optimizer = torch.optim.SGD(model.parameters(), lr=hyp["lr"])
+                for x in loader:
+                    model(x.cuda()).sum().backward()
+                    optimizer.step()
+
+            def main(opt):
+                for _ in range(opt.evolve):
+                    train(mutate(opt.hyp))
+            """,
+            line=5,
+            fixed="""
+            import torch
+            from torch import nn
+
+            def train(hyp):
+                model = nn.Linear(4, 2).cuda()
+                model.compile()
+                optimizer = torch.optim.SGD(model.parameters(), lr=hyp["lr"])
+                for x in loader:
+                    model(x.cuda()).sum().backward()
+                    optimizer.step()
+
+            def main(opt):
+                for _ in range(opt.evolve):
+                    train(mutate(opt.hyp))
+            """,
+        ),
         Invalid(  # main() builds it, hands it to train(), whose optimizer trains it through
             # train_epoch(); a DataParallel only under a flag keeps the runtime device's test
             # (GPT2-chitchat)
@@ -1054,9 +1089,13 @@ class TorchCompileModel(Rule):
         )
 
     def _rebuilt_while_training(self, scope: cst.FunctionDef) -> bool:
-        """`scope` is a module-level function this file calls inside a training loop: what it
-        builds is re-assigned while training, as a best-checkpoint swap is."""
+        """`scope` is a module-level builder (it trains nothing itself) that this file calls
+        inside a training loop: what it builds is re-assigned while training, as a
+        best-checkpoint swap is. A function that runs a whole training and is called again
+        (yolov5's `train()` per hyperparameter-evolution round) builds a new model each time."""
         if self.parent(scope) is not self.context.module:
+            return False
+        if any(contains(scope, loop) for loop in self.facts.training_loops):
             return False
         return any(
             is_name(call.func, scope.name.value)

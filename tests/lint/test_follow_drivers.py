@@ -420,8 +420,13 @@ RUN_NET = """
 from misc import launch_job
 from train_net import train
 
+def get_func(cfg):
+    train_func = train
+    return train_func
+
 def main():
     cfg = load_config()
+    train = get_func(cfg)
     launch_job(cfg=cfg, init_method="tcp://localhost:9999", func=train)
 
 if __name__ == "__main__":
@@ -524,3 +529,166 @@ def test_a_loader_module_reports_the_loaders_the_training_builds_only(
     found, said = _lint_rules("main.py", "AO101")
     assert "also checking data.py" in said
     assert found == ([("data.py", "AO101")] if told else [])
+
+
+# DrQA: scripts/reader/train.py hands the model to its own train(); the class is a package's.
+DOC_READER = """
+import torch
+
+class DocReader:
+    def __init__(self):
+        self.network = torch.nn.Linear(4, 2).cuda()
+        self.optimizer = torch.optim.Adamax(self.network.parameters())
+
+    def update(self, ex):
+        loss = self.network(ex.cuda()).sum()
+        self.optimizer.zero_grad()
+        loss.backward()
+        self.optimizer.step()
+        return loss.item()
+"""
+
+DRQA_TRAIN = """
+from drqa.reader import DocReader
+
+def train(args, data_loader, model):
+    for ex in data_loader:
+        model.update(ex)
+
+def main(args, loader):
+    model = DocReader()
+    for epoch in range(10):
+        train(args, loader, model)
+"""
+
+
+def test_a_model_handed_to_the_scripts_own_loop_is_followed_to_its_class(tmp_path: Path) -> None:
+    files = {
+        "drqa/__init__.py": "",
+        "drqa/reader/__init__.py": "from .model import DocReader\n",
+        "drqa/reader/model.py": DOC_READER,
+        "scripts/reader/train.py": DRQA_TRAIN,
+    }
+    _project(tmp_path, files)
+    found, said = _lint_rules("scripts/reader/train.py", "AO201")
+    assert found == [("drqa/reader/model.py", "AO201")], said
+
+
+# deep-person-reid: `import torchreid`, whose packages hand on the engine a factory builds; the
+# base Engine's loop calls `self.forward_backward`, which the subclasses define.
+ENGINE = """
+class Engine:
+    def __init__(self, model):
+        self.model = model
+
+    def run(self, loader):
+        for epoch in range(10):
+            self.train(loader)
+
+    def train(self, loader):
+        for data in loader:
+            self.forward_backward(data)
+
+    def forward_backward(self, data):
+        raise NotImplementedError
+"""
+
+SOFTMAX_ENGINE = """
+import torch
+from ..engine import Engine
+
+class SoftmaxEngine(Engine):
+    def forward_backward(self, data):
+        self.model(data.cuda()).sum().backward()
+"""
+
+OTHER_PROJECT = """
+import torch
+from reid.engine.engine import Engine
+
+class DMLEngine(Engine):
+    def forward_backward(self, data):
+        self.model(data.cuda()).sum().backward()
+"""
+
+REID_MAIN = """
+import torch
+import reid
+
+def build_engine(model):
+    return reid.engine.SoftmaxEngine(model)
+
+def main(loader):
+    model = torch.nn.Linear(4, 2).cuda()
+    engine = build_engine(model)
+    engine.run(loader)
+"""
+
+
+def test_a_packaged_engine_runs_the_subclass_the_script_can_import_only(tmp_path: Path) -> None:
+    files = {
+        "reid/__init__.py": "from reid import engine\n",
+        "reid/engine/__init__.py": "from .engine import Engine\nfrom .image import SoftmaxEngine\n",
+        "reid/engine/engine.py": ENGINE,
+        "reid/engine/image/__init__.py": "from .softmax import SoftmaxEngine\n",
+        "reid/engine/image/softmax.py": SOFTMAX_ENGINE,
+        "projects/dml/dml.py": OTHER_PROJECT,
+        "scripts/main.py": REID_MAIN,
+    }
+    # many modules of the project import the package (its tools, its other projects)
+    files |= {f"tools/tool{i}.py": "import reid\n" for i in range(30)}
+    _project(tmp_path, files)
+    found, said = _lint_rules("scripts/main.py", "AO201")
+    assert found == [("reid/engine/image/softmax.py", "AO201")], said
+
+
+# attention-is-all-you-need: `train = TranslationDataset(...)` handed to an iterator in the data
+# preparation is a local value, not a call of the script's own `train()`.
+SCHEDULED_OPTIM = """
+class ScheduledOptim:
+    def __init__(self, optimizer):
+        self._optimizer = optimizer
+
+    def zero_grad(self):
+        self._optimizer.zero_grad()
+
+    def step_and_update_lr(self):
+        self._optimizer.step()
+"""
+
+TRANSLATE = """
+import torch
+from torch import nn
+from optim import ScheduledOptim
+
+
+def prepare(opt, device):
+    train = TranslationDataset(opt.data)
+    return BucketIterator(train, batch_size=opt.batch_size, device=device)
+
+
+def train_epoch(model, data, optimizer):
+    for x in data:
+        optimizer.zero_grad()
+        model(x).sum().backward()
+        optimizer.step_and_update_lr()
+
+
+def main(opt):
+    device = torch.device("cuda")
+    data = prepare(opt, device)
+    model = nn.Linear(4, 2).to(device)
+    optimizer = ScheduledOptim(torch.optim.Adam(model.parameters()))
+    train(model, data, optimizer, device, opt)
+
+
+def train(model, data, optimizer, device, opt):
+    for epoch in range(3):
+        train_epoch(model, data, optimizer)
+"""
+
+
+def test_a_local_value_handed_to_a_call_is_not_a_function_it_runs(tmp_path: Path) -> None:
+    _project(tmp_path, {"optim.py": SCHEDULED_OPTIM, "train.py": TRANSLATE})
+    found, _ = _lint_rules("train.py", "AO301")
+    assert found == [("train.py", "AO301")]

@@ -36,7 +36,7 @@ from autoopt.lint.program.index import (
     parse_tree,
 )
 from autoopt.lint.program.project_files import resolve_module, root_of
-from autoopt.lint.program.project_text import read_text
+from autoopt.lint.program.project_text import imported_paths, read_text
 from autoopt.lint.program.summaries import Target, program
 from autoopt.lint.program.view import drives_training_elsewhere, training_call_sites
 
@@ -109,6 +109,10 @@ def _training(path: Path, root: str, depth: int) -> list[Path]:
     seen = {start}
     found: list[Path] = []
     frontier = [start]
+    # a subclass's override counts where the script can run it: in a module it imports, as
+    # far as imports go (deep-person-reid's projects/DML/dml.py subclasses torchreid's
+    # `Engine` too, but scripts/main.py never imports it)
+    runs = _imported_closure(Path(start), root)
     for _ in range(depth):
         later = []
         for module in frontier:
@@ -118,13 +122,39 @@ def _training(path: Path, root: str, depth: int) -> list[Path]:
             for func, site in training_call_sites(index, own_methods=module != start):
                 for target in prog.resolve(index, func, site.callee):
                     where = os.path.abspath(target.path)
-                    if where in seen or not _inside(where, root):
+                    if where in seen or not _inside(where, root) or where not in runs:
                         continue
                     seen.add(where)
                     found.append(Path(where))
                     later.append(where)
         frontier = later
     return found
+
+
+def _imported_closure(start: Path, root: str, limit: int = 2000) -> set[str]:
+    """The modules of the project `start` imports, directly or through others (`limit` at
+    most: past it, every module counts)."""
+    seen = {str(start)}
+    frontier = [start]
+    while frontier:
+        later = []
+        for module in frontier:
+            for imported in imported_paths(module, read_text(module)):
+                where = os.path.abspath(imported)
+                if where not in seen and _inside(where, root):
+                    seen.add(where)
+                    later.append(Path(where))
+        if len(seen) > limit:
+            return _Everything()
+        frontier = later
+    return seen
+
+
+class _Everything(set):
+    """A module set that holds every module (an import closure too large to walk)."""
+
+    def __contains__(self, item: object) -> bool:
+        return True
 
 
 def model_modules(modules: list[Path], root: str, exclude: list[Path] = ()) -> list[Path]:

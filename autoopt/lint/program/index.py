@@ -178,6 +178,8 @@ def dotted_of(node: ast.AST | None) -> Dotted | None:
 
 # Names handed to calls that are never a function of the project to call back.
 _NOT_CALLABLES = frozenset({"args", "opt", "cfg", "config", "self", "torch", "np", "os"})
+# Keywords that hand a function to run (`launch_job(func=train)`, `Process(target=run)`).
+_FUNCTION_KEYWORDS = frozenset({"func", "fn", "function", "target", "main_func"})
 
 
 def callee_of(func: ast.expr) -> Dotted | None:
@@ -829,12 +831,22 @@ class _Scanner:
                     self.no_grad > 0,
                 )
             )
+        functions = {k.value for k in node.keywords if k.arg in _FUNCTION_KEYWORDS}
         for handed in (*node.args, *(k.value for k in node.keywords)):
-            name = dotted_of(handed)  # a bound method: `model.train`, not `self.x` or `args.x`
+            # a bound method: `model.train`, not `self.x` or `args.x`; or a function: of the
+            # module or one it imports, or handed as one (TimeSformer's `launch_job(cfg=cfg,
+            # func=train)`), not a local value or a parameter (`train(model, device)`)
+            name = dotted_of(handed)
             if (
                 name is not None
                 and name[0] not in _NOT_CALLABLES
-                and (len(name) == 2 or (len(name) == 1 and handed.__class__ is ast.Name))
+                and (
+                    len(name) == 2
+                    or (
+                        isinstance(handed, ast.Name)
+                        and (handed in functions or name[0] not in {*info.params, *info.assigns})
+                    )
+                )
             ):
                 site = CallSite(name, (), (), node.lineno, self.loops > 0, self.no_grad > 0, True)
                 info.calls.append(site)
@@ -938,19 +950,22 @@ def load_index(path: Path | str) -> ModuleIndex | None:
     return found
 
 
-def may_name(path: Path | str, word: str) -> bool:
+def may_name(path: Path | str, word: str, exact: bool = False) -> bool:
     """Whether the module at `path` can name `word` (an identifier) at all: False only when its
     text holds no such identifier, as Python reads one (decoded by its coding cookie, a non-ASCII
     name NFKC-normalized). A question about callers of `word` (`Program.callers`) then skips
     the module without indexing it; it is recorded as read all the same, as `load_index` would
     (the results cache drops an entry when a file it consulted changes). True when in doubt: a
-    file indexed already, unreadable, too large or not decodable, a `word` such as `<module>`."""
+    file indexed already, unreadable, too large or not decodable, a `word` such as `<module>`.
+    `exact`: a file indexed already is read too, so that the answer does not depend on what
+    this process indexed before (a decision that counts modules must not)."""
     if not word.isidentifier():
         return True
     path = os.path.abspath(path)
     try:
         stat = os.stat(path)
-        if (path, stat.st_mtime_ns, stat.st_size) in _INDEXES or stat.st_size > _MAX_BYTES:
+        indexed = (path, stat.st_mtime_ns, stat.st_size) in _INDEXES
+        if (indexed and not exact) or stat.st_size > _MAX_BYTES:
             return True
         with open(path, "rb") as handle:
             data = handle.read()

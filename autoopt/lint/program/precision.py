@@ -53,7 +53,7 @@ def other_precision_system(module: cst.Module, source: str | None = None) -> str
             func = node.func
             name = dotted(func) or ""
             last = name.rsplit(".", 1)[-1]
-            apex = "apex" in text and any(_names_amp(part) for part in name.split(".")[:-1])
+            apex = "apex" in text and "amp" in name.split(".")[:-1]
             if apex and last in ("initialize", "scale_loss"):
                 return f"apex amp (`{name}`)"
             if last in _FP16_CLASSES:
@@ -121,14 +121,10 @@ def built_in_reduced_precision(module: cst.Module) -> str | None:
     return None
 
 
-def _names_amp(part: str) -> bool:
-    """`amp`, or a name holding apex's amp module (`self.amp_lib`, End-to-end-ASR's)."""
-    return part == "amp" or part.startswith("amp_") or part.endswith("_amp")
-
-
 def runs_apex(text: str) -> bool:
-    """A module's text initializes apex amp or scales a loss with it (its base class's
-    `enable_apex()`), as far as the text says."""
+    """A module's text initializes apex amp or scales a loss with it, also through a name
+    holding apex's module (End-to-end-ASR's `self.amp_lib.initialize(...)` in its base
+    class's `enable_apex()`), as far as the text says."""
     return "apex" in text and re.search(r"\bamp\w*\.(initialize|scale_loss)\(", text) is not None
 
 

@@ -200,7 +200,14 @@ def _text_trains_at(path: Path, depth: int, stamp: tuple[int, int]) -> bool:
     text = read_text(path)
     if ".backward(" in text or "zero_grad(" in text:
         return True
-    return depth > 0 and any(text_trains(m, depth - 1) for m in imported_paths(path, text))
+    package = path.parent if path.name == "__init__.py" else None
+    for module in imported_paths(path, text):
+        # a package's `__init__.py` handing on its own modules costs no import: torchreid's
+        # `import torchreid` reaches engine/image/softmax.py
+        inside = package is not None and package in module.parents
+        if (inside or depth > 0) and text_trains(module, depth if inside else depth - 1):
+            return True
+    return False
 
 
 def text_uses_cuda(text: str) -> bool:

@@ -613,10 +613,29 @@ class Program:
         self._following.add(key)
         try:
             found = [c for v in func.assigns.get(name, ()) for c in self.classes_of(index, func, v)]
+            if not found and name in func.params and func.class_name is None:
+                found = self._passed_classes(index, func, name)
             self._classes[done] = found
             return found
         finally:
             self._following.discard(key)
+
+    def _passed_classes(
+        self, index: ModuleIndex, func: FunctionInfo, param: str
+    ) -> list[tuple[ModuleIndex, ClassInfo]]:
+        """The classes of what this module's calls of `func` pass for its parameter `param`
+        (DrQA's `train(args, data_loader, model, stats)` given `model = DocReader(...)`)."""
+        position = func.params.index(param)
+        found = []
+        for caller in index.functions.values():
+            for site in caller.calls:
+                if site.callee != (func.qualname,):
+                    continue
+                keywords = dict(site.keywords)
+                passed = site.args[position] if position < len(site.args) else keywords.get(param)
+                if passed is not None and len(passed) == 1:
+                    found += self._local_classes(index, caller, passed[0])
+        return found
 
     def _attr_classes(
         self, index: ModuleIndex, cls: ClassInfo, attr: str
@@ -753,7 +772,8 @@ class Program:
             if (
                 importer.name == "__init__.py"
                 and "." not in target.qualname
-                and may_name(importer, leaf)  # `from .trainer import Trainer`
+                # `from .trainer import Trainer`; exact: the count decides `subclasses`' cut-off
+                and may_name(importer, leaf, exact=True)
             ):
                 candidates.update(modules_importing(importer, importer.parent.name))
         if "." in target.qualname:
