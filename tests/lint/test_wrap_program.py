@@ -861,3 +861,61 @@ def test_a_decline_sending_to_the_trainers_file_says_why_it_would_decline_there(
     assert (
         "in " + str(tmp_path / "trainer.py") in result.message or "in trainer.py" in result.message
     )
+
+
+POINTER_MODEL = """\
+    import torch
+
+
+    class Model({base}):
+        def __init__(self):
+            {init}self.encoder = torch.nn.Linear(8, 4)
+            self.decoder = torch.nn.Linear(4, 1)
+
+        def __call__(self, x):
+            return self.decoder(self.encoder(x))
+    """
+
+POINTER_TRAIN = """\
+    import torch
+    from data import make_loader
+    from model import Model
+
+
+    class Train:
+        def setup_train(self):
+            self.model = Model()
+            params = list(self.model.encoder.parameters()) + list(self.model.decoder.parameters())
+            self.optimizer = torch.optim.Adagrad(params, lr=0.15)
+
+        def train_iters(self):
+            self.setup_train()
+            for x, y in make_loader():
+                self.optimizer.zero_grad()
+                torch.nn.functional.mse_loss(self.model(x), y).backward()
+                self.optimizer.step()
+
+
+    if __name__ == "__main__":
+        Train().train_iters()
+    """
+
+
+def test_the_modules_a_plain_object_holds_get_a_call_each(tmp_path: Path) -> None:
+    """pointer_summarizer: `class Model(object)` holds encoder and decoder, and one Adagrad
+    is built over both: optimize() takes modules, so each part gets its call (one optimizer
+    over several models: amp="script"); a holder that is an nn.Module is the model."""
+    plain = POINTER_MODEL.replace("{base}", "object").replace("{init}", "")
+    script = project(tmp_path, {"train.py": POINTER_TRAIN, "data.py": LOADER, "model.py": plain})
+    calls = [line.split(" = ", 1)[1].split("  #")[0] for line in wrap(script).inserted]
+    assert [c.split(",")[0] for c in calls] == [
+        "autoopt.optimize(self.model.decoder",
+        "autoopt.optimize(self.model.encoder",
+    ]
+    assert all('amp="script"' in c and "optimizer=" not in c for c in calls)
+    module = POINTER_MODEL.replace("{base}", "torch.nn.Module").replace(
+        "{init}", "super().__init__()\n        "
+    )
+    (tmp_path / "model.py").write_text(textwrap.dedent(module))
+    calls = [line.split(" = ", 1)[1] for line in wrap(script).inserted]
+    assert [c.split(",")[0] for c in calls] == ["autoopt.optimize(self.model"]

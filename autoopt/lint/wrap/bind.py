@@ -65,6 +65,12 @@ def pair_models(
         }
         if not models:
             models = models_beside(home, opt)
+        models = {
+            part
+            for model in models
+            for a in opt.assigns
+            for part in _modules_of_holder(code, home, model, bound_to(a, opt.expr))
+        } or models
         models -= stepped  # optimize() takes the module first, never an optimizer
         if not models:
             return decline.unknown_model(opt.expr)
@@ -94,6 +100,45 @@ def pair_models(
         Pair(m, None, guard=_not_none(home, m)) for m in dict.fromkeys(shared) if m not in paired
     ]
     return Pairing(pairs, forced)
+
+
+def _modules_of_holder(
+    code: CodeBase, home: Func, model: str, value: cst.BaseExpression | None
+) -> set[str]:
+    """`model` itself, or, where it is `self.<name>` bound to a plain object of a local class
+    (no base: no nn.Module) whose parts the optimizer reads (pointer_summarizer's
+    `self.model.encoder.parameters()` + `self.model.decoder.parameters()` + ...), those parts:
+    optimize() takes modules."""
+    cls = home.cls
+    if value is None or cls is None or not model.startswith("self.") or model.count(".") != 1:
+        return {model}
+    made = [
+        made
+        for method in code.class_methods(home.file, cls)
+        for a in assignments_of(method, model)
+        for made in code.classes_made(method.file, bound_to(a, model))
+    ]
+    if not made or any(code_of(b.value) != "object" for _, c in made for b in c.bases):
+        return {model}
+    read = [
+        value
+    ] + [  # `params = list(self.model.encoder.parameters()) + ...`, then `Adagrad(params)`
+        bound
+        for n in home.file.inside(value)
+        if isinstance(n, cst.Name)
+        for bound in _values_of(home, n.value, value)
+        if bound is not None
+    ]
+    parts = {
+        code_of(n.func.value)
+        for expr in read
+        for n in [expr, *home.file.inside(expr)]
+        if isinstance(n, cst.Call)
+        and isinstance(n.func, cst.Attribute)
+        and n.func.attr.value in ("parameters", "named_parameters")
+        and code_of(n.func.value).startswith(model + ".")
+    }
+    return parts or {model}
 
 
 def _factory_models(code: CodeBase, home: Func, value: cst.BaseExpression | None) -> set[str]:
