@@ -122,7 +122,9 @@ def _training(path: Path, root: str, depth: int) -> list[Path]:
             for func, site in training_call_sites(index, own_methods=module != start):
                 for target in prog.resolve(index, func, site.callee):
                     where = os.path.abspath(target.path)
-                    if where in seen or not _inside(where, root) or where not in runs:
+                    if where in seen or not _inside(where, root):
+                        continue
+                    if runs is not None and where not in runs:
                         continue
                     seen.add(where)
                     found.append(Path(where))
@@ -131,9 +133,9 @@ def _training(path: Path, root: str, depth: int) -> list[Path]:
     return found
 
 
-def _imported_closure(start: Path, root: str, limit: int = 2000) -> set[str]:
-    """The modules of the project `start` imports, directly or through others (`limit` at
-    most: past it, every module counts)."""
+def _imported_closure(start: Path, root: str, limit: int = 2000) -> set[str] | None:
+    """The modules of the project `start` imports, directly or through others; None past
+    `limit` modules (then every module counts)."""
     seen = {str(start)}
     frontier = [start]
     while frontier:
@@ -145,16 +147,9 @@ def _imported_closure(start: Path, root: str, limit: int = 2000) -> set[str]:
                     seen.add(where)
                     later.append(Path(where))
         if len(seen) > limit:
-            return _Everything()
+            return None
         frontier = later
     return seen
-
-
-class _Everything(set):
-    """A module set that holds every module (an import closure too large to walk)."""
-
-    def __contains__(self, item: object) -> bool:
-        return True
 
 
 def model_modules(modules: list[Path], root: str, exclude: list[Path] = ()) -> list[Path]:

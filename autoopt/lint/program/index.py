@@ -306,7 +306,9 @@ def _is_large(data: bytes | str) -> bool:
 
 def _index_body(body: list[ast.stmt], index: ModuleIndex, scanner: _Scanner) -> None:
     """Index top-level statements: imports, functions, classes, the module's own code."""
-    _read_imports(body, index, _flag_defaults(body))
+    # the flags are read only where an `if`/`else` can import a name twice
+    branches = any(isinstance(s, ast.If) and s.orelse for s in body)
+    _read_imports(body, index, _flag_defaults(body) if branches else {})
     _read_local_imports(body, index)
     top_level: list[ast.stmt] = []
     for stmt in body:
