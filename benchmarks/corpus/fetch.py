@@ -64,6 +64,8 @@ SPLITS = {
     "fresh-z": (HERE / "fresh_z.json", HERE / "_repos_fresh_z"),
     "fresh-aa": (HERE / "fresh_aa.json", HERE / "_repos_fresh_aa"),
     "fresh-ab": (HERE / "fresh_ab.json", HERE / "_repos_fresh_ab"),
+    "fresh-ac": (HERE / "fresh_ac.json", HERE / "_repos_fresh_ac"),
+    "fresh-ad": (HERE / "fresh_ad.json", HERE / "_repos_fresh_ad"),
 }
 TORCH_DIR = "torch"
 
