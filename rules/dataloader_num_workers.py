@@ -8,16 +8,26 @@ import libcst as cst
 from libcst.codemod.visitors import ImportItem
 
 from autoopt.lint.engine.rule import Fix, FixSafety, Invalid, Rule, Valid
+from autoopt.lint.program.index import Value, load_index
 from autoopt.lint.program.loops import evaluation_only_loader
 from autoopt.lint.program.project_facts import (
     argparse_default,
     imported_constant,
     unpassed_default,
 )
+from autoopt.lint.program.summaries import Target
 from autoopt.lint.program.torch_api import DATALOADER
 from autoopt.lint.rewrite.fixes.preconditions import device_is_cuda
 from autoopt.lint.tree.calls import arg, call_options, with_keyword
-from autoopt.lint.tree.nodes import code_of, int_literal, is_name, nodes_of_type, string_value, walk
+from autoopt.lint.tree.nodes import (
+    code_of,
+    dotted,
+    int_literal,
+    is_name,
+    nodes_of_type,
+    string_value,
+    walk,
+)
 
 _ITERABLE_DATASET = (
     "torch.utils.data.IterableDataset",
@@ -536,9 +546,24 @@ class DataLoaderNumWorkers(Rule):
             return True
         func = self._function(call.func)
         if func is None:
-            return False
+            return self._project_returns_tensor_dataset(call)
         returns = [r.value for r in nodes_of_type(func, cst.Return) if r.value is not None]
         return bool(returns) and all(self._in_memory_in(func, r) for r in returns)
+
+    def _project_returns_tensor_dataset(self, call: cst.Call) -> bool:
+        """`call` runs a function or method of another module of the project (as the program
+        model resolves it) whose every `return` hands back a `TensorDataset` it builds: the
+        BERT classifier's `processor.create_dataset(features)` of pybert/io/bert_processor.py."""
+        name = dotted(call.func)
+        if name is None:
+            return False
+        program = self.context.program
+        targets = list(
+            program.program.resolve(
+                program.index, program.function_of(call), tuple(name.split("."))
+            )
+        )
+        return bool(targets) and all(_returns_tensor_dataset(t) for t in targets)
 
     def _in_memory_in(self, func: cst.FunctionDef, value: cst.BaseExpression) -> bool:
         """`value` (returned by `func`) is a TensorDataset built there."""
@@ -629,6 +654,29 @@ class DataLoaderNumWorkers(Rule):
             if isinstance(anc, cst.If) and _is_main_guard(anc.test):
                 return False
         return True
+
+
+def _returns_tensor_dataset(target: Target) -> bool:
+    """Every `return` of the project function `target` is a `TensorDataset(...)` built there
+    (directly, or a local name bound only to one)."""
+    index = None if target.is_class else load_index(target.path)
+    func = index.functions.get(target.qualname) if index is not None else None
+    if func is None or not func.returns:
+        return False
+
+    def built(value: Value) -> bool:
+        return value.kind == "call" and value.dotted[-1:] == ("TensorDataset",)
+
+    return all(
+        built(value)
+        or (
+            value.kind == "ref"
+            and len(value.dotted) == 1
+            and bool(func.assigns.get(value.dotted[0]))
+            and all(built(bound) for bound in func.assigns[value.dotted[0]])
+        )
+        for value in func.returns
+    )
 
 
 def _first_arg(call: cst.Call) -> cst.BaseExpression | None:

@@ -49,6 +49,9 @@ class DistributedSamplerSetEpoch(Rule):
       does not depend on the order of the samples.
     - Any `set_epoch` call on the sampler (or on `loader.sampler`) anywhere in the file.
 
+    A sampler made in another function than the epoch loop (a loader factory) is reported
+    without a fix: its name is not bound there.
+
     ## Fix (safe)
     Inserts `<sampler>.set_epoch(<epoch>)` as the first statement of the epoch loop, using the
     script's own names (`loader.sampler` when the sampler was created inline in the
@@ -209,6 +212,25 @@ class DistributedSamplerSetEpoch(Rule):
             line=2,
             message_contains="set_epoch",
         ),
+        Invalid(  # a tuple assignment, in a loader factory: the epoch loop is in train()
+            """
+            from torch.utils.data import DataLoader, DistributedSampler
+            def prepare_dataloaders(ds, n_gpus):
+                sampler, shuffle = None, True
+                if n_gpus > 1:
+                    sampler, shuffle = DistributedSampler(ds), False
+                train_loader = DataLoader(ds, shuffle=shuffle, sampler=sampler)
+                return train_loader
+            def train(ds, n_gpus):
+                train_loader = prepare_dataloaders(ds, n_gpus)
+                for epoch in range(epochs):
+                    for batch in train_loader:
+                        model(batch).sum().backward()
+            """,
+            line=5,
+            message_contains="call train_loader.sampler.set_epoch(epoch) at the start of each "
+            "epoch (the sampler is made in another function: no fix)",
+        ),
     ]
 
     def visit_Call(self, node: cst.Call) -> None:
@@ -230,6 +252,18 @@ class DistributedSamplerSetEpoch(Rule):
                 continue
             # the sampler's own name, or `loader.sampler` when it was created inline
             handle = handles[0] or f"{loader}.sampler"
+            made = self.facts.enclosing_scope(node)
+            if made is not self.context.module and made is not self.facts.enclosing_scope(
+                epoch_loop
+            ):
+                # made in another function (flowtron's `prepare_dataloaders()`): its name is
+                # not bound at the epoch loop, and the loader there may be another object
+                self.report(
+                    node,
+                    f"{self.message}; call {loader}.sampler.set_epoch(epoch) at the start of "
+                    "each epoch (the sampler is made in another function: no fix)",
+                )
+                return
             guard = None
             if self._conditional(handles[0] or loader):
                 # Created on one path only (`if args.distributed:`; None or a RandomSampler
@@ -244,8 +278,18 @@ class DistributedSamplerSetEpoch(Rule):
         loaders built on it."""
         parent = self.parent(node)
         module = self.context.module
+        target = None
         if isinstance(parent, cst.Assign) and len(parent.targets) == 1:
-            name = dotted(parent.targets[0].target)
+            target = parent.targets[0].target
+        elif isinstance(parent, cst.Element) and isinstance(self.parent(parent), cst.Tuple):
+            # `sampler, shuffle = DistributedSampler(ds), False` (flowtron)
+            values, assign = self.parent(parent), self.parent(self.parent(parent))
+            if isinstance(assign, cst.Assign) and len(assign.targets) == 1:
+                names = assign.targets[0].target
+                if isinstance(names, cst.Tuple) and len(names.elements) == len(values.elements):
+                    target = names.elements[values.elements.index(parent)].value
+        if target is not None:
+            name = dotted(target)
             if name is None:
                 return [], []
             loaders = [

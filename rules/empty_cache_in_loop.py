@@ -92,6 +92,35 @@ class EmptyCacheInLoop(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # an evaluation every 100 steps inside the training loop (MusicTransformer)
+            """
+            import torch
+            for e in range(10):
+                for b in range(steps):
+                    model(batch()).sum().backward()
+                    opt.step()
+                    if b % 100 == 0:
+                        model.eval()
+                        for x, y in val_loader:
+                            evaluate(model(x), y)
+                        model.train()
+                    torch.cuda.empty_cache()
+            """,
+            line=11,
+            fixed="""
+            import torch
+            for e in range(10):
+                for b in range(steps):
+                    model(batch()).sum().backward()
+                    opt.step()
+                    if b % 100 == 0:
+                        model.eval()
+                        for x, y in val_loader:
+                            evaluate(model(x), y)
+                        model.train()
+            """,
+            unsafe=True,
+        ),
         Invalid(
             """
             import torch
@@ -143,8 +172,15 @@ class EmptyCacheInLoop(Rule):
             return
         if self._conditional_within(node, loops[0]):
             return
-        if any(inner is not loops[0] and contains(loops[0], inner) for inner in data_loops(self)):
-            return  # once per epoch: the loop it is in holds the batch loop
+        if any(
+            inner is not loops[0]
+            and contains(loops[0], inner)
+            and not self._conditional_within(inner, loops[0])
+            for inner in data_loops(self)
+        ):
+            # once per epoch: the loop it is in runs a batch loop each time (not one under an
+            # `if`, MusicTransformer's evaluation every 100 steps inside its training loop)
+            return
         line = sole_expression_statement(node, self.parent)
         if line is None or not isinstance(self.parent(line), cst.IndentedBlock):
             self.report(node)

@@ -14,6 +14,7 @@ from autoopt.lint.program.torch_api import torch_name
 from autoopt.lint.tree.nodes import (
     calls_in,
     code_of,
+    contains,
     is_name,
     method_name,
     names_in,
@@ -401,6 +402,23 @@ class EvalLoopNoGrad(Rule):
             """,
             line=8,
         ),
+        Invalid(  # the unwrapped model put in eval mode, its forward called by name
+            # (MusicTransformer: `mt` is the DataParallel wrapper of `single_mt`)
+            """
+            import torch
+            single_mt = MusicTransformer()
+            mt = torch.nn.DataParallel(single_mt)
+            for b in range(steps):
+                loss = criterion(mt(batch_x), batch_y)
+                loss.backward()
+                scheduler.step()
+                if b % 100 == 0:
+                    single_mt.eval()
+                    prediction, weights = single_mt.forward(eval_x)
+                    log(prediction, weights)
+            """,
+            line=10,
+        ),
         Invalid(  # the epoch's test pass over a loader named for it (pix2pix)
             """
             import torch
@@ -692,9 +710,16 @@ class EvalLoopNoGrad(Rule):
             return
         if facts.in_no_grad(node) or self._needs_grad(node) or _steps_optimizer(node.body):
             return
+        # what the block puts in eval mode is what it samples with (MusicTransformer's
+        # `single_mt.eval()` then `single_mt.forward(x)`, the unwrapped DataParallel model)
+        evaluated = {
+            code_of(c.func.value)
+            for c in facts.eval_calls
+            if isinstance(c.func, cst.Attribute) and contains(node.body, c)
+        }
         calls = [
             c
-            for c in self._model_calls(node.body, set())
+            for c in self._model_calls(node.body, evaluated)
             if not facts.in_no_grad(c) and not self._evaluation_loop_elsewhere(c)
         ]
         if calls:
@@ -863,8 +888,8 @@ _GRAD_NODES = (cst.Call, cst.Attribute, cst.Arg)
 
 def _model_text(func: cst.BaseExpression) -> str:
     """`generator` for `generator.module(...)`: the model a DDP/DataParallel wrapper holds is
-    the model (glow-tts samples through it)."""
-    return code_of(func).removesuffix(".module")
+    the model (glow-tts samples through it); `model` for `model.forward(x)`."""
+    return code_of(func).removesuffix(".forward").removesuffix(".module")
 
 
 def _freezes(value: cst.BaseExpression) -> bool:

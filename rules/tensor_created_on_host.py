@@ -110,6 +110,19 @@ class TensorCreatedOnHost(Rule):
             labels = torch.zeros(n, dtype=torch.int64, device="cuda")
             """,
         ),
+        Invalid(  # a GPU's index, by name (CMGAN's DDP trainer, a torchrun script)
+            """
+            import torch
+            one_labels = torch.ones(args.batch_size).to(self.gpu_id)
+            noise = torch.zeros(8, 3).to(local_rank)
+            """,
+            line=2,
+            fixed="""
+            import torch
+            one_labels = torch.ones(args.batch_size, device=self.gpu_id)
+            noise = torch.zeros(8, 3, device=local_rank)
+            """,
+        ),
         Invalid(  # a device index the code holds (pytorch-wgan's gradient penalty)
             """
             import torch

@@ -260,6 +260,7 @@ def say_followed(project: Project) -> None:
     """On stderr, the modules checked although not named, and why (`--fix` leaves them)."""
     from autoopt.lint.program.followed import (
         EVALUATION_RULES,
+        FORWARD_RULES,
         LOADER_RULES,
         MODEL_RULES,
         OPTIMIZER_RULES,
@@ -274,7 +275,11 @@ def say_followed(project: Project) -> None:
         elif module in project.discovered.loader_builders:
             where = f"which builds the loader the training of {named.as_posix()} iterates"
         elif module in project.discovered.model_definers:
-            where = f"which defines a module {named.as_posix()} runs (the model rules {', '.join(MODEL_RULES)} only)"
+            where = (
+                f"which defines a module {named.as_posix()} runs (the model rules "
+                f"{', '.join(MODEL_RULES)} only, and {', '.join(FORWARD_RULES)} in what its "
+                "forwards run)"
+            )
         elif module in project.discovered.optimizer_builders:
             where = f"which builds the optimizer {named.as_posix()} steps (the optimizer rule {', '.join(OPTIMIZER_RULES)} only)"
         elif module in project.discovered.evaluators:

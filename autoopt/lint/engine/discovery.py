@@ -70,6 +70,8 @@ class Discovered:
     # the lines of the functions of a loader module that build the loaders the training
     # iterates: the loader rules report there only (`followed.loader_function_lines`)
     loader_lines: dict[Path, list[tuple[int, int]]] = field(default_factory=dict)
+    # the lines a model module's forward methods run: `followed.FORWARD_RULES` report there
+    forward_lines: dict[Path, list[tuple[int, int]]] = field(default_factory=dict)
 
 
 def is_notebook(path: Path | str) -> bool:
@@ -207,7 +209,11 @@ def follow_training(
     in `paths` run (`program.followed`): `autoopt lint train.py` checks the `Solver` module its
     loop is in. Folders are not followed from (their modules are linted already); excluded,
     unreadable and already listed modules are left out."""
-    from autoopt.lint.program.followed import loader_function_lines, training_modules
+    from autoopt.lint.program.followed import (
+        forward_lines,
+        loader_function_lines,
+        training_modules,
+    )
     from autoopt.lint.program.project_files import root_of
     from autoopt.lint.tree.encoding import SourceDecodeError, decode_source
 
@@ -222,10 +228,10 @@ def follow_training(
             continue  # the lint reports it
         reached = training_modules(Path(named), source)
         lines = {}
-        if any(holds in ("loader", "loader options") for _, holds in reached):
-            training = [Path(named), *(m for m, holds in reached if holds == "training")]
+        if any(r.holds in ("loader", "loader options") for r in reached):
+            training = [Path(named), *(r.path for r in reached if r.holds == "training")]
             lines = loader_function_lines(training, os.path.abspath(root_of(Path(named))))
-        for module, holds in reached:
+        for module, holds, classes in reached:
             key = os.path.abspath(module)
             if key in listed or excluder.excluded(module, is_dir=False):
                 continue
@@ -238,6 +244,7 @@ def follow_training(
                 out.loader_builders.add(shown)
             elif holds == "model":
                 out.model_definers.add(shown)
+                out.forward_lines[shown] = forward_lines(module, classes)
             elif holds == "optimizer":
                 out.optimizer_builders.add(shown)
             elif holds == "evaluation":

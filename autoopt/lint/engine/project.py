@@ -90,17 +90,21 @@ class Project:
     def reports(self, path: Path | str, code: str, line: int | None = None) -> bool:
         """A finding of rule `code` in `path` (at `line`) is reported: the per-file-ignores
         allow it, and a module checked only because it defines a trained model reports the
-        model rules, one checked because it builds the optimizer the optimizer's rules, and a
-        loader module the loader rules in the functions that build the training's loaders."""
+        model rules (and AO608 in the code their forwards run), one checked because it builds
+        the optimizer the optimizer's rules, and a loader module the loader rules in the
+        functions that build the training's loaders."""
         from autoopt.lint.program.followed import (
             EVALUATION_RULES,
+            FORWARD_RULES,
             LOADER_RULES,
             MODEL_RULES,
             OPTIMIZER_RULES,
         )
 
         if Path(path) in self.discovered.model_definers and code not in MODEL_RULES:
-            return False
+            forward = self.discovered.forward_lines.get(Path(path), [])
+            if code not in FORWARD_RULES or not _within(line, forward):
+                return False
         if Path(path) in self.discovered.optimizer_builders and code not in OPTIMIZER_RULES:
             return False
         if Path(path) in self.discovered.loader_option_builders and code not in LOADER_RULES:
@@ -108,12 +112,7 @@ class Project:
         if Path(path) in self.discovered.evaluators and code not in EVALUATION_RULES:
             return False
         spans = self.discovered.loader_lines.get(Path(path))
-        if (
-            spans is not None
-            and code in LOADER_RULES
-            and line is not None
-            and not any(first <= line <= last for first, last in spans)
-        ):
+        if spans is not None and code in LOADER_RULES and not _within(line, spans):
             return False  # a loader its training never builds (`load_textset`)
         return self.per_file_ignores.allows(code, self.per_file_ignores.ignored(path))
 
@@ -121,6 +120,11 @@ class Project:
         """The selected rules minus the per-file-ignores that match `path`."""
         ignored = self.per_file_ignores.ignored(path)
         return [r for r in self.rules if self.per_file_ignores.allows(r.code, ignored)]
+
+
+def _within(line: int | None, spans: list[tuple[int, int]]) -> bool:
+    """`line` is inside one of `spans` (an unknown line is: nothing to tell it apart by)."""
+    return line is None or any(first <= line <= last for first, last in spans)
 
 
 def registry_for(settings: Settings) -> Registry:

@@ -14,8 +14,9 @@ trainer's step helper). Only from a script whose training is all elsewhere: one 
 helper through its batch-size search is not a driver of that helper). From any script, the
 modules that define the models it trains are checked for the rules that judge a model's own
 code (`MODEL_RULES`: SRGAN's conv-then-BatchNorm blocks in model.py, S3Rec's attention,
-EDSR's `nn.parallel.data_parallel` in its model's forward; not
-AO608, whose host-built tensors in a model's helpers may run once, not every step), and the
+EDSR's `nn.parallel.data_parallel` in its model's forward), and AO608 in the code the models'
+`forward` methods run (`FORWARD_RULES`: MolCLR's loss builds its labels on the host and copies
+them every step; a helper run once, at construction, is not reported), and the
 modules of the functions it hands a trained model to evaluate are checked for AO403
 (`EVALUATION_RULES`: federated-learning's `test_img(net_glob, ...)`).
 """
@@ -26,6 +27,7 @@ import ast
 import os
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import NamedTuple
 
 from autoopt.lint.program.index import (
     Dotted,
@@ -44,6 +46,8 @@ from autoopt.lint.program.view import drives_training_elsewhere, training_call_s
 # judge a model's own code (its layers, its attention, a DataParallel in its forward), not the
 # training around it.
 MODEL_RULES = ("AO501", "AO607", "AO609")
+# ... and, in the code its modules' forward methods run every step (`forward_lines`), these.
+FORWARD_RULES = ("AO608",)
 # What a module followed because it builds the optimizer the training steps is checked for.
 OPTIMIZER_RULES = ("AO605",)
 # What a loader factory's module is checked for when the script runs its own loop.
@@ -52,12 +56,23 @@ LOADER_RULES = ("AO101", "AO102", "AO104")
 EVALUATION_RULES = ("AO403",)
 
 
-def training_modules(path: Path, source: str, depth: int = 3) -> list[tuple[Path, str]]:
+class Reached(NamedTuple):
+    """A module a script's training reaches: where (`path`), what it holds there ("training",
+    "loader", "loader options", "model", "optimizer" or "evaluation") and, for a module that
+    defines the models, the classes the training builds from it (None: all of its classes, a
+    module the models take their parts from)."""
+
+    path: Path
+    holds: str
+    classes: frozenset[str] | None = None
+
+
+def training_modules(path: Path, source: str, depth: int = 3) -> list[Reached]:
     """The project modules (other than `path`) whose code the training `path` runs lives in,
     in the order the calls reach them, then those that build the loaders it iterates
     (`loader_modules`), then those that define the models it trains (`model_modules`), and
     those that build the optimizers it steps (`optimizer_modules`), each with what it holds
-    ("training", "loader", "loader options", "model" or "optimizer"). Training modules only
+    (`Reached`). Training modules only
     for a script whose training is all elsewhere (one with a backward of its own is checked
     as it is written); from such a script a loader factory's module is checked for the
     loader's options only ("loader options": `LOADER_RULES`, SimMIM's `build_loader_simmim`)."""
@@ -71,7 +86,8 @@ def training_modules(path: Path, source: str, depth: int = 3) -> list[tuple[Path
     )
     found = _training(path, root, depth) if drives else []
     loaders = loader_modules([Path(start), *found], root)
-    models = model_modules([Path(start), *found], root, exclude=[*found, *loaders])
+    classes: dict[str, set[str] | None] = {}
+    models = model_modules([Path(start), *found], root, exclude=[*found, *loaders], classes=classes)
     if not any(func.backward for func in index.functions.values()):
         # a model class that holds its own training loop, which the script calls by name
         # (CloserLookFewShot's `model.train_loop(epoch, loader, optimizer)` on a parameter
@@ -83,12 +99,17 @@ def training_modules(path: Path, source: str, depth: int = 3) -> list[tuple[Path
     evaluators = evaluation_modules(
         [Path(start), *found], root, exclude=[*found, *loaders, *models, *optimizers]
     )
+
+    def built(module: Path) -> frozenset[str] | None:
+        names = classes.get(os.path.abspath(module))
+        return frozenset(names) if names is not None else None
+
     return (
-        [(m, "training") for m in found]
-        + [(m, "loader" if drives else "loader options") for m in loaders]
-        + [(m, "model") for m in models]
-        + [(m, "optimizer") for m in optimizers]
-        + [(m, "evaluation") for m in evaluators]
+        [Reached(m, "training") for m in found]
+        + [Reached(m, "loader" if drives else "loader options") for m in loaders]
+        + [Reached(m, "model", built(m)) for m in models]
+        + [Reached(m, "optimizer") for m in optimizers]
+        + [Reached(m, "evaluation") for m in evaluators]
     )
 
 
@@ -152,15 +173,26 @@ def _imported_closure(start: Path, root: str, limit: int = 2000) -> set[str] | N
     return seen
 
 
-def model_modules(modules: list[Path], root: str, exclude: list[Path] = ()) -> list[Path]:
+def model_modules(
+    modules: list[Path],
+    root: str,
+    exclude: list[Path] = (),
+    classes: dict[str, set[str] | None] | None = None,
+) -> list[Path]:
     """The project modules that define the models the training of `modules` runs (a name
     run as a model, `model = S3RecModel(args)`, bound to a class of the project), and the
     project modules those import their parts from (S3Rec's models.py takes its attention
-    layers from modules.py). Checked for `MODEL_RULES` only."""
+    layers from modules.py). Checked for `MODEL_RULES` only. `classes` hears, for each module
+    (by absolute path), the classes built from it (None: a factory's module or one of parts)."""
     seen = {os.path.abspath(m) for m in [*modules, *exclude]}
     defining: list[Path] = []
+    built: dict[str, set[str] | None] = {}
     for target in _builders(modules, _MODEL_ROLES):
         where = os.path.abspath(target.path)
+        if where in built and target.is_class:
+            names = built[where]
+            if names is not None:
+                names.add(target.qualname)
         if where in seen or not _inside(where, root):
             continue
         # a class, or a factory that wraps what it builds in DataParallel (Efficient-3DCNNs'
@@ -168,6 +200,9 @@ def model_modules(modules: list[Path], root: str, exclude: list[Path] = ()) -> l
         if target.is_class or _wraps_what_it_builds(target):
             seen.add(where)
             defining.append(Path(where))
+            built[where] = {target.qualname} if target.is_class else None
+    if classes is not None:
+        classes.update(built)
     parts: list[Path] = []
     for module in defining:
         index = load_index(module)
@@ -182,6 +217,125 @@ def model_modules(modules: list[Path], root: str, exclude: list[Path] = ()) -> l
             seen.add(where)
             parts.append(Path(where))
     return [*defining, *parts][:_MAX_MODEL_MODULES]
+
+
+def forward_lines(module: Path, classes: frozenset[str] | None = None) -> list[tuple[int, int]]:
+    """The lines (first, last) of the code `module`'s `forward` methods run: the `forward` of
+    each of `classes` (all of the module's classes when None; one a class inherits from a
+    base of the module), and what it calls within the module, transitively: its class's
+    methods (`self.mask(...)`) and the module's functions (`index_points(...)`, CurveNet's
+    `sample_and_group` and the helpers it calls). Not the forwards of other classes of the
+    module (PEFT's peft_model.py: the script trains a `PeftModel`, not its prompt-learning
+    subclasses), nor a branch one configuration takes (`if self.pooling == "average":`); the
+    classes their code builds count as theirs (`_built_with`)."""
+    tree = parse_tree(read_text(module))
+    if tree is None:
+        return []
+    functions = {
+        node.name: node
+        for node in tree.body
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+    }
+    methods = {
+        node.name: {
+            func.name: func
+            for func in node.body
+            if isinstance(func, ast.FunctionDef | ast.AsyncFunctionDef)
+        }
+        for node in tree.body
+        if isinstance(node, ast.ClassDef)
+    }
+    bases = {
+        node.name: [b.id for b in node.bases if isinstance(b, ast.Name)]
+        for node in tree.body
+        if isinstance(node, ast.ClassDef)
+    }
+    if classes is not None:
+        classes = _built_with(tree, classes & methods.keys(), functions)
+    work = []
+    for start in methods if classes is None else classes:
+        cls, visited = start, set()
+        while cls in methods and "forward" not in methods[cls] and cls not in visited:
+            visited.add(cls)  # the forward it inherits from a base of the module
+            cls = next((b for b in bases[cls] if b in methods), "")
+        if cls in methods and "forward" in methods[cls]:
+            work.append((cls, methods[cls]["forward"]))
+    seen: set[ast.AST] = set()
+    while work:
+        cls, func = work.pop()
+        if func in seen:
+            continue
+        seen.add(func)
+        for call in ast.walk(func):
+            if not isinstance(call, ast.Call):
+                continue
+            callee = call.func
+            if isinstance(callee, ast.Name) and callee.id in functions:
+                work.append(("", functions[callee.id]))
+            elif (
+                cls
+                and isinstance(callee, ast.Attribute)
+                and isinstance(callee.value, ast.Name)
+                and callee.value.id == "self"
+                and callee.attr in methods[cls]
+            ):
+                work.append((cls, methods[cls][callee.attr]))
+    switched = [
+        (node.body[0].lineno, node.body[-1].end_lineno or node.body[-1].lineno)
+        for func in seen
+        for node in ast.walk(func)
+        if isinstance(node, ast.If) and _switch(node.test)
+    ]
+    return _without(sorted((f.lineno, f.end_lineno or f.lineno) for f in seen), switched)
+
+
+def _built_with(
+    tree: ast.Module, classes: frozenset[str], functions: dict[str, ast.AST]
+) -> frozenset[str]:
+    """`classes` and the classes of the module their code builds, directly or through the
+    module's functions (Towards-Realtime-MOT's `Darknet` builds `YOLOLayer`s in
+    `create_modules(...)`), transitively."""
+    defined = {node.name: node for node in tree.body if isinstance(node, ast.ClassDef)}
+    built = set(classes)
+    todo: list[ast.AST] = [defined[name] for name in classes]
+    seen: set[str] = set()
+    while todo:
+        for call in ast.walk(todo.pop()):
+            if not isinstance(call, ast.Call) or not isinstance(call.func, ast.Name):
+                continue
+            name = call.func.id
+            if name in defined and name not in built:
+                built.add(name)
+                todo.append(defined[name])
+            elif name in functions and name not in seen:
+                seen.add(name)
+                todo.append(functions[name])
+    return frozenset(built)
+
+
+def _switch(test: ast.expr) -> bool:
+    """`self.pooling == "average"`: a branch only one configuration takes (powerful-gnns'
+    neighbour pooling, "sum" by default), not the code every step runs."""
+    return isinstance(test, ast.Compare) and any(
+        isinstance(side, ast.Constant) and isinstance(side.value, str)
+        for side in (test.left, *test.comparators)
+    )
+
+
+def _without(spans: list[tuple[int, int]], holes: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """`spans` with the lines of `holes` taken out."""
+    for first, last in holes:
+        kept = []
+        for a, b in spans:
+            if b < first or a > last:
+                kept.append((a, b))
+                continue
+            if a < first:
+                kept.append((a, first - 1))
+            if b > last:
+                kept.append((last + 1, b))
+        spans = kept
+    return spans
 
 
 def _wraps_what_it_builds(target: Target) -> bool:

@@ -420,8 +420,9 @@ def holders_of(rule: Rule, name: str) -> set[str]:
 
 def names_device(rule: Rule, expr: cst.BaseExpression) -> bool:
     """`expr` certainly names a non-CPU device: a device string, `torch.device(...)` of one, or a
-    name/attribute called like a device (`device`, `dev`, `args.device`, `x.device`). Other
-    names may hold a tensor (`.to(other)`) or a dtype, so they do not count."""
+    name/attribute called like a device (`device`, `dev`, `args.device`, `x.device`) or a GPU's
+    index (`self.gpu_id`, `local_rank`). Other names may hold a tensor (`.to(other)`) or a
+    dtype, so they do not count."""
     text = string_value(expr)
     if isinstance(expr, cst.Call) and rule.refers_to(expr.func, "torch.device") and expr.args:
         text = string_value(expr.args[0].value)
@@ -433,8 +434,11 @@ def names_device(rule: Rule, expr: cst.BaseExpression) -> bool:
     return (
         isinstance(leaf, str)
         and isinstance(expr, cst.Name | cst.Attribute)
-        and ("device" in leaf.lower() or leaf == "dev")
+        and (any(word in leaf.lower() for word in ("device", "gpu", "cuda")) or leaf in _INDEXES)
     )
+
+
+_INDEXES = ("dev", "rank", "local_rank")  # names of a device (a process's GPU under torchrun)
 
 
 def accumulation_gate(stmt: cst.BaseStatement) -> cst.BinaryOperation | None:

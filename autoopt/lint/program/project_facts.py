@@ -150,6 +150,10 @@ def summarize(path: Path, data: bytes, tree: ast.Module | None = None) -> Module
                 used.add(leaf)
                 if isinstance(node.func, ast.Attribute):
                     times[leaf] = times.get(leaf, 0) + weight
+                    qualified = _in_module(node.func, summary)
+                    if qualified is not None:  # DRIT's `networks.Dis(...)` after `import networks`
+                        used.add(qualified)
+                        times[qualified] = times.get(qualified, 0) + weight
                 if leaf in _CONV_LEAVES or leaf in _CONV_FUNCTION_LEAVES:
                     summary.conv.add(stmt.name)
                 if leaf in _CONV3D_LEAVES:
@@ -918,8 +922,14 @@ def _cross_module_closure(
         if {"conv", "conv2d", "views"} <= found or len(seen) > _MAX_VISITS:
             break
         target = _used_definition(summary, other)
-        if target is not None and (target[0].path, target[1]) not in seen:
-            found |= _cross_module_closure(target[0], target[1], seen)
+        if target is None or (target[0].path, target[1]) in seen:
+            continue
+        if "." in other and not _convolutions_dominate(*target):
+            # `lora.MergedLinear` (a Linear computed with F.conv1d), FastSpeech2's Conv1d
+            # blocks: a module's attribute counts as a convolutional part only when 2-D
+            # convolutions are most of its layers (DRIT's `networks.Dis`)
+            continue
+        found |= _cross_module_closure(target[0], target[1], seen)
     return found
 
 
@@ -946,6 +956,17 @@ def _builds_3d_convolutions(
     return False
 
 
+def _in_module(func: ast.Attribute, summary: ModuleSummary) -> str | None:
+    """`"module.Name"` for `module.Name` where `module` is bound by an import of the module
+    so far (`import networks`, `from . import networks`); None otherwise."""
+    if not isinstance(func.value, ast.Name):
+        return None
+    head = func.value.id
+    if head in summary.module_aliases or head in summary.imports:
+        return f"{head}.{func.attr}"
+    return None
+
+
 def _uses(summary: ModuleSummary, name: str) -> set[str]:
     """The names the definition `name` uses; for a whole module (`_WHOLE_MODULE`), its
     definitions."""
@@ -956,8 +977,8 @@ def _uses(summary: ModuleSummary, name: str) -> set[str]:
 
 def _used_definition(summary: ModuleSummary, other: str) -> tuple[ModuleSummary, str] | None:
     """Where a name a definition of `summary` uses is defined: in the same module, through its
-    imports (star imports too), or a whole module used as a table of builders
-    (`resnet.__dict__[arch]`)."""
+    imports (star imports too), in a module it imports whole (`networks.Dis`), or a whole
+    module used as a table of builders (`resnet.__dict__[arch]`)."""
     if other in summary.classes or other in summary.functions:
         return summary, other
     if other in summary.imports:
@@ -966,6 +987,10 @@ def _used_definition(summary: ModuleSummary, other: str) -> tuple[ModuleSummary,
         return _definition(path, original) if path else None
     if other.endswith(".__dict__"):
         return _whole_module(summary, other.removesuffix(".__dict__"))
+    head, _, attr = other.partition(".")
+    if attr:  # `networks.Dis`: a definition of the module bound to `networks`
+        module = _whole_module(summary, head)
+        return _definition(module[0].path, attr) if module is not None else None
     if summary.star_imports and other not in _BUILTIN_NAMES:
         return _definition(summary.path, other)
     return None
