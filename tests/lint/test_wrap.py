@@ -617,9 +617,10 @@ def test_a_projects_data_parallel_class_after_the_call_is_the_scripts_own_wrap()
     ]
 
 
-def test_a_loader_drawn_with_iter_and_next_is_passed() -> None:
+@pytest.mark.parametrize("advance", ["next(data_iter)", "data_iter.__next__()"])
+def test_a_loader_drawn_with_iter_and_next_is_passed(advance: str) -> None:
     """minGPT's Trainer: `data_iter = iter(train_loader)`, `next(data_iter)` in a while loop,
-    re-created on StopIteration."""
+    re-created on StopIteration; FixMatch advances it with the method."""
     code = """
         import torch
         from torch.utils.data import DataLoader
@@ -638,7 +639,7 @@ def test_a_loader_drawn_with_iter_and_next_is_passed() -> None:
                 optimizer.step()
 
         run(Net(), data)
-        """
+        """.replace("next(data_iter)", advance)
     assert inserted(code) == [
         "model, train_loader, optimizer = autoopt.optimize(model, train_loader, optimizer, "
         'device="cpu")'

@@ -634,6 +634,41 @@ def test_a_zeroed_scheduling_wrapper_is_an_optimizer_not_a_scheduler() -> None:
     assert "`self.optim_schedule` through `step_and_update_lr()`" in result.message
 
 
+def test_a_scheduler_named_wrapper_stepped_as_step_is_an_optimizer() -> None:
+    """MusicTransformer: `scheduler = CustomSchedule(d, optimizer=opt)`, a class of the file
+    whose `step()` sets the rate and steps the optimizer, is the loop's only step (it was "no
+    optimizer is stepped"); a torch LR scheduler beside a plain optimizer stays a scheduler."""
+    code = """
+        import torch
+
+        class CustomSchedule:
+            def __init__(self, d_model, optimizer=None):
+                self.optimizer = optimizer
+
+            def step(self):
+                for p in self.optimizer.param_groups:
+                    p["lr"] = 0.1
+                self.optimizer.step()
+
+        mt = Net()
+        opt = torch.optim.Adam(mt.parameters(), lr=0)
+        scheduler = CustomSchedule(512, optimizer=opt)
+        for x in loader:
+            scheduler.optimizer.zero_grad()
+            mt(x).sum().backward()
+            scheduler.step()
+        """
+    result = wrap(code)
+    assert result.declined and result.reason == "optimizer wrapped in a class"
+    assert "`scheduler` is an instance of CustomSchedule" in result.message
+    plain = code.replace(
+        "scheduler = CustomSchedule(512, optimizer=opt)",
+        "scheduler = torch.optim.lr_scheduler.StepLR(opt, 10)",
+    ).replace("scheduler.optimizer.zero_grad()", "opt.zero_grad()")
+    plain = plain.replace("scheduler.step()", "opt.step()\n            scheduler.step()")
+    assert not wrap(plain).declined
+
+
 def test_a_ddp_before_the_optimizer_is_named_before_the_loss_scaler() -> None:
     """ConvNeXt's main.py: DDP before the optimizer, and a loss scaler object in the loop of
     engine.py: the first thing to change is the wrap."""

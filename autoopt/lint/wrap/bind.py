@@ -425,21 +425,34 @@ def iterated(code: CodeBase, func: Func) -> list[tuple[str, cst.CSTNode]]:
         # `data_iter = iter(loader)` ... `batch = next(data_iter)` (minGPT's Trainer): each
         # iter() of the loader optimize() returns starts a fresh pass, as the user's did.
         for call in func.file.calls(node.body):
-            if code_of(call.func) == "next" and call.args:
-                arg = call.args[0].value
-                if isinstance(arg, cst.Name):
-                    for a in assignments_of(func, arg.value):
-                        value = bound_to(a, arg.value)
-                        if isinstance(value, cst.Call) and code_of(value.func) == "iter":
-                            exprs.append(unwrap_iter(value))
-                        elif isinstance(value, cst.Call) and regenerates(code, func, value):
-                            # `looper = cycle(loader)`: a generator re-iterating the loader
-                            exprs.append(value.args[0].value)
+            arg = _advanced(call)
+            if isinstance(arg, cst.Name):
+                for a in assignments_of(func, arg.value):
+                    value = bound_to(a, arg.value)
+                    if isinstance(value, cst.Call) and code_of(value.func) == "iter":
+                        exprs.append(unwrap_iter(value))
+                    elif isinstance(value, cst.Call) and regenerates(code, func, value):
+                        # `looper = cycle(loader)`: a generator re-iterating the loader
+                        exprs.append(value.args[0].value)
         depth = len(list(func.file.ancestors(node)))
         found += [(code_of(e), node, depth) for e in exprs if is_object(e) or _held(e)]
     found += [(code_of(e), n, 0) for e, n in _engine_runs(code, func) if is_object(e)]
     found.sort(key=lambda t: -t[2])
     return [(e, n) for e, n, _ in found]
+
+
+def _advanced(call: cst.Call) -> cst.BaseExpression | None:
+    """The iterator `call` advances: `next(it)`, or `it.next()` / `it.__next__()` (FixMatch's
+    `labeled_iter.next()`, written for torch < 1.13's loader iterators)."""
+    if code_of(call.func) == "next" and call.args:
+        return call.args[0].value
+    if (
+        isinstance(call.func, cst.Attribute)
+        and call.func.attr.value in ("next", "__next__")
+        and not call.args
+    ):
+        return call.func.value
+    return None
 
 
 def _engine_runs(code: CodeBase, func: Func) -> list[tuple[cst.BaseExpression, cst.CSTNode]]:

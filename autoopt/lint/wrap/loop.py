@@ -15,6 +15,7 @@ import libcst as cst
 from autoopt.lint.tree.nodes import code_of
 from autoopt.lint.wrap.codebase import CodeBase, Func, SourceFile
 from autoopt.lint.wrap.tree import (
+    assignments_of,
     bound_to,
     is_member_object,
     is_object,
@@ -172,6 +173,10 @@ def optimizer_uses(
     for expr, node in stepped.items():
         word = expr.lower()
         sure = expr in zeroed or expr in certain  # no scheduler or EMA is zeroed or scaled
+        if not sure and "sched" in word:
+            # MusicTransformer's `scheduler = CustomSchedule(d, optimizer=opt)`: a class of
+            # the project whose step() steps the optimizer it holds, not an LR scheduler
+            sure = wrappers.wrapper_class(func, expr, assignments_of(func, expr)) is not None
         if not sure and ("sched" in word or "scaler" in word or "ema" in word.split(".")):
             continue
         if sure or "opt" in word:
