@@ -129,7 +129,8 @@ def run(name: str, fraction: float, steps: int, warmup: int, defaults: bool) -> 
     }
     cpu = {k: statistics.median(c for c, _ in v) for k, v in times.items()}
     wall = {k: statistics.median(w for _, w in v) for k, v in times.items()}
-    row = autoopt.report(planned)["checkpoint"]
+    report = autoopt.report(planned)
+    row = report["checkpoint"]
     return {
         "model": name,
         "budget": budget,
@@ -140,7 +141,8 @@ def run(name: str, fraction: float, steps: int, warmup: int, defaults: bool) -> 
         "eager cpu ms": round(cpu["eager"] * 1000, 1),
         "planned cpu ms": round(cpu["planned"] * 1000, 1),
         "speed (cpu)": round(cpu["eager"] / cpu["planned"], 3),
-        "amp": autoopt.report(planned)["amp"].status.value,
+        "amp": report["amp"].status.value,
+        "applied": report.applied(),
         "speed (wall)": round(wall["eager"] / wall["planned"], 3),
         "plan": row.detail,
         "figures": row.figures,
@@ -167,7 +169,8 @@ def main() -> None:
             f"{name}: {row['speed (cpu)']:.2f}x eager by CPU ({row['eager cpu ms']} vs "
             f"{row['planned cpu ms']} ms), {row['speed (wall)']:.2f}x by wall; peak "
             f"{format_bytes(row['planned peak'])} for a budget of {format_bytes(row['budget'])} "
-            f"(eager {format_bytes(row['eager peak'])}); {row['plan']}",
+            f"(eager {format_bytes(row['eager peak'])}); applied: {', '.join(row['applied'])}; "
+            f"{row['plan']}",
             flush=True,
         )
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")

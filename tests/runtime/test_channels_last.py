@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import inspect
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
@@ -313,7 +314,12 @@ class LayoutClock:
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the measurement runs on CPU")
 @pytest.mark.parametrize("winner", ["channels_last", "contiguous"])
 @pytest.mark.usefixtures("fp32_auto")
-def test_cpu_keeps_the_layout_measured_faster(monkeypatch: pytest.MonkeyPatch, winner: str) -> None:
+def test_cpu_keeps_the_layout_measured_faster(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, winner: str
+) -> None:
+    # an empty compile cache of its own: a cache set for the run would hand this test the
+    # layout another test recorded there ("taken from this machine's record")
+    monkeypatch.setenv("AUTOOPT_COMPILE_CACHE", str(tmp_path / "compile-cache"))
     torch.manual_seed(0)
     reference = SmallCNN()
     model = copy.deepcopy(reference)
@@ -321,7 +327,9 @@ def test_cpu_keeps_the_layout_measured_faster(monkeypatch: pytest.MonkeyPatch, w
     monkeypatch.setattr(cl_pass, "CLOCK", LayoutClock(model, costs))
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     ref_opt = torch.optim.SGD(reference.parameters(), lr=0.1)
-    model, opt = autoopt.optimize(model, optimizer=opt, verbose=False)
+    # compile=False: with a compile cache, compile joins the CPU trials and the layout is
+    # decided later than these 8 steps
+    model, opt = autoopt.optimize(model, optimizer=opt, compile=False, verbose=False)
     assert (
         "kept only if training steps measure faster than in NCHW"
         in autoopt.report(model)["channels_last"].detail
@@ -455,15 +463,16 @@ def test_a_model_the_user_put_in_channels_last_keeps_its_own_masks() -> None:
 @pytest.mark.parametrize("winner", ["channels_last", "contiguous"])
 @pytest.mark.usefixtures("fp32_auto")
 def test_the_draws_are_reported_only_when_the_trials_keep_nhwc(
-    monkeypatch: pytest.MonkeyPatch, winner: str
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, winner: str
 ) -> None:
+    monkeypatch.setenv("AUTOOPT_COMPILE_CACHE", str(tmp_path / "compile-cache"))  # (as above)
     model = FunctionalDropoutCNN()
     costs = {"channels_last": 0.002, "contiguous": 0.002, winner: 0.001}
     monkeypatch.setattr(cl_pass, "CLOCK", LayoutClock(model, costs))
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
-        model, opt = autoopt.optimize(model, optimizer=opt, verbose=False)
+        model, opt = autoopt.optimize(model, optimizer=opt, compile=False, verbose=False)
         assert not autoopt.report(model)["channels_last"].events  # NCHW until the trials end
         x, y = cnn_data(64)
         train(model, opt, batches(x, y, 8), epochs=1)
