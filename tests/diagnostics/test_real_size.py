@@ -32,6 +32,14 @@ def test_budget_says_why_a_configuration_may_not_start() -> None:
     assert why == (
         "budget: ~50 s needed (a guess), 70 s of 100 s left, 30 s of them kept for the eager reruns"
     )
+    # a compile's estimate must fit with its margin: 55 s left hold 50 s, not 50 x 1.25
+    compiles = real_size.Estimate(50, "a compile", real_size.MARGIN)
+    clock.t = 45
+    assert budget.why_not(compiles, reserve_s=0) == (
+        "budget: ~50 s needed (a compile; 62 s with its margin), 55 s of 100 s left"
+    )
+    clock.t = 35  # 65 s left
+    assert budget.why_not(compiles, reserve_s=0) is None
 
 
 def _row(name: str, wall: float, ready: float, status: str = "ok") -> dict[str, Any]:
@@ -92,7 +100,7 @@ def test_run_skips_what_the_budget_cannot_cover_and_keeps_the_reruns(tmp_path, m
     autoopt = next(r for r in results["rows"] if r["name"] == "autoopt")
     assert autoopt["reason"] == (
         "budget: ~30 s needed (eager + a compile of 20 s (a prior: no compile measured here "
-        "yet)), 40 s of 60 s left, 20 s of them kept for the eager reruns"
+        "yet); 38 s with its margin), 40 s of 60 s left, 20 s of them kept for the eager reruns"
     )
     assert len(results["rows"]) == 2 * len(NAMES) and results["complete"]
     # Each configuration started from torch's flags as the run found them, and says what it
