@@ -72,10 +72,10 @@ def training_modules(path: Path, source: str, depth: int = 3) -> list[Reached]:
     in the order the calls reach them, then those that build the loaders it iterates
     (`loader_modules`), then those that define the models it trains (`model_modules`), and
     those that build the optimizers it steps (`optimizer_modules`), each with what it holds
-    (`Reached`). Training modules only
-    for a script whose training is all elsewhere (one with a backward of its own is checked
-    as it is written); from such a script a loader factory's module is checked for the
-    loader's options only ("loader options": `LOADER_RULES`, SimMIM's `build_loader_simmim`)."""
+    (`Reached`). Training modules only for a script whose training is all elsewhere (one with
+    a backward of its own is checked as it is written); from such a script a loader factory's
+    module is checked for the loader's options only ("loader options": `LOADER_RULES`,
+    SimMIM's `build_loader_simmim`)."""
     root = os.path.abspath(root_of(path))
     start = os.path.abspath(path)
     index = load_index(path)
