@@ -86,28 +86,25 @@ def training_modules(path: Path, source: str, depth: int = 3) -> list[Reached]:
     )
     found = _training(path, root, depth) if drives else []
     loaders = loader_modules([Path(start), *found], root)
-    classes: dict[str, set[str] | None] = {}
-    models = model_modules([Path(start), *found], root, exclude=[*found, *loaders], classes=classes)
+    models = model_modules([Path(start), *found], root, exclude=[*found, *loaders])
     if not any(func.backward for func in index.functions.values()):
         # a model class that holds its own training loop, which the script calls by name
         # (CloserLookFewShot's `model.train_loop(epoch, loader, optimizer)` on a parameter
         # whose class the call graph cannot name): its module is where the training runs
-        trains = [m for m in models if _calls_a_training_method(m, source)]
+        trains = [m.path for m in models if _calls_a_training_method(m.path, source)]
         found += trains
-        models = [m for m in models if m not in trains]
-    optimizers = optimizer_modules([Path(start), *found], root, exclude=[*found, *loaders, *models])
-    evaluators = evaluation_modules(
-        [Path(start), *found], root, exclude=[*found, *loaders, *models, *optimizers]
+        models = [m for m in models if m.path not in trains]
+    defined = [m.path for m in models]
+    optimizers = optimizer_modules(
+        [Path(start), *found], root, exclude=[*found, *loaders, *defined]
     )
-
-    def built(module: Path) -> frozenset[str] | None:
-        names = classes.get(os.path.abspath(module))
-        return frozenset(names) if names is not None else None
-
+    evaluators = evaluation_modules(
+        [Path(start), *found], root, exclude=[*found, *loaders, *defined, *optimizers]
+    )
     return (
         [Reached(m, "training") for m in found]
         + [Reached(m, "loader" if drives else "loader options") for m in loaders]
-        + [Reached(m, "model", built(m)) for m in models]
+        + models
         + [Reached(m, "optimizer") for m in optimizers]
         + [Reached(m, "evaluation") for m in evaluators]
     )
@@ -173,17 +170,12 @@ def _imported_closure(start: Path, root: str, limit: int = 2000) -> set[str] | N
     return seen
 
 
-def model_modules(
-    modules: list[Path],
-    root: str,
-    exclude: list[Path] = (),
-    classes: dict[str, set[str] | None] | None = None,
-) -> list[Path]:
+def model_modules(modules: list[Path], root: str, exclude: list[Path] = ()) -> list[Reached]:
     """The project modules that define the models the training of `modules` runs (a name
-    run as a model, `model = S3RecModel(args)`, bound to a class of the project), and the
-    project modules those import their parts from (S3Rec's models.py takes its attention
-    layers from modules.py). Checked for `MODEL_RULES` only. `classes` hears, for each module
-    (by absolute path), the classes built from it (None: a factory's module or one of parts)."""
+    run as a model, `model = S3RecModel(args)`, bound to a class of the project), with the
+    classes built from each, and the project modules those import their parts from (S3Rec's
+    models.py takes its attention layers from modules.py; all of their classes). Checked for
+    `MODEL_RULES` only (and `FORWARD_RULES` in what those classes' forwards run)."""
     seen = {os.path.abspath(m) for m in [*modules, *exclude]}
     defining: list[Path] = []
     built: dict[str, set[str] | None] = {}
@@ -201,8 +193,6 @@ def model_modules(
             seen.add(where)
             defining.append(Path(where))
             built[where] = {target.qualname} if target.is_class else None
-    if classes is not None:
-        classes.update(built)
     parts: list[Path] = []
     for module in defining:
         index = load_index(module)
@@ -216,7 +206,11 @@ def model_modules(
                 continue
             seen.add(where)
             parts.append(Path(where))
-    return [*defining, *parts][:_MAX_MODEL_MODULES]
+    found = [
+        Reached(m, "model", None if (names := built[str(m)]) is None else frozenset(names))
+        for m in defining
+    ]
+    return [*found, *(Reached(m, "model") for m in parts)][:_MAX_MODEL_MODULES]
 
 
 def forward_lines(module: Path, classes: frozenset[str] | None = None) -> list[tuple[int, int]]:
