@@ -66,6 +66,8 @@ SPLITS = {
     "fresh-ab": (HERE / "fresh_ab.json", HERE / "_repos_fresh_ab"),
     "fresh-ac": (HERE / "fresh_ac.json", HERE / "_repos_fresh_ac"),
     "fresh-ad": (HERE / "fresh_ad.json", HERE / "_repos_fresh_ad"),
+    "fresh-ae": (HERE / "fresh_ae.json", HERE / "_repos_fresh_ae"),
+    "fresh-af": (HERE / "fresh_af.json", HERE / "_repos_fresh_af"),
 }
 TORCH_DIR = "torch"
 
