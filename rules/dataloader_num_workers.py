@@ -13,6 +13,7 @@ from autoopt.lint.program.loops import evaluation_only_loader
 from autoopt.lint.program.project_facts import (
     argparse_default,
     imported_constant,
+    passed_option_default,
     unpassed_default,
 )
 from autoopt.lint.program.summaries import Target
@@ -56,7 +57,10 @@ class DataLoaderNumWorkers(Rule):
     its Exp module's loader): reported without a fix, the default is the
     author's to raise), or the parameter of a loader factory that defaults to 0 where no call
     in the project passes it (autovc's `get_loader(root, batch_size, len_crop, num_workers=0)`:
-    reported without a fix, naming the calls).
+    reported without a fix, naming the calls), or a parameter every call passes a command-line
+    option whose default is 0 (egnn's `retrieve_dataloaders(args.batch_size,
+    args.num_workers)` with `--num_workers` declared `default=0`: reported without a fix,
+    naming the option and the calls).
 
     ## Why
     With no workers, every batch is read, decoded and augmented in the training process itself,
@@ -464,6 +468,12 @@ class DataLoaderNumWorkers(Rule):
                     said = (
                         f"`{code_of(workers)}` defaults to 0 in {unpassed[1]}() and no call "
                         f"passes it: {', '.join(unpassed[2][:3])}; pass a worker count there"
+                    )
+                passed = passed_option_default(self, node, workers) if unpassed is None else None
+                if passed is not None and passed[0] == 0:
+                    said = (
+                        f"`{code_of(workers)}` is `{passed[1]}` at every call "
+                        f"({', '.join(passed[2][:3])}), an option whose default is 0: raise it"
                     )
             elif configured[0] != 0:
                 return

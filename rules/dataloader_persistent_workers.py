@@ -8,7 +8,7 @@ from autoopt.lint.engine.rule import Fix, FixSafety, Invalid, Rule, Valid
 from autoopt.lint.program.loops import holders_of
 from autoopt.lint.program.project_facts import unpassed_default
 from autoopt.lint.program.torch_api import DATALOADER
-from autoopt.lint.tree.calls import arg, assigned_name, call_options, with_keyword
+from autoopt.lint.tree.calls import arg, call_options, holder_name, with_keyword
 from autoopt.lint.tree.nodes import (
     calls_in,
     contains,
@@ -27,7 +27,11 @@ class DataLoaderPersistentWorkers(Rule):
     Flags a `torch.utils.data.DataLoader` with `num_workers > 0` and no `persistent_workers`
     that is iterated inside an epoch loop (a loop around the loop over the loader, or a loop
     that passes the loader to a function each time round), or that a Lightning module's
-    `train_dataloader()` returns (the Trainer iterates it every epoch).
+    `train_dataloader()` returns (the Trainer iterates it every epoch), also a
+    LightningDataModule of another module handed to `trainer.fit(model, data_module)`
+    (AdaFace's data.py). A dict of loaders built in place (`dataloaders = {split:
+    DataLoader(...) for ...}`, returned by a factory whose callers hand
+    `dataloaders["train"]` to the epoch loop) counts as its loaders.
 
     ## Why
     Without `persistent_workers=True` every `iter(loader)` — every epoch — shuts the worker
@@ -447,7 +451,7 @@ class DataLoaderPersistentWorkers(Rule):
             )
         else:
             return
-        name = assigned_name(self, node) or _self_attribute(self, node) or _dict_entry(self, node)
+        name = holder_name(self, node) or _self_attribute(self, node) or _dict_entry(self, node)
         if self._lightning_train_loader(node):
             name = name or "train_dataloader"  # the Trainer iterates it every epoch
         elif name is None or not self._iterated_every_epoch(node, name):

@@ -14,7 +14,7 @@ from autoopt.lint.program.loops import (
 )
 from autoopt.lint.program.torch_api import DATALOADER, torch_name
 from autoopt.lint.rewrite.fixes.preconditions import device_is_cuda
-from autoopt.lint.tree.calls import arg, assigned_name, call_options, with_keyword
+from autoopt.lint.tree.calls import arg, assigned_name, call_options, holder_name, with_keyword
 from autoopt.lint.tree.nodes import dotted, is_name, nodes_of_type
 
 
@@ -31,7 +31,10 @@ class DataLoaderPinMemory(Rule):
     when none of its modules names `pin_memory` (without a fix: the option goes in the
     class). A loader factory that names no device itself is reported when it returns the
     loader and the project's callers move its batches to the device (PatchTST's
-    `data_provider`, whose loader `Exp_Main.train` feeds to CUDA); its fix tests
+    `data_provider`, whose loader `Exp_Main.train` feeds to CUDA), also one of a dict of
+    loaders it returns (egnn's `retrieve_dataloaders`, whose caller hands
+    `dataloaders["train"]` to its training, directly or from a `main()` reading the
+    module's global); its fix tests
     `torch.cuda.is_available()`, the device being its callers'. So is a loader of a driver
     that names no device, handed to the project's training code that copies its batches to
     CUDA (ECAPA-TDNN's `s.train_network(epoch, loader=trainLoader)`). Copies made in a loop
@@ -47,8 +50,9 @@ class DataLoaderPinMemory(Rule):
     with the kernels already queued (as a widely read PyTorch tutorial teaches).
 
     ## When not to
-    - An evaluation loader beside a training loader that sets `pin_memory`: leaving it out
-      of the evaluation loader is the author's choice for a held-out set (not reported).
+    - An evaluation loader beside a training loader that sets `pin_memory` (either way,
+      `pin_memory=False` too): leaving it out of the evaluation loader is the author's choice
+      for a held-out set (not reported).
     - Scripts with no GPU path (a CPU-only tutorial): pinning costs host memory and a thread for
       nothing. The rule only speaks when the file can run on a GPU and moves batches to a
       device.
@@ -80,6 +84,21 @@ class DataLoaderPinMemory(Rule):
     # no text `requires`: a loader factory of a CUDA program may name no device itself
 
     VALID = [
+        Valid(  # the training loader declines pinning: the evaluation one follows (open_brats)
+            """
+            import torch
+            from torch.utils.data import DataLoader
+            train_loader = DataLoader(train_ds, batch_size=8, num_workers=4, pin_memory=False)
+            bench_loader = DataLoader(bench_ds, batch_size=1, num_workers=4)
+            for epoch in range(10):
+                for x, y in train_loader:
+                    loss = model(x.cuda()).mean()
+                    loss.backward()
+                with torch.no_grad():
+                    for x, y in bench_loader:
+                        model(x.cuda())
+            """
+        ),
         Valid(  # MONAI's `first(check_loader)`: one batch read once, beside the training loader
             """
             import torch
@@ -487,7 +506,7 @@ class DataLoaderPinMemory(Rule):
         returns the loader, and its callers move the batches to a device (SPADE's
         `data.create_dataloader(opt)`)."""
         program = self.context.program
-        name = assigned_name(self, call)
+        name = holder_name(self, call)  # a loader, or a dict of them (egnn's `dataloaders`)
         returned = (
             name is not None and program.returned_to_device(call, name)
         ) or self._returned_directly(call)
@@ -498,7 +517,7 @@ class DataLoaderPinMemory(Rule):
         that moves its batches to CUDA (ECAPA-TDNN's `s.train_network(epoch, loader=
         trainLoader)`, whose loop calls `data.cuda()`)."""
         program = self.context.program
-        name = assigned_name(self, call)
+        name = holder_name(self, call)
         return (
             name is not None
             and self.context.facts.device.no_device

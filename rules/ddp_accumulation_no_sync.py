@@ -6,10 +6,18 @@ import libcst as cst
 from libcst.codemod.visitors import ImportItem
 
 from autoopt.lint.engine.rule import Fix, FixSafety, Invalid, Rule, Valid
-from autoopt.lint.program.loops import accumulation_gate
+from autoopt.lint.program.loops import accumulation_gate, accumulation_skip
 from autoopt.lint.program.torch_api import DDP
 from autoopt.lint.tree.edits import wrap_in_with
-from autoopt.lint.tree.nodes import assignments, calls_in, code_of, contains, dotted, names_in
+from autoopt.lint.tree.nodes import (
+    assignments,
+    calls_in,
+    code_of,
+    contains,
+    dotted,
+    names_in,
+    nodes_of_type,
+)
 
 
 class DdpAccumulationNoSync(Rule):
@@ -39,8 +47,16 @@ class DdpAccumulationNoSync(Rule):
     it there sees other numbers). Offered only when the forward (a call of the DDP model) and
     the backward are statements of the loop body just before the `if ... % N == 0` block.
 
+    The DDP model may be wrapped at the top of the file, in the loop's own function
+    (`model = DDP(model, ...)` inside `main()`), as an attribute (`self.model = DDP(...)`), or
+    handed to the loop's function as a parameter of the same name (SLIP's `train(train_loader,
+    model, ...)`). The step may also follow `if (i + 1) % N != 0: continue` (reported without
+    a fix).
+
     ## When not to
     - The loop already uses `no_sync()` (anywhere in the file), or steps every iteration.
+    - A loop over another model of the same name, in a function the DDP model is not made in
+      nor handed to.
     """
 
     code = "AO504"
@@ -65,6 +81,22 @@ class DdpAccumulationNoSync(Rule):
                     opt.step()
             """
         ),
+        Valid(  # the DDP model is another function's; this loop trains a plain one
+            """
+            import torch
+
+            def distributed(net):
+                model = torch.nn.parallel.DistributedDataParallel(net)
+                return model
+
+            def local(loader, net, opt):
+                model = net.cuda()
+                for i, x in enumerate(loader):
+                    model(x).sum().backward()
+                    if (i + 1) % 4 == 0:
+                        opt.step()
+            """
+        ),
         Valid(  # no DDP: nothing to synchronise
             """
             for i, x in enumerate(loader):
@@ -75,6 +107,25 @@ class DdpAccumulationNoSync(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # wrapped in a function, skipped micro-steps by `continue` (SLIP): report only
+            """
+            import torch
+
+            def train(loader, model, optimizer, args):
+                for i, x in enumerate(loader):
+                    model(x).sum().backward()
+                    if (i + 1) % args.update_freq != 0:
+                        continue
+                    optimizer.step()
+                    optimizer.zero_grad()
+
+            def main(args):
+                model = torch.nn.parallel.DistributedDataParallel(Net().cuda())
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                train(loader, model, optimizer, args)
+            """,
+            line=5,
+        ),
         Invalid(
             """
             import torch
@@ -123,23 +174,53 @@ class DdpAccumulationNoSync(Rule):
     def visit_Module(self, node: cst.Module) -> None:
         if "no_sync" in self.context.source:
             return
-        models = {t for t, value, _ in assignments(node) if self.is_call_to(value, *DDP)}
-        if not models:
+        # `model = DDP(model, ...)` at the top, in the loop's own function (`main()`), or as
+        # an attribute (`self.model = DDP(...)` in a trainer's `__init__`)
+        wrapped = [
+            (assign, name)
+            for assign in nodes_of_type(node, cst.Assign)
+            if self.is_call_to(assign.value, *DDP)
+            for target in assign.targets
+            if (name := dotted(target.target)) is not None
+        ]
+        if not wrapped:
             return
         for loop in self.facts.training_loops:
             if not isinstance(loop.body, cst.IndentedBlock):
                 continue
+            scope = self.facts.enclosing_scope(loop)
+            params = (
+                {p.name.value for p in scope.params.params}
+                if isinstance(scope, cst.FunctionDef)
+                else set()
+            )
+            models = {
+                name
+                for assign, name in wrapped
+                if name.startswith("self.")
+                or name in params  # SLIP's `train(train_loader, model, ...)`, handed the DDP model
+                or self.facts.enclosing_scope(assign) in (scope, self.context.module)
+            }
+            if not models:
+                continue
             body = list(loop.body.body)
             gate = next((s for s in body if accumulation_gate(s) is not None), None)
-            if gate is None:
+            # `if (i + 1) % N != 0: continue` before the step: the same accumulation (no
+            # fix: the micro-steps' statements are not one block before a gate)
+            skip = next(
+                (s for at, s in enumerate(body) if accumulation_skip(s, body[at + 1 :])),
+                None,
+            )
+            if gate is None and skip is None:
                 continue
             for call in self.facts.backward_calls:
                 if (
                     contains(loop, call)
-                    and not contains(gate, call)
+                    and not contains(gate or skip, call)
                     and self.facts.training_loop_of(call) is loop
                 ):
-                    self.report(call, fix=self._fix(body, gate, call, models))
+                    fix = self._fix(body, gate, call, models) if gate is not None else None
+                    self.report(call, fix=fix)
 
     def _fix(
         self, body: list[cst.BaseStatement], gate: cst.If, backward: cst.Call, models: set[str]

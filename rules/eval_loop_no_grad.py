@@ -506,6 +506,47 @@ class EvalLoopNoGrad(Rule):
             """,
             message_contains="host values",
         ),
+        Invalid(  # PPO's rollout: the action and a detached log-probability (PPO-for-Beginners)
+            """
+            import torch
+            from torch.distributions import MultivariateNormal
+            class PPO:
+                def __init__(self, actor):
+                    self.actor = actor
+                    self.actor_optim = torch.optim.Adam(self.actor.parameters())
+                def get_action(self, obs):
+                    mean = self.actor(obs)
+                    dist = MultivariateNormal(mean, self.cov_mat)
+                    action = dist.sample()
+                    log_prob = dist.log_prob(action)
+                    return action.detach().numpy(), log_prob.detach()
+                def learn(self, loss):
+                    self.actor_optim.zero_grad()
+                    loss.backward()
+                    self.actor_optim.step()
+            """,
+            line=7,
+            fixed="""
+            import torch
+            from torch.distributions import MultivariateNormal
+            class PPO:
+                def __init__(self, actor):
+                    self.actor = actor
+                    self.actor_optim = torch.optim.Adam(self.actor.parameters())
+                @torch.no_grad()
+                def get_action(self, obs):
+                    mean = self.actor(obs)
+                    dist = MultivariateNormal(mean, self.cov_mat)
+                    action = dist.sample()
+                    log_prob = dist.log_prob(action)
+                    return action.detach().numpy(), log_prob.detach()
+                def learn(self, loss):
+                    self.actor_optim.zero_grad()
+                    loss.backward()
+                    self.actor_optim.step()
+            """,
+            message_contains="host values",
+        ),
         Invalid(  # GAN samples saved every N batches (PyTorch-GAN cyclegan)
             """
             import torch
@@ -938,7 +979,8 @@ def _returns_value(func: cst.FunctionDef) -> bool:
 # What a host-result function must not do: loop, yield, or keep a value beyond the call.
 _KEEPS = (cst.For, cst.While, cst.Yield, cst.Global, cst.Nonlocal, cst.Lambda)
 _STORES = frozenset({"append", "extend", "insert", "add", "push", "put", "store", "register_hook"})
-_HOST_METHODS = frozenset({"item", "tolist", "numpy"})
+# (`.detach()`: a tensor no caller can differentiate, as the doc says)
+_HOST_METHODS = frozenset({"item", "tolist", "numpy", "detach"})
 _HOST_BUILTINS = frozenset({"float", "int", "bool"})
 _HOST_LIBRARIES = ("np.", "numpy.", "math.", "random.")
 

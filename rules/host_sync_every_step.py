@@ -71,7 +71,10 @@ class HostSyncEveryStep(Rule):
       == 0; if early or late:`) — logging every N steps is fine. An `if` that
       runs a training step itself (`.backward()` in its body: a GAN's generator step
       `if i % n_critic == 0:`) is a step schedule, not a logging condition: the sync there
-      is paid on every step it runs.
+      is paid on every step it runs. Nor is a test of which process this is (`if args.rank %
+      ngpus_per_node == 0:`, `if local_rank == 0:`): that process reads on every step. A
+      test against a logging interval or the time of the last log is one (vicreg's `if
+      args.rank == 0 and current_time - last_logging > args.log_freq_time:`).
     - A running metric kept on the device (`total += loss.detach()`, `.item()` when logging).
       AO402's fix writes that form (`total += loss.detach()`), so the two never disagree.
     - Once per epoch (in the epoch loop, after the step loop), in evaluation loops, and in
@@ -94,6 +97,20 @@ class HostSyncEveryStep(Rule):
     requires = ((".backward(", "zero_grad(", "def training_step"),)
 
     VALID = [
+        Valid(  # rank 0 logs once every `log_freq_time` seconds (vicreg)
+            """
+            import time
+            import torch
+            for step, (x, y) in enumerate(loader):
+                loss = model(x.cuda(), y.cuda())
+                loss.backward()
+                optimizer.step()
+                current_time = time.time()
+                if args.rank == 0 and current_time - last_logging > args.log_freq_time:
+                    print(dict(step=step, loss=loss.item()))
+                    last_logging = current_time
+            """
+        ),
         Valid(  # `.data[0]` of something that is no loss (a batch's first sample), and of the
             # loss under a logging condition
             """
@@ -364,6 +381,40 @@ class HostSyncEveryStep(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # the first process of each node reads the loss on every step (bts)
+            """
+            import torch
+            for step, batch in enumerate(loader):
+                loss = model(batch.cuda()).mean()
+                loss.backward()
+                optimizer.step()
+                if args.rank % ngpus_per_node == 0:
+                    print("loss", loss.cpu().item())
+            """,
+            line=7,
+        ),
+        Invalid(  # a step method hands its metrics to a helper that reads them (GPT2)
+            """
+            import torch
+            class Trainer:
+                def _to_value(self, tensor):
+                    if self.distributed:
+                        return (tensor / self.gpus).item()
+                    else:
+                        return tensor.item()
+                def _train_step(self, model, optimizer, data):
+                    optimizer.zero_grad()
+                    metrics = {"loss": model(data.cuda()).mean()}
+                    metrics["loss"].backward()
+                    optimizer.step()
+                    return {k: self._to_value(v) for k, v in metrics.items()}
+                def train(self, model, optimizer, loader):
+                    for step in range(1000):
+                        self.recorder.record(self._train_step(model, optimizer, next(loader)))
+            """,
+            line=13,
+            message_contains="self._to_value() reads a tensor on the host",
+        ),
         Invalid(  # summed over the keys of the dict the step returns (VoteNet's end_points)
             """
             import torch
@@ -895,8 +946,12 @@ class HostSyncEveryStep(Rule):
     def _check_callee(self, node: cst.Call) -> None:
         """A project function that reads a tensor on the host, called on every step of a step
         loop here (`commons.clip_grad_value_(params)`, whose `.item()` is in commons.py):
-        reported at the call, where the step runs it."""
-        if not self.context.facts.enclosing_loops(node) or self._cpu_only:
+        reported at the call, where the step runs it; also in a step function outside any
+        loop of its own (GPT2's `_train_step` returning `{k: self._to_value(v) ...}`)."""
+        facts = self.context.facts
+        if self._cpu_only:
+            return
+        if not facts.enclosing_loops(node) and facts.enclosing_scope(node) not in self._steps:
             return
         found = self.context.program.host_read_in_callee(node)
         if found is None:
@@ -911,6 +966,15 @@ class HostSyncEveryStep(Rule):
             f"{callee}() reads a tensor on the host ({path}:{line}) on every training step; "
             "log every N steps",
         )
+
+    @functools.cached_property
+    def _steps(self) -> list[cst.CSTNode]:
+        """The functions of the file that call backward() (outside any loop of their own):
+        a step each, whose caller's loop runs them."""
+        facts = self.context.facts
+        return [
+            facts.enclosing_scope(b) for b in facts.backward_calls if not facts.enclosing_loops(b)
+        ]
 
     @property
     def _cpu_only(self) -> bool:
@@ -1247,15 +1311,38 @@ def _optimizers_stepped(loop: cst.CSTNode, facts: FileFacts) -> set[str]:
 
 
 def _logging_test(test: cst.BaseExpression) -> bool:
-    """`step % N == 0`, `i == 0`: a condition true on some steps only."""
+    """`step % N == 0`, `i == 0`: a condition true on some steps only (not a test of which
+    process this is, `args.rank % ngpus_per_node == 0`, true on every step of that one)."""
     for n in walk(test):
-        if isinstance(n, cst.BinaryOperation) and isinstance(n.operator, cst.Modulo):
-            return True
-        if isinstance(n, cst.Comparison) and any(
+        periodic = isinstance(n, cst.BinaryOperation) and isinstance(n.operator, cst.Modulo)
+        equal = isinstance(n, cst.Comparison) and any(
             isinstance(c.operator, cst.Equal) for c in n.comparisons
-        ):
+        )
+        if (periodic or equal) and not _tests_the_process(n):
             return True
+        if isinstance(n, cst.Comparison) and _names_a_logging_clock(n):
+            return True  # vicreg's `current_time - last_logging > args.log_freq_time`
     return False
+
+
+def _names_a_logging_clock(test: cst.Comparison) -> bool:
+    """A comparison against a logging interval or the time of the last log
+    (`now - last_logging > log_freq_time`, `step - last_log >= log_interval`)."""
+    names = {n.value.lower() for n in walk(test) if isinstance(n, cst.Name)}
+    return any(("log" in name and "logit" not in name) or "interval" in name for name in names)
+
+
+# Words of the names that tell processes apart (`rank`, `local_rank`, `ngpus_per_node`).
+_PROCESS_WORDS = ("rank", "gpu", "node", "world")
+# Holders of settings, not what a test is about (`args.rank`: the test is on `rank`).
+_HOLDERS = frozenset({"args", "opt", "opts", "self", "cfg", "config", "hparams", "hp", "FLAGS"})
+
+
+def _tests_the_process(expr: cst.CSTNode) -> bool:
+    """Every name `expr` reads (beside holders and literals) names a process: bts's
+    `args.rank % ngpus_per_node == 0`, `local_rank == 0`."""
+    names = {n.value for n in walk(expr) if isinstance(n, cst.Name)} - _HOLDERS
+    return bool(names) and all(any(w in name.lower() for w in _PROCESS_WORDS) for name in names)
 
 
 def _lightning_training_step(scope: cst.CSTNode | None) -> bool:

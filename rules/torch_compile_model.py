@@ -109,6 +109,10 @@ class TorchCompileModel(Rule):
       ddp else model`), also behind a switch the author turned off on purpose.
     - A function or method named `compile` in the file (a Keras-style `model.compile(...)`
       method on the user's class, or a helper that shadows the name): not flagged.
+    - The call never goes inside the training loop: a new optimizer made there for a model
+      whose parameters it replaces (DirectVoxGO's and TensoRF's grids, scaled up a few times
+      a run) is no place to compile; the model is reported where it is built (each scaling
+      then recompiles, a few times a run).
     - A model re-assigned while training (e.g. a best-checkpoint swap inside the epoch loop,
       or a factory the epoch loop calls again: TimeSformer's multigrid `build_trainer(cfg)`),
       or built only inside another function: the rule cannot place the call safely and stays
@@ -343,6 +347,74 @@ class TorchCompileModel(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # a new optimizer for the scaled-up grids while training: compiled where built
+            """
+            import torch
+            def create_new_model():
+                model = VoxelGrid(64).cuda()
+                optimizer = torch.optim.Adam(model.parameters())
+                return model, optimizer
+            def train():
+                model, optimizer = create_new_model()
+                for step in range(20000):
+                    if step in (1000, 2000, 3000):
+                        model.scale_volume_grid(step // 10)
+                        optimizer = torch.optim.Adam(model.parameters())
+                        model.act_shift -= 0.5
+                    loss = model(rays()).mean()
+                    optimizer.zero_grad()
+                    loss.backward()
+                    optimizer.step()
+            """,
+            line=3,
+            fixed="""
+            import torch
+            def create_new_model():
+                model = VoxelGrid(64).cuda()
+                model.compile()
+                optimizer = torch.optim.Adam(model.parameters())
+                return model, optimizer
+            def train():
+                model, optimizer = create_new_model()
+                for step in range(20000):
+                    if step in (1000, 2000, 3000):
+                        model.scale_volume_grid(step // 10)
+                        optimizer = torch.optim.Adam(model.parameters())
+                        model.act_shift -= 0.5
+                    loss = model(rays()).mean()
+                    optimizer.zero_grad()
+                    loss.backward()
+                    optimizer.step()
+            """,
+        ),
+        Invalid(  # the optimizer (with its scheduler) from a factory of a spec object (GPT2)
+            """
+            import torch
+            class Trainer:
+                def train(self):
+                    model = self.spec.construct_model().cuda()
+                    optimizer, scheduler = self.spec.create_optimizer(model.parameters())
+                    for step in range(100):
+                        optimizer.zero_grad()
+                        model(batch()).mean().backward()
+                        optimizer.step()
+                        scheduler.step()
+            """,
+            line=4,
+            fixed="""
+            import torch
+            class Trainer:
+                def train(self):
+                    model = self.spec.construct_model().cuda()
+                    model.compile()
+                    optimizer, scheduler = self.spec.create_optimizer(model.parameters())
+                    for step in range(100):
+                        optimizer.zero_grad()
+                        model(batch()).mean().backward()
+                        optimizer.step()
+                        scheduler.step()
+            """,
+        ),
         Invalid(  # a whole training run again per hyperparameter-evolution round (yolov5):
             # each round builds its own model, no swap while training
             """
@@ -1031,6 +1103,13 @@ class TorchCompileModel(Rule):
             return
         anchor = body[builds[-1]]
         if id(anchor) in self._anchors:  # the same model reached from two scopes
+            return
+        if any(
+            self.facts.is_training_loop(loop) and not binds_or_places(loop, model, rebinds=True)
+            for loop in self.facts.enclosing_loops(anchor)
+        ):
+            # a new optimizer while training (grids scaled up) for a model built before the
+            # loop: compiled where built (a model built per seed inside it, GraphMAE, is not)
             return
         self._anchors.add(id(anchor))
         version = self.context.target_version

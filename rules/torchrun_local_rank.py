@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import libcst as cst
 
 from autoopt.lint.engine.rule import Invalid, Rule, Valid
@@ -10,6 +12,11 @@ from autoopt.lint.tree.nodes import code_of, method_name, string_value
 
 _LAUNCH = "torch.distributed.launch"
 _FLAGS = ("--local_rank", "--local-rank")
+# A file that sets DeepSpeed up: it imports it, adds its options or a `--deepspeed` flag.
+_DEEPSPEED = re.compile(
+    r"^[ \t]*(?:import|from)[ \t]+deepspeed\b|add_config_arguments\(|['\"]--deepspeed['\"]",
+    re.MULTILINE,
+)
 
 
 class TorchrunLocalRank(Rule):
@@ -17,7 +24,10 @@ class TorchrunLocalRank(Rule):
     ## What it does
     Flags an argparse `--local_rank` / `--local-rank` option, an import of
     `torch.distributed.launch`, and command lines (lists or strings passed to a call) that run
-    `python -m torch.distributed.launch`.
+    `python -m torch.distributed.launch`. The option may be declared in a module of the
+    project the script calls to parse its command line (Point-MAE's `parser.get_args()` of
+    utils/parser.py, BasicSR's `parse_options()`): that module is checked for this rule and
+    the option reported there.
 
     ## Why
     `torch.distributed.launch` is deprecated since torch 1.10 in favour of `torchrun`, which
@@ -32,6 +42,9 @@ class TorchrunLocalRank(Rule):
     - A `--local_rank` option whose default already reads `os.environ["LOCAL_RANK"]` works
       under both launchers; it is not flagged.
     - Documentation strings that mention the old launcher are not flagged.
+    - A file that sets DeepSpeed up (imports `deepspeed`, adds its options with
+      `add_config_arguments`, or a `--deepspeed` flag: DALLE-pytorch's DeepSpeed backend):
+      DeepSpeed's own launcher passes `--local_rank` to the script.
 
     ## Fix
     None: the launch command lives outside the file. Replace `--local_rank` with
@@ -50,6 +63,24 @@ class TorchrunLocalRank(Rule):
     applies_to_versions = ((1, 10), None)
 
     VALID = [
+        Valid(  # a backend that loads DeepSpeed by name and adds its options (DALLE-pytorch)
+            """
+            class DeepSpeedBackend:
+                def wrap_arg_parser(self, parser):
+                    parser = self.backend_module.add_config_arguments(parser)
+                    parser.add_argument("--local_rank", type=int, default=-1)
+                    return parser
+            """
+        ),
+        Valid(  # DeepSpeed's launcher passes --local_rank to the script
+            """
+            import argparse
+            import deepspeed
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--local_rank", type=int, default=-1)
+            parser = deepspeed.add_config_arguments(parser)
+            """
+        ),
         Valid(
             """
             import os
@@ -110,6 +141,8 @@ class TorchrunLocalRank(Rule):
                     default = arg(node, "default")
                     if default is not None and "LOCAL_RANK" in code_of(default.value):
                         return  # already reads torchrun's environment
+                    if _DEEPSPEED.search(self.context.source):
+                        return  # DeepSpeed's launcher passes `--local_rank` itself
                     self.report(node)
                     return
             return

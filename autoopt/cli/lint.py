@@ -264,6 +264,7 @@ def say_followed(project: Project) -> None:
         LOADER_RULES,
         MODEL_RULES,
         OPTIMIZER_RULES,
+        OPTIONS_RULES,
     )
 
     for module, named in project.discovered.followed:
@@ -284,6 +285,8 @@ def say_followed(project: Project) -> None:
             where = f"which builds the optimizer {named.as_posix()} steps (the optimizer rule {', '.join(OPTIMIZER_RULES)} only)"
         elif module in project.discovered.evaluators:
             where = f"which evaluates a model {named.as_posix()} trains (the evaluation rule {', '.join(EVALUATION_RULES)} only)"
+        elif module in project.discovered.option_parsers:
+            where = f"which declares the options of {named.as_posix()} (the launcher rule {', '.join(OPTIONS_RULES)} only)"
         else:
             where = f"where the training of {named.as_posix()} runs"
         click.echo(

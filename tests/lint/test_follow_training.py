@@ -813,6 +813,183 @@ def test_a_loader_factory_whose_loader_a_solver_keeps_as_an_attribute(tmp_path: 
     assert ("data_factory.py", "AO102") in found, said
 
 
+@pytest.mark.parametrize("inside_main", [False, True])
+def test_a_loader_factory_returning_a_dict_of_loaders(tmp_path: Path, inside_main: bool) -> None:
+    """egnn / e3_diffusion: `dataloaders, scale = dataset.retrieve_dataloaders(...)` returns a
+    dict comprehension of DataLoaders; the epoch loop hands `dataloaders["train"]` to a
+    function that moves every batch to CUDA (in e3_diffusion from a `main()` reading the
+    module's global). The factory's loader is told to pin memory and keep its workers."""
+    factory = """
+    from torch.utils.data import DataLoader
+
+    def retrieve_dataloaders(datasets, batch_size, num_workers=4):
+        dataloaders = {
+            split: DataLoader(ds, batch_size=batch_size, num_workers=num_workers)
+            for split, ds in datasets.items()
+        }
+        return dataloaders, 1.0
+    """
+    loop = """
+    for epoch in range(10):
+        train(epoch, dataloaders["train"])
+        train(epoch, dataloaders["valid"], partition="valid")
+    """
+    if inside_main:
+        loop = "def main():" + textwrap.indent(textwrap.dedent(loop), "    ") + "main()\n"
+    driver = """
+    import torch
+    from qm9 import dataset
+
+    device = torch.device("cuda")
+    dataloaders, scale = dataset.retrieve_dataloaders(datasets, 64)
+    model = torch.nn.Linear(8, 1).to(device)
+    opt = torch.optim.Adam(model.parameters())
+
+    def train(epoch, loader, partition="train"):
+        for data in loader:
+            loss = model(data["x"].to(device)).sum()
+            if partition == "train":
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+    """
+    driver = textwrap.dedent(driver) + "\n" + textwrap.dedent(loop)
+    _project(tmp_path, {"qm9/__init__.py": "", "qm9/dataset.py": factory, "main.py": driver})
+    found, said = _lint("main.py", "--select", "AO102,AO104")
+    assert ("qm9/dataset.py", "AO102") in found, said
+    assert ("qm9/dataset.py", "AO104") in found, said
+    # the same loaders in a loop that never moves a batch: nothing to pin for
+    (tmp_path / "main.py").write_text(driver.replace('data["x"].to(device)', 'data["x"]'))
+    assert ("qm9/dataset.py", "AO102") not in _lint("main.py", "--select", "AO102")[0]
+
+
+@pytest.mark.parametrize("how", ["data_mod", "datamodule=data_mod", "None"])
+def test_the_data_module_a_lightning_trainer_fits_on(tmp_path: Path, how: str) -> None:
+    """AdaFace: `trainer.fit(trainer_mod, data_mod)` with `data_mod = data.DataModule(...)`, a
+    LightningDataModule whose `train_dataloader()` returns a DataLoader with workers and no
+    persistent_workers: the Trainer iterates it every epoch, so its module is checked for the
+    loader rules. Handed nothing (`fit(trainer_mod)`), the module is not followed."""
+    data = """
+    import pytorch_lightning as pl
+    from torch.utils.data import DataLoader
+
+    class DataModule(pl.LightningDataModule):
+        def __init__(self, **kwargs):
+            super().__init__()
+            self.num_workers = kwargs["num_workers"]
+
+        def train_dataloader(self):
+            return DataLoader(self.train_dataset, batch_size=64, num_workers=self.num_workers)
+    """
+    driver = f"""
+    import pytorch_lightning as pl
+    import data
+    import train_val
+
+    def main(hparams):
+        trainer_mod = train_val.Module(**hparams)
+        data_mod = data.DataModule(**hparams)
+        trainer = pl.Trainer(accelerator="gpu", max_epochs=10)
+        trainer.fit(trainer_mod, {how})
+    """
+    module = """
+    import pytorch_lightning as pl
+    import torch
+
+    class Module(pl.LightningModule):
+        def training_step(self, batch, batch_idx):
+            return self.net(batch[0]).mean()
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+    """
+    _project(tmp_path, {"data.py": data, "train_val.py": module, "main.py": driver})
+    found, said = _lint("main.py", "--select", "AO104")
+    assert (("data.py", "AO104") in found) == (how != "None"), said
+
+
+@pytest.mark.parametrize("init", [False, True])
+def test_a_driver_of_a_folder_without_init_is_followed(tmp_path: Path, init: bool) -> None:
+    """GPT2: `src/gpt2/__main__.py` does `from gpt2 import (train_model, ...)`, a folder with
+    no `__init__.py` (a namespace package), and dispatches to `train_model`'s subcommand; the
+    training in that module is checked, with or without the package's `__init__.py`."""
+    driver = """
+    import argparse
+    from gpt2 import (train_model,
+                      evaluate_model)
+
+    parser = argparse.ArgumentParser()
+    subparsers = parser.add_subparsers(dest="subcommands")
+    train_model.add_subparser(subparsers)
+    args = parser.parse_args()
+    args.func(args)
+    """
+    trainer = """
+    import torch
+
+    def train(args):
+        model = torch.nn.Linear(8, 1).cuda()
+        opt = torch.optim.SGD(model.parameters(), lr=0.1, fused=True)
+        for step in range(100):
+            torch.cuda.empty_cache()
+            opt.zero_grad()
+            model(torch.randn(4, 8, device="cuda")).sum().backward()
+            opt.step()
+
+    def add_subparser(subparsers):
+        parser = subparsers.add_parser("train")
+        parser.set_defaults(func=train)
+    """
+    files = {
+        "src/gpt2/__main__.py": driver,
+        "src/gpt2/train_model.py": trainer,
+        "src/gpt2/evaluate_model.py": "def add_subparser(subparsers):\n    pass\n",
+    }
+    if init:
+        files["src/gpt2/__init__.py"] = ""
+    _project(tmp_path, files)
+    found, said = _lint("src/gpt2/__main__.py", "--select", "AO404")
+    assert ("src/gpt2/train_model.py", "AO404") in found, said
+
+
+@pytest.mark.parametrize("default", ["0", 'int(os.environ.get("LOCAL_RANK", 0))'])
+def test_the_module_that_declares_the_scripts_options(tmp_path: Path, default: str) -> None:
+    """Point-MAE / SegmenTron / BasicSR: the script calls `parser.get_args()` of a module that
+    declares `--local_rank`; that module is checked for AO502 only (the launcher rule), and
+    its option is reported unless its default reads the environment."""
+    options = f"""
+    import argparse
+    import os
+    from torch.cuda.amp import GradScaler
+
+    SCALER = GradScaler()  # AO901 where every rule runs
+
+    def get_args():
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--local_rank", type=int, default={default})
+        parser.add_argument("--num_workers", type=int, default=0)
+        return parser.parse_args()
+    """
+    driver = """
+    import torch
+    from utils import parser
+
+    args = parser.get_args()
+    torch.cuda.set_device(args.local_rank)
+    model = torch.nn.Linear(8, 1).cuda()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, fused=True)
+    for step in range(100):
+        opt.zero_grad()
+        model(torch.randn(4, 8, device="cuda")).sum().backward()
+        opt.step()
+    """
+    _project(tmp_path, {"utils/__init__.py": "", "utils/parser.py": options, "main.py": driver})
+    found, said = _lint("main.py", "--select", "AO502,AO901")
+    assert (("utils/parser.py", "AO502") in found) == (default == "0"), said
+    assert "which declares the options of main.py (the launcher rule AO502 only)" in said
+    assert ("utils/parser.py", "AO901") not in found  # no other rule there
+
+
 @pytest.mark.parametrize("create_graph", [True, False])
 def test_a_helper_module_that_differentiates_a_gradient_stands_compile_down(
     tmp_path: Path, create_graph: bool
@@ -1340,6 +1517,43 @@ def main(config):
     solver = Solver(loader, config)
     solver.train()
 """
+
+
+@pytest.mark.parametrize("default", [0, 4])
+def test_a_loader_factory_handed_an_option_whose_default_is_zero(
+    tmp_path: Path, default: int
+) -> None:
+    """egnn: `retrieve_dataloaders(args.batch_size, args.num_workers)` with `--num_workers`
+    declared `default=0` in the driver; the factory's DataLoader takes `num_workers=num_workers`.
+    AO101 says which option to raise, only when its default is 0."""
+    factory = """
+    from torch.utils.data import DataLoader
+
+    def retrieve_dataloaders(datasets, batch_size, num_workers):
+        return DataLoader(datasets["train"], batch_size=batch_size, num_workers=num_workers)
+    """
+    driver = f"""
+    import argparse
+    import torch
+    from data import retrieve_dataloaders
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--batch_size", type=int, default=96)
+    parser.add_argument("--num_workers", type=int, default={default})
+    args = parser.parse_args()
+    loader = retrieve_dataloaders(datasets, args.batch_size, args.num_workers)
+    model = torch.nn.Linear(8, 1).cuda()
+    opt = torch.optim.Adam(model.parameters(), fused=True)
+    for epoch in range(10):
+        for x in loader:
+            opt.zero_grad()
+            model(x.cuda(non_blocking=True)).sum().backward()
+            opt.step()
+    """
+    _project(tmp_path, {"data.py": factory, "main.py": driver})
+    result = CliRunner().invoke(main, ["lint", "--no-cache", "--select", "AO101", "main.py"])
+    said = "`num_workers` is `args.num_workers` at every call (main.py:9), an option whose"
+    assert (said in result.output) == (default == 0), result.output
 
 
 def test_a_loader_factory_whose_worker_default_no_call_passes(tmp_path: Path) -> None:

@@ -65,6 +65,7 @@ class Discovered:
     # ... and those that build the optimizer it steps (checked for its options only)
     optimizer_builders: set[Path] = field(default_factory=set)
     evaluators: set[Path] = field(default_factory=set)  # modules that evaluate a trained model
+    option_parsers: set[Path] = field(default_factory=set)  # modules declaring its options
     # ... and the loader factories of a script with its own loop (the loader's options only)
     loader_option_builders: set[Path] = field(default_factory=set)
     # the lines of the functions of a loader module that build the loaders the training
@@ -249,6 +250,8 @@ def follow_training(
                 out.optimizer_builders.add(shown)
             elif holds == "evaluation":
                 out.evaluators.add(shown)
+            elif holds == "options":
+                out.option_parsers.add(shown)
             elif holds == "loader options":
                 out.loader_builders.add(shown)
                 out.loader_option_builders.add(shown)

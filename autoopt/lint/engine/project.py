@@ -99,6 +99,7 @@ class Project:
             LOADER_RULES,
             MODEL_RULES,
             OPTIMIZER_RULES,
+            OPTIONS_RULES,
         )
 
         if Path(path) in self.discovered.model_definers and code not in MODEL_RULES:
@@ -110,6 +111,8 @@ class Project:
         if Path(path) in self.discovered.loader_option_builders and code not in LOADER_RULES:
             return False
         if Path(path) in self.discovered.evaluators and code not in EVALUATION_RULES:
+            return False
+        if Path(path) in self.discovered.option_parsers and code not in OPTIONS_RULES:
             return False
         spans = self.discovered.loader_lines.get(Path(path))
         if spans is not None and code in LOADER_RULES and not _within(line, spans):

@@ -18,13 +18,16 @@ EDSR's `nn.parallel.data_parallel` in its model's forward), and AO608 in the cod
 `forward` methods run (`FORWARD_RULES`: MolCLR's loss builds its labels on the host and copies
 them every step; a helper run once, at construction, is not reported), and the
 modules of the functions it hands a trained model to evaluate are checked for AO403
-(`EVALUATION_RULES`: federated-learning's `test_img(net_glob, ...)`).
+(`EVALUATION_RULES`: federated-learning's `test_img(net_glob, ...)`), and those it calls to
+parse a command line that declares `--local_rank` for AO502 (`OPTIONS_RULES`: Point-MAE's
+`parser.get_args()`).
 """
 
 from __future__ import annotations
 
 import ast
 import os
+import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import NamedTuple
@@ -54,11 +57,14 @@ OPTIMIZER_RULES = ("AO605",)
 LOADER_RULES = ("AO101", "AO102", "AO104")
 # What a module followed because it evaluates the trained model is checked for.
 EVALUATION_RULES = ("AO403",)
+# What a module followed because it declares the script's command-line options is checked for.
+OPTIONS_RULES = ("AO502",)
 
 
 class Reached(NamedTuple):
     """A module a script's training reaches: where (`path`), what it holds there ("training",
-    "loader", "loader options", "model", "optimizer" or "evaluation") and, for a module that
+    "loader", "loader options", "model", "optimizer", "evaluation" or "options") and, for a
+    module that
     defines the models, the classes the training builds from it (None: all of its classes, a
     module the models take their parts from)."""
 
@@ -86,7 +92,9 @@ def training_modules(path: Path, source: str, depth: int = 3) -> list[Reached]:
     )
     found = _training(path, root, depth) if drives else []
     loaders = loader_modules([Path(start), *found], root)
-    models = model_modules([Path(start), *found], root, exclude=[*found, *loaders])
+    classes = loader_class_modules([Path(start), *found], root, exclude=[*found, *loaders])
+    loaders_all = [*loaders, *classes]
+    models = model_modules([Path(start), *found], root, exclude=[*found, *loaders_all])
     if not any(func.backward for func in index.functions.values()):
         # a model class that holds its own training loop, which the script calls by name
         # (CloserLookFewShot's `model.train_loop(epoch, loader, optimizer)` on a parameter
@@ -96,18 +104,55 @@ def training_modules(path: Path, source: str, depth: int = 3) -> list[Reached]:
         models = [m for m in models if m.path not in trains]
     defined = [m.path for m in models]
     optimizers = optimizer_modules(
-        [Path(start), *found], root, exclude=[*found, *loaders, *defined]
+        [Path(start), *found], root, exclude=[*found, *loaders_all, *defined]
     )
     evaluators = evaluation_modules(
-        [Path(start), *found], root, exclude=[*found, *loaders, *defined, *optimizers]
+        [Path(start), *found], root, exclude=[*found, *loaders_all, *defined, *optimizers]
+    )
+    options = option_modules(
+        [Path(start), *found],
+        root,
+        exclude=[*found, *loaders_all, *defined, *optimizers, *evaluators],
     )
     return (
         [Reached(m, "training") for m in found]
         + [Reached(m, "loader" if drives else "loader options") for m in loaders]
+        + [Reached(m, "loader options") for m in classes]
         + models
         + [Reached(m, "optimizer") for m in optimizers]
         + [Reached(m, "evaluation") for m in evaluators]
+        + [Reached(m, "options") for m in options]
     )
+
+
+def option_modules(modules: list[Path], root: str, exclude: list[Path] = ()) -> list[Path]:
+    """The project modules whose code `modules` call to parse the command line and that
+    declare a `--local_rank` option there (STCN's `HyperParameters().parse()` in
+    util/hyper_para.py, SegmenTron's `parse_args()` of segmentron/utils/options.py, Point-MAE's
+    `parser.get_args()`): the launcher's rank comes from them. Checked for `OPTIONS_RULES`
+    only."""
+    prog = program()
+    seen = {os.path.abspath(m) for m in [*modules, *exclude]}
+    found: list[Path] = []
+    for module in modules:
+        index = load_index(module)
+        if index is None:
+            continue
+        imported = {*index.imports, *index.module_aliases}
+        for func in index.functions.values():
+            for site in func.calls:
+                if not site.callee or site.callee[0] not in imported:
+                    continue
+                for target in prog.resolve(index, func, site.callee):
+                    where = os.path.abspath(target.path)
+                    if where in seen or not _inside(where, root):
+                        continue
+                    text = read_text(Path(where))
+                    declared = re.search(r"add_argument\(\s*['\"]--local[_-]rank", text)
+                    if declared:
+                        seen.add(where)
+                        found.append(Path(where))
+    return found
 
 
 def _calls_a_training_method(module: Path, source: str) -> bool:
@@ -428,7 +473,9 @@ def _trained_arguments(index: ModuleIndex, func: FunctionInfo, imported: set[str
             found.update(
                 a
                 for i, a in enumerate(site.args)
-                if a is not None and summary.roles_of(position=i) & {"forward", "trained"}
+                if a is not None
+                and a[-1] != "[]"  # an entry of a container: no name to follow
+                and summary.roles_of(position=i) & {"forward", "trained"}
             )
     return found
 
@@ -440,6 +487,15 @@ def loader_modules(modules: list[Path], root: str) -> list[Path]:
     DataLoader forever."""
     # "DataLoader": not a list the training iterates (metric names)
     return _function_modules(_loader_builders(modules), modules, root, "DataLoader")
+
+
+def loader_class_modules(modules: list[Path], root: str, exclude: list[Path] = ()) -> list[Path]:
+    """The project modules of the classes whose instances the training of `modules` is handed
+    as its loaders (AdaFace's LightningDataModule given to `trainer.fit(model, data_mod)`).
+    Checked for the loader rules only: the rest of such a module (a prefetcher on a CUDA
+    stream) is not the training's code."""
+    builders = [t for t in _loader_builders(modules) if t.is_class]
+    return _function_modules(builders, [*modules, *exclude], root, "DataLoader", classes=True)
 
 
 def loader_function_lines(modules: list[Path], root: str) -> dict[str, list[tuple[int, int]]]:
@@ -479,15 +535,15 @@ def _function_spans(tree: ast.Module, qualnames: set[str]) -> Iterator[tuple[int
 
 
 def _function_modules(
-    targets: Iterable[Target], known: list[Path], root: str, word: str
+    targets: Iterable[Target], known: list[Path], root: str, word: str, classes: bool = False
 ) -> list[Path]:
     """The project modules (inside `root`, not among `known`) of the functions in `targets`
-    whose text names `word`, once each, in order."""
+    (and of the classes, with `classes`) whose text names `word`, once each, in order."""
     seen = {os.path.abspath(m) for m in known}
     found: list[Path] = []
     for target in targets:
         where = os.path.abspath(target.path)
-        if target.is_class or where in seen or not _inside(where, root):
+        if (target.is_class and not classes) or where in seen or not _inside(where, root):
             continue
         if word not in read_text(Path(where)):
             continue

@@ -88,7 +88,8 @@ class CallSite:
     """One call a function makes."""
 
     callee: Dotted  # `train` -> ("train",); `self.fit` -> ("self", "fit"); () if not a name
-    args: tuple[Dotted | None, ...]  # each positional argument as a dotted name (None: other)
+    # each positional argument as a dotted name (`argument_of`; None: other)
+    args: tuple[Dotted | None, ...]
     keywords: tuple[tuple[str, Dotted | None], ...]
     line: int
     in_loop: bool  # inside a for/while of its function
@@ -174,6 +175,16 @@ def dotted_of(node: ast.AST | None) -> Dotted | None:
         parts.append(node.id)
         return tuple(reversed(parts))
     return None
+
+
+def argument_of(node: ast.AST) -> Dotted | None:
+    """A call's argument as `dotted_of` names it, and an entry of a named container as the
+    container's name and "[]" (`train(epoch, dataloaders["train"])` -> ("dataloaders", "[]"))."""
+    found = dotted_of(node)
+    if found is None and isinstance(node, ast.Subscript):
+        held = dotted_of(node.value)
+        return (*held, "[]") if held is not None else None
+    return found
 
 
 # Names handed to calls that are never a function of the project to call back.
@@ -549,6 +560,20 @@ def _copied_name(expr: ast.expr) -> str | None:
     return expr.id if isinstance(expr, ast.Name) and expr.id != "self" else None
 
 
+def _reads_on_the_host(body: list[ast.stmt]) -> bool:
+    """A statement of `body` itself (not one nested in a block) reads a tensor on the host:
+    `return x.item()`, `v = loss.cpu()`."""
+    return any(
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in HOST_READS
+        and not node.args
+        for stmt in body
+        if isinstance(stmt, ast.Return | ast.Assign | ast.Expr | ast.AugAssign)
+        for node in ast.walk(stmt)
+    )
+
+
 def _names_in(node: ast.AST) -> set[str]:
     return {n.id for n in walk(node) if isinstance(n, ast.Name)}
 
@@ -618,10 +643,13 @@ class _Scanner:
             return
         if isinstance(node, ast.If):
             self.expr(node.test)
-            self.ifs += 1
+            # both arms read a tensor on the host (GPT2's `_to_value`: `.item()` of the
+            # all-reduced copy, else of the tensor): no arm throttles the read
+            either = _reads_on_the_host(node.body) and _reads_on_the_host(node.orelse)
+            self.ifs += 0 if either else 1
             self.scan_body(node.body)
             self.scan_body(node.orelse)
-            self.ifs -= 1
+            self.ifs -= 0 if either else 1
             return
         if isinstance(node, ast.With | ast.AsyncWith):
             guarded = any(_is_no_grad(item.context_expr) for item in node.items)
@@ -826,8 +854,8 @@ class _Scanner:
             info.calls.append(
                 CallSite(
                     callee,
-                    tuple(dotted_of(a) for a in node.args if not isinstance(a, ast.Starred)),
-                    tuple((k.arg, dotted_of(k.value)) for k in node.keywords if k.arg),
+                    tuple(argument_of(a) for a in node.args if not isinstance(a, ast.Starred)),
+                    tuple((k.arg, argument_of(k.value)) for k in node.keywords if k.arg),
                     node.lineno,
                     self.loops > 0,
                     self.no_grad > 0,

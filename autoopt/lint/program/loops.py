@@ -465,6 +465,39 @@ def accumulation_gate(stmt: cst.BaseStatement) -> cst.BinaryOperation | None:
     return modulo if steps else None
 
 
+def accumulation_skip(
+    stmt: cst.BaseStatement, after: list[cst.BaseStatement]
+) -> cst.BinaryOperation | None:
+    """For `if <i> % <N> != 0: continue` followed (in `after`, the rest of the loop body) by
+    an optimizer step (SLIP's `if (data_iter + 1) % args.update_freq != 0: continue`, then
+    `scaler.step(optimizer)`): the `<i> % <N>` it tests; else None."""
+    if not isinstance(stmt, cst.If) or not isinstance(stmt.test, cst.Comparison):
+        return None
+    test = stmt.test
+    modulo = test.left
+    if (
+        len(test.comparisons) != 1
+        or not isinstance(test.comparisons[0].operator, cst.NotEqual)
+        or int_literal(test.comparisons[0].comparator) != 0
+        or not isinstance(modulo, cst.BinaryOperation)
+        or not isinstance(modulo.operator, cst.Modulo)
+        or stmt.orelse is not None
+        or not isinstance(stmt.body, cst.IndentedBlock)
+        or len(stmt.body.body) != 1
+        or not isinstance(stmt.body.body[0], cst.SimpleStatementLine)
+        or not all(isinstance(s, cst.Continue) for s in stmt.body.body[0].body)
+    ):
+        return None
+    steps = any(
+        isinstance(n.func, cst.Attribute)
+        and n.func.attr.value == "step"
+        and "sched" not in code_of(n.func.value).lower()
+        for later in after
+        for n in calls_in(later)
+    )
+    return modulo if steps else None
+
+
 _READS_SIZE = frozenset({"len", "print", "str", "repr"})  # uses of a loader that read no batch
 
 
@@ -472,15 +505,16 @@ def evaluation_only_loader(rule: Rule, call: cst.Call, option: str) -> bool:
     """The `DataLoader(...)` `call` feeds evaluation only (its loops are evaluation loops or run
     under no_grad; or it is handed to an `evaluate(...)`-like function; or, used nowhere in
     sight, it is named so: `val_loader`) while a loader of the file that feeds the training
-    loop sets `option` (`num_workers=4`, `pin_memory=True`). The evaluation loader's setting is
-    then the author's choice for a held-out set, not an oversight."""
+    loop passes `option` (`num_workers=4`, `pin_memory=True`, also open_brats2020's
+    `pin_memory=False`: the author decided). The evaluation loader's setting is then the
+    author's choice for a held-out set, not an oversight."""
     if _in_the_else_of_a_train_flag(rule, call, option):
         return True
     name = _bound_leaf(rule, call)
     if name is None or _loader_use(rule, name) != "eval":
         return False
     return any(
-        _sets(other, option) and _loader_use(rule, leaf) == "train"
+        arg(other, option) is not None and _loader_use(rule, leaf) == "train"
         for leaf, other in _loaders(rule)
         if leaf != name
     )

@@ -272,7 +272,10 @@ def binds_or_places(stmt: cst.BaseStatement, model: str, rebinds: bool = False) 
             # with `rebinds`, `model.ss_prob = p` sets an attribute: the model stays
             if _rebound(target, model) if rebinds else mentions(target, model):
                 return True
-        if isinstance(n, cst.AnnAssign | cst.AugAssign) and mentions(n.target, model):
+        if isinstance(n, cst.AnnAssign | cst.AugAssign) and (
+            # with `rebinds`, `model.act_shift -= d` (DirectVoxGO) updates an attribute
+            _rebound(n.target, model) if rebinds else mentions(n.target, model)
+        ):
             return True
         if (
             not rebinds

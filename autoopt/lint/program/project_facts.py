@@ -565,9 +565,13 @@ def argparse_default(rule: Rule, expr: cst.BaseExpression) -> tuple[object, Path
         expr = expr.args[0].value
     if not (isinstance(expr, cst.Attribute) and isinstance(expr.value, cst.Name | cst.Attribute)):
         return None
-    dest = expr.attr.value
     here = Path(os.path.abspath(rule.context.path))
-    source = rule.context.source
+    return _option_default(here, rule.context.source, expr.attr.value)
+
+
+def _option_default(here: Path, source: str, dest: str) -> tuple[object, Path] | None:
+    """The literal default of the command-line option `dest` as the module `here` (its text
+    `source`) sees it: declared there, in a module it imports, else in one importing it."""
     own = parse_tree(source) if "add_argument" in source else None
     found = [(value, here) for value in _argparse_defaults(own).get(dest, ())]
     paths = list(imported_paths(here, source))
@@ -583,6 +587,34 @@ def argparse_default(rule: Rule, expr: cst.BaseExpression) -> tuple[object, Path
             ]
     values = {value for value, _ in found}
     return found[0] if len(values) == 1 else None
+
+
+def passed_option_default(
+    rule: Rule, node: cst.CSTNode, expr: cst.BaseExpression
+) -> tuple[object, str, list[str]] | None:
+    """`num_workers=num_workers` inside `def retrieve_dataloaders(batch_size, num_workers)`
+    whose every call in the project passes a command-line option there (egnn's
+    `retrieve_dataloaders(args.batch_size, args.num_workers)`, `--num_workers` declared with
+    `default=0`): (that default, the option as passed, where it is passed: "main.py:58").
+    None where a call passes anything else, the options' defaults differ, or no call is found."""
+    if not isinstance(expr, cst.Name):
+        return None
+    calls = rule.context.program.callers_pass(node, expr.value)
+    if calls is None:
+        return None
+    defaults: set[object] = set()
+    for path, _, passed in calls:
+        if len(passed) != 2:  # `args.num_workers`, not a local name or `self.x.y`
+            return None
+        found = _option_default(Path(path), read_text(Path(path)), passed[1])
+        if found is None:
+            return None
+        defaults.add(found[0])
+    if len(defaults) != 1:
+        return None
+    here = os.path.dirname(os.path.abspath(rule.context.path))
+    where = [f"{os.path.relpath(path, here)}:{line}" for path, line, _ in calls]
+    return defaults.pop(), ".".join(calls[0][2]), where
 
 
 def unpassed_default(

@@ -81,6 +81,14 @@ def _imported_paths(path: Path, text: str, stamp: tuple[int, int], cwd: str) -> 
             if target is not None and target.name == "__init__.py":
                 # `from pkg import engine` / `from . import engine`: the package's submodules too
                 targets += _submodules(target.parent, names)
+            elif target is None and names:
+                # a folder without `__init__.py` (a namespace package: GPT2's `from gpt2
+                # import (train_model, ...)`): the modules it names
+                targets += [
+                    t
+                    for word in _imported_names(names)
+                    if (t := resolve_module(path, f"{name.lstrip('.')}.{word}", level))
+                ]
             found.extend(Path(os.path.abspath(t)) for t in targets if t != path)
     for registry in set(_REGISTRY_GET.findall(text)):
         # `MODEL_REGISTRY.get(name)(opt)` (BasicSR, detectron2): the modules registering
@@ -122,14 +130,18 @@ _REGISTRY_GET = re.compile(r"\b([A-Z][A-Z0-9_]*REGISTRY[A-Z0-9_]*|registry)\.get
 def _submodules(package: Path, names: str) -> list[Path]:
     """The modules of `package` among the names a `from package import ...` lists."""
     found = []
-    words = re.findall(r"\w+", names)
-    for at, word in enumerate(words):
-        if word != "as" and (at == 0 or words[at - 1] != "as"):
-            for file in (package / f"{word}.py", package / word / "__init__.py"):
-                if file.is_file():
-                    found.append(file)
-                    break
+    for word in _imported_names(names):
+        for file in (package / f"{word}.py", package / word / "__init__.py"):
+            if file.is_file():
+                found.append(file)
+                break
     return found
+
+
+def _imported_names(names: str) -> list[str]:
+    """The names a `from ... import` lists, as they are in the module (`a as b` -> a)."""
+    words = re.findall(r"\w+", names)
+    return [w for at, w in enumerate(words) if w != "as" and (at == 0 or words[at - 1] != "as")]
 
 
 def importers_of(path: Path) -> tuple[Path, ...]:

@@ -862,6 +862,9 @@ class Program:
             name: _roles_of_uses(uses) for name, uses in func.uses.items()
         }
         for site in func.calls:
+            for arg in _lightning_loaders(index, func, site):
+                # `trainer.fit(module, data_module)`: Lightning iterates its loaders per epoch
+                by_name.setdefault(arg, set()).update({"loader", "loader_per_epoch"})
             if not _worth_resolving(index, func, site):
                 continue
             callee = self.call_summary(index, func, site.callee)
@@ -869,6 +872,8 @@ class Program:
                 continue
             if not callee.constructs:
                 summary.trains |= callee.trains
+            for name, roles in self._globals_read(index, func, site, callee).items():
+                by_name.setdefault((name,), set()).update(roles)
             for position, keyword, arg in _bound_args(site):
                 if arg is None:
                     continue
@@ -882,12 +887,18 @@ class Program:
                 by_name.setdefault(arg, set()).update(roles)
         for name, values in func.assigns.items():
             # `data_loader = self.vcc_loader`, then `iter(data_loader)` (autovc's Solver): what
-            # is done with the local name as a loader is done with what it holds
+            # is done with the local name as a loader is done with what it holds; also with an
+            # entry of a container (`loader = loaders["train"]`)
             held = by_name.get((name,), set()) & _LOADER_ROLES
-            if held and values and all(v.kind == "ref" for v in values):
+            if held and values and all(v.kind in ("ref", "entry") for v in values):
                 for v in values:
                     if v.dotted != (name,):
                         by_name.setdefault(v.dotted, set()).update(held)
+        for name, roles in list(by_name.items()):
+            # an entry handed on (`train(epoch, dataloaders["train"])`): the container holds
+            # loaders (egnn's `retrieve_dataloaders` returns a dict of them)
+            if len(name) >= 2 and name[-1] == "[]" and roles & _LOADER_ROLES:
+                by_name.setdefault(name[:-1], set()).update(roles & _LOADER_ROLES)
         for roles in by_name.values():
             # a forward under autograd in a function that trains: `model(x)`, or a method of
             # an object used as a module (`policy.act(s)` with `policy.parameters()` read)
@@ -912,11 +923,32 @@ class Program:
             attrs = {
                 name[1]: roles
                 for name, roles in by_name.items()
-                if len(name) == 2 and name[0] == "self"
+                if len(name) == 2 and name[0] == "self" and name[1] != "[]"
             }
             if attrs:
                 summary.roles.update({f"self.{a}": r for a, r in attrs.items()})
         return summary
+
+    def _globals_read(
+        self, index: ModuleIndex, func: FunctionInfo, site: CallSite, callee: Summary
+    ) -> dict[str, set[str]]:
+        """The loader roles a function of this module, called by name here, gives the
+        module's globals it reads (e3_diffusion's `main()` hands the global `dataloaders`
+        entry by entry to its training): they are the caller's names too, where the caller
+        does not bind a name of its own."""
+        if not callee.global_roles or len(site.callee) != 1:
+            return {}
+        if not any(t.path == index.path for t in self.resolve(index, func, site.callee)):
+            return {}  # another module's function reads that module's globals
+        own = set() if func.qualname == "<module>" else {*func.params, *func.assigns}
+        found: dict[str, set[str]] = {}
+        for name, roles in callee.global_roles.items():
+            held = roles & _LOADER_ROLES
+            if held and name not in own:
+                if site.in_loop and "loader" in held:
+                    held.add("loader_per_epoch")
+                found[name] = held
+        return found
 
     def _class_summary(self, index: ModuleIndex, cls: ClassInfo) -> Summary:
         """A construction: the constructor's parameters with the roles of the attributes they
@@ -999,6 +1031,37 @@ def _scopes(index: ModuleIndex, func: FunctionInfo | None) -> list[FunctionInfo]
     if func is None or func is index.module_code:
         return [index.module_code]
     return [func, index.module_code]
+
+
+# Where `Trainer.fit` takes what holds the training loaders (a LightningDataModule, the
+# loaders themselves): its second argument or these keywords.
+_FIT_LOADER_KEYWORDS = ("datamodule", "train_dataloaders", "train_dataloader")
+
+
+def _lightning_loaders(index: ModuleIndex, func: FunctionInfo, site: CallSite) -> list[Dotted]:
+    """What a Lightning `trainer.fit(model, dm)` hands over as its loaders (`dm`, or the
+    `datamodule=` / `train_dataloaders=` keyword), where `trainer` is bound in the function
+    (or the module) to a `Trainer(...)` of a module that imports Lightning (AdaFace's
+    `pl.Trainer(...)` then `trainer.fit(trainer_mod, data_mod)`)."""
+    if len(site.callee) != 2 or site.callee[1] != "fit":
+        return []
+    if not any(m.split(".")[0] in ("lightning", "pytorch_lightning") for m in _imported(index)):
+        return []
+    holder = site.callee[0]
+    bound = func.assigns.get(holder) or index.module_code.assigns.get(holder, [])
+    if not any(v.kind == "call" and v.dotted and v.dotted[-1] == "Trainer" for v in bound):
+        return []
+    found = [a for k, a in site.keywords if k in _FIT_LOADER_KEYWORDS and a is not None]
+    if len(site.args) > 1 and site.args[1] is not None:
+        found.append(site.args[1])
+    return found
+
+
+def _imported(index: ModuleIndex) -> set[str]:
+    """The modules `index` imports from, by name (`import pytorch_lightning as pl`)."""
+    return {module for module, _, _ in index.imports.values()} | {
+        module for module, _ in index.module_aliases.values()
+    }
 
 
 def _worth_resolving(index: ModuleIndex, func: FunctionInfo, site: CallSite) -> bool:

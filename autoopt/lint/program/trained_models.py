@@ -119,11 +119,24 @@ def _builds_optimizer(rule: Rule, call: cst.Call, stepped: set[str], steps_only:
     return (
         isinstance(holder, cst.Assign)
         and len(holder.targets) == 1
-        and dotted(holder.targets[0].target) in stepped
+        and _binds_stepped(holder.targets[0].target, name, stepped)
         # `lr_scheduler = build_lr_scheduler(optimizer, ...)` (pysot) is stepped too: a call
         # handed something the file calls `.step()` on (`steps_only`) wraps that optimizer, it
         # is not one over a model (a model is zeroed, `base_model.zero_grad()`, never stepped)
         and not any(dotted(a.value) in steps_only for a in call.args)
+    )
+
+
+def _binds_stepped(target: cst.BaseExpression, callee: str | None, stepped: set[str]) -> bool:
+    """The assignment binds a name the file steps: `optimizer = make(...)`, or, from a call
+    that names an optimizer, one of a tuple (GPT2's `optimizer, scheduler =
+    self.spec.create_optimizer(model.parameters())`)."""
+    if dotted(target) in stepped:
+        return True
+    return (
+        isinstance(target, cst.Tuple)
+        and "optim" in (callee or "").rsplit(".", 1)[-1].lower()
+        and any(dotted(e.value) in stepped for e in target.elements)
     )
 
 

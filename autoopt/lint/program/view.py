@@ -314,6 +314,28 @@ class ProgramView:
                 return None
         return sorted((path, call.line) for path, call in calls)
 
+    def callers_pass(self, node: cst.CSTNode, param: str) -> list[tuple[Path, int, Dotted]] | None:
+        """What the project's calls of the function holding `node` pass for its parameter
+        `param`, as (file, line, the dotted name passed), when there are some and every one
+        passes a dotted name there (egnn's `retrieve_dataloaders(args.batch_size,
+        args.num_workers)`). None otherwise."""
+        func = self.function_of(node)
+        if func is None or func.qualname == "<module>" or param not in func.params:
+            return None
+        position = func.params.index(param)
+        if func.class_name:
+            position -= 1  # `self` is not passed
+        found: list[tuple[Path, int, Dotted]] = []
+        for index, _, value in self.program.callers(Target(self._path, func.qualname)):
+            call = value.options[0] if value.kind == "item" else value
+            passed = dict(call.keywords).get(param)
+            if passed is None and len(call.args) > position:
+                passed = call.args[position]
+            if passed is None:
+                return None
+            found.append((index.path, call.line, passed))
+        return sorted(set(found)) or None  # `a, b = f(...)`: one call, met once per target
+
     def base_binding(self, class_name: str, attr: str) -> str | None:
         """Where a base class of the project binds `self.<attr>` for the class `class_name` of
         this file (Autoformer's `Exp_Main(Exp_Basic)`, whose `Exp_Basic.__init__` builds

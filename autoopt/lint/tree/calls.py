@@ -267,3 +267,36 @@ def assigned_name(rule: Rule, call: cst.Call) -> str | None:
         if isinstance(t, cst.Name):
             return t.value
     return None
+
+
+# The containers whose values `holder_name` sees through (their elements' wrappers too).
+_CONTAINERS = (
+    cst.Dict,
+    cst.DictComp,
+    cst.List,
+    cst.ListComp,
+    cst.Tuple,
+    cst.DictElement,
+    cst.Element,
+)
+
+
+def holder_name(rule: Rule, call: cst.Call) -> str | None:
+    """`x = call`, and `x = {split: call for split in ...}` / `x = [call, ...]` -> "x": the
+    name that holds what `call` makes, alone or as a value of a container built in place
+    (egnn's `dataloaders = {split: DataLoader(...) for ...}`); else None."""
+    node: cst.CSTNode = call
+    parent = rule.parent(node)
+    while isinstance(parent, _CONTAINERS):
+        if isinstance(parent, cst.DictElement) and parent.key is node:
+            return None  # a key, not a value
+        if isinstance(parent, cst.DictComp) and parent.value is not node:
+            return None  # the key or the iterable
+        if isinstance(parent, cst.ListComp) and parent.elt is not node:
+            return None
+        node, parent = parent, rule.parent(parent)
+    if isinstance(parent, cst.Assign) and len(parent.targets) == 1:
+        t = parent.targets[0].target
+        if isinstance(t, cst.Name):
+            return t.value
+    return None
