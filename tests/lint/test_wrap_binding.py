@@ -875,3 +875,35 @@ def test_an_iterator_taken_only_to_look_at_a_batch_leaves_the_loader_to_the_call
     assert calls(reread) == [
         "model, optimizer = autoopt.optimize(model, optimizer=optimizer, device=device)"
     ]
+
+
+def test_each_optimizer_a_factory_returns_pairs_with_the_model_it_reads() -> None:
+    """SRGAN-PyTorch's train_gan.py: `g_optimizer, d_optimizer = define_optimizer(g_model,
+    d_model, config)` builds each over one model: a call per pair, each with its optimizer
+    (not one over both models, which would leave both calls without an optimizer)."""
+    found = calls(
+        """
+        import torch
+        from torch import optim
+
+        def define_optimizer(g_model, d_model, config):
+            g_optimizer = optim.Adam(g_model.parameters(), config.lr)
+            d_optimizer = optim.Adam(d_model.parameters(), config.lr)
+            return g_optimizer, d_optimizer
+
+        def main(config):
+            g_model, d_model = Generator().cuda(), Discriminator().cuda()
+            g_optimizer, d_optimizer = define_optimizer(g_model, d_model, config)
+            for x in loader:
+                d_optimizer.zero_grad()
+                d_model(x).mean().backward()
+                d_optimizer.step()
+                g_optimizer.zero_grad()
+                g_model(x).mean().backward()
+                g_optimizer.step()
+        """
+    )
+    assert found == [
+        "d_model, loader, d_optimizer = autoopt.optimize(d_model, loader, d_optimizer)",
+        "g_model, g_optimizer = autoopt.optimize(g_model, optimizer=g_optimizer)",
+    ]

@@ -82,6 +82,36 @@ def test_optimizer_bound_only_under_a_flag_is_not_passed() -> None:
     assert "`optimizer` exists only on some paths" in calls[0]
 
 
+def test_optimizer_chosen_by_an_if_elif_chain_the_loop_steps_is_passed() -> None:
+    """federated-learning's baseline_main.py: `if args.optimizer == "sgd": optimizer = SGD(...)`
+    / `elif args.optimizer == "adam": optimizer = Adam(...)`, no `else`, and the loop calls
+    `optimizer.step()` unconditionally: any other choice raises there anyway, so the call
+    passes the optimizer. A loop that steps it only under a flag does not count."""
+    script = """
+        import torch
+        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        if __name__ == "__main__":
+            model = Net().to(device)
+            if args.optimizer == "sgd":
+                optimizer = torch.optim.SGD(model.parameters(), lr=args.lr)
+            elif args.optimizer == "adam":
+                optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
+            for x, y in batches():
+                optimizer.zero_grad()
+                loss_fn(model(x.to(device)), y.to(device)).backward()
+                optimizer.step()
+        """
+    assert _inserted(script) == [
+        "model, optimizer = autoopt.optimize(model, optimizer=optimizer, device=device)"
+    ]
+    flagged = script.replace("                optimizer.zero_grad()\n", "").replace(
+        "                optimizer.step()",
+        "                if args.step:\n                    optimizer.step()",
+    )
+    (call,) = _inserted(flagged)
+    assert "`optimizer` exists only on some paths" in call
+
+
 TRAINER_MODULE = """
 class Trainer:
     def __init__(self, *args, **kwargs):

@@ -863,6 +863,48 @@ def test_a_decline_sending_to_the_trainers_file_says_why_it_would_decline_there(
     )
 
 
+def test_a_decline_sending_to_several_files_says_why_the_first_would_decline(
+    tmp_path: Path,
+) -> None:
+    """Point-MAE: `run_net()` of the pretraining runner or of the fine-tuning runner, chosen
+    by a flag, creates the optimizer after wrapping the model in DataParallel: the decline
+    names both files and says, naming it, why --wrap would decline in the first."""
+    runner = """\
+        import torch
+        from data import make_loader
+
+        def run_net(args):
+            model = torch.nn.DataParallel(torch.nn.Linear(8, 1).cuda())
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+            for x, y in make_loader():
+                torch.nn.functional.mse_loss(model(x), y).backward()
+                optimizer.step()
+        """
+    script = project(
+        tmp_path,
+        {
+            "main.py": """\
+                import torch
+                from runner_pretrain import run_net as pretrain
+                from runner_finetune import run_net as finetune
+
+                if __name__ == "__main__":
+                    if args.finetune:
+                        finetune(args)
+                    else:
+                        pretrain(args)
+                """,
+            "data.py": LOADER,
+            "runner_pretrain.py": runner,
+            "runner_finetune.py": runner,
+        },
+    )
+    result = wrap(script)
+    assert result.declined and result.reason == "optimizer created in another module"
+    assert "runner_pretrain.py" in result.message and "runner_finetune.py" in result.message
+    assert "py, `model = torch.nn.DataParallel(" in result.message, result.message
+
+
 POINTER_MODEL = """\
     import torch
 

@@ -9,7 +9,7 @@ import builtins
 
 import libcst as cst
 
-from autoopt.lint.tree.nodes import code_of, names_in
+from autoopt.lint.tree.nodes import code_of, names_in, nodes_of_type
 from autoopt.lint.wrap import decline
 from autoopt.lint.wrap.bind import Loader
 from autoopt.lint.wrap.call import Pair, Plan
@@ -283,8 +283,45 @@ def only_under_a_flag(home: Func, expr: str, anchor: cst.CSTNode) -> bool:
                 chain: cst.If | cst.Else | None = anc
                 while isinstance(chain, cst.If):
                     chain = chain.orelse
-                flagged = chain is None
+                flagged = chain is None and not _every_arm_binds_then_used(home, anc, expr)
                 break
         if not flagged:
             return False
     return True
+
+
+def _every_arm_binds_then_used(home: Func, chain: cst.If, expr: str) -> bool:
+    """`if args.optimizer == "sgd": optimizer = SGD(...)` / `elif ... == "adam": optimizer =
+    Adam(...)` with no `else` (federated-learning's baseline_main.py), where the function
+    then calls a method of `expr` outside any `if` (`optimizer.zero_grad()` in the loop): a
+    path that binds none would raise there anyway, so the call may name it."""
+    binds = assignments_of(home, expr)
+    arm: cst.If | cst.Else | None = chain
+    while isinstance(arm, cst.If):
+        body = arm.body
+        if not any(any(a is body for a in home.file.ancestors(b)) for b in binds):
+            return False
+        arm = arm.orelse
+    # an `if` around the chain too (`if __name__ == "__main__":`) runs both
+    around = {id(a) for a in _ancestors_within(home, chain)}
+    for node in nodes_of_type(home.node, cst.Call):
+        if (
+            isinstance(node.func, cst.Attribute)
+            and code_of(node.func.value) == expr
+            and home.file.before(chain, node)
+            and not any(
+                isinstance(a, cst.If) and id(a) not in around for a in _ancestors_within(home, node)
+            )
+        ):
+            return True
+    return False
+
+
+def _ancestors_within(home: Func, node: cst.CSTNode) -> list[cst.CSTNode]:
+    """The ancestors of `node` inside `home`'s function (its own node excluded)."""
+    found = []
+    for anc in home.file.ancestors(node):
+        if anc is home.node:
+            break
+        found.append(anc)
+    return found

@@ -63,6 +63,15 @@ def pair_models(
         models |= {
             m for a in opt.assigns for m in _factory_models(code, home, bound_to(a, opt.expr))
         }
+        # one of a tuple a factory returns: the models that element's optimizer reads
+        element = {
+            m
+            for a in opt.assigns
+            if (at := _position(a, opt.expr)) is not None
+            for m in _factory_models(code, home, bound_to(a, opt.expr), at)
+        }
+        if element:
+            models = element
         if not models:
             models = models_beside(home, opt)
         models = {
@@ -141,15 +150,25 @@ def _modules_of_holder(
     return parts or {model}
 
 
-def _factory_models(code: CodeBase, home: Func, value: cst.BaseExpression | None) -> set[str]:
+def _factory_models(
+    code: CodeBase, home: Func, value: cst.BaseExpression | None, position: int | None = None
+) -> set[str]:
     """The names handed to a local optimizer factory for the parameters whose `.parameters()`
-    it reads (ijepa's `init_opt(encoder=encoder, predictor=predictor, ...)`: both models)."""
+    it reads (ijepa's `init_opt(encoder=encoder, predictor=predictor, ...)`: both models); for
+    element `position` of a tuple it returns, those the returned optimizer reads (SRGAN's
+    `g_optimizer, d_optimizer = define_optimizer(g_model, d_model, config)`: g_model, then
+    d_model)."""
     if not isinstance(value, cst.Call) or (factory := code.resolve(home.file, value)) is None:
         return set()
     params = set(factory.params())
+    nodes = factory.statements()
+    if position is not None and (returned := _returned_at(factory, position)) is not None:
+        binds = assignments_of(factory, returned)
+        if binds:
+            nodes = [n for b in binds for n in (b, *factory.file.inside(b))]
     read = {
         n.value.value
-        for n in factory.statements()
+        for n in nodes
         if isinstance(n, cst.Attribute)
         and n.attr.value in ("parameters", "named_parameters")
         and isinstance(n.value, cst.Name)
@@ -161,6 +180,32 @@ def _factory_models(code: CodeBase, home: Func, value: cst.BaseExpression | None
         if isinstance(arg, cst.Name):
             found.add(arg.value)
     return found
+
+
+def _position(assign: cst.CSTNode, expr: str) -> int | None:
+    """Where `expr` sits in the tuple `assign` binds (`g_opt, d_opt = f(...)`: d_opt -> 1)."""
+    if isinstance(assign, cst.Assign) and len(assign.targets) == 1:
+        target = assign.targets[0].target
+        if isinstance(target, cst.Tuple):
+            names = [code_of(e.value) for e in target.elements]
+            return names.index(expr) if names.count(expr) == 1 else None
+    return None
+
+
+def _returned_at(factory: Func, position: int) -> str | None:
+    """The name every `return` of `factory` hands back at `position` of its tuple (None when
+    the returns differ or are no tuples of names)."""
+    found = set()
+    for node in factory.statements():
+        if isinstance(node, cst.Return):
+            value = node.value
+            if not isinstance(value, cst.Tuple) or len(value.elements) <= position:
+                return None
+            element = value.elements[position].value
+            if not isinstance(element, cst.Name):
+                return None
+            found.add(element.value)
+    return found.pop() if len(found) == 1 else None
 
 
 def _not_none(home: Func, model: str) -> str | None:

@@ -280,6 +280,7 @@ def optimizer_in_module(
         "optimizer created in another module",
         f"the optimizers are created in {', '.join(where)}, which this script runs{after}",
         "run --wrap on those files",
+        path,
     )
 
 

@@ -84,9 +84,11 @@ def _told_with_the_other_file(found: Plan | Decline) -> Plan | Decline:
         return found
     if not isinstance(there, Decline) or there.reason == found.reason:
         return found
+    # one of several files (Point-MAE's pretraining and fine-tuning runners): name it
+    where = "there" if "optimizers are created" not in found.detail else f"in {found.elsewhere}"
     return Decline(
         found.reason,
-        f"{found.detail}; there, {there.detail}",
+        f"{found.detail}; {where}, {there.detail}",
         f"in {found.elsewhere}, {there.change.replace('run --wrap again', 'run --wrap on it')}",
     )
 
