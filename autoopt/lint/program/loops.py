@@ -444,25 +444,8 @@ _INDEXES = ("dev", "rank", "local_rank")  # names of a device (a process's GPU u
 def accumulation_gate(stmt: cst.BaseStatement) -> cst.BinaryOperation | None:
     """For `if <i> % <N> == 0:` whose body steps an optimizer (not an LR scheduler): the
     `<i> % <N>` it tests; else None."""
-    if not isinstance(stmt, cst.If) or not isinstance(stmt.test, cst.Comparison):
-        return None
-    test = stmt.test
-    modulo = test.left
-    if (
-        len(test.comparisons) != 1
-        or not isinstance(test.comparisons[0].operator, cst.Equal)
-        or int_literal(test.comparisons[0].comparator) != 0
-        or not isinstance(modulo, cst.BinaryOperation)
-        or not isinstance(modulo.operator, cst.Modulo)
-    ):
-        return None
-    steps = any(
-        isinstance(n.func, cst.Attribute)
-        and n.func.attr.value == "step"
-        and "sched" not in code_of(n.func.value).lower()
-        for n in calls_in(stmt.body)
-    )
-    return modulo if steps else None
+    modulo = _modulo_tested(stmt, cst.Equal)
+    return modulo if modulo is not None and _steps_an_optimizer([stmt.body]) else None
 
 
 def accumulation_skip(
@@ -471,31 +454,46 @@ def accumulation_skip(
     """For `if <i> % <N> != 0: continue` followed (in `after`, the rest of the loop body) by
     an optimizer step (SLIP's `if (data_iter + 1) % args.update_freq != 0: continue`, then
     `scaler.step(optimizer)`): the `<i> % <N>` it tests; else None."""
+    modulo = _modulo_tested(stmt, cst.NotEqual)
+    if modulo is None or not isinstance(stmt, cst.If) or stmt.orelse is not None:
+        return None
+    body = stmt.body
+    if not (
+        isinstance(body, cst.IndentedBlock)
+        and len(body.body) == 1
+        and isinstance(body.body[0], cst.SimpleStatementLine)
+        and all(isinstance(s, cst.Continue) for s in body.body[0].body)
+    ):
+        return None
+    return modulo if _steps_an_optimizer(after) else None
+
+
+def _modulo_tested(stmt: cst.BaseStatement, operator: type) -> cst.BinaryOperation | None:
+    """The `<i> % <N>` of `if <i> % <N> == 0:` (`operator` Equal) or `!= 0` (NotEqual)."""
     if not isinstance(stmt, cst.If) or not isinstance(stmt.test, cst.Comparison):
         return None
     test = stmt.test
     modulo = test.left
     if (
         len(test.comparisons) != 1
-        or not isinstance(test.comparisons[0].operator, cst.NotEqual)
+        or not isinstance(test.comparisons[0].operator, operator)
         or int_literal(test.comparisons[0].comparator) != 0
         or not isinstance(modulo, cst.BinaryOperation)
         or not isinstance(modulo.operator, cst.Modulo)
-        or stmt.orelse is not None
-        or not isinstance(stmt.body, cst.IndentedBlock)
-        or len(stmt.body.body) != 1
-        or not isinstance(stmt.body.body[0], cst.SimpleStatementLine)
-        or not all(isinstance(s, cst.Continue) for s in stmt.body.body[0].body)
     ):
         return None
-    steps = any(
+    return modulo
+
+
+def _steps_an_optimizer(nodes: list[cst.CSTNode]) -> bool:
+    """A `.step()` in `nodes` that is not an LR scheduler's."""
+    return any(
         isinstance(n.func, cst.Attribute)
         and n.func.attr.value == "step"
         and "sched" not in code_of(n.func.value).lower()
-        for later in after
-        for n in calls_in(later)
+        for node in nodes
+        for n in calls_in(node)
     )
-    return modulo if steps else None
 
 
 _READS_SIZE = frozenset({"len", "print", "str", "repr"})  # uses of a loader that read no batch

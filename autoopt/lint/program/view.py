@@ -297,16 +297,10 @@ class ProgramView:
         some and none passes its parameter `param` (autovc's `get_loader(root, batch_size,
         len_crop, num_workers=0)`, called without `num_workers`): the parameter's default is
         what runs. None when a call passes it, or no call is found."""
-        func = self.function_of(node)
-        if func is None or func.qualname == "<module>" or param not in func.params:
+        found = self._parameter_calls(node, param)
+        if found is None:
             return None
-        position = func.params.index(param)
-        if func.class_name:
-            position -= 1  # `self` is not passed
-        calls = [
-            (index.path, value.options[0] if value.kind == "item" else value)
-            for index, _, value in self.program.callers(Target(self._path, func.qualname))
-        ]
+        position, calls = found
         if not calls:
             return None
         for _, call in calls:
@@ -319,22 +313,37 @@ class ProgramView:
         `param`, as (file, line, the dotted name passed), when there are some and every one
         passes a dotted name there (egnn's `retrieve_dataloaders(args.batch_size,
         args.num_workers)`). None otherwise."""
+        calls = self._parameter_calls(node, param)
+        if calls is None:
+            return None
+        position = calls[0]
+        found: list[tuple[Path, int, Dotted]] = []
+        for path, call in calls[1]:
+            passed = dict(call.keywords).get(param)
+            if passed is None and len(call.args) > position:
+                passed = call.args[position]
+            if passed is None:
+                return None
+            found.append((path, call.line, passed))
+        return sorted(set(found)) or None  # `a, b = f(...)`: one call, met once per target
+
+    def _parameter_calls(
+        self, node: cst.CSTNode, param: str
+    ) -> tuple[int, list[tuple[Path, Value]]] | None:
+        """For the function holding `node` and its parameter `param`: the position callers
+        pass it at, and the project's calls of the function (file, call); None when `node` is
+        in no function or `param` is none of its parameters."""
         func = self.function_of(node)
         if func is None or func.qualname == "<module>" or param not in func.params:
             return None
         position = func.params.index(param)
         if func.class_name:
             position -= 1  # `self` is not passed
-        found: list[tuple[Path, int, Dotted]] = []
-        for index, _, value in self.program.callers(Target(self._path, func.qualname)):
-            call = value.options[0] if value.kind == "item" else value
-            passed = dict(call.keywords).get(param)
-            if passed is None and len(call.args) > position:
-                passed = call.args[position]
-            if passed is None:
-                return None
-            found.append((index.path, call.line, passed))
-        return sorted(set(found)) or None  # `a, b = f(...)`: one call, met once per target
+        calls = [
+            (index.path, value.options[0] if value.kind == "item" else value)
+            for index, _, value in self.program.callers(Target(self._path, func.qualname))
+        ]
+        return position, calls
 
     def base_binding(self, class_name: str, attr: str) -> str | None:
         """Where a base class of the project binds `self.<attr>` for the class `class_name` of
