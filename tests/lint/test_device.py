@@ -31,6 +31,10 @@ def _device(source: str):  # type: ignore[no-untyped-def]
         "from accelerate import Accelerator\naccelerator = Accelerator()",
         'def train(config):\n    device = torch.device(config["device"])',  # DDPM's config
         "model.to(dist_util.dev())",  # guided-diffusion's helper picks the device
+        # Lightning places model and batches on the GPUs its Trainer is told to use
+        "import pytorch_lightning as pl\ntrainer = pl.Trainer(gpus=NUM_GPUS)",
+        'import lightning as L\ntrainer = L.Trainer(accelerator="gpu", devices=2)',
+        "from pytorch_lightning import Trainer\nt = Trainer(accelerator=args.accelerator)",
     ],
 )
 def test_gpu_path(source: str) -> None:
@@ -47,6 +51,9 @@ def test_gpu_path(source: str) -> None:
         'trainer = Trainer(accelerator="cpu")',
         'name = "cpu"\ndevice = torch.device(name)',
         "version = packaging.dev(3)",  # a `dev` that takes arguments picks no device
+        'import pytorch_lightning as pl\ntrainer = pl.Trainer(gpus=0, max_epochs=5)',
+        'import lightning as L\ntrainer = L.Trainer(accelerator="cpu")',
+        "trainer = Trainer(gpus=2)",  # no Lightning imported: some other Trainer
     ],
 )
 def test_no_gpu_path(source: str) -> None:

@@ -10,7 +10,9 @@ comments or docstrings):
   `torch.accelerator.is_available()`; an "mps"/"xpu" device string;
 - a device chosen outside the file: a `--device`/`--gpu`/`--cuda`/`--no-accel` command-line
   flag, or a function that takes its `device` as a parameter (`train(model, device, loader)`),
-  unless the file itself binds `device` to the CPU only.
+  unless the file itself binds `device` to the CPU only;
+- a Lightning `Trainer(gpus=N)` / `Trainer(accelerator="gpu")` (or "cuda", "auto", or one
+  chosen at run time): the Trainer places model and batches on the GPUs.
 
 A CPU-only tutorial (no device at all, or `device = "cpu"`) has no GPU path. A file that reads
 a device of unknown origin (`.to(self.device)`, the attribute set by a base class of another
@@ -132,8 +134,44 @@ def device_facts(module: cst.Module, parent: Parent) -> DeviceFacts:
         why = "a device passed in by the caller"
     if not why and not cpu_only_binding and _imported_config_device(module):
         why = "a device from an imported config"
+    if not why and _lightning_on_gpus(module):
+        why = "a Lightning Trainer on GPUs"
     no_device = not why and (not device_named or cpu_only_binding is True)
     return DeviceFacts(bool(why), why, frozenset(tensor_types), no_device)
+
+
+_LIGHTNING = ("lightning", "pytorch_lightning")
+_GPU_ACCELERATORS = frozenset({"gpu", "cuda", "auto"})
+
+
+def _lightning_on_gpus(module: cst.Module) -> bool:
+    """A Lightning `Trainer(...)` told to use GPUs: `gpus=` anything but 0/None (byol's
+    `gpus=NUM_GPUS`, AdaFace's `gpus=hparams.gpus`), or `accelerator="gpu"`/"cuda"/"auto"
+    or one chosen at run time; the Trainer places model and batches there."""
+    imports = any(
+        (dotted(n.module) if isinstance(n, cst.ImportFrom) and n.module else "").split(".")[0]
+        in _LIGHTNING
+        or (
+            isinstance(n, cst.Import)
+            and any(dotted(a.name).split(".")[0] in _LIGHTNING for a in n.names)
+        )
+        for n in nodes_of_type(module, (cst.Import, cst.ImportFrom))
+    )
+    if not imports:
+        return False
+    for call in nodes_of_type(module, cst.Call):
+        if (dotted(call.func) or "").rsplit(".", 1)[-1] != "Trainer":
+            continue
+        for a in call.args:
+            key = a.keyword.value if a.keyword is not None else None
+            value = a.value
+            if key == "gpus" and not (code_of(value) in ("0", "None", "[]") or _is_cpu(value)):
+                return True
+            if key == "accelerator":
+                text = string_value(value)
+                if text is None or text in _GPU_ACCELERATORS:
+                    return True
+    return False
 
 
 def _imported_config_device(module: cst.Module) -> bool:
