@@ -207,6 +207,28 @@ def test_candidates_search_only_auto_options():
     assert {p.channels_last for p in tune.candidate_plans(_model(), Options())} == {False}
 
 
+def test_a_gpu_with_native_bf16_measures_fp16_too(monkeypatch):
+    """On CUDA with native bf16 both precisions are candidates (fp16 with its loss scaling);
+    where "auto" picks fp16 (no native bf16) or nothing (a CPU without it), only that one."""
+    from autoopt.runtime.passes import amp as amp_pass
+
+    model = _model()
+    cuda = torch.device("cuda")
+    monkeypatch.setattr(tune.plans, "target_device", lambda options, model: cuda)
+    monkeypatch.setattr(amp_pass, "choose", lambda *a: (torch.bfloat16, "native"))
+    assert {p.amp for p in tune.candidate_plans(model, Options(verbose=False))} == {
+        False,
+        "bf16",
+        "fp16",
+    }
+    monkeypatch.setattr(amp_pass, "choose", lambda *a: (torch.float16, "no native bf16"))
+    assert {p.amp for p in tune.candidate_plans(model, Options(verbose=False))} == {False, "fp16"}
+    cpu = torch.device("cpu")
+    monkeypatch.setattr(tune.plans, "target_device", lambda options, model: cpu)
+    monkeypatch.setattr(amp_pass, "choose", lambda *a: (torch.bfloat16, "AMX"))
+    assert {p.amp for p in tune.candidate_plans(model, Options(verbose=False))} == {False, "bf16"}
+
+
 def test_inferred_loss():
     logits = torch.randn(2, 5, 7)
     tokens = torch.randint(0, 7, (2, 5))

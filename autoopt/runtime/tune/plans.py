@@ -100,11 +100,16 @@ def combinations(model: nn.Module, options: Options) -> list[Plan]:
         # What amp="auto" picks is the one that can pay (a CPU without native bf16 emulates it:
         # slower, so "auto" picks nothing there and neither is a candidate).
         try:
-            dtype, _ = amp_pass.choose(model, target_device(options, model), "auto")
+            device = target_device(options, model)
+            dtype, _ = amp_pass.choose(model, device, "auto")
         except ValueError:
-            dtype = None
+            device, dtype = None, None
         if dtype is not None:
             amps.append(_AMP_NAMES[dtype])
+        if dtype is torch.bfloat16 and device is not None and device.type == "cuda":
+            # a GPU with native bf16 runs fp16 on the same Tensor Cores: both are measured (fp16
+            # with its loss scaling), as the precision is a speed choice there too
+            amps.append("fp16")
     compiles: list[str | bool] = [False, True] if options.compile == "auto" else [options.compile]
     has_conv = any(isinstance(m, nn.Conv2d) for m in model.modules())
     if options.channels_last == "auto":
