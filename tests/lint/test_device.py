@@ -51,7 +51,7 @@ def test_gpu_path(source: str) -> None:
         'trainer = Trainer(accelerator="cpu")',
         'name = "cpu"\ndevice = torch.device(name)',
         "version = packaging.dev(3)",  # a `dev` that takes arguments picks no device
-        'import pytorch_lightning as pl\ntrainer = pl.Trainer(gpus=0, max_epochs=5)',
+        "import pytorch_lightning as pl\ntrainer = pl.Trainer(gpus=0, max_epochs=5)",
         'import lightning as L\ntrainer = L.Trainer(accelerator="cpu")',
         "trainer = Trainer(gpus=2)",  # no Lightning imported: some other Trainer
     ],
