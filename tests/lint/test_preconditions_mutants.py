@@ -387,28 +387,11 @@ def test_compile_is_silent_for_a_solvers_critic_trained_through_a_penalty(
 
 
 def test_compile_is_never_inserted_inside_the_training_loop() -> None:
-    """DirectVoxGO: a new optimizer for the scaled-up grids inside the training loop (after
-    `model.act_shift -= ...`, which updates an attribute and rebinds nothing) is no place for
-    `model.compile()`: the one fix goes where the model is built."""
-    source = textwrap.dedent(
-        """
-        import torch
-        def create_new_model():
-            model = VoxelGrid(64).cuda()
-            optimizer = torch.optim.Adam(model.parameters())
-            return model, optimizer
-        def train():
-            model, optimizer = create_new_model()
-            for step in range(20000):
-                if step in (1000, 2000, 3000):
-                    model.scale_volume_grid(step // 10)
-                    optimizer = torch.optim.Adam(model.parameters())
-                    model.act_shift -= 0.5
-                loss = model(rays()).mean()
-                optimizer.zero_grad()
-                loss.backward()
-                optimizer.step()
-        """
-    )
+    """DirectVoxGO (the rule's example): a new optimizer for the scaled-up grids inside the
+    training loop (after `model.act_shift -= ...`, which updates an attribute and rebinds
+    nothing) is no place for `model.compile()`: the one fix goes where the model is built (the
+    example's own check compares the fixed text of its reported line only)."""
+    (example,) = [e for e in TorchCompileModel.INVALID if "scale_volume_grid" in e.code]
+    source = textwrap.dedent(example.code)
     findings = analyze(source, "<string>", [TorchCompileModel]).findings
-    assert [f.line for f in findings] == [4]
+    assert [f.line for f in findings] == [example.line]

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from autoopt.lint.program.index import (
+    CallSite,
     Dotted,
     FunctionInfo,
     ModuleIndex,
@@ -132,27 +133,37 @@ def option_modules(modules: list[Path], root: str, exclude: list[Path] = ()) -> 
     `parser.get_args()`): the launcher's rank comes from them. Checked for `OPTIONS_RULES`
     only."""
     prog = program()
-    seen = {os.path.abspath(m) for m in [*modules, *exclude]}
+    seen = {os.path.abspath(m) for m in [*modules, *exclude]}  # checked, declaring or not
     found: list[Path] = []
+    for index, func, sites in _imported_call_sites(modules):
+        for site in sites:
+            for target in prog.resolve(index, func, site.callee):
+                where = os.path.abspath(target.path)
+                if where in seen or not _inside(where, root):
+                    continue
+                seen.add(where)
+                if _DECLARES_LOCAL_RANK.search(read_text(Path(where))):
+                    found.append(Path(where))
+    return found
+
+
+_DECLARES_LOCAL_RANK = re.compile(r"add_argument\(\s*['\"]--local[_-]rank")
+
+
+def _imported_call_sites(
+    modules: list[Path],
+) -> Iterator[tuple[ModuleIndex, FunctionInfo, list[CallSite]]]:
+    """Each function of `modules` with its calls of a name it imports (`parse_args()`,
+    `engine.evaluate(...)`): the calls that can run another module of the project."""
     for module in modules:
         index = load_index(module)
         if index is None:
             continue
         imported = {*index.imports, *index.module_aliases}
         for func in index.functions.values():
-            for site in func.calls:
-                if not site.callee or site.callee[0] not in imported:
-                    continue
-                for target in prog.resolve(index, func, site.callee):
-                    where = os.path.abspath(target.path)
-                    if where in seen or not _inside(where, root):
-                        continue
-                    text = read_text(Path(where))
-                    declared = re.search(r"add_argument\(\s*['\"]--local[_-]rank", text)
-                    if declared:
-                        seen.add(where)
-                        found.append(Path(where))
-    return found
+            sites = [s for s in func.calls if s.callee and s.callee[0] in imported]
+            if sites:
+                yield index, func, sites
 
 
 def _calls_a_training_method(module: Path, source: str) -> bool:
@@ -415,44 +426,33 @@ def evaluation_modules(modules: list[Path], root: str, exclude: list[Path] = ())
     `EVALUATION_RULES` only."""
     prog = program()
     targets: list[Target] = []
-    for module in modules:
-        index = load_index(module)
-        if index is None:
-            continue
-        imported = {*index.imports, *index.module_aliases}
-        for func in index.functions.values():
-            trained: set[Dotted] | None = None  # computed once a call needs it
-            for site in func.calls:
-                # a project function or a module's function by name (`test_img(...)`,
-                # `engine.evaluate(...)`), handed a name: not every call of the file
+    for index, func, sites in _imported_call_sites(modules):
+        trained: set[Dotted] | None = None  # computed once a call needs it
+        for site in sites:
+            # a project function or a module's function by name (`test_img(...)`,
+            # `engine.evaluate(...)`), handed a name: not every call of the file
+            if not any(site.args) or site.no_grad:  # melgan's `with torch.no_grad(): ...`
+                continue
+            # the arguments the caller treats as a module (sets its mode, reads its
+            # parameters) or hands to its training: a model, not a callable (`make_env`)
+            models = [
+                i for i, a in enumerate(site.args) if a and func.uses.get(a, set()) & _MODULE_USES
+            ]
+            if not models:
+                if trained is None:
+                    imported = {*index.imports, *index.module_aliases}
+                    trained = _trained_arguments(index, func, imported)
+                models = [i for i, a in enumerate(site.args) if a and a in trained]
+            if not models:
+                continue
+            for target in prog.resolve(index, func, site.callee):
+                summary = prog.summary(target)
                 if (
-                    not site.callee
-                    or site.callee[0] not in imported
-                    or not any(site.args)
-                    or site.no_grad  # melgan's `with torch.no_grad(): validate(...)`
+                    not target.is_class
+                    and not summary.trains
+                    and any("forward" in summary.roles_of(position=i) for i in models)
                 ):
-                    continue
-                # the arguments the caller treats as a module (sets its mode, reads its
-                # parameters) or hands to its training: a model, not a callable (`make_env`)
-                models = [
-                    i
-                    for i, a in enumerate(site.args)
-                    if a and func.uses.get(a, set()) & _MODULE_USES
-                ]
-                if not models:
-                    if trained is None:
-                        trained = _trained_arguments(index, func, imported)
-                    models = [i for i, a in enumerate(site.args) if a and a in trained]
-                if not models:
-                    continue
-                for target in prog.resolve(index, func, site.callee):
-                    summary = prog.summary(target)
-                    if (
-                        not target.is_class
-                        and not summary.trains
-                        and any("forward" in summary.roles_of(position=i) for i in models)
-                    ):
-                        targets.append(target)
+                    targets.append(target)
     # "eval": a module that never names it has no evaluation loop for the rule to judge
     return _function_modules(targets, [*modules, *exclude], root, "eval")
 

@@ -178,8 +178,8 @@ def dotted_of(node: ast.AST | None) -> Dotted | None:
 
 
 def argument_of(node: ast.AST) -> Dotted | None:
-    """A call's argument as `dotted_of` names it, and an entry of a named container as the
-    container's name and "[]" (`train(epoch, dataloaders["train"])` -> ("dataloaders", "[]"))."""
+    """What `dotted_of` names, and an entry of a named container as the container's name and
+    "[]" (`train(epoch, dataloaders["train"])` -> ("dataloaders", "[]"))."""
     found = dotted_of(node)
     if found is None and isinstance(node, ast.Subscript):
         held = dotted_of(node.value)
@@ -197,11 +197,9 @@ def callee_of(func: ast.expr) -> Dotted | None:
     """What a call's `func` names: a dotted name, or a model class picked at run time, from a
     table (`MODELS[args.model]` -> ("MODELS", "[]")) or by a function that returns a class
     (`str2model(args.model_name)` -> ("str2model", "()")); None for anything else."""
-    found = dotted_of(func)
+    found = argument_of(func)  # a dotted name, or an entry of a table
     if found is not None:
         return found
-    if isinstance(func, ast.Subscript) and (table := dotted_of(func.value)) is not None:
-        return (*table, "[]")
     if isinstance(func, ast.Call) and (factory := dotted_of(func.func)) is not None:
         return (*factory, "()")
     return None
@@ -506,11 +504,9 @@ def _is_no_grad(expr: ast.expr) -> bool:
 def _iterated(expr: ast.expr) -> list[Dotted]:
     """The names a loop over `expr` iterates: `loader`, `enumerate(loader)`, `tqdm(loader)`,
     `zip(a, b)`, `iter(loader)`."""
-    name = dotted_of(expr)
+    name = argument_of(expr)  # also `loaders[phase]`: an entry of the dict `loaders`
     if name is not None:
         return [name]
-    if isinstance(expr, ast.Subscript) and (held := dotted_of(expr.value)) is not None:
-        return [(*held, "[]")]  # `loaders[phase]`: an entry of the dict `loaders`
     if isinstance(expr, ast.Call):
         callee = dotted_of(expr.func)
         if callee and callee[-1] in ITERATION_WRAPPERS:

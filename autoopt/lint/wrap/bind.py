@@ -59,19 +59,19 @@ def pair_models(
     shared: list[str] = []  # models stepped only by an optimizer over several models
     forced: dict[str, str] = {}
     for opt in optimizers:
-        models = {m for a in opt.assigns for m in models_of(home, bound_to(a, opt.expr))}
-        models |= {
-            m for a in opt.assigns for m in _factory_models(code, home, bound_to(a, opt.expr))
-        }
-        # one of a tuple a factory returns: the models that element's optimizer reads
-        element = {
+        # one of a tuple a factory returns: the models that element's optimizer reads; else
+        # the models its construction (or a factory handed them) reads
+        models = {
             m
             for a in opt.assigns
             if (at := _position(a, opt.expr)) is not None
             for m in _factory_models(code, home, bound_to(a, opt.expr), at)
+        } or {
+            m
+            for a in opt.assigns
+            for value in (bound_to(a, opt.expr),)
+            for m in (*models_of(home, value), *_factory_models(code, home, value))
         }
-        if element:
-            models = element
         if not models:
             models = models_beside(home, opt)
         models = {
