@@ -68,6 +68,7 @@ SPLITS = {
     "fresh-ad": (HERE / "fresh_ad.json", HERE / "_repos_fresh_ad"),
     "fresh-ae": (HERE / "fresh_ae.json", HERE / "_repos_fresh_ae"),
     "fresh-af": (HERE / "fresh_af.json", HERE / "_repos_fresh_af"),
+    "fresh-ag": (HERE / "fresh_ag.json", HERE / "_repos_fresh_ag"),
 }
 TORCH_DIR = "torch"
 
