@@ -69,6 +69,7 @@ SPLITS = {
     "fresh-ae": (HERE / "fresh_ae.json", HERE / "_repos_fresh_ae"),
     "fresh-af": (HERE / "fresh_af.json", HERE / "_repos_fresh_af"),
     "fresh-ag": (HERE / "fresh_ag.json", HERE / "_repos_fresh_ag"),
+    "fresh-ah": (HERE / "fresh_ah.json", HERE / "_repos_fresh_ah"),
 }
 TORCH_DIR = "torch"
 
