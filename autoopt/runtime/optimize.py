@@ -53,9 +53,12 @@ def optimize(
         autocast/GradScaler or apex amp, or an fp32 it keeps): autoopt adds no autocast and no
         loss scaling, and makes the other choices as usual (what `autoopt rewrite --wrap`
         writes for such scripts).
-      compile: "auto" | True | False | "jit" (TorchScript). Falls back to eager on failure.
-        "auto" compiles on CUDA; on CPU it follows the compile cache's record for the model
-        (measured against eager at its first training step when there is none).
+      compile: "auto" | True | False | "jit" (TorchScript) | "max-autotune" |
+        "reduce-overhead" (torch.compile's modes: Inductor's kernel variants timed at compile
+        time; CUDA graphs, the default mode again once an input size changes). Falls back to
+        eager on failure. "auto" compiles on CUDA; on CPU it follows the compile cache's record
+        for the model (measured against eager at its first training step when there is none);
+        tune=True on CUDA measures both modes too.
       channels_last: "auto" | True | False, for convolutional models.
       checkpoint: "auto" | False | int segments. "auto" acts only under a memory budget (an
         explicit memory_budget, or "auto" on CUDA): at the first training forward it measures

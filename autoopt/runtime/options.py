@@ -10,11 +10,15 @@ import torch
 
 from autoopt.runtime.memory import parse_budget
 
+# torch.compile's modes, passed on as `mode=`: "max-autotune" times Inductor's kernel variants
+# (a longer compile), "reduce-overhead" replays CUDA graphs (launch-bound steps, static shapes).
+COMPILE_MODES = ("max-autotune", "reduce-overhead")
+
 _CHOICES: dict[str, tuple[Any, ...]] = {
     # "script": the precision is the script's own (its autocast/GradScaler, apex amp, or fp32 it
     # keeps): autoopt adds no autocast and no loss scaling, the other choices are made as usual.
     "amp": ("auto", "bf16", "fp16", "script", False),
-    "compile": ("auto", True, False, "jit"),
+    "compile": ("auto", True, False, "jit", *COMPILE_MODES),
     "channels_last": ("auto", True, False),
     "distributed": ("auto", True, False, "ddp", "fsdp"),
 }

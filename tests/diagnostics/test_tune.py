@@ -617,3 +617,36 @@ def test_the_report_says_what_tuning_cost_and_when_it_repays(fake_clock) -> None
     fake_clock.clear()
     kept = tune.choose(model, _batches(), None, OPTIONS, cache=False, steps=3, warmup=1)
     assert "the default plan kept: not repaid by a faster step" in kept.result.detail
+
+
+def test_a_gpu_measures_compiles_modes_cuda_graphs_only_for_one_shape(monkeypatch):
+    """On CUDA tuning measures torch.compile's modes too: "max-autotune" always,
+    "reduce-overhead" (CUDA graphs, one graph per shape) only when the batches drawn have one
+    shape; a CPU measures neither."""
+    model = _model()
+    monkeypatch.setattr(tune.plans, "target_device", lambda options, model: torch.device("cuda"))
+    compiles = {p.compile for p in tune.candidate_plans(model, Options(verbose=False), True)}
+    assert compiles == {False, True, "max-autotune", "reduce-overhead"}
+    compiles = {p.compile for p in tune.candidate_plans(model, Options(verbose=False), False)}
+    assert compiles == {False, True, "max-autotune"}
+    held = tune.candidate_plans(model, Options(compile="reduce-overhead", verbose=False), True)
+    assert {p.compile for p in held} == {"reduce-overhead"}  # the user's mode is held
+    monkeypatch.setattr(tune.plans, "target_device", lambda options, model: torch.device("cpu"))
+    assert {p.compile for p in tune.candidate_plans(model, Options(), True)} == {False, True}
+
+
+def test_one_shape_reads_every_tensor_of_every_batch():
+    from autoopt.runtime.tune.batches import one_shape
+
+    assert one_shape(_batches(3))
+    ragged = [*_batches(2), (torch.randn(5, 16), torch.randint(0, 4, (5,)))]
+    assert not one_shape(ragged)
+    other_target = [*_batches(2), (torch.randn(8, 16), torch.randint(0, 4, (8, 1)))]
+    assert not one_shape(other_target)
+    assert not one_shape([*_batches(2), (torch.randn(8, 16), torch.zeros(8))])  # dtype
+
+
+def test_a_mode_counts_as_more_change_than_the_default_compile():
+    assert tune.plans.complexity(tune.Plan(compile="max-autotune")) > tune.plans.complexity(
+        tune.Plan(compile=True)
+    )

@@ -18,6 +18,7 @@ from .models import MLP
         ("amp", True, "'auto', 'bf16', 'fp16', 'script', False"),
         ("compile", "max", "'auto', True, False, 'jit'"),
         ("compile", 1, "'auto', True, False, 'jit'"),  # 1 == True, but it is not True
+        ("compile", "max_autotune", "'jit', 'max-autotune', 'reduce-overhead'"),  # torch's spelling
         ("channels_last", "yes", "'auto', True, False"),
         ("checkpoint", 0, "an int >= 1"),
         ("checkpoint", True, "an int >= 1"),

@@ -91,7 +91,7 @@ from autoopt.runtime.compiling.log import (
 from autoopt.runtime.context import Context, Forward, ForwardLayer, Stage
 from autoopt.runtime.errors import error_summary
 from autoopt.runtime.loading.batch import map_tensors, tensors_in
-from autoopt.runtime.options import eager_numerics
+from autoopt.runtime.options import COMPILE_MODES, eager_numerics
 from autoopt.runtime.report import Event, PassResult, Report
 from autoopt.runtime.trials.choices import NOT_TRIED, Choice, of_model, trials_of
 from autoopt.runtime.trials.replay import Replay, in_trial
@@ -111,6 +111,9 @@ SHAPE_RECOMPILES_BEFORE_DYNAMIC = 2
 SHAPE_RECOMPILE_CAP = 8
 # False: recompiles on changing shapes are left to torch and each one is listed (for measuring).
 REACT_TO_SHAPES = True
+# compile="reduce-overhead": the input sizes CUDA graphs are recorded for (a full batch and a
+# ragged last one); a further size compiles the model in the default mode.
+CUDA_GRAPH_SIZES = 2
 # The largest share of a CPU training step compile="auto" expects compiling to save: bounds the
 # payback of its cold compile (the best measured here: a small transformer 1.86x, 46% saved;
 # docs/benchmarks/compile.md).
@@ -158,8 +161,35 @@ def choose(
         return "jit", (
             "TorchScript (script, else a trace verified on a second batch of another shape)"
         )
+    if option in COMPILE_MODES:
+        return (
+            "torch.compile",
+            f"torch.compile (backend {_backend_name()!r}; {_mode_why(option, device_type)})",
+        )
     why = "compile=True" if option is True else "CUDA"
     return "torch.compile", f"torch.compile (backend {_backend_name()!r}; {why})"
+
+
+def _mode_why(mode: str, device_type: str) -> str:
+    """The report's words for compile=`mode` on `device_type`."""
+    if BACKEND != "inductor":
+        return f"compile={mode!r}: a mode of Inductor's, not passed to this backend"
+    if mode == "reduce-overhead" and device_type != "cuda":
+        return (
+            f"compile={mode!r}: CUDA graphs capture CUDA kernels only, so on {device_type} "
+            "Inductor compiles as in its default mode"
+        )
+    if mode == "reduce-overhead":
+        return (
+            f"compile={mode!r}: CUDA graphs replay each step's kernels in one launch; the "
+            "default mode again from the first change of an input size"
+        )
+    return f"compile={mode!r}: Inductor times its kernel variants while compiling"
+
+
+def compile_mode(option: str | bool) -> str | None:
+    """The `mode=` autoopt's torch.compile calls get for the option (None: the default)."""
+    return option if option in COMPILE_MODES and BACKEND == "inductor" else None
 
 
 def stand_down(cause: str) -> str:
@@ -253,14 +283,16 @@ def run(ctx: Context) -> PassResult:
         origin=code_origin(entered),
         verbose=verbose,
         auto=auto,
+        mode=compile_mode(ctx.options.compile),
     )
     ctx.forward_layers.append(ForwardLayer(NAME, Stage.COMPILE, layer))
     return PassResult.applied(NAME, f"{why}; {regional_why}")
 
 
-def _cache_extra(regions: list[nn.Module]) -> str:
+def _cache_extra(regions: list[nn.Module], mode: str | None = None) -> str:
     """What, besides the model and its inputs, the compiled code depends on."""
-    return f"{BACKEND!r} {COMPILE_OPTIONS!r} {[type(b).__name__ for b in regions]}"
+    extra = f"{BACKEND!r} {COMPILE_OPTIONS!r} {[type(b).__name__ for b in regions]}"
+    return extra if mode is None else f"{extra} mode={mode}"
 
 
 class AutoCompile:
@@ -377,8 +409,11 @@ class CompiledForward:
         model: nn.Module | None = None,
         cache_dir: Path | None = None,
         auto: AutoCompile | None = None,
+        mode: str | None = None,
     ) -> None:
         self.forward = forward
+        self.mode = mode  # torch.compile's mode= (None: the default mode)
+        self.sizes: set[tuple[Any, ...]] = set()  # input sizes met under CUDA graphs
         self.auto = auto  # compile="auto" on CPU: eager until decided
         self.report = report
         self.model = model  # the user's model: its trials (`of_model`)
@@ -404,15 +439,20 @@ class CompiledForward:
         if not self.regions:
             # Every forward stack enters dynamo through one code object of torch's
             # (`wrap_inline`): isolated, one model's compiles are not another's recompiles.
-            options = {"isolate_recompiles": True, **COMPILE_OPTIONS, **self._dynamic()}
+            options = {"isolate_recompiles": True, **COMPILE_OPTIONS, **self._per_model_options()}
             return torch.compile(self.forward, **randomness.compile_kwargs(BACKEND, options))
         for block in self.regions:
-            options = {**COMPILE_OPTIONS, **self._dynamic()}
+            options = {**COMPILE_OPTIONS, **self._per_model_options()}
             block.compile(**randomness.compile_kwargs(BACKEND, options))
         return self.forward  # the blocks run compiled inside it
 
-    def _dynamic(self) -> dict[str, Any]:
-        return {"dynamic": True} if self.dynamic else {}
+    def _per_model_options(self) -> dict[str, Any]:
+        """The per-model options: dynamic shapes once sizes changed, the mode asked for."""
+        mode = {"mode": self.mode} if self.mode is not None else {}
+        return {**mode, "dynamic": True} if self.dynamic else mode
+
+    def _cache_extra(self) -> str:
+        return _cache_extra(self.regions, self.mode)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if self.guard is not None and self.guard.double_backward and not self.failed:
@@ -446,7 +486,7 @@ class CompiledForward:
         """Before the first compile: load this model's saved artifacts into torch's caches."""
         if self.cache is not None or self.cache_dir is None or self.guard is None:
             return
-        name = compile_cache.key(self.guard.model, args, kwargs, _cache_extra(self.regions))
+        name = compile_cache.key(self.guard.model, args, kwargs, self._cache_extra())
         self.cache = compile_cache.CompileCache(self.cache_dir, name)
         self.local = compile_cache.keep_local_caches(self.cache_dir)
         compile_cache.remember_isa_probes(self.cache_dir)
@@ -462,7 +502,7 @@ class CompiledForward:
         saved = self.cache.save()
         if self.guard is not None and self.cache_dir is not None:  # what compiling cost here
             model = self.guard.model
-            name = compile_cache.key(model, (), {}, _cache_extra(self.regions))
+            name = compile_cache.key(model, (), {}, self._cache_extra())
             compile_cache.CompileCosts(self.cache_dir).write(
                 name,
                 compile_cache.model_size(model),
@@ -546,16 +586,39 @@ class CompiledForward:
         return out
 
     def _compiled_call(self, args: Any, kwargs: dict[str, Any]) -> Any:
+        if self.mode == "reduce-overhead" and self._another_size(args, kwargs):
+            self.compiled = self._compile()  # the default mode from this call on
+            self.watch = CompileWatch(self.origin)
         assert self.compiled is not None and self.watch is not None
         self.watch.before()
         try:
             out = self.compiled(*args, **kwargs)
         except Exception as err:  # noqa: BLE001 - any compile error means "run eager"
             return self._fall_back("torch.compile", err, args, kwargs)
+        if self.mode == "reduce-overhead":
+            out = own_outputs(out)
         events = self._shapes(self.watch.after())
         if events:
             self._note(events)
         return out
+
+    def _another_size(self, args: Any, kwargs: dict[str, Any]) -> bool:
+        """Under CUDA graphs: whether this call's inputs have a size past the first
+        `CUDA_GRAPH_SIZES` seen, which ends CUDA graphs for the model (a graph and its memory
+        are recorded per size: a full batch and a ragged last one are fine, changing sizes
+        are not), with a report line."""
+        sizes = tuple((tuple(t.shape), t.dtype) for t in tensors_in((args, kwargs)))
+        if sizes in self.sizes or len(self.sizes) < CUDA_GRAPH_SIZES:
+            self.sizes.add(sizes)
+            return False
+        self.mode = None
+        message = (
+            f"inputs of a size past the first {CUDA_GRAPH_SIZES}: CUDA graphs record a graph "
+            "and its memory per size, so the model is compiled in the default mode from here "
+            "(compile='reduce-overhead' pays with inputs of one or two shapes)"
+        )
+        self._note([Event("CUDA graphs off", *user_call_site(), message)])
+        return True
 
     def _shapes(self, events: list[Event]) -> list[Event]:
         """Recompiles caused by an input size changing, answered once: the first one and one
@@ -618,6 +681,14 @@ class CompiledForward:
             if REACT_TO_SHAPES and shape_change(event) is not None:
                 continue  # said by its "changing shape" event
             voice.say(f"autoopt: torch.compile: {event}", self.verbose)
+
+
+def own_outputs(out: Any) -> Any:
+    """The outputs of a CUDA-graph replay as tensors of their own: a replay writes its outputs
+    into memory the next replay overwrites, and torch raises when a kept one (a logged loss, a
+    list of predictions) is read after it. The copy is cheap where CUDA graphs pay: a
+    launch-bound step has small tensors. CPU tensors are returned as they are."""
+    return map_tensors(out, lambda t: t.clone() if t.is_cuda else t)
 
 
 def _record_failure(

@@ -19,7 +19,7 @@ from autoopt.runtime.options import Options
 from autoopt.runtime.report import PassResult
 from autoopt.runtime.trials import timing
 from autoopt.runtime.tune import cache as disk_cache
-from autoopt.runtime.tune.batches import draw
+from autoopt.runtime.tune.batches import draw, one_shape
 from autoopt.runtime.tune.loss import LossFn
 from autoopt.runtime.tune.measure import DIFFERS, Measurement, measure_all
 from autoopt.runtime.tune.plans import (
@@ -76,19 +76,19 @@ def choose(
     reference)."""
     if steps < 1 or warmup < 0 or batches < 1:
         raise ValueError("tune needs steps >= 1, warmup >= 0 and batches >= 1")
-    default = None
-    if candidates is None:
-        default = default_plan(model, options)
-        plans = with_default(combinations(model, options), default)
-    else:
-        plans = list(candidates)
-    if not plans:
+    if candidates is not None and not candidates:
         return Decision(options, PassResult.skipped(NAME, "no candidate plans"))
     drawn, why_not = draw(loader, batches)
     if not drawn:
         if loader is not None:
             warnings.warn(f"autoopt: tune=True stands down: {why_not}", stacklevel=3)
         return Decision(options, PassResult.skipped(NAME, why_not))
+    default = None
+    if candidates is None:
+        default = default_plan(model, options)
+        plans = with_default(combinations(model, options, one_shape(drawn)), default)
+    else:
+        plans = list(candidates)
 
     path = disk_cache.cache_path() if cache else None
     key = disk_cache.decision_key(model, optimizer, drawn[0], options, plans)

@@ -11,7 +11,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from autoopt.runtime.options import Options, eager_numerics
+from autoopt.runtime.options import COMPILE_MODES, Options, eager_numerics
 from autoopt.runtime.passes import amp as amp_pass
 from autoopt.runtime.passes import channels_last as channels_last_pass
 from autoopt.runtime.passes import compile as compile_pass
@@ -77,22 +77,27 @@ def default_plan(model: nn.Module, options: Options) -> Plan | None:
         layout = False if options.channels_last == "auto" else layout
     # amp="script" is held as given (the script's precision), as `combinations` holds it.
     held = options.amp if options.amp == "script" else False
+    compiled = {None: False, "torch.compile": True, "jit": "jit"}[how]
+    if how is not None and options.compile in COMPILE_MODES:
+        compiled = options.compile  # a mode asked for is held as given
     return Plan(
         amp=_AMP_NAMES[dtype] if dtype is not None else held,
-        compile={None: False, "torch.compile": True, "jit": "jit"}[how],
+        compile=compiled,
         channels_last=layout,
     )
 
 
-def candidate_plans(model: nn.Module, options: Options) -> list[Plan]:
+def candidate_plans(model: nn.Module, options: Options, static: bool = False) -> list[Plan]:
     """What tuning measures: the default plan first (when there is one), then every other
     combination of the searched options left on "auto" that can pay on this machine; options
-    the user set are held."""
-    return with_default(combinations(model, options), default_plan(model, options))
+    the user set are held. `static`: the batches have one shape (see `combinations`)."""
+    return with_default(combinations(model, options, static), default_plan(model, options))
 
 
-def combinations(model: nn.Module, options: Options) -> list[Plan]:
-    """Every combination of the searched options left on "auto" that can pay on this machine."""
+def combinations(model: nn.Module, options: Options, static: bool = False) -> list[Plan]:
+    """Every combination of the searched options left on "auto" that can pay on this machine.
+    On CUDA compile's modes are candidates too: "max-autotune", and "reduce-overhead" (CUDA
+    graphs) when the batches drawn are `static` (one shape: a graph is recorded per shape)."""
     amps: list[str | bool] = [False]
     if options.amp != "auto":
         amps = [options.amp]
@@ -111,12 +116,21 @@ def combinations(model: nn.Module, options: Options) -> list[Plan]:
             # with its loss scaling), as the precision is a speed choice there too
             amps.append("fp16")
     compiles: list[str | bool] = [False, True] if options.compile == "auto" else [options.compile]
+    if options.compile == "auto" and _on_cuda(model, options):
+        compiles += ["max-autotune", "reduce-overhead"] if static else ["max-autotune"]
     has_conv = any(isinstance(m, nn.Conv2d) for m in model.modules())
     if options.channels_last == "auto":
         layouts = [False, True] if has_conv else [False]
     else:
         layouts = [bool(options.channels_last)]
     return [Plan(a, c, cl) for a, c, cl in itertools.product(amps, compiles, layouts)]
+
+
+def _on_cuda(model: nn.Module, options: Options) -> bool:
+    try:
+        return target_device(options, model).type == "cuda"
+    except ValueError:
+        return False
 
 
 def with_default(plans: list[Plan], default: Plan | None) -> list[Plan]:
@@ -144,7 +158,9 @@ def find(plans: list[Plan], label: str) -> Plan | None:
 
 
 def complexity(plan: Plan) -> int:
-    """How much a plan changes: compile counts double (warm-up time, failure modes)."""
+    """How much a plan changes: compile counts double (warm-up time, failure modes), a compile
+    mode once more (a longer compile; CUDA graphs' static memory)."""
     if type(plan) is not Plan:  # a custom plan: rank it by time alone
         return 0
-    return bool(plan.amp) + 2 * bool(plan.compile) + bool(plan.channels_last)
+    mode = plan.compile in COMPILE_MODES
+    return bool(plan.amp) + 2 * bool(plan.compile) + mode + bool(plan.channels_last)
