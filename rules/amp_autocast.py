@@ -16,7 +16,11 @@ from autoopt.lint.program.handled import (
     library_handles_precision,
     library_trainer_calls,
 )
-from autoopt.lint.program.precision import fp32_beside_apex, runs_apex
+from autoopt.lint.program.precision import (
+    drives_its_own_precision,
+    fp32_beside_apex,
+    runs_apex,
+)
 from autoopt.lint.rewrite.fixes.autocast import AutocastPlan
 from autoopt.lint.tree.calls import arg
 
@@ -48,7 +52,9 @@ class AmpAutocast(Rule):
     in place, `m.weight.data = m.weight.data.bfloat16()`, see
     `autoopt.lint.program.precision`) is not flagged (also where a flag turns apex on: the
     precision is the script's choice, and where a project base class of the trainer enables
-    apex: End-to-end-ASR's `BaseSolver.enable_apex()`), unless its apex leaves the training in fp32
+    apex: End-to-end-ASR's `BaseSolver.enable_apex()`, and a trainer module whose driver wraps
+    the model and optimizer in its own fp16 system: HigherHRNet's `FP16_Optimizer` around
+    `do_train`), unless its apex leaves the training in fp32
     (`opt_level="O0"`): then it is reported without a fix. The fix declines, saying
     why, when the loop has no optimizer object
     to route through a scaler (manual updates), uses an LBFGS closure (`step(closure)`), reads tensors with `.numpy()` (which
@@ -279,6 +285,34 @@ class AmpAutocast(Rule):
     ]
 
     INVALID = [
+        Invalid(  # an AMP loop left in comments is not in use (YOLOS's engine.py)
+            """
+            import torch
+            # with torch.cuda.amp.autocast():
+            #     outputs = model(samples)
+            for samples, targets in loader:
+                loss = criterion(model(samples.to("cuda")), targets.to("cuda"))
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+            """,
+            line=4,
+            fixed="""
+            import torch
+            # with torch.cuda.amp.autocast():
+            #     outputs = model(samples)
+            amp_dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+            scaler = torch.amp.GradScaler("cuda", enabled=amp_dtype == torch.float16)
+            for samples, targets in loader:
+                with torch.autocast(device_type="cuda", dtype=amp_dtype):
+                    loss = criterion(model(samples.to("cuda")), targets.to("cuda"))
+                    optimizer.zero_grad()
+                scaler.scale(loss).backward()
+                scaler.step(optimizer)
+                scaler.update()
+            """,
+            unsafe=True,
+        ),
         Invalid(  # the loop's device is `args.device` (a `device` of another function is not)
             """
             import torch
@@ -807,6 +841,8 @@ class AmpAutocast(Rule):
                 return
         elif runs_apex(facts.source) or self.context.program.base_class_text_says(runs_apex):
             return  # apex through another name, or a project base class's (`enable_apex()`)
+        elif self.context.program.importer_text_says(drives_its_own_precision):
+            return  # the driver wraps this module's training in its own fp16 (HigherHRNet)
         if self.context.program.cpu_only:
             return  # a CPU-only program: CUDA mixed precision is not its concern
         program = self.context.program

@@ -14,7 +14,7 @@ from autoopt.lint.program.project_facts import definition_at
 from autoopt.lint.program.project_text import text_uses_cuda
 from autoopt.lint.program.torch_api import torch_imports
 from autoopt.lint.tree.edits import insert_after_imports, statement_line
-from autoopt.lint.tree.nodes import is_true, nodes_of_type
+from autoopt.lint.tree.nodes import calls_in, is_true, nodes_of_type
 
 _BENCHMARK = "torch.backends.cudnn.benchmark"
 
@@ -75,7 +75,9 @@ class CudnnBenchmark(Rule):
     - The script already sets the flag, either way (`benchmark = False` is a choice), outside
       such a determinism branch; or the driver that imports this module does at its top level
       (SCINet's run_ETTh.py sets `benchmark = False` and `deterministic = True` before its Exp
-      module's convolutions run; a seed helper's settings do not count).
+      module's convolutions run; a seed helper's settings do not count); or a helper of the
+      project that the script calls, not under an `if`, asks for determinism whenever it runs
+      (AGCRN's `init_seed(args.seed)` setting `cudnn.deterministic = True`).
     - A library module that only defines layers (no training loop, no `__main__` block) is not
       flagged: setting a global flag at import would surprise its importers.
     - Input shapes that change every step (variable-length sequences for `Conv1d`, multi-scale
@@ -293,6 +295,28 @@ class CudnnBenchmark(Rule):
         if self._eligible and self._has_settings:
             self._determinism_branch = self._only_determinism_branch()
             self._eligible = self._determinism_branch is not None
+        if self._eligible and self._seeded_deterministic():
+            self._eligible = False
+
+    def _seeded_deterministic(self) -> bool:
+        """The script calls, not under an `if`, a project helper that asks for determinism
+        whenever it runs (AGCRN's `init_seed(args.seed)` setting `cudnn.deterministic =
+        True`): determinism is requested, as if the script set it."""
+        program = self.context.program
+        for call in calls_in(self.context.module):
+            if any(isinstance(a, cst.If) for a in self._ancestors_in_scope(call)):
+                continue
+            if program.determinism_in_callee(call) is not None:
+                return True
+        return False
+
+    def _ancestors_in_scope(self, node: cst.CSTNode) -> list[cst.CSTNode]:
+        found = []
+        for anc in self.facts.ancestors(node):
+            if isinstance(anc, cst.FunctionDef | cst.Module):
+                break
+            found.append(anc)
+        return found
 
     def _only_determinism_branch(self) -> cst.If | None:
         """The `if` (without `else`) whose body holds every setting of `cudnn.benchmark`,

@@ -6,6 +6,7 @@ import libcst as cst
 
 from autoopt.lint.engine.rule import Invalid, Rule, Valid
 from autoopt.lint.program.device import GPU_MARKERS
+from autoopt.lint.program.facts import named_like_evaluation
 from autoopt.lint.program.placement import without_placement
 from autoopt.lint.tree.calls import arg
 from autoopt.lint.tree.nodes import code_of, string_value
@@ -54,6 +55,9 @@ class DataParallel(Rule):
       GPU visible (`CUDA_VISIBLE_DEVICES="0"`) is not flagged.
     - Scripts with no GPU path (`DataParallel` is then a no-op) and a user's own `DataParallel`
       class (such as a widely read PyTorch tutorial's `DataParallelModel`) are not flagged.
+    - A `DataParallel` inside a function named for inference or evaluation that trains nothing
+      (TransReID's `do_inference`, beside a `do_train` that uses DDP): no training is spread
+      over the GPUs there.
 
     ## Fix
     None inline: moving to DDP changes how the script is launched (`torchrun`), how data is
@@ -71,6 +75,20 @@ class DataParallel(Rule):
     requires = (GPU_MARKERS,)
 
     VALID = [
+        Valid(  # inference spread over the GPUs, beside a training that uses DDP (TransReID)
+            """
+            import torch
+            from torch import nn
+            def do_inference(model, val_loader):
+                if torch.cuda.device_count() > 1:
+                    model = nn.DataParallel(model)
+                model.to("cuda")
+                model.eval()
+                for img in val_loader:
+                    with torch.no_grad():
+                        feats = model(img.to("cuda"))
+            """
+        ),
         Valid(
             """
             import torch
@@ -159,7 +177,21 @@ class DataParallel(Rule):
         ids_position = 2 if functional else 1
         if not self._on_gpus(node, ids_position) or self._single_gpu(node, ids_position):
             return
+        if self._in_inference(node):
+            return
         self.report(node)
+
+    def _in_inference(self, node: cst.Call) -> bool:
+        """Inside a function named for inference or evaluation that trains nothing
+        (TransReID's `do_inference`, beside the `do_train` that uses DDP): no training is
+        spread over the GPUs there."""
+        scope = self.context.facts.enclosing_scope(node)
+        if not isinstance(scope, cst.FunctionDef) or not named_like_evaluation(scope.name.value):
+            return False
+        return not any(
+            self.context.facts.enclosing_scope(b) is scope
+            for b in self.context.facts.backward_calls
+        )
 
     def _on_gpus(self, node: cst.Call, ids_position: int) -> bool:
         """The script can run on a GPU, or it hands the wrapper GPU ids in a program that runs on

@@ -12,6 +12,7 @@ from autoopt.lint.program.loops import (
     evaluation_only_loader,
     loops_over,
 )
+from autoopt.lint.program.project_facts import own_to_classes
 from autoopt.lint.program.torch_api import DATALOADER, torch_name
 from autoopt.lint.rewrite.fixes.preconditions import device_is_cuda
 from autoopt.lint.tree.calls import arg, assigned_name, call_options, holder_name, with_keyword
@@ -64,6 +65,9 @@ class DataLoaderPinMemory(Rule):
       on either branch counts as set); other `**kwargs` are not assumed missing.
     - torch before 1.8 could crash with `pin_memory=True` together with
       `persistent_workers=True`: with `--target-version` below 1.8 such a loader is left alone.
+    - A loader with a `collate_fn` in a project that defines a batch class with its own `.to()`
+      (DETR's `NestedTensor`): its batches may be that class, which `pin_memory` leaves
+      unpinned (it pins tensors and containers of them only).
 
     ## Fix (safe)
     Adds `pin_memory=True` where the script always trains on CUDA, and otherwise the script's
@@ -84,6 +88,22 @@ class DataLoaderPinMemory(Rule):
     # no text `requires`: a loader factory of a CUDA program may name no device itself
 
     VALID = [
+        Valid(  # a collate of the project's batch class (DETR's NestedTensor): not pinned
+            """
+            import torch
+            from torch.utils.data import DataLoader
+            class NestedTensor:
+                def __init__(self, tensors, mask):
+                    self.tensors, self.mask = tensors, mask
+                def to(self, device):
+                    return NestedTensor(self.tensors.to(device), self.mask.to(device))
+            loader = DataLoader(dataset, batch_size=2, collate_fn=collate_fn, num_workers=2)
+            for samples, targets in loader:
+                loss = criterion(model(samples.to("cuda")), targets)
+                loss.backward()
+                optimizer.step()
+            """
+        ),
         Valid(  # the training loader declines pinning: the evaluation one follows (open_brats)
             """
             import torch
@@ -243,6 +263,35 @@ class DataLoaderPinMemory(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # a step function copies the entries of the batch it is handed (GwcNet)
+            """
+            from torch.utils.data import DataLoader
+            loader = DataLoader(dataset, batch_size=8, num_workers=4)
+            def train_sample(sample):
+                imgL, imgR = sample["left"], sample["right"]
+                loss = model(imgL.cuda(), imgR.cuda()).sum()
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+            for epoch in range(10):
+                for sample in loader:
+                    train_sample(sample)
+            """,
+            line=2,
+            fixed="""
+            from torch.utils.data import DataLoader
+            loader = DataLoader(dataset, batch_size=8, num_workers=4, pin_memory=True)
+            def train_sample(sample):
+                imgL, imgR = sample["left"], sample["right"]
+                loss = model(imgL.cuda(), imgR.cuda()).sum()
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+            for epoch in range(10):
+                for sample in loader:
+                    train_sample(sample)
+            """,
+        ),
         Invalid(  # the batch's slices go to the device in an inner loop (PSPNet's sliding crops)
             """
             import torch
@@ -483,6 +532,10 @@ class DataLoaderPinMemory(Rule):
             return
         if self.context.program.dataset_on_device(node):
             return  # its samples are on the device already: nothing to pin
+        if arg(node, "collate_fn") is not None and own_to_classes(self):
+            # the project's collate may make batches of its own class (DETR's NestedTensor,
+            # with a `.to()` of its own): pin_memory pins tensors only, not such a batch
+            return
         if evaluation_only_loader(self, node, "pin_memory"):
             return  # the training loader sets it, this evaluation one does not: a choice
         # Pin only on runs that use CUDA, decided as the script decides its device: torch warns

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import functools
+from pathlib import Path
 
 import libcst as cst
 
 from autoopt.lint.engine.rule import Fix, FixSafety, Invalid, Rule, Valid
 from autoopt.lint.program.loops import feeds_evaluation_only
+from autoopt.lint.program.project_files import project_modules
+from autoopt.lint.program.project_text import read_text
 from autoopt.lint.tree.calls import arg, has_star_kwargs
 from autoopt.lint.tree.edits import statement_line
 from autoopt.lint.tree.nodes import (
@@ -50,7 +53,10 @@ class DistributedSamplerSetEpoch(Rule):
     - Any `set_epoch` call on the sampler (or on `loader.sampler`) anywhere in the file.
 
     A sampler made in another function than the epoch loop (a loader factory) is reported
-    without a fix: its name is not bound there.
+    without a fix: its name is not bound there. So is a factory's loader that the project's
+    code iterates epoch after epoch in another module (HigherHRNet's `make_dataloader`,
+    returned to the driver that hands it to `do_train` each epoch), when no module of the
+    project calls `set_epoch`.
 
     ## Fix (safe)
     Inserts `<sampler>.set_epoch(<epoch>)` as the first statement of the epoch loop, using the
@@ -249,6 +255,14 @@ class DistributedSamplerSetEpoch(Rule):
                 continue
             epoch_loop = self._epoch_loop(loader)
             if epoch_loop is None:
+                if self._returned_for_epochs(node, loader):
+                    self.report(
+                        node,
+                        f"{self.message}; the loader is returned to code that iterates it every "
+                        f"epoch: call its .sampler.set_epoch(epoch) at the start of each epoch "
+                        "there (no fix)",
+                    )
+                    return
                 continue
             # the sampler's own name, or `loader.sampler` when it was created inline
             handle = handles[0] or f"{loader}.sampler"
@@ -323,6 +337,16 @@ class DistributedSamplerSetEpoch(Rule):
             if isinstance(anc, cst.If | cst.Try | cst.For | cst.While | cst.With):
                 return True
         return False
+
+    def _returned_for_epochs(self, node: cst.Call, loader: str) -> bool:
+        """A loader factory (HigherHRNet's `make_dataloader`, wavegrad's `from_path`) returns
+        `loader`, its callers iterate it epoch after epoch, and no module of the project calls
+        `set_epoch`."""
+        program = self.context.program
+        if not program.returned_as(node, loader, "loader_per_epoch"):
+            return False
+        modules = project_modules(Path(self.context.path))
+        return not any("set_epoch" in read_text(p) for p in modules)
 
     @functools.cached_property
     def _sets_any_epoch(self) -> bool:

@@ -28,6 +28,10 @@ _DRIVER_CUDA_ONLY_MARKERS = ("nccl", "device_ids=[", "import apex", "from apex")
 # ... and by a setup module the script imports: the nccl backend (a `device_ids=[...]` there may
 # be a DataParallel utility's, sync_batchnorm's replicate.py).
 _SETUP_CUDA_ONLY_MARKERS = ("nccl",)
+# ... or stops without one: `if not torch.cuda.is_available(): sys.exit(1)` (ReActNet), or raise.
+_REFUSES_CPU = re.compile(
+    r"if not torch\.cuda\.is_available\(\):\s*\n?\s*(?:sys\.exit|exit|quit|raise)\b"
+)
 # A script that can run on the CPU says so somewhere: a "cpu" device or an availability test.
 _CPU_PATH = re.compile(r"""["']cpu|is_available\(|no[-_]cuda|use_cuda""")
 # ... but not a checkpoint loaded to the host (`torch.load(path, map_location="cpu")`)
@@ -54,7 +58,8 @@ class HardcodedCudaCall(Rule):
     - Scripts that are CUDA-only by design: they assert `torch.cuda.is_available()`, pin ranks
       with `torch.cuda.set_device` (outside a CUDA check), use the `nccl` backend, wrap DDP
       with `device_ids=[gpu]`, need CUDA-only packages (apex imported outside a `try:`, cupy,
-      triton), or spread over GPUs with `nn.DataParallel` with no CPU path anywhere (no "cpu"
+      triton), stop without one (`if not torch.cuda.is_available(): sys.exit(1)`, ReActNet),
+      or spread over GPUs with `nn.DataParallel` with no CPU path anywhere (no "cpu"
       device, no availability test; a checkpoint loaded with `map_location="cpu"` is no CPU
       path). Not flagged; nor is a module without a CPU path of its own that such a script
       imports (its trainer or engine), nor a script whose imported setup module starts the
@@ -87,6 +92,18 @@ class HardcodedCudaCall(Rule):
     triggers = (".cuda(",)
 
     VALID = [
+        Valid(  # stops without a GPU: CUDA-only by design (ReActNet)
+            """
+            import sys
+            import torch
+            def main():
+                if not torch.cuda.is_available():
+                    sys.exit(1)
+                model = Net().cuda()
+                for images, target in loader:
+                    loss = criterion(model(images.cuda()), target.cuda())
+            """
+        ),
         Valid(  # the script refuses to start without CUDA (keon/seq2seq)
             """
             import torch
@@ -152,6 +169,20 @@ class HardcodedCudaCall(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # refuses the CPU only when --cuda asked for CUDA: a CPU path (pytorch-vdsr)
+            """
+            import torch
+            cuda = opt.cuda
+            if cuda:
+                if not torch.cuda.is_available():
+                    raise Exception("No GPU found, please run without --cuda")
+            model = Net()
+            if cuda:
+                model = model.cuda()
+            """,
+            line=8,
+            message_contains="never names a device",
+        ),
         Invalid(  # set_device behind the CUDA check, apex optional: a CPU path (SupContrast)
             """
             import torch
@@ -244,10 +275,26 @@ class HardcodedCudaCall(Rule):
         source = self.context.source
         self._cuda_only = (
             any(marker in source for marker in _CUDA_ONLY_MARKERS)
+            or (_REFUSES_CPU.search(source) is not None and self._refuses_cpu())
             or self._needs_cuda(source)
             or ("DataParallel(" in source and not _has_cpu_path(source))
         )
         self._device_less_reported = False
+
+    def _refuses_cpu(self) -> bool:
+        """`if not torch.cuda.is_available(): sys.exit(1)` on every run (ReActNet), not under
+        another `if` (pytorch-vdsr's `if cuda:` refuses only when CUDA was asked for)."""
+        for node in nodes_of_type(self.context.module, cst.If):
+            if _REFUSES_CPU.match(code_of(node)) is None:
+                continue
+            enclosing = [
+                a
+                for a in self.context.facts.ancestors(node)
+                if isinstance(a, cst.If | cst.FunctionDef | cst.Module)
+            ]
+            if not enclosing or not isinstance(enclosing[0], cst.If):
+                return True
+        return False
 
     def _needs_cuda(self, source: str) -> bool:
         """A `set_device(...)` outside any CUDA check, or apex imported outside a `try:`."""

@@ -17,6 +17,7 @@ from autoopt.lint.tree.nodes import (
     code_of,
     contains,
     int_literal,
+    is_name,
     method_name,
     names_in,
     nodes_of_type,
@@ -74,7 +75,11 @@ class HostSyncEveryStep(Rule):
       is paid on every step it runs. Nor is a test of which process this is (`if args.rank %
       ngpus_per_node == 0:`, `if local_rank == 0:`): that process reads on every step. A
       test against a logging interval or the time of the last log is one (vicreg's `if
-      args.rank == 0 and current_time - last_logging > args.log_freq_time:`).
+      args.rank == 0 and current_time - last_logging > args.log_freq_time:`). A comparison
+      with a string is a configuration's choice, not a clock (`if args.task == "regression":`
+      runs on every step or on none: cgcnn), and a loop of the step's own over a `range`
+      (`for idx in range(num_stages):` reading each stage's loss, HigherHRNet) runs on every
+      step.
     - A running metric kept on the device (`total += loss.detach()`, `.item()` when logging).
       AO402's fix writes that form (`total += loss.detach()`), so the two never disagree.
     - Once per epoch (in the epoch loop, after the step loop), in evaluation loops, and in
@@ -381,6 +386,33 @@ class HostSyncEveryStep(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # a configuration's choice, not a clock: its arm runs on every step (cgcnn)
+            """
+            for x, y in loader:
+                loss = criterion(model(x.cuda()), y.cuda())
+                if args.task == "regression":
+                    losses.update(loss.data.cpu(), y.size(0))
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+            """,
+            line=4,
+        ),
+        Invalid(  # a loop over the stages' losses, inside the step: run on every step
+            """
+            for images, target in loader:
+                losses = criterion(model(images.cuda()), target.cuda())
+                loss = 0
+                for idx in range(num_stages):
+                    if losses[idx] is not None:
+                        meters[idx].update(losses[idx].item(), images.size(0))
+                        loss = loss + losses[idx]
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+            """,
+            line=6,
+        ),
         Invalid(  # the first process of each node reads the loss on every step (bts)
             """
             import torch
@@ -1254,12 +1286,15 @@ class HostSyncEveryStep(Rule):
 
 
 def _over_values(loop: cst.CSTNode) -> bool:
-    """`for k, v in losses.items()`, `for p in model.parameters()`, `for l in loss_stats`: a
-    loop over a dict's or a model's values, or over a name that holds the step's metrics, not
-    over batches."""
+    """`for k, v in losses.items()`, `for p in model.parameters()`, `for l in loss_stats`, `for
+    i in range(n)`: a loop over a dict's or a model's values, over a name that holds the step's
+    metrics, or over a range (the training loop's own, without a backward: run on every step),
+    not over batches."""
     it = loop.iter if isinstance(loop, cst.For) else None
     if isinstance(it, cst.Name):  # `for l in avg_loss_stats:` (FairMOT): the step's metrics
         return any(word in it.value.lower() for word in _METRIC_WORDS)
+    if isinstance(it, cst.Call) and is_name(it.func, "range"):
+        return True  # `for idx in range(cfg.LOSS.NUM_STAGES)` (HigherHRNet): the stages' losses
     return isinstance(it, cst.Call) and method_name(it) in _VALUE_ITERATORS
 
 
@@ -1315,14 +1350,23 @@ def _logging_test(test: cst.BaseExpression) -> bool:
     process this is, `args.rank % ngpus_per_node == 0`, true on every step of that one)."""
     for n in walk(test):
         periodic = isinstance(n, cst.BinaryOperation) and isinstance(n.operator, cst.Modulo)
-        equal = isinstance(n, cst.Comparison) and any(
-            isinstance(c.operator, cst.Equal) for c in n.comparisons
+        equal = (
+            isinstance(n, cst.Comparison)
+            and any(isinstance(c.operator, cst.Equal) for c in n.comparisons)
+            and not _against_a_string(n)
         )
         if (periodic or equal) and not _tests_the_process(n):
             return True
         if isinstance(n, cst.Comparison) and _names_a_logging_clock(n):
             return True  # vicreg's `current_time - last_logging > args.log_freq_time`
     return False
+
+
+def _against_a_string(test: cst.Comparison) -> bool:
+    """`args.task == "regression"`: a configuration's choice, true on every step or on none
+    (a clock is a number)."""
+    sides = [test.left, *(c.comparator for c in test.comparisons)]
+    return any(isinstance(s, cst.SimpleString | cst.ConcatenatedString) for s in sides)
 
 
 def _names_a_logging_clock(test: cst.Comparison) -> bool:

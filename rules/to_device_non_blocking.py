@@ -64,9 +64,12 @@ class ToDeviceNonBlocking(Rule):
     - Evaluation loops of a file whose training loop already passes `non_blocking`: the
       author chose where to overlap (not reported).
     - Only tensors that come from the loader's batch are flagged (the loop's targets and what is
-      unpacked or indexed from them): not `.to()` of a module, not a dtype cast
-      (`.to(torch.float16)`), not `.to("cpu")` (a device-to-host copy read right away on the
-      host would race).
+      unpacked or indexed from them, also in a step function of the file the batch is handed
+      to: GwcNet's `train_sample(sample)` copying `sample["left"]`): not `.to()` of a module, not
+      a dtype cast (`.to(torch.float16)`), not `.to("cpu")` (a device-to-host copy read right
+      away on the host would race), not a tensor made on the host in the loop
+      (`torch.from_numpy(...)`, `torch.tensor(...)`: pageable memory, where `non_blocking`
+      copies synchronously all the same; VideoPose3D).
     - Not in a loop where some copy already passes `non_blocking` (`imgs.to(device,
       non_blocking=True)` beside a small `targets.to(device)`): the author chose which copies
       overlap. The fix therefore changes all of a loop's copies at once.
@@ -108,6 +111,21 @@ class ToDeviceNonBlocking(Rule):
     requires = ((".backward(", "DataLoader", *EVAL_MARKERS),)
 
     VALID = [
+        Valid(  # a tensor made on the host from numpy in the loop: pageable, no loader pinned it
+            """
+            import torch
+            for cam, batch in generator.next_epoch():
+                cam = torch.from_numpy(cam.astype("float32"))
+                inputs = torch.from_numpy(batch.astype("float32"))
+                if torch.cuda.is_available():
+                    cam = cam.cuda()
+                    inputs = inputs.cuda()
+                loss = model(inputs, cam).sum()
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+            """
+        ),
         Valid(  # a module and a dtype cast, not the batch
             """
             import torch
@@ -267,6 +285,44 @@ class ToDeviceNonBlocking(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # a step function copies the entries of the batch it is handed (GwcNet)
+            """
+            import torch
+            from torch.utils.data import DataLoader
+            loader = DataLoader(dataset, batch_size=8, num_workers=4, pin_memory=True)
+            def train_sample(sample):
+                imgL, imgR, disp = sample["left"], sample["right"], sample["disparity"]
+                imgL = imgL.cuda()
+                imgR = imgR.cuda()
+                disp = disp.cuda()
+                loss = model_loss(model(imgL, imgR), disp)
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+            for epoch in range(10):
+                for sample in loader:
+                    train_sample(sample)
+            """,
+            line=6,
+            message_contains="3 copies",
+            fixed="""
+            import torch
+            from torch.utils.data import DataLoader
+            loader = DataLoader(dataset, batch_size=8, num_workers=4, pin_memory=True)
+            def train_sample(sample):
+                imgL, imgR, disp = sample["left"], sample["right"], sample["disparity"]
+                imgL = imgL.cuda(non_blocking=True)
+                imgR = imgR.cuda(non_blocking=True)
+                disp = disp.cuda(non_blocking=True)
+                loss = model_loss(model(imgL, imgR), disp)
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+            for epoch in range(10):
+                for sample in loader:
+                    train_sample(sample)
+            """,
+        ),
         Invalid(  # the device chosen in the project's config module (pytorch-book's `opt`)
             """
             from config import opt

@@ -2200,3 +2200,305 @@ def test_a_backward_helper_called_through_a_partial(tmp_path: Path) -> None:
     _write(tmp_path, {"gan.py": script})
     # the step runs in the helper: reported there (no fix)
     assert [(c, line) for c, line, _ in _findings(tmp_path, "gan.py", "AO201")] == [("AO201", 4)]
+
+
+def test_a_logger_that_yields_the_loaders_batches(tmp_path: Path) -> None:
+    """DETR's engine iterates `metric_logger.log_every(data_loader, print_freq, header)`: the
+    loader's batches (not the print frequency nor the header) are what the loop copies, so the
+    driver's DataLoader feeds a device (AO102)."""
+    _write(
+        tmp_path,
+        {
+            "engine.py": """
+            def train_one_epoch(model, criterion, data_loader, optimizer, device, print_freq):
+                model.train()
+                header = "Epoch"
+                for samples, targets in metric_logger.log_every(data_loader, print_freq, header):
+                    samples = samples.to(device)
+                    loss = criterion(model(samples), targets)
+                    optimizer.zero_grad()
+                    loss.backward()
+                    optimizer.step()
+            """,
+            "main.py": """
+            import torch
+            from torch.utils.data import DataLoader
+            from engine import train_one_epoch
+            device = torch.device("cuda")
+            loader = DataLoader(dataset, batch_size=2, num_workers=2)
+            for epoch in range(10):
+                train_one_epoch(model, criterion, loader, optimizer, device, 10)
+            """,
+        },
+    )
+    roles = _summary(tmp_path, "engine.py", "train_one_epoch").roles
+    assert {"loader", "batches_to_device"} <= roles["data_loader"]
+    assert "loader" not in roles.get("print_freq", set())
+    assert _findings(tmp_path, "main.py", "AO102")[0][:2] == ("AO102", 5)
+
+
+def test_a_type_dispatching_helper_reads_on_the_host_every_step(tmp_path: Path) -> None:
+    """GwcNet's `tensor2float` (`if isinstance(v, torch.Tensor): return v.item()`) runs its
+    read on every call: a type test is no logging clock (AO702 at the step's call)."""
+    _write(
+        tmp_path,
+        {
+            "utils.py": """
+            import torch
+            def tensor2float(v):
+                if isinstance(v, float):
+                    return v
+                elif isinstance(v, torch.Tensor):
+                    return v.data.item()
+                raise NotImplementedError
+            def every_hundred(step, v):
+                if step % 100 == 0:
+                    return v.item()
+            """,
+            "train.py": """
+            from utils import tensor2float, every_hundred
+            for step, (x, y) in enumerate(loader):
+                loss = criterion(model(x.cuda()), y.cuda())
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+                value, early = tensor2float(loss), every_hundred(step, loss)
+            """,
+        },
+    )
+    found = _findings(tmp_path, "train.py", "AO702")
+    assert [(code, line) for code, line, _ in found] == [("AO702", 7)]
+    assert "tensor2float()" in found[0][2]
+
+
+def test_a_factorys_sampler_whose_loader_is_iterated_every_epoch_elsewhere(
+    tmp_path: Path,
+) -> None:
+    """HigherHRNet's `make_dataloader` builds a DistributedSampler and returns the loader;
+    the driver hands it to `do_train` every epoch and never calls set_epoch: AO503 in the
+    factory, without a fix. A project that calls set_epoch anywhere is left alone."""
+    files = {
+        "build.py": """
+        import torch
+        def make_dataloader(dataset, distributed):
+            sampler = None
+            if distributed:
+                sampler = torch.utils.data.distributed.DistributedSampler(dataset)
+            data_loader = torch.utils.data.DataLoader(dataset, batch_size=4, sampler=sampler)
+            return data_loader
+        """,
+        "trainer.py": """
+        def do_train(model, data_loader, optimizer):
+            for x, y in data_loader:
+                loss = model(x.cuda()).sum()
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+        """,
+        "train.py": """
+        from build import make_dataloader
+        from trainer import do_train
+        train_loader = make_dataloader(dataset, True)
+        for epoch in range(10):
+            do_train(model, train_loader, optimizer)
+        """,
+    }
+    _write(tmp_path, files)
+    found = _findings(tmp_path, "build.py", "AO503")
+    assert [(code, line) for code, line, _ in found] == [("AO503", 5)]
+    assert "(no fix)" in found[0][2]
+    script = textwrap.dedent(files["train.py"])
+    (tmp_path / "train.py").write_text(
+        script.replace("    do_train(", "    train_loader.sampler.set_epoch(epoch)\n    do_train(")
+    )
+    assert _codes(tmp_path, "build.py", "AO503") == []
+
+
+def test_a_trainer_whose_driver_runs_its_own_fp16_optimizer(tmp_path: Path) -> None:
+    """HigherHRNet's dist_train.py wraps the optimizer `do_train` steps in `FP16_Optimizer`
+    and casts the model with `network_to_half`: the trainer module is not told to add
+    autocast (AO201); without the driver's fp16 it is."""
+    files = {
+        "trainer.py": """
+        import torch
+        def do_train(model, loader, optimizer, fp16=False):
+            for x, y in loader:
+                loss = model(x.cuda(), y.cuda())
+                optimizer.zero_grad()
+                if fp16:
+                    optimizer.backward(loss)
+                else:
+                    loss.backward()
+                optimizer.step()
+        """,
+        "train.py": """
+        import torch
+        from trainer import do_train
+        from fp16_utils import FP16_Optimizer, network_to_half
+        model = network_to_half(Net().cuda())
+        optimizer = FP16_Optimizer(torch.optim.Adam(model.parameters()), dynamic_loss_scale=True)
+        for epoch in range(10):
+            do_train(model, loader, optimizer, fp16=True)
+        """,
+    }
+    _write(tmp_path, files)
+    assert _codes(tmp_path, "trainer.py", "AO201") == []
+    files["train.py"] = files["train.py"].replace("FP16_Optimizer(", "Wrapped(")
+    _write(tmp_path, files)
+    assert _codes(tmp_path, "trainer.py", "AO201") == ["AO201"]
+
+
+def test_a_step_that_copies_the_entries_of_its_batch(tmp_path: Path) -> None:
+    """`imgL, imgR = sample["left"], sample["right"]` then `imgL.cuda()`: the parameter's
+    contents are copied to the device (GwcNet's `train_sample(sample)`); a name bound anew to
+    something else is no part of it."""
+    _write(
+        tmp_path,
+        {
+            "step.py": """
+            import torch
+            def train_sample(sample, other):
+                imgL, imgR = sample["left"], sample["right"]
+                imgL = imgL.cuda()
+                x = other["x"]
+                x = torch.zeros(3)
+                x = x.cuda()
+            """
+        },
+    )
+    roles = _summary(tmp_path, "step.py", "train_sample").roles
+    assert "copied_to_device" in roles["sample"]
+    assert "copied_to_device" not in roles.get("other", set())
+
+
+def test_determinism_asked_for_by_a_seed_helper_the_script_calls(tmp_path: Path) -> None:
+    """AGCRN calls `init_seed(args.seed)` of lib/TrainInits.py, which sets
+    `cudnn.deterministic = True` whenever it runs: determinism is requested (no AO601). A
+    helper that asks for it only under an `if`, or a call under one, requests nothing."""
+    files = {
+        "inits.py": """
+        import torch
+        def init_seed(seed):
+            torch.backends.cudnn.deterministic = True
+            torch.manual_seed(seed)
+        def maybe_seed(seed):
+            if seed is not None:
+                torch.backends.cudnn.deterministic = True
+        def strict_seed(seed):
+            torch.use_deterministic_algorithms(True)
+        """,
+        "run.py": """
+        import torch
+        from torch import nn
+        from inits import init_seed, maybe_seed, strict_seed
+        init_seed(args.seed)
+        model = nn.Conv2d(3, 8, 3).cuda()
+        for x in loader:
+            model(x.cuda()).sum().backward()
+        """,
+    }
+    _write(tmp_path, files)
+    assert _codes(tmp_path, "run.py", "AO601") == []
+    script = textwrap.dedent(files["run.py"])
+    (tmp_path / "run.py").write_text(script.replace("init_seed(args.seed)", "strict_seed(1)"))
+    assert _codes(tmp_path, "run.py", "AO601") == []
+    for call in ("maybe_seed(args.seed)", "if args.seed:\n    init_seed(args.seed)"):
+        (tmp_path / "run.py").write_text(script.replace("init_seed(args.seed)", call))
+        assert _codes(tmp_path, "run.py", "AO601") == ["AO601"], call
+
+
+def test_an_agent_class_picked_by_a_conditional_expression(tmp_path: Path) -> None:
+    """sac-discrete's `Agent = SacdAgent if not args.shared else SharedSacdAgent`, then
+    `Agent(...).run()`: either class, whose `run` trains, so the driver's training is followed;
+    the environment the agent steps with its action is no optimizer."""
+    _write(
+        tmp_path,
+        {
+            "agents.py": """
+            import torch
+            class SacdAgent:
+                def __init__(self, env):
+                    self.env = env
+                    self.policy = Policy().cuda()
+                    self.optim = torch.optim.Adam(self.policy.parameters())
+                def run(self):
+                    state = self.env.reset()
+                    for step in range(1000):
+                        action = self.policy(state)
+                        state, reward = self.env.step(action)
+                        loss = -reward * action.sum()
+                        self.optim.zero_grad()
+                        loss.backward()
+                        self.optim.step()
+            class SharedSacdAgent(SacdAgent):
+                pass
+            """,
+            "train.py": """
+            from agents import SacdAgent, SharedSacdAgent
+            def run(args, env):
+                Agent = SacdAgent if not args.shared else SharedSacdAgent
+                agent = Agent(env)
+                agent.run()
+            """,
+        },
+    )
+    os.chdir(tmp_path)
+    program = Program()
+    index = program.module(Path(os.path.abspath("train.py")))
+    targets = program.resolve(index, index.functions["run"], ("Agent",))
+    assert {t.qualname for t in targets} == {"SacdAgent", "SharedSacdAgent"}
+    assert _summary(tmp_path, "agents.py", "SacdAgent", is_class=True).trains
+    run = _summary(tmp_path, "agents.py", "SacdAgent.run")
+    assert "optimizer" not in run.roles.get("self.env", set())
+    assert "optimizer" in run.roles.get("self.optim", set())
+    from autoopt.lint.program.view import drives_training_elsewhere
+
+    assert drives_training_elsewhere(tmp_path / "train.py", (tmp_path / "train.py").read_text())
+
+
+def test_a_trainer_function_that_steps_the_model_it_is_handed(tmp_path: Path) -> None:
+    """continual-learning: `train(model, loader)` of train_standard.py calls
+    `model.train_a_batch(x, y)`; the driver hands it `cnn = define.define_classifier(...)`, a
+    factory of models.py returning its `Classifier`, whose `train_a_batch` trains. The
+    trainer's class comes from what its callers pass, in another module too, so the driver's
+    training is followed into train_standard.py."""
+    _write(
+        tmp_path,
+        {
+            "models.py": """
+            import torch
+            from torch import nn
+            class Classifier(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.fc = nn.Linear(4, 2)
+                    self.optimizer = None
+                def train_a_batch(self, x, y):
+                    loss = nn.functional.cross_entropy(self.fc(x), y)
+                    self.optimizer.zero_grad()
+                    loss.backward()
+                    self.optimizer.step()
+                    return loss.item()
+            def define_classifier(device):
+                return Classifier().to(device)
+            """,
+            "train_standard.py": """
+            def train(model, loader, device):
+                for x, y in loader:
+                    x, y = x.to(device), y.to(device)
+                    model.train_a_batch(x, y)
+            """,
+            "main.py": """
+            import torch
+            import models
+            import train_standard
+            cnn = models.define_classifier("cuda")
+            cnn.optimizer = torch.optim.Adam(cnn.parameters())
+            train_standard.train(cnn, loader, "cuda")
+            """,
+        },
+    )
+    assert _summary(tmp_path, "train_standard.py", "train").trains
+    from autoopt.lint.program.view import drives_training_elsewhere
+
+    assert drives_training_elsewhere(tmp_path / "main.py", (tmp_path / "main.py").read_text())

@@ -522,7 +522,8 @@ class FileFacts:
     def names_torch_amp(self) -> bool:
         """The text names torch's own AMP (`autocast`, `GradScaler`): the script has chosen its
         mixed precision already."""
-        return "autocast" in self.source or "GradScaler" in self.source
+        code = strip_prose(self.source)  # an AMP loop left in comments (YOLOS) is not in use
+        return "autocast" in code or "GradScaler" in code
 
     @functools.cached_property
     def uses_cuda(self) -> bool:

@@ -50,7 +50,20 @@ NO_FORWARD_METHODS = frozenset(
 )  # fmt: skip
 # Wrappers of an iterable that a loop iterates instead of it (`enumerate(loader)`, `tqdm(loader)`).
 ITERATION_WRAPPERS = frozenset(
-    {"enumerate", "tqdm", "zip", "iter", "islice", "cycle", "trange", "list", "Bar", "chain"}
+    # `metric_logger.log_every(loader, ...)`: the DETR/DeiT/MAE logger yields the loader's batches
+    {
+        "enumerate",
+        "tqdm",
+        "zip",
+        "iter",
+        "islice",
+        "cycle",
+        "trange",
+        "list",
+        "Bar",
+        "chain",
+        "log_every",
+    }
 )
 NO_GRAD_CONTEXTS = frozenset({"no_grad", "inference_mode"})
 # Methods that return the object they are called on (a module placed or cast, in place).
@@ -122,6 +135,10 @@ class FunctionInfo:
     # constructor or factory that spreads the model over the GPUs itself, whatever the
     # arguments (CMC's `InsResNet50.__init__`; not DeepCTR's `if gpus:`)
     data_parallel: int = 0
+    # the line of its first request for determinism outside any `if` of its own
+    # (`cudnn.deterministic = True`, `torch.use_deterministic_algorithms(True)`): a seed helper
+    # that asks for it whenever it runs (AGCRN's `init_seed`); 0: none
+    determinism: int = 0
     # every `return` hands back something moved to a device: `return Net().cuda()`, or a name
     # placed before it (`net = UNet().cuda()`, `model.to(device)`): SSL4MIS's `net_factory`
     returns_placed: bool = False
@@ -510,8 +527,11 @@ def _iterated(expr: ast.expr) -> list[Dotted]:
     if isinstance(expr, ast.Call):
         callee = dotted_of(expr.func)
         if callee and callee[-1] in ITERATION_WRAPPERS:
+            # zip and chain iterate every argument; the others their first (`enumerate(x,
+            # start)`, `log_every(loader, print_freq, header)`)
+            iterables = expr.args if callee[-1] in ("zip", "chain") else expr.args[:1]
             found: list[Dotted] = []
-            for a in expr.args:
+            for a in iterables:
                 found.extend(_iterated(a))
             return found
     return []
@@ -570,6 +590,42 @@ def _reads_on_the_host(body: list[ast.stmt]) -> bool:
     )
 
 
+def _steps_an_environment(call: ast.Call) -> bool:
+    """`env.step(action)`, `self.test_env.step(a)`: the step of an object named for an
+    environment, given a value (its action), as an RL agent steps it; `optimizer.step()`,
+    `optimizer.step(closure)` and `scaler.step(optimizer)` are not this."""
+    if len(call.args) != 1 or call.keywords:
+        return False
+    arg = call.args[0]
+    if isinstance(arg, ast.Lambda):
+        return False
+    owner = dotted_of(call.func.value) if isinstance(call.func, ast.Attribute) else None
+    return bool(owner) and "env" in owner[-1].lower() and not isinstance(arg, ast.Constant)
+
+
+def _is_true(node: ast.expr) -> bool:
+    return isinstance(node, ast.Constant) and node.value is True
+
+
+def _type_test(test: ast.expr) -> bool:
+    """`isinstance(x, T)` (or `not` it): a test of a value's type, not of a clock or a flag."""
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        test = test.operand
+    return (
+        isinstance(test, ast.Call)
+        and isinstance(test.func, ast.Name)
+        and test.func.id == "isinstance"
+    )
+
+
+def _string_choice(test: ast.expr) -> bool:
+    """`args.task == "regression"`: a comparison with a string (a clock is a number)."""
+    return isinstance(test, ast.Compare) and any(
+        isinstance(side, ast.Constant) and isinstance(side.value, str)
+        for side in (test.left, *test.comparators)
+    )
+
+
 def _names_in(node: ast.AST) -> set[str]:
     return {n.id for n in walk(node) if isinstance(n, ast.Name)}
 
@@ -591,6 +647,9 @@ class _Scanner:
         self.batch_of: dict[str, Dotted] = {}
         self.statement_call: ast.Call | None = None  # the call an expression statement makes
         self.aliases: dict[str, list[Dotted]] = {}  # `it = tqdm(loader)`: it -> [loader]
+        # a name bound to a part of another: `imgL = sample["left"]`, `x, y = batch` -> the
+        # whole (GwcNet's `train_sample(sample)` copies its batch's entries so)
+        self.part_of: dict[str, str] = {}
         self.placed: set[str] = set()  # names moved to a device so far (`net = Net().cuda()`)
         self.returns_placed: list[bool] = []  # for each `return`: it hands back a placed value
 
@@ -642,6 +701,10 @@ class _Scanner:
             # both arms read a tensor on the host (GPT2's `_to_value`: `.item()` of the
             # all-reduced copy, else of the tensor): no arm throttles the read
             either = _reads_on_the_host(node.body) and _reads_on_the_host(node.orelse)
+            # a type dispatch (`if isinstance(v, torch.Tensor): return v.item()`, GwcNet's
+            # tensor2float) or a configuration's choice (`if args.task == "regression"`) runs
+            # its arm on every call or on none: no throttle either
+            either = either or _type_test(node.test) or _string_choice(node.test)
             self.ifs += 0 if either else 1
             self.scan_body(node.body)
             self.scan_body(node.orelse)
@@ -671,8 +734,18 @@ class _Scanner:
                 for target in node.targets:  # iterates the loader
                     if wrapped and isinstance(target, ast.Name):
                         self.aliases[target.id] = wrapped
+            if (
+                not self.ifs
+                and not self.info.determinism
+                and _is_true(node.value)
+                and any(
+                    (dotted_of(t) or ())[-2:] == ("cudnn", "deterministic") for t in node.targets
+                )
+            ):
+                self.info.determinism = node.lineno
             for target in node.targets:
                 self.bind(target, value)
+                self.bind_parts(target, node.value)
                 if isinstance(target, ast.Name) and _device_move(node.value) is not None:
                     self.placed.add(target.id)
             return
@@ -772,6 +845,28 @@ class _Scanner:
             if isinstance(sub, ast.Call):
                 self.call(sub)
 
+    def bind_parts(self, target: ast.expr, value: ast.expr) -> None:
+        """`imgL = sample["left"]`, `a, b = s["a"], s["b"]`, `x, y = batch`: the names bound
+        to parts of a name (`part_of`); a name bound to anything else is no part any more."""
+        if isinstance(target, ast.Tuple | ast.List):
+            if isinstance(value, ast.Tuple | ast.List) and len(value.elts) == len(target.elts):
+                for sub_target, sub_value in zip(target.elts, value.elts, strict=True):
+                    self.bind_parts(sub_target, sub_value)
+                return
+            whole = value.id if isinstance(value, ast.Name) else None
+            for name in _names_in(target):
+                self._part(name, whole)
+            return
+        if isinstance(target, ast.Name):
+            inner = value.value if isinstance(value, ast.Subscript) else None
+            self._part(target.id, inner.id if isinstance(inner, ast.Name) else None)
+
+    def _part(self, name: str, whole: str | None) -> None:
+        if whole is None or whole == "self" or whole == name:
+            self.part_of.pop(name, None)
+        else:
+            self.part_of[name] = self.part_of.get(whole, whole)
+
     def elements_of_a_batch(self, comp: ast.comprehension) -> None:
         """`tuple(t.to(device) for t in batch)`, `{k: v.cuda() for k, v in batch.items()}`:
         the comprehension's names are parts of a batch of the loader `batch` came from."""
@@ -798,6 +893,7 @@ class _Scanner:
             elif _device_move(node) is node:
                 info.to_device = True
                 copied = _copied_name(func.value)
+                copied = self.part_of.get(copied, copied) if copied is not None else None
                 # `data["L"].to(self.device)`: what `data` holds is copied (not a name bound
                 # anew first: `x = torch.Tensor(x)` is a new host tensor, audioset_tagging_cnn)
                 if copied is not None and copied not in info.assigns:
@@ -842,6 +938,15 @@ class _Scanner:
             and not info.data_parallel
         ):
             info.data_parallel = node.lineno
+        if (
+            callee
+            and callee[-1] == "use_deterministic_algorithms"
+            and node.args
+            and _is_true(node.args[0])
+            and not self.ifs
+            and not info.determinism
+        ):
+            info.determinism = node.lineno
         if callee:
             info.use(callee, "called_no_grad" if self.no_grad else "called")
         elif chosen := callee_of(func):  # `MODELS[name](cfg)`: a call site, no name's use
@@ -890,7 +995,10 @@ class _Scanner:
     def method_use(self, owner: Dotted, attr: str, node: ast.Call) -> None:
         info = self.info
         if attr == "step":
-            info.use(owner, "stepped")
+            # an optimizer's step takes nothing or a closure; an environment's takes the
+            # action (`self.env.step(action)`, an RL agent): no optimizer
+            if not _steps_an_environment(node):
+                info.use(owner, "stepped")
         elif attr == "zero_grad":
             info.use(owner, "zero_grad")
         elif attr == "train":

@@ -72,7 +72,34 @@ def batch_names(loop: cst.For | cst.While) -> set[str]:
             if new:
                 names |= new
                 changed = True
-    return names
+    # a name bound anew to a tensor made on the host in the loop (`cam = torch.from_numpy(
+    # cam.astype("float32"))`, VideoPose3D): pageable memory no loader pinned, where
+    # `non_blocking=True` copies synchronously all the same
+    made = {
+        n
+        for node in binders
+        if type(node) is cst.Assign and _makes_a_host_tensor(node.value)
+        for t in node.targets
+        for n in names_in(t.target)
+    }
+    return names - made
+
+
+_HOST_TENSOR_MAKERS = frozenset(
+    {"from_numpy", "tensor", "as_tensor", "Tensor", "FloatTensor", "LongTensor"}
+)
+
+
+def _makes_a_host_tensor(expr: cst.BaseExpression) -> bool:
+    """`torch.from_numpy(a)`, `torch.tensor(x)`, `torch.FloatTensor(x)`: a new tensor on the host."""
+    return (
+        isinstance(expr, cst.Call)
+        and isinstance(expr.func, cst.Attribute)
+        and isinstance(expr.func.value, cst.Name)
+        and expr.func.value.value == "torch"
+        and expr.func.attr.value in _HOST_TENSOR_MAKERS
+        and not any(a.keyword is not None and a.keyword.value == "device" for a in expr.args)
+    )
 
 
 def _is_next_call(expr: cst.BaseExpression) -> bool:
@@ -204,6 +231,7 @@ def _transfers_of(
         if root_name(_through_methods(loop.iter)) in names
         for n in names_in(loop.target)
     }
+    names = names | _parts_bound(body, names)
     # ... and in a comprehension: `[x.to(self.device) for x in data]` (denoiser),
     # `{k: v.cuda() for k, v in model_input.items()}` (siren)
     names = names | {
@@ -228,6 +256,33 @@ def _transfers_of(
         ):
             out.append(call)
     return out
+
+
+def _parts_bound(body: cst.CSTNode, names: set[str]) -> set[str]:
+    """The names `body` binds to parts of `names`: `imgL = sample["left"]`, `a, b =
+    s["a"], s["b"]` (GwcNet's `train_sample(sample)`), `x, y = batch`."""
+    found: set[str] = set()
+
+    def bind(target: cst.BaseExpression, value: cst.BaseExpression) -> None:
+        if isinstance(target, cst.Tuple | cst.List):
+            if isinstance(value, cst.Tuple | cst.List) and len(value.elements) == len(
+                target.elements
+            ):
+                for sub_target, sub_value in zip(target.elements, value.elements, strict=True):
+                    bind(sub_target.value, sub_value.value)
+            elif isinstance(value, cst.Name) and value.value in names:
+                found.update(names_in(target))
+        elif (
+            isinstance(target, cst.Name)
+            and isinstance(value, cst.Subscript)
+            and root_name(value) in names
+        ):
+            found.add(target.value)
+
+    for assign in nodes_of_type(body, cst.Assign, into_scopes=False):
+        for target in assign.targets:
+            bind(target.target, assign.value)
+    return found
 
 
 def _params_bound_to(func: cst.FunctionDef, call: cst.Call, names: set[str]) -> set[str]:

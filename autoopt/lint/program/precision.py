@@ -128,6 +128,13 @@ def runs_apex(text: str) -> bool:
     return "apex" in text and re.search(r"\bamp\w*\.(initialize|scale_loss)\(", text) is not None
 
 
+def drives_its_own_precision(text: str) -> bool:
+    """A driver's text runs a precision system of its own around the training it hands to
+    another module: apex amp, or an fp16 optimizer/loss scaler (HigherHRNet's dist_train.py:
+    `FP16_Optimizer` around the optimizer `do_train` of lib/core/trainer.py steps)."""
+    return runs_apex(text) or any(re.search(rf"\b{name}\(", text) for name in _FP16_CLASSES)
+
+
 def fp32_beside_apex(module: cst.Module, source: str | None = None) -> str | None:
     """Why a script that uses apex amp still trains in fp32, or None: `opt_level="O0"`, apex's
     pure fp32 level (FloWaveNet's train_apex.py). Apex only when a flag asks for it (`if

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from autoopt.lint.program.index import (
+    NO_FORWARD_METHODS,
     CallSite,
     ClassInfo,
     Dotted,
@@ -274,7 +275,8 @@ class Program:
     def _renamed(self, index: ModuleIndex, func: FunctionInfo | None, name: str) -> list[Target]:
         """`Exp = Exp_Main` in the function (or the module's code) before `Exp(args)`: what the
         other name is (PatchTST's run_longExp.py, inside its `__main__` block); also a class
-        picked at run time: `cls = MODELS[args.model]`, `cls = str2model(args.model_name)`."""
+        picked at run time: `cls = MODELS[args.model]`, `cls = str2model(args.model_name)`,
+        `Agent = SacdAgent if not args.shared else SharedSacdAgent` (either)."""
         key = (id(index), f"renamed:{name}")
         if key in self._following:
             return []
@@ -285,6 +287,10 @@ class Program:
                 for value in scope.assigns.get(name, ()):
                     if value.kind == "ref" and value.dotted != (name,):
                         out += self.resolve(index, scope, value.dotted)
+                    elif value.kind == "choice":  # `Agent = SacdAgent if a else Shared`
+                        for option in value.options:
+                            if option.kind == "ref" and option.dotted != (name,):
+                                out += self.resolve(index, scope, option.dotted)
                     elif value.kind == "entry":
                         out += self._chosen(index, scope, value.dotted, "[]")
                     elif value.kind == "call" and self._names_a_function(index, value.dotted):
@@ -623,18 +629,31 @@ class Program:
     def _passed_classes(
         self, index: ModuleIndex, func: FunctionInfo, param: str
     ) -> list[tuple[ModuleIndex, ClassInfo]]:
-        """The classes of what this module's calls of `func` pass for its parameter `param`
-        (DrQA's `train(args, data_loader, model, stats)` given `model = DocReader(...)`)."""
+        """The classes of what the project's calls of `func` pass for its parameter `param`
+        (DrQA's `train(args, data_loader, model, stats)` given `model = DocReader(...)`; also
+        from another module: continual-learning's `train_standard.train(cnn, ...)` given `cnn =
+        define.define_standard_classifier(...)`, a factory returning its `Classifier`)."""
         position = func.params.index(param)
         found = []
-        for caller in index.functions.values():
-            for site in caller.calls:
-                if site.callee != (func.qualname,):
-                    continue
-                keywords = dict(site.keywords)
-                passed = site.args[position] if position < len(site.args) else keywords.get(param)
-                if passed is not None and len(passed) == 1:
-                    found += self._local_classes(index, caller, passed[0])
+        target = Target(Path(os.path.abspath(index.path)), func.qualname)
+        for caller_index, names in self._modules_that_may_call(target):
+            here = caller_index is index
+            for caller in caller_index.functions.values():
+                for site in caller.calls:
+                    if here and site.callee == (func.qualname,):
+                        pass  # this module's own call, by the function's name
+                    elif not (
+                        site.callee
+                        and site.callee[-1] in names
+                        and target in self.resolve(caller_index, caller, site.callee)
+                    ):
+                        continue
+                    keywords = dict(site.keywords)
+                    passed = (
+                        site.args[position] if position < len(site.args) else keywords.get(param)
+                    )
+                    if passed is not None and len(passed) == 1:
+                        found += self._local_classes(caller_index, caller, passed[0])
         return found
 
     def _attr_classes(
@@ -1082,6 +1101,15 @@ def _worth_resolving(index: ModuleIndex, func: FunctionInfo, site: CallSite) -> 
     ours = set(func.params) | {"self"}
     args = (*site.args, *(a for _, a in site.keywords))
     if any(a is not None and a[0] in ours for a in args):
+        return True
+    if (
+        len(site.callee) == 2
+        and head in func.params
+        and func.class_name is None
+        and site.callee[1] not in NO_FORWARD_METHODS
+    ):
+        # a method of an object the callers hand in (continual-learning's `train(model, ...)`
+        # calling `model.train_a_batch(x, y)`): its class is what the callers pass
         return True
     return (head in index.imports or head in index.module_aliases) and imports_training(index, head)
 

@@ -393,6 +393,17 @@ class ProgramView:
                 return _shown_path(module.path), func.data_parallel
         return None
 
+    def determinism_in_callee(self, call: cst.Call) -> tuple[str, int] | None:
+        """Where a function of the project that `call` runs asks for determinism whenever it
+        runs (a seed helper setting `cudnn.deterministic = True`): (its file, the line)."""
+        for target, module, _ in self._callees(call):
+            if target.is_class:
+                continue
+            func = module.functions.get(target.qualname)
+            if func is not None and func.determinism:
+                return _shown_path(module.path), func.determinism
+        return None
+
     def returns_placed(self, call: cst.Call) -> bool:
         """`call` runs a function of the project that hands back what it moved to a device
         (SSL4MIS's `net_factory`: `net = UNet(...).cuda()` in each branch, `return net`).
@@ -748,6 +759,7 @@ def training_call_sites(
                 site.callee[0] not in heads
                 and site.callee[-1] not in own
                 and not (own_methods and site.callee[0] == "self" and func.class_name)
+                and not _hands_a_head(site, heads)
             ):
                 continue
             summary = prog.call_summary(index, func, site.callee)
@@ -870,11 +882,21 @@ def _named_callee(callee: tuple[str, ...]) -> tuple[str, ...]:
     return callee[:-1] if callee[-1:] in (("[]",), ("()",)) else callee
 
 
+def _hands_a_head(site: CallSite, heads: set[str]) -> bool:
+    """The call is handed what a head built (continual-learning's `train_standard.train(cnn,
+    ...)` given `cnn = define.define_standard_classifier(...)`): the callee may train through
+    the object's own methods."""
+    handed = (*site.args, *(arg for _, arg in site.keywords))
+    return any(arg is not None and len(arg) == 1 and arg[0] in heads for arg in handed)
+
+
 def _names_a_head(value: Value, heads: set[str]) -> bool:
     """`value` is another name for one of `heads`: a reference, an entry of a table named so,
-    or a table holding one."""
+    a table holding one, or either arm of a conditional expression."""
     if value.kind in ("ref", "entry"):
         return bool(value.dotted[:1]) and value.dotted[0] in heads
+    if value.kind == "choice":  # `Agent = SacdAgent if a else SharedSacdAgent`
+        return any(_names_a_head(v, heads) for v in value.options)
     return value.kind == "table" and any(_names_a_head(v, heads) for v in value.options)
 
 
