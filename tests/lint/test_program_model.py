@@ -2502,3 +2502,38 @@ def test_a_trainer_function_that_steps_the_model_it_is_handed(tmp_path: Path) ->
     from autoopt.lint.program.view import drives_training_elsewhere
 
     assert drives_training_elsewhere(tmp_path / "main.py", (tmp_path / "main.py").read_text())
+
+
+def test_one_model_under_two_names_is_compiled_once(tmp_path: Path) -> None:
+    """YOLOS: `model_without_ddp = model` (then `model.module` once wrapped in DDP) is handed
+    to a local `build_optimizer(model, args)` while the loop trains `model`: one
+    `model_without_ddp.compile()`, and a second pass finds it compiled (it used to insert it
+    again and again: "no fixed point after 10 passes")."""
+    script = """
+    import torch
+    def main(args):
+        model = Net()
+        model.to(device)
+        model_without_ddp = model
+        if args.distributed:
+            model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[args.gpu])
+            model_without_ddp = model.module
+        def build_optimizer(model, args):
+            return torch.optim.AdamW(model.parameters(), lr=args.lr)
+        optimizer = build_optimizer(model_without_ddp, args)
+        for x, y in loader:
+            loss = criterion(model(x.to(device)), y.to(device))
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    """
+    _write(tmp_path, {"main.py": script})
+    os.chdir(tmp_path)
+    from autoopt.rules.torch_compile_model import TorchCompileModel
+
+    text = (tmp_path / "main.py").read_text()
+    result = fix_source(text, [TorchCompileModel], path=tmp_path / "main.py")
+    assert result.source.count(".compile()") == 1
+    assert "        model_without_ddp = model.module\n    model_without_ddp.compile()\n" in (
+        result.source
+    )

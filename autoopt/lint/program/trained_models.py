@@ -423,10 +423,22 @@ def mentions(node: cst.CSTNode, model: str) -> bool:
 
 
 def is_compiled(rule: Rule, model: str) -> bool:
-    """`model`, or a name it is an alias of, is compiled anywhere in the file: `m.compile()`,
-    `torch.compile(... m ...)` or `m = torch.compile(...)`."""
+    """`model`, a name it is an alias of, or a name bound to it (or to its `.module`), is
+    compiled anywhere in the file: `m.compile()`, `torch.compile(... m ...)` or `m =
+    torch.compile(...)`."""
     module = rule.context.module
-    return any(_compiled(rule, module, m) for m in aliases(module, model))
+    names = aliases(module, model) | _aliased_by(module, model)
+    return any(_compiled(rule, module, m) for m in names)
+
+
+def _aliased_by(module: cst.Module, model: str) -> set[str]:
+    """The names bound to `model` or to its `.module` (YOLOS's `model_without_ddp = model`,
+    then `model.module` once wrapped in DDP): compiling one compiles the module `model` runs."""
+    return {
+        target
+        for target, value, _ in _assignments_everywhere(module)
+        if target != model and model in _alias_sources(value)
+    }
 
 
 def _compiled(rule: Rule, module: cst.Module, model: str) -> bool:
