@@ -182,7 +182,7 @@ def _mode_why(mode: str, device_type: str) -> str:
     if mode == "reduce-overhead":
         return (
             f"compile={mode!r}: CUDA graphs replay each step's kernels in one launch; the "
-            "default mode again from the first change of an input size"
+            f"default mode from an input size past the first {CUDA_GRAPH_SIZES}"
         )
     return f"compile={mode!r}: Inductor times its kernel variants while compiling"
 
