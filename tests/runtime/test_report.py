@@ -201,3 +201,20 @@ def test_every_number_a_report_line_shows_is_one_of_its_figures(
     assert autoopt.report(gpt)["checkpoint"].figures.get("measured_recompute_s")
     missing = {r.name: _unfigured(r) for r in rows if _unfigured(r)}
     assert not missing, {n: (m, autoopt.report(model).to_dict()) for n, m in missing.items()}
+
+
+@pytest.mark.parametrize("cost_s", [0.00663, 0.0421, 1.3])
+def test_the_trials_cost_is_a_figure_at_the_precision_it_is_shown(cost_s: float) -> None:
+    """A trials cost of a few milliseconds ('6.63 ms') was kept as `cost_s` rounded to the
+    millisecond (0.007): the line's number was no figure (flaky with the machine's speed)."""
+    from torch import nn
+
+    from autoopt.runtime.report import Report
+    from autoopt.runtime.trials.choices import Trials
+
+    trials = Trials(model=nn.Linear(1, 1), report=Report())
+    trials.cost_s = cost_s
+    trials._report_schedule(gain=cost_s / 7)
+    row = trials.report["trials"]
+    assert row.figures["cost_s"] == pytest.approx(cost_s, rel=1e-4)
+    assert not _unfigured(row), row.detail

@@ -422,7 +422,7 @@ class Trials:
         if choice.one_off is None:
             return False
         estimate, what = choice.one_off()
-        figures = {"one_off_estimate_s": round(estimate, 3)}
+        figures = {"one_off_estimate_s": round(estimate, 6)}
         self._figures[choice.name] = figures
         length = self.run_length() if self.run_length is not None else None
         walls = self._walls.get(self._config(_unchanged(choice)))
@@ -492,8 +492,8 @@ class Trials:
             return
         last = self._steps[-1].number if self._steps else 0
         cost = self.cost_s or 0.0
-        figures: dict[str, float] = {"steps": last, "cost_s": round(cost, 3)}
-        figures["switch_s"] = round(self._switch_s, 3)
+        figures: dict[str, float] = {"steps": last, "cost_s": round(cost, 6)}
+        figures["switch_s"] = round(self._switch_s, 6)
         phases = ", ".join(
             f"{first}-{end} {name}" if end > first else f"{first} {name}"
             for name, first, end in self._phases

@@ -167,7 +167,7 @@ def cost_line(
     wall clock) and when the chosen plan repays it against the default plan; with the figures
     of every plan."""
     figures = plan_figures(measurements)
-    figures["tune_cost_s"] = round(cost_s, 3)
+    figures["tune_cost_s"] = round(cost_s, 6)
     line = f"tuning took {timing.duration(cost_s)} (compiles included)"
     default = next((m for m in measurements if m.default and m.ok), None)
     mine = chosen[1]
