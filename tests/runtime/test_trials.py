@@ -35,6 +35,14 @@ LAYOUT_STEPS = 2 + 2 * trials.MAX_ROUNDS + 2
 STEPS = LAYOUT_STEPS + 1 + 2 * trials.MAX_ROUNDS
 
 
+@pytest.fixture(autouse=True)
+def no_compile_cache(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests measure the layout and amp trials: no compile cache, so `compile="auto"`
+    stays off on CPU and adds no trial of its own, whatever AUTOOPT_COMPILE_CACHE the
+    environment sets (the compile trial has its own tests: test_compile_auto.py)."""
+    monkeypatch.setenv("AUTOOPT_COMPILE_CACHE", "0")
+
+
 def _eager_steps(model: nn.Module, opt: torch.optim.Optimizer, data, bf16: bool = False) -> None:
     for x, y in data:
         opt.zero_grad()
