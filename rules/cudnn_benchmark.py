@@ -303,20 +303,12 @@ class CudnnBenchmark(Rule):
         whenever it runs (AGCRN's `init_seed(args.seed)` setting `cudnn.deterministic =
         True`): determinism is requested, as if the script set it."""
         program = self.context.program
-        for call in calls_in(self.context.module):
-            if any(isinstance(a, cst.If) for a in self._ancestors_in_scope(call)):
-                continue
-            if program.determinism_in_callee(call) is not None:
-                return True
-        return False
-
-    def _ancestors_in_scope(self, node: cst.CSTNode) -> list[cst.CSTNode]:
-        found = []
-        for anc in self.facts.ancestors(node):
-            if isinstance(anc, cst.FunctionDef | cst.Module):
-                break
-            found.append(anc)
-        return found
+        if not program.reaches_text_that_says(lambda text: "deterministic" in text):
+            return False  # no module the script reaches asks for it: no call worth resolving
+        return any(
+            not self.facts.under_an_if(call) and program.determinism_in_callee(call) is not None
+            for call in calls_in(self.context.module)
+        )
 
     def _only_determinism_branch(self) -> cst.If | None:
         """The `if` (without `else`) whose body holds every setting of `cudnn.benchmark`,

@@ -284,17 +284,11 @@ class HardcodedCudaCall(Rule):
     def _refuses_cpu(self) -> bool:
         """`if not torch.cuda.is_available(): sys.exit(1)` on every run (ReActNet), not under
         another `if` (pytorch-vdsr's `if cuda:` refuses only when CUDA was asked for)."""
-        for node in nodes_of_type(self.context.module, cst.If):
-            if _REFUSES_CPU.match(code_of(node)) is None:
-                continue
-            enclosing = [
-                a
-                for a in self.context.facts.ancestors(node)
-                if isinstance(a, cst.If | cst.FunctionDef | cst.Module)
-            ]
-            if not enclosing or not isinstance(enclosing[0], cst.If):
-                return True
-        return False
+        return any(
+            _REFUSES_CPU.match(code_of(node)) is not None
+            and not self.context.facts.under_an_if(node)
+            for node in nodes_of_type(self.context.module, cst.If)
+        )
 
     def _needs_cuda(self, source: str) -> bool:
         """A `set_device(...)` outside any CUDA check, or apex imported outside a `try:`."""

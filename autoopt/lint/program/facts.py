@@ -106,6 +106,15 @@ class FileFacts:
                 return anc
         return self.module
 
+    def under_an_if(self, node: cst.CSTNode) -> bool:
+        """`node` runs only under an `if` of its own function (or of the module's code)."""
+        for anc in self.ancestors(node):
+            if type(anc) is cst.FunctionDef:
+                return False
+            if type(anc) is cst.If:
+                return True
+        return False
+
     @functools.cached_property
     def defined_names(self) -> frozenset[str]:
         """Classes and functions the file defines at its top level."""

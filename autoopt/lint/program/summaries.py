@@ -637,12 +637,10 @@ class Program:
         found = []
         target = Target(Path(os.path.abspath(index.path)), func.qualname)
         for caller_index, names in self._modules_that_may_call(target):
-            here = caller_index is index
             for caller in caller_index.functions.values():
                 for site in caller.calls:
-                    if here and site.callee == (func.qualname,):
-                        pass  # this module's own call, by the function's name
-                    elif not (
+                    own = caller_index is index and site.callee == (func.qualname,)
+                    if not own and not (
                         site.callee
                         and site.callee[-1] in names
                         and target in self.resolve(caller_index, caller, site.callee)

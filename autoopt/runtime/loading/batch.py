@@ -45,6 +45,12 @@ def tensors_in(obj: Any) -> list[torch.Tensor]:
     return found
 
 
+def tensor_shapes(obj: Any) -> tuple[tuple[tuple[int, ...], torch.dtype], ...]:
+    """The shape and dtype of every tensor inside `obj`, in order: what a compiled graph (a
+    CUDA graph) is recorded for."""
+    return tuple((tuple(t.shape), t.dtype) for t in tensors_in(obj))
+
+
 def any_tensor(obj: Any, predicate: Callable[[torch.Tensor], bool]) -> bool:
     """True if some tensor inside `obj` satisfies `predicate`."""
     return any(predicate(t) for t in tensors_in(obj))

@@ -90,7 +90,7 @@ from autoopt.runtime.compiling.log import (
 )
 from autoopt.runtime.context import Context, Forward, ForwardLayer, Stage
 from autoopt.runtime.errors import error_summary
-from autoopt.runtime.loading.batch import map_tensors, tensors_in
+from autoopt.runtime.loading.batch import map_tensors, tensor_shapes, tensors_in
 from autoopt.runtime.options import COMPILE_MODES, eager_numerics
 from autoopt.runtime.report import Event, PassResult, Report
 from autoopt.runtime.trials.choices import NOT_TRIED, Choice, of_model, trials_of
@@ -607,7 +607,7 @@ class CompiledForward:
         `CUDA_GRAPH_SIZES` seen, which ends CUDA graphs for the model (a graph and its memory
         are recorded per size: a full batch and a ragged last one are fine, changing sizes
         are not), with a report line."""
-        sizes = tuple((tuple(t.shape), t.dtype) for t in tensors_in((args, kwargs)))
+        sizes = tensor_shapes((args, kwargs))
         if sizes in self.sizes or len(self.sizes) < CUDA_GRAPH_SIZES:
             self.sizes.add(sizes)
             return False

@@ -19,7 +19,7 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset
 
 from autoopt.runtime.errors import error_summary
-from autoopt.runtime.loading.batch import tensors_in
+from autoopt.runtime.loading.batch import tensor_shapes
 from autoopt.runtime.trials.choices import rng_preserved
 
 
@@ -95,5 +95,4 @@ def loader_generators(loader: Any) -> list[torch.Generator]:
 def one_shape(batches: list[Any]) -> bool:
     """Whether every batch holds tensors of the same shapes and dtypes, in the same order
     (what CUDA graphs need: one graph is recorded per input shape)."""
-    signatures = {tuple((tuple(t.shape), t.dtype) for t in tensors_in(batch)) for batch in batches}
-    return len(signatures) == 1
+    return len({tensor_shapes(batch) for batch in batches}) == 1
