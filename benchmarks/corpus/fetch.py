@@ -70,6 +70,8 @@ SPLITS = {
     "fresh-af": (HERE / "fresh_af.json", HERE / "_repos_fresh_af"),
     "fresh-ag": (HERE / "fresh_ag.json", HERE / "_repos_fresh_ag"),
     "fresh-ah": (HERE / "fresh_ah.json", HERE / "_repos_fresh_ah"),
+    "fresh-ai": (HERE / "fresh_ai.json", HERE / "_repos_fresh_ai"),
+    "fresh-aj": (HERE / "fresh_aj.json", HERE / "_repos_fresh_aj"),
 }
 TORCH_DIR = "torch"
 
