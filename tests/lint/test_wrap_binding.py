@@ -907,3 +907,125 @@ def test_each_optimizer_a_factory_returns_pairs_with_the_model_it_reads() -> Non
         "d_model, loader, d_optimizer = autoopt.optimize(d_model, loader, d_optimizer)",
         "g_model, g_optimizer = autoopt.optimize(g_model, optimizer=g_optimizer)",
     ]
+
+
+def test_the_loader_is_the_one_whose_loop_steps_the_optimizer() -> None:
+    """MART: the evaluation's PGD attack runs a backward over the test loader (with a
+    throwaway SGD over the input, never stepped); the loader for optimize() is the one the
+    loop that steps the optimizer iterates."""
+    found = calls(
+        """
+        import torch
+        import torch.nn as nn
+
+        train_loader = torch.utils.data.DataLoader(trainset, batch_size=128, shuffle=True)
+        test_loader = torch.utils.data.DataLoader(testset, batch_size=200)
+
+        def train(model, train_loader, optimizer):
+            for data, target in train_loader:
+                optimizer.zero_grad()
+                nn.functional.cross_entropy(model(data), target).backward()
+                optimizer.step()
+
+        def attack(model, X, y):
+            X_pgd = X.clone().requires_grad_()
+            opt = torch.optim.SGD([X_pgd], lr=1e-3)
+            opt.zero_grad()
+            nn.functional.cross_entropy(model(X_pgd), y).backward()
+            return X_pgd.grad.sign()
+
+        def evaluate(model, test_loader):
+            for data, target in test_loader:
+                attack(model, data, target)
+
+        def main():
+            model = Net()
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for epoch in range(10):
+                train(model, train_loader, optimizer)
+                evaluate(model, test_loader)
+
+        main()
+        """
+    )
+    assert found == [
+        'model, train_loader, optimizer = autoopt.optimize(model, train_loader, optimizer, device="cpu")'
+    ]
+
+
+def test_a_progress_bar_bound_twice_is_read_where_the_loop_reads_it() -> None:
+    """seq2seq-summarizer: `prog_bar` is a tqdm over a range for the training batches and a
+    tqdm over another range for validation; reading the bindings crashed (an internal error,
+    nothing inserted)."""
+    found = calls(
+        """
+        import torch
+        from tqdm import tqdm
+
+        def train(batches, model, n_batches, n_epochs):
+            optimizer = torch.optim.Adam(model.parameters())
+            for epoch in range(n_epochs):
+                prog_bar = tqdm(range(1, n_batches + 1))
+                for batch_count in prog_bar:
+                    batch = next(batches)
+                    optimizer.zero_grad()
+                    model(batch).sum().backward()
+                    optimizer.step()
+                prog_bar = tqdm(range(1, 10))
+                for batch_count in prog_bar:
+                    model(next(batches))
+
+        train(make_batches(), Net(), 100, 3)
+        """
+    )
+    assert found == [
+        'model, optimizer = autoopt.optimize(model, optimizer=optimizer, device="cpu")'
+    ]
+
+
+def test_loaders_zipped_together_give_a_call_without_a_loader() -> None:
+    """revgrad: `zip(source_loader, target_loader)`, the batches concatenated before
+    `.to(device)`; handing one loader to optimize() would put its batches alone on the device
+    and `torch.cat` would mix devices."""
+    found = calls(
+        """
+        import torch
+
+        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        model = Net().to(device)
+        source_loader = torch.utils.data.DataLoader(source, batch_size=32, shuffle=True)
+        target_loader = torch.utils.data.DataLoader(target, batch_size=32, shuffle=True)
+        optim = torch.optim.Adam(model.parameters())
+        for epoch in range(10):
+            for (source_x, source_y), (target_x, _) in zip(source_loader, target_loader):
+                x = torch.cat([source_x, target_x]).to(device)
+                optim.zero_grad()
+                model(x).sum().backward()
+                optim.step()
+        """
+    )
+    assert found == ["model, optim = autoopt.optimize(model, optimizer=optim, device=device)"]
+
+
+def test_a_factory_returning_the_model_and_its_optimizer_pairs_them() -> None:
+    """Performance-RNN: `model, optimizer = load_session()`, the function building both, the
+    optimizer over its own local model; was declined as "cannot tell which model"."""
+    found = calls(
+        """
+        import torch
+
+        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+        def load_session():
+            model = PerformanceRNN(**config).to(device)
+            optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+            return model, optimizer
+
+        model, optimizer = load_session()
+        for batch in batches:
+            model.zero_grad()
+            model(batch).sum().backward()
+            optimizer.step()
+        """
+    )
+    assert found == ["model, batches, optimizer = autoopt.optimize(model, batches, optimizer)"]

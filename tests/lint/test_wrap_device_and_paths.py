@@ -179,3 +179,33 @@ def test_branches_and_a_later_guarded_placement_on_the_same_device() -> None:
         """
     )
     assert len(calls) == 1 and "device=device" in calls[0]
+
+
+def test_a_bare_cuda_after_set_device_is_a_move_the_call_cannot_name() -> None:
+    """point-transformer: the optimizer first, then `torch.cuda.set_device(gpu)` and
+    `DistributedDataParallel(model.cuda(), device_ids=[gpu])`; `device="cuda"` at the call
+    would be GPU 0 on every rank."""
+    result = wrap_source(
+        textwrap.dedent(
+            """
+            import torch
+
+            def main_worker(gpu, args):
+                model = Net()
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                if args.distributed:
+                    torch.cuda.set_device(gpu)
+                    model = torch.nn.parallel.DistributedDataParallel(
+                        model.cuda(), device_ids=[gpu]
+                    )
+                else:
+                    model = torch.nn.DataParallel(model.cuda())
+                for x, y in loader:
+                    optimizer.zero_grad()
+                    model(x.cuda()).sum().backward()
+                    optimizer.step()
+            """
+        ).lstrip("\n")
+    )
+    assert result.declined
+    assert "on a device the call cannot name there" in result.message

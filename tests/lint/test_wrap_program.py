@@ -961,3 +961,59 @@ def test_the_modules_a_plain_object_holds_get_a_call_each(tmp_path: Path) -> Non
     (tmp_path / "model.py").write_text(textwrap.dedent(module))
     calls = [line.split(" = ", 1)[1] for line in wrap(script).inserted]
     assert [c.split(",")[0] for c in calls] == ["autoopt.optimize(self.model"]
+
+
+def test_a_star_re_export_and_a_base_constructor_called_through_super(tmp_path: Path) -> None:
+    """crnn-audio-classification: `from train import Trainer` where train/__init__.py says
+    `from train.trainer import *`; `Trainer.__init__` hands the optimizer to
+    `super(Trainer, self).__init__(...)`, which keeps it as `self.optimizer`, and the base's
+    `train()` runs the subclass's `_train_epoch`. Was "no .backward() is reached"."""
+    script = project(
+        tmp_path,
+        {
+            "run.py": """\
+                import torch
+                from data import make_loader
+                from train import Trainer
+
+                def main():
+                    model = torch.nn.Linear(8, 1)
+                    optimizer = torch.optim.Adam(model.parameters())
+                    loader = make_loader()
+                    trainer = Trainer(model, optimizer, data_loader=loader)
+                    trainer.train()
+                """,
+            "data.py": LOADER,
+            "train/__init__.py": "from train.trainer import *\n",
+            "train/base_trainer.py": """\
+                class BaseTrainer:
+                    def __init__(self, model, optimizer):
+                        self.model = model
+                        self.optimizer = optimizer
+
+                    def train(self):
+                        for epoch in range(3):
+                            self._train_epoch(epoch)
+                """,
+            "train/trainer.py": """\
+                import torch
+                from .base_trainer import BaseTrainer
+
+                class Trainer(BaseTrainer):
+                    def __init__(self, model, optimizer, data_loader):
+                        super(Trainer, self).__init__(model, optimizer)
+                        self.data_loader = data_loader
+
+                    def _train_epoch(self, epoch):
+                        for x, y in self.data_loader:
+                            self.optimizer.zero_grad()
+                            torch.nn.functional.mse_loss(self.model(x), y).backward()
+                            self.optimizer.step()
+                """,
+        },
+    )
+    result = wrap(script)
+    assert not result.declined, result.message
+    assert result.inserted == (
+        'model, loader, optimizer = autoopt.optimize(model, loader, optimizer, device="cpu")',
+    )

@@ -10,6 +10,7 @@ or a range of step numbers."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import libcst as cst
@@ -20,7 +21,7 @@ from autoopt.lint.wrap import decline
 from autoopt.lint.wrap.call import Pair
 from autoopt.lint.wrap.codebase import CodeBase, Func
 from autoopt.lint.wrap.decline import Decline
-from autoopt.lint.wrap.loop import loop_around_calls, runs_epochs
+from autoopt.lint.wrap.loop import Use, loop_around_calls, runs_epochs
 from autoopt.lint.wrap.options import wrapped_by_callers
 from autoopt.lint.wrap.origins import Origin, elements
 from autoopt.lint.wrap.tree import (
@@ -65,7 +66,7 @@ def pair_models(
             m
             for a in opt.assigns
             if (at := _position(a, opt.expr)) is not None
-            for m in _factory_models(code, home, bound_to(a, opt.expr), at)
+            for m in _factory_models(code, home, bound_to(a, opt.expr), at, _targets(a))
         } or {
             m
             for a in opt.assigns
@@ -151,13 +152,19 @@ def _modules_of_holder(
 
 
 def _factory_models(
-    code: CodeBase, home: Func, value: cst.BaseExpression | None, position: int | None = None
+    code: CodeBase,
+    home: Func,
+    value: cst.BaseExpression | None,
+    position: int | None = None,
+    targets: list[str] | None = None,
 ) -> set[str]:
     """The names handed to a local optimizer factory for the parameters whose `.parameters()`
     it reads (ijepa's `init_opt(encoder=encoder, predictor=predictor, ...)`: both models); for
     element `position` of a tuple it returns, those the returned optimizer reads (SRGAN's
     `g_optimizer, d_optimizer = define_optimizer(g_model, d_model, config)`: g_model, then
-    d_model)."""
+    d_model), and, where it builds the model too and returns it beside the optimizer, the
+    caller's name for that element of `targets` (Performance-RNN's `model, optimizer =
+    load_session()`)."""
     if not isinstance(value, cst.Call) or (factory := code.resolve(home.file, value)) is None:
         return set()
     params = set(factory.params())
@@ -172,14 +179,29 @@ def _factory_models(
         if isinstance(n, cst.Attribute)
         and n.attr.value in ("parameters", "named_parameters")
         and isinstance(n.value, cst.Name)
-        and n.value.value in params
     }
     found = set()
-    for param in read:
-        arg = code.argument(value, factory, param)
-        if isinstance(arg, cst.Name):
-            found.add(arg.value)
+    for name in read:
+        if name in params:
+            arg = code.argument(value, factory, name)
+            if isinstance(arg, cst.Name):
+                found.add(arg.value)
+        elif position is not None and targets:
+            found.update(
+                targets[at]
+                for at in range(len(targets))
+                if at != position and _returned_at(factory, at) == name
+            )
     return found
+
+
+def _targets(assign: cst.CSTNode) -> list[str]:
+    """The names a tuple assignment binds, in order (`model, optimizer = load_session()`)."""
+    if isinstance(assign, cst.Assign) and len(assign.targets) == 1:
+        target = assign.targets[0].target
+        if isinstance(target, cst.Tuple):
+            return [code_of(e.value) for e in target.elements]
+    return []
 
 
 def _position(assign: cst.CSTNode, expr: str) -> int | None:
@@ -353,20 +375,50 @@ def models_beside(home: Func, opt: Origin) -> set[str]:
     }
 
 
-def loader_of(code: CodeBase, home: Func, trainers: list[Func]) -> Loader | None:
+def loader_of(
+    code: CodeBase, home: Func, trainers: list[Func], uses: Sequence[Use] = ()
+) -> Loader | None:
     """The loader expression in `home` and the statements creating it there, if the loop
-    iterates one that reaches `home`."""
-    for func in trainers:
-        for expr, _loop in iterated(code, func):
-            here = reaches(code, func, expr, home, 0)
-            if here is not None:
-                assigns = assignments_of(home, here)
-                if _torchtext_iterators(code, home, here, assigns):
-                    return None  # batches of torchtext's own class: no loader for optimize()
-                if _library_batcher(code, home, here, assigns):
-                    return None  # spodernet's StreamBatcher: no torch loader either
-                return here, assigns
+    iterates one that reaches `home`. Loops that step one of `uses` come first: a loop that
+    only runs a backward (MART's PGD attack over the test loader, its own throwaway SGD over
+    the input) feeds no training step."""
+    loops = [(func, expr, loop) for func in trainers for expr, loop in iterated(code, func)]
+    loops.sort(key=lambda t: not _steps_in(code, t[0], t[2], uses))
+    for func, expr, _loop in loops:
+        here = reaches(code, func, expr, home, 0)
+        if here is not None:
+            assigns = assignments_of(home, here)
+            if _torchtext_iterators(code, home, here, assigns):
+                return None  # batches of torchtext's own class: no loader for optimize()
+            if _library_batcher(code, home, here, assigns):
+                return None  # spodernet's StreamBatcher: no torch loader either
+            return here, assigns
     return None
+
+
+def _steps_in(code: CodeBase, func: Func, loop: cst.CSTNode, uses: Sequence[Use]) -> bool:
+    """The body of `loop` (in `func`) steps one of `uses`, itself or through what it calls.
+    An ignite `trainer.run(loader)` runs the script's own step on each batch: it steps."""
+    if not isinstance(loop, cst.For | cst.While):
+        return True
+    if any(u.func == func and any(a is loop for a in func.file.ancestors(u.node)) for u in uses):
+        return True
+    stepping = {u.func for u in uses}
+    return any(
+        _reaches_step(code, target, stepping, 0)
+        for call in func.file.calls(loop.body)
+        for target in code.runs(func.file, call)
+    )
+
+
+def _reaches_step(code: CodeBase, func: Func, stepping: set[Func], depth: int) -> bool:
+    if func in stepping:
+        return True
+    return depth < _MAX_DEPTH and any(
+        _reaches_step(code, target, stepping, depth + 1)
+        for call in func.calls()
+        for target in code.runs(func.file, call)
+    )
 
 
 def _torchtext_iterators(code: CodeBase, home: Func, expr: str, assigns: list[cst.CSTNode]) -> bool:
@@ -564,13 +616,31 @@ def regenerates(code: CodeBase, func: Func, call: cst.Call) -> bool:
 
 def drawn_from(func: Func, iterated: cst.BaseExpression) -> cst.BaseExpression:
     """What a for loop over `iterated` draws from, through `enumerate`/`tqdm` wrappers."""
-    expr = unwrap_iter(iterated)
+    expr = _one_source(iterated)
     if isinstance(expr, cst.Name) and expr.value not in func.params():
-        # `pbar = tqdm(enumerate(loader))` then `for ... in pbar`
-        for a in assignments_of(func, expr.value):
-            value = bound_to(a, expr.value)
-            if isinstance(value, cst.Call) and is_iter_wrapper(value.func):
-                expr = unwrap_iter(value)
-            elif isinstance(value, cst.Call) and counts_steps(value):
+        # `pbar = tqdm(enumerate(loader))` then `for ... in pbar`: the last binding before the
+        # loop (seq2seq-summarizer binds `prog_bar` to a range for training and to a loader's
+        # batches for validation)
+        name = expr.value
+        bindings = assignments_of(func, name)
+        earlier = [a for a in bindings if func.file.before(a, iterated)]
+        for a in reversed(earlier or bindings):
+            value = bound_to(a, name)
+            if isinstance(value, cst.Call) and counts_steps(value):
                 return value  # `pbar = trange(n)`: step numbers, not batches
+            if isinstance(value, cst.Call) and is_iter_wrapper(value.func):
+                return _one_source(value)
+    return expr
+
+
+def _one_source(iterated: cst.BaseExpression) -> cst.BaseExpression:
+    """`iterated` through `enumerate`/`tqdm` wrappers; a `zip` of several loaders stays the
+    zip (no one loader): their batches meet in the step (revgrad's `torch.cat([source_x,
+    target_x])` before `.to(device)`), and a loader that alone came back on the device would
+    mix devices there."""
+    expr = iterated
+    while isinstance(expr, cst.Call) and expr.args and is_iter_wrapper(expr.func):
+        if code_of(expr.func).split(".")[-1] == "zip" and len(expr.args) > 1:
+            return expr
+        expr = expr.args[0].value
     return expr

@@ -368,6 +368,10 @@ class CodeBase:
             return source, source.classes[name]
         if name in source.imports and depth < _MAX_BASES:
             return self._imported(source.imports[name], source, depth + 1)
+        if depth < _MAX_BASES:
+            # a package re-exporting with a star (crnn-audio's train/__init__.py:
+            # `from train.trainer import *`)
+            return self._star_imported(source, name, depth + 1)
         return None
 
     def local_class(self, file: SourceFile, name: str) -> tuple[SourceFile, cst.ClassDef] | None:
@@ -384,13 +388,14 @@ class CodeBase:
         return found if isinstance(found, tuple) else None
 
     def _star_imported(
-        self, file: SourceFile, name: str
+        self, file: SourceFile, name: str, depth: int = 0
     ) -> Func | tuple[SourceFile, cst.ClassDef] | None:
         """`name` brought by a star import of a local module (`from model import *`)."""
         if name in file.bound_names:
             return None  # bound here: the star import does not provide it
         for module in file.star_imports:
-            found = self._imported(f"{module}.{name}" if module.strip(".") else module + name, file)
+            dotted = f"{module}.{name}" if module.strip(".") else module + name
+            found = self._imported(dotted, file, depth)
             if found is not None:
                 return found
         return None
@@ -418,8 +423,12 @@ class CodeBase:
         for stmt in cls.body.body:
             if isinstance(stmt, cst.FunctionDef) and stmt.name.value == name:
                 return Func(file, stmt)
-        if depth >= _MAX_BASES:
-            return None
+        return self._base_method(file, cls, name, depth) if depth < _MAX_BASES else None
+
+    def _base_method(
+        self, file: SourceFile, cls: cst.ClassDef, name: str, depth: int = 0
+    ) -> Func | None:
+        """The method `name` of the first of `cls`'s local base classes that defines it."""
         for base in cls.bases:
             owner = self.called_class(file, base.value)
             if owner is not None and owner[1] is not cls:
@@ -443,15 +452,16 @@ class CodeBase:
         """The methods of the loaded files' subclasses of `func`'s class that override it: a
         base's `self.iteration(...)` runs the subclass's (S3Rec's `Trainer.train` runs
         `FinetuneTrainer.iteration`)."""
-        cls = func.cls
-        if cls is None:
-            return []
+        return self._subclass_methods(func.cls, func.name) if func.cls is not None else []
+
+    def _subclass_methods(self, cls: cst.ClassDef, name: str) -> list[Func]:
+        """The methods `name` of the loaded files' subclasses of `cls`."""
         found: list[Func] = []
         for sub_file, sub in self._subclasses().get(id(cls), []):
             found += [
                 Func(sub_file, s)
                 for s in sub.body.body
-                if isinstance(s, cst.FunctionDef) and s.name.value == func.name
+                if isinstance(s, cst.FunctionDef) and s.name.value == name
             ]
         return found
 
@@ -522,6 +532,10 @@ class CodeBase:
         if not isinstance(func, cst.Attribute):
             return None
         receiver, attr = func.value, func.attr.value
+        if isinstance(receiver, cst.Call) and code_of(receiver.func) == "super":
+            # `super().__init__(model, optimizer)`: the first base class that defines it
+            cls = file.class_of(file.scope_of(call))
+            return self._base_method(file, cls, attr) if cls is not None else None
         if isinstance(receiver, cst.Name):
             if receiver.value in ("self", "cls"):
                 cls = file.class_of(file.scope_of(call))
@@ -818,6 +832,12 @@ class CodeBase:
         found = [target] if (target := self.resolve(file, call)) is not None else []
         if target is not None and _on_self(call):
             found += self.overrides(target)
+        elif target is None and _on_self(call):
+            # a method only the subclasses define (a base `train()` calling
+            # `self._train_epoch(epoch)` with no abstract stub)
+            cls = file.class_of(file.scope_of(call))
+            if cls is not None:
+                found += self._subclass_methods(cls, call.func.attr.value)  # type: ignore[attr-defined]
         found += self._alternatives(file, call, target)
         found += [f for f in self._handed(file, call) if f not in found]
         if closure := self.step_closure(file, call):

@@ -69,9 +69,22 @@ def moved_after(
         same = placed is not None and (
             placed == device or (flag is not None and f'{placed} if {flag} else "cpu"' == device)
         )
-        if not same:
+        if not same or (placed == '"cuda"' and _current_device_set(home, anchor, call)):
             return call
     return None
+
+
+def _current_device_set(home: Func, anchor: cst.CSTNode, call: cst.Call) -> bool:
+    """`torch.cuda.set_device(gpu)` runs between `anchor` and `call`: a bare `.cuda()` there
+    goes to the rank's GPU, which `"cuda"` at the call is not (point-transformer's
+    `DistributedDataParallel(model.cuda(), device_ids=[gpu])`)."""
+    file = home.file
+    return any(
+        code_of(c.func).endswith("cuda.set_device")
+        and file.before(anchor, c)
+        and file.before(c, call)
+        for c in home.calls()
+    )
 
 
 def placement(func: Func, model: str, anchor: cst.CSTNode) -> tuple[bool, str | None]:

@@ -322,7 +322,7 @@ def _place(
     # scaling lives in the optimizer's step: without the optimizer, mixed precision would
     # step on unscaled (or non-finite) gradients. So every call of such a script keeps the
     # script's precision (amp="script").
-    loader = loader_of(code, home, trainers)
+    loader = loader_of(code, home, trainers, training.uses)
     if loader is not None and (changed := _dataset_changed(home, trainers, loader[0])):
         return decline.dataset_changed_between_epochs(changed)
     placed = place_call(code, home, optimizers, loader, pairs, trainers, forced)
