@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import re
 
 import libcst as cst
 
@@ -55,7 +54,8 @@ class ChannelsLast(Rule):
       torch.channels_last)` raises on its 5-D weights.
     - A program that switches cuDNN off, or leaves it to a command-line flag that is off by
       default (Rainbow's `torch.backends.cudnn.enabled = args.enable_cudnn`, `store_true`), in
-      the file or in the script that imports it: NHWC convolutions are cuDNN's kernels.
+      the file, in the script that imports it, or in a module it imports (crnn-pytorch's
+      evaluate.py, imported by train.py): NHWC convolutions are cuDNN's kernels.
     - A model defined in another module of the project (`from models import Net`) is read
       (without importing it) and held to the same test: it must be built from `Conv2d` layers
       and a part that flattens with `.view()` declines the fix. A model whose module cannot be
@@ -750,9 +750,7 @@ class ChannelsLast(Rule):
     def visit_Module(self, node: cst.Module) -> None:
         if "channels_last" in self.context.source or not self.context.program.gpu_path:
             return
-        if _cudnn_switched(self.context.source) or self.context.program.importer_text_says(
-            _cudnn_switched
-        ):
+        if self.context.program.cudnn_off:
             return
         reported: set[int] = set()
         reported_names: set[str] = set()
@@ -858,23 +856,3 @@ class ChannelsLast(Rule):
                 add_imports=torch_imports(self.context.module),
             ),
         )
-
-
-# `cudnn.enabled = False`, or `= args.enable_cudnn` of a `store_true` flag (off unless given)
-_CUDNN_OFF = re.compile(r"cudnn\.enabled\s*=\s*(?:False\b|args\.(\w+))")
-
-
-def _cudnn_switched(text: str) -> bool:
-    """`text` switches cuDNN off: `torch.backends.cudnn.enabled = False`, or set from a
-    command-line flag that is off by default (Rainbow's `--enable-cudnn`, `store_true`); a
-    config's `CUDNN.ENABLED` (True in HRNet's defaults) is not."""
-    if "cudnn.enabled" not in text:
-        return False
-    for match in _CUDNN_OFF.finditer(text):
-        flag = match.group(1)
-        if flag is None:
-            return True
-        spelled = flag.replace("_", "[-_]")
-        if re.search(rf"""["']--{spelled}["'][^)]*store_true""", text):
-            return True
-    return False

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from pathlib import Path
 
@@ -10,7 +11,7 @@ import libcst as cst
 from autoopt.lint.engine.rule import FileContext, Fix, FixSafety, Invalid, Rule, Valid
 from autoopt.lint.program.conv_models import builds_convolution
 from autoopt.lint.program.device import GPU_MARKERS
-from autoopt.lint.program.project_facts import definition_at
+from autoopt.lint.program.project_facts import argparse_default, definition_at
 from autoopt.lint.program.project_text import text_uses_cuda
 from autoopt.lint.program.torch_api import torch_imports
 from autoopt.lint.tree.edits import insert_after_imports, statement_line
@@ -19,7 +20,8 @@ from autoopt.lint.tree.nodes import calls_in, is_true, nodes_of_type
 _BENCHMARK = "torch.backends.cudnn.benchmark"
 
 
-_TURNS_BENCHMARK_ON = re.compile(r"cudnn\.benchmark\s*=\s*True\b")
+# (not in a comment: Wave-U-Net's `#torch.backends.cudnn.benchmark=True`)
+_TURNS_BENCHMARK_ON = re.compile(r"^[^#\n]*cudnn\.benchmark\s*=\s*True\b", re.MULTILINE)
 
 
 def _sets_benchmark(text: str) -> bool:
@@ -70,8 +72,11 @@ class CudnnBenchmark(Rule):
       per run, so the rule stays quiet (AO802 reports scripts that set both). Determinism
       asked for only in one `if` (`if args.seed is not None: cudnn.deterministic = True;
       cudnn.benchmark = False`, with no `else`) leaves the default run with neither: that is
-      flagged, and the fix sets the flag in a new `else:` of that `if`.
-    - The script has no GPU path (cuDNN is not used on CPU): not flagged.
+      flagged, and the fix sets the flag in a new `else:` of that `if`; unless that `if` tests
+      a command-line option that is on by default (`if opt.IsDeter:`, `default=True`).
+    - The script has no GPU path (cuDNN is not used on CPU), or the program switches cuDNN off
+      (`torch.backends.cudnn.enabled = False` in the script, a script importing it, or a
+      module it imports: crnn-pytorch's evaluate.py): not flagged.
     - The script already sets the flag, either way (`benchmark = False` is a choice), outside
       such a determinism branch; or the driver that imports this module does at its top level
       (SCINet's run_ETTh.py sets `benchmark = False` and `deterministic = True` before its Exp
@@ -100,6 +105,22 @@ class CudnnBenchmark(Rule):
     requires = (GPU_MARKERS, (".backward(", "__main__"))
 
     VALID = [
+        Valid(  # determinism under a flag that is on by default (memae's --IsDeter)
+            """
+            import argparse
+            import torch
+            import torchvision.models as models
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--IsDeter", type=bool, default=True)
+            opt = parser.parse_args()
+            if opt.IsDeter:
+                torch.backends.cudnn.benchmark = False
+                torch.backends.cudnn.deterministic = True
+            model = models.resnet18().cuda()
+            for x, y in loader:
+                loss_fn(model(x.cuda()), y.cuda()).backward()
+            """
+        ),
         Valid(
             """
             import torch
@@ -175,6 +196,26 @@ class CudnnBenchmark(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # the setting left in a comment (Wave-U-Net): not set
+            """
+            import torch
+            import torchvision.models as models
+            # torch.backends.cudnn.benchmark = True
+            model = models.resnet18().cuda()
+            for x, y in loader:
+                loss_fn(model(x.cuda()), y.cuda()).backward()
+            """,
+            line=4,
+            fixed="""
+            import torch
+            import torchvision.models as models
+            torch.backends.cudnn.benchmark = True
+            # torch.backends.cudnn.benchmark = True
+            model = models.resnet18().cuda()
+            for x, y in loader:
+                loss_fn(model(x.cuda()), y.cuda()).backward()
+            """,
+        ),
         Invalid(  # determinism only under --seed; the default run never sets it (imagenet)
             """
             import torch
@@ -292,11 +333,15 @@ class CudnnBenchmark(Rule):
 
     def visit_Module(self, node: cst.Module) -> None:
         # names resolve through the imports only once the visit starts
-        if self._eligible and self._has_settings:
+        if self._eligible and self._has_settings and self._settings:
+            # (the text may name the flag only in a comment: Wave-U-Net's
+            # `#torch.backends.cudnn.benchmark=True`)
             self._determinism_branch = self._only_determinism_branch()
             self._eligible = self._determinism_branch is not None
         if self._eligible and self._seeded_deterministic():
             self._eligible = False
+        if self._eligible and self.context.program.cudnn_off:
+            self._eligible = False  # cuDNN is not used at all: nothing to benchmark
 
     def _seeded_deterministic(self) -> bool:
         """The script calls, not under an `if`, a project helper that asks for determinism
@@ -314,22 +359,36 @@ class CudnnBenchmark(Rule):
         """The `if` (without `else`) whose body holds every setting of `cudnn.benchmark`,
         `cudnn.deterministic` and `use_deterministic_algorithms` in the file, one of them a
         request for determinism; None if there is no such `if`."""
-        settings: list[cst.CSTNode] = []
-        requests = False
-        for n in nodes_of_type(self.context.module, (cst.Assign, cst.Call)):
-            if isinstance(n, cst.Assign):
-                for t in n.targets:
-                    if self.refers_to(t.target, _BENCHMARK, _DETERMINISTIC):
-                        settings.append(n)
-                        requests |= self.refers_to(t.target, _DETERMINISTIC) and is_true(n.value)
-            elif isinstance(n, cst.Call) and self.is_call_to(n, _USE_DETERMINISTIC):
-                settings.append(n)
-                requests |= bool(n.args) and is_true(n.args[0].value)
+        settings = self._settings
+        requests = any(
+            self.refers_to(t.target, _DETERMINISTIC) and is_true(n.value)
+            for n in settings
+            if isinstance(n, cst.Assign)
+            for t in n.targets
+        ) or any(
+            bool(n.args) and is_true(n.args[0].value) for n in settings if isinstance(n, cst.Call)
+        )
         branches = {id(b): b for b in map(self._branch_of, settings)}
         if not requests or len(branches) != 1:
             return None
         (branch,) = branches.values()
+        default = argparse_default(self, branch.test) if branch is not None else None
+        if default is not None and default[0] is True:
+            return None  # `if opt.IsDeter:` with `default=True` (memae): the default run asks
         return branch
+
+    @functools.cached_property
+    def _settings(self) -> list[cst.CSTNode]:
+        """Every setting of `cudnn.benchmark`, `cudnn.deterministic` and
+        `use_deterministic_algorithms` in the file."""
+        found: list[cst.CSTNode] = []
+        for n in nodes_of_type(self.context.module, (cst.Assign, cst.Call)):
+            if isinstance(n, cst.Assign):
+                if any(self.refers_to(t.target, _BENCHMARK, _DETERMINISTIC) for t in n.targets):
+                    found.append(n)
+            elif self.is_call_to(n, _USE_DETERMINISTIC):
+                found.append(n)
+        return found
 
     def _branch_of(self, node: cst.CSTNode) -> cst.If | None:
         """The innermost `if` with no `else` whose body holds `node`."""

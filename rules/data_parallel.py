@@ -8,8 +8,9 @@ from autoopt.lint.engine.rule import Invalid, Rule, Valid
 from autoopt.lint.program.device import GPU_MARKERS
 from autoopt.lint.program.facts import named_like_evaluation
 from autoopt.lint.program.placement import without_placement
+from autoopt.lint.program.project_facts import argparse_default
 from autoopt.lint.tree.calls import arg
-from autoopt.lint.tree.nodes import code_of, string_value
+from autoopt.lint.tree.nodes import code_of, nodes_of_type, string_value
 
 _DATA_PARALLEL = (
     "torch.nn.DataParallel",
@@ -35,7 +36,9 @@ class DataParallel(Rule):
     or a factory of another module of the project that wraps it in `DataParallel` there
     (`model = InsResNet50()` whose `__init__` does), reported where the script builds it;
     and `DataParallelWithCallback`, Synchronized-BatchNorm-PyTorch's subclass that projects
-    vendor as `sync_batchnorm` (the same scatter, replicate and gather).
+    vendor as `sync_batchnorm` (the same scatter, replicate and gather), and a project's own
+    subclass of `nn.DataParallel` that keeps its scatter, forward and gather (Wave-U-Net's
+    `model_utils.DataParallel`, which only adds `__getattr__`).
 
     ## Why
     `DataParallel` is one process driving all GPUs with threads: every step it scatters the
@@ -52,9 +55,11 @@ class DataParallel(Rule):
     ## When not to
     - Single-process scripts that only ever run on one GPU gain nothing from either wrapper:
       a `DataParallel` pinned to one device (`device_ids=[0]`) or a script that makes a single
-      GPU visible (`CUDA_VISIBLE_DEVICES="0"`) is not flagged.
+      GPU visible (`CUDA_VISIBLE_DEVICES="0"`, also from a command-line option whose default
+      is one GPU: FedAvg's `args['gpu']`, `default='0'`) is not flagged.
     - Scripts with no GPU path (`DataParallel` is then a no-op) and a user's own `DataParallel`
-      class (such as a widely read PyTorch tutorial's `DataParallelModel`) are not flagged.
+      class with its own gather (such as a widely read PyTorch tutorial's `DataParallelModel`)
+      are not flagged.
     - A `DataParallel` inside a function named for inference or evaluation that trains nothing
       (TransReID's `do_inference`, beside a `do_train` that uses DDP): no training is spread
       over the GPUs there.
@@ -110,6 +115,18 @@ class DataParallel(Rule):
             model = torch.nn.DataParallel(model).cuda()
             """
         ),
+        Valid(  # one GPU made visible by an option's default (FedAvg)
+            """
+            import argparse, os
+            import torch
+            parser = argparse.ArgumentParser()
+            parser.add_argument("-g", "--gpu", type=str, default="0")
+            def main():
+                args = parser.parse_args().__dict__
+                os.environ["CUDA_VISIBLE_DEVICES"] = args["gpu"]
+                model = torch.nn.DataParallel(Net()).cuda()
+            """
+        ),
         Valid(
             """
             from parallel import DataParallelModel
@@ -125,6 +142,19 @@ class DataParallel(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # the option's default makes two GPUs visible
+            """
+            import argparse, os
+            import torch
+            parser = argparse.ArgumentParser()
+            parser.add_argument("-g", "--gpu", type=str, default="0,1")
+            def main():
+                args = parser.parse_args().__dict__
+                os.environ["CUDA_VISIBLE_DEVICES"] = args["gpu"]
+                model = torch.nn.DataParallel(Net()).cuda()
+            """,
+            line=8,
+        ),
         Invalid(  # Synchronized-BatchNorm-PyTorch's DataParallel subclass, vendored (SPADE)
             """
             import torch
@@ -208,6 +238,8 @@ class DataParallel(Rule):
         return any(
             q.rsplit(".", 1)[-1] in _DATA_PARALLEL_SUBCLASSES
             for q in self.qualified_names(node.func)
+        ) or (
+            "DataParallel" in code_of(node.func) and self.context.program.thin_data_parallel(node)
         )
 
     def _check_callee(self, node: cst.Call) -> None:
@@ -247,28 +279,41 @@ class DataParallel(Rule):
         source = self.context.source
         if "CUDA_VISIBLE_DEVICES" in source:
             for n in _env_assignments(self.context.module):
-                value = string_value(n)
-                if value is not None and "," not in value:
-                    return True
+                value = self._visible_devices(n)
+                if isinstance(value, str) and value.strip().isdigit():
+                    return True  # one GPU's index ("-1", no GPU, is another matter)
         return False
+
+    def _visible_devices(self, value: cst.BaseExpression) -> object:
+        """The string `CUDA_VISIBLE_DEVICES` gets: a literal, or the default of the option it
+        is read from (FedAvg's `args['gpu']` of `args = parser.parse_args().__dict__`,
+        `--gpu` with `default='0'`)."""
+        if isinstance(value, cst.Call) and code_of(value.func) == "str" and len(value.args) == 1:
+            value = value.args[0].value
+        literal = string_value(value)
+        if literal is not None:
+            return literal
+        if (
+            isinstance(value, cst.Subscript)
+            and isinstance(value.value, cst.Name)
+            and len(value.slice) == 1
+            and isinstance(value.slice[0].slice, cst.Index)
+            and (key := string_value(value.slice[0].slice.value)) is not None
+            and key.isidentifier()
+        ):
+            value = cst.Attribute(value=value.value, attr=cst.Name(key))
+        found = argparse_default(self, value)
+        return found[0] if found is not None else None
 
 
 def _env_assignments(module: cst.Module) -> list[cst.BaseExpression]:
-    """Values assigned to `...["CUDA_VISIBLE_DEVICES"]` at module level."""
-    values: list[cst.BaseExpression] = []
-    for stmt in module.body:
-        if not isinstance(stmt, cst.SimpleStatementLine):
-            continue
-        for small in stmt.body:
-            if not isinstance(small, cst.Assign):
-                continue
-            for t in small.targets:
-                target = t.target
-                if (
-                    isinstance(target, cst.Subscript)
-                    and len(target.slice) == 1
-                    and isinstance(target.slice[0].slice, cst.Index)
-                    and string_value(target.slice[0].slice.value) == "CUDA_VISIBLE_DEVICES"
-                ):
-                    values.append(small.value)
-    return values
+    """Values assigned to `...["CUDA_VISIBLE_DEVICES"]` anywhere in the file."""
+    return [
+        small.value
+        for small in nodes_of_type(module, cst.Assign)
+        for t in small.targets
+        if isinstance(t.target, cst.Subscript)
+        and len(t.target.slice) == 1
+        and isinstance(t.target.slice[0].slice, cst.Index)
+        and string_value(t.target.slice[0].slice.value) == "CUDA_VISIBLE_DEVICES"
+    ]

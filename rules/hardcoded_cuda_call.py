@@ -29,14 +29,20 @@ _DRIVER_CUDA_ONLY_MARKERS = ("nccl", "device_ids=[", "import apex", "from apex")
 # be a DataParallel utility's, sync_batchnorm's replicate.py).
 _SETUP_CUDA_ONLY_MARKERS = ("nccl",)
 # ... or stops without one: `if not torch.cuda.is_available(): sys.exit(1)` (ReActNet), or raise.
+# (also `if torch.cuda.device_count() == 0:` with a message first, yolact)
 _REFUSES_CPU = re.compile(
-    r"if not torch\.cuda\.is_available\(\):\s*\n?\s*(?:sys\.exit|exit|quit|raise)\b"
+    r"if (?:not torch\.cuda\.is_available\(\)|torch\.cuda\.device_count\(\)\s*(?:==\s*0|<\s*1))"
+    r"\s*:\s*\n?(?:\s*print\(.*\)\s*\n)?\s*(?:sys\.exit|exit|quit|raise)\b"
 )
 # A script that can run on the CPU says so somewhere: a "cpu" device or an availability test.
 _CPU_PATH = re.compile(r"""["']cpu|is_available\(|no[-_]cuda|use_cuda""")
 # ... but not a checkpoint loaded to the host (`torch.load(path, map_location="cpu")`)
 _LOADED_TO_HOST = re.compile(r"""map_location\s*=\s*["']cpu["']""")
 _CUDA_INDEX = re.compile(r"^cuda:(\d+)$")
+# ... and, in a module the script imports, a placement only when CUDA is there (few-shot-meta-
+# baseline's `models.make`: `if torch.cuda.is_available(): model.cuda()`); a "cpu" string or an
+# availability test elsewhere in a utility module says nothing of the script's own path
+_PLACES_WHEN_AVAILABLE = re.compile(r"if\s+torch\.cuda\.is_available\(\)\s*:\s*\n\s*\S*\.cuda\(")
 # A driver that chooses the device (`device = torch.device(...)`, `args.device = ...`).
 _DEVICE_CHOSEN = re.compile(r"\bdevice\s*=[^=]|torch\.device\(")
 
@@ -58,10 +64,12 @@ class HardcodedCudaCall(Rule):
     - Scripts that are CUDA-only by design: they assert `torch.cuda.is_available()`, pin ranks
       with `torch.cuda.set_device` (outside a CUDA check), use the `nccl` backend, wrap DDP
       with `device_ids=[gpu]`, need CUDA-only packages (apex imported outside a `try:`, cupy,
-      triton), stop without one (`if not torch.cuda.is_available(): sys.exit(1)`, ReActNet),
+      triton), stop without one (`if not torch.cuda.is_available(): sys.exit(1)`, ReActNet;
+      `if torch.cuda.device_count() == 0: exit(-1)`, yolact),
       or spread over GPUs with `nn.DataParallel` with no CPU path anywhere (no "cpu"
-      device, no availability test; a checkpoint loaded with `map_location="cpu"` is no CPU
-      path). Not flagged; nor is a module without a CPU path of its own that such a script
+      device, no availability test, in the script or the modules it imports, and no
+      `.cuda()` behind a flag such as `if args.cuda:`; a checkpoint loaded with
+      `map_location="cpu"` is no CPU path). Not flagged; nor is a module without a CPU path of its own that such a script
       imports (its trainer or engine), nor a script whose imported setup module starts the
       `nccl` backend (LoRA's gpu.py), nor a script with no CPU path whose model classes wrap
       themselves in `nn.DataParallel` (CMC's `InsResNet50`).
@@ -158,6 +166,16 @@ class HardcodedCudaCall(Rule):
             t = torch.Tensor.cuda(x)
             """
         ),
+        Valid(  # stops without a GPU, after a comment and a message (yolact)
+            """
+            import torch
+            # GPUs only
+            if torch.cuda.device_count() == 0:
+                print("No GPUs detected. Exiting...")
+                exit(-1)
+            model = Net().cuda()
+            """
+        ),
         Valid(  # multi-GPU by design: DataParallel, unconditional .cuda(), no CPU path
             """
             import torch
@@ -214,6 +232,19 @@ class HardcodedCudaCall(Rule):
                 x, y = x.to(device, non_blocking=True), y.to(device)
             """,
         ),
+        Invalid(  # a tensor torch makes, moved by hand (MART's adversarial noise)
+            """
+            import torch
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            noise = 0.001 * torch.randn(x.shape).cuda()
+            """,
+            line=3,
+            fixed="""
+            import torch
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            noise = 0.001 * torch.randn(x.shape).to(device)
+            """,
+        ),
         Invalid(
             """
             import torch
@@ -240,6 +271,17 @@ class HardcodedCudaCall(Rule):
             """,
             line=2,
             message_contains="device",
+        ),
+        Invalid(  # DataParallel behind an off-by-default --cuda flag (Wave-U-Net)
+            """
+            import torch
+            model = Net()
+            if args.cuda:
+                model = torch.nn.DataParallel(model)
+                model.cuda()
+            """,
+            line=5,
+            message_contains="never names a device",
         ),
         # The legacy style (PyTorch-GAN): a CUDA flag and `.cuda()` in each branch, no device
         # anywhere; reported once, at the first call.
@@ -277,15 +319,35 @@ class HardcodedCudaCall(Rule):
             any(marker in source for marker in _CUDA_ONLY_MARKERS)
             or (_REFUSES_CPU.search(source) is not None and self._refuses_cpu())
             or self._needs_cuda(source)
-            or ("DataParallel(" in source and not _has_cpu_path(source))
+            or (
+                "DataParallel(" in source
+                and not self._program_has_cpu_path(source)
+                and not self._any_guarded_cuda()
+            )
         )
         self._device_less_reported = False
+
+    def _any_guarded_cuda(self) -> bool:
+        """A `.cuda()` behind a CUDA check (`if args.cuda:`, Wave-U-Net's `store_true` flag):
+        the script has a CPU path, off unless asked for."""
+        return any(
+            method_name(c) == "cuda" and self._guarded(c)
+            for c in nodes_of_type(self.context.module, cst.Call)
+        )
+
+    def _program_has_cpu_path(self, source: str) -> bool:
+        """This file, or a project module it imports, can run on the CPU: few-shot-meta-
+        baseline's train_meta.py wraps DataParallel with no CPU path of its own, while its
+        models/models.py moves the model only `if torch.cuda.is_available()`."""
+        return _has_cpu_path(source) or self.context.program.reaches_text_that_says(
+            lambda text: _PLACES_WHEN_AVAILABLE.search(text) is not None
+        )
 
     def _refuses_cpu(self) -> bool:
         """`if not torch.cuda.is_available(): sys.exit(1)` on every run (ReActNet), not under
         another `if` (pytorch-vdsr's `if cuda:` refuses only when CUDA was asked for)."""
         return any(
-            _REFUSES_CPU.match(code_of(node)) is not None
+            _REFUSES_CPU.match(code_of(node.with_changes(leading_lines=()))) is not None
             and not self.context.facts.under_an_if(node)
             for node in nodes_of_type(self.context.module, cst.If)
         )
@@ -339,10 +401,7 @@ class HardcodedCudaCall(Rule):
         whose model classes spread over the GPUs themselves (CMC's InsResNet50 wraps its
         encoder in `nn.DataParallel` in `__init__`; a `--cuda` flag's `if args.cuda:` is a CPU
         path: Knowledge-Distillation-Zoo)."""
-        if _has_cpu_path(self.context.source) or any(
-            method_name(c) == "cuda" and self._guarded(c)
-            for c in nodes_of_type(self.context.module, cst.Call)
-        ):
+        if self._program_has_cpu_path(self.context.source) or self._any_guarded_cuda():
             return False
         return self.context.program.reaches_text_that_says(lambda text: "DataParallel(" in text)
 
@@ -354,8 +413,12 @@ class HardcodedCudaCall(Rule):
             return
         if self._spread_by_its_models:
             return
-        if any(q.startswith("torch.") or q == "torch" for q in self.qualified_names(func.value)):
-            return  # `torch.Tensor.cuda(x)`, a module attribute: not a method call on a value
+        if not isinstance(func.value, cst.Call) and any(
+            q.startswith("torch.") or q == "torch" for q in self.qualified_names(func.value)
+        ):
+            # `torch.Tensor.cuda(x)`, a module attribute: not a method call on a value (a
+            # tensor torch makes, `torch.randn(shape).cuda()` in MART's loss, is one)
+            return
         if self._guarded(node):
             self._report_device_less(node)
             return

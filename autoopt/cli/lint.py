@@ -265,6 +265,7 @@ def say_followed(project: Project) -> None:
         MODEL_RULES,
         OPTIMIZER_RULES,
         OPTIONS_RULES,
+        STEP_RULES,
     )
 
     for module, named in project.discovered.followed:
@@ -287,6 +288,11 @@ def say_followed(project: Project) -> None:
             where = f"which evaluates a model {named.as_posix()} trains (the evaluation rule {', '.join(EVALUATION_RULES)} only)"
         elif module in project.discovered.option_parsers:
             where = f"which declares the options of {named.as_posix()} (the launcher rule {', '.join(OPTIONS_RULES)} only)"
+        elif module in project.discovered.step_helpers:
+            where = (
+                f"whose functions the training step of {named.as_posix()} runs on its model "
+                f"(the step rules {', '.join(STEP_RULES)} only)"
+            )
         else:
             where = f"where the training of {named.as_posix()} runs"
         click.echo(

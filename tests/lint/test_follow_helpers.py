@@ -524,3 +524,59 @@ def test_a_model_with_3d_convolutions_is_not_told_to_use_channels_last(tmp_path:
     models = model.format("conv_nd(2, 32, 32, 3)") + conv_nd
     _project(tmp_path, {"models.py": models, "main.py": main})
     assert _lint_rules("main.py", "AO606")[0] == [("main.py", "AO606")]
+
+
+# MART's mart.py: the loss the training step calls every step with the model, making its
+# adversarial noise on the host and moving it by hand.
+MART_LOSS = """
+import torch
+import torch.nn.functional as F
+
+def mart_loss(model, x_natural, y, optimizer):
+    x_adv = x_natural.detach() + 0.001 * torch.randn(x_natural.shape).cuda().detach()
+    logits = model(x_natural)
+    return F.cross_entropy(logits, y) + F.cross_entropy(model(x_adv), y)
+
+def unused_helper(x):
+    return x.cuda()
+"""
+
+MART = """
+import torch
+from mart import mart_loss
+
+use_cuda = torch.cuda.is_available()
+device = torch.device("cuda" if use_cuda else "cpu")
+
+def train(model, device, train_loader, optimizer):
+    for data, target in train_loader:
+        data, target = data.to(device), target.to(device)
+        optimizer.zero_grad()
+        loss = mart_loss(model=model, x_natural=data, y=target, optimizer=optimizer)
+        loss.backward()
+        optimizer.step()
+
+model = Net().to(device)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(10):
+    train(model, device, train_loader, optimizer)
+"""
+
+
+def test_a_loss_the_training_step_runs_on_the_model_is_checked_for_the_step_rules(
+    tmp_path: Path,
+) -> None:
+    """MART: `mart_loss(model=model, x_natural=data, ...)` in the loop that steps: its
+    `torch.randn(shape).cuda()` is made and moved every step (AO603, AO608); a script with a
+    backward of its own is not a driver, so its helpers were never read."""
+    _project(tmp_path, {"mart.py": MART_LOSS, "train.py": MART})
+    found, said = _lint_rules("train.py", "AO603,AO608,AO201")
+    assert ("mart.py", "AO603") in found and ("mart.py", "AO608") in found
+    assert not [f for f in found if f[0] == "mart.py" and f[1] not in ("AO603", "AO608")]
+    assert "also checking mart.py, whose functions the training step of train.py runs" in said
+    # a call under no_grad (an evaluation's attack) leads nowhere
+    (tmp_path / "train.py").write_text(
+        MART.replace("loss = mart_loss(", "with torch.no_grad():\n            loss = mart_loss(")
+    )
+    found, said = _lint_rules("train.py", "AO603,AO608")
+    assert not [f for f in found if f[0] == "mart.py"]

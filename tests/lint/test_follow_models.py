@@ -175,3 +175,180 @@ def test_a_dataset_a_project_method_builds_in_memory_needs_no_workers(tmp_path: 
     own = PROCESSOR.replace("dataset = TensorDataset(ids, ids)", "dataset = Records(ids)")
     (tmp_path / "processor.py").write_text(own)
     assert _findings("run.py", "AO101") == [("run.py", "AO101", 7)]
+
+
+GAN_MODELS = """
+from torch import nn
+
+class Generator32(nn.Module):
+    def __init__(self, z_dim):
+        super().__init__()
+        self.main = nn.Sequential(nn.ConvTranspose2d(z_dim, 64, 4), nn.Conv2d(64, 3, 3))
+
+    def forward(self, z):
+        return self.main(z.view(-1, self.z_dim, 1, 1))
+
+class Mlp(nn.Module):
+    def __init__(self, z_dim):
+        super().__init__()
+        self.main = nn.Linear(z_dim, 3)
+"""
+
+GAN = """
+import torch
+import models.dcgan as models
+
+net_G_models = {
+    'cnn32': models.Generator32,
+}
+device = torch.device('cuda:0')
+net_G = net_G_models[arch](128).to(device)
+optim_G = torch.optim.Adam(net_G.parameters())
+for z in batches:
+    net_G(z.to(device)).mean().backward()
+    optim_G.step()
+"""
+
+
+def test_a_model_picked_from_a_dict_of_the_projects_classes_in_the_script(
+    tmp_path: Path,
+) -> None:
+    """pytorch-gan-collections: `net_G_models[FLAGS.arch](z_dim)` where the script's own
+    dict names `models.Generator32` of `import source.models.dcgan as models`."""
+    _project(tmp_path, {"models/__init__.py": "", "models/dcgan.py": GAN_MODELS, "gan.py": GAN})
+    assert _findings("gan.py", "AO601,AO606") == [("gan.py", "AO601", 8), ("gan.py", "AO606", 8)]
+    # one entry that is no convolutional network: the table is not one
+    two = GAN.replace(
+        "'cnn32': models.Generator32,", "'cnn32': models.Generator32, 'mlp': models.Mlp,"
+    )
+    (tmp_path / "gan.py").write_text(two)
+    assert _findings("gan.py", "AO601,AO606") == []
+
+
+CRNN_EVALUATE = """
+import torch
+
+torch.backends.cudnn.enabled = False
+
+def evaluate(model, loader):
+    pass
+"""
+
+CRNN_TRAIN = """
+import torch
+from torch import nn
+from evaluate import evaluate
+
+model = nn.Sequential(nn.Conv2d(1, 64, 3), nn.ReLU(), nn.Conv2d(64, 64, 3))
+device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+model = model.to(device)
+optimizer = torch.optim.Adam(model.parameters())
+for x in loader:
+    model(x.to(device)).sum().backward()
+    optimizer.step()
+"""
+
+
+def test_cudnn_switched_off_by_an_imported_module(tmp_path: Path) -> None:
+    """crnn-pytorch: train.py imports evaluate.py, which sets `cudnn.enabled = False` at
+    import: the program never runs cuDNN, so neither benchmarking nor channels-last helps."""
+    _project(tmp_path, {"evaluate.py": CRNN_EVALUATE, "train.py": CRNN_TRAIN})
+    assert _findings("train.py", "AO601,AO606") == []
+    (tmp_path / "evaluate.py").write_text(
+        CRNN_EVALUATE.replace("enabled = False", "enabled = True")
+    )
+    assert _findings("train.py", "AO601,AO606") == [
+        ("train.py", "AO601", 5),
+        ("train.py", "AO606", 7),
+    ]
+
+
+THIN_DP = """
+import torch
+
+class DataParallel(torch.nn.DataParallel):
+    def __getattr__(self, name):
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            return getattr(self.module, name)
+"""
+
+WAVE_U_NET = """
+import torch
+import model_utils
+
+model = Net()
+if torch.cuda.is_available():
+    model = model_utils.DataParallel(model)
+    model.cuda()
+optimizer = torch.optim.Adam(model.parameters())
+for x in loader:
+    model(x.cuda()).sum().backward()
+    optimizer.step()
+"""
+
+
+def test_a_projects_thin_subclass_of_data_parallel_is_data_parallel(tmp_path: Path) -> None:
+    """Wave-U-Net: `model_utils.DataParallel`, a subclass of `nn.DataParallel` adding only
+    `__getattr__`: the same scatter, replicate and gather. One with its own gather (a
+    tutorial's balanced `DataParallelModel`) is the user's own class."""
+    _project(tmp_path, {"model_utils.py": THIN_DP, "train.py": WAVE_U_NET})
+    assert _findings("train.py", "AO501") == [("train.py", "AO501", 6)]
+    balanced = THIN_DP + "\n    def gather(self, outputs, output_device):\n        return outputs\n"
+    (tmp_path / "model_utils.py").write_text(balanced)
+    assert _findings("train.py", "AO501") == []
+
+
+LANE_LOADER = """
+import torch
+
+def get_train_loader(batch_size, distributed):
+    dataset = LaneClsDataset()
+    if distributed:
+        sampler = torch.utils.data.distributed.DistributedSampler(dataset)
+    else:
+        sampler = torch.utils.data.RandomSampler(dataset)
+    train_loader = torch.utils.data.DataLoader(dataset, batch_size=batch_size, sampler=sampler, num_workers=4)
+    return train_loader, 56
+"""
+
+LANE_TRAIN = """
+import torch
+import tqdm
+from dataloader import get_train_loader
+
+def dist_tqdm(obj, *args, **kwargs):
+    return tqdm.tqdm(obj, *args, **kwargs) if is_main() else obj
+
+def inference(net, data_label):
+    img, cls_label = data_label
+    img, cls_label = img.cuda(), cls_label.long().cuda()
+    return net(img), cls_label
+
+def train(net, data_loader, optimizer):
+    progress_bar = dist_tqdm(data_loader)
+    for b_idx, data_label in enumerate(progress_bar):
+        out, label = inference(net, data_label)
+        torch.nn.functional.cross_entropy(out, label).backward()
+        optimizer.step()
+
+def main():
+    torch.distributed.init_process_group(backend="nccl")
+    train_loader, cls_num_per_lane = get_train_loader(32, True)
+    net = Net().cuda()
+    optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
+    for epoch in range(10):
+        train(net, train_loader, optimizer)
+"""
+
+
+def test_batches_a_helper_moves_through_a_projects_own_tqdm(tmp_path: Path) -> None:
+    """Ultra-Fast-Lane-Detection: the loader comes from a factory (with a DistributedSampler),
+    is iterated through the project's `dist_tqdm(data_loader)`, and each batch is handed to
+    `inference(net, data_label)`, which moves it with `.cuda()`."""
+    _project(tmp_path, {"dataloader.py": LANE_LOADER, "train.py": LANE_TRAIN})
+    assert _findings("dataloader.py", "AO102,AO503") == [
+        ("dataloader.py", "AO102", 9),
+        ("dataloader.py", "AO503", 6),
+    ]

@@ -66,6 +66,7 @@ class Discovered:
     optimizer_builders: set[Path] = field(default_factory=set)
     evaluators: set[Path] = field(default_factory=set)  # modules that evaluate a trained model
     option_parsers: set[Path] = field(default_factory=set)  # modules declaring its options
+    step_helpers: set[Path] = field(default_factory=set)  # functions its training step runs
     # ... and the loader factories of a script with its own loop (the loader's options only)
     loader_option_builders: set[Path] = field(default_factory=set)
     # the lines of the functions of a loader module that build the loaders the training
@@ -252,6 +253,8 @@ def follow_training(
                 out.evaluators.add(shown)
             elif holds == "options":
                 out.option_parsers.add(shown)
+            elif holds == "step":
+                out.step_helpers.add(shown)
             elif holds == "loader options":
                 out.loader_builders.add(shown)
                 out.loader_option_builders.add(shown)

@@ -91,8 +91,9 @@ class Project:
         """A finding of rule `code` in `path` (at `line`) is reported: the per-file-ignores
         allow it, and a module checked only because it defines a trained model reports the
         model rules (and AO608 in the code their forwards run), one checked because it builds
-        the optimizer the optimizer's rules, and a loader module the loader rules in the
-        functions that build the training's loaders."""
+        the optimizer the optimizer's rules, a loader module the loader rules in the
+        functions that build the training's loaders, and a step helper's module (a function
+        the training step runs on the model) the step rules."""
         from autoopt.lint.program.followed import (
             EVALUATION_RULES,
             FORWARD_RULES,
@@ -100,6 +101,7 @@ class Project:
             MODEL_RULES,
             OPTIMIZER_RULES,
             OPTIONS_RULES,
+            STEP_RULES,
         )
 
         if Path(path) in self.discovered.model_definers and code not in MODEL_RULES:
@@ -113,6 +115,8 @@ class Project:
         if Path(path) in self.discovered.evaluators and code not in EVALUATION_RULES:
             return False
         if Path(path) in self.discovered.option_parsers and code not in OPTIONS_RULES:
+            return False
+        if Path(path) in self.discovered.step_helpers and code not in STEP_RULES:
             return False
         spans = self.discovered.loader_lines.get(Path(path))
         if spans is not None and code in LOADER_RULES and not _within(line, spans):

@@ -78,10 +78,52 @@ def _project_table_conv(rule: Rule, call: cst.Call) -> bool:
     func = call.func
     if not isinstance(func, cst.Call | cst.Subscript):
         return False
+    table = _table_definition(rule, func)
+    return table is not None and table.conv
+
+
+def _table_definition(rule: Rule, func: cst.Call | cst.Subscript) -> LocalDefinition | None:
+    """What a table of the project's definitions builds: `resnet.__dict__[arch]` of a project
+    module, `MODELS[args.model]` of `from models import MODELS` (the dict's entries weighed
+    together), or a dict of the linted file itself whose entries are the project's
+    (pytorch-gan-collections' `net_G_models = {'cnn32': models.Generator32}`)."""
     table = module_table_definition(rule, func)
     if table is None and isinstance(func, cst.Subscript) and isinstance(func.value, cst.Name):
-        table = local_definition(rule, func.value.value)
-    return table is not None and table.conv
+        table = local_definition(rule, func.value.value) or _file_table(rule, func.value.value)
+    return table
+
+
+def _file_table(rule: Rule, name: str) -> LocalDefinition | None:
+    """The entries of `name = {...}`, bound once at the linted file's top level, when every
+    entry is a definition of the project: convolutional when all are."""
+    bound = [
+        s.value
+        for line in rule.context.module.body
+        if isinstance(line, cst.SimpleStatementLine)
+        for s in line.body
+        if isinstance(s, cst.Assign)
+        and len(s.targets) == 1
+        and isinstance(s.targets[0].target, cst.Name)
+        and s.targets[0].target.value == name
+    ]
+    if len(bound) != 1 or not isinstance(bound[0], cst.Dict) or not bound[0].elements:
+        return None
+    entries = []
+    for element in bound[0].elements:
+        value = element.value if isinstance(element, cst.DictElement) else None
+        if not isinstance(value, cst.Name | cst.Attribute):
+            return None
+        found = picked_definition(rule, cst.Call(func=value))
+        if found is None:
+            return None
+        entries.append(found)
+    return LocalDefinition(
+        name,
+        conv=all(e.conv for e in entries),
+        conv2d=all(e.conv2d for e in entries),
+        views=any(e.views for e in entries),
+        optimizer=False,
+    )
 
 
 def _project_conv(rule: Rule, call: cst.Call) -> bool:
@@ -250,11 +292,7 @@ def _conv_table(rule: Rule, func: cst.BaseExpression) -> str | None:
         return None
     if isinstance(func, cst.Subscript) and is_conv_zoo_model(rule, cst.Call(func=func)):
         return "fit"  # torchvision's table: no metadata needed
-    table = module_table_definition(rule, func)
-    if table is None and isinstance(func, cst.Subscript) and isinstance(func.value, cst.Name):
-        # `MODELS[args.model]` of `from models import MODELS`: the dict's entries weighed
-        # together (a module's `MODELS = {"unet": UNet, ...}`)
-        table = local_definition(rule, func.value.value)
+    table = _table_definition(rule, func)
     if table is None or not table.conv2d:
         return None
     return "flattens" if table.views else "fit"

@@ -60,11 +60,15 @@ LOADER_RULES = ("AO101", "AO102", "AO104")
 EVALUATION_RULES = ("AO403",)
 # What a module followed because it declares the script's command-line options is checked for.
 OPTIONS_RULES = ("AO502",)
+# What a module followed because the training step runs a function of it on the trained model
+# (MART's `mart_loss(model=model, x_natural=data, ...)`: the adversarial examples it makes every
+# step) is checked for: the tensors it makes on the host, or moves by hand, every step.
+STEP_RULES = ("AO603", "AO608")
 
 
 class Reached(NamedTuple):
     """A module a script's training reaches: where (`path`), what it holds there ("training",
-    "loader", "loader options", "model", "optimizer", "evaluation" or "options") and, for a
+    "loader", "loader options", "model", "optimizer", "evaluation", "options" or "step") and, for a
     module that
     defines the models, the classes the training builds from it (None: all of its classes, a
     module the models take their parts from)."""
@@ -115,6 +119,11 @@ def training_modules(path: Path, source: str, depth: int = 3) -> list[Reached]:
         root,
         exclude=[*found, *loaders_all, *defined, *optimizers, *evaluators],
     )
+    steps = step_helper_modules(
+        [Path(start), *found],
+        root,
+        exclude=[*found, *loaders_all, *defined, *optimizers, *evaluators, *options],
+    )
     return (
         [Reached(m, "training") for m in found]
         + [Reached(m, "loader" if drives else "loader options") for m in loaders]
@@ -123,7 +132,44 @@ def training_modules(path: Path, source: str, depth: int = 3) -> list[Reached]:
         + [Reached(m, "optimizer") for m in optimizers]
         + [Reached(m, "evaluation") for m in evaluators]
         + [Reached(m, "options") for m in options]
+        + [Reached(m, "step") for m in steps]
     )
+
+
+def _runs_backward(target: Target) -> bool:
+    index = load_index(target.path)
+    func = index.functions.get(target.qualname) if index is not None else None
+    return func is not None and func.backward
+
+
+def step_helper_modules(modules: list[Path], root: str, exclude: list[Path] = ()) -> list[Path]:
+    """The project modules whose functions a training loop of `modules` (one that calls
+    `backward()`) calls on every step with a model it runs forward (MART's
+    `mart_loss(model=model, x_natural=data, ...)` in mart.py). Checked for `STEP_RULES` only,
+    and only where the text moves something by hand (`.cuda(`, `.to(`)."""
+    prog = program()
+    targets: list[Target] = []
+    for index, func, sites in _imported_call_sites(modules):
+        if not func.backward:
+            continue
+        for site in sites:
+            if not site.in_loop or site.no_grad:
+                continue
+            for target in prog.resolve(index, func, site.callee):
+                if target.is_class or _runs_backward(target):
+                    continue  # a helper with its own backward is training, not a step's helper
+                summary = prog.summary(target)
+                forwards = [
+                    *(summary.roles_of(position=i) for i in range(len(site.args))),
+                    *(summary.roles_of(keyword=k) for k, _ in site.keywords),
+                ]
+                if any("forward" in roles for roles in forwards):
+                    targets.append(target)
+    return [
+        m
+        for m in _function_modules(targets, [*modules, *exclude], root, "")
+        if ".cuda(" in (text := read_text(m)) or ".to(" in text
+    ]
 
 
 def option_modules(modules: list[Path], root: str, exclude: list[Path] = ()) -> list[Path]:

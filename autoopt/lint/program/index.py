@@ -65,6 +65,15 @@ ITERATION_WRAPPERS = frozenset(
         "log_every",
     }
 )
+
+
+def wraps_iteration(name: str) -> bool:
+    """`name` wraps an iterable that a loop iterates instead: one of ITERATION_WRAPPERS, or a
+    project's own tqdm (Ultra-Fast-Lane-Detection's `dist_tqdm(loader)`, a tqdm on the main
+    process only)."""
+    return name in ITERATION_WRAPPERS or name.endswith("tqdm")
+
+
 NO_GRAD_CONTEXTS = frozenset({"no_grad", "inference_mode"})
 # Methods that return the object they are called on (a module placed or cast, in place).
 _SAME_OBJECT = frozenset({"to", "cuda", "cpu", "train", "eval", "half", "float", "double"})
@@ -145,6 +154,10 @@ class FunctionInfo:
     line: int = 0
     # a method whose body only says "a subclass does this" (`raise NotImplementedError`, `pass`)
     abstract: bool = False
+    # the names a loop binds to each batch -> what it iterates (`for data_label in
+    # progress_bar` -> ("data_loader",)): a batch handed to a helper that moves it to a
+    # device moves the loader's batches (Ultra-Fast-Lane's `inference(net, data_label)`)
+    batches: dict[str, Dotted] = field(default_factory=dict)
 
     def use(self, name: Dotted, role: str) -> None:
         self.uses.setdefault(name, set()).add(role)
@@ -526,7 +539,7 @@ def _iterated(expr: ast.expr) -> list[Dotted]:
         return [name]
     if isinstance(expr, ast.Call):
         callee = dotted_of(expr.func)
-        if callee and callee[-1] in ITERATION_WRAPPERS:
+        if callee and wraps_iteration(callee[-1]):
             # zip and chain iterate every argument; the others their first (`enumerate(x,
             # start)`, `log_every(loader, print_freq, header)`)
             iterables = expr.args if callee[-1] in ("zip", "chain") else expr.args[:1]
@@ -684,6 +697,7 @@ class _Scanner:
                     self.info.use(name, "iterated_in_loop")
                 for target in _names_in(node.target):
                     self.batch_of[target] = name
+                    self.info.batches[target] = name
             self.loops += 1
             self.scan_body(node.body)
             self.loops -= 1
@@ -728,7 +742,7 @@ class _Scanner:
             value = self.value(node.value)
             if isinstance(node.value, ast.Call) and (
                 not isinstance(node.value.func, ast.Attribute)
-                or node.value.func.attr in ITERATION_WRAPPERS  # `tqdm.tqdm(enumerate(loader))`
+                or wraps_iteration(node.value.func.attr)  # `tqdm.tqdm(enumerate(loader))`
             ):
                 wrapped = self.iterated(node.value)  # `it = tqdm(loader)`: iterating `it`
                 for target in node.targets:  # iterates the loader

@@ -226,3 +226,23 @@ def text_uses_cuda(text: str) -> bool:
     """The text runs (or can run) on CUDA: `.cuda()`, a "cuda" device string, `torch.cuda`
     (the file-level test of `FileFacts.uses_cuda`, for any file of the project)."""
     return ".cuda(" in text or "'cuda" in text or '"cuda' in text or "torch.cuda" in text
+
+
+# `cudnn.enabled = False`, or `= args.enable_cudnn` of a `store_true` flag (off unless given)
+_CUDNN_OFF = re.compile(r"cudnn\.enabled\s*=\s*(?:False\b|args\.(\w+))")
+
+
+def switches_cudnn_off(text: str) -> bool:
+    """`text` switches cuDNN off: `torch.backends.cudnn.enabled = False`, or set from a
+    command-line flag that is off by default (Rainbow's `--enable-cudnn`, `store_true`); a
+    config's `CUDNN.ENABLED` (True in HRNet's defaults) is not."""
+    if "cudnn.enabled" not in text:
+        return False
+    for match in _CUDNN_OFF.finditer(text):
+        flag = match.group(1)
+        if flag is None:
+            return True
+        spelled = flag.replace("_", "[-_]")
+        if re.search(rf"""["']--{spelled}["'][^)]*store_true""", text):
+            return True
+    return False

@@ -902,6 +902,11 @@ class Program:
                 if site.in_loop and "loader" in roles:
                     roles.add("loader_per_epoch")
                 by_name.setdefault(arg, set()).update(roles)
+        for batch, loader in func.batches.items():
+            # a batch a helper copies to a device (`inference(net, data_label)` doing
+            # `img.cuda()`): the loader's batches go to the device
+            if by_name.get((batch,), set()) & {"copied_to_device", "copied_to_device_non_blocking"}:
+                by_name.setdefault(loader, set()).add("batches_to_device")
         for name, values in func.assigns.items():
             # `data_loader = self.vcc_loader`, then `iter(data_loader)` (autovc's Solver): what
             # is done with the local name as a loader is done with what it holds; also with an

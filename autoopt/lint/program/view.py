@@ -47,6 +47,7 @@ from autoopt.lint.program.project_text import (
     importers_of,
     imports_training,
     read_text,
+    switches_cudnn_off,
     text_trains,
     text_uses_cuda,
 )
@@ -122,6 +123,17 @@ class ProgramView:
         # `x.to(rank)`) or reads its caller's (federated-learning's `LocalUpdate.train`,
         # `.to(self.args.device)`), imported by a script that trains on CUDA
         return bool(self.facts.backward_calls) and self.serves_cuda_training
+
+    @functools.cached_property
+    def cudnn_off(self) -> bool:
+        """The program runs with cuDNN switched off (`cudnn.enabled = False`): in this file, a
+        script that imports it, or a project module it imports (crnn-pytorch's train.py imports
+        evaluate.py, which switches it off at import)."""
+        return (
+            switches_cudnn_off(self.facts.source)
+            or self.importer_text_says(switches_cudnn_off)
+            or self.reaches_text_that_says(switches_cudnn_off)
+        )
 
     @functools.cached_property
     def _path(self) -> Path:
@@ -392,6 +404,21 @@ class ProgramView:
             if func is not None and func.data_parallel:
                 return _shown_path(module.path), func.data_parallel
         return None
+
+    def thin_data_parallel(self, call: cst.Call) -> bool:
+        """`call` builds a project class that subclasses `nn.DataParallel` and keeps its
+        scatter, forward and gather (Wave-U-Net's `model_utils.DataParallel`, which only adds
+        `__getattr__`): DataParallel itself. A subclass with its own gather (a tutorial's
+        balanced `DataParallelModel`) is the user's own class."""
+        for target, module, _ in self._callees(call):
+            cls = module.classes.get(target.qualname) if target.is_class else None
+            if cls is None:
+                continue
+            chain = [(module, cls), *self.program.all_bases(module, cls)]
+            if not any(_names_torch_class(m, b, "DataParallel") for m, c in chain for b in c.bases):
+                continue
+            return not any(set(c.methods) & {"scatter", "gather", "forward"} for _, c in chain)
+        return False
 
     def determinism_in_callee(self, call: cst.Call) -> tuple[str, int] | None:
         """Where a function of the project that `call` runs asks for determinism whenever it
@@ -770,8 +797,13 @@ def training_call_sites(
 def _names_data_loader(module: ModuleIndex, base: Dotted) -> bool:
     """`base` of a class of `module` is torch's DataLoader, also under an alias (meshed-memory-
     transformer's `from torch.utils.data import DataLoader as TorchDataLoader`)."""
+    return _names_torch_class(module, base, "DataLoader")
+
+
+def _names_torch_class(module: ModuleIndex, base: Dotted, name: str) -> bool:
+    """`base` of a class of `module` is torch's class `name`, also under an alias."""
     imported = module.imports.get(base[-1]) if len(base) == 1 else None
-    return base[-1] == "DataLoader" or (imported is not None and imported[1] == "DataLoader")
+    return base[-1] == name or (imported is not None and imported[1] == name)
 
 
 # ----- the file among the project's modules -----------------------------------------------------
