@@ -72,6 +72,8 @@ SPLITS = {
     "fresh-ah": (HERE / "fresh_ah.json", HERE / "_repos_fresh_ah"),
     "fresh-ai": (HERE / "fresh_ai.json", HERE / "_repos_fresh_ai"),
     "fresh-aj": (HERE / "fresh_aj.json", HERE / "_repos_fresh_aj"),
+    "fresh-ak": (HERE / "fresh_ak.json", HERE / "_repos_fresh_ak"),
+    "fresh-al": (HERE / "fresh_al.json", HERE / "_repos_fresh_al"),
 }
 TORCH_DIR = "torch"
 
