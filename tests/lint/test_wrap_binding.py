@@ -1029,3 +1029,199 @@ def test_a_factory_returning_the_model_and_its_optimizer_pairs_them() -> None:
         """
     )
     assert found == ["model, batches, optimizer = autoopt.optimize(model, batches, optimizer)"]
+
+
+def test_a_data_parallel_wrap_in_the_constructor_comes_before_the_optimizer() -> None:
+    """EEG-Conformer: `__init__` wraps `self.model` in DataParallel, `train()` builds the Adam
+    over it; 2s-AGCN: the constructor calls `self.load_model()` (the wrap), then
+    `self.load_optimizer()`."""
+    for code in (
+        """
+        import torch
+        import torch.nn as nn
+
+        class ExP:
+            def __init__(self):
+                self.model = Conformer().cuda()
+                self.model = nn.DataParallel(self.model, device_ids=[0])
+
+            def train(self):
+                self.optimizer = torch.optim.Adam(self.model.parameters())
+                for img, label in self.dataloader:
+                    self.optimizer.zero_grad()
+                    self.model(img).sum().backward()
+                    self.optimizer.step()
+
+        ExP().train()
+        """,
+        """
+        import torch
+        import torch.nn as nn
+
+        class Processor:
+            def __init__(self, arg):
+                self.load_model()
+                self.load_optimizer()
+
+            def load_model(self):
+                self.model = Model().cuda()
+                self.model = nn.DataParallel(self.model, device_ids=[0, 1])
+
+            def load_optimizer(self):
+                self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.1)
+
+            def train(self):
+                for x in self.loader:
+                    self.optimizer.zero_grad()
+                    self.model(x).sum().backward()
+                    self.optimizer.step()
+
+        Processor(arg).train()
+        """,
+    ):
+        result = wrap(code)
+        assert result.declined and "DataParallel before the optimizer exists" in result.message
+
+
+def test_a_modules_train_mode_is_no_stepping_wrapper_and_a_frozen_wrap_is_not_the_model() -> None:
+    """FourCastNet: the Trainer's own `train()` steps the optimizer, so `self.model.train()`
+    read as a wrapper's step declined the script ("wraps the torch optimizer"); the DDP wrap
+    of the frozen `self.model_wind` before the optimizer is not the trained model's."""
+    found = calls(
+        """
+        import torch
+        from torch.nn.parallel import DistributedDataParallel
+
+        class Trainer:
+            def __init__(self, params):
+                self.device = torch.cuda.current_device()
+                if params.precip:
+                    self.model_wind = Wind().to(self.device)
+                    self.model_wind = DistributedDataParallel(self.model_wind, device_ids=[0])
+                self.model = AFNONet(params).to(self.device)
+                self.optimizer = torch.optim.Adam(self.model.parameters(), lr=params.lr)
+                self.model = DistributedDataParallel(self.model, device_ids=[0])
+
+            def train(self):
+                for epoch in range(10):
+                    self.model.train()
+                    for data in self.train_data_loader:
+                        self.model.zero_grad()  # the model's, as FourCastNet does
+                        self.model(data).sum().backward()
+                        self.optimizer.step()
+
+        Trainer(params).train()
+        """
+    )
+    assert found == [
+        "self.model, self.train_data_loader, self.optimizer = autoopt.optimize(self.model, "
+        "self.train_data_loader, self.optimizer, device=self.device, distributed=False)  "
+        "# autoopt: distributed=False (own DDP/FSDP/DataParallel wrap)"
+    ]
+
+
+def test_a_dataset_changed_in_place_by_the_name_the_loader_was_built_over() -> None:
+    """world-models: `dataset_train.load_next_buffer()` each epoch, for `train_loader =
+    DataLoader(dataset_train, ...)`."""
+    result = wrap(
+        """
+        import torch
+
+        dataset_train = RolloutObservationDataset("datasets/carracing")
+        train_loader = torch.utils.data.DataLoader(dataset_train, batch_size=32, num_workers=2)
+        model = VAE().to(device)
+        optimizer = torch.optim.Adam(model.parameters())
+
+        def train(epoch):
+            dataset_train.load_next_buffer()
+            for data in train_loader:
+                optimizer.zero_grad()
+                model(data.to(device)).sum().backward()
+                optimizer.step()
+
+        for epoch in range(10):
+            train(epoch)
+        """
+    )
+    assert result.declined and "dataset_train.load_next_buffer()" in result.message
+
+
+def test_an_optimizer_wrapper_a_factory_returns_is_declined_as_a_wrapper() -> None:
+    """end2end-asr: `opt = init_optimizer(args, model, "noam")` returns `NoamOpt(...)`, a
+    plain class stepping the Adam it holds; was declined as "model not bound on every path"."""
+    result = wrap(
+        """
+        import torch
+
+        class NoamOpt:
+            def __init__(self, warmup, optimizer):
+                self.optimizer = optimizer
+
+            def step(self):
+                self.optimizer.step()
+
+        def init_optimizer(args, model, opt_type="noam"):
+            if opt_type == "noam":
+                opt = NoamOpt(args.warmup, torch.optim.Adam(model.parameters()))
+            else:
+                opt = None
+            return opt
+
+        if args.model == "TRFS":
+            model = Transformer()
+            opt = init_optimizer(args, model, "noam")
+        else:
+            print("not supported")
+        for x in loader:
+            opt.optimizer.zero_grad()
+            model(x).sum().backward()
+            opt.step()
+        """
+    )
+    assert result.declined and "an instance of NoamOpt" in result.message
+
+
+def test_parameter_groups_appended_in_a_loop_over_the_models_parameters() -> None:
+    """F3Net: `for name, param in net.named_parameters(): base.append(param)` / `head`, then
+    `SGD([{'params': base}, {'params': head}])`; was "cannot tell which model"."""
+    found = calls(
+        """
+        import torch
+
+        net = Network(cfg)
+        net.cuda()
+        base, head = [], []
+        for name, param in net.named_parameters():
+            if "bkbone" in name:
+                base.append(param)
+            else:
+                head.append(param)
+        optimizer = torch.optim.SGD([{"params": base}, {"params": head}], lr=0.05)
+        for image, mask in loader:
+            optimizer.zero_grad()
+            net(image.cuda()).sum().backward()
+            optimizer.step()
+        """
+    )
+    assert found == [
+        'net, loader, optimizer = autoopt.optimize(net, loader, optimizer, device="cuda")'
+    ]
+
+
+def test_an_optimizer_over_the_wrapped_models_module_still_sees_the_wrap() -> None:
+    """`model = DDP(model)` then `Adam(model.module.parameters())`: the wrap is the trained
+    model's (the filter that skips a frozen model's wrap must not skip this one)."""
+    result = wrap(
+        """
+        import torch
+
+        model = Net().cuda()
+        model = torch.nn.DataParallel(model)
+        optimizer = torch.optim.Adam(model.module.parameters())
+        for x in loader:
+            optimizer.zero_grad()
+            model(x.cuda()).sum().backward()
+            optimizer.step()
+        """
+    )
+    assert result.declined and "DataParallel before the optimizer exists" in result.message

@@ -1017,3 +1017,46 @@ def test_a_star_re_export_and_a_base_constructor_called_through_super(tmp_path: 
     assert result.inserted == (
         'model, loader, optimizer = autoopt.optimize(model, loader, optimizer, device="cpu")',
     )
+
+
+def test_an_optimizer_an_object_of_a_local_class_holds(tmp_path: Path) -> None:
+    """generative-inpainting: `trainer = Trainer(config)`, `trainer_module = trainer.module`
+    (or `trainer`), and the loop steps `trainer_module.optimizer_d`: the optimizers are
+    created in `Trainer.__init__` of trainer.py. Was "no optimizer is stepped"."""
+    script = project(
+        tmp_path,
+        {
+            "train.py": """\
+                import torch
+                from data import make_loader
+                from trainer import Trainer
+
+                def main():
+                    trainer = Trainer(config)
+                    trainer = torch.nn.parallel.DataParallel(trainer, device_ids=[0, 1])
+                    trainer_module = trainer.module
+                    for x, y in make_loader():
+                        loss = trainer(x, y)
+                        trainer_module.optimizer_d.zero_grad()
+                        loss.backward()
+                        trainer_module.optimizer_d.step()
+                """,
+            "data.py": LOADER,
+            "trainer.py": """\
+                import torch
+
+                class Trainer(torch.nn.Module):
+                    def __init__(self, config):
+                        super().__init__()
+                        self.netD = torch.nn.Linear(8, 1)
+                        self.optimizer_d = torch.optim.Adam(self.netD.parameters())
+
+                    def forward(self, x, y):
+                        return torch.nn.functional.mse_loss(self.netD(x), y)
+                """,
+        },
+    )
+    result = wrap(script)
+    assert result.declined
+    assert "the optimizer is created in Trainer.__init__() of " in result.message
+    assert "trainer.py, which this script runs" in result.message

@@ -69,7 +69,8 @@ def place_call(
                     return decline.optimizer_in_training_loop(origin.expr, header(loop))
         return decline.created_in_loop()
     options = call_options(code, trainers, forced)
-    if "distributed" in options and (why := wrapped_before(code, home, anchor)):
+    over = {p.model for p in pairs}
+    if "distributed" in options and (why := wrapped_before(code, home, anchor, over=over)):
         return decline.parallel_before_optimizer(why)
     if (apex := apex_before(home, anchor)) is not None:
         return decline.own_precision_late("apex amp", statement_of(file, apex))

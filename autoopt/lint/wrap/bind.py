@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from autoopt.lint.program.library import OPTIMIZER_FACTORIES
-from autoopt.lint.tree.nodes import code_of, is_name
+from autoopt.lint.tree.nodes import code_of, is_name, names_in
 from autoopt.lint.wrap import decline
 from autoopt.lint.wrap.call import Pair
-from autoopt.lint.wrap.codebase import CodeBase, Func
+from autoopt.lint.wrap.codebase import CodeBase, Func, SourceFile
 from autoopt.lint.wrap.decline import Decline
 from autoopt.lint.wrap.loop import Use, loop_around_calls, runs_epochs
 from autoopt.lint.wrap.options import wrapped_by_callers
@@ -326,8 +326,21 @@ def _values_of(home: Func, name: str, before: cst.CSTNode) -> list[cst.BaseExpre
             and is_name(node.func.value, name)
             and node.args
         ):
-            values.append(node.args[0].value)
+            values.append(_loop_source(file, node, node.args[0].value))
     return values
+
+
+def _loop_source(
+    file: SourceFile, at: cst.CSTNode, value: cst.BaseExpression
+) -> cst.BaseExpression:
+    """What `value` is drawn from when it is the target of a for loop around `at` (F3Net's
+    `for name, param in net.named_parameters(): base.append(param)`: the named parameters);
+    else `value` itself."""
+    if isinstance(value, cst.Name):
+        for loop in file.ancestors(at):
+            if isinstance(loop, cst.For) and value.value in names_in(loop.target):
+                return loop.iter
+    return value
 
 
 def _model_factory_method(home: Func, func: cst.Attribute) -> bool:

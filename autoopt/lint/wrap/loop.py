@@ -15,6 +15,7 @@ import libcst as cst
 from autoopt.lint.tree.nodes import code_of
 from autoopt.lint.wrap.codebase import CodeBase, Func, SourceFile
 from autoopt.lint.wrap.tree import (
+    MODEL_METHODS,
     assignments_of,
     bound_to,
     is_member_object,
@@ -141,7 +142,12 @@ def optimizer_uses(
             receiver = source  # `for opt in optimizers: opt.step()`
             if training is not None:
                 training.collections.add(code_of(source))
-        if attr != "step" and is_object(receiver) and wrappers.wrapper_of(call):
+        if (
+            attr != "step"
+            and attr not in MODEL_METHODS  # `self.model.train()`: a module's mode, not a
+            and is_object(receiver)  # wrapper's stepping `train()` (FourCastNet's Trainer)
+            and wrappers.wrapper_of(call)
+        ):
             # `optimizer.step_and_update_lr()` of a class wrapping the optimizer
             stepped.setdefault(code_of(receiver), call)
         elif attr != "step" and "step" in attr.lower() and not call.args and is_object(receiver):
@@ -224,6 +230,23 @@ class OptimizerWrappers:
                 found = self.code.called_class(home.file, value.func)
                 if found is not None and (methods := self.steppers(*found)):
                     return code_of(value.func), methods
+                # a local factory that returns one (end2end-asr's `init_optimizer(args, model,
+                # "noam")` returning `NoamOpt(..., torch.optim.Adam(...))`)
+                factory = self.code.resolve(home.file, value) if found is None else None
+                if factory is not None and (made := self._returned_wrapper(factory)):
+                    return made
+        return None
+
+    def _returned_wrapper(self, factory: Func) -> tuple[str, set[str]] | None:
+        for node in factory.statements():
+            if isinstance(node, cst.Return) and isinstance(node.value, cst.Name):
+                name = node.value.value
+                for assign in assignments_of(factory, name):
+                    value = bound_to(assign, name)
+                    if isinstance(value, cst.Call):
+                        found = self.code.called_class(factory.file, value.func)
+                        if found is not None and (methods := self.steppers(*found)):
+                            return code_of(value.func), methods
         return None
 
 

@@ -222,7 +222,11 @@ def is_parallel_wrap(file: SourceFile, call: cst.Call) -> bool:
 
 
 def wrapped_before(
-    code: CodeBase, home: Func, anchor: cst.CSTNode, skip: Func | None = None
+    code: CodeBase,
+    home: Func,
+    anchor: cst.CSTNode,
+    skip: Func | None = None,
+    over: set[str] = frozenset(),
 ) -> ParallelWrap | None:
     """The data-parallel wrap of the model that runs before the statement `anchor` of `home`
     (the model is no longer bare where the call would go), if there is one: the last, the one
@@ -237,6 +241,8 @@ def wrapped_before(
         if not file.before(call, anchor):
             continue
         if is_parallel_wrap(file, call):
+            if over and not _wraps_one_of(file, call, over):
+                continue  # FourCastNet's frozen `self.model_wind`: not what the optimizer trains
             wrapper, helper = wrapper_name(file, call), None
         else:
             target = code.resolve(file, call)
@@ -258,6 +264,46 @@ def wrapped_before(
         statement = statement_of(file, call)
         found = ParallelWrap(statement, wrapper, helper, outer if outer != statement else None)
     return found
+
+
+def _wraps_one_of(file: SourceFile, call: cst.Call, over: set[str]) -> bool:
+    """The wrap `call` takes, or is bound to, one of `over`."""
+    holder = file.parent(call)
+    targets = [code_of(t.target) for t in holder.targets] if isinstance(holder, cst.Assign) else []
+    first = code_of(call.args[0].value) if call.args else ""
+    # `model.module.parameters()` reads the wrapped `model`'s parameters
+    return any(o == name or o.startswith(f"{name}.") for name in (*targets, first) for o in over)
+
+
+def wrapped_in_constructor(code: CodeBase, home: Func, over: set[str]) -> ParallelWrap | None:
+    """The data-parallel wrap the constructor of `home`'s class gives one of `over` (the
+    `self.` attributes the optimizer is built over) before `home`, another method, creates the
+    optimizer (EEG-Conformer's `__init__`: `self.model = nn.DataParallel(self.model)`, the
+    Adam in `train()`)."""
+    if home.cls is None or home.name == "__init__":
+        return None
+    init = code.method(home.file, home.cls, "__init__")
+    if init is None:
+        return None
+    # the constructor's own statements, and the methods it calls before the optimizer's
+    # (2s-AGCN's `self.load_model()` wrapping, then `self.load_optimizer()`)
+    scopes = [init]
+    for call in init.calls():
+        target = code.resolve(init.file, call)
+        if target == home:
+            break
+        if target is not None and target.cls is home.cls:
+            scopes.append(target)
+    for scope in scopes:
+        for call in scope.calls():
+            holder = scope.file.parent(call)
+            if (
+                is_parallel_wrap(scope.file, call)
+                and isinstance(holder, cst.Assign)
+                and any(code_of(t.target) in over for t in holder.targets)
+            ):
+                return ParallelWrap(statement_of(scope.file, call), wrapper_name(scope.file, call))
+    return None
 
 
 def _optimizer_inputs(func: Func) -> set[str]:

@@ -83,6 +83,8 @@ class Tracer:
         found: list[Origin] = []
         if expr.count(".") == 2 and expr.startswith("self.") and func.cls is not None:
             return self._through_member(func, expr, depth)
+        if expr.count(".") == 1 and not expr.startswith(("self.", "cls.")):
+            return self._through_object(func, expr, depth)
         if expr.startswith("self.") and func.cls is not None:
             binding = [
                 (m, b)
@@ -136,6 +138,29 @@ class Tracer:
                 methods = self.code.class_methods(*owner) if owner else []
                 if methods:
                     found += self.origins(methods[0], f"self.{attr}", None, depth + 1)
+        return found
+
+    def _through_object(self, func: Func, expr: str, depth: int) -> list[Origin]:
+        """`trainer_module.optimizer_d`: where the local class of `trainer_module` (`trainer =
+        Trainer(config)`, then `trainer_module = trainer.module` or `= trainer`) binds
+        `self.optimizer_d` (generative-inpainting)."""
+        name, _, attr = expr.partition(".")
+        found: list[Origin] = []
+        for bind in assignments_of(func, name):
+            value = bound_to(bind, name)
+            while isinstance(value, cst.Attribute) and value.attr.value == "module":
+                value = value.value  # the module inside a DataParallel wrap
+            if isinstance(value, cst.Name) and value.value != name and depth < _MAX_DEPTH:
+                found += self._through_object(func, f"{value.value}.{attr}", depth + 1)
+                continue
+            owner = (
+                self.code.called_class(func.file, value.func)
+                if isinstance(value, cst.Call)
+                else None
+            )
+            methods = self.code.class_methods(*owner) if owner else []
+            if methods:
+                found += self.origins(methods[0], f"self.{attr}", None, depth + 1)
         return found
 
     def _through_callers(self, func: Func, param: str, depth: int) -> list[Origin]:

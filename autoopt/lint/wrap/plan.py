@@ -36,7 +36,7 @@ from pathlib import Path
 import libcst as cst
 
 from autoopt.lint.program.library import OPTIMIZER_CLASSES, OPTIMIZER_FACTORIES
-from autoopt.lint.tree.nodes import code_of, names_in
+from autoopt.lint.tree.nodes import code_of, names_in, walk
 from autoopt.lint.wrap import decline
 from autoopt.lint.wrap.anchor import (
     called_in,
@@ -54,9 +54,15 @@ from autoopt.lint.wrap.codebase import CodeBase, Func, SourceFile
 from autoopt.lint.wrap.decline import Decline
 from autoopt.lint.wrap.device import device_for, moved_after
 from autoopt.lint.wrap.loop import OptimizerWrappers, Training, find_training, training_functions
-from autoopt.lint.wrap.options import conflict, own_precision, scaler_steps, wrapped_before
+from autoopt.lint.wrap.options import (
+    conflict,
+    own_precision,
+    scaler_steps,
+    wrapped_before,
+    wrapped_in_constructor,
+)
 from autoopt.lint.wrap.origins import Origin, bind_optimizers
-from autoopt.lint.wrap.tree import statement_of
+from autoopt.lint.wrap.tree import assignments_of, statement_of
 
 __all__ = ["Decline", "Pair", "Plan", "plan_wrap"]
 
@@ -125,6 +131,18 @@ def _plan(code: CodeBase) -> Plan | Decline:
     if isinstance(bound, Decline):
         return bound
     return _place(code, bound.home, bound.optimizers, bound.stepped, training, wrappers)
+
+
+def _read_parameters_of(optimizers: list[Origin]) -> set[str]:
+    """What the optimizers' creation reads the parameters of (`self.model` of
+    `Adam(self.model.parameters())`)."""
+    return {
+        code_of(n.value)
+        for o in optimizers
+        for a in o.assigns
+        for n in walk(a)
+        if isinstance(n, cst.Attribute) and n.attr.value in ("parameters", "named_parameters")
+    }
 
 
 def _no_loop_reached(code: CodeBase) -> Decline:
@@ -241,17 +259,50 @@ def _dataset_changed(home: Func, trainers: list[Func], loader: str) -> str | Non
     (`train_loader.dataset.ng_sample()`, NCF's negatives drawn again each epoch), as written:
     optimize() rebuilds the loader with persistent workers, which keep the dataset as it was
     at their start."""
+    # the dataset by the loader (`loader.dataset`), or by the name it was built over
+    # (world-models: `dataset_train.load_next_buffer()` for `DataLoader(dataset_train, ...)`)
+    named = _built_over(home, loader)
     for func in dict.fromkeys([home, *trainers]):
+        # the dataset's name means it where `home` binds it: there, or read as a global
+        # (mnist's `data` is the dataset in main() and a batch in train())
+        datasets = {f"{loader}.dataset"} | (
+            named if func == home else {n for n in named if not _binds(func, n)}
+        )
         for call in func.calls():
             owner = call.func.value if isinstance(call.func, cst.Attribute) else None
             if (
-                isinstance(owner, cst.Attribute)
-                and owner.attr.value == "dataset"
-                and code_of(owner.value) == loader
+                owner is not None
+                and code_of(owner) in datasets
                 and not call.func.attr.value.startswith("__")  # type: ignore[union-attr]
             ):
                 return code_of(call)
     return None
+
+
+def _binds(func: Func, name: str) -> bool:
+    """`func` binds `name` itself: an assignment, a parameter, a for loop's target."""
+    return (
+        bool(assignments_of(func, name))
+        or name in func.params()
+        or any(isinstance(n, cst.For) and name in names_in(n.target) for n in func.statements())
+    )
+
+
+def _built_over(home: Func, loader: str) -> set[str]:
+    """The names of the datasets `loader` is built over in `home` (`DataLoader(dataset_train,
+    ...)`, `dataset=`)."""
+    found = set()
+    for assign in assignments_of(home, loader):
+        value = getattr(assign, "value", None)
+        if isinstance(value, cst.Call) and code_of(value.func).split(".")[-1] == "DataLoader":
+            first = next((a for a in value.args if a.keyword is None), None)
+            named = next(
+                (a for a in value.args if a.keyword is not None and a.keyword.value == "dataset"),
+                first,
+            )
+            if named is not None and isinstance(named.value, cst.Name):
+                found.add(named.value.value)
+    return found
 
 
 def _is_module_forward(func: Func) -> bool:
@@ -299,7 +350,10 @@ def _place(
     # the call, whatever the optimizer is built over: say so first (parameter groups
     # gathered in a loop would otherwise be "cannot tell the model").
     first = min((a for o in optimizers for a in o.assigns), key=lambda a: home.file.order[id(a)])
-    if early := wrapped_before(code, home, first):
+    over = _read_parameters_of(optimizers)
+    if early := wrapped_before(code, home, first, over=over) or wrapped_in_constructor(
+        code, home, over
+    ):
         return decline.parallel_before_optimizer(early)
     if why := scaler_steps(training.steppers, stepped):
         return why
