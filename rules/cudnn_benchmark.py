@@ -15,7 +15,7 @@ from autoopt.lint.program.project_facts import argparse_default, definition_at
 from autoopt.lint.program.project_text import text_uses_cuda
 from autoopt.lint.program.torch_api import torch_imports
 from autoopt.lint.tree.edits import insert_after_imports, statement_line
-from autoopt.lint.tree.nodes import calls_in, is_true, nodes_of_type
+from autoopt.lint.tree.nodes import calls_in, code_of, is_name, is_true, nodes_of_type
 
 _BENCHMARK = "torch.backends.cudnn.benchmark"
 
@@ -105,6 +105,37 @@ class CudnnBenchmark(Rule):
     requires = (GPU_MARKERS, (".backward(", "__main__"))
 
     VALID = [
+        Valid(  # a seed given by default asks for determinism (SFA3D's --seed 2020)
+            """
+            import argparse
+            import torch
+            import torchvision.models as models
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--seed", type=int, default=2020)
+            configs = parser.parse_args()
+            if configs.seed is not None:
+                torch.manual_seed(configs.seed)
+                torch.backends.cudnn.deterministic = True
+                torch.backends.cudnn.benchmark = False
+            model = models.resnet18().cuda()
+            for x, y in loader:
+                loss_fn(model(x.cuda()), y.cuda()).backward()
+            """
+        ),
+        Valid(  # set in the main block, which every run passes (SPT_LSA_ViT)
+            """
+            import torch
+            import torchvision.models as models
+            def main():
+                model = models.resnet18().cuda()
+                for x, y in loader:
+                    loss_fn(model(x.cuda()), y.cuda()).backward()
+            if __name__ == "__main__":
+                torch.backends.cudnn.benchmark = False
+                torch.backends.cudnn.deterministic = True
+                main()
+            """
+        ),
         Valid(  # determinism under a flag that is on by default (memae's --IsDeter)
             """
             import argparse
@@ -372,10 +403,25 @@ class CudnnBenchmark(Rule):
         if not requests or len(branches) != 1:
             return None
         (branch,) = branches.values()
-        default = argparse_default(self, branch.test) if branch is not None else None
-        if default is not None and default[0] is True:
+        if branch is not None and self._on_by_default(branch.test):
             return None  # `if opt.IsDeter:` with `default=True` (memae): the default run asks
         return branch
+
+    def _on_by_default(self, test: cst.BaseExpression) -> bool:
+        """`test` holds with the command line's defaults: `opt.IsDeter` (`default=True`),
+        `args.deterministic` (`default=1`, UA-MT), `configs.seed is not None` (`default=2020`,
+        SFA3D)."""
+        if (
+            isinstance(test, cst.Comparison)
+            and len(test.comparisons) == 1
+            and isinstance(test.comparisons[0].operator, cst.IsNot | cst.Is)
+            and is_name(test.comparisons[0].comparator, "None")
+        ):
+            found = argparse_default(self, test.left)
+            is_none = isinstance(test.comparisons[0].operator, cst.Is)
+            return found is not None and (found[0] is None) == is_none
+        found = argparse_default(self, test)
+        return found is not None and type(found[0]) in (bool, int) and bool(found[0])
 
     @functools.cached_property
     def _settings(self) -> list[cst.CSTNode]:
@@ -395,6 +441,9 @@ class CudnnBenchmark(Rule):
         facts = self.context.facts
         below: cst.CSTNode = node
         for anc in facts.ancestors(node):
+            if isinstance(anc, cst.If) and "__main__" in code_of(anc.test):
+                below = anc  # `if __name__ == "__main__":` runs every time (SPT_LSA_ViT)
+                continue
             if isinstance(anc, cst.If):
                 in_body = below is anc.body
                 return anc if in_body and anc.orelse is None else None

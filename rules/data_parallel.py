@@ -115,6 +115,15 @@ class DataParallel(Rule):
             model = torch.nn.DataParallel(model).cuda()
             """
         ),
+        Valid(  # one GPU made visible from a one-element list (EEG-Conformer)
+            """
+            import os
+            gpus = [0]
+            os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, gpus))
+            import torch
+            model = torch.nn.DataParallel(Net(), device_ids=[i for i in range(len(gpus))]).cuda()
+            """
+        ),
         Valid(  # one GPU made visible by an option's default (FedAvg)
             """
             import argparse, os
@@ -142,6 +151,18 @@ class DataParallel(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # "-1" hides every GPU by default: the GPUs are chosen at launch (YOLOv4)
+            """
+            import argparse, os
+            import torch
+            parser = argparse.ArgumentParser()
+            parser.add_argument("-g", "--gpu", type=str, default="-1")
+            cfg = parser.parse_args()
+            os.environ["CUDA_VISIBLE_DEVICES"] = cfg.gpu
+            model = torch.nn.DataParallel(Net()).cuda()
+            """,
+            line=7,
+        ),
         Invalid(  # the option's default makes two GPUs visible
             """
             import argparse, os
@@ -294,6 +315,18 @@ class DataParallel(Rule):
         if literal is not None:
             return literal
         if (
+            isinstance(value, cst.Call)
+            and isinstance(value.func, cst.Attribute)
+            and value.func.attr.value == "join"
+            and len(value.args) == 1
+        ):
+            # `",".join(map(str, gpus))` with `gpus = [0]` at the top (EEG-Conformer)
+            joined = value.args[0].value
+            if isinstance(joined, cst.Call) and code_of(joined.func) == "map" and joined.args:
+                joined = joined.args[-1].value
+            listed = _module_list_of(self.context.module, joined)
+            return "0" if listed is not None and len(listed) == 1 else None
+        if (
             isinstance(value, cst.Subscript)
             and isinstance(value.value, cst.Name)
             and len(value.slice) == 1
@@ -304,6 +337,23 @@ class DataParallel(Rule):
             value = cst.Attribute(value=value.value, attr=cst.Name(key))
         found = argparse_default(self, value)
         return found[0] if found is not None else None
+
+
+def _module_list_of(module: cst.Module, expr: cst.BaseExpression) -> list[cst.BaseElement] | None:
+    """The elements of the list literal `expr` names, bound once at `module`'s top level."""
+    if not isinstance(expr, cst.Name):
+        return None
+    bound = [
+        s.value
+        for line in module.body
+        if isinstance(line, cst.SimpleStatementLine)
+        for s in line.body
+        if isinstance(s, cst.Assign)
+        and any(isinstance(t.target, cst.Name) and t.target.value == expr.value for t in s.targets)
+    ]
+    if len(bound) != 1 or not isinstance(bound[0], cst.List):
+        return None
+    return list(bound[0].elements)
 
 
 def _env_assignments(module: cst.Module) -> list[cst.BaseExpression]:

@@ -352,3 +352,52 @@ def test_batches_a_helper_moves_through_a_projects_own_tqdm(tmp_path: Path) -> N
         ("dataloader.py", "AO102", 9),
         ("dataloader.py", "AO503", 6),
     ]
+
+
+F3NET = """
+from torch import nn
+
+class F3Net(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.body = nn.Sequential(nn.Conv2d(3, 64, 3), nn.ReLU(), nn.Conv2d(64, 1, 3))
+
+    def forward(self, x):
+        return self.body(x)
+"""
+
+F3NET_TRAIN = """
+import torch
+import dataset
+from net import F3Net
+
+def train(Dataset, Network):
+    cfg = Dataset.Config()
+    loader = torch.utils.data.DataLoader(Dataset.Data(cfg), batch_size=32, num_workers=8)
+    net = Network(cfg)
+    net.cuda()
+    optimizer = torch.optim.SGD(net.parameters(), lr=0.05)
+    for image, mask in loader:
+        optimizer.zero_grad()
+        net(image.cuda()).sum().backward()
+        optimizer.step()
+
+if __name__ == "__main__":
+    train(dataset, F3Net)
+"""
+
+
+def test_a_model_class_handed_to_the_training_function(tmp_path: Path) -> None:
+    """F3Net: `train(dataset, F3Net)`, and `net = Network(cfg)` inside: the class every call
+    hands in is the model's (AO601, AO606); two calls handing different classes say nothing."""
+    _project(tmp_path, {"net.py": F3NET, "train.py": F3NET_TRAIN})
+    assert _findings("train.py", "AO601,AO606") == [
+        ("train.py", "AO601", 8),
+        ("train.py", "AO606", 9),
+    ]
+    two = F3NET_TRAIN + "    train(dataset, Mlp)\n"
+    (tmp_path / "train.py").write_text(
+        two.replace("from net import F3Net", "from net import F3Net, Mlp")
+    )
+    (tmp_path / "net.py").write_text(F3NET + "\nclass Mlp(nn.Module):\n    pass\n")
+    assert _findings("train.py", "AO601,AO606") == []

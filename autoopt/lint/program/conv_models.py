@@ -147,7 +147,40 @@ def picked_definition(rule: Rule, call: cst.Call) -> LocalDefinition | None:
     )
     if found is None and _creates_by_name(rule, call):
         found = registered_models_definition(rule)
+    if found is None:
+        found = _handed_class(rule, call)
     return found
+
+
+def _handed_class(rule: Rule, call: cst.Call) -> LocalDefinition | None:
+    """`Network(cfg)` where `Network` is a parameter of the enclosing function and every call
+    of that function in this file hands it the same class of the project (F3Net's `train(dataset,
+    F3Net)` under `if __name__ == "__main__":`)."""
+    if not isinstance(call.func, cst.Name):
+        return None
+    name = call.func.value
+    scope = rule.facts.enclosing_scope(call)
+    if not isinstance(scope, cst.FunctionDef) or name not in {
+        p.name.value for p in (*scope.params.params, *scope.params.kwonly_params)
+    }:
+        return None
+    if rule.facts.enclosing_scope(scope) is not rule.context.module:
+        return None  # a module-level function, called by its name
+    positional = [p.name.value for p in scope.params.params]
+    position = positional.index(name) if name in positional else None
+    index = rule.context.program.index
+    names: set[str] = set()
+    for func in index.functions.values():
+        for site in func.calls:
+            if site.callee != (scope.name.value,):
+                continue
+            passed = dict(site.keywords).get(name)
+            if passed is None and position is not None and position < len(site.args):
+                passed = site.args[position]
+            if passed is None or len(passed) != 1:
+                return None
+            names.add(passed[0])
+    return local_definition(rule, names.pop()) if len(names) == 1 else None
 
 
 def _creates_by_name(rule: Rule, call: cst.Call) -> bool:

@@ -621,13 +621,14 @@ def _is_true(node: ast.expr) -> bool:
 
 
 def _type_test(test: ast.expr) -> bool:
-    """`isinstance(x, T)` (or `not` it): a test of a value's type, not of a clock or a flag."""
+    """`isinstance(x, T)`, `hasattr(t, "item")` (SFA3D's `to_python_float`), or `not` them:
+    a test of a value's type, not of a clock or a flag."""
     if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
         test = test.operand
     return (
         isinstance(test, ast.Call)
         and isinstance(test.func, ast.Name)
-        and test.func.id == "isinstance"
+        and test.func.id in ("isinstance", "hasattr")
     )
 
 
