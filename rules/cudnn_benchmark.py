@@ -72,8 +72,10 @@ class CudnnBenchmark(Rule):
       per run, so the rule stays quiet (AO802 reports scripts that set both). Determinism
       asked for only in one `if` (`if args.seed is not None: cudnn.deterministic = True;
       cudnn.benchmark = False`, with no `else`) leaves the default run with neither: that is
-      flagged, and the fix sets the flag in a new `else:` of that `if`; unless that `if` tests
-      a command-line option that is on by default (`if opt.IsDeter:`, `default=True`).
+      flagged, and the fix sets the flag in a new `else:` of that `if`; unless that `if` holds
+      with the command line's defaults (`if opt.IsDeter:` with `default=True`, `if
+      configs.seed is not None:` with a default seed). The `if __name__ == "__main__":` block
+      is no such `if`: every run passes it.
     - The script has no GPU path (cuDNN is not used on CPU), or the program switches cuDNN off
       (`torch.backends.cudnn.enabled = False` in the script, a script importing it, or a
       module it imports: crnn-pytorch's evaluate.py): not flagged.
