@@ -1225,3 +1225,62 @@ def test_an_optimizer_over_the_wrapped_models_module_still_sees_the_wrap() -> No
         """
     )
     assert result.declined and "DataParallel before the optimizer exists" in result.message
+
+
+def test_wraps_of_an_alias_or_through_a_placement_are_the_trained_models() -> None:
+    """faster-rcnn (bubbliiiing): `model_train = model.train()` wrapped in DataParallel,
+    the optimizer over `model.parameters()`; style-based-gan: `discriminator =
+    nn.DataParallel(Discriminator()).cuda()`. Both are the trained models' wraps."""
+    for code in (
+        """
+        import torch
+
+        model = Net()
+        model_train = model.train()
+        if Cuda:
+            model_train = torch.nn.DataParallel(model_train)
+            model_train = model_train.cuda()
+        optimizer = torch.optim.Adam(model.parameters())
+        for x in loader:
+            optimizer.zero_grad()
+            model_train(x).sum().backward()
+            optimizer.step()
+        """,
+        """
+        import torch
+        from torch import nn
+
+        discriminator = nn.DataParallel(Discriminator()).cuda()
+        d_optimizer = torch.optim.Adam(discriminator.parameters())
+        for x in loader:
+            d_optimizer.zero_grad()
+            discriminator(x.cuda()).sum().backward()
+            d_optimizer.step()
+        """,
+    ):
+        result = wrap(code)
+        assert result.declined and "DataParallel before the optimizer exists" in result.message
+
+
+def test_a_dataset_method_whose_value_is_used_is_a_read() -> None:
+    """DeepLabV3Plus: `train_dst.decode_target(target)` in the loop reads the dataset (a colour
+    map for images to save): no change in place."""
+    found = calls(
+        """
+        import torch
+
+        train_dst = VOCSegmentation(root)
+        train_loader = torch.utils.data.DataLoader(train_dst, batch_size=16, num_workers=2)
+        model = Net()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+        for images, labels in train_loader:
+            optimizer.zero_grad()
+            model(images).sum().backward()
+            optimizer.step()
+            shown = train_dst.decode_target(labels)
+        """
+    )
+    assert found == [
+        "model, train_loader, optimizer = autoopt.optimize(model, train_loader, optimizer, "
+        'device="cpu")'
+    ]

@@ -155,7 +155,13 @@ def optimizer_uses(
             stepped.setdefault(code_of(receiver), call)
             unseen[code_of(receiver)] = attr
         elif (
-            attr == "step" and not call.args and (is_object(receiver) or is_member_object(receiver))
+            attr == "step"
+            and not call.args
+            and (
+                is_object(receiver)
+                or is_member_object(receiver)
+                or _held_by_a_local_object(code, func, receiver)
+            )
         ):
             stepped.setdefault(code_of(receiver), call)
         elif is_object(receiver) and code.step_closure(func.file, call):
@@ -190,6 +196,29 @@ def optimizer_uses(
             if expr in unseen and training is not None:
                 training.unseen_wrappers[expr] = unseen[expr]
     return uses
+
+
+def _held_by_a_local_object(code: CodeBase, func: Func, expr: cst.BaseExpression) -> bool:
+    """`trainer_module.optimizer_d` where `trainer_module` is an instance of a local class
+    (generative-inpainting: `trainer = Trainer(config)`, `trainer_module = trainer.module`);
+    not `optims.discriminator` of a dict nor `model.optimizer` of a model's own."""
+    if not (isinstance(expr, cst.Attribute) and isinstance(expr.value, cst.Name)):
+        return False
+    names, seen = [expr.value.value], set()
+    while names:
+        name = names.pop()
+        if name in seen or name in ("self", "cls"):
+            continue
+        seen.add(name)
+        for assign in assignments_of(func, name):
+            value = bound_to(assign, name)
+            while isinstance(value, cst.Attribute) and value.attr.value == "module":
+                value = value.value  # the module inside a DataParallel wrap
+            if isinstance(value, cst.Name):
+                names.append(value.value)
+            elif isinstance(value, cst.Call) and code.called_class(func.file, value.func):
+                return True
+    return False
 
 
 class OptimizerWrappers:

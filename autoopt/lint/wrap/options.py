@@ -17,7 +17,7 @@ from autoopt.lint.tree.nodes import code_of, nodes_of_type
 from autoopt.lint.wrap import decline
 from autoopt.lint.wrap.codebase import CodeBase, Func, SourceFile
 from autoopt.lint.wrap.decline import Decline, ParallelWrap
-from autoopt.lint.wrap.tree import child_of, common_block, runs_by, statement_of
+from autoopt.lint.wrap.tree import assignments_of, child_of, common_block, runs_by, statement_of
 
 _AMP = ("autocast", "GradScaler")
 # NVIDIA apex amp: it casts and patches the model and optimizer it is handed, after the call.
@@ -241,7 +241,7 @@ def wrapped_before(
         if not file.before(call, anchor):
             continue
         if is_parallel_wrap(file, call):
-            if over and not _wraps_one_of(file, call, over):
+            if over and not _wraps_one_of(home, call, over):
                 continue  # FourCastNet's frozen `self.model_wind`: not what the optimizer trains
             wrapper, helper = wrapper_name(file, call), None
         else:
@@ -266,13 +266,41 @@ def wrapped_before(
     return found
 
 
-def _wraps_one_of(file: SourceFile, call: cst.Call, over: set[str]) -> bool:
-    """The wrap `call` takes, or is bound to, one of `over`."""
+def _wraps_one_of(home: Func, call: cst.Call, over: set[str]) -> bool:
+    """The wrap `call` may take, or be bound to, one of `over`: False only where it is bound
+    to other names and wraps another plain name (FourCastNet's `self.model_wind`), neither of
+    them an alias of one of `over` (`model_train = model.train()`, faster-rcnn)."""
+    file = home.file
     holder = file.parent(call)
-    targets = [code_of(t.target) for t in holder.targets] if isinstance(holder, cst.Assign) else []
-    first = code_of(call.args[0].value) if call.args else ""
+    while isinstance(holder, cst.Attribute | cst.Call):  # `DataParallel(D(...)).cuda()`
+        holder = file.parent(holder)
+    if not isinstance(holder, cst.Assign) or not call.args:
+        return True
+    first = call.args[0].value
+    if not isinstance(first, cst.Name | cst.Attribute):
+        first = None  # built in the call (`DataParallel(Discriminator())`): the target tells
+    names = {code_of(t.target) for t in holder.targets} | ({code_of(first)} if first else set())
+    for name in list(names):
+        names |= _same_object_as(home, name)
     # `model.module.parameters()` reads the wrapped `model`'s parameters
-    return any(o == name or o.startswith(f"{name}.") for name in (*targets, first) for o in over)
+    return any(o == name or o.startswith(f"{name}.") for name in names for o in over)
+
+
+def _same_object_as(home: Func, name: str) -> set[str]:
+    """Names `name` is bound to as the same object (`model_train = model.train()`,
+    `net = model.cuda()`, `m = model`)."""
+    found = set()
+    for assign in assignments_of(home, name):
+        value = getattr(assign, "value", None)
+        while (
+            isinstance(value, cst.Call)
+            and isinstance(value.func, cst.Attribute)
+            and (value.func.attr.value in ("train", "cuda", "to", "float", "half"))
+        ):
+            value = value.func.value
+        if isinstance(value, cst.Name | cst.Attribute):
+            found.add(code_of(value))
+    return found
 
 
 def wrapped_in_constructor(code: CodeBase, home: Func, over: set[str]) -> ParallelWrap | None:

@@ -271,11 +271,17 @@ def _dataset_changed(home: Func, trainers: list[Func], loader: str) -> str | Non
         for call in func.calls():
             owner = call.func.value if isinstance(call.func, cst.Attribute) else None
             if (
-                owner is not None
-                and code_of(owner) in datasets
-                and not call.func.attr.value.startswith("__")  # type: ignore[union-attr]
+                owner is None
+                or code_of(owner) not in datasets
+                or call.func.attr.value.startswith("__")  # type: ignore[union-attr]
             ):
-                return code_of(call)
+                continue
+            # through its own name, a call whose value is dropped: a change in place, not a
+            # read (DeepLabV3Plus's `train_dst.decode_target(target)`, GraphCL's
+            # `dataset.get_num_feature()`)
+            if code_of(owner) in named and not isinstance(func.file.parent(call), cst.Expr):
+                continue
+            return code_of(call)
     return None
 
 

@@ -37,16 +37,13 @@ def is_object(node: cst.BaseExpression) -> bool:
 
 
 def is_member_object(node: cst.BaseExpression) -> bool:
-    """`self.member.attr`, or `obj.attr` of a local object: an object held by an object the
-    class (or the script) holds (lightweight-gan's `self.GAN.G_opt`); where it is created tells
-    a decline's reason."""
-    if not isinstance(node, cst.Attribute):
-        return False
-    holder = node.value
-    if isinstance(holder, cst.Name):
-        # `trainer_module.optimizer_d` (generative-inpainting's Trainer instance)
-        return holder.value not in ("self", "cls")
-    return isinstance(holder, cst.Attribute) and is_self(holder.value)
+    """`self.member.attr`: an object held by an object the class holds (lightweight-gan's
+    `self.GAN.G_opt`); where it is created tells a decline's reason."""
+    return (
+        isinstance(node, cst.Attribute)
+        and isinstance(node.value, cst.Attribute)
+        and is_self(node.value.value)
+    )
 
 
 def is_iter_wrapper(func: cst.BaseExpression) -> bool:
