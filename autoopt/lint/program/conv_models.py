@@ -31,6 +31,7 @@ from autoopt.lint.engine.rule import Rule
 from autoopt.lint.program.placement import RETURN_THE_MODULE, without_placement
 from autoopt.lint.program.project_facts import (
     LocalDefinition,
+    any_of,
     definition_at,
     evaluated_path_definition,
     local_definition,
@@ -117,13 +118,7 @@ def _file_table(rule: Rule, name: str) -> LocalDefinition | None:
         if found is None:
             return None
         entries.append(found)
-    return LocalDefinition(
-        name,
-        conv=all(e.conv for e in entries),
-        conv2d=all(e.conv2d for e in entries),
-        views=any(e.views for e in entries),
-        optimizer=False,
-    )
+    return any_of(name, entries)
 
 
 def _project_conv(rule: Rule, call: cst.Call) -> bool:

@@ -797,7 +797,7 @@ def evaluated_path_definition(rule: Rule, call: cst.Call) -> LocalDefinition | N
         for path in sorted(init.parent.glob("*.py"))
         if (summary := load(path)) is not None and name in summary.functions
     ]
-    return _any_of(name, described)
+    return any_of(name, described)
 
 
 def registered_models_definition(rule: Rule) -> LocalDefinition | None:
@@ -811,10 +811,10 @@ def registered_models_definition(rule: Rule) -> LocalDefinition | None:
         summary = load(path) if path is not None else None
         if summary is not None and _REGISTERED in summary.functions:
             described.append(_describe(_REGISTERED, summary, _REGISTERED))
-    return _any_of(_REGISTERED, described)
+    return any_of(_REGISTERED, described)
 
 
-def _any_of(name: str, described: list[LocalDefinition]) -> LocalDefinition | None:
+def any_of(name: str, described: list[LocalDefinition]) -> LocalDefinition | None:
     """One of `described`, picked at run time: convolutional when every one is, flattening
     when any one does."""
     if not described:

@@ -129,16 +129,18 @@ class Tracer:
         found: list[Origin] = []
         for method in self.code.class_methods(func.file, func.cls):
             for bind in assignments_of(method, member):
-                value = bound_to(bind, member)
-                owner = (
-                    self.code.called_class(method.file, value.func)
-                    if isinstance(value, cst.Call)
-                    else None
-                )
-                methods = self.code.class_methods(*owner) if owner else []
-                if methods:
-                    found += self.origins(methods[0], f"self.{attr}", None, depth + 1)
+                found += self._bound_by_its_class(method, bound_to(bind, member), attr, depth)
         return found
+
+    def _bound_by_its_class(
+        self, func: Func, value: cst.BaseExpression | None, attr: str, depth: int
+    ) -> list[Origin]:
+        """Where the local class `value` (in `func`) builds binds `self.<attr>`."""
+        owner = (
+            self.code.called_class(func.file, value.func) if isinstance(value, cst.Call) else None
+        )
+        methods = self.code.class_methods(*owner) if owner else []
+        return self.origins(methods[0], f"self.{attr}", None, depth + 1) if methods else []
 
     def _through_object(self, func: Func, expr: str, depth: int) -> list[Origin]:
         """`trainer_module.optimizer_d`: where the local class of `trainer_module` (`trainer =
@@ -152,15 +154,8 @@ class Tracer:
                 value = value.value  # the module inside a DataParallel wrap
             if isinstance(value, cst.Name) and value.value != name and depth < _MAX_DEPTH:
                 found += self._through_object(func, f"{value.value}.{attr}", depth + 1)
-                continue
-            owner = (
-                self.code.called_class(func.file, value.func)
-                if isinstance(value, cst.Call)
-                else None
-            )
-            methods = self.code.class_methods(*owner) if owner else []
-            if methods:
-                found += self.origins(methods[0], f"self.{attr}", None, depth + 1)
+            else:
+                found += self._bound_by_its_class(func, value, attr, depth)
         return found
 
     def _through_callers(self, func: Func, param: str, depth: int) -> list[Origin]:
