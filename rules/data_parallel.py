@@ -10,7 +10,7 @@ from autoopt.lint.program.facts import named_like_evaluation
 from autoopt.lint.program.placement import without_placement
 from autoopt.lint.program.project_facts import argparse_default
 from autoopt.lint.tree.calls import arg
-from autoopt.lint.tree.nodes import code_of, nodes_of_type, string_value
+from autoopt.lint.tree.nodes import bound_once_at_top, code_of, nodes_of_type, string_value
 
 _DATA_PARALLEL = (
     "torch.nn.DataParallel",
@@ -341,19 +341,8 @@ class DataParallel(Rule):
 
 def _module_list_of(module: cst.Module, expr: cst.BaseExpression) -> list[cst.BaseElement] | None:
     """The elements of the list literal `expr` names, bound once at `module`'s top level."""
-    if not isinstance(expr, cst.Name):
-        return None
-    bound = [
-        s.value
-        for line in module.body
-        if isinstance(line, cst.SimpleStatementLine)
-        for s in line.body
-        if isinstance(s, cst.Assign)
-        and any(isinstance(t.target, cst.Name) and t.target.value == expr.value for t in s.targets)
-    ]
-    if len(bound) != 1 or not isinstance(bound[0], cst.List):
-        return None
-    return list(bound[0].elements)
+    bound = bound_once_at_top(module, expr.value) if isinstance(expr, cst.Name) else None
+    return list(bound.elements) if isinstance(bound, cst.List) else None
 
 
 def _env_assignments(module: cst.Module) -> list[cst.BaseExpression]:

@@ -46,7 +46,14 @@ from autoopt.lint.program.torch_api import (
     is_conv_call,
     is_conv_zoo_model,
 )
-from autoopt.lint.tree.nodes import calls_in, dotted, method_name, nodes_of_type, string_value
+from autoopt.lint.tree.nodes import (
+    bound_once_at_top,
+    calls_in,
+    dotted,
+    method_name,
+    nodes_of_type,
+    string_value,
+)
 
 _SEQUENTIAL = ("torch.nn.Sequential", "torch.nn.modules.container.Sequential")
 
@@ -97,20 +104,11 @@ def _table_definition(rule: Rule, func: cst.Call | cst.Subscript) -> LocalDefini
 def _file_table(rule: Rule, name: str) -> LocalDefinition | None:
     """The entries of `name = {...}`, bound once at the linted file's top level, when every
     entry is a definition of the project: convolutional when all are."""
-    bound = [
-        s.value
-        for line in rule.context.module.body
-        if isinstance(line, cst.SimpleStatementLine)
-        for s in line.body
-        if isinstance(s, cst.Assign)
-        and len(s.targets) == 1
-        and isinstance(s.targets[0].target, cst.Name)
-        and s.targets[0].target.value == name
-    ]
-    if len(bound) != 1 or not isinstance(bound[0], cst.Dict) or not bound[0].elements:
+    table = bound_once_at_top(rule.context.module, name)
+    if not isinstance(table, cst.Dict) or not table.elements:
         return None
     entries = []
-    for element in bound[0].elements:
+    for element in table.elements:
         value = element.value if isinstance(element, cst.DictElement) else None
         if not isinstance(value, cst.Name | cst.Attribute):
             return None

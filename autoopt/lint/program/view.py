@@ -452,7 +452,7 @@ class ProgramView:
             if here or cls is None:
                 continue
             chain = [(module, cls), *self.program.all_bases(module, cls)]
-            if not any(_names_data_loader(m, base) for m, c in chain for base in c.bases):
+            if not any(_names_torch_class(m, b, "DataLoader") for m, c in chain for b in c.bases):
                 continue
             if any(option in read_text(Path(m.path)) for m, _ in chain):
                 return None
@@ -794,14 +794,10 @@ def training_call_sites(
                 yield func, site
 
 
-def _names_data_loader(module: ModuleIndex, base: Dotted) -> bool:
-    """`base` of a class of `module` is torch's DataLoader, also under an alias (meshed-memory-
-    transformer's `from torch.utils.data import DataLoader as TorchDataLoader`)."""
-    return _names_torch_class(module, base, "DataLoader")
-
-
 def _names_torch_class(module: ModuleIndex, base: Dotted, name: str) -> bool:
-    """`base` of a class of `module` is torch's class `name`, also under an alias."""
+    """`base` of a class of `module` is torch's class `name` (`DataLoader`, `DataParallel`),
+    also under an alias (meshed-memory-transformer's `from torch.utils.data import DataLoader as
+    TorchDataLoader`)."""
     imported = module.imports.get(base[-1]) if len(base) == 1 else None
     return base[-1] == name or (imported is not None and imported[1] == name)
 

@@ -676,6 +676,18 @@ def int_constants(module: cst.Module) -> dict[str, tuple[int, cst.BaseExpression
     return out
 
 
+def bound_once_at_top(module: cst.Module, name: str) -> cst.BaseExpression | None:
+    """The value `name` is bound to at `module`'s top level, when it is bound there once
+    (`net_G_models = {...}`, `gpus = [0]`)."""
+    found: dict[str, list[cst.BaseExpression]] = {}
+    for stmt in module.body:
+        if isinstance(stmt, cst.SimpleStatementLine):
+            for small in stmt.body:
+                _collect_binding(small, found)
+    values = found.get(name, [])
+    return values[0] if len(values) == 1 else None
+
+
 def _collect_binding(node: cst.CSTNode, found: dict[str, list[cst.BaseExpression]]) -> None:
     if isinstance(node, cst.Assign) and len(node.targets) == 1:
         target, value = node.targets[0].target, node.value

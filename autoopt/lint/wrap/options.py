@@ -11,6 +11,7 @@ import dataclasses
 import libcst as cst
 
 from autoopt.lint.program.handled import ACCELERATOR
+from autoopt.lint.program.placement import RETURN_THE_MODULE, without_placement
 from autoopt.lint.program.precision import other_precision_system
 from autoopt.lint.program.project_facts import sibling_importers_text
 from autoopt.lint.tree.nodes import code_of, nodes_of_type
@@ -292,12 +293,8 @@ def _same_object_as(home: Func, name: str) -> set[str]:
     found = set()
     for assign in assignments_of(home, name):
         value = getattr(assign, "value", None)
-        while (
-            isinstance(value, cst.Call)
-            and isinstance(value.func, cst.Attribute)
-            and (value.func.attr.value in ("train", "cuda", "to", "float", "half"))
-        ):
-            value = value.func.value
+        if value is not None:
+            value = without_placement(value, RETURN_THE_MODULE)
         if isinstance(value, cst.Name | cst.Attribute):
             found.add(code_of(value))
     return found
