@@ -536,6 +536,7 @@ def accuracy(root: Path, labels_path: Path, jobs: int = 1) -> dict:
     labels = read_labels(labels_path)
     rules = sorted({r["rule"] for r in labels})
     scripts = sorted({(r["repo"], r["path"]) for r in labels})
+    require_scripts(root, scripts)
     fired: dict[tuple[str, str, str], list[int]] = defaultdict(list)
     errors = []
 
@@ -827,6 +828,18 @@ def labelled_scripts(labels_path: Path) -> list[tuple[str, str]]:
     return sorted({(r["repo"], r["path"]) for r in read_labels(labels_path)})
 
 
+def require_scripts(root: Path, scripts: list[tuple[str, str]]) -> None:
+    """Stop when a labelled script is not on disk: its labels would score as misses (a fetch
+    that failed leaves an empty checkout, and every `missing` label would count as a miss)."""
+    absent = [f"{repo}/{path}" for repo, path in scripts if not script_path(root, repo, path).is_file()]
+    if absent:
+        shown = "\n  ".join(absent[:20]) + (f"\n  ... and {len(absent) - 20} more" if len(absent) > 20 else "")
+        raise SystemExit(
+            f"{len(absent)} of {len(scripts)} labelled scripts are not under {root}:\n  {shown}\n"
+            "fetch the split first (benchmarks/corpus/fetch.py --split ...; see its FAILED lines)"
+        )
+
+
 # ---------------------------------------------------------------- wrap
 
 WRAP_VERDICTS = (
@@ -895,6 +908,7 @@ def wrap(root: Path, labels_path: Path, expect_path: Path | None = None, jobs: i
     that leaves a name unbound (pyflakes, before vs after) is `broken`."""
     expectations = {(r["repo"], r["path"]): r for r in read_tsv(expect_path)} if expect_path else {}
     scripts = labelled_scripts(labels_path)
+    require_scripts(root, scripts)
 
     rows = each_script(functools.partial(_wrap_one, root, expectations), scripts, jobs, "wrap")
     by_reason = Counter(r["reason"] for r in rows if r["outcome"] != "wrapped")
@@ -991,6 +1005,7 @@ def fixes(root: Path, labels_path: Path, verdicts_path: Path | None = None, jobs
     what of it still carries a fix the rewrite could have applied."""
     verdicts = read_tsv(verdicts_path) if verdicts_path else []
     scripts = labelled_scripts(labels_path)
+    require_scripts(root, scripts)
 
     rows = each_script(functools.partial(_fixes_one, root, verdicts), scripts, jobs, "fixes")
 

@@ -159,3 +159,23 @@ def test_autoopt_in_process_answers_as_the_subprocess_does(
     crashed = corpus_eval.autoopt_here(args)
     assert corpus_eval.has_traceback(crashed.stderr) and "boom" in crashed.stderr
     assert crashed.returncode != 0
+
+
+def test_a_labelled_script_missing_on_disk_stops_the_measurement(tmp_path: Path) -> None:
+    # A fetch that failed leaves an empty checkout: scoring it would count every `missing`
+    # label as a miss (four splits once read recall 0.0 that way).
+    labels = tmp_path / "labels.tsv"
+    labels.write_text(
+        "repo\tpath\trule\tlabel\tnote\n"
+        "a/b\ttrain.py\tAO101\tmissing\tx\n"
+        "c/d\tmain.py\tAO101\tna\tx\n"
+    )
+    (tmp_path / "a+b").mkdir()
+    (tmp_path / "a+b" / "train.py").write_text("import torch\n")
+    (tmp_path / "c+d").mkdir()
+    with pytest.raises(SystemExit, match=r"1 of 2 labelled scripts.*\n  c/d/main\.py"):
+        corpus_eval.accuracy(tmp_path, labels)
+    with pytest.raises(SystemExit, match="c/d/main.py"):
+        corpus_eval.wrap(tmp_path, labels)
+    with pytest.raises(SystemExit, match="c/d/main.py"):
+        corpus_eval.fixes(tmp_path, labels)
