@@ -74,6 +74,8 @@ SPLITS = {
     "fresh-aj": (HERE / "fresh_aj.json", HERE / "_repos_fresh_aj"),
     "fresh-ak": (HERE / "fresh_ak.json", HERE / "_repos_fresh_ak"),
     "fresh-al": (HERE / "fresh_al.json", HERE / "_repos_fresh_al"),
+    "fresh-am": (HERE / "fresh_am.json", HERE / "_repos_fresh_am"),
+    "fresh-an": (HERE / "fresh_an.json", HERE / "_repos_fresh_an"),
 }
 TORCH_DIR = "torch"
 
