@@ -833,9 +833,13 @@ def labelled_scripts(labels_path: Path) -> list[tuple[str, str]]:
 def require_scripts(root: Path, scripts: list[tuple[str, str]]) -> None:
     """Stop when a labelled script is not on disk: its labels would score as misses (a fetch
     that failed leaves an empty checkout, and every `missing` label would count as a miss)."""
-    absent = [f"{repo}/{path}" for repo, path in scripts if not script_path(root, repo, path).is_file()]
+    absent = [
+        f"{repo}/{path}" for repo, path in scripts if not script_path(root, repo, path).is_file()
+    ]
     if absent:
-        shown = "\n  ".join(absent[:20]) + (f"\n  ... and {len(absent) - 20} more" if len(absent) > 20 else "")
+        shown = "\n  ".join(absent[:20]) + (
+            f"\n  ... and {len(absent) - 20} more" if len(absent) > 20 else ""
+        )
         raise SystemExit(
             f"{len(absent)} of {len(scripts)} labelled scripts are not under {root}:\n  {shown}\n"
             "fetch the split first (benchmarks/corpus/fetch.py --split ...; see its FAILED lines)"
