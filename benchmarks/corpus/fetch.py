@@ -126,17 +126,17 @@ def extract_from_mirror(git_dir: str, commit: str, paths: list[str], target: Pat
     entries = []
     for record in filter(None, listing.split("\0")):
         meta, name = record.split("\t", 1)
-        _mode, kind, sha = meta.split()
+        mode, kind, sha = meta.split()
         if kind == "blob":
-            entries.append((sha, name))
+            entries.append((sha, name, mode == _SYMLINK))
     batch = subprocess.run(
         ["git", "--git-dir", git_dir, "cat-file", "--batch"],
-        input="".join(f"{sha}\n" for sha, _ in entries).encode(),
+        input="".join(f"{sha}\n" for sha, _, _ in entries).encode(),
         check=True,
         capture_output=True,
     ).stdout
     missing, pos = 0, 0
-    for _sha, name in entries:
+    for _sha, name, link in entries:
         header_end = batch.index(b"\n", pos)
         header = batch[pos:header_end].split()
         pos = header_end + 1
@@ -146,9 +146,25 @@ def extract_from_mirror(git_dir: str, commit: str, paths: list[str], target: Pat
         size = int(header[2])
         out = target / name
         out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_bytes(batch[pos : pos + size])
+        data = batch[pos : pos + size]
         pos += size + 1  # the contents are followed by a newline
+        if link:
+            _symlink(out, data.decode(), target)
+        else:
+            out.write_bytes(data)
     return missing
+
+
+_SYMLINK = "120000"  # git's mode for a symbolic link: the blob holds the link's target
+
+
+def _symlink(out: Path, points_to: str, root: Path) -> None:
+    """Make the link git records (CVPR19_Incremental_Learning's `utils_incremental ->
+    ../utils_incremental/`), as a checkout does; a link that leaves the repository is not
+    made (the corpus is other people's code)."""
+    resolved = (out.parent / points_to).resolve()
+    if resolved == root.resolve() or root.resolve() in resolved.parents:
+        out.symlink_to(points_to)
 
 
 def fetch_repo(entry: dict, dest: Path, mirror_root: Path | None) -> str:

@@ -179,3 +179,33 @@ def test_a_labelled_script_missing_on_disk_stops_the_measurement(tmp_path: Path)
         corpus_eval.wrap(tmp_path, labels)
     with pytest.raises(SystemExit, match="c/d/main.py"):
         corpus_eval.fixes(tmp_path, labels)
+
+
+def test_a_mirror_extract_makes_the_repository_s_symlinks_inside_it(tmp_path: Path) -> None:
+    # CVPR19_Incremental_Learning's `utils_incremental -> ../utils_incremental/`: written as a
+    # plain file, the script's imports of that package could not be followed.
+    import subprocess
+
+    from benchmarks.corpus import fetch
+
+    repo = tmp_path / "repo"
+    (repo / "pkg").mkdir(parents=True)
+    (repo / "pkg" / "mod.py").write_text("X = 1\n")
+    (repo / "app").mkdir()
+    (repo / "app" / "pkg").symlink_to("../pkg/")
+    (repo / "app" / "away").symlink_to("../../../etc")
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(repo)]
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "x"], check=True)
+    commit = subprocess.run(
+        [*git, "rev-parse", "HEAD"], check=True, capture_output=True, text=True
+    ).stdout.strip()
+    target = tmp_path / "out"
+    target.mkdir()
+
+    assert fetch.extract_from_mirror(str(repo / ".git"), commit, [], target) == 0
+
+    assert (target / "app" / "pkg").is_symlink()
+    assert (target / "app" / "pkg" / "mod.py").read_text() == "X = 1\n"
+    assert not (target / "app" / "away").exists() and not (target / "app" / "away").is_symlink()
