@@ -81,6 +81,25 @@ class ChannelsLast(Rule):
     requires = (GPU_MARKERS, (".backward(", *LIBRARY_TRAINER_MARKERS))
 
     VALID = [
+        Valid(  # one branch builds a network without convolutions (a ViT by default)
+            """
+            import torch
+            from torch import nn
+            from torchvision.models import resnet18
+            class ViT(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.proj = nn.Linear(48, 64)
+                def forward(self, x):
+                    return self.proj(x)
+            model = resnet18() if args.cnn else ViT()
+            model = model.cuda()
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            for x in loader:
+                model(x.cuda()).sum().backward()
+                opt.step()
+            """
+        ),
         Valid(  # CPU-only tutorial: no device path
             """
             import torch
@@ -140,6 +159,47 @@ class ChannelsLast(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # either branch builds a Conv2d network (MedMNIST's resnet18 / ResNet18)
+            """
+            import torch
+            from torch import nn
+            from torchvision.models import resnet18
+            class Small(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.conv = nn.Conv2d(3, 8, 3)
+                def forward(self, x):
+                    return self.conv(x)
+            device = torch.device("cuda")
+            model = resnet18(num_classes=10) if resize else Small()
+            model = model.to(device)
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            for x in loader:
+                model(x.to(device)).sum().backward()
+                opt.step()
+            """,
+            line=12,
+            fixed="""
+            import torch
+            from torch import nn
+            from torchvision.models import resnet18
+            class Small(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.conv = nn.Conv2d(3, 8, 3)
+                def forward(self, x):
+                    return self.conv(x)
+            device = torch.device("cuda")
+            model = resnet18(num_classes=10) if resize else Small()
+            model = model.to(device)
+            model = model.to(memory_format=torch.channels_last)
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            for x in loader:
+                model(x.to(device, memory_format=torch.channels_last)).sum().backward()
+                opt.step()
+            """,
+            unsafe=True,
+        ),
         Invalid(  # built on the device by its builder's `device=` (pix2pix's define_G(gpu_id=))
             """
             import torch

@@ -10,7 +10,16 @@ from autoopt.lint.program.facts import named_like_evaluation
 from autoopt.lint.program.placement import without_placement
 from autoopt.lint.program.project_facts import argparse_default
 from autoopt.lint.tree.calls import arg
-from autoopt.lint.tree.nodes import bound_once_at_top, code_of, nodes_of_type, string_value
+from autoopt.lint.tree.nodes import (
+    bound_once_at_top,
+    calls_in,
+    code_of,
+    is_name,
+    method_name,
+    names_in,
+    nodes_of_type,
+    string_value,
+)
 
 _DATA_PARALLEL = (
     "torch.nn.DataParallel",
@@ -61,8 +70,9 @@ class DataParallel(Rule):
       class with its own gather (such as a widely read PyTorch tutorial's `DataParallelModel`)
       are not flagged.
     - A `DataParallel` inside a function named for inference or evaluation that trains nothing
-      (TransReID's `do_inference`, beside a `do_train` that uses DDP): no training is spread
-      over the GPUs there.
+      (TransReID's `do_inference`, beside a `do_train` that uses DDP), or around a model
+      frozen where it is wrapped (`model.requires_grad_(False)`: a feature extractor for a
+      metric): no training is spread over the GPUs there.
 
     ## Fix
     None inline: moving to DDP changes how the script is launched (`torchrun`), how data is
@@ -80,6 +90,16 @@ class DataParallel(Rule):
     requires = (GPU_MARKERS,)
 
     VALID = [
+        Valid(  # a frozen feature extractor for a metric (ddpm-torch's FID Inception)
+            """
+            import torch
+            from torch import nn
+            def load_model(device_ids):
+                model = InceptionV3()
+                model.requires_grad_(False)
+                return nn.DataParallel(model, device_ids=device_ids).cuda()
+            """
+        ),
         Valid(  # inference spread over the GPUs, beside a training that uses DDP (TransReID)
             """
             import torch
@@ -228,9 +248,27 @@ class DataParallel(Rule):
         ids_position = 2 if functional else 1
         if not self._on_gpus(node, ids_position) or self._single_gpu(node, ids_position):
             return
-        if self._in_inference(node):
+        if self._in_inference(node) or self._wraps_a_frozen_model(node):
             return
         self.report(node)
+
+    def _wraps_a_frozen_model(self, node: cst.Call) -> bool:
+        """The wrapped model is frozen where it is wrapped (`model.requires_grad_(False)`,
+        ddpm-torch's Inception for FID): inference spread over the GPUs, no training."""
+        wrapped = arg(node, "module", 0)
+        if wrapped is None:
+            return False
+        names = names_in(wrapped.value)
+        scope = self.context.facts.enclosing_scope(node)
+        return any(
+            method_name(c) == "requires_grad_"
+            and isinstance(c.func, cst.Attribute)
+            and isinstance(c.func.value, cst.Name)  # the whole model, not `model.backbone`
+            and c.func.value.value in names
+            and c.args
+            and is_name(c.args[0].value, "False")
+            for c in calls_in(scope)
+        )
 
     def _in_inference(self, node: cst.Call) -> bool:
         """Inside a function named for inference or evaluation that trains nothing

@@ -74,7 +74,8 @@ class HardcodedCudaCall(Rule):
       `nccl` backend (LoRA's gpu.py), nor a script with no CPU path whose model classes wrap
       themselves in `nn.DataParallel` (CMC's `InsResNet50`).
     - A `.cuda()` already guarded by a CUDA check (`if torch.cuda.is_available():`,
-      `if args.cuda:`) in a script that has a device (a `device` variable, parameter or flag):
+      `if args.cuda:`, a GPU flag's truth: `if use_gpu:`; not a count, `if num_gpu > 1:`,
+      whose other branch runs on CUDA too) in a script that has a device (a `device` variable, parameter or flag):
       that code is portable as written. Not flagged. Where the script never names a device (the
       legacy `cuda = torch.cuda.is_available()` / `if cuda: model.cuda()` style), it runs on
       CUDA or CPU only (not MPS/XPU) and repeats the choice at every branch: reported once per
@@ -142,6 +143,16 @@ class HardcodedCudaCall(Rule):
             model = Net().to(device)
             """
         ),
+        Valid(  # guarded by a GPU flag, in a script that has a device (End-to-end-ASR)
+            """
+            import torch
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            if paras.gpu and paras.reserve_gpu > 0:
+                buff = torch.randn(int(paras.reserve_gpu * 1e9 // 4)).cuda()
+                del buff
+            model = Net().to(device)
+            """
+        ),
         Valid(  # guarded, in a script that has a device for the rest
             """
             import torch
@@ -187,6 +198,23 @@ class HardcodedCudaCall(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # a count of GPUs is no CPU check: the other branch runs on CUDA too
+            """
+            import torch
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            model = Net().to(device)
+            if num_gpu > 1:
+                model = torch.nn.DataParallel(model).cuda()
+            """,
+            line=5,
+            fixed="""
+            import torch
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            model = Net().to(device)
+            if num_gpu > 1:
+                model = torch.nn.DataParallel(model).to(device)
+            """,
+        ),
         Invalid(  # refuses the CPU only when --cuda asked for CUDA: a CPU path (pytorch-vdsr)
             """
             import torch
@@ -419,7 +447,7 @@ class HardcodedCudaCall(Rule):
             # `torch.Tensor.cuda(x)`, a module attribute: not a method call on a value (a
             # tensor torch makes, `torch.randn(shape).cuda()` in MART's loss, is one)
             return
-        if self._guarded(node):
+        if self._guarded(node, by_gpu_flag=True):
             self._report_device_less(node)
             return
         positional = [a for a in node.args if a.keyword is None]
@@ -478,11 +506,15 @@ class HardcodedCudaCall(Rule):
             lambda text: _DEVICE_CHOSEN.search(text) is not None
         )
 
-    def _guarded(self, node: cst.Call) -> bool:
+    def _guarded(self, node: cst.Call, *, by_gpu_flag: bool = False) -> bool:
         """Under an `if`/ternary whose test mentions CUDA (`torch.cuda.is_available()`,
-        `args.cuda`, `use_cuda`)."""
+        `args.cuda`, `use_cuda`); with `by_gpu_flag`, also one that tests a GPU flag's truth
+        (`if use_gpu:`, `if paras.gpu and paras.reserve_gpu > 0:`; not `if num_gpu > 1:`,
+        whose other branch runs on CUDA too)."""
         for anc in self.context.facts.ancestors(node):
-            if isinstance(anc, cst.If | cst.IfExp) and "cuda" in code_of(anc.test).lower():
+            if isinstance(anc, cst.If | cst.IfExp) and (
+                "cuda" in code_of(anc.test).lower() or (by_gpu_flag and _tests_gpu_flag(anc.test))
+            ):
                 return True
             if isinstance(anc, cst.FunctionDef):
                 return False
@@ -538,6 +570,17 @@ class HardcodedCudaCall(Rule):
                 return False
             return self.is_call_to(value, "torch.device") or dotted(value.func) == "torch.device"
         return isinstance(value, cst.SimpleString | cst.IfExp)
+
+
+def _tests_gpu_flag(test: cst.BaseExpression) -> bool:
+    """`test` takes the truth of a GPU flag: `use_gpu`, `args.gpu`, `not args.no_gpu`, as one
+    operand of `and`/`or` too; not a comparison (`num_gpu > 1`)."""
+    if isinstance(test, cst.BooleanOperation):
+        return _tests_gpu_flag(test.left) or _tests_gpu_flag(test.right)
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        test = test.expression
+    name = dotted(test)
+    return name is not None and "gpu" in name.rsplit(".", 1)[-1].lower()
 
 
 def _has_cpu_path(text: str) -> bool:

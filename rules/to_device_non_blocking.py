@@ -82,7 +82,9 @@ class ToDeviceNonBlocking(Rule):
       its values (`if batch.batch[-1] == 0:`, not its shape), a read in the `else` of an `if`
       that only skips (`if odd: pass` / `else:` the step), a host read of what consumes the
       copy in the same statement (`model(x, e.to(device)).cpu()`), and a helper of the project
-      that it is handed to and that reads on the host (DnCNN's `batch_PSNR(out, img)`).
+      that it is handed to and that reads on the host (DnCNN's `batch_PSNR(out, img)`). A
+      part of the moved batch counts as the batch (`inputs, labels = data_batch`, then
+      `labels[mask].cpu()`).
     - Not in scripts with no GPU path (no CUDA, `torch.accelerator`, device flag or device
       parameter anywhere; see `autoopt.lint.program.device`), where there is nothing to overlap.
     - Not when a library places the batches (`accelerator.prepare(loader)` of HF Accelerate,
@@ -144,6 +146,19 @@ class ToDeviceNonBlocking(Rule):
                 y = y.to(device)
                 print(y.tolist())
                 model(x).sum().backward()
+            """
+        ),
+        Valid(  # a part of the moved batch, unpacked, read on the host every step (W2NER)
+            """
+            import torch
+            for i, data_batch in enumerate(loader):
+                data_batch = [data.cuda() for data in data_batch[:-1]]
+                inputs, labels, mask = data_batch
+                outputs = model(inputs, mask)
+                loss = criterion(outputs[mask], labels[mask])
+                loss.backward()
+                labels = labels[mask].view(-1)
+                label_result.append(labels.cpu())
             """
         ),
         Valid(  # the truth value of the moved batch, taken before the step (deep_gcns)

@@ -1060,6 +1060,43 @@ def test_an_optimizer_built_by_a_function_of_a_project_package(tmp_path: Path) -
     assert ("train.py", "AO301") in found
 
 
+def test_parameter_groups_handed_to_a_project_optimizer_factory(tmp_path: Path) -> None:
+    """tabular-dl-revisiting-models: `lib.make_optimizer(name, [{"params": with_wd}, ...],
+    lr, wd)`, the groups drawn from `model.named_parameters()` above: that model is trained."""
+    deep = """
+    from torch import optim
+
+    def make_optimizer(optimizer, parameter_groups, lr, weight_decay) -> optim.Optimizer:
+        Optimizer = {"adamw": optim.AdamW, "sgd": optim.SGD}[optimizer]
+        return Optimizer(parameter_groups, lr, weight_decay=weight_decay)
+    """
+    driver = """
+    import torch
+    import lib
+
+    model = torch.nn.Linear(8, 1).cuda()
+    with_wd = [v for k, v in model.named_parameters() if "bias" not in k]
+    without_wd = [v for k, v in model.named_parameters() if "bias" in k]
+    optimizer = lib.make_optimizer(
+        "adamw", [{"params": with_wd}, {"params": without_wd, "weight_decay": 0.0}], 1e-3, 1e-5
+    )
+    for x, y in loader:
+        optimizer.zero_grad()
+        torch.nn.functional.mse_loss(model(x.cuda()), y.cuda()).backward()
+        optimizer.step()
+    """
+    _project(
+        tmp_path,
+        {
+            "lib/__init__.py": "from .deep import *  # noqa\n",
+            "lib/deep.py": deep,
+            "train.py": driver,
+        },
+    )
+    found, _ = _lint("train.py", "--select", "AO301")
+    assert ("train.py", "AO301") in found
+
+
 def test_an_optimizer_built_by_a_module_imported_from_a_package(tmp_path: Path) -> None:
     """PoinTr: `from tools import builder`, `optimizer = builder.build_optimizer(base_model,
     config)` (tools/builder.py builds a torch.optim optimizer over the model's parameters)."""

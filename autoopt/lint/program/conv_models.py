@@ -223,6 +223,9 @@ def conv2d_models(rule: Rule) -> list[ConvModel]:
         if target.count(".") > 1:
             continue
         base = without_placement(n.value, RETURN_THE_MODULE)  # `Net().cuda().train()` too
+        if isinstance(base, cst.IfExp):
+            found += _either_conv_model(rule, n, target, base, fit, flattening)
+            continue
         kind = _conv_model(rule, base, fit, flattening) if isinstance(base, cst.Call) else None
         inner = None
         if kind is None and isinstance(base, cst.Call):
@@ -233,6 +236,32 @@ def conv2d_models(rule: Rule) -> list[ConvModel]:
         if kind is not None:
             found.append(ConvModel(target, n, kind == "flattens", inner))
     return found
+
+
+def _either_conv_model(
+    rule: Rule,
+    built: cst.Assign,
+    target: str,
+    choice: cst.IfExp,
+    fit: set[str],
+    flattening: set[str],
+) -> list[ConvModel]:
+    """`model = resnet18(...) if resize else ResNet18(...)` (MedMNIST): a Conv2d model when
+    every branch builds one; it flattens when one of them does."""
+    branches: list[cst.BaseExpression] = []
+    todo: list[cst.BaseExpression] = [choice]
+    while todo:
+        value = without_placement(todo.pop(), RETURN_THE_MODULE)
+        if isinstance(value, cst.IfExp):
+            todo += [value.body, value.orelse]
+        else:
+            branches.append(value)
+    kinds = [
+        _conv_model(rule, b, fit, flattening) if isinstance(b, cst.Call) else None for b in branches
+    ]
+    if None in kinds:
+        return []
+    return [ConvModel(target, built, "flattens" in kinds, None)]
 
 
 def names_in_args(call: cst.Call) -> list[str]:

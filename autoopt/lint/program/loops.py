@@ -347,6 +347,13 @@ def read_on_host_later(rule: Rule, call: cst.Call) -> bool:
     index = next(i for i, s in enumerate(body) if s is stmt)
     program = rule.context.program
     for later in body[index + 1 :]:
+        if isinstance(later, cst.SimpleStatementLine):
+            # parts of the moved batch hold it too: `bert_inputs, grid_labels, ... = data_batch`
+            # (W2NER), `labels = labels[mask].view(-1)`
+            for small in later.body:
+                if isinstance(small, cst.Assign) and _read_root(small.value) in targets:
+                    for t in small.targets:
+                        targets |= names_in(t.target)
         if isinstance(later, cst.If):
             if _truth_read(later.test, targets):
                 return True  # `if batch.batch[-1] == 0:` (deep_gcns' ogbg_mol) reads it now

@@ -332,8 +332,11 @@ def _handed_to_optimizer_builder(rule: Rule, call: cst.Call) -> str | None:
         for arg, roles in program.argument_roles(call)
         if "module" in roles and isinstance(arg.value, cst.Name)
     ]
-    if not models:  # `get_optimizer(self.config, model.parameters())` (ddim)
-        models = [o for a in call.args if (o := _parameters_of(a.value)) is not None]
+    if not models:  # `get_optimizer(self.config, model.parameters())` (ddim), parameter
+        # groups (`lib.make_optimizer(name, [{"params": with_wd}, ...], lr)`, tabular-dl)
+        models = list(
+            dict.fromkeys(o for a in call.args for o in _parameters_owners(rule, call, a.value))
+        )
     return models[0] if len(models) == 1 else None
 
 
