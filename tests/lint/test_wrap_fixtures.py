@@ -90,6 +90,23 @@ WRAPPED = {
             '  # autoopt: amp="script" (an optimizer spans several models)',
         ),
     ],
+    # a ModuleList that only gathers parameters: the call gets the model it holds
+    "module_list_holder.py": [
+        ("from torch.utils.data import DataLoader", IMPORT),
+        (
+            "train_loader = DataLoader(torch.randn(32, 4), batch_size=8)",
+            "cnn, train_loader, optimizer = autoopt.optimize(cnn, train_loader, optimizer, "
+            'device="cpu")',
+        ),
+    ],
+    # an EMA of the weights stepped beside the optimizer is no optimizer: one call, the model's
+    "ema_weights.py": [
+        ("from torch.utils.data import DataLoader", IMPORT),
+        (
+            "loader = DataLoader(torch.randn(32, 4), batch_size=8)",
+            'model, loader, optimizer = autoopt.optimize(model, loader, optimizer, device="cpu")',
+        ),
+    ],
     "main_train_split.py": [
         ("from torch.utils.data import DataLoader, TensorDataset", IMPORT),
         (
@@ -360,6 +377,10 @@ DECLINED = {
     "model_in_wrapper.py": (
         "model trained through another object",
         "the loop trains `net_model` through `trainer`",
+    ),
+    "trainer_runs_global.py": (
+        "model trained as a global",
+        "Trainer.__init__() keeps `model` as `self.model`, but the loop runs the module's global",
     ),
     "accelerate_script.py": ("already uses Accelerate", "accelerator.prepare"),
     "hogwild.py": ("Hogwild", "shared memory"),
@@ -972,3 +993,30 @@ def test_optimizers_two_methods_of_a_local_class_create_are_named(tmp_path: Path
     assert result.declined and result.reason == "optimizer created in another module"
     assert "GANTrainer.fit() of " in result.message
     assert "GANTrainer.__init__() of " in result.message
+
+
+def test_parameter_groups_a_model_method_returns_name_that_model() -> None:
+    """psa's `param_groups = model.get_parameter_groups()`, then groups of them: the model
+    whose method it is feeds the optimizer."""
+    source = textwrap.dedent(
+        """
+        import torch
+        from torch.utils.data import DataLoader
+
+        model = Net()
+        loader = DataLoader(torch.randn(16, 4), batch_size=4)
+        param_groups = model.get_parameter_groups()
+        optimizer = torch.optim.SGD([
+            {"params": param_groups[0], "lr": 0.1},
+            {"params": param_groups[1], "lr": 0.2},
+        ], lr=0.1)
+        for x in loader:
+            optimizer.zero_grad()
+            model(x).sum().backward()
+            optimizer.step()
+        """
+    )
+    result = wrap_source(source)
+    assert result.inserted == (
+        'model, loader, optimizer = autoopt.optimize(model, loader, optimizer, device="cpu")',
+    ), result.message

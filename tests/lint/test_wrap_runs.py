@@ -79,6 +79,8 @@ def wrap_fp32(script: Path) -> None:
         "optional_second_model.py",
         "placed_after_optimizer.py",
         "run_per_seed.py",
+        "module_list_holder.py",
+        "ema_weights.py",
     ],
 )
 def test_wrapped_script_trains_with_the_same_fp32_losses(name: str, tmp_path: Path) -> None:

@@ -265,6 +265,20 @@ def called_in(trainers: list[Func], target: str) -> bool:
     return any(code_of(c.func) in names for f in trainers for c in f.calls())
 
 
+def runs_the_global(trainers: list[Func], name: str, member: str) -> bool:
+    """The training functions never run `member` (`self.model`) but call `name` where it is
+    none of their own names: the module's global (W2NER's `Trainer.train` runs `model(...)`
+    of `__main__`, the object `Trainer(model)` also keeps as `self.model`)."""
+    if called_in(trainers, member):
+        return False
+    return any(
+        code_of(c.func) == name and name not in f.params() and not assignments_of(f, name)
+        for f in trainers
+        if f.cls is not None
+        for c in f.calls()
+    )
+
+
 def only_under_a_flag(home: Func, expr: str, anchor: cst.CSTNode) -> bool:
     """Every binding of `expr` in `home` sits under an `if` (or `if/elif` chain) with no
     `else` that does not also hold the call: `if args.use_optimizer: optimizer = ...`,

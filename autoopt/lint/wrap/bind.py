@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from autoopt.lint.program.library import OPTIMIZER_FACTORIES
-from autoopt.lint.tree.nodes import code_of, is_name, names_in
+from autoopt.lint.tree.nodes import code_of, dotted, is_name, names_in
 from autoopt.lint.wrap import decline
 from autoopt.lint.wrap.call import Pair
 from autoopt.lint.wrap.codebase import CodeBase, Func, SourceFile
@@ -82,6 +82,7 @@ def pair_models(
             for part in _modules_of_holder(code, home, model, bound_to(a, opt.expr))
         } or models
         models -= stepped  # optimize() takes the module first, never an optimizer
+        models -= _aliases_of_others(home, models)
         if not models:
             return decline.unknown_model(opt.expr)
         if "self" in models:
@@ -110,6 +111,20 @@ def pair_models(
         Pair(m, None, guard=_not_none(home, m)) for m in dict.fromkeys(shared) if m not in paired
     ]
     return Pairing(pairs, forced)
+
+
+def _aliases_of_others(home: Func, models: set[str]) -> set[str]:
+    """The members among `models` that `home` binds to another of them (W2NER's Trainer:
+    `self.model = model`, then groups over `self.model.bert` and `model.bert`): one model."""
+    return {
+        member
+        for member in models
+        if member.startswith("self.")
+        and any(
+            isinstance(bound, cst.Name) and bound.value in models
+            for bound in (bound_to(a, member) for a in assignments_of(home, member))
+        )
+    }
 
 
 def _modules_of_holder(
@@ -273,7 +288,7 @@ def _models(home: Func, value: cst.BaseExpression | None, depth: int) -> tuple[s
                     break  # `benchmark.model.parameters()`: the model is the attribute
                 root = root.value  # model.backbone.parameters() -> model
             if is_object(root):
-                roots.add(code_of(root))
+                roots |= _held_by_module_list(home, root, value) or {code_of(root)}
         for arg in node.args:
             if isinstance(arg.value, cst.Name):
                 name = arg.value.value
@@ -293,6 +308,30 @@ def _models(home: Func, value: cst.BaseExpression | None, depth: int) -> tuple[s
             for bound in _values_of(home, node.value, value):
                 roots |= _models(home, bound, depth + 1)[0]
     return roots, factories
+
+
+def _held_by_module_list(home: Func, root: cst.BaseExpression, before: cst.CSTNode) -> set[str]:
+    """The models a container built only to gather parameters holds (ReviewKD's
+    `trainable_parameters = nn.ModuleList()` + `.append(cnn)`, `nn.ModuleList([cnn, head])`):
+    a ModuleList has no forward, so optimize() gets what it holds; empty for anything else."""
+    if not isinstance(root, cst.Name):
+        return set()
+    values = _values_of(home, root.value, before)
+    if not values or not isinstance(values[0], cst.Call):
+        return set()
+    call = values[0]
+    if (dotted(call.func) or "").rsplit(".", 1)[-1] != "ModuleList" or len(call.args) > 1:
+        return set()
+    added = [*(a.value for a in call.args), *values[1:]]
+    items: list[cst.BaseExpression] = []
+    for value in added:
+        if isinstance(value, cst.List | cst.Tuple):
+            items += [e.value for e in value.elements]
+        elif value is not None:
+            items.append(value)
+    if not items or not all(is_object(item) for item in items):
+        return set()
+    return {code_of(item) for item in items}
 
 
 def _holds_model(home: Func, expr: cst.Attribute) -> bool:
@@ -366,14 +405,15 @@ def _parameter_list(home: Func, node: cst.CSTNode) -> bool:
 
 
 def _returns_params(home: Func, func: cst.Attribute) -> bool:
-    """`model.get_1x_lr_params()` (DeepLab): a method of an object of the script, named for
-    the parameters it returns; not a module's function (`C3D_model.get_1x_lr_params(m)`)."""
+    """`model.get_1x_lr_params()` (DeepLab), `model.get_parameter_groups()` (psa): a method of
+    an object of the script, named for the parameters it returns; not a module's function
+    (`C3D_model.get_1x_lr_params(m)`)."""
     name = func.attr.value.lower()
     head = func.value
     while isinstance(head, cst.Attribute):
         head = head.value
     local = isinstance(head, cst.Name) and head.value not in home.file.imports
-    return local and name.endswith(("params", "parameters"))
+    return local and name.endswith(("params", "parameters", "param_groups", "parameter_groups"))
 
 
 def models_beside(home: Func, opt: Origin) -> set[str]:

@@ -460,6 +460,16 @@ def trained_through(model: str, target: str) -> Decline:
     )
 
 
+def trained_as_global(model: str, member: str, func: str) -> Decline:
+    return Decline(
+        "model trained as a global",
+        f"{func}() keeps `{model}` as `{member}`, but the loop runs the module's global "
+        f"`{model}`, which a call here cannot rebind: optimize() would not reach the model "
+        "the loop calls",
+        f"run `{model}` as `{member}` in the loop {_AGAIN}",
+    )
+
+
 def moved_after_call(model: str, statement: str) -> Decline:
     return Decline(
         "model moved after the call",

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from autoopt.lint.tree.nodes import code_of, is_name
+from autoopt.lint.tree.nodes import code_of, is_name, walk
 from autoopt.lint.wrap import decline
 from autoopt.lint.wrap.codebase import CodeBase, Func, SourceFile
 from autoopt.lint.wrap.decline import Decline
@@ -288,6 +288,26 @@ def _over_tensors(origin: Origin) -> bool:
     )
 
 
+def _no_optimizer(code: CodeBase, origin: Origin) -> bool:
+    """Every creation builds an object of a class of the project that is no optimizer: not a
+    subclass of one, and never reading a gradient (MixMatch's `WeightEMA(model, ema_model)`,
+    whose `step()` averages the weights after the optimizer's)."""
+    file = origin.func.file
+    values = [bound_to(a, origin.expr) for a in origin.assigns]
+    if not values:
+        return False
+    for value in values:
+        if not isinstance(value, cst.Call):
+            return False
+        init = code.resolve(file, value)
+        owner = init.cls if init is not None and init.name == "__init__" else None
+        if owner is None or any("Optimizer" in code_of(b.value) for b in owner.bases):
+            return False
+        if any(isinstance(n, cst.Attribute) and n.attr.value == "grad" for n in walk(owner)):
+            return False
+    return True
+
+
 def _is_class(call: cst.Call) -> bool:
     """`LARC(...)`, `hvd.DistributedOptimizer(...)`: an instance of a class is made (by its
     capitalised name), not a function's result."""
@@ -371,6 +391,10 @@ def bind_optimizers(code: CodeBase, training: Training) -> Bound | Decline:
         return decline.optimizer_over_tensors(next(iter(origins.values())).expr)
     for key in tensors:  # an attack's perturbation stepped beside the model (TRADES)
         del origins[key]
+    averages = {key for key, o in origins.items() if _no_optimizer(code, o)}
+    if averages and len(averages) < len(origins):
+        for key in averages:  # MixMatch's `ema_optimizer = WeightEMA(model, ema_model)`
+            del origins[key]
     if origins and all(o.func.file is not code.script for o in origins.values()):
         for origin in origins.values():
             if _built_over_a_parameter(origin) and (wrap := wrapped_by_callers(code, origin.func)):

@@ -47,6 +47,7 @@ from autoopt.lint.wrap.anchor import (
     only_under_a_flag,
     place_call,
     recreated_in_training_loop,
+    runs_the_global,
 )
 from autoopt.lint.wrap.bind import loader_of, pair_models
 from autoopt.lint.wrap.call import Pair, Plan
@@ -62,7 +63,7 @@ from autoopt.lint.wrap.options import (
     wrapped_in_constructor,
 )
 from autoopt.lint.wrap.origins import Origin, bind_optimizers
-from autoopt.lint.wrap.tree import assignments_of, statement_of
+from autoopt.lint.wrap.tree import assignments_of, bound_to, statement_of
 
 __all__ = ["Decline", "Pair", "Plan", "plan_wrap"]
 
@@ -342,6 +343,21 @@ def _placement_to_follow(
     return statement
 
 
+def kept_from(home: Func, member: str) -> str | None:
+    """The parameter of `home` that its only binding of `member` keeps (`self.model = model`
+    in `__init__(self, model)`)."""
+    binds = assignments_of(home, member) if member.startswith("self.") else []
+    value = bound_to(binds[0], member) if len(binds) == 1 else None
+    if isinstance(value, cst.Name) and value.value in home.params():
+        return value.value
+    return None
+
+
+def _trained_as_global(home: Func, model: str, member: str) -> Decline:
+    owner = f"{home.cls.name.value}." if home.cls is not None else ""
+    return decline.trained_as_global(model, member, owner + home.name)
+
+
 def _place(
     code: CodeBase,
     home: Func,
@@ -401,8 +417,12 @@ def _place(
     for pair in pairs:
         if not defined(code, home, pair.model, placed.anchor):
             return decline.model_unbound(pair.model)
+        if (kept := kept_from(home, pair.model)) and runs_the_global(trainers, kept, pair.model):
+            return _trained_as_global(home, kept, pair.model)
         for target, alias in captures(home, pair.model, placed.anchor):
             if alias and target.startswith("self."):
+                if runs_the_global(trainers, pair.model, target):
+                    return _trained_as_global(home, pair.model, target)
                 pair.model = target  # `self.model = model`: the loop trains self.model
             elif called_in(trainers, target):
                 return decline.trained_through(pair.model, target)
