@@ -76,6 +76,8 @@ SPLITS = {
     "fresh-al": (HERE / "fresh_al.json", HERE / "_repos_fresh_al"),
     "fresh-am": (HERE / "fresh_am.json", HERE / "_repos_fresh_am"),
     "fresh-an": (HERE / "fresh_an.json", HERE / "_repos_fresh_an"),
+    "fresh-ao": (HERE / "fresh_ao.json", HERE / "_repos_fresh_ao"),
+    "fresh-ap": (HERE / "fresh_ap.json", HERE / "_repos_fresh_ap"),
 }
 TORCH_DIR = "torch"
 
