@@ -90,6 +90,18 @@ class DataParallel(Rule):
     requires = (GPU_MARKERS,)
 
     VALID = [
+        Valid(  # one GPU visible by the default of an option declared through an alias (dfdc)
+            """
+            import argparse, os
+            import torch
+            parser = argparse.ArgumentParser()
+            arg = parser.add_argument
+            arg("--gpu", type=str, default="0")
+            args = parser.parse_args()
+            os.environ["CUDA_VISIBLE_DEVICES"] = args.gpu
+            model = torch.nn.DataParallel(Net()).cuda()
+            """
+        ),
         Valid(  # a frozen feature extractor for a metric (ddpm-torch's FID Inception)
             """
             import torch

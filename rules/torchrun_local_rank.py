@@ -109,6 +109,18 @@ class TorchrunLocalRank(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # through a local alias of add_argument (dfdc_deepfake_challenge)
+            """
+            import argparse
+            def main():
+                parser = argparse.ArgumentParser()
+                arg = parser.add_argument
+                arg("--config", default="b7.json")
+                arg("--local_rank", default=0, type=int)
+                return parser.parse_args()
+            """,
+            line=6,
+        ),
         Invalid(
             """
             import argparse
@@ -135,7 +147,7 @@ class TorchrunLocalRank(Rule):
     ]
 
     def visit_Call(self, node: cst.Call) -> None:
-        if method_name(node) == "add_argument":
+        if method_name(node) == "add_argument" or self._add_argument_alias(node):
             for a in node.args:
                 if a.keyword is None and string_value(a.value) in _FLAGS:
                     default = arg(node, "default")
@@ -158,6 +170,17 @@ class TorchrunLocalRank(Rule):
                 if text is not None and _LAUNCH in text:
                     self.report(node)
                     return
+
+    def _add_argument_alias(self, node: cst.Call) -> bool:
+        """`arg("--local_rank", ...)` after `arg = parser.add_argument` in the same function
+        (dfdc_deepfake_challenge's training pipelines)."""
+        if not isinstance(node.func, cst.Name):
+            return False
+        scope = self.facts.enclosing_scope(node)
+        return any(
+            isinstance(value, cst.Attribute) and value.attr.value == "add_argument"
+            for value, _ in self.facts.assigned_in(scope).get(node.func.value, ())
+        )
 
     def visit_Import(self, node: cst.Import) -> None:
         if any(code_of(alias.name) == _LAUNCH for alias in node.names):

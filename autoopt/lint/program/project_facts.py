@@ -659,11 +659,23 @@ def _module_tree(path: Path) -> ast.Module | None:
 def _argparse_defaults(tree: ast.Module | None) -> dict[str, list[object]]:
     """Each option's destination -> the literal defaults `add_argument(...)` calls give it."""
     found: dict[str, list[object]] = {}
-    for node in ast.walk(tree) if tree is not None else ():
+    nodes = list(ast.walk(tree)) if tree is not None else []
+    aliases = {  # `arg = parser.add_argument` (dfdc_deepfake_challenge), then `arg("--gpu", ...)`
+        t.id
+        for n in nodes
+        if isinstance(n, ast.Assign)
+        and isinstance(n.value, ast.Attribute)
+        and n.value.attr == "add_argument"
+        for t in n.targets
+        if isinstance(t, ast.Name)
+    }
+    for node in nodes:
         if not (
             isinstance(node, ast.Call)
-            and isinstance(node.func, ast.Attribute)
-            and node.func.attr == "add_argument"
+            and (
+                (isinstance(node.func, ast.Attribute) and node.func.attr == "add_argument")
+                or (isinstance(node.func, ast.Name) and node.func.id in aliases)
+            )
         ):
             continue
         flags = [
