@@ -1146,6 +1146,32 @@ def test_a_dataset_changed_in_place_by_the_name_the_loader_was_built_over() -> N
     assert result.declined and "dataset_train.load_next_buffer()" in result.message
 
 
+def test_a_dataset_reset_each_epoch_for_a_loader_made_anew_each_epoch_is_no_decline() -> None:
+    """dfdc: `data_train.reset(epoch, seed)`, then `DataLoader(data_train, ...)` built in the
+    epoch loop: the call goes before the loop without the loader, so nothing keeps the
+    dataset as it was (was declined as a dataset changed in place)."""
+    result = wrap(
+        """
+        import torch
+
+        def main():
+            data_train = DeepFakeDataset()
+            model = Net().cuda()
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for epoch in range(10):
+                data_train.reset(epoch, 0)
+                train_loader = torch.utils.data.DataLoader(data_train, batch_size=32)
+                for x, y in train_loader:
+                    optimizer.zero_grad()
+                    model(x.cuda()).sum().backward()
+                    optimizer.step()
+        """
+    )
+    assert result.inserted == (
+        'model, optimizer = autoopt.optimize(model, optimizer=optimizer, device="cuda")',
+    ), result.message
+
+
 def test_an_optimizer_wrapper_a_factory_returns_is_declined_as_a_wrapper() -> None:
     """end2end-asr: `opt = init_optimizer(args, model, "noam")` returns `NoamOpt(...)`, a
     plain class stepping the Adam it holds; was declined as "model not bound on every path"."""

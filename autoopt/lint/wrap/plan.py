@@ -399,8 +399,6 @@ def _place(
     # step on unscaled (or non-finite) gradients. So every call of such a script keeps the
     # script's precision (amp="script").
     loader = loader_of(code, home, trainers, training.uses)
-    if loader is not None and (changed := _dataset_changed(home, trainers, loader[0])):
-        return decline.dataset_changed_between_epochs(changed)
     placed = place_call(code, home, optimizers, loader, pairs, trainers, forced)
     if isinstance(placed, Decline) and loader is not None:
         # e.g. the loader is built after the user's own DataParallel wrap: a call without
@@ -414,6 +412,10 @@ def _place(
         placed = place_call(code, home, optimizers, None, pairs, trainers, forced)
     if not isinstance(placed, Plan):
         return placed
+    if (passed := pairs[0].loader) and (changed := _dataset_changed(home, trainers, passed)):
+        # only a loader the call gets is rebuilt with persistent workers (dfdc's loader, made
+        # anew each epoch after `data_train.reset(epoch)`, is not passed: nothing to keep)
+        return decline.dataset_changed_between_epochs(changed)
     for pair in pairs:
         if not defined(code, home, pair.model, placed.anchor):
             return decline.model_unbound(pair.model)
