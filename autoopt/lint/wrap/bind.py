@@ -120,10 +120,7 @@ def _aliases_of_others(home: Func, models: set[str]) -> set[str]:
         member
         for member in models
         if member.startswith("self.")
-        and any(
-            isinstance(bound, cst.Name) and bound.value in models
-            for bound in (bound_to(a, member) for a in assignments_of(home, member))
-        )
+        and any(bound_name(a, member) in models for a in assignments_of(home, member))
     }
 
 

@@ -63,7 +63,7 @@ from autoopt.lint.wrap.options import (
     wrapped_in_constructor,
 )
 from autoopt.lint.wrap.origins import Origin, bind_optimizers
-from autoopt.lint.wrap.tree import assignments_of, bound_to, statement_of
+from autoopt.lint.wrap.tree import assignments_of, bound_name, statement_of
 
 __all__ = ["Decline", "Pair", "Plan", "plan_wrap"]
 
@@ -343,14 +343,12 @@ def _placement_to_follow(
     return statement
 
 
-def kept_from(home: Func, member: str) -> str | None:
+def _kept_from(home: Func, member: str) -> str | None:
     """The parameter of `home` that its only binding of `member` keeps (`self.model = model`
     in `__init__(self, model)`)."""
     binds = assignments_of(home, member) if member.startswith("self.") else []
-    value = bound_to(binds[0], member) if len(binds) == 1 else None
-    if isinstance(value, cst.Name) and value.value in home.params():
-        return value.value
-    return None
+    name = bound_name(binds[0], member) if len(binds) == 1 else None
+    return name if name in home.params() else None
 
 
 def _trained_as_global(home: Func, model: str, member: str) -> Decline:
@@ -419,7 +417,7 @@ def _place(
     for pair in pairs:
         if not defined(code, home, pair.model, placed.anchor):
             return decline.model_unbound(pair.model)
-        if (kept := kept_from(home, pair.model)) and runs_the_global(trainers, kept, pair.model):
+        if (kept := _kept_from(home, pair.model)) and runs_the_global(trainers, kept, pair.model):
             return _trained_as_global(home, kept, pair.model)
         for target, alias in captures(home, pair.model, placed.anchor):
             if alias and target.startswith("self."):
