@@ -78,6 +78,8 @@ SPLITS = {
     "fresh-an": (HERE / "fresh_an.json", HERE / "_repos_fresh_an"),
     "fresh-ao": (HERE / "fresh_ao.json", HERE / "_repos_fresh_ao"),
     "fresh-ap": (HERE / "fresh_ap.json", HERE / "_repos_fresh_ap"),
+    "fresh-aq": (HERE / "fresh_aq.json", HERE / "_repos_fresh_aq"),
+    "fresh-ar": (HERE / "fresh_ar.json", HERE / "_repos_fresh_ar"),
 }
 TORCH_DIR = "torch"
 
