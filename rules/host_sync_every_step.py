@@ -27,6 +27,8 @@ from autoopt.lint.tree.nodes import (
 _CONVERSIONS = ("float", "int")
 # Checks whose result a condition reads on the host (`if torch.isnan(loss).any():`).
 _CHECKS = ("isnan", "isinf", "isfinite")
+# The same checks, and the reductions a check ends in, called as the loss's methods
+_METHOD_CHECKS = frozenset({*_CHECKS, "any", "all"})
 _VALUE_ITERATORS = ("items", "values", "parameters", "named_parameters")
 _METADATA = ("shape", "size", "ndim", "dim", "dtype", "device")
 _KEPT_ADVICE = {
@@ -48,9 +50,11 @@ class HostSyncEveryStep(Rule):
     `Engine(train_step)`, or a loop that hands its loss and optimizer to a callable running
     backward and step, timm's `loss_scaler(loss, optimizer, ...)`), calls that copy a tensor to
     the host on every step: `.item()`, `.cpu()`, `.tolist()`, and `print(loss)` of the tensor
-    that is back-propagated, `float(loss)` / `int(loss)`, a `torch.isnan/isinf/isfinite(...)`
-    check read by an `if`, `while` or `assert` (its truth value is read on the host: `if
-    torch.isnan(loss).any(): raise ...`); also `total += loss.item()`,
+    that is back-propagated, `float(loss)` / `int(loss)`, `"%.3f" % loss` (the `%`
+    formatting reads it with float(), whatever takes the text: `logging.info(...)`), a
+    `torch.isnan/isinf/isfinite(...)` check read by an `if`, `while` or `assert` (its truth
+    value is read on the host: `if torch.isnan(loss).any(): raise ...`; also in method form
+    on the loss: `loss.isnan().any()`, `loss.ne(loss).any()`); also `total += loss.item()`,
     `meter.update(loss.item())` and `history.append(loss.item())`, a running metric or a
     history read on the host every step (keep `loss.detach()` and read it once per epoch),
     also in a loop over the step's own values inside the step loop (`for k, v in
@@ -384,6 +388,29 @@ class HostSyncEveryStep(Rule):
             model.to(device)
             """
         ),
+        Valid(  # the same text every 100 steps
+            """
+            import logging
+            import torch
+            for step, (volume, label) in enumerate(trainloader):
+                loss = criterion(model(volume.cuda()), label.cuda())
+                loss.backward()
+                optimizer.step()
+                if step % 100 == 0:
+                    logging.info("step %d: loss %.3f" % (step, loss))
+            """
+        ),
+        Valid(  # a string of other values: no tensor is formatted
+            """
+            import logging
+            import torch
+            for step, (volume, label) in enumerate(trainloader):
+                loss = criterion(model(volume.cuda()), label.cuda())
+                loss.backward()
+                optimizer.step()
+                logging.info("step %d of %s" % (step, name))
+            """
+        ),
     ]
     INVALID = [
         Invalid(  # a configuration's choice, not a clock: its arm runs on every step (cgcnn)
@@ -680,6 +707,33 @@ class HostSyncEveryStep(Rule):
             """,
             line=9,
         ),
+        Invalid(  # a NaN test in method form read by the `if` (SimpleView)
+            """
+            import torch
+            for x, y in loader:
+                loss = criterion(model(x.cuda()), y.cuda())
+                if loss.ne(loss).any():
+                    continue
+                loss.backward()
+                optimizer.step()
+            """,
+            line=4,
+            message_contains="read as a condition",
+        ),
+        Invalid(  # `%` formatting reads the loss with float(), whatever takes the text (MC-Net)
+            """
+            import logging
+            import torch
+            for volume, label in trainloader:
+                loss = criterion(model(volume.cuda()), label.cuda())
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+                logging.info("iteration %d : loss : %03f" % (iter_num, loss))
+            """,
+            line=8,
+            message_contains="`%` formatting of the loss tensor",
+        ),
         # The backward runs in a step helper; the meter update stays in the batch loop (timm).
         Invalid(
             """
@@ -886,6 +940,42 @@ class HostSyncEveryStep(Rule):
             return  # the host value is the algorithm's (an RL action for `env.step`)
         self.report(node, f"{what} syncs with the GPU every training step; log every N steps")
 
+    def visit_BinaryOperation(self, node: cst.BinaryOperation) -> None:
+        """`"loss %.3f" % loss` (MC-Net's `logging.info("... %03f" % (iter_num, loss))`): `%`
+        formatting reads the back-propagated tensor with float(), whatever takes the text;
+        inside a print() it is that print's finding."""
+        if not isinstance(node.operator, cst.Modulo) or not isinstance(
+            node.left, cst.SimpleString | cst.ConcatenatedString
+        ):
+            return
+        right = node.right
+        items = [e.value for e in right.elements] if isinstance(right, cst.Tuple) else [right]
+        names = {i.value for i in items if isinstance(i, cst.Name)}
+        if not names or self._cpu_only:
+            return
+        loop = self._step_loop(node)  # type: ignore[arg-type]
+        if loop is None or not names & self._backward_names(loop):
+            return
+        if any(
+            isinstance(anc, cst.Call) and self._prints(anc)
+            for anc in self.context.facts.ancestors(node)
+        ):
+            return
+        kept = self._kept_on_host(node, loop)  # type: ignore[arg-type]
+        if kept == "logged" or self._after_a_synchronize(node, loop):  # type: ignore[arg-type]
+            return
+        self.report(
+            node,
+            "`%` formatting of the loss tensor reads it with float(), a sync with the GPU every "
+            "step; log every N steps",
+        )
+
+    def _prints(self, call: cst.Call) -> bool:
+        """`print(...)` or a logger's method AO702 reads as printing (`writer.add_scalar`)."""
+        if isinstance(call.func, cst.Name):
+            return call.func.value == "print"
+        return method_name(call) in _LOGGING_METHODS
+
     def visit_Subscript(self, node: cst.Subscript) -> None:
         """`loss.data[0]`: torch < 0.4's spelling of `loss.item()` (WassersteinGAN's
         `errD.data[0]`, deepcluster's `losses.update(loss.data[0])`), of a tensor whose
@@ -923,7 +1013,9 @@ class HostSyncEveryStep(Rule):
         """`if torch.isnan(loss).any(): raise ...` / `assert torch.isfinite(loss)`: a tensor
         check whose truth value the `if`, `while` or `assert` reads on the host, every step it
         runs (diffwave's NaN guard). True when `node` is such a check (reported or not)."""
-        if not any(self.refers_to(node.func, f"torch.{check}") for check in _CHECKS):
+        if not any(
+            self.refers_to(node.func, f"torch.{check}") for check in _CHECKS
+        ) and not self._checks_the_loss(node):
             return False
         test = self._test_holding(node)
         if test is None or self._cpu_only:
@@ -944,6 +1036,20 @@ class HostSyncEveryStep(Rule):
             "torch._assert_async, torch.nan_to_num)",
         )
         return True
+
+    def _checks_the_loss(self, node: cst.Call) -> bool:
+        """A check in method form on the back-propagated tensor: `loss.isnan().any()`,
+        SimpleView's NaN test `loss.ne(loss).any()` (the chain starts at the loss and ends in
+        a reduction or a check)."""
+        if method_name(node) not in _METHOD_CHECKS or not isinstance(node.func, cst.Attribute):
+            return False
+        root: cst.BaseExpression = node.func.value
+        while isinstance(root, cst.Call | cst.Attribute):
+            root = root.func if isinstance(root, cst.Call) else root.value
+        if not isinstance(root, cst.Name):
+            return False
+        loop = self._step_loop(node)
+        return loop is not None and root.value in self._backward_names(loop)
 
     def _test_holding(self, node: cst.CSTNode) -> cst.BaseExpression | None:
         """The test of the `if`, `while` or `assert` that `node` is part of (a node of a body
