@@ -8,6 +8,7 @@ import libcst as cst
 from libcst.codemod.visitors import ImportItem
 
 from autoopt.lint.engine.rule import Fix, FixSafety, Invalid, Rule, Valid
+from autoopt.lint.program.config_defaults import yacs_default
 from autoopt.lint.program.index import Value, load_index
 from autoopt.lint.program.loops import evaluation_only_loader
 from autoopt.lint.program.project_facts import (
@@ -21,6 +22,7 @@ from autoopt.lint.program.torch_api import DATALOADER
 from autoopt.lint.rewrite.fixes.preconditions import device_is_cuda
 from autoopt.lint.tree.calls import arg, call_options, with_keyword
 from autoopt.lint.tree.nodes import (
+    assignments,
     code_of,
     dotted,
     int_literal,
@@ -50,7 +52,11 @@ class DataLoaderNumWorkers(Rule):
     Flags a `torch.utils.data.DataLoader` created without `num_workers`, or with
     `num_workers=0`, also a 0 read from a config module of the project
     (`num_workers=CFG.num_workers` where config.py binds `num_workers = 0`: reported without a
-    fix, the change belongs in config.py), or a command-line option whose default is 0
+    fix, the change belongs in config.py; likewise a yacs key whose default the project's
+    config module sets to 0, `cfg.DATALOADER.num_workers` with `_C.DATALOADER.num_workers = 0`
+    in SimpleView's configs.py, also through a local name or a factory's parameter, unless
+    a YAML file of the project sets that key to another value), or a command-line option
+    whose default is 0
     (`num_workers=opt.threads` with `add_argument("--threads", type=int, default=0)` in the
     file or a module of the project it imports, or that a package it imports re-exports, or,
     none of those declaring it, the driver that imports this module (SCINet's run_ETTh.py for
@@ -446,6 +452,15 @@ class DataLoaderNumWorkers(Rule):
         ),
     ]
 
+    def _bound_in_scope(self, node: cst.Call, expr: cst.BaseExpression) -> cst.BaseExpression:
+        """What a local name is bound to where it is bound once in the function holding
+        `node` (SimpleView's `num_workers = cfg.DATALOADER.num_workers`); else `expr`."""
+        scope = self.facts.enclosing_scope(node)
+        if not isinstance(expr, cst.Name) or not isinstance(scope, cst.FunctionDef):
+            return expr
+        values = [value for name, value, _ in assignments(scope) if name == expr.value]
+        return values[0] if len(values) == 1 else expr
+
     def visit_Call(self, node: cst.Call) -> None:
         if not self.is_call_to(node, *DATALOADER):
             return
@@ -458,7 +473,9 @@ class DataLoaderNumWorkers(Rule):
             if not options.complete:
                 return  # `**kwargs` we cannot read may set it
         elif int_literal(workers) != 0:
-            configured = imported_constant(self, workers)
+            configured = imported_constant(self, workers) or yacs_default(
+                self.context.path, self._bound_in_scope(node, workers)
+            )
             if configured is None:
                 configured = argparse_default(self, workers)
                 flag = configured is not None

@@ -688,6 +688,64 @@ for x, y in loader:
     assert _codes(tmp_path, "main.py", cache=True, select=("AO101",)) == []
 
 
+YACS_CONFIG = """
+from yacs.config import CfgNode as CN
+
+_C = CN()
+_C.DATALOADER = CN()
+_C.DATALOADER.batch_size = 32
+_C.DATALOADER.num_workers = {count}
+"""
+
+YACS_LOADER = """
+import torch
+from torch.utils.data import DataLoader
+
+def create_dataloader(split, cfg):
+    num_workers = cfg.DATALOADER.num_workers
+    return DataLoader(dataset(split), cfg.DATALOADER.batch_size, num_workers=num_workers)
+"""
+
+YACS_MAIN = """
+import torch
+from configs import get_cfg_defaults
+from dataloader import create_dataloader
+
+cfg = get_cfg_defaults()
+loader = create_dataloader("train", cfg)
+model = Net().to("cuda")
+for x, y in loader:
+    model(x.to("cuda")).sum().backward()
+"""
+
+
+@pytest.mark.parametrize(
+    ("count", "yaml", "expected"),
+    [
+        (0, None, ["AO101"]),
+        (0, "  num_workers: 0\n", ["AO101"]),
+        (4, None, []),
+        (0, "  num_workers: 8\n", []),
+    ],
+)
+def test_a_worker_count_read_from_a_yacs_default(
+    tmp_path: Path, count: int, yaml: str | None, expected: list[str]
+) -> None:
+    """SimpleView: `num_workers = cfg.DATALOADER.num_workers` in the loader's builder, where
+    configs.py declares the yacs default `_C.DATALOADER.num_workers = 0`: reported (the change
+    belongs in configs.py), unless the default is above 0 or a YAML config of the project sets
+    the key to another value (which a run loads over the default)."""
+    files = {
+        "configs.py": YACS_CONFIG.format(count=count),
+        "dataloader.py": YACS_LOADER,
+        "main.py": YACS_MAIN,
+    }
+    if yaml is not None:
+        files["configs/run_1.yaml"] = "DATALOADER:\n" + yaml
+    _write(tmp_path, files)
+    assert _codes(tmp_path, "dataloader.py", select=("AO101",)) == expected
+
+
 FACTORY_PLACES = """
 from models import ResNet18
 

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 import libcst as cst
 import libcst.matchers as m
 
+from autoopt.lint.program.config_defaults import yacs_default
 from autoopt.lint.program.index import file_tree, parse_tree
 from autoopt.lint.program.project_files import modules_named, record_read, resolve_module
 from autoopt.lint.program.project_text import imported_paths, importers_of, read_text
@@ -604,9 +605,12 @@ def passed_option_default(
         return None
     defaults: set[object] = set()
     for path, _, passed in calls:
-        if len(passed) != 2:  # `args.num_workers`, not a local name or `self.x.y`
+        if len(passed) > 2:  # a yacs key: SimpleView's `cfg.DATALOADER.num_workers`
+            found = yacs_default(path, cst.parse_expression(".".join(passed)))
+        elif len(passed) == 2:  # `args.num_workers`, not a local name
+            found = _option_default(Path(path), read_text(Path(path)), passed[1])
+        else:
             return None
-        found = _option_default(Path(path), read_text(Path(path)), passed[1])
         if found is None:
             return None
         defaults.add(found[0])
