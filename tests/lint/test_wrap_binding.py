@@ -1234,6 +1234,55 @@ def test_parameter_groups_appended_in_a_loop_over_the_models_parameters() -> Non
     ]
 
 
+def test_parameter_groups_added_with_plus_equals_in_a_loop_over_the_named_parameters() -> None:
+    """faster-rcnn: `for key, value in dict(net.named_parameters()).items(): params +=
+    [{'params': [value], ...}]`, then `SGD(params)`; was "cannot tell which model"."""
+    found = calls(
+        """
+        import torch
+
+        net = Network(cfg)
+        params = []
+        for key, value in dict(net.named_parameters()).items():
+            if value.requires_grad:
+                params += [{"params": [value], "lr": 0.01}]
+        optimizer = torch.optim.SGD(params, momentum=0.9)
+        for image, target in loader:
+            optimizer.zero_grad()
+            net(image).sum().backward()
+            optimizer.step()
+        """
+    )
+    assert found == [
+        'net, loader, optimizer = autoopt.optimize(net, loader, optimizer, device="cpu")'
+    ]
+
+
+def test_parameter_groups_of_a_models_submodules_gathered_by_helpers() -> None:
+    """lightweight-human-pose: `Adam([{'params': get_parameters_conv(net.model, 'weight')},
+    {'params': get_parameters_bn(net.cpm, 'bias')}])`: the helpers gather the parameters of
+    the model's parts, so the model is `net`; was "cannot tell which model"."""
+    found = calls(
+        """
+        import torch
+        from modules.get_parameters import get_parameters_bn, get_parameters_conv
+
+        net = PoseEstimationWithMobileNet()
+        optimizer = torch.optim.Adam([
+            {"params": get_parameters_conv(net.model, "weight")},
+            {"params": get_parameters_bn(net.cpm.trunk, "bias"), "weight_decay": 0},
+        ], lr=4e-5)
+        for batch in loader:
+            optimizer.zero_grad()
+            net(batch).sum().backward()
+            optimizer.step()
+        """
+    )
+    assert found == [
+        'net, loader, optimizer = autoopt.optimize(net, loader, optimizer, device="cpu")'
+    ]
+
+
 def test_an_optimizer_over_the_wrapped_models_module_still_sees_the_wrap() -> None:
     """`model = DDP(model)` then `Adam(model.module.parameters())`: the wrap is the trained
     model's (the filter that skips a frozen model's wrap must not skip this one)."""
@@ -1310,3 +1359,124 @@ def test_a_dataset_method_whose_value_is_used_is_a_read() -> None:
         "model, train_loader, optimizer = autoopt.optimize(model, train_loader, optimizer, "
         'device="cpu")'
     ]
+
+
+def test_an_optimizer_over_a_module_list_of_unnamed_parts_declines() -> None:
+    """SimKD: `trainable_list = nn.ModuleList([])` gets `model_s` and, under a flag, parts of
+    a criterion (`criterion_kd.embed_s`); the SGD is built over it and the loop runs another
+    list's first module. A ModuleList has no forward: declined naming it (it wrapped the
+    ModuleList)."""
+    result = wrap(
+        """
+        import torch
+        from torch import nn, optim
+
+        model_s = Student().cuda()
+        trainable_list = nn.ModuleList([])
+        trainable_list.append(model_s)
+        if opt.distill == "crd":
+            criterion_kd = CRDLoss(opt)
+            trainable_list.append(criterion_kd.embed_s)
+        optimizer = optim.SGD(trainable_list.parameters(), lr=0.05)
+        for x, y in loader:
+            optimizer.zero_grad()
+            model_s(x.cuda()).sum().backward()
+            optimizer.step()
+        """
+    )
+    assert result.declined and "`trainable_list`, an nn.ModuleList" in result.message
+    assert not result.inserted
+
+
+def test_an_optimizer_printed_is_not_handed_to_a_trainer() -> None:
+    """simple-nmt: `print(optimizer)` after building it is no trainer the optimizer is handed
+    to; the decline names the call that trains (it said "handed to `print(...)`")."""
+    result = wrap(
+        """
+        import torch
+        from trainer import SingleTrainer
+
+        def main(config):
+            model = Seq2Seq(config)
+            optimizer = torch.optim.Adam(model.parameters())
+            print(optimizer)
+            trainer = SingleTrainer(config)
+            trainer.train(model, optimizer, train_loader)
+
+        main(None)
+        """
+    )
+    assert result.declined and "handed to `trainer.train(...)`" in result.message
+    assert "print" not in result.message
+
+
+NERF_FACTORY = """
+import torch
+
+device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+def create_nerf(args):
+    embed_fn, input_ch = get_embedder(args.multires, i=args.i_embed)
+    if args.i_embed == 1:
+        embedding_params = list(embed_fn.parameters())
+    model = NeRF(input_ch).to(device)
+    grad_vars = list(model.parameters())
+    model_fine = None
+    if args.N_importance > 0:
+        model_fine = NeRF(input_ch).to(device)
+        grad_vars += list(model_fine.parameters())
+    if args.i_embed == 1:
+        optimizer = RAdam([{"params": grad_vars}, {"params": embedding_params}], lr=args.lrate)
+    else:
+        optimizer = torch.optim.Adam(params=grad_vars, lr=args.lrate)
+    render_kwargs_train = {"network_fn": model, "network_fine": model_fine}
+    return render_kwargs_train, grad_vars, optimizer
+
+def train(args):
+    render_kwargs_train, grad_vars, optimizer = create_nerf(args)
+    for i in range(args.N_iters):
+        optimizer.zero_grad()
+        loss = render(rays[i], **render_kwargs_train)
+        loss.backward()
+        optimizer.step()
+"""
+
+
+def test_models_a_factory_keeps_to_itself_get_their_calls_there() -> None:
+    """nerf / HashNeRF: `create_nerf(args)` builds `model`, `model_fine` and the Adam over
+    their `grad_vars`, and returns render settings, not the models: the calls go inside it
+    after the optimizer, one per model in the script's precision, `model_fine` under its
+    None guard; `embed_fn`, whose parameters join only under `if args.i_embed == 1` (a
+    function otherwise), is left to the script. It said "cannot tell which model"."""
+    found = [line.split("  #")[0] for line in calls(NERF_FACTORY)]
+    assert found == [
+        'model = autoopt.optimize(model, device=device, amp="script")',
+        # (the "cpu" branch is the path where model_fine stays None: the guard skips it)
+        "if model_fine is not None: model_fine = autoopt.optimize(model_fine, "
+        'device=device if args.N_importance > 0 else "cpu", amp="script")',
+    ]
+
+
+def test_a_factory_that_returns_its_model_keeps_the_call_with_the_caller() -> None:
+    """Performance-RNN's `model, optimizer = load_session()`: the caller holds both, so the
+    call stays there (the factory is not entered)."""
+    found = calls(
+        """
+        import torch
+
+        def load_session():
+            model = PerformanceRNN().cuda()
+            optimizer = torch.optim.Adam(model.parameters())
+            return model, optimizer
+
+        def train():
+            model, optimizer = load_session()
+            for x in loader:
+                optimizer.zero_grad()
+                model(x.cuda()).sum().backward()
+                optimizer.step()
+
+        train()
+        """
+    )
+    assert found == ["model, loader, optimizer = autoopt.optimize(model, loader, optimizer)"]

@@ -806,6 +806,325 @@ def test_a_class_picked_by_a_factory_names_the_base_class_that_trains(tmp_path: 
     assert "MLPMethod" not in result.message
 
 
+def test_a_class_bound_to_a_factorys_result_is_followed(tmp_path: Path) -> None:
+    """TabSurvey: `model_name = str2model(args.model_name)` binds a class a factory returns,
+    then `model = model_name(params)`; MiniGPT-4's factory returns a name it bound to a
+    registry's lookup. The classes' `fit` creates the optimizer and trains: the decline names
+    it (it said "no .backward() is reached")."""
+    modules = {
+        "base.py": """
+        import torch
+
+        class BaseModelTorch:
+            def __init__(self, params):
+                self.net = torch.nn.Linear(4, 1)
+
+            def fit(self, data):
+                optimizer = torch.optim.AdamW(self.net.parameters())
+                for x in data:
+                    optimizer.zero_grad()
+                    self.net(x).sum().backward()
+                    optimizer.step()
+        """,
+        "mlp.py": "from base import BaseModelTorch\n\nclass MLP(BaseModelTorch):\n    pass\n",
+        "models.py": """
+        def str2model(model):
+            if model == "MLP":
+                from mlp import MLP
+                return MLP
+            raise NotImplementedError(model)
+
+        def pick(model):
+            chosen = str2model(model)
+            return chosen
+        """,
+    }
+    for factory in ("str2model", "pick"):
+        result = wrap_beside(
+            tmp_path,
+            modules,
+            "train.py",
+            f"""
+            from models import {factory}
+
+            def main(name):
+                model_name = {factory}(name)
+                model = model_name({{}})
+                model.fit([])
+
+            main("MLP")
+            """,
+        )
+        assert result.declined and result.reason == "optimizer created in another module"
+        assert "BaseModelTorch.fit() of " in result.message, factory
+
+
+def test_optimizers_of_objects_built_by_a_built_object_are_named(tmp_path: Path) -> None:
+    """edge-connect: the script builds `EdgeConnect(config)`, whose `__init__` builds the
+    `EdgeModel` that creates the Adam; the training runs through a call --wrap cannot follow
+    (`getattr`): the decline names EdgeModel.__init__, found two objects down."""
+    result = wrap_beside(
+        tmp_path,
+        {
+            "models.py": """
+            import torch
+
+            class EdgeModel(torch.nn.Module):
+                def __init__(self, config):
+                    super().__init__()
+                    self.net = torch.nn.Linear(4, 1)
+                    self.gen_optimizer = torch.optim.Adam(self.net.parameters())
+
+                def process(self, x):
+                    self.gen_optimizer.zero_grad()
+                    self.net(x).sum().backward()
+                    self.gen_optimizer.step()
+            """,
+            "edge_connect.py": """
+            from models import EdgeModel
+
+            class EdgeConnect:
+                def __init__(self, config):
+                    self.edge_model = EdgeModel(config)
+
+                def train(self, data):
+                    for x in data:
+                        getattr(self.edge_model, "process")(x)
+            """,
+        },
+        "train.py",
+        "from edge_connect import EdgeConnect\n\nEdgeConnect({}).train([])\n",
+    )
+    assert result.declined and result.reason == "optimizer created in another module"
+    assert "EdgeModel.__init__() of " in result.message
+    assert "no .backward() is reached from this script itself" in result.message
+
+
+def test_a_model_method_named_backward_that_steps_names_where_optimizers_are_made(
+    tmp_path: Path,
+) -> None:
+    """edge-connect's own loop: `self.edge_model.backward(gen_loss)` is the model's method that
+    calls `gen_loss.backward()` and steps the optimizer; --wrap sees a backward there and no
+    optimizer stepped beside it. The decline names where the optimizers are created (it said
+    "no optimizer is stepped where .backward() runs")."""
+    result = wrap_beside(
+        tmp_path,
+        {
+            "models.py": """
+            import torch
+
+            class EdgeModel(torch.nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.net = torch.nn.Linear(4, 1)
+                    self.gen_optimizer = torch.optim.Adam(self.net.parameters())
+
+                def process(self, x):
+                    self.gen_optimizer.zero_grad()
+                    return self.net(x).sum()
+
+                def backward(self, gen_loss):
+                    gen_loss.backward()
+                    self.gen_optimizer.step()
+            """,
+            "edge_connect.py": """
+            from models import EdgeModel
+
+            class EdgeConnect:
+                def __init__(self):
+                    self.edge_model = EdgeModel()
+
+                def train(self, data):
+                    for x in data:
+                        gen_loss = self.edge_model.process(x)
+                        self.edge_model.backward(gen_loss)
+            """,
+        },
+        "train.py",
+        """
+        from edge_connect import EdgeConnect
+
+        def main():
+            model = EdgeConnect()
+            model.train([])
+
+        main()
+        """,
+    )
+    assert result.declined and result.reason == "optimizer created in another module"
+    assert "EdgeModel.__init__() of " in result.message
+
+
+def test_a_model_a_base_constructor_builds_wrapped_by_an_overridden_method_declines(
+    tmp_path: Path,
+) -> None:
+    """Autoformer, Informer, LTSF-Linear: `Exp_Basic.__init__` (run by `super().__init__`) sets
+    `self.model = self._build_model().to(self.device)`; the subclass's `_build_model` returns
+    `nn.DataParallel(model)` under `--use_multi_gpu`, and `train()` builds the Adam in
+    `self._select_optimizer()`. The model is wrapped before its optimizer exists: declined
+    naming the wrap (it said "cannot tell which model", and binding the factory's
+    `self.model` alone would wrap the DataParallel)."""
+    modules = {
+        "exp_basic.py": """
+        import torch
+
+        class Exp_Basic:
+            def __init__(self, args):
+                self.args = args
+                self.device = torch.device("cpu")
+                self.model = self._build_model().to(self.device)
+
+            def _build_model(self):
+                raise NotImplementedError
+        """,
+    }
+    script = """
+    import torch
+    import torch.nn as nn
+    from torch import optim
+    from exp_basic import Exp_Basic
+
+    class Exp_Main(Exp_Basic):
+        def __init__(self, args):
+            super(Exp_Main, self).__init__(args)
+
+        def _build_model(self):
+            model = nn.Linear(4, 1).float()
+            if self.args.use_multi_gpu:
+                model = nn.DataParallel(model, device_ids=self.args.device_ids)
+            return model
+
+        def _select_optimizer(self):
+            model_optim = optim.Adam(self.model.parameters(), lr=1e-3)
+            return model_optim
+
+        def train(self, train_loader):
+            model_optim = self._select_optimizer()
+            for x in train_loader:
+                model_optim.zero_grad()
+                self.model(x).sum().backward()
+                model_optim.step()
+    """
+    result = wrap_beside(tmp_path, modules, "exp_main.py", script)
+    assert result.declined and result.reason == "model wrapped in DDP/FSDP before the optimizer"
+    assert "`self.model = self._build_model().to(self.device)`" in result.message
+    assert "through _build_model()" in result.message
+    # without the wrap, the factory method's `self.model` is the model the call gets
+    bare = wrap_beside(tmp_path, modules, "exp_main.py", script.replace("nn.DataParallel", "id"))
+    assert not bare.declined, bare.message
+    assert bare.inserted == (
+        "self.model, train_loader, model_optim = autoopt.optimize(self.model, train_loader, "
+        'model_optim, device="cpu")',
+    )
+
+
+def test_an_agent_a_config_names_is_found_among_the_projects_training_modules(
+    tmp_path: Path,
+) -> None:
+    """drq: `self.agent = hydra.utils.instantiate(cfg.agent)` builds the class a YAML names,
+    and the script never imports its module: the decline names the project's training module
+    that creates the optimizers (DRQAgent), not stylegan2-like projector code whose Adam
+    steps a list of tensors, nor a module that builds an optimizer and trains nothing."""
+    result = wrap_beside(
+        tmp_path,
+        {
+            "drq.py": """
+            import torch
+
+            class DRQAgent:
+                def __init__(self, lr):
+                    self.critic = torch.nn.Linear(4, 1)
+                    self.critic_optimizer = torch.optim.Adam(self.critic.parameters(), lr=lr)
+
+                def update(self, x):
+                    self.critic_optimizer.zero_grad()
+                    self.critic(x).sum().backward()
+                    self.critic_optimizer.step()
+            """,
+            "projector.py": """
+            import torch
+
+            def project(w):
+                opt = torch.optim.Adam([w] + [w], lr=0.1)
+                w.sum().backward()
+                opt.step()
+            """,
+            "export.py": """
+            import torch
+
+            def rebuild(net):
+                return torch.optim.SGD(net.parameters(), lr=0.1)
+            """,
+        },
+        "train.py",
+        """
+        import hydra
+
+        @hydra.main(config_path="config.yaml")
+        def main(cfg):
+            agent = hydra.utils.instantiate(cfg.agent)
+            for step in range(10):
+                agent.update(None)
+
+        main()
+        """,
+    )
+    assert result.declined and result.reason == "training loop in code --wrap cannot read"
+    assert "create their optimizers in DRQAgent.__init__() of " in result.message
+    assert "project()" not in result.message and "rebuild()" not in result.message
+
+
+def test_an_optimizer_class_picked_from_torch_optim_by_name_is_found(tmp_path: Path) -> None:
+    """Continual-Learning-Benchmark: the agent the script picks through module dictionaries
+    builds `torch.optim.__dict__[config["optimizer"]](**args)`; `getattr(torch.optim, name)`
+    likewise: the decline names where (it said "no .backward() is reached", nothing more)."""
+    for picked in ("torch.optim.__dict__[self.name]", "getattr(torch.optim, self.name)"):
+        result = wrap_beside(
+            tmp_path,
+            {
+                "agents/__init__.py": "from . import default\n",
+                "agents/default.py": f"""
+                import torch
+
+                class NormalNN:
+                    def __init__(self, config):
+                        self.name = config["optimizer"]
+                        self.model = torch.nn.Linear(4, 1)
+                        self.init_optimizer()
+
+                    def init_optimizer(self):
+                        self.optimizer = {picked}(self.model.parameters(), lr=0.1)
+
+                    def update_model(self, x):
+                        self.optimizer.zero_grad()
+                        self.model(x).sum().backward()
+                        self.optimizer.step()
+                """,
+            },
+            "iBatchLearn.py",
+            """
+            import agents
+
+            agent = agents.__dict__["default"].__dict__["NormalNN"]({"optimizer": "SGD"})
+            agent.learn_batch([])
+            """,
+        )
+        assert result.declined, picked
+        assert "NormalNN.init_optimizer() of " in result.message, (picked, result.message)
+
+
+def test_a_script_whose_project_creates_no_optimizer_says_no_loop(tmp_path: Path) -> None:
+    """With no training module anywhere in the project, the decline stays "no training
+    loop"."""
+    result = wrap_beside(
+        tmp_path,
+        {"helpers.py": "def load(path):\n    return open(path).read()\n"},
+        "run.py",
+        "import hydra\n\nagent = hydra.utils.instantiate({})\nagent.update(None)\n",
+    )
+    assert result.declined and result.reason == "no training loop"
+
+
 def test_agent_classes_handed_to_a_trainer_are_named(tmp_path: Path) -> None:
     """p-christ's DRL: `AGENTS = [TD3, DDPG]` is handed to the local `Trainer`, which instantiates
     each class; the agents create their optimizers in `__init__`. `optimizer.step()` in the

@@ -81,6 +81,7 @@ def wrap_fp32(script: Path) -> None:
         "run_per_seed.py",
         "module_list_holder.py",
         "ema_weights.py",
+        "factory_keeps_models.py",
     ],
 )
 def test_wrapped_script_trains_with_the_same_fp32_losses(name: str, tmp_path: Path) -> None:

@@ -82,6 +82,9 @@ def pair_models(
             for part in _modules_of_holder(code, home, model, bound_to(a, opt.expr))
         } or models
         models -= stepped  # optimize() takes the module first, never an optimizer
+        for model in sorted(models):
+            if _module_list(home, model, opt):
+                return decline.optimizer_over_module_list(opt.expr, model)
         models -= _aliases_of_others(home, models)
         if not models:
             return decline.unknown_model(opt.expr)
@@ -100,7 +103,15 @@ def pair_models(
                 header = statement_of(caller.file, loop)
                 return decline.created_per_call(opt.expr, home.name, header)
         if len(models) > 1:
-            shared += sorted(models)
+            # a model whose parameters join only under a condition the optimizer is not under
+            # may be no module on other runs (HashNeRF's `embed_fn`, a function unless
+            # `--i_embed 1`): left to the script, unless it is None otherwise (nerf's
+            # `model_fine`, whose call gets the `is not None` guard)
+            shared += sorted(
+                m
+                for m in models
+                if _not_none(home, m) or not _joined_under_a_condition(home, m, opt)
+            )
             forced["amp"] = "an optimizer spans several models"
         else:
             pairs.append(Pair(models.pop(), opt.expr))
@@ -192,7 +203,23 @@ def _factory_models(
         and n.attr.value in ("parameters", "named_parameters")
         and isinstance(n.value, cst.Name)
     }
-    found = set()
+    if (
+        isinstance(value.func, cst.Attribute)
+        and is_self(value.func.value)
+        and factory.cls is not None
+    ):
+        # a method of the same object: its `self.model` is the caller's (Autoformer's
+        # `model_optim = self._select_optimizer()`, `Adam(self.model.parameters())`)
+        found = {
+            code_of(n.value)
+            for n in nodes
+            if isinstance(n, cst.Attribute)
+            and n.attr.value in ("parameters", "named_parameters")
+            and isinstance(n.value, cst.Attribute)
+            and is_self(n.value.value)
+        }
+    else:
+        found = set()
     for name in read:
         if name in params:
             arg = code.argument(value, factory, name)
@@ -242,6 +269,29 @@ def _returned_at(factory: Func, position: int) -> str | None:
     return found.pop() if len(found) == 1 else None
 
 
+def _joined_under_a_condition(home: Func, model: str, opt: Origin) -> bool:
+    """Every read of `model`'s parameters in `home` sits in an `if` that holds none of the
+    optimizer's creations (HashNeRF's `if args.i_embed == 1: embedding_params =
+    list(embed_fn.parameters())`, then the RAdam after the `if`)."""
+    file = home.file
+    reads = [
+        n
+        for n in home.statements()
+        if isinstance(n, cst.Attribute)
+        and n.attr.value in ("parameters", "named_parameters")
+        and code_of(n.value) == model
+    ]
+    if not reads:
+        return False
+    for read in reads:
+        branch = next((a for a in file.ancestors(read) if isinstance(a, cst.If)), None)
+        if branch is None or any(
+            a is branch for c in opt.assigns for a in file.ancestors(c) if id(c) in file.order
+        ):
+            return False
+    return True
+
+
 def _not_none(home: Func, model: str) -> str | None:
     """`model_fine is not None` where `home` binds `model_fine = None` (nerf's optional fine
     network, built under an `if`): optimize() must not be handed None."""
@@ -287,6 +337,8 @@ def _models(home: Func, value: cst.BaseExpression | None, depth: int) -> tuple[s
             if is_object(root):
                 roots |= _held_by_module_list(home, root, value) or {code_of(root)}
         for arg in node.args:
+            if (part := _part_of_model(home, node, arg.value)) is not None:
+                roots.add(part)  # `get_parameters_conv(net.model, 'weight')`
             if isinstance(arg.value, cst.Name):
                 name = arg.value.value
                 if model_like(home, name):
@@ -305,6 +357,34 @@ def _models(home: Func, value: cst.BaseExpression | None, depth: int) -> tuple[s
             for bound in _values_of(home, node.value, value):
                 roots |= _models(home, bound, depth + 1)[0]
     return roots, factories
+
+
+def _part_of_model(home: Func, call: cst.Call, arg: cst.BaseExpression) -> str | None:
+    """The model whose submodule `arg` is, when `call` is a helper named for the parameters it
+    gathers (lightweight-human-pose's `get_parameters_conv(net.model, 'weight')`): `net`."""
+    name = (dotted(call.func) or "").rsplit(".", 1)[-1].lower()
+    if "param" not in name or not isinstance(arg, cst.Attribute):
+        return None
+    root: cst.BaseExpression = arg
+    while isinstance(root, cst.Attribute):
+        root = root.value
+    if isinstance(root, cst.Name) and model_like(home, root.value):
+        return root.value
+    return None
+
+
+def _module_list(home: Func, name: str, opt: Origin) -> bool:
+    """`name` is bound to an `nn.ModuleList(...)` before the optimizer (one whose modules
+    `_held_by_module_list` could not name: SimKD's `trainable_list`, filled with parts of
+    other objects under conditions)."""
+    before = opt.assigns[0] if opt.assigns else None
+    if before is None or id(before) not in home.file.order:
+        return False
+    values = _values_of(home, name, before)
+    return bool(values) and (
+        isinstance(values[0], cst.Call)
+        and (dotted(values[0].func) or "").rsplit(".", 1)[-1] in ("ModuleList", "ModuleDict")
+    )
 
 
 def _held_by_module_list(home: Func, root: cst.BaseExpression, before: cst.CSTNode) -> set[str]:
@@ -355,6 +435,7 @@ def _values_of(home: Func, name: str, before: cst.CSTNode) -> list[cst.BaseExpre
             continue
         if isinstance(node, cst.AugAssign) and is_name(node.target, name):
             values.append(node.value)
+            values += _loop_sources(file, node, node.value)
         elif (
             isinstance(node, cst.Call)
             and isinstance(node.func, cst.Attribute)
@@ -377,6 +458,20 @@ def _loop_source(
             if isinstance(loop, cst.For) and value.value in names_in(loop.target):
                 return loop.iter
     return value
+
+
+def _loop_sources(
+    file: SourceFile, at: cst.CSTNode, value: cst.BaseExpression
+) -> list[cst.BaseExpression]:
+    """What the for loops around `at` iterate, where `value` reads their targets
+    (faster-rcnn's `for key, value in dict(net.named_parameters()).items(): params +=
+    [{'params': [value], ...}]`: the named parameters)."""
+    read = {n.value for n in [value, *file.inside(value)] if isinstance(n, cst.Name)}
+    return [
+        loop.iter
+        for loop in file.ancestors(at)
+        if isinstance(loop, cst.For) and read & set(names_in(loop.target))
+    ]
 
 
 def _model_factory_method(home: Func, func: cst.Attribute) -> bool:

@@ -10,13 +10,18 @@ the helper that steps it back to the function that creates it.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import libcst as cst
 
-from autoopt.lint.program.project_text import is_registry_getter, registering_modules
+from autoopt.lint.program.project_files import project_modules
+from autoopt.lint.program.project_text import (
+    is_registry_getter,
+    read_text,
+    registering_modules,
+)
 from autoopt.lint.tree.nodes import code_of
 
 Scope = cst.FunctionDef | cst.Module
@@ -340,6 +345,21 @@ class CodeBase:
                     return self._load_path(candidate)
         return None
 
+    def project_files(self, says: Callable[[str], bool], limit: int) -> list[SourceFile]:
+        """The project's modules (beside the script's own) whose text `says` holds for, parsed;
+        at most `limit`, in path order."""
+        if self.script.path is None:
+            return []
+        found: list[SourceFile] = []
+        for path in project_modules(self.script.path):
+            if len(found) >= limit:
+                break
+            if Path(path).resolve() == self.script.path.resolve() or not says(read_text(path)):
+                continue
+            if (source := self._load_path(_shown(Path(path)))) is not None:
+                found.append(source)
+        return found
+
     def _load_path(self, path: Path) -> SourceFile | None:
         """The local module at `path`, parsed once (None: unreadable or not Python)."""
         key = path.resolve()
@@ -423,9 +443,9 @@ class CodeBase:
         for stmt in cls.body.body:
             if isinstance(stmt, cst.FunctionDef) and stmt.name.value == name:
                 return Func(file, stmt)
-        return self._base_method(file, cls, name, depth) if depth < _MAX_BASES else None
+        return self.base_method(file, cls, name, depth) if depth < _MAX_BASES else None
 
-    def _base_method(
+    def base_method(
         self, file: SourceFile, cls: cst.ClassDef, name: str, depth: int = 0
     ) -> Func | None:
         """The method `name` of the first of `cls`'s local base classes that defines it."""
@@ -535,7 +555,7 @@ class CodeBase:
         if isinstance(receiver, cst.Call) and code_of(receiver.func) == "super":
             # `super().__init__(model, optimizer)`: the first base class that defines it
             cls = file.class_of(file.scope_of(call))
-            return self._base_method(file, cls, attr) if cls is not None else None
+            return self.base_method(file, cls, attr) if cls is not None else None
         if isinstance(receiver, cst.Name):
             if receiver.value in ("self", "cls"):
                 cls = file.class_of(file.scope_of(call))
@@ -696,11 +716,25 @@ class CodeBase:
             return [one]
         if called in file.imports:
             return []
+        if picked := self._class_bound_by_factory(file, value.func):
+            return picked
         return [
             c
             for other in file.aliases.get(called, ())
             if other not in file.aliases and (c := self.local_class(file, other))
         ]
+
+    def _class_bound_by_factory(
+        self, file: SourceFile, name: cst.Name, depth: int = 0
+    ) -> list[tuple[SourceFile, cst.ClassDef]]:
+        """The local classes a name stands for when its scope binds it to what a class factory
+        returns (TabSurvey's `model_name = str2model(args.model_name)`, then
+        `model_name(params, args)`)."""
+        found: list[tuple[SourceFile, cst.ClassDef]] = []
+        for node in file.bindings(file.scope_of(name)).get(name.value, ()):
+            if isinstance(node, cst.Assign) and isinstance(node.value, cst.Call):
+                found += self.classes_returned(file, node.value, depth)
+        return found
 
     def _made_by(
         self, file: SourceFile, call: cst.Call, depth: int
@@ -740,11 +774,13 @@ class CodeBase:
         return factory
 
     def classes_returned(
-        self, file: SourceFile, call: cst.Call
+        self, file: SourceFile, call: cst.Call, depth: int = 0
     ) -> list[tuple[SourceFile, cst.ClassDef]]:
         """The local classes (not instances) `call` returns: every class registered with a
         registry it looks up (BasicSR's `MODEL_REGISTRY.get(name)`), or those a local function
-        returns by name (TALENT's `get_method(name)`, importing one class in each branch)."""
+        returns by name (TALENT's `get_method(name)`, importing one class in each branch; also
+        a name it binds to such a lookup: MiniGPT-4's `runner_cls =
+        registry.get_runner_class(...)`, `return runner_cls`)."""
         func = call.func
         if (
             isinstance(func, cst.Attribute)
@@ -759,8 +795,10 @@ class CodeBase:
         for node in factory.statements():
             if isinstance(node, cst.Return) and isinstance(node.value, cst.Name):
                 owner = self.local_class(factory.file, node.value.value)
-                if owner is not None:
-                    found.setdefault(id(owner[1]), owner)
+                owners = [owner] if owner is not None else []
+                if owner is None and depth < _MAX_BASES:
+                    owners = self._class_bound_by_factory(factory.file, node.value, depth + 1)
+                found.update((id(o[1]), o) for o in owners)
         return list(found.values())
 
     def _registered(self, file: SourceFile, registry: str) -> list[tuple[SourceFile, cst.ClassDef]]:

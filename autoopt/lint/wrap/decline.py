@@ -284,6 +284,22 @@ def optimizer_in_module(
     )
 
 
+def optimizer_elsewhere_in_project(where: list[str]) -> Decline:
+    """`where`: each function of the project's training modules that creates an optimizer,
+    as "Class.method() of path"; no call --wrap can follow from the script reaches them."""
+    if len(where) > _LISTED:
+        more = len(where) - _LISTED
+        where = [*where[:_LISTED], f"{more} other function{'s' if more > 1 else ''}"]
+    return Decline(
+        "training loop in code --wrap cannot read",
+        "no .backward() is reached from this file by a call --wrap can follow (the training "
+        "may run through a class a config names or a module imported by name at run time); "
+        f"the project's training modules create their optimizers in {', '.join(where)}",
+        "run --wrap on the file that creates the optimizer the script trains with, or insert "
+        "`model, optimizer = autoopt.optimize(model, optimizer=optimizer)` by hand there",
+    )
+
+
 def optimizers_held_in_module(expr: str, where: list[str]) -> Decline:
     """`where`: each function that gathers the collection, as "Class.method() of path"."""
     return Decline(
@@ -385,6 +401,17 @@ def unknown_model(expr: str) -> Decline:
         f"cannot tell which model's .parameters() feed `{expr}`",
         f"build `{expr}` from the model's parameters where it is created "
         f"(`torch.optim.AdamW(model.parameters())`) {_AGAIN}",
+    )
+
+
+def optimizer_over_module_list(expr: str, holder: str) -> Decline:
+    return Decline(
+        "cannot tell the model",
+        f"`{expr}` is built over `{holder}`, an nn.ModuleList the script fills with modules "
+        "--wrap cannot name (parts of other objects, or added under conditions); a "
+        "ModuleList has no forward, so optimize() cannot take it",
+        f"hand optimize() each module of `{holder}` by hand, or build `{expr}` over the "
+        f"model's own parameters {_AGAIN}",
     )
 
 

@@ -304,22 +304,19 @@ def wrapped_in_constructor(code: CodeBase, home: Func, over: set[str]) -> Parall
     """The data-parallel wrap the constructor of `home`'s class gives one of `over` (the
     `self.` attributes the optimizer is built over) before `home`, another method, creates the
     optimizer (EEG-Conformer's `__init__`: `self.model = nn.DataParallel(self.model)`, the
-    Adam in `train()`)."""
+    Adam in `train()`); also in a base class's constructor that `super().__init__()` runs,
+    and in a method it calls that returns the wrapped model (Autoformer's `self.model =
+    self._build_model().to(self.device)`, whose override returns `nn.DataParallel(model)`
+    under `--use_multi_gpu`)."""
     if home.cls is None or home.name == "__init__":
         return None
     init = code.method(home.file, home.cls, "__init__")
     if init is None:
         return None
-    # the constructor's own statements, and the methods it calls before the optimizer's
+    # the constructors' own statements, and the methods they call before the optimizer's
     # (2s-AGCN's `self.load_model()` wrapping, then `self.load_optimizer()`)
-    scopes = [init]
-    for call in init.calls():
-        target = code.resolve(init.file, call)
-        if target == home:
-            break
-        if target is not None and target.cls is home.cls:
-            scopes.append(target)
-    for scope in scopes:
+    inits = [init, *_base_constructors(code, init)]
+    for scope in inits:
         for call in scope.calls():
             holder = scope.file.parent(call)
             if (
@@ -328,7 +325,75 @@ def wrapped_in_constructor(code: CodeBase, home: Func, over: set[str]) -> Parall
                 and any(code_of(t.target) in over for t in holder.targets)
             ):
                 return ParallelWrap(statement_of(scope.file, call), wrapper_name(scope.file, call))
+        for call in scope.calls():
+            targets = code.runs(scope.file, call) if _on_self(call) else []
+            if home in targets:
+                break
+            for target in targets:
+                if target.cls is None or target in inits:
+                    continue
+                if wrap := _wrap_in_method(target, over if target.cls is home.cls else set()):
+                    return wrap
+                if _binds_one_of(scope.file, call, over) and (wrap := _wrap_returned(target)):
+                    # the constructor's statement names the model; the method makes the wrap
+                    return ParallelWrap(statement_of(scope.file, call), wrap.wrapper, target.name)
     return None
+
+
+def _base_constructors(code: CodeBase, init: Func) -> list[Func]:
+    """The base classes' `__init__` that `init` runs (`super().__init__(args)`)."""
+    for call in init.calls():
+        func = call.func
+        if not (isinstance(func, cst.Attribute) and func.attr.value == "__init__"):
+            continue
+        target = code.resolve(init.file, call)
+        if target is None and init.cls is not None:
+            target = code.base_method(init.file, init.cls, "__init__")
+        if target is not None and target != init:
+            return [target, *_base_constructors(code, target)]
+    return []
+
+
+def _wrap_in_method(method: Func, over: set[str]) -> ParallelWrap | None:
+    """A wrap in `method` bound to one of `over`."""
+    for call in method.calls():
+        holder = method.file.parent(call)
+        if (
+            is_parallel_wrap(method.file, call)
+            and isinstance(holder, cst.Assign)
+            and any(code_of(t.target) in over for t in holder.targets)
+        ):
+            return ParallelWrap(statement_of(method.file, call), wrapper_name(method.file, call))
+    return None
+
+
+def _wrap_returned(method: Func) -> ParallelWrap | None:
+    """A wrap `method` binds to a name it returns (`model = nn.DataParallel(model)`, then
+    `return model`)."""
+    returned = {
+        n.value.value
+        for n in method.statements()
+        if isinstance(n, cst.Return) and isinstance(n.value, cst.Name)
+    }
+    return _wrap_in_method(method, returned) if returned else None
+
+
+def _binds_one_of(file: SourceFile, call: cst.Call, over: set[str]) -> bool:
+    """`call` (maybe placed: `self._build_model().to(device)`) is bound to one of `over`."""
+    holder = file.parent(call)
+    while isinstance(holder, cst.Attribute | cst.Call):
+        holder = file.parent(holder)
+    return isinstance(holder, cst.Assign) and any(code_of(t.target) in over for t in holder.targets)
+
+
+def _on_self(call: cst.Call) -> bool:
+    """`self.method(...)`."""
+    func = call.func
+    return (
+        isinstance(func, cst.Attribute)
+        and isinstance(func.value, cst.Name)
+        and func.value.value == "self"
+    )
 
 
 def _optimizer_inputs(func: Func) -> set[str]:

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
+from autoopt.lint.program.library import OPTIMIZER_CLASSES
 from autoopt.lint.tree.nodes import code_of, is_name, walk
 from autoopt.lint.wrap import decline
 from autoopt.lint.wrap.codebase import CodeBase, Func, SourceFile
@@ -79,6 +80,9 @@ class Tracer:
                 ]
                 if found:
                     return found
+            if (inner := self._built_inside(func, expr, assigns)) is not None:
+                factory, name = inner
+                return self.origins(factory, name, None, depth + 1)
             return [Origin(func, expr, assigns, entry)]
         found: list[Origin] = []
         if expr.count(".") == 2 and expr.startswith("self.") and func.cls is not None:
@@ -120,6 +124,57 @@ class Tracer:
             if assignments_of(top, expr):
                 return self.origins(top, expr, None, depth + 1)
         return []
+
+    def _built_inside(
+        self, func: Func, expr: str, assigns: list[cst.CSTNode]
+    ) -> tuple[Func, str] | None:
+        """The local function and its name for the optimizer, where `expr` is only what that
+        function returns and the function builds the optimizer over models it keeps to itself
+        (nerf's `..., optimizer = create_nerf(args)`: `create_nerf` builds `model`,
+        `model_fine` and the Adam over their `grad_vars`, and returns render settings, not the
+        models): the models exist only there, so the call goes there. Not where it returns a
+        model beside it (`model, optimizer = load_session()`: the caller holds both)."""
+        if len(assigns) != 1:
+            return None
+        call = getattr(assigns[0], "value", None)
+        targets = [code_of(t) for t in assign_targets(assigns[0])]
+        if not isinstance(call, cst.Call) or expr not in targets:
+            return None
+        factory = self.code.resolve(func.file, call)
+        if factory is None or factory.cls is not None or factory.file is not func.file:
+            return None
+        index = targets.index(expr) if len(targets) > 1 else None
+        names = set()
+        for ret in (n for n in factory.statements() if isinstance(n, cst.Return)):
+            got = ret.value if index is None else element_at(ret.value, index)
+            if not isinstance(got, cst.Name):
+                return None
+            names.add(got.value)
+        if len(names) != 1:
+            return None
+        name = names.pop()
+        creations = [bound_to(a, name) for a in assignments_of(factory, name)]
+        if not creations or not all(
+            isinstance(c, cst.Call) and _names_an_optimizer(factory.file, c) for c in creations
+        ):
+            return None
+        models = {
+            code_of(n.value)
+            for n in factory.statements()
+            if isinstance(n, cst.Attribute)
+            and n.attr.value in ("parameters", "named_parameters")
+            and isinstance(n.value, cst.Name)
+        }
+        returned = {
+            code_of(n)
+            for ret in factory.statements()
+            if isinstance(ret, cst.Return) and ret.value is not None
+            for n in walk(ret.value)
+            if isinstance(n, cst.Name)
+        }
+        if not models or models & (returned | set(factory.params())):
+            return None
+        return factory, name
 
     def _through_member(self, func: Func, expr: str, depth: int) -> list[Origin]:
         """`self.GAN.G_opt`: where the class of `self.GAN` (a local class the methods of
@@ -229,6 +284,13 @@ def placeholder(binds: list[cst.CSTNode], expr: str) -> bool:
     return all(is_name(bound_to(b, expr), "None") for b in binds)
 
 
+def _names_an_optimizer(file: SourceFile, call: cst.Call) -> bool:
+    """`torch.optim.Adam(...)`, `RAdam(...)`: a call of an optimizer class, by its name."""
+    qualified = file.qualname(call.func)
+    leaf = qualified.rsplit(".", 1)[-1]
+    return qualified.startswith("torch.optim.") and leaf[:1].isupper() or leaf in OPTIMIZER_CLASSES
+
+
 def _creations(code: CodeBase, origin: Origin) -> list[cst.CSTNode] | Decline:
     """The statements that create the optimizer, without those that re-bind the same object:
     a local helper that restores and returns it (`optimizer = restore(optimizer)`) or apex's
@@ -277,14 +339,21 @@ def _over_tensors(origin: Origin) -> bool:
     adversarial perturbation, an image being optimised; `Adam([self.log_alpha])`: SAC's
     temperature), not a model's parameters."""
     values = [bound_to(a, origin.expr) for a in origin.assigns]
-    return bool(values) and all(
-        isinstance(v, cst.Call)
-        and v.args
-        and not v.args[0].keyword
-        and isinstance(v.args[0].value, cst.List | cst.Tuple)
-        and v.args[0].value.elements
-        and all(isinstance(e.value, cst.Name | cst.Attribute) for e in v.args[0].value.elements)
-        for v in values
+    return bool(values) and all(isinstance(v, cst.Call) and steps_tensors(v) for v in values)
+
+
+def steps_tensors(creation: cst.Call) -> bool:
+    """The optimizer `creation` builds steps a list of tensors (`SGD([delta])`; also a list
+    grown by `+`: stylegan2's projector, `Adam([w_opt] + list(noise_bufs.values()))`)."""
+    if not creation.args or creation.args[0].keyword:
+        return False
+    first = creation.args[0].value
+    while isinstance(first, cst.BinaryOperation) and isinstance(first.operator, cst.Add):
+        first = first.left
+    return (
+        isinstance(first, cst.List | cst.Tuple)
+        and bool(first.elements)
+        and all(isinstance(e.value, cst.Name | cst.Attribute) for e in first.elements)
     )
 
 

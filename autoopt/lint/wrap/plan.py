@@ -31,6 +31,8 @@ The analysis starts from what training does, not from where things are written, 
 
 from __future__ import annotations
 
+import builtins
+import re
 from pathlib import Path
 
 import libcst as cst
@@ -62,7 +64,7 @@ from autoopt.lint.wrap.options import (
     wrapped_before,
     wrapped_in_constructor,
 )
-from autoopt.lint.wrap.origins import Origin, bind_optimizers
+from autoopt.lint.wrap.origins import Origin, bind_optimizers, steps_tensors
 from autoopt.lint.wrap.tree import assignments_of, bound_name, statement_of
 
 __all__ = ["Decline", "Pair", "Plan", "plan_wrap"]
@@ -114,6 +116,8 @@ def _plan(code: CodeBase) -> Plan | Decline:
     wrappers = OptimizerWrappers(code)
     training = find_training(code, trainers, wrappers)
     if not training.uses:
+        if where := _optimizers_of_built_objects(code, code.script):
+            return decline.optimizer_in_module(where)  # stepped in code --wrap cannot follow
         return decline.no_optimizer()
     for expr, method in training.unseen_wrappers.items():
         return decline.optimizer_wrapper_unseen(expr, method)
@@ -134,16 +138,30 @@ def _plan(code: CodeBase) -> Plan | Decline:
     return _place(code, bound.home, bound.optimizers, bound.stepped, training, wrappers)
 
 
-def _read_parameters_of(optimizers: list[Origin]) -> set[str]:
+def _read_parameters_of(code: CodeBase, optimizers: list[Origin]) -> set[str]:
     """What the optimizers' creation reads the parameters of (`self.model` of
-    `Adam(self.model.parameters())`)."""
-    return {
-        code_of(n.value)
-        for o in optimizers
-        for a in o.assigns
-        for n in walk(a)
-        if isinstance(n, cst.Attribute) and n.attr.value in ("parameters", "named_parameters")
-    }
+    `Adam(self.model.parameters())`), also inside a method of the same object that builds it
+    (Autoformer's `model_optim = self._select_optimizer()`)."""
+    read = set()
+    for o in optimizers:
+        for a in o.assigns:
+            scopes = [walk(a)]
+            for node in walk(a):
+                if (
+                    isinstance(node, cst.Call)
+                    and isinstance(node.func, cst.Attribute)
+                    and code_of(node.func.value) == "self"
+                    and (method := code.resolve(o.func.file, node)) is not None
+                ):
+                    scopes.append(method.statements())
+            read |= {
+                code_of(n.value)
+                for nodes in scopes
+                for n in nodes
+                if isinstance(n, cst.Attribute)
+                and n.attr.value in ("parameters", "named_parameters")
+            }
+    return read
 
 
 def _no_loop_reached(code: CodeBase) -> Decline:
@@ -171,10 +189,13 @@ def _no_loop_reached(code: CodeBase) -> Decline:
                 and any(_is_name(a.value, bound.value) for a in later.args)
                 and not _rebinds(file, later, bound.value)  # a checkpoint loader hands it back
                 and not _schedules(file, later)
+                and not _builtin(file, later)  # `print(optimizer)` trains nothing
             ):
                 return decline.trained_in_unread_code(code_of(later.func), bound.value)
     if where := _optimizers_of_built_objects(code, file):
         return decline.optimizer_in_module(where, unreached=True)
+    if where := _optimizers_in_project(code):
+        return decline.optimizer_elsewhere_in_project(where)
     return decline.no_training_loop()
 
 
@@ -184,7 +205,9 @@ def _optimizers_of_built_objects(code: CodeBase, file: SourceFile) -> list[str]:
     builds the networks and their Adams), naming the class that defines the method. The
     classes: those it instantiates, also through a factory or a registry (`build_model(opt)`,
     `get_method(name)(args)`), and those it names as values (`AGENTS = [DDPG, TD3]` handed to
-    a trainer that instantiates them)."""
+    a trainer that instantiates them); then, a few levels down, what their methods and the
+    local functions the script runs build and run in turn (edge-connect's `EdgeConnect`
+    builds the `EdgeModel` whose `__init__` creates the Adams), nearest first."""
     classes: dict[int, tuple[SourceFile, cst.ClassDef]] = {}
     for node in file.nodes:
         if isinstance(node, cst.Call):
@@ -194,13 +217,65 @@ def _optimizers_of_built_objects(code: CodeBase, file: SourceFile) -> list[str]:
         else:
             continue
         classes.update((id(o[1]), o) for o in owners if o[0] is not file)
+    level = [m for source, cls in classes.values() for m in code.class_methods(source, cls)]
+    level += [t for c in file.calls() for t in code.runs(file, c) if t.file is not file]
     found: dict[str, None] = {}
-    for source, cls in classes.values():
-        for method in code.class_methods(source, cls):
-            if any(_creates_optimizer(method.file, c) for c in method.calls()):
-                owner = method.cls.name.value if method.cls is not None else cls.name.value
-                found[f"{owner}.{method.name}() of {method.file.path}"] = None
+    seen: set[Func] = set()
+    for _ in range(_BUILT_DEPTH):
+        deeper: list[Func] = []
+        for func in level:
+            if func in seen:
+                continue
+            seen.add(func)
+            if any(_creates_optimizer(func.file, c) for c in func.calls()):
+                owner = f"{func.cls.name.value}." if func.cls is not None else ""
+                found[f"{owner}{func.name}() of {func.file.path}"] = None
+                continue
+            for call in func.calls():
+                for source, cls in code.classes_made(func.file, call):
+                    deeper += code.class_methods(source, cls)
+                deeper += code.runs(func.file, call)
+        if found:  # the nearest level that creates optimizers names the place
+            break
+        level = deeper
     return list(found)
+
+
+_BUILT_DEPTH = 4  # levels of classes and functions followed down from the script
+
+
+def _optimizers_in_project(code: CodeBase) -> list[str]:
+    """The last look for a script whose training no call --wrap can follow reaches (a class a
+    config names: hydra's `instantiate(cfg.agent)`, a module imported by name at run time):
+    the functions of the project's training modules (their text calls `.backward()`) that
+    create optimizers, as "DRQAgent.__init__() of drq.py"."""
+    found: dict[str, None] = {}
+    for source in code.project_files(_trains_and_creates, _PROJECT_FILES_READ):
+        for node in source.nodes:
+            if not isinstance(node, cst.FunctionDef):
+                continue
+            func = Func(source, node)
+            if any(_creates_optimizer(source, c) and not steps_tensors(c) for c in func.calls()):
+                owner = f"{func.cls.name.value}." if func.cls is not None else ""
+                found[f"{owner}{func.name}() of {source.path}"] = None
+    return list(found)
+
+
+# a module that both calls `.backward()` and builds an optimizer (either order)
+_OPTIMIZER_NAMES = "|".join(sorted(OPTIMIZER_CLASSES | OPTIMIZER_FACTORIES))
+_CREATES = (
+    r"\b(?:optim\.[A-Z]\w*\s*\(|optim\.__dict__\[|getattr\(\s*(?:torch\.)?optim\b"
+    rf"|(?:{_OPTIMIZER_NAMES})\s*\()"
+)
+_CREATES_TEXT = re.compile(_CREATES)
+
+
+def _trains_and_creates(text: str) -> bool:
+    """A module's text calls `.backward()` and builds an optimizer."""
+    return ".backward(" in text and _CREATES_TEXT.search(text) is not None
+
+
+_PROJECT_FILES_READ = 12  # a project-wide look: only so many modules are parsed
 
 
 def _uses_hf_trainer(file: SourceFile) -> bool:
@@ -219,6 +294,8 @@ def _creates_optimizer(file: SourceFile, call: cst.Call) -> bool:
     """`torch.optim.X(...)`, an optimizer class of another library (transformers' AdamW), a
     project's optimizer builder (`get_optimizer(cfg, model)`), by name, or a factory handed
     the `torch.optim` module (`config.init_obj("optimizer", torch.optim, params)`)."""
+    if _picked_from_torch_optim(file, call.func):
+        return True
     qualified = file.qualname(call.func)
     leaf = qualified.rsplit(".", 1)[-1]
     if (
@@ -232,6 +309,34 @@ def _creates_optimizer(file: SourceFile, call: cst.Call) -> bool:
     if leaf in OPTIMIZER_CLASSES or leaf in OPTIMIZER_FACTORIES:
         return True
     return any(file.qualname(a.value) == "torch.optim" for a in call.args)
+
+
+def _picked_from_torch_optim(file: SourceFile, func: cst.BaseExpression) -> bool:
+    """An optimizer class looked up by name in `torch.optim` (Continual-Learning-Benchmark's
+    `torch.optim.__dict__[config["optimizer"]](**args)`, `getattr(torch.optim, name)(...)`)."""
+    if isinstance(func, cst.Subscript):
+        return file.qualname(func.value) == "torch.optim.__dict__"
+    return (
+        isinstance(func, cst.Call)
+        and isinstance(func.func, cst.Name)
+        and func.func.value == "getattr"
+        and bool(func.args)
+        and file.qualname(func.args[0].value) == "torch.optim"
+    )
+
+
+def _builtin(file: SourceFile, call: cst.Call) -> bool:
+    """`print(...)`, `len(...)`: Python's own functions, not rebound by the file."""
+    func = call.func
+    return (
+        isinstance(func, cst.Name)
+        and func.value in _BUILTINS
+        and func.value not in file.imports
+        and func.value not in file.functions
+    )
+
+
+_BUILTINS = frozenset(dir(builtins))
 
 
 def _schedules(file: SourceFile, call: cst.Call) -> bool:
@@ -370,7 +475,7 @@ def _place(
     # the call, whatever the optimizer is built over: say so first (parameter groups
     # gathered in a loop would otherwise be "cannot tell the model").
     first = min((a for o in optimizers for a in o.assigns), key=lambda a: home.file.order[id(a)])
-    over = _read_parameters_of(optimizers)
+    over = _read_parameters_of(code, optimizers)
     if early := wrapped_before(code, home, first, over=over) or wrapped_in_constructor(
         code, home, over
     ):
