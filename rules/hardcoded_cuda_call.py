@@ -29,10 +29,11 @@ _DRIVER_CUDA_ONLY_MARKERS = ("nccl", "device_ids=[", "import apex", "from apex")
 # be a DataParallel utility's, sync_batchnorm's replicate.py).
 _SETUP_CUDA_ONLY_MARKERS = ("nccl",)
 # ... or stops without one: `if not torch.cuda.is_available(): sys.exit(1)` (ReActNet), or raise.
-# (also `if torch.cuda.device_count() == 0:` with a message first, yolact)
+# (also `if torch.cuda.device_count() == 0:`, after a message or two: yolact's print, P-DARTS's
+# `logging.info('No GPU device available')`)
 _REFUSES_CPU = re.compile(
     r"if (?:not torch\.cuda\.is_available\(\)|torch\.cuda\.device_count\(\)\s*(?:==\s*0|<\s*1))"
-    r"\s*:\s*\n?(?:\s*print\(.*\)\s*\n)?\s*(?:sys\.exit|exit|quit|raise)\b"
+    r"\s*:\s*\n?(?:\s*[\w.]+\(.*\)\s*\n){0,2}\s*(?:sys\.exit|exit|quit|raise)\b"
 )
 # A script that can run on the CPU says so somewhere: a "cpu" device or an availability test.
 _CPU_PATH = re.compile(r"""["']cpu|is_available\(|no[-_]cuda|use_cuda""")
@@ -64,7 +65,8 @@ class HardcodedCudaCall(Rule):
     - Scripts that are CUDA-only by design: they assert `torch.cuda.is_available()`, pin ranks
       with `torch.cuda.set_device` (outside a CUDA check), use the `nccl` backend, wrap DDP
       with `device_ids=[gpu]`, need CUDA-only packages (apex imported outside a `try:`, cupy,
-      triton), stop without one (`if not torch.cuda.is_available(): sys.exit(1)`, ReActNet;
+      triton), stop without one (`if not torch.cuda.is_available(): sys.exit(1)`, ReActNet, also after
+      logging why, P-DARTS;
       `if torch.cuda.device_count() == 0: exit(-1)`, yolact),
       or spread over GPUs with `nn.DataParallel` with no CPU path anywhere (no "cpu"
       device, no availability test, in the script or the modules it imports, and no

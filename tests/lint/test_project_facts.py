@@ -746,6 +746,34 @@ def test_a_worker_count_read_from_a_yacs_default(
     assert _codes(tmp_path, "dataloader.py", select=("AO101",)) == expected
 
 
+@pytest.mark.parametrize("stop", ["sys.exit(1)", "print('no GPU')\n        sys.exit(1)"])
+def test_a_script_that_stops_without_cuda_after_logging_why_is_cuda_only(
+    tmp_path: Path, stop: str
+) -> None:
+    """P-DARTS: `if not torch.cuda.is_available(): logging.info('No GPU device available');
+    sys.exit(1)` at the top of main(): CUDA-only by design, its `.cuda()` calls are not
+    reported (the message line kept the stop from being seen)."""
+    main = f"""
+import logging
+import sys
+import torch
+import torch.nn as nn
+
+def main():
+    if not torch.cuda.is_available():
+        logging.info("No GPU device available")
+        {stop}
+    criterion = nn.CrossEntropyLoss()
+    criterion = criterion.cuda()
+    model = Network().cuda()
+    for x, y in loader:
+        loss = criterion(model(x.cuda()), y.cuda())
+        loss.backward()
+"""
+    _write(tmp_path, {"train_search.py": main})
+    assert _codes(tmp_path, "train_search.py", select=("AO603",)) == []
+
+
 FACTORY_PLACES = """
 from models import ResNet18
 
