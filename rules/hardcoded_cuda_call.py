@@ -76,7 +76,8 @@ class HardcodedCudaCall(Rule):
       `nccl` backend (LoRA's gpu.py), nor a script with no CPU path whose model classes wrap
       themselves in `nn.DataParallel` (CMC's `InsResNet50`).
     - A `.cuda()` already guarded by a CUDA check (`if torch.cuda.is_available():`,
-      `if args.cuda:`, a GPU flag's truth: `if use_gpu:`; not a count, `if num_gpu > 1:`,
+      `if args.cuda:`, a GPU flag's truth: `if use_gpu:`, a GPU index tested against the
+      CPU's -1: `if config.gpu_id >= 0:`; not a count, `if num_gpu > 1:`,
       whose other branch runs on CUDA too) in a script that has a device (a `device` variable, parameter or flag):
       that code is portable as written. Not flagged. Where the script never names a device (the
       legacy `cuda = torch.cuda.is_available()` / `if cuda: model.cuda()` style), it runs on
@@ -143,6 +144,17 @@ class HardcodedCudaCall(Rule):
             import torch
             device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
             model = Net().to(device)
+            """
+        ),
+        Valid(  # a GPU index whose -1 means the CPU, tested (simple-nmt's `--gpu_id -1`)
+            """
+            import torch
+            device = "cpu" if config.gpu_id < 0 else f"cuda:{config.gpu_id}"
+            model = Seq2Seq()
+            if config.gpu_id >= 0:
+                model.cuda(config.gpu_id)
+            if opt.gpu is not None:
+                images = images.cuda(opt.gpu, non_blocking=True)
             """
         ),
         Valid(  # guarded by a GPU flag, in a script that has a device (End-to-end-ASR)
@@ -576,13 +588,33 @@ class HardcodedCudaCall(Rule):
 
 def _tests_gpu_flag(test: cst.BaseExpression) -> bool:
     """`test` takes the truth of a GPU flag: `use_gpu`, `args.gpu`, `not args.no_gpu`, as one
-    operand of `and`/`or` too; not a comparison (`num_gpu > 1`)."""
+    operand of `and`/`or` too, or tests a GPU index against the CPU's -1 (simple-nmt's
+    `if config.gpu_id >= 0:`); not a count (`num_gpu > 1`)."""
     if isinstance(test, cst.BooleanOperation):
         return _tests_gpu_flag(test.left) or _tests_gpu_flag(test.right)
     if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
         test = test.expression
+    if isinstance(test, cst.Comparison) and _tests_gpu_index(test):
+        return True
     name = dotted(test)
     return name is not None and "gpu" in name.rsplit(".", 1)[-1].lower()
+
+
+def _tests_gpu_index(test: cst.Comparison) -> bool:
+    """`gpu_id >= 0`, `args.gpu > -1`, `gpu != -1`: an index whose -1 means the CPU (or
+    None: `opt.gpu is not None`)."""
+    if len(test.comparisons) != 1:
+        return False
+    name = dotted(test.left)
+    if name is None or "gpu" not in name.rsplit(".", 1)[-1].lower():
+        return False
+    target = test.comparisons[0]
+    bound = code_of(target.comparator).replace(" ", "")
+    if isinstance(target.operator, cst.IsNot):
+        return bound == "None"  # SimKD's `if opt.gpu is not None:`
+    return (isinstance(target.operator, cst.GreaterThanEqual) and bound == "0") or (
+        isinstance(target.operator, cst.GreaterThan | cst.NotEqual) and bound == "-1"
+    )
 
 
 def _has_cpu_path(text: str) -> bool:
