@@ -84,7 +84,8 @@ class CudnnBenchmark(Rule):
       (SCINet's run_ETTh.py sets `benchmark = False` and `deterministic = True` before its Exp
       module's convolutions run; a seed helper's settings do not count); or a helper of the
       project that the script calls, not under an `if`, asks for determinism whenever it runs
-      (AGCRN's `init_seed(args.seed)` setting `cudnn.deterministic = True`).
+      (AGCRN's `init_seed(args.seed)` setting `cudnn.deterministic = True`; a call in the
+      `if __name__ == "__main__":` block counts, as every run passes it).
     - A library module that only defines layers (no training loop, no `__main__` block) is not
       flagged: setting a global flag at import would surprise its importers.
     - Input shapes that change every step (variable-length sequences for `Conv1d`, multi-scale
@@ -384,9 +385,20 @@ class CudnnBenchmark(Rule):
         if not program.reaches_text_that_says(lambda text: "deterministic" in text):
             return False  # no module the script reaches asks for it: no call worth resolving
         return any(
-            not self.facts.under_an_if(call) and program.determinism_in_callee(call) is not None
+            not self._under_a_condition(call) and program.determinism_in_callee(call) is not None
             for call in calls_in(self.context.module)
         )
+
+    def _under_a_condition(self, node: cst.CSTNode) -> bool:
+        """`node` runs only under an `if` of its function or of the module's code; the
+        `if __name__ == "__main__":` block is none (every run passes it: Gus-Lab's
+        `seed_all(args.seed)` there)."""
+        for anc in self.context.facts.ancestors(node):
+            if isinstance(anc, cst.FunctionDef):
+                return False
+            if isinstance(anc, cst.If) and "__main__" not in code_of(anc.test):
+                return True
+        return False
 
     def _only_determinism_branch(self) -> cst.If | None:
         """The `if` (without `else`) whose body holds every setting of `cudnn.benchmark`,

@@ -2405,6 +2405,10 @@ def test_determinism_asked_for_by_a_seed_helper_the_script_calls(tmp_path: Path)
     for call in ("maybe_seed(args.seed)", "if args.seed:\n    init_seed(args.seed)"):
         (tmp_path / "run.py").write_text(script.replace("init_seed(args.seed)", call))
         assert _codes(tmp_path, "run.py", "AO601") == ["AO601"], call
+    # the `__main__` block runs on every run: a call there asks for it (Gus-Lab's seed_all)
+    main = 'if __name__ == "__main__":\n    init_seed(args.seed)'
+    (tmp_path / "run.py").write_text(script.replace("init_seed(args.seed)", main))
+    assert _codes(tmp_path, "run.py", "AO601") == []
 
 
 def test_an_agent_class_picked_by_a_conditional_expression(tmp_path: Path) -> None:
