@@ -1480,3 +1480,36 @@ def test_a_factory_that_returns_its_model_keeps_the_call_with_the_caller() -> No
         """
     )
     assert found == ["model, loader, optimizer = autoopt.optimize(model, loader, optimizer)"]
+
+
+def test_a_loss_scaler_under_another_name_steps_the_optimizer() -> None:
+    """NVAE: `grad_scalar = GradScaler(2**10)`, then `grad_scalar.scale(loss).backward()` and
+    `grad_scalar.step(cnn_optimizer)`: what scales the loss is the scaler, whatever its name
+    (it said "no optimizer is stepped where .backward() runs")."""
+    found = calls(
+        """
+        import torch
+        from torch.cuda.amp import GradScaler, autocast
+
+        def train(train_queue, model, cnn_optimizer, grad_scalar):
+            for x in train_queue:
+                cnn_optimizer.zero_grad()
+                with autocast():
+                    loss = model(x.cuda()).sum()
+                grad_scalar.scale(loss).backward()
+                grad_scalar.step(cnn_optimizer)
+                grad_scalar.update()
+
+        def main(args):
+            model = AutoEncoder(args).cuda()
+            cnn_optimizer = torch.optim.Adamax(model.parameters(), 1e-2)
+            grad_scalar = GradScaler(2**10)
+            train_queue = torch.utils.data.DataLoader(dataset, batch_size=8)
+            for epoch in range(args.epochs):
+                train(train_queue, model, cnn_optimizer, grad_scalar)
+        """
+    )
+    assert len(found) == 1 and found[0].startswith(
+        "model, train_queue, cnn_optimizer = autoopt.optimize(model, train_queue, cnn_optimizer"
+    )
+    assert 'amp="script"' in found[0]

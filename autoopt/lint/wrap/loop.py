@@ -134,6 +134,12 @@ def optimizer_uses(
     zeroed: set[str] = set()
     certain: set[str] = set()  # stepped as only an optimizer is: scaler.step(X), X.step(closure)
     unseen: dict[str, str] = {}  # stepped through a method of a wrapper class not found
+    # what scales a loss is a loss scaler, whatever its name (NVAE's `grad_scalar`)
+    scalers = {
+        code_of(c.func.value)
+        for c in func.calls()
+        if isinstance(c.func, cst.Attribute) and c.func.attr.value == "scale" and c.args
+    }
     for call in func.calls():
         if not isinstance(call.func, cst.Attribute):
             continue
@@ -175,7 +181,7 @@ def optimizer_uses(
         elif (
             attr == "step"
             and call.args
-            and "scaler" in code_of(receiver).lower()
+            and ("scaler" in code_of(receiver).lower() or code_of(receiver) in scalers)
             and (is_object(call.args[0].value) or is_member_object(call.args[0].value))
         ):
             expr = code_of(call.args[0].value)  # scaler.step(optimizer)
