@@ -1513,3 +1513,31 @@ def test_a_loss_scaler_under_another_name_steps_the_optimizer() -> None:
         "model, train_queue, cnn_optimizer = autoopt.optimize(model, train_queue, cnn_optimizer"
     )
     assert 'amp="script"' in found[0]
+
+
+def test_a_loader_wrapped_by_tqdm_in_a_with_statement_is_the_loop_s() -> None:
+    """DDPM (zoubohao): `with tqdm(dataloader, dynamic_ncols=True) as tqdmDataLoader:` then
+    `for images, labels in tqdmDataLoader:`: the loader is the one the loop draws from (the call
+    went without it)."""
+    found = calls(
+        """
+        import torch
+        from tqdm import tqdm
+
+        def train(modelConfig):
+            device = torch.device(modelConfig["device"])
+            dataloader = torch.utils.data.DataLoader(dataset, batch_size=8, shuffle=True)
+            net_model = UNet().to(device)
+            optimizer = torch.optim.AdamW(net_model.parameters(), lr=1e-4)
+            for e in range(modelConfig["epoch"]):
+                with tqdm(dataloader, dynamic_ncols=True) as tqdmDataLoader:
+                    for images, labels in tqdmDataLoader:
+                        optimizer.zero_grad()
+                        net_model(images.to(device)).sum().backward()
+                        optimizer.step()
+        """
+    )
+    assert found == [
+        "net_model, dataloader, optimizer = autoopt.optimize(net_model, dataloader, optimizer, "
+        "device=device)"
+    ]

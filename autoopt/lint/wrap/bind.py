@@ -767,6 +767,10 @@ def drawn_from(func: Func, iterated: cst.BaseExpression) -> cst.BaseExpression:
         # loop (seq2seq-summarizer binds `prog_bar` to a range for training and to a loader's
         # batches for validation)
         name = expr.value
+        for item in _with_items(func, name):
+            # `with tqdm(dataloader) as tqdmDataLoader:` then `for x in tqdmDataLoader`
+            if isinstance(item, cst.Call) and is_iter_wrapper(item.func):
+                return _one_source(item)
         bindings = assignments_of(func, name)
         earlier = [a for a in bindings if func.file.before(a, iterated)]
         for a in reversed(earlier or bindings):
@@ -776,6 +780,17 @@ def drawn_from(func: Func, iterated: cst.BaseExpression) -> cst.BaseExpression:
             if isinstance(value, cst.Call) and is_iter_wrapper(value.func):
                 return _one_source(value)
     return expr
+
+
+def _with_items(func: Func, name: str) -> list[cst.BaseExpression]:
+    """What the `with` statements of `func` bind to `name` (`with X as name:`)."""
+    return [
+        item.item
+        for node in func.statements()
+        if isinstance(node, cst.With)
+        for item in node.items
+        if item.asname is not None and code_of(item.asname.name) == name
+    ]
 
 
 def _one_source(iterated: cst.BaseExpression) -> cst.BaseExpression:
