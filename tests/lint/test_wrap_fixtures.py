@@ -1339,3 +1339,47 @@ def test_parameter_groups_a_model_method_returns_name_that_model() -> None:
     assert result.inserted == (
         'model, loader, optimizer = autoopt.optimize(model, loader, optimizer, device="cpu")',
     ), result.message
+
+
+def test_a_model_a_local_function_moves_after_the_call_declines(tmp_path: Path) -> None:
+    """TransReID: train.py builds the model and both optimizers, then hands the model to
+    `do_train(..., args.local_rank)` of processor.py, whose first act is `model.to(local_rank)`:
+    optimize() would keep moving inputs to its own device; declined naming the move (it was
+    wrapped). `train(model, device)` doing `model.to(device)` with the call's own device is no
+    move."""
+    processor = """
+    import torch
+
+    def do_train(cfg, model, train_loader, optimizer, local_rank):
+        device = "cuda"
+        if device:
+            model.to(local_rank)
+        for img, vid in train_loader:
+            optimizer.zero_grad()
+            model(img.to(device)).sum().backward()
+            optimizer.step()
+    """
+    script = """
+    import torch
+    from processor import do_train
+
+    def main(args, cfg):
+        train_loader = torch.utils.data.DataLoader(dataset, batch_size=64)
+        model = make_model(cfg)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+        do_train(cfg, model, train_loader, optimizer, args.local_rank)
+    """
+    result = wrap_beside(tmp_path, {"processor.py": processor}, "train.py", script)
+    assert result.declined and result.reason == "model moved after the call"
+    assert "`model.to(local_rank)` (in do_train() of " in result.message
+    same = processor.replace("local_rank):", "device):").replace(
+        'device = "cuda"\n        if device:\n            model.to(local_rank)', "model.to(device)"
+    )
+    placed = script.replace("model = make_model(cfg)", "model = make_model(cfg).to(args.device)")
+    result = wrap_beside(
+        tmp_path,
+        {"processor.py": same},
+        "train.py",
+        placed.replace("args.local_rank)", "args.device)"),
+    )
+    assert not result.declined, result.message

@@ -177,6 +177,7 @@ def test_every_decline_states_the_reason_and_the_change_to_make() -> None:
         "ParallelWrap": decline.ParallelWrap("net = nn.DataParallel(net)", "DataParallel"),
         "bool": True,
         "Path | None": None,
+        "str | None": "train()",
     }
     made = [
         f

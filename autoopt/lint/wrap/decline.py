@@ -497,11 +497,13 @@ def trained_as_global(model: str, member: str, func: str) -> Decline:
     )
 
 
-def moved_after_call(model: str, statement: str) -> Decline:
+def moved_after_call(model: str, statement: str, inside: str | None = None) -> Decline:
+    """`inside`: the function (and file) the model is handed to that runs `statement`."""
+    where = f" (in {inside}, which gets the model after the call)" if inside else ""
     return Decline(
         "model moved after the call",
-        f"`{statement}` places `{model}` after the optimizer exists, where the call would go, "
-        "on a device the call cannot name there: optimize() would keep moving the inputs to "
-        "the device it chose",
+        f"`{statement}`{where} places `{model}` after the optimizer exists, where the call "
+        "would go, on a device the call cannot name there: optimize() would keep moving the "
+        "inputs to the device it chose",
         f"put `{model}` on its device before the optimizer is created {_AGAIN}",
     )

@@ -74,6 +74,47 @@ def moved_after(
     return None
 
 
+def moved_in_callee(
+    code: CodeBase, home: Func, model: str, anchor: cst.CSTNode, device: str | None
+) -> tuple[Func, cst.Call] | None:
+    """(function, placement) where a local function `home` hands `model` to after the call
+    places it, before training there, on a device other than the call's (TransReID's
+    `do_train(cfg, model, ..., args.local_rank)` running `model.to(local_rank)`): optimize()
+    would keep moving the inputs to the device it chose. A device the function gets as a
+    parameter is compared as the caller passes it (`train(model, device)` doing
+    `model.to(device)` with the call's `device=device` is no move)."""
+    file = home.file
+    trains = [c for c in home.calls() if file.before(anchor, c) and code.trains(home, c)]
+    for call in home.calls():
+        if not file.before(anchor, call) or not any(code_of(a.value) == model for a in call.args):
+            continue
+        if any(file.before(t, call) for t in trains):
+            break  # after training started (`export(model)` to time inference): no move
+        callee = code.resolve(file, call)
+        if callee is None or callee.name == "__init__":
+            continue  # a trainer's constructor placing it gives the call its device instead
+        param = next(
+            (
+                p
+                for p in callee.params()
+                if (a := code.argument(call, callee, p)) is not None and code_of(a) == model
+            ),
+            None,
+        )
+        if param is None:
+            continue
+        trains = [c for c in callee.calls() if code.trains(callee, c)]
+        for inner, placed in placing_calls(callee, param):
+            if any(callee.file.before(t, inner) for t in trains):
+                continue
+            if placed in callee.params():
+                passed = code.argument(call, callee, placed)
+                placed = code_of(passed) if passed is not None else placed
+            if placed != device:
+                return callee, inner
+    return None
+
+
 def _current_device_set(home: Func, anchor: cst.CSTNode, call: cst.Call) -> bool:
     """`torch.cuda.set_device(gpu)` runs between `anchor` and `call`: a bare `.cuda()` there
     goes to the rank's GPU, which `"cuda"` at the call is not (point-transformer's

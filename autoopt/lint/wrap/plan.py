@@ -55,7 +55,7 @@ from autoopt.lint.wrap.bind import loader_of, pair_models
 from autoopt.lint.wrap.call import Pair, Plan
 from autoopt.lint.wrap.codebase import CodeBase, Func, SourceFile
 from autoopt.lint.wrap.decline import Decline
-from autoopt.lint.wrap.device import device_for, moved_after
+from autoopt.lint.wrap.device import device_for, moved_after, moved_in_callee
 from autoopt.lint.wrap.loop import OptimizerWrappers, Training, find_training, training_functions
 from autoopt.lint.wrap.options import (
     conflict,
@@ -541,6 +541,11 @@ def _place(
             moved = moved_after(code, home, pair.model, placed.anchor, pair.device)
         if moved:
             return decline.moved_after_call(pair.model, statement_of(home.file, moved))
+        if inside := moved_in_callee(code, home, pair.model, placed.anchor, pair.device):
+            func, inner = inside
+            where = f"{func.name}() of {func.file.path}" if func.file is not home.file else None
+            statement = statement_of(func.file, inner)
+            return decline.moved_after_call(pair.model, statement, where or f"{func.name}()")
         if pair.optimizer and only_under_a_flag(home, pair.optimizer, placed.anchor):
             # `if args.use_optimizer: optimizer = AdamW(...)`: passing it would raise a
             # NameError on the other path. The model alone, in fp32 (fp16 loss scaling lives
