@@ -80,6 +80,8 @@ SPLITS = {
     "fresh-ap": (HERE / "fresh_ap.json", HERE / "_repos_fresh_ap"),
     "fresh-aq": (HERE / "fresh_aq.json", HERE / "_repos_fresh_aq"),
     "fresh-ar": (HERE / "fresh_ar.json", HERE / "_repos_fresh_ar"),
+    "fresh-as": (HERE / "fresh_as.json", HERE / "_repos_fresh_as"),
+    "fresh-at": (HERE / "fresh_at.json", HERE / "_repos_fresh_at"),
 }
 TORCH_DIR = "torch"
 
