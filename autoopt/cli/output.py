@@ -198,8 +198,9 @@ def _summary_lines(report: LintReport, unsafe_fixes: bool, fixed: int | None) ->
         if legacy:
             out.append(
                 click.style(
-                    f"{plural(len(legacy), 'file')} parsed only as Python < 3.7 (`async=`): "
-                    "linted as if renamed, no fixes (see the errors above).",
+                    f"{plural(len(legacy), 'file')} parsed only as older Python reads it "
+                    "(`async=` or tabs mixed into indentation): linted as if rewritten, no "
+                    "fixes (see the errors above).",
                     fg="red",
                 )
             )

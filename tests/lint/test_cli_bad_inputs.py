@@ -249,7 +249,44 @@ def test_a_pre_37_async_keyword_is_linted_as_if_renamed_and_never_fixed(
     copy = next(e for e in entries if e["code"] == "AO103")
     assert copy["location"]["row"] == 6  # the original's positions
     text = CliRunner().invoke(main, ["lint", "--no-cache", "train.py"])
-    assert "parsed only as Python < 3.7" in text.output
+    assert "parsed only as older Python reads it" in text.output
     rewritten = CliRunner().invoke(main, ["rewrite", "--unsafe-fixes", "train.py"])
     assert rewritten.exit_code == 2
     assert (tmp_path / "train.py").read_text() == LEGACY_ASYNC
+
+
+LEGACY_TABS = (
+    "import torch\n\n"
+    "def train(model, loader, optimizer):\n"
+    "    for x, y in loader:\n"
+    "        x = x.cuda()\n"
+    "       \ty = y.cuda()\n"
+    "        with torch.no_grad():\n"
+    "    \t    z = x\n"
+    "        loss = torch.nn.functional.cross_entropy(model(z), y)\n"
+    "        loss.backward()\n"
+    "        optimizer.step()\n"
+)
+
+
+def test_indentation_that_mixes_tabs_python_reads_is_linted_expanded_and_never_fixed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """improved-wgan-pytorch: lines indented with spaces and a tab (`       \ty = ...`), which
+    Python reads (a tab to the next 8-column stop) and libcst's tokenizer rejects ("no matching
+    outer block for dedent"): the file was a syntax error with no finding. lint reads it with
+    the tabs expanded, says so at the first such line, offers no fix; rewrite leaves it."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text(LEGACY_TABS)
+    linted = CliRunner().invoke(main, ["lint", "--no-cache", "--output-format", "json", "train.py"])
+    assert linted.exit_code == 2, linted.output
+    entries = json.loads(linted.stdout)
+    codes = {e["code"] for e in entries if e["code"]}
+    assert {"AO103", "AO201"} <= codes, entries
+    assert all(e["fix"] is None for e in entries if e["code"])
+    (error,) = [e for e in entries if e["code"] is None]
+    assert "mixes tabs and spaces" in error["message"]
+    assert error["location"]["row"] == 6  # the first line whose indentation holds a tab
+    rewritten = CliRunner().invoke(main, ["rewrite", "--unsafe-fixes", "train.py"])
+    assert rewritten.exit_code == 2
+    assert (tmp_path / "train.py").read_text() == LEGACY_TABS

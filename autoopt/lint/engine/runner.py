@@ -43,6 +43,7 @@ from autoopt.lint.engine.rule import FixSafety, Rule
 from autoopt.lint.program import project_files
 from autoopt.lint.tree.encoding import SourceDecodeError, content_digest, decode_source
 from autoopt.lint.tree.legacy_async import rename_async_keywords
+from autoopt.lint.tree.legacy_tabs import expand_indent_tabs
 from autoopt.lint.tree.notebook import NotebookError, NotebookSource, notebook_source
 
 # Below this many files to analyse, starting worker processes costs more than it saves.
@@ -91,6 +92,12 @@ def syntax_error(source: str, exc: cst.ParserSyntaxError) -> FileError:
 _LEGACY_ASYNC = (
     "syntax error: `async=` is a keyword since Python 3.7 (torch 0.4 renamed the argument "
     "`non_blocking=`); linted as if renamed, no fix offered in this file"
+)
+
+
+_LEGACY_TABS = (
+    "indentation mixes tabs and spaces in a way Python reads (a tab to the next 8-column "
+    "stop) and libcst does not; linted with the tabs expanded, no fix offered in this file"
 )
 
 
@@ -174,14 +181,21 @@ def lint_bytes(
         except cst.ParserSyntaxError as exc:
             renamed = rename_async_keywords(text) if nb is None else None
             module = _parsed_or_none(renamed.text) if renamed is not None else None
-            if renamed is None or module is None:
-                result.errors.append(_relocate_error(syntax_error(text, exc), nb))
-                return result
-            # `x.cuda(async=True)` of torch < 0.4: linted as if renamed, nothing offered to fix
-            result.errors.append(
-                FileError(_LEGACY_ASYNC, renamed.line, renamed.column + 1, None, "legacy")
-            )
-            text, legacy = renamed.text, True
+            if renamed is not None and module is not None:
+                # `x.cuda(async=True)` of torch < 0.4: linted as if renamed, no fix offered
+                result.errors.append(
+                    FileError(_LEGACY_ASYNC, renamed.line, renamed.column + 1, None, "legacy")
+                )
+                text, legacy = renamed.text, True
+            else:
+                expanded = expand_indent_tabs(text) if nb is None else None
+                module = _parsed_or_none(expanded.text) if expanded is not None else None
+                if expanded is None or module is None:
+                    result.errors.append(_relocate_error(syntax_error(text, exc), nb))
+                    return result
+                # tabs mixed into indentation as Python reads them: linted expanded, no fix
+                result.errors.append(FileError(_LEGACY_TABS, expanded.line, 1, None, "legacy"))
+                text, legacy = expanded.text, True
         result.parsed = True
         project_files.begin_file()
         analysis = engine.run_rules(module, text, path, active, target_version)
