@@ -47,7 +47,9 @@ class DeprecatedAmpApi(Rule):
     ## What it does
     Flags the deprecated device-specific AMP entry points `torch.cuda.amp.autocast(...)`,
     `torch.cuda.amp.GradScaler(...)` (and their `torch.cpu.amp` twins), however they were
-    imported (`from torch.cuda.amp import autocast, GradScaler` included), and
+    imported (`from torch.cuda.amp import autocast, GradScaler` included), also bound to a
+    name and called through it (`amp_autocast = torch.cuda.amp.autocast`, then `with
+    amp_autocast():`, T2T-ViT: reported where it is bound, without a fix), and
     `torch.set_default_tensor_type(...)`.
 
     ## Why
@@ -89,6 +91,13 @@ class DeprecatedAmpApi(Rule):
     applies_to_versions = ((2, 1), None)
 
     VALID = [
+        Valid(  # the class only compared, never built
+            """
+            import torch
+            if isinstance(scaler, torch.cuda.amp.GradScaler):
+                scaler.update()
+            """
+        ),
         Valid(
             """
             import torch
@@ -122,6 +131,19 @@ class DeprecatedAmpApi(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # referenced, then called through a name (T2T-ViT's `amp_autocast`)
+            """
+            import torch
+            from contextlib import suppress
+            amp_autocast = suppress
+            if args.native_amp:
+                amp_autocast = torch.cuda.amp.autocast
+            with amp_autocast():
+                loss = model(x)
+            """,
+            line=5,
+            message_contains="referenced here, called later",
+        ),
         Invalid(  # an `except` whose `try:` does not call the new spelling: no fallback
             """
             import torch
@@ -209,6 +231,28 @@ class DeprecatedAmpApi(Rule):
         ),
     ]
 
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        """`amp_autocast = torch.cuda.amp.autocast`, called later as `amp_autocast()` (timm's
+        and T2T-ViT's train.py): the old API referenced, not called here; reported without
+        a fix (the call site is elsewhere)."""
+        holder = self.parent(node)
+        if isinstance(holder, cst.IfExp):  # `torch.cuda.amp.autocast if amp else suppress`
+            holder = self.parent(holder)
+        if not isinstance(holder, cst.Assign | cst.AnnAssign):
+            return  # called here (visit_Call's), imported, or only compared (`isinstance`)
+        names = self.qualified_names(node)
+        amp = next((_AMP[n] for n in names if n in _AMP), None)
+        if amp is None or self._fallback_of_the_new_api(node):
+            return
+        target = self.context.target_version
+        if target is None or target >= (2, 4):
+            new, device = amp
+            self.report(
+                node,
+                f"`{dotted(node)}` is deprecated (referenced here, called later); use "
+                f'`torch.{new}("{device}", ...)`, e.g. `functools.partial(torch.{new}, "{device}")`',
+            )
+
     def visit_Call(self, node: cst.Call) -> None:
         names = self.qualified_names(node.func)
         amp = next((_AMP[n] for n in names if n in _AMP), None)
@@ -222,7 +266,7 @@ class DeprecatedAmpApi(Rule):
             self._report_default_type(node)
 
     # ----- AMP --------------------------------------------------------------------------------
-    def _fallback_of_the_new_api(self, node: cst.Call) -> bool:
+    def _fallback_of_the_new_api(self, node: cst.CSTNode) -> bool:
         """In the `except` of a `try:` that calls the new spelling (timm's NativeScaler:
         `torch.amp.GradScaler(device=...)`, else `torch.cuda.amp.GradScaler()` on a torch
         older than 2.3)."""
