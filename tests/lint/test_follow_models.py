@@ -225,6 +225,18 @@ def test_a_model_picked_from_a_dict_of_the_projects_classes_in_the_script(
     assert _findings("gan.py", "AO601,AO606") == []
 
 
+def test_a_model_picked_from_a_dict_the_function_builds(tmp_path: Path) -> None:
+    """CurricularFace: `BACKBONE_DICT = {'IR_101': IR_101, ...}` inside `main_worker()`, then
+    `backbone = BACKBONE_DICT[name](size)`: the function's own table is read like the
+    module's (it was read only at the module's top level)."""
+    inside = "def main(arch):\n" + "".join(
+        f"    {line}\n" if line else "\n" for line in GAN.strip().splitlines()[2:]
+    )
+    script = "import torch\nimport models.dcgan as models\n\n" + inside + "\nmain('cnn32')\n"
+    _project(tmp_path, {"models/__init__.py": "", "models/dcgan.py": GAN_MODELS, "gan.py": script})
+    assert [code for _, code, _ in _findings("gan.py", "AO601,AO606")] == ["AO601", "AO606"]
+
+
 CRNN_EVALUATE = """
 import torch
 

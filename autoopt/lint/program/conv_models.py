@@ -47,6 +47,7 @@ from autoopt.lint.program.torch_api import (
     is_conv_zoo_model,
 )
 from autoopt.lint.tree.nodes import (
+    assignments,
     bound_once_at_top,
     calls_in,
     dotted,
@@ -97,14 +98,22 @@ def _table_definition(rule: Rule, func: cst.Call | cst.Subscript) -> LocalDefini
     (pytorch-gan-collections' `net_G_models = {'cnn32': models.Generator32}`)."""
     table = module_table_definition(rule, func)
     if table is None and isinstance(func, cst.Subscript) and isinstance(func.value, cst.Name):
-        table = local_definition(rule, func.value.value) or _file_table(rule, func.value.value)
+        table = local_definition(rule, func.value.value) or _file_table(
+            rule, func.value.value, func
+        )
     return table
 
 
-def _file_table(rule: Rule, name: str) -> LocalDefinition | None:
-    """The entries of `name = {...}`, bound once at the linted file's top level, when every
-    entry is a definition of the project: convolutional when all are."""
+def _file_table(rule: Rule, name: str, at: cst.CSTNode) -> LocalDefinition | None:
+    """The entries of `name = {...}`, bound once at the linted file's top level or in the
+    function that reads it (CurricularFace's `BACKBONE_DICT = {'IR_101': IR_101, ...}` in
+    `main_worker`), when every entry is a definition of the project: convolutional when all
+    are."""
     table = bound_once_at_top(rule.context.module, name)
+    scope = rule.facts.enclosing_scope(at)
+    if table is None and isinstance(scope, cst.FunctionDef):
+        values = [value for bound, value, _ in assignments(scope) if bound == name]
+        table = values[0] if len(values) == 1 else None
     if not isinstance(table, cst.Dict) or not table.elements:
         return None
     entries = []
