@@ -78,6 +78,51 @@ def test_a_driver_is_checked_with_the_module_its_loop_is_in(tmp_path: Path) -> N
     assert _lint("train.py", "--no-follow")[0] == []
 
 
+def test_a_trainer_imported_through_a_pythonpath_entry_is_followed(tmp_path: Path) -> None:
+    """Listen-Attend-Spell: src/bin/train.py does `from solver import Solver`, run with
+    src/solver on PYTHONPATH (path.sh), where src/solver/__init__.py is empty and
+    src/solver/solver.py holds the Solver whose loop trains: the package that does not bind
+    the name leaves the module of that name, which is followed (it was not)."""
+    solver = """
+    import torch
+
+    class Solver:
+        def __init__(self, data, model, optimizer):
+            self.data, self.model, self.optimizer = data, model, optimizer
+
+        def train(self):
+            for x, y in self.data:
+                loss = self.model(x.cuda()).sum()
+                self.optimizer.zero_grad()
+                loss.backward()
+                self.optimizer.step()
+    """
+    driver = """
+    import torch
+    from solver import Solver
+
+    def main():
+        model = torch.nn.Linear(8, 2).cuda()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        Solver(loader, model, optimizer).train()
+
+    main()
+    """
+    files = {
+        "src/solver/__init__.py": "",
+        "src/solver/solver.py": solver,
+        "src/bin/train.py": driver,
+    }
+    _project(tmp_path, files)
+    found, _ = _lint("src/bin/train.py")
+    assert found == [("src/solver/solver.py", "AO201")]
+    # a package that binds the name itself is what the import means
+    files["src/solver/__init__.py"] = "class Solver:\n    def train(self):\n        pass\n"
+    _project(tmp_path, files)
+    found, _ = _lint("src/bin/train.py")
+    assert found == []
+
+
 def test_a_module_linted_anyway_is_reported_once(tmp_path: Path) -> None:
     _project(tmp_path, {"engine.py": ENGINE, "train.py": DRIVER})
     assert _lint("train.py", "engine.py")[0] == [("engine.py", "AO201")]

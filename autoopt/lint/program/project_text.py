@@ -81,6 +81,15 @@ def _imported_paths(path: Path, text: str, stamp: tuple[int, int], cwd: str) -> 
             if target is not None and target.name == "__init__.py":
                 # `from pkg import engine` / `from . import engine`: the package's submodules too
                 targets += _submodules(target.parent, names)
+                if not level and names and not _binds_any(read_text(target), names):
+                    # `from solver import Solver` run with src/solver on PYTHONPATH
+                    # (Listen-Attend-Spell's path.sh): a package that does not bind the name
+                    # leaves the module of that name that does
+                    targets += [
+                        m
+                        for m in modules_named(path, name)
+                        if m != target and _binds_any(read_text(Path(m)), names)
+                    ]
             elif target is None and names:
                 # a folder without `__init__.py` (a namespace package: GPT2's `from gpt2
                 # import (train_model, ...)`): the modules it names
@@ -125,6 +134,18 @@ _REGISTERING: dict[tuple[str, tuple[int, int], str], tuple[Path, ...]] = {}
 _REGISTRY_NAME = re.compile(r"^(?:[A-Z][A-Z0-9_]*REGISTRY[A-Z0-9_]*|registry)$")
 # `ARCH_REGISTRY.get(`, `registry.get_model_class(`: a registry of classes the module picks from
 _REGISTRY_GET = re.compile(r"\b([A-Z][A-Z0-9_]*REGISTRY[A-Z0-9_]*|registry)\.get\w*\(")
+
+
+def _binds_any(text: str, names: str) -> bool:
+    """`text` defines, assigns or imports one of the names a `from ... import` lists."""
+    return any(
+        re.search(
+            rf"^[ \t]*(?:(?:class|def)[ \t]+{w}\b|{w}[ \t]*=|(?:from|import)\b.*\b{w}\b)",
+            text,
+            re.MULTILINE,
+        )
+        for w in map(re.escape, _imported_names(names))
+    )
 
 
 def _submodules(package: Path, names: str) -> list[Path]:
@@ -196,6 +217,16 @@ def imports_training(index: ModuleIndex, name: str) -> bool:
             if level
             else modules_named(index.path, candidate)
         )
+        if (
+            target is not None
+            and target.name == "__init__.py"
+            and not level
+            and name not in index.module_aliases
+            and not _binds_any(read_text(target), original)
+        ):
+            # `from solver import Solver` with src/solver on PYTHONPATH (Listen-Attend-Spell):
+            # the package does not bind it, the module of that name does
+            targets += [m for m in modules_named(index.path, candidate) if m != target]
         if any(text_trains(Path(os.path.abspath(t)), 2) for t in targets):
             return True
     return False
