@@ -868,9 +868,9 @@ class CodeBase:
         on `self`, its overrides in subclasses), and the closure an optimizer's `step(closure)`
         calls (LBFGS: the forward and backward live in it)."""
         found = [target] if (target := self.resolve(file, call)) is not None else []
-        if target is not None and _on_self(call):
+        if target is not None and on_self(call):
             found += self.overrides(target)
-        elif target is None and _on_self(call):
+        elif target is None and on_self(call):
             # a method only the subclasses define (a base `train()` calling
             # `self._train_epoch(epoch)` with no abstract stub)
             cls = file.class_of(file.scope_of(call))
@@ -952,7 +952,7 @@ class CodeBase:
         return any(self.does_backward(target) for target in self.runs(func.file, call))
 
 
-def _on_self(call: cst.Call) -> bool:
+def on_self(call: cst.Call) -> bool:
     """`self.method(...)`."""
     func = call.func
     return (

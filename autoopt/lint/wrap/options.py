@@ -16,7 +16,7 @@ from autoopt.lint.program.precision import other_precision_system
 from autoopt.lint.program.project_facts import sibling_importers_text
 from autoopt.lint.tree.nodes import code_of, nodes_of_type
 from autoopt.lint.wrap import decline
-from autoopt.lint.wrap.codebase import CodeBase, Func, SourceFile
+from autoopt.lint.wrap.codebase import CodeBase, Func, SourceFile, on_self
 from autoopt.lint.wrap.decline import Decline, ParallelWrap
 from autoopt.lint.wrap.tree import assignments_of, child_of, common_block, runs_by, statement_of
 
@@ -317,16 +317,10 @@ def wrapped_in_constructor(code: CodeBase, home: Func, over: set[str]) -> Parall
     # (2s-AGCN's `self.load_model()` wrapping, then `self.load_optimizer()`)
     inits = [init, *_base_constructors(code, init)]
     for scope in inits:
+        if wrap := _wrap_in_method(scope, over):
+            return wrap
         for call in scope.calls():
-            holder = scope.file.parent(call)
-            if (
-                is_parallel_wrap(scope.file, call)
-                and isinstance(holder, cst.Assign)
-                and any(code_of(t.target) in over for t in holder.targets)
-            ):
-                return ParallelWrap(statement_of(scope.file, call), wrapper_name(scope.file, call))
-        for call in scope.calls():
-            targets = code.runs(scope.file, call) if _on_self(call) else []
+            targets = code.runs(scope.file, call) if on_self(call) else []
             if home in targets:
                 break
             for target in targets:
@@ -355,7 +349,7 @@ def _base_constructors(code: CodeBase, init: Func) -> list[Func]:
 
 
 def _wrap_in_method(method: Func, over: set[str]) -> ParallelWrap | None:
-    """A wrap in `method` bound to one of `over`."""
+    """A wrap in `method` (a constructor, or a method it runs) bound to one of `over`."""
     for call in method.calls():
         holder = method.file.parent(call)
         if (
@@ -384,16 +378,6 @@ def _binds_one_of(file: SourceFile, call: cst.Call, over: set[str]) -> bool:
     while isinstance(holder, cst.Attribute | cst.Call):
         holder = file.parent(holder)
     return isinstance(holder, cst.Assign) and any(code_of(t.target) in over for t in holder.targets)
-
-
-def _on_self(call: cst.Call) -> bool:
-    """`self.method(...)`."""
-    func = call.func
-    return (
-        isinstance(func, cst.Attribute)
-        and isinstance(func.value, cst.Name)
-        and func.value.value == "self"
-    )
 
 
 def _optimizer_inputs(func: Func) -> set[str]:
