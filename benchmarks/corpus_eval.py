@@ -270,9 +270,10 @@ def is_internal_error(finding: dict) -> bool:
     return finding.get("code") in (None, "", "AO000", "E999")
 
 
-# lint's JSON titles (`SyntaxError: ...`) for a file that is itself broken; any other file
-# error (`InternalError`, `IOError`, a bare `Error`) is autoopt's fault.
-INPUT_ERROR_TITLES = ("SyntaxError:", "DecodeError:")
+# lint's JSON titles (`SyntaxError: ...`) for a file that is itself broken, or that was linted
+# as older Python reads it (`LegacySyntax: ...`: `async=`, tabs mixed into indentation); any
+# other file error (`InternalError`, `IOError`, a bare `Error`) is autoopt's fault.
+INPUT_ERROR_TITLES = ("SyntaxError:", "DecodeError:", "LegacySyntax:")
 # rewrite's stderr: `error: PATH: REASON`; these reasons blame the input file, not autoopt.
 INPUT_ERROR_REASONS = ("cannot parse:", "cannot decode", "binary file:")
 

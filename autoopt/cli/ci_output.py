@@ -35,6 +35,7 @@ def error_title(error: FileError) -> str:
     """What kind of problem kept a file from being linted, as a tool names it."""
     return {
         "parse": "SyntaxError",
+        "legacy": "LegacySyntax",  # linted as older Python reads it (`async=`, mixed tabs)
         "decode": "DecodeError",
         "read": "IOError",
         "internal": "InternalError",
