@@ -1383,3 +1383,15 @@ def test_a_model_a_local_function_moves_after_the_call_declines(tmp_path: Path) 
         placed.replace("args.local_rank)", "args.device)"),
     )
     assert not result.declined, result.message
+    # CLUENER: a device both files read from their config module (`model.to(config.device)`
+    # in train(), the model placed on it at the call) cannot be told apart: no decline
+    glob = same.replace("model.to(device)", "model.to(config.device)").replace(
+        "import torch", "import torch\n    import config"
+    )
+    result = wrap_beside(
+        tmp_path,
+        {"processor.py": glob, "config.py": "device = 'cuda'\n"},
+        "train.py",
+        placed.replace("args.local_rank)", "args.device)"),
+    )
+    assert not result.declined, result.message

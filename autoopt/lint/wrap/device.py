@@ -80,15 +80,17 @@ def moved_in_callee(
     """(function, placement) where a local function `home` hands `model` to after the call
     places it, before training there, on a device other than the call's (TransReID's
     `do_train(cfg, model, ..., args.local_rank)` running `model.to(local_rank)`): optimize()
-    would keep moving the inputs to the device it chose. A device the function gets as a
-    parameter is compared as the caller passes it (`train(model, device)` doing
-    `model.to(device)` with the call's `device=device` is no move)."""
+    would keep moving the inputs to the device it chose. Only a device the function gets
+    through a parameter is compared, as the caller passes it (`train(model, device)` doing
+    `model.to(device)` with the call's `device=device` is no move; hysts' `config.device` of
+    the `config` it is handed)."""
     file = home.file
-    trains = [c for c in home.calls() if file.before(anchor, c) and code.trains(home, c)]
-    for call in home.calls():
-        if not file.before(anchor, call) or not any(code_of(a.value) == model for a in call.args):
+    calls = [c for c in home.calls() if id(c) in file.order and file.before(anchor, c)]
+    trains = [c for c in calls if code.trains(home, c)]
+    for call in calls:
+        if not any(code_of(a.value) == model for a in call.args):
             continue
-        if any(file.before(t, call) for t in trains):
+        if any(t is not call and id(t) in file.order and file.before(t, call) for t in trains):
             break  # after training started (`export(model)` to time inference): no move
         callee = code.resolve(file, call)
         if callee is None or callee.name == "__init__":
@@ -107,12 +109,29 @@ def moved_in_callee(
         for inner, placed in placing_calls(callee, param):
             if any(callee.file.before(t, inner) for t in trains):
                 continue
-            if placed in callee.params():
-                passed = code.argument(call, callee, placed)
-                placed = code_of(passed) if passed is not None else placed
-            if placed != device:
+            # only a device the function is handed can be told apart from the call's (a
+            # module's `config.device` read in both files may well be the same one)
+            root = (placed or "").split(".", 1)[0]
+            passed = code.argument(call, callee, root) if root in callee.params() else None
+            if passed is None:
+                continue
+            placed = code_of(passed) + (placed or "")[len(root) :]
+            if placed not in _spellings(home, device):
                 return callee, inner
     return None
+
+
+def _spellings(home: Func, device: str | None) -> set[str | None]:
+    """`device` and what `home` binds it to (`device = torch.device(config.device)`:
+    also `config.device`)."""
+    found: set[str | None] = {device}
+    for assign in assignments_of(home, device) if device else ():
+        value = getattr(assign, "value", None)
+        if isinstance(value, cst.Call) and code_of(value.func).endswith("device") and value.args:
+            value = value.args[0].value
+        if isinstance(value, cst.BaseExpression):
+            found.add(code_of(value))
+    return found
 
 
 def _current_device_set(home: Func, anchor: cst.CSTNode, call: cst.Call) -> bool:
