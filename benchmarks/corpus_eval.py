@@ -412,7 +412,8 @@ def robustness(
         log(f"[robustness] {repo.name}: rewrite --unsafe-fixes on a copy")
         with tempfile.TemporaryDirectory(prefix="autoopt-corpus-") as tmp:
             copy = Path(tmp) / repo.name
-            shutil.copytree(repo, copy)
+            # a link to what was not fetched (Listen-Attend-Spell's Kaldi `steps`) stays a link
+            shutil.copytree(repo, copy, symlinks=True)
             copies = py_files(copy)
             before = digest(copies)
             n_errors = len(result["internal_errors"])

@@ -209,3 +209,15 @@ def test_a_mirror_extract_makes_the_repository_s_symlinks_inside_it(tmp_path: Pa
     assert (target / "app" / "pkg").is_symlink()
     assert (target / "app" / "pkg" / "mod.py").read_text() == "X = 1\n"
     assert not (target / "app" / "away").exists() and not (target / "app" / "away").is_symlink()
+
+
+def test_robustness_copies_a_repository_with_a_dangling_symlink(tmp_path: Path) -> None:
+    # Listen-Attend-Spell links egs/aishell/steps to a Kaldi checkout that is not fetched: the
+    # copy the rewrite runs on keeps the link as a link (copying it followed it and failed).
+    repo = tmp_path / "a+b"
+    (repo / "egs").mkdir(parents=True)
+    (repo / "train.py").write_text("import torch\nmodel = torch.nn.Linear(2, 2)\n")
+    (repo / "egs" / "steps").symlink_to("../tools/kaldi/steps")
+    result = corpus_eval.robustness(tmp_path, jobs=1)
+    assert result["totals"]["files"] == 1
+    assert result["totals"]["tracebacks"] == 0
