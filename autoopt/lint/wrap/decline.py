@@ -259,6 +259,15 @@ def optimizer_over_tensors(expr: str) -> Decline:
 _LISTED = 4
 
 
+def _first_listed(where: list[str], one: str, many: str) -> list[str]:
+    """The first `_LISTED` places and how many others (a registry's dozen model classes: the
+    first few name the place)."""
+    if len(where) <= _LISTED:
+        return where
+    more = len(where) - _LISTED
+    return [*where[:_LISTED], f"{more} other {one if more == 1 else many}"]
+
+
 def optimizer_in_module(
     where: list[str], unreached: bool = False, path: Path | None = None
 ) -> Decline:
@@ -266,9 +275,7 @@ def optimizer_in_module(
     `.backward()` of its own (the training is in those classes too); `path`: the file, where
     there is one."""
     after = "; no .backward() is reached from this script itself" if unreached else ""
-    if len(where) > _LISTED:  # a registry's dozen model classes: the first few name the place
-        more = len(where) - _LISTED
-        where = [*where[:_LISTED], f"{more} other class{'es' if more > 1 else ''}"]
+    where = _first_listed(where, "class", "classes")
     if len(where) == 1:
         return Decline(
             "optimizer created in another module",
@@ -287,9 +294,7 @@ def optimizer_in_module(
 def optimizer_elsewhere_in_project(where: list[str]) -> Decline:
     """`where`: each function of the project's training modules that creates an optimizer,
     as "Class.method() of path"; no call --wrap can follow from the script reaches them."""
-    if len(where) > _LISTED:
-        more = len(where) - _LISTED
-        where = [*where[:_LISTED], f"{more} other function{'s' if more > 1 else ''}"]
+    where = _first_listed(where, "function", "functions")
     return Decline(
         "training loop in code --wrap cannot read",
         "no .backward() is reached from this file by a call --wrap can follow (the training "

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from autoopt.lint.program.library import OPTIMIZER_CLASSES
+from autoopt.lint.program.library import OPTIMIZER_CLASSES, OPTIMIZER_FACTORIES
 from autoopt.lint.tree.nodes import code_of, is_name, walk
 from autoopt.lint.wrap import decline
 from autoopt.lint.wrap.codebase import CodeBase, Func, SourceFile
@@ -155,7 +155,7 @@ class Tracer:
         name = names.pop()
         creations = [bound_to(a, name) for a in assignments_of(factory, name)]
         if not creations or not all(
-            isinstance(c, cst.Call) and _names_an_optimizer(factory.file, c) for c in creations
+            isinstance(c, cst.Call) and names_an_optimizer_class(factory.file, c) for c in creations
         ):
             return None
         models = {
@@ -284,11 +284,47 @@ def placeholder(binds: list[cst.CSTNode], expr: str) -> bool:
     return all(is_name(bound_to(b, expr), "None") for b in binds)
 
 
-def _names_an_optimizer(file: SourceFile, call: cst.Call) -> bool:
-    """`torch.optim.Adam(...)`, `RAdam(...)`: a call of an optimizer class, by its name."""
+def creates_optimizer(file: SourceFile, call: cst.Call) -> bool:
+    """`torch.optim.X(...)` or another library's optimizer class (`names_an_optimizer_class`),
+    one picked by name from `torch.optim` (Continual-Learning-Benchmark's
+    `torch.optim.__dict__[config["optimizer"]](**args)`, `getattr(torch.optim, name)(...)`), a
+    project's optimizer builder (`get_optimizer(cfg, model)`), by name, or a factory handed the
+    `torch.optim` module (`config.init_obj("optimizer", torch.optim, params)`)."""
+    func = call.func
+    if isinstance(func, cst.Subscript) and file.qualname(func.value) == "torch.optim.__dict__":
+        return True
+    if (
+        isinstance(func, cst.Call)
+        and is_name(func.func, "getattr")
+        and func.args
+        and file.qualname(func.args[0].value) == "torch.optim"
+    ):
+        return True
+    if names_an_optimizer_class(file, call):
+        return True
+    if file.qualname(call.func).rsplit(".", 1)[-1] in OPTIMIZER_FACTORIES:
+        return True
+    return any(file.qualname(a.value) == "torch.optim" for a in call.args)
+
+
+def names_an_optimizer_class(file: SourceFile, call: cst.Call) -> bool:
+    """`torch.optim.Adam(...)` (a class, not `optimizer.step()` on `from torch.optim import
+    optimizer`, nor a scheduler), or an optimizer class of another library by its name
+    (transformers' AdamW, RAdam)."""
     qualified = file.qualname(call.func)
     leaf = qualified.rsplit(".", 1)[-1]
-    return qualified.startswith("torch.optim.") and leaf[:1].isupper() or leaf in OPTIMIZER_CLASSES
+    if (
+        qualified.startswith("torch.optim.")
+        and leaf[:1].isupper()
+        and not any(f".{m}." in qualified for m in ("lr_scheduler", "swa_utils"))
+    ):
+        return True
+    return leaf in OPTIMIZER_CLASSES
+
+
+def where_created(func: Func) -> str:
+    """How a decline names a function that creates an optimizer: "BCQ.__init__() of BCQ.py"."""
+    return f"{_qualified(func)}() of {func.file.path}"
 
 
 def _creations(code: CodeBase, origin: Origin) -> list[cst.CSTNode] | Decline:
@@ -433,7 +469,7 @@ def bind_optimizers(code: CodeBase, training: Training) -> Bound | Decline:
             if not found and all(o.func.file is not code.script for o in held):
                 # XLM: `for optimizer in optimizers` in the Trainer of xlm/trainer.py, which
                 # builds and holds them: that class is where --wrap could go
-                where = {f"{_qualified(o.func)}() of {o.func.file.path}": None for o in held}
+                where = {where_created(o.func): None for o in held}
                 return decline.optimizers_held_in_module(use.expr, list(where))
             if not found:
                 return decline.optimizers_in_collection(use.expr)
@@ -471,7 +507,7 @@ def bind_optimizers(code: CodeBase, training: Training) -> Bound | Decline:
                 # `train(model, ...)` builds the optimizer: no file holds the bare model there
                 return decline.parallel_before_optimizer(wrap)
         # an object of a local module creates and steps them (BCQ's agent, SimGNN's trainer)
-        where = {f"{_qualified(o.func)}() of {o.func.file.path}": None for o in origins.values()}
+        where = {where_created(o.func): None for o in origins.values()}
         files = {o.func.file.path for o in origins.values()}
         return decline.optimizer_in_module(list(where), path=next(iter(files)))
     probes = {key for key, o in origins.items() if _evaluation_probe(o.func.name)}
@@ -491,7 +527,5 @@ def bind_optimizers(code: CodeBase, training: Training) -> Bound | Decline:
     )
     home = optimizers[0].func
     if home.file is not code.script:
-        return decline.optimizer_in_module(
-            [f"{_qualified(home)}() of {home.file.path}"], path=home.file.path
-        )
+        return decline.optimizer_in_module([where_created(home)], path=home.file.path)
     return Bound(home, optimizers, stepped)

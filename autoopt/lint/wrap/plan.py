@@ -64,7 +64,13 @@ from autoopt.lint.wrap.options import (
     wrapped_before,
     wrapped_in_constructor,
 )
-from autoopt.lint.wrap.origins import Origin, bind_optimizers, steps_tensors
+from autoopt.lint.wrap.origins import (
+    Origin,
+    bind_optimizers,
+    creates_optimizer,
+    steps_tensors,
+    where_created,
+)
 from autoopt.lint.wrap.tree import assignments_of, bound_name, statement_of
 
 __all__ = ["Decline", "Pair", "Plan", "plan_wrap"]
@@ -174,7 +180,7 @@ def _no_loop_reached(code: CodeBase) -> Decline:
     if _uses_hf_trainer(file):
         return decline.hf_trainer()
     for call in file.calls():
-        if not _creates_optimizer(file, call):
+        if not creates_optimizer(file, call):
             continue
         home = code.scope(file, call)
         if early := wrapped_before(code, home, call):
@@ -227,9 +233,8 @@ def _optimizers_of_built_objects(code: CodeBase, file: SourceFile) -> list[str]:
             if func in seen:
                 continue
             seen.add(func)
-            if any(_creates_optimizer(func.file, c) for c in func.calls()):
-                owner = f"{func.cls.name.value}." if func.cls is not None else ""
-                found[f"{owner}{func.name}() of {func.file.path}"] = None
+            if any(creates_optimizer(func.file, c) for c in func.calls()):
+                found[where_created(func)] = None
                 continue
             for call in func.calls():
                 for source, cls in code.classes_made(func.file, call):
@@ -255,9 +260,8 @@ def _optimizers_in_project(code: CodeBase) -> list[str]:
             if not isinstance(node, cst.FunctionDef):
                 continue
             func = Func(source, node)
-            if any(_creates_optimizer(source, c) and not steps_tensors(c) for c in func.calls()):
-                owner = f"{func.cls.name.value}." if func.cls is not None else ""
-                found[f"{owner}{func.name}() of {source.path}"] = None
+            if any(creates_optimizer(source, c) and not steps_tensors(c) for c in func.calls()):
+                found[where_created(func)] = None
     return list(found)
 
 
@@ -288,41 +292,6 @@ def _uses_hf_trainer(file: SourceFile) -> bool:
 
 
 _HF_TRAINERS = {"Trainer", "Seq2SeqTrainer"}
-
-
-def _creates_optimizer(file: SourceFile, call: cst.Call) -> bool:
-    """`torch.optim.X(...)`, an optimizer class of another library (transformers' AdamW), a
-    project's optimizer builder (`get_optimizer(cfg, model)`), by name, or a factory handed
-    the `torch.optim` module (`config.init_obj("optimizer", torch.optim, params)`)."""
-    if _picked_from_torch_optim(file, call.func):
-        return True
-    qualified = file.qualname(call.func)
-    leaf = qualified.rsplit(".", 1)[-1]
-    if (
-        qualified.startswith("torch.optim.")
-        and leaf[
-            :1
-        ].isupper()  # a class, not `optimizer.step()` on `from torch.optim import optimizer`
-        and not any(f".{m}." in qualified for m in ("lr_scheduler", "swa_utils"))
-    ):
-        return True
-    if leaf in OPTIMIZER_CLASSES or leaf in OPTIMIZER_FACTORIES:
-        return True
-    return any(file.qualname(a.value) == "torch.optim" for a in call.args)
-
-
-def _picked_from_torch_optim(file: SourceFile, func: cst.BaseExpression) -> bool:
-    """An optimizer class looked up by name in `torch.optim` (Continual-Learning-Benchmark's
-    `torch.optim.__dict__[config["optimizer"]](**args)`, `getattr(torch.optim, name)(...)`)."""
-    if isinstance(func, cst.Subscript):
-        return file.qualname(func.value) == "torch.optim.__dict__"
-    return (
-        isinstance(func, cst.Call)
-        and isinstance(func.func, cst.Name)
-        and func.func.value == "getattr"
-        and bool(func.args)
-        and file.qualname(func.args[0].value) == "torch.optim"
-    )
 
 
 def _builtin(file: SourceFile, call: cst.Call) -> bool:
