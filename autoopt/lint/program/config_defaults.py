@@ -15,12 +15,10 @@ from pathlib import Path
 import libcst as cst
 
 from autoopt.lint.program.index import file_tree
-from autoopt.lint.program.project_files import project_modules, record_read, root_of
+from autoopt.lint.program.project_files import modules_importing, record_read, root_of
 from autoopt.lint.program.project_text import read_text
 from autoopt.lint.tree.encoding import content_digest
 
-# a module that declares a yacs tree: `from yacs.config import CfgNode as CN`, `_C = CN()`
-_DECLARES = re.compile(r"\bCfgNode\b")
 _MAX_YAML_FILES = 2_000  # a walk for the project's config files stops there
 
 
@@ -41,9 +39,9 @@ def yacs_default(
     keys.reverse()
     here = Path(os.path.abspath(path))
     found: list[tuple[object, Path]] = []
-    for module in project_modules(here):
-        if not _DECLARES.search(read_text(module)):
-            continue
+    # the modules that declare a yacs tree import its CfgNode: the project's import index
+    # (built once per project state) names them, no module is read for the question
+    for module in modules_importing(here, "CfgNode"):
         found += [(value, Path(module)) for value in _defaults(Path(module)).get(tuple(keys), ())]
     if len({repr(value) for value, _ in found}) != 1:
         return None

@@ -19,7 +19,7 @@ from autoopt.lint.program.library import OPTIMIZER_FACTORIES
 from autoopt.lint.tree.nodes import code_of, dotted, is_name, names_in
 from autoopt.lint.wrap import decline
 from autoopt.lint.wrap.call import Pair
-from autoopt.lint.wrap.codebase import CodeBase, Func, SourceFile
+from autoopt.lint.wrap.codebase import CodeBase, Func, SourceFile, on_self
 from autoopt.lint.wrap.decline import Decline
 from autoopt.lint.wrap.loop import Use, loop_around_calls, runs_epochs
 from autoopt.lint.wrap.options import wrapped_by_callers
@@ -203,11 +203,7 @@ def _factory_models(
         and n.attr.value in ("parameters", "named_parameters")
         and isinstance(n.value, cst.Name)
     }
-    if (
-        isinstance(value.func, cst.Attribute)
-        and is_self(value.func.value)
-        and factory.cls is not None
-    ):
+    if on_self(value) and factory.cls is not None:
         # a method of the same object: its `self.model` is the caller's (Autoformer's
         # `model_optim = self._select_optimizer()`, `Adam(self.model.parameters())`)
         found = {

@@ -53,7 +53,7 @@ from autoopt.lint.wrap.anchor import (
 )
 from autoopt.lint.wrap.bind import loader_of, pair_models
 from autoopt.lint.wrap.call import Pair, Plan
-from autoopt.lint.wrap.codebase import CodeBase, Func, SourceFile
+from autoopt.lint.wrap.codebase import CodeBase, Func, SourceFile, on_self
 from autoopt.lint.wrap.decline import Decline
 from autoopt.lint.wrap.device import device_for, moved_after, moved_in_callee
 from autoopt.lint.wrap.loop import OptimizerWrappers, Training, find_training, training_functions
@@ -155,8 +155,7 @@ def _read_parameters_of(code: CodeBase, optimizers: list[Origin]) -> set[str]:
             for node in walk(a):
                 if (
                     isinstance(node, cst.Call)
-                    and isinstance(node.func, cst.Attribute)
-                    and code_of(node.func.value) == "self"
+                    and on_self(node)
                     and (method := code.resolve(o.func.file, node)) is not None
                 ):
                     scopes.append(method.statements())
