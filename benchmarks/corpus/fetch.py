@@ -82,6 +82,8 @@ SPLITS = {
     "fresh-ar": (HERE / "fresh_ar.json", HERE / "_repos_fresh_ar"),
     "fresh-as": (HERE / "fresh_as.json", HERE / "_repos_fresh_as"),
     "fresh-at": (HERE / "fresh_at.json", HERE / "_repos_fresh_at"),
+    "fresh-au": (HERE / "fresh_au.json", HERE / "_repos_fresh_au"),
+    "fresh-av": (HERE / "fresh_av.json", HERE / "_repos_fresh_av"),
 }
 TORCH_DIR = "torch"
 
