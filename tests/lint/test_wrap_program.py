@@ -5,6 +5,9 @@ handed to a call, and a DataParallel wrap made before the model is handed on."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -905,6 +908,60 @@ def test_a_decline_sending_to_several_files_says_why_the_first_would_decline(
     assert "py, `model = torch.nn.DataParallel(" in result.message, result.message
 
 
+def test_a_decline_sending_to_several_files_is_the_same_under_every_hash_seed(
+    tmp_path: Path,
+) -> None:
+    """pytorch-a2c-ppo-acktr-gail: the optimizers are created in three modules; the file whose
+    own --wrap outcome the decline tells was the first of a set of paths, so its second
+    sentence changed with PYTHONHASHSEED. It is the first creation in the program's order."""
+    plain = RUNNER_MAKING_OPTIMIZER.format(model="torch.nn.Linear(8, 1)")
+    parallel = RUNNER_MAKING_OPTIMIZER.format(model="torch.nn.DataParallel(torch.nn.Linear(8, 1))")
+    script = project(
+        tmp_path,
+        {
+            "main.py": """\
+                from runner_a import run_net as first
+                from runner_b import run_net as second
+
+                if __name__ == "__main__":
+                    first()
+                    second()
+                """,
+            "data.py": LOADER,
+            "runner_a.py": parallel,
+            "runner_b.py": plain,
+        },
+    )
+    code = "import sys; from autoopt.lint.wrap.insert import wrap_source as w; from pathlib import Path; "
+    code += "p = Path(sys.argv[1]); print(w(p.read_text(), path=p).message)"
+    messages = {
+        subprocess.run(
+            [sys.executable, "-c", code, str(script)],
+            env={**os.environ, "PYTHONHASHSEED": str(seed)},
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        for seed in range(6)
+    }
+    assert len(messages) == 1, messages
+    message = messages.pop()
+    assert "in " + str(tmp_path / "runner_a.py") + ", `model = torch.nn.DataParallel(" in message
+
+
+RUNNER_MAKING_OPTIMIZER = """\
+    import torch
+    from data import make_loader
+
+    def run_net():
+        model = {model}
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+        for x, y in make_loader():
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            optimizer.step()
+    """
+
+
 POINTER_MODEL = """\
     import torch
 
@@ -1060,3 +1117,4 @@ def test_an_optimizer_an_object_of_a_local_class_holds(tmp_path: Path) -> None:
     assert result.declined
     assert "the optimizer is created in Trainer.__init__() of " in result.message
     assert "trainer.py, which this script runs" in result.message
+

@@ -62,14 +62,17 @@ class Training:
 def training_functions(code: CodeBase) -> list[Func]:
     """Functions (and module code) of the script that do a backward, themselves or through
     their helpers, and those helpers (in local modules too)."""
+    # a stack popped from its end, filled in reverse: the functions come in the program's
+    # order (the script's code, then what it calls first), which declines list them in
     todo = [code.top(code.script), *(Func(code.script, f) for f in script_defs(code.script))]
+    todo.reverse()
     found: dict[Func, None] = {}
     while todo:
         func = todo.pop()
         if func in found or not code.does_backward(func):
             continue
         found[func] = None
-        todo += [t for c in func.calls() for t in code.runs(func.file, c)]
+        todo += reversed([t for c in func.calls() for t in code.runs(func.file, c)])
     return list(found)
 
 

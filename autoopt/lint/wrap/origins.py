@@ -508,8 +508,10 @@ def bind_optimizers(code: CodeBase, training: Training) -> Bound | Decline:
                 return decline.parallel_before_optimizer(wrap)
         # an object of a local module creates and steps them (BCQ's agent, SimGNN's trainer)
         where = {where_created(o.func): None for o in origins.values()}
-        files = {o.func.file.path for o in origins.values()}
-        return decline.optimizer_in_module(list(where), path=next(iter(files)))
+        # the first creation's file, in the program's order (a set's first Path would vary
+        # with the hash seed, and with it the decline's second sentence)
+        first = next(iter(origins.values())).func.file.path
+        return decline.optimizer_in_module(list(where), path=first)
     probes = {key for key, o in origins.items() if _evaluation_probe(o.func.name)}
     if probes and len(probes) < len(origins):
         for key in probes:  # a linear probe's optimizer, trained to evaluate (GraphMAE)
