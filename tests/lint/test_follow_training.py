@@ -123,6 +123,64 @@ def test_a_trainer_imported_through_a_pythonpath_entry_is_followed(tmp_path: Pat
     assert found == []
 
 
+def test_a_copy_of_a_library_in_the_checkout_is_not_what_its_import_means(
+    tmp_path: Path,
+) -> None:
+    """A checkout holding a copy of torch's sources (benchmarks/corpus/_repos/torch here, a
+    vendored library elsewhere): `from torch.utils.data import DataLoader` means the installed
+    torch, not that copy, which was followed as the module building the script's loader. A
+    module of the project's own is still found the way PYTHONPATH would."""
+    copy = """
+    class DataLoader:
+        def __init__(self, dataset, batch_size=1, num_workers=0):
+            self.dataset = dataset
+
+        def __iter__(self):
+            return iter(self.dataset)
+    """
+    driver = """
+    import torch
+    from torch.utils.data import DataLoader
+    from solver import Solver
+
+    def main():
+        loader = DataLoader(list(range(8)), batch_size=2)
+        model = torch.nn.Linear(8, 2).cuda()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        Solver(loader, model, optimizer).train()
+
+    main()
+    """
+    trainer = """
+    import torch
+
+    class Solver:
+        def __init__(self, loader, model, optimizer):
+            self.data, self.model, self.optimizer = loader, model, optimizer
+
+        def train(self):
+            for x, y in self.data:
+                loss = self.model(x.cuda()).sum()
+                self.optimizer.zero_grad()
+                loss.backward()
+                self.optimizer.step()
+    """
+    _project(
+        tmp_path,
+        {
+            "vendor/torch/__init__.py": "",
+            "vendor/torch/utils/__init__.py": "",
+            "vendor/torch/utils/data/__init__.py": "from .dataloader import DataLoader\n",
+            "vendor/torch/utils/data/dataloader.py": copy,
+            "src/solver.py": trainer,
+            "train.py": driver,
+        },
+    )
+    found, said = _lint("train.py")
+    assert "vendor" not in said, said
+    assert found == [("src/solver.py", "AO201")], said
+
+
 def test_a_module_linted_anyway_is_reported_once(tmp_path: Path) -> None:
     _project(tmp_path, {"engine.py": ENGINE, "train.py": DRIVER})
     assert _lint("train.py", "engine.py")[0] == [("engine.py", "AO201")]

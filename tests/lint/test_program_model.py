@@ -2541,3 +2541,27 @@ def test_one_model_under_two_names_is_compiled_once(tmp_path: Path) -> None:
     assert "        model_without_ddp = model.module\n    model_without_ddp.compile()\n" in (
         result.source
     )
+
+
+def test_an_import_of_the_standard_library_or_an_installed_package_names_no_project_file(
+    tmp_path: Path,
+) -> None:
+    """The PYTHONPATH fallback (`from solver import Solver` with src/solver.py) does not take
+    a checkout's `tools/time.py` (a built-in module) or a copy of an installed package
+    (`vendor/click/`) for what `import time` or `import click` means."""
+    from autoopt.lint.program.project_files import begin_run, modules_named
+
+    _write(
+        tmp_path,
+        {
+            "src/solver.py": "",
+            "tools/time.py": "",
+            "vendor/click/__init__.py": "",
+            "train.py": "",
+        },
+    )
+    begin_run()
+    script = tmp_path / "train.py"
+    assert modules_named(script, "solver") == [tmp_path / "src" / "solver.py"]
+    assert modules_named(script, "time") == []
+    assert modules_named(script, "click") == []

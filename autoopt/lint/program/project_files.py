@@ -9,8 +9,10 @@ found next to the linted file, then in its parent folders up to the root.
 from __future__ import annotations
 
 import functools
+import importlib.util
 import os
 import re
+import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -175,7 +177,7 @@ _NAMED: dict[tuple[str, str, str], list[Path]] = {}  # for one run (`begin_run`)
 
 def _modules_named(linted: Path, module: str) -> list[Path]:
     parts = [p for p in module.split(".") if p]
-    if not parts:
+    if not parts or _library(parts[0], root_of(linted)):
         return []
     table = _project_table(linted)
     tail = "/".join(parts)
@@ -185,6 +187,28 @@ def _modules_named(linted: Path, module: str) -> list[Path]:
         if path.as_posix().endswith((f"/{tail}.py", f"/{tail}/__init__.py"))
     ]
     return sorted(found, key=lambda p: (len(p.parts), str(p)))
+
+
+# what the rules know as libraries: never a project module, even where torch is not installed
+# (a lint-only CI job) and a checkout holds a copy of its sources
+_KNOWN_LIBRARIES = frozenset({"torch", "torchvision", "torchaudio", "torchtext"})
+
+
+@functools.lru_cache(maxsize=1024)
+def _library(name: str, root: Path) -> bool:
+    """`import <name>` means the standard library or a package installed outside the project
+    (a copy of torch's sources somewhere in the checkout is not what `import torch` runs)."""
+    if name in _KNOWN_LIBRARIES or name in sys.stdlib_module_names:
+        return True
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        return False
+    if spec is None:
+        return False
+    places = [spec.origin] if spec.origin not in (None, "built-in", "frozen") else []
+    places += list(spec.submodule_search_locations or ())
+    return bool(places) and not any(Path(p).resolve().is_relative_to(root) for p in places)
 
 
 _MODULE_LISTS: dict[str, list[Path]] = {}
