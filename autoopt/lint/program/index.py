@@ -27,6 +27,7 @@ import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from autoopt.lint.program.evaluated import evaluated_names, string_options
 from autoopt.lint.program.project_files import record_read
 from autoopt.lint.tree.ast_walk import child_nodes, walk
 from autoopt.lint.tree.chunks import CHUNK_LINES, LARGE_FILE_LINES, top_level_cuts
@@ -335,6 +336,8 @@ def index_source(path: Path, data: bytes | str, tree: ast.Module | None = None) 
         tree = TEXT_TREES.get(data)
     tree = tree if tree is not None else parse_tree(data)
     if tree is not None:
+        if (b"eval(" if isinstance(data, bytes) else "eval(") in data:
+            scanner.options = string_options(tree)  # for `eval(args.runner)(...)`
         _index_body(tree.body, index, scanner)
     return index
 
@@ -352,9 +355,9 @@ def _index_body(body: list[ast.stmt], index: ModuleIndex, scanner: _Scanner) -> 
     top_level: list[ast.stmt] = []
     for stmt in body:
         if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef):
-            index.functions[stmt.name] = _scan_function(stmt, None)
+            index.functions[stmt.name] = _scan_function(stmt, None, scanner.options)
         elif isinstance(stmt, ast.ClassDef):
-            _index_class(stmt, index)
+            _index_class(stmt, index, scanner.options)
         else:
             if (
                 isinstance(stmt, ast.Assign)
@@ -468,18 +471,24 @@ def _read_local_imports(body: list[ast.stmt], index: ModuleIndex) -> None:
                         index.module_aliases.setdefault(top, (top, 0))
 
 
-def _index_class(cls: ast.ClassDef, index: ModuleIndex) -> None:
+def _index_class(
+    cls: ast.ClassDef, index: ModuleIndex, options: dict[str, tuple[str, ...]]
+) -> None:
     bases = tuple(d for d in (dotted_of(b) for b in cls.bases) if d is not None)
     info = ClassInfo(cls.name, bases, line=cls.lineno, registered=_registrations(cls))
     for stmt in cls.body:
         if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef):
-            method = _scan_function(stmt, cls.name)
+            method = _scan_function(stmt, cls.name, options)
             info.methods[stmt.name] = method
             index.functions[method.qualname] = method
     index.classes[cls.name] = info
 
 
-def _scan_function(func: ast.FunctionDef | ast.AsyncFunctionDef, cls: str | None) -> FunctionInfo:
+def _scan_function(
+    func: ast.FunctionDef | ast.AsyncFunctionDef,
+    cls: str | None,
+    options: dict[str, tuple[str, ...]],
+) -> FunctionInfo:
     args = func.args
     params = [a.arg for a in (*args.posonlyargs, *args.args)]
     static = any(dotted_of(d) == ("staticmethod",) for d in func.decorator_list)
@@ -495,6 +504,7 @@ def _scan_function(func: ast.FunctionDef | ast.AsyncFunctionDef, cls: str | None
         abstract=cls is not None and all(map(_placeholder, func.body)),
     )
     scanner = _Scanner(info, cls)
+    scanner.options = options
     scanner.scan_body(func.body)
     info.returns_placed = bool(scanner.returns_placed) and all(scanner.returns_placed)
     return info
@@ -666,6 +676,21 @@ class _Scanner:
         self.part_of: dict[str, str] = {}
         self.placed: set[str] = set()  # names moved to a device so far (`net = Net().cuda()`)
         self.returns_placed: list[bool] = []  # for each `return`: it hands back a placed value
+        # the module's string options (`--runner AnnealRunner`): what `eval(args.runner)` names
+        self.options: dict[str, tuple[str, ...]] = {}
+
+    def evaluated(self, func: ast.expr) -> list[Dotted]:
+        """The names `func`, a call of `eval` on a string spelt here, may be (see
+        `evaluated_names`); [] for anything else."""
+        if (
+            isinstance(func, ast.Call)
+            and isinstance(func.func, ast.Name)
+            and func.func.id == "eval"
+            and len(func.args) == 1
+            and not func.keywords
+        ):
+            return evaluated_names(func.args[0], self.options)
+        return []
 
     def iterated(self, expr: ast.expr) -> list[Dotted]:
         """`_iterated`, through the names bound to an iteration wrapper above and the dicts
@@ -824,16 +849,15 @@ class _Scanner:
             own = _own_attribute(node)
             if own is not None:  # `getattr(sys.modules[__name__], "train_ava")`: that name
                 return Value("ref", (own,), line=line)
+            args = tuple(dotted_of(a) for a in node.args if not isinstance(a, ast.Starred))
+            keywords = tuple((k.arg, dotted_of(k.value)) for k in node.keywords if k.arg)
+            if names := self.evaluated(node.func):  # `eval(args.runner)(args, config)`
+                built = [Value("call", n, args, keywords, line=line) for n in names]
+                return built[0] if len(built) == 1 else Value("choice", options=tuple(built))
             callee = callee_of(node.func)
             if callee is None:
                 return OTHER
-            return Value(
-                "call",
-                callee,
-                tuple(dotted_of(a) for a in node.args if not isinstance(a, ast.Starred)),
-                tuple((k.arg, dotted_of(k.value)) for k in node.keywords if k.arg),
-                line=line,
-            )
+            return Value("call", callee, args, keywords, line=line)
         name = dotted_of(node)
         if name is not None:
             return Value("ref", name, line=line)
@@ -962,14 +986,17 @@ class _Scanner:
             and not info.determinism
         ):
             info.determinism = node.lineno
+        callees = [callee] if callee else []
         if callee:
             info.use(callee, "called_no_grad" if self.no_grad else "called")
+        elif evaluated := self.evaluated(func):  # `eval(args.runner)(...)`: what it names
+            callees = evaluated
         elif chosen := callee_of(func):  # `MODELS[name](cfg)`: a call site, no name's use
-            callee = chosen
-        if callee:
+            callees = [chosen]
+        for called in callees:
             info.calls.append(
                 CallSite(
-                    callee,
+                    called,
                     tuple(argument_of(a) for a in node.args if not isinstance(a, ast.Starred)),
                     tuple((k.arg, argument_of(k.value)) for k in node.keywords if k.arg),
                     node.lineno,
