@@ -1541,3 +1541,37 @@ def test_a_loader_wrapped_by_tqdm_in_a_with_statement_is_the_loop_s() -> None:
         "net_model, dataloader, optimizer = autoopt.optimize(net_model, dataloader, optimizer, "
         "device=device)"
     ]
+
+
+def test_a_parameter_list_a_helper_may_extend_leaves_the_optimizer_to_the_script() -> None:
+    """Deep-Metric-Learning-Baselines: `criterion, to_optim = losses.loss_select(opt.loss,
+    opt, to_optim)` adds the loss's own parameters under the default loss; the optimizer was
+    handed to optimize() with the model, which refuses an optimizer holding parameters that are
+    not the model's (ValueError at start-up). The model gets its call without it."""
+    script = """
+        import torch
+        import losses
+
+        model = Net().cuda()
+        to_optim = [{"params": model.parameters(), "lr": 1e-5}]
+        criterion, to_optim = losses.loss_select(opt.loss, opt, to_optim)
+        optimizer = torch.optim.Adam(to_optim)
+        for x, y in loader:
+            optimizer.zero_grad()
+            criterion(model(x.cuda()), y.cuda()).backward()
+            optimizer.step()
+        """
+    assert calls(script) == [
+        'model, loader = autoopt.optimize(model, loader, device="cuda", amp="script")'
+        '  # autoopt: amp="script" (the optimizer also trains what losses.loss_select() adds to'
+        " its parameters)"
+    ]
+    # a list only read by a call (`print(to_optim)`) or rebound from one that is not handed it
+    # keeps the pair
+    plain = script.replace(
+        "criterion, to_optim = losses.loss_select(opt.loss, opt, to_optim)",
+        "criterion = losses.loss_select(opt.loss, opt, to_optim)",
+    )
+    assert calls(plain) == [
+        'model, loader, optimizer = autoopt.optimize(model, loader, optimizer, device="cuda")'
+    ]

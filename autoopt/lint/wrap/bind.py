@@ -102,7 +102,14 @@ def pair_models(
                 caller, loop = around
                 header = statement_of(caller.file, loop)
                 return decline.created_per_call(opt.expr, home.name, header)
-        if len(models) > 1:
+        if len(models) == 1 and (helper := _list_extended_by_call(home, opt)) is not None:
+            # Deep-Metric-Learning-Baselines' `criterion, to_optim = losses.loss_select(opt.loss,
+            # opt, to_optim)`: the helper may add other modules' parameters (a loss with its
+            # own), which optimize() would refuse in its optimizer; the model gets its call
+            # without it, the optimizer stays the script's
+            shared += sorted(models)
+            forced["amp"] = f"the optimizer also trains what {helper}() adds to its parameters"
+        elif len(models) > 1:
             # a model whose parameters join only under a condition the optimizer is not under
             # may be no module on other runs (HashNeRF's `embed_fn`, a function unless
             # `--i_embed 1`): left to the script, unless it is None otherwise (nerf's
@@ -122,6 +129,27 @@ def pair_models(
         Pair(m, None, guard=_not_none(home, m)) for m in dict.fromkeys(shared) if m not in paired
     ]
     return Pairing(pairs, forced)
+
+
+def _list_extended_by_call(home: Func, opt: Origin) -> str | None:
+    """The call that a list of parameters the optimizer's construction reads is handed to and
+    bound again from (`criterion, to_optim = losses.loss_select(opt.loss, opt, to_optim)`):
+    what it returns may hold more than the model's parameters. Its name, or None."""
+    for assign in opt.assigns:
+        value = bound_to(assign, opt.expr)
+        if value is None or id(value) not in home.file.order:
+            continue
+        for node in [value, *home.file.inside(value)]:
+            if not (isinstance(node, cst.Name) and home.file.reads(node)):
+                continue
+            for bound in _values_of(home, node.value, value):
+                if (
+                    isinstance(bound, cst.Call)
+                    and not model_like(home, node.value)
+                    and any(is_name(a.value, node.value) for a in bound.args)
+                ):
+                    return dotted(bound.func) or code_of(bound.func)
+    return None
 
 
 def _aliases_of_others(home: Func, models: set[str]) -> set[str]:
