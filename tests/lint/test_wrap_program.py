@@ -1118,3 +1118,50 @@ def test_an_optimizer_an_object_of_a_local_class_holds(tmp_path: Path) -> None:
     assert "the optimizer is created in Trainer.__init__() of " in result.message
     assert "trainer.py, which this script runs" in result.message
 
+
+def test_a_loop_in_a_package_at_the_root_stepping_what_it_cannot_name_is_pointed_at(
+    tmp_path: Path,
+) -> None:
+    """prototypical-networks: scripts/train/few_shot/run_train.py runs `main()` of its sibling
+    train.py, which hands `getattr(optim, name)` (the class, uncalled) to `Engine.train` of
+    the root's protonets/engine.py (a package its setup.py installs), where the optimizer is
+    built and stepped through a dict (`state["optimizer"].step()`). The decline named main()
+    as where the optimizer was created; the package, three folders up, was not read."""
+    script = project(
+        tmp_path,
+        {
+            "scripts/train/few_shot/run_train.py": """\
+                from train import main
+
+                main({"optim": "Adam"})
+                """,
+            "scripts/train/few_shot/train.py": """\
+                import torch
+                import torch.optim as optim
+                from protonets.engine import Engine
+
+                def main(opt):
+                    model = torch.nn.Linear(8, 1)
+                    engine = Engine()
+                    engine.train(model=model, optim_method=getattr(optim, opt["optim"]))
+                """,
+            "protonets/__init__.py": "",
+            "protonets/engine.py": """\
+                class Engine:
+                    def train(self, **kwargs):
+                        state = {"model": kwargs["model"]}
+                        state["optimizer"] = kwargs["optim_method"](state["model"].parameters())
+                        for x in range(10):
+                            state["optimizer"].zero_grad()
+                            state["model"](x).sum().backward()
+                            state["optimizer"].step()
+                """,
+            "setup.py": "",
+        },
+    )
+    result = wrap(script)
+    assert result.declined, result.message
+    assert "(Engine.train() of protonets/engine.py)" in result.message.replace(
+        str(tmp_path) + "/", ""
+    ), result.message
+    assert "main()" not in result.message

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import libcst as cst
 
-from autoopt.lint.program.project_files import project_modules
+from autoopt.lint.program.project_files import project_modules, root_of
 from autoopt.lint.program.project_text import (
     is_registry_getter,
     read_text,
@@ -325,9 +325,12 @@ class CodeBase:
                 [importer.path.parents[level - 1]] if level <= len(importer.path.parents) else []
             )
         else:
+            # and the project's root: a package a setup.py installs, or run from the root
+            # (prototypical-networks' scripts/train/few_shot/train.py imports `protonets`)
             script = [
                 self.script.path.parent,
                 *list(self.script.path.parents)[1 : _PARENT_LEVELS + 1],
+                _shown(root_of(self.script.path)),
             ]
             bases = list(
                 dict.fromkeys(
@@ -947,7 +950,7 @@ class CodeBase:
 
     def trains(self, func: Func, call: cst.Call) -> bool:
         """`call` (in `func`) is a backward, or runs a function that does one."""
-        if _is_backward(call):
+        if is_backward(call):
             return True
         return any(self.does_backward(target) for target in self.runs(func.file, call))
 
@@ -962,7 +965,7 @@ def on_self(call: cst.Call) -> bool:
     )
 
 
-def _is_backward(call: cst.Call) -> bool:
+def is_backward(call: cst.Call) -> bool:
     return isinstance(call.func, cst.Attribute) and call.func.attr.value == "backward"
 
 

@@ -191,10 +191,13 @@ def dataset_changed_between_epochs(call: str) -> Decline:
     )
 
 
-def no_optimizer() -> Decline:
+def no_optimizer(where: list[str] | None = None) -> Decline:
+    """`where`: each function that calls `.backward()` in another file than the script, as
+    "Engine.train() of protonets/engine.py" (the user's next place to look)."""
+    at = f" ({', '.join(_first_listed(where, 'function', 'functions'))})" if where else ""
     return Decline(
         "no optimizer",
-        "no optimizer is stepped where .backward() runs",
+        f"no optimizer is stepped where .backward() runs{at}",
         "--wrap needs `optimizer.step()` (or `scaler.step(optimizer)`) in the loop or a helper "
         "it calls",
     )

@@ -304,6 +304,8 @@ def creates_optimizer(file: SourceFile, call: cst.Call) -> bool:
         return True
     if file.qualname(call.func).rsplit(".", 1)[-1] in OPTIMIZER_FACTORIES:
         return True
+    if is_name(func, "getattr"):  # `getattr(optim, name)` uncalled: the class, handed on
+        return False  # (prototypical-networks' `engine.train(optim_method=getattr(...))`)
     return any(file.qualname(a.value) == "torch.optim" for a in call.args)
 
 

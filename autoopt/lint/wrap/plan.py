@@ -53,7 +53,7 @@ from autoopt.lint.wrap.anchor import (
 )
 from autoopt.lint.wrap.bind import loader_of, pair_models
 from autoopt.lint.wrap.call import Pair, Plan
-from autoopt.lint.wrap.codebase import CodeBase, Func, SourceFile, on_self
+from autoopt.lint.wrap.codebase import CodeBase, Func, SourceFile, is_backward, on_self
 from autoopt.lint.wrap.decline import Decline
 from autoopt.lint.wrap.device import device_for, moved_after, moved_in_callee
 from autoopt.lint.wrap.loop import OptimizerWrappers, Training, find_training, training_functions
@@ -124,7 +124,14 @@ def _plan(code: CodeBase) -> Plan | Decline:
     if not training.uses:
         if where := _optimizers_of_built_objects(code, code.script):
             return decline.optimizer_in_module(where)  # stepped in code --wrap cannot follow
-        return decline.no_optimizer()
+        # where the backward is, when in another file (prototypical-networks' Engine.train,
+        # stepping `state["optimizer"]`): where to look
+        backward = [
+            where_created(f)
+            for f in trainers
+            if f.file is not code.script and any(is_backward(c) for c in f.calls())
+        ]
+        return decline.no_optimizer(backward)
     for expr, method in training.unseen_wrappers.items():
         return decline.optimizer_wrapper_unseen(expr, method)
     for use in training.uses:
