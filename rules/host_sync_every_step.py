@@ -60,7 +60,9 @@ class HostSyncEveryStep(Rule):
     also in a loop over the step's own values inside the step loop (`for k, v in
     losses.items():`, or the keys of the dict the step returns: VoteNet's `for key in
     end_points: stat_dict[key] += end_points[key].item()`). A Lightning `training_step` is a
-    step function too.
+    step function too. A call, on every step, of a function of the project that reads a tensor
+    on the host outside any `if` of its own (glow-tts's `commons.clip_grad_value_(...)`, its
+    `.item()` per parameter) is reported at the call, naming where the read is.
 
     ## Why
     CUDA runs asynchronously: the Python loop normally queues the next step's kernels while
@@ -90,7 +92,8 @@ class HostSyncEveryStep(Rule):
       nested helper functions. A step function (backward outside any loop of its own) counts
       when a loop runs it, in this file or in a module of the project that imports it.
     - A value the algorithm needs on the host: an RL action handed to an environment's
-      `env.step(action)` (`q.argmax().cpu().numpy()`).
+      `env.step(action)` (`q.argmax().cpu().numpy()`); also a model's forward that reads on
+      the host (`lengths.cpu()` to pack sequences): that is the model's computation.
 
     ## Fix
     None: whether a value is needed on every step is the user's call.

@@ -1749,6 +1749,38 @@ def test_a_helper_of_another_module_reading_on_the_host_every_step(tmp_path: Pat
     assert "(commons.py:7)" in found[0][2]
 
 
+def test_a_models_forward_reading_on_the_host_is_its_computation(tmp_path: Path) -> None:
+    """Raindrop: `model.forward(P, Pstatic, Ptime, lengths)` every step, whose forward calls
+    `lengths.cpu()` to pack the sequences: the model's computation, which no logging
+    interval thins out; not reported (a helper's read is, above)."""
+    model = """
+    import torch
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.rnn = torch.nn.GRU(8, 8)
+
+        def forward(self, x, lengths):
+            packed = torch.nn.utils.rnn.pack_padded_sequence(x, lengths.cpu(), enforce_sorted=False)
+            return self.rnn(packed)[1].sum()
+    """
+    driver = """
+    import torch
+    from models import Net
+
+    model = Net().cuda()
+    optimizer = torch.optim.Adam(model.parameters())
+    for x, lengths in loader:
+        loss = model.forward(x.cuda(), lengths.cuda())
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    """
+    _write(tmp_path, {"models.py": model, "train.py": driver})
+    assert _findings(tmp_path, "train.py", "AO702") == []
+
+
 TORCHBEAST = """
 import torch
 import torch.multiprocessing as mp

@@ -381,11 +381,14 @@ class ProgramView:
         """Where a function of the project that `call` runs reads a tensor on the host every
         time it runs (glow-tts's `commons.clip_grad_value_(...)` calls `.item()` for every
         parameter): (its file as a report names it, the line). None for a library call, a
-        training step (its reads are its own findings) and a top-level function of this file
-        (its read reports itself where it is)."""
+        training step (its reads are its own findings), a top-level function of this file
+        (its read reports itself where it is) and a model's forward (what it reads on the
+        host, lengths to pack a sequence, is its computation: no logging to thin out)."""
         for target, module, here in self._callees(call):
             if target.is_class or (here and "." not in target.qualname):
                 continue
+            if target.qualname.endswith(".forward"):
+                continue  # the model's own computation (Raindrop's `lengths.cpu()` to pack)
             func = module.functions.get(target.qualname)
             if func is not None and func.host_read and not func.backward:
                 return _shown_path(module.path), func.host_read
