@@ -1781,6 +1781,37 @@ def test_a_models_forward_reading_on_the_host_is_its_computation(tmp_path: Path)
     assert _findings(tmp_path, "train.py", "AO702") == []
 
 
+def test_a_class_named_through_a_submodule_its_package_does_not_import(tmp_path: Path) -> None:
+    """Audio-Classification: `import models.densenet`, then `models.densenet.DenseNet(...)`,
+    with an empty models/__init__.py: the class is models/densenet.py's (a conv network on
+    CUDA: AO606), which was not found through the package."""
+    net = """
+    import torch.nn as nn
+
+    class DenseNet(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv2d(1, 8, 3)
+
+        def forward(self, x):
+            return self.conv(x).mean()
+    """
+    driver = """
+    import torch
+    import models.densenet
+
+    model = models.densenet.DenseNet().to("cuda")
+    optimizer = torch.optim.Adam(model.parameters())
+    for x in loader:
+        loss = model(x.cuda())
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    """
+    _write(tmp_path, {"models/__init__.py": "", "models/densenet.py": net, "train.py": driver})
+    assert _codes(tmp_path, "train.py", "AO606") == ["AO606"]
+
+
 TORCHBEAST = """
 import torch
 import torch.multiprocessing as mp

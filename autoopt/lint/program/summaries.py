@@ -217,6 +217,15 @@ class Program:
             return None
         return self.module(target) if target is not None else None
 
+    def _submodule(self, package: ModuleIndex, name: str) -> ModuleIndex | None:
+        """The module `name` of the package whose `__init__.py` `package` is, which its
+        `__init__` need not import: `import models.densenet` then `models.densenet.DenseNet(...)`
+        (Audio-Classification)."""
+        if Path(package.path).name != "__init__.py":
+            return None
+        target = resolve_module(package.path, name, 1)
+        return self.module(target) if target is not None else None
+
     # ----- call resolution ----------------------------------------------------------------------
     def resolve(
         self, index: ModuleIndex, func: FunctionInfo | None, callee: Dotted
@@ -255,7 +264,7 @@ class Program:
         module = self.imported_module(index, head)
         if module is not None:  # `engine.train_one_epoch(...)`, `utils.misc.f(...)`
             for part in rest[:-1]:
-                sub = self.imported_module(module, part)
+                sub = self.imported_module(module, part) or self._submodule(module, part)
                 if sub is None:
                     break
                 module = sub
