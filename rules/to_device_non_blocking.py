@@ -43,8 +43,8 @@ class ToDeviceNonBlocking(Rule):
     """
     ## What it does
     Flags `batch.to(device)` and `batch.cuda()` inside the loop over a DataLoader (also a
-    training loop that pulls batches with `next(data_iter)`, from a generator that re-iterates
-    the loader too, and a comprehension over the batch) when it
+    training loop that pulls batches with `next(data_iter)` (or the old iterator's
+    `data_iter.next()`), from a generator that re-iterates the loader too, and a comprehension over the batch) when it
     does not pass `non_blocking=True`, and the legacy form of the same copy, `imgs.type(Tensor)` with
     `Tensor = torch.cuda.FloatTensor if cuda else torch.FloatTensor`. A training loop that
     hands its batch to a function or method of the project that makes the blocking copy
@@ -529,6 +529,27 @@ class ToDeviceNonBlocking(Rule):
                 x = next(data_iter)
                 x = x.to(device, non_blocking=True)
                 model(x).sum().backward()
+            """,
+            unsafe=True,
+        ),
+        Invalid(  # the loader iterator's own `.next()` of torch before 1.x (CDAN)
+            """
+            import torch
+            source = iter(loader)
+            for i in range(1000):
+                inputs, labels = source.next()
+                inputs, labels = inputs.cuda(), labels.cuda()
+                criterion(model(inputs), labels).backward()
+            """,
+            line=5,
+            message_contains="2 copies",
+            fixed="""
+            import torch
+            source = iter(loader)
+            for i in range(1000):
+                inputs, labels = source.next()
+                inputs, labels = inputs.cuda(non_blocking=True), labels.cuda(non_blocking=True)
+                criterion(model(inputs), labels).backward()
             """,
             unsafe=True,
         ),

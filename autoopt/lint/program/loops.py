@@ -103,8 +103,17 @@ def _makes_a_host_tensor(expr: cst.BaseExpression) -> bool:
 
 
 def _is_next_call(expr: cst.BaseExpression) -> bool:
+    """`next(it)`, or the iterator's own `it.next()` of torch before 1.x (its loader iterator
+    had the method: CDAN's `inputs_source, labels_source = iter_source.next()`)."""
+    if not isinstance(expr, cst.Call):
+        return False
+    if isinstance(expr.func, cst.Name):
+        return expr.func.value == "next"
     return (
-        isinstance(expr, cst.Call) and isinstance(expr.func, cst.Name) and expr.func.value == "next"
+        isinstance(expr.func, cst.Attribute)
+        and expr.func.attr.value in ("next", "__next__")
+        and isinstance(expr.func.value, cst.Name)
+        and not expr.args
     )
 
 
