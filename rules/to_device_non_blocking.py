@@ -532,6 +532,26 @@ class ToDeviceNonBlocking(Rule):
             """,
             unsafe=True,
         ),
+        Invalid(  # a comprehension over the batch drawn in place (partial-conv inpainting)
+            """
+            import torch
+            device = torch.device("cuda")
+            batches = iter(loader)
+            for i in range(1000):
+                image, mask = [x.to(device) for x in next(batches)]
+                model(image, mask).sum().backward()
+            """,
+            line=5,
+            fixed="""
+            import torch
+            device = torch.device("cuda")
+            batches = iter(loader)
+            for i in range(1000):
+                image, mask = [x.to(device, non_blocking=True) for x in next(batches)]
+                model(image, mask).sum().backward()
+            """,
+            unsafe=True,
+        ),
         Invalid(  # the loader iterator's own `.next()` of torch before 1.x (CDAN)
             """
             import torch

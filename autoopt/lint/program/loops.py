@@ -243,10 +243,13 @@ def _transfers_of(
     names = names | _parts_bound(body, names)
     # ... and in a comprehension: `[x.to(self.device) for x in data]` (denoiser),
     # `{k: v.cuda() for k, v in model_input.items()}` (siren)
+    # ... also over a batch drawn in place: `[x.to(device) for x in next(iterator_train)]`
+    # (partial-conv inpainting)
     names = names | {
         n
         for comp in nodes_of_type(body, cst.CompFor, into_scopes=False)
         if root_name(_through_methods(comp.iter)) in names
+        or (next_calls and _is_next_call(comp.iter))
         for n in names_in(comp.target)
     }
     for call in calls_in(body, into_scopes=False):
