@@ -58,9 +58,9 @@ class EvalLoopNoGrad(Rule):
     ## What it does
     Flags model inference that records autograd graphs it never uses, outside
     `torch.no_grad()` / `torch.inference_mode()`:
-    - an evaluation loop — a `for` loop after `model.eval()` (or in a function named like
-      `evaluate`/`validate`/`test`, or over a loader named so: `testing_data_loader`) that
-      runs the model and never calls `backward()`;
+    - an evaluation loop — a `for` loop after `model.eval()` or `model.train(False)` (or in
+      a function named like `evaluate`/`validate`/`test`, or over a loader named so:
+      `testing_data_loader`) that runs the model and never calls `backward()`;
     - a sampling function with no loop that runs a model and returns nothing
       (`def sample_images(...)`, which saves a GAN's samples to disk), or an evaluation
       function with no loop that runs the model it put in eval mode;
@@ -332,6 +332,26 @@ class EvalLoopNoGrad(Rule):
         ),
     ]
     INVALID = [
+        Invalid(  # `model.train(False)` is `model.eval()` (reproduce-chexnet's predictions)
+            """
+            import torch
+
+            def make_predictions(model, dataloader):
+                model.train(False)
+                for inputs, labels in dataloader:
+                    probs = model(inputs.cuda()).cpu().numpy()
+            """,
+            line=5,
+            fixed="""
+            import torch
+
+            def make_predictions(model, dataloader):
+                model.train(False)
+                with torch.no_grad():
+                    for inputs, labels in dataloader:
+                        probs = model(inputs.cuda()).cpu().numpy()
+            """,
+        ),
         Invalid(  # torch < 0.4's `Variable(y, requires_grad=False)` asks for no gradient
             """
             import torch

@@ -20,7 +20,14 @@ from libcst.metadata.base_provider import LazyValue
 from autoopt.lint.program.device import DeviceFacts, cpu_only, device_facts
 from autoopt.lint.program.precision import built_in_reduced_precision, other_precision_system
 from autoopt.lint.tree import metadata
-from autoopt.lint.tree.nodes import SCOPE_TYPES, assignments, calls_in, dotted, nodes_of_type
+from autoopt.lint.tree.nodes import (
+    SCOPE_TYPES,
+    assignments,
+    calls_in,
+    dotted,
+    is_name,
+    nodes_of_type,
+)
 from autoopt.lint.tree.text import strip_prose
 
 Loop = cst.For | cst.While
@@ -47,6 +54,7 @@ _EVAL_WORDS = ("eval", "valid", "test", "infer", "predict")
 # evaluation): rules about evaluation loops use it as their pre-filter.
 EVAL_MARKERS = (
     ".eval()",
+    ".train(False)",
     *(f"def {w}" for w in _EVAL_WORDS),
     *(f"def {p}_{w}" for p in ("run", "do") for w in ("eval", "valid", "test")),
 )
@@ -341,11 +349,21 @@ class FileFacts:
 
     @functools.cached_property
     def eval_calls(self) -> list[cst.Call]:
-        """Every `<expr>.eval()` call with no arguments."""
+        """Every `<expr>.eval()` call with no arguments, and its spelling `<expr>.train(False)`
+        (reproduce-chexnet's `model.train(False)` before its prediction loop)."""
         return [
             c
             for c in list(calls_in(self.module))
-            if not c.args and isinstance(c.func, cst.Attribute) and c.func.attr.value == "eval"
+            if isinstance(c.func, cst.Attribute)
+            and (
+                (not c.args and c.func.attr.value == "eval")
+                or (
+                    c.func.attr.value == "train"
+                    and len(c.args) == 1
+                    and (c.args[0].keyword is None or c.args[0].keyword.value == "mode")
+                    and is_name(c.args[0].value, "False")
+                )
+            )
         ]
 
     def is_eval_loop(self, loop: cst.CSTNode, whiles: bool = False) -> bool:
