@@ -532,6 +532,26 @@ class ToDeviceNonBlocking(Rule):
             """,
             unsafe=True,
         ),
+        Invalid(  # the batch reshaped and split on the host, each part copied (DeepSDF)
+            """
+            import torch
+            for data, idx in loader:
+                gt = data.reshape(-1, 4)[:, 3].unsqueeze(1)
+                gt = torch.chunk(gt, 4)
+                for i in range(4):
+                    (model(idx) - gt[i].cuda()).abs().mean().backward()
+            """,
+            line=6,
+            fixed="""
+            import torch
+            for data, idx in loader:
+                gt = data.reshape(-1, 4)[:, 3].unsqueeze(1)
+                gt = torch.chunk(gt, 4)
+                for i in range(4):
+                    (model(idx) - gt[i].cuda(non_blocking=True)).abs().mean().backward()
+            """,
+            unsafe=True,
+        ),
         Invalid(  # a comprehension over the batch drawn in place (partial-conv inpainting)
             """
             import torch

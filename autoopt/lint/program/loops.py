@@ -125,9 +125,28 @@ def _is_batch_expr(expr: cst.BaseExpression, names: set[str]) -> bool:
     if isinstance(expr, cst.Call) and expr.args and _is_variable(expr.func):
         # the legacy `Variable(batch[0])` wraps the batch's tensor, still on the host
         return _is_batch_expr(expr.args[0].value, names)
+    if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute):
+        # reshaped, cast or split on the host: `sdf_data[:, 3].unsqueeze(1)`, and torch's
+        # functions of it, `torch.chunk(sdf_gt, batch_split)` (DeepSDF)
+        method = expr.func.attr.value
+        if method in _HOST_RESHAPES:
+            if code_of(expr.func.value) == "torch":
+                return bool(expr.args) and _is_batch_expr(expr.args[0].value, names)
+            return _is_batch_expr(expr.func.value, names)
     if isinstance(expr, cst.Tuple | cst.List):
         return bool(expr.elements) and all(_is_batch_expr(e.value, names) for e in expr.elements)
     return False
+
+
+# What keeps a batch's tensor on the host, reshaped, cast or cut (not `.to()`/`.cuda()`, which
+# move it, nor `.type()`, which may)
+_HOST_RESHAPES = frozenset(
+    {
+        "reshape", "view", "unsqueeze", "squeeze", "permute", "transpose", "contiguous",
+        "flatten", "float", "long", "double", "half", "int", "chunk", "split", "clone",
+        "detach",
+    }
+)  # fmt: skip
 
 
 def _is_variable(func: cst.BaseExpression) -> bool:
