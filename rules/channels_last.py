@@ -200,6 +200,57 @@ class ChannelsLast(Rule):
             """,
             unsafe=True,
         ),
+        Invalid(  # a class chosen into a name, then called (JEM's `model_cls = F if ... else CCF`)
+            """
+            import torch
+            from torch import nn
+            class Small(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.conv = nn.Conv2d(3, 8, 3)
+                def forward(self, x):
+                    return self.conv(x)
+            class Big(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.conv = nn.Conv2d(3, 16, 5)
+                def forward(self, x):
+                    return self.conv(x)
+            device = torch.device("cuda")
+            model_cls = Small if small else Big
+            model = model_cls().to(device)
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            for x in loader:
+                model(x.to(device)).sum().backward()
+                opt.step()
+            """,
+            line=17,
+            fixed="""
+            import torch
+            from torch import nn
+            class Small(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.conv = nn.Conv2d(3, 8, 3)
+                def forward(self, x):
+                    return self.conv(x)
+            class Big(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.conv = nn.Conv2d(3, 16, 5)
+                def forward(self, x):
+                    return self.conv(x)
+            device = torch.device("cuda")
+            model_cls = Small if small else Big
+            model = model_cls().to(device)
+            model = model.to(memory_format=torch.channels_last)
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            for x in loader:
+                model(x.to(device, memory_format=torch.channels_last)).sum().backward()
+                opt.step()
+            """,
+            unsafe=True,
+        ),
         Invalid(  # built on the device by its builder's `device=` (pix2pix's define_G(gpu_id=))
             """
             import torch

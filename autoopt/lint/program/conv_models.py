@@ -369,6 +369,11 @@ def _conv_model(rule: Rule, call: cst.Call, fit: set[str], flattening: set[str])
             return "fit"
         if call.func.value in flattening:
             return "flattens"
+        if (classes := _class_chosen(rule, call.func)) is not None:
+            # `model_cls = F if args.uncond else CCF; f = model_cls(...)` (JEM): a Conv2d
+            # model when every class it may be builds one; it flattens when one does
+            kinds = [_conv_model(rule, call.with_changes(func=c), fit, flattening) for c in classes]
+            return None if None in kinds else "flattens" if "flattens" in kinds else "fit"
     table = _conv_table(rule, call.func)  # `resnet.__dict__[args.arch](...)`
     if table is not None:
         return table
@@ -384,6 +389,32 @@ def _conv_model(rule: Rule, call: cst.Call, fit: set[str], flattening: set[str])
     ):
         return "fit"
     return None
+
+
+def _class_chosen(rule: Rule, name: cst.Name) -> list[cst.BaseExpression] | None:
+    """The classes a name bound once in its scope to a choice of them names (`model_cls = F
+    if args.uncond else CCF` -> [F, CCF]); None for anything else."""
+    scope = rule.facts.enclosing_scope(name)
+    binds = [
+        a
+        for a in nodes_of_type(scope, cst.Assign, into_scopes=False)
+        if any(isinstance(t.target, cst.Name) and t.target.value == name.value for t in a.targets)
+    ]
+    if len(binds) != 1 or not isinstance(binds[0].value, cst.IfExp):
+        return None
+    options: list[cst.BaseExpression] = []
+    todo: list[cst.BaseExpression] = [binds[0].value]
+    while todo:
+        value = todo.pop()
+        if isinstance(value, cst.IfExp):
+            todo += [value.body, value.orelse]
+        elif isinstance(value, cst.Attribute) or (
+            isinstance(value, cst.Name) and value.value != name.value
+        ):
+            options.append(value)
+        else:
+            return None
+    return options
 
 
 def _flattening_view(call: cst.Call) -> bool:
