@@ -1749,6 +1749,51 @@ def test_a_helper_of_another_module_reading_on_the_host_every_step(tmp_path: Pat
     assert "(commons.py:7)" in found[0][2]
 
 
+def test_a_helper_reading_on_the_host_through_the_helper_it_calls(tmp_path: Path) -> None:
+    """ChangeFormer: the step loop calls `self._collect_running_batch_states()`, which calls
+    `self._update_metric()` every time, whose `G_pred.cpu().numpy()` reads on the host: reported
+    at the step's call, naming the read. Quiet where that call is under the helper's own `if`
+    (a logging interval)."""
+    trainer = """
+    import torch
+
+    class Trainer:
+        def _update_metric(self):
+            return self.pred.cpu().numpy()
+
+        def _collect_states(self):
+            score = self._update_metric()
+            return score
+
+        def train(self, loader):
+            for x in loader:
+                self.pred = self.net(x.cuda())
+                loss = self.pred.sum()
+                self.optimizer.zero_grad()
+                loss.backward()
+                self.optimizer.step()
+                self._collect_states()
+    """
+    driver = """
+    import torch
+    from trainer import Trainer
+
+    Trainer().train(loader)
+    """
+    _write(tmp_path, {"trainer.py": trainer, "train.py": driver})
+    found = _findings(tmp_path, "trainer.py", "AO702")
+    assert [(line, message.split(" reads")[0]) for _, line, message in found] == [
+        (18, "self._collect_states()")
+    ]
+    assert "(trainer.py:5)" in found[0][2]
+    logged = trainer.replace(
+        "score = self._update_metric()",
+        "if self.step % 100 == 0:\n                score = self._update_metric()",
+    )
+    _write(tmp_path, {"trainer.py": logged, "train.py": driver})
+    assert _findings(tmp_path, "trainer.py", "AO702") == []
+
+
 def test_a_models_forward_reading_on_the_host_is_its_computation(tmp_path: Path) -> None:
     """Raindrop: `model.forward(P, Pstatic, Ptime, lengths)` every step, whose forward calls
     `lengths.cpu()` to pack the sequences: the model's computation, which no logging

@@ -120,6 +120,7 @@ class CallSite:
     # a bound method handed to another call, which may call it (`retry_call(model.train,
     # tries=3)`): recorded as a call without arguments
     passed: bool = False
+    in_if: bool = False  # inside an `if` of its function: it may not run every time
 
 
 @dataclass
@@ -1002,6 +1003,7 @@ class _Scanner:
                     node.lineno,
                     self.loops > 0,
                     self.no_grad > 0,
+                    in_if=self.ifs > 0,
                 )
             )
         functions = {k.value for k in node.keywords if k.arg in _FUNCTION_KEYWORDS}

@@ -390,8 +390,34 @@ class ProgramView:
             if target.qualname.endswith(".forward"):
                 continue  # the model's own computation (Raindrop's `lengths.cpu()` to pack)
             func = module.functions.get(target.qualname)
-            if func is not None and func.host_read and not func.backward:
+            if func is None or func.backward:
+                continue
+            if func.host_read:
                 return _shown_path(module.path), func.host_read
+            if (deeper := self._host_read_below(module, func)) is not None:
+                return deeper
+        return None
+
+    def _host_read_below(self, module: ModuleIndex, func: FunctionInfo) -> tuple[str, int] | None:
+        """A read on the host one call below `func`, in a function of the project it calls
+        every time it runs (outside its loops and `if`s): ChangeFormer's
+        `_collect_running_batch_states()` calling `self._update_metric()`, whose
+        `G_pred.cpu().numpy()` runs on every step."""
+        for site in func.calls:
+            if site.in_if or site.in_loop or site.passed:
+                continue
+            for target in self.program.resolve(module, func, site.callee):
+                below = self.program.module(target.path)
+                inner = below.functions.get(target.qualname) if below is not None else None
+                if (
+                    below is not None
+                    and inner is not None
+                    and not target.is_class
+                    and not target.qualname.endswith(".forward")
+                    and inner.host_read
+                    and not inner.backward
+                ):
+                    return _shown_path(below.path), inner.host_read
         return None
 
     def data_parallel_in_callee(self, call: cst.Call) -> tuple[str, int] | None:
