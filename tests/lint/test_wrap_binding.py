@@ -1575,3 +1575,18 @@ def test_a_parameter_list_a_helper_may_extend_leaves_the_optimizer_to_the_script
     assert calls(plain) == [
         'model, loader, optimizer = autoopt.optimize(model, loader, optimizer, device="cuda")'
     ]
+    # nor a settings object a helper hands back, read for the learning rate (open-unmix's
+    # `args, ... = data.load_datasets(parser, args)`, then `Adam(unmix.parameters(),
+    # lr=args.lr)`)
+    settings = script.replace(
+        'to_optim = [{"params": model.parameters(), "lr": 1e-5}]\n'
+        "        criterion, to_optim = losses.loss_select(opt.loss, opt, to_optim)\n"
+        "        optimizer = torch.optim.Adam(to_optim)",
+        "args = losses.setup(args)\n"
+        "        criterion = losses.Loss()\n"
+        "        optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)",
+    )
+    assert "losses.setup(args)" in settings
+    assert calls(settings) == [
+        'model, loader, optimizer = autoopt.optimize(model, loader, optimizer, device="cuda")'
+    ]

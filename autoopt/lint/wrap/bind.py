@@ -23,7 +23,7 @@ from autoopt.lint.wrap.codebase import CodeBase, Func, SourceFile, on_self
 from autoopt.lint.wrap.decline import Decline
 from autoopt.lint.wrap.loop import Use, loop_around_calls, runs_epochs
 from autoopt.lint.wrap.options import wrapped_by_callers
-from autoopt.lint.wrap.origins import Origin, elements
+from autoopt.lint.wrap.origins import Origin, elements, names_an_optimizer_class
 from autoopt.lint.wrap.tree import (
     MODEL_WORDS,
     assignments_of,
@@ -137,9 +137,21 @@ def _list_extended_by_call(home: Func, opt: Origin) -> str | None:
     what it returns may hold more than the model's parameters. Its name, or None."""
     for assign in opt.assigns:
         value = bound_to(assign, opt.expr)
-        if value is None or id(value) not in home.file.order:
+        if (
+            not isinstance(value, cst.Call)
+            or id(value) not in home.file.order
+            or not names_an_optimizer_class(home.file, value)  # not a factory's `(args, model)`
+        ):
             continue
-        for node in [value, *home.file.inside(value)]:
+        # the parameters: the first argument or `params=` (not `lr=args.lr`, whose `args` a
+        # helper may well hand back: `args = set_seed_logger(args)`)
+        params = next(
+            (a.value for a in value.args if a.keyword is None or a.keyword.value == "params"),
+            None,
+        )
+        if params is None:
+            continue
+        for node in [params, *home.file.inside(params)]:
             if not (isinstance(node, cst.Name) and home.file.reads(node)):
                 continue
             for bound in _values_of(home, node.value, value):
