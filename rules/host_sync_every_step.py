@@ -62,9 +62,9 @@ class HostSyncEveryStep(Rule):
     end_points: stat_dict[key] += end_points[key].item()`). A Lightning `training_step` is a
     step function too. A call, on every step, of a function of the project that reads a tensor
     on the host outside any `if` of its own (glow-tts's `commons.clip_grad_value_(...)`, its
-    `.item()` per parameter), or in a function it calls every time (ChangeFormer's
-    `_collect_running_batch_states()` calling `_update_metric()`), is reported at the call,
-    naming where the read is.
+    `.item()` per parameter), or in a method of the same object it calls every time
+    (ChangeFormer's `_collect_running_batch_states()` calling `self._update_metric()`), is
+    reported at the call, naming where the read is.
 
     ## Why
     CUDA runs asynchronously: the Python loop normally queues the next step's kernels while

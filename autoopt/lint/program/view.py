@@ -399,12 +399,14 @@ class ProgramView:
         return None
 
     def _host_read_below(self, module: ModuleIndex, func: FunctionInfo) -> tuple[str, int] | None:
-        """A read on the host one call below `func`, in a function of the project it calls
+        """A read on the host one call below `func`, in a method of its own object it calls
         every time it runs (outside its loops and `if`s): ChangeFormer's
         `_collect_running_batch_states()` calling `self._update_metric()`, whose
-        `G_pred.cpu().numpy()` runs on every step."""
+        `G_pred.cpu().numpy()` runs on every step. Not the functions of other modules it
+        calls (hindsight-experience-replay's `sync_grads` reads the gradients into numpy for
+        MPI's all-reduce: the algorithm's own need, not a metric)."""
         for site in func.calls:
-            if site.in_if or site.in_loop or site.passed:
+            if site.in_if or site.in_loop or site.passed or site.callee[:1] != ("self",):
                 continue
             for target in self.program.resolve(module, func, site.callee):
                 below = self.program.module(target.path)
