@@ -123,6 +123,8 @@ SPLITS = {
             "fresh-at",
             "fresh-au",
             "fresh-av",
+            "fresh-aw",
+            "fresh-ax",
         )
     },
 }
@@ -1173,7 +1175,7 @@ def main(argv: list[str] | None = None) -> int:
         "--split",
         choices=tuple(SPLITS),
         default="dev",
-        help="dev (tuned on), test (held out) or a first-contact batch (fresh-c, fresh-d, fresh-e, fresh-f, fresh-g, fresh-h, fresh-i, fresh-j, fresh-k, fresh-l, fresh-m, fresh-n, fresh-o, fresh-p, fresh-q, fresh-r, fresh-s, fresh-t, fresh-u, fresh-v, fresh-w, fresh-x, fresh-y, fresh-z, fresh-aa, fresh-ab, fresh-ac, fresh-ad, fresh-ae, fresh-af, fresh-ag, fresh-ah, fresh-ai, fresh-aj, fresh-ak, fresh-al, fresh-am, fresh-an, fresh-ao, fresh-ap, fresh-aq, fresh-ar, fresh-as, fresh-at, fresh-au, fresh-av)",
+        help="dev (tuned on), test (held out) or a first-contact batch (fresh-c, fresh-d, fresh-e, fresh-f, fresh-g, fresh-h, fresh-i, fresh-j, fresh-k, fresh-l, fresh-m, fresh-n, fresh-o, fresh-p, fresh-q, fresh-r, fresh-s, fresh-t, fresh-u, fresh-v, fresh-w, fresh-x, fresh-y, fresh-z, fresh-aa, fresh-ab, fresh-ac, fresh-ad, fresh-ae, fresh-af, fresh-ag, fresh-ah, fresh-ai, fresh-aj, fresh-ak, fresh-al, fresh-am, fresh-an, fresh-ao, fresh-ap, fresh-aq, fresh-ar, fresh-as, fresh-at, fresh-au, fresh-av, fresh-aw, fresh-ax)",
     )
     parser.add_argument("--root", type=Path, help="fetched corpus (default: the split's)")
     parser.add_argument("--labels", type=Path, help="labels TSV (default: the split's)")

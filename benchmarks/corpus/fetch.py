@@ -84,6 +84,8 @@ SPLITS = {
     "fresh-at": (HERE / "fresh_at.json", HERE / "_repos_fresh_at"),
     "fresh-au": (HERE / "fresh_au.json", HERE / "_repos_fresh_au"),
     "fresh-av": (HERE / "fresh_av.json", HERE / "_repos_fresh_av"),
+    "fresh-aw": (HERE / "fresh_aw.json", HERE / "_repos_fresh_aw"),
+    "fresh-ax": (HERE / "fresh_ax.json", HERE / "_repos_fresh_ax"),
 }
 TORCH_DIR = "torch"
 
