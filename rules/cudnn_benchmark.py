@@ -84,8 +84,9 @@ class CudnnBenchmark(Rule):
       (SCINet's run_ETTh.py sets `benchmark = False` and `deterministic = True` before its Exp
       module's convolutions run; a seed helper's settings do not count); or a helper of the
       project that the script calls, not under an `if`, asks for determinism whenever it runs
-      (AGCRN's `init_seed(args.seed)` setting `cudnn.deterministic = True`; a call in the
-      `if __name__ == "__main__":` block counts, as every run passes it).
+      (AGCRN's `init_seed(args.seed)` setting `cudnn.deterministic = True`, also under an
+      `if` on a parameter defaulting to True: PointPillars' `setup_seed(deterministic=True)`;
+      a call in the `if __name__ == "__main__":` block counts, as every run passes it).
     - A library module that only defines layers (no training loop, no `__main__` block) is not
       flagged: setting a global flag at import would surprise its importers.
     - Input shapes that change every step (variable-length sequences for `Conv1d`, multi-scale

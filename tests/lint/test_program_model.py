@@ -2490,8 +2490,9 @@ def test_a_step_that_copies_the_entries_of_its_batch(tmp_path: Path) -> None:
 
 def test_determinism_asked_for_by_a_seed_helper_the_script_calls(tmp_path: Path) -> None:
     """AGCRN calls `init_seed(args.seed)` of lib/TrainInits.py, which sets
-    `cudnn.deterministic = True` whenever it runs: determinism is requested (no AO601). A
-    helper that asks for it only under an `if`, or a call under one, requests nothing."""
+    `cudnn.deterministic = True` whenever it runs: determinism is requested (no AO601); so does
+    one under `if deterministic:` defaulting to True (PointPillars). A helper that asks for it
+    only under another `if`, or a call under one, requests nothing."""
     files = {
         "inits.py": """
         import torch
@@ -2503,11 +2504,17 @@ def test_determinism_asked_for_by_a_seed_helper_the_script_calls(tmp_path: Path)
                 torch.backends.cudnn.deterministic = True
         def strict_seed(seed):
             torch.use_deterministic_algorithms(True)
+        def setup_seed(seed=0, deterministic=True):
+            if deterministic:
+                torch.backends.cudnn.deterministic = True
+        def loose_seed(seed=0, deterministic=False):
+            if deterministic:
+                torch.backends.cudnn.deterministic = True
         """,
         "run.py": """
         import torch
         from torch import nn
-        from inits import init_seed, maybe_seed, strict_seed
+        from inits import init_seed, loose_seed, maybe_seed, setup_seed, strict_seed
         init_seed(args.seed)
         model = nn.Conv2d(3, 8, 3).cuda()
         for x in loader:
@@ -2517,9 +2524,15 @@ def test_determinism_asked_for_by_a_seed_helper_the_script_calls(tmp_path: Path)
     _write(tmp_path, files)
     assert _codes(tmp_path, "run.py", "AO601") == []
     script = textwrap.dedent(files["run.py"])
-    (tmp_path / "run.py").write_text(script.replace("init_seed(args.seed)", "strict_seed(1)"))
-    assert _codes(tmp_path, "run.py", "AO601") == []
-    for call in ("maybe_seed(args.seed)", "if args.seed:\n    init_seed(args.seed)"):
+    # PointPillars' `setup_seed()`, whose `if deterministic:` defaults to True
+    for call in ("strict_seed(1)", "setup_seed()"):
+        (tmp_path / "run.py").write_text(script.replace("init_seed(args.seed)", call))
+        assert _codes(tmp_path, "run.py", "AO601") == [], call
+    for call in (
+        "maybe_seed(args.seed)",
+        "loose_seed()",
+        "if args.seed:\n    init_seed(args.seed)",
+    ):
         (tmp_path / "run.py").write_text(script.replace("init_seed(args.seed)", call))
         assert _codes(tmp_path, "run.py", "AO601") == ["AO601"], call
     # the `__main__` block runs on every run: a call there asks for it (Gus-Lab's seed_all)

@@ -506,9 +506,20 @@ def _scan_function(
     )
     scanner = _Scanner(info, cls)
     scanner.options = options
+    scanner.on_by_default = _on_by_default(args)
     scanner.scan_body(func.body)
     info.returns_placed = bool(scanner.returns_placed) and all(scanner.returns_placed)
     return info
+
+
+def _on_by_default(args: ast.arguments) -> frozenset[str]:
+    """The parameters whose default is `True`."""
+    positional = [*args.posonlyargs, *args.args]
+    pairs = [
+        *zip(positional[len(positional) - len(args.defaults) :], args.defaults, strict=True),
+        *((a, d) for a, d in zip(args.kwonlyargs, args.kw_defaults, strict=True) if d is not None),
+    ]
+    return frozenset(a.arg for a, d in pairs if isinstance(d, ast.Constant) and d.value is True)
 
 
 def _placeholder(stmt: ast.stmt) -> bool:
@@ -679,6 +690,7 @@ class _Scanner:
         self.returns_placed: list[bool] = []  # for each `return`: it hands back a placed value
         # the module's string options (`--runner AnnealRunner`): what `eval(args.runner)` names
         self.options: dict[str, tuple[str, ...]] = {}
+        self.on_by_default: frozenset[str] = frozenset()  # parameters defaulting to True
 
     def evaluated(self, func: ast.expr) -> list[Dotted]:
         """The names `func`, a call of `eval` on a string spelt here, may be (see
@@ -746,6 +758,11 @@ class _Scanner:
             # tensor2float) or a configuration's choice (`if args.task == "regression"`) runs
             # its arm on every call or on none: no throttle either
             either = either or _type_test(node.test) or _string_choice(node.test)
+            # `if deterministic:` on a parameter that defaults to True (PointPillars'
+            # `setup_seed(seed=0, deterministic=True)`): its arm runs on a call that leaves it
+            either = either or (
+                isinstance(node.test, ast.Name) and node.test.id in self.on_by_default
+            )
             self.ifs += 0 if either else 1
             self.scan_body(node.body)
             self.scan_body(node.orelse)
