@@ -1395,3 +1395,63 @@ def test_a_model_a_local_function_moves_after_the_call_declines(tmp_path: Path) 
         placed.replace("args.local_rank)", "args.device)"),
     )
     assert not result.declined, result.message
+
+
+def test_a_trainer_constructor_placing_the_model_where_the_call_names_no_device_declines(
+    tmp_path: Path,
+) -> None:
+    """Dual-Path-RNN: the optimizer, then `Trainer(loader, model, optimizer, opt)`, whose
+    `__init__` does `Dual_RNN.to(self.device)`, `cuda:{gpuid[0]}` from a YAML or the CPU by
+    branch: the call named the CPU (or no device), where the model does not stay (it was
+    wrapped). Where the constructor's one device reads in the caller's names, the call gets
+    it."""
+    trainer = """
+    import torch
+
+    class Trainer:
+        def __init__(self, train_loader, model, optimizer, opt):
+            if opt["gpuid"]:
+                self.device = torch.device("cuda:{}".format(opt["gpuid"][0]))
+                self.model = model.to(self.device)
+            else:
+                self.device = torch.device("cpu")
+                self.model = model.to(self.device)
+            self.train_loader, self.optimizer = train_loader, optimizer
+
+        def run(self):
+            for x in self.train_loader:
+                self.optimizer.zero_grad()
+                self.model(x.to(self.device)).sum().backward()
+                self.optimizer.step()
+    """
+    script = """
+    import torch
+    from trainer import Trainer
+
+    def main(opt):
+        train_loader = torch.utils.data.DataLoader(dataset, batch_size=64)
+        model = make_model(opt)
+        optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+        trainer = Trainer(train_loader, model, optimizer, opt)
+        trainer.run()
+    """
+    result = wrap_beside(tmp_path, {"trainer.py": trainer}, "train.py", script)
+    assert result.declined and result.reason == "model moved after the call", result.message
+    assert "`self.model = model.to(self.device)` (in __init__() of " in result.message
+    # one device, which reads in the caller's names: the call gets it
+    one = trainer.replace(
+        """            if opt["gpuid"]:
+                self.device = torch.device("cuda:{}".format(opt["gpuid"][0]))
+                self.model = model.to(self.device)
+            else:
+                self.device = torch.device("cpu")
+                self.model = model.to(self.device)""",
+        """            self.device = torch.device("cuda:{}".format(opt["gpuid"][0]))
+            self.model = model.to(self.device)""",
+    )
+    assert one != trainer
+    result = wrap_beside(tmp_path, {"trainer.py": one}, "train.py", script)
+    assert result.inserted == (
+        "model, train_loader, optimizer = autoopt.optimize(model, train_loader, optimizer, "
+        'device=torch.device("cuda:{}".format(opt["gpuid"][0])))',
+    ), result.message

@@ -174,6 +174,7 @@ def test_every_decline_states_the_reason_and_the_change_to_make() -> None:
         "object": "x",
         "set[str]": {"step"},
         "list[str]": ["`optimizer` in main()", "`optimizer` in init()"],
+        "list[str] | None": ["Engine.train() of protonets/engine.py"],
         "ParallelWrap": decline.ParallelWrap("net = nn.DataParallel(net)", "DataParallel"),
         "bool": True,
         "Path | None": None,

@@ -93,8 +93,8 @@ def moved_in_callee(
         if any(t is not call and id(t) in file.order and file.before(t, call) for t in trains):
             break  # after training started (`export(model)` to time inference): no move
         callee = code.resolve(file, call)
-        if callee is None or callee.name == "__init__":
-            continue  # a trainer's constructor placing it gives the call its device instead
+        if callee is None:
+            continue
         param = next(
             (
                 p
@@ -108,6 +108,20 @@ def moved_in_callee(
         trains = [c for c in callee.calls() if code.trains(callee, c)]
         for inner, placed in placing_calls(callee, param):
             if any(callee.file.before(t, inner) for t in trains):
+                continue
+            if callee.name == "__init__":
+                # a trainer's constructor placing it gives the call its device
+                # (`placed_elsewhere`) where that device reads in the caller's names, the same
+                # one; else it moves the model where the call cannot follow (Dual-Path-RNN's
+                # Trainer: `cuda:{gpuid[0]}` from a YAML, or the CPU, by branch)
+                moved = device_of(inner)
+                there = (
+                    translate(code, moved, callee, call)
+                    if moved is not None and not branched(callee, inner)
+                    else None
+                )
+                if there is None or there not in _spellings(home, device):
+                    return callee, inner
                 continue
             # only a device the function is handed can be told apart from the call's (a
             # module's `config.device` read in both files may well be the same one)
