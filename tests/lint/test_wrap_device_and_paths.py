@@ -110,6 +110,28 @@ def test_optimizer_chosen_by_an_if_elif_chain_the_loop_steps_is_passed() -> None
     )
     (call,) = _inserted(flagged)
     assert "`optimizer` exists only on some paths" in call
+    # handed to the model's own step method outside any `if` (DeepVO's
+    # `M_deepvo.step(t_x, t_y, optimizer)`): a path that binds none raises there too
+    handed = script.replace(
+        "                optimizer.zero_grad()\n"
+        "                loss_fn(model(x.to(device)), y.to(device)).backward()\n"
+        "                optimizer.step()",
+        "                model.step(x.to(device), y.to(device), optimizer)",
+    ).replace(
+        "        import torch\n",
+        "        import torch\n"
+        "        class Net(torch.nn.Module):\n"
+        "            def step(self, x, y, optimizer):\n"
+        "                optimizer.zero_grad()\n"
+        "                loss = loss_fn(self(x), y)\n"
+        "                loss.backward()\n"
+        "                optimizer.step()\n"
+        "                return loss\n",
+    )
+    assert "model.step(" in handed and "def step" in handed
+    assert _inserted(handed) == [
+        "model, optimizer = autoopt.optimize(model, optimizer=optimizer, device=device)"
+    ]
 
 
 TRAINER_MODULE = """

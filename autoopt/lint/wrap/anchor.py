@@ -308,8 +308,9 @@ def only_under_a_flag(home: Func, expr: str, anchor: cst.CSTNode) -> bool:
 def _every_arm_binds_then_used(home: Func, chain: cst.If, expr: str) -> bool:
     """`if args.optimizer == "sgd": optimizer = SGD(...)` / `elif ... == "adam": optimizer =
     Adam(...)` with no `else` (federated-learning's baseline_main.py), where the function
-    then calls a method of `expr` outside any `if` (`optimizer.zero_grad()` in the loop): a
-    path that binds none would raise there anyway, so the call may name it."""
+    then calls a method of `expr` outside any `if` (`optimizer.zero_grad()` in the loop) or
+    hands it to a call (DeepVO's `M_deepvo.step(t_x, t_y, optimizer)`): a path that binds
+    none would raise there anyway, so the call may name it."""
     binds = assignments_of(home, expr)
     arm: cst.If | cst.Else | None = chain
     while isinstance(arm, cst.If):
@@ -321,8 +322,11 @@ def _every_arm_binds_then_used(home: Func, chain: cst.If, expr: str) -> bool:
     around = {id(a) for a in _ancestors_within(home, chain)}
     for node in nodes_of_type(home.node, cst.Call):
         if (
-            isinstance(node.func, cst.Attribute)
-            and code_of(node.func.value) == expr
+            (
+                (isinstance(node.func, cst.Attribute) and code_of(node.func.value) == expr)
+                # handed to a call (DeepVO's `M_deepvo.step(t_x, t_y, optimizer)`): read there
+                or any(code_of(a.value) == expr for a in node.args)
+            )
             and home.file.before(chain, node)
             and not any(
                 isinstance(a, cst.If) and id(a) not in around for a in _ancestors_within(home, node)
