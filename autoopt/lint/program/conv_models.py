@@ -394,16 +394,12 @@ def _conv_model(rule: Rule, call: cst.Call, fit: set[str], flattening: set[str])
 def _class_chosen(rule: Rule, name: cst.Name) -> list[cst.BaseExpression] | None:
     """The classes a name bound once in its scope to a choice of them names (`model_cls = F
     if args.uncond else CCF` -> [F, CCF]); None for anything else."""
-    scope = rule.facts.enclosing_scope(name)
-    binds = [
-        a
-        for a in nodes_of_type(scope, cst.Assign, into_scopes=False)
-        if any(isinstance(t.target, cst.Name) and t.target.value == name.value for t in a.targets)
-    ]
-    if len(binds) != 1 or not isinstance(binds[0].value, cst.IfExp):
+    facts = rule.facts
+    binds = facts.assigned_in(facts.enclosing_scope(name)).get(name.value, [])
+    if len(binds) != 1 or not isinstance(binds[0][0], cst.IfExp):
         return None
     options: list[cst.BaseExpression] = []
-    todo: list[cst.BaseExpression] = [binds[0].value]
+    todo: list[cst.BaseExpression] = [binds[0][0]]
     while todo:
         value = todo.pop()
         if isinstance(value, cst.IfExp):
