@@ -78,25 +78,28 @@ def test_a_driver_is_checked_with_the_module_its_loop_is_in(tmp_path: Path) -> N
     assert _lint("train.py", "--no-follow")[0] == []
 
 
+# A trainer class whose loop trains on CUDA in fp32 (AO201), imported as `from solver import Solver`.
+SOLVER = """
+import torch
+
+class Solver:
+    def __init__(self, data, model, optimizer):
+        self.data, self.model, self.optimizer = data, model, optimizer
+
+    def train(self):
+        for x, y in self.data:
+            loss = self.model(x.cuda()).sum()
+            self.optimizer.zero_grad()
+            loss.backward()
+            self.optimizer.step()
+"""
+
+
 def test_a_trainer_imported_through_a_pythonpath_entry_is_followed(tmp_path: Path) -> None:
     """Listen-Attend-Spell: src/bin/train.py does `from solver import Solver`, run with
     src/solver on PYTHONPATH (path.sh), where src/solver/__init__.py is empty and
     src/solver/solver.py holds the Solver whose loop trains: the package that does not bind
     the name leaves the module of that name, which is followed (it was not)."""
-    solver = """
-    import torch
-
-    class Solver:
-        def __init__(self, data, model, optimizer):
-            self.data, self.model, self.optimizer = data, model, optimizer
-
-        def train(self):
-            for x, y in self.data:
-                loss = self.model(x.cuda()).sum()
-                self.optimizer.zero_grad()
-                loss.backward()
-                self.optimizer.step()
-    """
     driver = """
     import torch
     from solver import Solver
@@ -110,7 +113,7 @@ def test_a_trainer_imported_through_a_pythonpath_entry_is_followed(tmp_path: Pat
     """
     files = {
         "src/solver/__init__.py": "",
-        "src/solver/solver.py": solver,
+        "src/solver/solver.py": SOLVER,
         "src/bin/train.py": driver,
     }
     _project(tmp_path, files)
@@ -151,20 +154,6 @@ def test_a_copy_of_a_library_in_the_checkout_is_not_what_its_import_means(
 
     main()
     """
-    trainer = """
-    import torch
-
-    class Solver:
-        def __init__(self, loader, model, optimizer):
-            self.data, self.model, self.optimizer = loader, model, optimizer
-
-        def train(self):
-            for x, y in self.data:
-                loss = self.model(x.cuda()).sum()
-                self.optimizer.zero_grad()
-                loss.backward()
-                self.optimizer.step()
-    """
     _project(
         tmp_path,
         {
@@ -172,7 +161,7 @@ def test_a_copy_of_a_library_in_the_checkout_is_not_what_its_import_means(
             "vendor/torch/utils/__init__.py": "",
             "vendor/torch/utils/data/__init__.py": "from .dataloader import DataLoader\n",
             "vendor/torch/utils/data/dataloader.py": copy,
-            "src/solver.py": trainer,
+            "src/solver.py": SOLVER,
             "train.py": driver,
         },
     )
