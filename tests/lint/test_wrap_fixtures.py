@@ -1455,3 +1455,50 @@ def test_a_trainer_constructor_placing_the_model_where_the_call_names_no_device_
         "model, train_loader, optimizer = autoopt.optimize(model, train_loader, optimizer, "
         'device=torch.device("cuda:{}".format(opt["gpuid"][0])))',
     ), result.message
+
+
+def test_a_move_in_a_method_called_after_training_started_is_no_move(tmp_path: Path) -> None:
+    """AGCRN: `trainer = Trainer(model, ...)` (its constructor places nothing), then
+    `trainer.train()` under one flag and `trainer.test(model, trainer.args, ...)`, which does
+    `model.to(args.device)`, under another: the test runs after training, no move before it.
+    Reading the constructor overwrote the list of training calls with its own (empty), so the
+    test's move declined the wrap."""
+    trainer = """
+    import torch
+
+    class Trainer:
+        def __init__(self, model, optimizer, train_loader, args):
+            self.model, self.optimizer, self.train_loader = model, optimizer, train_loader
+            self.args = args
+
+        def train(self):
+            for x in self.train_loader:
+                self.optimizer.zero_grad()
+                self.model(x.to(self.args.device)).sum().backward()
+                self.optimizer.step()
+
+        @staticmethod
+        def test(model, args, loader):
+            model.to(args.device)
+            with torch.no_grad():
+                for x in loader:
+                    model(x.to(args.device))
+    """
+    script = """
+    import torch
+    from trainer import Trainer
+
+    train_loader = torch.utils.data.DataLoader(dataset, batch_size=64)
+    model = Net().to(args.device)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    trainer = Trainer(model, optimizer, train_loader, args)
+    if args.mode == "train":
+        trainer.train()
+    elif args.mode == "test":
+        trainer.test(model, trainer.args, train_loader)
+    """
+    result = wrap_beside(tmp_path, {"trainer.py": trainer}, "train.py", script)
+    assert result.inserted == (
+        "model, train_loader, optimizer = autoopt.optimize(model, train_loader, optimizer, "
+        "device=args.device)",
+    ), result.message

@@ -105,9 +105,9 @@ def moved_in_callee(
         )
         if param is None:
             continue
-        trains = [c for c in callee.calls() if code.trains(callee, c)]
+        trains_there = [c for c in callee.calls() if code.trains(callee, c)]
         for inner, placed in placing_calls(callee, param):
-            if any(callee.file.before(t, inner) for t in trains):
+            if any(callee.file.before(t, inner) for t in trains_there):
                 continue
             if callee.name == "__init__":
                 # a trainer's constructor placing it gives the call its device
