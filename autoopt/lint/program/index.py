@@ -504,9 +504,7 @@ def _scan_function(
         no_grad=any(_is_no_grad(d) for d in func.decorator_list),
         abstract=cls is not None and all(map(_placeholder, func.body)),
     )
-    scanner = _Scanner(info, cls)
-    scanner.options = options
-    scanner.on_by_default = _on_by_default(args)
+    scanner = _Scanner(info, cls, options, _on_by_default(args))
     scanner.scan_body(func.body)
     info.returns_placed = bool(scanner.returns_placed) and all(scanner.returns_placed)
     return info
@@ -673,7 +671,13 @@ class _Scanner:
     """One pass over a function's body (nested functions included: a closure handed to
     `optimizer.step(closure)` trains with its function)."""
 
-    def __init__(self, info: FunctionInfo, cls: str | None) -> None:
+    def __init__(
+        self,
+        info: FunctionInfo,
+        cls: str | None,
+        options: dict[str, tuple[str, ...]] | None = None,
+        on_by_default: frozenset[str] = frozenset(),
+    ) -> None:
         self.info = info
         self.cls = cls
         self.loops = 0
@@ -689,8 +693,8 @@ class _Scanner:
         self.placed: set[str] = set()  # names moved to a device so far (`net = Net().cuda()`)
         self.returns_placed: list[bool] = []  # for each `return`: it hands back a placed value
         # the module's string options (`--runner AnnealRunner`): what `eval(args.runner)` names
-        self.options: dict[str, tuple[str, ...]] = {}
-        self.on_by_default: frozenset[str] = frozenset()  # parameters defaulting to True
+        self.options = options if options is not None else {}
+        self.on_by_default = on_by_default  # the function's parameters defaulting to True
 
     def evaluated(self, func: ast.expr) -> list[Dotted]:
         """The names `func`, a call of `eval` on a string spelt here, may be (see

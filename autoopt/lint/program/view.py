@@ -385,12 +385,10 @@ class ProgramView:
         (its read reports itself where it is) and a model's forward (what it reads on the
         host, lengths to pack a sequence, is its computation: no logging to thin out)."""
         for target, module, here in self._callees(call):
-            if target.is_class or (here and "." not in target.qualname):
+            if here and "." not in target.qualname:
                 continue
-            if target.qualname.endswith(".forward"):
-                continue  # the model's own computation (Raindrop's `lengths.cpu()` to pack)
-            func = module.functions.get(target.qualname)
-            if func is None or func.backward:
+            func = _host_reading_candidate(target, module)
+            if func is None:
                 continue
             if func.host_read:
                 return _shown_path(module.path), func.host_read
@@ -410,15 +408,8 @@ class ProgramView:
                 continue
             for target in self.program.resolve(module, func, site.callee):
                 below = self.program.module(target.path)
-                inner = below.functions.get(target.qualname) if below is not None else None
-                if (
-                    below is not None
-                    and inner is not None
-                    and not target.is_class
-                    and not target.qualname.endswith(".forward")
-                    and inner.host_read
-                    and not inner.backward
-                ):
+                inner = _host_reading_candidate(target, below) if below is not None else None
+                if below is not None and inner is not None and inner.host_read:
                     return _shown_path(below.path), inner.host_read
         return None
 
@@ -980,3 +971,14 @@ def _shown_path(path: Path) -> str:
         return path.relative_to(Path.cwd()).as_posix()
     except ValueError:
         return path.name
+
+
+def _host_reading_candidate(target: Target, module: ModuleIndex) -> FunctionInfo | None:
+    """The function `target` names in `module`, where its reads on the host would be a step's
+    syncs: not a class, not a training step (its reads are its own findings), not a model's
+    forward (what it reads, lengths to pack a sequence, is its computation, Raindrop's
+    `lengths.cpu()`: no logging to thin out)."""
+    if target.is_class or target.qualname.endswith(".forward"):
+        return None
+    func = module.functions.get(target.qualname)
+    return None if func is None or func.backward else func

@@ -325,7 +325,8 @@ def names_an_optimizer_class(file: SourceFile, call: cst.Call) -> bool:
 
 
 def where_created(func: Func) -> str:
-    """How a decline names a function that creates an optimizer: "BCQ.__init__() of BCQ.py"."""
+    """How a decline names a function (one that creates an optimizer, or runs a backward):
+    "BCQ.__init__() of BCQ.py"."""
     return f"{_qualified(func)}() of {func.file.path}"
 
 
